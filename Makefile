@@ -1,0 +1,110 @@
+# perfbuf: build, test and benchmark.
+#
+#   make deps     install what is missing (idempotent; quick when all is there)
+#   make test     deps, build, unit tests, privileged selftests, a bounded fuzz run
+#   make bench    Go benchmarks of every mode beside the C reference
+#   make lint     gofmt, go vet, staticcheck
+#
+# libbpf: static from ./libbpf when the submodule is populated, else the
+# system libbpf (>= 1.4) through pkg-config. Either way the Go package builds
+# with a plain `go build` against the system libbpf; the static link is an
+# option on top, selected with the perfbuf_static build tag.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+
+GO ?= go
+CLANG ?= clang-19
+LLVM_STRIP ?= llvm-strip-19
+BPFTOOL ?= bpftool
+BUILD := $(CURDIR)/build
+FUZZTIME ?= 30s
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@2025.1.1
+
+ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+
+ifneq ($(wildcard libbpf/src/Makefile),)
+LIBBPF := static
+LIBBPF_OUT := $(BUILD)/libbpf
+LIBBPF_A := $(LIBBPF_OUT)/libbpf.a
+LIBBPF_INCLUDE := $(LIBBPF_OUT)
+GOTAGS := -tags perfbuf_static
+export CGO_CFLAGS := -I$(LIBBPF_INCLUDE)
+export CGO_LDFLAGS := -L$(LIBBPF_OUT)
+else
+LIBBPF := system
+LIBBPF_A :=
+LIBBPF_INCLUDE := /usr/include
+GOTAGS :=
+endif
+
+BPF_SRC := $(wildcard selftest/*/bpf/*.bpf.c cmd/*/bpf/*.bpf.c)
+BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
+BPF_HDR := $(wildcard selftest/common/*.h)
+VMLINUX := $(BUILD)/vmlinux.h
+
+.PHONY: all deps libbpf-info bpf build test unit selftest fuzz bench lint clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+libbpf-info: deps
+ifeq ($(LIBBPF),static)
+	@echo "libbpf: static, from the ./libbpf submodule ($(LIBBPF_A))"
+else
+	@echo "libbpf: system $$(pkg-config --modversion libbpf) via pkg-config (./libbpf submodule is empty)"
+endif
+
+# libbpf.a lands in $(LIBBPF_OUT), its headers in $(LIBBPF_OUT)/bpf.
+$(LIBBPF_OUT)/libbpf.a: $(wildcard libbpf/src/*.[ch] libbpf/src/Makefile)
+	$(MAKE) -C libbpf/src BUILD_STATIC_ONLY=1 OBJDIR=$(LIBBPF_OUT)/obj DESTDIR=$(LIBBPF_OUT) \
+		INCLUDEDIR= LIBDIR= UAPIDIR= install
+
+$(VMLINUX): | deps
+	@mkdir -p $(BUILD)
+	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp
+	@mv $@.tmp $@
+
+%.bpf.o: %.bpf.c $(VMLINUX) $(BPF_HDR) $(LIBBPF_A)
+	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) \
+		-I$(BUILD) -I$(LIBBPF_INCLUDE) -c $< -o $@
+	$(LLVM_STRIP) -g $@
+
+bpf: deps $(BPF_OBJ)
+
+build: libbpf-info bpf
+	$(GO) build $(GOTAGS) ./...
+	$(GO) vet $(GOTAGS) ./...
+
+# Every test: unit tests and privileged selftests, with the race detector.
+# Under CI (CI=true) a selftest that cannot get its privileges fails.
+test: build
+	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./...
+	@$(MAKE) --no-print-directory fuzz
+
+unit: build
+	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 .
+
+selftest: build
+	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./selftest/...
+
+# Bounded fuzzing of the ring parser (the corpus in testdata/ runs in `test`).
+fuzz: build
+	@for f in $$($(GO) test -list '^Fuzz' . | grep '^Fuzz'); do \
+		echo "fuzz: $$f for $(FUZZTIME)"; \
+		$(GO) test $(GOTAGS) -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . ; \
+	done
+
+bench: build
+	$(GO) test $(GOTAGS) -run '^$$' -bench . -benchmem ./...
+
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	$(GO) vet $(GOTAGS) ./...
+	$(GO) run $(STATICCHECK) $(GOTAGS) ./...
+
+clean:
+	rm -rf $(BUILD) $(BPF_OBJ)
+	$(GO) clean -testcache

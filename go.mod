@@ -1,0 +1,7 @@
+module github.com/perfbuf/perfbuf
+
+go 1.26.0
+
+require golang.org/x/sys v0.49.0
+
+require github.com/aquasecurity/libbpfgo v0.7.0-libbpf-1.4 // indirect

@@ -1,0 +1,690 @@
+// Package perfbuf reads BPF perf event arrays (BPF_MAP_TYPE_PERF_EVENT_ARRAY)
+// through libbpf's perf_buffer.
+//
+// A PerfBuffer opens one ring per online CPU and offers two ways to read them:
+//
+//   - Callback mode: Poll, Consume and ConsumeBuffer drain the rings with
+//     libbpf and hand each sample to Options.SampleFunc and each lost count to
+//     Options.LostFunc, with the CPU it came from. Samples cross from C to Go
+//     in batches, not one call per sample.
+//   - Raw mode: Buffer(i) returns a RawBuffer, a pure-Go reader over ring i's
+//     mapped memory, for zero-copy reads, peeking and custom ordering.
+//
+// The names follow libbpf (perf_buffer__poll is Poll, perf_buffer__consume is
+// Consume, and so on) so that code ported from C finds each call.
+package perfbuf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultPageCount is the number of data pages per CPU ring when
+// Options.PageCount is zero: 64 pages, 256 KiB with 4 KiB pages.
+const DefaultPageCount = 64
+
+// Errors returned by this package. Each is wrapped with context; match with
+// errors.Is. An errno from libbpf or the kernel stays a syscall.Errno under
+// the wrapping (errors.Is(err, syscall.ENOENT) works).
+var (
+	// ErrNotPerfEventArray: the map given to New is of another type.
+	ErrNotPerfEventArray = errors.New("map is not a perf event array")
+	// ErrInvalidOptions: an Options field is out of range.
+	ErrInvalidOptions = errors.New("invalid perf buffer options")
+	// ErrSampleTooLarge: Options.MaxSampleSize cannot fit in a ring.
+	ErrSampleTooLarge = errors.New("sample does not fit in perf ring")
+	// ErrIndex: a buffer index is negative or not below BufferCount.
+	ErrIndex = errors.New("perf buffer index out of range")
+)
+
+// Map is what New reads from: a perf event array's file descriptor.
+// *libbpfgo.BPFMap satisfies it; MapFD wraps a bare descriptor.
+type Map interface {
+	FileDescriptor() int
+}
+
+// MapFD is a bare map file descriptor that satisfies Map.
+type MapFD int
+
+// FileDescriptor returns fd.
+func (fd MapFD) FileDescriptor() int { return int(fd) }
+
+// Options configures New. The zero value is usable: 64 pages per CPU, a
+// wakeup on every sample, samples counted but not delivered.
+type Options struct {
+	// PageCount is the number of data pages in each CPU's ring, a power of
+	// two. Zero selects DefaultPageCount; anything else that is not a
+	// positive power of two is an error.
+	PageCount int
+
+	// WakeupEvents wakes the reader once every WakeupEvents samples
+	// (libbpf's perf_buffer_opts.sample_period, the event's wakeup_events).
+	// Zero means 1. Larger values cut the producer's cost, but samples below
+	// the threshold raise no wakeup: Poll with a timeout, or Consume, to
+	// pick them up.
+	WakeupEvents int
+
+	// WakeupBytes, if set, wakes the reader once a ring holds this many
+	// bytes instead (the event's wakeup_watermark). It excludes
+	// WakeupEvents > 1 and must be below the ring size.
+	WakeupBytes int
+
+	// MaxSampleSize, if set, is the largest sample the BPF program
+	// outputs, in bytes. New fails with ErrSampleTooLarge when a record
+	// carrying it cannot fit in a ring: the kernel would drop every such
+	// sample as lost.
+	MaxSampleSize int
+
+	// SampleFunc receives each sample with the CPU it was written on. data
+	// is only valid during the call: copy what you keep. Its length is the
+	// kernel's raw size, which is padded so that records stay 8-byte
+	// aligned (a 13-byte bpf_perf_event_output arrives as 20 bytes), so
+	// samples must carry their own length. It runs on the goroutine that
+	// called Poll or Consume; a panic in it reaches that caller, and the
+	// samples not yet delivered are delivered by the next call.
+	SampleFunc func(cpu int, data []byte)
+
+	// LostFunc receives each count of samples the kernel dropped on a CPU
+	// because its ring was full. The kernel writes that record only once a
+	// later sample fits, so a count can arrive late.
+	LostFunc func(cpu int, count uint64)
+}
+
+// CPUStats counts what one CPU's ring delivered.
+type CPUStats struct {
+	CPU     int    // the CPU behind the ring
+	Samples uint64 // samples handed to SampleFunc (or dropped when it is nil)
+	Bytes   uint64 // payload bytes of those samples
+	Lost    uint64 // samples the kernel reported lost
+}
+
+// PerfBuffer is a set of per-CPU perf rings over one perf event array.
+//
+// Poll, Consume and ConsumeBuffer may be called from several goroutines:
+// their drains are serialised (libbpf has no locking of its own), and waiting
+// in Poll holds no lock. Close may be called from any goroutine, any number of
+// times, including from inside SampleFunc; it wakes every blocked Poll, which
+// returns an error matching os.ErrClosed, and frees the rings once the last
+// call in progress has returned.
+type PerfBuffer struct {
+	c      *cBuffer // the libbpf side: rings and the arena
+	cpus   []int32  // cpus[i] is the CPU behind buffer index i
+	sample func(cpu int, data []byte)
+	lost   func(cpu int, count uint64)
+
+	epfd    int // our epoll: every ring fd (data = index) and closefd
+	closefd int // eventfd written by Close to wake pollers
+
+	stateMu  sync.Mutex
+	closed   bool
+	users    int // calls in progress; the last one out after Close frees
+	isClosed atomic.Bool
+
+	drainMu sync.Mutex // serialises drains; guards batch and pend
+	batch   batch
+	pend    []pending // per-index counts not yet published to stats
+	all     []int32   // 0..n-1, for Consume
+
+	stats []cpuCounters // per buffer index
+}
+
+type cpuCounters struct {
+	samples, bytes, lost atomic.Uint64
+}
+
+type pending struct {
+	samples, bytes, lost uint64
+}
+
+const closeTag = -1 // epoll data of the eventfd
+
+// New opens a ring on every online CPU for the perf event array m and stores
+// each ring's fd in the map at the CPU's index, as perf_buffer__new does.
+// Errors: ErrInvalidOptions, ErrSampleTooLarge, ErrNotPerfEventArray, and
+// errnos from the kernel (syscall.EBADF for a closed descriptor).
+func New(m Map, opts Options) (*PerfBuffer, error) {
+	if m == nil {
+		return nil, fmt.Errorf("new perf buffer: nil map: %w", ErrInvalidOptions)
+	}
+	fd := m.FileDescriptor()
+	pages, err := opts.validate(os.Getpagesize())
+	if err != nil {
+		return nil, fmt.Errorf("new perf buffer: %w", err)
+	}
+	if fd < 0 {
+		return nil, fmt.Errorf("new perf buffer: map fd %d: %w", fd, syscall.EBADF)
+	}
+	// The kernel answers a closed fd with EBADFD in BPF_OBJ_GET_INFO_BY_FD
+	// (since 6.x); ask fcntl first so that it is EBADF on every kernel.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		return nil, fmt.Errorf("new perf buffer: map fd %d: %w", fd, err)
+	}
+	info, err := mapInfo(fd)
+	if err != nil {
+		return nil, fmt.Errorf("new perf buffer: map fd %d: get map info: %w", fd, err)
+	}
+	if info.typ != mapTypePerfEventArray {
+		return nil, fmt.Errorf("new perf buffer: map %q has type %s (%d): %w",
+			info.name, mapTypeName(info.typ), info.typ, ErrNotPerfEventArray)
+	}
+	cpus, err := ringCPUs(info.maxEntries)
+	if err != nil {
+		return nil, fmt.Errorf("new perf buffer: %w", err)
+	}
+
+	pb := &PerfBuffer{
+		cpus:    cpus,
+		sample:  opts.SampleFunc,
+		lost:    opts.LostFunc,
+		epfd:    -1,
+		closefd: -1,
+		pend:    make([]pending, len(cpus)),
+		stats:   make([]cpuCounters, len(cpus)),
+		all:     make([]int32, len(cpus)),
+	}
+	for i := range pb.all {
+		pb.all[i] = int32(i)
+	}
+	wakeup := opts.WakeupEvents
+	if wakeup == 0 {
+		wakeup = 1
+	}
+	ringBytes := pages * os.Getpagesize()
+	pb.c, err = openC(fd, pages, wakeup, opts.WakeupBytes, cpus, arenaSize(ringBytes))
+	if err != nil {
+		return nil, fmt.Errorf("new perf buffer: %w", err)
+	}
+	if n := pb.c.bufferCount(); n != len(cpus) {
+		pb.free()
+		return nil, fmt.Errorf("new perf buffer: libbpf opened %d rings for %d cpus", n, len(cpus))
+	}
+	if err := pb.openEpoll(); err != nil {
+		pb.free()
+		return nil, fmt.Errorf("new perf buffer: %w", err)
+	}
+	return pb, nil
+}
+
+// validate checks the options and returns the page count to use.
+func (o *Options) validate(pageSize int) (int, error) {
+	pages := o.PageCount
+	if pages == 0 {
+		pages = DefaultPageCount
+	}
+	if pages < 0 || pages&(pages-1) != 0 {
+		return 0, fmt.Errorf("page count %d is not a power of two: %w", o.PageCount, ErrInvalidOptions)
+	}
+	ringBytes := pages * pageSize
+	if o.WakeupEvents < 0 {
+		return 0, fmt.Errorf("wakeup events %d is negative: %w", o.WakeupEvents, ErrInvalidOptions)
+	}
+	if o.WakeupBytes < 0 || o.WakeupBytes >= ringBytes {
+		return 0, fmt.Errorf("wakeup bytes %d outside [0, %d): %w", o.WakeupBytes, ringBytes, ErrInvalidOptions)
+	}
+	if o.WakeupBytes > 0 && o.WakeupEvents > 1 {
+		return 0, fmt.Errorf("wakeup bytes and wakeup events both set: %w", ErrInvalidOptions)
+	}
+	if o.MaxSampleSize < 0 {
+		return 0, fmt.Errorf("max sample size %d is negative: %w", o.MaxSampleSize, ErrInvalidOptions)
+	}
+	if o.MaxSampleSize > 0 {
+		need := SampleRecordSize(o.MaxSampleSize)
+		// The kernel keeps one record slot free (CIRC_SPACE leaves a
+		// byte, and records are 8-aligned), and a record's size is a u16.
+		if need > ringBytes-8 || need > maxRecordSize {
+			return 0, fmt.Errorf("max sample size %d needs a %d-byte record, ring holds %d (limit %d): %w",
+				o.MaxSampleSize, need, ringBytes-8, maxRecordSize, ErrSampleTooLarge)
+		}
+	}
+	return pages, nil
+}
+
+// maxRecordSize is the largest record perf_event_header.size (a u16) holds,
+// rounded down to the 8-byte alignment of records.
+const maxRecordSize = 65528
+
+// SampleRecordSize is the ring space a sample of n bytes takes: the 8-byte
+// perf_event_header, the u32 raw size, and the data padded to 8 bytes.
+func SampleRecordSize(n int) int {
+	return 8 + (n+4+7)&^7
+}
+
+// arenaSize sizes the batch arena so that one pass drains a whole ring of
+// ringBytes, up to 1 MiB (bigger rings take several crossings per pass).
+func arenaSize(ringBytes int) int {
+	const limit = 1 << 20
+	return min(ringBytes, limit) + 2*maxArenaEntry
+}
+
+// ringCPUs mirrors perf_buffer__new's choice of CPUs: the online ones among
+// the first min(possible CPUs, max_entries). Buffer index i reads cpus[i].
+func ringCPUs(maxEntries uint32) ([]int32, error) {
+	online, err := readCPUList("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, err
+	}
+	possible, err := readCPUList("/sys/devices/system/cpu/possible")
+	if err != nil {
+		return nil, err
+	}
+	limit := len(possible)
+	if possible := maxCPU(possible) + 1; possible > limit {
+		limit = possible // libbpf counts possible CPUs as the highest + 1
+	}
+	if int(maxEntries) < limit {
+		limit = int(maxEntries)
+	}
+	var cpus []int32
+	for _, cpu := range online {
+		if cpu < limit {
+			cpus = append(cpus, int32(cpu))
+		}
+	}
+	if len(cpus) == 0 {
+		return nil, fmt.Errorf("no online cpu below map max_entries %d: %w", maxEntries, ErrInvalidOptions)
+	}
+	return cpus, nil
+}
+
+func maxCPU(cpus []int) int {
+	m := -1
+	for _, c := range cpus {
+		m = max(m, c)
+	}
+	return m
+}
+
+func readCPUList(path string) ([]int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read cpu list: %w", err)
+	}
+	cpus, err := parseCPUList(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return cpus, nil
+}
+
+// parseCPUList parses the kernel's cpu list format: "0-3,5,7-8\n".
+func parseCPUList(s string) ([]int, error) {
+	var cpus []int
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
+		if part == "" {
+			continue
+		}
+		var lo, hi int
+		if n, err := fmt.Sscanf(part, "%d-%d", &lo, &hi); err != nil || n != 2 {
+			if _, err := fmt.Sscanf(part, "%d", &lo); err != nil {
+				return nil, fmt.Errorf("bad cpu range %q", part)
+			}
+			hi = lo
+		}
+		if lo < 0 || hi < lo {
+			return nil, fmt.Errorf("bad cpu range %q", part)
+		}
+		for c := lo; c <= hi; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
+
+func (pb *PerfBuffer) openEpoll() error {
+	var err error
+	pb.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("create epoll: %w", err)
+	}
+	pb.closefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("create eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: closeTag}
+	if err := unix.EpollCtl(pb.epfd, unix.EPOLL_CTL_ADD, pb.closefd, &ev); err != nil {
+		return fmt.Errorf("add eventfd to epoll: %w", err)
+	}
+	for i := range pb.cpus {
+		fd := pb.c.bufferFD(i)
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(i)}
+		if err := unix.EpollCtl(pb.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			return fmt.Errorf("add ring %d to epoll: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// enter registers a call in progress; it fails once Close has been called.
+func (pb *PerfBuffer) enter(op string) error {
+	pb.stateMu.Lock()
+	defer pb.stateMu.Unlock()
+	if pb.closed {
+		return fmt.Errorf("%s: %w", op, os.ErrClosed)
+	}
+	pb.users++
+	return nil
+}
+
+// exit ends a call; the last one out after Close frees the rings.
+func (pb *PerfBuffer) exit() {
+	pb.stateMu.Lock()
+	defer pb.stateMu.Unlock()
+	pb.users--
+	if pb.closed && pb.users == 0 {
+		pb.free()
+	}
+}
+
+// Close stops the perf buffer: blocked Polls return an error matching
+// os.ErrClosed, and the rings, their mappings and descriptors are freed as
+// soon as no call is in progress (at once if none is). Later calls fail with
+// os.ErrClosed. Close is idempotent and returns nil.
+func (pb *PerfBuffer) Close() error {
+	pb.stateMu.Lock()
+	defer pb.stateMu.Unlock()
+	if pb.closed {
+		return nil
+	}
+	pb.closed = true
+	pb.isClosed.Store(true)
+	// Wake every epoll_wait on epfd; the eventfd stays readable.
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	_, _ = unix.Write(pb.closefd, one[:])
+	if pb.users == 0 {
+		pb.free()
+	}
+	return nil
+}
+
+// free releases everything; called once, with stateMu held or before the
+// buffer is shared.
+func (pb *PerfBuffer) free() {
+	if pb.c != nil {
+		pb.c.close()
+		pb.c = nil
+	}
+	if pb.epfd >= 0 {
+		unix.Close(pb.epfd)
+		pb.epfd = -1
+	}
+	if pb.closefd >= 0 {
+		unix.Close(pb.closefd)
+		pb.closefd = -1
+	}
+}
+
+// Poll waits up to timeout for rings to become ready, drains the ready ones
+// and returns the number of samples delivered (libbpf's perf_buffer__poll
+// returns a count of rings instead). A negative timeout waits until a ring
+// is ready or Close is called; zero does not wait. A timeout with nothing
+// ready returns 0 and no error.
+//
+// Poll waits on its own epoll set, so do not also wait on EpollFD: the
+// kernel reports a ring's readiness to whichever waiter looks first.
+//
+// Errors: os.ErrClosed (wrapped) once Close is called, also for a Poll that
+// was blocked when it was; a syscall.Errno from epoll or libbpf.
+func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
+	const op = "poll perf buffer"
+	if err := pb.enter(op); err != nil {
+		return 0, err
+	}
+	defer pb.exit()
+
+	s := scratchPool.Get().(*pollScratch)
+	defer scratchPool.Put(s)
+	nev, err := pb.wait(s.evs[:], timeout)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	if pb.isClosed.Load() {
+		return 0, fmt.Errorf("%s: %w", op, os.ErrClosed)
+	}
+	idxs := s.idx[:0]
+	for _, ev := range s.evs[:nev] {
+		if ev.Fd != closeTag {
+			idxs = append(idxs, ev.Fd)
+		}
+	}
+	return pb.drain(op, idxs)
+}
+
+const maxEvents = 64
+
+// pollScratch is Poll's per-call memory, pooled so that Poll does not
+// allocate and concurrent Polls do not share it.
+type pollScratch struct {
+	evs [maxEvents]unix.EpollEvent
+	idx [maxEvents]int32
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(pollScratch) }}
+
+// wait runs epoll_wait, retrying on EINTR with what is left of timeout.
+func (pb *PerfBuffer) wait(evs []unix.EpollEvent, timeout time.Duration) (int, error) {
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	for {
+		msec := -1 // block
+		switch {
+		case timeout == 0:
+			msec = 0
+		case timeout > 0:
+			left := max(time.Until(deadline), 0)
+			msec = int((left + time.Millisecond - 1) / time.Millisecond)
+		}
+		n, err := unix.EpollWait(pb.epfd, evs, msec)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("epoll wait: %w", err)
+		}
+		return n, nil
+	}
+}
+
+// Consume drains every ring without waiting and returns the number of
+// samples delivered (perf_buffer__consume). Errors: os.ErrClosed (wrapped)
+// after Close; a syscall.Errno from libbpf.
+func (pb *PerfBuffer) Consume() (int, error) {
+	const op = "consume perf buffer"
+	if err := pb.enter(op); err != nil {
+		return 0, err
+	}
+	defer pb.exit()
+	return pb.drain(op, pb.all)
+}
+
+// ConsumeBuffer drains ring i without waiting and returns the number of
+// samples delivered (perf_buffer__consume_buffer). Errors: ErrIndex,
+// os.ErrClosed (wrapped) after Close; a syscall.Errno from libbpf.
+func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
+	op := fmt.Sprintf("consume perf buffer %d", i)
+	if err := pb.checkIndex(i); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := pb.enter(op); err != nil {
+		return 0, err
+	}
+	defer pb.exit()
+	return pb.drain(op, pb.all[i:i+1])
+}
+
+// BufferCount returns the number of rings (perf_buffer__buffer_cnt): one per
+// CPU chosen at New. It stays valid after Close.
+func (pb *PerfBuffer) BufferCount() int { return len(pb.cpus) }
+
+// CPU returns the CPU behind buffer index i. Indexes are not CPU numbers:
+// like libbpf, New skips offline CPUs and CPUs beyond the map's max_entries.
+// Errors: ErrIndex.
+func (pb *PerfBuffer) CPU(i int) (int, error) {
+	if err := pb.checkIndex(i); err != nil {
+		return 0, fmt.Errorf("cpu of perf buffer %d: %w", i, err)
+	}
+	return int(pb.cpus[i]), nil
+}
+
+// BufferFD returns ring i's perf event descriptor
+// (perf_buffer__buffer_fd). It belongs to the PerfBuffer: do not close it.
+// Errors: ErrIndex, os.ErrClosed (wrapped).
+func (pb *PerfBuffer) BufferFD(i int) (int, error) {
+	op := fmt.Sprintf("fd of perf buffer %d", i)
+	if err := pb.checkIndex(i); err != nil {
+		return -1, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := pb.enter(op); err != nil {
+		return -1, err
+	}
+	defer pb.exit()
+	return pb.c.bufferFD(i), nil
+}
+
+// EpollFD returns libbpf's epoll descriptor over all rings
+// (perf_buffer__epoll_fd), for callers that wait in their own event loop and
+// then call Consume. It belongs to the PerfBuffer: do not close it. Errors:
+// os.ErrClosed (wrapped).
+func (pb *PerfBuffer) EpollFD() (int, error) {
+	const op = "epoll fd of perf buffer"
+	if err := pb.enter(op); err != nil {
+		return -1, err
+	}
+	defer pb.exit()
+	return pb.c.epollFD(), nil
+}
+
+// Stats returns per-CPU counts, in buffer index order. It may be called
+// from any goroutine, also after Close.
+func (pb *PerfBuffer) Stats() []CPUStats {
+	out := make([]CPUStats, len(pb.cpus))
+	for i := range out {
+		st := &pb.stats[i]
+		out[i] = CPUStats{
+			CPU:     int(pb.cpus[i]),
+			Samples: st.samples.Load(),
+			Bytes:   st.bytes.Load(),
+			Lost:    st.lost.Load(),
+		}
+	}
+	return out
+}
+
+func (pb *PerfBuffer) checkIndex(i int) error {
+	if i < 0 || i >= len(pb.cpus) {
+		return fmt.Errorf("index %d not in [0, %d): %w", i, len(pb.cpus), ErrIndex)
+	}
+	return nil
+}
+
+// drain consumes the rings idxs into the arena and delivers each batch.
+// Drains are serialised; the caller holds a user reference (enter).
+func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
+	pb.drainMu.Lock()
+	defer pb.drainMu.Unlock()
+	defer pb.publish()
+
+	// Samples left in the arena by a SampleFunc that panicked come first:
+	// the C side empties the arena when it fills it again.
+	n := pb.batch.deliver(pb)
+	for pos := 0; pos < len(idxs); {
+		if pb.isClosed.Load() {
+			break // Close was called from a callback: stop after the batch
+		}
+		used, next, err := pb.c.drain(idxs, pos)
+		pb.batch = batch{buf: pb.c.arena[:used]}
+		n += pb.batch.deliver(pb)
+		if err != nil {
+			return n, fmt.Errorf("%s: ring %d: %w", op, idxs[next-1], err)
+		}
+		pos = next
+	}
+	return n, nil
+}
+
+// publish moves the drainer's pending counts into the shared stats, once per
+// drain rather than with an atomic add per sample.
+func (pb *PerfBuffer) publish() {
+	for i := range pb.pend {
+		p := &pb.pend[i]
+		if *p == (pending{}) {
+			continue
+		}
+		st := &pb.stats[i]
+		st.samples.Add(p.samples)
+		st.bytes.Add(p.bytes)
+		st.lost.Add(p.lost)
+		*p = pending{}
+	}
+}
+
+// Arena entries, written by perfbuf_on_event in perfbuf_helpers.c: a u32
+// payload size (or arenaEntryLost) and a u32 buffer index, in native byte
+// order, then the payload padded to 8 bytes. perfbuf_cgo.go checks these
+// against the C definitions at compile time.
+const (
+	arenaEntryHdr  = 8
+	arenaEntryLost = 0xffffffff
+	maxArenaEntry  = 65536 + arenaEntryHdr
+)
+
+// batch is the part of the arena not yet delivered.
+type batch struct {
+	buf []byte
+	off int
+}
+
+// deliver hands every entry from off on to the callbacks and returns the
+// number of samples. off moves past an entry before its callback runs, so a
+// panicking callback leaves the rest for the next call and nothing is
+// delivered twice.
+func (b *batch) deliver(pb *PerfBuffer) int {
+	n := 0
+	buf := b.buf
+	for b.off+arenaEntryHdr <= len(buf) {
+		start := b.off + arenaEntryHdr
+		size := binary.NativeEndian.Uint32(buf[b.off:])
+		idx := binary.NativeEndian.Uint32(buf[b.off+4:])
+		p := &pb.pend[idx]
+		cpu := int(pb.cpus[idx])
+		if size == arenaEntryLost {
+			count := binary.NativeEndian.Uint64(buf[start:])
+			b.off = start + 8
+			p.lost += count
+			if pb.lost != nil {
+				pb.lost(cpu, count)
+			}
+			continue
+		}
+		end := start + int(size)
+		data := buf[start:end:end]
+		b.off = start + int((size+7)&^7)
+		p.samples++
+		p.bytes += uint64(size)
+		n++
+		if pb.sample != nil {
+			pb.sample(cpu, data)
+		}
+	}
+	return n
+}
+
+// BPF map types New reports by name (from include/uapi/linux/bpf.h).
+const mapTypePerfEventArray = 4
+
+type mapDesc struct {
+	typ        uint32
+	maxEntries uint32
+	name       string
+}

@@ -1,0 +1,95 @@
+//go:build cgo
+
+package perfbuf
+
+// This file and perfbuf_helpers.{c,h} are the only places that use cgo.
+// Nothing here calls back into Go: the C event callback copies records into
+// an arena that perfbuf.go walks after the call returns.
+
+/*
+#cgo !perfbuf_static pkg-config: libbpf
+#cgo perfbuf_static LDFLAGS: -l:libbpf.a -lelf -lz
+#include <stdlib.h>
+#include <bpf/libbpf.h>
+#include "perfbuf_helpers.h"
+*/
+import "C"
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// The arena format is shared with perfbuf_helpers.c: fail the build if the
+// two sides disagree.
+var (
+	_ [C.PERFBUF_ENTRY_HDR - arenaEntryHdr]struct{}
+	_ [arenaEntryHdr - C.PERFBUF_ENTRY_HDR]struct{}
+	_ [C.PERFBUF_ENTRY_LOST - arenaEntryLost]struct{}
+	_ [arenaEntryLost - C.PERFBUF_ENTRY_LOST]struct{}
+	_ [C.PERFBUF_MAX_ENTRY - maxArenaEntry]struct{}
+	_ [maxArenaEntry - C.PERFBUF_MAX_ENTRY]struct{}
+	_ [C.BPF_MAP_TYPE_PERF_EVENT_ARRAY - mapTypePerfEventArray]struct{}
+	_ [mapTypePerfEventArray - C.BPF_MAP_TYPE_PERF_EVENT_ARRAY]struct{}
+)
+
+// cBuffer owns the libbpf perf_buffer and the arena (both C memory).
+type cBuffer struct {
+	st    *C.struct_perfbuf_state
+	arena []byte // aliases st->arena; written by C only during drain
+}
+
+// errnoErr turns libbpf's negative errno into a syscall.Errno.
+func errnoErr(ret C.int) error {
+	return syscall.Errno(-ret)
+}
+
+func openC(fd, pages, wakeupEvents, wakeupBytes int, cpus []int32, arenaCap int) (*cBuffer, error) {
+	var cerr C.int
+	// libbpf reads cpus only during the call (it keeps no pointer to it).
+	st := C.perfbuf_open(C.int(fd), C.size_t(pages), C.uint64_t(wakeupEvents), C.uint64_t(wakeupBytes),
+		C.int(len(cpus)), (*C.int)(unsafe.Pointer(&cpus[0])), C.size_t(arenaCap), &cerr)
+	if st == nil {
+		return nil, errnoErr(cerr)
+	}
+	return &cBuffer{
+		st:    st,
+		arena: unsafe.Slice((*byte)(unsafe.Pointer(st.arena)), int(st.arena_cap)),
+	}, nil
+}
+
+func (c *cBuffer) close() { C.perfbuf_close(c.st) }
+
+func (c *cBuffer) bufferCount() int { return int(C.perf_buffer__buffer_cnt(c.st.pb)) }
+
+func (c *cBuffer) bufferFD(i int) int { return int(C.perf_buffer__buffer_fd(c.st.pb, C.size_t(i))) }
+
+func (c *cBuffer) epollFD() int { return int(C.perf_buffer__epoll_fd(c.st.pb)) }
+
+// drain fills the arena from rings idxs[pos:] and returns the bytes used and
+// the position to resume from (len(idxs) when every ring was drained).
+func (c *cBuffer) drain(idxs []int32, pos int) (used, next int, err error) {
+	cpos := C.int(pos)
+	ret := C.perfbuf_drain(c.st, (*C.int32_t)(unsafe.Pointer(&idxs[0])), C.int(len(idxs)), &cpos)
+	if ret < 0 {
+		err = errnoErr(ret)
+	}
+	return int(c.st.arena_len), int(cpos), err
+}
+
+func mapInfo(fd int) (mapDesc, error) {
+	var typ, maxEntries C.uint32_t
+	var name [C.BPF_OBJ_NAME_LEN]C.char
+	if ret := C.perfbuf_map_info(C.int(fd), &typ, &maxEntries, &name[0], C.size_t(len(name))); ret < 0 {
+		return mapDesc{}, errnoErr(ret)
+	}
+	return mapDesc{typ: uint32(typ), maxEntries: uint32(maxEntries), name: C.GoString(&name[0])}, nil
+}
+
+// mapTypeName names a map type as libbpf does ("hash", "perf_event_array").
+func mapTypeName(t uint32) string {
+	if s := C.libbpf_bpf_map_type_str(C.enum_bpf_map_type(t)); s != nil {
+		return C.GoString(s)
+	}
+	return "unknown"
+}

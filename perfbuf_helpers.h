@@ -1,0 +1,47 @@
+/* C side of perfbuf's callback mode. Only perfbuf_cgo.go includes this.
+ *
+ * libbpf drains a ring by calling an event callback once per record and
+ * writes data_tail when its pass over the ring ends. Calling into Go once per
+ * record costs ~35 ns, so the callback never calls Go: it copies each record
+ * into an arena (C memory) and Go walks the arena after the cgo call returns,
+ * one crossing per pass. The copy is what makes this safe: once the pass is
+ * over, the kernel may overwrite the ring, but not the arena.
+ */
+#ifndef PERFBUF_HELPERS_H
+#define PERFBUF_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct perf_buffer;
+
+/* Arena entry: an 8-byte header, then the payload padded to 8 bytes.
+ * size is the payload length for a sample, or PERFBUF_ENTRY_LOST for a lost
+ * record, whose payload is the u64 lost count. idx is the buffer index.
+ * perfbuf.go parses these; keep arenaEntry* there in step. */
+#define PERFBUF_ENTRY_HDR 8
+#define PERFBUF_ENTRY_LOST 0xffffffffu
+
+/* Room an arena keeps free before it accepts another record: the largest
+ * record the kernel can write (perf_event_header.size is a u16) plus our
+ * entry header. A record handed to the callback is consumed whatever the
+ * callback returns, so there must always be room for one. */
+#define PERFBUF_MAX_ENTRY (65536 + PERFBUF_ENTRY_HDR)
+
+struct perfbuf_state {
+	struct perf_buffer *pb;
+	uint8_t *arena;
+	size_t arena_cap;
+	size_t arena_len;
+	int cur_idx;   /* buffer index being consumed, stamped on entries */
+	int full;      /* the pass stopped early: arena needs draining */
+};
+
+struct perfbuf_state *perfbuf_open(int map_fd, size_t page_cnt, uint64_t wakeup_events,
+				   uint64_t wakeup_bytes, int cpu_cnt, int *cpus,
+				   size_t arena_cap, int *err);
+void perfbuf_close(struct perfbuf_state *st);
+int perfbuf_drain(struct perfbuf_state *st, const int32_t *idxs, int n, int *pos);
+int perfbuf_map_info(int fd, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len);
+
+#endif

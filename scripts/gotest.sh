@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs `go test -v "$@"`, shows the usual output, and ends with one summary
+# line: "tests: N passed, N failed, N skipped". Exits non-zero on failure.
+set -uo pipefail
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+go test -v "$@" 2>&1 | tee "$log" | grep -Ev '^(=== (RUN|PAUSE|CONT|NAME)|    --- PASS|--- PASS)'
+rc=${PIPESTATUS[0]}
+passed=$(grep -Ec '^\s*--- PASS' "$log")
+failed=$(grep -Ec '^\s*--- FAIL' "$log")
+skipped=$(grep -Ec '^\s*--- SKIP' "$log")
+if [ "$skipped" -gt 0 ]; then
+	echo "skipped:"; grep -E '^\s*--- SKIP' "$log" | sed 's/^\s*/  /'
+fi
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+	echo "go test exited $rc (build failure or panic): see above" >&2
+fi
+exit "$rc"

@@ -1,0 +1,527 @@
+// Privileged selftests of callback mode over real rings: callback.bpf.c
+// emits samples on a chosen CPU through BPF_PROG_TEST_RUN.
+package callback
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aquasecurity/libbpfgo"
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+)
+
+const obj = "bpf/callback.bpf.o"
+
+type fixture struct {
+	mod    *libbpfgo.Module
+	events *libbpfgo.BPFMap
+	prog   int
+	cpus   []int
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	m := bpftest.Load(t, obj)
+	f := &fixture{mod: m, events: bpftest.Map(t, m, "events"), prog: bpftest.Prog(t, m, "emit")}
+	for c := 0; c < runtime.NumCPU(); c++ {
+		f.cpus = append(f.cpus, c)
+	}
+	return f
+}
+
+func (f *fixture) emit(t *testing.T, cpu int, count, size, span uint64) {
+	t.Helper()
+	bpftest.Emit(t, f.prog, cpu, count, size, span)
+}
+
+// collector checks and counts what the callbacks receive, per CPU.
+type collector struct {
+	t       *testing.T
+	mu      sync.Mutex
+	samples map[int]int
+	lost    map[int]uint64
+	lastSeq map[int]uint64
+	seen    map[int]bool // lastSeq valid
+	errs    []error
+}
+
+func newCollector(t *testing.T) *collector {
+	return &collector{t: t, samples: map[int]int{}, lost: map[int]uint64{},
+		lastSeq: map[int]uint64{}, seen: map[int]bool{}}
+}
+
+func (c *collector) sample(cpu int, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, err := bpftest.Check(data, cpu)
+	if err != nil {
+		c.errs = append(c.errs, err)
+		return
+	}
+	if bpftest.SeqValid(len(data)) {
+		if c.seen[cpu] && h.Seq <= c.lastSeq[cpu] {
+			c.errs = append(c.errs, fmt.Errorf("cpu %d: seq %d after %d: duplicate or reordered", cpu, h.Seq, c.lastSeq[cpu]))
+		}
+		c.lastSeq[cpu], c.seen[cpu] = h.Seq, true
+	}
+	c.samples[cpu]++
+}
+
+func (c *collector) lostFn(cpu int, n uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lost[cpu] += n
+}
+
+func (c *collector) opts(pages int) perfbuf.Options {
+	return perfbuf.Options{PageCount: pages, SampleFunc: c.sample, LostFunc: c.lostFn}
+}
+
+func (c *collector) check() {
+	c.t.Helper()
+	for i, err := range c.errs {
+		if i == 10 {
+			c.t.Errorf("... %d more errors", len(c.errs)-10)
+			break
+		}
+		c.t.Error(err)
+	}
+}
+
+// checkAccounting: for every CPU, received + reported lost == emitted
+// attempts, received == emitted, reported lost == failed; and the
+// PerfBuffer's Stats agree.
+func (c *collector) checkAccounting(f *fixture, pb *perfbuf.PerfBuffer) {
+	c.t.Helper()
+	c.check()
+	stats := bpftest.Stats(c.t, f.mod)
+	byCPU := map[int]perfbuf.CPUStats{}
+	for _, s := range pb.Stats() {
+		byCPU[s.CPU] = s
+	}
+	for _, cpu := range f.cpus {
+		st := stats[cpu]
+		got, lost := uint64(c.samples[cpu]), c.lost[cpu]
+		c.t.Logf("cpu %d: emitted %d failed %d | received %d lost %d", cpu, st.Emitted, st.Failed, got, lost)
+		if got+lost != st.Seq {
+			c.t.Errorf("cpu %d: received %d + lost %d != attempts %d", cpu, got, lost, st.Seq)
+		}
+		if got != st.Emitted || lost != st.Failed {
+			c.t.Errorf("cpu %d: received %d lost %d, kernel says emitted %d failed %d", cpu, got, lost, st.Emitted, st.Failed)
+		}
+		if s := byCPU[cpu]; s.Samples != got || s.Lost != lost {
+			c.t.Errorf("cpu %d: Stats() says %d samples %d lost, callbacks saw %d and %d", cpu, s.Samples, s.Lost, got, lost)
+		}
+	}
+}
+
+func newPB(t *testing.T, f *fixture, opts perfbuf.Options) *perfbuf.PerfBuffer {
+	t.Helper()
+	pb, err := perfbuf.New(f.events, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { pb.Close() })
+	if pb.BufferCount() != len(f.cpus) {
+		t.Fatalf("BufferCount %d, want %d", pb.BufferCount(), len(f.cpus))
+	}
+	for i := 0; i < pb.BufferCount(); i++ {
+		if cpu, err := pb.CPU(i); err != nil || cpu != f.cpus[i] {
+			t.Fatalf("CPU(%d) = %d, %v; want %d", i, cpu, err, f.cpus[i])
+		}
+	}
+	return pb
+}
+
+// flush drains the rings, emits one small sample per CPU so that the kernel
+// writes the LOST record it holds back until a sample fits, then drains again.
+func flush(t *testing.T, f *fixture, pb *perfbuf.PerfBuffer) {
+	t.Helper()
+	if _, err := pb.Consume(); err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+	for _, cpu := range f.cpus {
+		f.emit(t, cpu, 1, 8, 0)
+	}
+	if _, err := pb.Consume(); err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+}
+
+// A one-page ring overloaded on every CPU: exact accounting.
+func TestAccountingOverload(t *testing.T) {
+	f := setup(t)
+	c := newCollector(t)
+	pb := newPB(t, f, c.opts(1))
+	for round := 0; round < 20; round++ {
+		for _, cpu := range f.cpus {
+			f.emit(t, cpu, 300, 40, 64) // 40..103 bytes, overflows 4 KiB
+		}
+		if round%2 == 0 {
+			if _, err := pb.Poll(0); err != nil {
+				t.Fatalf("Poll: %v", err)
+			}
+		}
+	}
+	flush(t, f, pb)
+	c.checkAccounting(f, pb)
+	for _, cpu := range f.cpus {
+		if c.lost[cpu] == 0 {
+			t.Errorf("cpu %d: no samples lost: the test did not overload the ring", cpu)
+		}
+	}
+}
+
+// Lost counts reach LostFunc with the CPU that lost them.
+func TestLostCarriesCPU(t *testing.T) {
+	f := setup(t)
+	if len(f.cpus) < 2 {
+		t.Skip("needs two CPUs")
+	}
+	c := newCollector(t)
+	pb := newPB(t, f, c.opts(1))
+	f.emit(t, 1, 1000, 64, 0) // only CPU 1 overflows
+	f.emit(t, 0, 10, 64, 0)
+	flush(t, f, pb)
+	c.checkAccounting(f, pb)
+	if c.lost[0] != 0 || c.lost[1] == 0 {
+		t.Errorf("lost by cpu: %v; want only cpu 1", c.lost)
+	}
+}
+
+// Every size from 1 byte up, odd ones included, through rings that wrap:
+// each sample arrives with its padded length and intact content.
+func TestSizes(t *testing.T) {
+	f := setup(t)
+	c := newCollector(t)
+	pb := newPB(t, f, c.opts(2)) // 8 KiB: most records straddle the end at some point
+	for size := uint64(1); size <= 700; size += 10 {
+		for _, cpu := range f.cpus {
+			f.emit(t, cpu, 10, size, 10) // sizes size..size+9, < 8 KiB in all
+		}
+		if _, err := pb.Consume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Large samples near the ring size wrap on every other record.
+	for _, size := range []uint64{3000, 4001, 5555, 8192 - 20 - 8} {
+		for _, cpu := range f.cpus {
+			f.emit(t, cpu, 1, size, 0)
+			if _, err := pb.Consume(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	flush(t, f, pb)
+	c.checkAccounting(f, pb)
+	for _, cpu := range f.cpus {
+		if c.lost[cpu] != 0 {
+			t.Errorf("cpu %d lost %d samples draining after every burst", cpu, c.lost[cpu])
+		}
+	}
+}
+
+// The largest sample that fits a one-page ring is 4076 bytes: its record
+// (8 + 4 + 4076 padded to 4088) leaves the one free slot the kernel keeps.
+// New's MaxSampleSize check agrees with what the kernel does.
+func TestLargestSample(t *testing.T) {
+	f := setup(t)
+	c := newCollector(t)
+	const largest = 4076
+	if _, err := perfbuf.New(f.events, perfbuf.Options{PageCount: 1, MaxSampleSize: largest + 1}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
+		t.Fatalf("New with MaxSampleSize %d: %v, want ErrSampleTooLarge", largest+1, err)
+	}
+	opts := c.opts(1)
+	opts.MaxSampleSize = largest
+	pb := newPB(t, f, opts)
+	f.emit(t, 0, 1, largest, 0)
+	if _, err := pb.Consume(); err != nil {
+		t.Fatal(err)
+	}
+	f.emit(t, 0, 1, largest+1, 0) // cannot fit even in an empty ring
+	flush(t, f, pb)
+	c.checkAccounting(f, pb)
+	if c.samples[0] != 2 || c.lost[0] != 1 {
+		t.Errorf("cpu 0: %d samples %d lost; want the %d-byte one and the flush, and 1 lost", c.samples[0], c.lost[0], largest)
+	}
+}
+
+// A panic in SampleFunc reaches the caller; the rest of the batch is
+// delivered by the next call, nothing twice.
+func TestPanicInSampleFunc(t *testing.T) {
+	f := setup(t)
+	c := newCollector(t)
+	n := 0
+	opts := c.opts(4)
+	opts.SampleFunc = func(cpu int, data []byte) {
+		n++
+		c.sample(cpu, data)
+		if n == 3 || n == 7 {
+			panic("boom")
+		}
+	}
+	pb := newPB(t, f, opts)
+	for _, cpu := range f.cpus {
+		f.emit(t, cpu, 10, 64, 0)
+	}
+	panics := 0
+	for i := 0; i < 5; i++ {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					panics++
+				}
+			}()
+			_, err := pb.Consume()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}()
+	}
+	if panics != 2 {
+		t.Errorf("%d panics reached Consume's caller, want 2", panics)
+	}
+	c.checkAccounting(f, pb)
+}
+
+// Poll and Consume from several goroutines while samples arrive: drains
+// are serialised, accounting stays exact.
+func TestConcurrentPollConsume(t *testing.T) {
+	f := setup(t)
+	c := newCollector(t)
+	pb := newPB(t, f, c.opts(8))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				if g == 0 {
+					_, err = pb.Consume()
+				} else {
+					_, err = pb.Poll(10 * time.Millisecond)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}(g)
+	}
+	for round := 0; round < 50; round++ {
+		for _, cpu := range f.cpus {
+			f.emit(t, cpu, 100, 16, 200)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	flush(t, f, pb)
+	c.checkAccounting(f, pb)
+}
+
+// Close while another goroutine blocks in Poll: Poll returns promptly with
+// os.ErrClosed, nothing crashes or hangs. 1000 rounds.
+func TestCloseWhilePolling(t *testing.T) {
+	f := setup(t)
+	rounds := 1000
+	if testing.Short() {
+		rounds = 100
+	}
+	var worst time.Duration
+	for i := 0; i < rounds; i++ {
+		pb, err := perfbuf.New(f.events, perfbuf.Options{PageCount: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			close(started)
+			_, err := pb.Poll(-1)
+			done <- err
+		}()
+		<-started
+		if i%2 == 0 {
+			runtime.Gosched() // sometimes close before Poll waits, sometimes after
+		}
+		closed := time.Now()
+		pb.Close()
+		select {
+		case err := <-done:
+			worst = max(worst, time.Since(closed))
+			if !errors.Is(err, os.ErrClosed) {
+				t.Fatalf("round %d: Poll returned %v, want os.ErrClosed", i, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: Poll still blocked 5s after Close", i)
+		}
+		pb.Close() // idempotent
+	}
+	t.Logf("%d rounds; slowest Poll return after Close: %v", rounds, worst)
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func countPerfMaps(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "perf_event")
+}
+
+// 1000 New/Close cycles leave descriptors and mappings as they were.
+func TestNewCloseLeaks(t *testing.T) {
+	f := setup(t)
+	cycle := func() {
+		pb, err := perfbuf.New(f.events, perfbuf.Options{PageCount: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pb.Poll(0); err != nil {
+			t.Fatal(err)
+		}
+		pb.Close()
+	}
+	cycle() // let the runtime open what it opens once
+	fds, maps := countFDs(t), countPerfMaps(t)
+	for i := 0; i < 1000; i++ {
+		cycle()
+	}
+	if got := countFDs(t); got != fds {
+		t.Errorf("open descriptors: %d before, %d after 1000 cycles", fds, got)
+	}
+	if got := countPerfMaps(t); got != maps {
+		t.Errorf("perf_event mappings: %d before, %d after 1000 cycles", maps, got)
+	}
+}
+
+// Bad input gets a clear error before anything is created.
+func TestErrors(t *testing.T) {
+	f := setup(t)
+
+	_, err := perfbuf.New(bpftest.Map(t, f.mod, "not_perf"), perfbuf.Options{})
+	if !errors.Is(err, perfbuf.ErrNotPerfEventArray) || !strings.Contains(err.Error(), "hash") {
+		t.Errorf("hash map: %v; want ErrNotPerfEventArray naming the type", err)
+	}
+
+	dup, err := syscall.Dup(f.events.FileDescriptor())
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(dup)
+	_, err = perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{})
+	if !errors.Is(err, syscall.EBADF) {
+		t.Errorf("closed fd: %v; want EBADF", err)
+	}
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		t.Errorf("closed fd: %v is not a syscall.Errno underneath", err)
+	}
+
+	null, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if _, err = perfbuf.New(perfbuf.MapFD(null.Fd()), perfbuf.Options{}); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("non-BPF fd: %v; want EINVAL", err)
+	}
+
+	for _, pages := range []int{-1, 3, 6, 100} {
+		if _, err := perfbuf.New(f.events, perfbuf.Options{PageCount: pages}); !errors.Is(err, perfbuf.ErrInvalidOptions) {
+			t.Errorf("PageCount %d: %v; want ErrInvalidOptions", pages, err)
+		}
+	}
+
+	pb, err := perfbuf.New(perfbuf.MapFD(f.events.FileDescriptor()), perfbuf.Options{PageCount: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := pb.BufferCount()
+	for _, i := range []int{-1, n, n + 100} {
+		if _, err := pb.ConsumeBuffer(i); !errors.Is(err, perfbuf.ErrIndex) {
+			t.Errorf("ConsumeBuffer(%d): %v; want ErrIndex", i, err)
+		}
+		if _, err := pb.BufferFD(i); !errors.Is(err, perfbuf.ErrIndex) {
+			t.Errorf("BufferFD(%d): %v; want ErrIndex", i, err)
+		}
+		if _, err := pb.CPU(i); !errors.Is(err, perfbuf.ErrIndex) {
+			t.Errorf("CPU(%d): %v; want ErrIndex", i, err)
+		}
+	}
+	if fd, err := pb.BufferFD(0); err != nil || fd < 0 {
+		t.Errorf("BufferFD(0) = %d, %v", fd, err)
+	}
+	if fd, err := pb.EpollFD(); err != nil || fd < 0 {
+		t.Errorf("EpollFD() = %d, %v", fd, err)
+	}
+	pb.Close()
+	calls := map[string]func() error{
+		"Poll":          func() error { _, err := pb.Poll(0); return err },
+		"Consume":       func() error { _, err := pb.Consume(); return err },
+		"ConsumeBuffer": func() error { _, err := pb.ConsumeBuffer(0); return err },
+		"BufferFD":      func() error { _, err := pb.BufferFD(0); return err },
+		"EpollFD":       func() error { _, err := pb.EpollFD(); return err },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, os.ErrClosed) {
+			t.Errorf("%s after Close: %v; want os.ErrClosed", name, err)
+		}
+	}
+	if err := pb.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// Close called from inside SampleFunc stops delivery after the batch and
+// frees the rings when the call returns; no deadlock.
+func TestCloseFromCallback(t *testing.T) {
+	f := setup(t)
+	var pb *perfbuf.PerfBuffer
+	calls := 0
+	pb = newPB(t, f, perfbuf.Options{PageCount: 1, SampleFunc: func(int, []byte) {
+		calls++
+		pb.Close()
+	}})
+	f.emit(t, 0, 5, 32, 0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := pb.Consume(); err != nil {
+			t.Errorf("Consume: %v", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Consume deadlocked after Close from SampleFunc")
+	}
+	if _, err := pb.Consume(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Consume after Close: %v", err)
+	}
+	if calls == 0 {
+		t.Error("SampleFunc never ran")
+	}
+}
