@@ -27,8 +27,6 @@ var (
 	_ [arenaEntryHdr - C.PERFBUF_ENTRY_HDR]struct{}
 	_ [C.PERFBUF_ENTRY_LOST - arenaEntryLost]struct{}
 	_ [arenaEntryLost - C.PERFBUF_ENTRY_LOST]struct{}
-	_ [C.PERFBUF_MAX_ENTRY - maxArenaEntry]struct{}
-	_ [maxArenaEntry - C.PERFBUF_MAX_ENTRY]struct{}
 	_ [C.BPF_MAP_TYPE_PERF_EVENT_ARRAY - mapTypePerfEventArray]struct{}
 	_ [mapTypePerfEventArray - C.BPF_MAP_TYPE_PERF_EVENT_ARRAY]struct{}
 )
@@ -44,11 +42,11 @@ func errnoErr(ret C.int) error {
 	return syscall.Errno(-ret)
 }
 
-func openC(fd, pages, wakeupEvents, wakeupBytes int, cpus []int32, arenaCap int) (*cBuffer, error) {
+func openC(fd, pages, wakeupEvents, wakeupBytes int, cpus []int32, arenaCap, reserve int) (*cBuffer, error) {
 	var cerr C.int
 	// libbpf reads cpus only during the call (it keeps no pointer to it).
 	st := C.perfbuf_open(C.int(fd), C.size_t(pages), C.uint64_t(wakeupEvents), C.uint64_t(wakeupBytes),
-		C.int(len(cpus)), (*C.int)(unsafe.Pointer(&cpus[0])), C.size_t(arenaCap), &cerr)
+		C.int(len(cpus)), (*C.int)(unsafe.Pointer(&cpus[0])), C.size_t(arenaCap), C.size_t(reserve), &cerr)
 	if st == nil {
 		return nil, errnoErr(cerr)
 	}

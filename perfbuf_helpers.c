@@ -72,7 +72,7 @@ static enum bpf_perf_event_ret perfbuf_on_event(void *ctx, int cpu, struct perf_
 		break;
 	}
 
-	if (st->arena_cap - st->arena_len < PERFBUF_MAX_ENTRY) {
+	if (st->arena_cap - st->arena_len < st->reserve) {
 		/* libbpf consumes this record, stops the pass and writes the tail. */
 		st->full = 1;
 		return LIBBPF_PERF_EVENT_DONE;
@@ -82,7 +82,7 @@ static enum bpf_perf_event_ret perfbuf_on_event(void *ctx, int cpu, struct perf_
 
 struct perfbuf_state *perfbuf_open(int map_fd, size_t page_cnt, uint64_t wakeup_events,
 				   uint64_t wakeup_bytes, int cpu_cnt, int *cpus,
-				   size_t arena_cap, int *err)
+				   size_t arena_cap, size_t reserve, int *err)
 {
 	struct perf_event_attr attr = {};
 	struct perfbuf_state *st;
@@ -108,8 +108,12 @@ struct perfbuf_state *perfbuf_open(int map_fd, size_t page_cnt, uint64_t wakeup_
 		*err = -ENOMEM;
 		return NULL;
 	}
-	if (arena_cap < 2 * PERFBUF_MAX_ENTRY)
-		arena_cap = 2 * PERFBUF_MAX_ENTRY;
+	if (arena_cap < 2 * reserve) {
+		free(st);
+		*err = -EINVAL;
+		return NULL;
+	}
+	st->reserve = reserve;
 	st->arena = malloc(arena_cap);
 	if (!st->arena) {
 		free(st);

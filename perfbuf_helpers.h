@@ -22,24 +22,23 @@ struct perf_buffer;
 #define PERFBUF_ENTRY_HDR 8
 #define PERFBUF_ENTRY_LOST 0xffffffffu
 
-/* Room an arena keeps free before it accepts another record: the largest
- * record the kernel can write (perf_event_header.size is a u16) plus our
- * entry header. A record handed to the callback is consumed whatever the
- * callback returns, so there must always be room for one. */
-#define PERFBUF_MAX_ENTRY (65536 + PERFBUF_ENTRY_HDR)
-
 struct perfbuf_state {
 	struct perf_buffer *pb;
 	uint8_t *arena;
 	size_t arena_cap;
 	size_t arena_len;
+	/* Room the arena keeps free before it accepts another record: the
+	 * entry of the largest record this ring can hold. A record handed to
+	 * the callback is consumed whatever the callback returns, so there
+	 * must always be room for one. */
+	size_t reserve;
 	int cur_idx;   /* buffer index being consumed, stamped on entries */
 	int full;      /* the pass stopped early: arena needs draining */
 };
 
 struct perfbuf_state *perfbuf_open(int map_fd, size_t page_cnt, uint64_t wakeup_events,
 				   uint64_t wakeup_bytes, int cpu_cnt, int *cpus,
-				   size_t arena_cap, int *err);
+				   size_t arena_cap, size_t reserve, int *err);
 void perfbuf_close(struct perfbuf_state *st);
 int perfbuf_drain(struct perfbuf_state *st, const int32_t *idxs, int n, int *pos);
 int perfbuf_map_info(int fd, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len);

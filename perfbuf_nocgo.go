@@ -12,7 +12,7 @@ var ErrNoCgo = errors.New("perfbuf needs cgo (CGO_ENABLED=1) and libbpf")
 
 type cBuffer struct{ arena []byte }
 
-func openC(fd, pages, wakeupEvents, wakeupBytes int, cpus []int32, arenaCap int) (*cBuffer, error) {
+func openC(fd, pages, wakeupEvents, wakeupBytes int, cpus []int32, arenaCap, reserve int) (*cBuffer, error) {
 	return nil, ErrNoCgo
 }
 

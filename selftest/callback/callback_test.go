@@ -230,7 +230,8 @@ func TestSizes(t *testing.T) {
 }
 
 // The largest sample that fits a one-page ring is 4076 bytes: its record
-// (8 + 4 + 4076 padded to 4088) leaves the one free slot the kernel keeps.
+// (8-byte header, u32 size, 4076 bytes: 4088) leaves the 8 bytes the kernel
+// keeps free.
 // New's MaxSampleSize check agrees with what the kernel does.
 func TestLargestSample(t *testing.T) {
 	f := setup(t)
