@@ -4,4 +4,4 @@ go 1.26.0
 
 require golang.org/x/sys v0.49.0
 
-require github.com/aquasecurity/libbpfgo v0.7.0-libbpf-1.4 // indirect
+require github.com/aquasecurity/libbpfgo v0.7.0-libbpf-1.4

@@ -75,6 +75,17 @@ func (c *cBuffer) drain(idxs []int32, pos int) (used, next int, err error) {
 	return int(c.st.arena_len), int(cpos), err
 }
 
+// ring returns ring i's mapping (perf_buffer__buffer): base points at its
+// perf_event_mmap_page, and size bytes of data follow the header page.
+func (c *cBuffer) ring(i int) (unsafe.Pointer, int, error) {
+	var base unsafe.Pointer
+	var size C.size_t
+	if ret := C.perf_buffer__buffer(c.st.pb, C.int(i), &base, &size); ret < 0 {
+		return nil, 0, errnoErr(ret)
+	}
+	return base, int(size), nil
+}
+
 func mapInfo(fd int) (mapDesc, error) {
 	var typ, maxEntries C.uint32_t
 	var name [C.BPF_OBJ_NAME_LEN]C.char

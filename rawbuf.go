@@ -1,0 +1,575 @@
+package perfbuf
+
+// This file reads one CPU's perf ring buffer directly, without cgo: the memory that libbpf's
+// perf_buffer__buffer() returns, a struct perf_event_mmap_page header page followed by a
+// power-of-two data area. It parses records in place and commits data_tail once per drain.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// RecordType classifies a perf ring record.
+type RecordType uint8
+
+const (
+	// RecordSample is a PERF_RECORD_SAMPLE: the output of bpf_perf_event_output.
+	RecordSample RecordType = iota + 1
+	// RecordLost is a PERF_RECORD_LOST: the kernel dropped samples because the ring was full.
+	RecordLost
+	// RecordOther is any other record type. It is counted and skipped.
+	RecordOther
+)
+
+// String returns the record type's name.
+func (t RecordType) String() string {
+	switch t {
+	case RecordSample:
+		return "sample"
+	case RecordLost:
+		return "lost"
+	case RecordOther:
+		return "other"
+	}
+	return fmt.Sprintf("RecordType(%d)", uint8(t))
+}
+
+// Record is one record of a perf ring, as parsed in place by RawBuffer.Next.
+type Record struct {
+	Type    RecordType
+	RawType uint32 // perf_event_header.type
+	Pos     uint64 // ring position where the record starts
+	Next    uint64 // ring position just after the record
+
+	// Data and Wrapped hold a sample's payload, zero-copy. Data is the first part; Wrapped is
+	// the part that continues at the start of the ring when the payload straddles the ring's
+	// end, and is empty otherwise. Both are nil for records that are not samples.
+	//
+	// Both alias ring memory: they are valid until data_tail is committed past Next (by
+	// Commit, Drain or SkipCorrupt); after that the kernel may overwrite them. Copy what must
+	// outlive the commit, for example with AppendTo.
+	//
+	// The kernel pads the payload so that the record stays 8-byte aligned: an n-byte
+	// bpf_perf_event_output yields round_up(n+4, 8)-4 bytes, the last ones zero. The payload
+	// must therefore carry its own length (or be of a fixed size) if the padding matters.
+	Data, Wrapped []byte
+
+	Lost uint64 // number of samples lost, for RecordLost
+}
+
+// Len returns the payload length, len(Data)+len(Wrapped).
+func (r *Record) Len() int {
+	return len(r.Data) + len(r.Wrapped)
+}
+
+// AppendTo appends the payload to dst as one contiguous slice and returns the result. Pass
+// buf[:0] to reuse a buffer: it does not allocate when cap(buf) >= r.Len().
+func (r *Record) AppendTo(dst []byte) []byte {
+	dst = append(dst, r.Data...)
+	if len(r.Wrapped) > 0 {
+		dst = append(dst, r.Wrapped...)
+	}
+	return dst
+}
+
+// RawStats counts what a RawBuffer has parsed. A record is counted once, the first time Next
+// parses it, even if it is read again after Begin.
+type RawStats struct {
+	Samples      uint64 // PERF_RECORD_SAMPLE records
+	Bytes        uint64 // sample payload bytes, kernel padding included
+	Lost         uint64 // sum of the lost counts of PERF_RECORD_LOST records
+	LostRecords  uint64 // PERF_RECORD_LOST records
+	Unknown      uint64 // records of any other type
+	CorruptBytes uint64 // bytes given up by SkipCorrupt
+}
+
+// ErrCorrupt is the sentinel of CorruptError: errors.Is(err, ErrCorrupt) reports whether a
+// perf ring held something the kernel never writes.
+var ErrCorrupt = errors.New("corrupt perf ring record")
+
+// CorruptError describes a perf ring record, or ring position, that cannot be valid.
+type CorruptError struct {
+	CPU    int    // the ring's CPU
+	Pos    uint64 // ring position of the bad record (the cursor)
+	Size   uint64 // the record's header size, or for a bad head the head snapshot
+	Reason string // what is wrong
+}
+
+// Error formats the error as "read perf ring cpu 1 at 4096: record size 0: corrupt perf ring record".
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("read perf ring cpu %d at %d: %s: %v", e.CPU, e.Pos, e.Reason, ErrCorrupt)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// ErrInvalidCommit is the sentinel of CommitError.
+var ErrInvalidCommit = errors.New("invalid perf ring commit position")
+
+// CommitError reports a Commit position that would move data_tail backwards, past the head
+// snapshot, past the cursor, or off the 8-byte record alignment. Nothing was written.
+type CommitError struct {
+	CPU    int
+	Pos    uint64 // the position passed to Commit
+	Tail   uint64 // the committed tail
+	Cursor uint64 // the read cursor
+	Head   uint64 // the head snapshot
+	Reason string
+}
+
+// Error formats the error as "commit perf ring cpu 1 to 96: past the cursor 64: invalid perf ring commit position".
+func (e *CommitError) Error() string {
+	return fmt.Sprintf("commit perf ring cpu %d to %d: %s: %v", e.CPU, e.Pos, e.Reason, ErrInvalidCommit)
+}
+
+// Unwrap returns ErrInvalidCommit.
+func (e *CommitError) Unwrap() error { return ErrInvalidCommit }
+
+// Sizes of the records' fixed parts (include/uapi/linux/perf_event.h).
+const (
+	recHeaderSize    = 8                     // struct perf_event_header { u32 type; u16 misc; u16 size; }
+	recSampleMinSize = recHeaderSize + 8     // header, u32 size, padded to 8
+	recSampleDataOff = recHeaderSize + 4     // the raw payload follows the u32 size
+	recLostSize      = recHeaderSize + 8 + 8 // header, u64 id, u64 lost
+)
+
+// RawBuffer reads one CPU's perf ring in place.
+//
+// Concurrency: one goroutine reads a RawBuffer (all its methods, Stats included); the producer
+// is the kernel, which writes records and data_head while the reader reads and writes
+// data_tail. RawBuffer holds no lock and never blocks.
+//
+// Reading works with a cursor and a head snapshot. Begin takes both (cursor = data_tail,
+// snapshot = data_head); Next parses records from the cursor up to the snapshot and never
+// beyond it, so a fast producer cannot keep a reader busy forever; Commit publishes data_tail,
+// handing the space back to the kernel. Drain does all three, committing once.
+//
+// The ring is memory that the kernel (or, in tests, anyone) writes, so nothing read from it is
+// trusted: a record that cannot be valid gives a *CorruptError, never a panic or an access
+// outside the ring. After a CorruptError, Next keeps returning it until SkipCorrupt is called.
+type RawBuffer struct {
+	cpu  int
+	page *unix.PerfEventMmapPage
+	data []byte // the data area; len is a power of two
+	mask uint64 // len(data)-1
+
+	// Positions, free-running like the kernel's. Invariant (in ring order, wrap-safe):
+	// tail <= cursor <= head <= tail+len(data); snapshot and SkipCorrupt keep it, and parsing
+	// relies on it to stay inside data.
+	tail   uint64 // last committed data_tail
+	cursor uint64 // next record to parse
+	head   uint64 // head snapshot
+
+	// counted is the position up to which records were counted in stats, so that records
+	// read again after Begin are not counted twice.
+	counted uint64
+
+	corrupt *CorruptError // sticky until SkipCorrupt
+	badHead bool          // corrupt came from the latest head snapshot; SkipCorrupt resyncs to badPos
+	badPos  uint64        // the invalid head snapshot
+
+	stats RawStats
+
+	rec Record // Drain's record, kept here so that Drain does not allocate
+}
+
+// newRawBuffer builds a reader over a mapped perf ring. base points at the
+// perf_event_mmap_page and dataSize is the size of the data area (what perf_buffer__buffer
+// reports). The data area starts at base+Data_offset, or one page after base on kernels that
+// leave Data_offset 0. The mapping must outlive the RawBuffer and every Record it returned.
+//
+// Errors wrap os.ErrInvalid.
+func newRawBuffer(cpu int, base unsafe.Pointer, dataSize int) (*RawBuffer, error) {
+	if base == nil {
+		return nil, fmt.Errorf("new perf ring cpu %d: nil base: %w", cpu, os.ErrInvalid)
+	}
+	if err := checkRingSize(cpu, dataSize); err != nil {
+		return nil, err
+	}
+	// The kernel fills data_offset and data_size when it sets the page up, before the mmap
+	// returns (perf_mmap -> perf_event_init_userpage), and never changes them: plain reads.
+	page := (*unix.PerfEventMmapPage)(base)
+	off := page.Data_offset
+	if off == 0 {
+		off = uint64(os.Getpagesize())
+	}
+	if off < uint64(unsafe.Sizeof(*page)) || off%8 != 0 {
+		return nil, fmt.Errorf("new perf ring cpu %d: data offset %d inside the header page: %w", cpu, off, os.ErrInvalid)
+	}
+	if page.Data_size != 0 && page.Data_size != uint64(dataSize) {
+		return nil, fmt.Errorf("new perf ring cpu %d: data size %d, header says %d: %w", cpu, dataSize, page.Data_size, os.ErrInvalid)
+	}
+	// The data area is part of the same mapping, off bytes after the header page; the caller
+	// (perf_buffer__buffer) vouches that dataSize bytes are mapped there.
+	data := unsafe.Slice((*byte)(unsafe.Add(base, off)), dataSize)
+	return newRawBufferFromParts(cpu, page, data)
+}
+
+// newRawBufferFromParts builds a reader over a header page and a data area given separately;
+// tests use it with Go memory. len(data) must be a power of two, at least 8.
+func newRawBufferFromParts(cpu int, page *unix.PerfEventMmapPage, data []byte) (*RawBuffer, error) {
+	if page == nil {
+		return nil, fmt.Errorf("new perf ring cpu %d: nil header page: %w", cpu, os.ErrInvalid)
+	}
+	if err := checkRingSize(cpu, len(data)); err != nil {
+		return nil, err
+	}
+	b := &RawBuffer{
+		cpu:  cpu,
+		page: page,
+		data: data[:len(data):len(data)],
+		mask: uint64(len(data) - 1),
+	}
+	// Pairs with our own StoreUint64 in commit; the kernel only reads data_tail.
+	b.tail = atomic.LoadUint64(&page.Data_tail)
+	b.cursor, b.head, b.counted = b.tail, b.tail, b.tail
+	return b, nil
+}
+
+func checkRingSize(cpu, n int) error {
+	if n < 8 || n&(n-1) != 0 {
+		return fmt.Errorf("new perf ring cpu %d: data size %d is not a power of two >= 8: %w", cpu, n, os.ErrInvalid)
+	}
+	return nil
+}
+
+// CPU returns the CPU whose ring this is.
+func (b *RawBuffer) CPU() int { return b.cpu }
+
+// Size returns the size of the data area in bytes.
+func (b *RawBuffer) Size() int { return len(b.data) }
+
+// Head loads data_head. The load is atomic (acquire): it pairs with the kernel's
+// smp_store_release of data_head in perf_output_put_handle, so the record bytes below the
+// returned head are visible once it returns (libbpf: smp_load_acquire in ring_buffer_read_head).
+func (b *RawBuffer) Head() uint64 {
+	// Acquire; pairs with smp_store_release(&rb->user_page->data_head) in perf_output_put_handle.
+	return atomic.LoadUint64(&b.page.Data_head)
+}
+
+// Tail loads data_tail, the position up to which the reader has released the ring.
+func (b *RawBuffer) Tail() uint64 {
+	// Pairs with our own StoreUint64 in commit; the kernel only reads data_tail.
+	return atomic.LoadUint64(&b.page.Data_tail)
+}
+
+// Used returns the bytes between data_tail and data_head, clamped to [0, Size()]. It loads
+// both afresh and is meant for monitoring; it does not move the cursor.
+func (b *RawBuffer) Used() int {
+	tail := b.Tail()
+	d := b.Head() - tail
+	if int64(d) < 0 {
+		return 0
+	}
+	if d > uint64(len(b.data)) {
+		return len(b.data)
+	}
+	return int(d)
+}
+
+// Free returns Size() - Used().
+func (b *RawBuffer) Free() int { return len(b.data) - b.Used() }
+
+// Begin starts a read: the cursor goes back to data_tail and the head snapshot is taken
+// afresh. Records read but not committed are read again. An invalid head (behind the tail,
+// moved backwards, unaligned, or more than Size() past the tail) makes the next Next return a
+// CorruptError.
+func (b *RawBuffer) Begin() {
+	b.tail = b.Tail()
+	b.cursor = b.tail
+	if !b.snapshot() {
+		b.head = b.cursor // nothing to read past a bad head
+	}
+}
+
+// Refresh takes a new head snapshot and keeps the cursor, so that Next goes on with the
+// records written since Begin.
+func (b *RawBuffer) Refresh() {
+	b.snapshot()
+}
+
+// snapshot loads data_head into b.head if it is valid; otherwise it records a CorruptError
+// (unless one is pending) and leaves b.head alone.
+func (b *RawBuffer) snapshot() bool {
+	h := b.Head()
+	var reason string
+	switch {
+	case int64(h-b.tail) < 0:
+		reason = fmt.Sprintf("head %d behind tail %d", h, b.tail)
+	case int64(h-b.head) < 0:
+		reason = fmt.Sprintf("head moved backwards from %d to %d", b.head, h)
+	case h-b.tail > uint64(len(b.data)):
+		reason = fmt.Sprintf("head %d more than the %d-byte ring past tail %d", h, len(b.data), b.tail)
+	case h&7 != 0:
+		reason = fmt.Sprintf("head %d not 8-aligned", h)
+	default:
+		b.head = h
+		b.badHead = false // the head is sane again: SkipCorrupt can skip to it
+		return true
+	}
+	if b.corrupt == nil {
+		b.corrupt = &CorruptError{CPU: b.cpu, Pos: b.cursor, Size: h, Reason: reason}
+		b.badHead, b.badPos = true, h
+	}
+	return false
+}
+
+// Pending returns the bytes between the cursor and the head snapshot.
+func (b *RawBuffer) Pending() int { return int(b.head - b.cursor) }
+
+// Cursor returns the position of the next record Next will parse.
+func (b *RawBuffer) Cursor() uint64 { return b.cursor }
+
+// Next parses the record at the cursor into rec and moves the cursor past it. It returns
+// false, nil when the cursor reached the head snapshot (call Refresh or Begin for more), and
+// false with a *CorruptError when the record cannot be valid; then the cursor stays put and
+// Next keeps returning that error until SkipCorrupt. rec is left alone when Next returns false.
+//
+// A sample's Data and Wrapped alias ring memory until the tail is committed past rec.Next.
+func (b *RawBuffer) Next(rec *Record) (bool, error) {
+	if b.parse(rec) {
+		return true, nil
+	}
+	if b.corrupt != nil {
+		return false, b.corrupt
+	}
+	return false, nil
+}
+
+// parse is Next without the error: false means the end of the snapshot or b.corrupt set.
+// Its fast path takes the common record, a sample whose header, size field and payload are
+// contiguous in the ring and that is counted for the first time; everything else goes
+// through parseAny, which checks every case. The fast path's conditions are a subset of
+// parseAny's checks, so both accept exactly the same records.
+func (b *RawBuffer) parse(rec *Record) bool {
+	pos := b.cursor
+	avail := b.head - pos // <= len(b.data) (see the invariant on RawBuffer)
+	if avail == 0 || b.corrupt != nil {
+		return false
+	}
+	data := b.data
+	off := int(pos & b.mask)
+	if pos&7 != 0 || off > len(data)-16 {
+		return b.parseAny(rec)
+	}
+	// Reading below the head snapshot is safe: the acquire load of data_head ordered these
+	// bytes before it (kernel: smp_store_release of data_head in perf_output_put_handle).
+	h := binary.LittleEndian.Uint64(data[off : off+8]) // u32 type, u16 misc, u16 size
+	n := uint64(binary.LittleEndian.Uint32(data[off+8 : off+12]))
+	size := h >> 48
+	start := uint64(off) + recSampleDataOff
+	end := start + n
+	// n+12 <= size with size a multiple of 8 implies size >= 16; size-1 < avail rules out 0.
+	if uint32(h) != unix.PERF_RECORD_SAMPLE || size&7 != 0 || size-1 >= avail ||
+		n+recSampleDataOff > size || end > uint64(len(data)) || int64(pos-b.counted) < 0 {
+		return b.parseAny(rec)
+	}
+	next := pos + size
+	rec.Type, rec.RawType, rec.Pos, rec.Next, rec.Lost = RecordSample, unix.PERF_RECORD_SAMPLE, pos, next, 0
+	rec.Data, rec.Wrapped = data[start:end], nil
+	b.stats.Samples++
+	b.stats.Bytes += n
+	b.counted, b.cursor = next, next
+	return true
+}
+
+// parseAny parses any record at the cursor, checking everything; parse has checked that
+// there is a record (avail > 0) and no pending error.
+func (b *RawBuffer) parseAny(rec *Record) bool {
+	pos := b.cursor
+	avail := b.head - pos
+	if pos&7 != 0 {
+		return b.fail(pos, 0, "cursor not 8-aligned")
+	}
+	data := b.data
+	// The header never straddles the end: pos is 8-aligned and len(data) a multiple of 8.
+	off := pos & b.mask
+	hdr := data[off : off+recHeaderSize]
+	typ := binary.LittleEndian.Uint32(hdr[0:4])
+	size := uint64(binary.LittleEndian.Uint16(hdr[6:8]))
+	// size-1 >= avail catches size 0 and size > avail in one compare.
+	if size&7 != 0 || size-1 >= avail {
+		return b.badSize(pos, size, avail)
+	}
+	next := pos + size
+	count := int64(pos-b.counted) >= 0
+
+	switch typ {
+	case unix.PERF_RECORD_SAMPLE:
+		if size < recSampleMinSize {
+			return b.fail(pos, size, fmt.Sprintf("sample record size %d too short for its size field", size))
+		}
+		// The u32 size is 8-aligned, so it never straddles, but it wraps to the ring's start
+		// when the header ends the ring.
+		o := (pos + recHeaderSize) & b.mask
+		n := uint64(binary.LittleEndian.Uint32(data[o : o+4]))
+		if n > size-recSampleDataOff {
+			return b.badSample(pos, size, n)
+		}
+		start := (pos + recSampleDataOff) & b.mask
+		end := start + n
+		if end <= uint64(len(data)) {
+			rec.Data, rec.Wrapped = data[start:end], nil
+		} else {
+			rec.Data, rec.Wrapped = data[start:], data[:end-uint64(len(data))]
+		}
+		rec.Type, rec.Lost = RecordSample, 0
+		if count {
+			b.stats.Samples++
+			b.stats.Bytes += n
+		}
+	case unix.PERF_RECORD_LOST:
+		if size < recLostSize {
+			return b.fail(pos, size, fmt.Sprintf("lost record size %d shorter than %d", size, recLostSize))
+		}
+		// u64 lost at offset 16: 8-aligned, never straddles.
+		o := (pos + 16) & b.mask
+		lost := binary.LittleEndian.Uint64(data[o : o+8])
+		rec.Type, rec.Lost, rec.Data, rec.Wrapped = RecordLost, lost, nil, nil
+		if count {
+			b.stats.LostRecords++
+			b.stats.Lost += lost
+		}
+	default:
+		rec.Type, rec.Lost, rec.Data, rec.Wrapped = RecordOther, 0, nil, nil
+		if count {
+			b.stats.Unknown++
+		}
+	}
+	rec.RawType, rec.Pos, rec.Next = typ, pos, next
+	if count {
+		b.counted = next
+	}
+	b.cursor = next
+	return true
+}
+
+// badSize explains a header size that failed Next's combined check.
+func (b *RawBuffer) badSize(pos, size, avail uint64) bool {
+	var reason string
+	switch {
+	case size == 0:
+		reason = "record size 0"
+	case size&7 != 0:
+		reason = fmt.Sprintf("record size %d not a multiple of 8", size)
+	case size > uint64(len(b.data)):
+		reason = fmt.Sprintf("record size %d larger than the %d-byte ring", size, len(b.data))
+	default:
+		reason = fmt.Sprintf("record size %d past the head (%d bytes pending)", size, avail)
+	}
+	return b.fail(pos, size, reason)
+}
+
+// badSample explains a sample whose u32 size does not fit its header size.
+func (b *RawBuffer) badSample(pos, size, n uint64) bool {
+	reason := fmt.Sprintf("sample size %d does not fit record size %d", n, size)
+	if n+recSampleDataOff > 0xffff {
+		// perf_event_header.size is a u16: a bigger sample wraps it (cilium/ebpf#1633).
+		reason += " (sample over 64 KiB overflowed the u16 header size)"
+	}
+	return b.fail(pos, size, reason)
+}
+
+// fail records a sticky CorruptError and returns false.
+func (b *RawBuffer) fail(pos, size uint64, reason string) bool {
+	b.corrupt = &CorruptError{CPU: b.cpu, Pos: pos, Size: size, Reason: reason}
+	b.badHead = false
+	return false
+}
+
+// Commit publishes data_tail = pos, handing the bytes before pos back to the kernel. pos
+// should be a record boundary (a Record's Pos or Next). It returns a *CommitError, and writes
+// nothing, if pos is before the committed tail, past the head snapshot, past the cursor, or
+// not 8-aligned. Committing the current tail is a no-op.
+func (b *RawBuffer) Commit(pos uint64) error {
+	if pos == b.tail {
+		return nil
+	}
+	var reason string
+	switch d := pos - b.tail; {
+	case int64(d) < 0:
+		reason = fmt.Sprintf("backwards from tail %d", b.tail)
+	case d > b.head-b.tail:
+		reason = fmt.Sprintf("past the head snapshot %d", b.head)
+	case d > b.cursor-b.tail:
+		reason = fmt.Sprintf("past the cursor %d", b.cursor)
+	case pos&7 != 0:
+		reason = "not 8-aligned"
+	default:
+		b.commit(pos)
+		return nil
+	}
+	return &CommitError{CPU: b.cpu, Pos: pos, Tail: b.tail, Cursor: b.cursor, Head: b.head, Reason: reason}
+}
+
+// commit stores data_tail without checks.
+func (b *RawBuffer) commit(pos uint64) {
+	b.tail = pos
+	// Release; pairs with the kernel's READ_ONCE(data_tail) + smp_mb() in perf_output_begin:
+	// our reads of the records before pos happen before the kernel reuses their space
+	// (libbpf: smp_store_release in ring_buffer_write_tail).
+	atomic.StoreUint64(&b.page.Data_tail, pos)
+}
+
+// Drain reads every record from data_tail up to a fresh head snapshot, calling fn for each
+// (samples, lost and other records alike); fn returning false stops early. It then commits
+// once, up to the end of the last record visited, and returns the number of records visited.
+// Records written after the snapshot wait for the next Drain.
+//
+// rec and its Data and Wrapped are valid only during the call to fn; fn must copy what it
+// keeps, and must not call b's methods other than CPU, Size and Stats.
+//
+// The error is a *CorruptError when a record cannot be valid; the records before it are
+// still visited and committed. Call SkipCorrupt to go on.
+func (b *RawBuffer) Drain(fn func(rec *Record) bool) (int, error) {
+	b.Begin()
+	rec := &b.rec
+	n := 0
+	for b.parse(rec) {
+		n++
+		if !fn(rec) {
+			break
+		}
+	}
+	if b.cursor != b.tail {
+		b.commit(b.cursor)
+	}
+	*rec = Record{} // drop the references to ring memory
+	if b.corrupt != nil {
+		return n, b.corrupt
+	}
+	return n, nil
+}
+
+// SkipCorrupt is the way on after a CorruptError: it gives up everything up to the head
+// snapshot, commits data_tail there, clears the error and returns the number of bytes
+// skipped, which are added to Stats().CorruptBytes. Records already returned by Next but not
+// committed are released too (not counted as skipped). If the head snapshot itself was
+// invalid, the reader resynchronises with it: it commits that head (at most Size() bytes are
+// counted as skipped). Without a pending error it simply discards what is pending.
+func (b *RawBuffer) SkipCorrupt() uint64 {
+	target := b.head
+	if b.badHead {
+		target = b.badPos
+	}
+	skipped := target - b.cursor
+	if skipped > uint64(len(b.data)) {
+		skipped = uint64(len(b.data))
+	}
+	b.stats.CorruptBytes += skipped
+	b.corrupt, b.badHead, b.badPos = nil, false, 0
+	b.cursor, b.head, b.counted = target, target, target
+	if target != b.tail {
+		b.commit(target)
+	}
+	return skipped
+}
+
+// Stats returns the counters.
+func (b *RawBuffer) Stats() RawStats { return b.stats }

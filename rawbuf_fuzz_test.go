@@ -1,0 +1,224 @@
+package perfbuf
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// refRecord is what the reference parser expects Next to return.
+type refRecord struct {
+	typ       RecordType
+	pos, next uint64
+	payload   []byte
+	lost      uint64
+}
+
+// refParse is a slow, independent reading of the ring format: byte by byte with explicit
+// wrapping. It returns the records from tail up to head and, if something is corrupt, the
+// position where reading stops.
+func refParse(ring []byte, tail, head uint64) (recs []refRecord, corruptAt uint64, corrupt bool) {
+	size := uint64(len(ring))
+	at := func(pos uint64) byte { return ring[pos%size] }
+	u16 := func(pos uint64) uint64 { return uint64(at(pos)) | uint64(at(pos+1))<<8 }
+	u32 := func(pos uint64) uint64 { return u16(pos) | u16(pos+2)<<16 }
+	u64 := func(pos uint64) uint64 { return u32(pos) | u32(pos+4)<<32 }
+
+	if int64(head-tail) < 0 || head-tail > size || head%8 != 0 {
+		return nil, tail, true
+	}
+	for pos := tail; pos != head; {
+		if pos%8 != 0 {
+			return recs, pos, true
+		}
+		typ, n := u32(pos), u16(pos+6)
+		if n == 0 || n%8 != 0 || n > head-pos {
+			return recs, pos, true
+		}
+		r := refRecord{typ: RecordOther, pos: pos, next: pos + n}
+		switch typ {
+		case unix.PERF_RECORD_SAMPLE:
+			if n < 16 || u32(pos+8)+12 > n {
+				return recs, pos, true
+			}
+			r.typ = RecordSample
+			r.payload = make([]byte, u32(pos+8))
+			for i := range r.payload {
+				r.payload[i] = at(pos + 12 + uint64(i))
+			}
+		case unix.PERF_RECORD_LOST:
+			if n < 24 {
+				return recs, pos, true
+			}
+			r.typ, r.lost = RecordLost, u64(pos+16)
+		}
+		recs = append(recs, r)
+		pos += n
+	}
+	return recs, 0, false
+}
+
+// fuzzRing lays records out from ring position start in a ring of the given size and returns
+// the ring's bytes and the head.
+func fuzzRing(size int, start uint64, recs ...[]byte) ([]byte, uint64) {
+	f := newFakeRingAt(size, start)
+	for _, r := range recs {
+		f.put(r)
+	}
+	return f.data, f.head
+}
+
+// FuzzRawParse reads arbitrary bytes as a ring with arbitrary head and tail: Next must never
+// panic, loop or read outside the ring; it must return exactly what the reference parser
+// finds, then a CorruptError where the reference stops; SkipCorrupt must get past it.
+func FuzzRawParse(f *testing.F) {
+	add := func(ring []byte, tail, head, commit uint64) { f.Add(ring, tail, head, commit) }
+	payload := func(n int) []byte { return fakePattern(n, byte(n)) }
+
+	ring, head := fuzzRing(256, 0, fakeSample(payload(5)), fakeLost(1, 3), fakeRecord(42, 16, make([]byte, 8)), fakeSample(payload(40)))
+	add(ring, 0, head, 32)
+	ring, head = fuzzRing(128, 1<<32+96, fakeSample(payload(60))) // payload straddles the end
+	add(ring, 1<<32+96, head, head)
+	ring, head = fuzzRing(64, 56, fakeSample(payload(3))) // header in the last 8 bytes
+	add(ring, 56, head, 0)
+	ring, head = fuzzRing(64, ^uint64(0)-15, fakeSample(payload(20))) // positions wrap 2^64
+	add(ring, ^uint64(0)-15, head, head)
+	ring, head = fuzzRing(64, 0, fakeSample(payload(8)), fakeSample(payload(8)), fakeSample(payload(8)), fakeSample(payload(8)))
+	add(ring, 0, head, 64) // full ring
+	ring, head = fuzzRing(64, 0, fakeRecord(9, 0, make([]byte, 8)))
+	add(ring, 0, head, 0)
+	ring, head = fuzzRing(64, 0, fakeRecord(9, 16, []byte{200, 0, 0, 0, 0, 0, 0, 0}))
+	add(ring, 0, head, 8)
+	ring, head = fuzzRing(256, 0, fakeRecord(9, 24, []byte{13, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})) // 13 > 24-12
+	add(ring, 0, head, 0)
+	ring, head = fuzzRing(64, 0, fakeRecord(2, 16, make([]byte, 8)))
+	add(ring, 0, head, 16)
+	add(make([]byte, 64), 4, 16, 0)  // unaligned tail
+	add(make([]byte, 64), 0, 200, 0) // head too far
+	add(make([]byte, 64), 64, 8, 0)  // head behind tail
+	add(make([]byte, 3), 0, 8, 8)    // shorter than the smallest ring
+
+	f.Fuzz(func(t *testing.T, content []byte, tail, head, commit uint64) {
+		// The ring is the largest power of two of content, from 8 bytes to 1 KiB: small rings
+		// keep the fuzzer (and its minimizer) fast, and header sizes up to 64 KiB still test
+		// the "larger than the ring" path.
+		size := 8
+		for size*2 <= len(content) && size < 1<<10 {
+			size *= 2
+		}
+		ring := make([]byte, size)
+		copy(ring, content)
+		want, corruptAt, corrupt := refParse(bytes.Clone(ring), tail, head)
+
+		page := new(unix.PerfEventMmapPage)
+		page.Data_tail, page.Data_head = tail, head
+		b, err := newRawBufferFromParts(0, page, ring)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Begin()
+		var rec Record
+		var got []Record
+		var nextErr error
+		for i := 0; ; i++ {
+			if i > size/8+1 {
+				t.Fatalf("more than %d records from a %d-byte ring", i, size)
+			}
+			ok, err := b.Next(&rec)
+			if err != nil {
+				nextErr = err
+				break
+			}
+			if !ok {
+				break
+			}
+			checkFuzzRecord(t, ring, &rec, tail)
+			got = append(got, rec)
+		}
+		if len(got)*8 > size {
+			t.Fatalf("%d records from a %d-byte ring", len(got), size)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d records, reference %d", len(got), len(want))
+		}
+		for i, r := range got {
+			w := want[i]
+			p := r.AppendTo(nil)
+			if r.Type != w.typ || r.Pos != w.pos || r.Next != w.next || r.Lost != w.lost || !bytes.Equal(p, w.payload) {
+				t.Fatalf("record %d: %+v, reference %+v", i, r, w)
+			}
+		}
+
+		if corrupt != (nextErr != nil) {
+			t.Fatalf("error %v, reference corrupt %v", nextErr, corrupt)
+		}
+		if corrupt {
+			var ce *CorruptError
+			if !errors.Is(nextErr, ErrCorrupt) || !errors.As(nextErr, &ce) || ce.Pos != corruptAt {
+				t.Fatalf("error %v, reference corrupt at %d", nextErr, corruptAt)
+			}
+			if ok, err := b.Next(&rec); ok || err != nextErr {
+				t.Fatalf("Next after the error = %v, %v", ok, err)
+			}
+			b.SkipCorrupt()
+			if b.Tail() != head || b.Pending() != 0 || b.Stats().CorruptBytes > uint64(size) {
+				t.Fatalf("after SkipCorrupt: tail %d head %d pending %d stats %+v", b.Tail(), head, b.Pending(), b.Stats())
+			}
+			if ok, err := b.Next(&rec); ok || err != nil {
+				t.Fatalf("Next after SkipCorrupt = %v, %v", ok, err)
+			}
+			return
+		}
+
+		// Commit takes positions from the tail up to the cursor, 8-aligned; anything else is
+		// refused and leaves data_tail alone.
+		err = b.Commit(commit)
+		d := commit - tail
+		valid := d <= b.Cursor()-tail && (commit%8 == 0 || commit == tail)
+		if valid != (err == nil) {
+			t.Fatalf("Commit(%d) with tail %d cursor %d: %v", commit, tail, b.Cursor(), err)
+		}
+		if err != nil && (!errors.Is(err, ErrInvalidCommit) || page.Data_tail != tail) {
+			t.Fatalf("refused Commit(%d): %v, tail %d", commit, err, page.Data_tail)
+		}
+		if err == nil && page.Data_tail != commit {
+			t.Fatalf("Commit(%d) stored %d", commit, page.Data_tail)
+		}
+
+		// Drain from the start visits the same records and commits to the head.
+		page.Data_tail = tail
+		b2, _ := newRawBufferFromParts(0, page, ring)
+		n, err := b2.Drain(func(r *Record) bool { return true })
+		if n != len(want) || err != nil || page.Data_tail != head {
+			t.Fatalf("Drain = %d, %v; tail %d head %d", n, err, page.Data_tail, head)
+		}
+	})
+}
+
+// checkFuzzRecord checks the bounds of one record returned by Next.
+func checkFuzzRecord(t *testing.T, ring []byte, rec *Record, tail uint64) {
+	t.Helper()
+	size := uint64(len(ring))
+	n := rec.Next - rec.Pos
+	if n < 8 || n > size || n%8 != 0 || rec.Pos%8 != 0 || rec.Pos-tail > size || rec.Next-tail > size {
+		t.Fatalf("record from %d to %d (tail %d, ring %d)", rec.Pos, rec.Next, tail, size)
+	}
+	if rec.Type != RecordSample {
+		if rec.Data != nil || rec.Wrapped != nil {
+			t.Fatalf("%v record with a payload", rec.Type)
+		}
+		return
+	}
+	if uint64(rec.Len()) > n-12 {
+		t.Fatalf("payload %d in a %d-byte record", rec.Len(), n)
+	}
+	// Zero-copy: the payload is ring memory, from pos+12 on, wrapping once at most.
+	if len(rec.Data) > 0 && &rec.Data[0] != &ring[(rec.Pos+12)%size] {
+		t.Fatal("Data does not start at the payload")
+	}
+	if len(rec.Wrapped) > 0 && (&rec.Wrapped[0] != &ring[0] || len(rec.Data) == 0 || &rec.Data[len(rec.Data)-1] != &ring[size-1]) {
+		t.Fatal("Wrapped does not continue Data at the start of the ring")
+	}
+}

@@ -1,0 +1,239 @@
+package perfbuf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// raceEnabled reports whether the test binary was built with -race.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+// racePattern is the byte pattern samples carry; sample seq carries the slice that starts at
+// racePatternOff(seq).
+var racePattern = func() []byte {
+	p := make([]byte, 4096)
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := range p {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		p[i] = byte(x)
+	}
+	return p
+}()
+
+func racePatternOff(seq uint64) uint64 { return (seq * 2654435761) % 2048 }
+
+const raceMaxBody = 1000
+
+// appendRaceSample encodes sample seq with k pattern bytes as a ring record:
+// payload = u64 seq, u32 k, k pattern bytes (the payload carries its own length, since the
+// kernel pads it).
+func appendRaceSample(dst []byte, seq uint64, k int) []byte {
+	n := 12 + k
+	raw := (n+4+7)&^7 - 4
+	size := 8 + 4 + raw
+	dst = append(dst[:0], make([]byte, size)...)
+	binary.LittleEndian.PutUint32(dst[0:], 9) // PERF_RECORD_SAMPLE
+	binary.LittleEndian.PutUint16(dst[6:], uint16(size))
+	binary.LittleEndian.PutUint32(dst[8:], uint32(raw))
+	binary.LittleEndian.PutUint64(dst[12:], seq)
+	binary.LittleEndian.PutUint32(dst[20:], uint32(k))
+	off := racePatternOff(seq)
+	copy(dst[24:], racePattern[off:off+uint64(k)])
+	return dst
+}
+
+// TestRawRace runs a producer goroutine that follows the kernel's protocol against a reader
+// draining concurrently. Every sample carries a sequence number and a pattern derived from
+// it; the reader checks that every sequence number arrives in order, each byte intact. In
+// the lossy mode the producer drops samples when the ring is full and reports them with
+// PERF_RECORD_LOST records, as the kernel does; the reader checks the counts add up exactly.
+func TestRawRace(t *testing.T) {
+	total := uint64(3_000_000)
+	if raceEnabled() {
+		total = 200_000
+	}
+	if testing.Short() {
+		total /= 10
+	}
+	for _, lossy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lossy=%v", lossy), func(t *testing.T) {
+			testRawRace(t, total, lossy)
+		})
+	}
+}
+
+func testRawRace(t *testing.T, total uint64, lossy bool) {
+	f := newFakeRing(64 << 10)
+	rb := f.reader(t)
+	deadline := time.Now().Add(90 * time.Second) // bounds every wait below
+	var stop atomic.Bool
+	prodErr := make(chan error, 1)
+
+	go func() {
+		prodErr <- rawRaceProducer(f, total, lossy, &stop, deadline)
+	}()
+	defer func() {
+		// The producer stops when it is done, when stop is set or at the deadline.
+		stop.Store(true)
+		select {
+		case err := <-prodErr:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(time.Until(deadline) + 10*time.Second):
+			t.Error("producer did not stop")
+		}
+	}()
+
+	var (
+		want        uint64 // next sequence number expected
+		pendingLost uint64 // lost samples reported but not yet seen as a gap
+		lostTotal   uint64
+		received    uint64
+		buf         []byte
+		failure     error
+		finished    bool
+		drains      int
+	)
+	check := func(rec *Record) bool {
+		switch rec.Type {
+		case RecordLost:
+			if !lossy {
+				failure = fmt.Errorf("lost record (%d) from a producer that waits", rec.Lost)
+				return false
+			}
+			pendingLost += rec.Lost
+			lostTotal += rec.Lost
+			return true
+		case RecordSample:
+		default:
+			failure = fmt.Errorf("unexpected record %v at %d", rec.Type, rec.Pos)
+			return false
+		}
+		buf = rec.AppendTo(buf[:0])
+		if len(buf) < 12 {
+			failure = fmt.Errorf("sample of %d bytes at %d", len(buf), rec.Pos)
+			return false
+		}
+		seq := binary.LittleEndian.Uint64(buf)
+		k := int(binary.LittleEndian.Uint32(buf[8:]))
+		if seq != want+pendingLost {
+			failure = fmt.Errorf("sequence %d, want %d (+%d lost) at %d", seq, want, pendingLost, rec.Pos)
+			return false
+		}
+		if k > raceMaxBody || len(buf) != (12+k+4+7)&^7-4 {
+			failure = fmt.Errorf("sequence %d: %d pattern bytes in a %d-byte payload", seq, k, len(buf))
+			return false
+		}
+		off := racePatternOff(seq)
+		if !bytes.Equal(buf[12:12+k], racePattern[off:off+uint64(k)]) {
+			failure = fmt.Errorf("sequence %d: payload differs", seq)
+			return false
+		}
+		for _, c := range buf[12+k:] {
+			if c != 0 {
+				failure = fmt.Errorf("sequence %d: padding not zero", seq)
+				return false
+			}
+		}
+		want, pendingLost = seq+1, 0
+		received++
+		if seq == total { // the producer's last sample
+			finished = true
+		}
+		return true
+	}
+
+	for !finished {
+		n, err := rb.Drain(check)
+		drains++
+		if err != nil {
+			t.Fatalf("after %d samples: %v", received, err)
+		}
+		if failure != nil {
+			t.Fatalf("after %d samples: %v", received, failure)
+		}
+		if n == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %d samples", received)
+			}
+			runtime.Gosched()
+		}
+	}
+	if received+lostTotal != total+1 {
+		t.Fatalf("received %d + lost %d, want %d", received, lostTotal, total+1)
+	}
+	st := rb.Stats()
+	if st.Samples != received || st.Lost != lostTotal || st.CorruptBytes != 0 || st.Unknown != 0 {
+		t.Fatalf("stats %+v; received %d lost %d", st, received, lostTotal)
+	}
+	if !lossy && lostTotal != 0 {
+		t.Fatalf("lost %d", lostTotal)
+	}
+	t.Logf("%d samples received, %d lost, %d drains", received, lostTotal, drains)
+}
+
+// rawRaceProducer writes samples 0..total-1 of random sizes, then a last sample total that
+// it waits room for. It publishes data_head after a random number of records (at least
+// before each wait), like the kernel's nested writers that publish once for several records.
+func rawRaceProducer(f *fakeRing, total uint64, lossy bool, stop *atomic.Bool, deadline time.Time) error {
+	rng := rand.New(rand.NewPCG(1, uint64(total)))
+	var rec []byte
+	unpublished := 0
+	for seq := uint64(0); seq <= total; seq++ {
+		rec = appendRaceSample(rec, seq, rng.IntN(raceMaxBody+1))
+		if lossy && seq < total {
+			if !f.write(rec) {
+				continue // counted in f.lost, reported before the next sample that fits
+			}
+		} else {
+			need := uint64(len(rec))
+			if f.lost > 0 {
+				need += 24
+			}
+			for spins := 0; f.space() < need; spins++ {
+				if unpublished > 0 {
+					f.publish()
+					unpublished = 0
+				}
+				if stop.Load() {
+					return nil
+				}
+				if spins%1024 == 0 && time.Now().After(deadline) {
+					return fmt.Errorf("producer timed out at sequence %d", seq)
+				}
+				runtime.Gosched()
+			}
+			if !f.write(rec) {
+				return fmt.Errorf("sequence %d did not fit", seq)
+			}
+		}
+		unpublished++
+		if unpublished >= 1+rng.IntN(8) {
+			f.publish()
+			unpublished = 0
+		}
+	}
+	f.publish()
+	return nil
+}

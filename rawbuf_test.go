@@ -1,0 +1,839 @@
+package perfbuf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeRing is a perf ring in Go memory with a producer that follows the kernel's protocol
+// (kernel/events/ring_buffer.c): check the space against data_tail, write the record at the
+// producer's private head, then publish data_head with a release store.
+type fakeRing struct {
+	page *unix.PerfEventMmapPage
+	data []byte
+	head uint64 // the producer's private head (kernel: rb->head)
+	lost uint64 // samples dropped for lack of space and not yet reported
+}
+
+func newFakeRing(size int) *fakeRing {
+	return &fakeRing{page: new(unix.PerfEventMmapPage), data: make([]byte, size)}
+}
+
+// newFakeRingAt starts the ring at position pos (data_head = data_tail = pos).
+func newFakeRingAt(size int, pos uint64) *fakeRing {
+	f := newFakeRing(size)
+	f.head = pos
+	f.page.Data_head, f.page.Data_tail = pos, pos
+	return f
+}
+
+func (f *fakeRing) reader(t testing.TB) *RawBuffer {
+	t.Helper()
+	b, err := newRawBufferFromParts(1, f.page, f.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// space is the kernel's CIRC_SPACE(head, tail, size): it leaves one byte unused, so with
+// 8-byte records the ring never fills completely.
+func (f *fakeRing) space() uint64 {
+	// Pairs with the reader's StoreUint64 of data_tail (kernel: READ_ONCE + smp_mb in perf_output_begin).
+	tail := atomic.LoadUint64(&f.page.Data_tail)
+	return (tail - f.head - 1) & uint64(len(f.data)-1)
+}
+
+// put writes raw bytes at the producer's head, wrapping at the ring's end. No space check.
+func (f *fakeRing) put(p []byte) {
+	off := int(f.head & uint64(len(f.data)-1))
+	n := copy(f.data[off:], p)
+	copy(f.data, p[n:])
+	f.head += uint64(len(p))
+}
+
+// publish makes everything written so far visible to the reader.
+func (f *fakeRing) publish() {
+	// Release, like smp_store_release(&user_page->data_head) in perf_output_put_handle.
+	atomic.StoreUint64(&f.page.Data_head, f.head)
+}
+
+// fakeSample encodes a PERF_RECORD_SAMPLE carrying payload, padded as the kernel pads
+// bpf_perf_event_output data: raw size round_up(n+4, 8)-4.
+func fakeSample(payload []byte) []byte {
+	raw := (len(payload)+4+7)&^7 - 4
+	rec := make([]byte, 8+4+raw)
+	binary.LittleEndian.PutUint32(rec[0:], unix.PERF_RECORD_SAMPLE)
+	binary.LittleEndian.PutUint16(rec[6:], uint16(len(rec)))
+	binary.LittleEndian.PutUint32(rec[8:], uint32(raw))
+	copy(rec[12:], payload)
+	return rec
+}
+
+// fakeLost encodes a PERF_RECORD_LOST.
+func fakeLost(id, lost uint64) []byte {
+	rec := make([]byte, 24)
+	binary.LittleEndian.PutUint32(rec[0:], unix.PERF_RECORD_LOST)
+	binary.LittleEndian.PutUint16(rec[6:], 24)
+	binary.LittleEndian.PutUint64(rec[8:], id)
+	binary.LittleEndian.PutUint64(rec[16:], lost)
+	return rec
+}
+
+// fakeRecord encodes a record of any type with the given body; size is the header's size field.
+func fakeRecord(typ uint32, size uint16, body []byte) []byte {
+	rec := make([]byte, 8+len(body))
+	binary.LittleEndian.PutUint32(rec[0:], typ)
+	binary.LittleEndian.PutUint16(rec[6:], size)
+	copy(rec[8:], body)
+	return rec
+}
+
+// write writes one record if it fits, as perf_output_begin does; otherwise it counts a lost
+// sample. Pending lost samples are reported first with a PERF_RECORD_LOST in the same
+// reservation. It does not publish.
+func (f *fakeRing) write(rec []byte) bool {
+	need := uint64(len(rec))
+	if f.lost > 0 {
+		need += 24
+	}
+	if f.space() < need {
+		f.lost++
+		return false
+	}
+	if f.lost > 0 {
+		f.put(fakeLost(0, f.lost))
+		f.lost = 0
+	}
+	f.put(rec)
+	return true
+}
+
+// mustWrite writes and publishes one record.
+func (f *fakeRing) mustWrite(t testing.TB, rec []byte) {
+	t.Helper()
+	if !f.write(rec) {
+		t.Fatalf("no room for a %d-byte record", len(rec))
+	}
+	f.publish()
+}
+
+// fakePadded returns payload padded with zeros as the kernel pads it.
+func fakePadded(payload []byte) []byte {
+	out := make([]byte, (len(payload)+4+7)&^7-4)
+	copy(out, payload)
+	return out
+}
+
+// fakePattern returns n bytes that differ with seed and position.
+func fakePattern(n int, seed byte) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = seed + byte(i*7)
+	}
+	return p
+}
+
+// fakeCollect reads every record up to the head snapshot without committing.
+func fakeCollect(t *testing.T, b *RawBuffer) []Record {
+	t.Helper()
+	var recs []Record
+	for {
+		var rec Record
+		ok, err := b.Next(&rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return recs
+		}
+		recs = append(recs, rec)
+	}
+}
+
+func TestRawEmpty(t *testing.T) {
+	f := newFakeRing(4096)
+	b := f.reader(t)
+	b.Begin()
+	if b.Pending() != 0 || b.Used() != 0 || b.Free() != 4096 || b.Size() != 4096 || b.CPU() != 1 {
+		t.Fatalf("pending %d used %d free %d size %d cpu %d", b.Pending(), b.Used(), b.Free(), b.Size(), b.CPU())
+	}
+	var rec Record
+	if ok, err := b.Next(&rec); ok || err != nil {
+		t.Fatalf("Next on an empty ring = %v, %v", ok, err)
+	}
+	n, err := b.Drain(func(*Record) bool { t.Fatal("callback on an empty ring"); return true })
+	if n != 0 || err != nil {
+		t.Fatalf("Drain = %d, %v", n, err)
+	}
+	if s := b.Stats(); s != (RawStats{}) {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestRawOneRecord(t *testing.T) {
+	f := newFakeRing(4096)
+	b := f.reader(t)
+	payload := fakePattern(13, 1)
+	f.mustWrite(t, fakeSample(payload))
+
+	b.Begin()
+	if b.Pending() != 32 {
+		t.Fatalf("pending %d, want 32", b.Pending())
+	}
+	var rec Record
+	ok, err := b.Next(&rec)
+	if !ok || err != nil {
+		t.Fatalf("Next = %v, %v", ok, err)
+	}
+	if rec.Type != RecordSample || rec.RawType != unix.PERF_RECORD_SAMPLE || rec.Pos != 0 || rec.Next != 32 {
+		t.Fatalf("record %+v", rec)
+	}
+	// 13 bytes are padded to round_up(13+4, 8)-4 = 20.
+	if rec.Len() != 20 || !bytes.Equal(rec.Data, fakePadded(payload)) || len(rec.Wrapped) != 0 {
+		t.Fatalf("payload %x (wrapped %x)", rec.Data, rec.Wrapped)
+	}
+	if b.Cursor() != 32 || b.Pending() != 0 || b.Tail() != 0 {
+		t.Fatalf("cursor %d pending %d tail %d", b.Cursor(), b.Pending(), b.Tail())
+	}
+	if ok, err := b.Next(&rec); ok || err != nil {
+		t.Fatalf("Next past the head = %v, %v", ok, err)
+	}
+	if err := b.Commit(rec.Next); err != nil {
+		t.Fatal(err)
+	}
+	if b.Tail() != 32 || f.page.Data_tail != 32 || b.Used() != 0 {
+		t.Fatalf("tail %d used %d", b.Tail(), b.Used())
+	}
+	if s := b.Stats(); s != (RawStats{Samples: 1, Bytes: 20}) {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestRawMany(t *testing.T) {
+	f := newFakeRing(1 << 16)
+	b := f.reader(t)
+	var want [][]byte
+	for i := range 300 {
+		p := fakePattern(i%97, byte(i))
+		want = append(want, fakePadded(p))
+		if !f.write(fakeSample(p)) {
+			t.Fatal("ring full")
+		}
+	}
+	f.publish()
+	var got [][]byte
+	n, err := b.Drain(func(rec *Record) bool {
+		got = append(got, rec.AppendTo(nil))
+		return true
+	})
+	if n != 300 || err != nil {
+		t.Fatalf("Drain = %d, %v", n, err)
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("record %d: %x, want %x", i, got[i], want[i])
+		}
+	}
+	if b.Tail() != f.head {
+		t.Fatalf("tail %d, want %d", b.Tail(), f.head)
+	}
+}
+
+// Positions keep growing through many laps of a small ring; records wrap in every way.
+func TestRawWrapLaps(t *testing.T) {
+	f := newFakeRingAt(256, 1<<40)
+	b := f.reader(t)
+	seq := 0
+	var buf []byte
+	for lap := range 200 {
+		var want [][]byte
+		for {
+			p := fakePattern((seq*13)%60, byte(seq))
+			if !f.write(fakeSample(p)) {
+				f.lost = 0
+				break
+			}
+			want = append(want, fakePadded(p))
+			seq++
+		}
+		f.publish()
+		i := 0
+		_, err := b.Drain(func(rec *Record) bool {
+			buf = rec.AppendTo(buf[:0])
+			if !bytes.Equal(buf, want[i]) {
+				t.Fatalf("lap %d record %d: %x, want %x", lap, i, buf, want[i])
+			}
+			i++
+			return true
+		})
+		if err != nil || i != len(want) {
+			t.Fatalf("lap %d: %d of %d records, %v", lap, i, len(want), err)
+		}
+	}
+}
+
+func TestRawHeaderInLastBytes(t *testing.T) {
+	// Start 8 bytes before the end: the header fills the ring's last 8 bytes and the u32
+	// size and payload continue at the start.
+	f := newFakeRingAt(128, 128*5-8)
+	b := f.reader(t)
+	payload := fakePattern(20, 9)
+	f.mustWrite(t, fakeSample(payload))
+	b.Begin()
+	var rec Record
+	if ok, err := b.Next(&rec); !ok || err != nil {
+		t.Fatalf("Next = %v, %v", ok, err)
+	}
+	if !bytes.Equal(rec.Data, fakePadded(payload)) || len(rec.Wrapped) != 0 {
+		t.Fatalf("payload %x wrapped %x", rec.Data, rec.Wrapped)
+	}
+	// The payload sits right after the u32 size at the start of the ring.
+	if &rec.Data[0] != &f.data[4] {
+		t.Fatal("payload is not zero-copy")
+	}
+}
+
+func TestRawPayloadStraddles(t *testing.T) {
+	for _, start := range []uint64{128 - 16, 128 - 24, 128 - 32, 128 - 40} {
+		f := newFakeRingAt(128, 1024+start)
+		b := f.reader(t)
+		payload := fakePattern(44, 3) // raw size 44: record 56 bytes
+		f.mustWrite(t, fakeSample(payload))
+		b.Begin()
+		var rec Record
+		if ok, err := b.Next(&rec); !ok || err != nil {
+			t.Fatalf("start %d: Next = %v, %v", start, ok, err)
+		}
+		first := int(128 - start - 12)
+		if len(rec.Data) != first || len(rec.Wrapped) != 44-first || rec.Len() != 44 {
+			t.Fatalf("start %d: data %d wrapped %d", start, len(rec.Data), len(rec.Wrapped))
+		}
+		if &rec.Wrapped[0] != &f.data[0] || &rec.Data[0] != &f.data[start+12] {
+			t.Fatalf("start %d: payload is not zero-copy", start)
+		}
+		buf := make([]byte, 0, 64)
+		out := rec.AppendTo(buf[:0])
+		if !bytes.Equal(out, payload) || &out[0] != &buf[:1][0] {
+			t.Fatalf("start %d: AppendTo = %x", start, out)
+		}
+		if allocs := testing.AllocsPerRun(100, func() { buf = rec.AppendTo(buf[:0]) }); allocs != 0 {
+			t.Fatalf("AppendTo into a big enough buffer: %v allocs", allocs)
+		}
+	}
+}
+
+func TestRawSizeFieldWraps(t *testing.T) {
+	// The record starts 8 bytes before the end with an empty payload: the u32 size is the
+	// first word of the ring and the payload is empty.
+	f := newFakeRingAt(64, 64-8)
+	b := f.reader(t)
+	f.mustWrite(t, fakeSample(nil)) // raw size 4: record 16
+	b.Begin()
+	var rec Record
+	if ok, err := b.Next(&rec); !ok || err != nil {
+		t.Fatalf("Next = %v, %v", ok, err)
+	}
+	if rec.Len() != 4 || rec.Next != 64+8 {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestRawLostAndUnknown(t *testing.T) {
+	f := newFakeRing(1024)
+	b := f.reader(t)
+	f.mustWrite(t, fakeSample([]byte("a")))
+	f.mustWrite(t, fakeLost(7, 42))
+	f.mustWrite(t, fakeRecord(unix.PERF_RECORD_THROTTLE, 24, make([]byte, 16)))
+	f.mustWrite(t, fakeLost(7, 8))
+	f.mustWrite(t, fakeRecord(1234, 8, nil))
+	f.mustWrite(t, fakeSample([]byte("b")))
+
+	b.Begin()
+	recs := fakeCollect(t, b)
+	types := []RecordType{RecordSample, RecordLost, RecordOther, RecordLost, RecordOther, RecordSample}
+	if len(recs) != len(types) {
+		t.Fatalf("%d records", len(recs))
+	}
+	for i, r := range recs {
+		if r.Type != types[i] {
+			t.Fatalf("record %d is %v, want %v", i, r.Type, types[i])
+		}
+		if r.Type != RecordSample && (r.Data != nil || r.Wrapped != nil) {
+			t.Fatalf("record %d (%v) has a payload", i, r.Type)
+		}
+	}
+	if recs[1].Lost != 42 || recs[3].Lost != 8 || recs[2].RawType != unix.PERF_RECORD_THROTTLE || recs[4].RawType != 1234 {
+		t.Fatalf("records %+v", recs)
+	}
+	want := RawStats{Samples: 2, Bytes: 8, Lost: 50, LostRecords: 2, Unknown: 2}
+	if s := b.Stats(); s != want {
+		t.Fatalf("stats %+v, want %+v", s, want)
+	}
+}
+
+// The fake producer reports lost samples the way the kernel does.
+func TestRawLostFromFullRing(t *testing.T) {
+	f := newFakeRing(256)
+	b := f.reader(t)
+	p := fakePattern(52, 0) // 64-byte records
+	for f.write(fakeSample(p)) {
+	}
+	f.write(fakeSample(p)) // two lost
+	f.publish()
+	if _, err := b.Drain(func(*Record) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	f.mustWrite(t, fakeSample(p))
+	b.Begin()
+	recs := fakeCollect(t, b)
+	if len(recs) != 2 || recs[0].Type != RecordLost || recs[0].Lost != 2 || recs[1].Type != RecordSample {
+		t.Fatalf("records %+v", recs)
+	}
+	if s := b.Stats(); s.Samples != 4 || s.Lost != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestRawPeekThenBeginAgain(t *testing.T) {
+	f := newFakeRing(1024)
+	b := f.reader(t)
+	for i := range 5 {
+		f.mustWrite(t, fakeSample(fakePattern(i*8, byte(i))))
+	}
+	b.Begin()
+	first := fakeCollect(t, b)
+	if len(first) != 5 || b.Tail() != 0 {
+		t.Fatalf("%d records, tail %d", len(first), b.Tail())
+	}
+	b.Begin()
+	second := fakeCollect(t, b)
+	if len(second) != 5 {
+		t.Fatalf("re-read %d records", len(second))
+	}
+	for i := range first {
+		if first[i].Pos != second[i].Pos || !bytes.Equal(first[i].Data, second[i].Data) {
+			t.Fatalf("record %d differs on re-read", i)
+		}
+	}
+	// Commit the first two, then Begin re-reads from the third.
+	if err := b.Commit(first[1].Next); err != nil {
+		t.Fatal(err)
+	}
+	b.Begin()
+	third := fakeCollect(t, b)
+	if len(third) != 3 || third[0].Pos != first[2].Pos {
+		t.Fatalf("after committing two: %d records from %d", len(third), third[0].Pos)
+	}
+	// Records read again are counted once.
+	if s := b.Stats(); s.Samples != 5 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestRawRefresh(t *testing.T) {
+	f := newFakeRing(1024)
+	b := f.reader(t)
+	f.mustWrite(t, fakeSample([]byte("one")))
+	b.Begin()
+	f.mustWrite(t, fakeSample([]byte("two")))
+	if got := fakeCollect(t, b); len(got) != 1 {
+		t.Fatalf("read %d records past the snapshot", len(got))
+	}
+	b.Refresh()
+	got := fakeCollect(t, b)
+	if len(got) != 1 || string(got[0].Data[:3]) != "two" {
+		t.Fatalf("after Refresh: %+v", got)
+	}
+}
+
+func TestRawCommitRules(t *testing.T) {
+	f := newFakeRingAt(1024, 4096)
+	b := f.reader(t)
+	for range 4 {
+		f.mustWrite(t, fakeSample(make([]byte, 20))) // 32-byte records
+	}
+	b.Begin()
+	var rec Record
+	b.Next(&rec)
+	b.Next(&rec) // cursor at 4096+64, head snapshot at 4096+128
+	f.mustWrite(t, fakeSample(nil))
+
+	for _, c := range []struct {
+		pos    uint64
+		reason string
+	}{
+		{4096 - 32, "backwards"},
+		{4096 + 160, "past the head"},
+		{4096 + 96, "past the cursor"},
+		{4096 + 4, "not 8-aligned"},
+	} {
+		err := b.Commit(c.pos)
+		var ce *CommitError
+		if !errors.Is(err, ErrInvalidCommit) || !errors.As(err, &ce) || !strings.Contains(ce.Reason, c.reason) {
+			t.Fatalf("Commit(%d) = %v, want %q", c.pos, err, c.reason)
+		}
+		if ce.Pos != c.pos || ce.Tail != 4096 || ce.Cursor != 4096+64 || ce.Head != 4096+128 {
+			t.Fatalf("Commit(%d): %+v", c.pos, ce)
+		}
+		if f.page.Data_tail != 4096 {
+			t.Fatalf("Commit(%d) wrote data_tail %d", c.pos, f.page.Data_tail)
+		}
+	}
+	if err := b.Commit(4096); err != nil {
+		t.Fatalf("Commit(tail) = %v", err)
+	}
+	if err := b.Commit(4096 + 32); err != nil || f.page.Data_tail != 4096+32 {
+		t.Fatalf("Commit(first record) = %v, tail %d", err, f.page.Data_tail)
+	}
+	if err := b.Commit(4096 + 64); err != nil || f.page.Data_tail != 4096+64 {
+		t.Fatalf("Commit(cursor) = %v, tail %d", err, f.page.Data_tail)
+	}
+	if err := b.Commit(4096 + 32); !errors.Is(err, ErrInvalidCommit) {
+		t.Fatalf("Commit backwards = %v", err)
+	}
+	want := "commit perf ring cpu 1 to 4128: backwards from tail 4160: invalid perf ring commit position"
+	if err := b.Commit(4096 + 32); err.Error() != want {
+		t.Fatalf("error %q, want %q", err, want)
+	}
+}
+
+func TestRawDrainCommitsOnce(t *testing.T) {
+	f := newFakeRing(4096)
+	b := f.reader(t)
+	for i := range 10 {
+		f.mustWrite(t, fakeSample(fakePattern(i, 0)))
+	}
+	n, err := b.Drain(func(rec *Record) bool {
+		if f.page.Data_tail != 0 {
+			t.Fatalf("data_tail moved to %d during the drain", f.page.Data_tail)
+		}
+		return true
+	})
+	if n != 10 || err != nil || f.page.Data_tail != f.head {
+		t.Fatalf("Drain = %d, %v; tail %d, want %d", n, err, f.page.Data_tail, f.head)
+	}
+
+	// Stopping early commits up to the end of the last record visited.
+	for range 10 {
+		f.mustWrite(t, fakeSample(nil))
+	}
+	start := f.page.Data_tail
+	n, err = b.Drain(func(rec *Record) bool { return rec.Pos < start+16*3 })
+	if n != 4 || err != nil || f.page.Data_tail != start+16*4 {
+		t.Fatalf("early stop: Drain = %d, %v; tail %d", n, err, f.page.Data_tail-start)
+	}
+	n, _ = b.Drain(func(rec *Record) bool { return true })
+	if n != 6 {
+		t.Fatalf("rest: %d records", n)
+	}
+}
+
+func TestRawDrainBoundedBySnapshot(t *testing.T) {
+	f := newFakeRing(1 << 16)
+	b := f.reader(t)
+	f.mustWrite(t, fakeSample(nil))
+	n, err := b.Drain(func(rec *Record) bool {
+		// A producer as fast as the reader: one new record per record read.
+		f.mustWrite(t, fakeSample(nil))
+		return true
+	})
+	if n != 1 || err != nil {
+		t.Fatalf("Drain = %d, %v", n, err)
+	}
+}
+
+func TestRawDrainAllocs(t *testing.T) {
+	f := newFakeRing(1 << 16)
+	b := f.reader(t)
+	for i := range 50 {
+		f.write(fakeSample(make([]byte, i*7)))
+	}
+	f.write(fakeLost(1, 2))
+	f.write(fakeRecord(77, 8, nil))
+	f.publish()
+	var sum int
+	fn := func(rec *Record) bool { sum += rec.Len(); return true }
+	allocs := testing.AllocsPerRun(100, func() {
+		// Hand the same records to the reader again by rewinding data_tail (the reader's
+		// word; no producer runs here).
+		atomic.StoreUint64(&f.page.Data_tail, 0)
+		if n, err := b.Drain(fn); n != 52 || err != nil {
+			t.Fatalf("Drain = %d, %v", n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Drain of 52 records: %v allocs", allocs)
+	}
+}
+
+// fakeCorruptCase writes records that no kernel writes.
+type fakeCorruptCase struct {
+	name   string
+	at     uint64   // ring offset where the records start
+	recs   [][]byte // good records, then the bad one
+	reason string
+}
+
+func fakeCorruptCases() []fakeCorruptCase {
+	sample := func(n uint32, size uint16) []byte {
+		body := make([]byte, int(size)-8)
+		binary.LittleEndian.PutUint32(body, n)
+		return fakeRecord(unix.PERF_RECORD_SAMPLE, size, body)
+	}
+	return []fakeCorruptCase{
+		{"size 0", 0, [][]byte{fakeRecord(9, 0, make([]byte, 8))}, "record size 0"},
+		{"size not multiple of 8", 0, [][]byte{fakeRecord(9, 12, make([]byte, 8))}, "not a multiple of 8"},
+		{"size larger than ring", 0, [][]byte{fakeRecord(99, 2048, make([]byte, 8))}, "larger than the 1024-byte ring"},
+		{"size past head", 0, [][]byte{fakeRecord(99, 32, make([]byte, 8))}, "past the head"},
+		{"sample size does not fit", 0, [][]byte{sample(21, 32)}, "sample size 21 does not fit record size 32"},
+		{"sample over 64 KiB", 0, [][]byte{sample(70000, 32)}, "overflowed the u16"},
+		{"sample without size", 0, [][]byte{fakeRecord(9, 8, nil)}, "too short for its size field"},
+		{"lost record short", 0, [][]byte{fakeRecord(2, 16, make([]byte, 8))}, "lost record size 16 shorter than 24"},
+		{"after good records", 48, [][]byte{fakeSample(nil), fakeSample(make([]byte, 20)), fakeRecord(9, 0, make([]byte, 8))}, "record size 0"},
+		{"wrapped sample size", 1024 - 8, [][]byte{sample(9, 16)}, "sample size 9 does not fit"},
+	}
+}
+
+func TestRawCorrupt(t *testing.T) {
+	for _, c := range fakeCorruptCases() {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeRingAt(1024, 1<<20+c.at)
+			bad := f.head
+			for i, r := range c.recs {
+				if i == len(c.recs)-1 {
+					bad = f.head
+				}
+				f.put(r)
+			}
+			f.publish()
+			b := f.reader(t)
+			good := 0
+			n, err := b.Drain(func(*Record) bool { good++; return true })
+			var ce *CorruptError
+			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) {
+				t.Fatalf("Drain = %d, %v", n, err)
+			}
+			if !strings.Contains(ce.Reason, c.reason) || ce.CPU != 1 || ce.Pos != bad {
+				t.Fatalf("error %+v, want %q at %d", ce, c.reason, bad)
+			}
+			if n != len(c.recs)-1 || good != n || b.Tail() != bad {
+				t.Fatalf("%d good records, tail %d", n, b.Tail())
+			}
+			// Sticky: Next and Drain keep returning the same error.
+			var rec Record
+			for range 3 {
+				if ok, err2 := b.Next(&rec); ok || err2 != err {
+					t.Fatalf("Next after the error = %v, %v", ok, err2)
+				}
+			}
+			b.Begin()
+			if _, err2 := b.Drain(func(*Record) bool { return true }); !errors.Is(err2, ErrCorrupt) {
+				t.Fatalf("Drain after the error = %v", err2)
+			}
+			// SkipCorrupt gets past it, and reading goes on.
+			head := f.head
+			if skipped := b.SkipCorrupt(); skipped != head-ce.Pos {
+				t.Fatalf("skipped %d, want %d", skipped, head-ce.Pos)
+			}
+			if b.Tail() != head || b.Stats().CorruptBytes != head-ce.Pos || b.Pending() != 0 {
+				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.Tail(), b.Stats())
+			}
+			f.mustWrite(t, fakeSample([]byte("ok")))
+			n, err = b.Drain(func(rec *Record) bool { return string(rec.Data[:2]) == "ok" })
+			if n != 1 || err != nil {
+				t.Fatalf("after SkipCorrupt: Drain = %d, %v", n, err)
+			}
+		})
+	}
+}
+
+func TestRawCorruptErrorMessage(t *testing.T) {
+	f := newFakeRingAt(8192, 4096)
+	f.put(fakeRecord(9, 0, make([]byte, 8)))
+	f.publish()
+	b := f.reader(t)
+	b.Begin()
+	_, err := b.Next(new(Record))
+	want := "read perf ring cpu 1 at 4096: record size 0: corrupt perf ring record"
+	if err == nil || err.Error() != want {
+		t.Fatalf("error %q, want %q", err, want)
+	}
+}
+
+func TestRawCorruptCursor(t *testing.T) {
+	f := newFakeRing(1024)
+	f.mustWrite(t, fakeSample(nil))
+	f.mustWrite(t, fakeSample(nil))
+	f.page.Data_tail = 4 // a tail the reader never wrote
+	b := f.reader(t)
+	b.Begin()
+	_, err := b.Next(new(Record))
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Reason != "cursor not 8-aligned" {
+		t.Fatalf("Next = %v", err)
+	}
+	if b.SkipCorrupt() != 28 || b.Tail() != 32 {
+		t.Fatalf("tail %d after SkipCorrupt", b.Tail())
+	}
+}
+
+func TestRawCorruptHead(t *testing.T) {
+	cases := []struct {
+		name   string
+		head   uint64
+		reason string
+	}{
+		{"behind tail", 4096 - 64, "behind tail"},
+		{"more than the ring", 4096 + 2048, "more than the 1024-byte ring"},
+		{"unaligned", 4096 + 36, "not 8-aligned"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeRingAt(1024, 4096)
+			b := f.reader(t)
+			f.mustWrite(t, fakeSample(nil))
+			f.page.Data_head = c.head
+			n, err := b.Drain(func(*Record) bool { return true })
+			var ce *CorruptError
+			if n != 0 || !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || !strings.Contains(ce.Reason, c.reason) {
+				t.Fatalf("Drain = %d, %v", n, err)
+			}
+			if b.Pending() != 0 || b.Tail() != 4096 {
+				t.Fatalf("pending %d, tail %d", b.Pending(), b.Tail())
+			}
+			// SkipCorrupt resynchronises with the producer's head.
+			b.SkipCorrupt()
+			if b.Tail() != c.head || b.Stats().CorruptBytes > 1024 {
+				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.Tail(), b.Stats())
+			}
+			// The next real record brings the kernel's head back; at most one more
+			// SkipCorrupt gets the reader going again.
+			f.mustWrite(t, fakeSample(nil))
+			for range 2 {
+				n, err = b.Drain(func(*Record) bool { return true })
+				if err == nil {
+					break
+				}
+				b.SkipCorrupt()
+			}
+			if err != nil || b.Tail() != f.head {
+				t.Fatalf("no recovery: %v, tail %d head %d", err, b.Tail(), f.head)
+			}
+		})
+	}
+}
+
+func TestRawHeadBackwards(t *testing.T) {
+	f := newFakeRing(1024)
+	b := f.reader(t)
+	for range 4 {
+		f.mustWrite(t, fakeSample(nil))
+	}
+	b.Begin()
+	var rec Record
+	b.Next(&rec)
+	f.page.Data_head = 16 // from 64 back to 16, not behind the tail
+	b.Refresh()
+	if _, err := b.Next(&rec); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "moved backwards from 64 to 16") {
+		t.Fatalf("Next = %v", err)
+	}
+}
+
+func TestRawFullRing(t *testing.T) {
+	// A ring exactly full (head = tail + size) is valid.
+	f := newFakeRing(256)
+	for range 8 {
+		f.put(fakeSample(make([]byte, 20)))
+	}
+	f.publish()
+	b := f.reader(t)
+	if n, err := b.Drain(func(*Record) bool { return true }); n != 8 || err != nil {
+		t.Fatalf("Drain = %d, %v", n, err)
+	}
+}
+
+func TestRawSkipCorruptWithoutError(t *testing.T) {
+	f := newFakeRing(1024)
+	b := f.reader(t)
+	f.mustWrite(t, fakeSample(nil))
+	b.Begin()
+	if n := b.SkipCorrupt(); n != 16 || b.Tail() != 16 {
+		t.Fatalf("SkipCorrupt = %d, tail %d", n, b.Tail())
+	}
+	if s := b.Stats(); s.Samples != 0 || s.CorruptBytes != 16 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestRawNewValidation(t *testing.T) {
+	page := new(unix.PerfEventMmapPage)
+	for _, n := range []int{0, 4, 12, 1000} {
+		if _, err := newRawBufferFromParts(0, page, make([]byte, n)); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("data size %d: %v", n, err)
+		}
+	}
+	if _, err := newRawBufferFromParts(0, nil, make([]byte, 64)); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("nil page: %v", err)
+	}
+	if _, err := newRawBuffer(0, nil, 64); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("nil base: %v", err)
+	}
+}
+
+// newRawBuffer over one block of memory laid out as the kernel maps it.
+func TestRawNewFromMapping(t *testing.T) {
+	pageSize := os.Getpagesize()
+	for _, dataOffset := range []uint64{0, uint64(pageSize), 2048} {
+		// One Go block laid out like the mapping: the header page, then the data area.
+		// uint64s keep the header 8-aligned for its atomics.
+		mem := make([]uint64, (pageSize+4096)/8)
+		base := unsafe.Pointer(&mem[0])
+		page := (*unix.PerfEventMmapPage)(base)
+		page.Data_offset = dataOffset
+		b, err := newRawBuffer(3, base, 4096)
+		if err != nil {
+			t.Fatalf("data offset %d: %v", dataOffset, err)
+		}
+		off := dataOffset
+		if off == 0 {
+			off = uint64(pageSize)
+		}
+		raw := unsafe.Slice((*byte)(base), pageSize+4096)
+		rec := fakeSample([]byte("hello"))
+		copy(raw[off:], rec)
+		// Publish as the kernel does: release store of data_head after the record bytes.
+		atomic.StoreUint64(&page.Data_head, uint64(len(rec)))
+		var got []byte
+		if n, err := b.Drain(func(rec *Record) bool { got = rec.AppendTo(nil); return true }); n != 1 || err != nil {
+			t.Fatalf("data offset %d: Drain = %d, %v", dataOffset, n, err)
+		}
+		if string(got[:5]) != "hello" || page.Data_tail != uint64(len(rec)) || b.CPU() != 3 {
+			t.Fatalf("data offset %d: got %q, tail %d", dataOffset, got, page.Data_tail)
+		}
+	}
+	mem := make([]uint64, (pageSize+4096)/8)
+	page := (*unix.PerfEventMmapPage)(unsafe.Pointer(&mem[0]))
+	page.Data_offset = 64 // inside the header
+	if _, err := newRawBuffer(0, unsafe.Pointer(&mem[0]), 4096); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("data offset 64: %v", err)
+	}
+	page.Data_offset, page.Data_size = 0, 8192
+	if _, err := newRawBuffer(0, unsafe.Pointer(&mem[0]), 4096); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("data size mismatch: %v", err)
+	}
+}
+
+func TestRecordTypeString(t *testing.T) {
+	if RecordSample.String() != "sample" || RecordLost.String() != "lost" || RecordOther.String() != "other" || RecordType(9).String() != "RecordType(9)" {
+		t.Fatal("RecordType.String")
+	}
+}
