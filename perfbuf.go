@@ -45,6 +45,8 @@ var (
 	ErrSampleTooLarge = errors.New("sample does not fit in perf ring")
 	// ErrIndex: a buffer index is negative or not below BufferCount.
 	ErrIndex = errors.New("perf buffer index out of range")
+	// ErrBusy: the ring is held by a RawBuffer (see Buffer).
+	ErrBusy = errors.New("perf ring held by a raw reader")
 )
 
 // Map is what New reads from: a perf event array's file descriptor.
@@ -130,10 +132,13 @@ type PerfBuffer struct {
 	users    int // calls in progress; the last one out after Close frees
 	isClosed atomic.Bool
 
-	drainMu sync.Mutex // serialises drains; guards batch and pend
+	drainMu sync.Mutex // serialises drains; guards the fields below
 	batch   batch
 	pend    []pending // per-index counts not yet published to stats
 	all     []int32   // 0..n-1, for Consume
+	held    []bool    // held[i]: a RawBuffer reads ring i; drains skip it
+	nheld   int
+	idxBuf  []int32 // drain's filtered index list
 
 	stats []cpuCounters // per buffer index
 }
@@ -191,6 +196,8 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 		pend:    make([]pending, len(cpus)),
 		stats:   make([]cpuCounters, len(cpus)),
 		all:     make([]int32, len(cpus)),
+		held:    make([]bool, len(cpus)),
+		idxBuf:  make([]int32, 0, len(cpus)),
 	}
 	for i := range pb.all {
 		pb.all[i] = int32(i)
@@ -392,8 +399,9 @@ func (pb *PerfBuffer) exit() {
 
 // Close stops the perf buffer: blocked Polls return an error matching
 // os.ErrClosed, and the rings, their mappings and descriptors are freed as
-// soon as no call is in progress (at once if none is). Later calls fail with
-// os.ErrClosed. Close is idempotent and returns nil.
+// soon as no call is in progress and every RawBuffer is released (at once if
+// so). Later calls fail with os.ErrClosed. Close is idempotent and returns
+// nil.
 func (pb *PerfBuffer) Close() error {
 	pb.stateMu.Lock()
 	defer pb.stateMu.Unlock()
@@ -526,6 +534,12 @@ func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 		return 0, err
 	}
 	defer pb.exit()
+	pb.drainMu.Lock()
+	held := pb.held[i]
+	pb.drainMu.Unlock()
+	if held {
+		return 0, fmt.Errorf("%s: %w", op, ErrBusy)
+	}
 	return pb.drain(op, pb.all[i:i+1])
 }
 
@@ -604,6 +618,9 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 	// Samples left in the arena by a SampleFunc that panicked come first:
 	// the C side empties the arena when it fills it again.
 	n := pb.batch.deliver(pb)
+	if pb.nheld > 0 {
+		idxs = pb.unheld(idxs)
+	}
 	for pos := 0; pos < len(idxs); {
 		if pb.isClosed.Load() {
 			break // Close was called from a callback: stop after the batch
@@ -617,6 +634,74 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 		pos = next
 	}
 	return n, nil
+}
+
+// unheld returns idxs without the rings that RawBuffers hold, in idxBuf.
+func (pb *PerfBuffer) unheld(idxs []int32) []int32 {
+	out := pb.idxBuf[:0]
+	for _, i := range idxs {
+		if !pb.held[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Buffer returns a raw-mode reader over ring i (perf_buffer__buffer): its
+// mapped memory, read in place by pure Go. While the RawBuffer holds the
+// ring, callback mode leaves it alone (Poll and Consume skip it,
+// ConsumeBuffer(i) fails with ErrBusy), since both would move the same
+// data_tail; after Release, either mode may read it. Release the RawBuffer
+// when done: Close frees the rings only once every RawBuffer is released.
+// Do not call Buffer from SampleFunc or LostFunc.
+//
+// Errors: ErrIndex, ErrBusy if a RawBuffer holds ring i already,
+// os.ErrClosed (wrapped), a syscall.Errno from libbpf.
+func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
+	op := fmt.Sprintf("raw perf buffer %d", i)
+	if err := pb.checkIndex(i); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	// The reference taken here is what keeps the mapping alive: the
+	// RawBuffer's Release drops it.
+	if err := pb.enter(op); err != nil {
+		return nil, err
+	}
+	pb.drainMu.Lock()
+	defer pb.drainMu.Unlock()
+	rb, err := pb.openRaw(i)
+	if err != nil {
+		pb.exit()
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	pb.held[i] = true
+	pb.nheld++
+	return rb, nil
+}
+
+func (pb *PerfBuffer) openRaw(i int) (*RawBuffer, error) {
+	if pb.held[i] {
+		return nil, ErrBusy
+	}
+	base, size, err := pb.c.ring(i)
+	if err != nil {
+		return nil, err
+	}
+	rb, err := newRawBuffer(int(pb.cpus[i]), base, size)
+	if err != nil {
+		return nil, err
+	}
+	rb.owner, rb.idx = pb, i
+	return rb, nil
+}
+
+// release ends RawBuffer i's hold (RawBuffer.Release).
+func (pb *PerfBuffer) release(i int) {
+	pb.drainMu.Lock()
+	pb.held[i] = false
+	pb.nheld--
+	pb.drainMu.Unlock()
+	pb.exit()
 }
 
 // publish moves the drainer's pending counts into the shared stats, once per

@@ -177,6 +177,9 @@ type RawBuffer struct {
 	stats RawStats
 
 	rec Record // Drain's record, kept here so that Drain does not allocate
+
+	owner *PerfBuffer // set by PerfBuffer.Buffer; nil once released
+	idx   int         // buffer index in owner
 }
 
 // newRawBuffer builds a reader over a mapped perf ring. base points at the
@@ -573,3 +576,23 @@ func (b *RawBuffer) SkipCorrupt() uint64 {
 
 // Stats returns the counters.
 func (b *RawBuffer) Stats() RawStats { return b.stats }
+
+// Release hands ring i back to its PerfBuffer (see PerfBuffer.Buffer): callback mode drains it
+// again, and Close can unmap it. Every Record read from b is invalid afterwards; b itself reads
+// as an empty ring. Release is idempotent.
+func (b *RawBuffer) Release() {
+	pb := b.owner
+	if pb == nil {
+		return
+	}
+	b.owner = nil
+	// Point at memory of our own so that nothing can touch the mapping once it is freed.
+	released, err := newRawBufferFromParts(b.cpu, new(unix.PerfEventMmapPage), make([]byte, 8))
+	if err != nil {
+		panic(err) // 8 is a valid ring size
+	}
+	stats := b.stats
+	*b = *released
+	b.stats = stats
+	pb.release(b.idx)
+}

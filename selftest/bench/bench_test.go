@@ -108,5 +108,42 @@ func BenchmarkDrain(b *testing.B) {
 			f.run(b, size, pb.Consume)
 			sink += sum
 		})
+		b.Run(fmt.Sprintf("raw-zerocopy/%d", size), func(b *testing.B) {
+			var sum uint64
+			f.runRaw(b, size, func(rec *perfbuf.Record) bool {
+				sum += ReadAll(rec.Data) + ReadAll(rec.Wrapped)
+				return true
+			})
+			sink += sum
+		})
+		b.Run(fmt.Sprintf("raw-copy/%d", size), func(b *testing.B) {
+			var sum uint64
+			buf := make([]byte, 0, 64<<10)
+			f.runRaw(b, size, func(rec *perfbuf.Record) bool {
+				buf = rec.AppendTo(buf[:0])
+				sum += ReadAll(buf)
+				return true
+			})
+			sink += sum
+		})
 	}
+}
+
+// runRaw benchmarks RawBuffer.Drain over the filled CPU's ring with fn.
+func (f *fixture) runRaw(b *testing.B, size int, fn func(*perfbuf.Record) bool) {
+	pb, err := perfbuf.New(f.events, perfbuf.Options{PageCount: pages})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pb.Close()
+	var rb *perfbuf.RawBuffer
+	for i := 0; i < pb.BufferCount(); i++ {
+		if cpu, _ := pb.CPU(i); cpu == fillCPU {
+			if rb, err = pb.Buffer(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	defer rb.Release()
+	f.run(b, size, func() (int, error) { return rb.Drain(fn) })
 }

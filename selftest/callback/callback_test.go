@@ -4,7 +4,6 @@ package callback
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -13,129 +12,44 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 )
 
 const obj = "bpf/callback.bpf.o"
 
-type fixture struct {
-	mod    *libbpfgo.Module
-	events *libbpfgo.BPFMap
-	prog   int
-	cpus   []int
+func setup(t *testing.T) *bpftest.Fixture { return bpftest.Setup(t, obj) }
+
+func opts(c *bpftest.Collector, pages int) perfbuf.Options {
+	return perfbuf.Options{PageCount: pages, SampleFunc: c.Sample, LostFunc: c.LostFn}
 }
 
-func setup(t *testing.T) *fixture {
+// checkAccounting checks the collector against the emitter, and the
+// PerfBuffer's Stats against the collector.
+func checkAccounting(t *testing.T, c *bpftest.Collector, f *bpftest.Fixture, pb *perfbuf.PerfBuffer) {
 	t.Helper()
-	m := bpftest.Load(t, obj)
-	f := &fixture{mod: m, events: bpftest.Map(t, m, "events"), prog: bpftest.Prog(t, m, "emit")}
-	for c := 0; c < runtime.NumCPU(); c++ {
-		f.cpus = append(f.cpus, c)
-	}
-	return f
-}
-
-func (f *fixture) emit(t *testing.T, cpu int, count, size, span uint64) {
-	t.Helper()
-	bpftest.Emit(t, f.prog, cpu, count, size, span)
-}
-
-// collector checks and counts what the callbacks receive, per CPU.
-type collector struct {
-	t       *testing.T
-	mu      sync.Mutex
-	samples map[int]int
-	lost    map[int]uint64
-	lastSeq map[int]uint64
-	seen    map[int]bool // lastSeq valid
-	errs    []error
-}
-
-func newCollector(t *testing.T) *collector {
-	return &collector{t: t, samples: map[int]int{}, lost: map[int]uint64{},
-		lastSeq: map[int]uint64{}, seen: map[int]bool{}}
-}
-
-func (c *collector) sample(cpu int, data []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h, err := bpftest.Check(data, cpu)
-	if err != nil {
-		c.errs = append(c.errs, err)
-		return
-	}
-	if bpftest.SeqValid(len(data)) {
-		if c.seen[cpu] && h.Seq <= c.lastSeq[cpu] {
-			c.errs = append(c.errs, fmt.Errorf("cpu %d: seq %d after %d: duplicate or reordered", cpu, h.Seq, c.lastSeq[cpu]))
-		}
-		c.lastSeq[cpu], c.seen[cpu] = h.Seq, true
-	}
-	c.samples[cpu]++
-}
-
-func (c *collector) lostFn(cpu int, n uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.lost[cpu] += n
-}
-
-func (c *collector) opts(pages int) perfbuf.Options {
-	return perfbuf.Options{PageCount: pages, SampleFunc: c.sample, LostFunc: c.lostFn}
-}
-
-func (c *collector) check() {
-	c.t.Helper()
-	for i, err := range c.errs {
-		if i == 10 {
-			c.t.Errorf("... %d more errors", len(c.errs)-10)
-			break
-		}
-		c.t.Error(err)
-	}
-}
-
-// checkAccounting: for every CPU, received + reported lost == emitted
-// attempts, received == emitted, reported lost == failed; and the
-// PerfBuffer's Stats agree.
-func (c *collector) checkAccounting(f *fixture, pb *perfbuf.PerfBuffer) {
-	c.t.Helper()
-	c.check()
-	stats := bpftest.Stats(c.t, f.mod)
-	byCPU := map[int]perfbuf.CPUStats{}
+	c.CheckAccounting(t, f)
 	for _, s := range pb.Stats() {
-		byCPU[s.CPU] = s
-	}
-	for _, cpu := range f.cpus {
-		st := stats[cpu]
-		got, lost := uint64(c.samples[cpu]), c.lost[cpu]
-		c.t.Logf("cpu %d: emitted %d failed %d | received %d lost %d", cpu, st.Emitted, st.Failed, got, lost)
-		if got+lost != st.Seq {
-			c.t.Errorf("cpu %d: received %d + lost %d != attempts %d", cpu, got, lost, st.Seq)
-		}
-		if got != st.Emitted || lost != st.Failed {
-			c.t.Errorf("cpu %d: received %d lost %d, kernel says emitted %d failed %d", cpu, got, lost, st.Emitted, st.Failed)
-		}
-		if s := byCPU[cpu]; s.Samples != got || s.Lost != lost {
-			c.t.Errorf("cpu %d: Stats() says %d samples %d lost, callbacks saw %d and %d", cpu, s.Samples, s.Lost, got, lost)
+		if s.Samples != uint64(c.Samples[s.CPU]) || s.Lost != c.Lost[s.CPU] {
+			t.Errorf("cpu %d: Stats() says %d samples %d lost, callbacks saw %d and %d",
+				s.CPU, s.Samples, s.Lost, c.Samples[s.CPU], c.Lost[s.CPU])
 		}
 	}
 }
 
-func newPB(t *testing.T, f *fixture, opts perfbuf.Options) *perfbuf.PerfBuffer {
+func newPB(t *testing.T, f *bpftest.Fixture, opts perfbuf.Options) *perfbuf.PerfBuffer {
 	t.Helper()
-	pb, err := perfbuf.New(f.events, opts)
+	pb, err := perfbuf.New(f.Events, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { pb.Close() })
-	if pb.BufferCount() != len(f.cpus) {
-		t.Fatalf("BufferCount %d, want %d", pb.BufferCount(), len(f.cpus))
+	if pb.BufferCount() != len(f.CPUs) {
+		t.Fatalf("BufferCount %d, want %d", pb.BufferCount(), len(f.CPUs))
 	}
 	for i := 0; i < pb.BufferCount(); i++ {
-		if cpu, err := pb.CPU(i); err != nil || cpu != f.cpus[i] {
-			t.Fatalf("CPU(%d) = %d, %v; want %d", i, cpu, err, f.cpus[i])
+		if cpu, err := pb.CPU(i); err != nil || cpu != f.CPUs[i] {
+			t.Fatalf("CPU(%d) = %d, %v; want %d", i, cpu, err, f.CPUs[i])
 		}
 	}
 	return pb
@@ -143,13 +57,13 @@ func newPB(t *testing.T, f *fixture, opts perfbuf.Options) *perfbuf.PerfBuffer {
 
 // flush drains the rings, emits one small sample per CPU so that the kernel
 // writes the LOST record it holds back until a sample fits, then drains again.
-func flush(t *testing.T, f *fixture, pb *perfbuf.PerfBuffer) {
+func flush(t *testing.T, f *bpftest.Fixture, pb *perfbuf.PerfBuffer) {
 	t.Helper()
 	if _, err := pb.Consume(); err != nil {
 		t.Fatalf("Consume: %v", err)
 	}
-	for _, cpu := range f.cpus {
-		f.emit(t, cpu, 1, 8, 0)
+	for _, cpu := range f.CPUs {
+		f.Emit(t, cpu, 1, 8, 0)
 	}
 	if _, err := pb.Consume(); err != nil {
 		t.Fatalf("Consume: %v", err)
@@ -159,11 +73,11 @@ func flush(t *testing.T, f *fixture, pb *perfbuf.PerfBuffer) {
 // A one-page ring overloaded on every CPU: exact accounting.
 func TestAccountingOverload(t *testing.T) {
 	f := setup(t)
-	c := newCollector(t)
-	pb := newPB(t, f, c.opts(1))
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, opts(c, 1))
 	for round := 0; round < 20; round++ {
-		for _, cpu := range f.cpus {
-			f.emit(t, cpu, 300, 40, 64) // 40..103 bytes, overflows 4 KiB
+		for _, cpu := range f.CPUs {
+			f.Emit(t, cpu, 300, 40, 64) // 40..103 bytes, overflows 4 KiB
 		}
 		if round%2 == 0 {
 			if _, err := pb.Poll(0); err != nil {
@@ -172,9 +86,9 @@ func TestAccountingOverload(t *testing.T) {
 		}
 	}
 	flush(t, f, pb)
-	c.checkAccounting(f, pb)
-	for _, cpu := range f.cpus {
-		if c.lost[cpu] == 0 {
+	checkAccounting(t, c, f, pb)
+	for _, cpu := range f.CPUs {
+		if c.Lost[cpu] == 0 {
 			t.Errorf("cpu %d: no samples lost: the test did not overload the ring", cpu)
 		}
 	}
@@ -183,17 +97,17 @@ func TestAccountingOverload(t *testing.T) {
 // Lost counts reach LostFunc with the CPU that lost them.
 func TestLostCarriesCPU(t *testing.T) {
 	f := setup(t)
-	if len(f.cpus) < 2 {
+	if len(f.CPUs) < 2 {
 		t.Skip("needs two CPUs")
 	}
-	c := newCollector(t)
-	pb := newPB(t, f, c.opts(1))
-	f.emit(t, 1, 1000, 64, 0) // only CPU 1 overflows
-	f.emit(t, 0, 10, 64, 0)
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, opts(c, 1))
+	f.Emit(t, 1, 1000, 64, 0) // only CPU 1 overflows
+	f.Emit(t, 0, 10, 64, 0)
 	flush(t, f, pb)
-	c.checkAccounting(f, pb)
-	if c.lost[0] != 0 || c.lost[1] == 0 {
-		t.Errorf("lost by cpu: %v; want only cpu 1", c.lost)
+	checkAccounting(t, c, f, pb)
+	if c.Lost[0] != 0 || c.Lost[1] == 0 {
+		t.Errorf("lost by cpu: %v; want only cpu 1", c.Lost)
 	}
 }
 
@@ -201,11 +115,11 @@ func TestLostCarriesCPU(t *testing.T) {
 // each sample arrives with its padded length and intact content.
 func TestSizes(t *testing.T) {
 	f := setup(t)
-	c := newCollector(t)
-	pb := newPB(t, f, c.opts(2)) // 8 KiB: most records straddle the end at some point
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, opts(c, 2)) // 8 KiB: most records straddle the end at some point
 	for size := uint64(1); size <= 700; size += 10 {
-		for _, cpu := range f.cpus {
-			f.emit(t, cpu, 10, size, 10) // sizes size..size+9, < 8 KiB in all
+		for _, cpu := range f.CPUs {
+			f.Emit(t, cpu, 10, size, 10) // sizes size..size+9, < 8 KiB in all
 		}
 		if _, err := pb.Consume(); err != nil {
 			t.Fatal(err)
@@ -213,18 +127,18 @@ func TestSizes(t *testing.T) {
 	}
 	// Large samples near the ring size wrap on every other record.
 	for _, size := range []uint64{3000, 4001, 5555, 8192 - 20 - 8} {
-		for _, cpu := range f.cpus {
-			f.emit(t, cpu, 1, size, 0)
+		for _, cpu := range f.CPUs {
+			f.Emit(t, cpu, 1, size, 0)
 			if _, err := pb.Consume(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	flush(t, f, pb)
-	c.checkAccounting(f, pb)
-	for _, cpu := range f.cpus {
-		if c.lost[cpu] != 0 {
-			t.Errorf("cpu %d lost %d samples draining after every burst", cpu, c.lost[cpu])
+	checkAccounting(t, c, f, pb)
+	for _, cpu := range f.CPUs {
+		if c.Lost[cpu] != 0 {
+			t.Errorf("cpu %d lost %d samples draining after every burst", cpu, c.Lost[cpu])
 		}
 	}
 }
@@ -235,23 +149,23 @@ func TestSizes(t *testing.T) {
 // New's MaxSampleSize check agrees with what the kernel does.
 func TestLargestSample(t *testing.T) {
 	f := setup(t)
-	c := newCollector(t)
+	c := bpftest.NewCollector()
 	const largest = 4076
-	if _, err := perfbuf.New(f.events, perfbuf.Options{PageCount: 1, MaxSampleSize: largest + 1}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
+	if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, MaxSampleSize: largest + 1}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
 		t.Fatalf("New with MaxSampleSize %d: %v, want ErrSampleTooLarge", largest+1, err)
 	}
-	opts := c.opts(1)
-	opts.MaxSampleSize = largest
-	pb := newPB(t, f, opts)
-	f.emit(t, 0, 1, largest, 0)
+	o := opts(c, 1)
+	o.MaxSampleSize = largest
+	pb := newPB(t, f, o)
+	f.Emit(t, 0, 1, largest, 0)
 	if _, err := pb.Consume(); err != nil {
 		t.Fatal(err)
 	}
-	f.emit(t, 0, 1, largest+1, 0) // cannot fit even in an empty ring
+	f.Emit(t, 0, 1, largest+1, 0) // cannot fit even in an empty ring
 	flush(t, f, pb)
-	c.checkAccounting(f, pb)
-	if c.samples[0] != 2 || c.lost[0] != 1 {
-		t.Errorf("cpu 0: %d samples %d lost; want the %d-byte one and the flush, and 1 lost", c.samples[0], c.lost[0], largest)
+	checkAccounting(t, c, f, pb)
+	if c.Samples[0] != 2 || c.Lost[0] != 1 {
+		t.Errorf("cpu 0: %d samples %d lost; want the %d-byte one and the flush, and 1 lost", c.Samples[0], c.Lost[0], largest)
 	}
 }
 
@@ -259,19 +173,19 @@ func TestLargestSample(t *testing.T) {
 // delivered by the next call, nothing twice.
 func TestPanicInSampleFunc(t *testing.T) {
 	f := setup(t)
-	c := newCollector(t)
+	c := bpftest.NewCollector()
 	n := 0
-	opts := c.opts(4)
-	opts.SampleFunc = func(cpu int, data []byte) {
+	o := opts(c, 4)
+	o.SampleFunc = func(cpu int, data []byte) {
 		n++
-		c.sample(cpu, data)
+		c.Sample(cpu, data)
 		if n == 3 || n == 7 {
 			panic("boom")
 		}
 	}
-	pb := newPB(t, f, opts)
-	for _, cpu := range f.cpus {
-		f.emit(t, cpu, 10, 64, 0)
+	pb := newPB(t, f, o)
+	for _, cpu := range f.CPUs {
+		f.Emit(t, cpu, 10, 64, 0)
 	}
 	panics := 0
 	for i := 0; i < 5; i++ {
@@ -290,15 +204,15 @@ func TestPanicInSampleFunc(t *testing.T) {
 	if panics != 2 {
 		t.Errorf("%d panics reached Consume's caller, want 2", panics)
 	}
-	c.checkAccounting(f, pb)
+	checkAccounting(t, c, f, pb)
 }
 
 // Poll and Consume from several goroutines while samples arrive: drains
 // are serialised, accounting stays exact.
 func TestConcurrentPollConsume(t *testing.T) {
 	f := setup(t)
-	c := newCollector(t)
-	pb := newPB(t, f, c.opts(8))
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, opts(c, 8))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := 0; g < 3; g++ {
@@ -325,14 +239,14 @@ func TestConcurrentPollConsume(t *testing.T) {
 		}(g)
 	}
 	for round := 0; round < 50; round++ {
-		for _, cpu := range f.cpus {
-			f.emit(t, cpu, 100, 16, 200)
+		for _, cpu := range f.CPUs {
+			f.Emit(t, cpu, 100, 16, 200)
 		}
 	}
 	close(stop)
 	wg.Wait()
 	flush(t, f, pb)
-	c.checkAccounting(f, pb)
+	checkAccounting(t, c, f, pb)
 }
 
 // Close while another goroutine blocks in Poll: Poll returns promptly with
@@ -345,7 +259,7 @@ func TestCloseWhilePolling(t *testing.T) {
 	}
 	var worst time.Duration
 	for i := 0; i < rounds; i++ {
-		pb, err := perfbuf.New(f.events, perfbuf.Options{PageCount: 1})
+		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,7 +310,7 @@ func countPerfMaps(t *testing.T) int {
 func TestNewCloseLeaks(t *testing.T) {
 	f := setup(t)
 	cycle := func() {
-		pb, err := perfbuf.New(f.events, perfbuf.Options{PageCount: 2})
+		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -422,12 +336,12 @@ func TestNewCloseLeaks(t *testing.T) {
 func TestErrors(t *testing.T) {
 	f := setup(t)
 
-	_, err := perfbuf.New(bpftest.Map(t, f.mod, "not_perf"), perfbuf.Options{})
+	_, err := perfbuf.New(bpftest.Map(t, f.Mod, "not_perf"), perfbuf.Options{})
 	if !errors.Is(err, perfbuf.ErrNotPerfEventArray) || !strings.Contains(err.Error(), "hash") {
 		t.Errorf("hash map: %v; want ErrNotPerfEventArray naming the type", err)
 	}
 
-	dup, err := syscall.Dup(f.events.FileDescriptor())
+	dup, err := syscall.Dup(f.Events.FileDescriptor())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,12 +365,12 @@ func TestErrors(t *testing.T) {
 	}
 
 	for _, pages := range []int{-1, 3, 6, 100} {
-		if _, err := perfbuf.New(f.events, perfbuf.Options{PageCount: pages}); !errors.Is(err, perfbuf.ErrInvalidOptions) {
+		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: pages}); !errors.Is(err, perfbuf.ErrInvalidOptions) {
 			t.Errorf("PageCount %d: %v; want ErrInvalidOptions", pages, err)
 		}
 	}
 
-	pb, err := perfbuf.New(perfbuf.MapFD(f.events.FileDescriptor()), perfbuf.Options{PageCount: 1})
+	pb, err := perfbuf.New(perfbuf.MapFD(f.Events.FileDescriptor()), perfbuf.Options{PageCount: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +420,7 @@ func TestCloseFromCallback(t *testing.T) {
 		calls++
 		pb.Close()
 	}})
-	f.emit(t, 0, 5, 32, 0)
+	f.Emit(t, 0, 5, 32, 0)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

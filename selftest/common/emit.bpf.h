@@ -7,13 +7,20 @@
  * Sample layout (little endian), truncated to the sample's size:
  *   u64 seq; u64 ktime_ns; u32 len; u32 cpu; then byte i = i * 7 + seq (mod 256)
  *
- * A scenario's program includes this header after defining its maps
- * `events` (the perf event array) and calls emit_samples(). */
+ * Including this header defines the perf event array `events` and the
+ * raw_tp program `emit` (its args: count, size, span); a scenario's
+ * .bpf.c adds what else it needs and its license. */
 #ifndef PERFBUF_EMIT_BPF_H
 #define PERFBUF_EMIT_BPF_H
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} events SEC(".maps");
 
 #ifndef EMIT_MAX_SIZE
 #define EMIT_MAX_SIZE 8192 /* largest sample; a power of two */
@@ -122,6 +129,12 @@ static __always_inline int emit_samples(void *ctx, __u64 *args)
 	bpf_loop(EMIT_MAX_SIZE, emit_fill, &c, 0);
 	bpf_loop(c.args.count, emit_one, &c, 0);
 	return 0;
+}
+
+SEC("raw_tp")
+int emit(struct bpf_raw_tracepoint_args *ctx)
+{
+	return emit_samples(ctx, ctx->args);
 }
 
 #endif
