@@ -43,7 +43,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build test unit selftest fuzz bench lint clean
+.PHONY: all deps libbpf-info bpf build test unit selftest fuzz bench lint clean docker-test
 
 all: build
 
@@ -104,6 +104,11 @@ lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet $(GOTAGS) ./...
 	$(GO) run $(STATICCHECK) $(GOTAGS) ./...
+
+# The selftests in a privileged container built from Dockerfile.build
+# (docs/docker.md). Settings such as DOCKER_RUN_FLAGS pass through.
+docker-test:
+	@bash scripts/docker-test.sh
 
 clean:
 	rm -rf $(BUILD) $(BPF_OBJ)

@@ -124,13 +124,8 @@ type PerfBuffer struct {
 	sample func(cpu int, data []byte)
 	lost   func(cpu int, count uint64)
 
-	epfd    int // our epoll: every ring fd (data = index) and closefd
-	closefd int // eventfd written by Close to wake pollers
-
-	stateMu  sync.Mutex
-	closed   bool
-	users    int // calls in progress; the last one out after Close frees
-	isClosed atomic.Bool
+	w    *waiter  // Poll's epoll over every ring, woken by Close
+	life lifetime // calls in progress; the last one out after Close frees
 
 	drainMu sync.Mutex // serialises drains; guards the fields below
 	batch   batch
@@ -150,8 +145,6 @@ type cpuCounters struct {
 type pending struct {
 	samples, bytes, lost uint64
 }
-
-const closeTag = -1 // epoll data of the eventfd
 
 // New opens a ring on every online CPU for the perf event array m and stores
 // each ring's fd in the map at the CPU's index, as perf_buffer__new does.
@@ -188,20 +181,19 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	}
 
 	pb := &PerfBuffer{
-		cpus:    cpus,
-		sample:  opts.SampleFunc,
-		lost:    opts.LostFunc,
-		epfd:    -1,
-		closefd: -1,
-		pend:    make([]pending, len(cpus)),
-		stats:   make([]cpuCounters, len(cpus)),
-		all:     make([]int32, len(cpus)),
-		held:    make([]bool, len(cpus)),
-		idxBuf:  make([]int32, 0, len(cpus)),
+		cpus:   cpus,
+		sample: opts.SampleFunc,
+		lost:   opts.LostFunc,
+		pend:   make([]pending, len(cpus)),
+		stats:  make([]cpuCounters, len(cpus)),
+		all:    make([]int32, len(cpus)),
+		held:   make([]bool, len(cpus)),
+		idxBuf: make([]int32, 0, len(cpus)),
 	}
 	for i := range pb.all {
 		pb.all[i] = int32(i)
 	}
+	pb.life.free = pb.free
 	wakeup := opts.WakeupEvents
 	if wakeup == 0 {
 		wakeup = 1
@@ -216,7 +208,11 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 		pb.free()
 		return nil, fmt.Errorf("new perf buffer: libbpf opened %d rings for %d cpus", n, len(cpus))
 	}
-	if err := pb.openEpoll(); err != nil {
+	fds := make([]int, len(cpus))
+	for i := range fds {
+		fds[i] = pb.c.bufferFD(i)
+	}
+	if pb.w, err = newWaiter(fds); err != nil {
 		pb.free()
 		return nil, fmt.Errorf("new perf buffer: %w", err)
 	}
@@ -352,88 +348,25 @@ func parseCPUList(s string) ([]int, error) {
 	return cpus, nil
 }
 
-func (pb *PerfBuffer) openEpoll() error {
-	var err error
-	pb.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("create epoll: %w", err)
-	}
-	pb.closefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("create eventfd: %w", err)
-	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: closeTag}
-	if err := unix.EpollCtl(pb.epfd, unix.EPOLL_CTL_ADD, pb.closefd, &ev); err != nil {
-		return fmt.Errorf("add eventfd to epoll: %w", err)
-	}
-	for i := range pb.cpus {
-		fd := pb.c.bufferFD(i)
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(i)}
-		if err := unix.EpollCtl(pb.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-			return fmt.Errorf("add ring %d to epoll: %w", i, err)
-		}
-	}
-	return nil
-}
-
-// enter registers a call in progress; it fails once Close has been called.
-func (pb *PerfBuffer) enter(op string) error {
-	pb.stateMu.Lock()
-	defer pb.stateMu.Unlock()
-	if pb.closed {
-		return fmt.Errorf("%s: %w", op, os.ErrClosed)
-	}
-	pb.users++
-	return nil
-}
-
-// exit ends a call; the last one out after Close frees the rings.
-func (pb *PerfBuffer) exit() {
-	pb.stateMu.Lock()
-	defer pb.stateMu.Unlock()
-	pb.users--
-	if pb.closed && pb.users == 0 {
-		pb.free()
-	}
-}
-
 // Close stops the perf buffer: blocked Polls return an error matching
 // os.ErrClosed, and the rings, their mappings and descriptors are freed as
 // soon as no call is in progress and every RawBuffer is released (at once if
 // so). Later calls fail with os.ErrClosed. Close is idempotent and returns
 // nil.
 func (pb *PerfBuffer) Close() error {
-	pb.stateMu.Lock()
-	defer pb.stateMu.Unlock()
-	if pb.closed {
-		return nil
-	}
-	pb.closed = true
-	pb.isClosed.Store(true)
-	// Wake every epoll_wait on epfd; the eventfd stays readable.
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	_, _ = unix.Write(pb.closefd, one[:])
-	if pb.users == 0 {
-		pb.free()
-	}
+	pb.life.close(func() { pb.w.wake() })
 	return nil
 }
 
-// free releases everything; called once, with stateMu held or before the
-// buffer is shared.
+// free releases everything; called once, by lifetime or before the buffer
+// is shared.
 func (pb *PerfBuffer) free() {
 	if pb.c != nil {
 		pb.c.close()
 		pb.c = nil
 	}
-	if pb.epfd >= 0 {
-		unix.Close(pb.epfd)
-		pb.epfd = -1
-	}
-	if pb.closefd >= 0 {
-		unix.Close(pb.closefd)
-		pb.closefd = -1
+	if pb.w != nil {
+		pb.w.close()
 	}
 }
 
@@ -450,23 +383,23 @@ func (pb *PerfBuffer) free() {
 // was blocked when it was; a syscall.Errno from epoll or libbpf.
 func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	const op = "poll perf buffer"
-	if err := pb.enter(op); err != nil {
+	if err := pb.life.enter(op); err != nil {
 		return 0, err
 	}
-	defer pb.exit()
+	defer pb.life.exit()
 
 	s := scratchPool.Get().(*pollScratch)
 	defer scratchPool.Put(s)
-	nev, err := pb.wait(s.evs[:], timeout)
+	nev, err := pb.w.wait(s.evs[:], timeout)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	if pb.isClosed.Load() {
+	if pb.life.isClosed.Load() {
 		return 0, fmt.Errorf("%s: %w", op, os.ErrClosed)
 	}
 	idxs := s.idx[:0]
 	for _, ev := range s.evs[:nev] {
-		if ev.Fd != closeTag {
+		if ev.Fd != wakeTag {
 			idxs = append(idxs, ev.Fd)
 		}
 	}
@@ -484,41 +417,15 @@ type pollScratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(pollScratch) }}
 
-// wait runs epoll_wait, retrying on EINTR with what is left of timeout.
-func (pb *PerfBuffer) wait(evs []unix.EpollEvent, timeout time.Duration) (int, error) {
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
-	}
-	for {
-		msec := -1 // block
-		switch {
-		case timeout == 0:
-			msec = 0
-		case timeout > 0:
-			left := max(time.Until(deadline), 0)
-			msec = int((left + time.Millisecond - 1) / time.Millisecond)
-		}
-		n, err := unix.EpollWait(pb.epfd, evs, msec)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("epoll wait: %w", err)
-		}
-		return n, nil
-	}
-}
-
 // Consume drains every ring without waiting and returns the number of
 // samples delivered (perf_buffer__consume). Errors: os.ErrClosed (wrapped)
 // after Close; a syscall.Errno from libbpf.
 func (pb *PerfBuffer) Consume() (int, error) {
 	const op = "consume perf buffer"
-	if err := pb.enter(op); err != nil {
+	if err := pb.life.enter(op); err != nil {
 		return 0, err
 	}
-	defer pb.exit()
+	defer pb.life.exit()
 	return pb.drain(op, pb.all)
 }
 
@@ -530,10 +437,10 @@ func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 	if err := pb.checkIndex(i); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := pb.enter(op); err != nil {
+	if err := pb.life.enter(op); err != nil {
 		return 0, err
 	}
-	defer pb.exit()
+	defer pb.life.exit()
 	pb.drainMu.Lock()
 	held := pb.held[i]
 	pb.drainMu.Unlock()
@@ -565,10 +472,10 @@ func (pb *PerfBuffer) BufferFD(i int) (int, error) {
 	if err := pb.checkIndex(i); err != nil {
 		return -1, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := pb.enter(op); err != nil {
+	if err := pb.life.enter(op); err != nil {
 		return -1, err
 	}
-	defer pb.exit()
+	defer pb.life.exit()
 	return pb.c.bufferFD(i), nil
 }
 
@@ -578,10 +485,10 @@ func (pb *PerfBuffer) BufferFD(i int) (int, error) {
 // os.ErrClosed (wrapped).
 func (pb *PerfBuffer) EpollFD() (int, error) {
 	const op = "epoll fd of perf buffer"
-	if err := pb.enter(op); err != nil {
+	if err := pb.life.enter(op); err != nil {
 		return -1, err
 	}
-	defer pb.exit()
+	defer pb.life.exit()
 	return pb.c.epollFD(), nil
 }
 
@@ -622,7 +529,7 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 		idxs = pb.unheld(idxs)
 	}
 	for pos := 0; pos < len(idxs); {
-		if pb.isClosed.Load() {
+		if pb.life.isClosed.Load() {
 			break // Close was called from a callback: stop after the batch
 		}
 		used, next, err := pb.c.drain(idxs, pos)
@@ -664,14 +571,14 @@ func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
 	}
 	// The reference taken here is what keeps the mapping alive: the
 	// RawBuffer's Release drops it.
-	if err := pb.enter(op); err != nil {
+	if err := pb.life.enter(op); err != nil {
 		return nil, err
 	}
 	pb.drainMu.Lock()
 	defer pb.drainMu.Unlock()
 	rb, err := pb.openRaw(i)
 	if err != nil {
-		pb.exit()
+		pb.life.exit()
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	pb.held[i] = true
@@ -701,7 +608,7 @@ func (pb *PerfBuffer) release(i int) {
 	pb.held[i] = false
 	pb.nheld--
 	pb.drainMu.Unlock()
-	pb.exit()
+	pb.life.exit()
 }
 
 // publish moves the drainer's pending counts into the shared stats, once per

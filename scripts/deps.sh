@@ -30,7 +30,7 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 if [ ${#backports[@]} -gt 0 ] && ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
 	# Same mirror as the bookworm source already configured.
-	mirror=$(grep -rhs '^URIs:' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1 | awk '{print $2}')
+	mirror=$(grep -rhs '^URIs:' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1 | awk '{print $2}' || true)
 	: "${mirror:=http://deb.debian.org/debian}"
 	echo "deps: adding bookworm-backports from $mirror"
 	cat >/etc/apt/sources.list.d/bookworm-backports.sources <<SRC
