@@ -1,0 +1,482 @@
+package perfbuf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrFlushed is returned by a read once every record that was in the rings
+// when Flush was called has been delivered.
+var ErrFlushed = errors.New("perf buffer flushed")
+
+// DefaultMaxLatency is ReaderOptions.MaxLatency when it is zero.
+const DefaultMaxLatency = 100 * time.Millisecond
+
+// ReaderOptions configures NewReader and NewOrderedReader.
+type ReaderOptions struct {
+	// MaxLatency bounds how long a record waits in a ring for a wakeup:
+	// the reader drains at least this often while it blocks. With
+	// Options.WakeupEvents > 1 (or WakeupBytes) a ring below its threshold
+	// raises no wakeup (libbpf#438); this is what still delivers it.
+	// Zero means DefaultMaxLatency; negative means wait for wakeups only.
+	MaxLatency time.Duration
+
+	// Budget is how many bytes a pass reads from one ring before it moves
+	// on to the next, so that one busy CPU cannot starve the others. Zero
+	// means a quarter of the ring. At least one record is read per turn.
+	Budget int
+
+	// RoundRobin drains the rings in index order on every pass. By
+	// default each pass drains the fullest ring first (by data_head -
+	// data_tail), which is the one closest to losing samples.
+	RoundRobin bool
+}
+
+// Sample is a record as a reader delivers it: a sample, or a count of
+// samples the kernel lost.
+type Sample struct {
+	CPU  int
+	Type RecordType // RecordSample or RecordLost
+	// Data is a copy of the payload (padded by the kernel: see
+	// Options.SampleFunc). ReadInto reuses its capacity; Read allocates.
+	Data []byte
+	Lost uint64 // for RecordLost
+
+	Key  uint64 // OrderedReader: the key the record was ordered by
+	Late bool   // OrderedReader: delivered after a record with a later key
+}
+
+// ReaderStats counts what a reader did with one CPU's ring.
+type ReaderStats struct {
+	CPU          int
+	Samples      uint64 // samples delivered
+	Bytes        uint64 // their payload bytes
+	Lost         uint64 // samples the kernel reported lost
+	CorruptBytes uint64 // bytes skipped as corrupt (see RawBuffer.SkipCorrupt)
+	Late         uint64 // OrderedReader: records behind a key already released
+	Dropped      uint64 // OrderedReader with DropLate: late records dropped
+	Discarded    uint64 // bytes left in the ring at Close
+	MaxFill      int    // the most bytes seen waiting in the ring
+}
+
+// ringSet is what Reader and OrderedReader share: the rings of a PerfBuffer
+// held as RawBuffers, the wait, Close, deadlines, Flush and stats.
+type ringSet struct {
+	rings    []*RawBuffer
+	w        *waiter
+	life     lifetime
+	mu       sync.Mutex // one read at a time
+	evs      []unix.EpollEvent
+	deadline atomic.Int64 // unix nanoseconds; 0 means none
+	flushReq atomic.Bool
+	flushTo  []uint64 // heads to reach before ErrFlushed; nil when no flush runs
+	latency  time.Duration
+	budget   int
+
+	statsMu sync.Mutex
+	stats   []ReaderStats
+}
+
+// open takes every ring of pb.
+func (rs *ringSet) open(pb *PerfBuffer, opts ReaderOptions) error {
+	if pb == nil {
+		return fmt.Errorf("nil perf buffer: %w", ErrInvalidOptions)
+	}
+	n := pb.BufferCount()
+	rings := make([]*RawBuffer, 0, n)
+	fds := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		rb, err := pb.Buffer(i)
+		if err == nil {
+			rings = append(rings, rb)
+			var fd int
+			fd, err = pb.BufferFD(i)
+			fds = append(fds, fd)
+		}
+		if err != nil {
+			for _, rb := range rings {
+				rb.Release()
+			}
+			return err
+		}
+	}
+	return rs.init(rings, fds, opts)
+}
+
+// init sets rs up over rings, waking when fds[i] (ring i's perf event) is
+// readable. It releases the rings if it fails.
+func (rs *ringSet) init(rings []*RawBuffer, fds []int, opts ReaderOptions) error {
+	rs.rings = rings
+	if opts.Budget < 0 {
+		rs.release()
+		return fmt.Errorf("budget %d is negative: %w", opts.Budget, ErrInvalidOptions)
+	}
+	rs.latency = opts.MaxLatency
+	if rs.latency == 0 {
+		rs.latency = DefaultMaxLatency
+	}
+	rs.budget = opts.Budget
+	if rs.budget == 0 {
+		rs.budget = max(rings[0].Size()/4, 1)
+	}
+	var err error
+	if rs.w, err = newWaiter(fds); err != nil {
+		rs.release()
+		return err
+	}
+	rs.evs = make([]unix.EpollEvent, len(rings)+1)
+	rs.stats = make([]ReaderStats, len(rings))
+	for i, rb := range rings {
+		rs.stats[i].CPU = rb.CPU()
+	}
+	rs.life.free = rs.free
+	return nil
+}
+
+func (rs *ringSet) release() {
+	for _, rb := range rs.rings {
+		rb.Release()
+	}
+}
+
+// free counts what Close leaves in the rings, then hands them back.
+func (rs *ringSet) free() {
+	rs.statsMu.Lock()
+	for i, rb := range rs.rings {
+		rs.stats[i].Discarded += uint64(rb.Used())
+	}
+	rs.statsMu.Unlock()
+	rs.release()
+	rs.w.close()
+}
+
+// Close stops the reader: a blocked read returns an error matching
+// os.ErrClosed at once, later reads fail with it, and the rings go back to
+// the PerfBuffer (which the caller still owns and closes). Records still in
+// the rings are not delivered: they are counted in Stats as Discarded. To
+// deliver them first, call Flush and read until ErrFlushed. Close may be
+// called from any goroutine, also from a callback, any number of times.
+func (rs *ringSet) Close() error {
+	rs.life.close(rs.w.wake)
+	return nil
+}
+
+// SetDeadline makes reads blocked at or after t return an error matching
+// os.ErrDeadlineExceeded. The zero time means no deadline. It may be called
+// from any goroutine; a read blocked at the time sees the new deadline.
+func (rs *ringSet) SetDeadline(t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	rs.deadline.Store(ns)
+	rs.w.wake()
+}
+
+// Flush makes the reader deliver every record that is in the rings now
+// without waiting for a wakeup; once they are all delivered, a read returns
+// ErrFlushed, and reading goes on as before after that. It may be called
+// from any goroutine.
+func (rs *ringSet) Flush() {
+	rs.flushReq.Store(true)
+	rs.w.wake()
+}
+
+// Stats returns per-CPU counts in buffer index order. It may be called from
+// any goroutine.
+func (rs *ringSet) Stats() []ReaderStats {
+	rs.statsMu.Lock()
+	defer rs.statsMu.Unlock()
+	return slices.Clone(rs.stats)
+}
+
+// publish copies ring i's counters into the shared stats.
+func (rs *ringSet) publish(i int) {
+	st := rs.rings[i].Stats()
+	rs.statsMu.Lock()
+	s := &rs.stats[i]
+	s.Samples, s.Bytes, s.Lost, s.CorruptBytes = st.Samples, st.Bytes, st.Lost, st.CorruptBytes
+	rs.statsMu.Unlock()
+}
+
+// noteFill records ring i's fill level.
+func (rs *ringSet) noteFill(i, used int) {
+	rs.statsMu.Lock()
+	rs.stats[i].MaxFill = max(rs.stats[i].MaxFill, used)
+	rs.statsMu.Unlock()
+}
+
+// flushDone reports whether a flush that is running has reached its heads;
+// it starts one when Flush was called.
+func (rs *ringSet) flushDone() bool {
+	if rs.flushReq.Swap(false) {
+		rs.flushTo = rs.flushTo[:0]
+		for _, rb := range rs.rings {
+			rs.flushTo = append(rs.flushTo, rb.Head())
+		}
+	}
+	if rs.flushTo == nil {
+		return false
+	}
+	for i, rb := range rs.rings {
+		if int64(rb.Tail()-rs.flushTo[i]) < 0 {
+			return false
+		}
+	}
+	rs.flushTo = nil
+	return true
+}
+
+// flushing reports whether a flush is under way (records must not wait).
+func (rs *ringSet) flushing() bool { return rs.flushTo != nil || rs.flushReq.Load() }
+
+// wait blocks until a ring is ready, timeout passes (negative: no limit),
+// the deadline passes, or the waiter is woken. It returns the error a read
+// should return, or nil to go on reading.
+func (rs *ringSet) wait(op string, timeout time.Duration) error {
+	if rs.life.isClosed.Load() {
+		return fmt.Errorf("%s: %w", op, os.ErrClosed)
+	}
+	if dl := rs.deadline.Load(); dl != 0 {
+		left := time.Until(time.Unix(0, dl))
+		if left <= 0 {
+			return fmt.Errorf("%s: %w", op, os.ErrDeadlineExceeded)
+		}
+		if timeout < 0 || left < timeout {
+			timeout = left
+		}
+	}
+	n, err := rs.w.wait(rs.evs, timeout)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	for _, ev := range rs.evs[:n] {
+		if ev.Fd == wakeTag && !rs.life.isClosed.Load() {
+			rs.w.clearWake() // Flush or SetDeadline: look again
+		}
+	}
+	return nil
+}
+
+// source is how a reader chooses records: Reader drains fullest first,
+// OrderedReader merges by key.
+type source interface {
+	// next parses the next record to deliver into rec and returns its
+	// ring's index, or -1 when there is none to deliver now.
+	next(rec *Record, s *Sample) int
+	// delivered is called after the record's consumer returned.
+	delivered(i int)
+	// idle commits what was delivered and returns how long to wait.
+	idle() time.Duration
+}
+
+// core implements the read methods over a source.
+type core struct {
+	ringSet
+	src  source
+	rec  Record
+	meta Sample // the source's part of a delivery: key, late mark
+}
+
+// readFunc runs fn on each record, zero-copy, until fn fails or the reader
+// stops (close, deadline, ctx, a Flush completing).
+func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Record, s *Sample) error) error {
+	if err := c.life.enter(op); err != nil {
+		return err
+	}
+	defer c.life.exit()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ctx != nil && ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, c.w.wake)
+		defer stop()
+	}
+	for {
+		if ctx != nil {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%s: %w", op, err)
+			}
+		}
+		if i := c.src.next(&c.rec, &c.meta); i >= 0 {
+			err := fn(i, &c.rec, &c.meta)
+			c.src.delivered(i)
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		timeout := c.src.idle()
+		if c.flushDone() {
+			return fmt.Errorf("%s: %w", op, ErrFlushed)
+		}
+		if c.flushing() {
+			continue // the flush is not done: read on without waiting
+		}
+		if err := c.wait(op, timeout); err != nil {
+			return err
+		}
+	}
+}
+
+// errStop ends readFunc after one record; it never leaves this file.
+var errStop = errors.New("stop")
+
+// ReadInto blocks until a record is available and copies it into s, reusing
+// s.Data's capacity: no allocation once it is large enough.
+//
+// Errors (wrapped): os.ErrClosed after Close, os.ErrDeadlineExceeded past
+// the deadline, ErrFlushed once a Flush completed.
+func (c *core) ReadInto(s *Sample) error {
+	err := c.readFunc(nil, "read perf buffer", func(i int, rec *Record, meta *Sample) error {
+		buf := s.Data
+		*s = *meta
+		s.CPU, s.Type, s.Lost, s.Data = c.rings[i].CPU(), rec.Type, rec.Lost, rec.AppendTo(buf[:0])
+		return errStop
+	})
+	if err == errStop {
+		return nil
+	}
+	return err
+}
+
+// Read is ReadInto into a new Sample.
+func (c *core) Read() (*Sample, error) {
+	s := new(Sample)
+	if err := c.ReadInto(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Each calls fn with every record, zero-copy, until ctx is done, the reader
+// is closed, the deadline passes, a Flush completes, or fn returns an error,
+// and returns that error (ctx.Err() wrapped for ctx). rec's Data and Wrapped
+// alias ring memory and are valid only during the call; meta carries the
+// CPU and, for an OrderedReader, the key and the late mark.
+func (c *core) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {
+	return c.readFunc(ctx, "read perf buffer", func(i int, rec *Record, meta *Sample) error {
+		meta.CPU, meta.Type, meta.Lost, meta.Data = c.rings[i].CPU(), rec.Type, rec.Lost, nil
+		return fn(rec, meta)
+	})
+}
+
+// All returns an iterator over the records, copied into one reused Sample
+// (valid until the next iteration). It ends when ctx is done or the reader
+// is closed, yielding that error last; other errors (deadline, ErrFlushed)
+// are yielded and reading goes on.
+func (c *core) All(ctx context.Context) iter.Seq2[*Sample, error] {
+	return func(yield func(*Sample, error) bool) {
+		var s Sample
+		for {
+			err := c.readFunc(ctx, "read perf buffer", func(i int, rec *Record, meta *Sample) error {
+				buf := s.Data
+				s = *meta
+				s.CPU, s.Type, s.Lost, s.Data = c.rings[i].CPU(), rec.Type, rec.Lost, rec.AppendTo(buf[:0])
+				if !yield(&s, nil) {
+					return errStop
+				}
+				return nil
+			})
+			if err == errStop {
+				return
+			}
+			if !yield(nil, err) || errors.Is(err, os.ErrClosed) || (ctx != nil && ctx.Err() != nil) {
+				return
+			}
+		}
+	}
+}
+
+// Reader reads every ring of a PerfBuffer in pure Go: it drains the fullest
+// ring first, a budget of bytes per ring per pass, committing each ring's
+// tail once per turn. It blocks in epoll over the rings and an eventfd, and
+// drains at least every MaxLatency.
+//
+// A Reader holds all rings (PerfBuffer.Buffer) until Close. One read runs at
+// a time: reads from several goroutines are serialised. Close, SetDeadline,
+// Flush and Stats may be called from any goroutine.
+type Reader struct {
+	core
+	roundRobin bool
+	order      []int // rings of the current pass, in drain order
+	pos        int   // current ring in order
+	left       int   // budget left for it
+}
+
+// NewReader takes every ring of pb for a Reader. Errors: ErrInvalidOptions,
+// ErrBusy if a ring is held already, os.ErrClosed.
+func NewReader(pb *PerfBuffer, opts ReaderOptions) (*Reader, error) {
+	r := &Reader{roundRobin: opts.RoundRobin}
+	if err := r.open(pb, opts); err != nil {
+		return nil, fmt.Errorf("new reader: %w", err)
+	}
+	r.src = r
+	return r, nil
+}
+
+// next returns the next record of the pass, starting a pass when the last
+// one ended.
+func (r *Reader) next(rec *Record, _ *Sample) int {
+	for {
+		if r.pos >= len(r.order) && !r.startPass() {
+			return -1
+		}
+		i := r.order[r.pos]
+		rb := r.rings[i]
+		if r.left > 0 {
+			ok, err := rb.Next(rec)
+			if ok {
+				r.left -= int(rec.Next - rec.Pos)
+				return i
+			}
+			if err != nil {
+				rb.SkipCorrupt() // counted; the ring goes on at the head
+			}
+		}
+		r.endTurn(i)
+	}
+}
+
+func (r *Reader) delivered(int) {}
+
+// endTurn commits ring i once for its whole turn and moves to the next.
+func (r *Reader) endTurn(i int) {
+	rb := r.rings[i]
+	if err := rb.Commit(rb.Cursor()); err != nil {
+		panic(err) // the cursor is always a valid commit position
+	}
+	r.publish(i)
+	r.pos++
+	r.left = r.budget
+}
+
+// startPass snapshots every ring and orders the non-empty ones, fullest
+// first unless RoundRobin. It reports false when all are empty.
+func (r *Reader) startPass() bool {
+	r.order, r.pos, r.left = r.order[:0], 0, r.budget
+	for i, rb := range r.rings {
+		rb.Begin()
+		if used := rb.Pending(); used > 0 {
+			r.noteFill(i, used)
+			r.order = append(r.order, i)
+		}
+	}
+	if !r.roundRobin {
+		slices.SortStableFunc(r.order, func(a, b int) int {
+			return r.rings[b].Pending() - r.rings[a].Pending()
+		})
+	}
+	return len(r.order) > 0
+}
+
+// idle: every turn ended with a commit already.
+func (r *Reader) idle() time.Duration { return r.latency }
