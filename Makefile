@@ -1,6 +1,7 @@
 # perfbuf: build, test and benchmark.
 #
 #   make deps     install what is missing (idempotent; quick when all is there)
+#   make run      the main job: execsnoop for a few seconds, with a demo (root)
 #   make test     deps, build, unit tests, privileged selftests, a bounded fuzz run
 #   make bench    Go benchmarks of every mode beside the C reference
 #   make lint     gofmt, go vet, staticcheck
@@ -19,7 +20,7 @@ LLVM_STRIP ?= llvm-strip-19
 BPFTOOL ?= bpftool
 BUILD := $(CURDIR)/build
 FUZZTIME ?= 30s
-STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@2025.1.1
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 
@@ -43,7 +44,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build test unit selftest fuzz bench lint clean docker-test
+.PHONY: all deps libbpf-info bpf build run test unit selftest fuzz bench lint clean docker-test
 
 all: build
 
@@ -77,6 +78,13 @@ bpf: deps $(BPF_OBJ)
 build: libbpf-info bpf
 	$(GO) build $(GOTAGS) ./...
 	$(GO) vet $(GOTAGS) ./...
+
+# The main job: execsnoop (cmd/execsnoop, ported from libbpf-tools) traces
+# every exec for RUN_SECONDS while --demo starts a handful of processes.
+RUN_SECONDS ?= 3
+run: libbpf-info bpf
+	$(GO) build $(GOTAGS) -o $(BUILD)/execsnoop ./cmd/execsnoop
+	$(BUILD)/execsnoop --bpf-obj cmd/execsnoop/bpf/execsnoop.bpf.o --demo -T -x -d $(RUN_SECONDS)
 
 # Every test: unit tests and privileged selftests, with the race detector.
 # Under CI (CI=true) a selftest that cannot get its privileges fails.

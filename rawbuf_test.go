@@ -719,7 +719,7 @@ func TestRawCorruptHead(t *testing.T) {
 			// SkipCorrupt gets the reader going again.
 			f.mustWrite(t, fakeSample(nil))
 			for range 2 {
-				n, err = b.Drain(func(*Record) bool { return true })
+				_, err = b.Drain(func(*Record) bool { return true })
 				if err == nil {
 					break
 				}

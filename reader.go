@@ -296,15 +296,13 @@ func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Reco
 	defer c.life.exit()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ctx != nil && ctx.Done() != nil {
+	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, c.w.wake)
 		defer stop()
 	}
 	for {
-		if ctx != nil {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("%s: %w", op, err)
-			}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
 		}
 		if i := c.src.next(&c.rec, &c.meta); i >= 0 {
 			err := fn(i, &c.rec, &c.meta)
@@ -336,7 +334,7 @@ var errStop = errors.New("stop")
 // Errors (wrapped): os.ErrClosed after Close, os.ErrDeadlineExceeded past
 // the deadline, ErrFlushed once a Flush completed.
 func (c *core) ReadInto(s *Sample) error {
-	err := c.readFunc(nil, "read perf buffer", func(i int, rec *Record, meta *Sample) error {
+	err := c.readFunc(context.Background(), "read perf buffer", func(i int, rec *Record, meta *Sample) error {
 		buf := s.Data
 		*s = *meta
 		s.CPU, s.Type, s.Lost, s.Data = c.rings[i].CPU(), rec.Type, rec.Lost, rec.AppendTo(buf[:0])
@@ -389,7 +387,7 @@ func (c *core) All(ctx context.Context) iter.Seq2[*Sample, error] {
 			if err == errStop {
 				return
 			}
-			if !yield(nil, err) || errors.Is(err, os.ErrClosed) || (ctx != nil && ctx.Err() != nil) {
+			if !yield(nil, err) || errors.Is(err, os.ErrClosed) || ctx.Err() != nil {
 				return
 			}
 		}

@@ -31,7 +31,7 @@ func OpenCRef(mapFD, pages int) (*CRef, error) {
 func (c *CRef) Consume() (int, error) {
 	n := C.cref_consume(c.r)
 	if n < 0 {
-		return 0, fmt.Errorf("C reference consume: %w", syscall.Errno(-n))
+		return 0, fmt.Errorf("consume with the C reference: %w", syscall.Errno(-n))
 	}
 	return int(n), nil
 }

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: GPL-2.0
+/* execsnoop: trace execve() system-wide, the BPF half of cmd/execsnoop.
+ *
+ * sys_enter_execve stores what is known before the exec (pid, parent, uid,
+ * comm, filename and arguments) in `execs`, keyed by thread id;
+ * sys_exit_execve completes it with the return value, the new comm and a
+ * timestamp, and writes it to the perf event array `events`.
+ *
+ * struct event is read by cmd/execsnoop/event.go, which mirrors its offsets:
+ * change both together. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#define TASK_COMM_LEN 16
+#define TOTAL_MAX_ARGS 60 /* largest --max-args */
+#define ARGSIZE 128       /* longest argument kept, NUL included */
+#define ARGS_BUF_SIZE (TOTAL_MAX_ARGS * ARGSIZE)
+#define LAST_ARG (ARGS_BUF_SIZE - ARGSIZE)
+#define INVALID_UID ((__u32)-1)
+
+#define EVENT_ARGS_TRUNCATED 1 /* argv had more than max_args entries */
+
+struct event {
+	__u64 ts;          /* 0: bpf_ktime_get_ns() at exit; the readers' ordering key */
+	__u32 pid;         /* 8: tgid */
+	__u32 ppid;        /* 12: tgid of real_parent */
+	__u32 uid;         /* 16 */
+	__s32 retval;      /* 20: execve's return value: 0 or -errno */
+	__u32 args_count;  /* 24: strings in args: the filename, then argv[1..] */
+	__u32 args_size;   /* 28: bytes used in args, NULs included */
+	__u32 flags;       /* 32: EVENT_ARGS_* */
+	char comm[TASK_COMM_LEN]; /* 36: comm after the exec (before it, if it failed) */
+	char args[ARGS_BUF_SIZE]; /* 52: NUL-terminated strings; only args_size bytes are output */
+};
+
+/* Set by user space before load (libbpfgo InitGlobalVariable). */
+const volatile __u32 targ_uid = INVALID_UID;
+const volatile bool ignore_failed = true;
+const volatile __u32 max_args = 20;
+
+/* Events between enter and exit. Not preallocated: an entry is ~7.7 KiB and
+ * only execs in flight need one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 10240);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct event);
+} execs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} events SEC(".maps");
+
+static const struct event empty_event = {};
+
+SEC("tracepoint/syscalls/sys_enter_execve")
+int tracepoint__syscalls__sys_enter_execve(struct trace_event_raw_sys_enter *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	__u32 uid = (__u32)bpf_get_current_uid_gid();
+	const char *const *argv = (const char *const *)ctx->args[1];
+	const char *argp;
+	struct task_struct *task;
+	struct event *e;
+	__u32 i;
+	long ret;
+
+	if (targ_uid != INVALID_UID && uid != targ_uid)
+		return 0;
+	/* BPF_ANY: an entry left by an exec whose exit we missed is replaced. */
+	if (bpf_map_update_elem(&execs, &tid, &empty_event, BPF_ANY))
+		return 0;
+	e = bpf_map_lookup_elem(&execs, &tid);
+	if (!e)
+		return 0;
+
+	task = (struct task_struct *)bpf_get_current_task();
+	e->pid = id >> 32;
+	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
+	e->uid = uid;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+
+	/* The path as passed to execve comes first, in place of argv[0]. */
+	ret = bpf_probe_read_user_str(e->args, ARGSIZE, (const char *)ctx->args[0]);
+	if (ret < 0)
+		return 0; /* the exec fails with EFAULT; reported without args */
+	e->args_count = 1;
+	e->args_size = ret;
+
+	for (i = 1; i < TOTAL_MAX_ARGS && i < max_args; i++) {
+		argp = NULL;
+		if (bpf_probe_read_user(&argp, sizeof(argp), &argv[i]) || !argp)
+			return 0;
+		if (e->args_size > LAST_ARG)
+			return 0;
+		ret = bpf_probe_read_user_str(&e->args[e->args_size], ARGSIZE, argp);
+		if (ret < 0)
+			return 0;
+		e->args_count++;
+		e->args_size += ret;
+	}
+	/* All max_args slots used: is there one more? */
+	argp = NULL;
+	if (!bpf_probe_read_user(&argp, sizeof(argp), &argv[i]) && argp)
+		e->flags |= EVENT_ARGS_TRUNCATED;
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_execve")
+int tracepoint__syscalls__sys_exit_execve(struct trace_event_raw_sys_exit *ctx)
+{
+	/* After a successful exec by a thread other than the leader, the
+	 * thread has taken the leader's id and the lookup misses (as in the C
+	 * tool); the next enter on that id replaces the stale entry. */
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct event *e;
+	__u64 size;
+	long ret = ctx->ret;
+
+	e = bpf_map_lookup_elem(&execs, &tid);
+	if (!e)
+		return 0;
+	if (ignore_failed && ret < 0)
+		goto cleanup;
+
+	e->retval = ret;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->ts = bpf_ktime_get_ns();
+	size = offsetof(struct event, args) + e->args_size;
+	if (size <= sizeof(*e))
+		bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, e, size);
+cleanup:
+	bpf_map_delete_elem(&execs, &tid);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,290 @@
+package main
+
+// Privileged tests: the real BPF program (built by `make bpf`), attached to
+// the execve tracepoints, with known commands exec'd by the test.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/perfbuf/perfbuf"
+)
+
+// requirePrivileges skips the test without root or kernel BTF, except under
+// CI (CI=true), where a privileged test that cannot run must fail.
+func requirePrivileges(t *testing.T) {
+	t.Helper()
+	reason := ""
+	if os.Geteuid() != 0 {
+		reason = "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN)"
+	} else if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		reason = "needs kernel BTF: " + err.Error()
+	}
+	if reason == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("privileged test cannot run under CI: %s", reason)
+	}
+	t.Skipf("privileged test: %s", reason)
+}
+
+func openTestTracer(t *testing.T, cfg tracerConfig) *tracer {
+	t.Helper()
+	requirePrivileges(t)
+	tr, err := openTracer(cfg)
+	if err != nil {
+		t.Fatal(err) // a missing object says to run `make bpf`
+	}
+	t.Cleanup(tr.close)
+	return tr
+}
+
+// traced is one exec as the reader delivered it.
+type traced struct {
+	ev  event
+	cpu int
+	key uint64
+}
+
+// collect flushes the reader and returns every exec it delivers until the
+// flush completes. Everything the test exec'd before is in the rings by
+// then: the exit tracepoint runs before the exec'd process can exit.
+func collect(t *testing.T, tr *tracer) []traced {
+	t.Helper()
+	tr.rd.SetDeadline(time.Now().Add(10 * time.Second))
+	tr.rd.Flush()
+	var (
+		out []traced
+		s   perfbuf.Sample
+	)
+	for {
+		err := tr.rd.ReadInto(&s)
+		if errors.Is(err, perfbuf.ErrFlushed) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if s.Type == perfbuf.RecordLost {
+			t.Errorf("cpu %d lost %d events", s.CPU, s.Lost)
+			continue
+		}
+		var ev event
+		if err := decodeEvent(s.Data, &ev); err != nil {
+			t.Fatalf("cpu %d: %v", s.CPU, err)
+		}
+		if s.Late {
+			t.Errorf("late event (ts %d) on cpu %d: %+v", s.Key, s.CPU, ev)
+		}
+		out = append(out, traced{ev: ev, cpu: s.CPU, key: s.Key})
+	}
+	for i, tc := range out {
+		if tc.key != tc.ev.TS {
+			t.Errorf("event %d: key %d, ts %d: the reader must order by ts", i, tc.key, tc.ev.TS)
+		}
+		if i > 0 && tc.ev.TS < out[i-1].ev.TS {
+			t.Errorf("event %d at %d after event %d at %d: not in timestamp order", i, tc.ev.TS, i-1, out[i-1].ev.TS)
+		}
+	}
+	return out
+}
+
+// find returns the events whose second argument is token.
+func find(got []traced, token string) []traced {
+	var out []traced
+	for _, tc := range got {
+		if len(tc.ev.Args) > 1 && tc.ev.Args[1] == token {
+			out = append(out, tc)
+		}
+	}
+	return out
+}
+
+// findOne is find that wants exactly one event.
+func findOne(t *testing.T, got []traced, token string) event {
+	t.Helper()
+	m := find(got, token)
+	if len(m) != 1 {
+		t.Fatalf("%d events with token %s among %d, want 1: %+v", len(m), token, len(got), m)
+	}
+	return m[0].ev
+}
+
+func newToken() string {
+	return fmt.Sprintf("perfbuf-test-%d-%x", os.Getpid(), rand.Uint64())
+}
+
+func ownComm(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+func runOK(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v", cmd, err)
+	}
+	return cmd.Process.Pid
+}
+
+func TestTraceExecs(t *testing.T) {
+	tr := openTestTracer(t, tracerConfig{uid: -1, includeFailed: true, maxArgs: 20})
+	me := uint32(os.Getpid())
+
+	ok := newToken()
+	okPID := runOK(t, exec.Command("/bin/true", ok, "a", "b"))
+
+	failTok := newToken()
+	failPath := "/nonexistent-" + failTok + "/x"
+	if err := exec.Command(failPath, failTok, "fail").Run(); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("exec %s: %v, want ENOENT", failPath, err)
+	}
+
+	many := newToken()
+	long := strings.Repeat("L", 300)
+	argv := []string{many, long}
+	for i := len(argv) + 1; i < 30; i++ {
+		argv = append(argv, fmt.Sprintf("arg%d", i))
+	}
+	manyPID := runOK(t, exec.Command("/bin/true", argv...))
+
+	// Execs from many goroutines, so from both CPUs, to exercise ordering.
+	par := newToken()
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := exec.Command("/bin/true", par).Run(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+
+	got := collect(t, tr)
+
+	ev := findOne(t, got, ok)
+	want := event{TS: ev.TS, PID: uint32(okPID), PPID: me, UID: 0, Ret: 0, Comm: "true",
+		Args: []string{"/bin/true", ok, "a", "b"}}
+	if !equalEvent(ev, want) {
+		t.Errorf("exec of /bin/true:\n got %+v\nwant %+v", ev, want)
+	}
+
+	ev = findOne(t, got, failTok)
+	// A failed exec keeps the caller's image: the comm is the test's.
+	want = event{TS: ev.TS, PID: ev.PID, PPID: me, UID: 0, Ret: -int32(syscall.ENOENT), Comm: ownComm(t),
+		Args: []string{failPath, failTok, "fail"}}
+	if !equalEvent(ev, want) || ev.PID == me {
+		t.Errorf("failed exec:\n got %+v\nwant %+v (pid of a child)", ev, want)
+	}
+
+	ev = findOne(t, got, many)
+	wantArgs := append([]string{"/bin/true", many, long[:argSize-1]}, argv[2:19]...)
+	if ev.PID != uint32(manyPID) || !ev.Truncated || !slices.Equal(ev.Args, wantArgs) {
+		t.Errorf("29 args with --max-args 20: got pid %d truncated %v args %q\nwant pid %d truncated args %q",
+			ev.PID, ev.Truncated, ev.Args, manyPID, wantArgs)
+	}
+
+	if n := len(find(got, par)); n != 16 {
+		t.Errorf("%d of 16 parallel execs traced", n)
+	}
+	cpus := map[int]bool{}
+	for _, tc := range got {
+		cpus[tc.cpu] = true
+	}
+	t.Logf("%d events from %d cpus, in timestamp order", len(got), len(cpus))
+}
+
+func equalEvent(a, b event) bool {
+	return a.TS == b.TS && a.PID == b.PID && a.PPID == b.PPID && a.UID == b.UID && a.Ret == b.Ret &&
+		a.Comm == b.Comm && a.Truncated == b.Truncated && slices.Equal(a.Args, b.Args)
+}
+
+// The uid filter and the failed-exec filter run in the kernel.
+func TestKernelFilters(t *testing.T) {
+	const uid = 4242
+	tr := openTestTracer(t, tracerConfig{uid: uid, includeFailed: false, maxArgs: 20})
+	as := func(cmd *exec.Cmd) *exec.Cmd {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		return cmd
+	}
+
+	root := newToken()
+	runOK(t, exec.Command("/bin/true", root))
+	user := newToken()
+	userPID := runOK(t, as(exec.Command("/bin/true", user)))
+	failTok := newToken()
+	if err := as(exec.Command("/nonexistent-"+failTok, failTok)).Run(); err == nil {
+		t.Fatal("exec of a nonexistent path succeeded")
+	}
+
+	got := collect(t, tr)
+	if m := find(got, root); len(m) != 0 {
+		t.Errorf("uid 0 exec traced with -u %d: %+v", uid, m)
+	}
+	if m := find(got, failTok); len(m) != 0 {
+		t.Errorf("failed exec traced without -x: %+v", m)
+	}
+	ev := findOne(t, got, user)
+	if ev.UID != uid || ev.PID != uint32(userPID) || ev.Ret != 0 {
+		t.Errorf("exec as uid %d: %+v (pid %d)", uid, ev, userPID)
+	}
+	for _, tc := range got {
+		if tc.ev.UID != uid {
+			t.Errorf("event of uid %d with -u %d: %+v", tc.ev.UID, uid, tc.ev)
+		}
+	}
+}
+
+// The whole command, in-process: --demo with JSON output for 2 seconds.
+func TestRunDemo(t *testing.T) {
+	requirePrivileges(t)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--demo", "-x", "--json", "-d", "2"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, stderr.String())
+	}
+	me := uint32(os.Getpid())
+	var sawEcho, sawFail, sawTrunc bool
+	sc := bufio.NewScanner(&stdout)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var j jsonEvent
+		if err := json.Unmarshal(sc.Bytes(), &j); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		if j.PPID != me || len(j.Args) == 0 {
+			continue
+		}
+		switch j.Args[0] {
+		case "/bin/echo":
+			sawEcho = sawEcho || (j.Comm == "echo" && j.Ret == 0 && slices.Equal(j.Args[1:], []string{"hello", "from", "perfbuf"}))
+			sawTrunc = sawTrunc || (j.ArgsTruncated && len(j.Args) == 20)
+		case "/nonexistent/perfbuf-demo":
+			sawFail = j.Ret == -int32(syscall.ENOENT)
+		}
+	}
+	if !sawEcho || !sawFail || !sawTrunc {
+		t.Errorf("demo: echo %v, failed exec %v, truncated args %v; stdout:\n%s", sawEcho, sawFail, sawTrunc, stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "execs traced") || !strings.Contains(stderr.String(), "0 lost") {
+		t.Errorf("no summary, or events lost; stderr:\n%s", stderr.String())
+	}
+}

@@ -1,0 +1,324 @@
+package main
+
+// Unit tests of decoding, formatting, flags and the read loop: no BPF, no
+// privileges.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/perfbuf/perfbuf"
+)
+
+// encodeEvent lays ev out as struct event in execsnoop.bpf.c does, and pads
+// it as the kernel pads samples (u32 size + data round up to 8 bytes).
+func encodeEvent(ev event) []byte {
+	var args []byte
+	for _, a := range ev.Args {
+		args = append(append(args, a...), 0)
+	}
+	n := offArgs + len(args)
+	b := make([]byte, (n+4+7)&^7-4)
+	le := binary.LittleEndian
+	le.PutUint64(b[offTS:], ev.TS)
+	le.PutUint32(b[offPID:], ev.PID)
+	le.PutUint32(b[offPPID:], ev.PPID)
+	le.PutUint32(b[offUID:], ev.UID)
+	le.PutUint32(b[offRet:], uint32(ev.Ret))
+	le.PutUint32(b[offArgsCount:], uint32(len(ev.Args)))
+	le.PutUint32(b[offArgsSize:], uint32(len(args)))
+	if ev.Truncated {
+		le.PutUint32(b[offFlags:], flagArgsTruncated)
+	}
+	copy(b[offComm:offComm+commLen-1], ev.Comm)
+	copy(b[offArgs:], args)
+	for i := n; i < len(b); i++ {
+		b[i] = 0xAA // the kernel does not clear the padding
+	}
+	return b
+}
+
+var sample = event{
+	TS: 5_250_000_000, PID: 4242, PPID: 1, UID: 1000, Ret: 0, Comm: "ls",
+	Args: []string{"/usr/bin/ls", "-l", "/tmp"},
+}
+
+func TestDecodeRoundTrip(t *testing.T) {
+	for _, want := range []event{
+		sample,
+		{TS: 1, PID: 7, PPID: 6, Ret: -2, Comm: "bash", Args: []string{"/nope"}},
+		{TS: 2, Comm: "fifteen-chars-x", Args: []string{"/bin/true", "a", ""}, Truncated: true},
+		{TS: 3, Comm: "x", Args: nil}, // unreadable filename: no args
+	} {
+		var got event
+		if err := decodeEvent(encodeEvent(want), &got); err != nil {
+			t.Fatalf("decode %+v: %v", want, err)
+		}
+		if len(got.Args) == 0 {
+			got.Args = nil
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("decoded %+v\nwant %+v", got, want)
+		}
+	}
+}
+
+func TestDecodeRejectsBadSizes(t *testing.T) {
+	b := encodeEvent(sample)
+	if err := decodeEvent(b[:offArgs-1], new(event)); !errors.Is(err, errShortEvent) {
+		t.Errorf("short header: %v, want errShortEvent", err)
+	}
+	binary.LittleEndian.PutUint32(b[offArgsSize:], uint32(len(b)))
+	if err := decodeEvent(b, new(event)); !errors.Is(err, errShortEvent) {
+		t.Errorf("args_size past the sample: %v, want errShortEvent", err)
+	}
+	binary.LittleEndian.PutUint32(b[offArgsSize:], argsBufSize+1)
+	if err := decodeEvent(b, new(event)); !errors.Is(err, errShortEvent) {
+		t.Errorf("args_size past the buffer: %v, want errShortEvent", err)
+	}
+}
+
+// The offsets must match the C struct, whose fields are laid out in order
+// with natural alignment.
+func TestLayout(t *testing.T) {
+	offs := []int{offTS, offPID, offPPID, offUID, offRet, offArgsCount, offArgsSize, offFlags, offComm, offArgs}
+	sizes := []int{8, 4, 4, 4, 4, 4, 4, 4, commLen}
+	for i, size := range sizes {
+		if offs[i]+size != offs[i+1] {
+			t.Errorf("field %d at %d, size %d, next at %d", i, offs[i], size, offs[i+1])
+		}
+	}
+	if perfbuf.SampleRecordSize(eventMaxSize) > 64*4096-8 {
+		t.Errorf("largest event does not fit the ring")
+	}
+}
+
+var testClock = clock{monoStart: 4_000_000_000, wallStart: time.Date(2025, 1, 2, 13, 4, 5, 0, time.Local)}
+
+func TestColumns(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		p          printer
+		head, line string
+	}{
+		{
+			name: "default",
+			head: "PCOMM            PID    PPID   RET ARGS\n",
+			line: "ls               4242   1        0 /usr/bin/ls -l /tmp\n",
+		},
+		{
+			name: "time timestamp uid",
+			p:    printer{time: true, timestamp: true, printUID: true},
+			head: "TIME     TIME(s)  UID    PCOMM            PID    PPID   RET ARGS\n",
+			line: "13:04:06 1.250    1000   ls               4242   1        0 /usr/bin/ls -l /tmp\n",
+		},
+		{
+			name: "quoted",
+			p:    printer{quote: true},
+			head: "PCOMM            PID    PPID   RET ARGS\n",
+			line: `ls               4242   1        0 "/usr/bin/ls" "-l" "/tmp"` + "\n",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.p.clock = testClock
+			if got := tc.p.header(); got != tc.head {
+				t.Errorf("header\n got %q\nwant %q", got, tc.head)
+			}
+			if got := string(tc.p.appendEvent(nil, &sample, 0)); got != tc.line {
+				t.Errorf("line\n got %q\nwant %q", got, tc.line)
+			}
+		})
+	}
+}
+
+func TestFailedAndTruncated(t *testing.T) {
+	p := printer{}
+	ev := event{PID: 10, PPID: 9, Ret: -2, Comm: "sh", Args: []string{"/nope", "x"}, Truncated: true}
+	want := "sh               10     9       -2 /nope x ...\n"
+	if got := string(p.appendEvent(nil, &ev, 0)); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestQuoting(t *testing.T) {
+	ev := event{Comm: "a\nb", Args: []string{`say "hi"`, "tab\there", `back\slash`, "esc\x1b[31m", ""}}
+	plain := printer{}
+	got := string(plain.appendEvent(nil, &ev, 0))
+	if want := `a\nb             0      0        0 say "hi" tab\there back\slash esc\x1b[31m ` + "\n"; got != want {
+		t.Errorf("plain\n got %q\nwant %q", got, want)
+	}
+	quoted := printer{quote: true}
+	got = string(quoted.appendEvent(nil, &ev, 0))
+	if want := `a\nb             0      0        0 "say \"hi\"" "tab\there" "back\\slash" "esc\x1b[31m" ""` + "\n"; got != want {
+		t.Errorf("quoted\n got %q\nwant %q", got, want)
+	}
+	if strings.Count(got, "\n") != 1 {
+		t.Errorf("an exec must be one line: %q", got)
+	}
+}
+
+func TestJSON(t *testing.T) {
+	p := printer{json: true, clock: testClock}
+	if h := p.header(); h != "" {
+		t.Errorf("JSON has no header, got %q", h)
+	}
+	line := p.appendEvent(nil, &sample, 1)
+	if bytes.Count(line, []byte("\n")) != 1 || line[len(line)-1] != '\n' {
+		t.Fatalf("not one line: %q", line)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(line, &got); err != nil {
+		t.Fatalf("unmarshal %q: %v", line, err)
+	}
+	want := map[string]any{
+		"time": testClock.wall(sample.TS).Format(time.RFC3339Nano), "ts": 1.25,
+		"comm": "ls", "pid": 4242.0, "ppid": 1.0, "uid": 1000.0, "ret": 0.0,
+		"args": []any{"/usr/bin/ls", "-l", "/tmp"}, "cpu": 1.0,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+	empty := event{Ret: -13, Truncated: true}
+	line = p.appendEvent(nil, &empty, 0)
+	if !bytes.Contains(line, []byte(`"args":[]`)) || !bytes.Contains(line, []byte(`"args_truncated":true`)) {
+		t.Errorf("no args: %s", line)
+	}
+}
+
+func TestFilter(t *testing.T) {
+	failed := event{Comm: "bash", Ret: -2, Args: []string{"/opt/tpkg/run"}}
+	for _, tc := range []struct {
+		f    filter
+		ev   *event
+		want bool
+	}{
+		{filter{}, &sample, true},
+		{filter{name: "l"}, &sample, true},
+		{filter{name: "bash"}, &sample, false},
+		{filter{line: "tmp"}, &sample, true},
+		{filter{line: "tpkg"}, &sample, false},
+		{filter{line: "tpkg"}, &failed, true},
+		{filter{failedOnly: true}, &sample, false},
+		{filter{failedOnly: true, name: "ba"}, &failed, true},
+	} {
+		if got := tc.f.match(tc.ev); got != tc.want {
+			t.Errorf("%+v on %s: %v, want %v", tc.f, tc.ev.Comm, got, tc.want)
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags(strings.Fields("-Tx -t -u 1000 -q -n bash --line tpkg -U --max-args 5 -d 2.5 --json --demo"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := o.printer
+	if !p.time || !p.timestamp || !p.quote || !p.printUID || !p.json || !o.demo ||
+		!o.tracer.includeFailed || o.tracer.uid != 1000 || o.tracer.maxArgs != 5 ||
+		o.filter.name != "bash" || o.filter.line != "tpkg" || o.duration != 2500*time.Millisecond {
+		t.Errorf("parsed %+v", o)
+	}
+	o, err = parseFlags([]string{"--failed-only", "--duration", "1m"}, io.Discard)
+	if err != nil || !o.filter.failedOnly || !o.tracer.includeFailed || o.duration != time.Minute || o.tracer.uid != -1 {
+		t.Errorf("--failed-only --duration 1m: %+v, %v", o, err)
+	}
+	for _, bad := range []string{"--max-args 0", "--max-args 61", "-u -1", "-u 4294967295", "-d 0", "-d soon", "extra", "-Tn"} {
+		if _, err := parseFlags(strings.Fields(bad), io.Discard); err == nil || errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%q: %v, want an error", bad, err)
+		}
+	}
+	var help bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &help); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "  -T, --time ") {
+		t.Errorf("-h: %v, help:\n%s", err, help.String())
+	}
+}
+
+func TestSplitShortFlags(t *testing.T) {
+	got := splitShortFlags([]string{"-Tx", "-n", "-qU", "--time", "-max-args=3", "--", "-Tt"}, "TtxqU")
+	want := []string{"-T", "-x", "-n", "-q", "-U", "--time", "-max-args=3", "--", "-Tt"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// fakeSource replays records, then reports ErrFlushed.
+type fakeSource struct {
+	recs []perfbuf.Sample
+}
+
+func (f *fakeSource) ReadInto(s *perfbuf.Sample) error {
+	if len(f.recs) == 0 {
+		return fmt.Errorf("read perf buffer: %w", perfbuf.ErrFlushed)
+	}
+	*s, f.recs = f.recs[0], f.recs[1:]
+	return nil
+}
+
+func TestReadLoop(t *testing.T) {
+	failed := event{TS: sample.TS + 1, PID: 7, Ret: -2, Comm: "sh", Args: []string{"/nope"}}
+	src := &fakeSource{recs: []perfbuf.Sample{
+		{CPU: 0, Type: perfbuf.RecordSample, Data: encodeEvent(sample)},
+		{CPU: 1, Type: perfbuf.RecordLost, Lost: 3},
+		{CPU: 1, Type: perfbuf.RecordSample, Data: []byte{1, 2, 3}},
+		{CPU: 1, Type: perfbuf.RecordSample, Data: encodeEvent(failed), Late: true},
+	}}
+	o := &options{filter: filter{failedOnly: true}}
+	var out, errs bytes.Buffer
+	c, err := readLoop(src, o, &out, &errs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (counts{events: 2, shown: 1, lost: 3, late: 1, bad: 1}); c != want {
+		t.Errorf("counts %+v, want %+v", c, want)
+	}
+	if want := "sh               7      0       -2 /nope\n"; out.String() != want {
+		t.Errorf("stdout %q, want %q", out.String(), want)
+	}
+	if !strings.Contains(errs.String(), "Lost 3 events on CPU #1!\n") || !strings.Contains(errs.String(), "short event") {
+		t.Errorf("stderr %q: want the lost line and the malformed sample", errs.String())
+	}
+}
+
+func TestReadLoopStopsOnClose(t *testing.T) {
+	src := &closedSource{}
+	if _, err := readLoop(src, &options{}, io.Discard, io.Discard); err != nil {
+		t.Errorf("closed source: %v, want a clean end", err)
+	}
+}
+
+type closedSource struct{}
+
+func (closedSource) ReadInto(*perfbuf.Sample) error {
+	return fmt.Errorf("read perf buffer: %w", os.ErrClosed)
+}
+
+func TestFindObject(t *testing.T) {
+	if _, err := findObject("/nonexistent/execsnoop.bpf.o"); err == nil {
+		t.Error("missing -bpf-obj: no error")
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	_, err := findObject("")
+	if err == nil || !strings.Contains(err.Error(), "make bpf") {
+		t.Errorf("no object anywhere: %v, want a hint to run make bpf", err)
+	}
+	if err := os.MkdirAll("bpf", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("bpf/"+objName, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := findObject(""); err != nil || p != "bpf/"+objName {
+		t.Errorf("findObject = %q, %v", p, err)
+	}
+}

@@ -1,0 +1,356 @@
+// Command execsnoop traces execve() system-wide and prints one line per
+// exec: a Go port of execsnoop from libbpf-tools (bcc), reading its perf
+// event array with perfbuf's OrderedReader so that events from all CPUs come
+// out in timestamp order.
+//
+// It needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) and kernel BTF, and
+// the BPF object built by `make bpf` (see -bpf-obj).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/perfbuf/perfbuf"
+)
+
+const usageHead = `Trace exec syscalls.
+
+USAGE: execsnoop [-h] [-T] [-t] [-x] [--failed-only] [-u UID] [-q] [-n NAME]
+                 [-l LINE] [-U] [--max-args MAX_ARGS] [-d SECONDS] [-j] [--demo]
+                 [--bpf-obj PATH] [-v]
+
+EXAMPLES:
+   execsnoop           # trace all exec() syscalls
+   execsnoop -x        # include failed exec()s
+   execsnoop -T        # include time (HH:MM:SS)
+   execsnoop -U        # include UID
+   execsnoop -u 1000   # only trace UID 1000
+   execsnoop -t        # include timestamps
+   execsnoop -q        # add "quotemarks" around arguments
+   execsnoop -n main   # only print command lines containing "main"
+   execsnoop -l tpkg   # only print command where arguments contains "tpkg"
+   execsnoop -j -d 10  # JSON lines for 10 seconds
+   execsnoop --demo    # start a few known processes while tracing
+
+OPTIONS (short flags may be grouped: -Tx):
+`
+
+// options is the parsed command line.
+type options struct {
+	tracer   tracerConfig
+	printer  printer
+	filter   filter
+	duration time.Duration // 0: until SIGINT or SIGTERM
+	demo     bool
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole command; it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "execsnoop: %v\nTry 'execsnoop --help' for more information.\n", err)
+		return 2
+	}
+
+	t, err := openTracer(o.tracer)
+	if err != nil {
+		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
+		return 1
+	}
+	defer t.close()
+	o.printer.clock = t.clock
+
+	// SIGINT, SIGTERM or the end of -d flush the reader: it delivers what
+	// the rings hold, then the loop ends. A second signal stops at once.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var expired <-chan time.Time
+	if o.duration > 0 {
+		timer := time.NewTimer(o.duration)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sigs:
+		case <-expired:
+		case <-done:
+			return
+		}
+		t.rd.Flush()
+		select {
+		case <-sigs:
+			t.rd.Close()
+		case <-done:
+		}
+	}()
+
+	if _, err := io.WriteString(stdout, o.printer.header()); err != nil {
+		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
+		return 1
+	}
+	if o.demo {
+		go runDemo(done, stderr)
+	}
+	start := time.Now()
+	c, err := readLoop(t.rd, o, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
+		return 1
+	}
+	writeSummary(stderr, c, t.rd.Stats(), time.Since(start))
+	return 0
+}
+
+// counts is what the read loop saw.
+type counts struct {
+	events, shown, lost, late, bad uint64
+}
+
+// readLoop prints the events of src until it is flushed or closed. Lost
+// counts go to stderr as they arrive, as in the C tool.
+func readLoop(src eventSource, o *options, stdout, stderr io.Writer) (counts, error) {
+	var (
+		c    counts
+		s    perfbuf.Sample
+		ev   event
+		line []byte
+	)
+	for {
+		err := src.ReadInto(&s)
+		if errors.Is(err, perfbuf.ErrFlushed) || errors.Is(err, os.ErrClosed) {
+			return c, nil
+		}
+		if err != nil {
+			return c, err
+		}
+		if s.Type == perfbuf.RecordLost {
+			c.lost += s.Lost
+			fmt.Fprintf(stderr, "Lost %d events on CPU #%d!\n", s.Lost, s.CPU)
+			continue
+		}
+		if err := decodeEvent(s.Data, &ev); err != nil {
+			c.bad++
+			fmt.Fprintf(stderr, "execsnoop: cpu %d: %v\n", s.CPU, err)
+			continue
+		}
+		c.events++
+		if s.Late {
+			c.late++
+		}
+		if !o.filter.match(&ev) {
+			continue
+		}
+		c.shown++
+		line = o.printer.appendEvent(line[:0], &ev, s.CPU)
+		if _, err := stdout.Write(line); err != nil {
+			return c, err
+		}
+	}
+}
+
+// writeSummary prints the totals and the reader's per-CPU counts.
+func writeSummary(w io.Writer, c counts, stats []perfbuf.ReaderStats, elapsed time.Duration) {
+	fmt.Fprintf(w, "\n%d execs traced, %d shown, %d lost, %d out of order", c.events, c.shown, c.lost, c.late)
+	if c.bad > 0 {
+		fmt.Fprintf(w, ", %d malformed", c.bad)
+	}
+	fmt.Fprintf(w, " in %.1fs\n", elapsed.Seconds())
+	for _, s := range stats {
+		fmt.Fprintf(w, "  cpu %-3d %6d events %6d lost %6d out of order", s.CPU, s.Samples, s.Lost, s.Late)
+		if s.MaxFill > 0 {
+			fmt.Fprintf(w, "  ring peak %d bytes", s.MaxFill)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// parseFlags parses the command line the way the C tool's argp does, as far
+// as Go's flag package allows: each flag has its short and long name, and
+// grouped short bool flags (-Tx) are split. -h prints the help to stdout and
+// returns flag.ErrHelp.
+func parseFlags(args []string, stdout io.Writer) (*options, error) {
+	o := &options{tracer: tracerConfig{uid: -1, maxArgs: 20}}
+	fs := flag.NewFlagSet("execsnoop", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned, and run prints them once
+	fs.Usage = func() {}
+	var help strings.Builder
+	var wantHelp bool
+	// def registers a flag under each of its names and adds its help line.
+	def := func(names []string, arg, usage string, register func(name string)) {
+		var spelled []string
+		for _, n := range names {
+			register(n)
+			if len(n) == 1 {
+				spelled = append(spelled, "-"+n)
+			} else {
+				spelled = append(spelled, "--"+n)
+			}
+		}
+		left := strings.Join(spelled, ", ")
+		if arg != "" {
+			left += " " + arg
+		}
+		if !strings.HasPrefix(left, "--") {
+			left = "  " + left
+		} else {
+			left = "      " + left
+		}
+		fmt.Fprintf(&help, "%-28s %s\n", left, usage)
+	}
+	boolean := func(v *bool, usage string, names ...string) {
+		def(names, "", usage, func(n string) { fs.BoolVar(v, n, false, usage) })
+	}
+	value := func(v flag.Value, arg, usage string, names ...string) {
+		def(names, arg, usage, func(n string) { fs.Var(v, n, usage) })
+	}
+	boolean(&o.printer.time, "include time column on output (HH:MM:SS)", "T", "time")
+	boolean(&o.printer.timestamp, "include timestamp on output (seconds since the start)", "t", "timestamp")
+	boolean(&o.tracer.includeFailed, "include failed exec()s", "x", "fails")
+	boolean(&o.filter.failedOnly, "show failed exec()s only (implies -x)", "failed-only")
+	value(uidValue{&o.tracer.uid}, "UID", "trace this UID only", "u", "uid")
+	boolean(&o.printer.quote, `add quotemarks (") around arguments`, "q", "quote")
+	value(stringValue{&o.filter.name}, "NAME", "only print commands whose name contains NAME", "n", "name")
+	value(stringValue{&o.filter.line}, "LINE", "only print commands where an argument contains LINE", "l", "line")
+	boolean(&o.printer.printUID, "print UID column", "U", "print-uid")
+	value(maxArgsValue{&o.tracer.maxArgs}, "MAX_ARGS",
+		fmt.Sprintf("maximum number of arguments parsed and displayed, in [1, %d] (default 20)", totalMaxArgs), "max-args")
+	value(secondsValue{&o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "d", "duration")
+	boolean(&o.printer.json, "print JSON lines instead of columns", "j", "json")
+	boolean(&o.demo, "start a few known processes while tracing", "demo")
+	value(stringValue{&o.tracer.objPath}, "PATH", "the BPF object (default: "+objName+
+		" next to the executable, then cmd/execsnoop/bpf/)", "bpf-obj")
+	boolean(&o.tracer.verbose, "verbose libbpf debug output", "v", "verbose")
+	boolean(&wantHelp, "show this help", "h", "help")
+
+	if err := fs.Parse(splitShortFlags(args, "TtxqUjvh")); err != nil {
+		return nil, err
+	}
+	if wantHelp {
+		fmt.Fprint(stdout, usageHead, help.String())
+		return nil, flag.ErrHelp
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.filter.failedOnly {
+		o.tracer.includeFailed = true
+	}
+	return o, nil
+}
+
+// splitShortFlags turns "-Tx" into "-T" "-x" when every letter is one of
+// the bool flags in shorts, so that grouped flags work as with argp. It
+// stops at "--" and at the first argument that is not a flag, as flag does.
+func splitShortFlags(args []string, shorts string) []string {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			return append(out, args[i:]...)
+		}
+		letters := a[1:]
+		if len(letters) < 2 || strings.HasPrefix(letters, "-") || strings.Trim(letters, shorts) != "" {
+			out = append(out, a)
+			continue
+		}
+		for _, l := range letters {
+			out = append(out, "-"+string(l))
+		}
+	}
+	return out
+}
+
+// stringValue is a string flag.
+type stringValue struct{ p *string }
+
+func (v stringValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return *v.p
+}
+
+func (v stringValue) Set(s string) error { *v.p = s; return nil }
+
+// maxArgsValue parses --max-args: an integer in [1, totalMaxArgs].
+type maxArgsValue struct{ p *int }
+
+func (v maxArgsValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v maxArgsValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > totalMaxArgs {
+		return fmt.Errorf("invalid MAX_ARGS %q, should be in [1, %d]", s, totalMaxArgs)
+	}
+	*v.p = n
+	return nil
+}
+
+// uidValue parses -u: a uid in [0, 2^32-1).
+type uidValue struct{ p *int }
+
+func (v uidValue) String() string {
+	if v.p == nil || *v.p < 0 {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v uidValue) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n == 0xffffffff {
+		return fmt.Errorf("invalid UID %q", s)
+	}
+	*v.p = int(n)
+	return nil
+}
+
+// secondsValue parses -d: seconds ("3", "0.5") or a Go duration ("1m").
+type secondsValue struct{ p *time.Duration }
+
+func (v secondsValue) String() string {
+	if v.p == nil || *v.p == 0 {
+		return ""
+	}
+	return v.p.String()
+}
+
+func (v secondsValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil {
+			return fmt.Errorf("invalid duration %q", s)
+		}
+		d = time.Duration(f * float64(time.Second))
+	}
+	if d <= 0 {
+		return fmt.Errorf("duration %q is not positive", s)
+	}
+	*v.p = d
+	return nil
+}
