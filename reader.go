@@ -243,9 +243,6 @@ func (rs *ringSet) flushing() bool { return rs.flushTo != nil || rs.flushReq.Loa
 // the deadline passes, or the waiter is woken. It returns the error a read
 // should return, or nil to go on reading.
 func (rs *ringSet) wait(op string, timeout time.Duration) error {
-	if rs.life.isClosed.Load() {
-		return fmt.Errorf("%s: %w", op, os.ErrClosed)
-	}
 	if dl := rs.deadline.Load(); dl != 0 {
 		left := time.Until(time.Unix(0, dl))
 		if left <= 0 {
@@ -301,6 +298,9 @@ func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Reco
 		defer stop()
 	}
 	for {
+		if c.life.isClosed.Load() {
+			return fmt.Errorf("%s: %w", op, os.ErrClosed)
+		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
