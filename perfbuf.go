@@ -648,19 +648,19 @@ type batch struct {
 // delivered twice.
 func (b *batch) deliver(pb *PerfBuffer) int {
 	n := 0
-	buf := b.buf
-	for b.off+arenaEntryHdr <= len(buf) {
-		start := b.off + arenaEntryHdr
-		size := binary.NativeEndian.Uint32(buf[b.off:])
-		idx := binary.NativeEndian.Uint32(buf[b.off+4:])
-		p := &pb.pend[idx]
-		cpu := int(pb.cpus[idx])
+	buf, pend, cpus := b.buf, pb.pend, pb.cpus
+	sampleFn, lostFn := pb.sample, pb.lost
+	for off := b.off; off+arenaEntryHdr <= len(buf); off = b.off {
+		size := binary.NativeEndian.Uint32(buf[off:])
+		idx := binary.NativeEndian.Uint32(buf[off+4:])
+		start := off + arenaEntryHdr
+		p := &pend[idx]
 		if size == arenaEntryLost {
 			count := binary.NativeEndian.Uint64(buf[start:])
 			b.off = start + 8
 			p.lost += count
-			if pb.lost != nil {
-				pb.lost(cpu, count)
+			if lostFn != nil {
+				lostFn(int(cpus[idx]), count)
 			}
 			continue
 		}
@@ -670,8 +670,8 @@ func (b *batch) deliver(pb *PerfBuffer) int {
 		p.samples++
 		p.bytes += uint64(size)
 		n++
-		if pb.sample != nil {
-			pb.sample(cpu, data)
+		if sampleFn != nil {
+			sampleFn(int(cpus[idx]), data)
 		}
 	}
 	return n
