@@ -188,6 +188,7 @@ func (o *OrderedReader) refill() {
 	now := o.now()
 	for i, rb := range o.rings {
 		rb.Refresh()
+		o.noteFill(i, rb.Pending()+int(rb.Cursor()-rb.Tail()))
 		q := &o.q[i]
 		for {
 			ok, err := rb.Next(&o.tmp)
@@ -227,9 +228,14 @@ func (o *OrderedReader) commit(i int) {
 }
 
 func (o *OrderedReader) next(rec *Record, s *Sample) int {
-	o.refill()
 	for {
+		// Parse ahead only when what is held cannot go: while it can,
+		// newer records in the rings would not change the choice.
 		i := o.pick()
+		if i < 0 {
+			o.refill()
+			i = o.pick()
+		}
 		if i < 0 || o.take(i, rec, s) {
 			return i
 		}
