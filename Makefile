@@ -3,7 +3,8 @@
 #   make deps     install what is missing (idempotent; quick when all is there)
 #   make run      the main job: execsnoop for a few seconds, with a demo (root)
 #   make test     deps, build, unit tests, privileged selftests, a bounded fuzz run
-#   make bench    Go benchmarks of every mode beside the C reference
+#   make bench    Go benchmarks, then perfbench: every mode beside the C reference
+#                 (table; build/perfbench.csv; docs/perfbench.svg). Needs root.
 #   make lint     gofmt, go vet, staticcheck
 #
 # libbpf: static from ./libbpf when the submodule is populated, else the
@@ -105,8 +106,14 @@ fuzz: build
 		$(GO) test $(GOTAGS) -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . ; \
 	done
 
+BENCHTIME ?= 1000000x
+PERFBENCH_FLAGS ?=
+
 bench: build
-	$(GO) test $(GOTAGS) -run '^$$' -bench . -benchmem ./...
+	$(GO) test $(GOTAGS) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+	$(GO) build $(GOTAGS) -o $(BUILD)/perfbench ./cmd/perfbench
+	$(BUILD)/perfbench -bpf-obj cmd/perfbench/bpf/perfbench.bpf.o \
+		-csv $(BUILD)/perfbench.csv -svg docs/perfbench.svg $(PERFBENCH_FLAGS)
 
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi

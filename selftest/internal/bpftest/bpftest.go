@@ -1,71 +1,51 @@
 // Package bpftest loads the selftests' BPF programs and drives them with
 // BPF_PROG_TEST_RUN, so that samples are emitted on a chosen CPU
-// deterministically: no sleeps, no tracing noise.
+// deterministically: no sleeps, no tracing noise. It is internal/bpfrun
+// with testing.TB: errors fail the test, cleanups close what it opened.
 package bpftest
 
 import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"runtime"
 	"testing"
-	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
-	"golang.org/x/sys/unix"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 
 // RequirePrivileges skips the test when it cannot load BPF programs, except
 // under CI (CI=true), where a privileged test that cannot run must fail.
 func RequirePrivileges(tb testing.TB) {
 	tb.Helper()
-	reason := ""
-	switch {
-	case os.Geteuid() != 0:
-		reason = "needs root (CAP_BPF, CAP_PERFMON)"
-	default:
-		if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-			reason = "needs kernel BTF: " + err.Error()
-		}
-	}
-	if reason == "" {
+	err := bpfrun.CheckPrivileges()
+	if err == nil {
 		return
 	}
 	if os.Getenv("CI") == "true" {
-		tb.Fatalf("privileged selftest cannot run under CI: %s", reason)
+		tb.Fatalf("privileged selftest cannot run under CI: %v", err)
 	}
-	tb.Skipf("privileged selftest: %s", reason)
+	tb.Skipf("privileged selftest: %v", err)
 }
 
 // Load opens and loads a BPF object built by `make bpf`, closed at cleanup.
 func Load(tb testing.TB, path string) *libbpfgo.Module {
 	tb.Helper()
 	RequirePrivileges(tb)
-	if _, err := os.Stat(path); err != nil {
-		tb.Fatalf("BPF object %s missing (run `make bpf`): %v", path, err)
-	}
-	libbpfgo.SetLoggerCbs(libbpfgo.Callbacks{LogFilters: []func(int, string) bool{
-		func(level int, _ string) bool { return level == libbpfgo.LibbpfDebugLevel },
-	}})
-	// NewModuleFromFile raises RLIMIT_MEMLOCK, which needs
-	// CAP_SYS_RESOURCE; kernels >= 5.11 charge BPF memory to the cgroup.
-	m, err := libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{BPFObjPath: path, SkipMemlockBump: true})
+	m, err := bpfrun.Load(path)
 	if err != nil {
-		tb.Fatalf("open %s: %v", path, err)
+		tb.Fatal(err)
 	}
 	tb.Cleanup(m.Close)
-	if err := m.BPFLoadObject(); err != nil {
-		tb.Fatalf("load %s: %v", path, err)
-	}
 	return m
 }
 
 // Map returns the named map of m.
 func Map(tb testing.TB, m *libbpfgo.Module, name string) *libbpfgo.BPFMap {
 	tb.Helper()
-	bm, err := m.GetMap(name)
+	bm, err := bpfrun.Map(m, name)
 	if err != nil {
-		tb.Fatalf("map %s: %v", name, err)
+		tb.Fatal(err)
 	}
 	return bm
 }
@@ -73,98 +53,39 @@ func Map(tb testing.TB, m *libbpfgo.Module, name string) *libbpfgo.BPFMap {
 // Prog returns the named program's fd.
 func Prog(tb testing.TB, m *libbpfgo.Module, name string) int {
 	tb.Helper()
-	p, err := m.GetProgram(name)
+	fd, err := bpfrun.Prog(m, name)
 	if err != nil {
-		tb.Fatalf("program %s: %v", name, err)
+		tb.Fatal(err)
 	}
-	return p.FileDescriptor()
+	return fd
 }
-
-// testRunAttr is the BPF_PROG_TEST_RUN part of union bpf_attr
-// (include/uapi/linux/bpf.h, struct test); x/sys/unix has no type for it.
-type testRunAttr struct {
-	progFD      uint32
-	retval      uint32
-	dataSizeIn  uint32
-	dataSizeOut uint32
-	dataIn      uint64
-	dataOut     uint64
-	repeat      uint32
-	duration    uint32
-	ctxSizeIn   uint32
-	ctxSizeOut  uint32
-	ctxIn       uint64
-	ctxOut      uint64
-	flags       uint32
-	cpu         uint32
-	batchSize   uint32
-	_           uint32
-}
-
-const (
-	bpfProgTestRun   = 10     // BPF_PROG_TEST_RUN
-	bpfFTestRunOnCPU = 1 << 0 // BPF_F_TEST_RUN_ON_CPU
-)
 
 // Run runs a raw_tp program once on cpu with args as its context
 // (struct bpf_raw_tracepoint_args) and returns its return value.
 func Run(progFD, cpu int, args ...uint64) (uint32, error) {
-	if len(args) == 0 {
-		args = []uint64{0}
-	}
-	attr := testRunAttr{
-		progFD:    uint32(progFD),
-		ctxSizeIn: uint32(8 * len(args)),
-		ctxIn:     uint64(uintptr(unsafe.Pointer(&args[0]))),
-		flags:     bpfFTestRunOnCPU,
-		cpu:       uint32(cpu),
-	}
-	_, _, errno := unix.Syscall(unix.SYS_BPF, bpfProgTestRun, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	runtime.KeepAlive(args)
-	if errno != 0 {
-		return 0, fmt.Errorf("bpf prog test run on cpu %d: %w", cpu, errno)
-	}
-	return attr.retval, nil
+	return bpfrun.Run(progFD, cpu, args...)
 }
 
 // Emit runs an emit_samples program (selftest/common/emit.bpf.h) on cpu:
 // count samples, of size + i%span bytes (span 0: all of size).
 func Emit(tb testing.TB, progFD, cpu int, count, size, span uint64) {
 	tb.Helper()
-	ret, err := Run(progFD, cpu, count, size, span)
-	if err != nil {
+	if err := bpfrun.Emit(progFD, cpu, count, size, span); err != nil {
 		tb.Fatal(err)
-	}
-	if ret != 0 {
-		tb.Fatalf("emit on cpu %d returned %d", cpu, ret)
 	}
 }
 
 // EmitStats mirrors struct emit_stats.
-type EmitStats struct {
-	Emitted, Failed, Seq uint64
-}
+type EmitStats = bpfrun.EmitStats
 
 // Stats reads the per-CPU emit_stats map.
 func Stats(tb testing.TB, m *libbpfgo.Module) []EmitStats {
 	tb.Helper()
-	bm := Map(tb, m, "emit_stats")
-	var key uint32
-	val, err := bm.GetValue(unsafe.Pointer(&key))
+	st, err := bpfrun.Stats(m)
 	if err != nil {
-		tb.Fatalf("read emit_stats: %v", err)
+		tb.Fatal(err)
 	}
-	const size = 24
-	out := make([]EmitStats, len(val)/size)
-	for i := range out {
-		b := val[i*size:]
-		out[i] = EmitStats{
-			Emitted: binary.LittleEndian.Uint64(b[0:]),
-			Failed:  binary.LittleEndian.Uint64(b[8:]),
-			Seq:     binary.LittleEndian.Uint64(b[16:]),
-		}
-	}
-	return out
+	return st
 }
 
 // Header is the start of every emitted sample (struct emit_hdr).

@@ -2,11 +2,11 @@ package bpftest
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 
 	"github.com/aquasecurity/libbpfgo"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 
 // Fixture is a loaded selftest object with the emitter of emit.bpf.h.
@@ -20,12 +20,11 @@ type Fixture struct {
 // Setup loads obj (built by `make bpf`) and finds the emitter.
 func Setup(tb testing.TB, obj string) *Fixture {
 	tb.Helper()
-	m := Load(tb, obj)
-	f := &Fixture{Mod: m, Events: Map(tb, m, "events"), Prog: Prog(tb, m, "emit")}
-	for c := 0; c < runtime.NumCPU(); c++ {
-		f.CPUs = append(f.CPUs, c)
+	e, err := bpfrun.NewEmitter(Load(tb, obj))
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return f
+	return &Fixture{Mod: e.Mod, Events: e.Events, Prog: e.Prog, CPUs: e.CPUs}
 }
 
 // Emit emits count samples on cpu (see the package-level Emit).
@@ -131,4 +130,10 @@ func (c *Collector) CheckAccounting(tb testing.TB, f *Fixture) {
 			tb.Errorf("cpu %d: received %d lost %d, kernel says emitted %d failed %d", cpu, got, lost, st.Emitted, st.Failed)
 		}
 	}
+}
+
+// Emitter returns f as an internal/bpfrun Emitter, for code shared with
+// cmd/perfbench.
+func (f *Fixture) Emitter() *bpfrun.Emitter {
+	return &bpfrun.Emitter{Mod: f.Mod, Events: f.Events, Prog: f.Prog, CPUs: f.CPUs}
 }

@@ -8,6 +8,7 @@
 struct cref {
 	struct perf_buffer *pb;
 	uint64_t samples;
+	uint64_t lost;
 	uint64_t sum;
 };
 
@@ -20,15 +21,24 @@ static void cref_on_sample(void *ctx, int cpu, void *data, __u32 size)
 	r->samples++;
 }
 
-struct cref *cref_open(int map_fd, size_t page_cnt, int *err)
+static void cref_on_lost(void *ctx, int cpu, __u64 cnt)
 {
+	struct cref *r = ctx;
+	(void)cpu;
+
+	r->lost += cnt;
+}
+
+struct cref *cref_open(int map_fd, size_t page_cnt, uint32_t wakeup_events, int *err)
+{
+	LIBBPF_OPTS(perf_buffer_opts, opts, .sample_period = wakeup_events ? wakeup_events : 1);
 	struct cref *r = calloc(1, sizeof(*r));
 
 	if (!r) {
 		*err = -ENOMEM;
 		return NULL;
 	}
-	r->pb = perf_buffer__new(map_fd, page_cnt, cref_on_sample, NULL, r, NULL);
+	r->pb = perf_buffer__new(map_fd, page_cnt, cref_on_sample, cref_on_lost, r, &opts);
 	if (!r->pb) {
 		*err = -errno;
 		free(r);
@@ -46,6 +56,26 @@ long cref_consume(struct cref *r)
 	if (err < 0)
 		return err;
 	return (long)(r->samples - before);
+}
+
+long cref_poll(struct cref *r, int timeout_ms)
+{
+	uint64_t before = r->samples;
+	int err = perf_buffer__poll(r->pb, timeout_ms);
+
+	if (err < 0 && err != -EINTR)
+		return err;
+	return (long)(r->samples - before);
+}
+
+uint64_t cref_samples(const struct cref *r)
+{
+	return r->samples;
+}
+
+uint64_t cref_lost(const struct cref *r)
+{
+	return r->lost;
 }
 
 uint64_t cref_sum(const struct cref *r)

@@ -1,0 +1,251 @@
+// Command perfbench measures every way of reading a perf event array side
+// by side, in one run: the C reference (libbpf's perf_buffer driven from C),
+// perfbuf's callback mode, raw zero-copy and copying drains, Reader and
+// OrderedReader.
+//
+// Two measurements, both from internal/benchrun (the Go benchmarks in
+// selftest/bench run the same code):
+//
+//   - drain: BPF fills a ring (untimed), one timed pass reads every sample
+//     and every byte; ns per sample at 16, 64, 256 and 1024 bytes.
+//   - sustained: one producer per CPU emits 64-byte samples while the mode
+//     consumes; samples per second of wall time, and samples lost.
+//
+// Each measurement is repeated in -rounds rounds (the order of the modes
+// rotates from round to round) and reported as the median, with the spread
+// (max-min)/median, because a small VM is noisy. It prints a line per
+// measurement on stderr, a table on stdout, and writes the results as CSV
+// (-csv) and as an SVG bar chart (-svg).
+//
+// It needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) and kernel BTF, and
+// the BPF object built by `make bpf` (see -bpf-obj).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
+	"github.com/perfbuf/perfbuf/internal/cref"
+)
+
+// config is the parsed command line.
+type config struct {
+	obj       string
+	rounds    int
+	samples   int // per drain measurement
+	sustained int // per CPU, per sustained measurement
+	csv, svg  string
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("perfbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.obj, "bpf-obj", "cmd/perfbench/bpf/perfbench.bpf.o", "BPF object built by `make bpf`")
+	fs.IntVar(&c.rounds, "rounds", 5, "rounds of every measurement; the median is reported")
+	fs.IntVar(&c.samples, "samples", 500000, "samples per drain measurement")
+	fs.IntVar(&c.sustained, "sustained", 1000000, "samples per CPU per sustained measurement")
+	fs.StringVar(&c.csv, "csv", "build/perfbench.csv", "CSV output (empty: none)")
+	fs.StringVar(&c.svg, "svg", "docs/perfbench.svg", "SVG chart output (empty: none)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: perfbench [flags]\n\nMeasures every perfbuf mode beside the C reference (needs root).\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if c.rounds < 1 || c.samples < 1 || c.sustained < 1 {
+		return c, errors.New("-rounds, -samples and -sustained must be positive")
+	}
+	return c, nil
+}
+
+// run is the whole command; it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	c, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "perfbench: %v\n", err)
+		return 2
+	}
+	if err := bpfrun.CheckPrivileges(); err != nil {
+		fmt.Fprintf(stderr, "perfbench: %v\nperfbench loads BPF programs: run it as root (sudo make bench).\n", err)
+		return 1
+	}
+	if runtime.NumCPU() < 2 {
+		fmt.Fprintf(stderr, "perfbench: needs 2 CPUs or more (a producer and a reader), found %d\n", runtime.NumCPU())
+		return 1
+	}
+	e, err := bpfrun.Open(c.obj)
+	if err != nil {
+		fmt.Fprintf(stderr, "perfbench: %v\n", err)
+		return 1
+	}
+	defer e.Close()
+
+	r := &results{env: environment(len(e.CPUs)), rounds: c.rounds, samples: c.samples, sustainedPerCPU: c.sustained}
+	if err := measure(e, c, r, stderr); err != nil {
+		fmt.Fprintf(stderr, "perfbench: %v\n", err)
+		return 1
+	}
+	writeTable(stdout, r)
+	status := 0
+	if c.csv != "" {
+		if err := writeFile(c.csv, func(w io.Writer) error { return writeCSV(w, r) }); err != nil {
+			fmt.Fprintf(stderr, "perfbench: %v\n", err)
+			status = 1
+		} else {
+			fmt.Fprintf(stderr, "perfbench: wrote %s\n", c.csv)
+		}
+	}
+	if c.svg != "" {
+		if err := writeFile(c.svg, func(w io.Writer) error { return writeSVG(w, r) }); err != nil {
+			fmt.Fprintf(stderr, "perfbench: %v\n", err)
+			status = 1
+		} else {
+			fmt.Fprintf(stderr, "perfbench: wrote %s\n", c.svg)
+		}
+	}
+	if bad := r.accountingErrors(); len(bad) > 0 {
+		for _, err := range bad {
+			fmt.Fprintf(stderr, "perfbench: %v\n", err)
+		}
+		status = 1
+	}
+	return status
+}
+
+// measure runs every round of every measurement, reporting each on stderr.
+func measure(e *bpfrun.Emitter, c config, r *results, stderr io.Writer) error {
+	var sink uint64
+	for round := 0; round < c.rounds; round++ {
+		for _, size := range benchrun.Sizes {
+			for _, mode := range rotate(benchrun.DrainModes, round) {
+				var sw stopwatch
+				res, err := benchrun.Drain(e, benchrun.DrainConfig{Mode: mode, Size: size, Samples: c.samples}, &sw)
+				if err != nil {
+					return err
+				}
+				sink += res.Sum
+				ns := float64(sw.elapsed.Nanoseconds()) / float64(res.Samples)
+				allocs := float64(sw.mallocs) / float64(res.Samples)
+				r.addDrain(mode, size, ns, allocs)
+				fmt.Fprintf(stderr, "round %d/%d  drain %-12s %5d B  %8.1f ns/sample  %8.0f MB/s  %.3f allocs/sample\n",
+					round+1, c.rounds, mode, size, ns, mbps(size, ns), allocs)
+			}
+		}
+		for _, mode := range rotate(benchrun.SustainedModes, round) {
+			res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(e.CPUs)}, &stopwatch{})
+			if err != nil {
+				return err
+			}
+			r.addSustained(res)
+			fill := ""
+			if res.MaxFill > 0 {
+				fill = fmt.Sprintf("  max ring fill %d KiB", res.MaxFill>>10)
+			}
+			fmt.Fprintf(stderr, "round %d/%d  sustained %-8s  %6.2f M samples/s  lost %d  late %d  wall %v%s\n",
+				round+1, c.rounds, mode, res.Rate()/1e6, res.Lost, res.Late, res.Wall.Round(time.Millisecond), fill)
+			if err := res.Check(); err != nil {
+				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
+			}
+		}
+	}
+	if sink == 1 {
+		fmt.Fprintln(stderr) // keeps sink, and so the reads, alive
+	}
+	return nil
+}
+
+// rotate returns s rotated left by k: each round starts with another mode,
+// so that no mode always runs first (or right after the same neighbour).
+func rotate(s []string, k int) []string {
+	k %= len(s)
+	return append(append([]string(nil), s[k:]...), s[:k]...)
+}
+
+// mbps is the payload bandwidth of size-byte samples at ns per sample, in
+// MB/s (10^6 bytes), as go test -bench reports it.
+func mbps(size int, ns float64) float64 {
+	if ns <= 0 {
+		return 0
+	}
+	return float64(size) / ns * 1e3
+}
+
+// env describes the machine for the table and the chart.
+type env struct {
+	cpus   int
+	cpu    string
+	kernel string
+	libbpf string
+	goVer  string
+}
+
+func environment(cpus int) env {
+	e := env{cpus: cpus, cpu: cpuModel(), libbpf: cref.LibbpfVersion(), goVer: runtime.Version()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		e.kernel = strings.TrimSpace(string(b))
+	}
+	return e
+}
+
+func (e env) String() string {
+	return fmt.Sprintf("%d CPUs (%s), kernel %s, libbpf %s, %s", e.cpus, e.cpu, e.kernel, e.libbpf, e.goVer)
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown cpu"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown cpu"
+}
+
+// writeFile writes path through fn, creating its directory, via a
+// temporary file so that a failed run leaves the old file in place.
+func writeFile(path string, fn func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	err = fn(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,361 @@
+// Package benchrun holds the measurements that the Go benchmarks
+// (selftest/bench) and cmd/perfbench share, so that both measure every
+// mode the same way: the C reference (internal/cref), callback mode, raw
+// zero-copy and copying drains, Reader and OrderedReader.
+//
+// Two kinds of measurement:
+//
+//   - Drain: BPF pre-fills the rings (BPF_PROG_TEST_RUN, untimed), then one
+//     timed pass reads every sample, touching each byte once; repeated in
+//     rounds of at most a ring's worth until the requested count is read.
+//   - Sustained: producers on every CPU emit while the mode under test
+//     consumes; samples per second of wall time, and the lost samples.
+//
+// A Timer marks the timed parts: *testing.B is one, Stopwatch is the one
+// perfbench uses. It does not depend on testing.
+package benchrun
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
+	"github.com/perfbuf/perfbuf/internal/cref"
+)
+
+// Timer is started around the timed part of a measurement and stopped
+// around the rest. *testing.B satisfies it.
+type Timer interface {
+	StartTimer()
+	StopTimer()
+}
+
+// The modes, as the benchmarks and perfbench name them.
+const (
+	ModeC           = "C"            // libbpf from C: internal/cref
+	ModeCallback    = "callback"     // PerfBuffer with SampleFunc
+	ModeRawZeroCopy = "raw-zerocopy" // RawBuffer.Drain, reading in place
+	ModeRawCopy     = "raw-copy"     // RawBuffer.Drain, copying each record out
+	ModeReader      = "reader"       // Reader.ReadInto
+	ModeOrdered     = "ordered"      // OrderedReader.ReadInto
+)
+
+// DrainModes are the modes Drain measures, the reference first.
+var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeOrdered}
+
+// Sizes are the sample sizes the drain measurements use, in bytes.
+var Sizes = []int{16, 64, 256, 1024}
+
+const (
+	// DrainPages is the ring size of the drain measurements: 64 pages
+	// (256 KiB with 4 KiB pages), perfbuf's default.
+	DrainPages = perfbuf.DefaultPageCount
+	// FillCPU is the CPU the drain measurements fill; the reader is
+	// pinned to DrainCPU().
+	FillCPU = 0
+	// orderedBatch is how many samples the ordered fill writes on one CPU
+	// before it turns to the other.
+	orderedBatch = 32
+)
+
+// DrainCPU is the CPU a drain runs on: another than FillCPU, as a reader
+// runs beside its producers, so that every mode reads the ring under the
+// same conditions. (A test run on the draining CPU itself is interrupted by
+// each sample's wakeup: filling gets 30 times slower.)
+func DrainCPU() int { return (FillCPU + 1) % runtime.NumCPU() }
+
+// DrainConfig is one drain measurement.
+type DrainConfig struct {
+	Mode    string // one of DrainModes
+	Size    int    // sample size in bytes
+	Samples int    // samples to read in all
+	Pages   int    // data pages per ring; 0 means DrainPages
+}
+
+// DrainResult is what a drain read.
+type DrainResult struct {
+	Samples int
+	Sum     uint64 // of every byte read, so the reads cannot be elided
+}
+
+// PerRound is how many samples of size bytes one round fills and drains:
+// a ring's worth, less a page of slack.
+func PerRound(pages, size int) int {
+	return (pages*os.Getpagesize() - os.Getpagesize()) / perfbuf.SampleRecordSize(size)
+}
+
+// drainer is one mode's side of a drain measurement.
+type drainer interface {
+	// fill puts k samples in the rings (untimed).
+	fill(k int) error
+	// drain reads exactly the k samples filled, every byte (timed).
+	drain(k int) error
+	sum() uint64
+	close()
+}
+
+// Drain measures cfg.Mode: in rounds of at most PerRound samples, it fills
+// FillCPU's ring (the ordered mode: both CPUs' rings) with the timer
+// stopped, then drains the round with the timer running. The calling
+// goroutine is pinned to DrainCPU() meanwhile. The timer is stopped when
+// Drain returns.
+func Drain(e *bpfrun.Emitter, cfg DrainConfig, t Timer) (DrainResult, error) {
+	t.StopTimer()
+	if cfg.Pages == 0 {
+		cfg.Pages = DrainPages
+	}
+	if cfg.Samples < 0 || cfg.Size < 1 {
+		return DrainResult{}, fmt.Errorf("drain %s/%d: bad config %+v", cfg.Mode, cfg.Size, cfg)
+	}
+	unpin, err := bpfrun.Pin(DrainCPU())
+	if err != nil {
+		return DrainResult{}, err
+	}
+	defer unpin()
+	d, err := openDrainer(e, cfg)
+	if err != nil {
+		return DrainResult{}, fmt.Errorf("drain %s/%d: %w", cfg.Mode, cfg.Size, err)
+	}
+	defer d.close()
+	perRound := PerRound(cfg.Pages, cfg.Size)
+	done := 0
+	for done < cfg.Samples {
+		k := min(perRound, cfg.Samples-done)
+		if err := d.fill(k); err != nil {
+			return DrainResult{}, fmt.Errorf("drain %s/%d: fill: %w", cfg.Mode, cfg.Size, err)
+		}
+		t.StartTimer()
+		err := d.drain(k)
+		t.StopTimer()
+		if err != nil {
+			return DrainResult{}, fmt.Errorf("drain %s/%d: %w", cfg.Mode, cfg.Size, err)
+		}
+		done += k
+	}
+	return DrainResult{Samples: done, Sum: d.sum()}, nil
+}
+
+func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
+	base := fillOne{e: e, size: cfg.Size}
+	switch cfg.Mode {
+	case ModeC:
+		r, err := cref.Open(e.Events.FileDescriptor(), cfg.Pages, 0)
+		if err != nil {
+			return nil, err
+		}
+		return &cDrain{fillOne: base, r: r}, nil
+	case ModeCallback:
+		d := &callbackDrain{fillOne: base}
+		pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages,
+			SampleFunc: func(_ int, data []byte) { d.total += cref.ReadAll(data) }})
+		if err != nil {
+			return nil, err
+		}
+		d.pb = pb
+		return d, nil
+	case ModeRawZeroCopy, ModeRawCopy:
+		return openRaw(base, cfg)
+	case ModeReader:
+		pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages})
+		if err != nil {
+			return nil, err
+		}
+		r, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{})
+		if err != nil {
+			pb.Close()
+			return nil, err
+		}
+		return &readerDrain{fillOne: base, pb: pb, r: r}, nil
+	case ModeOrdered:
+		return openOrdered(e, cfg)
+	}
+	return nil, fmt.Errorf("unknown mode %q", cfg.Mode)
+}
+
+// fillOne fills FillCPU's ring; the drain thread runs on another CPU, so
+// the kernel runs the program on FillCPU in an IPI.
+type fillOne struct {
+	e    *bpfrun.Emitter
+	size int
+}
+
+func (f fillOne) fill(k int) error { return f.e.Emit(FillCPU, uint64(k), uint64(f.size), 0) }
+
+// countErr says that a drain did not read what was filled.
+func countErr(got, want int) error {
+	return fmt.Errorf("drained %d samples, filled %d", got, want)
+}
+
+// cDrain: perf_buffer__consume with a C callback.
+type cDrain struct {
+	fillOne
+	r *cref.Reader
+}
+
+func (d *cDrain) drain(k int) error {
+	n, err := d.r.Consume()
+	if err == nil && n != k {
+		err = countErr(n, k)
+	}
+	return err
+}
+
+func (d *cDrain) sum() uint64 { return d.r.Sum() }
+func (d *cDrain) close()      { d.r.Close() }
+
+// callbackDrain: PerfBuffer.Consume with a SampleFunc.
+type callbackDrain struct {
+	fillOne
+	pb    *perfbuf.PerfBuffer
+	total uint64
+}
+
+func (d *callbackDrain) drain(k int) error {
+	n, err := d.pb.Consume()
+	if err == nil && n != k {
+		err = countErr(n, k)
+	}
+	return err
+}
+
+func (d *callbackDrain) sum() uint64 { return d.total }
+func (d *callbackDrain) close()      { d.pb.Close() }
+
+// rawDrain: RawBuffer.Drain over FillCPU's ring.
+type rawDrain struct {
+	fillOne
+	pb    *perfbuf.PerfBuffer
+	rb    *perfbuf.RawBuffer
+	fn    func(*perfbuf.Record) bool
+	buf   []byte
+	total uint64
+}
+
+func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
+	pb, err := perfbuf.New(base.e.Events, perfbuf.Options{PageCount: cfg.Pages})
+	if err != nil {
+		return nil, err
+	}
+	d := &rawDrain{fillOne: base, pb: pb}
+	for i := 0; i < pb.BufferCount() && d.rb == nil; i++ {
+		if cpu, _ := pb.CPU(i); cpu == FillCPU {
+			if d.rb, err = pb.Buffer(i); err != nil {
+				pb.Close()
+				return nil, err
+			}
+		}
+	}
+	if d.rb == nil {
+		pb.Close()
+		return nil, fmt.Errorf("no ring for cpu %d", FillCPU)
+	}
+	if cfg.Mode == ModeRawZeroCopy {
+		d.fn = func(rec *perfbuf.Record) bool {
+			d.total += cref.ReadAll(rec.Data) + cref.ReadAll(rec.Wrapped)
+			return true
+		}
+	} else {
+		d.buf = make([]byte, 0, 64<<10)
+		d.fn = func(rec *perfbuf.Record) bool {
+			d.buf = rec.AppendTo(d.buf[:0])
+			d.total += cref.ReadAll(d.buf)
+			return true
+		}
+	}
+	return d, nil
+}
+
+func (d *rawDrain) drain(k int) error {
+	n, err := d.rb.Drain(d.fn)
+	if err == nil && n != k {
+		err = countErr(n, k)
+	}
+	return err
+}
+
+func (d *rawDrain) sum() uint64 { return d.total }
+
+func (d *rawDrain) close() {
+	d.rb.Release()
+	d.pb.Close()
+}
+
+// readerDrain: Reader.ReadInto into one reused Sample. Flush is set before
+// each round (untimed) and the round reads until ErrFlushed: the Reader
+// commits each ring's last turn when it finds the rings empty, so the
+// round leaves the rings empty for the next fill.
+type readerDrain struct {
+	fillOne
+	pb    *perfbuf.PerfBuffer
+	r     *perfbuf.Reader
+	s     perfbuf.Sample
+	total uint64
+}
+
+func (d *readerDrain) fill(k int) error {
+	if err := d.fillOne.fill(k); err != nil {
+		return err
+	}
+	// A bound on the round, so that a drain that misses samples fails
+	// instead of hanging.
+	d.r.SetDeadline(time.Now().Add(10 * time.Second))
+	d.r.Flush()
+	return nil
+}
+
+func (d *readerDrain) drain(k int) error {
+	n, err := readUntilFlushed(d.r, &d.s, &d.total, nil)
+	if err == nil && n != k {
+		err = countErr(n, k)
+	}
+	return err
+}
+
+func (d *readerDrain) sum() uint64 { return d.total }
+
+func (d *readerDrain) close() {
+	d.r.Close()
+	d.pb.Close()
+}
+
+// sampleReader is what Reader and OrderedReader share.
+type sampleReader interface {
+	ReadInto(s *perfbuf.Sample) error
+}
+
+// readUntilFlushed reads samples into s until ErrFlushed, summing their
+// bytes into total, and returns how many it read. check, if set, sees each
+// sample. A lost record is an error: the rings were sized not to lose.
+func readUntilFlushed(r sampleReader, s *perfbuf.Sample, total *uint64, check func(*perfbuf.Sample) error) (int, error) {
+	n := 0
+	for {
+		err := r.ReadInto(s)
+		if errors.Is(err, perfbuf.ErrFlushed) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if err := sampleOnly(s); err != nil {
+			return n, err
+		}
+		if check != nil {
+			if err := check(s); err != nil {
+				return n, err
+			}
+		}
+		*total += cref.ReadAll(s.Data)
+		n++
+	}
+}
+
+func sampleOnly(s *perfbuf.Sample) error {
+	if s.Type != perfbuf.RecordSample {
+		return fmt.Errorf("cpu %d: record type %v (lost %d) in a ring sized not to lose", s.CPU, s.Type, s.Lost)
+	}
+	return nil
+}

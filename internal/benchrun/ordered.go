@@ -1,0 +1,110 @@
+package benchrun
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
+	"github.com/perfbuf/perfbuf/internal/cref"
+)
+
+// orderedDrain measures the OrderedReader's merge, not its waits.
+//
+// Filled on one CPU only, the rings would never release a record by rule 1
+// (every ring has shown a key at least as large): an empty ring shows no
+// key, and every record would wait for MaxDelay. So each round fills both
+// rings, alternating orderedBatch samples on FillCPU and on DrainCPU(): the
+// keys (the samples' ktime, at offset 8) grow from batch to batch, and the
+// reader merges two rings that take turns every orderedBatch records.
+// Every record but those of the last batch has a larger key on the other
+// ring, so rule 1 releases them at once: the round reads them with the
+// release rule in force. The last batch would wait for MaxDelay: the round
+// then calls Flush (timed, once per round), which releases the rest in key
+// order, and reads until ErrFlushed. Each record's key is checked to be
+// nondecreasing and not late.
+//
+// The fill from DrainCPU runs on the draining CPU itself; WakeupEvents is
+// set beyond a round's samples so that no wakeup interrupts it (a pre-filled
+// drain does not wait for wakeups).
+type orderedDrain struct {
+	e       *bpfrun.Emitter
+	size    int
+	pb      *perfbuf.PerfBuffer
+	r       *perfbuf.OrderedReader
+	s       perfbuf.Sample
+	total   uint64
+	last    uint64 // the largest key read
+	tail    int    // samples of the round's last batch
+	checkFn func(*perfbuf.Sample) error
+}
+
+func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
+	pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages, WakeupEvents: 1 << 30})
+	if err != nil {
+		return nil, err
+	}
+	r, err := perfbuf.NewOrderedReader(pb, perfbuf.OrderedOptions{
+		KeyOffset: 8,
+		MaxDelay:  time.Millisecond,
+	})
+	if err != nil {
+		pb.Close()
+		return nil, err
+	}
+	d := &orderedDrain{e: e, size: cfg.Size, pb: pb, r: r}
+	d.checkFn = d.check
+	return d, nil
+}
+
+// fill writes k samples in batches that alternate between the CPUs.
+func (d *orderedDrain) fill(k int) error {
+	cpus := [2]int{FillCPU, DrainCPU()}
+	for i, left := 0, k; left > 0; i++ {
+		n := min(orderedBatch, left)
+		if err := d.e.Emit(cpus[i%2], uint64(n), uint64(d.size), 0); err != nil {
+			return err
+		}
+		left -= n
+		d.tail = n
+	}
+	d.r.SetDeadline(time.Now().Add(10 * time.Second))
+	return nil
+}
+
+func (d *orderedDrain) check(s *perfbuf.Sample) error {
+	if s.Late || s.Key < d.last {
+		return fmt.Errorf("cpu %d: key %d after %d (late %v)", s.CPU, s.Key, d.last, s.Late)
+	}
+	d.last = s.Key
+	return nil
+}
+
+func (d *orderedDrain) drain(k int) error {
+	n := 0
+	for ; n < k-d.tail; n++ {
+		if err := d.r.ReadInto(&d.s); err != nil {
+			return fmt.Errorf("after %d of %d samples: %w", n, k, err)
+		}
+		if err := sampleOnly(&d.s); err != nil {
+			return err
+		}
+		if err := d.check(&d.s); err != nil {
+			return err
+		}
+		d.total += cref.ReadAll(d.s.Data)
+	}
+	d.r.Flush()
+	m, err := readUntilFlushed(d.r, &d.s, &d.total, d.checkFn)
+	if err == nil && n+m != k {
+		err = countErr(n+m, k)
+	}
+	return err
+}
+
+func (d *orderedDrain) sum() uint64 { return d.total }
+
+func (d *orderedDrain) close() {
+	d.r.Close()
+	d.pb.Close()
+}

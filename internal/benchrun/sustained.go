@@ -1,0 +1,385 @@
+package benchrun
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
+	"github.com/perfbuf/perfbuf/internal/cref"
+)
+
+// SustainedModes are the consumers the sustained measurement compares, the
+// reference first.
+var SustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeOrdered}
+
+// Defaults of the sustained measurement.
+const (
+	SustainedSize   = 64   // bytes per sample
+	SustainedPages  = 1024 // 4 MiB rings with 4 KiB pages
+	SustainedWakeup = 64   // WakeupEvents
+	// SustainedBatch is how many samples one test run emits. A test run
+	// on the producer's own CPU runs with preemption off: this bounds
+	// how long the consumer may wait for that CPU (~100 µs).
+	SustainedBatch = 256
+	// SustainedLatency is the consumers' poll timeout (MaxLatency for the
+	// readers). With WakeupEvents > 1 the last samples of a run raise no
+	// wakeup; this is what picks them up.
+	SustainedLatency = time.Millisecond
+)
+
+// SustainedConfig is one sustained measurement. Zero fields take the
+// defaults above.
+type SustainedConfig struct {
+	Mode         string // one of SustainedModes
+	Samples      int    // in all, split evenly over the CPUs' producers
+	Size         int
+	Pages        int
+	WakeupEvents int
+	Batch        int
+	Timeout      time.Duration // bounds the whole run; 0 means a minute
+}
+
+// SustainedResult is what a sustained run produced and consumed.
+type SustainedResult struct {
+	Mode     string
+	Emitted  uint64        // the emitter's successful outputs, all CPUs
+	Failed   uint64        // outputs that found the ring full: lost
+	Received uint64        // samples the consumer read
+	Lost     uint64        // samples the consumer was told were lost
+	Late     uint64        // OrderedReader: records delivered out of order
+	MaxFill  int           // Reader, OrderedReader: the most bytes seen waiting in a ring
+	Wall     time.Duration // from the producers' start to the last record read
+}
+
+// Rate is samples received per second of wall time.
+func (r SustainedResult) Rate() float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	return float64(r.Received) / r.Wall.Seconds()
+}
+
+// Check reports an accounting mismatch: samples received must be those
+// the emitter output, and lost counts those that failed.
+func (r SustainedResult) Check() error {
+	if r.Received != r.Emitted || r.Lost != r.Failed {
+		return fmt.Errorf("sustained %s: received %d and lost %d, emitter says emitted %d and failed %d",
+			r.Mode, r.Received, r.Lost, r.Emitted, r.Failed)
+	}
+	return nil
+}
+
+// consumer is one mode's reading side.
+type consumer interface {
+	// step waits (up to SustainedLatency, about) and reads what came.
+	step() error
+	// counts returns the samples read and the lost samples reported.
+	counts() (received, lost, late uint64)
+	// maxFill is the most bytes a reader saw waiting in a ring, or 0.
+	maxFill() int
+	close()
+}
+
+// Sustained runs one producer per CPU, each locked to its CPU and calling
+// the emit program there in a loop (cfg.Batch samples per test run) until
+// its share of cfg.Samples is emitted, while cfg.Mode consumes on whatever
+// CPU the scheduler gives it, competing with the producers. The timer runs
+// from the producers' start until the consumer has accounted for every
+// sample (read or reported lost). Stopped timer on return.
+//
+// GOMAXPROCS is raised for the run so that the producers' threads, which
+// sit in the bpf syscall, never hold the P the consumer needs: the Go
+// scheduler is then no part of what is measured, only the CPUs are.
+//
+// Lost counts arrive with the next sample that fits: if a run ended on a
+// lost sample, its count would never come. So if the consumer has not
+// accounted for everything 100 ms after the producers are done, a watchdog
+// emits one more sample per CPU (counted like the others), at most 3 times.
+func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult, error) {
+	t.StopTimer()
+	cfg.defaults()
+	res := SustainedResult{Mode: cfg.Mode}
+	ncpu := len(e.CPUs)
+	if cfg.Samples < ncpu {
+		cfg.Samples = ncpu
+	}
+	c, err := openConsumer(e, cfg)
+	if err != nil {
+		return res, fmt.Errorf("sustained %s: %w", cfg.Mode, err)
+	}
+	defer c.close()
+	before, err := e.Stats()
+	if err != nil {
+		return res, err
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), ncpu+2)))
+
+	var (
+		start    = make(chan struct{})
+		wg       sync.WaitGroup
+		failed   atomic.Bool
+		errMu    sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		errMu.Unlock()
+		failed.Store(true)
+	}
+	for i, cpu := range e.CPUs {
+		n := cfg.Samples / ncpu
+		if i < cfg.Samples%ncpu {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			unpin, err := bpfrun.Pin(cpu)
+			if err != nil {
+				fail(err)
+				return
+			}
+			defer unpin()
+			<-start
+			for left := n; left > 0; {
+				k := min(cfg.Batch, left)
+				if err := e.Emit(cpu, uint64(k), uint64(cfg.Size), 0); err != nil {
+					fail(err)
+					return
+				}
+				left -= k
+			}
+		}()
+	}
+
+	// The watchdog: once the producers are done, if the consumer has not
+	// finished 100 ms later, emit one more sample per CPU (expected grows
+	// first, so that the consumer waits for them).
+	var expected atomic.Uint64
+	expected.Store(uint64(cfg.Samples))
+	finished := make(chan struct{})
+	watchdog := make(chan struct{})
+	go func() {
+		defer close(watchdog)
+		wg.Wait()
+		for range 3 {
+			select {
+			case <-finished:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			expected.Add(uint64(ncpu))
+			for _, cpu := range e.CPUs {
+				if err := e.Emit(cpu, 1, uint64(cfg.Size), 0); err != nil {
+					fail(err)
+				}
+			}
+		}
+	}()
+
+	t.StartTimer()
+	t0 := time.Now()
+	close(start)
+	for steps := 1; ; steps++ {
+		got, lost, _ := c.counts()
+		if got+lost >= expected.Load() || failed.Load() {
+			break
+		}
+		// A reader's step is one record: look at the clock now and then
+		// only (the readers' deadline bounds a blocked read).
+		if steps%1024 == 0 && time.Since(t0) > cfg.Timeout {
+			err = fmt.Errorf("timed out after %v: %d read + %d lost of %d", cfg.Timeout, got, lost, expected.Load())
+			break
+		}
+		if err = c.step(); err != nil {
+			break
+		}
+	}
+	res.Wall = time.Since(t0)
+	t.StopTimer()
+	close(finished)
+	<-watchdog
+	if err == nil {
+		errMu.Lock()
+		err = firstErr
+		errMu.Unlock()
+	}
+	if err != nil {
+		return res, fmt.Errorf("sustained %s: %w", cfg.Mode, err)
+	}
+	after, err := e.Stats()
+	if err != nil {
+		return res, err
+	}
+	for _, cpu := range e.CPUs {
+		d := after[cpu].Sub(before[cpu])
+		res.Emitted += d.Emitted
+		res.Failed += d.Failed
+	}
+	res.Received, res.Lost, res.Late = c.counts()
+	res.MaxFill = c.maxFill()
+	return res, nil
+}
+
+func (cfg *SustainedConfig) defaults() {
+	if cfg.Size == 0 {
+		cfg.Size = SustainedSize
+	}
+	if cfg.Pages == 0 {
+		cfg.Pages = SustainedPages
+	}
+	if cfg.WakeupEvents == 0 {
+		cfg.WakeupEvents = SustainedWakeup
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = SustainedBatch
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Minute
+	}
+}
+
+func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
+	if cfg.Mode == ModeC {
+		r, err := cref.Open(e.Events.FileDescriptor(), cfg.Pages, cfg.WakeupEvents)
+		if err != nil {
+			return nil, err
+		}
+		return &cConsumer{r: r}, nil
+	}
+	opts := perfbuf.Options{PageCount: cfg.Pages, WakeupEvents: cfg.WakeupEvents}
+	var cb *callbackConsumer
+	if cfg.Mode == ModeCallback {
+		cb = &callbackConsumer{}
+		opts.SampleFunc = func(_ int, data []byte) {
+			cb.total += cref.ReadAll(data)
+			cb.received++
+		}
+		opts.LostFunc = func(_ int, n uint64) { cb.lost += n }
+	}
+	pb, err := perfbuf.New(e.Events, opts)
+	if err != nil {
+		return nil, err
+	}
+	ropts := perfbuf.ReaderOptions{MaxLatency: SustainedLatency}
+	switch cfg.Mode {
+	case ModeCallback:
+		cb.pb = pb
+		return cb, nil
+	case ModeReader:
+		r, err := perfbuf.NewReader(pb, ropts)
+		if err == nil {
+			r.SetDeadline(time.Now().Add(cfg.Timeout))
+			return &readerConsumer{pb: pb, r: r}, nil
+		}
+		pb.Close()
+		return nil, err
+	case ModeOrdered:
+		r, err := perfbuf.NewOrderedReader(pb, perfbuf.OrderedOptions{
+			ReaderOptions: ropts,
+			KeyOffset:     8, // the sample's ktime
+			MaxDelay:      time.Millisecond,
+		})
+		if err == nil {
+			r.SetDeadline(time.Now().Add(cfg.Timeout))
+			return &readerConsumer{pb: pb, r: r}, nil
+		}
+		pb.Close()
+		return nil, err
+	}
+	pb.Close()
+	return nil, fmt.Errorf("unknown sustained mode %q", cfg.Mode)
+}
+
+// cConsumer: perf_buffer__poll with C callbacks.
+type cConsumer struct{ r *cref.Reader }
+
+// step polls; on a timeout it consumes every ring, as a libbpf program must
+// with sample_period > 1: poll drains only the rings that woke it, and a
+// ring below its wakeup threshold never does.
+func (c *cConsumer) step() error {
+	n, err := c.r.Poll(SustainedLatency)
+	if err == nil && n == 0 {
+		_, err = c.r.Consume()
+	}
+	return err
+}
+
+func (c *cConsumer) counts() (uint64, uint64, uint64) { return c.r.Samples(), c.r.Lost(), 0 }
+func (c *cConsumer) maxFill() int                     { return 0 }
+func (c *cConsumer) close()                           { c.r.Close() }
+
+// callbackConsumer: PerfBuffer.Poll with SampleFunc and LostFunc.
+type callbackConsumer struct {
+	pb                    *perfbuf.PerfBuffer
+	received, lost, total uint64
+}
+
+// step is cConsumer.step with PerfBuffer.Poll and Consume.
+func (c *callbackConsumer) step() error {
+	n, err := c.pb.Poll(SustainedLatency)
+	if err == nil && n == 0 {
+		_, err = c.pb.Consume()
+	}
+	return err
+}
+
+func (c *callbackConsumer) counts() (uint64, uint64, uint64) { return c.received, c.lost, 0 }
+func (c *callbackConsumer) maxFill() int                     { return 0 }
+func (c *callbackConsumer) close()                           { c.pb.Close() }
+
+// reader is what Reader and OrderedReader have in common here.
+type reader interface {
+	sampleReader
+	Stats() []perfbuf.ReaderStats
+	Close() error
+}
+
+// readerConsumer: Reader or OrderedReader, ReadInto one reused Sample.
+type readerConsumer struct {
+	pb                          *perfbuf.PerfBuffer
+	r                           reader
+	s                           perfbuf.Sample
+	received, lost, late, total uint64
+}
+
+// step reads one record: ReadInto waits for it as long as it takes (the
+// reader drains at least every MaxLatency, and the deadline bounds it).
+func (c *readerConsumer) step() error {
+	if err := c.r.ReadInto(&c.s); err != nil {
+		return err // os.ErrDeadlineExceeded once the run's Timeout passed
+	}
+	switch c.s.Type {
+	case perfbuf.RecordSample:
+		c.received++
+		c.total += cref.ReadAll(c.s.Data)
+		if c.s.Late {
+			c.late++
+		}
+	case perfbuf.RecordLost:
+		c.lost += c.s.Lost
+	}
+	return nil
+}
+
+func (c *readerConsumer) counts() (uint64, uint64, uint64) { return c.received, c.lost, c.late }
+
+func (c *readerConsumer) maxFill() int {
+	m := 0
+	for _, st := range c.r.Stats() {
+		m = max(m, st.MaxFill)
+	}
+	return m
+}
+
+func (c *readerConsumer) close() {
+	c.r.Close()
+	c.pb.Close()
+}

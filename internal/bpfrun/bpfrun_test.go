@@ -1,0 +1,28 @@
+package bpfrun
+
+import (
+	"errors"
+	"os"
+	"testing"
+)
+
+func TestEmitStatsSub(t *testing.T) {
+	a := EmitStats{Emitted: 10, Failed: 3, Seq: 13}
+	b := EmitStats{Emitted: 4, Failed: 1, Seq: 5}
+	if got, want := a.Sub(b), (EmitStats{Emitted: 6, Failed: 2, Seq: 8}); got != want {
+		t.Errorf("Sub = %+v, want %+v", got, want)
+	}
+}
+
+func TestCheckPrivileges(t *testing.T) {
+	err := CheckPrivileges()
+	if os.Geteuid() != 0 && !errors.Is(err, ErrPrivileges) {
+		t.Errorf("not root, CheckPrivileges = %v", err)
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	if _, err := Load("testdata/missing.bpf.o"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load of a missing object: %v", err)
+	}
+}

@@ -1,0 +1,45 @@
+/* The C reference: libbpf's perf_buffer__new, perf_buffer__consume and
+ * perf_buffer__poll with C callbacks; the sample callback reads every byte.
+ * Its time per sample is the limit the Go modes are measured against. */
+#ifndef CREF_H
+#define CREF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct cref;
+
+/* Opens a perf_buffer over map_fd with page_cnt pages per CPU, waking up
+ * every wakeup_events samples (perf_buffer_opts.sample_period; 0 means 1).
+ * On failure returns NULL and sets *err to a negative errno. */
+struct cref *cref_open(int map_fd, size_t page_cnt, uint32_t wakeup_events, int *err);
+/* Drains every ring; returns the samples read, or a negative errno. */
+long cref_consume(struct cref *r);
+/* Waits up to timeout_ms (-1: no limit) for rings to be ready, drains
+ * them; returns the samples read, or a negative errno. An interrupted wait
+ * (EINTR) reads nothing and returns 0. */
+long cref_poll(struct cref *r, int timeout_ms);
+/* Counts since cref_open: samples read, samples the kernel reported lost,
+ * and the sum of every byte read (so the reads cannot be elided). */
+uint64_t cref_samples(const struct cref *r);
+uint64_t cref_lost(const struct cref *r);
+uint64_t cref_sum(const struct cref *r);
+void cref_close(struct cref *r);
+
+/* Sums data 8 bytes at a time, then the tail bytes: the read every mode's
+ * benchmark callback does, so that all of them touch each byte once. */
+static inline uint64_t cref_read_all(const uint8_t *p, size_t n)
+{
+	uint64_t sum = 0, w;
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__builtin_memcpy(&w, p + i, 8);
+		sum += w;
+	}
+	for (; i < n; i++)
+		sum += p[i];
+	return sum;
+}
+
+#endif

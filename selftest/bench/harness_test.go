@@ -1,0 +1,72 @@
+package bench
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/perfbuf/perfbuf/internal/benchrun"
+)
+
+// timer is a benchrun.Timer that checks the calls pair up.
+type timer struct {
+	tb      testing.TB
+	running bool
+	starts  int
+}
+
+func (t *timer) StartTimer() {
+	if t.running {
+		t.tb.Error("StartTimer while running")
+	}
+	t.running = true
+	t.starts++
+}
+
+func (t *timer) StopTimer() { t.running = false }
+
+// TestDrain runs every drain mode over a few rounds (so the rings wrap) and
+// checks that each reads what was filled, timing only the drains.
+func TestDrain(t *testing.T) {
+	e := setup(t)
+	for _, size := range []int{16, 1000} {
+		for _, mode := range benchrun.DrainModes {
+			t.Run(fmt.Sprintf("%s/%d", mode, size), func(t *testing.T) {
+				per := benchrun.PerRound(benchrun.DrainPages, size)
+				want := 2*per + per/3
+				tm := &timer{tb: t}
+				res, err := benchrun.Drain(e, benchrun.DrainConfig{Mode: mode, Size: size, Samples: want}, tm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Samples != want || tm.starts != 3 || tm.running {
+					t.Errorf("read %d of %d samples, timer started %d times (want 3), running at the end: %v",
+						res.Samples, want, tm.starts, tm.running)
+				}
+			})
+		}
+	}
+}
+
+// TestSustained runs every sustained mode briefly and checks the
+// accounting: received equals emitted, lost equals failed.
+func TestSustained(t *testing.T) {
+	e := setup(t)
+	for _, mode := range benchrun.SustainedModes {
+		t.Run(mode, func(t *testing.T) {
+			tm := &timer{tb: t}
+			n := 20000 * len(e.CPUs)
+			res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: n}, tm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %.0f samples/s, emitted %d failed %d, received %d lost %d late %d, wall %v",
+				mode, res.Rate(), res.Emitted, res.Failed, res.Received, res.Lost, res.Late, res.Wall)
+			if err := res.Check(); err != nil {
+				t.Error(err)
+			}
+			if res.Emitted+res.Failed < uint64(n) || tm.starts != 1 || tm.running {
+				t.Errorf("emitted %d + failed %d < %d, or timer started %d times (want 1)", res.Emitted, res.Failed, n, tm.starts)
+			}
+		})
+	}
+}
