@@ -266,7 +266,7 @@ func (o *OrderedReader) pick() int {
 
 // releasable applies the release rule to the smallest held key.
 func (o *OrderedReader) releasable(h *held) bool {
-	if o.flushing() || o.life.isClosed.Load() {
+	if o.flushing() || o.life.closed() {
 		return true
 	}
 	all, newest := true, uint64(0)
@@ -278,13 +278,18 @@ func (o *OrderedReader) releasable(h *held) bool {
 		if !q.seen || q.newest < h.key {
 			all = false
 		}
-		if o.rings[i].Used() > o.highWater {
+	}
+	if all || // rule 1
+		(newest >= o.window && h.key <= newest-o.window) || // rule 2
+		o.now()-h.seen >= int64(o.maxDelay) { // rule 3
+		return true
+	}
+	for _, rb := range o.rings {
+		if rb.Used() > o.highWater {
 			return true // rule 4
 		}
 	}
-	return all || // rule 1
-		(newest >= o.window && h.key <= newest-o.window) || // rule 2
-		o.now()-h.seen >= int64(o.maxDelay) // rule 3
+	return false
 }
 
 // take pops ring i's oldest held record into rec, marking it late if it
@@ -317,11 +322,11 @@ func (o *OrderedReader) take(i int, rec *Record, s *Sample) bool {
 	return true
 }
 
-// delivered commits ring i once a quarter of it was released, or at once
+// delivered commits ring i once a sixteenth of it was released, or at once
 // when it is past the high-water mark.
 func (o *OrderedReader) delivered(i int) {
 	q, rb := &o.q[i], o.rings[i]
-	if q.freed >= rb.Size()/4 || (q.freed > 0 && rb.Used() > o.highWater) {
+	if q.freed >= rb.Size()/16 || (q.freed > 0 && rb.Used() > o.highWater) {
 		o.commit(i)
 		o.publish(i)
 	}

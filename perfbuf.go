@@ -394,7 +394,7 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	if pb.life.isClosed.Load() {
+	if pb.life.closed() {
 		return 0, fmt.Errorf("%s: %w", op, os.ErrClosed)
 	}
 	idxs := s.idx[:0]
@@ -529,7 +529,7 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 		idxs = pb.unheld(idxs)
 	}
 	for pos := 0; pos < len(idxs); {
-		if pb.life.isClosed.Load() {
+		if pb.life.closed() {
 			break // Close was called from a callback: stop after the batch
 		}
 		used, next, err := pb.c.drain(idxs, pos)

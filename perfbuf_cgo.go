@@ -67,12 +67,14 @@ func (c *cBuffer) epollFD() int { return int(C.perf_buffer__epoll_fd(c.st.pb)) }
 // drain fills the arena from rings idxs[pos:] and returns the bytes used and
 // the position to resume from (len(idxs) when every ring was drained).
 func (c *cBuffer) drain(idxs []int32, pos int) (used, next int, err error) {
-	cpos := C.int(pos)
-	ret := C.perfbuf_drain(c.st, (*C.int32_t)(unsafe.Pointer(&idxs[0])), C.int(len(idxs)), &cpos)
+	// The position lives in C memory: a Go out-parameter would escape to
+	// the heap, an allocation per call.
+	c.st.pos = C.int(pos)
+	ret := C.perfbuf_drain(c.st, (*C.int32_t)(unsafe.Pointer(&idxs[0])), C.int(len(idxs)))
 	if ret < 0 {
 		err = errnoErr(ret)
 	}
-	return int(c.st.arena_len), int(cpos), err
+	return int(c.st.arena_len), int(c.st.pos), err
 }
 
 // ring returns ring i's mapping (perf_buffer__buffer): base points at its

@@ -160,29 +160,29 @@ void perfbuf_close(struct perfbuf_state *st)
 	free(st);
 }
 
-/* perfbuf_drain consumes the rings idxs[*pos..n) (all rings when idxs is
+/* perfbuf_drain consumes the rings idxs[st->pos..n) (all rings when idxs is
  * NULL) into an emptied arena. It stops early when the arena is nearly full,
- * leaving *pos at the ring to resume with; *pos == n means done. Returns 0 or
- * a negative errno from libbpf. */
-int perfbuf_drain(struct perfbuf_state *st, const int32_t *idxs, int n, int *pos)
+ * leaving st->pos at the ring to resume with; st->pos == n means done.
+ * Returns 0 or a negative errno from libbpf. */
+int perfbuf_drain(struct perfbuf_state *st, const int32_t *idxs, int n)
 {
 	int i, err;
 
 	st->arena_len = 0;
-	for (i = *pos; i < n; i++) {
+	for (i = st->pos; i < n; i++) {
 		st->cur_idx = idxs ? idxs[i] : i;
 		st->full = 0;
 		err = perf_buffer__consume_buffer(st->pb, st->cur_idx);
 		if (err < 0) {
-			*pos = i + 1; /* don't retry a failing ring forever */
+			st->pos = i + 1; /* don't retry a failing ring forever */
 			return err;
 		}
 		if (st->full) {
-			*pos = i;
+			st->pos = i;
 			return 0;
 		}
 	}
-	*pos = n;
+	st->pos = n;
 	return 0;
 }
 

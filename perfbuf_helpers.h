@@ -33,6 +33,7 @@ struct perfbuf_state {
 	 * must always be room for one. */
 	size_t reserve;
 	int cur_idx;   /* buffer index being consumed, stamped on entries */
+	int pos;       /* perfbuf_drain's position in its index list */
 	int full;      /* the pass stopped early: arena needs draining */
 };
 
@@ -40,7 +41,7 @@ struct perfbuf_state *perfbuf_open(int map_fd, size_t page_cnt, uint64_t wakeup_
 				   uint64_t wakeup_bytes, int cpu_cnt, int *cpus,
 				   size_t arena_cap, size_t reserve, int *err);
 void perfbuf_close(struct perfbuf_state *st);
-int perfbuf_drain(struct perfbuf_state *st, const int32_t *idxs, int n, int *pos);
+int perfbuf_drain(struct perfbuf_state *st, const int32_t *idxs, int n);
 int perfbuf_map_info(int fd, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len);
 
 #endif

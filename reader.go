@@ -170,6 +170,15 @@ func (rs *ringSet) Close() error {
 	return nil
 }
 
+// poke wakes a blocked read, unless the reader is closed (and its eventfd
+// perhaps gone).
+func (rs *ringSet) poke() {
+	if rs.life.enter("") == nil {
+		rs.w.wake()
+		rs.life.exit()
+	}
+}
+
 // SetDeadline makes reads blocked at or after t return an error matching
 // os.ErrDeadlineExceeded. The zero time means no deadline. It may be called
 // from any goroutine; a read blocked at the time sees the new deadline.
@@ -179,7 +188,7 @@ func (rs *ringSet) SetDeadline(t time.Time) {
 		ns = t.UnixNano()
 	}
 	rs.deadline.Store(ns)
-	rs.w.wake()
+	rs.poke()
 }
 
 // Flush makes the reader deliver every record that is in the rings now
@@ -188,7 +197,7 @@ func (rs *ringSet) SetDeadline(t time.Time) {
 // from any goroutine.
 func (rs *ringSet) Flush() {
 	rs.flushReq.Store(true)
-	rs.w.wake()
+	rs.poke()
 }
 
 // Stats returns per-CPU counts in buffer index order. It may be called from
@@ -257,7 +266,7 @@ func (rs *ringSet) wait(op string, timeout time.Duration) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	for _, ev := range rs.evs[:n] {
-		if ev.Fd == wakeTag && !rs.life.isClosed.Load() {
+		if ev.Fd == wakeTag && !rs.life.closed() {
 			rs.w.clearWake() // Flush or SetDeadline: look again
 		}
 	}
@@ -297,12 +306,16 @@ func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Reco
 		stop := context.AfterFunc(ctx, c.w.wake)
 		defer stop()
 	}
-	for {
-		if c.life.isClosed.Load() {
+	for n := 0; ; n++ {
+		if c.life.closed() {
 			return fmt.Errorf("%s: %w", op, os.ErrClosed)
 		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%s: %w", op, err)
+		// ctx is checked every 256 records, and whenever there is nothing
+		// to read; its cancellation wakes the wait (AfterFunc above).
+		if n&255 == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%s: %w", op, err)
+			}
 		}
 		if i := c.src.next(&c.rec, &c.meta); i >= 0 {
 			err := fn(i, &c.rec, &c.meta)
@@ -318,6 +331,9 @@ func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Reco
 		}
 		if c.flushing() {
 			continue // the flush is not done: read on without waiting
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
 		}
 		if err := c.wait(op, timeout); err != nil {
 			return err

@@ -569,3 +569,36 @@ func TestOrderedRace(t *testing.T) {
 	}
 	t.Logf("%d records, %d late", 2*n, late)
 }
+
+// BenchmarkReaderReadInto measures a Reader's cost per record over a fake
+// ring already filled (no kernel): ReadInto and Each.
+func BenchmarkReaderReadInto(b *testing.B) {
+	for _, mode := range []string{"ReadInto", "Each"} {
+		b.Run(mode, func(b *testing.B) {
+			f := newFakeRings(b, 1, 1<<20)
+			r := f.reader(b, ReaderOptions{MaxLatency: -1})
+			rec := fakeSample(payload(0, 0, 64))
+			per := (1<<20 - 4096) / len(rec)
+			var s Sample
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; done += per {
+				b.StopTimer()
+				for i := 0; i < per; i++ {
+					f.rings[0].write(rec)
+				}
+				f.rings[0].publish()
+				r.Flush()
+				b.StartTimer()
+				switch mode {
+				case "ReadInto":
+					for r.ReadInto(&s) == nil {
+					}
+				case "Each":
+					r.Each(context.Background(), func(*Record, *Sample) error { return nil })
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+		})
+	}
+}

@@ -14,50 +14,55 @@ import (
 // lifetime lets Close run while calls are in progress on other goroutines
 // (or on the same one, from a callback): calls enter and exit, Close marks
 // the object closed, and whoever leaves last runs free. So nothing is
-// unmapped or closed under a call that still uses it.
+// unmapped or closed under a call that still uses it. It is lock-free: a
+// call costs two atomic operations.
 type lifetime struct {
-	mu       sync.Mutex
-	closed   bool
-	users    int
-	isClosed atomic.Bool // closed, for lock-free checks in loops
+	state    atomic.Int64 // calls in progress, plus closedBit
+	freeOnce sync.Once
 	free     func()
 }
 
+const closedBit = 1 << 62
+
 // enter registers a call in progress; it fails once closed.
 func (l *lifetime) enter(op string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return fmt.Errorf("%s: %w", op, os.ErrClosed)
+	for {
+		s := l.state.Load()
+		if s&closedBit != 0 {
+			return fmt.Errorf("%s: %w", op, os.ErrClosed)
+		}
+		if l.state.CompareAndSwap(s, s+1) {
+			return nil
+		}
 	}
-	l.users++
-	return nil
 }
 
 // exit ends a call; the last one out after close frees.
 func (l *lifetime) exit() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.users--
-	if l.closed && l.users == 0 {
-		l.free()
+	if l.state.Add(-1) == closedBit {
+		l.freeOnce.Do(l.free)
 	}
 }
+
+// closed reports whether close was called.
+func (l *lifetime) closed() bool { return l.state.Load()&closedBit != 0 }
 
 // close marks l closed, runs wake (to interrupt blocked calls) and frees at
 // once if no call is in progress. It reports false if l was closed already.
 func (l *lifetime) close(wake func()) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
+	for {
+		s := l.state.Load()
+		if s&closedBit != 0 {
+			return false
+		}
+		// Close counts as a call until it has woken the others, so that
+		// nothing is freed under wake.
+		if l.state.CompareAndSwap(s, (s+1)|closedBit) {
+			break
+		}
 	}
-	l.closed = true
-	l.isClosed.Store(true)
 	wake()
-	if l.users == 0 {
-		l.free()
-	}
+	l.exit()
 	return true
 }
 

@@ -87,12 +87,17 @@ func LibbpfVersion() string { return C.GoString(C.libbpf_version_string()) }
 // each byte once.
 func ReadAll(p []byte) uint64 {
 	var sum uint64
-	i := 0
-	for ; i+8 <= len(p); i += 8 {
-		sum += binary.LittleEndian.Uint64(p[i:])
+	le := binary.LittleEndian
+	for len(p) >= 32 {
+		sum += le.Uint64(p[0:8]) + le.Uint64(p[8:16]) + le.Uint64(p[16:24]) + le.Uint64(p[24:32])
+		p = p[32:]
 	}
-	for ; i < len(p); i++ {
-		sum += uint64(p[i])
+	for len(p) >= 8 {
+		sum += le.Uint64(p)
+		p = p[8:]
+	}
+	for _, b := range p {
+		sum += uint64(b)
 	}
 	return sum
 }
