@@ -96,8 +96,9 @@ test: build
 unit: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 .
 
+# The privileged tests: the selftests and the commands' tests (execsnoop).
 selftest: build
-	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./selftest/...
+	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./selftest/... ./cmd/...
 
 # Bounded fuzzing of the ring parser (the corpus in testdata/ runs in `test`).
 fuzz: build
