@@ -73,8 +73,7 @@ type ReaderStats struct {
 type ringSet struct {
 	rings    []*RawBuffer
 	w        *waiter
-	life     lifetime
-	mu       sync.Mutex // one read at a time
+	life     lifetime // reads are its exclusive calls: one at a time
 	evs      []unix.EpollEvent
 	deadline atomic.Int64 // unix nanoseconds; 0 means none
 	flushReq atomic.Bool
@@ -296,12 +295,10 @@ type core struct {
 // readFunc runs fn on each record, zero-copy, until fn fails or the reader
 // stops (close, deadline, ctx, a Flush completing).
 func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Record, s *Sample) error) error {
-	if err := c.life.enter(op); err != nil {
+	if err := c.life.enterExclusive(op); err != nil {
 		return err
 	}
-	defer c.life.exit()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.life.exitExclusive()
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, c.w.wake)
 		defer stop()

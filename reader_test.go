@@ -602,3 +602,59 @@ func BenchmarkReaderReadInto(b *testing.B) {
 		})
 	}
 }
+
+// Reads from several goroutines take turns: every record is delivered once,
+// and Close wakes a read blocked in the wait and the reads queued behind it.
+func TestReaderConcurrentReads(t *testing.T) {
+	f := newFakeRings(t, 2, 1<<16)
+	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
+	const n = 3000
+	for seq := uint64(0); seq < n; seq++ {
+		f.rings[seq%2].write(fakeSample(payload(0, seq, 24)))
+	}
+	f.rings[0].publish()
+	f.rings[1].publish()
+	var mu sync.Mutex
+	seen := map[uint64]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var s Sample
+			for {
+				if err := r.ReadInto(&s); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				seen[binary.LittleEndian.Uint64(s.Data[8:])]++
+				done := len(seen) == n
+				mu.Unlock()
+				if done {
+					r.Close()
+				}
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		r.Close()
+		t.Fatal("reads still blocked 10s on")
+	}
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, os.ErrClosed) {
+			t.Errorf("read: %v", err)
+		}
+	}
+	for seq := uint64(0); seq < n; seq++ {
+		if seen[seq] != 1 {
+			t.Fatalf("seq %d delivered %d times", seq, seen[seq])
+		}
+	}
+}

@@ -16,13 +16,23 @@ import (
 // the object closed, and whoever leaves last runs free. So nothing is
 // unmapped or closed under a call that still uses it. It is lock-free: a
 // call costs two atomic operations.
+//
+// Exclusive calls (a reader's reads) also exclude each other: the first
+// takes busyBit in the same atomic operation, later ones wait for it.
 type lifetime struct {
-	state    atomic.Int64 // calls in progress, plus closedBit
+	state    atomic.Int64 // calls in progress, plus closedBit and busyBit
 	freeOnce sync.Once
 	free     func()
+
+	waiters atomic.Int32 // exclusive calls waiting for busyBit
+	mu      sync.Mutex   // with cond: where they wait
+	cond    *sync.Cond
 }
 
-const closedBit = 1 << 62
+const (
+	closedBit = 1 << 62
+	busyBit   = 1 << 61
+)
 
 // enter registers a call in progress; it fails once closed.
 func (l *lifetime) enter(op string) error {
@@ -40,6 +50,54 @@ func (l *lifetime) enter(op string) error {
 // exit ends a call; the last one out after close frees.
 func (l *lifetime) exit() {
 	if l.state.Add(-1) == closedBit {
+		l.freeOnce.Do(l.free)
+	}
+}
+
+// enterExclusive is enter for a call that excludes other exclusive calls:
+// it waits while one is in progress.
+func (l *lifetime) enterExclusive(op string) error {
+	for {
+		s := l.state.Load()
+		switch {
+		case s&closedBit != 0:
+			return fmt.Errorf("%s: %w", op, os.ErrClosed)
+		case s&busyBit == 0:
+			if l.state.CompareAndSwap(s, (s+1)|busyBit) {
+				return nil
+			}
+		default:
+			l.waitNotBusy()
+		}
+	}
+}
+
+// waitNotBusy blocks until busyBit is clear or l is closed.
+func (l *lifetime) waitNotBusy() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cond == nil {
+		l.cond = sync.NewCond(&l.mu)
+	}
+	l.waiters.Add(1)
+	defer l.waiters.Add(-1)
+	// exitExclusive clears busyBit before it looks at waiters, and
+	// broadcasts under mu: either it sees this waiter, or this loop sees
+	// the bit clear.
+	for s := l.state.Load(); s&busyBit != 0 && s&closedBit == 0; s = l.state.Load() {
+		l.cond.Wait()
+	}
+}
+
+// exitExclusive ends an exclusive call.
+func (l *lifetime) exitExclusive() {
+	s := l.state.Add(-(1 + busyBit))
+	if l.waiters.Load() > 0 {
+		l.mu.Lock()
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	}
+	if s == closedBit {
 		l.freeOnce.Do(l.free)
 	}
 }
