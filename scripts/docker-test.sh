@@ -163,7 +163,10 @@ host() {
 		fi
 	fi
 
-	local -a mounts=()
+	# The host's PID namespace: BPF programs see the kernel's PIDs, so a tool
+	# such as execsnoop reports host PIDs, and its tests compare them with
+	# the PIDs of the processes they start.
+	local -a mounts=(--pid=host)
 	# BTF for CO-RE relocation and tp_btf/fentry; read-only, it is the host kernel's.
 	[ -d /sys/kernel/btf ] && mounts+=(-v /sys/kernel/btf:/sys/kernel/btf:ro)
 	local -a envs=(-e "TEST_TARGET=$target")
