@@ -53,6 +53,10 @@ type ringQueue struct {
 	newest uint64 // the largest key parsed from this ring
 	seen   bool   // newest is valid
 	freed  int    // bytes released since the ring's last commit
+	// corrupt: parsing stopped at a corrupt record. The ring is skipped
+	// past it (SkipCorrupt commits to the head) only once the records held
+	// before it are delivered: they live in the ring until then.
+	corrupt bool
 }
 
 func (q *ringQueue) empty() bool  { return q.head == len(q.recs) }
@@ -187,17 +191,22 @@ func (o *OrderedReader) key(rec *Record) uint64 {
 func (o *OrderedReader) refill() {
 	now := o.now()
 	for i, rb := range o.rings {
+		q := &o.q[i]
+		if q.corrupt {
+			if !q.empty() {
+				continue
+			}
+			// Skip to the head snapshot of when the corruption was found.
+			rb.SkipCorrupt() // counted in the ring's CorruptBytes
+			o.publish(i)
+			q.corrupt = false
+		}
 		rb.Refresh()
 		o.noteFill(i, rb.Pending()+int(rb.Cursor()-rb.Tail()))
-		q := &o.q[i]
 		for {
 			ok, err := rb.Next(&o.tmp)
 			if err != nil {
-				// Deliver what was parsed before it; the bytes from the
-				// corrupt record on are skipped and counted.
-				o.commit(i)
-				rb.SkipCorrupt()
-				o.publish(i)
+				q.corrupt = true
 				break
 			}
 			if !ok {
