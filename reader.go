@@ -348,15 +348,21 @@ var errStop = errors.New("stop")
 // the deadline, ErrFlushed once a Flush completed.
 func (c *core) ReadInto(s *Sample) error {
 	err := c.readFunc(context.Background(), "read perf buffer", func(i int, rec *Record, meta *Sample) error {
-		buf := s.Data
-		*s = *meta
-		s.CPU, s.Type, s.Lost, s.Data = c.rings[i].CPU(), rec.Type, rec.Lost, rec.AppendTo(buf[:0])
+		c.copySample(s, i, rec, meta)
 		return errStop
 	})
 	if err == errStop {
 		return nil
 	}
 	return err
+}
+
+// copySample fills s with ring i's record, copying the payload into the
+// memory s.Data already has when it is large enough.
+func (c *core) copySample(s *Sample, i int, rec *Record, meta *Sample) {
+	buf := s.Data
+	*s = *meta
+	s.CPU, s.Type, s.Lost, s.Data = c.rings[i].CPU(), rec.Type, rec.Lost, rec.AppendTo(buf[:0])
 }
 
 // Read is ReadInto into a new Sample.
@@ -389,9 +395,7 @@ func (c *core) All(ctx context.Context) iter.Seq2[*Sample, error] {
 		var s Sample
 		for {
 			err := c.readFunc(ctx, "read perf buffer", func(i int, rec *Record, meta *Sample) error {
-				buf := s.Data
-				s = *meta
-				s.CPU, s.Type, s.Lost, s.Data = c.rings[i].CPU(), rec.Type, rec.Lost, rec.AppendTo(buf[:0])
+				c.copySample(&s, i, rec, meta)
 				if !yield(&s, nil) {
 					return errStop
 				}
