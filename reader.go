@@ -322,20 +322,26 @@ func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Reco
 			}
 			continue
 		}
-		timeout := c.src.idle()
-		if c.flushDone() {
-			return fmt.Errorf("%s: %w", op, ErrFlushed)
-		}
-		if c.flushing() {
-			continue // the flush is not done: read on without waiting
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		if err := c.wait(op, timeout); err != nil {
+		if err := c.block(ctx, op); err != nil {
 			return err
 		}
 	}
+}
+
+// block is what a read does when there is nothing to deliver: commit, end
+// a completed Flush, or wait.
+func (c *core) block(ctx context.Context, op string) error {
+	timeout := c.src.idle()
+	if c.flushDone() {
+		return fmt.Errorf("%s: %w", op, ErrFlushed)
+	}
+	if c.flushing() {
+		return nil // the flush is not done: read on without waiting
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return c.wait(op, timeout)
 }
 
 // errStop ends readFunc after one record; it never leaves this file.
@@ -347,14 +353,24 @@ var errStop = errors.New("stop")
 // Errors (wrapped): os.ErrClosed after Close, os.ErrDeadlineExceeded past
 // the deadline, ErrFlushed once a Flush completed.
 func (c *core) ReadInto(s *Sample) error {
-	err := c.readFunc(context.Background(), "read perf buffer", func(i int, rec *Record, meta *Sample) error {
-		c.copySample(s, i, rec, meta)
-		return errStop
-	})
-	if err == errStop {
-		return nil
+	// readFunc's loop without its callback and context: this is the call
+	// made once per record.
+	const op = "read perf buffer"
+	if err := c.life.enterExclusive(op); err != nil {
+		return err
 	}
-	return err
+	defer c.life.exitExclusive()
+	for !c.life.closed() {
+		if i := c.src.next(&c.rec, &c.meta); i >= 0 {
+			c.copySample(s, i, &c.rec, &c.meta)
+			c.src.delivered(i)
+			return nil
+		}
+		if err := c.block(context.Background(), op); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%s: %w", op, os.ErrClosed)
 }
 
 // copySample fills s with ring i's record, copying the payload into the
