@@ -479,6 +479,55 @@ func (r *Reader) next(rec *Record, _ *Sample) int {
 
 func (r *Reader) delivered(int) {}
 
+// Each is core.Each with the Reader's turn loop written out, so that a
+// record costs a parse and a call of fn: the callback form is the one meant
+// to keep up with the kernel. ctx is checked between turns (at most Budget
+// bytes) and whenever the rings are empty.
+func (r *Reader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {
+	const op = "read perf buffer"
+	if err := r.life.enterExclusive(op); err != nil {
+		return err
+	}
+	defer r.life.exitExclusive()
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, r.w.wake)
+		defer stop()
+	}
+	rec, meta := &r.rec, &r.meta
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if r.pos >= len(r.order) && !r.startPass() {
+			if err := r.block(ctx, op); err != nil {
+				return err
+			}
+			continue
+		}
+		i := r.order[r.pos]
+		rb := r.rings[i]
+		*meta = Sample{CPU: rb.CPU()}
+		for r.left > 0 {
+			if r.life.closed() {
+				return fmt.Errorf("%s: %w", op, os.ErrClosed)
+			}
+			ok, err := rb.Next(rec)
+			if !ok {
+				if err != nil {
+					rb.SkipCorrupt() // counted; the ring goes on at the head
+				}
+				break
+			}
+			r.left -= int(rec.Next - rec.Pos)
+			meta.Type, meta.Lost = rec.Type, rec.Lost
+			if err := fn(rec, meta); err != nil {
+				return err // the turn goes on at the next read
+			}
+		}
+		r.endTurn(i)
+	}
+}
+
 // endTurn commits ring i once for its whole turn and moves to the next.
 func (r *Reader) endTurn(i int) {
 	rb := r.rings[i]

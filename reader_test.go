@@ -742,3 +742,35 @@ func TestOrderedCorrupt(t *testing.T) {
 		t.Errorf("after the skip: keys %d, %d", after[0].Key, after[1].Key)
 	}
 }
+
+// Reader.Each goes past a corrupt record (counted) and stops when fn closes
+// the reader.
+func TestReaderEachCorruptAndClose(t *testing.T) {
+	f := newFakeRings(t, 1, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	f.emit(t, 0, 0, 0, 32)
+	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8))) // size not a multiple of 8
+	r.SetDeadline(time.Now().Add(50 * time.Millisecond))
+	var seqs []uint64
+	err := r.Each(context.Background(), func(rec *Record, meta *Sample) error {
+		seqs = append(seqs, binary.LittleEndian.Uint64(rec.Data[8:]))
+		return nil
+	})
+	if !errors.Is(err, os.ErrDeadlineExceeded) || len(seqs) != 1 {
+		t.Fatalf("Each: %v, seqs %v", err, seqs)
+	}
+	if st := r.Stats()[0]; st.CorruptBytes == 0 {
+		t.Errorf("corrupt bytes not counted: %+v", st)
+	}
+	f.emit(t, 0, 0, 1, 32)
+	f.emit(t, 0, 0, 2, 32)
+	r.SetDeadline(time.Now().Add(5 * time.Second))
+	err = r.Each(context.Background(), func(rec *Record, meta *Sample) error {
+		seqs = append(seqs, binary.LittleEndian.Uint64(rec.Data[8:]))
+		r.Close()
+		return nil
+	})
+	if !errors.Is(err, os.ErrClosed) || fmt.Sprint(seqs) != "[0 1]" {
+		t.Errorf("Each with Close from fn: %v, seqs %v", err, seqs)
+	}
+}

@@ -23,6 +23,7 @@ var modeColor = map[string]string{
 	benchrun.ModeRawZeroCopy: "#2ca02c",
 	benchrun.ModeRawCopy:     "#8fd17e",
 	benchrun.ModeReader:      "#ff7f0e",
+	benchrun.ModeReaderEach:  "#ffbb78",
 	benchrun.ModeOrdered:     "#d62728",
 }
 

@@ -16,6 +16,7 @@
 package benchrun
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -41,11 +42,12 @@ const (
 	ModeRawZeroCopy = "raw-zerocopy" // RawBuffer.Drain, reading in place
 	ModeRawCopy     = "raw-copy"     // RawBuffer.Drain, copying each record out
 	ModeReader      = "reader"       // Reader.ReadInto
+	ModeReaderEach  = "reader-each"  // Reader.Each, zero-copy
 	ModeOrdered     = "ordered"      // OrderedReader.ReadInto
 )
 
 // DrainModes are the modes Drain measures, the reference first.
-var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeOrdered}
+var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderEach, ModeOrdered}
 
 // Sizes are the sample sizes the drain measurements use, in bytes.
 var Sizes = []int{16, 64, 256, 1024}
@@ -159,7 +161,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return d, nil
 	case ModeRawZeroCopy, ModeRawCopy:
 		return openRaw(base, cfg)
-	case ModeReader:
+	case ModeReader, ModeReaderEach:
 		pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages})
 		if err != nil {
 			return nil, err
@@ -169,7 +171,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 			pb.Close()
 			return nil, err
 		}
-		return &readerDrain{fillOne: base, pb: pb, r: r}, nil
+		return &readerDrain{fillOne: base, pb: pb, r: r, each: cfg.Mode == ModeReaderEach}, nil
 	case ModeOrdered:
 		return openOrdered(e, cfg)
 	}
@@ -294,6 +296,7 @@ type readerDrain struct {
 	r     *perfbuf.Reader
 	s     perfbuf.Sample
 	total uint64
+	each  bool // Reader.Each instead of ReadInto
 }
 
 func (d *readerDrain) fill(k int) error {
@@ -308,6 +311,24 @@ func (d *readerDrain) fill(k int) error {
 }
 
 func (d *readerDrain) drain(k int) error {
+	if d.each {
+		n := 0
+		err := d.r.Each(context.Background(), func(rec *perfbuf.Record, _ *perfbuf.Sample) error {
+			if rec.Type != perfbuf.RecordSample {
+				return fmt.Errorf("record type %v (lost %d) in a ring sized not to lose", rec.Type, rec.Lost)
+			}
+			d.total += cref.ReadAll(rec.Data) + cref.ReadAll(rec.Wrapped)
+			n++
+			return nil
+		})
+		if errors.Is(err, perfbuf.ErrFlushed) {
+			err = nil
+		}
+		if err == nil && n != k {
+			err = countErr(n, k)
+		}
+		return err
+	}
 	n, err := readUntilFlushed(d.r, &d.s, &d.total, nil)
 	if err == nil && n != k {
 		err = countErr(n, k)
