@@ -119,6 +119,21 @@ func readN(t *testing.T, r interface{ ReadInto(*Sample) error }, n int) []Sample
 	return out
 }
 
+// readFlushed reads until ErrFlushed and returns how many records it read.
+func readFlushed(t *testing.T, r interface{ ReadInto(*Sample) error }) int {
+	t.Helper()
+	var s Sample
+	for n := 0; ; n++ {
+		err := r.ReadInto(&s)
+		if errors.Is(err, ErrFlushed) {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func keyOf(s Sample) uint64 { return binary.LittleEndian.Uint64(s.Data) }
 
 // The fullest ring is drained first; with a budget, turns alternate.
@@ -246,19 +261,7 @@ func TestReaderFlushAndDiscard(t *testing.T) {
 		f.emit(t, i%2, 0, uint64(i), 40)
 	}
 	r.Flush()
-	var s Sample
-	n := 0
-	for {
-		err := r.ReadInto(&s)
-		if errors.Is(err, ErrFlushed) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if n != 5 {
+	if n := readFlushed(t, r); n != 5 {
 		t.Errorf("flush delivered %d records, want 5", n)
 	}
 	f.emit(t, 0, 0, 9, 40)
@@ -721,16 +724,7 @@ func TestOrderedCorrupt(t *testing.T) {
 			}
 		}
 	}
-	// Drain the rest; the ring is usable again.
-	for {
-		err := o.ReadInto(&s)
-		if errors.Is(err, ErrFlushed) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	readFlushed(t, o) // the rest; the ring is usable again
 	if st := o.Stats()[0]; st.CorruptBytes == 0 {
 		t.Errorf("corrupt bytes not counted: %+v", st)
 	}
