@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -68,6 +69,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	// The demo goroutine writes to stderr too.
+	stderr = &syncWriter{w: stderr}
+
 	t, err := openTracer(o.tracer)
 	if err != nil {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
@@ -87,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer timer.Stop()
 		expired = timer.C
 	}
+	var demo sync.WaitGroup
+	defer demo.Wait() // after close(done) below: deferred calls run last first
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -109,7 +115,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if o.demo {
-		go runDemo(done, stderr)
+		demo.Add(1)
+		go func() {
+			defer demo.Done()
+			runDemo(done, stderr)
+		}()
 	}
 	start := time.Now()
 	c, err := readLoop(t.rd, o, stdout, stderr)
@@ -353,4 +363,16 @@ func (v secondsValue) Set(s string) error {
 	}
 	*v.p = d
 	return nil
+}
+
+// syncWriter serialises writes from several goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
