@@ -1,8 +1,10 @@
 package perfbuf
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -39,51 +41,49 @@ type OrderedOptions struct {
 	HighWater int
 }
 
-// held is a record parsed ahead and held in place in its ring.
-type held struct {
-	rec  Record
-	key  uint64
-	seen int64 // monotonic nanoseconds when the reader first parsed it
-}
+// orderedRing is the merge's state for one ring. Only its front, the next record to deliver
+// from it, is parsed: a CPU's records come in key order, so the front is the ring's smallest
+// key and the records behind it can wait in the ring unparsed.
+type orderedRing struct {
+	front Record // valid when has; aliases the ring like any Record
+	key   uint64 // front's key, for a sample
+	has   bool
 
-// ringQueue is one ring's held records, oldest first. Its memory is reused.
-type ringQueue struct {
-	recs   []held
-	head   int
-	newest uint64 // the largest key parsed from this ring
+	newest uint64 // the largest key parsed from the ring, front and look-ahead included
 	seen   bool   // newest is valid
-	freed  int    // bytes released since the ring's last commit
-	// corrupt: parsing stopped at a corrupt record. The ring is skipped
-	// past it (SkipCorrupt commits to the head) only once the records held
-	// before it are delivered: they live in the ring until then.
-	corrupt bool
+
+	// scanned is how far rule 2's look-ahead parsed beyond the front.
+	scanned uint64
+	// marks say when the reader first saw the ring's records (rule 3): those below pos were
+	// in its head snapshot at time t. Oldest first; those behind the cursor are dropped.
+	marks []mark
+	// dueBefore: the records below it are due by rule 3 (a cache of marks).
+	dueBefore uint64
+
+	freed int // bytes delivered since the ring's last commit
 }
 
-func (q *ringQueue) empty() bool  { return q.head == len(q.recs) }
-func (q *ringQueue) front() *held { return &q.recs[q.head] }
-
-func (q *ringQueue) pop() {
-	q.freed += int(q.recs[q.head].rec.Next - q.recs[q.head].rec.Pos)
-	q.recs[q.head] = held{} // drop the references into the ring
-	q.head++
-	if q.empty() {
-		q.recs, q.head = q.recs[:0], 0
-	}
+type mark struct {
+	pos uint64
+	t   int64 // OrderedReader.now()
 }
 
 // OrderedReader merges the records of every ring into one stream in
 // nondecreasing order of a key (a timestamp, typically), without copying
-// them out of the rings: it parses ahead and holds records in place, and
-// commits a ring's tail as its records are delivered.
+// them out of the rings: each ring's next record is parsed in place, the
+// smallest key goes first, and a ring's tail is committed as its records
+// are delivered.
 //
 // The release rule. A CPU's records come in key order, but an idle CPU may
-// still produce an earlier record. The smallest held key is released when
+// still produce an earlier record. The smallest key among the rings' next
+// records is released when
 //
 //  1. every ring has shown a key at least as large (nothing earlier can come
 //     from a CPU whose keys only grow), or
 //  2. a key KeyWindow (default MaxDelay, as nanoseconds) larger has been
-//     seen on any ring, or
-//  3. the reader first saw it MaxDelay ago, or
+//     seen on any ring (while records wait, the reader parses ahead to find
+//     the newest keys), or
+//  3. the reader first saw it MaxDelay ago (to within MaxDelay/32), or
 //  4. a ring is filled past HighWater: release rather than lose, or
 //  5. a Flush or Close is under way.
 //
@@ -95,15 +95,17 @@ func (q *ringQueue) pop() {
 // The concurrency contract is Reader's.
 type OrderedReader struct {
 	core
-	q         []ringQueue
+	rs        []orderedRing
 	keyOffset int
 	keyFn     func([]byte) uint64
 	window    uint64
 	maxDelay  time.Duration
+	markGrain int64 // marks closer in time than this are merged: MaxDelay/32
 	dropLate  bool
 	highWater int
+	commitAt  int    // bytes delivered from a ring before its tail is committed
+	pressure  bool   // released by rule 4: commit at once
 	last      uint64 // largest key released
-	released  bool   // last is valid
 	start     time.Time
 	tmp       Record
 	scratch   []byte
@@ -150,9 +152,16 @@ func (o *OrderedReader) setup() {
 	if o.highWater == 0 {
 		o.highWater = o.rings[0].Size() * 3 / 4
 	}
-	o.q = make([]ringQueue, len(o.rings))
-	for _, rb := range o.rings {
+	o.commitAt = max(o.rings[0].Size()/16, 1)
+	o.markGrain = int64(o.maxDelay / 32)
+	o.rs = make([]orderedRing, len(o.rings))
+	for i, rb := range o.rings {
 		rb.Begin()
+		r := &o.rs[i]
+		r.scanned, r.dueBefore = rb.Tail(), rb.Tail()
+		if rb.Pending() > 0 {
+			o.mark(i, rb.head)
+		}
 	}
 	o.src = o
 }
@@ -187,174 +196,297 @@ func (o *OrderedReader) key(rec *Record) uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// refill parses every ring ahead up to a fresh head snapshot.
-func (o *OrderedReader) refill() {
-	now := o.now()
-	for i, rb := range o.rings {
-		q := &o.q[i]
-		if q.corrupt {
-			if !q.empty() {
+// next returns the front that goes next and its ring, or -1 when none may
+// go yet. A late record that DropLate drops is counted and passed over.
+func (o *OrderedReader) next(s *Sample) (*Record, int) {
+	for {
+		best, empty := -1, false
+		var key uint64
+		for i := range o.rs {
+			r := &o.rs[i]
+			if !r.has && !o.load(i) {
+				empty = true
 				continue
 			}
-			// Skip to the head snapshot of when the corruption was found.
-			rb.SkipCorrupt() // counted in the ring's CorruptBytes
-			o.publish(i)
-			q.corrupt = false
-		}
-		rb.Refresh()
-		o.noteFill(i, rb.Pending()+int(rb.Cursor()-rb.Tail()))
-		for {
-			ok, err := rb.Next(&o.tmp)
-			if err != nil {
-				q.corrupt = true
-				break
+			if r.front.Type != RecordSample {
+				s.Key, s.Late = 0, false
+				return &r.front, i // lost records carry no key: at once
 			}
-			if !ok {
-				break
+			if best < 0 || r.key < key {
+				best, key = i, r.key
 			}
-			h := held{rec: o.tmp, seen: now}
-			if h.rec.Type == RecordSample {
-				h.key = o.key(&h.rec)
-				q.newest, q.seen = max(q.newest, h.key), true
-			}
-			q.recs = append(q.recs, h)
 		}
-	}
-}
-
-// commit hands ring i's delivered records back to the kernel: its tail
-// moves to its oldest held record, or to its cursor if it holds none.
-func (o *OrderedReader) commit(i int) {
-	rb, q := o.rings[i], &o.q[i]
-	pos := rb.Cursor()
-	if !q.empty() {
-		pos = q.front().rec.Pos
-	}
-	if err := rb.Commit(pos); err != nil {
-		panic(err) // held positions lie between the tail and the cursor
-	}
-	q.freed = 0
-}
-
-func (o *OrderedReader) next(rec *Record, s *Sample) int {
-	for {
-		// Parse ahead only when what is held cannot go: while it can,
-		// newer records in the rings would not change the choice.
-		i := o.pick()
-		if i < 0 {
-			o.refill()
-			i = o.pick()
+		if best < 0 {
+			return nil, -1
 		}
-		if i < 0 || o.take(i, rec, s) {
-			return i
+		if !empty {
+			o.pressure = false // rule 1: every other front is at least as large
+		} else if !o.releasable(best) {
+			return nil, -1
 		}
-	}
-}
-
-// pick returns the ring whose oldest held record goes next, or -1 if none
-// may go yet.
-func (o *OrderedReader) pick() int {
-	best := -1
-	for i := range o.q {
-		q := &o.q[i]
-		if q.empty() {
+		s.Key, s.Late = key, key < o.last
+		if !s.Late {
+			o.last = key
+		} else if o.countLate(best); o.dropLate {
+			o.delivered(best)
 			continue
 		}
-		if q.front().rec.Type != RecordSample {
-			return i // lost records carry no key: at once
-		}
-		if best < 0 || q.front().key < o.q[best].front().key {
-			best = i
-		}
+		return &o.rs[best].front, best
 	}
-	if best < 0 || !o.releasable(o.q[best].front()) {
-		return -1
-	}
-	return best
 }
 
-// releasable applies the release rule to the smallest held key.
-func (o *OrderedReader) releasable(h *held) bool {
+func (o *OrderedReader) countLate(i int) {
+	o.statsMu.Lock()
+	o.stats[i].Late++
+	if o.dropLate {
+		o.stats[i].Dropped++
+	}
+	o.statsMu.Unlock()
+}
+
+// load parses ring i's next record into its front, taking a new head
+// snapshot when the last one is used up. It reports whether the ring has a
+// front.
+func (o *OrderedReader) load(i int) bool {
+	rb, r := o.rings[i], &o.rs[i]
+	if rb.Pending() == 0 {
+		o.refresh(i)
+	}
+	ok, err := rb.Next(&r.front)
+	if err != nil {
+		// Only the front is ever held, and it was delivered: skipping to
+		// the head hands back nothing that is still in use.
+		rb.SkipCorrupt() // counted in the ring's CorruptBytes
+		o.publish(i)
+		return false
+	}
+	if !ok {
+		return false
+	}
+	r.has = true
+	if r.front.Type == RecordSample {
+		if off := o.keyOffset; o.keyFn == nil && off+8 <= len(r.front.Data) {
+			r.key = binary.LittleEndian.Uint64(r.front.Data[off:])
+		} else {
+			r.key = o.key(&r.front)
+		}
+		if !r.seen || r.key > r.newest {
+			r.newest, r.seen = r.key, true
+		}
+	}
+	return true
+}
+
+// refresh takes a new head snapshot of ring i and marks the time when it
+// shows new records.
+func (o *OrderedReader) refresh(i int) {
+	rb := o.rings[i]
+	old := rb.head
+	rb.Refresh()
+	if rb.head != old {
+		o.mark(i, rb.head)
+		o.noteFill(i, int(rb.head-rb.Tail()))
+	}
+}
+
+// mark notes that ring i's records below pos are in the reader's view now,
+// dropping the marks of records already delivered.
+func (o *OrderedReader) mark(i int, pos uint64) {
+	r := &o.rs[i]
+	oldest := o.rings[i].Cursor()
+	if r.has {
+		oldest = r.front.Pos
+	}
+	k := 0
+	for k < len(r.marks) && int64(r.marks[k].pos-oldest) <= 0 {
+		k++
+	}
+	r.marks = r.marks[:copy(r.marks, r.marks[k:])]
+	now := o.now()
+	if n := len(r.marks); n > 0 && now-r.marks[n-1].t < o.markGrain {
+		r.marks[n-1].pos = pos // seen within the grain of the last mark
+		return
+	}
+	r.marks = append(r.marks, mark{pos: pos, t: now})
+}
+
+// seenAt returns when the reader first saw ring i's front.
+func (o *OrderedReader) seenAt(i int) int64 {
+	r := &o.rs[i]
+	for _, m := range r.marks {
+		if int64(m.pos-r.front.Pos) > 0 {
+			return m.t
+		}
+	}
+	return o.now() // not reached: a front lies below some head snapshot
+}
+
+// releasable applies rules 1 to 5 to ring best's front, the smallest key,
+// when some ring shows no record.
+func (o *OrderedReader) releasable(best int) bool {
+	o.pressure = false
 	if o.flushing() || o.life.closed() {
-		return true
+		return true // rule 5
 	}
-	all, newest := true, uint64(0)
-	for i := range o.q {
-		q := &o.q[i]
-		if q.seen {
-			newest = max(newest, q.newest)
-		}
-		if !q.seen || q.newest < h.key {
+	key := o.rs[best].key
+	all := true
+	for i := range o.rs {
+		if r := &o.rs[i]; !r.has && (!r.seen || r.newest < key) {
 			all = false
+			break
 		}
 	}
-	if all || // rule 1
-		(newest >= o.window && h.key <= newest-o.window) || // rule 2
-		o.now()-h.seen >= int64(o.maxDelay) { // rule 3
-		return true
+	if all || o.windowPassed(key) {
+		return true // rules 1 and 2
+	}
+	o.scanAhead()
+	if o.windowPassed(key) || o.due(best) {
+		return true // rules 2 and 3
 	}
 	for _, rb := range o.rings {
 		if rb.Used() > o.highWater {
+			o.pressure = true
 			return true // rule 4
 		}
 	}
 	return false
 }
 
-// take pops ring i's oldest held record into rec, marking it late if it
-// is. It reports false for a late record dropped by DropLate (popped and
-// counted).
-func (o *OrderedReader) take(i int, rec *Record, s *Sample) bool {
-	q := &o.q[i]
-	h := q.front()
-	*rec = h.rec
-	s.Key, s.Late = h.key, false
-	if rec.Type == RecordSample {
-		if o.released && h.key < o.last {
-			s.Late = true
-			o.statsMu.Lock()
-			o.stats[i].Late++
-			if o.dropLate {
-				o.stats[i].Dropped++
+// windowPassed reports rule 2 for key.
+func (o *OrderedReader) windowPassed(key uint64) bool {
+	var newest uint64
+	for i := range o.rs {
+		newest = max(newest, o.rs[i].newest)
+	}
+	return newest >= o.window && key <= newest-o.window
+}
+
+// scanAhead parses the rings with a front ahead of it, up to a fresh head
+// snapshot, for their newest keys (rule 2). Rings without a front are left
+// to pick, which has just looked at them: a record found there must take
+// its place in the merge, not be passed over.
+func (o *OrderedReader) scanAhead() {
+	for i := range o.rs {
+		r := &o.rs[i]
+		if !r.has {
+			continue
+		}
+		rb := o.rings[i]
+		o.refresh(i)
+		pos := rb.Cursor()
+		if int64(r.scanned-pos) > 0 {
+			pos = r.scanned
+		}
+		for rb.parseAt(pos, &o.tmp) {
+			if o.tmp.Type == RecordSample {
+				if k := o.key(&o.tmp); !r.seen || k > r.newest {
+					r.newest, r.seen = k, true
+				}
 			}
-			o.statsMu.Unlock()
+			pos = o.tmp.Next
 		}
-		if !s.Late {
-			o.last, o.released = h.key, true
-		}
+		r.scanned = pos
+		o.tmp = Record{}
 	}
-	q.pop()
-	if s.Late && o.dropLate {
-		o.delivered(i)
-		return false
-	}
-	return true
 }
 
-// delivered commits ring i once a sixteenth of it was released, or at once
-// when it is past the high-water mark.
+// due reports rule 3 for ring i's front.
+func (o *OrderedReader) due(i int) bool {
+	r := &o.rs[i]
+	if int64(r.dueBefore-r.front.Pos) > 0 {
+		return true
+	}
+	limit := o.now() - int64(o.maxDelay)
+	for _, m := range r.marks {
+		if m.t > limit {
+			break
+		}
+		r.dueBefore = m.pos
+	}
+	return int64(r.dueBefore-r.front.Pos) > 0
+}
+
+// delivered ends the delivery of ring i's front. The ring is committed once
+// a sixteenth of it was delivered, or at once when rule 4 released it.
 func (o *OrderedReader) delivered(i int) {
-	q, rb := &o.q[i], o.rings[i]
-	if q.freed >= rb.Size()/16 || (q.freed > 0 && rb.Used() > o.highWater) {
-		o.commit(i)
-		o.publish(i)
+	r := &o.rs[i]
+	r.has = false
+	if r.freed += int(r.front.Next - r.front.Pos); r.freed >= o.commitAt || o.pressure {
+		o.commitPublish(i)
 	}
 }
 
-// idle commits every ring and waits at most until the oldest held record
-// is due (rule 3), and MaxLatency.
+func (o *OrderedReader) commitPublish(i int) {
+	o.commit(i)
+	o.publish(i)
+}
+
+// commit hands ring i's delivered records back to the kernel: its tail
+// moves to its front, or to its cursor if it has none.
+func (o *OrderedReader) commit(i int) {
+	rb, r := o.rings[i], &o.rs[i]
+	pos := rb.Cursor()
+	if r.has {
+		pos = r.front.Pos
+	}
+	if err := rb.Commit(pos); err != nil {
+		panic(err) // the front lies between the tail and the cursor
+	}
+	r.freed = 0
+}
+
+// idle commits every ring and waits at most until the front of a ring is
+// due (rule 3), and MaxLatency.
 func (o *OrderedReader) idle() time.Duration {
 	timeout := o.latency
 	now := o.now()
-	for i := range o.q {
-		o.commit(i)
-		o.publish(i)
-		if q := &o.q[i]; !q.empty() {
-			due := time.Duration(q.front().seen + int64(o.maxDelay) - now)
+	for i := range o.rs {
+		o.commitPublish(i)
+		if o.rs[i].has {
+			due := time.Duration(o.seenAt(i) + int64(o.maxDelay) - now)
 			if timeout < 0 || due < timeout {
 				timeout = max(due, 0)
 			}
 		}
 	}
 	return timeout
+}
+
+// Each calls fn with every record in key order, zero-copy, until ctx is
+// done, the reader is closed, the deadline passes, a Flush completes, or fn
+// returns an error, and returns that error (ctx.Err() wrapped for ctx). rec
+// aliases ring memory and is valid only during the call; meta carries the
+// CPU, the key and the late mark. ctx is checked every 256 records and
+// whenever nothing can be delivered.
+func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {
+	const op = "read perf buffer"
+	stop, err := o.enterRead(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer o.exitRead(stop)
+	meta := &o.meta
+	for n := 0; ; n++ {
+		if o.life.closed() {
+			return fmt.Errorf("%s: %w", op, os.ErrClosed)
+		}
+		if n&255 == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%s: %w", op, err)
+			}
+		}
+		rec, i := o.next(meta)
+		if i < 0 {
+			if err := o.block(ctx, op); err != nil {
+				return err
+			}
+			continue
+		}
+		meta.CPU, meta.Type, meta.Lost, meta.Data = o.rings[i].CPU(), rec.Type, rec.Lost, nil
+		err := fn(rec, meta)
+		o.delivered(i)
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -382,6 +382,18 @@ func (b *RawBuffer) parse(rec *Record) bool {
 	return true
 }
 
+// parseAt parses the record at pos, a record boundary between the cursor and the head
+// snapshot, into rec without moving the cursor: a look ahead. It returns false at the end of
+// the snapshot, and for a record that cannot be valid, which Next reports once the cursor
+// gets there. Records are counted in Stats the first time either parses them.
+func (b *RawBuffer) parseAt(pos uint64, rec *Record) bool {
+	cursor, corrupt, badHead := b.cursor, b.corrupt, b.badHead
+	b.cursor = pos
+	ok := b.parse(rec)
+	b.cursor, b.corrupt, b.badHead = cursor, corrupt, badHead
+	return ok
+}
+
 // parseAny parses any record at the cursor, checking everything; parse has checked that
 // there is a record (avail > 0) and no pending error.
 func (b *RawBuffer) parseAny(rec *Record) bool {

@@ -275,9 +275,10 @@ func (rs *ringSet) wait(op string, timeout time.Duration) error {
 // source is how a reader chooses records: Reader drains fullest first,
 // OrderedReader merges by key.
 type source interface {
-	// next parses the next record to deliver into rec and returns its
-	// ring's index, or -1 when there is none to deliver now.
-	next(rec *Record, s *Sample) int
+	// next returns the next record to deliver and its ring's index, or
+	// -1 when there is none to deliver now. The record stays valid until
+	// delivered(i). next sets the source's part of s: Key and Late.
+	next(s *Sample) (*Record, int)
 	// delivered is called after the record's consumer returned.
 	delivered(i int)
 	// idle commits what was delivered and returns how long to wait.
@@ -295,14 +296,11 @@ type core struct {
 // readFunc runs fn on each record, zero-copy, until fn fails or the reader
 // stops (close, deadline, ctx, a Flush completing).
 func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Record, s *Sample) error) error {
-	if err := c.life.enterExclusive(op); err != nil {
+	stop, err := c.enterRead(ctx, op)
+	if err != nil {
 		return err
 	}
-	defer c.life.exitExclusive()
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, c.w.wake)
-		defer stop()
-	}
+	defer c.exitRead(stop)
 	for n := 0; ; n++ {
 		if c.life.closed() {
 			return fmt.Errorf("%s: %w", op, os.ErrClosed)
@@ -314,8 +312,8 @@ func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Reco
 				return fmt.Errorf("%s: %w", op, err)
 			}
 		}
-		if i := c.src.next(&c.rec, &c.meta); i >= 0 {
-			err := fn(i, &c.rec, &c.meta)
+		if rec, i := c.src.next(&c.meta); i >= 0 {
+			err := fn(i, rec, &c.meta)
 			c.src.delivered(i)
 			if err != nil {
 				return err
@@ -326,6 +324,27 @@ func (c *core) readFunc(ctx context.Context, op string, fn func(i int, rec *Reco
 			return err
 		}
 	}
+}
+
+// enterRead starts a read: it takes the reader (reads run one at a time)
+// and, if ctx can be cancelled, makes its cancellation wake the wait. Pass
+// what it returns to exitRead.
+func (c *core) enterRead(ctx context.Context, op string) (stop func() bool, err error) {
+	if err := c.life.enterExclusive(op); err != nil {
+		return nil, err
+	}
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, c.w.wake)
+	}
+	return stop, nil
+}
+
+// exitRead ends a read that enterRead started.
+func (c *core) exitRead(stop func() bool) {
+	if stop != nil {
+		stop()
+	}
+	c.life.exitExclusive()
 }
 
 // block is what a read does when there is nothing to deliver: commit, end
@@ -361,8 +380,8 @@ func (c *core) ReadInto(s *Sample) error {
 	}
 	defer c.life.exitExclusive()
 	for !c.life.closed() {
-		if i := c.src.next(&c.rec, &c.meta); i >= 0 {
-			c.copySample(s, i, &c.rec, &c.meta)
+		if rec, i := c.src.next(&c.meta); i >= 0 {
+			c.copySample(s, i, rec, &c.meta)
 			c.src.delivered(i)
 			return nil
 		}
@@ -388,18 +407,6 @@ func (c *core) Read() (*Sample, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// Each calls fn with every record, zero-copy, until ctx is done, the reader
-// is closed, the deadline passes, a Flush completes, or fn returns an error,
-// and returns that error (ctx.Err() wrapped for ctx). rec's Data and Wrapped
-// alias ring memory and are valid only during the call; meta carries the
-// CPU and, for an OrderedReader, the key and the late mark.
-func (c *core) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {
-	return c.readFunc(ctx, "read perf buffer", func(i int, rec *Record, meta *Sample) error {
-		meta.CPU, meta.Type, meta.Lost, meta.Data = c.rings[i].CPU(), rec.Type, rec.Lost, nil
-		return fn(rec, meta)
-	})
 }
 
 // All returns an iterator over the records, copied into one reused Sample
@@ -456,10 +463,11 @@ func NewReader(pb *PerfBuffer, opts ReaderOptions) (*Reader, error) {
 
 // next returns the next record of the pass, starting a pass when the last
 // one ended.
-func (r *Reader) next(rec *Record, _ *Sample) int {
+func (r *Reader) next(*Sample) (*Record, int) {
+	rec := &r.rec
 	for {
 		if r.pos >= len(r.order) && !r.startPass() {
-			return -1
+			return nil, -1
 		}
 		i := r.order[r.pos]
 		rb := r.rings[i]
@@ -467,7 +475,7 @@ func (r *Reader) next(rec *Record, _ *Sample) int {
 			ok, err := rb.Next(rec)
 			if ok {
 				r.left -= int(rec.Next - rec.Pos)
-				return i
+				return rec, i
 			}
 			if err != nil {
 				rb.SkipCorrupt() // counted; the ring goes on at the head
@@ -479,20 +487,20 @@ func (r *Reader) next(rec *Record, _ *Sample) int {
 
 func (r *Reader) delivered(int) {}
 
-// Each is core.Each with the Reader's turn loop written out, so that a
-// record costs a parse and a call of fn: the callback form is the one meant
-// to keep up with the kernel. ctx is checked between turns (at most Budget
-// bytes) and whenever the rings are empty.
+// Each calls fn with every record, zero-copy, until ctx is done, the reader
+// is closed, the deadline passes, a Flush completes, or fn returns an error,
+// and returns that error (ctx.Err() wrapped for ctx). rec aliases ring
+// memory and is valid only during the call; meta carries the CPU. This is
+// the form meant to keep up with the kernel: the turn loop is written out,
+// so that a record costs a parse and a call of fn. ctx is checked between
+// turns (at most Budget bytes) and whenever the rings are empty.
 func (r *Reader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {
 	const op = "read perf buffer"
-	if err := r.life.enterExclusive(op); err != nil {
+	stop, err := r.enterRead(ctx, op)
+	if err != nil {
 		return err
 	}
-	defer r.life.exitExclusive()
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, r.w.wake)
-		defer stop()
-	}
+	defer r.exitRead(stop)
 	rec, meta := &r.rec, &r.meta
 	for {
 		if err := ctx.Err(); err != nil {

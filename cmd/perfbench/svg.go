@@ -25,6 +25,7 @@ var modeColor = map[string]string{
 	benchrun.ModeReader:      "#ff7f0e",
 	benchrun.ModeReaderEach:  "#ffbb78",
 	benchrun.ModeOrdered:     "#d62728",
+	benchrun.ModeOrderedEach: "#ff9896",
 }
 
 const (

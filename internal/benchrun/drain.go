@@ -44,10 +44,11 @@ const (
 	ModeReader      = "reader"       // Reader.ReadInto
 	ModeReaderEach  = "reader-each"  // Reader.Each, zero-copy
 	ModeOrdered     = "ordered"      // OrderedReader.ReadInto
+	ModeOrderedEach = "ordered-each" // OrderedReader.Each, zero-copy
 )
 
 // DrainModes are the modes Drain measures, the reference first.
-var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderEach, ModeOrdered}
+var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderEach, ModeOrdered, ModeOrderedEach}
 
 // Sizes are the sample sizes the drain measurements use, in bytes.
 var Sizes = []int{16, 64, 256, 1024}
@@ -172,7 +173,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 			return nil, err
 		}
 		return &readerDrain{fillOne: base, pb: pb, r: r, each: cfg.Mode == ModeReaderEach}, nil
-	case ModeOrdered:
+	case ModeOrdered, ModeOrderedEach:
 		return openOrdered(e, cfg)
 	}
 	return nil, fmt.Errorf("unknown mode %q", cfg.Mode)

@@ -1,6 +1,8 @@
 package benchrun
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +39,7 @@ type orderedDrain struct {
 	last    uint64 // the largest key read
 	tail    int    // samples of the round's last batch
 	checkFn func(*perfbuf.Sample) error
+	each    bool // OrderedReader.Each instead of ReadInto
 }
 
 func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
@@ -52,7 +55,7 @@ func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		pb.Close()
 		return nil, err
 	}
-	d := &orderedDrain{e: e, size: cfg.Size, pb: pb, r: r}
+	d := &orderedDrain{e: e, size: cfg.Size, pb: pb, r: r, each: cfg.Mode == ModeOrderedEach}
 	d.checkFn = d.check
 	return d, nil
 }
@@ -81,6 +84,9 @@ func (d *orderedDrain) check(s *perfbuf.Sample) error {
 }
 
 func (d *orderedDrain) drain(k int) error {
+	if d.each {
+		return d.drainEach(k)
+	}
 	n := 0
 	for ; n < k-d.tail; n++ {
 		if err := d.r.ReadInto(&d.s); err != nil {
@@ -98,6 +104,35 @@ func (d *orderedDrain) drain(k int) error {
 	m, err := readUntilFlushed(d.r, &d.s, &d.total, d.checkFn)
 	if err == nil && n+m != k {
 		err = countErr(n+m, k)
+	}
+	return err
+}
+
+// drainEach is drain with Each: the callback calls Flush once the records
+// that rule 1 releases are read.
+func (d *orderedDrain) drainEach(k int) error {
+	n := 0
+	if k == d.tail {
+		d.r.Flush()
+	}
+	err := d.r.Each(context.Background(), func(rec *perfbuf.Record, meta *perfbuf.Sample) error {
+		if err := sampleOnly(meta); err != nil {
+			return err
+		}
+		if err := d.check(meta); err != nil {
+			return err
+		}
+		d.total += cref.ReadAll(rec.Data) + cref.ReadAll(rec.Wrapped)
+		if n++; n == k-d.tail {
+			d.r.Flush()
+		}
+		return nil
+	})
+	if errors.Is(err, perfbuf.ErrFlushed) {
+		err = nil
+	}
+	if err == nil && n != k {
+		err = countErr(n, k)
 	}
 	return err
 }
