@@ -61,6 +61,8 @@ type orderedRing struct {
 	dueBefore uint64
 
 	freed int // bytes delivered since the ring's last commit
+
+	samples, bytes uint64 // delivered (or dropped as late), for Stats
 }
 
 type mark struct {
@@ -411,9 +413,18 @@ func (o *OrderedReader) due(i int) bool {
 func (o *OrderedReader) delivered(i int) {
 	r := &o.rs[i]
 	r.has = false
+	if r.front.Type == RecordSample {
+		r.samples++
+		r.bytes += uint64(len(r.front.Data) + len(r.front.Wrapped))
+	}
 	if r.freed += int(r.front.Next - r.front.Pos); r.freed >= o.commitAt || o.pressure {
 		o.commitPublish(i)
 	}
+}
+
+// publish is ringSet.publish with the samples delivered rather than parsed.
+func (o *OrderedReader) publish(i int) {
+	o.publishCounts(i, o.rs[i].samples, o.rs[i].bytes)
 }
 
 func (o *OrderedReader) commitPublish(i int) {

@@ -58,9 +58,9 @@ type Sample struct {
 // ReaderStats counts what a reader did with one CPU's ring.
 type ReaderStats struct {
 	CPU          int
-	Samples      uint64 // samples delivered
+	Samples      uint64 // samples delivered (OrderedReader: or dropped as late)
 	Bytes        uint64 // their payload bytes
-	Lost         uint64 // samples the kernel reported lost
+	Lost         uint64 // samples the kernel reported lost in the records read
 	CorruptBytes uint64 // bytes skipped as corrupt (see RawBuffer.SkipCorrupt)
 	Late         uint64 // OrderedReader: records behind a key already released
 	Dropped      uint64 // OrderedReader with DropLate: late records dropped
@@ -210,9 +210,16 @@ func (rs *ringSet) Stats() []ReaderStats {
 // publish copies ring i's counters into the shared stats.
 func (rs *ringSet) publish(i int) {
 	st := rs.rings[i].Stats()
+	rs.publishCounts(i, st.Samples, st.Bytes)
+}
+
+// publishCounts is publish with the samples and bytes read counted by the
+// caller: an OrderedReader parses ahead of what it delivers.
+func (rs *ringSet) publishCounts(i int, samples, bytes uint64) {
+	st := rs.rings[i].Stats()
 	rs.statsMu.Lock()
 	s := &rs.stats[i]
-	s.Samples, s.Bytes, s.Lost, s.CorruptBytes = st.Samples, st.Bytes, st.Lost, st.CorruptBytes
+	s.Samples, s.Bytes, s.Lost, s.CorruptBytes = samples, bytes, st.Lost, st.CorruptBytes
 	rs.statsMu.Unlock()
 }
 

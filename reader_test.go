@@ -488,6 +488,92 @@ func TestOrderedIdleRingAndLate(t *testing.T) {
 	}
 }
 
+// Rule 2 with an idle ring: the reader parses ahead of a ring's front to
+// find a key KeyWindow later, and releases the front then, without waiting
+// for MaxDelay; the newest record stays held.
+func TestOrderedKeyWindowLookAhead(t *testing.T) {
+	f := newFakeRings(t, 2, 1<<14)
+	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 1000})
+	for seq, key := range []uint64{5000, 5500, 6000, 7000} {
+		f.emit(t, 0, key, uint64(seq), 16)
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	got := readN(t, o, 3) // 7000 - 1000 = 6000: everything up to 6000 goes
+	for j, want := range []uint64{5000, 5500, 6000} {
+		if got[j].Key != want || got[j].Late {
+			t.Fatalf("record %d: key %d late %v, want %d", j, got[j].Key, got[j].Late, want)
+		}
+	}
+	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	var s Sample
+	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: key %d, %v; want 7000 held", s.Key, err)
+	}
+	if st := o.Stats()[0]; st.Samples != 3 || st.Late != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// Rule 3 with an idle ring: records that the reader first saw together are
+// due together, MaxDelay later, not one MaxDelay after another. And the
+// marks that date them do not pile up.
+func TestOrderedMaxDelayBacklog(t *testing.T) {
+	f := newFakeRings(t, 2, 1<<16)
+	const delay = 50 * time.Millisecond
+	o := f.ordered(t, OrderedOptions{MaxDelay: delay, KeyWindow: 1 << 62})
+	const n = 100
+	for seq := uint64(0); seq < n; seq++ {
+		f.emit(t, 0, 10+seq, seq, 24)
+	}
+	start := time.Now()
+	o.SetDeadline(start.Add(n * delay / 2)) // one MaxDelay after another would take n*delay
+	readN(t, o, n)
+	if took := time.Since(start); took < delay {
+		t.Errorf("released after %v, before MaxDelay %v", took, delay)
+	}
+	// Records written one at a time while the reader waits, each in a new
+	// head snapshot: each is held MaxDelay (less the marks' grain of
+	// MaxDelay/32) from when it was written, or longer.
+	written := map[uint64]time.Time{}
+	read := n
+	check := func(s Sample) {
+		read++
+		seq := binary.LittleEndian.Uint64(s.Data[8:])
+		if held := time.Since(written[seq]); held < delay-delay/32 {
+			t.Fatalf("record %d released after %v, MaxDelay is %v", seq, held, delay)
+		}
+	}
+	for seq := uint64(n); seq < 3*n; seq++ {
+		written[seq] = time.Now()
+		f.emit(t, 0, 10+seq, seq, 24)
+		var s Sample
+		o.SetDeadline(time.Now().Add(time.Millisecond))
+		if err := o.ReadInto(&s); err == nil {
+			check(s)
+		} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal(err)
+		}
+	}
+	for i := range o.rs {
+		if m := len(o.rs[i].marks); m > 33 {
+			t.Errorf("ring %d holds %d marks", i, m)
+		}
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	for read < 3*n {
+		var s Sample
+		if err := o.ReadInto(&s); err != nil {
+			t.Fatal(err)
+		}
+		check(s)
+	}
+	for i := range o.rs {
+		if m := len(o.rs[i].marks); m > 33 {
+			t.Errorf("ring %d holds %d marks", i, m)
+		}
+	}
+}
+
 // Holding records fills rings: past HighWater the reader releases instead
 // of letting the ring overflow.
 func TestOrderedHighWater(t *testing.T) {
