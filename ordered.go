@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"time"
 )
@@ -107,6 +108,11 @@ type OrderedReader struct {
 	highWater int
 	commitAt  int    // bytes delivered from a ring before its tail is committed
 	pressure  bool   // released by rule 4: commit at once
+	// A run (Each): the ring whose front next released by rule 1, and the
+	// smallest front key of the other rings then. Until one of those is
+	// delivered, that ring's records up to runBound go next by rule 1.
+	runRing  int
+	runBound uint64
 	last      uint64 // largest key released
 	start     time.Time
 	tmp       Record
@@ -166,6 +172,7 @@ func (o *OrderedReader) setup() {
 		}
 	}
 	o.src = o
+	o.runRing = -1
 }
 
 func (o *OrderedReader) now() int64 { return int64(time.Since(o.start)) }
@@ -202,8 +209,9 @@ func (o *OrderedReader) key(rec *Record) uint64 {
 // go yet. A late record that DropLate drops is counted and passed over.
 func (o *OrderedReader) next(s *Sample) (*Record, int) {
 	for {
+		o.runRing = -1
 		best, empty := -1, false
-		var key uint64
+		var key, second uint64 = 0, math.MaxUint64 // the smallest front key, and the next
 		for i := range o.rs {
 			r := &o.rs[i]
 			if !r.has && !o.load(i) {
@@ -214,8 +222,13 @@ func (o *OrderedReader) next(s *Sample) (*Record, int) {
 				s.Key, s.Late = 0, false
 				return &r.front, i // lost records carry no key: at once
 			}
-			if best < 0 || r.key < key {
+			switch {
+			case best < 0:
 				best, key = i, r.key
+			case r.key < key:
+				best, key, second = i, r.key, key
+			case r.key < second:
+				second = r.key
 			}
 		}
 		if best < 0 {
@@ -223,15 +236,19 @@ func (o *OrderedReader) next(s *Sample) (*Record, int) {
 		}
 		if !empty {
 			o.pressure = false // rule 1: every other front is at least as large
+			o.runRing, o.runBound = best, second
 		} else if !o.releasable(best) {
 			return nil, -1
 		}
 		s.Key, s.Late = key, key < o.last
 		if !s.Late {
 			o.last = key
-		} else if o.countLate(best); o.dropLate {
-			o.delivered(best)
-			continue
+		} else {
+			o.runRing = -1
+			if o.countLate(best); o.dropLate {
+				o.delivered(best)
+				continue
+			}
 		}
 		return &o.rs[best].front, best
 	}
@@ -262,21 +279,27 @@ func (o *OrderedReader) load(i int) bool {
 		o.publish(i)
 		return false
 	}
-	if !ok {
-		return false
+	if ok {
+		o.parsedFront(r)
 	}
+	return ok
+}
+
+// parsedFront completes r's front once parsed: its key, and the ring's
+// newest key.
+func (o *OrderedReader) parsedFront(r *orderedRing) {
 	r.has = true
-	if r.front.Type == RecordSample {
-		if off := o.keyOffset; o.keyFn == nil && off+8 <= len(r.front.Data) {
-			r.key = binary.LittleEndian.Uint64(r.front.Data[off:])
-		} else {
-			r.key = o.key(&r.front)
-		}
-		if !r.seen || r.key > r.newest {
-			r.newest, r.seen = r.key, true
-		}
+	if r.front.Type != RecordSample {
+		return
 	}
-	return true
+	if off := o.keyOffset; o.keyFn == nil && off+8 <= len(r.front.Data) {
+		r.key = binary.LittleEndian.Uint64(r.front.Data[off:])
+	} else {
+		r.key = o.key(&r.front)
+	}
+	if !r.seen || r.key > r.newest {
+		r.newest, r.seen = r.key, true
+	}
 }
 
 // refresh takes a new head snapshot of ring i and marks the time when it
@@ -498,6 +521,27 @@ func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sam
 		o.delivered(i)
 		if err != nil {
 			return err
+		}
+		// The run: ring i's next records go at once while their keys stay
+		// within runBound, without another look at the other rings. The
+		// run stops for ctx's check every 256 records.
+		for r, rb := &o.rs[i], o.rings[i]; o.runRing == i && n&255 != 255 && !o.life.closed(); {
+			// The end of the head snapshot and a corrupt record are for
+			// next's load; so is a front that may not go yet.
+			if rb.Pending() == 0 || !rb.parse(&r.front) {
+				break
+			}
+			if o.parsedFront(r); r.front.Type != RecordSample || r.key > o.runBound || r.key < o.last {
+				break
+			}
+			n++
+			o.last = r.key
+			meta.Key, meta.Late, meta.Type, meta.Lost = r.key, false, RecordSample, 0
+			err := fn(&r.front, meta)
+			o.delivered(i)
+			if err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -417,33 +417,56 @@ func TestReaderRace(t *testing.T) {
 // The OrderedReader merges rings by key; with every ring holding records
 // (rule 1), nothing waits for MaxDelay.
 func TestOrderedMerge(t *testing.T) {
-	f := newFakeRings(t, 2, 1<<14)
-	rng := rand.New(rand.NewSource(1))
-	var keys [2]uint64
-	n := 0
-	for ; n < 200; n++ {
-		i := rng.Intn(2)
-		keys[i] += uint64(1 + rng.Intn(100))
-		f.emit(t, i, keys[i], uint64(n), 16+rng.Intn(64))
-	}
-	// A last record on each ring with a key above all others lets rule 1
-	// release everything before it.
-	for i := 0; i < 2; i++ {
-		f.emit(t, i, 1<<40, uint64(n+i), 16)
-	}
-	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
-	start := time.Now()
-	got := readN(t, o, 201)
-	if time.Since(start) > 30*time.Second {
-		t.Fatal("merge waited on MaxDelay")
-	}
-	for j := 1; j < len(got); j++ {
-		if got[j].Key < got[j-1].Key || got[j].Late {
-			t.Fatalf("record %d: key %d after %d (late %v)", j, got[j].Key, got[j-1].Key, got[j].Late)
-		}
-		if got[j].Key != keyOf(got[j]) {
-			t.Fatalf("record %d: Key %d, payload says %d", j, got[j].Key, keyOf(got[j]))
-		}
+	for _, mode := range []string{"ReadInto", "Each"} {
+		t.Run(mode, func(t *testing.T) {
+			const rings, n = 3, 600
+			f := newFakeRings(t, rings, 1<<15)
+			rng := rand.New(rand.NewSource(1))
+			var keys [rings]uint64
+			for seq := 0; seq < n; seq++ {
+				i := rng.Intn(rings)
+				keys[i] += uint64(rng.Intn(50)) // equal keys too, across rings and within one
+				f.emit(t, i, keys[i], uint64(seq), 16+rng.Intn(64))
+			}
+			// A last record on each ring with a key above all others lets
+			// rule 1 release everything before it.
+			for i := 0; i < rings; i++ {
+				f.emit(t, i, 1<<40, uint64(n+i), 16)
+			}
+			o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
+			o.SetDeadline(time.Now().Add(10 * time.Second)) // nothing may wait on MaxDelay
+			var got []Sample
+			if mode == "ReadInto" {
+				got = readN(t, o, n)
+			} else {
+				stop := errors.New("enough")
+				err := o.Each(context.Background(), func(rec *Record, meta *Sample) error {
+					s := *meta
+					s.Data = rec.AppendTo(nil)
+					if got = append(got, s); len(got) == n {
+						return stop
+					}
+					return nil
+				})
+				if err != stop {
+					t.Fatalf("Each: %v after %d records", err, len(got))
+				}
+			}
+			seen := map[uint64]bool{}
+			for j, s := range got {
+				if j > 0 && (s.Key < got[j-1].Key || s.Late) {
+					t.Fatalf("record %d: key %d after %d (late %v)", j, s.Key, got[j-1].Key, s.Late)
+				}
+				if s.Key != keyOf(s) {
+					t.Fatalf("record %d: Key %d, payload says %d", j, s.Key, keyOf(s))
+				}
+				seq := binary.LittleEndian.Uint64(s.Data[8:])
+				if seen[seq] {
+					t.Fatalf("seq %d delivered twice", seq)
+				}
+				seen[seq] = true
+			}
+		})
 	}
 }
 
@@ -665,37 +688,39 @@ func TestOrderedRace(t *testing.T) {
 const benchRingSize = 64 << 12
 
 // BenchmarkReaderReadInto measures a Reader's cost per record over two fake
-// rings already filled (no kernel): ReadInto and Each. The OrderedReader's
-// benchmark uses the same rings and records.
+// rings already filled (no kernel): ReadInto and Each, at two sizes. The
+// OrderedReader's benchmark uses the same rings and records.
 func BenchmarkReaderReadInto(b *testing.B) {
 	for _, mode := range []string{"ReadInto", "Each"} {
-		b.Run(mode, func(b *testing.B) {
-			f := newFakeRings(b, 2, benchRingSize)
-			r := f.reader(b, ReaderOptions{MaxLatency: -1})
-			rec := fakeSample(payload(0, 0, 64))
-			per := (benchRingSize - 4096) / len(rec)
-			var s Sample
-			b.ReportAllocs()
-			b.ResetTimer()
-			for done := 0; done < b.N; done += 2 * per {
-				b.StopTimer()
-				for i := 0; i < 2*per; i++ {
-					f.rings[i%2].write(rec)
-				}
-				f.rings[0].publish()
-				f.rings[1].publish()
-				r.Flush()
-				b.StartTimer()
-				switch mode {
-				case "ReadInto":
-					for r.ReadInto(&s) == nil {
+		for _, size := range []int{16, 64} {
+			b.Run(fmt.Sprintf("%s/size=%d", mode, size), func(b *testing.B) {
+				f := newFakeRings(b, 2, benchRingSize)
+				r := f.reader(b, ReaderOptions{MaxLatency: -1})
+				rec := fakeSample(payload(0, 0, size))
+				per := (benchRingSize - 4096) / len(rec)
+				var s Sample
+				b.ReportAllocs()
+				b.ResetTimer()
+				for done := 0; done < b.N; done += 2 * per {
+					b.StopTimer()
+					for i := 0; i < 2*per; i++ {
+						f.rings[i%2].write(rec)
 					}
-				case "Each":
-					r.Each(context.Background(), func(*Record, *Sample) error { return nil })
+					f.rings[0].publish()
+					f.rings[1].publish()
+					r.Flush()
+					b.StartTimer()
+					switch mode {
+					case "ReadInto":
+						for r.ReadInto(&s) == nil {
+						}
+					case "Each":
+						r.Each(context.Background(), func(*Record, *Sample) error { return nil })
+					}
 				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
-		})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+			})
+		}
 	}
 }
 
@@ -758,43 +783,52 @@ func TestReaderConcurrentReads(t *testing.T) {
 // BenchmarkOrderedReadInto measures the OrderedReader's cost per record over
 // two filled fake rings whose keys interleave, so that rule 1 releases each
 // (the Flush of each round only releases its last record): ReadInto and
-// Each.
+// Each, at two sizes, with the rings taking turns every record (run=1, the
+// merge's worst case) or every 32 (as the real drain benchmark fills them).
 func BenchmarkOrderedReadInto(b *testing.B) {
 	for _, mode := range []string{"ReadInto", "Each"} {
-		b.Run(mode, func(b *testing.B) {
-			f := newFakeRings(b, 2, benchRingSize)
-			o := f.ordered(b, OrderedOptions{MaxDelay: time.Hour})
-			per := (benchRingSize - 4096) / len(fakeSample(payload(0, 0, 64)))
-			recs := make([][]byte, 2*per)
-			for i := range recs {
-				recs[i] = fakeSample(payload(0, uint64(i), 64))
+		for _, size := range []int{16, 64} {
+			for _, run := range []int{1, 32} {
+				b.Run(fmt.Sprintf("%s/size=%d/run=%d", mode, size, run), func(b *testing.B) {
+					benchOrdered(b, mode, size, run)
+				})
 			}
-			key := uint64(0)
-			var s Sample
-			b.ReportAllocs()
-			b.ResetTimer()
-			for done := 0; done < b.N; done += 2 * per {
-				b.StopTimer()
-				for i, rec := range recs {
-					key++
-					binary.LittleEndian.PutUint64(rec[recSampleDataOff:], key)
-					f.rings[i%2].write(rec)
-				}
-				f.rings[0].publish()
-				f.rings[1].publish()
-				o.Flush()
-				b.StartTimer()
-				switch mode {
-				case "ReadInto":
-					for o.ReadInto(&s) == nil {
-					}
-				case "Each":
-					o.Each(context.Background(), func(*Record, *Sample) error { return nil })
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
-		})
+		}
 	}
+}
+
+func benchOrdered(b *testing.B, mode string, size, run int) {
+	f := newFakeRings(b, 2, benchRingSize)
+	o := f.ordered(b, OrderedOptions{MaxDelay: time.Hour})
+	per := (benchRingSize - 4096) / len(fakeSample(payload(0, 0, size)))
+	recs := make([][]byte, 2*per)
+	for i := range recs {
+		recs[i] = fakeSample(payload(0, uint64(i), size))
+	}
+	key := uint64(0)
+	var s Sample
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += 2 * per {
+		b.StopTimer()
+		for i, rec := range recs {
+			key++
+			binary.LittleEndian.PutUint64(rec[recSampleDataOff:], key)
+			f.rings[i/run%2].write(rec)
+		}
+		f.rings[0].publish()
+		f.rings[1].publish()
+		o.Flush()
+		b.StartTimer()
+		switch mode {
+		case "ReadInto":
+			for o.ReadInto(&s) == nil {
+			}
+		case "Each":
+			o.Each(context.Background(), func(*Record, *Sample) error { return nil })
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
 }
 
 // A corrupt record in one ring: the OrderedReader delivers the records held
