@@ -106,17 +106,17 @@ type OrderedReader struct {
 	markGrain int64 // marks closer in time than this are merged: MaxDelay/32
 	dropLate  bool
 	highWater int
-	commitAt  int    // bytes delivered from a ring before its tail is committed
-	pressure  bool   // released by rule 4: commit at once
+	commitAt  int  // bytes delivered from a ring before its tail is committed
+	pressure  bool // released by rule 4: commit at once
 	// A run (Each): the ring whose front next released by rule 1, and the
 	// smallest front key of the other rings then. Until one of those is
 	// delivered, that ring's records up to runBound go next by rule 1.
 	runRing  int
 	runBound uint64
-	last      uint64 // largest key released
-	start     time.Time
-	tmp       Record
-	scratch   []byte
+	last     uint64 // largest key released
+	start    time.Time
+	tmp      Record
+	scratch  []byte
 }
 
 // NewOrderedReader takes every ring of pb for an OrderedReader. Errors:
