@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,40 +135,56 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // measure runs every round of every measurement, reporting each on stderr.
+// Within a round, the drain modes are measured side by side
+// (benchrun.DrainCompare) and the sustained ones one after another; each
+// mode's ratio to C is taken within the round, against the C reference of
+// that round.
 func measure(e *bpfrun.Emitter, c config, r *results, stderr io.Writer) error {
 	var sink uint64
 	for round := 0; round < c.rounds; round++ {
 		for _, size := range benchrun.Sizes {
-			for _, mode := range rotate(benchrun.DrainModes, round) {
-				var sw stopwatch
-				res, err := benchrun.Drain(e, benchrun.DrainConfig{Mode: mode, Size: size, Samples: c.samples}, &sw)
-				if err != nil {
-					return err
-				}
-				sink += res.Sum
-				ns := float64(sw.elapsed.Nanoseconds()) / float64(res.Samples)
-				allocs := float64(sw.mallocs) / float64(res.Samples)
-				r.addDrain(mode, size, ns, allocs)
-				fmt.Fprintf(stderr, "round %d/%d  drain %-12s %5d B  %8.1f ns/sample  %8.0f MB/s  %.3f allocs/sample\n",
-					round+1, c.rounds, mode, size, ns, mbps(size, ns), allocs)
+			modes := benchrun.DrainModes
+			sws := make([]*benchrun.Stopwatch, len(modes))
+			timers := make([]benchrun.Timer, len(modes))
+			for i := range sws {
+				sws[i] = new(benchrun.Stopwatch)
+				timers[i] = sws[i]
 			}
-		}
-		for _, mode := range rotate(benchrun.SustainedModes, round) {
-			res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(e.CPUs)}, &stopwatch{})
+			res, err := benchrun.DrainCompare(e, benchrun.DrainConfig{Size: size, Samples: c.samples}, modes, timers)
 			if err != nil {
 				return err
 			}
-			r.addSustained(res)
+			ns, allocs := make([]float64, len(modes)), make([]float64, len(modes))
+			for i, sw := range sws {
+				sink += res[i].Sum
+				ns[i] = float64(sw.Elapsed.Nanoseconds()) / float64(res[i].Samples)
+				allocs[i] = float64(sw.Mallocs) / float64(res[i].Samples)
+			}
+			r.addDrainRound(size, modes, ns, allocs)
+			cns := ns[slices.Index(modes, benchrun.ModeC)]
+			for i, mode := range modes {
+				fmt.Fprintf(stderr, "round %d/%d  drain %-12s %5d B  %8.1f ns/sample  %5.2f x C  %8.0f MB/s  %.3f allocs/sample\n",
+					round+1, c.rounds, mode, size, ns[i], ns[i]/cns, mbps(size, ns[i]), allocs[i])
+			}
+		}
+		var sustained []benchrun.SustainedResult
+		for _, mode := range rotate(benchrun.SustainedModes, round) {
+			res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(e.CPUs)}, &benchrun.Stopwatch{})
+			if err != nil {
+				return err
+			}
+			sustained = append(sustained, res)
 			fill := ""
 			if res.MaxFill > 0 {
 				fill = fmt.Sprintf("  max ring fill %d KiB", res.MaxFill>>10)
 			}
-			fmt.Fprintf(stderr, "round %d/%d  sustained %-8s  %6.2f M samples/s  lost %d  late %d  wall %v%s\n",
+			fmt.Fprintf(stderr, "round %d/%d  sustained %-12s  %6.2f M samples/s  lost %d  late %d  wall %v%s\n",
 				round+1, c.rounds, mode, res.Rate()/1e6, res.Lost, res.Late, res.Wall.Round(time.Millisecond), fill)
 			if err := res.Check(); err != nil {
 				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
 			}
 		}
+		r.addSustainedRound(sustained)
 	}
 	if sink == 1 {
 		fmt.Fprintln(stderr) // keeps sink, and so the reads, alive

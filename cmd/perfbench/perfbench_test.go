@@ -71,23 +71,32 @@ func TestRotate(t *testing.T) {
 	}
 }
 
+// lastSustained is the last sustained mode: sample() has it lose samples.
+var lastSustained = benchrun.SustainedModes[len(benchrun.SustainedModes)-1]
+
 // sample builds results as two rounds of every measurement would.
 func sample() *results {
 	r := &results{env: env{cpus: 2, cpu: `Fake <CPU> & "co"`, kernel: "6.1", libbpf: "v1.4", goVer: "go1.24"},
 		rounds: 2, samples: 1000, sustainedPerCPU: 500}
 	for round := 0; round < 2; round++ {
 		for _, size := range benchrun.Sizes {
-			for i, mode := range rotate(benchrun.DrainModes, round) {
-				r.addDrain(mode, size, float64(size)/10+float64(i+round), 0.001)
+			modes := rotate(benchrun.DrainModes, round)
+			var ns, allocs []float64
+			for i := range modes {
+				ns = append(ns, float64(size)/10+float64(i+round))
+				allocs = append(allocs, 0.001)
 			}
+			r.addDrainRound(size, modes, ns, allocs)
 		}
+		var sustained []benchrun.SustainedResult
 		for i, mode := range benchrun.SustainedModes {
 			res := benchrun.SustainedResult{Mode: mode, Emitted: 1000, Received: 1000, Wall: time.Duration(1+i) * time.Millisecond}
-			if mode == benchrun.ModeOrdered {
+			if mode == lastSustained {
 				res.Failed, res.Lost, res.Late = 10, 10, 3
 			}
-			r.addSustained(res)
+			sustained = append(sustained, res)
 		}
+		r.addSustainedRound(sustained)
 	}
 	return r
 }
@@ -101,18 +110,32 @@ func TestResults(t *testing.T) {
 	if first.mode != benchrun.ModeC || first.size != benchrun.Sizes[0] || len(first.ns) != 2 {
 		t.Errorf("first drain row %+v, want C at the smallest size over 2 rounds", first)
 	}
-	if got := r.ratio(first); got != 1 {
+	if got := first.ratio(); got != 1 {
 		t.Errorf("C's ratio to itself = %v", got)
 	}
-	if got := r.rateRatio(r.sustainedOf(benchrun.ModeCallback)); math.Abs(got-0.5) > 1e-9 {
+	if got := r.sustainedOf(benchrun.ModeCallback).ratio(); math.Abs(got-0.5) > 1e-9 {
 		t.Errorf("callback rate ratio = %v, want 0.5", got)
 	}
 	if errs := r.accountingErrors(); len(errs) != 0 {
 		t.Errorf("accounting errors %v", errs)
 	}
-	r.addSustained(benchrun.SustainedResult{Mode: benchrun.ModeReader, Emitted: 10, Received: 9, Wall: time.Millisecond})
+	r.addSustained(benchrun.SustainedResult{Mode: benchrun.ModeReader, Emitted: 10, Received: 9, Wall: time.Millisecond}, 1)
 	if errs := r.accountingErrors(); len(errs) != 1 {
 		t.Errorf("accounting errors %v, want one", errs)
+	}
+}
+
+// The ratio to C pairs each round's measurements: the median of the
+// rounds' ratios, not the ratio of the medians (which mixes a slow round of
+// one mode with a fast round of the other).
+func TestRatioPairsRounds(t *testing.T) {
+	r := &results{}
+	modes := []string{benchrun.ModeC, benchrun.ModeReader}
+	for _, ns := range [][]float64{{1, 2}, {10, 11}, {10, 30}} {
+		r.addDrainRound(64, modes, ns, []float64{0, 0})
+	}
+	if got := r.drainOf(benchrun.ModeReader, 64).ratio(); got != 2 {
+		t.Errorf("ratio %v, want 2 (rounds 2, 1.1, 3); the medians' ratio is 1.1", got)
 	}
 }
 
@@ -134,7 +157,7 @@ func TestCSV(t *testing.T) {
 		}
 	}
 	last := rows[len(rows)-1]
-	if last[0] != "sustained" || last[1] != benchrun.ModeOrdered || last[12] != "10" || last[13] != "20" {
+	if last[0] != "sustained" || last[1] != lastSustained || last[12] != "10" || last[13] != "20" {
 		t.Errorf("last row %v", last)
 	}
 }

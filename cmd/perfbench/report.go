@@ -22,7 +22,7 @@ func writeTable(w io.Writer, r *results) {
 	fmt.Fprintln(tw, "size\tmode\tns/sample\tMB/s\tx C\tallocs/sample\tspread\t")
 	for _, d := range r.drain {
 		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.0f\t%.2f\t%.3f\t%.0f%%\t\n",
-			d.size, d.mode, d.ns.median(), mbps(d.size, d.ns.median()), r.ratio(d), d.allocs.median(), 100*d.ns.spread())
+			d.size, d.mode, d.ns.median(), mbps(d.size, d.ns.median()), d.ratio(), d.allocs.median(), 100*d.ns.spread())
 	}
 	tw.Flush()
 
@@ -37,7 +37,7 @@ func writeTable(w io.Writer, r *results) {
 			acct = fmt.Sprintf("%d bad", len(s.check))
 		}
 		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%d\t%d\t%.0f\t%.0f%%\t%s\t\n",
-			s.mode, s.rate.median(), r.rateRatio(s), maxU(s.lost), maxU(s.late), s.wall.median(), 100*s.rate.spread(), acct)
+			s.mode, s.rate.median(), s.ratio(), maxU(s.lost), maxU(s.late), s.wall.median(), 100*s.rate.spread(), acct)
 	}
 	tw.Flush()
 }
@@ -74,7 +74,7 @@ func writeCSV(w io.Writer, r *results) error {
 		row := []string{"drain", d.mode, strconv.Itoa(d.size), strconv.Itoa(len(d.ns)),
 			f(m, 2), f(d.ns.min(), 2), f(d.ns.max(), 2), f(mbps(d.size, m), 1), f(d.allocs.median(), 4),
 			"", "", "", "", "", "", "",
-			f(r.ratio(d), 3)}
+			f(d.ratio(), 3)}
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func writeCSV(w io.Writer, r *results) error {
 		row := []string{"sustained", s.mode, strconv.Itoa(benchrun.SustainedSize), strconv.Itoa(len(s.rate)),
 			"", "", "", "", "",
 			f(s.rate.median(), 0), f(s.rate.min(), 0), f(s.rate.max(), 0), u(maxU(s.lost)), u(sumU(s.lost)), u(maxU(s.late)), f(s.wall.median(), 1),
-			f(r.rateRatio(s), 3)}
+			f(s.ratio(), 3)}
 		if err := cw.Write(row); err != nil {
 			return err
 		}

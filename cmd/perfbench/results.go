@@ -1,49 +1,10 @@
 package main
 
 import (
-	"runtime"
 	"slices"
-	"time"
 
 	"github.com/perfbuf/perfbuf/internal/benchrun"
 )
-
-// stopwatch is perfbench's benchrun.Timer: it adds up the time and the heap
-// allocations between StartTimer and StopTimer, as testing.B does.
-type stopwatch struct {
-	running bool
-	start   time.Time
-	mallocs uint64 // allocations in the timed parts
-	base    uint64 // the count at StartTimer
-	elapsed time.Duration
-}
-
-func (s *stopwatch) StartTimer() {
-	if s.running {
-		return
-	}
-	s.base = mallocs()
-	s.running = true
-	s.start = time.Now()
-}
-
-func (s *stopwatch) StopTimer() {
-	if !s.running {
-		return
-	}
-	s.elapsed += time.Since(s.start)
-	s.running = false
-	s.mallocs += mallocs() - s.base
-}
-
-// mallocs is the number of heap allocations so far. ReadMemStats stops the
-// world but counts exactly (runtime/metrics counts small objects only when
-// their span is refilled); it runs outside the timed parts.
-func mallocs() uint64 {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.Mallocs
-}
 
 // series is one measurement's values over the rounds.
 type series []float64
@@ -80,12 +41,14 @@ type drainStat struct {
 	size   int
 	ns     series // ns per sample
 	allocs series // allocations per sample
+	xc     series // ns per sample over C's in the same round
 }
 
 // sustainedStat is one sustained measurement over the rounds.
 type sustainedStat struct {
 	mode  string
 	rate  series // samples per second
+	xc    series // rate over C's in the same round
 	wall  series // milliseconds
 	lost  []uint64
 	late  []uint64
@@ -102,7 +65,16 @@ type results struct {
 	sustained       []*sustainedStat
 }
 
-func (r *results) addDrain(mode string, size int, ns, allocs float64) {
+// addDrainRound adds one round of drains at size: ns and allocs per sample
+// of each of modes, measured side by side, C among them.
+func (r *results) addDrainRound(size int, modes []string, ns, allocs []float64) {
+	c := ns[slices.Index(modes, benchrun.ModeC)]
+	for i, mode := range modes {
+		r.addDrain(mode, size, ns[i], allocs[i], ns[i]/c)
+	}
+}
+
+func (r *results) addDrain(mode string, size int, ns, allocs, xc float64) {
 	d := r.drainOf(mode, size)
 	if d == nil {
 		d = &drainStat{mode: mode, size: size}
@@ -116,6 +88,7 @@ func (r *results) addDrain(mode string, size int, ns, allocs float64) {
 	}
 	d.ns = append(d.ns, ns)
 	d.allocs = append(d.allocs, allocs)
+	d.xc = append(d.xc, xc)
 }
 
 func (r *results) drainOf(mode string, size int) *drainStat {
@@ -127,7 +100,20 @@ func (r *results) drainOf(mode string, size int) *drainStat {
 	return nil
 }
 
-func (r *results) addSustained(res benchrun.SustainedResult) {
+// addSustainedRound adds one round of sustained runs, C among them.
+func (r *results) addSustainedRound(round []benchrun.SustainedResult) {
+	var c float64
+	for _, res := range round {
+		if res.Mode == benchrun.ModeC {
+			c = res.Rate()
+		}
+	}
+	for _, res := range round {
+		r.addSustained(res, res.Rate()/c)
+	}
+}
+
+func (r *results) addSustained(res benchrun.SustainedResult, xc float64) {
 	s := r.sustainedOf(res.Mode)
 	if s == nil {
 		s = &sustainedStat{mode: res.Mode}
@@ -137,6 +123,7 @@ func (r *results) addSustained(res benchrun.SustainedResult) {
 		})
 	}
 	s.rate = append(s.rate, res.Rate())
+	s.xc = append(s.xc, xc)
 	s.wall = append(s.wall, float64(res.Wall.Microseconds())/1e3)
 	s.lost = append(s.lost, res.Lost)
 	s.late = append(s.late, res.Late)
@@ -154,25 +141,15 @@ func (r *results) sustainedOf(mode string) *sustainedStat {
 	return nil
 }
 
-// ratio is a drain's median ns per sample over the C reference's at the
-// same size (1.5 means 50% more time per sample), or 0 without a reference.
-func (r *results) ratio(d *drainStat) float64 {
-	c := r.drainOf(benchrun.ModeC, d.size)
-	if c == nil || c.ns.median() == 0 {
-		return 0
-	}
-	return d.ns.median() / c.ns.median()
-}
+// ratio is a drain's time per sample over the C reference's at the same
+// size (1.5 means 50% more time per sample): the median over the rounds of
+// the ratio within each round.
+func (d *drainStat) ratio() float64 { return d.xc.median() }
 
-// rateRatio is a sustained mode's median rate over the C reference's
-// (0.95 means 5% fewer samples per second).
-func (r *results) rateRatio(s *sustainedStat) float64 {
-	c := r.sustainedOf(benchrun.ModeC)
-	if c == nil || c.rate.median() == 0 {
-		return 0
-	}
-	return s.rate.median() / c.rate.median()
-}
+// rateRatio is a sustained mode's rate over the C reference's (0.95 means
+// 5% fewer samples per second): the median over the rounds of the ratio
+// within each round.
+func (s *sustainedStat) ratio() float64 { return s.xc.median() }
 
 func (r *results) accountingErrors() []error {
 	var out []error

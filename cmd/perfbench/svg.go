@@ -138,7 +138,7 @@ func writeSVG(w io.Writer, r *results) error {
 		p(`<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"><title>%s: %.0f samples/s</title></rect>`,
 			susLeft, y, xOf(med)-susLeft, susRowH-10, modeColor[s.mode], esc(s.mode), med)
 		p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#222"/>`, xOf(s.rate.min()), y+10, xOf(s.rate.max()), y+10)
-		note := fmt.Sprintf("%.2f M/s, %.2fx C, lost %d", med/1e6, r.rateRatio(s), maxU(s.lost))
+		note := fmt.Sprintf("%.2f M/s, %.2fx C, lost %d", med/1e6, s.ratio(), maxU(s.lost))
 		if lost := maxU(s.lost); lost > 0 {
 			note += fmt.Sprintf(" (%.0f%%)", 100*float64(lost)/float64(r.sustainedPerCPU*r.env.cpus))
 		}
@@ -190,10 +190,10 @@ func drawPanel(p func(string, ...any), r *results, size, left, width int) {
 		y := yOf(med)
 		cx := bx + bw/2
 		p(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s, %d bytes: %.2f ns/sample (%.2fx C)</title></rect>`,
-			bx, y, bw, plotBottom-y, modeColor[d.mode], esc(d.mode), size, med, r.ratio(d))
+			bx, y, bw, plotBottom-y, modeColor[d.mode], esc(d.mode), size, med, d.ratio())
 		p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#222"/>`, cx, yOf(d.ns.min()), cx, yOf(d.ns.max()))
 		p(`<text x="%.1f" y="%.1f" font-size="9.5" text-anchor="middle">%s</text>`+"\n", cx, yOf(d.ns.max())-3, num(med))
-		p(`<text x="%.1f" y="%d" font-size="9" fill="#444" text-anchor="middle">%sx</text>`+"\n", cx, plotBottom+12, num(r.ratio(d)))
+		p(`<text x="%.1f" y="%d" font-size="9" fill="#444" text-anchor="middle">%sx</text>`+"\n", cx, plotBottom+12, num(d.ratio()))
 	}
 	p(`<text x="%d" y="%d" font-size="9" fill="#666">x C:</text>`+"\n", left+4, plotBottom+12)
 }

@@ -22,6 +22,7 @@ import (
 	"os"
 	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
@@ -101,45 +102,126 @@ type drainer interface {
 	close()
 }
 
-// Drain measures cfg.Mode: in rounds of at most PerRound samples, it fills
-// FillCPU's ring (the ordered mode: both CPUs' rings) with the timer
-// stopped, then drains the round with the timer running. The calling
-// goroutine is pinned to DrainCPU() meanwhile. The timer is stopped when
-// Drain returns.
+// Drain measures cfg.Mode alone: DrainCompare with one mode.
 func Drain(e *bpfrun.Emitter, cfg DrainConfig, t Timer) (DrainResult, error) {
-	t.StopTimer()
-	if cfg.Pages == 0 {
-		cfg.Pages = DrainPages
-	}
-	if cfg.Samples < 0 || cfg.Size < 1 {
-		return DrainResult{}, fmt.Errorf("drain %s/%d: bad config %+v", cfg.Mode, cfg.Size, cfg)
-	}
-	unpin, err := bpfrun.Pin(DrainCPU())
+	res, err := DrainCompare(e, cfg, []string{cfg.Mode}, []Timer{t})
 	if err != nil {
 		return DrainResult{}, err
 	}
-	defer unpin()
-	d, err := openDrainer(e, cfg)
-	if err != nil {
-		return DrainResult{}, fmt.Errorf("drain %s/%d: %w", cfg.Mode, cfg.Size, err)
-	}
-	defer d.close()
-	perRound := PerRound(cfg.Pages, cfg.Size)
-	done := 0
-	for done < cfg.Samples {
-		k := min(perRound, cfg.Samples-done)
-		if err := d.fill(k); err != nil {
-			return DrainResult{}, fmt.Errorf("drain %s/%d: fill: %w", cfg.Mode, cfg.Size, err)
-		}
-		t.StartTimer()
-		err := d.drain(k)
+	return res[0], nil
+}
+
+// DrainCompare measures modes side by side at cfg's size and sample count
+// (cfg.Mode is not used), timing mode i with timers[i]. It opens every mode
+// at once, then goes in rounds of at most PerRound samples: in each, every
+// mode in turn (starting with another one each round) has the events map
+// pointed at its rings, fills FillCPU's ring (the ordered modes: both CPUs'
+// rings) with its timer stopped, and drains the round with its timer
+// running. So the modes are compared within milliseconds of each other:
+// the machine's load, which drifts on a shared host, weighs on all of them
+// alike. The calling goroutine is pinned to DrainCPU() meanwhile. The
+// timers are stopped when DrainCompare returns.
+func DrainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []Timer) ([]DrainResult, error) {
+	for _, t := range timers {
 		t.StopTimer()
-		if err != nil {
-			return DrainResult{}, fmt.Errorf("drain %s/%d: %w", cfg.Mode, cfg.Size, err)
+	}
+	if cfg.Pages == 0 {
+		cfg.Pages = DrainPages
+	}
+	if cfg.Samples < 0 || cfg.Size < 1 || len(modes) == 0 || len(timers) != len(modes) {
+		return nil, fmt.Errorf("drain %v/%d: bad config %+v with %d timers", modes, cfg.Size, cfg, len(timers))
+	}
+	unpin, err := bpfrun.Pin(DrainCPU())
+	if err != nil {
+		return nil, err
+	}
+	defer unpin()
+	ds := make([]*attached, len(modes))
+	defer func() {
+		for _, d := range ds {
+			if d != nil {
+				d.close()
+			}
+		}
+	}()
+	for i, mode := range modes {
+		c := cfg
+		c.Mode = mode
+		if ds[i], err = openAttached(e, c); err != nil {
+			return nil, fmt.Errorf("drain %s/%d: %w", mode, cfg.Size, err)
+		}
+	}
+	perRound := PerRound(cfg.Pages, cfg.Size)
+	for done, round := 0, 0; done < cfg.Samples; round++ {
+		k := min(perRound, cfg.Samples-done)
+		for j := range modes {
+			i := (j + round) % len(modes)
+			if err := ds[i].round(e, k, timers[i]); err != nil {
+				return nil, fmt.Errorf("drain %s/%d: %w", modes[i], cfg.Size, err)
+			}
 		}
 		done += k
 	}
-	return DrainResult{Samples: done, Sum: d.sum()}, nil
+	out := make([]DrainResult, len(modes))
+	for i, d := range ds {
+		out[i] = DrainResult{Samples: cfg.Samples, Sum: d.sum()}
+	}
+	return out, nil
+}
+
+// attached is a drainer with the perf event fds of its rings, by CPU, to
+// point the events map at.
+type attached struct {
+	drainer
+	cpus, fds []int
+}
+
+func openAttached(e *bpfrun.Emitter, cfg DrainConfig) (*attached, error) {
+	d, err := openDrainer(e, cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &attached{drainer: d}
+	switch d := d.(type) {
+	case *cDrain:
+		// libbpf's buffer i is the i-th online CPU's, as perfbuf's are.
+		a.fds = d.r.BufferFDs()
+		a.cpus = e.CPUs
+		if len(a.fds) != len(a.cpus) {
+			d.close()
+			return nil, fmt.Errorf("C reference has %d rings for %d CPUs", len(a.fds), len(a.cpus))
+		}
+	default:
+		pb := d.(interface{ perfBuffer() *perfbuf.PerfBuffer }).perfBuffer()
+		for i := 0; i < pb.BufferCount(); i++ {
+			cpu, err1 := pb.CPU(i)
+			fd, err2 := pb.BufferFD(i)
+			if err := errors.Join(err1, err2); err != nil {
+				d.close()
+				return nil, err
+			}
+			a.cpus, a.fds = append(a.cpus, cpu), append(a.fds, fd)
+		}
+	}
+	return a, nil
+}
+
+// round points the events map at a's rings, fills k samples and drains
+// them with t running.
+func (a *attached) round(e *bpfrun.Emitter, k int, t Timer) error {
+	for i, cpu := range a.cpus {
+		key, fd := uint32(cpu), uint32(a.fds[i])
+		if err := e.Events.Update(unsafe.Pointer(&key), unsafe.Pointer(&fd)); err != nil {
+			return fmt.Errorf("point events at cpu %d's ring: %w", cpu, err)
+		}
+	}
+	if err := a.fill(k); err != nil {
+		return fmt.Errorf("fill: %w", err)
+	}
+	t.StartTimer()
+	err := a.drain(k)
+	t.StopTimer()
+	return err
 }
 
 func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
@@ -225,8 +307,9 @@ func (d *callbackDrain) drain(k int) error {
 	return err
 }
 
-func (d *callbackDrain) sum() uint64 { return d.total }
-func (d *callbackDrain) close()      { d.pb.Close() }
+func (d *callbackDrain) sum() uint64                     { return d.total }
+func (d *callbackDrain) perfBuffer() *perfbuf.PerfBuffer { return d.pb }
+func (d *callbackDrain) close()                          { d.pb.Close() }
 
 // rawDrain: RawBuffer.Drain over FillCPU's ring.
 type rawDrain struct {
@@ -258,7 +341,7 @@ func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
 	}
 	if cfg.Mode == ModeRawZeroCopy {
 		d.fn = func(rec *perfbuf.Record) bool {
-			d.total += cref.ReadAll(rec.Data) + cref.ReadAll(rec.Wrapped)
+			d.total += readRecord(rec)
 			return true
 		}
 	} else {
@@ -280,7 +363,8 @@ func (d *rawDrain) drain(k int) error {
 	return err
 }
 
-func (d *rawDrain) sum() uint64 { return d.total }
+func (d *rawDrain) sum() uint64                     { return d.total }
+func (d *rawDrain) perfBuffer() *perfbuf.PerfBuffer { return d.pb }
 
 func (d *rawDrain) close() {
 	d.rb.Release()
@@ -318,7 +402,7 @@ func (d *readerDrain) drain(k int) error {
 			if rec.Type != perfbuf.RecordSample {
 				return fmt.Errorf("record type %v (lost %d) in a ring sized not to lose", rec.Type, rec.Lost)
 			}
-			d.total += cref.ReadAll(rec.Data) + cref.ReadAll(rec.Wrapped)
+			d.total += readRecord(rec)
 			n++
 			return nil
 		})
@@ -337,7 +421,8 @@ func (d *readerDrain) drain(k int) error {
 	return err
 }
 
-func (d *readerDrain) sum() uint64 { return d.total }
+func (d *readerDrain) sum() uint64                     { return d.total }
+func (d *readerDrain) perfBuffer() *perfbuf.PerfBuffer { return d.pb }
 
 func (d *readerDrain) close() {
 	d.r.Close()
@@ -380,4 +465,15 @@ func sampleOnly(s *perfbuf.Sample) error {
 		return fmt.Errorf("cpu %d: record type %v (lost %d) in a ring sized not to lose", s.CPU, s.Type, s.Lost)
 	}
 	return nil
+}
+
+// readRecord reads every byte of a zero-copy record: Data, and Wrapped when
+// the payload straddles the ring's end (libbpf hands its callback such a
+// record copied into one buffer, so the C reference makes one call).
+func readRecord(rec *perfbuf.Record) uint64 {
+	s := cref.ReadAll(rec.Data)
+	if len(rec.Wrapped) > 0 {
+		s += cref.ReadAll(rec.Wrapped)
+	}
+	return s
 }

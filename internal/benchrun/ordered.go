@@ -122,7 +122,7 @@ func (d *orderedDrain) drainEach(k int) error {
 		if err := d.check(meta); err != nil {
 			return err
 		}
-		d.total += cref.ReadAll(rec.Data) + cref.ReadAll(rec.Wrapped)
+		d.total += readRecord(rec)
 		if n++; n == k-d.tail {
 			d.r.Flush()
 		}
@@ -136,6 +136,8 @@ func (d *orderedDrain) drainEach(k int) error {
 	}
 	return err
 }
+
+func (d *orderedDrain) perfBuffer() *perfbuf.PerfBuffer { return d.pb }
 
 func (d *orderedDrain) sum() uint64 { return d.total }
 

@@ -1,6 +1,8 @@
 package benchrun
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -14,7 +16,7 @@ import (
 
 // SustainedModes are the consumers the sustained measurement compares, the
 // reference first.
-var SustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeOrdered}
+var SustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach, ModeOrdered, ModeOrderedEach}
 
 // Defaults of the sustained measurement.
 const (
@@ -75,8 +77,10 @@ func (r SustainedResult) Check() error {
 
 // consumer is one mode's reading side.
 type consumer interface {
-	// step waits (up to SustainedLatency, about) and reads what came.
-	step() error
+	// step waits (up to SustainedLatency, about) and reads what came, or
+	// for a reader, reads on until it has accounted for want samples (read
+	// or lost) or for another 4096 records.
+	step(want uint64) error
 	// counts returns the samples read and the lost samples reported.
 	counts() (received, lost, late uint64)
 	// maxFill is the most bytes a reader saw waiting in a ring, or 0.
@@ -198,7 +202,7 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 			err = fmt.Errorf("timed out after %v: %d read + %d lost of %d", cfg.Timeout, got, lost, expected.Load())
 			break
 		}
-		if err = c.step(); err != nil {
+		if err = c.step(expected.Load()); err != nil {
 			break
 		}
 	}
@@ -273,15 +277,15 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 	case ModeCallback:
 		cb.pb = pb
 		return cb, nil
-	case ModeReader:
+	case ModeReader, ModeReaderEach:
 		r, err := perfbuf.NewReader(pb, ropts)
 		if err == nil {
 			r.SetDeadline(time.Now().Add(cfg.Timeout))
-			return &readerConsumer{pb: pb, r: r}, nil
+			return newReaderConsumer(pb, r, cfg.Mode == ModeReaderEach), nil
 		}
 		pb.Close()
 		return nil, err
-	case ModeOrdered:
+	case ModeOrdered, ModeOrderedEach:
 		r, err := perfbuf.NewOrderedReader(pb, perfbuf.OrderedOptions{
 			ReaderOptions: ropts,
 			KeyOffset:     8, // the sample's ktime
@@ -289,7 +293,7 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 		})
 		if err == nil {
 			r.SetDeadline(time.Now().Add(cfg.Timeout))
-			return &readerConsumer{pb: pb, r: r}, nil
+			return newReaderConsumer(pb, r, cfg.Mode == ModeOrderedEach), nil
 		}
 		pb.Close()
 		return nil, err
@@ -304,7 +308,7 @@ type cConsumer struct{ r *cref.Reader }
 // step polls; on a timeout it consumes every ring, as a libbpf program must
 // with sample_period > 1: poll drains only the rings that woke it, and a
 // ring below its wakeup threshold never does.
-func (c *cConsumer) step() error {
+func (c *cConsumer) step(uint64) error {
 	n, err := c.r.Poll(SustainedLatency)
 	if err == nil && n == 0 {
 		_, err = c.r.Consume()
@@ -323,7 +327,7 @@ type callbackConsumer struct {
 }
 
 // step is cConsumer.step with PerfBuffer.Poll and Consume.
-func (c *callbackConsumer) step() error {
+func (c *callbackConsumer) step(uint64) error {
 	n, err := c.pb.Poll(SustainedLatency)
 	if err == nil && n == 0 {
 		_, err = c.pb.Consume()
@@ -338,35 +342,70 @@ func (c *callbackConsumer) close()                           { c.pb.Close() }
 // reader is what Reader and OrderedReader have in common here.
 type reader interface {
 	sampleReader
+	Each(ctx context.Context, fn func(rec *perfbuf.Record, meta *perfbuf.Sample) error) error
 	Stats() []perfbuf.ReaderStats
 	Close() error
 }
 
-// readerConsumer: Reader or OrderedReader, ReadInto one reused Sample.
+// readerConsumer: Reader or OrderedReader, with ReadInto one reused Sample,
+// or with Each.
 type readerConsumer struct {
 	pb                          *perfbuf.PerfBuffer
 	r                           reader
 	s                           perfbuf.Sample
 	received, lost, late, total uint64
+	each                        func(rec *perfbuf.Record, meta *perfbuf.Sample) error // nil: ReadInto
+	want                        uint64                                                // Each's goal
 }
 
-// step reads one record: ReadInto waits for it as long as it takes (the
-// reader drains at least every MaxLatency, and the deadline bounds it).
-func (c *readerConsumer) step() error {
-	if err := c.r.ReadInto(&c.s); err != nil {
-		return err // os.ErrDeadlineExceeded once the run's Timeout passed
+// errEnough ends a consumer's Each.
+var errEnough = errors.New("enough for this step")
+
+func newReaderConsumer(pb *perfbuf.PerfBuffer, r reader, each bool) *readerConsumer {
+	c := &readerConsumer{pb: pb, r: r}
+	if each {
+		c.each = func(rec *perfbuf.Record, meta *perfbuf.Sample) error {
+			c.count(meta, readRecord(rec))
+			if n := c.received + c.lost; n >= c.want || n%4096 == 0 {
+				return errEnough
+			}
+			return nil
+		}
 	}
-	switch c.s.Type {
+	return c
+}
+
+// step reads one record with ReadInto, or with Each reads until want
+// samples are accounted for (or 4096 more). Either waits as long as it
+// takes: the reader drains at least every MaxLatency, and the deadline
+// bounds it.
+func (c *readerConsumer) step(want uint64) error {
+	if c.each != nil {
+		c.want = want
+		if err := c.r.Each(context.Background(), c.each); err != errEnough {
+			return err // os.ErrDeadlineExceeded once the run's Timeout passed
+		}
+		return nil
+	}
+	if err := c.r.ReadInto(&c.s); err != nil {
+		return err
+	}
+	c.count(&c.s, cref.ReadAll(c.s.Data))
+	return nil
+}
+
+// count adds a record: sum is the sum of its bytes.
+func (c *readerConsumer) count(s *perfbuf.Sample, sum uint64) {
+	switch s.Type {
 	case perfbuf.RecordSample:
 		c.received++
-		c.total += cref.ReadAll(c.s.Data)
-		if c.s.Late {
+		c.total += sum
+		if s.Late {
 			c.late++
 		}
 	case perfbuf.RecordLost:
-		c.lost += c.s.Lost
+		c.lost += s.Lost
 	}
-	return nil
 }
 
 func (c *readerConsumer) counts() (uint64, uint64, uint64) { return c.received, c.lost, c.late }

@@ -4,10 +4,12 @@
 // cmd/perfbench runs too; these wrap them for `go test -bench`.
 //
 //   - BenchmarkDrain/MODE/SIZE: rings pre-filled (untimed), then drained in
-//     one timed pass per round. One op is one sample: ns/op is ns per
-//     sample, allocs/op allocations per sample. Every mode fills CPU 0's
-//     ring but ordered, which fills both CPUs in alternating batches so
-//     that it merges two rings (internal/benchrun/ordered.go says why).
+//     one timed pass per round, round by round beside the C reference
+//     (benchrun.DrainCompare). One op is one sample: ns/op is ns per
+//     sample, allocs/op allocations per sample, xC the time over the C
+//     reference's in the same rounds. Every mode fills CPU 0's ring but
+//     the ordered ones, which fill both CPUs in alternating batches so
+//     that they merge two rings (internal/benchrun/ordered.go says why).
 //   - BenchmarkSustained/MODE: producers on every CPU emit b.N 64-byte
 //     samples in all while the mode consumes; one op is one sample, ns/op
 //     is wall time per sample, and samples/s and lost are reported.
@@ -41,15 +43,25 @@ func BenchmarkDrain(b *testing.B) {
 	for _, size := range benchrun.Sizes {
 		for _, mode := range benchrun.DrainModes {
 			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
+				// Beside the C reference, round by round, unless this is
+				// the C reference.
+				modes, c := []string{mode}, &benchrun.Stopwatch{}
+				timers := []benchrun.Timer{b}
+				if mode != benchrun.ModeC {
+					modes, timers = append(modes, benchrun.ModeC), append(timers, c)
+				}
 				b.ReportAllocs()
 				b.SetBytes(int64(size))
 				b.ResetTimer()
-				res, err := benchrun.Drain(e, benchrun.DrainConfig{Mode: mode, Size: size, Samples: b.N}, b)
+				res, err := benchrun.DrainCompare(e, benchrun.DrainConfig{Size: size, Samples: b.N}, modes, timers)
 				if err != nil {
 					b.Fatal(err)
 				}
-				sink += res.Sum
+				sink += res[0].Sum
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/sample")
+				if c.Elapsed > 0 {
+					b.ReportMetric(float64(b.Elapsed())/float64(c.Elapsed), "xC")
+				}
 			})
 		}
 	}

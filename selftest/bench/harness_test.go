@@ -47,6 +47,33 @@ func TestDrain(t *testing.T) {
 	}
 }
 
+// TestDrainCompare measures every mode side by side: each reads exactly
+// what was filled for it (the events map is pointed at its rings in turn),
+// and each timer runs once per round.
+func TestDrainCompare(t *testing.T) {
+	e := setup(t)
+	size := 64
+	per := benchrun.PerRound(benchrun.DrainPages, size)
+	want := 2*per + 5
+	modes := benchrun.DrainModes
+	tms := make([]*timer, len(modes))
+	timers := make([]benchrun.Timer, len(modes))
+	for i := range tms {
+		tms[i] = &timer{tb: t}
+		timers[i] = tms[i]
+	}
+	res, err := benchrun.DrainCompare(e, benchrun.DrainConfig{Size: size, Samples: want}, modes, timers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, mode := range modes {
+		if res[i].Samples != want || res[i].Sum == 0 || tms[i].starts != 3 || tms[i].running {
+			t.Errorf("%s: read %d of %d samples (sum %d), timer started %d times (want 3), running at the end: %v",
+				mode, res[i].Samples, want, res[i].Sum, tms[i].starts, tms[i].running)
+		}
+	}
+}
+
 // TestSustained runs every sustained mode briefly and checks the
 // accounting: received equals emitted, lost equals failed.
 func TestSustained(t *testing.T) {
