@@ -386,10 +386,12 @@ func (o *OrderedReader) windowPassed(key uint64) bool {
 	return newest >= o.window && key <= newest-o.window
 }
 
-// scanAhead parses the rings with a front ahead of it, up to a fresh head
-// snapshot, for their newest keys (rule 2). Rings without a front are left
-// to pick, which has just looked at them: a record found there must take
-// its place in the merge, not be passed over.
+// scanAhead parses the rings with a front ahead of it for their newest
+// keys (rule 2), up to the head snapshot, or a fresh one once that is used
+// up (a fresh snapshot is a load of data_head, a cache line the producer
+// writes: not taken for every record). Rings without a front are left to
+// next, which has just looked at them: a record found there must take its
+// place in the merge, not be passed over.
 func (o *OrderedReader) scanAhead() {
 	for i := range o.rs {
 		r := &o.rs[i]
@@ -397,10 +399,12 @@ func (o *OrderedReader) scanAhead() {
 			continue
 		}
 		rb := o.rings[i]
-		o.refresh(i)
 		pos := rb.Cursor()
 		if int64(r.scanned-pos) > 0 {
 			pos = r.scanned
+		}
+		if pos == rb.head {
+			o.refresh(i)
 		}
 		for rb.parseAt(pos, &o.tmp) {
 			if o.tmp.Type == RecordSample {
