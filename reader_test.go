@@ -535,6 +535,13 @@ func TestOrderedKeyWindowLookAhead(t *testing.T) {
 	if st := o.Stats()[0]; st.Samples != 3 || st.Late != 0 {
 		t.Errorf("stats %+v", st)
 	}
+	// Written after the reader's last head snapshot: the look-ahead takes a
+	// new one to find it.
+	f.emit(t, 0, 8500, 4, 16)
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	if got := readN(t, o, 1); got[0].Key != 7000 {
+		t.Errorf("key %d, want 7000", got[0].Key)
+	}
 }
 
 // Rule 3 with an idle ring: records that the reader first saw together are
