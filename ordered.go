@@ -535,14 +535,30 @@ func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sam
 			if rb.Pending() == 0 || !rb.parse(&r.front) {
 				break
 			}
-			if o.parsedFront(r); r.front.Type != RecordSample || r.key > o.runBound || r.key < o.last {
+			// parsedFront and delivered, written out for the common case:
+			// a sample with its key in place, not behind o.last.
+			rec := &r.front
+			off := o.keyOffset
+			if o.keyFn != nil || rec.Type != RecordSample || off+8 > len(rec.Data) {
+				o.parsedFront(r)
+				break
+			}
+			r.has, r.key = true, binary.LittleEndian.Uint64(rec.Data[off:])
+			r.newest = max(r.newest, r.key) // r.seen: it had a front before
+			if r.key > o.runBound || r.key < o.last {
 				break
 			}
 			n++
 			o.last = r.key
 			meta.Key, meta.Late, meta.Type, meta.Lost = r.key, false, RecordSample, 0
-			err := fn(&r.front, meta)
-			o.delivered(i)
+			err := fn(rec, meta)
+			r.has = false
+			r.samples++
+			r.bytes += uint64(len(rec.Data) + len(rec.Wrapped))
+			// (A run starts on rule 1, which clears o.pressure.)
+			if r.freed += int(rec.Next - rec.Pos); r.freed >= o.commitAt {
+				o.commitPublish(i)
+			}
 			if err != nil {
 				return err
 			}
