@@ -29,7 +29,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
@@ -161,10 +160,10 @@ func measure(e *bpfrun.Emitter, c config, r *results, stderr io.Writer) error {
 				allocs[i] = float64(sw.Mallocs) / float64(res[i].Samples)
 			}
 			r.addDrainRound(size, modes, ns, allocs)
-			cns := ns[slices.Index(modes, benchrun.ModeC)]
 			for i, mode := range modes {
+				xc := r.drainOf(mode, size).xc
 				fmt.Fprintf(stderr, "round %d/%d  drain %-12s %5d B  %8.1f ns/sample  %5.2f x C  %8.0f MB/s  %.3f allocs/sample\n",
-					round+1, c.rounds, mode, size, ns[i], ns[i]/cns, mbps(size, ns[i]), allocs[i])
+					round+1, c.rounds, mode, size, ns[i], xc[len(xc)-1], mbps(size, ns[i]), allocs[i])
 			}
 		}
 		var sustained []benchrun.SustainedResult

@@ -137,6 +137,12 @@ func TestRatioPairsRounds(t *testing.T) {
 	if got := r.drainOf(benchrun.ModeReader, 64).ratio(); got != 2 {
 		t.Errorf("ratio %v, want 2 (rounds 2, 1.1, 3); the medians' ratio is 1.1", got)
 	}
+	// The ordered modes go against the C reference over their fill, which
+	// goes against C.
+	r.addDrainRound(16, []string{benchrun.ModeC, benchrun.ModeC2CPU, benchrun.ModeOrdered}, []float64{1, 2, 5}, []float64{0, 0, 0})
+	if o, c2 := r.drainOf(benchrun.ModeOrdered, 16).ratio(), r.drainOf(benchrun.ModeC2CPU, 16).ratio(); o != 2.5 || c2 != 2 {
+		t.Errorf("ordered %v (want 2.5), C-2cpu %v (want 2)", o, c2)
+	}
 }
 
 func TestCSV(t *testing.T) {

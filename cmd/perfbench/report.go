@@ -14,10 +14,11 @@ import (
 // writeTable prints the results for people.
 func writeTable(w io.Writer, r *results) {
 	fmt.Fprintf(w, "perfbench: %s\n", r.env)
-	fmt.Fprintf(w, "median of %d rounds; spread = (max - min) / median over the rounds\n\n", r.rounds)
+	fmt.Fprintf(w, "median of %d rounds; spread = (max - min) / median of ns or rate over the rounds\n\n", r.rounds)
 
 	fmt.Fprintf(w, "Drain of pre-filled %s rings, %d samples per measurement (lower ns/sample is better;\n", ringSize(benchrun.DrainPages), r.samples)
-	fmt.Fprintf(w, "x C = ns/sample over the C reference's at the same size)\n")
+	fmt.Fprintf(w, "x C = ns/sample over the C reference's at the same size, in the same rounds: C's for the\n")
+	fmt.Fprintf(w, "one-CPU fill, C-2cpu's for the ordered modes' two-CPU fill; C-2cpu's own is over C's)\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "size\tmode\tns/sample\tMB/s\tx C\tallocs/sample\tspread\t")
 	for _, d := range r.drain {
@@ -28,7 +29,7 @@ func writeTable(w io.Writer, r *results) {
 
 	fmt.Fprintf(w, "\nSustained: a producer on each of %d CPUs, %d samples each of %d bytes, %s rings, wakeup every %d samples\n",
 		r.env.cpus, r.sustainedPerCPU, benchrun.SustainedSize, ringSize(benchrun.SustainedPages), benchrun.SustainedWakeup)
-	fmt.Fprintf(w, "(higher samples/s is better; x C = rate over the C reference's; lost and late: worst round)\n")
+	fmt.Fprintf(w, "(higher samples/s is better; x C = rate over the C reference's in the same round; lost and late: worst round)\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tsamples/s\tx C\tlost\tlate\twall ms\tspread\taccounting\t")
 	for _, s := range r.sustained {
@@ -52,8 +53,9 @@ func ringSize(pages int) string {
 }
 
 // csvHeader names the CSV columns. Drain rows leave the sustained columns
-// empty and the other way round; ratio_to_c is ns over C's for a drain and
-// rate over C's for a sustained run.
+// empty and the other way round; ratio_to_c is ns over the C reference's
+// (benchrun.Reference) for a drain and rate over C's for a sustained run,
+// the median of the rounds' ratios.
 var csvHeader = []string{
 	"kind", "mode", "size", "rounds",
 	"ns_per_sample", "ns_min", "ns_max", "mb_per_s", "allocs_per_sample",

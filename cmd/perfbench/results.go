@@ -66,11 +66,16 @@ type results struct {
 }
 
 // addDrainRound adds one round of drains at size: ns and allocs per sample
-// of each of modes, measured side by side, C among them.
+// of each of modes, measured side by side, the C references among them.
+// Each mode's ratio is to its reference (benchrun.Reference), and the
+// reference of the ordered modes' is to C.
 func (r *results) addDrainRound(size int, modes []string, ns, allocs []float64) {
-	c := ns[slices.Index(modes, benchrun.ModeC)]
 	for i, mode := range modes {
-		r.addDrain(mode, size, ns[i], allocs[i], ns[i]/c)
+		ref := benchrun.Reference(mode)
+		if mode == ref {
+			ref = benchrun.ModeC
+		}
+		r.addDrain(mode, size, ns[i], allocs[i], ns[i]/ns[slices.Index(modes, ref)])
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 // modeColor gives each mode its colour; the C reference is grey.
 var modeColor = map[string]string{
 	benchrun.ModeC:           "#6b6b6b",
+	benchrun.ModeC2CPU:       "#a8a8a8",
 	benchrun.ModeCallback:    "#1f77b4",
 	benchrun.ModeRawZeroCopy: "#2ca02c",
 	benchrun.ModeRawCopy:     "#8fd17e",

@@ -39,6 +39,7 @@ type Timer interface {
 // The modes, as the benchmarks and perfbench name them.
 const (
 	ModeC           = "C"            // libbpf from C: internal/cref
+	ModeC2CPU       = "C-2cpu"       // the same, over the ordered modes' fill
 	ModeCallback    = "callback"     // PerfBuffer with SampleFunc
 	ModeRawZeroCopy = "raw-zerocopy" // RawBuffer.Drain, reading in place
 	ModeRawCopy     = "raw-copy"     // RawBuffer.Drain, copying each record out
@@ -49,7 +50,18 @@ const (
 )
 
 // DrainModes are the modes Drain measures, the reference first.
-var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderEach, ModeOrdered, ModeOrderedEach}
+var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderEach, ModeC2CPU, ModeOrdered, ModeOrderedEach}
+
+// Reference is the C reference mode measures against: the one that reads
+// the same fill. The ordered modes' fill (both CPUs' rings, in alternating
+// batches) costs the C reference itself about 1.5 times as much per sample
+// as one CPU's ring does.
+func Reference(mode string) string {
+	if mode == ModeOrdered || mode == ModeOrderedEach {
+		return ModeC2CPU
+	}
+	return ModeC
+}
 
 // Sizes are the sample sizes the drain measurements use, in bytes.
 var Sizes = []int{16, 64, 256, 1024}
@@ -227,12 +239,16 @@ func (a *attached) round(e *bpfrun.Emitter, k int, t Timer) error {
 func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 	base := fillOne{e: e, size: cfg.Size}
 	switch cfg.Mode {
-	case ModeC:
-		r, err := cref.Open(e.Events.FileDescriptor(), cfg.Pages, 0)
+	case ModeC, ModeC2CPU:
+		wakeup := 0
+		if cfg.Mode == ModeC2CPU {
+			wakeup = orderedWakeup
+		}
+		r, err := cref.Open(e.Events.FileDescriptor(), cfg.Pages, wakeup)
 		if err != nil {
 			return nil, err
 		}
-		return &cDrain{fillOne: base, r: r}, nil
+		return &cDrain{fillOne: base, r: r, both: cfg.Mode == ModeC2CPU}, nil
 	case ModeCallback:
 		d := &callbackDrain{fillOne: base}
 		pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages,
@@ -278,7 +294,16 @@ func countErr(got, want int) error {
 // cDrain: perf_buffer__consume with a C callback.
 type cDrain struct {
 	fillOne
-	r *cref.Reader
+	r    *cref.Reader
+	both bool // fill as the ordered modes do
+}
+
+func (d *cDrain) fill(k int) error {
+	if d.both {
+		_, err := fillBoth(d.e, k, d.size)
+		return err
+	}
+	return d.fillOne.fill(k)
 }
 
 func (d *cDrain) drain(k int) error {

@@ -9,7 +9,8 @@
 //     sample, allocs/op allocations per sample, xC the time over the C
 //     reference's in the same rounds. Every mode fills CPU 0's ring but
 //     the ordered ones, which fill both CPUs in alternating batches so
-//     that they merge two rings (internal/benchrun/ordered.go says why).
+//     that they merge two rings (internal/benchrun/ordered.go says why),
+//     and their reference C-2cpu, the C reference over that fill.
 //   - BenchmarkSustained/MODE: producers on every CPU emit b.N 64-byte
 //     samples in all while the mode consumes; one op is one sample, ns/op
 //     is wall time per sample, and samples/s and lost are reported.
@@ -43,12 +44,16 @@ func BenchmarkDrain(b *testing.B) {
 	for _, size := range benchrun.Sizes {
 		for _, mode := range benchrun.DrainModes {
 			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
-				// Beside the C reference, round by round, unless this is
-				// the C reference.
+				// Beside its C reference, round by round, unless this is
+				// the C reference; C-2cpu beside C.
 				modes, c := []string{mode}, &benchrun.Stopwatch{}
 				timers := []benchrun.Timer{b}
-				if mode != benchrun.ModeC {
-					modes, timers = append(modes, benchrun.ModeC), append(timers, c)
+				ref := benchrun.Reference(mode)
+				if mode == ref {
+					ref = benchrun.ModeC
+				}
+				if mode != ref {
+					modes, timers = append(modes, ref), append(timers, c)
 				}
 				b.ReportAllocs()
 				b.SetBytes(int64(size))
