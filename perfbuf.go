@@ -108,6 +108,10 @@ type CPUStats struct {
 	Samples uint64 // samples handed to SampleFunc (or dropped when it is nil)
 	Bytes   uint64 // payload bytes of those samples
 	Lost    uint64 // samples the kernel reported lost
+	// Records skipped: of a type other than sample and lost (Other), or
+	// too short for what they say they hold (Corrupt: a sample whose u32
+	// size its u16 header cannot hold, as one over 64 KiB wraps it).
+	Other, Corrupt uint64
 }
 
 // PerfBuffer is a set of per-CPU perf rings over one perf event array.
@@ -139,11 +143,11 @@ type PerfBuffer struct {
 }
 
 type cpuCounters struct {
-	samples, bytes, lost atomic.Uint64
+	samples, bytes, lost, other, corrupt atomic.Uint64
 }
 
 type pending struct {
-	samples, bytes, lost uint64
+	samples, bytes, lost, other, corrupt uint64
 }
 
 // New opens a ring on every online CPU for the perf event array m and stores
@@ -503,6 +507,8 @@ func (pb *PerfBuffer) Stats() []CPUStats {
 			Samples: st.samples.Load(),
 			Bytes:   st.bytes.Load(),
 			Lost:    st.lost.Load(),
+			Other:   st.other.Load(),
+			Corrupt: st.corrupt.Load(),
 		}
 	}
 	return out
@@ -623,17 +629,24 @@ func (pb *PerfBuffer) publish() {
 		st.samples.Add(p.samples)
 		st.bytes.Add(p.bytes)
 		st.lost.Add(p.lost)
+		st.other.Add(p.other)
+		st.corrupt.Add(p.corrupt)
 		*p = pending{}
 	}
 }
 
 // Arena entries, written by perfbuf_on_event in perfbuf_helpers.c: a u32
-// payload size (or arenaEntryLost) and a u32 buffer index, in native byte
-// order, then the payload padded to 8 bytes. perfbuf_cgo.go checks these
-// against the C definitions at compile time.
+// payload size (or a marker) and a u32 buffer index, in native byte order,
+// then the payload padded to 8 bytes. A marker's payload is a u64: the lost
+// count for arenaEntryLost; for arenaEntryOther, a record of another type
+// (skipped), that type; for arenaEntryBad, a record too short for what it
+// says it holds (skipped), its size. perfbuf_cgo.go checks these against the
+// C definitions at compile time.
 const (
-	arenaEntryHdr  = 8
-	arenaEntryLost = 0xffffffff
+	arenaEntryHdr   = 8
+	arenaEntryLost  = 0xffffffff
+	arenaEntryOther = 0xfffffffe
+	arenaEntryBad   = 0xfffffffd
 )
 
 // batch is the part of the arena not yet delivered.
@@ -655,12 +668,19 @@ func (b *batch) deliver(pb *PerfBuffer) int {
 		idx := binary.NativeEndian.Uint32(buf[off+4:])
 		start := off + arenaEntryHdr
 		p := &pend[idx]
-		if size == arenaEntryLost {
-			count := binary.NativeEndian.Uint64(buf[start:])
+		if size >= arenaEntryBad { // a marker
+			v := binary.NativeEndian.Uint64(buf[start:])
 			b.off = start + 8
-			p.lost += count
-			if lostFn != nil {
-				lostFn(int(cpus[idx]), count)
+			switch size {
+			case arenaEntryLost:
+				p.lost += v
+				if lostFn != nil {
+					lostFn(int(cpus[idx]), v)
+				}
+			case arenaEntryOther:
+				p.other++
+			default:
+				p.corrupt++
 			}
 			continue
 		}

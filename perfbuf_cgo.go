@@ -27,6 +27,10 @@ var (
 	_ [arenaEntryHdr - C.PERFBUF_ENTRY_HDR]struct{}
 	_ [C.PERFBUF_ENTRY_LOST - arenaEntryLost]struct{}
 	_ [arenaEntryLost - C.PERFBUF_ENTRY_LOST]struct{}
+	_ [C.PERFBUF_ENTRY_OTHER - arenaEntryOther]struct{}
+	_ [arenaEntryOther - C.PERFBUF_ENTRY_OTHER]struct{}
+	_ [C.PERFBUF_ENTRY_BAD - arenaEntryBad]struct{}
+	_ [arenaEntryBad - C.PERFBUF_ENTRY_BAD]struct{}
 	_ [C.BPF_MAP_TYPE_PERF_EVENT_ARRAY - mapTypePerfEventArray]struct{}
 	_ [mapTypePerfEventArray - C.BPF_MAP_TYPE_PERF_EVENT_ARRAY]struct{}
 )
@@ -103,4 +107,29 @@ func mapTypeName(t uint32) string {
 		return C.GoString(s)
 	}
 	return "unknown"
+}
+
+// eventForTest runs the C event callback on rec, a whole perf record as
+// libbpf hands it over, for buffer index idx, with an arena of arenaCap
+// bytes that keeps reserve free, and returns the arena's entries and
+// whether the callback asked to stop the pass. Tests of the C half use it.
+func eventForTest(recs [][]byte, idx, arenaCap, reserve int) (entries []byte, stopped bool) {
+	arena := C.malloc(C.size_t(arenaCap))
+	defer C.free(arena)
+	st := C.struct_perfbuf_state{
+		arena:     (*C.uint8_t)(arena),
+		arena_cap: C.size_t(arenaCap),
+		reserve:   C.size_t(reserve),
+		cur_idx:   C.int(idx),
+	}
+	for _, rec := range recs {
+		p := C.CBytes(rec) // C memory: aligned as libbpf's records are
+		ret := C.perfbuf_event_for_test(&st, p)
+		C.free(p)
+		if ret != C.LIBBPF_PERF_EVENT_CONT {
+			stopped = true
+			break
+		}
+	}
+	return C.GoBytes(arena, C.int(st.arena_len)), stopped
 }

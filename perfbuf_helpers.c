@@ -52,6 +52,16 @@ static inline void perfbuf_put_hdr(uint8_t *p, uint32_t size, uint32_t idx)
 	memcpy(p + 4, &idx, 4);
 }
 
+/* Puts a marker entry (PERFBUF_ENTRY_*) with its u64. */
+static inline void perfbuf_put_marker(struct perfbuf_state *st, uint32_t marker, uint64_t v)
+{
+	uint8_t *p = st->arena + st->arena_len;
+
+	perfbuf_put_hdr(p, marker, st->cur_idx);
+	memcpy(p + PERFBUF_ENTRY_HDR, &v, 8);
+	st->arena_len += PERFBUF_ENTRY_HDR + 8;
+}
+
 /* Called by libbpf for each record, with the record contiguous (libbpf copies
  * one that wraps the ring's end into its own buffer first). */
 static enum bpf_perf_event_ret perfbuf_on_event(void *ctx, int cpu, struct perf_event_header *ev)
@@ -66,7 +76,9 @@ static enum bpf_perf_event_ret perfbuf_on_event(void *ctx, int cpu, struct perf_
 		uint32_t size = s->size;
 
 		if (ev->size < sizeof(*s) || size > ev->size - sizeof(*s)) {
-			/* A u32 size its u16 header cannot hold: skip it. */
+			/* A u32 size its u16 header cannot hold (a sample over
+			 * 64 KiB wraps it): skipped, and counted. */
+			perfbuf_put_marker(st, PERFBUF_ENTRY_BAD, ev->size);
 			break;
 		}
 		perfbuf_put_hdr(p, size, st->cur_idx);
@@ -77,16 +89,17 @@ static enum bpf_perf_event_ret perfbuf_on_event(void *ctx, int cpu, struct perf_
 	case PERF_RECORD_LOST: {
 		struct perfbuf_lost *l = (void *)ev;
 
-		if (ev->size < sizeof(*l))
+		if (ev->size < sizeof(*l)) {
+			perfbuf_put_marker(st, PERFBUF_ENTRY_BAD, ev->size);
 			break;
-		perfbuf_put_hdr(p, PERFBUF_ENTRY_LOST, st->cur_idx);
-		memcpy(p + PERFBUF_ENTRY_HDR, &l->lost, 8);
-		st->arena_len += PERFBUF_ENTRY_HDR + 8;
+		}
+		perfbuf_put_marker(st, PERFBUF_ENTRY_LOST, l->lost);
 		break;
 	}
 	default:
-		/* Other record types carry nothing for us; libbpf's own
-		 * handler rejects them, we skip them. */
+		/* Other record types carry nothing for us (libbpf's own handler
+		 * rejects them and stops): skipped, and counted. */
+		perfbuf_put_marker(st, PERFBUF_ENTRY_OTHER, ev->type);
 		break;
 	}
 
@@ -96,6 +109,11 @@ static enum bpf_perf_event_ret perfbuf_on_event(void *ctx, int cpu, struct perf_
 		return LIBBPF_PERF_EVENT_DONE;
 	}
 	return LIBBPF_PERF_EVENT_CONT;
+}
+
+int perfbuf_event_for_test(struct perfbuf_state *st, void *record)
+{
+	return perfbuf_on_event(st, 0, record);
 }
 
 struct perfbuf_state *perfbuf_open(int map_fd, size_t page_cnt, uint64_t wakeup_events,

@@ -16,11 +16,17 @@
 struct perf_buffer;
 
 /* Arena entry: an 8-byte header, then the payload padded to 8 bytes.
- * size is the payload length for a sample, or PERFBUF_ENTRY_LOST for a lost
- * record, whose payload is the u64 lost count. idx is the buffer index.
- * perfbuf.go parses these; keep arenaEntry* there in step. */
+ * size is the payload length for a sample, or one of the markers below,
+ * whose payload is a u64. idx is the buffer index. perfbuf.go parses these;
+ * keep arenaEntry* there in step.
+ *   PERFBUF_ENTRY_LOST   a lost record; the u64 is the lost count.
+ *   PERFBUF_ENTRY_OTHER  a record of another type, skipped; the u64 is its type.
+ *   PERFBUF_ENTRY_BAD    a sample or lost record too short for what it
+ *                        says it holds, skipped; the u64 is its header size. */
 #define PERFBUF_ENTRY_HDR 8
 #define PERFBUF_ENTRY_LOST 0xffffffffu
+#define PERFBUF_ENTRY_OTHER 0xfffffffeu
+#define PERFBUF_ENTRY_BAD 0xfffffffdu
 
 struct perfbuf_state {
 	struct perf_buffer *pb;
@@ -43,5 +49,8 @@ struct perfbuf_state *perfbuf_open(int map_fd, size_t page_cnt, uint64_t wakeup_
 void perfbuf_close(struct perfbuf_state *st);
 int perfbuf_drain(struct perfbuf_state *st, const int32_t *idxs, int n);
 int perfbuf_map_info(int fd, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len);
+/* Runs the event callback on one record, as libbpf would: for tests of the
+ * arena entries. Returns the callback's enum bpf_perf_event_ret. */
+int perfbuf_event_for_test(struct perfbuf_state *st, void *record);
 
 #endif

@@ -95,11 +95,13 @@ func (a arena) sample(idx uint32, data []byte) arena {
 	return a
 }
 
-func (a arena) lost(idx uint32, n uint64) arena {
+func (a arena) lost(idx uint32, n uint64) arena { return a.marker(arenaEntryLost, idx, n) }
+
+func (a arena) marker(m, idx uint32, v uint64) arena {
 	var e [arenaEntryHdr + 8]byte
-	binary.NativeEndian.PutUint32(e[:], arenaEntryLost)
+	binary.NativeEndian.PutUint32(e[:], m)
 	binary.NativeEndian.PutUint32(e[4:], idx)
-	binary.NativeEndian.PutUint64(e[8:], n)
+	binary.NativeEndian.PutUint64(e[8:], v)
 	return append(a, e[:]...)
 }
 
@@ -129,6 +131,8 @@ func TestBatchDeliver(t *testing.T) {
 		lost(2, 7).
 		sample(2, []byte("12345678")).
 		sample(1, nil).
+		marker(arenaEntryOther, 1, 5). // PERF_RECORD_THROTTLE: counted, not delivered
+		marker(arenaEntryBad, 2, 16).  // a sample too short for its size field
 		lost(0, 1)
 	pb.batch = batch{buf: a}
 	if n := pb.batch.deliver(pb); n != 4 {
@@ -139,7 +143,7 @@ func TestBatchDeliver(t *testing.T) {
 		t.Errorf("got %v\nwant %v", got, want)
 	}
 	pb.publish()
-	wantStats := []CPUStats{{CPU: 0, Samples: 1, Bytes: 1, Lost: 1}, {CPU: 2, Samples: 2, Bytes: 12}, {CPU: 5, Samples: 1, Bytes: 8, Lost: 7}}
+	wantStats := []CPUStats{{CPU: 0, Samples: 1, Bytes: 1, Lost: 1}, {CPU: 2, Samples: 2, Bytes: 12, Other: 1}, {CPU: 5, Samples: 1, Bytes: 8, Lost: 7, Corrupt: 1}}
 	if s := pb.Stats(); !reflect.DeepEqual(s, wantStats) {
 		t.Errorf("stats %+v, want %+v", s, wantStats)
 	}
