@@ -193,8 +193,8 @@ func drawPanel(p func(string, ...any), r *results, size, left, width int) {
 		p(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s, %d bytes: %.2f ns/sample (%.2fx C)</title></rect>`,
 			bx, y, bw, plotBottom-y, modeColor[d.mode], esc(d.mode), size, med, d.ratio())
 		p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#222"/>`, cx, yOf(d.ns.min()), cx, yOf(d.ns.max()))
-		p(`<text x="%.1f" y="%.1f" font-size="9.5" text-anchor="middle">%s</text>`+"\n", cx, yOf(d.ns.max())-3, num(med))
-		p(`<text x="%.1f" y="%d" font-size="9" fill="#444" text-anchor="middle">%sx</text>`+"\n", cx, plotBottom+12, num(d.ratio()))
+		p(`<text x="%.1f" y="%.1f" font-size="8.5" text-anchor="middle">%s</text>`+"\n", cx, yOf(d.ns.max())-3, num(med))
+		p(`<text x="%.1f" y="%d" font-size="8.5" fill="#444" text-anchor="middle">%.1f</text>`+"\n", cx, plotBottom+12, d.ratio())
 	}
 	p(`<text x="%d" y="%d" font-size="9" fill="#666">x C:</text>`+"\n", left+4, plotBottom+12)
 }
