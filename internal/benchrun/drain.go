@@ -201,7 +201,7 @@ func openAttached(e *bpfrun.Emitter, cfg DrainConfig) (*attached, error) {
 		a.cpus = e.CPUs
 		if len(a.fds) != len(a.cpus) {
 			d.close()
-			return nil, fmt.Errorf("C reference has %d rings for %d CPUs", len(a.fds), len(a.cpus))
+			return nil, fmt.Errorf("the C reference has %d rings for %d CPUs", len(a.fds), len(a.cpus))
 		}
 	default:
 		pb := d.(interface{ perfBuffer() *perfbuf.PerfBuffer }).perfBuffer()
