@@ -689,6 +689,28 @@ func TestOrderedRace(t *testing.T) {
 	t.Logf("%d records, %d late", 2*n, late)
 }
 
+// readRound publishes what the fake rings hold, flushes r and, with the
+// timer running, reads until the Flush ends the round: with ReadInto into
+// s, or with Each and a callback that does nothing.
+func readRound(b *testing.B, f *fakeRings, r interface {
+	ReadInto(*Sample) error
+	Each(context.Context, func(*Record, *Sample) error) error
+	Flush()
+}, mode string, s *Sample) {
+	for _, ring := range f.rings {
+		ring.publish()
+	}
+	r.Flush()
+	b.StartTimer()
+	switch mode {
+	case "ReadInto":
+		for r.ReadInto(s) == nil {
+		}
+	case "Each":
+		r.Each(context.Background(), func(*Record, *Sample) error { return nil })
+	}
+}
+
 // benchRingSize is the fake rings' size in the reader benchmarks: perfbuf's
 // default (64 pages), so that two rings fit in a core's L2 cache as the
 // real ones do.
@@ -713,17 +735,7 @@ func BenchmarkReaderReadInto(b *testing.B) {
 					for i := 0; i < 2*per; i++ {
 						f.rings[i%2].write(rec)
 					}
-					f.rings[0].publish()
-					f.rings[1].publish()
-					r.Flush()
-					b.StartTimer()
-					switch mode {
-					case "ReadInto":
-						for r.ReadInto(&s) == nil {
-						}
-					case "Each":
-						r.Each(context.Background(), func(*Record, *Sample) error { return nil })
-					}
+					readRound(b, f, r, mode, &s)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
 			})
@@ -823,17 +835,7 @@ func benchOrdered(b *testing.B, mode string, size, run int) {
 			binary.LittleEndian.PutUint64(rec[recSampleDataOff:], key)
 			f.rings[i/run%2].write(rec)
 		}
-		f.rings[0].publish()
-		f.rings[1].publish()
-		o.Flush()
-		b.StartTimer()
-		switch mode {
-		case "ReadInto":
-			for o.ReadInto(&s) == nil {
-			}
-		case "Each":
-			o.Each(context.Background(), func(*Record, *Sample) error { return nil })
-		}
+		readRound(b, f, o, mode, &s)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
 }

@@ -431,15 +431,18 @@ func (d *readerDrain) drain(k int) error {
 			n++
 			return nil
 		})
-		if errors.Is(err, perfbuf.ErrFlushed) {
-			err = nil
-		}
-		if err == nil && n != k {
-			err = countErr(n, k)
-		}
-		return err
+		return roundEnd(err, n, k)
 	}
 	n, err := readUntilFlushed(d.r, &d.s, &d.total, nil)
+	return roundEnd(err, n, k)
+}
+
+// roundEnd is the error of a round that read n of k samples and ended
+// with err: ErrFlushed is how a round ends, and then n must be k.
+func roundEnd(err error, n, k int) error {
+	if errors.Is(err, perfbuf.ErrFlushed) {
+		err = nil
+	}
 	if err == nil && n != k {
 		err = countErr(n, k)
 	}

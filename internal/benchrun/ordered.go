@@ -2,7 +2,6 @@ package benchrun
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -115,10 +114,7 @@ func (d *orderedDrain) drain(k int) error {
 	}
 	d.r.Flush()
 	m, err := readUntilFlushed(d.r, &d.s, &d.total, d.checkFn)
-	if err == nil && n+m != k {
-		err = countErr(n+m, k)
-	}
-	return err
+	return roundEnd(err, n+m, k)
 }
 
 // orderedWakeup is the WakeupEvents of the rings that fillBoth fills.
@@ -144,13 +140,7 @@ func (d *orderedDrain) drainEach(k int) error {
 		}
 		return nil
 	})
-	if errors.Is(err, perfbuf.ErrFlushed) {
-		err = nil
-	}
-	if err == nil && n != k {
-		err = countErr(n, k)
-	}
-	return err
+	return roundEnd(err, n, k)
 }
 
 func (d *orderedDrain) perfBuffer() *perfbuf.PerfBuffer { return d.pb }
