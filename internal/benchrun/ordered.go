@@ -2,6 +2,7 @@ package benchrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -128,12 +129,12 @@ func (d *orderedDrain) drainEach(k int) error {
 		d.r.Flush()
 	}
 	err := d.r.Each(context.Background(), func(rec *perfbuf.Record, meta *perfbuf.Sample) error {
-		if err := sampleOnly(meta); err != nil {
-			return err
+		// sampleOnly and check, with the calls only on failure: the
+		// reader-each callback makes its one check in line too.
+		if meta.Type != perfbuf.RecordSample || meta.Late || meta.Key < d.last {
+			return errors.Join(sampleOnly(meta), d.check(meta))
 		}
-		if err := d.check(meta); err != nil {
-			return err
-		}
+		d.last = meta.Key
 		d.total += readRecord(rec)
 		if n++; n == k-d.tail {
 			d.r.Flush()
