@@ -563,7 +563,11 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 	}
 	// Records written one at a time while the reader waits, each in a new
 	// head snapshot: each is held MaxDelay (less the marks' grain of
-	// MaxDelay/32) from when it was written, or longer.
+	// MaxDelay/32) from when it was written, or longer. The marks that date
+	// them are merged: about one per MaxDelay/32 of records waiting, where
+	// there would be one per head snapshot (m of them) without merging.
+	const m = 400
+	const maxMarks = 32 + 8
 	written := map[uint64]time.Time{}
 	read := n
 	check := func(s Sample) {
@@ -573,11 +577,11 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 			t.Fatalf("record %d released after %v, MaxDelay is %v", seq, held, delay)
 		}
 	}
-	for seq := uint64(n); seq < 3*n; seq++ {
+	for seq := uint64(n); seq < n+m; seq++ {
 		written[seq] = time.Now()
 		f.emit(t, 0, 10+seq, seq, 24)
 		var s Sample
-		o.SetDeadline(time.Now().Add(time.Millisecond))
+		o.SetDeadline(time.Now().Add(200 * time.Microsecond))
 		if err := o.ReadInto(&s); err == nil {
 			check(s)
 		} else if !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -585,12 +589,12 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 		}
 	}
 	for i := range o.rs {
-		if m := len(o.rs[i].marks); m > 33 {
-			t.Errorf("ring %d holds %d marks", i, m)
+		if k := len(o.rs[i].marks); k > maxMarks {
+			t.Errorf("ring %d holds %d marks", i, k)
 		}
 	}
 	o.SetDeadline(time.Now().Add(10 * time.Second))
-	for read < 3*n {
+	for read < n+m {
 		var s Sample
 		if err := o.ReadInto(&s); err != nil {
 			t.Fatal(err)
@@ -598,8 +602,8 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 		check(s)
 	}
 	for i := range o.rs {
-		if m := len(o.rs[i].marks); m > 33 {
-			t.Errorf("ring %d holds %d marks", i, m)
+		if k := len(o.rs[i].marks); k > maxMarks {
+			t.Errorf("ring %d holds %d marks", i, k)
 		}
 	}
 }
