@@ -924,3 +924,209 @@ func TestReaderEachCorruptAndClose(t *testing.T) {
 		t.Errorf("Each with Close from fn: %v, seqs %v", err, seqs)
 	}
 }
+
+// A model check of the merge. Three small rings are written at random,
+// with keys from one clock as timestamps are; rings fill up and lose
+// samples, and ring 2's records are often stamped a while before they are
+// written, as a delayed CPU's are. They are read with ReadInto and with
+// Each in turns, with Flush now and then (which releases what waits), and
+// with stalls in which the reader is away and the rings overflow. The key
+// window and the flushes let larger keys go before ring 2's records, which
+// then come late. Checked: each ring's samples come in
+// its order, each once; a sample that never comes was reported lost or
+// dropped as late; a sample is marked late exactly when a larger key went
+// before it; the counts add up to what was written.
+//
+// Under rule 1 alone (no key window, no high water, no Flush until the end)
+// nothing may come late: then every record is checked to go in key order.
+func TestOrderedModel(t *testing.T) {
+	for _, mode := range []string{"rules", "drop", "rule1"} {
+		for seed := int64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
+				orderedModel(t, mode, seed)
+			})
+		}
+	}
+}
+
+func orderedModel(t *testing.T, mode string, seed int64) {
+	const rings, size = 3, 4096
+	drop, rule1 := mode == "drop", mode == "rule1"
+	opts := OrderedOptions{MaxDelay: time.Hour, KeyWindow: 500, DropLate: drop, HighWater: 3000}
+	if rule1 {
+		opts.KeyWindow, opts.HighWater = 1<<62, size
+	}
+	f := newFakeRings(t, rings, size)
+	o := f.ordered(t, opts)
+	rng := rand.New(rand.NewSource(seed))
+	var (
+		clock     uint64
+		keys      [rings]uint64
+		emitted   [rings]uint64          // samples written or lost
+		lostSeqs  [rings]map[uint64]bool // samples that found the ring full
+		want      [rings]uint64          // the next seq each ring may deliver
+		delivered [rings]uint64
+		lostSeen  [rings]uint64 // counts of the lost records delivered
+		lateSeen  int
+		last      uint64 // the largest key delivered not late
+		ending    bool   // the final Flush: rule 5 may release past ring 2
+	)
+	for i := range lostSeqs {
+		lostSeqs[i] = map[uint64]bool{}
+	}
+	emit := func(i int, key uint64) {
+		seq := emitted[i]
+		emitted[i]++
+		if !f.rings[i].write(fakeSample(payload(key, seq, 16))) {
+			lostSeqs[i][seq] = true
+		}
+	}
+	take := func(cpu int, typ RecordType, lost uint64, data []byte, key uint64, late bool) {
+		if typ == RecordLost {
+			lostSeen[cpu] += lost
+			return
+		}
+		if k := keyOf(Sample{Data: data}); k != key {
+			t.Fatalf("ring %d: Key %d, payload says %d", cpu, key, k)
+		}
+		seq := binary.LittleEndian.Uint64(data[8:])
+		for ; want[cpu] < seq; want[cpu]++ { // skipped: lost, or dropped as late
+			if !lostSeqs[cpu][want[cpu]] && !drop {
+				t.Fatalf("ring %d: seq %d skipped, neither lost nor dropped", cpu, want[cpu])
+			}
+		}
+		if seq != want[cpu] {
+			t.Fatalf("ring %d: seq %d again or out of order (want %d)", cpu, seq, want[cpu])
+		}
+		want[cpu]++
+		delivered[cpu]++
+		if late != (key < last) {
+			t.Fatalf("ring %d seq %d: key %d after %d, marked late %v", cpu, seq, key, last, late)
+		}
+		if late {
+			lateSeen++
+			if rule1 && !ending {
+				t.Fatalf("ring %d seq %d: key %d late under rule 1 alone (after %d)", cpu, seq, key, last)
+			}
+		} else {
+			last = key
+		}
+	}
+	readInto := func() error {
+		var s Sample
+		err := o.ReadInto(&s)
+		if err == nil {
+			take(s.CPU, s.Type, s.Lost, s.Data, s.Key, s.Late)
+		}
+		return err
+	}
+	each := func(limit int) error {
+		n := 0
+		stop := errors.New("enough")
+		err := o.Each(context.Background(), func(rec *Record, meta *Sample) error {
+			take(meta.CPU, rec.Type, rec.Lost, rec.AppendTo(nil), meta.Key, meta.Late)
+			if n++; n == limit {
+				return stop
+			}
+			return nil
+		})
+		if err == stop {
+			return nil
+		}
+		return err
+	}
+	drain := func() { // Flush, and read until it is done
+		o.Flush()
+		o.SetDeadline(time.Now().Add(10 * time.Second))
+		for {
+			var err error
+			if rng.Intn(2) == 0 {
+				err = readInto()
+			} else {
+				err = each(1 + rng.Intn(50))
+			}
+			if errors.Is(err, ErrFlushed) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for step := 0; step < 4000; step++ {
+		r := rng.Intn(100)
+		if step%500 >= 400 {
+			r %= 60 // a stall: the reader is away and the rings fill up
+		}
+		switch {
+		case r < 60: // write a burst on one ring
+			i := rng.Intn(rings)
+			for n := 1 + rng.Intn(8); n > 0; n-- {
+				clock += uint64(1 + rng.Intn(8))
+				stamp := clock
+				if i == 2 && rng.Intn(3) == 0 {
+					stamp -= min(stamp, uint64(rng.Intn(800))) // the window is 500
+				}
+				keys[i] = max(keys[i], stamp) // a CPU's own records stay in order
+				emit(i, keys[i])
+			}
+			f.rings[i].publish()
+		case r < 95: // read what the release rule lets go now
+			o.SetDeadline(time.Now()) // deliver what may go, then stop
+			for {
+				var err error
+				if rng.Intn(2) == 0 {
+					err = readInto()
+				} else {
+					err = each(1 + rng.Intn(20))
+				}
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		default:
+			if !rule1 {
+				drain()
+			}
+		}
+	}
+	// The end: deliver everything, then a last sample on each ring brings
+	// the lost counts still pending (the kernel writes a lost record only
+	// once a sample fits again).
+	ending = true
+	drain()
+	for i := 0; i < rings; i++ {
+		keys[i] = 1 << 60
+		emit(i, keys[i])
+		f.rings[i].publish()
+	}
+	drain()
+	st := o.Stats()
+	total, lostAll := 0, 0
+	for i := 0; i < rings; i++ {
+		lostAll += len(lostSeqs[i])
+		lost := uint64(len(lostSeqs[i]))
+		if lostSeen[i] != lost || st[i].Lost != lost {
+			t.Errorf("ring %d: %d samples lost, lost records say %d, stats %d", i, lost, lostSeen[i], st[i].Lost)
+		}
+		if delivered[i]+lost+st[i].Dropped != emitted[i] || st[i].Samples != delivered[i]+st[i].Dropped {
+			t.Errorf("ring %d: %d delivered + %d lost + %d dropped != %d written (stats %+v)",
+				i, delivered[i], lost, st[i].Dropped, emitted[i], st[i])
+		}
+		total += int(emitted[i])
+	}
+	var late uint64
+	for _, s := range st {
+		late += s.Late
+	}
+	if drop && lateSeen != 0 || !drop && int(late) != lateSeen {
+		t.Errorf("%d delivered late; stats count %d late", lateSeen, late)
+	}
+	t.Logf("%d written, %d lost, %d delivered late, %d late in all", total, lostAll, lateSeen, late)
+	if lostAll == 0 || late == 0 && !rule1 {
+		t.Error("the model lost nothing or had nothing late: it tests less than it should")
+	}
+}
