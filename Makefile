@@ -100,11 +100,12 @@ unit: build
 selftest: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./selftest/... ./cmd/...
 
-# Bounded fuzzing of the ring parser (the corpus in testdata/ runs in `test`).
+# Bounded fuzzing of every fuzz target: the ring parser and the ordered
+# merge's model (their corpora in testdata/ run in `test`). Any failure fails.
 fuzz: build
 	@for f in $$($(GO) test -list '^Fuzz' . | grep '^Fuzz'); do \
 		echo "fuzz: $$f for $(FUZZTIME)"; \
-		$(GO) test $(GOTAGS) -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . ; \
+		$(GO) test $(GOTAGS) -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . || exit 1; \
 	done
 
 BENCHTIME ?= 1000000x

@@ -1130,3 +1130,14 @@ func orderedModel(t *testing.T, mode string, seed int64) {
 		t.Error("the model lost nothing or had nothing late: it tests less than it should")
 	}
 }
+
+// FuzzOrderedModel runs the model check of TestOrderedModel with seeds the
+// fuzzer picks, in each of its modes.
+func FuzzOrderedModel(f *testing.F) {
+	f.Add(int64(1), uint8(0))
+	f.Add(int64(7), uint8(2))
+	modes := []string{"rules", "drop", "rule1"}
+	f.Fuzz(func(t *testing.T, seed int64, mode uint8) {
+		orderedModel(t, modes[int(mode)%len(modes)], seed)
+	})
+}
