@@ -54,8 +54,9 @@ var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, Mod
 
 // Reference is the C reference mode measures against: the one that reads
 // the same fill. The ordered modes' fill (both CPUs' rings, in alternating
-// batches) costs the C reference itself about 1.5 times as much per sample
-// as one CPU's ring does.
+// batches) costs the C reference itself 1.03-1.10 times as much per sample
+// as one CPU's ring does here (1.5 times with a wakeup per sample, which a
+// fill on the reading CPU must avoid: see orderedWakeup).
 func Reference(mode string) string {
 	if mode == ModeOrdered || mode == ModeOrderedEach {
 		return ModeC2CPU

@@ -32,8 +32,8 @@ import (
 //
 // The ordered modes are measured against ModeC2CPU, the C reference over
 // the same fill: reading two rings filled in alternating batches, half of
-// them on the reading CPU, costs C itself about 1.5 times what one ring
-// filled from another CPU does.
+// them on the reading CPU, costs C itself a little more (3-10% here) than
+// one ring filled from another CPU does.
 type orderedDrain struct {
 	e       *bpfrun.Emitter
 	size    int
