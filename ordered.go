@@ -451,7 +451,9 @@ func (o *OrderedReader) delivered(i int) {
 
 // publish is ringSet.publish with the samples delivered rather than parsed.
 func (o *OrderedReader) publish(i int) {
-	o.publishCounts(i, o.rs[i].samples, o.rs[i].bytes)
+	st := o.rings[i].Stats()
+	st.Samples, st.Bytes = o.rs[i].samples, o.rs[i].bytes
+	o.publishStats(i, st)
 }
 
 func (o *OrderedReader) commitPublish(i int) {

@@ -208,18 +208,15 @@ func (rs *ringSet) Stats() []ReaderStats {
 }
 
 // publish copies ring i's counters into the shared stats.
-func (rs *ringSet) publish(i int) {
-	st := rs.rings[i].Stats()
-	rs.publishCounts(i, st.Samples, st.Bytes)
-}
+func (rs *ringSet) publish(i int) { rs.publishStats(i, rs.rings[i].Stats()) }
 
-// publishCounts is publish with the samples and bytes read counted by the
-// caller: an OrderedReader parses ahead of what it delivers.
-func (rs *ringSet) publishCounts(i int, samples, bytes uint64) {
-	st := rs.rings[i].Stats()
+// publishStats copies st, ring i's counters, into the shared stats. An
+// OrderedReader passes its own Samples and Bytes: it parses ahead of what
+// it delivers.
+func (rs *ringSet) publishStats(i int, st RawStats) {
 	rs.statsMu.Lock()
 	s := &rs.stats[i]
-	s.Samples, s.Bytes, s.Lost, s.CorruptBytes = samples, bytes, st.Lost, st.CorruptBytes
+	s.Samples, s.Bytes, s.Lost, s.CorruptBytes = st.Samples, st.Bytes, st.Lost, st.CorruptBytes
 	rs.statsMu.Unlock()
 }
 
@@ -296,7 +293,6 @@ type source interface {
 type core struct {
 	ringSet
 	src  source
-	rec  Record
 	meta Sample // the source's part of a delivery: key, late mark
 }
 
@@ -451,6 +447,7 @@ func (c *core) All(ctx context.Context) iter.Seq2[*Sample, error] {
 // Flush and Stats may be called from any goroutine.
 type Reader struct {
 	core
+	rec        Record // the record being delivered
 	roundRobin bool
 	order      []int // rings of the current pass, in drain order
 	pos        int   // current ring in order
