@@ -108,20 +108,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	writeTable(stdout, r)
 	status := 0
-	if c.csv != "" {
-		if err := writeFile(c.csv, func(w io.Writer) error { return writeCSV(w, r) }); err != nil {
-			fmt.Fprintf(stderr, "perfbench: %v\n", err)
-			status = 1
-		} else {
-			fmt.Fprintf(stderr, "perfbench: wrote %s\n", c.csv)
+	outputs := []struct {
+		path  string
+		write func(io.Writer, *results) error
+	}{{c.csv, writeCSV}, {c.svg, writeSVG}}
+	for _, out := range outputs {
+		if out.path == "" {
+			continue
 		}
-	}
-	if c.svg != "" {
-		if err := writeFile(c.svg, func(w io.Writer) error { return writeSVG(w, r) }); err != nil {
+		if err := writeFile(out.path, func(w io.Writer) error { return out.write(w, r) }); err != nil {
 			fmt.Fprintf(stderr, "perfbench: %v\n", err)
 			status = 1
 		} else {
-			fmt.Fprintf(stderr, "perfbench: wrote %s\n", c.svg)
+			fmt.Fprintf(stderr, "perfbench: wrote %s\n", out.path)
 		}
 	}
 	if bad := r.accountingErrors(); len(bad) > 0 {

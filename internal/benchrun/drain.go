@@ -287,9 +287,13 @@ type fillOne struct {
 
 func (f fillOne) fill(k int) error { return f.e.Emit(FillCPU, uint64(k), uint64(f.size), 0) }
 
-// countErr says that a drain did not read what was filled.
-func countErr(got, want int) error {
-	return fmt.Errorf("drained %d samples, filled %d", got, want)
+// checkCount is a drain's error: err, or else an error if it read n
+// samples where k were filled.
+func checkCount(err error, n, k int) error {
+	if err == nil && n != k {
+		return fmt.Errorf("drained %d samples, filled %d", n, k)
+	}
+	return err
 }
 
 // cDrain: perf_buffer__consume with a C callback.
@@ -309,10 +313,7 @@ func (d *cDrain) fill(k int) error {
 
 func (d *cDrain) drain(k int) error {
 	n, err := d.r.Consume()
-	if err == nil && n != k {
-		err = countErr(n, k)
-	}
-	return err
+	return checkCount(err, n, k)
 }
 
 func (d *cDrain) sum() uint64 { return d.r.Sum() }
@@ -327,10 +328,7 @@ type callbackDrain struct {
 
 func (d *callbackDrain) drain(k int) error {
 	n, err := d.pb.Consume()
-	if err == nil && n != k {
-		err = countErr(n, k)
-	}
-	return err
+	return checkCount(err, n, k)
 }
 
 func (d *callbackDrain) sum() uint64                     { return d.total }
@@ -383,10 +381,7 @@ func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
 
 func (d *rawDrain) drain(k int) error {
 	n, err := d.rb.Drain(d.fn)
-	if err == nil && n != k {
-		err = countErr(n, k)
-	}
-	return err
+	return checkCount(err, n, k)
 }
 
 func (d *rawDrain) sum() uint64                     { return d.total }
@@ -424,9 +419,9 @@ func (d *readerDrain) fill(k int) error {
 func (d *readerDrain) drain(k int) error {
 	if d.each {
 		n := 0
-		err := d.r.Each(context.Background(), func(rec *perfbuf.Record, _ *perfbuf.Sample) error {
-			if rec.Type != perfbuf.RecordSample {
-				return fmt.Errorf("record type %v (lost %d) in a ring sized not to lose", rec.Type, rec.Lost)
+		err := d.r.Each(context.Background(), func(rec *perfbuf.Record, meta *perfbuf.Sample) error {
+			if meta.Type != perfbuf.RecordSample {
+				return sampleOnly(meta)
 			}
 			d.total += readRecord(rec)
 			n++
@@ -444,10 +439,7 @@ func roundEnd(err error, n, k int) error {
 	if errors.Is(err, perfbuf.ErrFlushed) {
 		err = nil
 	}
-	if err == nil && n != k {
-		err = countErr(n, k)
-	}
-	return err
+	return checkCount(err, n, k)
 }
 
 func (d *readerDrain) sum() uint64                     { return d.total }
