@@ -66,6 +66,13 @@ type orderedRing struct {
 	samples, bytes uint64 // delivered (or dropped as late), for Stats
 }
 
+// saw notes key as parsed from the ring.
+func (r *orderedRing) saw(key uint64) {
+	if !r.seen || key > r.newest {
+		r.newest, r.seen = key, true
+	}
+}
+
 type mark struct {
 	pos uint64
 	t   int64 // OrderedReader.now()
@@ -297,9 +304,7 @@ func (o *OrderedReader) parsedFront(r *orderedRing) {
 	} else {
 		r.key = o.key(&r.front)
 	}
-	if !r.seen || r.key > r.newest {
-		r.newest, r.seen = r.key, true
-	}
+	r.saw(r.key)
 }
 
 // refresh takes a new head snapshot of ring i and marks the time when it
@@ -317,11 +322,7 @@ func (o *OrderedReader) refresh(i int) {
 // mark notes that ring i's records below pos are in the reader's view now,
 // dropping the marks of records already delivered.
 func (o *OrderedReader) mark(i int, pos uint64) {
-	r := &o.rs[i]
-	oldest := o.rings[i].Cursor()
-	if r.has {
-		oldest = r.front.Pos
-	}
+	r, oldest := &o.rs[i], o.oldest(i)
 	k := 0
 	for k < len(r.marks) && int64(r.marks[k].pos-oldest) <= 0 {
 		k++
@@ -408,9 +409,7 @@ func (o *OrderedReader) scanAhead() {
 		}
 		for rb.parseAt(pos, &o.tmp) {
 			if o.tmp.Type == RecordSample {
-				if k := o.key(&o.tmp); !r.seen || k > r.newest {
-					r.newest, r.seen = k, true
-				}
+				r.saw(o.key(&o.tmp))
 			}
 			pos = o.tmp.Next
 		}
@@ -461,18 +460,22 @@ func (o *OrderedReader) commitPublish(i int) {
 	o.publish(i)
 }
 
+// oldest is ring i's oldest record not delivered: its front, or where its
+// cursor stands if it has none.
+func (o *OrderedReader) oldest(i int) uint64 {
+	if r := &o.rs[i]; r.has {
+		return r.front.Pos
+	}
+	return o.rings[i].Cursor()
+}
+
 // commit hands ring i's delivered records back to the kernel: its tail
 // moves to its front, or to its cursor if it has none.
 func (o *OrderedReader) commit(i int) {
-	rb, r := o.rings[i], &o.rs[i]
-	pos := rb.Cursor()
-	if r.has {
-		pos = r.front.Pos
-	}
-	if err := rb.Commit(pos); err != nil {
+	if err := o.rings[i].Commit(o.oldest(i)); err != nil {
 		panic(err) // the front lies between the tail and the cursor
 	}
-	r.freed = 0
+	o.rs[i].freed = 0
 }
 
 // idle commits every ring and waits at most until the front of a ring is
@@ -546,7 +549,7 @@ func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sam
 				break
 			}
 			r.has, r.key = true, binary.LittleEndian.Uint64(rec.Data[off:])
-			r.newest = max(r.newest, r.key) // r.seen: it had a front before
+			r.saw(r.key)
 			if r.key > o.runBound || r.key < o.last {
 				break
 			}
