@@ -221,7 +221,7 @@ func (o *OrderedReader) next(s *Sample) (*Record, int) {
 		var key, second uint64 = 0, math.MaxUint64 // the smallest front key, and the next
 		for i := range o.rs {
 			r := &o.rs[i]
-			if !r.has && !o.load(i) {
+			if !r.has && (o.rings[i].idle() || !o.load(i)) {
 				empty = true
 				continue
 			}

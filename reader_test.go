@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -842,6 +843,40 @@ func benchOrdered(b *testing.B, mode string, size, run int) {
 		readRound(b, f, o, mode, &s)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+}
+
+// BenchmarkOrderedManyRings measures the merge's cost per record as the
+// number of rings grows (a machine's CPU count): with Each over rings of
+// 64 KiB, 64-byte samples whose keys go round the busy rings one record at
+// a time, so that every record is a new pick. With every ring busy, rule 1
+// releases each record; with two busy, the idle rings hold it back until
+// rule 2 releases it, the look-ahead having found a key KeyWindow larger.
+func BenchmarkOrderedManyRings(b *testing.B) {
+	for _, n := range []int{2, 8, 64} {
+		for _, busy := range slices.Compact([]int{2, n}) {
+			b.Run(fmt.Sprintf("rings=%d/busy=%d", n, busy), func(b *testing.B) {
+				const size = 16 << 12
+				f := newFakeRings(b, n, size)
+				o := f.ordered(b, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 64})
+				rec := fakeSample(payload(0, 0, 64))
+				per := (size - 4096) / len(rec) * busy
+				key := uint64(0)
+				var s Sample
+				b.ReportAllocs()
+				b.ResetTimer()
+				for done := 0; done < b.N; done += per {
+					b.StopTimer()
+					for i := 0; i < per; i++ {
+						key++
+						binary.LittleEndian.PutUint64(rec[recSampleDataOff:], key)
+						f.rings[i%busy].write(rec)
+					}
+					readRound(b, f, o, "Each", &s)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+			})
+		}
+	}
 }
 
 // A corrupt record in one ring: the OrderedReader delivers the records held
