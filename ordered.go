@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -73,6 +74,13 @@ func (r *orderedRing) saw(key uint64) {
 	}
 }
 
+// saw notes key as parsed from ring r, and as the newest of all if it is.
+// (Each's run loop notes only the ring's: fixRoot catches up.)
+func (o *OrderedReader) saw(r *orderedRing, key uint64) {
+	r.saw(key)
+	o.newest = max(o.newest, key)
+}
+
 type mark struct {
 	pos uint64
 	t   int64 // OrderedReader.now()
@@ -120,7 +128,10 @@ type OrderedReader struct {
 	// delivered, that ring's records up to runBound go next by rule 1.
 	runRing  int
 	runBound uint64
-	last     uint64 // largest key released
+	heap     []heapEntry // rings whose front is a sample (see heapEntry)
+	waiting  []int       // the other rings: no front, or one being delivered
+	newest   uint64      // the largest key parsed from any ring
+	last     uint64      // largest key released
 	start    time.Time
 	tmp      Record
 	scratch  []byte
@@ -178,6 +189,11 @@ func (o *OrderedReader) setup() {
 			o.mark(i, rb.head)
 		}
 	}
+	o.heap = make([]heapEntry, 0, len(o.rings))
+	o.waiting = make([]int, len(o.rings))
+	for i := range o.waiting {
+		o.waiting[i] = i
+	}
 	o.src = o
 	o.runRing = -1
 }
@@ -214,36 +230,37 @@ func (o *OrderedReader) key(rec *Record) uint64 {
 
 // next returns the front that goes next and its ring, or -1 when none may
 // go yet. A late record that DropLate drops is counted and passed over.
+//
+// Per record it costs a sift of the heap, O(log rings), and a look at each
+// ring without a front (RawBuffer.quiet: a load of its data_head): an idle
+// CPU's ring must be looked at, since a record there could come first.
 func (o *OrderedReader) next(s *Sample) (*Record, int) {
 	for {
 		o.runRing = -1
-		best, empty := -1, false
-		var key, second uint64 = 0, math.MaxUint64 // the smallest front key, and the next
-		for i := range o.rs {
+		o.fixRoot()
+		// The rings without a front: a lost record goes at once (its ring
+		// stays waiting: delivered empties it), a sample joins the heap.
+		for k := 0; k < len(o.waiting); {
+			i := o.waiting[k]
 			r := &o.rs[i]
-			if !r.has && (o.rings[i].idle() || !o.load(i)) {
-				empty = true
+			if !r.has && (o.rings[i].quiet() || !o.load(i)) {
+				k++
 				continue
 			}
 			if r.front.Type != RecordSample {
 				s.Key, s.Late = 0, false
 				return &r.front, i // lost records carry no key: at once
 			}
-			switch {
-			case best < 0:
-				best, key = i, r.key
-			case r.key < key:
-				best, key, second = i, r.key, key
-			case r.key < second:
-				second = r.key
-			}
+			o.waiting = slices.Delete(o.waiting, k, k+1)
+			o.push(i)
 		}
-		if best < 0 {
+		if len(o.heap) == 0 {
 			return nil, -1
 		}
-		if !empty {
+		best, key := o.heap[0].ring, o.heap[0].key
+		if len(o.waiting) == 0 {
 			o.pressure = false // rule 1: every other front is at least as large
-			o.runRing, o.runBound = best, second
+			o.runRing, o.runBound = best, o.second()
 		} else if !o.releasable(best) {
 			return nil, -1
 		}
@@ -259,6 +276,86 @@ func (o *OrderedReader) next(s *Sample) (*Record, int) {
 		}
 		return &o.rs[best].front, best
 	}
+}
+
+// The heap holds the rings whose front is a sample, smallest (key, ring)
+// first; the others wait (o.waiting). Only the root's ring changes between
+// two calls of next, by delivering its front, so next begins by putting the
+// root back in place (fixRoot).
+type heapEntry struct {
+	key  uint64 // the ring's front key (a copy, so that a sift reads only the heap)
+	ring int
+}
+
+func (a heapEntry) before(b heapEntry) bool {
+	return a.key < b.key || a.key == b.key && a.ring < b.ring
+}
+
+// fixRoot loads the root's next front if it has none, and sifts it down to
+// its place, or moves it to the waiting rings when its ring has no sample
+// to show.
+func (o *OrderedReader) fixRoot() {
+	if len(o.heap) == 0 {
+		return
+	}
+	i := o.heap[0].ring
+	r := &o.rs[i]
+	o.newest = max(o.newest, r.newest) // from a run (Each)
+	if !r.has && !o.rings[i].quiet() {
+		o.load(i)
+	}
+	if r.has && r.front.Type == RecordSample {
+		o.heap[0].key = r.key
+	} else {
+		n := len(o.heap) - 1
+		o.heap[0] = o.heap[n]
+		o.heap = o.heap[:n]
+		o.waiting = append(o.waiting, i)
+	}
+	o.siftDown()
+}
+
+// push adds ring i, whose front is a sample, to the heap.
+func (o *OrderedReader) push(i int) {
+	h := append(o.heap, heapEntry{key: o.rs[i].key, ring: i})
+	for j := len(h) - 1; j > 0; {
+		up := (j - 1) / 2
+		if !h[j].before(h[up]) {
+			break
+		}
+		h[j], h[up] = h[up], h[j]
+		j = up
+	}
+	o.heap = h
+}
+
+// siftDown moves the root down to its place.
+func (o *OrderedReader) siftDown() {
+	h := o.heap
+	for j := 0; ; {
+		c := 2*j + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && h[c+1].before(h[c]) {
+			c++
+		}
+		if !h[c].before(h[j]) {
+			return
+		}
+		h[j], h[c] = h[c], h[j]
+		j = c
+	}
+}
+
+// second returns the smallest front key after the root's (a child of the
+// root), or the largest key if the root is alone.
+func (o *OrderedReader) second() uint64 {
+	key := uint64(math.MaxUint64)
+	for _, c := range o.heap[1:min(3, len(o.heap))] {
+		key = min(key, c.key)
+	}
+	return key
 }
 
 func (o *OrderedReader) countLate(i int) {
@@ -304,7 +401,7 @@ func (o *OrderedReader) parsedFront(r *orderedRing) {
 	} else {
 		r.key = o.key(&r.front)
 	}
-	r.saw(r.key)
+	o.saw(r, r.key)
 }
 
 // refresh takes a new head snapshot of ring i and marks the time when it
@@ -355,9 +452,9 @@ func (o *OrderedReader) releasable(best int) bool {
 		return true // rule 5
 	}
 	key := o.rs[best].key
-	all := true
-	for i := range o.rs {
-		if r := &o.rs[i]; !r.has && (!r.seen || r.newest < key) {
+	all := true // rule 1 over the rings without a front: their newest keys
+	for _, i := range o.waiting {
+		if r := &o.rs[i]; !r.seen || r.newest < key {
 			all = false
 			break
 		}
@@ -380,11 +477,7 @@ func (o *OrderedReader) releasable(best int) bool {
 
 // windowPassed reports rule 2 for key.
 func (o *OrderedReader) windowPassed(key uint64) bool {
-	var newest uint64
-	for i := range o.rs {
-		newest = max(newest, o.rs[i].newest)
-	}
-	return newest >= o.window && key <= newest-o.window
+	return o.newest >= o.window && key <= o.newest-o.window
 }
 
 // scanAhead parses the rings with a front ahead of it for their newest
@@ -394,12 +487,9 @@ func (o *OrderedReader) windowPassed(key uint64) bool {
 // next, which has just looked at them: a record found there must take its
 // place in the merge, not be passed over.
 func (o *OrderedReader) scanAhead() {
-	for i := range o.rs {
-		r := &o.rs[i]
-		if !r.has {
-			continue
-		}
-		rb := o.rings[i]
+	for _, e := range o.heap {
+		i := e.ring
+		r, rb := &o.rs[i], o.rings[i]
 		pos := rb.Cursor()
 		if int64(r.scanned-pos) > 0 {
 			pos = r.scanned
@@ -409,7 +499,7 @@ func (o *OrderedReader) scanAhead() {
 		}
 		for rb.parseAt(pos, &o.tmp) {
 			if o.tmp.Type == RecordSample {
-				r.saw(o.key(&o.tmp))
+				o.saw(r, o.key(&o.tmp))
 			}
 			pos = o.tmp.Next
 		}
@@ -549,7 +639,7 @@ func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sam
 				break
 			}
 			r.has, r.key = true, binary.LittleEndian.Uint64(rec.Data[off:])
-			r.saw(r.key)
+			r.saw(r.key) // o.newest: fixRoot
 			if r.key > o.runBound || r.key < o.last {
 				break
 			}

@@ -323,11 +323,11 @@ func (b *RawBuffer) snapshot() bool {
 	return false
 }
 
-// idle reports that the cursor is at the head snapshot, no error is pending and data_head
+// quiet reports that the cursor is at the head snapshot, no error is pending and data_head
 // has not moved since the snapshot: nothing to parse, and nothing for Refresh to do. It is
 // the cheap test that a reader makes of a quiet ring, once per record for every ring
 // without one.
-func (b *RawBuffer) idle() bool {
+func (b *RawBuffer) quiet() bool {
 	// Acquire; pairs with the kernel's smp_store_release of data_head (see Head). A head
 	// that moved, or an invalid one, is left to Refresh.
 	return b.cursor == b.head && b.corrupt == nil && atomic.LoadUint64(&b.page.Data_head) == b.head

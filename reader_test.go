@@ -545,6 +545,28 @@ func TestOrderedKeyWindowLookAhead(t *testing.T) {
 	}
 }
 
+// Rule 2 counts the key that ends a run of Each: the run notes it for its
+// ring only, and the merge must still count it among the newest keys.
+// Ring 0's run stops at 500 (beyond ring 2's 3); once ring 2 is empty, ring
+// 1's 5 goes by rule 2 because of that 500, while the 500 itself waits.
+func TestOrderedRunNewest(t *testing.T) {
+	f := newFakeRings(t, 3, 4096)
+	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 100})
+	f.emit(t, 0, 1, 0, 16)
+	f.emit(t, 0, 500, 1, 16)
+	f.emit(t, 1, 5, 2, 16)
+	f.emit(t, 2, 3, 3, 16)
+	o.SetDeadline(time.Now().Add(50 * time.Millisecond))
+	var keys []uint64
+	err := o.Each(context.Background(), func(rec *Record, meta *Sample) error {
+		keys = append(keys, meta.Key)
+		return nil
+	})
+	if !errors.Is(err, os.ErrDeadlineExceeded) || fmt.Sprint(keys) != "[1 3 5]" {
+		t.Errorf("Each: %v, keys %v; want [1 3 5] and the deadline (500 held)", err, keys)
+	}
+}
+
 // Rule 3 with an idle ring: records that the reader first saw together are
 // due together, MaxDelay later, not one MaxDelay after another. And the
 // marks that date them do not pile up.
@@ -974,18 +996,26 @@ func TestReaderEachCorruptAndClose(t *testing.T) {
 //
 // Under rule 1 alone (no key window, no high water, no Flush until the end)
 // nothing may come late: then every record is checked to go in key order.
+//
+// With more rings (9 here; 3 to 9 when fuzzed) the merge's heap is deeper
+// and more rings are idle at a time.
 func TestOrderedModel(t *testing.T) {
 	for _, mode := range []string{"rules", "drop", "rule1"} {
-		for seed := int64(1); seed <= 3; seed++ {
-			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
-				orderedModel(t, mode, seed)
-			})
+		for _, rings := range []int{3, 9} {
+			for seed := int64(1); seed <= 3; seed++ {
+				t.Run(fmt.Sprintf("%s/rings=%d/seed=%d", mode, rings, seed), func(t *testing.T) {
+					orderedModel(t, mode, rings, seed)
+				})
+			}
 		}
 	}
 }
 
-func orderedModel(t *testing.T, mode string, seed int64) {
-	const rings, size = 3, 4096
+func orderedModel(t *testing.T, mode string, rings int, seed int64) {
+	const size = 4096
+	// More rings share the writes: more steps, and longer stalls, so that
+	// each ring still overflows now and then.
+	scale := max(rings/3, 1)
 	drop, rule1 := mode == "drop", mode == "rule1"
 	opts := OrderedOptions{MaxDelay: time.Hour, KeyWindow: 500, DropLate: drop, HighWater: 3000}
 	if rule1 {
@@ -996,12 +1026,12 @@ func orderedModel(t *testing.T, mode string, seed int64) {
 	rng := rand.New(rand.NewSource(seed))
 	var (
 		clock     uint64
-		keys      [rings]uint64
-		emitted   [rings]uint64          // samples written or lost
-		lostSeqs  [rings]map[uint64]bool // samples that found the ring full
-		want      [rings]uint64          // the next seq each ring may deliver
-		delivered [rings]uint64
-		lostSeen  [rings]uint64 // counts of the lost records delivered
+		keys      = make([]uint64, rings)
+		emitted   = make([]uint64, rings)          // samples written or lost
+		lostSeqs  = make([]map[uint64]bool, rings) // samples that found the ring full
+		want      = make([]uint64, rings)          // the next seq each ring may deliver
+		delivered = make([]uint64, rings)
+		lostSeen  = make([]uint64, rings) // counts of the lost records delivered
 		lateSeen  int
 		last      uint64 // the largest key delivered not late
 		ending    bool   // the final Flush: rule 5 may release past ring 2
@@ -1088,9 +1118,9 @@ func orderedModel(t *testing.T, mode string, seed int64) {
 			}
 		}
 	}
-	for step := 0; step < 4000; step++ {
+	for step := 0; step < 4000*scale; step++ {
 		r := rng.Intn(100)
-		if step%500 >= 400 {
+		if step%(500*scale) >= 400*scale {
 			r %= 60 // a stall: the reader is away and the rings fill up
 		}
 		switch {
@@ -1167,12 +1197,14 @@ func orderedModel(t *testing.T, mode string, seed int64) {
 }
 
 // FuzzOrderedModel runs the model check of TestOrderedModel with seeds the
-// fuzzer picks, in each of its modes.
+// fuzzer picks, in each of its modes: mode%3 picks the mode and mode/3 the
+// number of rings, 3 to 9.
 func FuzzOrderedModel(f *testing.F) {
 	f.Add(int64(1), uint8(0))
 	f.Add(int64(7), uint8(2))
+	f.Add(int64(3), uint8(3*6+1))
 	modes := []string{"rules", "drop", "rule1"}
 	f.Fuzz(func(t *testing.T, seed int64, mode uint8) {
-		orderedModel(t, modes[int(mode)%len(modes)], seed)
+		orderedModel(t, modes[int(mode)%len(modes)], 3+int(mode)/len(modes)%7, seed)
 	})
 }
