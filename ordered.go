@@ -194,7 +194,7 @@ func (o *OrderedReader) setup() {
 	for i := range o.waiting {
 		o.waiting[i] = i
 	}
-	o.src = o
+	o.setSource(o)
 	o.runRing = -1
 }
 

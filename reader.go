@@ -287,6 +287,10 @@ type source interface {
 	delivered(i int)
 	// idle commits what was delivered and returns how long to wait.
 	idle() time.Duration
+	// commitPublish commits what ring i delivered and publishes its
+	// stats; core.free calls it for every ring, so that Close counts as
+	// Discarded only what was not delivered.
+	commitPublish(i int)
 }
 
 // core implements the read methods over a source.
@@ -294,6 +298,22 @@ type core struct {
 	ringSet
 	src  source
 	meta Sample // the source's part of a delivery: key, late mark
+}
+
+// setSource completes a reader's construction: src reads, and Close, once
+// the last read is out, commits what src delivered before it frees.
+func (c *core) setSource(src source) {
+	c.src = src
+	c.life.free = c.free
+}
+
+// free is ringSet.free after every ring's delivered records are committed:
+// Discarded counts from there. No read is in progress (see lifetime).
+func (c *core) free() {
+	for i := range c.rings {
+		c.src.commitPublish(i)
+	}
+	c.ringSet.free()
 }
 
 // readFunc runs fn on each record, zero-copy, until fn fails or the reader
@@ -461,7 +481,7 @@ func NewReader(pb *PerfBuffer, opts ReaderOptions) (*Reader, error) {
 	if err := r.open(pb, opts); err != nil {
 		return nil, fmt.Errorf("new reader: %w", err)
 	}
-	r.src = r
+	r.setSource(r)
 	return r, nil
 }
 
@@ -542,13 +562,19 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) er
 
 // endTurn commits ring i once for its whole turn and moves to the next.
 func (r *Reader) endTurn(i int) {
+	r.commitPublish(i)
+	r.pos++
+	r.left = r.budget
+}
+
+// commitPublish commits ring i up to its cursor: every record before it
+// was delivered.
+func (r *Reader) commitPublish(i int) {
 	rb := r.rings[i]
 	if err := rb.Commit(rb.Cursor()); err != nil {
 		panic(err) // the cursor is always a valid commit position
 	}
 	r.publish(i)
-	r.pos++
-	r.left = r.budget
 }
 
 // startPass snapshots every ring and orders the non-empty ones, fullest

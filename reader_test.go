@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func (f *fakeRings) reader(t testing.TB, opts ReaderOptions) *Reader {
 	if err := r.init(f.raw(t), f.fds, opts); err != nil {
 		t.Fatal(err)
 	}
-	r.src = r
+	r.setSource(r)
 	t.Cleanup(func() { r.Close() })
 	return r
 }
@@ -269,6 +270,49 @@ func TestReaderFlushAndDiscard(t *testing.T) {
 	r.Close()
 	if d := r.Stats()[0].Discarded; d != uint64(len(fakeSample(payload(0, 9, 40)))) {
 		t.Errorf("discarded %d bytes at Close", d)
+	}
+}
+
+// Close counts as Discarded what was not delivered, not what was delivered
+// but not yet committed: a read returns in the middle of a Reader's turn,
+// and an OrderedReader commits a ring once a sixteenth of it was delivered.
+func TestCloseDiscardsUndelivered(t *testing.T) {
+	recSize := uint64(len(fakeSample(payload(0, 0, 40))))
+	for _, how := range []string{"Reader.ReadInto", "Reader.Each", "OrderedReader.ReadInto", "OrderedReader.Each"} {
+		t.Run(how, func(t *testing.T) {
+			f := newFakeRings(t, 2, 4096)
+			var r interface {
+				ReadInto(*Sample) error
+				Each(context.Context, func(*Record, *Sample) error) error
+				Flush()
+				Close() error
+				Stats() []ReaderStats
+			}
+			if strings.HasPrefix(how, "Reader") {
+				r = f.reader(t, ReaderOptions{MaxLatency: -1})
+			} else {
+				r = f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
+			}
+			for seq := uint64(0); seq < 5; seq++ {
+				f.emit(t, 0, seq, seq, 40)
+			}
+			r.Flush()
+			if strings.HasSuffix(how, "ReadInto") {
+				var s Sample
+				if err := r.ReadInto(&s); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				stop := errors.New("one is enough")
+				if err := r.Each(context.Background(), func(*Record, *Sample) error { return stop }); err != stop {
+					t.Fatal(err)
+				}
+			}
+			r.Close()
+			if d := r.Stats()[0].Discarded; d != 4*recSize {
+				t.Errorf("discarded %d bytes, want the 4 records not delivered (%d)", d, 4*recSize)
+			}
+		})
 	}
 }
 
