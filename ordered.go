@@ -187,6 +187,7 @@ func (o *OrderedReader) setup() {
 		r.scanned, r.dueBefore = rb.Tail(), rb.Tail()
 		if rb.Pending() > 0 {
 			o.mark(i, rb.head)
+			o.noteFill(i, rb.Pending())
 		}
 	}
 	o.heap = make([]heapEntry, 0, len(o.rings))
@@ -237,6 +238,9 @@ func (o *OrderedReader) key(rec *Record) uint64 {
 func (o *OrderedReader) next(s *Sample) (*Record, int) {
 	for {
 		o.runRing = -1
+		if o.flushing() && o.flushReached() {
+			return nil, -1 // block returns ErrFlushed
+		}
 		o.fixRoot()
 		// The rings without a front: a lost record goes at once (its ring
 		// stays waiting: delivered empties it), a sample joins the heap.
@@ -491,8 +495,8 @@ func (o *OrderedReader) scanAhead() {
 		i := e.ring
 		r, rb := &o.rs[i], o.rings[i]
 		pos := rb.Cursor()
-		if int64(r.scanned-pos) > 0 {
-			pos = r.scanned
+		if int64(r.scanned-pos) > 0 && int64(rb.head-r.scanned) >= 0 {
+			pos = r.scanned // (not past a head that SkipCorrupt moved back)
 		}
 		if pos == rb.head {
 			o.refresh(i)
@@ -568,18 +572,17 @@ func (o *OrderedReader) commit(i int) {
 	o.rs[i].freed = 0
 }
 
-// idle commits every ring and waits at most until the front of a ring is
-// due (rule 3), and MaxLatency.
+// idle commits every ring and waits at most MaxLatency, and until the
+// smallest front, the only one that can go next, is due (rule 3).
 func (o *OrderedReader) idle() time.Duration {
 	timeout := o.latency
-	now := o.now()
 	for i := range o.rs {
 		o.commitPublish(i)
-		if o.rs[i].has {
-			due := time.Duration(o.seenAt(i) + int64(o.maxDelay) - now)
-			if timeout < 0 || due < timeout {
-				timeout = max(due, 0)
-			}
+	}
+	if len(o.heap) > 0 && o.rs[o.heap[0].ring].has { // next put the root in place
+		due := time.Duration(o.seenAt(o.heap[0].ring) + int64(o.maxDelay) - o.now())
+		if timeout < 0 || due < timeout {
+			timeout = max(due, 0)
 		}
 	}
 	return timeout

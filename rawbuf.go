@@ -349,13 +349,21 @@ func (b *RawBuffer) Next(rec *Record) (bool, error) {
 	if b.parse(rec) {
 		return true, nil
 	}
-	if b.corrupt != nil {
+	if b.blocked() {
 		return false, b.corrupt
 	}
 	return false, nil
 }
 
-// parse is Next without the error: false means the end of the snapshot or b.corrupt set.
+// blocked reports whether the pending error, if any, stops parsing at the cursor: an invalid
+// head stops it everywhere, a corrupt record once the cursor reaches it. (After Begin the
+// cursor can be behind a corrupt record: the records before it are read again.)
+func (b *RawBuffer) blocked() bool {
+	return b.corrupt != nil && (b.badHead || int64(b.cursor-b.corrupt.Pos) >= 0)
+}
+
+// parse is Next without the error: false means the end of the snapshot or a pending error
+// (blocked).
 // Its fast path takes the common record, a sample whose header, size field and payload are
 // contiguous in the ring and that is counted for the first time; everything else goes
 // through parseAny, which checks every case. The fast path's conditions are a subset of
@@ -363,7 +371,7 @@ func (b *RawBuffer) Next(rec *Record) (bool, error) {
 func (b *RawBuffer) parse(rec *Record) bool {
 	pos := b.cursor
 	avail := b.head - pos // <= len(b.data) (see the invariant on RawBuffer)
-	if avail == 0 || b.corrupt != nil {
+	if avail == 0 || b.corrupt != nil && b.blocked() {
 		return false
 	}
 	data := b.data
@@ -397,6 +405,9 @@ func (b *RawBuffer) parse(rec *Record) bool {
 // the snapshot, and for a record that cannot be valid, which Next reports once the cursor
 // gets there. Records are counted in Stats the first time either parses them.
 func (b *RawBuffer) parseAt(pos uint64, rec *Record) bool {
+	if int64(pos-b.cursor) < 0 || int64(b.head-pos) < 0 {
+		return false // not between the cursor and the head: nothing to trust there
+	}
 	cursor, corrupt, badHead := b.cursor, b.corrupt, b.badHead
 	b.cursor = pos
 	ok := b.parse(rec)
@@ -405,7 +416,7 @@ func (b *RawBuffer) parseAt(pos uint64, rec *Record) bool {
 }
 
 // parseAny parses any record at the cursor, checking everything; parse has checked that
-// there is a record (avail > 0) and no pending error.
+// there is a record (avail > 0) and no error pending at the cursor.
 func (b *RawBuffer) parseAny(rec *Record) bool {
 	pos := b.cursor
 	avail := b.head - pos
@@ -575,7 +586,8 @@ func (b *RawBuffer) Drain(fn func(rec *Record) bool) (int, error) {
 // SkipCorrupt is the way on after a CorruptError: it gives up everything up to the head
 // snapshot, commits data_tail there, clears the error and returns the number of bytes
 // skipped, which are added to Stats().CorruptBytes. Records already returned by Next but not
-// committed are released too (not counted as skipped). If the head snapshot itself was
+// committed are released too (not counted as skipped), also those that Begin would read
+// again before the corrupt one. If the head snapshot itself was
 // invalid, the reader resynchronises with it: it commits that head (at most Size() bytes are
 // counted as skipped). Without a pending error it simply discards what is pending.
 func (b *RawBuffer) SkipCorrupt() uint64 {
@@ -583,7 +595,11 @@ func (b *RawBuffer) SkipCorrupt() uint64 {
 	if b.badHead {
 		target = b.badPos
 	}
-	skipped := target - b.cursor
+	from := b.cursor
+	if b.corrupt != nil && !b.badHead && int64(b.corrupt.Pos-from) > 0 {
+		from = b.corrupt.Pos // the records before it are good (Begin went back)
+	}
+	skipped := target - from
 	if skipped > uint64(len(b.data)) {
 		skipped = uint64(len(b.data))
 	}

@@ -837,3 +837,33 @@ func TestRecordTypeString(t *testing.T) {
 		t.Fatal("RecordType.String")
 	}
 }
+
+// After a corrupt record, Begin reads the good records before it again,
+// and SkipCorrupt counts only the corrupt part as skipped, not the records
+// that Begin went back over. (A pending error used to stop Next at any
+// position, and SkipCorrupt counted from the cursor.)
+func TestRawBeginAfterCorrupt(t *testing.T) {
+	f := newFakeRing(1024)
+	b := f.reader(t)
+	f.mustWrite(t, fakeSample(make([]byte, 20))) // 32 bytes
+	f.mustWrite(t, fakeSample(make([]byte, 20))) // 32 bytes
+	f.mustWrite(t, fakeRecord(9, 0, make([]byte, 8)))
+	b.Begin()
+	var rec Record
+	for k := 0; k < 2; k++ {
+		if ok, err := b.Next(&rec); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if _, err := b.Next(&rec); !errors.Is(err, ErrCorrupt) {
+		t.Fatal(err)
+	}
+	b.Begin() // "Records read but not committed are read again"
+	if ok, err := b.Next(&rec); !ok {
+		t.Errorf("after Begin, the good record at the tail is not read again: %v", err)
+	}
+	b.Begin()
+	if skipped := b.SkipCorrupt(); skipped != 16 {
+		t.Errorf("SkipCorrupt skipped %d bytes; the corrupt part is 16 (the 64 before it are good records)", skipped)
+	}
+}

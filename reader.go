@@ -76,10 +76,16 @@ type ringSet struct {
 	life     lifetime // reads are its exclusive calls: one at a time
 	evs      []unix.EpollEvent
 	deadline atomic.Int64 // unix nanoseconds; 0 means none
-	flushReq atomic.Bool
-	flushTo  []uint64 // heads to reach before ErrFlushed; nil when no flush runs
-	latency  time.Duration
-	budget   int
+	// Flush stores every ring's data_head in flushHeads and sets flushReq;
+	// the read that takes it up copies them to flushTo, and ErrFlushed
+	// comes once every ring's undelivered records start at or past them.
+	flushReq   atomic.Bool
+	flushMu    sync.Mutex // guards flushHeads
+	flushHeads []uint64
+	flushTo    []uint64 // the running flush's heads (read side only)
+	flushOn    bool     // a flush runs
+	latency    time.Duration
+	budget     int
 
 	statsMu sync.Mutex
 	stats   []ReaderStats
@@ -127,6 +133,7 @@ func (rs *ringSet) init(rings []*RawBuffer, fds []int, opts ReaderOptions) error
 	if rs.budget == 0 {
 		rs.budget = max(rings[0].Size()/4, 1)
 	}
+	rs.flushHeads, rs.flushTo = make([]uint64, len(rings)), make([]uint64, len(rings))
 	var err error
 	if rs.w, err = newWaiter(fds); err != nil {
 		rs.release()
@@ -192,11 +199,20 @@ func (rs *ringSet) SetDeadline(t time.Time) {
 
 // Flush makes the reader deliver every record that is in the rings now
 // without waiting for a wakeup; once they are all delivered, a read returns
-// ErrFlushed, and reading goes on as before after that. It may be called
-// from any goroutine.
+// ErrFlushed (records written since may come before it), and reading goes
+// on as before after that. It may be called from any goroutine.
 func (rs *ringSet) Flush() {
+	if rs.life.enter("") != nil {
+		return // closed: the rings are gone
+	}
+	rs.flushMu.Lock()
+	for i, rb := range rs.rings {
+		rs.flushHeads[i] = rb.Head()
+	}
 	rs.flushReq.Store(true)
-	rs.poke()
+	rs.flushMu.Unlock()
+	rs.w.wake()
+	rs.life.exit()
 }
 
 // Stats returns per-CPU counts in buffer index order. It may be called from
@@ -227,29 +243,14 @@ func (rs *ringSet) noteFill(i, used int) {
 	rs.statsMu.Unlock()
 }
 
-// flushDone reports whether a flush that is running has reached its heads;
-// it starts one when Flush was called.
-func (rs *ringSet) flushDone() bool {
-	if rs.flushReq.Swap(false) {
-		rs.flushTo = rs.flushTo[:0]
-		for _, rb := range rs.rings {
-			rs.flushTo = append(rs.flushTo, rb.Head())
-		}
-	}
-	if rs.flushTo == nil {
-		return false
-	}
-	for i, rb := range rs.rings {
-		if int64(rb.Tail()-rs.flushTo[i]) < 0 {
-			return false
-		}
-	}
-	rs.flushTo = nil
-	return true
-}
-
 // flushing reports whether a flush is under way (records must not wait).
-func (rs *ringSet) flushing() bool { return rs.flushTo != nil || rs.flushReq.Load() }
+func (rs *ringSet) flushing() bool { return rs.flushOn || rs.flushReq.Load() }
+
+// pastDeadline reports whether the deadline has passed.
+func (rs *ringSet) pastDeadline() bool {
+	dl := rs.deadline.Load()
+	return dl != 0 && time.Now().UnixNano() >= dl
+}
 
 // wait blocks until a ring is ready, timeout passes (negative: no limit),
 // the deadline passes, or the waiter is woken. It returns the error a read
@@ -276,6 +277,38 @@ func (rs *ringSet) wait(op string, timeout time.Duration) error {
 	return nil
 }
 
+// flushReached takes up a Flush that was called and reports whether the
+// running flush has delivered everything up to its heads. Readers check it
+// between passes (Reader) or records (OrderedReader), so that a flush ends
+// while a producer keeps writing, and block checks it when all is read.
+func (c *core) flushReached() bool {
+	if c.flushReq.Load() {
+		c.flushMu.Lock()
+		c.flushReq.Store(false)
+		copy(c.flushTo, c.flushHeads)
+		c.flushMu.Unlock()
+		c.flushOn = true
+	}
+	if !c.flushOn {
+		return false
+	}
+	for i := range c.rings {
+		if int64(c.src.oldest(i)-c.flushTo[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// flushDone is flushReached, ending the flush if it has.
+func (c *core) flushDone() bool {
+	if !c.flushReached() {
+		return false
+	}
+	c.flushOn = false
+	return true
+}
+
 // source is how a reader chooses records: Reader drains fullest first,
 // OrderedReader merges by key.
 type source interface {
@@ -291,6 +324,8 @@ type source interface {
 	// stats; core.free calls it for every ring, so that Close counts as
 	// Discarded only what was not delivered.
 	commitPublish(i int)
+	// oldest is where ring i's records not yet delivered start.
+	oldest(i int) uint64
 }
 
 // core implements the read methods over a source.
@@ -357,7 +392,9 @@ func (c *core) enterRead(ctx context.Context, op string) (stop func() bool, err 
 		return nil, err
 	}
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, c.w.wake)
+		// poke, not wake: the func may still run after the read returned
+		// and Close freed the waiter; poke does nothing once closed.
+		stop = context.AfterFunc(ctx, c.poke)
 	}
 	return stop, nil
 }
@@ -373,12 +410,20 @@ func (c *core) exitRead(stop func() bool) {
 // block is what a read does when there is nothing to deliver: commit, end
 // a completed Flush, or wait.
 func (c *core) block(ctx context.Context, op string) error {
+	if c.life.closed() {
+		return fmt.Errorf("%s: %w", op, os.ErrClosed)
+	}
 	timeout := c.src.idle()
 	if c.flushDone() {
 		return fmt.Errorf("%s: %w", op, ErrFlushed)
 	}
 	if c.flushing() {
-		return nil // the flush is not done: read on without waiting
+		// The flush is not done: read on without waiting, but not past
+		// the deadline.
+		if c.pastDeadline() {
+			return fmt.Errorf("%s: %w", op, os.ErrDeadlineExceeded)
+		}
+		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -511,6 +556,9 @@ func (r *Reader) next(*Sample) (*Record, int) {
 
 func (r *Reader) delivered(int) {}
 
+// oldest: the Reader delivers each record as it parses it.
+func (r *Reader) oldest(i int) uint64 { return r.rings[i].Cursor() }
+
 // Each calls fn with every record, zero-copy, until ctx is done, the reader
 // is closed, the deadline passes, a Flush completes, or fn returns an error,
 // and returns that error (ctx.Err() wrapped for ctx). rec aliases ring
@@ -578,12 +626,17 @@ func (r *Reader) commitPublish(i int) {
 }
 
 // startPass snapshots every ring and orders the non-empty ones, fullest
-// first unless RoundRobin. It reports false when all are empty.
+// first unless RoundRobin; a ring with an invalid head gets a turn too, to
+// skip it. It reports false when all are empty, or a flush has delivered
+// what it was for (block then returns ErrFlushed).
 func (r *Reader) startPass() bool {
 	r.order, r.pos, r.left = r.order[:0], 0, r.budget
+	if r.flushing() && r.flushReached() {
+		return false
+	}
 	for i, rb := range r.rings {
 		rb.Begin()
-		if used := rb.Pending(); used > 0 {
+		if used := rb.Pending(); used > 0 || rb.corrupt != nil {
 			r.noteFill(i, used)
 			r.order = append(r.order, i)
 		}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1251,4 +1253,225 @@ func FuzzOrderedModel(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed int64, mode uint8) {
 		orderedModel(t, modes[int(mode)%len(modes)], 3+int(mode)/len(modes)%7, seed)
 	})
+}
+
+// Close from another goroutine ends a Reader.Each blocked on empty rings
+// with os.ErrClosed. (Each used to check for Close only between records: on
+// empty rings it went on waiting, and the wake that Close leaves set made
+// the wait return at once, forever.)
+func TestReaderEachCloseWhileBlocked(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // ends the spinning Each (it does check ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Each(ctx, func(*Record, *Sample) error { return nil })
+	}()
+	time.Sleep(20 * time.Millisecond) // let it block
+	r.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrClosed) {
+			t.Fatalf("Each after Close: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Reader.Each still running 2s after Close")
+	}
+}
+
+// ErrFlushed comes once every record that was in the rings when Flush was
+// called has been delivered, also while a producer keeps writing (one
+// record per record read here). It used to come only when the rings were
+// empty, so never, and the heads it waited for were taken then, not at the
+// Flush.
+func TestFlushEndsUnderSteadyProducer(t *testing.T) {
+	for _, kind := range []string{"Reader", "OrderedReader"} {
+		t.Run(kind, func(t *testing.T) {
+			f := newFakeRings(t, 1, 1<<16)
+			var r interface {
+				ReadInto(*Sample) error
+				Flush()
+				SetDeadline(time.Time)
+			}
+			if kind == "Reader" {
+				r = f.reader(t, ReaderOptions{MaxLatency: -1})
+			} else {
+				r = f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
+			}
+			f.emit(t, 0, 1, 0, 16) // the only record there at Flush time
+			r.Flush()
+			r.SetDeadline(time.Now().Add(5 * time.Second))
+			var s Sample
+			for n := 0; n < 100; n++ {
+				err := r.ReadInto(&s)
+				if errors.Is(err, ErrFlushed) {
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.emit(t, 0, uint64(n+2), uint64(n+1), 16) // steady producer
+			}
+			t.Fatalf("no ErrFlushed after 100 reads; only 1 record was in the ring at Flush")
+		})
+	}
+}
+
+// A ring whose data_head is invalid (here: more than the ring past the
+// tail) gets a turn, so that the Reader skips it (counted), and a Flush
+// then completes. It used to get none (nothing pending after Begin): the
+// ring stayed stuck, nothing was counted, and a read during a Flush spun
+// past its deadline.
+func TestReaderBadHead(t *testing.T) {
+	f := newFakeRings(t, 1, 1024)
+	f.emit(t, 0, 0, 0, 16)
+	atomic.StoreUint64(&f.rings[0].page.Data_head, 4096) // tail 0: more than the ring
+	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
+	r.SetDeadline(time.Now().Add(30 * time.Millisecond))
+	var s Sample
+	err := r.ReadInto(&s)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("first read: %v", err)
+	}
+	st := r.Stats()[0]
+	t.Logf("after a read: stats %+v, tail %d", st, f.rings[0].page.Data_tail)
+
+	r.Flush()
+	r.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	done := make(chan error, 1)
+	go func() { done <- r.ReadInto(&s) }()
+	select {
+	case err := <-done:
+		t.Logf("read after Flush: %v", err)
+	case <-time.After(2 * time.Second):
+		r.Close() // ends the spinning read
+		<-done
+		t.Fatalf("ReadInto after Flush still running 2s on, 1.9s past its deadline (CorruptBytes %d)", st.CorruptBytes)
+	}
+	if st.CorruptBytes == 0 {
+		t.Errorf("invalid head never skipped: CorruptBytes 0, tail %d", f.rings[0].page.Data_tail)
+	}
+}
+
+// A context cancelled as the read returns: the wake it triggers may run
+// after Close has freed the waiter, so it must go through the lifetime
+// (poke) and do nothing then. It used to write to the closed eventfd's
+// number; the race detector sees that (make test runs with -race).
+func TestEachCtxCancelRacesClose(t *testing.T) {
+	if !raceEnabled() {
+		t.Skip("shows a data race: needs -race")
+	}
+	for k := 0; k < 200; k++ {
+		f := newFakeRings(t, 1, 4096)
+		r := f.reader(t, ReaderOptions{MaxLatency: -1})
+		ctx, cancel := context.WithCancel(context.Background())
+		go cancel()
+		_ = r.Each(ctx, func(*Record, *Sample) error { return nil })
+		r.Close()
+	}
+}
+
+// The OrderedReader's MaxFill counts the records already waiting in a ring
+// when the reader is created (its first head snapshot).
+func TestOrderedMaxFillAtStart(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	for seq := uint64(0); seq < 5; seq++ {
+		f.emit(t, 0, 10+seq, seq, 40)
+	}
+	want := int(f.rings[0].head)
+	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
+	o.Flush()
+	o.SetDeadline(time.Now().Add(5 * time.Second))
+	if n := readFlushed(t, o); n != 5 {
+		t.Fatalf("flushed %d records", n)
+	}
+	if st := o.Stats()[0]; st.MaxFill < want {
+		t.Errorf("MaxFill %d, but %d bytes were waiting in the ring", st.MaxFill, want)
+	}
+}
+
+// After data_head moved backwards (a corrupt head, resynchronised by
+// SkipCorrupt), the OrderedReader's look-ahead starts again from the
+// cursor. It used to resume where it had scanned to, beyond the new head,
+// and parse unpublished memory with no bound: garbage there made it panic.
+func TestOrderedHeadBackwards(t *testing.T) {
+	f := newFakeRings(t, 2, 1024)
+	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 1 << 62})
+	for seq := uint64(0); seq < 4; seq++ {
+		f.emit(t, 0, 10+seq, seq, 16) // 32-byte records at 0, 32, 64, 96
+	}
+	// Garbage past the head (never published): a sample whose sizes do not
+	// fit the 1024-byte ring.
+	bad := f.rings[0].data[128:]
+	binary.LittleEndian.PutUint32(bad[0:], unix.PERF_RECORD_SAMPLE)
+	binary.LittleEndian.PutUint16(bad[6:], 65528)
+	binary.LittleEndian.PutUint32(bad[8:], 65000)
+
+	read := func(d time.Duration) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		o.SetDeadline(time.Now().Add(d))
+		var s Sample
+		return o.ReadInto(&s)
+	}
+	if err := read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read 1: %v", err) // front 10 held, look-ahead scanned to 128
+	}
+	page := &f.rings[0].page.Data_head
+	atomic.StoreUint64(page, 64) // head moves backwards (corrupt)
+	if err := read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read 2: %v", err)
+	}
+	o.Flush()
+	if err := read(time.Second); err != nil {
+		t.Fatalf("read 3: %v", err) // key 10 by rule 5
+	}
+	if err := read(time.Second); !errors.Is(err, ErrFlushed) {
+		t.Fatalf("read 4: %v", err) // SkipCorrupt to 64
+	}
+	atomic.StoreUint64(page, 96) // a valid head again
+	if err := read(20 * time.Millisecond); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read 5: %v", err)
+	}
+}
+
+// A blocked OrderedReader waits for the smallest front to be due (rule 3),
+// the only one that can go next. It used to take the earliest due time of
+// every front, so once a larger key was due it spun until the smallest was.
+func TestOrderedWaitsForTheSmallest(t *testing.T) {
+	f := newFakeRings(t, 3, 4096) // ring 2 stays idle: rule 1 never applies
+	const delay = 200 * time.Millisecond
+	o := f.ordered(t, OrderedOptions{MaxDelay: delay, KeyWindow: 1 << 62, ReaderOptions: ReaderOptions{MaxLatency: -1}})
+	start := time.Now()
+	f.emit(t, 1, 20, 0, 16)
+	var s Sample
+	o.SetDeadline(time.Now().Add(10 * time.Millisecond))
+	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal(err) // ring 1's 20 seen at ~0
+	}
+	time.Sleep(100*time.Millisecond - time.Since(start))
+	f.emit(t, 0, 10, 1, 16) // a smaller key, seen at ~100 ms: due at ~300 ms
+	o.SetDeadline(start.Add(290 * time.Millisecond))
+	cpu0 := cpuTime(t)
+	wall0 := time.Now()
+	err := o.ReadInto(&s)
+	cpu, wall := cpuTime(t)-cpu0, time.Since(wall0)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: key %d, %v", s.Key, err)
+	}
+	if cpu > wall/3 {
+		t.Errorf("blocked read used %v of CPU in %v (busy-waiting)", cpu, wall)
+	}
+}
+
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
