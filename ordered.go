@@ -65,6 +65,7 @@ type orderedRing struct {
 	freed int // bytes delivered since the ring's last commit
 
 	samples, bytes uint64 // delivered (or dropped as late), for Stats
+	lost           uint64 // lost samples, as their lost records are delivered
 }
 
 // saw notes key as parsed from the ring.
@@ -533,19 +534,23 @@ func (o *OrderedReader) due(i int) bool {
 func (o *OrderedReader) delivered(i int) {
 	r := &o.rs[i]
 	r.has = false
-	if r.front.Type == RecordSample {
+	switch r.front.Type {
+	case RecordSample:
 		r.samples++
 		r.bytes += uint64(len(r.front.Data) + len(r.front.Wrapped))
+	case RecordLost:
+		r.lost += r.front.Lost
 	}
 	if r.freed += int(r.front.Next - r.front.Pos); r.freed >= o.commitAt || o.pressure {
 		o.commitPublish(i)
 	}
 }
 
-// publish is ringSet.publish with the samples delivered rather than parsed.
+// publish is ringSet.publish with the samples and lost counts delivered rather
+// than parsed.
 func (o *OrderedReader) publish(i int) {
 	st := o.rings[i].Stats()
-	st.Samples, st.Bytes = o.rs[i].samples, o.rs[i].bytes
+	st.Samples, st.Bytes, st.Lost = o.rs[i].samples, o.rs[i].bytes, o.rs[i].lost
 	o.publishStats(i, st)
 }
 

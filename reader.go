@@ -60,11 +60,11 @@ type ReaderStats struct {
 	CPU          int
 	Samples      uint64 // samples delivered (OrderedReader: or dropped as late)
 	Bytes        uint64 // their payload bytes
-	Lost         uint64 // samples the kernel reported lost in the records read
+	Lost         uint64 // samples the kernel reported lost, in the lost records delivered
 	CorruptBytes uint64 // bytes skipped as corrupt (see RawBuffer.SkipCorrupt)
 	Late         uint64 // OrderedReader: records behind a key already released
 	Dropped      uint64 // OrderedReader with DropLate: late records dropped
-	Discarded    uint64 // bytes left in the ring at Close
+	Discarded    uint64 // bytes not delivered, left in the ring at Close
 	MaxFill      int    // the most bytes seen waiting in the ring
 }
 
@@ -227,7 +227,7 @@ func (rs *ringSet) Stats() []ReaderStats {
 func (rs *ringSet) publish(i int) { rs.publishStats(i, rs.rings[i].Stats()) }
 
 // publishStats copies st, ring i's counters, into the shared stats. An
-// OrderedReader passes its own Samples and Bytes: it parses ahead of what
+// OrderedReader passes its own Samples, Bytes and Lost: it parses ahead of what
 // it delivers.
 func (rs *ringSet) publishStats(i int, st RawStats) {
 	rs.statsMu.Lock()

@@ -1439,6 +1439,35 @@ func TestOrderedHeadBackwards(t *testing.T) {
 	}
 }
 
+// The OrderedReader counts lost samples as it delivers their lost record,
+// as it counts samples: not when its look-ahead parses the record, while a
+// sample before it is still held.
+func TestOrderedLostCountedWhenDelivered(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 1 << 62})
+	f.emit(t, 0, 10, 0, 16)
+	f.rings[0].mustWrite(t, fakeLost(0, 7))
+	f.emit(t, 0, 20, 1, 16)
+	// Ring 1 is empty: the 10 is held, and the look-ahead (rule 2) parses
+	// the lost record behind it.
+	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	var s Sample
+	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: key %d, %v; want the 10 held", s.Key, err)
+	}
+	if st := o.Stats()[0]; st.Lost != 0 || st.Samples != 0 {
+		t.Errorf("nothing delivered, stats count %d lost, %d samples", st.Lost, st.Samples)
+	}
+	o.Flush()
+	o.SetDeadline(time.Now().Add(5 * time.Second))
+	if n := readFlushed(t, o); n != 3 {
+		t.Fatalf("flushed %d records, want 3", n)
+	}
+	if st := o.Stats()[0]; st.Lost != 7 || st.Samples != 2 {
+		t.Errorf("all delivered, stats count %d lost, %d samples; want 7, 2", st.Lost, st.Samples)
+	}
+}
+
 // A blocked OrderedReader waits for the smallest front to be due (rule 3),
 // the only one that can go next. It used to take the earliest due time of
 // every front, so once a larger key was due it spun until the smallest was.
