@@ -1059,9 +1059,9 @@ func TestOrderedModel(t *testing.T) {
 
 func orderedModel(t *testing.T, mode string, rings int, seed int64) {
 	const size = 4096
-	// More rings share the writes: more steps, and longer stalls, so that
-	// each ring still overflows now and then.
-	scale := max(rings/3, 1)
+	// More rings share the writes: more steps, and longer stalls, in
+	// proportion, so that each ring still overflows now and then.
+	steps, period := 4000*rings/3, 500*rings/3
 	drop, rule1 := mode == "drop", mode == "rule1"
 	opts := OrderedOptions{MaxDelay: time.Hour, KeyWindow: 500, DropLate: drop, HighWater: 3000}
 	if rule1 {
@@ -1164,9 +1164,9 @@ func orderedModel(t *testing.T, mode string, rings int, seed int64) {
 			}
 		}
 	}
-	for step := 0; step < 4000*scale; step++ {
+	for step := 0; step < steps; step++ {
 		r := rng.Intn(100)
-		if step%(500*scale) >= 400*scale {
+		if step%period >= period*4/5 {
 			r %= 60 // a stall: the reader is away and the rings fill up
 		}
 		switch {
