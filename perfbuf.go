@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -135,9 +136,18 @@ type PerfBuffer struct {
 	batch   batch
 	pend    []pending // per-index counts not yet published to stats
 	all     []int32   // 0..n-1, for Consume
-	held    []bool    // held[i]: a RawBuffer reads ring i; drains skip it
-	nheld   int
-	idxBuf  []int32 // drain's filtered index list
+	idxBuf  []int32   // drain's filtered index list
+
+	// held[i]: a RawBuffer reads ring i, and drains skip it. Buffer sets
+	// it under drainMu (no drain runs then); Release clears it without the
+	// lock, so that it may be called from a SampleFunc.
+	held  []atomic.Bool
+	nheld atomic.Int32
+	// cut: a drain stopped before its last ring (a SampleFunc panicked, or
+	// libbpf failed), so rings that epoll reported ready may still hold
+	// samples, and their readiness is spent: the next Poll drains every
+	// ring without waiting.
+	cut atomic.Bool
 
 	stats []cpuCounters // per buffer index
 }
@@ -191,7 +201,7 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 		pend:   make([]pending, len(cpus)),
 		stats:  make([]cpuCounters, len(cpus)),
 		all:    make([]int32, len(cpus)),
-		held:   make([]bool, len(cpus)),
+		held:   make([]atomic.Bool, len(cpus)),
 		idxBuf: make([]int32, 0, len(cpus)),
 	}
 	for i := range pb.all {
@@ -233,10 +243,12 @@ func (o *Options) validate(pageSize int) (int, error) {
 		return 0, fmt.Errorf("page count %d is not a power of two: %w", o.PageCount, ErrInvalidOptions)
 	}
 	ringBytes := pages * pageSize
-	if o.WakeupEvents < 0 {
-		return 0, fmt.Errorf("wakeup events %d is negative: %w", o.WakeupEvents, ErrInvalidOptions)
+	// perf_event_attr.wakeup_events is a u32 that the kernel compares as
+	// an int: beyond MaxInt32 it would wake on every sample.
+	if o.WakeupEvents < 0 || o.WakeupEvents > math.MaxInt32 {
+		return 0, fmt.Errorf("wakeup events %d outside [0, %d]: %w", o.WakeupEvents, math.MaxInt32, ErrInvalidOptions)
 	}
-	if o.WakeupBytes < 0 || o.WakeupBytes >= ringBytes {
+	if o.WakeupBytes < 0 || o.WakeupBytes >= ringBytes || o.WakeupBytes > math.MaxUint32 { // a u32
 		return 0, fmt.Errorf("wakeup bytes %d outside [0, %d): %w", o.WakeupBytes, ringBytes, ErrInvalidOptions)
 	}
 	if o.WakeupBytes > 0 && o.WakeupEvents > 1 {
@@ -246,7 +258,7 @@ func (o *Options) validate(pageSize int) (int, error) {
 		return 0, fmt.Errorf("max sample size %d is negative: %w", o.MaxSampleSize, ErrInvalidOptions)
 	}
 	if o.MaxSampleSize > 0 {
-		need := SampleRecordSize(o.MaxSampleSize)
+		need := SampleRecordSize(min(o.MaxSampleSize, maxRecordSize)) // (no overflow)
 		// The kernel keeps one record slot free (CIRC_SPACE leaves a
 		// byte, and records are 8-aligned), and a record's size is a u16.
 		if need > ringBytes-8 || need > maxRecordSize {
@@ -392,6 +404,9 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	}
 	defer pb.life.exit()
 
+	if pb.cut.Swap(false) {
+		return pb.drain(op, pb.all) // see cut
+	}
 	s := scratchPool.Get().(*pollScratch)
 	defer scratchPool.Put(s)
 	nev, err := pb.w.wait(s.evs[:], timeout)
@@ -445,10 +460,7 @@ func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 		return 0, err
 	}
 	defer pb.life.exit()
-	pb.drainMu.Lock()
-	held := pb.held[i]
-	pb.drainMu.Unlock()
-	if held {
+	if pb.held[i].Load() {
 		return 0, fmt.Errorf("%s: %w", op, ErrBusy)
 	}
 	return pb.drain(op, pb.all[i:i+1])
@@ -527,11 +539,17 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 	pb.drainMu.Lock()
 	defer pb.drainMu.Unlock()
 	defer pb.publish()
+	done := false
+	defer func() {
+		if !done {
+			pb.cut.Store(true) // a panic or an error: see cut
+		}
+	}()
 
 	// Samples left in the arena by a SampleFunc that panicked come first:
 	// the C side empties the arena when it fills it again.
 	n := pb.batch.deliver(pb)
-	if pb.nheld > 0 {
+	if pb.nheld.Load() > 0 {
 		idxs = pb.unheld(idxs)
 	}
 	for pos := 0; pos < len(idxs); {
@@ -546,6 +564,7 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 		}
 		pos = next
 	}
+	done = true
 	return n, nil
 }
 
@@ -553,7 +572,7 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 func (pb *PerfBuffer) unheld(idxs []int32) []int32 {
 	out := pb.idxBuf[:0]
 	for _, i := range idxs {
-		if !pb.held[i] {
+		if !pb.held[i].Load() {
 			out = append(out, i)
 		}
 	}
@@ -566,7 +585,7 @@ func (pb *PerfBuffer) unheld(idxs []int32) []int32 {
 // ConsumeBuffer(i) fails with ErrBusy), since both would move the same
 // data_tail; after Release, either mode may read it. Release the RawBuffer
 // when done: Close frees the rings only once every RawBuffer is released.
-// Do not call Buffer from SampleFunc or LostFunc.
+// Do not call Buffer from SampleFunc or LostFunc (Release is fine there).
 //
 // Errors: ErrIndex, ErrBusy if a RawBuffer holds ring i already,
 // os.ErrClosed (wrapped), a syscall.Errno from libbpf.
@@ -587,13 +606,13 @@ func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
 		pb.life.exit()
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	pb.held[i] = true
-	pb.nheld++
+	pb.held[i].Store(true)
+	pb.nheld.Add(1)
 	return rb, nil
 }
 
 func (pb *PerfBuffer) openRaw(i int) (*RawBuffer, error) {
-	if pb.held[i] {
+	if pb.held[i].Load() {
 		return nil, ErrBusy
 	}
 	base, size, err := pb.c.ring(i)
@@ -608,12 +627,14 @@ func (pb *PerfBuffer) openRaw(i int) (*RawBuffer, error) {
 	return rb, nil
 }
 
-// release ends RawBuffer i's hold (RawBuffer.Release).
+// release ends RawBuffer i's hold (RawBuffer.Release). It takes no lock: a
+// drain in progress (the SampleFunc that calls it, say) has its list of
+// rings already, without ring i; the next drain takes the ring again.
 func (pb *PerfBuffer) release(i int) {
-	pb.drainMu.Lock()
-	pb.held[i] = false
-	pb.nheld--
-	pb.drainMu.Unlock()
+	if !pb.held[i].Swap(false) {
+		panic(fmt.Sprintf("perfbuf: release of ring %d, which no RawBuffer holds", i))
+	}
+	pb.nheld.Add(-1)
 	pb.life.exit()
 }
 

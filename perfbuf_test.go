@@ -3,6 +3,7 @@ package perfbuf
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -16,6 +17,7 @@ func TestValidateOptions(t *testing.T) {
 		{PageCount: 2, WakeupBytes: 4096},
 		{PageCount: 1, MaxSampleSize: 4076},
 		{PageCount: 64, MaxSampleSize: 65512},
+		{PageCount: 4, WakeupEvents: math.MaxInt32},
 	}
 	for _, o := range good {
 		if _, err := o.validate(page); err != nil {
@@ -38,6 +40,13 @@ func TestValidateOptions(t *testing.T) {
 		{Options{PageCount: 1, MaxSampleSize: 4077}, ErrSampleTooLarge},
 		// Over 64 KiB the u16 record size overflows, whatever the ring.
 		{Options{PageCount: 64, MaxSampleSize: 65520}, ErrSampleTooLarge},
+		// So high that computing the record size overflowed, once.
+		{Options{PageCount: 1, MaxSampleSize: math.MaxInt}, ErrSampleTooLarge},
+		{Options{PageCount: 1, MaxSampleSize: math.MaxInt - 5}, ErrSampleTooLarge},
+		// wakeup_events is a u32 the kernel reads as an int: past
+		// MaxInt32 it woke on every sample (1<<32+1 became 1).
+		{Options{WakeupEvents: math.MaxInt32 + 1}, ErrInvalidOptions},
+		{Options{WakeupEvents: 1<<32 + 1}, ErrInvalidOptions},
 	}
 	for _, c := range bad {
 		if _, err := c.o.validate(page); !errors.Is(err, c.want) {

@@ -619,7 +619,7 @@ func (b *RawBuffer) Stats() RawStats { return b.stats }
 // again, and Close can unmap it. Every Record read from b is invalid afterwards; b itself reads
 // as an empty ring. Release is idempotent.
 func (b *RawBuffer) Release() {
-	pb := b.owner
+	pb, idx := b.owner, b.idx // (*b is overwritten below)
 	if pb == nil {
 		return
 	}
@@ -632,5 +632,5 @@ func (b *RawBuffer) Release() {
 	stats := b.stats
 	*b = *released
 	b.stats = stats
-	pb.release(b.idx)
+	pb.release(idx)
 }

@@ -4,6 +4,7 @@ package callback
 
 import (
 	"errors"
+	"math"
 	"os"
 	"runtime"
 	"strings"
@@ -439,4 +440,183 @@ func TestCloseFromCallback(t *testing.T) {
 	if calls == 0 {
 		t.Error("SampleFunc never ran")
 	}
+}
+
+// RawBuffer.Release of ring 1 hands ring 1 back to callback mode. (It used
+// to release ring 0, whatever its own: Release overwrote the RawBuffer,
+// index included, before it told the PerfBuffer which ring.)
+func TestReleaseFreesItsOwnRing(t *testing.T) {
+	f := setup(t)
+	if len(f.CPUs) < 2 {
+		t.Skip("needs two CPUs")
+	}
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, opts(c, 1))
+	rb, err := pb.Buffer(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb.Release()
+	if _, err := pb.ConsumeBuffer(1); err != nil {
+		t.Errorf("ConsumeBuffer(1) after releasing ring 1: %v", err)
+	}
+	rb2, err := pb.Buffer(1)
+	if err != nil {
+		t.Errorf("Buffer(1) after releasing ring 1: %v", err)
+	} else {
+		rb2.Release()
+	}
+}
+
+// Releasing ring 1 does not hand ring 0, still held by a RawBuffer, to
+// callback mode: both would move ring 0's data_tail.
+func TestReleaseKeepsOtherRingHeld(t *testing.T) {
+	f := setup(t)
+	if len(f.CPUs) < 2 {
+		t.Skip("needs two CPUs")
+	}
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, opts(c, 1))
+	rb0, err := pb.Buffer(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb0.Release()
+	rb1, err := pb.Buffer(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Emit(t, f.CPUs[0], 5, 32, 0)
+	rb1.Release()
+	if n, err := pb.ConsumeBuffer(0); !errors.Is(err, perfbuf.ErrBusy) {
+		t.Errorf("ConsumeBuffer(0) while a RawBuffer holds ring 0: %d, %v; want ErrBusy", n, err)
+	}
+	if n, err := pb.Consume(); n != 0 || err != nil {
+		t.Errorf("Consume delivered %d samples (err %v) from ring 0, which a RawBuffer holds", n, err)
+	}
+}
+
+// After a SampleFunc panicked in Poll, the next Poll delivers the rest
+// without waiting: they are in the arena or in rings whose readiness epoll
+// has reported already. (Poll(-1) used to wait for a wakeup that would not
+// come.)
+func TestPollAfterPanicDeliversRest(t *testing.T) {
+	f := setup(t)
+	var mu sync.Mutex
+	calls := 0
+	pb := newPB(t, f, perfbuf.Options{PageCount: 1, SampleFunc: func(int, []byte) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 1 {
+			panic("boom")
+		}
+	}})
+	f.Emit(t, f.CPUs[0], 10, 32, 0)
+	func() {
+		defer func() { recover() }()
+		pb.Poll(-1)
+		t.Fatal("first Poll did not panic")
+	}()
+	done := make(chan int, 1)
+	go func() {
+		n, _ := pb.Poll(-1)
+		done <- n
+	}()
+	select {
+	case n := <-done:
+		if n != 9 {
+			t.Errorf("second Poll delivered %d, want 9", n)
+		}
+	case <-time.After(3 * time.Second):
+		mu.Lock()
+		got := calls
+		mu.Unlock()
+		t.Errorf("Poll(-1) still blocked after 3s with %d of 10 samples delivered and the rest consumed from the ring into the arena", got)
+		pb.Close()
+		<-done
+	}
+}
+
+// A large WakeupEvents, up to MaxInt32, is taken as it is: no wakeup after
+// one sample. Beyond, New refuses it (attr.wakeup_events is a u32 that the
+// kernel reads as an int: 1<<31 woke on every sample, and 1<<32+1 was
+// truncated to 1).
+func TestWakeupEventsLarge(t *testing.T) {
+	f := setup(t)
+	try := func(wakeup int) int {
+		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 4, WakeupEvents: wakeup})
+		if err != nil {
+			t.Logf("WakeupEvents %d: New: %v", wakeup, err)
+			return -1
+		}
+		defer pb.Close()
+		pb.Poll(0) // any readiness left from setting the ring up
+		f.Emit(t, f.CPUs[0], 1, 32, 0)
+		n, err := pb.Poll(200 * time.Millisecond)
+		t.Logf("WakeupEvents %d: Poll delivered %d", wakeup, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := try(1 << 30); n != 0 {
+		t.Fatalf("WakeupEvents 1<<30: Poll delivered %d after one sample, want 0 (no wakeup)", n)
+	}
+	if n := try(math.MaxInt32); n != 0 {
+		t.Errorf("WakeupEvents MaxInt32: Poll delivered %d after one sample, want 0 (no wakeup)", n)
+	}
+	if _, err := perfbuf.New(f.Events, perfbuf.Options{WakeupEvents: math.MaxInt32 + 1}); !errors.Is(err, perfbuf.ErrInvalidOptions) {
+		t.Errorf("WakeupEvents MaxInt32+1: New: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// RawBuffer.Release may be called from a SampleFunc. (It used to take the
+// lock that the drain calling the SampleFunc holds: a deadlock.)
+func TestReleaseFromSampleFunc(t *testing.T) {
+	f := setup(t)
+	if len(f.CPUs) < 2 {
+		t.Skip("needs two CPUs")
+	}
+	var rb *perfbuf.RawBuffer
+	var once sync.Once
+	pb := newPB(t, f, perfbuf.Options{PageCount: 1, SampleFunc: func(int, []byte) {
+		once.Do(func() { rb.Release() })
+	}})
+	var err error
+	if rb, err = pb.Buffer(1); err != nil {
+		t.Fatal(err)
+	}
+	f.Emit(t, f.CPUs[0], 1, 32, 0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pb.ConsumeBuffer(0)
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		t.Errorf("ConsumeBuffer deadlocked: RawBuffer.Release called from SampleFunc")
+	}
+}
+
+// A Reader over a PerfBuffer, once closed, leaves every ring free for the
+// next one. (The Release bug above made the second NewReader fail.)
+func TestReaderReopen(t *testing.T) {
+	f := setup(t)
+	if len(f.CPUs) < 2 {
+		t.Skip("needs two CPUs")
+	}
+	pb := newPB(t, f, perfbuf.Options{PageCount: 1})
+	r, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	r2, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{})
+	if err != nil {
+		t.Fatalf("NewReader after the first Reader was closed: %v", err)
+	}
+	r2.Close()
 }
