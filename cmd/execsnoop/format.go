@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // filter holds the user-space filters (uid and failed execs are filtered in
@@ -89,7 +91,8 @@ type jsonEvent struct {
 	PPID          uint32   `json:"ppid"`
 	UID           uint32   `json:"uid"`
 	Ret           int32    `json:"ret"`
-	Args          []string `json:"args"`
+	Args          []string `json:"args"`               // not UTF-8: U+FFFD in its place
+	ArgsRaw       [][]byte `json:"args_raw,omitempty"` // then all args' exact bytes (base64)
 	ArgsTruncated bool     `json:"args_truncated,omitempty"`
 	CPU           int      `json:"cpu"`
 }
@@ -111,6 +114,11 @@ func (p *printer) appendEvent(b []byte, ev *event, cpu int) []byte {
 		}
 		if j.Args == nil {
 			j.Args = []string{}
+		}
+		if !allValid(j.Args) {
+			for _, a := range j.Args {
+				j.ArgsRaw = append(j.ArgsRaw, []byte(a))
+			}
 		}
 		out, err := json.Marshal(&j)
 		if err != nil {
@@ -146,33 +154,56 @@ func (p *printer) appendEvent(b []byte, ev *event, cpu int) []byte {
 	return append(b, '\n')
 }
 
-// escape makes s safe to print on one line: control characters become Go
-// escapes (\n, \t, \x1b), so that an argument cannot break a line or send
-// terminal escape sequences. In quoted form, `"` and `\` are escaped too.
-func escape(s string, quoted bool) string {
-	clean := true
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c == 0x7f || (quoted && (c == '"' || c == '\\')) {
-			clean = false
-			break
+// allValid reports whether every string of ss is valid UTF-8.
+func allValid(ss []string) bool {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return false
 		}
 	}
-	if clean {
+	return true
+}
+
+// escape makes s safe to print on one line: control characters (C0, DEL
+// and C1) and bidi controls become Go escapes (\n, \x1b, \u009b, \u202e),
+// and bytes that are not UTF-8 become \xNN, so that an argument cannot
+// break a line, send terminal escape sequences or reorder what follows it.
+// In quoted form, `"` and `\` are escaped too.
+func escape(s string, quoted bool) string {
+	i := 0
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if unsafeRune(r, n) || quoted && (r == '"' || r == '\\') {
+			break
+		}
+		i += n
+	}
+	if i == len(s) {
 		return s
 	}
 	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case quoted && (c == '"' || c == '\\'):
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case quoted && (r == '"' || r == '\\'):
 			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c == 0x7f:
-			q := strconv.QuoteRune(rune(c)) // '\n', '\x1b'
+			b.WriteRune(r)
+		case unsafeRune(r, n):
+			q := strconv.QuoteRune(r) // '\n', '\x1b', '\u009b'
 			b.WriteString(q[1 : len(q)-1])
 		default:
-			b.WriteByte(c)
+			b.WriteString(s[i : i+n])
 		}
+		i += n
 	}
 	return b.String()
+}
+
+// unsafeRune reports whether the rune r, n bytes long, must be escaped: a
+// control or bidi control character, or a byte that is not UTF-8.
+func unsafeRune(r rune, n int) bool {
+	return r == utf8.RuneError && n == 1 || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/perfbuf/perfbuf"
 )
@@ -164,6 +165,48 @@ func TestQuoting(t *testing.T) {
 	}
 	if strings.Count(got, "\n") != 1 {
 		t.Errorf("an exec must be one line: %q", got)
+	}
+}
+
+// Nothing an argument holds reaches the terminal as a control: C1 controls
+// (U+009B is a CSI, like ESC [), raw bytes that are not UTF-8 (0x9b is a
+// CSI too on some terminals) and bidi controls are escaped like C0 ones.
+// (Only C0 and DEL were, once.)
+func TestEscapeControls(t *testing.T) {
+	for arg, want := range map[string]string{
+		"\u009b31mRED":           `\u009b31mRED`,
+		"\x9b31mRED":             `\x9b31mRED`,
+		"\u009d0;t\u009c":        `\u009d0;t\u009c`,
+		"a\u202eb":               `a\u202eb`,
+		"caf\u00e9 \u65e5\u672c": "caf\u00e9 \u65e5\u672c", // printable: left alone
+		"\xff\xfe":               `\xff\xfe`,
+	} {
+		for _, quoted := range []bool{false, true} { // (no " or \ in these)
+			if got := escape(arg, quoted); got != want {
+				t.Errorf("escape(%q, quoted %v) = %q, want %q", arg, quoted, got, want)
+			}
+		}
+	}
+}
+
+// JSON strings are UTF-8, so an argument that is not comes out with U+FFFD
+// in "args"; "args_raw" then carries every argument's exact bytes. (They
+// were lost: "\xff\xfe" and "\ufffd\ufffd" gave the same JSON.)
+func TestJSONNotUTF8(t *testing.T) {
+	p := printer{json: true, clock: testClock}
+	for _, args := range [][]string{{"/bin/cat", "\xff\xfe"}, {"/bin/cat", "\ufffd\ufffd"}} {
+		ev := event{Comm: "x", Args: args}
+		var j jsonEvent
+		if err := json.Unmarshal(p.appendEvent(nil, &ev, 0), &j); err != nil {
+			t.Fatal(err)
+		}
+		valid := utf8.ValidString(args[1])
+		if valid && j.ArgsRaw != nil {
+			t.Errorf("%q: args_raw %q for valid UTF-8", args, j.ArgsRaw)
+		}
+		if !valid && (len(j.ArgsRaw) != 2 || string(j.ArgsRaw[1]) != args[1] || string(j.ArgsRaw[0]) != args[0]) {
+			t.Errorf("%q: args_raw %q, want the exact bytes", args, j.ArgsRaw)
+		}
 	}
 }
 
