@@ -127,13 +127,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 		return 1
 	}
+	if c.dropped, c.untraced, err = t.kernelDrops(); err != nil {
+		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
+	}
 	writeSummary(stderr, c, t.rd.Stats(), time.Since(start))
 	return 0
 }
 
-// counts is what the read loop saw.
+// counts is what the read loop saw, and what the BPF program counted.
 type counts struct {
 	events, shown, lost, late, bad uint64
+	// From the BPF program at the end: events that did not fit in a ring
+	// (lost records report them too, but only once a later event fits),
+	// and execs not traced because its map of execs in flight was full.
+	dropped, untraced uint64
 }
 
 // readLoop prints the events of src until it is flushed or closed. Lost
@@ -180,7 +187,12 @@ func readLoop(src eventSource, o *options, stdout, stderr io.Writer) (counts, er
 
 // writeSummary prints the totals and the reader's per-CPU counts.
 func writeSummary(w io.Writer, c counts, stats []perfbuf.ReaderStats, elapsed time.Duration) {
-	fmt.Fprintf(w, "\n%d execs traced, %d shown, %d lost, %d out of order", c.events, c.shown, c.lost, c.late)
+	// Every lost event failed its bpf_perf_event_output, so dropped is the
+	// whole count; lost (the rings' lost records) may lag behind it.
+	fmt.Fprintf(w, "\n%d execs traced, %d shown, %d lost, %d out of order", c.events, c.shown, max(c.lost, c.dropped), c.late)
+	if c.untraced > 0 {
+		fmt.Fprintf(w, ", %d not traced (too many execs in flight)", c.untraced)
+	}
 	if c.bad > 0 {
 		fmt.Fprintf(w, ", %d malformed", c.bad)
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
@@ -126,6 +128,29 @@ func (t *tracer) openSource(events *libbpfgo.BPFMap) error {
 		return fmt.Errorf("open perf buffer: %w", err)
 	}
 	return nil
+}
+
+// kernelDrops returns what the BPF program counted in its map `drops`,
+// summed over the CPUs: events that did not fit in a ring (a full ring
+// reports its losses only once a later sample fits, so a loss at the end
+// would go unreported), and execs not traced because the map of execs in
+// flight was full.
+func (t *tracer) kernelDrops() (notOutput, untraced uint64, err error) {
+	m, err := t.mod.GetMap("drops")
+	if err != nil {
+		return 0, 0, fmt.Errorf("map drops: %w", err)
+	}
+	for kind, sum := range []*uint64{&notOutput, &untraced} {
+		k := uint32(kind)                        // DROP_OUTPUT, DROP_MAP_FULL in execsnoop.bpf.c
+		v, err := m.GetValue(unsafe.Pointer(&k)) // a u64 per possible CPU
+		if err != nil {
+			return 0, 0, fmt.Errorf("map drops[%d]: %w", k, err)
+		}
+		for ; len(v) >= 8; v = v[8:] {
+			*sum += binary.NativeEndian.Uint64(v)
+		}
+	}
+	return notOutput, untraced, nil
 }
 
 // close stops the reader, detaches the programs and frees everything.

@@ -2,7 +2,9 @@
 /* execsnoop: trace execve() system-wide, the BPF half of cmd/execsnoop.
  *
  * sys_enter_execve stores what is known before the exec (pid, parent, uid,
- * comm, filename and arguments) in `execs`, keyed by thread id;
+ * comm, filename and arguments) in `execs`, keyed by process id (tgid: a
+ * thread that execs takes the leader's id, so the exit sees the same tgid
+ * but not always the same thread id);
  * sys_exit_execve completes it with the return value, the new comm and a
  * timestamp, and writes it to the perf event array `events`.
  *
@@ -39,8 +41,10 @@ const volatile __u32 targ_uid = INVALID_UID;
 const volatile bool ignore_failed = true;
 const volatile __u32 max_args = 20;
 
-/* Events between enter and exit. Not preallocated: an entry is ~7.7 KiB and
- * only execs in flight need one. */
+/* Events between enter and exit, by tgid. Not preallocated: an entry is
+ * ~7.7 KiB and only execs in flight need one. Two threads of one process in
+ * execve at once share an entry (the later enter wins); only one of their
+ * execs can succeed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 10240);
@@ -55,13 +59,33 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } events SEC(".maps");
 
+/* Execs dropped in the kernel, per CPU: index DROP_OUTPUT, events that did
+ * not fit in the ring; DROP_MAP_FULL, execs not traced because `execs` was
+ * full. User space sums them at the end. */
+enum { DROP_OUTPUT, DROP_MAP_FULL, DROP_KINDS };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_KINDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+static void count_drop(__u32 kind)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &kind);
+
+	if (n)
+		(*n)++;
+}
+
 static const struct event empty_event = {};
 
 SEC("tracepoint/syscalls/sys_enter_execve")
 int tracepoint__syscalls__sys_enter_execve(struct trace_event_raw_sys_enter *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
+	__u32 pid = id >> 32;
 	__u32 uid = (__u32)bpf_get_current_uid_gid();
 	const char *const *argv = (const char *const *)ctx->args[1];
 	const char *argp;
@@ -73,14 +97,16 @@ int tracepoint__syscalls__sys_enter_execve(struct trace_event_raw_sys_enter *ctx
 	if (targ_uid != INVALID_UID && uid != targ_uid)
 		return 0;
 	/* BPF_ANY: an entry left by an exec whose exit we missed is replaced. */
-	if (bpf_map_update_elem(&execs, &tid, &empty_event, BPF_ANY))
+	if (bpf_map_update_elem(&execs, &pid, &empty_event, BPF_ANY)) {
+		count_drop(DROP_MAP_FULL);
 		return 0;
-	e = bpf_map_lookup_elem(&execs, &tid);
+	}
+	e = bpf_map_lookup_elem(&execs, &pid);
 	if (!e)
 		return 0;
 
 	task = (struct task_struct *)bpf_get_current_task();
-	e->pid = id >> 32;
+	e->pid = pid;
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->uid = uid;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
@@ -92,6 +118,11 @@ int tracepoint__syscalls__sys_enter_execve(struct trace_event_raw_sys_enter *ctx
 	e->args_count = 1;
 	e->args_size = ret;
 
+	/* argv[0] is not kept (the filename is), but an empty argv ends here:
+	 * argv[1] would lie past its NULL. */
+	argp = NULL;
+	if (bpf_probe_read_user(&argp, sizeof(argp), &argv[0]) || !argp)
+		return 0;
 	for (i = 1; i < TOTAL_MAX_ARGS && i < max_args; i++) {
 		argp = NULL;
 		if (bpf_probe_read_user(&argp, sizeof(argp), &argv[i]) || !argp)
@@ -114,15 +145,12 @@ int tracepoint__syscalls__sys_enter_execve(struct trace_event_raw_sys_enter *ctx
 SEC("tracepoint/syscalls/sys_exit_execve")
 int tracepoint__syscalls__sys_exit_execve(struct trace_event_raw_sys_exit *ctx)
 {
-	/* After a successful exec by a thread other than the leader, the
-	 * thread has taken the leader's id and the lookup misses (as in the C
-	 * tool); the next enter on that id replaces the stale entry. */
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	struct event *e;
 	__u64 size;
 	long ret = ctx->ret;
 
-	e = bpf_map_lookup_elem(&execs, &tid);
+	e = bpf_map_lookup_elem(&execs, &pid);
 	if (!e)
 		return 0;
 	if (ignore_failed && ret < 0)
@@ -132,10 +160,12 @@ int tracepoint__syscalls__sys_exit_execve(struct trace_event_raw_sys_exit *ctx)
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	e->ts = bpf_ktime_get_ns();
 	size = offsetof(struct event, args) + e->args_size;
-	if (size <= sizeof(*e))
-		bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, e, size);
+	/* A full ring: the kernel reports the loss only once a later sample
+	 * fits, which may never come; count it here too. */
+	if (size <= sizeof(*e) && bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, e, size))
+		count_drop(DROP_OUTPUT);
 cleanup:
-	bpf_map_delete_elem(&execs, &tid);
+	bpf_map_delete_elem(&execs, &pid);
 	return 0;
 }
 
