@@ -286,11 +286,29 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+// Grouped short flags are split wherever they are, and a flag's value is
+// passed on as it is, whatever it looks like. (The split used to stop at
+// the first value, so "-n bash -Tx" failed, and it split values: "-n -qU"
+// named no command but set -q and -U.)
 func TestSplitShortFlags(t *testing.T) {
-	got := splitShortFlags([]string{"-Tx", "-n", "-qU", "--time", "-max-args=3", "--", "-Tt"}, "TtxqU")
-	want := []string{"-T", "-x", "-n", "-q", "-U", "--time", "-max-args=3", "--", "-Tt"}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	for _, b := range []string{"T", "t", "x", "q", "U", "time"} {
+		fs.Bool(b, false, "")
+	}
+	fs.String("n", "", "")
+	fs.Int("max-args", 0, "")
+	got := splitShortFlags(fs, []string{"-Tx", "-n", "-qU", "--time", "-max-args=3", "--max-args", "-3", "-Tt", "--", "-Tt"}, "TtxqU")
+	want := []string{"-T", "-x", "-n", "-qU", "--time", "-max-args=3", "--max-args", "-3", "-T", "-t", "--", "-Tt"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q, want %q", got, want)
+	}
+	o, err := parseFlags([]string{"-n", "bash", "-Tx"}, io.Discard)
+	if err != nil || !o.printer.time || !o.tracer.includeFailed || o.filter.name != "bash" {
+		t.Errorf("-n bash -Tx: %+v, %v", o, err)
+	}
+	o, err = parseFlags([]string{"-l", "-tx"}, io.Discard)
+	if err != nil || o.filter.line != "-tx" || o.tracer.includeFailed || o.printer.timestamp {
+		t.Errorf("-l -tx: %+v, %v; want line filter \"-tx\" and no -t or -x", o, err)
 	}
 }
 

@@ -264,7 +264,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	boolean(&o.tracer.verbose, "verbose libbpf debug output", "v", "verbose")
 	boolean(&wantHelp, "show this help", "h", "help")
 
-	if err := fs.Parse(splitShortFlags(args, "TtxqUjvh")); err != nil {
+	if err := fs.Parse(splitShortFlags(fs, args, "TtxqUjvh")); err != nil {
 		return nil, err
 	}
 	if wantHelp {
@@ -281,13 +281,22 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 }
 
 // splitShortFlags turns "-Tx" into "-T" "-x" when every letter is one of
-// the bool flags in shorts, so that grouped flags work as with argp. It
-// stops at "--" and at the first argument that is not a flag, as flag does.
-func splitShortFlags(args []string, shorts string) []string {
+// the bool flags in shorts, so that grouped flags work as with argp. A flag
+// of fs that takes a value ("-n NAME", "--line LINE") is passed on with the
+// argument after it, which is its value whatever it looks like ("-l -tx").
+// It stops at "--" and at the first argument that is not a flag, as flag
+// does.
+func splitShortFlags(fs *flag.FlagSet, args []string, shorts string) []string {
 	out := make([]string, 0, len(args))
-	for i, a := range args {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
 			return append(out, args[i:]...)
+		}
+		if takesValue(fs, strings.TrimLeft(a, "-")) && i+1 < len(args) {
+			out = append(out, a, args[i+1])
+			i++
+			continue
 		}
 		letters := a[1:]
 		if len(letters) < 2 || strings.HasPrefix(letters, "-") || strings.Trim(letters, shorts) != "" {
@@ -299,6 +308,17 @@ func splitShortFlags(args []string, shorts string) []string {
 		}
 	}
 	return out
+}
+
+// takesValue reports whether name (without "=value") is a flag of fs that
+// is not a bool: its value is the next argument.
+func takesValue(fs *flag.FlagSet, name string) bool {
+	f := fs.Lookup(name)
+	if f == nil || strings.Contains(name, "=") {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
 }
 
 // stringValue is a string flag.
