@@ -16,9 +16,10 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 
 GO ?= go
+export GO
 CLANG ?= clang-19
 LLVM_STRIP ?= llvm-strip-19
-BPFTOOL ?= bpftool
+BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 BUILD := $(CURDIR)/build
 # Fuzzing budgets, in executions (about 30 s each here): scripts/fuzz.sh.
 FUZZ_BUDGETS ?= FuzzRawParse=2000000x FuzzOrderedModel=5000x
@@ -119,7 +120,8 @@ bench: build
 		-csv $(BUILD)/perfbench.csv -svg docs/perfbench.svg $(PERFBENCH_FLAGS)
 
 lint: deps
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	@files=$$(git ls-files '*.go') && [ -n "$$files" ] || { echo "lint: no Go files from git ls-files" >&2; exit 1; }; \
+		out=$$(gofmt -l $$files); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet $(GOTAGS) ./...
 	$(GO) run $(STATICCHECK) $(GOTAGS) ./...
 

@@ -16,19 +16,26 @@ for p in clang-19 llvm-19 libelf-dev zlib1g-dev pkg-config make gcc; do
 done
 backports=()
 if ! pkg-config --atleast-version=1.4 libbpf 2>/dev/null; then backports+=(libbpf-dev); fi
-have_cmd bpftool || backports+=(bpftool)
+# bpftool lives in /usr/sbin, off a normal user's PATH.
+have_cmd bpftool || [ -x /usr/sbin/bpftool ] || backports+=(bpftool)
 
 if [ ${#need[@]} -eq 0 ] && [ ${#backports[@]} -eq 0 ]; then
 	exit 0
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
-	echo "deps: missing ${need[*]} ${backports[*]}; run 'make deps' as root" >&2
+	echo "deps: missing $(echo ${need[*]} ${backports[*]}); run 'make deps' as root" >&2
 	exit 1
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-if [ ${#backports[@]} -gt 0 ] && ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+# An entry apt uses: a one-line "deb ... bookworm-backports" or a deb822
+# "Suites:" line, not commented out, in a file apt reads (*.list, *.sources).
+has_backports() {
+	grep -qsE '^[[:space:]]*(deb[[:space:]].*[[:space:]]bookworm-backports([[:space:]]|$)|Suites:.*[[:space:]]bookworm-backports([[:space:]]|$))' \
+		/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources
+}
+if [ ${#backports[@]} -gt 0 ] && ! has_backports; then
 	# Same mirror as the bookworm source already configured.
 	mirror=$(grep -rhs '^URIs:' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1 | awk '{print $2}' || true)
 	: "${mirror:=http://deb.debian.org/debian}"
@@ -41,7 +48,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
 fi
-echo "deps: installing ${need[*]} ${backports[*]}"
+echo "deps: installing $(echo ${need[*]} ${backports[*]})"
 apt-get update -qq
 if [ ${#need[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

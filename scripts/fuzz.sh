@@ -22,7 +22,7 @@ budget_of() {
 	done
 }
 
-targets=$(go test "$@" -list '^Fuzz' . | grep '^Fuzz' || true)
+targets=$("${GO:-go}" test "$@" -list '^Fuzz' . | grep '^Fuzz' || true)
 if [ -z "$targets" ]; then
 	echo "fuzz: no fuzz targets found" >&2
 	exit 1
@@ -34,5 +34,5 @@ for f in $targets; do
 		exit 1
 	fi
 	echo "fuzz: $f for $budget"
-	go test "$@" -run '^$' -fuzz "^$f\$" -fuzztime "$budget" .
+	"${GO:-go}" test "$@" -run '^$' -fuzz "^$f\$" -fuzztime "$budget" .
 done

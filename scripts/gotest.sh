@@ -4,7 +4,7 @@
 set -uo pipefail
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-go test -v "$@" 2>&1 | tee "$log" | grep -Ev '^(=== (RUN|PAUSE|CONT|NAME)|    --- PASS|--- PASS)'
+"${GO:-go}" test -v "$@" 2>&1 | tee "$log" | grep -Ev '^(=== (RUN|PAUSE|CONT|NAME)|    --- PASS|--- PASS)'
 rc=${PIPESTATUS[0]}
 passed=$(grep -Ec '^\s*--- PASS' "$log")
 failed=$(grep -Ec '^\s*--- FAIL' "$log")
