@@ -633,11 +633,15 @@ func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sam
 		// within runBound, without another look at the other rings. The
 		// run stops for ctx's check every 256 records.
 		for r, rb := &o.rs[i], o.rings[i]; o.runRing == i && n&255 != 255 && !o.life.closed(); {
-			// The end of the head snapshot and a corrupt record are for
-			// next's load; so is a front that may not go yet.
-			if rb.Pending() == 0 || !rb.parse(&r.front) {
+			// A plain sample is parsed in line (RawBuffer.parse, written
+			// out); the end of the head snapshot and any other record are
+			// for next's load, and so is a front that may not go yet.
+			p, room := rb.plainRoom()
+			size, n := plainAt(p, room)
+			if size == 0 {
 				break
 			}
+			rb.take(&r.front, p, size, n)
 			// parsedFront and delivered, written out for the common case:
 			// a sample with its key in place, not behind o.last.
 			rec := &r.front

@@ -1,6 +1,7 @@
 package perfbuf
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -781,6 +782,17 @@ func readRound(b *testing.B, f *fakeRings, r interface {
 		}
 	case "Each":
 		r.Each(context.Background(), func(*Record, *Sample) error { return nil })
+	case "EachSum":
+		r.Each(context.Background(), func(rec *Record, m *Sample) error {
+			if m.Type != RecordSample {
+				return errStop
+			}
+			benchSink += sumPayload(rec.Data)
+			if len(rec.Wrapped) > 0 {
+				benchSink += sumPayload(rec.Wrapped)
+			}
+			return nil
+		})
 	}
 }
 
@@ -793,7 +805,7 @@ const benchRingSize = 64 << 12
 // rings already filled (no kernel): ReadInto and Each, at two sizes. The
 // OrderedReader's benchmark uses the same rings and records.
 func BenchmarkReaderReadInto(b *testing.B) {
-	for _, mode := range []string{"ReadInto", "Each"} {
+	for _, mode := range []string{"ReadInto", "Each", "EachSum"} {
 		for _, size := range []int{16, 64} {
 			b.Run(fmt.Sprintf("%s/size=%d", mode, size), func(b *testing.B) {
 				f := newFakeRings(b, 2, benchRingSize)
@@ -1503,4 +1515,159 @@ func cpuTime(t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// refRings fills two rings of size bytes, starting at random positions (so
+// that records wrap), with random records: samples of 0 to 300 bytes, lost
+// records and records of another type. It returns them with what the
+// reference parser reads from each.
+func refRings(t *testing.T, rnd *rand.Rand, size int) (*fakeRings, [][]refRecord) {
+	t.Helper()
+	f := newFakeRings(t, 2, size)
+	want := make([][]refRecord, 2)
+	for i := range f.rings {
+		ring := newFakeRingAt(size, uint64(rnd.Intn(size/8))*8+uint64(rnd.Intn(3))*uint64(size))
+		tail := ring.head
+		for seq := 0; ; seq++ {
+			var rec []byte
+			switch k := rnd.Intn(10); {
+			case k == 0:
+				rec = fakeLost(uint64(seq), uint64(rnd.Intn(100)+1))
+			case k == 1:
+				rec = fakeRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8))
+			default:
+				rec = fakeSample(payload(0, uint64(seq), rnd.Intn(300)))
+			}
+			if !ring.write(rec) {
+				break
+			}
+		}
+		ring.publish()
+		f.rings[i] = ring
+		var corrupt bool
+		want[i], _, corrupt = refParse(bytes.Clone(ring.data), tail, ring.head)
+		if corrupt {
+			t.Fatal("the reference finds a valid ring corrupt")
+		}
+	}
+	return f, want
+}
+
+// TestReaderMatchesReference: whatever the mix of records, Reader.Each and
+// ReadInto deliver from each ring exactly what the reference parser reads
+// there, in order, and count it: plain samples through Each's batched loop,
+// the others (samples that wrap, lost and other records) through Next,
+// across the ends of budgets, with an fn that stops Each now and then.
+func TestReaderMatchesReference(t *testing.T) {
+	errPause := errors.New("pause")
+	for seed := 0; seed < 60; seed++ {
+		for _, mode := range []string{"Each", "ReadInto"} {
+			rnd := rand.New(rand.NewSource(int64(seed)))
+			f, want := refRings(t, rnd, []int{512, 1024, 4096}[seed%3])
+			budget := []int{0, 1, 24, 100, 700}[seed%5]
+			r := f.reader(t, ReaderOptions{Budget: budget, MaxLatency: -1})
+			got := make([][]refRecord, 2)
+			add := func(cpu int, typ RecordType, rec *Record, data []byte, lost uint64) {
+				rr := refRecord{typ: typ, payload: bytes.Clone(data), lost: lost}
+				if rec != nil {
+					rr.pos, rr.next = rec.Pos, rec.Next
+				}
+				got[cpu] = append(got[cpu], rr)
+			}
+			r.Flush()
+			var err error
+			switch mode {
+			case "Each":
+				pause := rnd.Intn(20) + 1
+				for err == nil || err == errPause {
+					n := 0
+					err = r.Each(context.Background(), func(rec *Record, meta *Sample) error {
+						if meta.Type != rec.Type || meta.Lost != rec.Lost {
+							t.Fatalf("meta %+v for a %v record (lost %d)", meta, rec.Type, rec.Lost)
+						}
+						add(meta.CPU, rec.Type, rec, rec.AppendTo(nil), rec.Lost)
+						if n++; n == pause {
+							return errPause
+						}
+						return nil
+					})
+				}
+			case "ReadInto":
+				var s Sample
+				for err = r.ReadInto(&s); err == nil; err = r.ReadInto(&s) {
+					add(s.CPU, s.Type, nil, s.Data, s.Lost)
+				}
+			}
+			if !errors.Is(err, ErrFlushed) {
+				t.Fatalf("seed %d %s: %v", seed, mode, err)
+			}
+			st := r.Stats()
+			for i := range want {
+				if len(got[i]) != len(want[i]) {
+					t.Fatalf("seed %d %s: ring %d: %d records, reference %d", seed, mode, i, len(got[i]), len(want[i]))
+				}
+				var samples, nbytes, lost uint64
+				for j, w := range want[i] {
+					g := got[i][j]
+					if mode == "ReadInto" {
+						g.pos, g.next = w.pos, w.next // ReadInto has no positions
+					}
+					if g.typ != w.typ || g.pos != w.pos || g.next != w.next || g.lost != w.lost || !slices.Equal(g.payload, w.payload) {
+						t.Fatalf("seed %d %s: ring %d record %d: %+v, reference %+v", seed, mode, i, j, g, w)
+					}
+					if w.typ == RecordSample {
+						samples++
+						nbytes += uint64(len(w.payload))
+					}
+					lost += w.lost
+				}
+				if s := st[i]; s.Samples != samples || s.Bytes != nbytes || s.Lost != lost {
+					t.Fatalf("seed %d %s: ring %d stats %+v; reference %d samples, %d bytes, %d lost", seed, mode, i, s, samples, nbytes, lost)
+				}
+			}
+		}
+	}
+}
+
+// A turn ends once it has read Budget bytes, in every read form, also when
+// Each is stopped by its fn within a turn and called again: three records
+// a turn here, the rings taking turns.
+func TestReaderTurnsAcrossPauses(t *testing.T) {
+	rec := fakeSample(payload(0, 0, 40))
+	for _, mode := range []string{"ReadInto", "Each"} {
+		for pause := 1; pause <= 7; pause++ {
+			f := newFakeRings(t, 2, 4096)
+			for seq := 0; seq < 9; seq++ {
+				f.rings[0].mustWrite(t, rec)
+				f.rings[1].mustWrite(t, rec)
+			}
+			r := f.reader(t, ReaderOptions{Budget: 3*len(rec) - 1, MaxLatency: -1})
+			r.Flush()
+			var cpus []int
+			var err error
+			switch mode {
+			case "ReadInto":
+				var s Sample
+				for err = r.ReadInto(&s); err == nil; err = r.ReadInto(&s) {
+					cpus = append(cpus, s.CPU)
+				}
+			case "Each":
+				errPause := errors.New("pause")
+				for err = errPause; err == errPause; {
+					n := 0
+					err = r.Each(context.Background(), func(_ *Record, meta *Sample) error {
+						cpus = append(cpus, meta.CPU)
+						if n++; n == pause {
+							return errPause
+						}
+						return nil
+					})
+				}
+			}
+			want := "[0 0 0 1 1 1 0 0 0 1 1 1 0 0 0 1 1 1]"
+			if !errors.Is(err, ErrFlushed) || fmt.Sprint(cpus) != want {
+				t.Fatalf("%s, pausing every %d: %v, order %v; want ErrFlushed, %s", mode, pause, err, cpus, want)
+			}
+		}
+	}
 }
