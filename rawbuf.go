@@ -489,10 +489,11 @@ func (b *RawBuffer) parseAny(rec *Record) bool {
 	}
 	data := b.data
 	// The header never straddles the end: pos is 8-aligned and len(data) a multiple of 8.
+	// The kernel writes records in its own byte order, as plainAt reads them.
 	off := pos & b.mask
 	hdr := data[off : off+recHeaderSize]
-	typ := binary.LittleEndian.Uint32(hdr[0:4])
-	size := uint64(binary.LittleEndian.Uint16(hdr[6:8]))
+	typ := binary.NativeEndian.Uint32(hdr[0:4])
+	size := uint64(binary.NativeEndian.Uint16(hdr[6:8]))
 	// size-1 >= avail catches size 0 and size > avail in one compare.
 	if size&7 != 0 || size-1 >= avail {
 		return b.badSize(pos, size, avail)
@@ -508,7 +509,7 @@ func (b *RawBuffer) parseAny(rec *Record) bool {
 		// The u32 size is 8-aligned, so it never straddles, but it wraps to the ring's start
 		// when the header ends the ring.
 		o := (pos + recHeaderSize) & b.mask
-		n := uint64(binary.LittleEndian.Uint32(data[o : o+4]))
+		n := uint64(binary.NativeEndian.Uint32(data[o : o+4]))
 		if n > size-recSampleDataOff {
 			return b.badSample(pos, size, n)
 		}
@@ -530,7 +531,7 @@ func (b *RawBuffer) parseAny(rec *Record) bool {
 		}
 		// u64 lost at offset 16: 8-aligned, never straddles.
 		o := (pos + 16) & b.mask
-		lost := binary.LittleEndian.Uint64(data[o : o+8])
+		lost := binary.NativeEndian.Uint64(data[o : o+8])
 		rec.Type, rec.Lost, rec.Data, rec.Wrapped = RecordLost, lost, nil, nil
 		if count {
 			b.stats.LostRecords++
