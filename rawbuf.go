@@ -397,17 +397,13 @@ func (b *RawBuffer) samples(rec *Record, limit uint64, fn func(*Record) bool) (i
 	pos := b.cursor
 	end := pos + room              // the records must end by here
 	stop := pos + min(room, limit) // and start before here
-	base, mask := b.base, b.mask
 	k := 0
 	for int64(stop-pos) > 0 {
 		size, n := plainAt(p, end-pos)
 		if size == 0 {
 			break
 		}
-		b.take(rec, p, size, n)
-		pos += size
-		// From the base each time: a pointer past the ring's end is not valid Go.
-		p = unsafe.Add(base, pos&mask)
+		pos, p = b.take(rec, p, size, n)
 		k++
 		if !fn(rec) {
 			return k, true
@@ -453,8 +449,9 @@ func plainAt(p unsafe.Pointer, room uint64) (size, n uint64) {
 }
 
 // take delivers the plain sample at the cursor, at p, that plainAt checked into rec and moves
-// the cursor past it.
-func (b *RawBuffer) take(rec *Record, p unsafe.Pointer, size, n uint64) {
+// the cursor past it. It returns the new cursor and where it points in the ring: the next
+// record's p for plainAt.
+func (b *RawBuffer) take(rec *Record, p unsafe.Pointer, size, n uint64) (uint64, unsafe.Pointer) {
 	pos := b.cursor
 	next := pos + size
 	rec.Type, rec.RawType, rec.Pos, rec.Next, rec.Lost = RecordSample, unix.PERF_RECORD_SAMPLE, pos, next, 0
@@ -462,6 +459,8 @@ func (b *RawBuffer) take(rec *Record, p unsafe.Pointer, size, n uint64) {
 	b.stats.Samples++
 	b.stats.Bytes += n
 	b.counted, b.cursor = next, next
+	// From the base: a pointer past the ring's end is not valid Go.
+	return next, unsafe.Add(b.base, next&b.mask)
 }
 
 // parseAt parses the record at pos, a record boundary between the cursor and the head

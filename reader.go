@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -598,17 +597,14 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) er
 			meta.Type, meta.Lost = RecordSample, 0
 			p, room := rb.plainRoom()
 			pos := rb.cursor
-			end, stop := pos+room, pos+min(room, uint64(r.left))
-			base, mask, from := rb.base, rb.mask, pos
+			end, stop, from := pos+room, pos+min(room, uint64(r.left)), pos
 			var ferr error
 			for int64(stop-pos) > 0 {
 				size, n := plainAt(p, end-pos)
 				if size == 0 {
 					break
 				}
-				rb.take(rec, p, size, n)
-				pos += size
-				p = unsafe.Add(base, pos&mask)
+				pos, p = rb.take(rec, p, size, n)
 				if ferr = fn(rec, meta); ferr != nil || r.life.closed() {
 					break
 				}
