@@ -637,11 +637,11 @@ func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sam
 			// out); the end of the head snapshot and any other record are
 			// for next's load, and so is a front that may not go yet.
 			p, room := rb.plainRoom()
-			size, n := plainAt(p, room)
+			size, plen := plainAt(p, room)
 			if size == 0 {
 				break
 			}
-			rb.take(&r.front, p, size, n)
+			rb.take(&r.front, p, size, plen)
 			// parsedFront and delivered, written out for the common case:
 			// a sample with its key in place, not behind o.last.
 			rec := &r.front

@@ -1671,3 +1671,28 @@ func TestReaderTurnsAcrossPauses(t *testing.T) {
 		}
 	}
 }
+
+// OrderedReader.Each looks at ctx at least every 256 records, also within
+// a run (a ring's records that go one after the other by rule 1): a
+// context cancelled from fn ends Each before 256 more records.
+func TestOrderedEachRunChecksContext(t *testing.T) {
+	f := newFakeRings(t, 2, 1<<16)
+	const n = 600
+	for seq := uint64(0); seq < n; seq++ {
+		f.emit(t, 0, 1+seq, seq, 16)
+	}
+	f.emit(t, 1, 1<<40, 0, 16) // the other ring's front lies beyond them all: one run
+	o := f.ordered(t, OrderedOptions{KeyOffset: 0})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := 0
+	err := o.Each(ctx, func(rec *Record, meta *Sample) error {
+		if got++; got == 10 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || got >= 10+256 {
+		t.Fatalf("Each: %v after %d records; want context.Canceled within 256 records of the cancel", err, got)
+	}
+}
