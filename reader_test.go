@@ -765,7 +765,8 @@ func TestOrderedRace(t *testing.T) {
 
 // readRound publishes what the fake rings hold, flushes r and, with the
 // timer running, reads until the Flush ends the round: with ReadInto into
-// s, or with Each and a callback that does nothing.
+// s, or with Each and a callback that does nothing (Each) or reads every
+// byte of each sample (EachSum).
 func readRound(b *testing.B, f *fakeRings, r interface {
 	ReadInto(*Sample) error
 	Each(context.Context, func(*Record, *Sample) error) error
@@ -802,7 +803,8 @@ func readRound(b *testing.B, f *fakeRings, r interface {
 const benchRingSize = 64 << 12
 
 // BenchmarkReaderReadInto measures a Reader's cost per record over two fake
-// rings already filled (no kernel): ReadInto and Each, at two sizes. The
+// rings already filled (no kernel): ReadInto, Each and EachSum (see
+// readRound), at two sizes. The
 // OrderedReader's benchmark uses the same rings and records.
 func BenchmarkReaderReadInto(b *testing.B) {
 	for _, mode := range []string{"ReadInto", "Each", "EachSum"} {
