@@ -804,8 +804,8 @@ const benchRingSize = 64 << 12
 
 // BenchmarkReaderReadInto measures a Reader's cost per record over two fake
 // rings already filled (no kernel): ReadInto, Each and EachSum (see
-// readRound), at two sizes. The
-// OrderedReader's benchmark uses the same rings and records.
+// readRound), at two sizes. The OrderedReader's benchmark uses the same
+// rings and records.
 func BenchmarkReaderReadInto(b *testing.B) {
 	for _, mode := range []string{"ReadInto", "Each", "EachSum"} {
 		for _, size := range []int{16, 64} {
