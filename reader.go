@@ -592,8 +592,9 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) er
 				return fmt.Errorf("%s: %w", op, os.ErrClosed)
 			}
 			// The plain samples: RawBuffer.samples written out for
-			// Each's fn (through an adapter to samples' fn, a record cost
-			// a quarter more). Then any other record: Next.
+			// Each's fn (through an adapter closure to samples' fn, a
+			// record cost about a tenth more: 2.07x against 1.85x the C
+			// reference at 64 bytes). Then any other record: Next.
 			meta.Type, meta.Lost = RecordSample, 0
 			p, room := rb.plainRoom()
 			pos := rb.cursor
