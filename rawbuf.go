@@ -157,9 +157,13 @@ const (
 type RawBuffer struct {
 	cpu  int
 	page *unix.PerfEventMmapPage
-	data []byte         // the data area; len is a power of two
-	base unsafe.Pointer // &data[0], for the loads of plainAt
-	mask uint64         // len(data)-1
+	data []byte // the data area; len is a power of two
+	// base is &data[0], where plainRoom and take start from. It could be derived from
+	// data at the same cost, but without it Drain measured 1.57-1.79x C at 64 bytes against
+	// 1.41-1.58x with it (4 paired runs; the code differs only in field offsets): measure
+	// again before dropping it.
+	base unsafe.Pointer
+	mask uint64 // len(data)-1
 
 	// Positions, free-running like the kernel's. Invariant (in ring order, wrap-safe):
 	// tail <= cursor <= head <= tail+len(data); snapshot and SkipCorrupt keep it, and parsing
