@@ -373,11 +373,10 @@ func (b *RawBuffer) blocked() bool {
 // (blocked). The common record, a plain sample (plainAt), is taken as samples takes it;
 // everything else goes through parseAny, which checks every case.
 func (b *RawBuffer) parse(rec *Record) bool {
-	if p, room := b.plainRoom(); room != 0 {
-		if size, n := plainAt(p, room); size != 0 {
-			b.take(rec, p, size, n)
-			return true
-		}
+	p, room := b.plainRoom()
+	if size, n := plainAt(p, room); size != 0 {
+		b.take(rec, p, size, n)
+		return true
 	}
 	if b.head == b.cursor || b.corrupt != nil && b.blocked() {
 		return false
