@@ -2,7 +2,8 @@
 #
 #   make deps     install what is missing (idempotent; quick when all is there)
 #   make run      the main job: execsnoop for a few seconds, with a demo (root)
-#   make test     deps, build, unit tests, privileged selftests, a bounded fuzz run
+#   make test     deps, build, unit tests, privileged selftests, the unit tests on a
+#                 big-endian host (s390x under qemu), a bounded fuzz run
 #   make bench    Go benchmarks, then perfbench: every mode beside the C reference
 #                 (table; build/perfbench.csv; docs/perfbench.svg). Needs root.
 #   make lint     gofmt, go vet, staticcheck
@@ -34,7 +35,8 @@ LIBBPF_OUT := $(BUILD)/libbpf
 LIBBPF_A := $(LIBBPF_OUT)/libbpf.a
 LIBBPF_INCLUDE := $(LIBBPF_OUT)
 GOTAGS := -tags perfbuf_static
-export CGO_CFLAGS := -I$(LIBBPF_INCLUDE)
+# Setting CGO_CFLAGS replaces cgo's default "-g -O2", so it is kept here.
+export CGO_CFLAGS := -g -O2 -I$(LIBBPF_INCLUDE)
 export CGO_LDFLAGS := -L$(LIBBPF_OUT)
 else
 LIBBPF := system
@@ -48,7 +50,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build run test unit selftest fuzz bench lint clean docker-test
+.PHONY: all deps libbpf-info bpf build run test test-bigendian unit selftest fuzz bench lint clean docker-test
 
 all: build
 
@@ -94,7 +96,17 @@ run: libbpf-info bpf
 # Under CI (CI=true) a selftest that cannot get its privileges fails.
 test: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./...
+	@$(MAKE) --no-print-directory test-bigendian
 	@$(MAKE) --no-print-directory fuzz
+
+# The package's tests that need no cgo (the parser, the readers over fake
+# rings, the fuzz corpora) on a big-endian host: built for s390x and run under
+# qemu-user. The kernel writes records in the host's byte order, so the
+# parser must read them so, and the fake rings must be written so.
+test-bigendian:
+	@bash scripts/deps.sh qemu-user
+	@echo "big-endian: the package's tests for s390x (no cgo), under qemu-s390x"
+	@CGO_ENABLED=0 GOARCH=s390x bash scripts/gotest.sh -exec qemu-s390x -count=1 .
 
 unit: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 .

@@ -113,7 +113,7 @@ func ExampleNewOrderedReader() {
 		case perfbuf.RecordLost:
 			fmt.Printf("cpu %d lost %d\n", s.CPU, s.Lost)
 		case perfbuf.RecordSample:
-			fmt.Printf("%d cpu %d late=%v ts=%d\n", s.Key, s.CPU, s.Late, binary.LittleEndian.Uint64(s.Data))
+			fmt.Printf("%d cpu %d late=%v ts=%d\n", s.Key, s.CPU, s.Late, binary.NativeEndian.Uint64(s.Data))
 		}
 	}
 }

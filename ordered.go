@@ -15,9 +15,9 @@ type OrderedOptions struct {
 	// MaxLatency as for Reader; Budget and RoundRobin do not apply.
 	ReaderOptions
 
-	// KeyOffset is where the key sits in each sample: a little-endian u64,
-	// such as a bpf_ktime_get_ns() stamp. A sample too short to hold it
-	// has key 0.
+	// KeyOffset is where the key sits in each sample: a u64 in the host's
+	// byte order, as a BPF program stores it, such as a bpf_ktime_get_ns()
+	// stamp. A sample too short to hold it has key 0.
 	KeyOffset int
 	// Key, if set, computes the key instead; data is the whole payload
 	// (copied when it straddles the ring's end) and valid during the call.
@@ -214,7 +214,7 @@ func (o *OrderedReader) key(rec *Record) uint64 {
 	}
 	off := o.keyOffset
 	if off+8 <= len(rec.Data) {
-		return binary.LittleEndian.Uint64(rec.Data[off:])
+		return binary.NativeEndian.Uint64(rec.Data[off:])
 	}
 	if off+8 > rec.Len() {
 		return 0
@@ -227,7 +227,7 @@ func (o *OrderedReader) key(rec *Record) uint64 {
 			b[j] = rec.Wrapped[k-len(rec.Data)]
 		}
 	}
-	return binary.LittleEndian.Uint64(b[:])
+	return binary.NativeEndian.Uint64(b[:])
 }
 
 // next returns the front that goes next and its ring, or -1 when none may
@@ -402,7 +402,7 @@ func (o *OrderedReader) parsedFront(r *orderedRing) {
 		return
 	}
 	if off := o.keyOffset; o.keyFn == nil && off+8 <= len(r.front.Data) {
-		r.key = binary.LittleEndian.Uint64(r.front.Data[off:])
+		r.key = binary.NativeEndian.Uint64(r.front.Data[off:])
 	} else {
 		r.key = o.key(&r.front)
 	}
@@ -650,7 +650,7 @@ func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sam
 				o.parsedFront(r)
 				break
 			}
-			r.has, r.key = true, binary.LittleEndian.Uint64(rec.Data[off:])
+			r.has, r.key = true, binary.NativeEndian.Uint64(rec.Data[off:])
 			r.saw(r.key) // o.newest: fixRoot
 			if r.key > o.runBound || r.key < o.last {
 				break

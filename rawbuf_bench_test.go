@@ -18,16 +18,16 @@ var benchSink uint64
 func sumPayload(p []byte) uint64 {
 	var s0, s1 uint64
 	for len(p) >= 32 {
-		s0 += binary.LittleEndian.Uint64(p[0:8]) + binary.LittleEndian.Uint64(p[8:16])
-		s1 += binary.LittleEndian.Uint64(p[16:24]) + binary.LittleEndian.Uint64(p[24:32])
+		s0 += binary.NativeEndian.Uint64(p[0:8]) + binary.NativeEndian.Uint64(p[8:16])
+		s1 += binary.NativeEndian.Uint64(p[16:24]) + binary.NativeEndian.Uint64(p[24:32])
 		p = p[32:]
 	}
 	for len(p) >= 8 {
-		s0 += binary.LittleEndian.Uint64(p)
+		s0 += binary.NativeEndian.Uint64(p)
 		p = p[8:]
 	}
 	if len(p) >= 4 {
-		s1 += uint64(binary.LittleEndian.Uint32(p))
+		s1 += uint64(binary.NativeEndian.Uint32(p))
 		p = p[4:]
 	}
 	for _, c := range p {

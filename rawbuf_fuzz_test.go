@@ -2,6 +2,7 @@ package perfbuf
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -17,15 +18,32 @@ type refRecord struct {
 	lost      uint64
 }
 
+// hostBigEndian: the host stores the most significant byte first.
+var hostBigEndian = binary.NativeEndian.Uint16([]byte{0, 1}) == 1
+
 // refParse is a slow, independent reading of the ring format: byte by byte with explicit
 // wrapping. It returns the records from tail up to head and, if something is corrupt, the
 // position where reading stops.
 func refParse(ring []byte, tail, head uint64) (recs []refRecord, corruptAt uint64, corrupt bool) {
 	size := uint64(len(ring))
 	at := func(pos uint64) byte { return ring[pos%size] }
-	u16 := func(pos uint64) uint64 { return uint64(at(pos)) | uint64(at(pos+1))<<8 }
-	u32 := func(pos uint64) uint64 { return u16(pos) | u16(pos+2)<<16 }
-	u64 := func(pos uint64) uint64 { return u32(pos) | u32(pos+4)<<32 }
+	// word reads n bytes at pos as an unsigned integer in the host's byte order, which the
+	// kernel writes records in.
+	word := func(pos uint64, n int) uint64 {
+		var v uint64
+		for i := range n {
+			b := uint64(at(pos + uint64(i)))
+			if hostBigEndian {
+				v = v<<8 | b
+			} else {
+				v |= b << (8 * i)
+			}
+		}
+		return v
+	}
+	u16 := func(pos uint64) uint64 { return word(pos, 2) }
+	u32 := func(pos uint64) uint64 { return word(pos, 4) }
+	u64 := func(pos uint64) uint64 { return word(pos, 8) }
 
 	if int64(head-tail) < 0 || head-tail > size || head%8 != 0 {
 		return nil, tail, true

@@ -52,11 +52,11 @@ func appendRaceSample(dst []byte, seq uint64, k int) []byte {
 	raw := (n+4+7)&^7 - 4
 	size := 8 + 4 + raw
 	dst = append(dst[:0], make([]byte, size)...)
-	binary.LittleEndian.PutUint32(dst[0:], 9) // PERF_RECORD_SAMPLE
-	binary.LittleEndian.PutUint16(dst[6:], uint16(size))
-	binary.LittleEndian.PutUint32(dst[8:], uint32(raw))
-	binary.LittleEndian.PutUint64(dst[12:], seq)
-	binary.LittleEndian.PutUint32(dst[20:], uint32(k))
+	binary.NativeEndian.PutUint32(dst[0:], 9) // PERF_RECORD_SAMPLE
+	binary.NativeEndian.PutUint16(dst[6:], uint16(size))
+	binary.NativeEndian.PutUint32(dst[8:], uint32(raw))
+	binary.NativeEndian.PutUint64(dst[12:], seq)
+	binary.NativeEndian.PutUint32(dst[20:], uint32(k))
 	off := racePatternOff(seq)
 	copy(dst[24:], racePattern[off:off+uint64(k)])
 	return dst
@@ -135,8 +135,8 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 			failure = fmt.Errorf("sample of %d bytes at %d", len(buf), rec.Pos)
 			return false
 		}
-		seq := binary.LittleEndian.Uint64(buf)
-		k := int(binary.LittleEndian.Uint32(buf[8:]))
+		seq := binary.NativeEndian.Uint64(buf)
+		k := int(binary.NativeEndian.Uint32(buf[8:]))
 		if seq != want+pendingLost {
 			failure = fmt.Errorf("sequence %d, want %d (+%d lost) at %d", seq, want, pendingLost, rec.Pos)
 			return false

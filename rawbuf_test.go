@@ -71,9 +71,9 @@ func (f *fakeRing) publish() {
 func fakeSample(payload []byte) []byte {
 	raw := (len(payload)+4+7)&^7 - 4
 	rec := make([]byte, 8+4+raw)
-	binary.LittleEndian.PutUint32(rec[0:], unix.PERF_RECORD_SAMPLE)
-	binary.LittleEndian.PutUint16(rec[6:], uint16(len(rec)))
-	binary.LittleEndian.PutUint32(rec[8:], uint32(raw))
+	binary.NativeEndian.PutUint32(rec[0:], unix.PERF_RECORD_SAMPLE)
+	binary.NativeEndian.PutUint16(rec[6:], uint16(len(rec)))
+	binary.NativeEndian.PutUint32(rec[8:], uint32(raw))
 	copy(rec[12:], payload)
 	return rec
 }
@@ -81,18 +81,18 @@ func fakeSample(payload []byte) []byte {
 // fakeLost encodes a PERF_RECORD_LOST.
 func fakeLost(id, lost uint64) []byte {
 	rec := make([]byte, 24)
-	binary.LittleEndian.PutUint32(rec[0:], unix.PERF_RECORD_LOST)
-	binary.LittleEndian.PutUint16(rec[6:], 24)
-	binary.LittleEndian.PutUint64(rec[8:], id)
-	binary.LittleEndian.PutUint64(rec[16:], lost)
+	binary.NativeEndian.PutUint32(rec[0:], unix.PERF_RECORD_LOST)
+	binary.NativeEndian.PutUint16(rec[6:], 24)
+	binary.NativeEndian.PutUint64(rec[8:], id)
+	binary.NativeEndian.PutUint64(rec[16:], lost)
 	return rec
 }
 
 // fakeRecord encodes a record of any type with the given body; size is the header's size field.
 func fakeRecord(typ uint32, size uint16, body []byte) []byte {
 	rec := make([]byte, 8+len(body))
-	binary.LittleEndian.PutUint32(rec[0:], typ)
-	binary.LittleEndian.PutUint16(rec[6:], size)
+	binary.NativeEndian.PutUint32(rec[0:], typ)
+	binary.NativeEndian.PutUint16(rec[6:], size)
 	copy(rec[8:], body)
 	return rec
 }
@@ -586,7 +586,7 @@ type fakeCorruptCase struct {
 func fakeCorruptCases() []fakeCorruptCase {
 	sample := func(n uint32, size uint16) []byte {
 		body := make([]byte, int(size)-8)
-		binary.LittleEndian.PutUint32(body, n)
+		binary.NativeEndian.PutUint32(body, n)
 		return fakeRecord(unix.PERF_RECORD_SAMPLE, size, body)
 	}
 	return []fakeCorruptCase{

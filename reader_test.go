@@ -98,8 +98,8 @@ func (f *fakeRings) ordered(t testing.TB, opts OrderedOptions) *OrderedReader {
 // payload is a sample carrying a key and a sequence number.
 func payload(key, seq uint64, size int) []byte {
 	p := make([]byte, max(size, 16))
-	binary.LittleEndian.PutUint64(p, key)
-	binary.LittleEndian.PutUint64(p[8:], seq)
+	binary.NativeEndian.PutUint64(p, key)
+	binary.NativeEndian.PutUint64(p[8:], seq)
 	for i := 16; i < len(p); i++ {
 		p[i] = byte(seq) + byte(i)
 	}
@@ -139,7 +139,7 @@ func readFlushed(t *testing.T, r interface{ ReadInto(*Sample) error }) int {
 	}
 }
 
-func keyOf(s Sample) uint64 { return binary.LittleEndian.Uint64(s.Data) }
+func keyOf(s Sample) uint64 { return binary.NativeEndian.Uint64(s.Data) }
 
 // The fullest ring is drained first; with a budget, turns alternate.
 func TestReaderFullestFirst(t *testing.T) {
@@ -354,8 +354,8 @@ func TestReaderEachAndAll(t *testing.T) {
 			lastErr = err
 			continue
 		}
-		if binary.LittleEndian.Uint64(s.Data[8:]) != uint64(n) {
-			t.Errorf("All: record %d has seq %d", n, binary.LittleEndian.Uint64(s.Data[8:]))
+		if binary.NativeEndian.Uint64(s.Data[8:]) != uint64(n) {
+			t.Errorf("All: record %d has seq %d", n, binary.NativeEndian.Uint64(s.Data[8:]))
 		}
 		n++
 	}
@@ -447,7 +447,7 @@ func TestReaderRace(t *testing.T) {
 			t.Fatalf("after %d records: %v", total, err)
 		}
 		f.drainWake(s.CPU)
-		seq := binary.LittleEndian.Uint64(s.Data[8:])
+		seq := binary.NativeEndian.Uint64(s.Data[8:])
 		if seq != next[s.CPU] {
 			t.Fatalf("ring %d: seq %d, want %d", s.CPU, seq, next[s.CPU])
 		}
@@ -508,7 +508,7 @@ func TestOrderedMerge(t *testing.T) {
 				if s.Key != keyOf(s) {
 					t.Fatalf("record %d: Key %d, payload says %d", j, s.Key, keyOf(s))
 				}
-				seq := binary.LittleEndian.Uint64(s.Data[8:])
+				seq := binary.NativeEndian.Uint64(s.Data[8:])
 				if seen[seq] {
 					t.Fatalf("seq %d delivered twice", seq)
 				}
@@ -642,7 +642,7 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 	read := n
 	check := func(s Sample) {
 		read++
-		seq := binary.LittleEndian.Uint64(s.Data[8:])
+		seq := binary.NativeEndian.Uint64(s.Data[8:])
 		if held := time.Since(written[seq]); held < delay-delay/32 {
 			t.Fatalf("record %d released after %v, MaxDelay is %v", seq, held, delay)
 		}
@@ -741,7 +741,7 @@ func TestOrderedRace(t *testing.T) {
 		if err := o.ReadInto(&s); err != nil {
 			t.Fatalf("after %d: %v", total, err)
 		}
-		seq := binary.LittleEndian.Uint64(s.Data[8:])
+		seq := binary.NativeEndian.Uint64(s.Data[8:])
 		if seq != next[s.CPU] {
 			t.Fatalf("ring %d: seq %d, want %d", s.CPU, seq, next[s.CPU])
 		}
@@ -856,7 +856,7 @@ func TestReaderConcurrentReads(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				seen[binary.LittleEndian.Uint64(s.Data[8:])]++
+				seen[binary.NativeEndian.Uint64(s.Data[8:])]++
 				done := len(seen) == n
 				mu.Unlock()
 				if done {
@@ -919,7 +919,7 @@ func benchOrdered(b *testing.B, mode string, size, run int) {
 		b.StopTimer()
 		for i, rec := range recs {
 			key++
-			binary.LittleEndian.PutUint64(rec[recSampleDataOff:], key)
+			binary.NativeEndian.PutUint64(rec[recSampleDataOff:], key)
 			f.rings[i/run%2].write(rec)
 		}
 		readRound(b, f, o, mode, &s)
@@ -950,7 +950,7 @@ func BenchmarkOrderedManyRings(b *testing.B) {
 					b.StopTimer()
 					for i := 0; i < per; i++ {
 						key++
-						binary.LittleEndian.PutUint64(rec[recSampleDataOff:], key)
+						binary.NativeEndian.PutUint64(rec[recSampleDataOff:], key)
 						f.rings[i%busy].write(rec)
 					}
 					readRound(b, f, o, "Each", &s)
@@ -988,7 +988,7 @@ func TestOrderedCorrupt(t *testing.T) {
 	o.SetDeadline(time.Now().Add(5 * time.Second))
 	got := readN(t, o, 3)
 	for j, s := range got {
-		if seq := binary.LittleEndian.Uint64(s.Data[8:]); seq != uint64(j) {
+		if seq := binary.NativeEndian.Uint64(s.Data[8:]); seq != uint64(j) {
 			t.Fatalf("record %d: seq %d: overwritten while held", j, seq)
 		}
 		for k := 16; k < 200; k++ {
@@ -1020,7 +1020,7 @@ func TestReaderEachCorruptAndClose(t *testing.T) {
 	r.SetDeadline(time.Now().Add(50 * time.Millisecond))
 	var seqs []uint64
 	err := r.Each(context.Background(), func(rec *Record, meta *Sample) error {
-		seqs = append(seqs, binary.LittleEndian.Uint64(rec.Data[8:]))
+		seqs = append(seqs, binary.NativeEndian.Uint64(rec.Data[8:]))
 		return nil
 	})
 	if !errors.Is(err, os.ErrDeadlineExceeded) || len(seqs) != 1 {
@@ -1033,7 +1033,7 @@ func TestReaderEachCorruptAndClose(t *testing.T) {
 	f.emit(t, 0, 0, 2, 32)
 	r.SetDeadline(time.Now().Add(5 * time.Second))
 	err = r.Each(context.Background(), func(rec *Record, meta *Sample) error {
-		seqs = append(seqs, binary.LittleEndian.Uint64(rec.Data[8:]))
+		seqs = append(seqs, binary.NativeEndian.Uint64(rec.Data[8:]))
 		r.Close()
 		return nil
 	})
@@ -1114,7 +1114,7 @@ func orderedModel(t *testing.T, mode string, rings int, seed int64) {
 		if k := keyOf(Sample{Data: data}); k != key {
 			t.Fatalf("ring %d: Key %d, payload says %d", cpu, key, k)
 		}
-		seq := binary.LittleEndian.Uint64(data[8:])
+		seq := binary.NativeEndian.Uint64(data[8:])
 		for ; want[cpu] < seq; want[cpu]++ { // skipped: lost, or dropped as late
 			if !lostSeqs[cpu][want[cpu]] && !drop {
 				t.Fatalf("ring %d: seq %d skipped, neither lost nor dropped", cpu, want[cpu])
@@ -1418,9 +1418,9 @@ func TestOrderedHeadBackwards(t *testing.T) {
 	// Garbage past the head (never published): a sample whose sizes do not
 	// fit the 1024-byte ring.
 	bad := f.rings[0].data[128:]
-	binary.LittleEndian.PutUint32(bad[0:], unix.PERF_RECORD_SAMPLE)
-	binary.LittleEndian.PutUint16(bad[6:], 65528)
-	binary.LittleEndian.PutUint32(bad[8:], 65000)
+	binary.NativeEndian.PutUint32(bad[0:], unix.PERF_RECORD_SAMPLE)
+	binary.NativeEndian.PutUint16(bad[6:], 65528)
+	binary.NativeEndian.PutUint32(bad[8:], 65000)
 
 	read := func(d time.Duration) (err error) {
 		defer func() {

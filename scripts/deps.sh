@@ -5,13 +5,16 @@
 #   libbpf-dev (>= 1.4) and bpftool   from bookworm-backports
 #   clang-19, llvm-19 (llvm-strip)    BPF objects
 #   libelf-dev, zlib1g-dev, pkg-config  libbpf's link dependencies
+#
+# Arguments name more bookworm packages to install when missing, for the targets that
+# need them: `make test-bigendian` passes qemu-user. The Docker image takes only the above.
 set -euo pipefail
 
 need=()
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
-for p in clang-19 llvm-19 libelf-dev zlib1g-dev pkg-config make gcc; do
+for p in clang-19 llvm-19 libelf-dev zlib1g-dev pkg-config make gcc "$@"; do
 	have_pkg "$p" || need+=("$p")
 done
 backports=()

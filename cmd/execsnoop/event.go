@@ -7,8 +7,8 @@ import (
 	"fmt"
 )
 
-// Layout of struct event in bpf/execsnoop.bpf.c (little endian, as the BPF
-// target writes it on x86 and arm64). Change both together.
+// Layout of struct event in bpf/execsnoop.bpf.c, in the host's byte order
+// (the kernel's, which the BPF program writes in). Change both together.
 const (
 	offTS        = 0  // __u64 ts: bpf_ktime_get_ns() at exit, the ordering key
 	offPID       = 8  // __u32 pid (tgid)
@@ -52,20 +52,20 @@ func decodeEvent(b []byte, ev *event) error {
 	if len(b) < offArgs {
 		return fmt.Errorf("decode event: %d bytes, want at least %d: %w", len(b), offArgs, errShortEvent)
 	}
-	le := binary.LittleEndian
-	size := le.Uint32(b[offArgsSize:])
+	ne := binary.NativeEndian
+	size := ne.Uint32(b[offArgsSize:])
 	if size > argsBufSize || int(size) > len(b)-offArgs {
 		return fmt.Errorf("decode event: args_size %d in a %d-byte sample: %w", size, len(b), errShortEvent)
 	}
-	ev.TS = le.Uint64(b[offTS:])
-	ev.PID = le.Uint32(b[offPID:])
-	ev.PPID = le.Uint32(b[offPPID:])
-	ev.UID = le.Uint32(b[offUID:])
-	ev.Ret = int32(le.Uint32(b[offRet:]))
-	ev.Truncated = le.Uint32(b[offFlags:])&flagArgsTruncated != 0
+	ev.TS = ne.Uint64(b[offTS:])
+	ev.PID = ne.Uint32(b[offPID:])
+	ev.PPID = ne.Uint32(b[offPPID:])
+	ev.UID = ne.Uint32(b[offUID:])
+	ev.Ret = int32(ne.Uint32(b[offRet:]))
+	ev.Truncated = ne.Uint32(b[offFlags:])&flagArgsTruncated != 0
 	ev.Comm = cString(b[offComm : offComm+commLen])
 
-	count := le.Uint32(b[offArgsCount:])
+	count := ne.Uint32(b[offArgsCount:])
 	args := b[offArgs : offArgs+int(size)]
 	ev.Args = ev.Args[:0]
 	for len(args) > 0 && uint32(len(ev.Args)) < count {

@@ -30,7 +30,7 @@ func encodeEvent(ev event) []byte {
 	}
 	n := offArgs + len(args)
 	b := make([]byte, (n+4+7)&^7-4)
-	le := binary.LittleEndian
+	le := binary.NativeEndian
 	le.PutUint64(b[offTS:], ev.TS)
 	le.PutUint32(b[offPID:], ev.PID)
 	le.PutUint32(b[offPPID:], ev.PPID)
@@ -79,11 +79,11 @@ func TestDecodeRejectsBadSizes(t *testing.T) {
 	if err := decodeEvent(b[:offArgs-1], new(event)); !errors.Is(err, errShortEvent) {
 		t.Errorf("short header: %v, want errShortEvent", err)
 	}
-	binary.LittleEndian.PutUint32(b[offArgsSize:], uint32(len(b)))
+	binary.NativeEndian.PutUint32(b[offArgsSize:], uint32(len(b)))
 	if err := decodeEvent(b, new(event)); !errors.Is(err, errShortEvent) {
 		t.Errorf("args_size past the sample: %v, want errShortEvent", err)
 	}
-	binary.LittleEndian.PutUint32(b[offArgsSize:], argsBufSize+1)
+	binary.NativeEndian.PutUint32(b[offArgsSize:], argsBufSize+1)
 	if err := decodeEvent(b, new(event)); !errors.Is(err, errShortEvent) {
 		t.Errorf("args_size past the buffer: %v, want errShortEvent", err)
 	}

@@ -180,9 +180,9 @@ func Stats(m *libbpfgo.Module) ([]EmitStats, error) {
 	for i := range out {
 		b := val[i*emitStatsSize:]
 		out[i] = EmitStats{
-			Emitted: binary.LittleEndian.Uint64(b[0:]),
-			Failed:  binary.LittleEndian.Uint64(b[8:]),
-			Seq:     binary.LittleEndian.Uint64(b[16:]),
+			Emitted: binary.NativeEndian.Uint64(b[0:]),
+			Failed:  binary.NativeEndian.Uint64(b[8:]),
+			Seq:     binary.NativeEndian.Uint64(b[16:]),
 		}
 	}
 	return out, nil

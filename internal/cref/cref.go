@@ -98,13 +98,13 @@ func LibbpfVersion() string { return C.GoString(C.libbpf_version_string()) }
 // each byte once.
 func ReadAll(p []byte) uint64 {
 	var sum uint64
-	le := binary.LittleEndian
+	ne := binary.NativeEndian
 	for len(p) >= 32 {
-		sum += le.Uint64(p[0:8]) + le.Uint64(p[8:16]) + le.Uint64(p[16:24]) + le.Uint64(p[24:32])
+		sum += ne.Uint64(p[0:8]) + ne.Uint64(p[8:16]) + ne.Uint64(p[16:24]) + ne.Uint64(p[24:32])
 		p = p[32:]
 	}
 	for len(p) >= 8 {
-		sum += le.Uint64(p)
+		sum += ne.Uint64(p)
 		p = p[8:]
 	}
 	for _, b := range p {

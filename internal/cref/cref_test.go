@@ -7,8 +7,8 @@ import (
 
 func TestReadAll(t *testing.T) {
 	p := make([]byte, 19)
-	binary.LittleEndian.PutUint64(p[0:], 1<<40)
-	binary.LittleEndian.PutUint64(p[8:], 7)
+	binary.NativeEndian.PutUint64(p[0:], 1<<40)
+	binary.NativeEndian.PutUint64(p[8:], 7)
 	p[16], p[17], p[18] = 1, 2, 250
 	if got, want := ReadAll(p), uint64(1<<40+7+1+2+250); got != want {
 		t.Errorf("ReadAll = %d, want %d", got, want)

@@ -221,7 +221,7 @@ func TestOrderedRealTimestamps(t *testing.T) {
 				continue
 			}
 			c.Sample(s.CPU, s.Data)
-			ts := binary.LittleEndian.Uint64(s.Data[8:])
+			ts := binary.NativeEndian.Uint64(s.Data[8:])
 			mu.Lock()
 			switch {
 			case s.Key != ts:

@@ -104,10 +104,10 @@ func Check(data []byte, cpu int) (Header, error) {
 	var full [HeaderSize]byte
 	copy(full[:], data)
 	h := Header{
-		Seq: binary.LittleEndian.Uint64(full[0:]),
-		TS:  binary.LittleEndian.Uint64(full[8:]),
-		Len: binary.LittleEndian.Uint32(full[16:]),
-		CPU: binary.LittleEndian.Uint32(full[20:]),
+		Seq: binary.NativeEndian.Uint64(full[0:]),
+		TS:  binary.NativeEndian.Uint64(full[8:]),
+		Len: binary.NativeEndian.Uint32(full[16:]),
+		CPU: binary.NativeEndian.Uint32(full[20:]),
 	}
 	// The kernel pads samples without clearing the padding, so a header
 	// field is known only when the true size, more than len(data)-8,
