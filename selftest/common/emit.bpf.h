@@ -4,7 +4,7 @@
  * what was emitted and what failed (a full ring: the kernel counts those as
  * lost and reports them in a PERF_RECORD_LOST).
  *
- * Sample layout (little endian), truncated to the sample's size:
+ * Sample layout (host byte order), truncated to the sample's size:
  *   u64 seq; u64 ktime_ns; u32 len; u32 cpu; then byte i = i * 7 + seq (mod 256)
  *
  * Including this header defines the perf event array `events` and the
