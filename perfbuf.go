@@ -20,13 +20,12 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/cpus"
 	"golang.org/x/sys/unix"
 )
 
@@ -294,11 +293,11 @@ func arenaSize(ringBytes int) (size, reserve int) {
 // ringCPUs mirrors perf_buffer__new's choice of CPUs: the online ones among
 // the first min(possible CPUs, max_entries). Buffer index i reads cpus[i].
 func ringCPUs(maxEntries uint32) ([]int32, error) {
-	online, err := readCPUList("/sys/devices/system/cpu/online")
+	online, err := cpus.Online()
 	if err != nil {
 		return nil, err
 	}
-	possible, err := readCPUList("/sys/devices/system/cpu/possible")
+	possible, err := cpus.Possible()
 	if err != nil {
 		return nil, err
 	}
@@ -309,16 +308,16 @@ func ringCPUs(maxEntries uint32) ([]int32, error) {
 	if int(maxEntries) < limit {
 		limit = int(maxEntries)
 	}
-	var cpus []int32
+	var ring []int32
 	for _, cpu := range online {
 		if cpu < limit {
-			cpus = append(cpus, int32(cpu))
+			ring = append(ring, int32(cpu))
 		}
 	}
-	if len(cpus) == 0 {
+	if len(ring) == 0 {
 		return nil, fmt.Errorf("no online cpu below map max_entries %d: %w", maxEntries, ErrInvalidOptions)
 	}
-	return cpus, nil
+	return ring, nil
 }
 
 func maxCPU(cpus []int) int {
@@ -327,41 +326,6 @@ func maxCPU(cpus []int) int {
 		m = max(m, c)
 	}
 	return m
-}
-
-func readCPUList(path string) ([]int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read cpu list: %w", err)
-	}
-	cpus, err := parseCPUList(string(b))
-	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", path, err)
-	}
-	return cpus, nil
-}
-
-// parseCPUList parses the kernel's cpu list format: "0-3,5,7-8\n".
-func parseCPUList(s string) ([]int, error) {
-	var cpus []int
-	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
-		if part == "" {
-			continue
-		}
-		first, last, isRange := strings.Cut(part, "-")
-		lo, err1 := strconv.Atoi(first)
-		hi, err2 := lo, error(nil)
-		if isRange {
-			hi, err2 = strconv.Atoi(last)
-		}
-		if err1 != nil || err2 != nil || lo < 0 || hi < lo {
-			return nil, fmt.Errorf("bad cpu range %q", part)
-		}
-		for c := lo; c <= hi; c++ {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus, nil
 }
 
 // Close stops the perf buffer: blocked Polls return an error matching

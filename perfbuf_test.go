@@ -66,29 +66,6 @@ func TestSampleRecordSize(t *testing.T) {
 	}
 }
 
-func TestParseCPUList(t *testing.T) {
-	cases := map[string][]int{
-		"0\n":          {0},
-		"0-3\n":        {0, 1, 2, 3},
-		"0-1,4,6-7\n":  {0, 1, 4, 6, 7},
-		"":             nil,
-		"2,0\n":        {2, 0},
-		"0-0":          {0},
-		"8-9,10-11\n ": {8, 9, 10, 11},
-	}
-	for in, want := range cases {
-		got, err := parseCPUList(in)
-		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Errorf("parseCPUList(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"a", "3-1", "-1", "1-x"} {
-		if _, err := parseCPUList(in); err == nil {
-			t.Errorf("parseCPUList(%q) succeeded", in)
-		}
-	}
-}
-
 // arena builds arena entries as perfbuf_on_event writes them.
 type arena []byte
 

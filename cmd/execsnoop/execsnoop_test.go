@@ -292,47 +292,17 @@ func TestRunDemo(t *testing.T) {
 	}
 }
 
-const helperC = `
-#include <pthread.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-extern char **environ;
-static char *tok;
-static void *thr(void *a) {
-	char *av[] = {"/bin/true", tok, NULL};
-	printf("%ld\n", (long)syscall(SYS_gettid));
-	fflush(stdout);
-	execve("/bin/true", av, environ);
-	perror("execve");
-	_exit(127);
-}
-int main(int argc, char **argv) {
-	tok = argv[2];
-	if (!strcmp(argv[1], "empty")) {
-		/* argc 0: the kernel sees no arguments; tok lies past the NULL. */
-		char *av[] = {NULL, tok, NULL};
-		execve("/bin/true", av, environ);
-		perror("execve");
-		return 127;
-	}
-	pthread_t t;
-	pthread_create(&t, NULL, thr, NULL);
-	pthread_join(t, NULL);
-	return 1;
-}
-`
 
+// buildHelper returns the helper of testdata/helper.c: the prebuilt binary
+// named by EXECSNOOP_TEST_HELPER (a VM without a compiler: scripts/vmtest.sh),
+// or one compiled here with gcc.
 func buildHelper(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	src := filepath.Join(dir, "helper.c")
-	bin := filepath.Join(dir, "helper")
-	if err := os.WriteFile(src, []byte(helperC), 0o644); err != nil {
-		t.Fatal(err)
+	if bin := os.Getenv("EXECSNOOP_TEST_HELPER"); bin != "" {
+		return bin
 	}
-	if out, err := exec.Command("gcc", "-O1", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+	bin := filepath.Join(t.TempDir(), "helper")
+	if out, err := exec.Command("gcc", "-O1", "-pthread", "-o", bin, filepath.Join("testdata", "helper.c")).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return bin

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
+	"github.com/perfbuf/perfbuf/internal/cpus"
 	"golang.org/x/sys/unix"
 )
 
@@ -111,12 +112,12 @@ const (
 	bpfFTestRunOnCPU = 1 << 0 // BPF_F_TEST_RUN_ON_CPU
 )
 
-// Run runs a raw_tp program once on cpu with args as its context
+// run runs a raw_tp program once on cpu with args as its context
 // (struct bpf_raw_tracepoint_args) and returns its return value. From
 // another CPU the kernel runs it there in an IPI, with interrupts off; on
 // the calling CPU, with interrupts on, so that each perf wakeup the program
 // raises interrupts it.
-func Run(progFD, cpu int, args ...uint64) (uint32, error) {
+func run(progFD, cpu int, args ...uint64) (uint32, error) {
 	if len(args) == 0 {
 		args = []uint64{0}
 	}
@@ -135,16 +136,22 @@ func Run(progFD, cpu int, args ...uint64) (uint32, error) {
 	return attr.retval, nil
 }
 
+// emitBatch is EMIT_BATCH of emit.bpf.h: the most samples one run emits.
+const emitBatch = 256
+
 // Emit runs an emit_samples program (selftest/common/emit.bpf.h) on cpu:
-// count samples, of size + i%span bytes (span 0: all of size).
+// count samples, sample n of size + n%span bytes (span 0: all of size), in
+// runs of at most emitBatch samples.
 func Emit(progFD, cpu int, count, size, span uint64) error {
-	args := [3]uint64{count, size, span}
-	ret, err := Run(progFD, cpu, args[:]...)
-	if err != nil {
-		return fmt.Errorf("emit: %w", err)
-	}
-	if ret != 0 {
-		return fmt.Errorf("emit on cpu %d: program returned %d", cpu, ret)
+	for first := uint64(0); first < count; first += emitBatch {
+		args := [4]uint64{min(count-first, emitBatch), size, span, first}
+		ret, err := run(progFD, cpu, args[:]...)
+		if err != nil {
+			return fmt.Errorf("emit: %w", err)
+		}
+		if ret != 0 {
+			return fmt.Errorf("emit %d samples of %d+%d bytes on cpu %d: program returned %d", args[0], size, span, cpu, ret)
+		}
 	}
 	return nil
 }
@@ -194,7 +201,7 @@ type Emitter struct {
 	Mod    *libbpfgo.Module
 	Events *libbpfgo.BPFMap // the perf event array "events"
 	Prog   int              // the "emit" program's fd
-	CPUs   []int            // 0 .. NumCPU-1
+	CPUs   []int            // the online CPUs: each has a ring
 }
 
 // Open loads the object at path and finds its emitter. Close it when done.
@@ -222,11 +229,11 @@ func NewEmitter(m *libbpfgo.Module) (*Emitter, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Emitter{Mod: m, Events: events, Prog: prog}
-	for c := 0; c < runtime.NumCPU(); c++ {
-		e.CPUs = append(e.CPUs, c)
+	online, err := cpus.Online()
+	if err != nil {
+		return nil, err
 	}
-	return e, nil
+	return &Emitter{Mod: m, Events: events, Prog: prog, CPUs: online}, nil
 }
 
 // Emit emits count samples of size + i%span bytes on cpu.

@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 )
 
@@ -101,14 +104,15 @@ func TestLostCarriesCPU(t *testing.T) {
 	if len(f.CPUs) < 2 {
 		t.Skip("needs two CPUs")
 	}
+	quiet, busy := f.CPUs[0], f.CPUs[1]
 	c := bpftest.NewCollector()
 	pb := newPB(t, f, opts(c, 1))
-	f.Emit(t, 1, 1000, 64, 0) // only CPU 1 overflows
-	f.Emit(t, 0, 10, 64, 0)
+	f.Emit(t, busy, 1000, 64, 0) // only the busy CPU overflows
+	f.Emit(t, quiet, 10, 64, 0)
 	flush(t, f, pb)
 	checkAccounting(t, c, f, pb)
-	if c.Lost[0] != 0 || c.Lost[1] == 0 {
-		t.Errorf("lost by cpu: %v; want only cpu 1", c.Lost)
+	if c.Lost[quiet] != 0 || c.Lost[busy] == 0 {
+		t.Errorf("lost by cpu: %v; want only cpu %d", c.Lost, busy)
 	}
 }
 
@@ -158,15 +162,16 @@ func TestLargestSample(t *testing.T) {
 	o := opts(c, 1)
 	o.MaxSampleSize = largest
 	pb := newPB(t, f, o)
-	f.Emit(t, 0, 1, largest, 0)
+	cpu := f.CPUs[0]
+	f.Emit(t, cpu, 1, largest, 0)
 	if _, err := pb.Consume(); err != nil {
 		t.Fatal(err)
 	}
-	f.Emit(t, 0, 1, largest+1, 0) // cannot fit even in an empty ring
+	f.Emit(t, cpu, 1, largest+1, 0) // cannot fit even in an empty ring
 	flush(t, f, pb)
 	checkAccounting(t, c, f, pb)
-	if c.Samples[0] != 2 || c.Lost[0] != 1 {
-		t.Errorf("cpu 0: %d samples %d lost; want the %d-byte one and the flush, and 1 lost", c.Samples[0], c.Lost[0], largest)
+	if c.Samples[cpu] != 2 || c.Lost[cpu] != 1 {
+		t.Errorf("cpu %d: %d samples %d lost; want the %d-byte one and the flush, and 1 lost", cpu, c.Samples[cpu], c.Lost[cpu], largest)
 	}
 }
 
@@ -421,7 +426,7 @@ func TestCloseFromCallback(t *testing.T) {
 		calls++
 		pb.Close()
 	}})
-	f.Emit(t, 0, 5, 32, 0)
+	f.Emit(t, f.CPUs[0], 5, 32, 0)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -604,4 +609,106 @@ func TestReaderReopen(t *testing.T) {
 		t.Fatalf("NewReader after the first Reader was closed: %v", err)
 	}
 	r2.Close()
+}
+
+// Buffer indexes follow the online CPUs, not CPU numbers: with a CPU in the
+// middle offline (scripts/vmtest.sh takes CPU PERFBUF_OFFLINE_CPU offline in
+// its guests, never on a host), BufferCount, CPU(i), Stats, RawBuffer.CPU
+// and both readers name the online CPUs only, and every sample emitted on
+// one arrives with that CPU.
+func TestRingsFollowOnlineCPUs(t *testing.T) {
+	f := setup(t)
+	online, err := cpus.Online()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := os.Getenv("PERFBUF_OFFLINE_CPU"); s != "" {
+		off, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("PERFBUF_OFFLINE_CPU=%q: %v", s, err)
+		}
+		if slices.Contains(online, off) {
+			t.Fatalf("cpu %d should be offline; online: %v", off, online)
+		}
+		// No ring and no CPU to run on: the kernel refuses the test run.
+		if err := f.TryEmit(off, 1, 8, 0); !errors.Is(err, syscall.ENXIO) {
+			t.Errorf("emit on offline cpu %d: %v, want ENXIO", off, err)
+		}
+		t.Logf("cpu %d offline; rings on %v", off, online)
+	}
+	if !slices.Equal(f.CPUs, online) {
+		t.Fatalf("emitter cpus %v, online %v", f.CPUs, online)
+	}
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, opts(c, 1)) // checks BufferCount and CPU(i) against online
+	var statCPUs []int
+	for _, s := range pb.Stats() {
+		statCPUs = append(statCPUs, s.CPU)
+	}
+	if !slices.Equal(statCPUs, online) {
+		t.Errorf("Stats CPUs %v, want %v", statCPUs, online)
+	}
+	for i, cpu := range online {
+		rb, err := pb.Buffer(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rb.CPU() != cpu {
+			t.Errorf("Buffer(%d).CPU() = %d, want %d", i, rb.CPU(), cpu)
+		}
+		rb.Release()
+	}
+	pb.Close()
+
+	// Each reader: one sample per online CPU, each delivered with its CPU.
+	for _, ordered := range []bool{false, true} {
+		pb := newPB(t, f, perfbuf.Options{PageCount: 1})
+		var r interface {
+			ReadInto(*perfbuf.Sample) error
+			Stats() []perfbuf.ReaderStats
+			Flush()
+			Close() error
+		}
+		if ordered {
+			r, err = perfbuf.NewOrderedReader(pb, perfbuf.OrderedOptions{KeyOffset: 8})
+		} else {
+			r, err = perfbuf.NewReader(pb, perfbuf.ReaderOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cpu := range online {
+			f.Emit(t, cpu, 1, 32, 0)
+		}
+		r.Flush()
+		got := map[int]int{}
+		var s perfbuf.Sample
+		for {
+			err := r.ReadInto(&s)
+			if errors.Is(err, perfbuf.ErrFlushed) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h, err := bpftest.Check(s.Data, s.CPU); err != nil {
+				t.Error(err)
+			} else if int(h.CPU) != s.CPU {
+				t.Errorf("sample from cpu %d delivered for cpu %d", h.CPU, s.CPU)
+			}
+			got[s.CPU]++
+		}
+		var statCPUs []int
+		for _, st := range r.Stats() {
+			statCPUs = append(statCPUs, st.CPU)
+			if got[st.CPU] != 1 || st.Samples != 1 {
+				t.Errorf("ordered %v: cpu %d: %d samples read, stats say %d; want 1", ordered, st.CPU, got[st.CPU], st.Samples)
+			}
+		}
+		if !slices.Equal(statCPUs, online) || len(got) != len(online) {
+			t.Errorf("ordered %v: stats cpus %v, samples from %v; want %v", ordered, statCPUs, got, online)
+		}
+		r.Close()
+		pb.Close()
+	}
 }

@@ -108,7 +108,7 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 			got <- r.ReadInto(&s)
 		}()
 		time.Sleep(20 * time.Millisecond) // the read blocks first (either order is correct)
-		f.Emit(t, 0, 10, 32, 0)
+		f.Emit(t, f.CPUs[0], 10, 32, 0)
 		select {
 		case err := <-got:
 			if latency < 0 {
@@ -131,8 +131,9 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 	}
 }
 
-// skewed runs one CPU emitting far more than the other into small rings
-// while a Reader drains concurrently, and returns the samples lost per CPU.
+// skewed runs one CPU emitting far more than each of the others into small
+// rings while a Reader drains concurrently, and returns the samples lost per
+// CPU.
 func skewed(t *testing.T, f *bpftest.Fixture, roundRobin bool) map[int]uint64 {
 	t.Helper()
 	pb := newPB(t, f, perfbuf.Options{PageCount: 2, WakeupEvents: 8})
@@ -145,14 +146,16 @@ func skewed(t *testing.T, f *bpftest.Fixture, roundRobin bool) map[int]uint64 {
 	c := bpftest.NewCollector()
 	done := make(chan error, 1)
 	go func() { done <- readAll(r, c) }()
-	// One producer: a burst of 64 on CPU 0, 4 on CPU 1, round after round.
-	// (A producer per CPU would keep both cores busy in test runs and
-	// starve the reader of any core.)
-	for i := 0; i < 400; i++ {
-		for _, load := range []struct{ cpu, burst int }{{0, 64}, {1, 4}} {
-			if _, err := bpftest.Run(f.Prog, load.cpu, uint64(load.burst), 64, 0); err != nil {
-				t.Fatal(err)
+	// One producer: a burst of 64 on the first CPU, 4 on each other one,
+	// round after round. (A producer per CPU would keep every core busy in
+	// test runs and starve the reader of any core.)
+	for i := 0; i < skewRounds; i++ {
+		for k, cpu := range f.CPUs {
+			burst := uint64(skewSmall)
+			if k == 0 {
+				burst = skewBig
 			}
+			f.Emit(t, cpu, burst, 64, 0)
 		}
 	}
 	r.Flush()
@@ -173,16 +176,22 @@ func skewed(t *testing.T, f *bpftest.Fixture, roundRobin bool) map[int]uint64 {
 	return lost
 }
 
+const (
+	skewRounds = 400
+	skewBig    = 64 // samples a round on the first CPU
+	skewSmall  = 4  // on each other CPU
+)
+
 // Fullest-first against round-robin under a skewed load, same rings and
-// budget. Both must account exactly; the losses are reported, not
-// asserted: they depend on scheduling.
+// budget, on every CPU's ring. Both must account exactly; the losses are
+// reported, not asserted: they depend on scheduling.
 func TestFullestFirstSkewed(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	if len(f.CPUs) < 2 {
-		t.Skip("needs two CPUs")
+		t.Skip("needs two CPUs: a busy ring and a quiet one")
 	}
 	const runs = 3
-	var ff, rr [2]uint64
+	ff, rr := map[int]uint64{}, map[int]uint64{}
 	for i := 0; i < runs; i++ {
 		for cpu, n := range skewed(t, f, false) {
 			ff[cpu] += n
@@ -191,11 +200,16 @@ func TestFullestFirstSkewed(t *testing.T) {
 			rr[cpu] += n
 		}
 	}
-	t.Logf("lost over %d runs of 25600 + 1600 samples: fullest-first cpu0 %d cpu1 %d; round-robin cpu0 %d cpu1 %d",
-		runs, ff[0], ff[1], rr[0], rr[1])
+	var sumFF, sumRR uint64
+	for _, cpu := range f.CPUs {
+		sumFF += ff[cpu]
+		sumRR += rr[cpu]
+	}
+	t.Logf("%d rings, lost over %d runs of %d samples on cpu %d and %d on each other: fullest-first %d %v; round-robin %d %v",
+		len(f.CPUs), runs, skewRounds*skewBig, f.CPUs[0], skewRounds*skewSmall, sumFF, ff, sumRR, rr)
 }
 
-// Samples emitted concurrently on both CPUs come out of the OrderedReader
+// Samples emitted concurrently on every CPU come out of the OrderedReader
 // in timestamp order, each once, none lost; late ones are counted.
 func TestOrderedRealTimestamps(t *testing.T) {
 	f := bpftest.Setup(t, obj)
@@ -242,7 +256,7 @@ func TestOrderedRealTimestamps(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
-				if _, err := bpftest.Run(f.Prog, cpu, 20, 48, 0); err != nil {
+				if err := f.TryEmit(cpu, 20, 48, 0); err != nil {
 					t.Error(err)
 					return
 				}
@@ -260,7 +274,11 @@ func TestOrderedRealTimestamps(t *testing.T) {
 		st.Late += s.Late
 		st.Lost += s.Lost
 	}
-	t.Logf("%d samples in order, %d late (stats: %d)", c.Samples[0]+c.Samples[1], late, st.Late)
+	total := 0
+	for _, n := range c.Samples {
+		total += n
+	}
+	t.Logf("%d samples from %d CPUs in order, %d late (stats: %d)", total, len(f.CPUs), late, st.Late)
 	if disorder != 0 {
 		t.Errorf("%d samples out of order without the late mark", disorder)
 	}

@@ -60,12 +60,6 @@ func Prog(tb testing.TB, m *libbpfgo.Module, name string) int {
 	return fd
 }
 
-// Run runs a raw_tp program once on cpu with args as its context
-// (struct bpf_raw_tracepoint_args) and returns its return value.
-func Run(progFD, cpu int, args ...uint64) (uint32, error) {
-	return bpfrun.Run(progFD, cpu, args...)
-}
-
 // Emit runs an emit_samples program (selftest/common/emit.bpf.h) on cpu:
 // count samples, of size + i%span bytes (span 0: all of size).
 func Emit(tb testing.TB, progFD, cpu int, count, size, span uint64) {

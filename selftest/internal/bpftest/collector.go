@@ -33,6 +33,12 @@ func (f *Fixture) Emit(tb testing.TB, cpu int, count, size, span uint64) {
 	Emit(tb, f.Prog, cpu, count, size, span)
 }
 
+// TryEmit is Emit for goroutines other than the test's: it returns the
+// error instead of failing the test.
+func (f *Fixture) TryEmit(cpu int, count, size, span uint64) error {
+	return bpfrun.Emit(f.Prog, cpu, count, size, span)
+}
+
 // Stats reads the emitter's per-CPU counts.
 func (f *Fixture) Stats(tb testing.TB) []EmitStats {
 	tb.Helper()

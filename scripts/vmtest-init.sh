@@ -1,0 +1,49 @@
+#!/bin/busybox sh
+# /init of the guest that scripts/vmtest.sh boots: mounts what the tests
+# need, runs each package's test binary as root with its output on ttyS1,
+# and powers off. Lines that start with "vmtest-" are read by the host.
+/bin/busybox --install -s /bin
+export PATH=/bin HOME=/root TMPDIR=/tmp CI=true
+export EXECSNOOP_TEST_HELPER=/vmtest/execsnoop-helper
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+mkdir -p /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+ln -sf /proc/self/fd /dev/fd
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
+out=/dev/ttyS1
+
+# run PASS PACKAGES: each package's tests from its own directory, where they
+# find bpf/*.bpf.o as they do on the host.
+run() {
+	pass=$1
+	shift
+	for pkg in "$@"; do
+		echo "vmtest-start $pkg ($pass)" >$out
+		start=$(date +%s)
+		(cd "/vmtest/$pkg" && ./pkg.test -test.v -test.count=1 -test.timeout=10m) >$out 2>&1
+		rc=$?
+		echo "vmtest-pkg $pkg ($pass): rc=$rc $(($(date +%s) - start))s" >$out
+	done
+}
+
+echo "vmtest-kernel $(uname -r) cpus online $(cat /sys/devices/system/cpu/online) possible $(cat /sys/devices/system/cpu/possible)" >$out
+run "all cpus" $(cat /vmtest/packages)
+
+cpu=$(cat /vmtest/offline-cpu)
+if [ -e "/sys/devices/system/cpu/cpu$cpu/online" ]; then
+	if echo 0 >"/sys/devices/system/cpu/cpu$cpu/online"; then
+		export PERFBUF_OFFLINE_CPU=$cpu
+		echo "vmtest-offline cpu$cpu: online now $(cat /sys/devices/system/cpu/online)" >$out
+		run "cpu$cpu offline" $(cat /vmtest/offline-packages)
+	else
+		echo "vmtest-pkg offline-cpu$cpu: rc=1 could not take cpu$cpu offline" >$out
+	fi
+fi
+echo "vmtest-done" >$out
+sync
+poweroff -f

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Runs every privileged test (selftest/... and the commands' tests) inside QEMU
+# on Debian's own kernels, with 2 and with 8 vCPUs: what `make vmtest` calls.
+#
+#   KERNELS   which kernels (default "5.10 6.1 6.12"):
+#               5.10  bullseye's linux-image-amd64
+#               6.1   bookworm's
+#               6.12  bookworm-backports'
+#   CPUS      vCPU counts (default "2 8")
+#   VMTEST_CACHE  downloaded kernels and apt lists (default /var/cache/perfbuf-vmtest)
+#   VMTEST_MEM    guest memory (default 2G)
+#   VMTEST_TIMEOUT  seconds one boot may take before it counts as failed (default 900)
+#   VMTEST_PACKAGES, VMTEST_OFFLINE_PACKAGES  the packages of each pass (defaults below)
+#   VMTEST_LOGLEVEL the guest kernel's console loglevel (default 4; 7 shows stack traces)
+#
+# The test binaries are built on the host (go test -c) and run as root from an
+# initramfs that holds them, their shared libraries (ldd), the BPF objects and
+# busybox. With 4 CPUs or more, a second pass takes CPU 3 offline and runs the
+# ring tests again: buffer indexes must follow the online CPUs, not CPU numbers.
+# Hotplug is only ever done inside the guest.
+#
+# Output: each package's tests, then one line per kernel and CPU count,
+# "vmtest 6.1 8cpu: N passed, N failed", and a non-zero exit if any failed.
+# Logs: build/vmtest/<kernel>-<cpus>cpu.{results,console}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KERNELS=${KERNELS:-"5.10 6.1 6.12"}
+CPUS=${CPUS:-"2 8"}
+CACHE=${VMTEST_CACHE:-/var/cache/perfbuf-vmtest}
+MEM=${VMTEST_MEM:-2G}
+TIMEOUT=${VMTEST_TIMEOUT:-900}
+GO=${GO:-go}
+OUT=$PWD/build/vmtest
+
+# The packages with privileged tests, run in this order; the offline pass
+# runs the ring packages again.
+PACKAGES=${VMTEST_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/bench cmd/execsnoop cmd/perfbench"}
+OFFLINE_PACKAGES=${VMTEST_OFFLINE_PACKAGES:-"selftest/callback selftest/raw selftest/readers"}
+OFFLINE_CPU=3
+
+log() { echo "vmtest: $*" >&2; }
+
+suite_of() {
+	case $1 in
+	5.10) echo bullseye ;;
+	6.1) echo bookworm ;;
+	6.12) echo bookworm-backports ;;
+	*) log "unknown kernel $1 (known: 5.10 6.1 6.12)"; return 1 ;;
+	esac
+}
+
+# apt_suite SUITE ARGS...: apt-get or apt-cache (first arg) with a sources list and
+# state of the suite's own, so the host's apt sources stay as they are.
+apt_suite() {
+	local suite=$1 tool=$2
+	shift 2
+	local dir=$CACHE/apt/$suite
+	mkdir -p "$dir/lists/partial" "$dir/archives/partial"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR $suite main" >"$dir/sources.list"
+	"$tool" -q -o Dir::Etc::sourcelist="$dir/sources.list" -o Dir::Etc::sourceparts=- \
+		-o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir" -o APT::Get::List-Cleanup=0 "$@"
+}
+
+# kernel VERSION: prints the path of the kernel's vmlinuz, downloading and
+# unpacking its package once (the package is resolved from linux-image-amd64
+# of the suite; the lists are refreshed when a day old).
+kernel() {
+	local ver=$1 suite pkg deb dir
+	suite=$(suite_of "$ver")
+	dir=$CACHE/kernels/$ver
+	if [ -f "$dir/vmlinuz" ] && [ -n "$(find "$dir/vmlinuz" -mtime -7)" ]; then
+		echo "$dir/vmlinuz"
+		return
+	fi
+	if [ -z "$(find "$CACHE/apt/$suite/lists" -name '*Packages*' -mtime -1 2>/dev/null)" ]; then
+		apt_suite "$suite" apt-get update >/dev/null
+	fi
+	pkg=$(apt_suite "$suite" apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+	[ -n "$pkg" ] || { log "no linux-image package in $suite"; return 1; }
+	mkdir -p "$CACHE/debs" "$dir"
+	deb=$(ls "$CACHE/debs/${pkg}_"*.deb 2>/dev/null | head -n1 || true)
+	if [ -z "$deb" ]; then
+		log "downloading $pkg ($suite)"
+		(cd "$CACHE/debs" && apt_suite "$suite" apt-get download "$pkg" 2>&1 | grep -v 'unsandboxed' >&2 || true)
+		deb=$(ls "$CACHE/debs/${pkg}_"*.deb 2>/dev/null | head -n1 || true)
+		[ -n "$deb" ] || { log "download of $pkg failed"; return 1; }
+	fi
+	local tmp
+	tmp=$(mktemp -d)
+	dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp" --wildcards './boot/vmlinuz-*'
+	mv "$tmp"/boot/vmlinuz-* "$dir/vmlinuz"
+	echo "${pkg#linux-image-}" >"$dir/release"
+	rm -rf "$tmp"
+	echo "$dir/vmlinuz"
+}
+
+# copy_with_libs FILE ROOT: FILE and the shared libraries it loads, at their paths.
+copy_with_libs() {
+	local f=$1 root=$2 lib
+	mkdir -p "$root$(dirname "$f")"
+	cp -L "$f" "$root$f"
+	for lib in $(ldd "$f" 2>/dev/null | grep -o '/[^ ]*' || true); do
+		[ -e "$root$lib" ] && continue
+		mkdir -p "$root$(dirname "$lib")"
+		cp -L "$lib" "$root$lib"
+	done
+}
+
+# build_initramfs: test binaries, BPF objects, busybox, libraries, /init.
+build_initramfs() {
+	local root=$OUT/root pkg name
+	rm -rf "$root"
+	mkdir -p "$root"/{bin,sbin,dev,proc,sys,tmp,root,etc,vmtest}
+	cp /bin/busybox "$root/bin/busybox"
+	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$root/etc/passwd"
+	printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+	for pkg in $PACKAGES; do
+		name=${pkg//\//_}
+		log "building $pkg tests"
+		$GO test $GOTAGS -c -o "$OUT/bin/$name.test" "./$pkg"
+		mkdir -p "$root/vmtest/$pkg"
+		copy_with_libs "$OUT/bin/$name.test" "$root"
+		mv "$root$OUT/bin/$name.test" "$root/vmtest/$pkg/pkg.test"
+		if [ -d "$pkg/bpf" ]; then
+			mkdir -p "$root/vmtest/$pkg/bpf"
+			cp "$pkg"/bpf/*.bpf.o "$root/vmtest/$pkg/bpf/"
+		fi
+		if [ -d "$pkg/testdata" ]; then cp -r "$pkg/testdata" "$root/vmtest/$pkg/"; fi
+	done
+	rm -rf "${root:?}/${OUT#/}"
+	# execsnoop's tests exec a C helper that no compiler in the guest could build,
+	# and exec /bin/true with an empty argv, which busybox cannot take (it finds
+	# its applet by argv[0]): a true of its own, before busybox installs its links.
+	gcc -O1 -static -pthread -o "$root/vmtest/execsnoop-helper" cmd/execsnoop/testdata/helper.c
+	echo 'int main(void) { return 0; }' | gcc -O1 -static -x c -o "$root/bin/true" -
+	echo "$PACKAGES" >"$root/vmtest/packages"
+	echo "$OFFLINE_PACKAGES" >"$root/vmtest/offline-packages"
+	echo "$OFFLINE_CPU" >"$root/vmtest/offline-cpu"
+	cp scripts/vmtest-init.sh "$root/init"
+	chmod +x "$root/init"
+	(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$OUT/initramfs.gz"
+	log "initramfs: $(du -h "$OUT/initramfs.gz" | cut -f1)"
+}
+
+# run_vm KERNEL CPUS: boots, waits, and prints the per-package counts and the
+# summary line. Returns non-zero if anything failed or the guest did not finish.
+run_vm() {
+	local ver=$1 ncpu=$2 vmlinuz tag results console start rc=0
+	vmlinuz=$(kernel "$ver")
+	tag="$ver-${ncpu}cpu"
+	results=$OUT/$tag.results
+	console=$OUT/$tag.console
+	rm -f "$results" "$console"
+	start=$(date +%s)
+	# ttyS0: the kernel's console; ttyS1: the tests' output (results).
+	timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -smp "$ncpu" -m "$MEM" \
+		-kernel "$vmlinuz" -initrd "$OUT/initramfs.gz" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=${VMTEST_LOGLEVEL:-4}" \
+		-display none -monitor none -no-reboot \
+		-serial "file:$console" -serial "file:$results" || rc=$?
+	local secs=$(($(date +%s) - start))
+	[ -f "$results" ] && sed -i 's/\r$//' "$results"
+	[ "$rc" -eq 124 ] && log "$tag: timed out after ${TIMEOUT}s"
+	local passed failed line
+	passed=$(grep -Ec '^\s*--- PASS' "$results" 2>/dev/null || true)
+	failed=$(grep -Ec '^\s*--- FAIL' "$results" 2>/dev/null || true)
+	# A package that crashed or did not build counts as one failure more.
+	failed=$((failed + $(grep -Ec '^vmtest-pkg .* rc=[1-9]' "$results" 2>/dev/null || true)))
+	if ! grep -q '^vmtest-done' "$results" 2>/dev/null; then
+		log "$tag: the guest did not finish (console: $console)"
+		tail -n 20 "$console" >&2 || true
+		failed=$((failed + 1))
+	fi
+	grep -E '^vmtest-pkg ' "$results" | sed "s/^vmtest-pkg /  $tag /" || true
+	line="vmtest $ver ${ncpu}cpu ($(cat "$CACHE/kernels/$ver/release")): $passed passed, $failed failed (${secs}s)"
+	echo "$line"
+	SUMMARY+=("$line")
+	[ "$failed" -eq 0 ]
+}
+
+MIRROR=$(grep -rhs '^URIs:' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1 | awk '{print $2}' || true)
+: "${MIRROR:=http://deb.debian.org/debian}"
+GOTAGS=${GOTAGS:-}
+
+bash scripts/deps.sh qemu-system-x86 busybox-static cpio
+mkdir -p "$OUT"
+for ver in $KERNELS; do kernel "$ver" >/dev/null; done
+build_initramfs
+
+SUMMARY=()
+status=0
+total_start=$(date +%s)
+for ver in $KERNELS; do
+	for ncpu in $CPUS; do
+		run_vm "$ver" "$ncpu" || status=1
+	done
+done
+echo
+echo "vmtest summary ($(($(date +%s) - total_start))s):"
+printf '%s\n' "${SUMMARY[@]}"
+exit $status
