@@ -292,7 +292,6 @@ func TestRunDemo(t *testing.T) {
 	}
 }
 
-
 // buildHelper returns the helper of testdata/helper.c: the prebuilt binary
 // named by EXECSNOOP_TEST_HELPER (a VM without a compiler: scripts/vmtest.sh),
 // or one compiled here with gcc.
