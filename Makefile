@@ -7,6 +7,7 @@
 #   make bench    Go benchmarks, then perfbench: every mode beside the C reference
 #                 (table; build/perfbench.csv; docs/perfbench.svg). Needs root.
 #   make lint     gofmt, go vet, staticcheck
+#   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12 kernels x 2, 8 CPUs
 #
 # libbpf: static from ./libbpf when the submodule is populated, else the
 # system libbpf (>= 1.4) through pkg-config. Either way the Go package builds
@@ -50,7 +51,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build run test test-bigendian unit selftest fuzz bench lint clean docker-test
+.PHONY: all deps libbpf-info bpf build run test test-bigendian unit selftest vmtest fuzz bench lint clean docker-test
 
 all: build
 
@@ -114,6 +115,12 @@ unit: build
 # The privileged tests: the selftests and the commands' tests (execsnoop).
 selftest: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./selftest/... ./cmd/...
+
+# The privileged tests inside QEMU on Debian's kernels 5.10, 6.1 and 6.12, each
+# with 2 and 8 vCPUs, and again with CPU 3 offline (scripts/vmtest.sh).
+# KERNELS="6.1" CPUS="8" choose a subset.
+vmtest: build
+	@GOTAGS="$(GOTAGS)" bash scripts/vmtest.sh
 
 # Bounded fuzzing of every fuzz target: the ring parser and the ordered
 # merge's model (their corpora in testdata/ run in `test`). Budgets are counts

@@ -154,7 +154,7 @@ run_vm() {
 	rm -f "$results" "$console"
 	start=$(date +%s)
 	# ttyS0: the kernel's console; ttyS1: the tests' output (results).
-	timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -smp "$ncpu" -m "$MEM" \
+	timeout "$TIMEOUT" qemu-system-x86_64 -accel "tcg,thread=${VMTEST_TCG_THREAD:-multi}" -cpu max -smp "$ncpu" -m "$MEM" \
 		-kernel "$vmlinuz" -initrd "$OUT/initramfs.gz" \
 		-append "console=ttyS0 panic=-1 quiet loglevel=${VMTEST_LOGLEVEL:-4}" \
 		-display none -monitor none -no-reboot \
