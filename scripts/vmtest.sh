@@ -12,6 +12,12 @@
 #   VMTEST_TIMEOUT  seconds one boot may take before it counts as failed (default 900)
 #   VMTEST_PACKAGES, VMTEST_OFFLINE_PACKAGES  the packages of each pass (defaults below)
 #   VMTEST_LOGLEVEL the guest kernel's console loglevel (default 4; 7 shows stack traces)
+#   VMTEST_TCG_THREAD  QEMU's TCG threading (default single). With multi (a host thread
+#                   per vCPU) 5.10 guests hung now and then: both vCPUs stuck for
+#                   minutes in syscall_trace_enter at a jump-label site while libbpf
+#                   attached execsnoop's syscall tracepoint (soft lockups, 2 of 3
+#                   runs), never with single; and on a 2-core host single is also
+#                   faster (8 vCPUs: 82 s against 170 s for the 5.10 run).
 #
 # The test binaries are built on the host (go test -c) and run as root from an
 # initramfs that holds them, their shared libraries (ldd), the BPF objects and
@@ -154,7 +160,7 @@ run_vm() {
 	rm -f "$results" "$console"
 	start=$(date +%s)
 	# ttyS0: the kernel's console; ttyS1: the tests' output (results).
-	timeout "$TIMEOUT" qemu-system-x86_64 -accel "tcg,thread=${VMTEST_TCG_THREAD:-multi}" -cpu max -smp "$ncpu" -m "$MEM" \
+	timeout "$TIMEOUT" qemu-system-x86_64 -accel "tcg,thread=${VMTEST_TCG_THREAD:-single}" -cpu max -smp "$ncpu" -m "$MEM" \
 		-kernel "$vmlinuz" -initrd "$OUT/initramfs.gz" \
 		-append "console=ttyS0 panic=-1 quiet loglevel=${VMTEST_LOGLEVEL:-4}" \
 		-display none -monitor none -no-reboot \
@@ -173,6 +179,9 @@ run_vm() {
 		failed=$((failed + 1))
 	fi
 	grep -E '^vmtest-pkg ' "$results" | sed "s/^vmtest-pkg /  $tag /" || true
+	# What the many-ring tests report rather than assert (losses depend on
+	# scheduling, and TCG's is not a real machine's).
+	grep -E 'rings, lost over|CPUs in order' "$results" | sed -E "s/^ *[a-z_]+\.go:[0-9]+: /  $tag   /" || true
 	line="vmtest $ver ${ncpu}cpu ($(cat "$CACHE/kernels/$ver/release")): $passed passed, $failed failed (${secs}s)"
 	echo "$line"
 	SUMMARY+=("$line")

@@ -331,6 +331,31 @@ func TestEmptyArgv(t *testing.T) {
 	t.Fatalf("exec of /bin/true by pid %d not traced", pid)
 }
 
+// An exec whose path the program cannot read (its page not yet faulted in:
+// bpf_probe_read_user_str cannot fault) is reported with its arguments, as
+// the C tool reports it, and an empty path. (The program returned at once,
+// and the exec was reported with no arguments at all.)
+func TestUnreadablePathKeepsArgs(t *testing.T) {
+	tr := openTestTracer(t, tracerConfig{uid: -1, includeFailed: true, maxArgs: 20})
+	bin := buildHelper(t)
+	tok := newToken()
+	file := filepath.Join(t.TempDir(), "path")
+	if err := os.WriteFile(file, []byte("/bin/true\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "untouched", tok, file)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	m := find(collect(t, tr), tok)
+	if len(m) != 1 {
+		t.Fatalf("exec with an untouched path: %d events carry its argument, want 1", len(m))
+	}
+	if ev := m[0].ev; ev.Ret != 0 || len(ev.Args) != 2 || ev.Args[1] != tok {
+		t.Errorf("exec with an untouched path: ret %d args %q; want 0 and [<path or empty> %s]", ev.Ret, ev.Args, tok)
+	}
+}
+
 // A successful execve from a thread other than the leader is traced, and
 // leaves nothing in the map of execs in flight. (That map was keyed by
 // thread id; at sys_exit the thread has the leader's id, so the exec was

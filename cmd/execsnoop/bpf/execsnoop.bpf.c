@@ -111,10 +111,16 @@ int tracepoint__syscalls__sys_enter_execve(struct trace_event_raw_sys_enter *ctx
 	e->uid = uid;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
-	/* The path as passed to execve comes first, in place of argv[0]. */
+	/* The path as passed to execve comes first, in place of argv[0]. A
+	 * read can fail where the exec succeeds: bpf_probe_read_user_str
+	 * cannot fault a page in, and a path in a page not yet touched (a
+	 * string literal of a fresh child) is not present yet. The path is then
+	 * empty and the arguments are still read, as the C tool does. */
 	ret = bpf_probe_read_user_str(e->args, ARGSIZE, (const char *)ctx->args[0]);
-	if (ret < 0)
-		return 0; /* the exec fails with EFAULT; reported without args */
+	if (ret < 0) {
+		e->args[0] = '\0';
+		ret = 1;
+	}
 	e->args_count = 1;
 	e->args_size = ret;
 
