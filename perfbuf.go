@@ -83,8 +83,9 @@ type Options struct {
 
 	// MaxSampleSize, if set, is the largest sample the BPF program
 	// outputs, in bytes. New fails with ErrSampleTooLarge when a record
-	// carrying it cannot fit in a ring: the kernel would drop every such
-	// sample as lost.
+	// carrying it, with the kernel's 24-byte lost record in front of it,
+	// cannot fit in a ring: the kernel would drop such samples as lost, and
+	// after one loss every one (a one-page ring takes at most 4052 bytes).
 	MaxSampleSize int
 
 	// SampleFunc receives each sample with the CPU it was written on. data
@@ -260,9 +261,14 @@ func (o *Options) validate(pageSize int) (int, error) {
 		need := SampleRecordSize(min(o.MaxSampleSize, maxRecordSize)) // (no overflow)
 		// The kernel keeps one record slot free (CIRC_SPACE leaves a
 		// byte, and records are 8-aligned), and a record's size is a u16.
-		if need > ringBytes-8 || need > maxRecordSize {
-			return 0, fmt.Errorf("max sample size %d needs a %d-byte record, ring holds %d (limit %d): %w",
-				o.MaxSampleSize, need, ringBytes-8, maxRecordSize, ErrSampleTooLarge)
+		// Once a sample is lost, perf_output_begin writes the pending lost
+		// record in the same reservation as the next sample: a sample that
+		// fits only without it would be lost again and again, into an
+		// empty ring too, and the lost count would never arrive.
+		room := ringBytes - 8 - lostRecordSize
+		if need > room || need > maxRecordSize {
+			return 0, fmt.Errorf("max sample size %d needs a %d-byte record, ring holds %d beside a lost record (limit %d): %w",
+				o.MaxSampleSize, need, room, maxRecordSize, ErrSampleTooLarge)
 		}
 	}
 	return pages, nil
@@ -271,6 +277,11 @@ func (o *Options) validate(pageSize int) (int, error) {
 // maxRecordSize is the largest record perf_event_header.size (a u16) holds,
 // rounded down to the 8-byte alignment of records.
 const maxRecordSize = 65528
+
+// lostRecordSize is the size of the kernel's PERF_RECORD_LOST for a BPF
+// output event: perf_event_header, u64 id, u64 lost (libbpf does not set
+// sample_id_all, which would append the sample id fields).
+const lostRecordSize = 24
 
 // SampleRecordSize is the ring space a sample of n bytes takes: the 8-byte
 // perf_event_header, the u32 raw size, and the data padded to 8 bytes.

@@ -15,7 +15,7 @@ func TestValidateOptions(t *testing.T) {
 		{PageCount: 1},
 		{PageCount: 1024, WakeupEvents: 64},
 		{PageCount: 2, WakeupBytes: 4096},
-		{PageCount: 1, MaxSampleSize: 4076},
+		{PageCount: 1, MaxSampleSize: 4052},
 		{PageCount: 64, MaxSampleSize: 65512},
 		{PageCount: 4, WakeupEvents: math.MaxInt32},
 	}
@@ -36,8 +36,11 @@ func TestValidateOptions(t *testing.T) {
 		{Options{PageCount: 1, WakeupBytes: 4096}, ErrInvalidOptions},
 		{Options{WakeupBytes: 100, WakeupEvents: 2}, ErrInvalidOptions},
 		{Options{MaxSampleSize: -5}, ErrInvalidOptions},
-		// 4077 bytes need a 4096-byte record; a one-page ring holds 4088.
-		{Options{PageCount: 1, MaxSampleSize: 4077}, ErrSampleTooLarge},
+		// 4053 bytes need a 4072-byte record; a one-page ring holds 4088,
+		// less 24 for the lost record written in front of it after a loss.
+		{Options{PageCount: 1, MaxSampleSize: 4053}, ErrSampleTooLarge},
+		// 4076 bytes fit an empty ring but not beside a lost record.
+		{Options{PageCount: 1, MaxSampleSize: 4076}, ErrSampleTooLarge},
 		// Over 64 KiB the u16 record size overflows, whatever the ring.
 		{Options{PageCount: 64, MaxSampleSize: 65520}, ErrSampleTooLarge},
 		// So high that computing the record size overflowed, once.

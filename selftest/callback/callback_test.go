@@ -148,30 +148,54 @@ func TestSizes(t *testing.T) {
 	}
 }
 
-// The largest sample that fits a one-page ring is 4076 bytes: its record
-// (8-byte header, u32 size, 4076 bytes: 4088) leaves the 8 bytes the kernel
-// keeps free.
-// New's MaxSampleSize check agrees with what the kernel does.
+// The largest sample a one-page ring takes is 4052 bytes: its record (8-byte
+// header, u32 size, 4052 bytes: 4064) beside the 24-byte lost record the
+// kernel writes in front of it after a loss leaves the 8 bytes the kernel
+// keeps free. New's MaxSampleSize check agrees with what the kernel does: a
+// lost sample of that size is followed by its lost count and by the next
+// sample. (The check took 4076: a sample that fits only an empty ring, and
+// after one loss every later one was lost too, the count never delivered.)
 func TestLargestSample(t *testing.T) {
 	f := setup(t)
-	c := bpftest.NewCollector()
-	const largest = 4076
-	if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, MaxSampleSize: largest + 1}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
-		t.Fatalf("New with MaxSampleSize %d: %v, want ErrSampleTooLarge", largest+1, err)
+	const largest = 4052
+	for _, n := range []int{largest + 1, 4076} {
+		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, MaxSampleSize: n}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
+			t.Fatalf("New with MaxSampleSize %d: %v, want ErrSampleTooLarge", n, err)
+		}
 	}
-	o := opts(c, 1)
-	o.MaxSampleSize = largest
-	pb := newPB(t, f, o)
 	cpu := f.CPUs[0]
-	f.Emit(t, cpu, 1, largest, 0)
-	if _, err := pb.Consume(); err != nil {
-		t.Fatal(err)
-	}
-	f.Emit(t, cpu, 1, largest+1, 0) // cannot fit even in an empty ring
-	flush(t, f, pb)
-	checkAccounting(t, c, f, pb)
-	if c.Samples[cpu] != 2 || c.Lost[cpu] != 1 {
-		t.Errorf("cpu %d: %d samples %d lost; want the %d-byte one and the flush, and 1 lost", cpu, c.Samples[cpu], c.Lost[cpu], largest)
+	// Each size in a ring of its own: two samples, the second lost (the
+	// ring is full), then a third after draining, which must carry the
+	// lost count in front of it. 4076 shows the wedge the check prevents.
+	for _, size := range []uint64{largest, 4076} {
+		c := bpftest.NewCollector()
+		o := opts(c, 1)
+		if size == largest {
+			o.MaxSampleSize = largest
+		}
+		pb, err := perfbuf.New(f.Events, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := f.Stats(t)[cpu]
+		f.Emit(t, cpu, 2, size, 0)
+		if _, err := pb.Consume(); err != nil {
+			t.Fatal(err)
+		}
+		f.Emit(t, cpu, 1, size, 0)
+		if _, err := pb.Consume(); err != nil {
+			t.Fatal(err)
+		}
+		st := f.Stats(t)[cpu].Sub(before)
+		pb.Close()
+		t.Logf("%d-byte samples: emitted %d failed %d | received %d lost %d", size, st.Emitted, st.Failed, c.Samples[cpu], c.Lost[cpu])
+		wedged := st.Emitted != 2 || st.Failed != 1 || c.Samples[cpu] != 2 || c.Lost[cpu] != 1
+		if size == largest && wedged {
+			t.Errorf("%d-byte samples in a one-page ring: want 2 received and 1 lost", size)
+		}
+		if size == 4076 && !wedged {
+			t.Errorf("4076-byte samples did not wedge the ring: the kernel's limit is not what New checks")
+		}
 	}
 }
 
