@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -161,8 +162,10 @@ type pending struct {
 
 // New opens a ring on every online CPU for the perf event array m and stores
 // each ring's fd in the map at the CPU's index, as perf_buffer__new does.
-// Errors: ErrInvalidOptions, ErrSampleTooLarge, ErrNotPerfEventArray, and
-// errnos from the kernel (syscall.EBADF for a closed descriptor).
+// Errors: ErrInvalidOptions, ErrSampleTooLarge, ErrNotPerfEventArray (also
+// for a BPF object that is not a map, such as a program), and errnos from
+// the kernel (syscall.EBADF for a closed descriptor, syscall.EINVAL for one
+// that is not a BPF object).
 func New(m Map, opts Options) (*PerfBuffer, error) {
 	if m == nil {
 		return nil, fmt.Errorf("new perf buffer: nil map: %w", ErrInvalidOptions)
@@ -181,6 +184,14 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 		return nil, fmt.Errorf("new perf buffer: map fd %d: %w", fd, err)
 	}
 	info, err := mapInfo(fd)
+	// BPF_OBJ_GET_INFO_BY_FD answers for programs, links and BTF too, in
+	// their own info struct, which would be read as a map's.
+	if kind := fdKind(fd); kind != "" && kind != "anon_inode:bpf-map" {
+		if err == nil {
+			err = ErrNotPerfEventArray
+		}
+		return nil, fmt.Errorf("new perf buffer: fd %d is not a BPF map (%s): %w", fd, kind, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("new perf buffer: map fd %d: get map info: %w", fd, err)
 	}
@@ -241,6 +252,11 @@ func (o *Options) validate(pageSize int) (int, error) {
 	if pages < 0 || pages&(pages-1) != 0 {
 		return 0, fmt.Errorf("page count %d is not a power of two: %w", o.PageCount, ErrInvalidOptions)
 	}
+	// Checked before anything computes with the ring size, which would
+	// overflow: the ring and its header page must fit in a mapping.
+	if pages > maxRingBytes/pageSize {
+		return 0, fmt.Errorf("page count %d too large: a ring holds at most %d bytes: %w", o.PageCount, maxRingBytes, ErrInvalidOptions)
+	}
 	ringBytes := pages * pageSize
 	// perf_event_attr.wakeup_events is a u32 that the kernel compares as
 	// an int: beyond MaxInt32 it would wake on every sample.
@@ -267,6 +283,11 @@ func (o *Options) validate(pageSize int) (int, error) {
 	}
 	return pages, nil
 }
+
+// maxRingBytes bounds a ring's data area: far above what a kernel maps
+// (perf's ring buffer keeps a page array of at most a few MiB), and low
+// enough that no size computed from it overflows an int.
+const maxRingBytes = 1 << 40
 
 // maxRecordSize is the largest record perf_event_header.size (a u16) holds,
 // rounded down to the 8-byte alignment of records.
@@ -680,6 +701,17 @@ func (b *batch) deliver(pb *PerfBuffer) int {
 		}
 	}
 	return n
+}
+
+// fdKind returns what fd refers to as /proc/self/fd shows it
+// ("anon_inode:bpf-map", "anon_inode:bpf-prog", "/dev/null"), or "" when
+// /proc cannot tell.
+func fdKind(fd int) string {
+	kind, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return ""
+	}
+	return kind
 }
 
 // BPF map types New reports by name (from include/uapi/linux/bpf.h).

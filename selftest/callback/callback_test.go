@@ -3,6 +3,7 @@
 package callback
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"os"
@@ -14,10 +15,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"golang.org/x/sys/unix"
 )
 
 const obj = "bpf/callback.bpf.o"
@@ -296,6 +299,29 @@ func TestCloseWhilePolling(t *testing.T) {
 	t.Logf("%d rounds; slowest Poll return after Close: %v", rounds, worst)
 }
 
+// loadProg loads a program of type typ that returns 0, closed at cleanup.
+func loadProg(t *testing.T, typ uint32) int {
+	t.Helper()
+	insns := []uint64{
+		0xb7, // r0 = 0 (BPF_ALU64 | BPF_MOV | BPF_K)
+		0x95, // exit (BPF_JMP | BPF_EXIT)
+	}
+	license := []byte("GPL\x00")
+	var attr [48]byte // union bpf_attr, BPF_PROG_LOAD: prog_type, insn_cnt, insns, license
+	binary.NativeEndian.PutUint32(attr[0:], typ)
+	binary.NativeEndian.PutUint32(attr[4:], uint32(len(insns)))
+	binary.NativeEndian.PutUint64(attr[8:], uint64(uintptr(unsafe.Pointer(&insns[0]))))
+	binary.NativeEndian.PutUint64(attr[16:], uint64(uintptr(unsafe.Pointer(&license[0]))))
+	fd, _, errno := syscall.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
+	runtime.KeepAlive(insns)
+	runtime.KeepAlive(license)
+	if errno != 0 {
+		t.Fatalf("load program of type %d: %v", typ, errno)
+	}
+	t.Cleanup(func() { syscall.Close(int(fd)) })
+	return int(fd)
+}
+
 func countFDs(t *testing.T) int {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -370,7 +396,20 @@ func TestErrors(t *testing.T) {
 		t.Errorf("non-BPF fd: %v; want EINVAL", err)
 	}
 
-	for _, pages := range []int{-1, 3, 6, 100} {
+	// A program's fd is no map, though BPF_OBJ_GET_INFO_BY_FD answers for
+	// it: its prog info used to be read as a map's ("has type xskmap
+	// (17)"), and a program whose type number is the perf event array's
+	// (BPF_PROG_TYPE_SCHED_ACT, 4) passed as one and failed with a bare
+	// EINVAL later.
+	progs := map[string]int{"raw_tp program": f.Prog, "sched_act program": loadProg(t, 4)}
+	for name, fd := range progs {
+		_, err := perfbuf.New(perfbuf.MapFD(fd), perfbuf.Options{})
+		if !errors.Is(err, perfbuf.ErrNotPerfEventArray) || !strings.Contains(err.Error(), "not a BPF map") {
+			t.Errorf("%s fd: %v; want ErrNotPerfEventArray saying it is not a BPF map", name, err)
+		}
+	}
+
+	for _, pages := range []int{-1, 3, 6, 100, 1 << 62} {
 		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: pages}); !errors.Is(err, perfbuf.ErrInvalidOptions) {
 			t.Errorf("PageCount %d: %v; want ErrInvalidOptions", pages, err)
 		}
