@@ -48,6 +48,9 @@ var (
 	ErrIndex = errors.New("perf buffer index out of range")
 	// ErrBusy: the ring is held by a RawBuffer (see Buffer).
 	ErrBusy = errors.New("perf ring held by a raw reader")
+	// ErrMapInUse: another PerfBuffer of this process reads the map (see
+	// New).
+	ErrMapInUse = errors.New("perf event array read by another perf buffer")
 )
 
 // Map is what New reads from: a perf event array's file descriptor.
@@ -124,6 +127,7 @@ type CPUStats struct {
 // returns an error matching os.ErrClosed, and frees the rings once the last
 // call in progress has returned.
 type PerfBuffer struct {
+	mapID  uint32   // claimed in claims until free
 	c      *cBuffer // the libbpf side: rings and the arena
 	cpus   []int32  // cpus[i] is the CPU behind buffer index i
 	sample func(cpu int, data []byte)
@@ -162,7 +166,15 @@ type pending struct {
 
 // New opens a ring on every online CPU for the perf event array m and stores
 // each ring's fd in the map at the CPU's index, as perf_buffer__new does.
-// Errors: ErrInvalidOptions, ErrSampleTooLarge, ErrNotPerfEventArray (also
+// A perf event array has one ring slot per CPU, so it has one reader: New
+// fails with ErrMapInUse while another PerfBuffer of this process reads the
+// same map (by kernel map ID, whichever fd names it), until that one is
+// closed and its rings freed. Across processes the kernel cannot tell: the
+// last PerfBuffer opened takes the slots over and receives the samples, and
+// the earlier one receives nothing more.
+//
+// Errors: ErrInvalidOptions, ErrSampleTooLarge, ErrMapInUse,
+// ErrNotPerfEventArray (also
 // for a BPF object that is not a map, such as a program), and errnos from
 // the kernel (syscall.EBADF for a closed descriptor, syscall.EINVAL for one
 // that is not a BPF object).
@@ -203,8 +215,12 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new perf buffer: %w", err)
 	}
+	if !claimMap(info.id) {
+		return nil, fmt.Errorf("new perf buffer: map %q (id %d): %w", info.name, info.id, ErrMapInUse)
+	}
 
 	pb := &PerfBuffer{
+		mapID:  info.id,
 		cpus:   cpus,
 		sample: opts.SampleFunc,
 		lost:   opts.LostFunc,
@@ -226,6 +242,7 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	arenaCap, reserve := arenaSize(ringBytes)
 	pb.c, err = openC(fd, pages, wakeup, opts.WakeupBytes, cpus, arenaCap, reserve)
 	if err != nil {
+		pb.free()
 		return nil, fmt.Errorf("new perf buffer: %w", err)
 	}
 	if n := pb.c.bufferCount(); n != len(cpus) {
@@ -363,12 +380,41 @@ func (pb *PerfBuffer) Close() error {
 // is shared.
 func (pb *PerfBuffer) free() {
 	if pb.c != nil {
-		pb.c.close()
+		pb.c.close() // perf_buffer__free clears the map's slots
 		pb.c = nil
 	}
 	if pb.w != nil {
 		pb.w.close()
 	}
+	unclaimMap(pb.mapID) // after the slots are cleared: a new reader's stay
+}
+
+// claims holds the IDs of the maps that PerfBuffers of this process read,
+// from New until free.
+var claims struct {
+	sync.Mutex
+	ids map[uint32]bool
+}
+
+// claimMap claims map id for a new PerfBuffer; it reports false if another
+// holds it.
+func claimMap(id uint32) bool {
+	claims.Lock()
+	defer claims.Unlock()
+	if claims.ids[id] {
+		return false
+	}
+	if claims.ids == nil {
+		claims.ids = make(map[uint32]bool)
+	}
+	claims.ids[id] = true
+	return true
+}
+
+func unclaimMap(id uint32) {
+	claims.Lock()
+	delete(claims.ids, id)
+	claims.Unlock()
 }
 
 // Poll waits up to timeout for rings to become ready, drains the ready ones
@@ -718,6 +764,7 @@ func fdKind(fd int) string {
 const mapTypePerfEventArray = 4
 
 type mapDesc struct {
+	id         uint32 // the kernel's map ID: one per map, whatever the fd
 	typ        uint32
 	maxEntries uint32
 	name       string

@@ -751,3 +751,42 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 		pb.Close()
 	}
 }
+
+// A second PerfBuffer on a map that one already reads is refused, through
+// any fd of the map: it used to take the map's slots over, so that the
+// first received nothing, and once closed left the first dead. Once the
+// first is closed, the map can be read again.
+func TestSecondReaderOfMapRefused(t *testing.T) {
+	f := setup(t)
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, opts(c, 1))
+	dup, err := syscall.Dup(f.Events.FileDescriptor())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(dup)
+	for name, m := range map[string]perfbuf.Map{"same fd": f.Events, "dup fd": perfbuf.MapFD(dup)} {
+		pb2, err := perfbuf.New(m, perfbuf.Options{PageCount: 1})
+		if !errors.Is(err, perfbuf.ErrMapInUse) {
+			t.Errorf("second New on the %s: %v; want ErrMapInUse", name, err)
+		}
+		if pb2 != nil {
+			pb2.Close()
+		}
+	}
+	cpu := f.CPUs[0]
+	f.Emit(t, cpu, 3, 32, 0)
+	if n, err := pb.Consume(); n != 3 || err != nil {
+		t.Errorf("first PerfBuffer after the second New: Consume = %d, %v; want 3 samples", n, err)
+	}
+	pb.Close()
+	pb3, err := perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{PageCount: 1})
+	if err != nil {
+		t.Fatalf("New after the first was closed: %v", err)
+	}
+	defer pb3.Close()
+	f.Emit(t, cpu, 2, 32, 0)
+	if n, err := pb3.Consume(); n != 2 || err != nil {
+		t.Errorf("new PerfBuffer: Consume = %d, %v; want 2 samples", n, err)
+	}
+}
