@@ -598,7 +598,8 @@ func (o *OrderedReader) idle() time.Duration {
 // returns an error, and returns that error (ctx.Err() wrapped for ctx). rec
 // aliases ring memory and is valid only during the call; meta carries the
 // CPU, the key and the late mark. ctx is checked every 256 records and
-// whenever nothing can be delivered.
+// whenever nothing can be delivered. Called from inside an Each function or
+// All loop, it fails with ErrReentrant rather than wait (see Reader).
 func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {
 	const op = "read perf buffer"
 	stop, err := o.enterRead(ctx, op)

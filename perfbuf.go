@@ -48,6 +48,10 @@ var (
 	ErrIndex = errors.New("perf buffer index out of range")
 	// ErrBusy: the ring is held by a RawBuffer (see Buffer).
 	ErrBusy = errors.New("perf ring held by a raw reader")
+	// ErrReentrant: a call made from inside a callback (SampleFunc,
+	// LostFunc, a reader's Each function or All loop) would wait for a
+	// call in progress, perhaps the one running the callback.
+	ErrReentrant = errors.New("call from inside a callback would wait for a call in progress")
 	// ErrMapInUse: another PerfBuffer of this process reads the map (see
 	// New).
 	ErrMapInUse = errors.New("perf event array read by another perf buffer")
@@ -126,6 +130,10 @@ type CPUStats struct {
 // times, including from inside SampleFunc; it wakes every blocked Poll, which
 // returns an error matching os.ErrClosed, and frees the rings once the last
 // call in progress has returned.
+//
+// Poll, Consume, ConsumeBuffer and Buffer called from inside a SampleFunc or
+// LostFunc do not wait for a drain in progress (the one running the
+// callback, or another goroutine's): they fail with ErrReentrant instead.
 type PerfBuffer struct {
 	mapID  uint32   // claimed in claims until free
 	c      *cBuffer // the libbpf side: rings and the arena
@@ -427,7 +435,8 @@ func unclaimMap(id uint32) {
 // kernel reports a ring's readiness to whichever waiter looks first.
 //
 // Errors: os.ErrClosed (wrapped) once Close is called, also for a Poll that
-// was blocked when it was; a syscall.Errno from epoll or libbpf.
+// was blocked when it was; ErrReentrant (see PerfBuffer); a syscall.Errno
+// from epoll or libbpf.
 func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	const op = "poll perf buffer"
 	if err := pb.life.enter(op); err != nil {
@@ -438,6 +447,11 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	if pb.cut.Swap(false) {
 		return pb.drain(op, pb.all) // see cut
 	}
+	// From inside a callback, fail before waiting rather than after.
+	if err := pb.lockDrain(); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	pb.drainMu.Unlock()
 	s := scratchPool.Get().(*pollScratch)
 	defer scratchPool.Put(s)
 	nev, err := pb.w.wait(s.evs[:], timeout)
@@ -469,7 +483,7 @@ var scratchPool = sync.Pool{New: func() any { return new(pollScratch) }}
 
 // Consume drains every ring without waiting and returns the number of
 // samples delivered (perf_buffer__consume). Errors: os.ErrClosed (wrapped)
-// after Close; a syscall.Errno from libbpf.
+// after Close; ErrReentrant (see PerfBuffer); a syscall.Errno from libbpf.
 func (pb *PerfBuffer) Consume() (int, error) {
 	const op = "consume perf buffer"
 	if err := pb.life.enter(op); err != nil {
@@ -481,7 +495,8 @@ func (pb *PerfBuffer) Consume() (int, error) {
 
 // ConsumeBuffer drains ring i without waiting and returns the number of
 // samples delivered (perf_buffer__consume_buffer). Errors: ErrIndex,
-// os.ErrClosed (wrapped) after Close; a syscall.Errno from libbpf.
+// os.ErrClosed (wrapped) after Close; ErrReentrant (see PerfBuffer); a
+// syscall.Errno from libbpf.
 func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 	op := fmt.Sprintf("consume perf buffer %d", i)
 	if err := pb.checkIndex(i); err != nil {
@@ -567,7 +582,9 @@ func (pb *PerfBuffer) checkIndex(i int) error {
 // drain consumes the rings idxs into the arena and delivers each batch.
 // Drains are serialised; the caller holds a user reference (enter).
 func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
-	pb.drainMu.Lock()
+	if err := pb.lockDrain(); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	defer pb.drainMu.Unlock()
 	defer pb.publish()
 	done := false
@@ -599,6 +616,19 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 	return n, nil
 }
 
+// lockDrain takes drainMu, unless it would wait from inside a callback:
+// then it fails with ErrReentrant (see reentry.go).
+func (pb *PerfBuffer) lockDrain() error {
+	if pb.drainMu.TryLock() {
+		return nil
+	}
+	if inCallback(drainCallbackFrames) {
+		return ErrReentrant
+	}
+	pb.drainMu.Lock()
+	return nil
+}
+
 // unheld returns idxs without the rings that RawBuffers hold, in idxBuf.
 func (pb *PerfBuffer) unheld(idxs []int32) []int32 {
 	out := pb.idxBuf[:0]
@@ -616,10 +646,11 @@ func (pb *PerfBuffer) unheld(idxs []int32) []int32 {
 // ConsumeBuffer(i) fails with ErrBusy), since both would move the same
 // data_tail; after Release, either mode may read it. Release the RawBuffer
 // when done: Close frees the rings only once every RawBuffer is released.
-// Do not call Buffer from SampleFunc or LostFunc (Release is fine there).
+// Called from SampleFunc or LostFunc, Buffer fails with ErrReentrant
+// (Release is fine there).
 //
 // Errors: ErrIndex, ErrBusy if a RawBuffer holds ring i already,
-// os.ErrClosed (wrapped), a syscall.Errno from libbpf.
+// os.ErrClosed (wrapped), ErrReentrant, a syscall.Errno from libbpf.
 func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
 	op := fmt.Sprintf("raw perf buffer %d", i)
 	if err := pb.checkIndex(i); err != nil {
@@ -630,7 +661,10 @@ func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
 	if err := pb.life.enter(op); err != nil {
 		return nil, err
 	}
-	pb.drainMu.Lock()
+	if err := pb.lockDrain(); err != nil {
+		pb.life.exit()
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	defer pb.drainMu.Unlock()
 	rb, err := pb.openRaw(i)
 	if err != nil {

@@ -145,6 +145,7 @@ func (rs *ringSet) init(rings []*RawBuffer, fds []int, opts ReaderOptions) error
 		rs.stats[i].CPU = rb.CPU()
 	}
 	rs.life.free = rs.free
+	rs.life.callbacks = readCallbackFrames
 	return nil
 }
 
@@ -438,7 +439,8 @@ var errStop = errors.New("stop")
 // s.Data's capacity: no allocation once it is large enough.
 //
 // Errors (wrapped): os.ErrClosed after Close, os.ErrDeadlineExceeded past
-// the deadline, ErrFlushed once a Flush completed.
+// the deadline, ErrFlushed once a Flush completed, ErrReentrant from inside
+// an Each function or All loop (see Reader).
 func (c *core) ReadInto(s *Sample) error {
 	// readFunc's loop without its callback and context: this is the call
 	// made once per record.
@@ -509,7 +511,10 @@ func (c *core) All(ctx context.Context) iter.Seq2[*Sample, error] {
 //
 // A Reader holds all rings (PerfBuffer.Buffer) until Close. One read runs at
 // a time: reads from several goroutines are serialised. Close, SetDeadline,
-// Flush and Stats may be called from any goroutine.
+// Flush and Stats may be called from any goroutine. A read called from
+// inside an Each function or an All loop (of any reader) does not wait for
+// a read in progress, the one running it or another goroutine's: it fails
+// with ErrReentrant.
 type Reader struct {
 	core
 	rec        Record // the record being delivered
@@ -563,7 +568,8 @@ func (r *Reader) oldest(i int) uint64 { return r.rings[i].Cursor() }
 // is closed, the deadline passes, a Flush completes, or fn returns an error,
 // and returns that error (ctx.Err() wrapped for ctx). rec aliases ring
 // memory and is valid only during the call; meta carries the CPU. This is
-// the form meant to keep up with the kernel: the turn loop is written out,
+// the form meant to keep up with the kernel (ErrReentrant from inside
+// another Each function or All loop: see Reader): the turn loop is written out,
 // so that a record costs a parse and a call of fn. ctx is checked between
 // turns (at most Budget bytes) and whenever the rings are empty.
 func (r *Reader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {

@@ -790,3 +790,67 @@ func TestSecondReaderOfMapRefused(t *testing.T) {
 		t.Errorf("new PerfBuffer: Consume = %d, %v; want 2 samples", n, err)
 	}
 }
+
+// Poll, Consume, ConsumeBuffer and Buffer called from inside SampleFunc or
+// LostFunc fail with ErrReentrant: they used to wait for the drain running
+// the callback, forever.
+func TestCallFromCallbackReentrant(t *testing.T) {
+	f := setup(t)
+	calls := map[string]func(pb *perfbuf.PerfBuffer) error{
+		"Poll":          func(pb *perfbuf.PerfBuffer) error { _, err := pb.Poll(-1); return err },
+		"Consume":       func(pb *perfbuf.PerfBuffer) error { _, err := pb.Consume(); return err },
+		"ConsumeBuffer": func(pb *perfbuf.PerfBuffer) error { _, err := pb.ConsumeBuffer(0); return err },
+		"Buffer": func(pb *perfbuf.PerfBuffer) error {
+			rb, err := pb.Buffer(0)
+			if err == nil {
+				rb.Release()
+			}
+			return err
+		},
+	}
+	for name, call := range calls {
+		for _, lost := range []bool{false, true} {
+			var pb *perfbuf.PerfBuffer
+			var got error
+			var once sync.Once
+			armed := !lost
+			in := func() {
+				if armed {
+					once.Do(func() { got = call(pb) })
+				}
+			}
+			o := perfbuf.Options{PageCount: 1, SampleFunc: func(int, []byte) {
+				if !lost {
+					in()
+				}
+			}, LostFunc: func(int, uint64) { in() }}
+			var err error
+			if pb, err = perfbuf.New(f.Events, o); err != nil {
+				t.Fatal(err)
+			}
+			cpu, _ := pb.CPU(0)
+			if lost {
+				f.Emit(t, cpu, 500, 64, 0) // overflows: the next sample brings a lost record
+				if _, err := pb.ConsumeBuffer(0); err != nil {
+					t.Fatal(err)
+				}
+				armed = true
+			}
+			f.Emit(t, cpu, 2, 32, 0)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				pb.ConsumeBuffer(0)
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s from inside a callback (lost %v): deadlock", name, lost)
+			}
+			if !errors.Is(got, perfbuf.ErrReentrant) {
+				t.Errorf("%s from inside a callback (lost %v): %v, want ErrReentrant", name, lost, got)
+			}
+			pb.Close()
+		}
+	}
+}
