@@ -40,7 +40,7 @@ const DefaultPageCount = 64
 var (
 	// ErrNotPerfEventArray: the map given to New is of another type.
 	ErrNotPerfEventArray = errors.New("map is not a perf event array")
-	// ErrInvalidOptions: an Options field is out of range.
+	// ErrInvalidOptions: an Options field or an argument is out of range.
 	ErrInvalidOptions = errors.New("invalid perf buffer options")
 	// ErrSampleTooLarge: Options.MaxSampleSize cannot fit in a ring.
 	ErrSampleTooLarge = errors.New("sample does not fit in perf ring")

@@ -1802,3 +1802,17 @@ func TestReadFromCallbackReentrant(t *testing.T) {
 		})
 	}
 }
+
+// Each with a nil function fails with ErrInvalidOptions: it used to panic.
+func TestEachNilFunc(t *testing.T) {
+	f := newFakeRings(t, 1, 4096)
+	f.emit(t, 0, 1, 1, 16)
+	if err := f.reader(t, ReaderOptions{}).Each(context.Background(), nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("Reader.Each(nil): %v, want ErrInvalidOptions", err)
+	}
+	f = newFakeRings(t, 1, 4096)
+	f.emit(t, 0, 1, 1, 16)
+	if err := f.ordered(t, OrderedOptions{}).Each(context.Background(), nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("OrderedReader.Each(nil): %v, want ErrInvalidOptions", err)
+	}
+}
