@@ -187,7 +187,11 @@ func (rs *ringSet) poke() {
 }
 
 // SetDeadline makes reads blocked at or after t return an error matching
-// os.ErrDeadlineExceeded. The zero time means no deadline. It may be called
+// os.ErrDeadlineExceeded. Past the deadline a read still delivers what it
+// can without waiting, and fails once it would wait: a Reader returns every
+// record in the rings first; an OrderedReader those its release rule lets go
+// (a record it holds back for an earlier one is waited for, so the read
+// fails). The zero time means no deadline. It may be called
 // from any goroutine; a read blocked at the time sees the new deadline.
 func (rs *ringSet) SetDeadline(t time.Time) {
 	var ns int64

@@ -1816,3 +1816,38 @@ func TestEachNilFunc(t *testing.T) {
 		t.Errorf("OrderedReader.Each(nil): %v, want ErrInvalidOptions", err)
 	}
 }
+
+// Past the deadline, a read delivers what it can without waiting, then
+// fails: a Reader every record in the rings, an OrderedReader those its
+// release rule lets go, not one it holds back (see SetDeadline).
+func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		f := newFakeRings(t, 2, 4096)
+		var r interface {
+			ReadInto(*Sample) error
+			SetDeadline(time.Time)
+		}
+		if ordered {
+			r = f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
+		} else {
+			r = f.reader(t, ReaderOptions{})
+		}
+		f.emit(t, 0, 5, 1, 16)
+		f.emit(t, 0, 7, 2, 16)
+		f.emit(t, 1, 6, 3, 16)
+		r.SetDeadline(time.Now().Add(-time.Second))
+		want := 3 // Reader: all
+		if ordered {
+			want = 2 // 5 and 6 by rule 1; 7 waits for ring 1's next key
+		}
+		var s Sample
+		for i := 0; i < want; i++ {
+			if err := r.ReadInto(&s); err != nil {
+				t.Fatalf("ordered %v: read %d past the deadline: %v", ordered, i, err)
+			}
+		}
+		if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("ordered %v: read %d past the deadline: %v, want os.ErrDeadlineExceeded", ordered, want, err)
+		}
+	}
+}
