@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,7 +40,7 @@ const DefaultPageCount = 64
 var (
 	// ErrNotPerfEventArray: the map given to New is of another type.
 	ErrNotPerfEventArray = errors.New("map is not a perf event array")
-	// ErrInvalidOptions: an Options field is out of range.
+	// ErrInvalidOptions: an Options field or an argument is out of range.
 	ErrInvalidOptions = errors.New("invalid perf buffer options")
 	// ErrSampleTooLarge: Options.MaxSampleSize cannot fit in a ring.
 	ErrSampleTooLarge = errors.New("sample does not fit in perf ring")
@@ -47,6 +48,13 @@ var (
 	ErrIndex = errors.New("perf buffer index out of range")
 	// ErrBusy: the ring is held by a RawBuffer (see Buffer).
 	ErrBusy = errors.New("perf ring held by a raw reader")
+	// ErrReentrant: a call made from inside a callback (SampleFunc,
+	// LostFunc, a reader's Each function or All loop) would wait for a
+	// call in progress, perhaps the one running the callback.
+	ErrReentrant = errors.New("call from inside a callback would wait for a call in progress")
+	// ErrMapInUse: another PerfBuffer of this process reads the map (see
+	// New).
+	ErrMapInUse = errors.New("perf event array read by another perf buffer")
 )
 
 // Map is what New reads from: a perf event array's file descriptor.
@@ -123,7 +131,12 @@ type CPUStats struct {
 // times, including from inside SampleFunc; it wakes every blocked Poll, which
 // returns an error matching os.ErrClosed, and frees the rings once the last
 // call in progress has returned.
+//
+// Poll, Consume, ConsumeBuffer and Buffer called from inside a SampleFunc or
+// LostFunc do not wait for a drain in progress (the one running the
+// callback, or another goroutine's): they fail with ErrReentrant instead.
 type PerfBuffer struct {
+	mapID  uint32   // claimed in claims until free
 	c      *cBuffer // the libbpf side: rings and the arena
 	cpus   []int32  // cpus[i] is the CPU behind buffer index i
 	sample func(cpu int, data []byte)
@@ -162,8 +175,18 @@ type pending struct {
 
 // New opens a ring on every online CPU for the perf event array m and stores
 // each ring's fd in the map at the CPU's index, as perf_buffer__new does.
-// Errors: ErrInvalidOptions, ErrSampleTooLarge, ErrNotPerfEventArray, and
-// errnos from the kernel (syscall.EBADF for a closed descriptor).
+// A perf event array has one ring slot per CPU, so it has one reader: New
+// fails with ErrMapInUse while another PerfBuffer of this process reads the
+// same map (by kernel map ID, whichever fd names it), until that one is
+// closed and its rings freed. Across processes the kernel cannot tell: the
+// last PerfBuffer opened takes the slots over and receives the samples, and
+// the earlier one receives nothing more.
+//
+// Errors: ErrInvalidOptions, ErrSampleTooLarge, ErrMapInUse,
+// ErrNotPerfEventArray (also
+// for a BPF object that is not a map, such as a program), and errnos from
+// the kernel (syscall.EBADF for a closed descriptor, syscall.EINVAL for one
+// that is not a BPF object).
 func New(m Map, opts Options) (*PerfBuffer, error) {
 	if m == nil {
 		return nil, fmt.Errorf("new perf buffer: nil map: %w", ErrInvalidOptions)
@@ -182,6 +205,14 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 		return nil, fmt.Errorf("new perf buffer: map fd %d: %w", fd, err)
 	}
 	info, err := mapInfo(fd)
+	// BPF_OBJ_GET_INFO_BY_FD answers for programs, links and BTF too, in
+	// their own info struct, which would be read as a map's.
+	if kind := fdKind(fd); kind != "" && kind != "anon_inode:bpf-map" {
+		if err == nil {
+			err = ErrNotPerfEventArray
+		}
+		return nil, fmt.Errorf("new perf buffer: fd %d is not a BPF map (%s): %w", fd, kind, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("new perf buffer: map fd %d: get map info: %w", fd, err)
 	}
@@ -193,8 +224,12 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new perf buffer: %w", err)
 	}
+	if !claimMap(info.id) {
+		return nil, fmt.Errorf("new perf buffer: map %q (id %d): %w", info.name, info.id, ErrMapInUse)
+	}
 
 	pb := &PerfBuffer{
+		mapID:  info.id,
 		cpus:   cpus,
 		sample: opts.SampleFunc,
 		lost:   opts.LostFunc,
@@ -216,6 +251,7 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	arenaCap, reserve := arenaSize(ringBytes)
 	pb.c, err = openC(fd, pages, wakeup, opts.WakeupBytes, cpus, arenaCap, reserve)
 	if err != nil {
+		pb.free()
 		return nil, fmt.Errorf("new perf buffer: %w", err)
 	}
 	if n := pb.c.bufferCount(); n != len(cpus) {
@@ -241,6 +277,11 @@ func (o *Options) validate(pageSize int) (int, error) {
 	}
 	if pages < 0 || pages&(pages-1) != 0 {
 		return 0, fmt.Errorf("page count %d is not a power of two: %w", o.PageCount, ErrInvalidOptions)
+	}
+	// Checked before anything computes with the ring size, which would
+	// overflow: the ring and its header page must fit in a mapping.
+	if pages > maxRingBytes/pageSize {
+		return 0, fmt.Errorf("page count %d too large: a ring holds at most %d bytes: %w", o.PageCount, maxRingBytes, ErrInvalidOptions)
 	}
 	ringBytes := pages * pageSize
 	// perf_event_attr.wakeup_events is a u32 that the kernel compares as
@@ -273,6 +314,11 @@ func (o *Options) validate(pageSize int) (int, error) {
 	}
 	return pages, nil
 }
+
+// maxRingBytes bounds a ring's data area: far above what a kernel maps
+// (perf's ring buffer keeps a page array of at most a few MiB), and low
+// enough that no size computed from it overflows an int.
+const maxRingBytes = 1 << 40
 
 // maxRecordSize is the largest record perf_event_header.size (a u16) holds,
 // rounded down to the 8-byte alignment of records.
@@ -353,12 +399,41 @@ func (pb *PerfBuffer) Close() error {
 // is shared.
 func (pb *PerfBuffer) free() {
 	if pb.c != nil {
-		pb.c.close()
+		pb.c.close() // perf_buffer__free clears the map's slots
 		pb.c = nil
 	}
 	if pb.w != nil {
 		pb.w.close()
 	}
+	unclaimMap(pb.mapID) // after the slots are cleared: a new reader's stay
+}
+
+// claims holds the IDs of the maps that PerfBuffers of this process read,
+// from New until free.
+var claims struct {
+	sync.Mutex
+	ids map[uint32]bool
+}
+
+// claimMap claims map id for a new PerfBuffer; it reports false if another
+// holds it.
+func claimMap(id uint32) bool {
+	claims.Lock()
+	defer claims.Unlock()
+	if claims.ids[id] {
+		return false
+	}
+	if claims.ids == nil {
+		claims.ids = make(map[uint32]bool)
+	}
+	claims.ids[id] = true
+	return true
+}
+
+func unclaimMap(id uint32) {
+	claims.Lock()
+	delete(claims.ids, id)
+	claims.Unlock()
 }
 
 // Poll waits up to timeout for rings to become ready, drains the ready ones
@@ -371,7 +446,8 @@ func (pb *PerfBuffer) free() {
 // kernel reports a ring's readiness to whichever waiter looks first.
 //
 // Errors: os.ErrClosed (wrapped) once Close is called, also for a Poll that
-// was blocked when it was; a syscall.Errno from epoll or libbpf.
+// was blocked when it was; ErrReentrant (see PerfBuffer); a syscall.Errno
+// from epoll or libbpf.
 func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	const op = "poll perf buffer"
 	if err := pb.life.enter(op); err != nil {
@@ -382,6 +458,11 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	if pb.cut.Swap(false) {
 		return pb.drain(op, pb.all) // see cut
 	}
+	// From inside a callback, fail before waiting rather than after.
+	if err := pb.lockDrain(); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	pb.drainMu.Unlock()
 	s := scratchPool.Get().(*pollScratch)
 	defer scratchPool.Put(s)
 	nev, err := pb.w.wait(s.evs[:], timeout)
@@ -413,7 +494,7 @@ var scratchPool = sync.Pool{New: func() any { return new(pollScratch) }}
 
 // Consume drains every ring without waiting and returns the number of
 // samples delivered (perf_buffer__consume). Errors: os.ErrClosed (wrapped)
-// after Close; a syscall.Errno from libbpf.
+// after Close; ErrReentrant (see PerfBuffer); a syscall.Errno from libbpf.
 func (pb *PerfBuffer) Consume() (int, error) {
 	const op = "consume perf buffer"
 	if err := pb.life.enter(op); err != nil {
@@ -425,7 +506,8 @@ func (pb *PerfBuffer) Consume() (int, error) {
 
 // ConsumeBuffer drains ring i without waiting and returns the number of
 // samples delivered (perf_buffer__consume_buffer). Errors: ErrIndex,
-// os.ErrClosed (wrapped) after Close; a syscall.Errno from libbpf.
+// os.ErrClosed (wrapped) after Close; ErrReentrant (see PerfBuffer); a
+// syscall.Errno from libbpf.
 func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 	op := fmt.Sprintf("consume perf buffer %d", i)
 	if err := pb.checkIndex(i); err != nil {
@@ -511,7 +593,9 @@ func (pb *PerfBuffer) checkIndex(i int) error {
 // drain consumes the rings idxs into the arena and delivers each batch.
 // Drains are serialised; the caller holds a user reference (enter).
 func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
-	pb.drainMu.Lock()
+	if err := pb.lockDrain(); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	defer pb.drainMu.Unlock()
 	defer pb.publish()
 	done := false
@@ -543,6 +627,19 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 	return n, nil
 }
 
+// lockDrain takes drainMu, unless it would wait from inside a callback:
+// then it fails with ErrReentrant (see reentry.go).
+func (pb *PerfBuffer) lockDrain() error {
+	if pb.drainMu.TryLock() {
+		return nil
+	}
+	if inCallback(drainCallbackFrames) {
+		return ErrReentrant
+	}
+	pb.drainMu.Lock()
+	return nil
+}
+
 // unheld returns idxs without the rings that RawBuffers hold, in idxBuf.
 func (pb *PerfBuffer) unheld(idxs []int32) []int32 {
 	out := pb.idxBuf[:0]
@@ -560,10 +657,11 @@ func (pb *PerfBuffer) unheld(idxs []int32) []int32 {
 // ConsumeBuffer(i) fails with ErrBusy), since both would move the same
 // data_tail; after Release, either mode may read it. Release the RawBuffer
 // when done: Close frees the rings only once every RawBuffer is released.
-// Do not call Buffer from SampleFunc or LostFunc (Release is fine there).
+// Called from SampleFunc or LostFunc, Buffer fails with ErrReentrant
+// (Release is fine there).
 //
 // Errors: ErrIndex, ErrBusy if a RawBuffer holds ring i already,
-// os.ErrClosed (wrapped), a syscall.Errno from libbpf.
+// os.ErrClosed (wrapped), ErrReentrant, a syscall.Errno from libbpf.
 func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
 	op := fmt.Sprintf("raw perf buffer %d", i)
 	if err := pb.checkIndex(i); err != nil {
@@ -574,7 +672,10 @@ func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
 	if err := pb.life.enter(op); err != nil {
 		return nil, err
 	}
-	pb.drainMu.Lock()
+	if err := pb.lockDrain(); err != nil {
+		pb.life.exit()
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	defer pb.drainMu.Unlock()
 	rb, err := pb.openRaw(i)
 	if err != nil {
@@ -693,10 +794,22 @@ func (b *batch) deliver(pb *PerfBuffer) int {
 	return n
 }
 
+// fdKind returns what fd refers to as /proc/self/fd shows it
+// ("anon_inode:bpf-map", "anon_inode:bpf-prog", "/dev/null"), or "" when
+// /proc cannot tell.
+func fdKind(fd int) string {
+	kind, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return ""
+	}
+	return kind
+}
+
 // BPF map types New reports by name (from include/uapi/linux/bpf.h).
 const mapTypePerfEventArray = 4
 
 type mapDesc struct {
+	id         uint32 // the kernel's map ID: one per map, whatever the fd
 	typ        uint32
 	maxEntries uint32
 	name       string

@@ -93,12 +93,12 @@ func (c *cBuffer) ring(i int) (unsafe.Pointer, int, error) {
 }
 
 func mapInfo(fd int) (mapDesc, error) {
-	var typ, maxEntries C.uint32_t
+	var id, typ, maxEntries C.uint32_t
 	var name [C.BPF_OBJ_NAME_LEN]C.char
-	if ret := C.perfbuf_map_info(C.int(fd), &typ, &maxEntries, &name[0], C.size_t(len(name))); ret < 0 {
+	if ret := C.perfbuf_map_info(C.int(fd), &id, &typ, &maxEntries, &name[0], C.size_t(len(name))); ret < 0 {
 		return mapDesc{}, errnoErr(ret)
 	}
-	return mapDesc{typ: uint32(typ), maxEntries: uint32(maxEntries), name: C.GoString(&name[0])}, nil
+	return mapDesc{id: uint32(id), typ: uint32(typ), maxEntries: uint32(maxEntries), name: C.GoString(&name[0])}, nil
 }
 
 // mapTypeName names a map type as libbpf does ("hash", "perf_event_array").

@@ -204,7 +204,7 @@ int perfbuf_drain(struct perfbuf_state *st, const int32_t *idxs, int n)
 	return 0;
 }
 
-int perfbuf_map_info(int fd, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len)
+int perfbuf_map_info(int fd, uint32_t *id, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len)
 {
 	struct bpf_map_info info = {};
 	__u32 len = sizeof(info);
@@ -213,6 +213,7 @@ int perfbuf_map_info(int fd, uint32_t *type, uint32_t *max_entries, char *name, 
 	err = bpf_map_get_info_by_fd(fd, &info, &len);
 	if (err)
 		return -errno;
+	*id = info.id;
 	*type = info.type;
 	*max_entries = info.max_entries;
 	strncpy(name, info.name, name_len - 1);

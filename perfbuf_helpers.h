@@ -48,7 +48,7 @@ struct perfbuf_state *perfbuf_open(int map_fd, size_t page_cnt, uint64_t wakeup_
 				   size_t arena_cap, size_t reserve, int *err);
 void perfbuf_close(struct perfbuf_state *st);
 int perfbuf_drain(struct perfbuf_state *st, const int32_t *idxs, int n);
-int perfbuf_map_info(int fd, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len);
+int perfbuf_map_info(int fd, uint32_t *id, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len);
 /* Runs the event callback on one record, as libbpf would: for tests of the
  * arena entries. Returns the callback's enum bpf_perf_event_ret. */
 int perfbuf_event_for_test(struct perfbuf_state *st, void *record);

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +55,14 @@ func TestValidateOptions(t *testing.T) {
 	for _, c := range bad {
 		if _, err := c.o.validate(page); !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want %v", c.o, err, c.want)
+		}
+	}
+	// A page count whose ring size overflows is refused as such. (1<<62
+	// pages made the ring 0 bytes: "wakeup bytes 0 outside [0, 0)".)
+	for _, pages := range []int{1 << 62, 1 << 52, 1 << 51, 1 << 40} {
+		_, err := (&Options{PageCount: pages}).validate(page)
+		if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "page count") {
+			t.Errorf("PageCount %d: %v, want ErrInvalidOptions about the page count", pages, err)
 		}
 	}
 	if p, _ := (&Options{}).validate(page); p != DefaultPageCount {

@@ -184,8 +184,10 @@ type RawBuffer struct {
 
 	rec Record // Drain's record, kept here so that Drain does not allocate
 
-	owner *PerfBuffer // set by PerfBuffer.Buffer; nil once released
-	idx   int         // buffer index in owner
+	owner    *PerfBuffer // set by PerfBuffer.Buffer; nil once released
+	idx      int         // buffer index in owner
+	released bool        // Release was called: the ring is gone
+	size     int         // the ring's size, for Size after Release
 }
 
 // newRawBuffer builds a reader over a mapped perf ring. base points at the
@@ -253,7 +255,12 @@ func checkRingSize(cpu, n int) error {
 func (b *RawBuffer) CPU() int { return b.cpu }
 
 // Size returns the size of the data area in bytes.
-func (b *RawBuffer) Size() int { return len(b.data) }
+func (b *RawBuffer) Size() int {
+	if b.released {
+		return b.size
+	}
+	return len(b.data)
+}
 
 // Head loads data_head. The load is atomic (acquire): it pairs with the kernel's
 // smp_store_release of data_head in perf_output_put_handle, so the record bytes below the
@@ -284,7 +291,7 @@ func (b *RawBuffer) Used() int {
 }
 
 // Free returns Size() - Used().
-func (b *RawBuffer) Free() int { return len(b.data) - b.Used() }
+func (b *RawBuffer) Free() int { return b.Size() - b.Used() }
 
 // Begin starts a read: the cursor goes back to data_tail and the head snapshot is taken
 // afresh. Records read but not committed are read again. An invalid head (behind the tail,
@@ -352,6 +359,7 @@ func (b *RawBuffer) Cursor() uint64 { return b.cursor }
 // Next keeps returning that error until SkipCorrupt. rec is left alone when Next returns false.
 //
 // A sample's Data and Wrapped alias ring memory until the tail is committed past rec.Next.
+// After Release, Next returns false with an error matching os.ErrClosed.
 func (b *RawBuffer) Next(rec *Record) (bool, error) {
 	if b.parse(rec) {
 		return true, nil
@@ -359,7 +367,15 @@ func (b *RawBuffer) Next(rec *Record) (bool, error) {
 	if b.blocked() {
 		return false, b.corrupt
 	}
+	if b.released {
+		return false, b.errReleased("read")
+	}
 	return false, nil
+}
+
+// errReleased is the error of a read on a released RawBuffer.
+func (b *RawBuffer) errReleased(verb string) error {
+	return fmt.Errorf("%s perf ring cpu %d: released: %w", verb, b.cpu, os.ErrClosed)
 }
 
 // blocked reports whether the pending error, if any, stops parsing at the cursor: an invalid
@@ -589,8 +605,12 @@ func (b *RawBuffer) fail(pos, size uint64, reason string) bool {
 // Commit publishes data_tail = pos, handing the bytes before pos back to the kernel. pos
 // should be a record boundary (a Record's Pos or Next). It returns a *CommitError, and writes
 // nothing, if pos is before the committed tail, past the head snapshot, past the cursor, or
-// not 8-aligned. Committing the current tail is a no-op.
+// not 8-aligned. Committing the current tail is a no-op. After Release it returns an error
+// matching os.ErrClosed.
 func (b *RawBuffer) Commit(pos uint64) error {
+	if b.released {
+		return b.errReleased("commit")
+	}
 	if pos == b.tail {
 		return nil
 	}
@@ -629,8 +649,15 @@ func (b *RawBuffer) commit(pos uint64) {
 // keeps, and must not call b's methods other than CPU, Size and Stats.
 //
 // The error is a *CorruptError when a record cannot be valid; the records before it are
-// still visited and committed. Call SkipCorrupt to go on.
+// still visited and committed. Call SkipCorrupt to go on. A nil fn is ErrInvalidOptions;
+// after Release, Drain fails with an error matching os.ErrClosed.
 func (b *RawBuffer) Drain(fn func(rec *Record) bool) (int, error) {
+	if b.released {
+		return 0, b.errReleased("drain")
+	}
+	if fn == nil {
+		return 0, fmt.Errorf("drain perf ring cpu %d: nil function: %w", b.cpu, ErrInvalidOptions)
+	}
 	b.Begin()
 	rec := &b.rec
 	n := 0
@@ -688,8 +715,10 @@ func (b *RawBuffer) SkipCorrupt() uint64 {
 func (b *RawBuffer) Stats() RawStats { return b.stats }
 
 // Release hands ring i back to its PerfBuffer (see PerfBuffer.Buffer): callback mode drains it
-// again, and Close can unmap it. Every Record read from b is invalid afterwards; b itself reads
-// as an empty ring. Release is idempotent.
+// again, and Close can unmap it. Every Record read from b is invalid afterwards. Next, Drain
+// and Commit fail with an error matching os.ErrClosed then; the methods without an error (Begin,
+// Refresh, SkipCorrupt, Head, Tail, Used, Free, Pending, Cursor) see an empty ring, and CPU,
+// Size and Stats keep their values. Release is idempotent.
 func (b *RawBuffer) Release() {
 	pb, idx := b.owner, b.idx // (*b is overwritten below)
 	if pb == nil {
@@ -701,8 +730,8 @@ func (b *RawBuffer) Release() {
 	if err != nil {
 		panic(err) // 8 is a valid ring size
 	}
-	stats := b.stats
+	stats, size := b.stats, len(b.data)
 	*b = *released
-	b.stats = stats
+	b.stats, b.released, b.size = stats, true, size
 	pb.release(idx)
 }

@@ -867,3 +867,34 @@ func TestRawBeginAfterCorrupt(t *testing.T) {
 		t.Errorf("SkipCorrupt skipped %d bytes; the corrupt part is 16 (the 64 before it are good records)", skipped)
 	}
 }
+
+// A released RawBuffer fails its reads with os.ErrClosed: it used to read
+// as an empty ring. A nil Drain function is an error, not a panic.
+func TestRawReleased(t *testing.T) {
+	f := newFakeRing(4096)
+	f.mustWrite(t, fakeSample([]byte("abcd")))
+	b := f.reader(t)
+	if _, err := b.Drain(nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("Drain(nil): %v, want ErrInvalidOptions", err)
+	}
+	pb := &PerfBuffer{held: make([]atomic.Bool, 1)}
+	pb.held[0].Store(true)
+	pb.nheld.Store(1)
+	pb.life.state.Store(1) // the reference Buffer takes
+	b.owner = pb
+	b.Release()
+	b.Release() // idempotent
+	var rec Record
+	if ok, err := b.Next(&rec); ok || !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Next after Release: %v, %v; want os.ErrClosed", ok, err)
+	}
+	if _, err := b.Drain(func(*Record) bool { return true }); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Drain after Release: %v, want os.ErrClosed", err)
+	}
+	if err := b.Commit(8); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Commit after Release: %v, want os.ErrClosed", err)
+	}
+	if b.Size() != 4096 || b.Used() != 0 || b.Free() != 4096 {
+		t.Errorf("after Release: Size %d Used %d Free %d; want 4096 0 4096", b.Size(), b.Used(), b.Free())
+	}
+}

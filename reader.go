@@ -145,6 +145,7 @@ func (rs *ringSet) init(rings []*RawBuffer, fds []int, opts ReaderOptions) error
 		rs.stats[i].CPU = rb.CPU()
 	}
 	rs.life.free = rs.free
+	rs.life.callbacks = readCallbackFrames
 	return nil
 }
 
@@ -186,7 +187,11 @@ func (rs *ringSet) poke() {
 }
 
 // SetDeadline makes reads blocked at or after t return an error matching
-// os.ErrDeadlineExceeded. The zero time means no deadline. It may be called
+// os.ErrDeadlineExceeded. Past the deadline a read still delivers what it
+// can without waiting, and fails once it would wait: a Reader returns every
+// record in the rings first; an OrderedReader those its release rule lets go
+// (a record it holds back for an earlier one is waited for, so the read
+// fails). The zero time means no deadline. It may be called
 // from any goroutine; a read blocked at the time sees the new deadline.
 func (rs *ringSet) SetDeadline(t time.Time) {
 	var ns int64
@@ -438,7 +443,8 @@ var errStop = errors.New("stop")
 // s.Data's capacity: no allocation once it is large enough.
 //
 // Errors (wrapped): os.ErrClosed after Close, os.ErrDeadlineExceeded past
-// the deadline, ErrFlushed once a Flush completed.
+// the deadline, ErrFlushed once a Flush completed, ErrReentrant from inside
+// an Each function or All loop (see Reader).
 func (c *core) ReadInto(s *Sample) error {
 	// readFunc's loop without its callback and context: this is the call
 	// made once per record.
@@ -509,7 +515,10 @@ func (c *core) All(ctx context.Context) iter.Seq2[*Sample, error] {
 //
 // A Reader holds all rings (PerfBuffer.Buffer) until Close. One read runs at
 // a time: reads from several goroutines are serialised. Close, SetDeadline,
-// Flush and Stats may be called from any goroutine.
+// Flush and Stats may be called from any goroutine. A read called from
+// inside an Each function or an All loop (of any reader) does not wait for
+// a read in progress, the one running it or another goroutine's: it fails
+// with ErrReentrant.
 type Reader struct {
 	core
 	rec        Record // the record being delivered
@@ -561,13 +570,18 @@ func (r *Reader) oldest(i int) uint64 { return r.rings[i].Cursor() }
 
 // Each calls fn with every record, zero-copy, until ctx is done, the reader
 // is closed, the deadline passes, a Flush completes, or fn returns an error,
-// and returns that error (ctx.Err() wrapped for ctx). rec aliases ring
-// memory and is valid only during the call; meta carries the CPU. This is
-// the form meant to keep up with the kernel: the turn loop is written out,
+// and returns that error (ctx.Err() wrapped for ctx); a nil fn is
+// ErrInvalidOptions. rec aliases ring memory and is valid only during the
+// call; meta carries the CPU. This is
+// the form meant to keep up with the kernel (ErrReentrant from inside
+// another Each function or All loop: see Reader): the turn loop is written out,
 // so that a record costs a parse and a call of fn. ctx is checked between
 // turns (at most Budget bytes) and whenever the rings are empty.
 func (r *Reader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {
 	const op = "read perf buffer"
+	if fn == nil {
+		return fmt.Errorf("%s: nil function: %w", op, ErrInvalidOptions)
+	}
 	stop, err := r.enterRead(ctx, op)
 	if err != nil {
 		return err

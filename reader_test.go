@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand"
 	"os"
 	"slices"
@@ -1696,5 +1697,157 @@ func TestOrderedEachRunChecksContext(t *testing.T) {
 	})
 	if !errors.Is(err, context.Canceled) || got >= 10+256 {
 		t.Fatalf("Each: %v after %d records; want context.Canceled within 256 records of the cancel", err, got)
+	}
+}
+
+// within runs fn on another goroutine and fails the test if it has not
+// returned within 5s: a deadlock fails rather than hangs the suite.
+func within(t *testing.T, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: still blocked after 5s", what)
+	}
+}
+
+// A read called from inside an Each function or an All loop fails with
+// ErrReentrant: it used to wait for the read running it, forever.
+func TestReadFromCallbackReentrant(t *testing.T) {
+	type reader interface {
+		ReadInto(*Sample) error
+		Read() (*Sample, error)
+		Each(context.Context, func(*Record, *Sample) error) error
+		All(context.Context) iter.Seq2[*Sample, error]
+	}
+	for _, ordered := range []bool{false, true} {
+		f := newFakeRings(t, 2, 4096)
+		var r reader
+		if ordered {
+			r = f.ordered(t, OrderedOptions{})
+		} else {
+			r = f.reader(t, ReaderOptions{})
+		}
+		nested := map[string]func() error{
+			"ReadInto": func() error { var s Sample; return r.ReadInto(&s) },
+			"Read":     func() error { _, err := r.Read(); return err },
+			"Each": func() error {
+				return r.Each(context.Background(), func(*Record, *Sample) error { return nil })
+			},
+		}
+		for name, call := range nested {
+			f.emit(t, 0, 1, 1, 16)
+			f.emit(t, 1, 2, 2, 16)
+			r.(interface{ Flush() }).Flush()
+			var got error
+			within(t, fmt.Sprintf("ordered %v: %s inside Each", ordered, name), func() {
+				r.Each(context.Background(), func(*Record, *Sample) error {
+					got = call()
+					return errStop
+				})
+			})
+			if !errors.Is(got, ErrReentrant) {
+				t.Errorf("ordered %v: %s inside Each: %v, want ErrReentrant", ordered, name, got)
+			}
+			within(t, fmt.Sprintf("ordered %v: %s inside All", ordered, name), func() {
+				for _, err := range r.All(context.Background()) {
+					if err == nil {
+						got = call()
+					}
+					break
+				}
+			})
+			if !errors.Is(got, ErrReentrant) {
+				t.Errorf("ordered %v: %s inside All: %v, want ErrReentrant", ordered, name, got)
+			}
+		}
+		// Another goroutine's read still waits for the one in progress.
+		r.(interface{ Close() error }).Close()
+		f = newFakeRings(t, 2, 4096)
+		if ordered {
+			r = f.ordered(t, OrderedOptions{})
+		} else {
+			r = f.reader(t, ReaderOptions{})
+		}
+		f.emit(t, 0, 10, 10, 16)
+		f.emit(t, 1, 11, 11, 16)
+		started, release := make(chan struct{}), make(chan struct{})
+		go r.Each(context.Background(), func(*Record, *Sample) error {
+			close(started)
+			<-release
+			return errStop
+		})
+		select {
+		case <-started:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ordered %v: Each delivered nothing", ordered)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- r.ReadInto(new(Sample)) }()
+		select {
+		case err := <-waited:
+			t.Errorf("ordered %v: read on another goroutine returned %v while Each ran", ordered, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		within(t, "read after Each", func() {
+			if err := <-waited; err != nil {
+				t.Errorf("ordered %v: waiting read: %v", ordered, err)
+			}
+		})
+	}
+}
+
+// Each with a nil function fails with ErrInvalidOptions: it used to panic.
+func TestEachNilFunc(t *testing.T) {
+	f := newFakeRings(t, 1, 4096)
+	f.emit(t, 0, 1, 1, 16)
+	if err := f.reader(t, ReaderOptions{}).Each(context.Background(), nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("Reader.Each(nil): %v, want ErrInvalidOptions", err)
+	}
+	f = newFakeRings(t, 1, 4096)
+	f.emit(t, 0, 1, 1, 16)
+	if err := f.ordered(t, OrderedOptions{}).Each(context.Background(), nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("OrderedReader.Each(nil): %v, want ErrInvalidOptions", err)
+	}
+}
+
+// Past the deadline, a read delivers what it can without waiting, then
+// fails: a Reader every record in the rings, an OrderedReader those its
+// release rule lets go, not one it holds back (see SetDeadline).
+func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		f := newFakeRings(t, 2, 4096)
+		var r interface {
+			ReadInto(*Sample) error
+			SetDeadline(time.Time)
+		}
+		if ordered {
+			r = f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
+		} else {
+			r = f.reader(t, ReaderOptions{})
+		}
+		f.emit(t, 0, 5, 1, 16)
+		f.emit(t, 0, 7, 2, 16)
+		f.emit(t, 1, 6, 3, 16)
+		r.SetDeadline(time.Now().Add(-time.Second))
+		want := 3 // Reader: all
+		if ordered {
+			want = 2 // 5 and 6 by rule 1; 7 waits for ring 1's next key
+		}
+		var s Sample
+		for i := 0; i < want; i++ {
+			if err := r.ReadInto(&s); err != nil {
+				t.Fatalf("ordered %v: read %d past the deadline: %v", ordered, i, err)
+			}
+		}
+		if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("ordered %v: read %d past the deadline: %v, want os.ErrDeadlineExceeded", ordered, want, err)
+		}
 	}
 }

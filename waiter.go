@@ -24,6 +24,11 @@ type lifetime struct {
 	freeOnce sync.Once
 	free     func()
 
+	// callbacks names the functions that run callbacks during exclusive
+	// calls (see reentry.go): called from under one of them, an exclusive
+	// call fails with ErrReentrant rather than wait.
+	callbacks []string
+
 	waiters atomic.Int32 // exclusive calls waiting for busyBit
 	mu      sync.Mutex   // with cond: where they wait
 	cond    *sync.Cond
@@ -55,9 +60,10 @@ func (l *lifetime) exit() {
 }
 
 // enterExclusive is enter for a call that excludes other exclusive calls:
-// it waits while one is in progress.
+// it waits while one is in progress, unless it is called from inside a
+// callback (see callbacks).
 func (l *lifetime) enterExclusive(op string) error {
-	for {
+	for checked := false; ; {
 		s := l.state.Load()
 		switch {
 		case s&closedBit != 0:
@@ -66,7 +72,10 @@ func (l *lifetime) enterExclusive(op string) error {
 			if l.state.CompareAndSwap(s, (s+1)|busyBit) {
 				return nil
 			}
+		case !checked && inCallback(l.callbacks):
+			return fmt.Errorf("%s: %w", op, ErrReentrant)
 		default:
+			checked = true
 			l.waitNotBusy()
 		}
 	}

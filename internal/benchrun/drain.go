@@ -17,6 +17,7 @@ package benchrun
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cref"
+	"golang.org/x/sys/unix"
 )
 
 // Timer is started around the timed part of a measurement and stopped
@@ -183,25 +185,61 @@ func DrainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []T
 }
 
 // attached is a drainer with the perf event fds of its rings, by CPU, to
-// point the events map at.
+// point the events map at. A perfbuf mode reads a perf event array of its
+// own (a map has one PerfBuffer per process), whose ring fds round copies
+// into the events map.
 type attached struct {
 	drainer
 	cpus, fds []int
+	own       int // the mode's own perf event array, or -1
+}
+
+func (a *attached) close() {
+	a.drainer.close()
+	if a.own >= 0 {
+		unix.Close(a.own)
+	}
+}
+
+// newPerfEventArray creates a perf event array like the events map, for
+// one reader's rings.
+func newPerfEventArray(e *bpfrun.Emitter) (int, error) {
+	var attr [16]byte // union bpf_attr, BPF_MAP_CREATE: map_type, key_size, value_size, max_entries
+	binary.NativeEndian.PutUint32(attr[0:], unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY)
+	binary.NativeEndian.PutUint32(attr[4:], 4)
+	binary.NativeEndian.PutUint32(attr[8:], 4)
+	binary.NativeEndian.PutUint32(attr[12:], e.Events.MaxEntries())
+	fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_CREATE, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
+	if errno != 0 {
+		return -1, fmt.Errorf("create perf event array: %w", errno)
+	}
+	return int(fd), nil
 }
 
 func openAttached(e *bpfrun.Emitter, cfg DrainConfig) (*attached, error) {
-	d, err := openDrainer(e, cfg)
+	m, own := perfbuf.Map(e.Events), -1
+	if cfg.Mode != ModeC && cfg.Mode != ModeC2CPU {
+		var err error
+		if own, err = newPerfEventArray(e); err != nil {
+			return nil, err
+		}
+		m = perfbuf.MapFD(own)
+	}
+	d, err := openDrainer(e, m, cfg)
 	if err != nil {
+		if own >= 0 {
+			unix.Close(own)
+		}
 		return nil, err
 	}
-	a := &attached{drainer: d}
+	a := &attached{drainer: d, own: own}
 	switch d := d.(type) {
 	case *cDrain:
 		// libbpf's buffer i is the i-th online CPU's, as perfbuf's are.
 		a.fds = d.r.BufferFDs()
 		a.cpus = e.CPUs
 		if len(a.fds) != len(a.cpus) {
-			d.close()
+			a.close()
 			return nil, fmt.Errorf("the C reference has %d rings for %d CPUs", len(a.fds), len(a.cpus))
 		}
 	default:
@@ -210,7 +248,7 @@ func openAttached(e *bpfrun.Emitter, cfg DrainConfig) (*attached, error) {
 			cpu, err1 := pb.CPU(i)
 			fd, err2 := pb.BufferFD(i)
 			if err := errors.Join(err1, err2); err != nil {
-				d.close()
+				a.close()
 				return nil, err
 			}
 			a.cpus, a.fds = append(a.cpus, cpu), append(a.fds, fd)
@@ -237,7 +275,8 @@ func (a *attached) round(e *bpfrun.Emitter, k int, t Timer) error {
 	return err
 }
 
-func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
+// openDrainer opens cfg.Mode's reader; the perfbuf modes read m.
+func openDrainer(e *bpfrun.Emitter, m perfbuf.Map, cfg DrainConfig) (drainer, error) {
 	base := fillOne{e: e, size: cfg.Size}
 	switch cfg.Mode {
 	case ModeC, ModeC2CPU:
@@ -252,7 +291,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return &cDrain{fillOne: base, r: r, both: cfg.Mode == ModeC2CPU}, nil
 	case ModeCallback:
 		d := &callbackDrain{fillOne: base}
-		pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages,
+		pb, err := perfbuf.New(m, perfbuf.Options{PageCount: cfg.Pages,
 			SampleFunc: func(_ int, data []byte) { d.total += cref.ReadAll(data) }})
 		if err != nil {
 			return nil, err
@@ -260,9 +299,9 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		d.pb = pb
 		return d, nil
 	case ModeRawZeroCopy, ModeRawCopy:
-		return openRaw(base, cfg)
+		return openRaw(base, m, cfg)
 	case ModeReader, ModeReaderEach:
-		pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages})
+		pb, err := perfbuf.New(m, perfbuf.Options{PageCount: cfg.Pages})
 		if err != nil {
 			return nil, err
 		}
@@ -273,7 +312,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		}
 		return &readerDrain{fillOne: base, pb: pb, r: r, each: cfg.Mode == ModeReaderEach}, nil
 	case ModeOrdered, ModeOrderedEach:
-		return openOrdered(e, cfg)
+		return openOrdered(e, m, cfg)
 	}
 	return nil, fmt.Errorf("unknown mode %q", cfg.Mode)
 }
@@ -345,8 +384,8 @@ type rawDrain struct {
 	total uint64
 }
 
-func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
-	pb, err := perfbuf.New(base.e.Events, perfbuf.Options{PageCount: cfg.Pages})
+func openRaw(base fillOne, m perfbuf.Map, cfg DrainConfig) (drainer, error) {
+	pb, err := perfbuf.New(m, perfbuf.Options{PageCount: cfg.Pages})
 	if err != nil {
 		return nil, err
 	}

@@ -47,8 +47,8 @@ type orderedDrain struct {
 	each    bool // OrderedReader.Each instead of ReadInto
 }
 
-func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
-	pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages, WakeupEvents: orderedWakeup})
+func openOrdered(e *bpfrun.Emitter, m perfbuf.Map, cfg DrainConfig) (drainer, error) {
+	pb, err := perfbuf.New(m, perfbuf.Options{PageCount: cfg.Pages, WakeupEvents: orderedWakeup})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@
 package callback
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"os"
@@ -14,10 +15,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"golang.org/x/sys/unix"
 )
 
 const obj = "bpf/callback.bpf.o"
@@ -320,6 +323,29 @@ func TestCloseWhilePolling(t *testing.T) {
 	t.Logf("%d rounds; slowest Poll return after Close: %v", rounds, worst)
 }
 
+// loadProg loads a program of type typ that returns 0, closed at cleanup.
+func loadProg(t *testing.T, typ uint32) int {
+	t.Helper()
+	insns := []uint64{
+		0xb7, // r0 = 0 (BPF_ALU64 | BPF_MOV | BPF_K)
+		0x95, // exit (BPF_JMP | BPF_EXIT)
+	}
+	license := []byte("GPL\x00")
+	var attr [48]byte // union bpf_attr, BPF_PROG_LOAD: prog_type, insn_cnt, insns, license
+	binary.NativeEndian.PutUint32(attr[0:], typ)
+	binary.NativeEndian.PutUint32(attr[4:], uint32(len(insns)))
+	binary.NativeEndian.PutUint64(attr[8:], uint64(uintptr(unsafe.Pointer(&insns[0]))))
+	binary.NativeEndian.PutUint64(attr[16:], uint64(uintptr(unsafe.Pointer(&license[0]))))
+	fd, _, errno := syscall.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
+	runtime.KeepAlive(insns)
+	runtime.KeepAlive(license)
+	if errno != 0 {
+		t.Fatalf("load program of type %d: %v", typ, errno)
+	}
+	t.Cleanup(func() { syscall.Close(int(fd)) })
+	return int(fd)
+}
+
 func countFDs(t *testing.T) int {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -394,7 +420,20 @@ func TestErrors(t *testing.T) {
 		t.Errorf("non-BPF fd: %v; want EINVAL", err)
 	}
 
-	for _, pages := range []int{-1, 3, 6, 100} {
+	// A program's fd is no map, though BPF_OBJ_GET_INFO_BY_FD answers for
+	// it: its prog info used to be read as a map's ("has type xskmap
+	// (17)"), and a program whose type number is the perf event array's
+	// (BPF_PROG_TYPE_SCHED_ACT, 4) passed as one and failed with a bare
+	// EINVAL later.
+	progs := map[string]int{"raw_tp program": f.Prog, "sched_act program": loadProg(t, 4)}
+	for name, fd := range progs {
+		_, err := perfbuf.New(perfbuf.MapFD(fd), perfbuf.Options{})
+		if !errors.Is(err, perfbuf.ErrNotPerfEventArray) || !strings.Contains(err.Error(), "not a BPF map") {
+			t.Errorf("%s fd: %v; want ErrNotPerfEventArray saying it is not a BPF map", name, err)
+		}
+	}
+
+	for _, pages := range []int{-1, 3, 6, 100, 1 << 62} {
 		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: pages}); !errors.Is(err, perfbuf.ErrInvalidOptions) {
 			t.Errorf("PageCount %d: %v; want ErrInvalidOptions", pages, err)
 		}
@@ -734,5 +773,108 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 		}
 		r.Close()
 		pb.Close()
+	}
+}
+
+// A second PerfBuffer on a map that one already reads is refused, through
+// any fd of the map: it used to take the map's slots over, so that the
+// first received nothing, and once closed left the first dead. Once the
+// first is closed, the map can be read again.
+func TestSecondReaderOfMapRefused(t *testing.T) {
+	f := setup(t)
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, opts(c, 1))
+	dup, err := syscall.Dup(f.Events.FileDescriptor())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(dup)
+	for name, m := range map[string]perfbuf.Map{"same fd": f.Events, "dup fd": perfbuf.MapFD(dup)} {
+		pb2, err := perfbuf.New(m, perfbuf.Options{PageCount: 1})
+		if !errors.Is(err, perfbuf.ErrMapInUse) {
+			t.Errorf("second New on the %s: %v; want ErrMapInUse", name, err)
+		}
+		if pb2 != nil {
+			pb2.Close()
+		}
+	}
+	cpu := f.CPUs[0]
+	f.Emit(t, cpu, 3, 32, 0)
+	if n, err := pb.Consume(); n != 3 || err != nil {
+		t.Errorf("first PerfBuffer after the second New: Consume = %d, %v; want 3 samples", n, err)
+	}
+	pb.Close()
+	pb3, err := perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{PageCount: 1})
+	if err != nil {
+		t.Fatalf("New after the first was closed: %v", err)
+	}
+	defer pb3.Close()
+	f.Emit(t, cpu, 2, 32, 0)
+	if n, err := pb3.Consume(); n != 2 || err != nil {
+		t.Errorf("new PerfBuffer: Consume = %d, %v; want 2 samples", n, err)
+	}
+}
+
+// Poll, Consume, ConsumeBuffer and Buffer called from inside SampleFunc or
+// LostFunc fail with ErrReentrant: they used to wait for the drain running
+// the callback, forever.
+func TestCallFromCallbackReentrant(t *testing.T) {
+	f := setup(t)
+	calls := map[string]func(pb *perfbuf.PerfBuffer) error{
+		"Poll":          func(pb *perfbuf.PerfBuffer) error { _, err := pb.Poll(-1); return err },
+		"Consume":       func(pb *perfbuf.PerfBuffer) error { _, err := pb.Consume(); return err },
+		"ConsumeBuffer": func(pb *perfbuf.PerfBuffer) error { _, err := pb.ConsumeBuffer(0); return err },
+		"Buffer": func(pb *perfbuf.PerfBuffer) error {
+			rb, err := pb.Buffer(0)
+			if err == nil {
+				rb.Release()
+			}
+			return err
+		},
+	}
+	for name, call := range calls {
+		for _, lost := range []bool{false, true} {
+			var pb *perfbuf.PerfBuffer
+			var got error
+			var once sync.Once
+			armed := !lost
+			in := func() {
+				if armed {
+					once.Do(func() { got = call(pb) })
+				}
+			}
+			o := perfbuf.Options{PageCount: 1, SampleFunc: func(int, []byte) {
+				if !lost {
+					in()
+				}
+			}, LostFunc: func(int, uint64) { in() }}
+			var err error
+			if pb, err = perfbuf.New(f.Events, o); err != nil {
+				t.Fatal(err)
+			}
+			cpu, _ := pb.CPU(0)
+			if lost {
+				f.Emit(t, cpu, 500, 64, 0) // overflows: the next sample brings a lost record
+				if _, err := pb.ConsumeBuffer(0); err != nil {
+					t.Fatal(err)
+				}
+				armed = true
+			}
+			f.Emit(t, cpu, 2, 32, 0)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				pb.ConsumeBuffer(0)
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s from inside a callback (lost %v): deadlock", name, lost)
+			}
+			if !errors.Is(got, perfbuf.ErrReentrant) {
+				t.Errorf("%s from inside a callback (lost %v): %v, want ErrReentrant", name, lost, got)
+			}
+			pb.Close()
+		}
 	}
 }

@@ -137,6 +137,7 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 func skewed(t *testing.T, f *bpftest.Fixture, roundRobin bool) map[int]uint64 {
 	t.Helper()
 	pb := newPB(t, f, perfbuf.Options{PageCount: 2, WakeupEvents: 8})
+	defer pb.Close() // the next run reads the map: one PerfBuffer at a time
 	r, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{RoundRobin: roundRobin, Budget: 1024})
 	if err != nil {
 		t.Fatal(err)
