@@ -390,6 +390,11 @@ func maxCPU(cpus []int) int {
 // soon as no call is in progress and every RawBuffer is released (at once if
 // so). Later calls fail with os.ErrClosed. Close is idempotent and returns
 // nil.
+//
+// Delivery stops with Close: called from SampleFunc or LostFunc, that call is
+// the last; called from another goroutine, only a callback already running
+// there may still return. Samples still in the rings are discarded: to stop
+// without losing them, call Consume before Close.
 func (pb *PerfBuffer) Close() error {
 	pb.life.close(func() { pb.w.wake() })
 	return nil
@@ -755,7 +760,8 @@ type batch struct {
 // deliver hands every entry from off on to the callbacks and returns the
 // number of samples. off moves past an entry before its callback runs, so a
 // panicking callback leaves the rest for the next call and nothing is
-// delivered twice.
+// delivered twice. A callback that calls Close ends the delivery: no
+// callback runs after Close has returned on this goroutine.
 func (b *batch) deliver(pb *PerfBuffer) int {
 	n := 0
 	buf, pend, cpus := b.buf, pb.pend, pb.cpus
@@ -773,6 +779,9 @@ func (b *batch) deliver(pb *PerfBuffer) int {
 				p.lost += v
 				if lostFn != nil {
 					lostFn(int(cpus[idx]), v)
+					if pb.life.closed() {
+						return n
+					}
 				}
 			case arenaEntryOther:
 				p.other++
@@ -789,6 +798,9 @@ func (b *batch) deliver(pb *PerfBuffer) int {
 		n++
 		if sampleFn != nil {
 			sampleFn(int(cpus[idx]), data)
+			if pb.life.closed() {
+				return n
+			}
 		}
 	}
 	return n
