@@ -44,6 +44,22 @@ func checkAccounting(t *testing.T, c *bpftest.Collector, f *bpftest.Fixture, pb 
 	}
 }
 
+// finishes runs fn on a goroutine of its own and reports whether it returned
+// within d; if not (a deadlock), the goroutine is left behind.
+func finishes(d time.Duration, fn func()) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 func newPB(t *testing.T, f *bpftest.Fixture, opts perfbuf.Options) *perfbuf.PerfBuffer {
 	t.Helper()
 	pb, err := perfbuf.New(f.Events, opts)
@@ -491,16 +507,11 @@ func TestCloseFromCallback(t *testing.T) {
 		pb.Close()
 	}})
 	f.Emit(t, f.CPUs[0], 5, 32, 0)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	if !finishes(5*time.Second, func() {
 		if _, err := pb.Consume(); err != nil {
 			t.Errorf("Consume: %v", err)
 		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
+	}) {
 		t.Fatal("Consume deadlocked after Close from SampleFunc")
 	}
 	if _, err := pb.Consume(); !errors.Is(err, os.ErrClosed) {
@@ -643,14 +654,7 @@ func TestReleaseFromSampleFunc(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Emit(t, f.CPUs[0], 1, 32, 0)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pb.ConsumeBuffer(0)
-	}()
-	select {
-	case <-done:
-	case <-time.After(3 * time.Second):
+	if !finishes(3*time.Second, func() { pb.ConsumeBuffer(0) }) {
 		t.Errorf("ConsumeBuffer deadlocked: RawBuffer.Release called from SampleFunc")
 	}
 }
@@ -862,14 +866,7 @@ func TestCallFromCallbackReentrant(t *testing.T) {
 				armed = true
 			}
 			f.Emit(t, cpu, 2, 32, 0)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				pb.ConsumeBuffer(0)
-			}()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
+			if !finishes(5*time.Second, func() { pb.ConsumeBuffer(0) }) {
 				t.Fatalf("%s from inside a callback (lost %v): deadlock", name, lost)
 			}
 			if !errors.Is(got, perfbuf.ErrReentrant) {
