@@ -188,6 +188,11 @@ type RawBuffer struct {
 	idx      int         // buffer index in owner
 	released bool        // Release was called: the ring is gone
 	size     int         // the ring's size, for Size after Release
+
+	// skipOther: parse skips records of other types (counted in Unknown)
+	// instead of returning them; set for the readers' rings, whose Sample
+	// is a sample or a lost count.
+	skipOther bool
 }
 
 // newRawBuffer builds a reader over a mapped perf ring. base points at the
@@ -394,10 +399,18 @@ func (b *RawBuffer) parse(rec *Record) bool {
 		b.take(rec, p, size, n)
 		return true
 	}
-	if b.head == b.cursor || b.corrupt != nil && b.blocked() {
-		return false
+	return b.parseRest(rec)
+}
+
+// parseRest is parse past the plain samples: any record parseAny takes, and,
+// with skipOther, past the records of other types.
+func (b *RawBuffer) parseRest(rec *Record) bool {
+	for b.head != b.cursor && (b.corrupt == nil || !b.blocked()) && b.parseAny(rec) {
+		if rec.Type != RecordOther || !b.skipOther {
+			return true
+		}
 	}
-	return b.parseAny(rec)
+	return false
 }
 
 // samples delivers the plain samples (see plainAt) from the cursor to fn, one after the

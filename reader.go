@@ -62,6 +62,7 @@ type ReaderStats struct {
 	Bytes        uint64 // their payload bytes
 	Lost         uint64 // samples the kernel reported lost, in the lost records delivered
 	CorruptBytes uint64 // bytes skipped as corrupt (see RawBuffer.SkipCorrupt)
+	Other        uint64 // records of other types, skipped
 	Late         uint64 // OrderedReader: records behind a key already released
 	Dropped      uint64 // OrderedReader with DropLate: late records dropped
 	Discarded    uint64 // bytes not delivered, left in the ring at Close
@@ -143,6 +144,7 @@ func (rs *ringSet) init(rings []*RawBuffer, fds []int, opts ReaderOptions) error
 	rs.stats = make([]ReaderStats, len(rings))
 	for i, rb := range rings {
 		rs.stats[i].CPU = rb.CPU()
+		rb.skipOther = true
 	}
 	rs.life.free = rs.free
 	rs.life.callbacks = readCallbackFrames
@@ -237,7 +239,7 @@ func (rs *ringSet) publish(i int) { rs.publishStats(i, rs.rings[i].Stats()) }
 func (rs *ringSet) publishStats(i int, st RawStats) {
 	rs.statsMu.Lock()
 	s := &rs.stats[i]
-	s.Samples, s.Bytes, s.Lost, s.CorruptBytes = st.Samples, st.Bytes, st.Lost, st.CorruptBytes
+	s.Samples, s.Bytes, s.Lost, s.CorruptBytes, s.Other = st.Samples, st.Bytes, st.Lost, st.CorruptBytes, st.Unknown
 	rs.statsMu.Unlock()
 }
 

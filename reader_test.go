@@ -1566,7 +1566,18 @@ func TestReaderMatchesReference(t *testing.T) {
 	for seed := 0; seed < 60; seed++ {
 		for _, mode := range []string{"Each", "ReadInto"} {
 			rnd := rand.New(rand.NewSource(int64(seed)))
-			f, want := refRings(t, rnd, []int{512, 1024, 4096}[seed%3])
+			f, ref := refRings(t, rnd, []int{512, 1024, 4096}[seed%3])
+			// The readers skip records of other types, counting them.
+			want, other := make([][]refRecord, len(ref)), make([]uint64, len(ref))
+			for i, recs := range ref {
+				for _, w := range recs {
+					if w.typ == RecordOther {
+						other[i]++
+					} else {
+						want[i] = append(want[i], w)
+					}
+				}
+			}
 			budget := []int{0, 1, 24, 100, 700}[seed%5]
 			r := f.reader(t, ReaderOptions{Budget: budget, MaxLatency: -1})
 			got := make([][]refRecord, 2)
@@ -1624,8 +1635,8 @@ func TestReaderMatchesReference(t *testing.T) {
 					}
 					lost += w.lost
 				}
-				if s := st[i]; s.Samples != samples || s.Bytes != nbytes || s.Lost != lost {
-					t.Fatalf("seed %d %s: ring %d stats %+v; reference %d samples, %d bytes, %d lost", seed, mode, i, s, samples, nbytes, lost)
+				if s := st[i]; s.Samples != samples || s.Bytes != nbytes || s.Lost != lost || s.Other != other[i] {
+					t.Fatalf("seed %d %s: ring %d stats %+v; reference %d samples, %d bytes, %d lost, %d other", seed, mode, i, s, samples, nbytes, lost, other[i])
 				}
 			}
 		}
@@ -1848,6 +1859,45 @@ func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
 		}
 		if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("ordered %v: read %d past the deadline: %v, want os.ErrDeadlineExceeded", ordered, want, err)
+		}
+	}
+}
+
+// Both readers skip records of types other than sample and lost, as
+// Sample.Type promises, and count them in Stats().Other. (They were handed
+// out as RecordOther.)
+func TestReadersSkipOtherRecords(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		f := newFakeRings(t, 1, 1<<12)
+		var r interface {
+			ReadInto(*Sample) error
+			Flush()
+			Stats() []ReaderStats
+		}
+		if ordered {
+			r = f.ordered(t, OrderedOptions{})
+		} else {
+			r = f.reader(t, ReaderOptions{})
+		}
+		f.emit(t, 0, 1, 0, 16)
+		f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8)))
+		f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_UNTHROTTLE, 16, make([]byte, 8)))
+		f.emit(t, 0, 2, 1, 16)
+		r.Flush()
+		var types []RecordType
+		var s Sample
+		err := r.ReadInto(&s)
+		for ; err == nil; err = r.ReadInto(&s) {
+			types = append(types, s.Type)
+		}
+		if !errors.Is(err, ErrFlushed) {
+			t.Fatalf("ordered %v: %v", ordered, err)
+		}
+		if fmt.Sprint(types) != "[sample sample]" {
+			t.Errorf("ordered %v: read %v, want two samples", ordered, types)
+		}
+		if st := r.Stats()[0]; st.Other != 2 || st.Samples != 2 {
+			t.Errorf("ordered %v: stats %+v, want 2 samples and 2 other", ordered, st)
 		}
 	}
 }
