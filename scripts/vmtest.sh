@@ -219,7 +219,9 @@ run_vm() {
 		tail -n 20 "$console" >&2 || true
 		failed=$((failed + 1))
 	fi
-	grep -E '^vmtest-pkg ' "$results" | sed "s/^vmtest-pkg /  $tag /" || true
+	# Per package: its exit status, time, and counts.
+	awk -v tag="$tag" '/^vmtest-start/ {p = 0; f = 0} /^[ \t]*--- PASS/ {p++} /^[ \t]*--- FAIL/ {f++}
+		/^vmtest-pkg / {sub(/^vmtest-pkg /, ""); printf "  %s %s: %d passed, %d failed\n", tag, $0, p, f}' "$results" 2>/dev/null || true
 	# What the many-ring tests report rather than assert (losses depend on
 	# scheduling, and TCG's is not a real machine's).
 	grep -E 'rings, lost over|CPUs in order' "$results" | sed -E "s/^ *[a-z_]+\.go:[0-9]+: /  $tag   /" || true
