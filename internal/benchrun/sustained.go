@@ -165,9 +165,25 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 
 	// The watchdog: once the producers are done, if the consumer has not
 	// finished 100 ms later, emit one more sample per CPU (expected grows
-	// first, so that the consumer waits for them).
+	// first, so that the consumer waits for them). The consumer stops by
+	// setting doneBit in expected, and the watchdog grows it only while
+	// that bit is clear: either the consumer sees the new samples counted,
+	// or the watchdog sees it gone and emits nothing. (A plain Add after
+	// the consumer's last look left samples emitted and never read.)
+	const doneBit = 1 << 63
 	var expected atomic.Uint64
 	expected.Store(uint64(cfg.Samples))
+	grow := func() bool {
+		for {
+			x := expected.Load()
+			if x&doneBit != 0 {
+				return false
+			}
+			if expected.CompareAndSwap(x, x+uint64(ncpu)) {
+				return true
+			}
+		}
+	}
 	finished := make(chan struct{})
 	watchdog := make(chan struct{})
 	go func() {
@@ -179,7 +195,9 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			expected.Add(uint64(ncpu))
+			if !grow() {
+				return
+			}
 			for _, cpu := range e.CPUs {
 				if err := e.Emit(cpu, 1, uint64(cfg.Size), 0); err != nil {
 					fail(err)
@@ -193,16 +211,16 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 	close(start)
 	for steps := 1; ; steps++ {
 		got, lost, _ := c.counts()
-		if got+lost >= expected.Load() || failed.Load() {
+		if x := expected.Load(); got+lost >= x && expected.CompareAndSwap(x, x|doneBit) || failed.Load() {
 			break
 		}
 		// A reader's step is one record: look at the clock now and then
 		// only (the readers' deadline bounds a blocked read).
 		if steps%1024 == 0 && time.Since(t0) > cfg.Timeout {
-			err = fmt.Errorf("timed out after %v: %d read + %d lost of %d", cfg.Timeout, got, lost, expected.Load())
+			err = fmt.Errorf("timed out after %v: %d read + %d lost of %d", cfg.Timeout, got, lost, expected.Load()&^doneBit)
 			break
 		}
-		if err = c.step(expected.Load()); err != nil {
+		if err = c.step(expected.Load() &^ doneBit); err != nil {
 			break
 		}
 	}
