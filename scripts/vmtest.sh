@@ -13,11 +13,10 @@
 #   VMTEST_PACKAGES, VMTEST_OFFLINE_PACKAGES  the packages of each pass (defaults below)
 #   VMTEST_LOGLEVEL the guest kernel's console loglevel (default 4; 7 shows stack traces)
 #   VMTEST_TCG_THREAD  QEMU's TCG threading (default single). With multi (a host thread
-#                   per vCPU) 5.10 guests hung now and then: both vCPUs stuck for
-#                   minutes in syscall_trace_enter at a jump-label site while libbpf
-#                   attached execsnoop's syscall tracepoint (soft lockups, 2 of 3
-#                   runs), never with single; and on a 2-core host single is also
-#                   faster (8 vCPUs: 82 s against 170 s for the 5.10 run).
+#                   per vCPU) 5.10 guests hung now and then, both vCPUs stuck in
+#                   syscall_trace_enter at a jump-label site while libbpf attached a
+#                   syscall tracepoint; single never did, and on a 2-core host it is
+#                   also the faster (figures: the commit that chose it).
 #
 # The test binaries are built on the host (go test -c) and run as root from an
 # initramfs that holds them, their shared libraries (ldd), the BPF objects and
