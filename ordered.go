@@ -596,9 +596,8 @@ func (o *OrderedReader) idle() time.Duration {
 // Each calls fn with every record in key order, zero-copy, until ctx is
 // done, the reader is closed, the deadline passes, a Flush completes, or fn
 // returns an error, and returns that error (ctx.Err() wrapped for ctx; a
-// nil fn is ErrInvalidOptions). rec
-// aliases ring memory and is valid only during the call; meta carries the
-// CPU, the key and the late mark. ctx is checked every 256 records and
+// nil fn is ErrInvalidOptions). rec aliases ring memory and is valid only
+// during the call; meta carries the CPU, the key and the late mark. ctx is checked every 256 records and
 // whenever nothing can be delivered. Called from inside an Each function or
 // All loop, it fails with ErrReentrant rather than wait (see Reader).
 func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {

@@ -573,11 +573,11 @@ func (r *Reader) oldest(i int) uint64 { return r.rings[i].Cursor() }
 // Each calls fn with every record, zero-copy, until ctx is done, the reader
 // is closed, the deadline passes, a Flush completes, or fn returns an error,
 // and returns that error (ctx.Err() wrapped for ctx); a nil fn is
-// ErrInvalidOptions. rec aliases ring memory and is valid only during the
-// call; meta carries the CPU. This is
-// the form meant to keep up with the kernel (ErrReentrant from inside
-// another Each function or All loop: see Reader): the turn loop is written out,
-// so that a record costs a parse and a call of fn. ctx is checked between
+// ErrInvalidOptions, and a call from inside another Each function or All
+// loop ErrReentrant (see Reader). rec aliases ring memory and is valid only
+// during the call; meta carries the CPU. This is the form meant to keep up
+// with the kernel: the turn loop is written out, so that a record costs a
+// parse and a call of fn. ctx is checked between
 // turns (at most Budget bytes) and whenever the rings are empty.
 func (r *Reader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {
 	const op = "read perf buffer"

@@ -17,7 +17,6 @@ package benchrun
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cref"
@@ -202,18 +202,13 @@ func (a *attached) close() {
 }
 
 // newPerfEventArray creates a perf event array like the events map, for
-// one reader's rings.
+// one reader's rings, and returns its fd.
 func newPerfEventArray(e *bpfrun.Emitter) (int, error) {
-	var attr [16]byte // union bpf_attr, BPF_MAP_CREATE: map_type, key_size, value_size, max_entries
-	binary.NativeEndian.PutUint32(attr[0:], unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY)
-	binary.NativeEndian.PutUint32(attr[4:], 4)
-	binary.NativeEndian.PutUint32(attr[8:], 4)
-	binary.NativeEndian.PutUint32(attr[12:], e.Events.MaxEntries())
-	fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_CREATE, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
-	if errno != 0 {
-		return -1, fmt.Errorf("create perf event array: %w", errno)
+	m, err := libbpfgo.CreateMap(libbpfgo.MapTypePerfEventArray, "bench_rings", 4, 4, int(e.Events.MaxEntries()), nil)
+	if err != nil {
+		return -1, fmt.Errorf("create perf event array: %w", err)
 	}
-	return int(fd), nil
+	return m.FileDescriptor(), nil
 }
 
 func openAttached(e *bpfrun.Emitter, cfg DrainConfig) (*attached, error) {
