@@ -130,4 +130,3 @@ func (l *lifetime) close(wake func()) bool {
 	l.exit()
 	return true
 }
-
