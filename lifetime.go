@@ -126,6 +126,14 @@ func (l *lifetime) close(wake func()) bool {
 			break
 		}
 	}
+	// Exclusive calls waiting for busyBit return once closed: wake them
+	// (waitNotBusy; as in exitExclusive, either this sees a waiter or the
+	// waiter sees closedBit).
+	if l.waiters.Load() > 0 {
+		l.mu.Lock()
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	}
 	wake()
 	l.exit()
 	return true

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // lifetime frees exactly once, never while a call is in progress, and
@@ -49,5 +50,54 @@ func TestLifetime(t *testing.T) {
 		if frees.Load() != 1 {
 			t.Fatalf("freed %d times", frees.Load())
 		}
+	}
+}
+
+// Exclusive calls exclude each other; one waiting for another returns
+// os.ErrClosed as soon as close is called, while the one in progress still
+// runs, and free runs once that one exits. (A waiting call used to wake only
+// when the call in progress exited.)
+func TestLifetimeExclusive(t *testing.T) {
+	var l lifetime
+	frees := 0
+	l.free = func() { frees++ }
+	if err := l.enterExclusive("first"); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() {
+		err := l.enterExclusive("second")
+		if err == nil {
+			l.exitExclusive()
+		}
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("second exclusive call entered (%v) while the first ran", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if err := l.enter("shared"); err != nil { // plain calls do not wait
+		t.Fatal(err)
+	}
+	l.exit()
+	l.close(func() {})
+	select {
+	case err := <-second:
+		if !errors.Is(err, os.ErrClosed) {
+			t.Errorf("waiting exclusive call after close: %v, want os.ErrClosed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("waiting exclusive call still blocked 2s after close")
+	}
+	if frees != 0 {
+		t.Fatal("freed while an exclusive call was in progress")
+	}
+	l.exitExclusive()
+	if frees != 1 {
+		t.Fatalf("freed %d times after the last call", frees)
+	}
+	if err := l.enterExclusive("after"); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("exclusive call after close: %v", err)
 	}
 }

@@ -100,7 +100,7 @@ func (o *ordered) saw(r *orderedRing, key uint64) {
 
 type mark struct {
 	pos uint64
-	t   int64 // OrderedReader.now()
+	t   int64 // ordered.now()
 }
 
 // ordered merges the rings by key. Only each ring's front, the next record
@@ -579,7 +579,10 @@ func (o *ordered) each(fn func(*Record) error) (bool, error) {
 		err := fn(rec)
 		o.delivered(i)
 		if err == nil && o.runRing == i && !o.r.life.closed() {
-			err = o.run(i, fn)
+			var k int
+			if k, err = o.run(i, fn); k > 0 {
+				return true, err // at most a run apart (see policy.each)
+			}
 		}
 		if err != nil || o.r.life.closed() {
 			return true, err
@@ -592,9 +595,9 @@ func (o *ordered) each(fn func(*Record) error) (bool, error) {
 // [o.last, o.runBound], without another look at the other rings: rule 1
 // holds for them. It runs RawBuffer.each keyed, up to the ring's next
 // commit, and leaves what the run may not deliver as the ring's front.
-func (o *ordered) run(i int, fn func(*Record) error) error {
+func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
 	if o.keyFn != nil {
-		return nil // keys only Key can read: next takes each record
+		return 0, nil // keys only Key can read: next takes each record
 	}
 	r, rb := &o.rs[i], o.r.rings[i]
 	rb.keyed, rb.keyOff, rb.keyLo, rb.keyHi = true, uint64(o.keyOffset), o.last, o.runBound
@@ -618,5 +621,5 @@ func (o *ordered) run(i int, fn func(*Record) error) error {
 	if r.freed >= o.commitAt {
 		o.commitPublish(i)
 	}
-	return err
+	return k, err
 }

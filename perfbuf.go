@@ -208,6 +208,17 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	pb, err := newPerfBuffer(r, opts)
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return pb, nil
+}
+
+// newPerfBuffer is New over rings already open (tests pass rings of their
+// own). It does not close r if it fails.
+func newPerfBuffer(r *rings, opts Options) (*PerfBuffer, error) {
 	n := len(r.cpus)
 	pb := &PerfBuffer{
 		r:      r,
@@ -225,9 +236,9 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 		rb.skipOther, rb.closed = true, &pb.life
 	}
 	pb.life.free = pb.free
+	var err error
 	if pb.w, err = newWaiter(r.fds); err != nil {
-		r.close()
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, err
 	}
 	return pb, nil
 }
@@ -239,8 +250,9 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 // nil.
 //
 // Delivery stops with Close: called from SampleFunc or LostFunc, that call is
-// the last; called from another goroutine, only a callback already running
-// there may still return. What is still in the rings is discarded and
+// the last; called from another goroutine, a drain in progress stops after
+// the callback it is running (or, when Close falls between two, the one it
+// starts). What is still in the rings is discarded and
 // counted in Stats as Discarded: to stop without losing it, call Consume
 // (after the producers stop), then Close.
 func (pb *PerfBuffer) Close() error {

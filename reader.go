@@ -209,10 +209,11 @@ func (r *Reader) free() {
 // Close stops the reader: a blocked read returns an error matching
 // os.ErrClosed at once, later reads fail with it, and the rings are freed
 // once the read in progress, if any, has returned. Records still in the
-// rings are not delivered: they are counted in Stats as Discarded. To
-// deliver them first, call Flush and read until ErrFlushed. Close may be
-// called from any goroutine, also from a callback, any number of times, and
-// returns nil.
+// rings are not delivered: they are counted in Stats as Discarded when the
+// rings are freed (at once if no read is in progress, else when it
+// returns). To deliver them first, call Flush and read until ErrFlushed.
+// Close may be called from any goroutine, also from a callback, any number
+// of times, and returns nil.
 func (r *Reader) Close() error {
 	r.life.close(r.w.wake)
 	return nil
