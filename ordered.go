@@ -593,13 +593,34 @@ func (o *ordered) each(fn func(*Record) error) (bool, error) {
 
 // run delivers ring i's next records at once while their keys stay within
 // [o.last, o.runBound], without another look at the other rings: rule 1
-// holds for them. It runs RawBuffer.each keyed, up to the ring's next
-// commit, and leaves what the run may not deliver as the ring's front.
+// holds for them. The first is parsed as the ring's front, as next would
+// (most runs end there when the rings' keys interleave); the rest go
+// through RawBuffer.each keyed, up to the ring's next commit. What the run
+// may not deliver stays the ring's front. It returns how many it delivered.
 func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
-	if o.keyFn != nil {
-		return 0, nil // keys only Key can read: next takes each record
-	}
 	r, rb := &o.rs[i], o.r.rings[i]
+	if p, room := rb.plainRoom(); o.keyFn == nil && room > 0 {
+		// RawBuffer.parse's plain sample, in line: the common front.
+		size, n := plainAt(p, room)
+		if size == 0 {
+			return 0, nil // next's load parses it
+		}
+		r.front.CPU = rb.cpu
+		rb.take(&r.front, p, size, n)
+		o.parsedFront(r)
+	} else if !o.load(i) {
+		return 0, nil
+	}
+	if r.front.Type != RecordSample || r.key > o.runBound || r.key < o.last {
+		return 0, nil // next takes the front
+	}
+	o.last = r.key
+	r.front.Key, r.front.Late = r.key, false
+	err := fn(&r.front)
+	o.delivered(i)
+	if err != nil || o.keyFn != nil || o.r.life.closed() {
+		return 1, err // (keys only Key can read: next takes each record)
+	}
 	rb.keyed, rb.keyOff, rb.keyLo, rb.keyHi = true, uint64(o.keyOffset), o.last, o.runBound
 	from := rb.cursor
 	k, err := rb.each(&r.front, uint64(o.commitAt-r.freed), fn)
@@ -621,5 +642,5 @@ func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
 	if r.freed >= o.commitAt {
 		o.commitPublish(i)
 	}
-	return k, err
+	return 1 + k, err
 }

@@ -414,10 +414,15 @@ func (r *Reader) ReadInto(s *Sample) error {
 	if err := r.life.enterExclusive(op); err != nil {
 		return err
 	}
-	defer r.life.exitExclusive()
+	defer r.life.exitExclusive() // (a Key function may panic)
+	return r.readInto(s, op)
+}
+
+// readInto is ReadInto once the reader is taken.
+func (r *Reader) readInto(s *Sample, op string) error {
 	for !r.life.closed() {
-		if err := r.takeCorrupt(op); err != nil {
-			return err
+		if r.corrupt != nil {
+			return r.takeCorrupt(op)
 		}
 		if rec, i := r.pol.next(); i >= 0 {
 			copySample(s, rec)
@@ -432,9 +437,12 @@ func (r *Reader) ReadInto(s *Sample) error {
 }
 
 // copySample fills s with rec, copying the payload into the memory s.Data
-// already has when it is large enough.
+// already has when it is large enough. (Field by field: a composite literal
+// is built on the stack and copied in wide loads that stall on the narrow
+// stores before them.)
 func copySample(s *Sample, rec *Record) {
-	*s = Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(s.Data[:0]), Lost: rec.Lost, Key: rec.Key, Late: rec.Late}
+	s.Data = rec.AppendTo(s.Data[:0])
+	s.CPU, s.Type, s.Lost, s.Key, s.Late = rec.CPU, rec.Type, rec.Lost, rec.Key, rec.Late
 }
 
 // Read is ReadInto into a new Sample.
