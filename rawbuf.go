@@ -145,8 +145,13 @@ type RawBuffer struct {
 	counted uint64
 
 	corrupt *CorruptError // sticky until SkipCorrupt
-	badHead bool          // corrupt came from the latest head snapshot; SkipCorrupt resyncs to badPos
+	badHead bool          // corrupt came from the latest head snapshot
 	badPos  uint64        // the invalid head snapshot
+	behind  bool          // it was behind the tail: SkipCorrupt resyncs the tail to it
+	// ignored is an invalid data_head that SkipCorrupt passed over: snapshots see no new
+	// records while data_head keeps that value, and go on once the kernel writes it again.
+	ignored  uint64
+	ignoring bool
 
 	stats Stats
 
@@ -301,6 +306,8 @@ func (b *RawBuffer) snapshot() bool {
 	h := b.loadHead()
 	var reason string
 	switch {
+	case b.ignoring && h == b.ignored && b.corrupt == nil:
+		return false // passed over already (SkipCorrupt): nothing new
 	case int64(h-b.tail) < 0:
 		reason = fmt.Sprintf("head %d behind tail %d", h, b.tail)
 	case int64(h-b.head) < 0:
@@ -311,13 +318,13 @@ func (b *RawBuffer) snapshot() bool {
 		reason = fmt.Sprintf("head %d not 8-aligned", h)
 	default:
 		b.head = h
-		b.badHead = false // the head is sane again: SkipCorrupt can skip to it
+		b.badHead, b.ignoring = false, false // the head is sane again
 		b.stats.MaxFill = max(b.stats.MaxFill, int(h-b.tail))
 		return true
 	}
 	if b.corrupt == nil {
 		b.corrupt = &CorruptError{CPU: b.cpu, Pos: b.cursor, Size: h, Reason: reason}
-		b.badHead, b.badPos = true, h
+		b.badHead, b.badPos, b.behind = true, h, int64(h-b.tail) < 0
 	}
 	return false
 }
@@ -718,10 +725,23 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 // snapshot, commits data_tail there, clears the error and returns the number of bytes
 // skipped; Stats counts the corruption and the bytes. Records already returned by Next but
 // not committed are released too (not counted as skipped), also those that Begin would read
-// again before the corrupt one. If the head snapshot itself was invalid, the reader
-// resynchronises with it: it commits that head (at most Size() bytes are counted as
-// skipped). Without a pending error it discards what is pending, counted as skipped.
+// again before the corrupt one. Without a pending error it discards what is pending,
+// counted as skipped.
+//
+// An invalid head snapshot is the header page's, not the records': SkipCorrupt passes over
+// that data_head value, skipping nothing, and reading goes on once the kernel writes
+// data_head again (a head too far ahead, unaligned or moved backwards would otherwise make
+// the reader skip genuine records). A head behind the tail says the tail moved: the reader
+// resynchronises with the head, committing it as the tail.
 func (b *RawBuffer) SkipCorrupt() uint64 {
+	if b.corrupt != nil {
+		b.stats.Corrupt++
+	}
+	if b.badHead && !b.behind {
+		b.ignored, b.ignoring = b.badPos, true
+		b.corrupt, b.badHead = nil, false
+		return 0
+	}
 	target := b.head
 	if b.badHead {
 		target = b.badPos
@@ -731,11 +751,8 @@ func (b *RawBuffer) SkipCorrupt() uint64 {
 		from = b.corrupt.Pos // the records before it are good (Begin went back)
 	}
 	skipped := min(target-from, uint64(len(b.data)))
-	if b.corrupt != nil {
-		b.stats.Corrupt++
-	}
 	b.stats.CorruptBytes += skipped
-	b.corrupt, b.badHead, b.badPos = nil, false, 0
+	b.corrupt, b.badHead, b.badPos, b.behind = nil, false, 0, false
 	b.cursor, b.head, b.counted = target, target, target
 	if target != b.tail {
 		b.commit(target)

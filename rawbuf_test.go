@@ -765,16 +765,30 @@ func TestRawCorruptHead(t *testing.T) {
 			if b.pending() != 0 || b.tail != 4096 {
 				t.Fatalf("pending %d, tail %d", b.pending(), b.tail)
 			}
-			// SkipCorrupt resynchronises with the producer's head.
 			b.SkipCorrupt()
-			if st := b.Stats(); b.tail != c.head || st.Corrupt != 1 || st.CorruptBytes > 1024 {
-				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.tail, b.Stats())
+			st := b.Stats()
+			if c.name == "behind tail" {
+				// The tail is what moved: SkipCorrupt resynchronises with the head.
+				if b.tail != c.head || st.Corrupt != 1 || st.CorruptBytes > 1024 {
+					t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.tail, st)
+				}
+			} else if b.tail != 4096 || st.Corrupt != 1 || st.CorruptBytes != 0 {
+				// A bad head is passed over, and nothing below it is skipped.
+				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.tail, st)
+			}
+			if c.name != "behind tail" {
+				if n, err := b.Drain(func(*Record) error { return nil }); n != 0 || err != nil {
+					t.Fatalf("Drain while data_head keeps the bad value = %d, %v", n, err)
+				}
 			}
 			// The next real record brings the kernel's head back; at most one more
 			// SkipCorrupt gets the reader going again.
 			f.mustWrite(t, fakeSample(nil))
+			got := 0
 			for range 2 {
-				_, err = b.Drain(func(*Record) error { return nil })
+				var k int
+				k, err = b.Drain(func(*Record) error { return nil })
+				got += k
 				if err == nil {
 					break
 				}
@@ -782,6 +796,13 @@ func TestRawCorruptHead(t *testing.T) {
 			}
 			if err != nil || b.tail != f.head {
 				t.Fatalf("no recovery: %v, tail %d head %d", err, b.tail, f.head)
+			}
+			want := 2 // the sample below the bad head, and the new one
+			if c.name == "behind tail" {
+				want = 0 // the resync lands on what the kernel never wrote, skipped to the head
+			}
+			if got != want {
+				t.Fatalf("%d samples after recovery, want %d", got, want)
 			}
 		})
 	}

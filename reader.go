@@ -315,8 +315,10 @@ func (r *Reader) flushReached() bool {
 	if !r.flushOn {
 		return false
 	}
-	for i := range r.rings {
-		if int64(r.pol.oldest(i)-r.flushTo[i]) < 0 {
+	for i, rb := range r.rings {
+		// A head the ring passed over as invalid (RawBuffer.SkipCorrupt) is
+		// no record boundary to wait for.
+		if to := r.flushTo[i]; int64(r.pol.oldest(i)-to) < 0 && !(rb.ignoring && to == rb.ignored) {
 			return false
 		}
 	}

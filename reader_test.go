@@ -895,13 +895,15 @@ func TestReaderBadHead(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Reason != "head 4096 more than the 1024-byte ring past tail 0" {
 		t.Fatalf("first read: %v; want the bad head reported", err)
 	}
-	if st := r.Stats()[0]; st.Corrupt != 1 || st.CorruptBytes != 1024 || f.rings[0].page.Data_tail != 4096 {
-		t.Errorf("invalid head not skipped: stats %+v, tail %d", st, f.rings[0].page.Data_tail)
+	// The head is passed over, not taken: the sample below it is genuine.
+	if st := r.Stats()[0]; st.Corrupt != 1 || st.CorruptBytes != 0 || f.rings[0].page.Data_tail != 0 {
+		t.Errorf("invalid head taken: stats %+v, tail %d", st, f.rings[0].page.Data_tail)
 	}
 	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("second read: %v; want the deadline (reported once, ring empty)", err)
+		t.Errorf("second read: %v; want the deadline (reported once, nothing new)", err)
 	}
 
+	// A Flush that took the bad head ends: nothing can be read up to it.
 	r.Flush()
 	r.SetDeadline(time.Now().Add(100 * time.Millisecond))
 	done := make(chan error, 1)
@@ -915,6 +917,22 @@ func TestReaderBadHead(t *testing.T) {
 		r.Close() // ends the spinning read
 		<-done
 		t.Fatalf("ReadInto after Flush still running 2s on, 1.9s past its deadline")
+	}
+
+	// The producer's next write brings data_head back: both samples arrive.
+	f.emit(t, 0, 0, 1, 16)
+	r.SetDeadline(time.Now().Add(time.Second))
+	for seq := uint64(0); seq < 2; seq++ {
+		if err := r.ReadInto(&s); err != nil || binary.NativeEndian.Uint64(s.Data[8:]) != seq {
+			t.Fatalf("read seq %d: %v, %x", seq, err, s.Data)
+		}
+	}
+	r.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) { // ends the turn: stats published
+		t.Fatalf("last read: %v", err)
+	}
+	if st := r.Stats()[0]; st.Samples != 2 || st.Corrupt != 1 || st.CorruptBytes != 0 {
+		t.Errorf("stats %+v", st)
 	}
 }
 
