@@ -166,20 +166,28 @@ func TestRawMatchesCallback(t *testing.T) {
 	}
 }
 
-// Peeking does not consume: records read without Commit are read again
-// after Begin, and Commit publishes data_tail only when asked.
-func TestRawPeekCommit(t *testing.T) {
-	f := bpftest.Setup(t, obj)
+// rawRing0 opens f's rings, one page each, for raw mode only and returns
+// ring 0, released and closed at cleanup.
+func rawRing0(t *testing.T, f *bpftest.Fixture) *perfbuf.RawBuffer {
+	t.Helper()
 	pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, Raw: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pb.Close()
+	t.Cleanup(func() { pb.Close() })
 	rb, err := pb.Buffer(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rb.Release()
+	t.Cleanup(rb.Release) // (before pb.Close: cleanups run last first)
+	return rb
+}
+
+// Peeking does not consume: records read without Commit are read again
+// after Begin, and Commit publishes data_tail only when asked.
+func TestRawPeekCommit(t *testing.T) {
+	f := bpftest.Setup(t, obj)
+	rb := rawRing0(t, f)
 	f.Emit(t, rb.CPU(), 5, 64, 0)
 
 	read := func() (seqs []uint64, end uint64) {
@@ -301,16 +309,7 @@ func TestRawHold(t *testing.T) {
 // rest stay in the ring for the next Drain.
 func TestRawDrainStops(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, Raw: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pb.Close()
-	rb, err := pb.Buffer(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rb.Release()
+	rb := rawRing0(t, f)
 	const size = 48
 	f.Emit(t, rb.CPU(), 5, size, 0)
 	stop := errors.New("stop")
