@@ -283,9 +283,9 @@ func (pb *PerfBuffer) free() {
 //
 // Errors: os.ErrClosed (wrapped) once Close is called, also for a Poll that
 // was blocked when it was; a *CorruptError (ErrCorrupt) for a ring that held
-// a record the kernel never writes, which is skipped to its head and
-// counted, after the ring's good records and the other rings' are delivered
-// (the next call goes on as usual); ErrReentrant (see PerfBuffer);
+// a record or head the kernel never writes, which is got past as
+// RawBuffer.SkipCorrupt does and counted, after the ring's good records and
+// the other rings' are delivered (the next call goes on as usual); ErrReentrant (see PerfBuffer);
 // os.ErrInvalid with Options.Raw; a syscall.Errno from epoll.
 func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	const op = "poll perf buffer"

@@ -69,8 +69,9 @@ type Sample struct {
 // one running it or another goroutine's: it fails with ErrReentrant.
 //
 // A read reports a corrupt ring (a record or head the kernel never writes)
-// once, as a *CorruptError matching ErrCorrupt, after skipping that ring to
-// its head and counting it in Stats; the next read goes on with every ring.
+// once, as a *CorruptError matching ErrCorrupt, after getting past it as
+// RawBuffer.SkipCorrupt does and counting it in Stats; the next read goes on
+// with every ring.
 type Reader struct {
 	rings []*RawBuffer
 	owner *rings // what NewReader opened (nil over rings of a test's own)
