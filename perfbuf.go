@@ -462,7 +462,7 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 }
 
 // drainRing delivers ring i's records up to its head and commits them, also
-// when a callback panics. A corrupt ring is skipped to its head and its
+// when a callback panics. A corrupt ring is got past (SkipCorrupt) and its
 // *CorruptError returned.
 func (pb *PerfBuffer) drainRing(i int) (int, error) {
 	rb := pb.r.raw[i]
@@ -471,7 +471,7 @@ func (pb *PerfBuffer) drainRing(i int) (int, error) {
 	rb.Begin()
 	_, err := rb.each(&pb.rec, maxLimit, pb.deliver)
 	if err != nil {
-		rb.SkipCorrupt() // counted; the ring goes on at the head
+		rb.SkipCorrupt() // counted; the ring goes on past it
 	}
 	return int(rb.stats.Samples - before), err
 }
