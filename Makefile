@@ -91,7 +91,7 @@ build: libbpf-info bpf
 RUN_SECONDS ?= 3
 run: libbpf-info bpf
 	$(GO) build $(GOTAGS) -o $(BUILD)/execsnoop ./cmd/execsnoop
-	$(BUILD)/execsnoop --bpf-obj cmd/execsnoop/bpf/execsnoop.bpf.o --demo -T -x -d $(RUN_SECONDS)
+	$(BUILD)/execsnoop --demo -T -x -d $(RUN_SECONDS)
 
 # Every test: unit tests and privileged selftests, with the race detector.
 # Under CI (CI=true) a selftest that cannot get its privileges fails.

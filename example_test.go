@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
 	"time"
 
 	"github.com/aquasecurity/libbpfgo"
@@ -37,7 +38,8 @@ func events() *libbpfgo.BPFMap {
 	return ev
 }
 
-// Callback mode, as perf_buffer__new and perf_buffer__poll.
+// Callback mode, as perf_buffer__new and perf_buffer__poll: a goroutine
+// polls, and the lossless stop is Consume, then Close.
 func ExampleNew() {
 	pb, err := perfbuf.New(events(), perfbuf.Options{
 		PageCount:     64,
@@ -53,22 +55,41 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	done := make(chan struct{})
 	go func() {
-		time.Sleep(10 * time.Second)
-		pb.Close() // wakes the Poll below at once
-	}()
-	for {
-		if _, err := pb.Poll(-1); errors.Is(err, os.ErrClosed) {
-			return
-		} else if err != nil {
-			log.Fatal(err)
+		defer close(done)
+		for {
+			_, err := pb.Poll(-1)
+			switch {
+			case errors.Is(err, os.ErrClosed):
+				return
+			case errors.Is(err, perfbuf.ErrCorrupt):
+				log.Print(err) // that ring was skipped and counted; the next Poll goes on
+			case err != nil:
+				log.Fatal(err)
+			}
 		}
+	}()
+
+	time.Sleep(10 * time.Second) // the BPF program runs
+
+	// Stop without loss: once the BPF program writes no more (detach it),
+	// Consume delivers what the rings hold; Close then wakes the Poll above
+	// at once, with os.ErrClosed. Close alone would discard what the rings
+	// hold (counted in Stats as Discarded).
+	if _, err := pb.Consume(); err != nil && !errors.Is(err, perfbuf.ErrCorrupt) {
+		log.Fatal(err)
+	}
+	pb.Close()
+	<-done
+	for _, st := range pb.Stats() {
+		fmt.Printf("cpu %d: %d samples, %d lost, %d bytes discarded\n", st.CPU, st.Samples, st.Lost, st.Discarded)
 	}
 }
 
 // Raw mode: read ring 0 in place and commit once.
 func ExamplePerfBuffer_Buffer() {
-	pb, err := perfbuf.New(events(), perfbuf.Options{})
+	pb, err := perfbuf.New(events(), perfbuf.Options{Raw: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -77,28 +98,100 @@ func ExamplePerfBuffer_Buffer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer rb.Release()
+	defer rb.Release() // before Close: Close frees the rings once it is released
 	var buf []byte
-	_, err = rb.Drain(func(rec *perfbuf.Record) bool {
-		if rec.Type == perfbuf.RecordSample {
+	n, err := rb.Drain(func(rec *perfbuf.Record) error {
+		switch rec.Type {
+		case perfbuf.RecordSample:
 			buf = rec.AppendTo(buf[:0]) // one slice even if the sample wraps
 			fmt.Println(len(buf))
+		case perfbuf.RecordLost:
+			fmt.Println("lost", rec.Lost)
 		}
-		return true
+		return nil // an error stops the drain, committed up to this record
 	})
 	if errors.Is(err, perfbuf.ErrCorrupt) {
-		rb.SkipCorrupt() // counted in rb.Stats().CorruptBytes
+		rb.SkipCorrupt() // counted in rb.Stats(): Corrupt, CorruptBytes
+	} else if err != nil {
+		log.Fatal(err)
 	}
+	fmt.Printf("%d records; %d of %d bytes in use\n", n, rb.Used(), rb.Size())
 }
 
-// All CPUs merged by a bpf_ktime_get_ns() stamp at the start of each sample.
-func ExampleNewOrderedReader() {
-	pb, err := perfbuf.New(events(), perfbuf.Options{PageCount: 256})
+// A Reader over every CPU's ring, the fullest first: a ReadInto loop, and a
+// Flush to deliver what the rings hold before Close.
+func ExampleNewReader() {
+	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{
+		WakeupEvents: 32,                    // fewer wakeups for the producer
+		MaxLatency:   20 * time.Millisecond, // what raises none is read this often
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer pb.Close()
-	r, err := perfbuf.NewOrderedReader(pb, perfbuf.OrderedOptions{KeyOffset: 0, MaxDelay: 50 * time.Millisecond})
+	defer r.Close() // frees the rings
+	go func() {
+		time.Sleep(10 * time.Second)
+		r.Flush() // deliver what the rings hold now, then ErrFlushed
+	}()
+	var s perfbuf.Sample
+	for {
+		err := r.ReadInto(&s) // reuses s.Data: no allocation per record
+		switch {
+		case errors.Is(err, perfbuf.ErrFlushed):
+			return
+		case errors.Is(err, perfbuf.ErrCorrupt):
+			log.Print(err) // that ring was skipped and counted; reading goes on
+			continue
+		case err != nil:
+			log.Fatal(err)
+		}
+		if s.Type == perfbuf.RecordLost {
+			fmt.Printf("cpu %d: lost %d\n", s.CPU, s.Lost)
+			continue
+		}
+		fmt.Printf("cpu %d: %d bytes\n", s.CPU, len(s.Data))
+	}
+}
+
+// Each is the zero-copy read, meant to keep up with the kernel: a record
+// costs a parse and a call.
+func ExampleReader_Each() {
+	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var samples, bytes uint64
+	for {
+		err := r.Each(ctx, func(rec *perfbuf.Record) error {
+			// rec.Data and rec.Wrapped alias the ring until fn returns.
+			if rec.Type == perfbuf.RecordSample {
+				samples++
+				bytes += uint64(rec.Len())
+			}
+			return nil
+		})
+		if errors.Is(err, perfbuf.ErrCorrupt) {
+			log.Print(err) // skipped and counted; Each goes on when called again
+			continue
+		}
+		if !errors.Is(err, context.Canceled) {
+			log.Fatal(err)
+		}
+		break
+	}
+	fmt.Printf("%d samples, %d bytes\n", samples, bytes)
+}
+
+// Every CPU merged in the order of a bpf_ktime_get_ns() stamp at the start
+// of each sample.
+func ExampleReaderOptions_order() {
+	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{
+		PageCount: 256,
+		Order:     &perfbuf.Order{KeyOffset: 0, MaxDelay: 50 * time.Millisecond},
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -107,7 +200,8 @@ func ExampleNewOrderedReader() {
 	defer cancel()
 	for s, err := range r.All(ctx) {
 		if err != nil {
-			continue // the iterator ends on ctx or Close
+			log.Print(err) // the iterator ends on ctx or Close, and goes on after others
+			continue
 		}
 		switch s.Type {
 		case perfbuf.RecordLost:
@@ -115,5 +209,8 @@ func ExampleNewOrderedReader() {
 		case perfbuf.RecordSample:
 			fmt.Printf("%d cpu %d late=%v ts=%d\n", s.Key, s.CPU, s.Late, binary.NativeEndian.Uint64(s.Data))
 		}
+	}
+	for _, st := range r.Stats() {
+		fmt.Printf("cpu %d: %d samples, %d late\n", st.CPU, st.Samples, st.Late)
 	}
 }

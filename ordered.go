@@ -1,20 +1,39 @@
 package perfbuf
 
+// The ordered policy (ReaderOptions.Order): every ring merged in key order,
+// the records kept in the rings until delivered.
+
 import (
-	"context"
 	"encoding/binary"
-	"fmt"
 	"math"
-	"os"
 	"slices"
 	"time"
 )
 
-// OrderedOptions configures NewOrderedReader.
-type OrderedOptions struct {
-	// MaxLatency as for Reader; Budget and RoundRobin do not apply.
-	ReaderOptions
-
+// Order makes a Reader merge the rings in nondecreasing order of a key (a
+// timestamp, typically): see ReaderOptions.Order and the release rule below.
+//
+// The release rule. A CPU's records come in key order, but an idle CPU may
+// still produce an earlier record. The smallest key among the rings' next
+// records is released when
+//
+//  1. every ring has shown a key at least as large (nothing earlier can come
+//     from a CPU whose keys only grow), or
+//  2. a key KeyWindow (default MaxDelay, as nanoseconds) larger has been
+//     seen on any ring (while records wait, the reader parses ahead to find
+//     the newest keys), or
+//  3. the reader first saw it MaxDelay ago (to within MaxDelay/32), or
+//  4. a ring is filled past HighWater: release rather than lose, or
+//  5. a Flush or Close is under way.
+//
+// Rules 2 and 3 can release a record before an earlier one arrives; such a
+// record, delivered after a larger key, is late: counted in Stats, and
+// delivered with Late set, or dropped with DropLate. Lost records carry no
+// key and are delivered as soon as they are reached.
+//
+// The records stay in the rings until delivered: each ring's next record is
+// parsed in place, and a ring's tail is committed as its records go.
+type Order struct {
 	// KeyOffset is where the key sits in each sample: a u64 in the host's
 	// byte order, as a BPF program stores it, such as a bpf_ktime_get_ns()
 	// stamp. A sample too short to hold it has key 0.
@@ -32,8 +51,8 @@ type OrderedOptions struct {
 	// released once a key KeyWindow larger has been seen.
 	KeyWindow uint64
 
-	// DropLate drops records that arrive behind a key already released
-	// instead of delivering them marked Late. Either way they are counted.
+	// DropLate drops late samples instead of delivering them marked Late.
+	// Either way they are counted.
 	DropLate bool
 
 	// HighWater is the ring fill, in bytes, above which records are
@@ -63,9 +82,6 @@ type orderedRing struct {
 	dueBefore uint64
 
 	freed int // bytes delivered since the ring's last commit
-
-	samples, bytes uint64 // delivered (or dropped as late), for Stats
-	lost           uint64 // lost samples, as their lost records are delivered
 }
 
 // saw notes key as parsed from the ring.
@@ -76,44 +92,23 @@ func (r *orderedRing) saw(key uint64) {
 }
 
 // saw notes key as parsed from ring r, and as the newest of all if it is.
-// (Each's run loop notes only the ring's: fixRoot catches up.)
-func (o *OrderedReader) saw(r *orderedRing, key uint64) {
+// (A run notes only the ring's: fixRoot catches up.)
+func (o *ordered) saw(r *orderedRing, key uint64) {
 	r.saw(key)
 	o.newest = max(o.newest, key)
 }
 
 type mark struct {
 	pos uint64
-	t   int64 // OrderedReader.now()
+	t   int64 // ordered.now()
 }
 
-// OrderedReader merges the records of every ring into one stream in
-// nondecreasing order of a key (a timestamp, typically), without copying
-// them out of the rings: each ring's next record is parsed in place, the
-// smallest key goes first, and a ring's tail is committed as its records
-// are delivered.
-//
-// The release rule. A CPU's records come in key order, but an idle CPU may
-// still produce an earlier record. The smallest key among the rings' next
-// records is released when
-//
-//  1. every ring has shown a key at least as large (nothing earlier can come
-//     from a CPU whose keys only grow), or
-//  2. a key KeyWindow (default MaxDelay, as nanoseconds) larger has been
-//     seen on any ring (while records wait, the reader parses ahead to find
-//     the newest keys), or
-//  3. the reader first saw it MaxDelay ago (to within MaxDelay/32), or
-//  4. a ring is filled past HighWater: release rather than lose, or
-//  5. a Flush or Close is under way.
-//
-// Rules 2 and 3 can release a record before an earlier one arrives; such a
-// record, delivered after a larger key, is late: counted in Stats, and
-// delivered with Sample.Late set, or dropped with DropLate. Lost records
-// carry no key and are delivered as soon as they are reached.
-//
-// The concurrency contract is Reader's.
-type OrderedReader struct {
-	core
+// ordered merges the rings by key. Only each ring's front, the next record
+// to deliver from it, is parsed: a CPU's records come in key order, so the
+// front is the ring's smallest key and the records behind it can wait in
+// the ring unparsed.
+type ordered struct {
+	r         *Reader
 	rs        []orderedRing
 	keyOffset int
 	keyFn     func([]byte) uint64
@@ -124,7 +119,7 @@ type OrderedReader struct {
 	highWater int
 	commitAt  int  // bytes delivered from a ring before its tail is committed
 	pressure  bool // released by rule 4: commit at once
-	// A run (Each): the ring whose front next released by rule 1, and the
+	// A run: the ring whose front next released by rule 1, and the
 	// smallest front key of the other rings then. Until one of those is
 	// delivered, that ring's records up to runBound go next by rule 1.
 	runRing  int
@@ -138,26 +133,9 @@ type OrderedReader struct {
 	scratch  []byte
 }
 
-// NewOrderedReader takes every ring of pb for an OrderedReader. Errors:
-// ErrInvalidOptions, ErrBusy if a ring is held already, os.ErrClosed.
-func NewOrderedReader(pb *PerfBuffer, opts OrderedOptions) (*OrderedReader, error) {
-	o, err := newOrdered(opts)
-	if err == nil {
-		err = o.open(pb, opts.ReaderOptions)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("new ordered reader: %w", err)
-	}
-	o.setup()
-	return o, nil
-}
-
-// newOrdered checks opts; open or init adds the rings, then setup.
-func newOrdered(opts OrderedOptions) (*OrderedReader, error) {
-	if opts.KeyOffset < 0 || opts.MaxDelay < 0 || opts.HighWater < 0 {
-		return nil, fmt.Errorf("negative option: %w", ErrInvalidOptions)
-	}
-	o := &OrderedReader{
+func newOrdered(r *Reader, opts *Order) *ordered {
+	o := &ordered{
+		r:         r,
 		keyOffset: opts.KeyOffset,
 		keyFn:     opts.Key,
 		maxDelay:  opts.MaxDelay,
@@ -165,6 +143,7 @@ func newOrdered(opts OrderedOptions) (*OrderedReader, error) {
 		dropLate:  opts.DropLate,
 		highWater: opts.HighWater,
 		start:     time.Now(),
+		runRing:   -1,
 	}
 	if o.maxDelay == 0 {
 		o.maxDelay = 100 * time.Millisecond
@@ -172,38 +151,33 @@ func newOrdered(opts OrderedOptions) (*OrderedReader, error) {
 	if o.window == 0 {
 		o.window = uint64(o.maxDelay.Nanoseconds())
 	}
-	return o, nil
-}
-
-func (o *OrderedReader) setup() {
+	size := r.rings[0].Size()
 	if o.highWater == 0 {
-		o.highWater = o.rings[0].Size() * 3 / 4
+		o.highWater = size * 3 / 4
 	}
-	o.commitAt = max(o.rings[0].Size()/16, 1)
+	o.commitAt = max(size/16, 1)
 	o.markGrain = int64(o.maxDelay / 32)
-	o.rs = make([]orderedRing, len(o.rings))
-	for i, rb := range o.rings {
+	o.rs = make([]orderedRing, len(r.rings))
+	for i, rb := range r.rings {
 		rb.Begin()
-		r := &o.rs[i]
-		r.scanned, r.dueBefore = rb.Tail(), rb.Tail()
-		if rb.Pending() > 0 {
+		ring := &o.rs[i]
+		ring.scanned, ring.dueBefore = rb.tail, rb.tail
+		if rb.pending() > 0 {
 			o.mark(i, rb.head)
-			o.noteFill(i, rb.Pending())
 		}
 	}
-	o.heap = make([]heapEntry, 0, len(o.rings))
-	o.waiting = make([]int, len(o.rings))
+	o.heap = make([]heapEntry, 0, len(r.rings))
+	o.waiting = make([]int, len(r.rings))
 	for i := range o.waiting {
 		o.waiting[i] = i
 	}
-	o.setSource(o)
-	o.runRing = -1
+	return o
 }
 
-func (o *OrderedReader) now() int64 { return int64(time.Since(o.start)) }
+func (o *ordered) now() int64 { return int64(time.Since(o.start)) }
 
 // key reads a sample's key.
-func (o *OrderedReader) key(rec *Record) uint64 {
+func (o *ordered) key(rec *Record) uint64 {
 	if o.keyFn != nil {
 		data := rec.Data
 		if len(rec.Wrapped) > 0 {
@@ -236,10 +210,10 @@ func (o *OrderedReader) key(rec *Record) uint64 {
 // Per record it costs a sift of the heap, O(log rings), and a look at each
 // ring without a front (RawBuffer.quiet: a load of its data_head): an idle
 // CPU's ring must be looked at, since a record there could come first.
-func (o *OrderedReader) next(s *Sample) (*Record, int) {
+func (o *ordered) next() (*Record, int) {
 	for {
 		o.runRing = -1
-		if o.flushing() && o.flushReached() {
+		if o.r.flushing() && o.r.flushReached() {
 			return nil, -1 // block returns ErrFlushed
 		}
 		o.fixRoot()
@@ -248,12 +222,11 @@ func (o *OrderedReader) next(s *Sample) (*Record, int) {
 		for k := 0; k < len(o.waiting); {
 			i := o.waiting[k]
 			r := &o.rs[i]
-			if !r.has && (o.rings[i].quiet() || !o.load(i)) {
+			if !r.has && (o.r.rings[i].quiet() || !o.load(i)) {
 				k++
 				continue
 			}
 			if r.front.Type != RecordSample {
-				s.Key, s.Late = 0, false
 				return &r.front, i // lost records carry no key: at once
 			}
 			o.waiting = slices.Delete(o.waiting, k, k+1)
@@ -269,8 +242,9 @@ func (o *OrderedReader) next(s *Sample) (*Record, int) {
 		} else if !o.releasable(best) {
 			return nil, -1
 		}
-		s.Key, s.Late = key, key < o.last
-		if !s.Late {
+		front := &o.rs[best].front
+		front.Key, front.Late = key, key < o.last
+		if !front.Late {
 			o.last = key
 		} else {
 			o.runRing = -1
@@ -279,7 +253,7 @@ func (o *OrderedReader) next(s *Sample) (*Record, int) {
 				continue
 			}
 		}
-		return &o.rs[best].front, best
+		return front, best
 	}
 }
 
@@ -299,14 +273,14 @@ func (a heapEntry) before(b heapEntry) bool {
 // fixRoot loads the root's next front if it has none, and sifts it down to
 // its place, or moves it to the waiting rings when its ring has no sample
 // to show.
-func (o *OrderedReader) fixRoot() {
+func (o *ordered) fixRoot() {
 	if len(o.heap) == 0 {
 		return
 	}
 	i := o.heap[0].ring
 	r := &o.rs[i]
 	o.newest = max(o.newest, r.newest) // from a run (Each)
-	if !r.has && !o.rings[i].quiet() {
+	if !r.has && !o.r.rings[i].quiet() {
 		o.load(i)
 	}
 	if r.has && r.front.Type == RecordSample {
@@ -321,7 +295,7 @@ func (o *OrderedReader) fixRoot() {
 }
 
 // push adds ring i, whose front is a sample, to the heap.
-func (o *OrderedReader) push(i int) {
+func (o *ordered) push(i int) {
 	h := append(o.heap, heapEntry{key: o.rs[i].key, ring: i})
 	for j := len(h) - 1; j > 0; {
 		up := (j - 1) / 2
@@ -335,7 +309,7 @@ func (o *OrderedReader) push(i int) {
 }
 
 // siftDown moves the root down to its place.
-func (o *OrderedReader) siftDown() {
+func (o *ordered) siftDown() {
 	h := o.heap
 	for j := 0; ; {
 		c := 2*j + 1
@@ -355,7 +329,7 @@ func (o *OrderedReader) siftDown() {
 
 // second returns the smallest front key after the root's (a child of the
 // root), or the largest key if the root is alone.
-func (o *OrderedReader) second() uint64 {
+func (o *ordered) second() uint64 {
 	key := uint64(math.MaxUint64)
 	for _, c := range o.heap[1:min(3, len(o.heap))] {
 		key = min(key, c.key)
@@ -363,28 +337,28 @@ func (o *OrderedReader) second() uint64 {
 	return key
 }
 
-func (o *OrderedReader) countLate(i int) {
-	o.statsMu.Lock()
-	o.stats[i].Late++
+func (o *ordered) countLate(i int) {
+	o.r.statsMu.Lock()
+	o.r.stats[i].Late++
 	if o.dropLate {
-		o.stats[i].Dropped++
+		o.r.stats[i].Dropped++
 	}
-	o.statsMu.Unlock()
+	o.r.statsMu.Unlock()
 }
 
 // load parses ring i's next record into its front, taking a new head
 // snapshot when the last one is used up. It reports whether the ring has a
 // front.
-func (o *OrderedReader) load(i int) bool {
-	rb, r := o.rings[i], &o.rs[i]
-	if rb.Pending() == 0 {
+func (o *ordered) load(i int) bool {
+	rb, r := o.r.rings[i], &o.rs[i]
+	if rb.pending() == 0 {
 		o.refresh(i)
 	}
 	ok, err := rb.Next(&r.front)
 	if err != nil {
 		// Only the front is ever held, and it was delivered: skipping to
 		// the head hands back nothing that is still in use.
-		rb.SkipCorrupt() // counted in the ring's CorruptBytes
+		o.r.skipCorrupt(i, err)
 		o.publish(i)
 		return false
 	}
@@ -396,7 +370,7 @@ func (o *OrderedReader) load(i int) bool {
 
 // parsedFront completes r's front once parsed: its key, and the ring's
 // newest key.
-func (o *OrderedReader) parsedFront(r *orderedRing) {
+func (o *ordered) parsedFront(r *orderedRing) {
 	r.has = true
 	if r.front.Type != RecordSample {
 		return
@@ -411,19 +385,18 @@ func (o *OrderedReader) parsedFront(r *orderedRing) {
 
 // refresh takes a new head snapshot of ring i and marks the time when it
 // shows new records.
-func (o *OrderedReader) refresh(i int) {
-	rb := o.rings[i]
+func (o *ordered) refresh(i int) {
+	rb := o.r.rings[i]
 	old := rb.head
 	rb.Refresh()
 	if rb.head != old {
 		o.mark(i, rb.head)
-		o.noteFill(i, int(rb.head-rb.Tail()))
 	}
 }
 
 // mark notes that ring i's records below pos are in the reader's view now,
 // dropping the marks of records already delivered.
-func (o *OrderedReader) mark(i int, pos uint64) {
+func (o *ordered) mark(i int, pos uint64) {
 	r, oldest := &o.rs[i], o.oldest(i)
 	k := 0
 	for k < len(r.marks) && int64(r.marks[k].pos-oldest) <= 0 {
@@ -439,7 +412,7 @@ func (o *OrderedReader) mark(i int, pos uint64) {
 }
 
 // seenAt returns when the reader first saw ring i's front.
-func (o *OrderedReader) seenAt(i int) int64 {
+func (o *ordered) seenAt(i int) int64 {
 	r := &o.rs[i]
 	for _, m := range r.marks {
 		if int64(m.pos-r.front.Pos) > 0 {
@@ -451,9 +424,9 @@ func (o *OrderedReader) seenAt(i int) int64 {
 
 // releasable applies rules 1 to 5 to ring best's front, the smallest key,
 // when some ring shows no record.
-func (o *OrderedReader) releasable(best int) bool {
+func (o *ordered) releasable(best int) bool {
 	o.pressure = false
-	if o.flushing() || o.life.closed() {
+	if o.r.flushing() || o.r.life.closed() {
 		return true // rule 5
 	}
 	key := o.rs[best].key
@@ -471,7 +444,7 @@ func (o *OrderedReader) releasable(best int) bool {
 	if o.windowPassed(key) || o.due(best) {
 		return true // rules 2 and 3
 	}
-	for _, rb := range o.rings {
+	for _, rb := range o.r.rings {
 		if rb.Used() > o.highWater {
 			o.pressure = true
 			return true // rule 4
@@ -481,7 +454,7 @@ func (o *OrderedReader) releasable(best int) bool {
 }
 
 // windowPassed reports rule 2 for key.
-func (o *OrderedReader) windowPassed(key uint64) bool {
+func (o *ordered) windowPassed(key uint64) bool {
 	return o.newest >= o.window && key <= o.newest-o.window
 }
 
@@ -491,11 +464,11 @@ func (o *OrderedReader) windowPassed(key uint64) bool {
 // writes: not taken for every record). Rings without a front are left to
 // next, which has just looked at them: a record found there must take its
 // place in the merge, not be passed over.
-func (o *OrderedReader) scanAhead() {
+func (o *ordered) scanAhead() {
 	for _, e := range o.heap {
 		i := e.ring
-		r, rb := &o.rs[i], o.rings[i]
-		pos := rb.Cursor()
+		r, rb := &o.rs[i], o.r.rings[i]
+		pos := rb.cursor
 		if int64(r.scanned-pos) > 0 && int64(rb.head-r.scanned) >= 0 {
 			pos = r.scanned // (not past a head that SkipCorrupt moved back)
 		}
@@ -514,7 +487,7 @@ func (o *OrderedReader) scanAhead() {
 }
 
 // due reports rule 3 for ring i's front.
-func (o *OrderedReader) due(i int) bool {
+func (o *ordered) due(i int) bool {
 	r := &o.rs[i]
 	if int64(r.dueBefore-r.front.Pos) > 0 {
 		return true
@@ -531,47 +504,49 @@ func (o *OrderedReader) due(i int) bool {
 
 // delivered ends the delivery of ring i's front. The ring is committed once
 // a sixteenth of it was delivered, or at once when rule 4 released it.
-func (o *OrderedReader) delivered(i int) {
+func (o *ordered) delivered(i int) {
 	r := &o.rs[i]
 	r.has = false
-	switch r.front.Type {
-	case RecordSample:
-		r.samples++
-		r.bytes += uint64(len(r.front.Data) + len(r.front.Wrapped))
-	case RecordLost:
-		r.lost += r.front.Lost
-	}
 	if r.freed += int(r.front.Next - r.front.Pos); r.freed >= o.commitAt || o.pressure {
 		o.commitPublish(i)
 	}
 }
 
-// publish is ringSet.publish with the samples and lost counts delivered rather
-// than parsed.
-func (o *OrderedReader) publish(i int) {
-	st := o.rings[i].Stats()
-	st.Samples, st.Bytes, st.Lost = o.rs[i].samples, o.rs[i].bytes, o.rs[i].lost
-	o.publishStats(i, st)
+// publish copies ring i's counts into the Reader's stats: what it parsed
+// but its front, which is not delivered yet.
+func (o *ordered) publish(i int) {
+	st, r := &o.r.rings[i].stats, &o.rs[i]
+	samples, bytes, lost := st.Samples, st.Bytes, st.Lost
+	if r.has {
+		switch r.front.Type {
+		case RecordSample:
+			samples--
+			bytes -= uint64(r.front.Len())
+		case RecordLost:
+			lost -= r.front.Lost
+		}
+	}
+	o.r.publish(i, samples, bytes, lost)
 }
 
-func (o *OrderedReader) commitPublish(i int) {
+func (o *ordered) commitPublish(i int) {
 	o.commit(i)
 	o.publish(i)
 }
 
 // oldest is ring i's oldest record not delivered: its front, or where its
 // cursor stands if it has none.
-func (o *OrderedReader) oldest(i int) uint64 {
+func (o *ordered) oldest(i int) uint64 {
 	if r := &o.rs[i]; r.has {
 		return r.front.Pos
 	}
-	return o.rings[i].Cursor()
+	return o.r.rings[i].cursor
 }
 
 // commit hands ring i's delivered records back to the kernel: its tail
 // moves to its front, or to its cursor if it has none.
-func (o *OrderedReader) commit(i int) {
-	if err := o.rings[i].Commit(o.oldest(i)); err != nil {
+func (o *ordered) commit(i int) {
+	if err := o.r.rings[i].Commit(o.oldest(i)); err != nil {
 		panic(err) // the front lies between the tail and the cursor
 	}
 	o.rs[i].freed = 0
@@ -579,8 +554,8 @@ func (o *OrderedReader) commit(i int) {
 
 // idle commits every ring and waits at most MaxLatency, and until the
 // smallest front, the only one that can go next, is due (rule 3).
-func (o *OrderedReader) idle() time.Duration {
-	timeout := o.latency
+func (o *ordered) idle() time.Duration {
+	timeout := o.r.latency
 	for i := range o.rs {
 		o.commitPublish(i)
 	}
@@ -593,86 +568,79 @@ func (o *OrderedReader) idle() time.Duration {
 	return timeout
 }
 
-// Each calls fn with every record in key order, zero-copy, until ctx is
-// done, the reader is closed, the deadline passes, a Flush completes, or fn
-// returns an error, and returns that error (ctx.Err() wrapped for ctx; a
-// nil fn is ErrInvalidOptions). rec aliases ring memory and is valid only
-// during the call; meta carries the CPU, the key and the late mark. ctx is checked every 256 records and
-// whenever nothing can be delivered. Called from inside an Each function or
-// All loop, it fails with ErrReentrant rather than wait (see Reader).
-func (o *OrderedReader) Each(ctx context.Context, fn func(rec *Record, meta *Sample) error) error {
-	const op = "read perf buffer"
-	if fn == nil {
-		return fmt.Errorf("%s: nil function: %w", op, ErrInvalidOptions)
-	}
-	stop, err := o.enterRead(ctx, op)
-	if err != nil {
-		return err
-	}
-	defer o.exitRead(stop)
-	meta := &o.meta
-	for n := 0; ; n++ {
-		if o.life.closed() {
-			return fmt.Errorf("%s: %w", op, os.ErrClosed)
-		}
-		if n&255 == 0 {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("%s: %w", op, err)
-			}
-		}
-		rec, i := o.next(meta)
+// each delivers up to 256 records in key order, or runs (see run), before
+// it returns for the read to look at ctx.
+func (o *ordered) each(fn func(*Record) error) (bool, error) {
+	for n := 0; n < 256; n++ {
+		rec, i := o.next()
 		if i < 0 {
-			if err := o.block(ctx, op); err != nil {
-				return err
-			}
-			continue
+			return false, nil
 		}
-		meta.CPU, meta.Type, meta.Lost, meta.Data = o.rings[i].CPU(), rec.Type, rec.Lost, nil
-		err := fn(rec, meta)
+		err := fn(rec)
 		o.delivered(i)
-		if err != nil {
-			return err
+		if err == nil && o.runRing == i && !o.r.life.closed() {
+			var k int
+			if k, err = o.run(i, fn); k > 0 {
+				return true, err // at most a run apart (see policy.each)
+			}
 		}
-		// The run: ring i's next records go at once while their keys stay
-		// within runBound, without another look at the other rings. The
-		// run stops for ctx's check every 256 records.
-		for r, rb := &o.rs[i], o.rings[i]; o.runRing == i && n&255 != 255 && !o.life.closed(); {
-			// A plain sample is parsed in line (RawBuffer.parse, written
-			// out); the end of the head snapshot and any other record are
-			// for next's load, and so is a front that may not go yet.
-			p, room := rb.plainRoom()
-			size, plen := plainAt(p, room)
-			if size == 0 {
-				break
-			}
-			rb.take(&r.front, p, size, plen)
-			// parsedFront and delivered, written out for the common case:
-			// a sample with its key in place, not behind o.last.
-			rec := &r.front
-			off := o.keyOffset
-			if o.keyFn != nil || rec.Type != RecordSample || off+8 > len(rec.Data) {
-				o.parsedFront(r)
-				break
-			}
-			r.has, r.key = true, binary.NativeEndian.Uint64(rec.Data[off:])
-			r.saw(r.key) // o.newest: fixRoot
-			if r.key > o.runBound || r.key < o.last {
-				break
-			}
-			n++
-			o.last = r.key
-			meta.Key, meta.Late, meta.Type, meta.Lost = r.key, false, RecordSample, 0
-			err := fn(rec, meta)
-			r.has = false
-			r.samples++
-			r.bytes += uint64(len(rec.Data) + len(rec.Wrapped))
-			// (A run starts on rule 1, which clears o.pressure.)
-			if r.freed += int(rec.Next - rec.Pos); r.freed >= o.commitAt {
-				o.commitPublish(i)
-			}
-			if err != nil {
-				return err
-			}
+		if err != nil || o.r.life.closed() {
+			return true, err
 		}
 	}
+	return true, nil
+}
+
+// run delivers ring i's next records at once while their keys stay within
+// [o.last, o.runBound], without another look at the other rings: rule 1
+// holds for them. The first is parsed as the ring's front, as next would
+// (most runs end there when the rings' keys interleave); the rest go
+// through RawBuffer.each keyed, up to the ring's next commit. What the run
+// may not deliver stays the ring's front. It returns how many it delivered.
+func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
+	r, rb := &o.rs[i], o.r.rings[i]
+	if p, room := rb.plainRoom(); o.keyFn == nil && room > 0 {
+		// RawBuffer.parse's plain sample, in line: the common front.
+		size, n := plainAt(p, room)
+		if size == 0 {
+			return 0, nil // next's load parses it
+		}
+		r.front.CPU = rb.cpu
+		rb.take(&r.front, p, size, n)
+		o.parsedFront(r)
+	} else if !o.load(i) {
+		return 0, nil
+	}
+	if r.front.Type != RecordSample || r.key > o.runBound || r.key < o.last {
+		return 0, nil // next takes the front
+	}
+	o.last = r.key
+	r.front.Key, r.front.Late = r.key, false
+	err := fn(&r.front)
+	o.delivered(i)
+	if err != nil || o.keyFn != nil || o.r.life.closed() {
+		return 1, err // (keys only Key can read: next takes each record)
+	}
+	rb.keyed, rb.keyOff, rb.keyLo, rb.keyHi = true, uint64(o.keyOffset), o.last, o.runBound
+	from := rb.cursor
+	k, err := rb.each(&r.front, uint64(o.commitAt-r.freed), fn)
+	rb.keyed = false
+	if k > 0 {
+		o.last = rb.keyLo
+		r.saw(rb.keyLo) // o.newest: fixRoot
+	}
+	if err == errHeld {
+		o.parsedFront(r) // the ring's front now; its bytes are not delivered
+		r.freed += int(r.front.Pos - from)
+		err = nil
+	} else {
+		r.freed += int(rb.cursor - from)
+	}
+	if _, ok := err.(*CorruptError); ok {
+		err = nil // next's load reports and skips it
+	}
+	if r.freed >= o.commitAt {
+		o.commitPublish(i)
+	}
+	return 1 + k, err
 }

@@ -1,15 +1,25 @@
 package perfbuf
 
+// Tests of the options and argument checks of New and NewReader, and of
+// PerfBuffer's callback mode over fake rings (raw mode is RawBuffer's:
+// rawbuf_test.go).
+
 import (
-	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
+	"os"
 	"reflect"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-func TestValidateOptions(t *testing.T) {
+func TestRingOptions(t *testing.T) {
 	const page = 4096
 	good := []Options{
 		{},
@@ -21,7 +31,7 @@ func TestValidateOptions(t *testing.T) {
 		{PageCount: 4, WakeupEvents: math.MaxInt32},
 	}
 	for _, o := range good {
-		if _, err := o.validate(page); err != nil {
+		if _, err := o.ring().config(page); err != nil {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}
@@ -29,14 +39,14 @@ func TestValidateOptions(t *testing.T) {
 		o    Options
 		want error
 	}{
-		{Options{PageCount: -1}, ErrInvalidOptions},
-		{Options{PageCount: 3}, ErrInvalidOptions},
-		{Options{PageCount: 96}, ErrInvalidOptions},
-		{Options{WakeupEvents: -1}, ErrInvalidOptions},
-		{Options{WakeupBytes: -1}, ErrInvalidOptions},
-		{Options{PageCount: 1, WakeupBytes: 4096}, ErrInvalidOptions},
-		{Options{WakeupBytes: 100, WakeupEvents: 2}, ErrInvalidOptions},
-		{Options{MaxSampleSize: -5}, ErrInvalidOptions},
+		{Options{PageCount: -1}, os.ErrInvalid},
+		{Options{PageCount: 3}, os.ErrInvalid},
+		{Options{PageCount: 96}, os.ErrInvalid},
+		{Options{WakeupEvents: -1}, os.ErrInvalid},
+		{Options{WakeupBytes: -1}, os.ErrInvalid},
+		{Options{PageCount: 1, WakeupBytes: 4096}, os.ErrInvalid},
+		{Options{WakeupBytes: 100, WakeupEvents: 2}, os.ErrInvalid},
+		{Options{MaxSampleSize: -5}, os.ErrInvalid},
 		// 4053 bytes need a 4072-byte record; a one-page ring holds 4088,
 		// less 24 for the lost record written in front of it after a loss.
 		{Options{PageCount: 1, MaxSampleSize: 4053}, ErrSampleTooLarge},
@@ -49,180 +59,573 @@ func TestValidateOptions(t *testing.T) {
 		{Options{PageCount: 1, MaxSampleSize: math.MaxInt - 5}, ErrSampleTooLarge},
 		// wakeup_events is a u32 the kernel reads as an int: past
 		// MaxInt32 it woke on every sample (1<<32+1 became 1).
-		{Options{WakeupEvents: math.MaxInt32 + 1}, ErrInvalidOptions},
-		{Options{WakeupEvents: 1<<32 + 1}, ErrInvalidOptions},
+		{Options{WakeupEvents: math.MaxInt32 + 1}, os.ErrInvalid},
+		{Options{WakeupEvents: 1<<32 + 1}, os.ErrInvalid},
 	}
 	for _, c := range bad {
-		if _, err := c.o.validate(page); !errors.Is(err, c.want) {
+		if _, err := c.o.ring().config(page); !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want %v", c.o, err, c.want)
+		}
+		// ReaderOptions has the same fields, checked the same way.
+		ro := ReaderOptions{PageCount: c.o.PageCount, WakeupEvents: c.o.WakeupEvents, WakeupBytes: c.o.WakeupBytes, MaxSampleSize: c.o.MaxSampleSize}
+		if _, err := ro.ring().config(page); !errors.Is(err, c.want) {
+			t.Errorf("%+v: %v, want %v", ro, err, c.want)
 		}
 	}
 	// A page count whose ring size overflows is refused as such. (1<<62
 	// pages made the ring 0 bytes: "wakeup bytes 0 outside [0, 0)".)
 	for _, pages := range []int{1 << 62, 1 << 52, 1 << 51, 1 << 40} {
-		_, err := (&Options{PageCount: pages}).validate(page)
-		if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "page count") {
-			t.Errorf("PageCount %d: %v, want ErrInvalidOptions about the page count", pages, err)
+		_, err := (&Options{PageCount: pages}).ring().config(page)
+		if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "page count") {
+			t.Errorf("PageCount %d: %v, want os.ErrInvalid about the page count", pages, err)
 		}
 	}
-	if p, _ := (&Options{}).validate(page); p != DefaultPageCount {
-		t.Errorf("default page count %d", p)
+	want := ringConfig{pages: defaultPageCount, pageSize: page, wakeupEvents: 1}
+	if c, err := (&Options{}).ring().config(page); c != want || err != nil {
+		t.Errorf("defaults: %+v, %v; want %+v", c, err, want)
+	}
+	want = ringConfig{pages: 2, pageSize: page, wakeupEvents: 1, wakeupBytes: 4096}
+	if c, err := (&ReaderOptions{PageCount: 2, WakeupBytes: 4096}).ring().config(page); c != want || err != nil {
+		t.Errorf("wakeup bytes: %+v, %v; want %+v", c, err, want)
 	}
 }
 
 func TestSampleRecordSize(t *testing.T) {
-	for n, want := range map[int]int{1: 16, 4: 16, 5: 24, 12: 24, 13: 32, 64: 80, 4076: 4088, 4077: 4096} {
-		if got := SampleRecordSize(n); got != want {
-			t.Errorf("SampleRecordSize(%d) = %d, want %d", n, got, want)
+	for n, want := range map[int]int{0: 16, 1: 16, 4: 16, 5: 24, 12: 24, 13: 32, 64: 80, 4076: 4088, 4077: 4096} {
+		if got := sampleRecordSize(n); got != want {
+			t.Errorf("sampleRecordSize(%d) = %d, want %d", n, got, want)
+		}
+		// What the fake producer writes, as the kernel does.
+		if got := len(fakeSample(make([]byte, n))); got != want {
+			t.Errorf("a %d-byte sample makes a %d-byte record, want %d", n, got, want)
 		}
 	}
 }
 
-// arena builds arena entries as perfbuf_on_event writes them.
-type arena []byte
-
-func (a arena) sample(idx uint32, data []byte) arena {
-	var h [arenaEntryHdr]byte
-	binary.NativeEndian.PutUint32(h[:], uint32(len(data)))
-	binary.NativeEndian.PutUint32(h[4:], idx)
-	a = append(a, h[:]...)
-	a = append(a, data...)
-	for len(a)%8 != 0 {
-		a = append(a, 0xee) // padding must never be delivered
+// New and NewReader check their arguments before they look at the map, and
+// the map before they open anything: no kernel is needed for these.
+func TestNewChecks(t *testing.T) {
+	sample := func(int, []byte) {}
+	closed, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return a
+	unix.Close(closed)
+	cases := []struct {
+		name string
+		new  func() error
+		want error
+		msg  string
+	}{
+		{"no SampleFunc", func() error { _, err := New(MapFD(-1), Options{}); return err }, os.ErrInvalid, "new perf buffer: no SampleFunc"},
+		{"Raw with SampleFunc", func() error { _, err := New(MapFD(-1), Options{Raw: true, SampleFunc: sample}); return err }, os.ErrInvalid, "new perf buffer: Raw with SampleFunc"},
+		{"Raw with LostFunc", func() error {
+			_, err := New(MapFD(-1), Options{Raw: true, LostFunc: func(int, uint64) {}})
+			return err
+		}, os.ErrInvalid, "new perf buffer: Raw with SampleFunc or LostFunc"},
+		{"options first", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample, PageCount: 3}); return err }, os.ErrInvalid, "new perf buffer: page count 3"},
+		{"sample too large", func() error {
+			_, err := New(MapFD(-1), Options{Raw: true, PageCount: 1, MaxSampleSize: 5000})
+			return err
+		}, ErrSampleTooLarge, "new perf buffer: max sample size 5000"},
+		{"nil map", func() error { _, err := New(nil, Options{SampleFunc: sample}); return err }, os.ErrInvalid, "new perf buffer: nil map"},
+		{"negative fd", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample}); return err }, syscall.EBADF, "new perf buffer: map fd -1"},
+		{"closed fd", func() error { _, err := New(MapFD(closed), Options{Raw: true}); return err }, syscall.EBADF, "new perf buffer: map fd"},
+		{"reader options", func() error { _, err := NewReader(MapFD(-1), ReaderOptions{PageCount: 3}); return err }, os.ErrInvalid, "new reader: page count 3"},
+		{"reader order", func() error {
+			_, err := NewReader(MapFD(-1), ReaderOptions{Order: &Order{KeyOffset: -1}})
+			return err
+		}, os.ErrInvalid, "new reader: negative Order field"},
+		{"reader nil map", func() error { _, err := NewReader(nil, ReaderOptions{}); return err }, os.ErrInvalid, "new reader: nil map"},
+		{"reader negative fd", func() error { _, err := NewReader(MapFD(-1), ReaderOptions{}); return err }, syscall.EBADF, "new reader: map fd -1"},
+	}
+	for _, c := range cases {
+		err := c.new()
+		if !errors.Is(err, c.want) || !strings.HasPrefix(err.Error(), c.msg) {
+			t.Errorf("%s: %v; want %v, %q", c.name, err, c.want, c.msg)
+		}
+	}
+	if fd := MapFD(7).FileDescriptor(); fd != 7 {
+		t.Errorf("MapFD(7).FileDescriptor() = %d", fd)
+	}
 }
 
-func (a arena) lost(idx uint32, n uint64) arena { return a.marker(arenaEntryLost, idx, n) }
-
-func (a arena) marker(m, idx uint32, v uint64) arena {
-	var e [arenaEntryHdr + 8]byte
-	binary.NativeEndian.PutUint32(e[:], m)
-	binary.NativeEndian.PutUint32(e[4:], idx)
-	binary.NativeEndian.PutUint64(e[8:], v)
-	return append(a, e[:]...)
+// One reader per map in this process: a claimed map ID cannot be claimed
+// again until it is released.
+func TestClaimMap(t *testing.T) {
+	const id = 1<<32 - 7 // no map of a test process has it
+	if !claimMap(id) {
+		t.Fatal("first claim refused")
+	}
+	if claimMap(id) {
+		t.Fatal("second claim granted")
+	}
+	if !claimMap(id - 1) {
+		t.Fatal("another map's claim refused")
+	}
+	unclaimMap(id)
+	unclaimMap(id - 1)
+	if !claimMap(id) {
+		t.Fatal("claim after release refused")
+	}
+	unclaimMap(id)
 }
 
+// perfBuffer returns what New returns for opts over the fake rings, CPU
+// f.cpus[i] for ring i: newPerfBuffer, New's work after openRings, which
+// needs a kernel.
+// No libbpf perf_buffer stands behind the rings (perf_buffer__free(NULL)
+// does nothing), so EpollFD and Buffer, which ask libbpf, are not for it.
+// Closing it does not free the fake rings.
+func (f *fakeRings) perfBuffer(t testing.TB, opts Options) *PerfBuffer {
+	t.Helper()
+	raw := f.raw(t)
+	r := &rings{c: new(cBuffer), raw: raw, fds: f.fds}
+	for _, cpu := range f.cpus {
+		r.cpus = append(r.cpus, int32(cpu))
+	}
+	pb, err := newPerfBuffer(r, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pb.Close() })
+	return pb
+}
+
+// hold does to ring i what PerfBuffer.Buffer does, but map it (which asks
+// libbpf): it takes a reference and marks the ring held. pb.release(i) is
+// what RawBuffer.Release calls.
+func hold(t *testing.T, pb *PerfBuffer, i int) {
+	t.Helper()
+	if err := pb.life.enter("hold"); err != nil {
+		t.Fatal(err)
+	}
+	pb.drainMu.Lock()
+	pb.held[i].Store(true)
+	pb.nheld.Add(1)
+	pb.drainMu.Unlock()
+}
+
+// delivery is one call of SampleFunc or LostFunc.
 type delivery struct {
 	cpu  int
 	data string
 	lost uint64
 }
 
-// fakePB is a PerfBuffer with no rings, enough to deliver batches.
-func fakePB(cpus []int32, got *[]delivery) *PerfBuffer {
-	return &PerfBuffer{
-		cpus:   cpus,
-		pend:   make([]pending, len(cpus)),
-		stats:  make([]cpuCounters, len(cpus)),
-		sample: func(cpu int, data []byte) { *got = append(*got, delivery{cpu: cpu, data: string(data)}) },
-		lost:   func(cpu int, n uint64) { *got = append(*got, delivery{cpu: cpu, lost: n}) },
+// recorder returns Options whose SampleFunc and LostFunc append to *got.
+func recorder(got *[]delivery) Options {
+	return Options{
+		SampleFunc: func(cpu int, data []byte) { *got = append(*got, delivery{cpu: cpu, data: string(data)}) },
+		LostFunc:   func(cpu int, n uint64) { *got = append(*got, delivery{cpu: cpu, lost: n}) },
 	}
 }
 
-func TestBatchDeliver(t *testing.T) {
-	var got []delivery
-	pb := fakePB([]int32{0, 2, 5}, &got) // index 1 is CPU 2, index 2 is CPU 5
-	a := arena(nil).
-		sample(0, []byte("a")).
-		sample(1, []byte("hello, world")).
-		lost(2, 7).
-		sample(2, []byte("12345678")).
-		sample(1, nil).
-		marker(arenaEntryOther, 1, 5). // PERF_RECORD_THROTTLE: counted, not delivered
-		marker(arenaEntryBad, 2, 16).  // a sample too short for its size field
-		lost(0, 1)
-	pb.batch = batch{buf: a}
-	if n := pb.batch.deliver(pb); n != 4 {
-		t.Errorf("delivered %d samples, want 4", n)
-	}
-	want := []delivery{{0, "a", 0}, {2, "hello, world", 0}, {5, "", 7}, {5, "12345678", 0}, {2, "", 0}, {0, "", 1}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("got %v\nwant %v", got, want)
-	}
-	pb.publish()
-	wantStats := []CPUStats{{CPU: 0, Samples: 1, Bytes: 1, Lost: 1}, {CPU: 2, Samples: 2, Bytes: 12, Other: 1}, {CPU: 5, Samples: 1, Bytes: 8, Lost: 7, Corrupt: 1}}
-	if s := pb.Stats(); !reflect.DeepEqual(s, wantStats) {
-		t.Errorf("stats %+v, want %+v", s, wantStats)
-	}
-	if n := pb.batch.deliver(pb); n != 0 {
-		t.Errorf("a delivered batch delivered %d again", n)
+// Consume hands every ring's samples to SampleFunc and lost counts to
+// LostFunc, with the CPU behind the ring (not its index), a sample that
+// straddles the ring's end made contiguous; records of other types are
+// counted, not delivered. Without LostFunc, lost counts are counted only.
+func TestPerfBufferConsume(t *testing.T) {
+	for _, withLost := range []bool{true, false} {
+		f := newFakeRings(t, 3, 4096)
+		f.cpus = []int{0, 2, 5}
+		f.rings[0] = newFakeRingAt(256, 3*256-16) // the first sample straddles the end
+		wrapped := fakePattern(20, 1)
+		f.rings[0].mustWrite(t, fakeSample(wrapped))
+		f.rings[0].mustWrite(t, fakeLost(1, 7))
+		f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8)))
+		f.rings[0].mustWrite(t, fakeSample([]byte("a")))
+		f.rings[1].mustWrite(t, fakeSample([]byte("hello, world")))
+		f.rings[1].mustWrite(t, fakeSample(nil))
+		var got []delivery
+		opts := recorder(&got)
+		if !withLost {
+			opts.LostFunc = nil
+		}
+		pb := f.perfBuffer(t, opts)
+		if n, err := pb.Consume(); n != 4 || err != nil {
+			t.Fatalf("Consume = %d, %v; want 4 samples", n, err)
+		}
+		// The kernel pads an n-byte sample to round_up(n+4, 8)-4 bytes.
+		want := []delivery{{0, string(wrapped), 0}, {0, "", 7}, {0, "a\x00\x00\x00", 0}, {2, "hello, world", 0}, {2, "\x00\x00\x00\x00", 0}}
+		if !withLost {
+			want = slices.Delete(want, 1, 2)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("got %q\nwant %q", got, want)
+		}
+		wantStats := []Stats{
+			{CPU: 0, Samples: 2, Bytes: 24, Lost: 7, Other: 1, MaxFill: 32 + 24 + 16 + 16},
+			{CPU: 2, Samples: 2, Bytes: 16, MaxFill: 24 + 16},
+			{CPU: 5},
+		}
+		if st := pb.Stats(); !reflect.DeepEqual(st, wantStats) {
+			t.Errorf("stats %+v\nwant %+v", st, wantStats)
+		}
+		for i, ring := range f.rings {
+			if ring.page.Data_tail != ring.head {
+				t.Errorf("ring %d committed to %d, head %d", i, ring.page.Data_tail, ring.head)
+			}
+		}
+		if n, err := pb.Consume(); n != 0 || err != nil || len(got) != len(want) {
+			t.Errorf("second Consume = %d, %v, %d deliveries", n, err, len(got)-len(want))
+		}
+		if n, err := pb.ConsumeBuffer(1); n != 0 || err != nil {
+			t.Errorf("ConsumeBuffer(1) = %d, %v", n, err)
+		}
 	}
 }
 
-// A panicking SampleFunc: the panic reaches the caller, the sample it
-// panicked on counts as delivered, the rest come with the next call.
-func TestBatchDeliverPanic(t *testing.T) {
+// Poll drains the rings that are ready, and only those; with nothing ready
+// it returns 0 once the timeout passes. Close ends a Poll blocked without a
+// timeout at once; every call after Close fails with os.ErrClosed, and the
+// buffer's indexes stay valid.
+func TestPerfBufferPoll(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
 	var got []delivery
-	pb := fakePB([]int32{0}, &got)
+	pb := f.perfBuffer(t, recorder(&got))
+	start := time.Now()
+	if n, err := pb.Poll(20 * time.Millisecond); n != 0 || err != nil || time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("Poll with nothing ready = %d, %v after %v", n, err, time.Since(start))
+	}
+	f.emit(t, 0, 0, 0, 16)
+	f.emit(t, 1, 0, 1, 16)
+	f.wake(1)
+	if n, err := pb.Poll(5 * time.Second); n != 1 || err != nil || len(got) != 1 || got[0].cpu != 1 {
+		t.Fatalf("Poll with ring 1 ready = %d, %v, %+v; want ring 1's sample", n, err, got)
+	}
+	f.drainWake(1)
+	if n, err := pb.Poll(0); n != 0 || err != nil {
+		t.Fatalf("Poll(0) = %d, %v", n, err)
+	}
+	if n, err := pb.Consume(); n != 1 || err != nil || len(got) != 2 || got[1].cpu != 0 {
+		t.Fatalf("Consume = %d, %v, %+v; want ring 0's sample", n, err, got)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := pb.Poll(-1)
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // let it block; correctness does not depend on it
+	if err := pb.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrClosed) {
+			t.Errorf("blocked Poll after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Poll still blocked 5s after Close")
+	}
+	for name, call := range map[string]func() error{
+		"Poll":          func() error { _, err := pb.Poll(0); return err },
+		"Consume":       func() error { _, err := pb.Consume(); return err },
+		"ConsumeBuffer": func() error { _, err := pb.ConsumeBuffer(0); return err },
+		"BufferFD":      func() error { _, err := pb.BufferFD(0); return err },
+		"EpollFD":       func() error { _, err := pb.EpollFD(); return err },
+		"Buffer":        func() error { _, err := pb.Buffer(0); return err },
+	} {
+		if err := call(); !errors.Is(err, os.ErrClosed) {
+			t.Errorf("%s after Close: %v, want os.ErrClosed", name, err)
+		}
+	}
+	if err := pb.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if cpu, err := pb.CPU(1); pb.BufferCount() != 2 || cpu != 1 || err != nil {
+		t.Errorf("after Close: BufferCount %d, CPU(1) = %d, %v", pb.BufferCount(), cpu, err)
+	}
+}
+
+// Indexes out of range are invalid arguments.
+func TestPerfBufferIndex(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	f.cpus = []int{1, 3}
+	pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
+	for _, i := range []int{-1, 2} {
+		if _, err := pb.ConsumeBuffer(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("ConsumeBuffer(%d): %v", i, err)
+		}
+		if _, err := pb.CPU(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("CPU(%d): %v", i, err)
+		}
+		if _, err := pb.BufferFD(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("BufferFD(%d): %v", i, err)
+		}
+		if _, err := pb.Buffer(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("Buffer(%d): %v", i, err)
+		}
+	}
+	if cpu, err := pb.CPU(1); cpu != 3 || err != nil {
+		t.Errorf("CPU(1) = %d, %v; want 3", cpu, err)
+	}
+	if fd, err := pb.BufferFD(1); fd != f.fds[1] || err != nil {
+		t.Errorf("BufferFD(1) = %d, %v; want %d", fd, err, f.fds[1])
+	}
+}
+
+// In raw mode (Options.Raw) the callback-mode calls are invalid.
+func TestPerfBufferRawOnly(t *testing.T) {
+	f := newFakeRings(t, 1, 4096)
+	f.emit(t, 0, 0, 0, 16)
+	pb := f.perfBuffer(t, Options{Raw: true})
+	for name, call := range map[string]func() error{
+		"Poll":          func() error { _, err := pb.Poll(0); return err },
+		"Consume":       func() error { _, err := pb.Consume(); return err },
+		"ConsumeBuffer": func() error { _, err := pb.ConsumeBuffer(0); return err },
+	} {
+		if err := call(); !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "opened with Raw") {
+			t.Errorf("%s in raw mode: %v, want os.ErrInvalid", name, err)
+		}
+	}
+	if f.rings[0].page.Data_tail != 0 {
+		t.Error("raw mode's Consume read the ring")
+	}
+}
+
+// A corrupt ring: Consume delivers its good records and the other rings',
+// skips it to its head, counts it, and returns a *CorruptError; the next
+// call goes on.
+func TestPerfBufferCorrupt(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	var got []delivery
+	pb := f.perfBuffer(t, recorder(&got))
+	f.emit(t, 0, 0, 0, 16)
+	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 32, 16 bytes: size 0
+	f.emit(t, 0, 0, 1, 16)                                                           // skipped with it
+	f.emit(t, 1, 0, 2, 16)
+	n, err := pb.Consume()
+	var ce *CorruptError
+	if n != 2 || !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.CPU != 0 || ce.Pos != 32 ||
+		err.Error() != "consume perf buffer: read perf ring cpu 0 at 32: record size 0: corrupt perf ring record" {
+		t.Fatalf("Consume = %d, %v; want 2 samples and the corrupt record", n, err)
+	}
+	if len(got) != 2 || seqOf([]byte(got[0].data)) != 0 || seqOf([]byte(got[1].data)) != 2 {
+		t.Errorf("delivered %q", got)
+	}
+	st := pb.Stats()
+	if st[0].Samples != 1 || st[0].Corrupt != 1 || st[0].CorruptBytes != 16+32 || st[1].Samples != 1 || st[1].Corrupt != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if f.rings[0].page.Data_tail != f.rings[0].head {
+		t.Errorf("ring 0 committed to %d, not skipped to its head %d", f.rings[0].page.Data_tail, f.rings[0].head)
+	}
+	f.emit(t, 0, 0, 3, 16)
+	if n, err := pb.Consume(); n != 1 || err != nil {
+		t.Errorf("Consume after the report = %d, %v", n, err)
+	}
+	f.rings[1].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8)))
+	if n, err := pb.ConsumeBuffer(1); n != 0 || !errors.As(err, &ce) || ce.CPU != 1 || !strings.HasPrefix(err.Error(), "consume perf buffer 1: ") {
+		t.Errorf("ConsumeBuffer(1) = %d, %v; want ring 1's corruption", n, err)
+	}
+	if st := pb.Stats()[1]; st.Corrupt != 1 || st.CorruptBytes != 16 {
+		t.Errorf("ring 1 stats %+v", st)
+	}
+}
+
+// Close counts what is left in the rings as Discarded; Consume then Close
+// loses nothing.
+func TestPerfBufferCloseDiscards(t *testing.T) {
+	for _, consume := range []bool{true, false} {
+		f := newFakeRings(t, 2, 4096)
+		pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
+		f.emit(t, 0, 0, 0, 16)
+		f.emit(t, 0, 0, 1, 16)
+		f.emit(t, 1, 0, 2, 40)
+		if consume {
+			if n, err := pb.Consume(); n != 3 || err != nil {
+				t.Fatalf("Consume = %d, %v", n, err)
+			}
+		}
+		pb.Close()
+		st := pb.Stats()
+		want := [2]uint64{0, 0}
+		if !consume {
+			want = [2]uint64{64, uint64(len(fakeSample(make([]byte, 40))))}
+		}
+		if st[0].Discarded != want[0] || st[1].Discarded != want[1] {
+			t.Errorf("consume %v: discarded %d and %d bytes, want %v", consume, st[0].Discarded, st[1].Discarded, want)
+		}
+	}
+}
+
+// Close from SampleFunc makes that call the last: the drain stops there,
+// commits what was delivered, and Close counts the rest as Discarded.
+func TestPerfBufferCloseFromCallback(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	var pb *PerfBuffer
+	calls, after := 0, 0
+	closed := false
+	pb = f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {
+		if closed {
+			after++
+		}
+		if calls++; calls == 2 {
+			pb.Close()
+			closed = true
+		}
+	}})
+	for seq := uint64(0); seq < 3; seq++ {
+		f.emit(t, 0, 0, seq, 16)
+		f.emit(t, 1, 0, seq, 16)
+	}
+	if n, err := pb.Consume(); n != 2 || err != nil || calls != 2 || after != 0 {
+		t.Fatalf("Consume = %d, %v after %d calls (%d after Close); want 2, nil", n, err, calls, after)
+	}
+	st := pb.Stats()
+	if st[0].Samples != 2 || st[0].Discarded != 32 || st[1].Samples != 0 || st[1].Discarded != 3*32 {
+		t.Errorf("stats %+v; want 2 samples delivered, 1 and 3 records discarded", st)
+	}
+	if _, err := pb.Consume(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Consume after Close: %v", err)
+	}
+}
+
+// A call from inside SampleFunc that would wait for the drain running it
+// fails with ErrReentrant; another goroutine's call waits for it.
+func TestPerfBufferReentrant(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	var pb *PerfBuffer
+	var nested map[string]error
+	pb = f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {
+		if nested != nil {
+			return
+		}
+		nested = map[string]error{}
+		_, nested["Poll"] = pb.Poll(0)
+		_, nested["Consume"] = pb.Consume()
+		_, nested["ConsumeBuffer"] = pb.ConsumeBuffer(1)
+		_, nested["Buffer"] = pb.Buffer(1)
+	}})
+	f.emit(t, 0, 0, 0, 16)
+	f.emit(t, 1, 0, 1, 16)
+	within(t, "Consume calling itself", func() {
+		if n, err := pb.Consume(); n != 2 || err != nil {
+			t.Errorf("Consume = %d, %v", n, err)
+		}
+	})
+	if len(nested) != 4 {
+		t.Fatalf("nested calls %v", nested)
+	}
+	for name, err := range nested {
+		if !errors.Is(err, ErrReentrant) {
+			t.Errorf("%s from SampleFunc: %v, want ErrReentrant", name, err)
+		}
+	}
+
+	started, release := make(chan struct{}), make(chan struct{})
+	pb.sample = func(int, []byte) {
+		close(started)
+		<-release
+	}
+	f.emit(t, 0, 0, 2, 16)
+	first := make(chan error, 1)
+	go func() {
+		_, err := pb.Consume()
+		first <- err
+	}()
+	<-started
+	waited := make(chan error, 1)
+	go func() {
+		_, err := pb.Consume()
+		waited <- err
+	}()
+	select {
+	case err := <-waited:
+		t.Errorf("Consume on another goroutine returned %v while SampleFunc ran", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	within(t, "Consume after the drain", func() {
+		if err := <-first; err != nil {
+			t.Errorf("first Consume: %v", err)
+		}
+		if err := <-waited; err != nil {
+			t.Errorf("waiting Consume: %v", err)
+		}
+	})
+}
+
+// A panic in SampleFunc reaches the caller; the sample it panicked on counts
+// as delivered (committed), and the next Poll delivers the rest without
+// waiting for a wakeup, whose readiness the cut drain spent.
+func TestPerfBufferPanic(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	var got []string
 	calls := 0
-	pb.sample = func(cpu int, data []byte) {
+	pb := f.perfBuffer(t, Options{SampleFunc: func(cpu int, data []byte) {
 		calls++
-		got = append(got, delivery{cpu: cpu, data: string(data)})
+		got = append(got, fmt.Sprintf("%d/%d", cpu, seqOf(data)))
 		if calls == 2 {
 			panic("boom")
 		}
+	}})
+	for seq := uint64(0); seq < 4; seq++ {
+		f.emit(t, 0, 0, seq, 16)
 	}
-	a := arena(nil)
-	for _, s := range []string{"s1", "s2", "s3", "s4"} {
-		a = a.sample(0, []byte(s))
-	}
-	pb.batch = batch{buf: a}
+	f.emit(t, 1, 0, 4, 16)
+	f.wake(0)
+	f.wake(1)
 	func() {
 		defer func() {
-			if recover() == nil {
-				t.Error("panic did not reach the caller")
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the SampleFunc's panic", p)
 			}
 		}()
-		pb.batch.deliver(pb)
+		pb.Poll(time.Second)
+		t.Error("Poll returned")
 	}()
-	if n := pb.batch.deliver(pb); n != 2 {
-		t.Errorf("second deliver: %d samples, want 2", n)
+	if f.rings[0].page.Data_tail != 2*32 {
+		t.Errorf("after the panic, ring 0 committed to %d, want 64 (the sample it panicked on included)", f.rings[0].page.Data_tail)
 	}
-	pb.publish()
-	var data []string
-	for _, d := range got {
-		data = append(data, d.data)
+	if st := pb.Stats()[0]; st.Samples != 2 {
+		t.Errorf("after the panic, stats %+v; want 2 samples", st)
 	}
-	if !reflect.DeepEqual(data, []string{"s1", "s2", "s3", "s4"}) {
-		t.Errorf("delivered %v", data)
-	}
-	if s := pb.Stats()[0]; s.Samples != 4 {
-		t.Errorf("stats count %d samples, want 4", s.Samples)
-	}
-}
-
-// BenchmarkDeliver measures the Go half of callback mode: walking the
-// arena and calling SampleFunc, per sample.
-func BenchmarkDeliver(b *testing.B) {
-	for _, size := range []int{16, 64, 256, 1024} {
-		b.Run(itoa(size), func(b *testing.B) {
-			var got []delivery
-			pb := fakePB([]int32{0}, &got)
-			var sum uint64
-			pb.sample = func(_ int, data []byte) { sum += uint64(len(data)) + uint64(data[0]) }
-			a := arena(nil)
-			payload := make([]byte, size)
-			for len(a) < 64<<10 {
-				a = a.sample(0, payload)
-			}
-			per := len(a) / (arenaEntryHdr + (size+7)&^7)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for done := 0; done < b.N; done += per {
-				pb.batch = batch{buf: a}
-				pb.batch.deliver(pb)
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/sample")
-			_ = sum
-		})
+	f.drainWake(0)
+	f.drainWake(1)
+	within(t, "Poll after a panic", func() {
+		if n, err := pb.Poll(-1); n != 3 || err != nil {
+			t.Errorf("Poll after the panic = %d, %v; want the other 3", n, err)
+		}
+	})
+	if fmt.Sprint(got) != "[0/0 0/1 0/2 0/3 1/4]" {
+		t.Errorf("delivered %v", got)
 	}
 }
 
-func itoa(n int) string {
-	b := []byte{}
-	for ; n > 0; n /= 10 {
-		b = append([]byte{byte('0' + n%10)}, b...)
+// While a RawBuffer holds a ring, callback mode leaves it alone, and Close
+// frees the rings only once it is released.
+func TestPerfBufferHeld(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	var got []delivery
+	pb := f.perfBuffer(t, recorder(&got))
+	f.emit(t, 0, 0, 0, 16)
+	f.emit(t, 1, 0, 1, 16)
+	hold(t, pb, 1)
+	if n, err := pb.Consume(); n != 1 || err != nil || got[0].cpu != 0 {
+		t.Errorf("Consume with ring 1 held = %d, %v, %v", n, err, got)
 	}
-	return string(b)
+	if _, err := pb.ConsumeBuffer(1); !errors.Is(err, ErrBusy) {
+		t.Errorf("ConsumeBuffer of the held ring: %v, want ErrBusy", err)
+	}
+	pb.release(1)
+	if n, err := pb.ConsumeBuffer(1); n != 1 || err != nil {
+		t.Errorf("ConsumeBuffer after release = %d, %v", n, err)
+	}
+
+	f.emit(t, 0, 0, 2, 16)
+	hold(t, pb, 0)
+	pb.Close()
+	if _, err := pb.Consume(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Consume after Close: %v", err)
+	}
+	if d := pb.Stats()[0].Discarded; d != 0 || pb.w.epfd < 0 {
+		t.Errorf("freed while a ring was held (discarded %d)", d)
+	}
+	pb.release(0)
+	if d := pb.Stats()[0].Discarded; d != 32 || pb.w.epfd >= 0 {
+		t.Errorf("not freed at release: discarded %d, want 32", d)
+	}
 }

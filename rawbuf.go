@@ -41,10 +41,11 @@ func (t RecordType) String() string {
 	return fmt.Sprintf("RecordType(%d)", uint8(t))
 }
 
-// Record is one record of a perf ring, as parsed in place by RawBuffer.Next.
+// Record is one record of a perf ring, parsed in place.
 type Record struct {
 	Type    RecordType
 	RawType uint32 // perf_event_header.type
+	CPU     int    // the CPU whose ring holds the record
 	Pos     uint64 // ring position where the record starts
 	Next    uint64 // ring position just after the record
 
@@ -53,15 +54,21 @@ type Record struct {
 	// end, and is empty otherwise. Both are nil for records that are not samples.
 	//
 	// Both alias ring memory: they are valid until data_tail is committed past Next (by
-	// Commit, Drain or SkipCorrupt); after that the kernel may overwrite them. Copy what must
-	// outlive the commit, for example with AppendTo.
+	// Commit, Drain or SkipCorrupt; a Reader commits after the function it called returns);
+	// after that the kernel may overwrite them. Copy what must outlive that, for example with
+	// AppendTo.
 	//
 	// The kernel pads the payload so that the record stays 8-byte aligned: an n-byte
-	// bpf_perf_event_output yields round_up(n+4, 8)-4 bytes, the last ones zero. The payload
-	// must therefore carry its own length (or be of a fixed size) if the padding matters.
+	// bpf_perf_event_output yields round_up(n+4, 8)-4 bytes, the last ones unspecified. The
+	// payload must therefore carry its own length (or be of a fixed size).
 	Data, Wrapped []byte
 
 	Lost uint64 // number of samples lost, for RecordLost
+
+	// Key and Late are set by a Reader with ReaderOptions.Order: the key the sample was
+	// ordered by, and whether it was delivered after a sample with a larger key.
+	Key  uint64
+	Late bool
 }
 
 // Len returns the payload length, len(Data)+len(Wrapped).
@@ -79,21 +86,6 @@ func (r *Record) AppendTo(dst []byte) []byte {
 	return dst
 }
 
-// RawStats counts what a RawBuffer has parsed. A record is counted once, the first time Next
-// parses it, even if it is read again after Begin.
-type RawStats struct {
-	Samples      uint64 // PERF_RECORD_SAMPLE records
-	Bytes        uint64 // sample payload bytes, kernel padding included
-	Lost         uint64 // sum of the lost counts of PERF_RECORD_LOST records
-	LostRecords  uint64 // PERF_RECORD_LOST records
-	Unknown      uint64 // records of any other type
-	CorruptBytes uint64 // bytes given up by SkipCorrupt
-}
-
-// ErrCorrupt is the sentinel of CorruptError: errors.Is(err, ErrCorrupt) reports whether a
-// perf ring held something the kernel never writes.
-var ErrCorrupt = errors.New("corrupt perf ring record")
-
 // CorruptError describes a perf ring record, or ring position, that cannot be valid.
 type CorruptError struct {
 	CPU    int    // the ring's CPU
@@ -110,28 +102,6 @@ func (e *CorruptError) Error() string {
 // Unwrap returns ErrCorrupt.
 func (e *CorruptError) Unwrap() error { return ErrCorrupt }
 
-// ErrInvalidCommit is the sentinel of CommitError.
-var ErrInvalidCommit = errors.New("invalid perf ring commit position")
-
-// CommitError reports a Commit position that would move data_tail backwards, past the head
-// snapshot, past the cursor, or off the 8-byte record alignment. Nothing was written.
-type CommitError struct {
-	CPU    int
-	Pos    uint64 // the position passed to Commit
-	Tail   uint64 // the committed tail
-	Cursor uint64 // the read cursor
-	Head   uint64 // the head snapshot
-	Reason string
-}
-
-// Error formats the error as "commit perf ring cpu 1 to 96: past the cursor 64: invalid perf ring commit position".
-func (e *CommitError) Error() string {
-	return fmt.Sprintf("commit perf ring cpu %d to %d: %s: %v", e.CPU, e.Pos, e.Reason, ErrInvalidCommit)
-}
-
-// Unwrap returns ErrInvalidCommit.
-func (e *CommitError) Unwrap() error { return ErrInvalidCommit }
-
 // Sizes of the records' fixed parts (include/uapi/linux/perf_event.h).
 const (
 	recHeaderSize    = 8                     // struct perf_event_header { u32 type; u16 misc; u16 size; }
@@ -140,7 +110,7 @@ const (
 	recLostSize      = recHeaderSize + 8 + 8 // header, u64 id, u64 lost
 )
 
-// RawBuffer reads one CPU's perf ring in place.
+// RawBuffer reads one CPU's perf ring in place (raw mode: see PerfBuffer.Buffer).
 //
 // Concurrency: one goroutine reads a RawBuffer (all its methods, Stats included); the producer
 // is the kernel, which writes records and data_head while the reader reads and writes
@@ -158,16 +128,14 @@ type RawBuffer struct {
 	cpu  int
 	page *unix.PerfEventMmapPage
 	data []byte // the data area; len is a power of two
-	// base is &data[0], where plainRoom and take start from. It could be derived from
-	// data at the same cost, but without it Drain measured 1.57-1.79x C at 64 bytes against
-	// 1.41-1.58x with it (4 paired runs; the code differs only in field offsets): measure
-	// again before dropping it.
+	// base is &data[0], where plainRoom and take start from: loads through it need no
+	// bounds checks beyond plainAt's (docs/performance.md has the measurements).
 	base unsafe.Pointer
 	mask uint64 // len(data)-1
 
 	// Positions, free-running like the kernel's. Invariant (in ring order, wrap-safe):
 	// tail <= cursor <= head <= tail+len(data); snapshot and SkipCorrupt keep it, and parsing
-	// relies on it to stay inside data.
+	// relies on it to stay inside data. Only this file touches them.
 	tail   uint64 // last committed data_tail
 	cursor uint64 // next record to parse
 	head   uint64 // head snapshot
@@ -177,23 +145,43 @@ type RawBuffer struct {
 	counted uint64
 
 	corrupt *CorruptError // sticky until SkipCorrupt
-	badHead bool          // corrupt came from the latest head snapshot; SkipCorrupt resyncs to badPos
+	badHead bool          // corrupt came from the latest head snapshot
 	badPos  uint64        // the invalid head snapshot
+	behind  bool          // it was behind the tail: SkipCorrupt resyncs the tail to it
+	// ignored is an invalid data_head that SkipCorrupt passed over: snapshots see no new
+	// records while data_head keeps that value, and go on once the kernel writes it again.
+	ignored  uint64
+	ignoring bool
 
-	stats RawStats
+	stats Stats
 
 	rec Record // Drain's record, kept here so that Drain does not allocate
 
-	owner    *PerfBuffer // set by PerfBuffer.Buffer; nil once released
-	idx      int         // buffer index in owner
-	released bool        // Release was called: the ring is gone
-	size     int         // the ring's size, for Size after Release
+	// closed, if set, is the owning PerfBuffer's or Reader's lifetime: each stops after the
+	// record during which it was closed, so that no callback runs after Close.
+	closed *lifetime
 
-	// skipOther: parse skips records of other types (counted in Unknown)
-	// instead of returning them; set for the readers' rings, whose Sample
-	// is a sample or a lost count.
+	// skipOther: parse skips records of other types (counted in Other) instead of returning
+	// them; set for callback mode's and the readers' rings, which deliver samples and lost
+	// counts only.
 	skipOther bool
+
+	// An ordered Reader's run (see ordered.run): while keyed, each reads every sample's key,
+	// the u64 at keyOff in Data, into Record.Key and delivers the sample only while the key
+	// lies in [keyLo, keyHi], raising keyLo to it. Any other record ends the run: it is
+	// parsed into the Record and the cursor moves past it, but it is not delivered (errHeld).
+	keyed        bool
+	keyOff       uint64
+	keyLo, keyHi uint64
+
+	onRelease func() // hands the ring back to its PerfBuffer; nil once released
+	released  bool   // Release was called: the ring is gone
+	size      int    // the ring's size, for Size after Release
 }
+
+// errHeld ends each at a record that an ordered run may not deliver (see RawBuffer.keyed).
+// It never leaves the package.
+var errHeld = errors.New("record held")
 
 // newRawBuffer builds a reader over a mapped perf ring. base points at the
 // perf_event_mmap_page and dataSize is the size of the data area (what perf_buffer__buffer
@@ -237,14 +225,14 @@ func newRawBufferFromParts(cpu int, page *unix.PerfEventMmapPage, data []byte) (
 		return nil, err
 	}
 	b := &RawBuffer{
-		cpu:  cpu,
-		page: page,
-		data: data[:len(data):len(data)],
-		base: unsafe.Pointer(unsafe.SliceData(data)),
-		mask: uint64(len(data) - 1),
+		cpu:   cpu,
+		page:  page,
+		data:  data[:len(data):len(data)],
+		base:  unsafe.Pointer(unsafe.SliceData(data)),
+		mask:  uint64(len(data) - 1),
+		stats: Stats{CPU: cpu},
 	}
-	// Pairs with our own StoreUint64 in commit; the kernel only reads data_tail.
-	b.tail = atomic.LoadUint64(&page.Data_tail)
+	b.tail = b.loadTail()
 	b.cursor, b.head, b.counted = b.tail, b.tail, b.tail
 	return b, nil
 }
@@ -267,25 +255,24 @@ func (b *RawBuffer) Size() int {
 	return len(b.data)
 }
 
-// Head loads data_head. The load is atomic (acquire): it pairs with the kernel's
+// loadHead loads data_head. The load is atomic (acquire): it pairs with the kernel's
 // smp_store_release of data_head in perf_output_put_handle, so the record bytes below the
 // returned head are visible once it returns (libbpf: smp_load_acquire in ring_buffer_read_head).
-func (b *RawBuffer) Head() uint64 {
-	// Acquire; pairs with smp_store_release(&rb->user_page->data_head) in perf_output_put_handle.
+func (b *RawBuffer) loadHead() uint64 {
 	return atomic.LoadUint64(&b.page.Data_head)
 }
 
-// Tail loads data_tail, the position up to which the reader has released the ring.
-func (b *RawBuffer) Tail() uint64 {
+// loadTail loads data_tail, the position up to which the reader has released the ring.
+func (b *RawBuffer) loadTail() uint64 {
 	// Pairs with our own StoreUint64 in commit; the kernel only reads data_tail.
 	return atomic.LoadUint64(&b.page.Data_tail)
 }
 
-// Used returns the bytes between data_tail and data_head, clamped to [0, Size()]. It loads
-// both afresh and is meant for monitoring; it does not move the cursor.
+// Used returns the ring's fill level: the bytes between data_tail and data_head, clamped to
+// [0, Size()]. It loads both afresh and does not move the cursor.
 func (b *RawBuffer) Used() int {
-	tail := b.Tail()
-	d := b.Head() - tail
+	tail := b.loadTail()
+	d := b.loadHead() - tail
 	if int64(d) < 0 {
 		return 0
 	}
@@ -295,15 +282,12 @@ func (b *RawBuffer) Used() int {
 	return int(d)
 }
 
-// Free returns Size() - Used().
-func (b *RawBuffer) Free() int { return b.Size() - b.Used() }
-
 // Begin starts a read: the cursor goes back to data_tail and the head snapshot is taken
 // afresh. Records read but not committed are read again. An invalid head (behind the tail,
 // moved backwards, unaligned, or more than Size() past the tail) makes the next Next return a
 // CorruptError.
 func (b *RawBuffer) Begin() {
-	b.tail = b.Tail()
+	b.tail = b.loadTail()
 	b.cursor = b.tail
 	if !b.snapshot() {
 		b.head = b.cursor // nothing to read past a bad head
@@ -319,9 +303,11 @@ func (b *RawBuffer) Refresh() {
 // snapshot loads data_head into b.head if it is valid; otherwise it records a CorruptError
 // (unless one is pending) and leaves b.head alone.
 func (b *RawBuffer) snapshot() bool {
-	h := b.Head()
+	h := b.loadHead()
 	var reason string
 	switch {
+	case b.ignoring && h == b.ignored && b.corrupt == nil:
+		return false // passed over already (SkipCorrupt): nothing new
 	case int64(h-b.tail) < 0:
 		reason = fmt.Sprintf("head %d behind tail %d", h, b.tail)
 	case int64(h-b.head) < 0:
@@ -332,31 +318,29 @@ func (b *RawBuffer) snapshot() bool {
 		reason = fmt.Sprintf("head %d not 8-aligned", h)
 	default:
 		b.head = h
-		b.badHead = false // the head is sane again: SkipCorrupt can skip to it
+		b.badHead, b.ignoring = false, false // the head is sane again
+		b.stats.MaxFill = max(b.stats.MaxFill, int(h-b.tail))
 		return true
 	}
 	if b.corrupt == nil {
 		b.corrupt = &CorruptError{CPU: b.cpu, Pos: b.cursor, Size: h, Reason: reason}
-		b.badHead, b.badPos = true, h
+		b.badHead, b.badPos, b.behind = true, h, int64(h-b.tail) < 0
 	}
 	return false
 }
 
 // quiet reports that the cursor is at the head snapshot, no error is pending and data_head
 // has not moved since the snapshot: nothing to parse, and nothing for Refresh to do. It is
-// the cheap test that a reader makes of a quiet ring, once per record for every ring
-// without one.
+// the cheap test that an ordered Reader makes of a quiet ring, once per record for every
+// ring without one.
 func (b *RawBuffer) quiet() bool {
-	// Acquire; pairs with the kernel's smp_store_release of data_head (see Head). A head
+	// Acquire; pairs with the kernel's smp_store_release of data_head (see loadHead). A head
 	// that moved, or an invalid one, is left to Refresh.
 	return b.cursor == b.head && b.corrupt == nil && atomic.LoadUint64(&b.page.Data_head) == b.head
 }
 
-// Pending returns the bytes between the cursor and the head snapshot.
-func (b *RawBuffer) Pending() int { return int(b.head - b.cursor) }
-
-// Cursor returns the position of the next record Next will parse.
-func (b *RawBuffer) Cursor() uint64 { return b.cursor }
+// pending returns the bytes between the cursor and the head snapshot.
+func (b *RawBuffer) pending() int { return int(b.head - b.cursor) }
 
 // Next parses the record at the cursor into rec and moves the cursor past it. It returns
 // false, nil when the cursor reached the head snapshot (call Refresh or Begin for more), and
@@ -369,13 +353,19 @@ func (b *RawBuffer) Next(rec *Record) (bool, error) {
 	if b.parse(rec) {
 		return true, nil
 	}
-	if b.blocked() {
-		return false, b.corrupt
+	return false, b.stopErr()
+}
+
+// stopErr is why parsing stopped: the pending CorruptError once the cursor reached it, the
+// release, or nil at the end of the head snapshot.
+func (b *RawBuffer) stopErr() error {
+	switch {
+	case b.blocked():
+		return b.corrupt
+	case b.released:
+		return b.errReleased("read")
 	}
-	if b.released {
-		return false, b.errReleased("read")
-	}
-	return false, nil
+	return nil
 }
 
 // errReleased is the error of a read on a released RawBuffer.
@@ -391,11 +381,12 @@ func (b *RawBuffer) blocked() bool {
 }
 
 // parse is Next without the error: false means the end of the snapshot or a pending error
-// (blocked). The common record, a plain sample (plainAt), is taken as samples takes it;
+// (blocked). The common record, a plain sample (plainAt), is taken as each takes it;
 // everything else goes through parseAny, which checks every case.
 func (b *RawBuffer) parse(rec *Record) bool {
 	p, room := b.plainRoom()
 	if size, n := plainAt(p, room); size != 0 {
+		rec.CPU = b.cpu
 		b.take(rec, p, size, n)
 		return true
 	}
@@ -413,35 +404,81 @@ func (b *RawBuffer) parseRest(rec *Record) bool {
 	return false
 }
 
-// samples delivers the plain samples (see plainAt) from the cursor to fn, one after the
-// other, while they start within limit bytes of where it began; it stops at the first other
-// record, which is parseAny's to take, or when fn returns false. It returns how many it
-// delivered and whether fn stopped it. rec and the cursor are as Next leaves them: the cursor
-// is past each record before fn sees it.
+// each is the loop that delivers records: Drain, callback mode and both Reader policies run
+// it. It parses records from the cursor up to the head snapshot and calls fn with each, the
+// cursor already past it, while they start within limit bytes of where it began. It returns
+// how many records fn received, and stops
+//   - at the end of the snapshot, or past limit: nil;
+//   - when fn returns an error: that error;
+//   - at a corrupt record: the *CorruptError (the cursor stays on it);
+//   - after the record during which the owner was closed (b.closed): nil;
+//   - in an ordered run (b.keyed), at a record the run may not deliver: errHeld, with the
+//     record parsed into rec and the cursor past it.
 //
-// It is Drain's loop (Reader.Each has a copy for its own fn), written to keep the cost of a
-// record down to its checks and the call of fn: no call per record but fn's, and loads
-// through the ring's base pointer, where slicing would add bounds checks of its own to the
-// ones plainAt makes. Against the loop of parse calls it replaces, Drain went from 1.75x to
-// 1.45x libbpf's time at 64 bytes (selftest/bench, side by side with the C reference).
-func (b *RawBuffer) samples(rec *Record, limit uint64, fn func(*Record) bool) (int, bool) {
-	p, room := b.plainRoom()
-	pos := b.cursor
-	end := pos + room              // the records must end by here
-	stop := pos + min(room, limit) // and start before here
+// It does not commit. Plain samples (plainAt) are taken in line, loaded through the ring's
+// base pointer, with no call per record but fn's; every other record goes through parseRest.
+func (b *RawBuffer) each(rec *Record, limit uint64, fn func(*Record) error) (int, error) {
+	from := b.cursor
+	closed, keyed := b.closed, b.keyed
+	rec.CPU = b.cpu
 	k := 0
-	for int64(stop-pos) > 0 {
-		size, n := plainAt(p, end-pos)
-		if size == 0 {
-			break
+	for {
+		if b.cursor-from >= limit {
+			return k, nil
 		}
-		pos, p = b.take(rec, p, size, n)
+		p, room := b.plainRoom()
+		pos := b.cursor
+		end := pos + room                         // the records must end by here
+		stop := pos + min(room, limit-(pos-from)) // and start before here
+		for int64(stop-pos) > 0 {
+			size, n := plainAt(p, end-pos)
+			if size == 0 {
+				break
+			}
+			pos, p = b.take(rec, p, size, n)
+			if keyed && !b.inRun(rec) {
+				return k, errHeld
+			}
+			k++
+			if err := fn(rec); err != nil {
+				return k, err
+			}
+			if closed != nil && closed.closed() {
+				return k, nil
+			}
+		}
+		if room > 0 && int64(stop-pos) <= 0 {
+			continue // the limit, or the ring's end: the piece after it is plain again
+		}
+		if !b.parseRest(rec) {
+			return k, b.stopErr()
+		}
+		if keyed {
+			return k, errHeld // a lost record or a wrapped sample: the ordered reader's to place
+		}
 		k++
-		if !fn(rec) {
-			return k, true
+		if err := fn(rec); err != nil {
+			return k, err
+		}
+		if closed != nil && closed.closed() {
+			return k, nil
 		}
 	}
-	return k, false
+}
+
+// inRun reads a plain sample's key for an ordered run (see RawBuffer.keyed) and reports
+// whether the run may deliver it.
+func (b *RawBuffer) inRun(rec *Record) bool {
+	if n := uint64(len(rec.Data)); n < 8 || b.keyOff > n-8 {
+		return false
+	}
+	key := binary.NativeEndian.Uint64(rec.Data[b.keyOff:])
+	rec.Key, rec.Late = key, false
+	if key < b.keyLo || key > b.keyHi {
+		return false
+	}
+	b.keyLo = key
+	return true
 }
 
 // plainRoom returns where the record at the cursor starts and how many bytes follow from
@@ -496,17 +533,17 @@ func (b *RawBuffer) take(rec *Record, p unsafe.Pointer, size, n uint64) (uint64,
 }
 
 // parseAt parses the record at pos, a record boundary between the cursor and the head
-// snapshot, into rec without moving the cursor: a look ahead. It returns false at the end of
-// the snapshot, and for a record that cannot be valid, which Next reports once the cursor
-// gets there. Records are counted in Stats the first time either parses them.
+// snapshot, into rec without moving the cursor and without counting it: a look ahead. It
+// returns false at the end of the snapshot, and for a record that cannot be valid, which
+// Next reports once the cursor gets there.
 func (b *RawBuffer) parseAt(pos uint64, rec *Record) bool {
 	if int64(pos-b.cursor) < 0 || int64(b.head-pos) < 0 {
 		return false // not between the cursor and the head: nothing to trust there
 	}
-	cursor, corrupt, badHead := b.cursor, b.corrupt, b.badHead
-	b.cursor = pos
+	cursor, counted, stats, corrupt, badHead := b.cursor, b.counted, b.stats, b.corrupt, b.badHead
+	b.cursor, b.counted = pos, pos
 	ok := b.parse(rec)
-	b.cursor, b.corrupt, b.badHead = cursor, corrupt, badHead
+	b.cursor, b.counted, b.stats, b.corrupt, b.badHead = cursor, counted, stats, corrupt, badHead
 	return ok
 }
 
@@ -547,9 +584,9 @@ func (b *RawBuffer) parseAny(rec *Record) bool {
 		start := (pos + recSampleDataOff) & b.mask
 		end := start + n
 		if end <= uint64(len(data)) {
-			rec.Data, rec.Wrapped = data[start:end], nil
+			rec.Data, rec.Wrapped = data[start:end:end], nil
 		} else {
-			rec.Data, rec.Wrapped = data[start:], data[:end-uint64(len(data))]
+			rec.Data, rec.Wrapped = data[start:], data[:end-uint64(len(data)):end-uint64(len(data))]
 		}
 		rec.Type, rec.Lost = RecordSample, 0
 		if count {
@@ -565,16 +602,15 @@ func (b *RawBuffer) parseAny(rec *Record) bool {
 		lost := binary.NativeEndian.Uint64(data[o : o+8])
 		rec.Type, rec.Lost, rec.Data, rec.Wrapped = RecordLost, lost, nil, nil
 		if count {
-			b.stats.LostRecords++
 			b.stats.Lost += lost
 		}
 	default:
 		rec.Type, rec.Lost, rec.Data, rec.Wrapped = RecordOther, 0, nil, nil
 		if count {
-			b.stats.Unknown++
+			b.stats.Other++
 		}
 	}
-	rec.RawType, rec.Pos, rec.Next = typ, pos, next
+	rec.RawType, rec.CPU, rec.Pos, rec.Next, rec.Key, rec.Late = typ, b.cpu, pos, next, 0, false
 	if count {
 		b.counted = next
 	}
@@ -582,7 +618,7 @@ func (b *RawBuffer) parseAny(rec *Record) bool {
 	return true
 }
 
-// badSize explains a header size that failed Next's combined check.
+// badSize explains a header size that failed parseAny's combined check.
 func (b *RawBuffer) badSize(pos, size, avail uint64) bool {
 	var reason string
 	switch {
@@ -616,10 +652,10 @@ func (b *RawBuffer) fail(pos, size uint64, reason string) bool {
 }
 
 // Commit publishes data_tail = pos, handing the bytes before pos back to the kernel. pos
-// should be a record boundary (a Record's Pos or Next). It returns a *CommitError, and writes
-// nothing, if pos is before the committed tail, past the head snapshot, past the cursor, or
-// not 8-aligned. Committing the current tail is a no-op. After Release it returns an error
-// matching os.ErrClosed.
+// must be a record boundary (a Record's Pos or Next) between the committed tail and the
+// cursor; otherwise Commit writes nothing and returns an error matching os.ErrInvalid.
+// Committing the current tail is a no-op. After Release it returns an error matching
+// os.ErrClosed.
 func (b *RawBuffer) Commit(pos uint64) error {
 	if b.released {
 		return b.errReleased("commit")
@@ -631,8 +667,6 @@ func (b *RawBuffer) Commit(pos uint64) error {
 	switch d := pos - b.tail; {
 	case int64(d) < 0:
 		reason = fmt.Sprintf("backwards from tail %d", b.tail)
-	case d > b.head-b.tail:
-		reason = fmt.Sprintf("past the head snapshot %d", b.head)
 	case d > b.cursor-b.tail:
 		reason = fmt.Sprintf("past the cursor %d", b.cursor)
 	case pos&7 != 0:
@@ -641,7 +675,7 @@ func (b *RawBuffer) Commit(pos uint64) error {
 		b.commit(pos)
 		return nil
 	}
-	return &CommitError{CPU: b.cpu, Pos: pos, Tail: b.tail, Cursor: b.cursor, Head: b.head, Reason: reason}
+	return fmt.Errorf("commit perf ring cpu %d to %d: %s: %w", b.cpu, pos, reason, os.ErrInvalid)
 }
 
 // commit stores data_tail without checks.
@@ -653,56 +687,61 @@ func (b *RawBuffer) commit(pos uint64) {
 	atomic.StoreUint64(&b.page.Data_tail, pos)
 }
 
+// commitCursor commits everything parsed so far.
+func (b *RawBuffer) commitCursor() {
+	if b.cursor != b.tail {
+		b.commit(b.cursor)
+	}
+}
+
 // Drain reads every record from data_tail up to a fresh head snapshot, calling fn for each
-// (samples, lost and other records alike); fn returning false stops early. It then commits
-// once, up to the end of the last record visited, and returns the number of records visited.
-// Records written after the snapshot wait for the next Drain.
+// (samples, lost and other records alike), then commits once, up to the end of the last
+// record fn received, and returns how many it received. fn returning an error stops the
+// drain: Drain returns that error, and the record fn failed on counts as received. Records
+// written after the snapshot wait for the next Drain.
 //
 // rec and its Data and Wrapped are valid only during the call to fn; fn must copy what it
 // keeps, and must not call b's methods other than CPU, Size and Stats.
 //
-// The error is a *CorruptError when a record cannot be valid; the records before it are
-// still visited and committed. Call SkipCorrupt to go on. A nil fn is ErrInvalidOptions;
-// after Release, Drain fails with an error matching os.ErrClosed.
-func (b *RawBuffer) Drain(fn func(rec *Record) bool) (int, error) {
+// A record that cannot be valid stops the drain with a *CorruptError; the records before it
+// are received and committed. Call SkipCorrupt to go on. A nil fn is an error matching
+// os.ErrInvalid; after Release, Drain fails with an error matching os.ErrClosed.
+func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 	if b.released {
 		return 0, b.errReleased("drain")
 	}
 	if fn == nil {
-		return 0, fmt.Errorf("drain perf ring cpu %d: nil function: %w", b.cpu, ErrInvalidOptions)
+		return 0, fmt.Errorf("drain perf ring cpu %d: nil function: %w", b.cpu, os.ErrInvalid)
 	}
 	b.Begin()
 	rec := &b.rec
-	n := 0
-	for {
-		k, stopped := b.samples(rec, math.MaxUint64, fn)
-		n += k
-		if stopped || !b.parse(rec) { // parse: what samples does not take, or the end
-			break
-		}
-		n++
-		if !fn(rec) {
-			break
-		}
-	}
-	if b.cursor != b.tail {
-		b.commit(b.cursor)
-	}
+	n, err := b.each(rec, math.MaxUint64, fn)
+	b.commitCursor()
 	*rec = Record{} // drop the references to ring memory
-	if b.corrupt != nil {
-		return n, b.corrupt
-	}
-	return n, nil
+	return n, err
 }
 
 // SkipCorrupt is the way on after a CorruptError: it gives up everything up to the head
 // snapshot, commits data_tail there, clears the error and returns the number of bytes
-// skipped, which are added to Stats().CorruptBytes. Records already returned by Next but not
-// committed are released too (not counted as skipped), also those that Begin would read
-// again before the corrupt one. If the head snapshot itself was
-// invalid, the reader resynchronises with it: it commits that head (at most Size() bytes are
-// counted as skipped). Without a pending error it simply discards what is pending.
+// skipped; Stats counts the corruption and the bytes. Records already returned by Next but
+// not committed are released too (not counted as skipped), also those that Begin would read
+// again before the corrupt one. Without a pending error it discards what is pending,
+// counted as skipped.
+//
+// An invalid head snapshot is the header page's, not the records': SkipCorrupt passes over
+// that data_head value, skipping nothing, and reading goes on once the kernel writes
+// data_head again (a head too far ahead, unaligned or moved backwards would otherwise make
+// the reader skip genuine records). A head behind the tail says the tail moved: the reader
+// resynchronises with the head, committing it as the tail.
 func (b *RawBuffer) SkipCorrupt() uint64 {
+	if b.corrupt != nil {
+		b.stats.Corrupt++
+	}
+	if b.badHead && !b.behind {
+		b.ignored, b.ignoring = b.badPos, true
+		b.corrupt, b.badHead = nil, false
+		return 0
+	}
 	target := b.head
 	if b.badHead {
 		target = b.badPos
@@ -711,12 +750,9 @@ func (b *RawBuffer) SkipCorrupt() uint64 {
 	if b.corrupt != nil && !b.badHead && int64(b.corrupt.Pos-from) > 0 {
 		from = b.corrupt.Pos // the records before it are good (Begin went back)
 	}
-	skipped := target - from
-	if skipped > uint64(len(b.data)) {
-		skipped = uint64(len(b.data))
-	}
+	skipped := min(target-from, uint64(len(b.data)))
 	b.stats.CorruptBytes += skipped
-	b.corrupt, b.badHead, b.badPos = nil, false, 0
+	b.corrupt, b.badHead, b.badPos, b.behind = nil, false, 0, false
 	b.cursor, b.head, b.counted = target, target, target
 	if target != b.tail {
 		b.commit(target)
@@ -724,20 +760,21 @@ func (b *RawBuffer) SkipCorrupt() uint64 {
 	return skipped
 }
 
-// Stats returns the counters.
-func (b *RawBuffer) Stats() RawStats { return b.stats }
+// Stats returns what this RawBuffer parsed: a record is counted once, the first time it is
+// parsed, even if Begin makes it read again; MaxFill is the fullest head snapshot. Late,
+// Dropped and Discarded stay zero.
+func (b *RawBuffer) Stats() Stats { return b.stats }
 
-// Release hands ring i back to its PerfBuffer (see PerfBuffer.Buffer): callback mode drains it
-// again, and Close can unmap it. Every Record read from b is invalid afterwards. Next, Drain
-// and Commit fail with an error matching os.ErrClosed then; the methods without an error (Begin,
-// Refresh, SkipCorrupt, Head, Tail, Used, Free, Pending, Cursor) see an empty ring, and CPU,
-// Size and Stats keep their values. Release is idempotent.
+// Release hands the ring back to its PerfBuffer (see PerfBuffer.Buffer): callback mode drains
+// it again, and Close can unmap it. Every Record read from b is invalid afterwards. Next, Drain
+// and Commit fail with an error matching os.ErrClosed then; Begin, Refresh, SkipCorrupt and
+// Used see an empty ring, and CPU, Size and Stats keep their values. Release is idempotent.
 func (b *RawBuffer) Release() {
-	pb, idx := b.owner, b.idx // (*b is overwritten below)
-	if pb == nil {
+	hand := b.onRelease // (*b is overwritten below)
+	if hand == nil {
 		return
 	}
-	b.owner = nil
+	b.onRelease = nil
 	// Point at memory of our own so that nothing can touch the mapping once it is freed.
 	released, err := newRawBufferFromParts(b.cpu, new(unix.PerfEventMmapPage), make([]byte, 8))
 	if err != nil {
@@ -746,5 +783,5 @@ func (b *RawBuffer) Release() {
 	stats, size := b.stats, len(b.data)
 	*b = *released
 	b.stats, b.released, b.size = stats, true, size
-	pb.release(idx)
+	hand()
 }

@@ -76,21 +76,21 @@ func benchDrain(b *testing.B, copying bool, payload int) {
 	rb := f.reader(b)
 	var sum uint64
 	var buf []byte
-	var fn func(rec *Record) bool
+	var fn func(rec *Record) error
 	if copying {
 		buf = make([]byte, 0, 2048)
-		fn = func(rec *Record) bool {
+		fn = func(rec *Record) error {
 			buf = rec.AppendTo(buf[:0])
 			sum += sumPayload(buf)
-			return true
+			return nil
 		}
 	} else {
-		fn = func(rec *Record) bool {
+		fn = func(rec *Record) error {
 			sum += sumPayload(rec.Data)
 			if len(rec.Wrapped) > 0 {
 				sum += sumPayload(rec.Wrapped)
 			}
-			return true
+			return nil
 		}
 	}
 	size := uint64(rb.Size())
@@ -101,7 +101,7 @@ func benchDrain(b *testing.B, copying bool, payload int) {
 	for samples < b.N {
 		// Hand the reader the next lap, the same full ring: a release store of data_head as
 		// the kernel's perf_output_put_handle does, for the acquire load in Begin.
-		atomic.StoreUint64(&f.page.Data_head, rb.Tail()+size)
+		atomic.StoreUint64(&f.page.Data_head, rb.tail+size)
 		start := time.Now()
 		n, err := rb.Drain(fn)
 		elapsed += time.Since(start)

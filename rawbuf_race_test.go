@@ -111,49 +111,41 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 		lostTotal   uint64
 		received    uint64
 		buf         []byte
-		failure     error
 		finished    bool
 		drains      int
 	)
-	check := func(rec *Record) bool {
+	check := func(rec *Record) error {
 		switch rec.Type {
 		case RecordLost:
 			if !lossy {
-				failure = fmt.Errorf("lost record (%d) from a producer that waits", rec.Lost)
-				return false
+				return fmt.Errorf("lost record (%d) from a producer that waits", rec.Lost)
 			}
 			pendingLost += rec.Lost
 			lostTotal += rec.Lost
-			return true
+			return nil
 		case RecordSample:
 		default:
-			failure = fmt.Errorf("unexpected record %v at %d", rec.Type, rec.Pos)
-			return false
+			return fmt.Errorf("unexpected record %v at %d", rec.Type, rec.Pos)
 		}
 		buf = rec.AppendTo(buf[:0])
 		if len(buf) < 12 {
-			failure = fmt.Errorf("sample of %d bytes at %d", len(buf), rec.Pos)
-			return false
+			return fmt.Errorf("sample of %d bytes at %d", len(buf), rec.Pos)
 		}
 		seq := binary.NativeEndian.Uint64(buf)
 		k := int(binary.NativeEndian.Uint32(buf[8:]))
 		if seq != want+pendingLost {
-			failure = fmt.Errorf("sequence %d, want %d (+%d lost) at %d", seq, want, pendingLost, rec.Pos)
-			return false
+			return fmt.Errorf("sequence %d, want %d (+%d lost) at %d", seq, want, pendingLost, rec.Pos)
 		}
 		if k > raceMaxBody || len(buf) != (12+k+4+7)&^7-4 {
-			failure = fmt.Errorf("sequence %d: %d pattern bytes in a %d-byte payload", seq, k, len(buf))
-			return false
+			return fmt.Errorf("sequence %d: %d pattern bytes in a %d-byte payload", seq, k, len(buf))
 		}
 		off := racePatternOff(seq)
 		if !bytes.Equal(buf[12:12+k], racePattern[off:off+uint64(k)]) {
-			failure = fmt.Errorf("sequence %d: payload differs", seq)
-			return false
+			return fmt.Errorf("sequence %d: payload differs", seq)
 		}
 		for _, c := range buf[12+k:] {
 			if c != 0 {
-				failure = fmt.Errorf("sequence %d: padding not zero", seq)
-				return false
+				return fmt.Errorf("sequence %d: padding not zero", seq)
 			}
 		}
 		want, pendingLost = seq+1, 0
@@ -161,7 +153,7 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 		if seq == total { // the producer's last sample
 			finished = true
 		}
-		return true
+		return nil
 	}
 
 	for !finished {
@@ -169,9 +161,6 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 		drains++
 		if err != nil {
 			t.Fatalf("after %d samples: %v", received, err)
-		}
-		if failure != nil {
-			t.Fatalf("after %d samples: %v", received, failure)
 		}
 		if n == 0 {
 			if time.Now().After(deadline) {
@@ -184,7 +173,7 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 		t.Fatalf("received %d + lost %d, want %d", received, lostTotal, total+1)
 	}
 	st := rb.Stats()
-	if st.Samples != received || st.Lost != lostTotal || st.CorruptBytes != 0 || st.Unknown != 0 {
+	if st.Samples != received || st.Lost != lostTotal || st.Corrupt != 0 || st.CorruptBytes != 0 || st.Other != 0 {
 		t.Fatalf("stats %+v; received %d lost %d", st, received, lostTotal)
 	}
 	if !lossy && lostTotal != 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -163,18 +164,18 @@ func TestRawEmpty(t *testing.T) {
 	f := newFakeRing(4096)
 	b := f.reader(t)
 	b.Begin()
-	if b.Pending() != 0 || b.Used() != 0 || b.Free() != 4096 || b.Size() != 4096 || b.CPU() != 1 {
-		t.Fatalf("pending %d used %d free %d size %d cpu %d", b.Pending(), b.Used(), b.Free(), b.Size(), b.CPU())
+	if b.pending() != 0 || b.Used() != 0 || b.Size() != 4096 || b.CPU() != 1 {
+		t.Fatalf("pending %d used %d size %d cpu %d", b.pending(), b.Used(), b.Size(), b.CPU())
 	}
 	var rec Record
 	if ok, err := b.Next(&rec); ok || err != nil {
 		t.Fatalf("Next on an empty ring = %v, %v", ok, err)
 	}
-	n, err := b.Drain(func(*Record) bool { t.Fatal("callback on an empty ring"); return true })
+	n, err := b.Drain(func(*Record) error { t.Fatal("callback on an empty ring"); return nil })
 	if n != 0 || err != nil {
 		t.Fatalf("Drain = %d, %v", n, err)
 	}
-	if s := b.Stats(); s != (RawStats{}) {
+	if s := b.Stats(); s != (Stats{CPU: 1}) {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -186,23 +187,23 @@ func TestRawOneRecord(t *testing.T) {
 	f.mustWrite(t, fakeSample(payload))
 
 	b.Begin()
-	if b.Pending() != 32 {
-		t.Fatalf("pending %d, want 32", b.Pending())
+	if b.pending() != 32 {
+		t.Fatalf("pending %d, want 32", b.pending())
 	}
 	var rec Record
 	ok, err := b.Next(&rec)
 	if !ok || err != nil {
 		t.Fatalf("Next = %v, %v", ok, err)
 	}
-	if rec.Type != RecordSample || rec.RawType != unix.PERF_RECORD_SAMPLE || rec.Pos != 0 || rec.Next != 32 {
+	if rec.Type != RecordSample || rec.RawType != unix.PERF_RECORD_SAMPLE || rec.CPU != 1 || rec.Pos != 0 || rec.Next != 32 {
 		t.Fatalf("record %+v", rec)
 	}
 	// 13 bytes are padded to round_up(13+4, 8)-4 = 20.
 	if rec.Len() != 20 || !bytes.Equal(rec.Data, fakePadded(payload)) || len(rec.Wrapped) != 0 {
 		t.Fatalf("payload %x (wrapped %x)", rec.Data, rec.Wrapped)
 	}
-	if b.Cursor() != 32 || b.Pending() != 0 || b.Tail() != 0 {
-		t.Fatalf("cursor %d pending %d tail %d", b.Cursor(), b.Pending(), b.Tail())
+	if b.cursor != 32 || b.pending() != 0 || b.tail != 0 || f.page.Data_tail != 0 {
+		t.Fatalf("cursor %d pending %d tail %d (data_tail %d)", b.cursor, b.pending(), b.tail, f.page.Data_tail)
 	}
 	if ok, err := b.Next(&rec); ok || err != nil {
 		t.Fatalf("Next past the head = %v, %v", ok, err)
@@ -210,10 +211,10 @@ func TestRawOneRecord(t *testing.T) {
 	if err := b.Commit(rec.Next); err != nil {
 		t.Fatal(err)
 	}
-	if b.Tail() != 32 || f.page.Data_tail != 32 || b.Used() != 0 {
-		t.Fatalf("tail %d used %d", b.Tail(), b.Used())
+	if b.tail != 32 || f.page.Data_tail != 32 || b.Used() != 0 {
+		t.Fatalf("tail %d used %d", b.tail, b.Used())
 	}
-	if s := b.Stats(); s != (RawStats{Samples: 1, Bytes: 20}) {
+	if s := b.Stats(); s != (Stats{CPU: 1, Samples: 1, Bytes: 20, MaxFill: 32}) {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -231,9 +232,9 @@ func TestRawMany(t *testing.T) {
 	}
 	f.publish()
 	var got [][]byte
-	n, err := b.Drain(func(rec *Record) bool {
+	n, err := b.Drain(func(rec *Record) error {
 		got = append(got, rec.AppendTo(nil))
-		return true
+		return nil
 	})
 	if n != 300 || err != nil {
 		t.Fatalf("Drain = %d, %v", n, err)
@@ -243,8 +244,8 @@ func TestRawMany(t *testing.T) {
 			t.Fatalf("record %d: %x, want %x", i, got[i], want[i])
 		}
 	}
-	if b.Tail() != f.head {
-		t.Fatalf("tail %d, want %d", b.Tail(), f.head)
+	if b.tail != f.head {
+		t.Fatalf("tail %d, want %d", b.tail, f.head)
 	}
 }
 
@@ -267,13 +268,13 @@ func TestRawWrapLaps(t *testing.T) {
 		}
 		f.publish()
 		i := 0
-		_, err := b.Drain(func(rec *Record) bool {
+		_, err := b.Drain(func(rec *Record) error {
 			buf = rec.AppendTo(buf[:0])
 			if !bytes.Equal(buf, want[i]) {
 				t.Fatalf("lap %d record %d: %x, want %x", lap, i, buf, want[i])
 			}
 			i++
-			return true
+			return nil
 		})
 		if err != nil || i != len(want) {
 			t.Fatalf("lap %d: %d of %d records, %v", lap, i, len(want), err)
@@ -374,7 +375,7 @@ func TestRawLostAndUnknown(t *testing.T) {
 	if recs[1].Lost != 42 || recs[3].Lost != 8 || recs[2].RawType != unix.PERF_RECORD_THROTTLE || recs[4].RawType != 1234 {
 		t.Fatalf("records %+v", recs)
 	}
-	want := RawStats{Samples: 2, Bytes: 8, Lost: 50, LostRecords: 2, Unknown: 2}
+	want := Stats{CPU: 1, Samples: 2, Bytes: 8, Lost: 50, Other: 2, MaxFill: int(f.head)}
 	if s := b.Stats(); s != want {
 		t.Fatalf("stats %+v, want %+v", s, want)
 	}
@@ -389,7 +390,7 @@ func TestRawLostFromFullRing(t *testing.T) {
 	}
 	f.write(fakeSample(p)) // two lost
 	f.publish()
-	if _, err := b.Drain(func(*Record) bool { return true }); err != nil {
+	if _, err := b.Drain(func(*Record) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	f.mustWrite(t, fakeSample(p))
@@ -411,8 +412,8 @@ func TestRawPeekThenBeginAgain(t *testing.T) {
 	}
 	b.Begin()
 	first := fakeCollect(t, b)
-	if len(first) != 5 || b.Tail() != 0 {
-		t.Fatalf("%d records, tail %d", len(first), b.Tail())
+	if len(first) != 5 || b.tail != 0 {
+		t.Fatalf("%d records, tail %d", len(first), b.tail)
 	}
 	b.Begin()
 	second := fakeCollect(t, b)
@@ -471,21 +472,18 @@ func TestRawCommitRules(t *testing.T) {
 		pos    uint64
 		reason string
 	}{
-		{4096 - 32, "backwards"},
-		{4096 + 160, "past the head"},
-		{4096 + 96, "past the cursor"},
+		{4096 - 32, "backwards from tail 4096"},
+		{4096 + 160, "past the cursor 4160"}, // past the head snapshot too
+		{4096 + 96, "past the cursor 4160"},  // within the snapshot
 		{4096 + 4, "not 8-aligned"},
 	} {
 		err := b.Commit(c.pos)
-		var ce *CommitError
-		if !errors.Is(err, ErrInvalidCommit) || !errors.As(err, &ce) || !strings.Contains(ce.Reason, c.reason) {
-			t.Fatalf("Commit(%d) = %v, want %q", c.pos, err, c.reason)
+		prefix := fmt.Sprintf("commit perf ring cpu 1 to %d: ", c.pos)
+		if !errors.Is(err, os.ErrInvalid) || !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), c.reason) {
+			t.Fatalf("Commit(%d) = %v, want os.ErrInvalid, %q", c.pos, err, prefix+c.reason)
 		}
-		if ce.Pos != c.pos || ce.Tail != 4096 || ce.Cursor != 4096+64 || ce.Head != 4096+128 {
-			t.Fatalf("Commit(%d): %+v", c.pos, ce)
-		}
-		if f.page.Data_tail != 4096 {
-			t.Fatalf("Commit(%d) wrote data_tail %d", c.pos, f.page.Data_tail)
+		if f.page.Data_tail != 4096 || b.tail != 4096 {
+			t.Fatalf("Commit(%d) wrote data_tail %d (tail %d)", c.pos, f.page.Data_tail, b.tail)
 		}
 	}
 	if err := b.Commit(4096); err != nil {
@@ -497,10 +495,10 @@ func TestRawCommitRules(t *testing.T) {
 	if err := b.Commit(4096 + 64); err != nil || f.page.Data_tail != 4096+64 {
 		t.Fatalf("Commit(cursor) = %v, tail %d", err, f.page.Data_tail)
 	}
-	if err := b.Commit(4096 + 32); !errors.Is(err, ErrInvalidCommit) {
+	if err := b.Commit(4096 + 32); !errors.Is(err, os.ErrInvalid) {
 		t.Fatalf("Commit backwards = %v", err)
 	}
-	want := "commit perf ring cpu 1 to 4128: backwards from tail 4160: invalid perf ring commit position"
+	want := "commit perf ring cpu 1 to 4128: backwards from tail 4160: invalid argument"
 	if err := b.Commit(4096 + 32); err.Error() != want {
 		t.Fatalf("error %q, want %q", err, want)
 	}
@@ -512,28 +510,81 @@ func TestRawDrainCommitsOnce(t *testing.T) {
 	for i := range 10 {
 		f.mustWrite(t, fakeSample(fakePattern(i, 0)))
 	}
-	n, err := b.Drain(func(rec *Record) bool {
+	n, err := b.Drain(func(rec *Record) error {
 		if f.page.Data_tail != 0 {
 			t.Fatalf("data_tail moved to %d during the drain", f.page.Data_tail)
 		}
-		return true
+		return nil
 	})
 	if n != 10 || err != nil || f.page.Data_tail != f.head {
 		t.Fatalf("Drain = %d, %v; tail %d, want %d", n, err, f.page.Data_tail, f.head)
 	}
+}
 
-	// Stopping early commits up to the end of the last record visited.
-	for range 10 {
-		f.mustWrite(t, fakeSample(nil))
+// fn's error stops Drain, which returns it; the record fn failed on counts as received and is
+// committed with those before it, and the next Drain starts after it.
+func TestRawDrainStopsOnError(t *testing.T) {
+	f := newFakeRing(4096)
+	b := f.reader(t)
+	for i := range 10 {
+		f.mustWrite(t, fakeSample(fakePattern(4, byte(i)))) // 16-byte records
 	}
-	start := f.page.Data_tail
-	n, err = b.Drain(func(rec *Record) bool { return rec.Pos < start+16*3 })
-	if n != 4 || err != nil || f.page.Data_tail != start+16*4 {
-		t.Fatalf("early stop: Drain = %d, %v; tail %d", n, err, f.page.Data_tail-start)
+	errStop := errors.New("stop")
+	var seen []uint64
+	n, err := b.Drain(func(rec *Record) error {
+		seen = append(seen, rec.Pos)
+		if rec.Pos == 16*3 {
+			return errStop
+		}
+		return nil
+	})
+	if n != 4 || err != errStop || fmt.Sprint(seen) != "[0 16 32 48]" {
+		t.Fatalf("Drain = %d, %v, saw %v; want 4, errStop, [0 16 32 48]", n, err, seen)
 	}
-	n, _ = b.Drain(func(rec *Record) bool { return true })
-	if n != 6 {
-		t.Fatalf("rest: %d records", n)
+	if f.page.Data_tail != 16*4 || b.tail != 16*4 {
+		t.Fatalf("data_tail %d after the stop, want %d (up to and including the failed record)", f.page.Data_tail, 16*4)
+	}
+	if s := b.Stats(); s.Samples != 4 || s.Bytes != 4*4 {
+		t.Fatalf("stats %+v after the stop, want 4 samples", s)
+	}
+	seen = seen[:0]
+	n, err = b.Drain(func(rec *Record) error {
+		seen = append(seen, rec.Pos)
+		return nil
+	})
+	if n != 6 || err != nil || seen[0] != 16*4 || f.page.Data_tail != f.head {
+		t.Fatalf("rest: Drain = %d, %v from %v; tail %d", n, err, seen, f.page.Data_tail)
+	}
+	// The same for records that are not plain samples (a lost record, a sample that wraps):
+	// each takes them in parseRest.
+	f = newFakeRingAt(128, 128-32)
+	b = f.reader(t)
+	f.mustWrite(t, fakeLost(1, 5))
+	f.mustWrite(t, fakeSample(fakePattern(20, 1))) // 32 bytes from 120: wraps
+	f.mustWrite(t, fakeSample(nil))
+	var types []RecordType
+	n, err = b.Drain(func(rec *Record) error {
+		types = append(types, rec.Type)
+		if rec.Type == RecordSample {
+			return errStop
+		}
+		return nil
+	})
+	if n != 2 || err != errStop || fmt.Sprint(types) != "[lost sample]" || f.page.Data_tail != 128-32+24+32 {
+		t.Fatalf("Drain = %d, %v, %v; data_tail %d", n, err, types, f.page.Data_tail)
+	}
+}
+
+// A nil fn is refused without touching the ring.
+func TestRawDrainNil(t *testing.T) {
+	f := newFakeRing(4096)
+	f.mustWrite(t, fakeSample(nil))
+	b := f.reader(t)
+	if n, err := b.Drain(nil); n != 0 || !errors.Is(err, os.ErrInvalid) {
+		t.Fatalf("Drain(nil) = %d, %v; want os.ErrInvalid", n, err)
+	}
+	if f.page.Data_tail != 0 || b.Stats().Samples != 0 {
+		t.Fatalf("Drain(nil) read the ring: data_tail %d, stats %+v", f.page.Data_tail, b.Stats())
 	}
 }
 
@@ -541,10 +592,10 @@ func TestRawDrainBoundedBySnapshot(t *testing.T) {
 	f := newFakeRing(1 << 16)
 	b := f.reader(t)
 	f.mustWrite(t, fakeSample(nil))
-	n, err := b.Drain(func(rec *Record) bool {
+	n, err := b.Drain(func(rec *Record) error {
 		// A producer as fast as the reader: one new record per record read.
 		f.mustWrite(t, fakeSample(nil))
-		return true
+		return nil
 	})
 	if n != 1 || err != nil {
 		t.Fatalf("Drain = %d, %v", n, err)
@@ -561,7 +612,7 @@ func TestRawDrainAllocs(t *testing.T) {
 	f.write(fakeRecord(77, 8, nil))
 	f.publish()
 	var sum int
-	fn := func(rec *Record) bool { sum += rec.Len(); return true }
+	fn := func(rec *Record) error { sum += rec.Len(); return nil }
 	allocs := testing.AllocsPerRun(100, func() {
 		// Hand the same records to the reader again by rewinding data_tail (the reader's
 		// word; no producer runs here).
@@ -617,7 +668,7 @@ func TestRawCorrupt(t *testing.T) {
 			f.publish()
 			b := f.reader(t)
 			good := 0
-			n, err := b.Drain(func(*Record) bool { good++; return true })
+			n, err := b.Drain(func(*Record) error { good++; return nil })
 			var ce *CorruptError
 			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) {
 				t.Fatalf("Drain = %d, %v", n, err)
@@ -625,8 +676,8 @@ func TestRawCorrupt(t *testing.T) {
 			if !strings.Contains(ce.Reason, c.reason) || ce.CPU != 1 || ce.Pos != bad {
 				t.Fatalf("error %+v, want %q at %d", ce, c.reason, bad)
 			}
-			if n != len(c.recs)-1 || good != n || b.Tail() != bad {
-				t.Fatalf("%d good records, tail %d", n, b.Tail())
+			if n != len(c.recs)-1 || good != n || b.tail != bad {
+				t.Fatalf("%d good records, tail %d", n, b.tail)
 			}
 			// Sticky: Next and Drain keep returning the same error.
 			var rec Record
@@ -636,7 +687,7 @@ func TestRawCorrupt(t *testing.T) {
 				}
 			}
 			b.Begin()
-			if _, err2 := b.Drain(func(*Record) bool { return true }); !errors.Is(err2, ErrCorrupt) {
+			if _, err2 := b.Drain(func(*Record) error { return nil }); !errors.Is(err2, ErrCorrupt) {
 				t.Fatalf("Drain after the error = %v", err2)
 			}
 			// SkipCorrupt gets past it, and reading goes on.
@@ -644,13 +695,17 @@ func TestRawCorrupt(t *testing.T) {
 			if skipped := b.SkipCorrupt(); skipped != head-ce.Pos {
 				t.Fatalf("skipped %d, want %d", skipped, head-ce.Pos)
 			}
-			if b.Tail() != head || b.Stats().CorruptBytes != head-ce.Pos || b.Pending() != 0 {
-				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.Tail(), b.Stats())
+			if st := b.Stats(); b.tail != head || f.page.Data_tail != head || st.Corrupt != 1 || st.CorruptBytes != head-ce.Pos || b.pending() != 0 {
+				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.tail, st)
 			}
 			f.mustWrite(t, fakeSample([]byte("ok")))
-			n, err = b.Drain(func(rec *Record) bool { return string(rec.Data[:2]) == "ok" })
-			if n != 1 || err != nil {
-				t.Fatalf("after SkipCorrupt: Drain = %d, %v", n, err)
+			var got string
+			n, err = b.Drain(func(rec *Record) error { got = string(rec.Data[:2]); return nil })
+			if n != 1 || err != nil || got != "ok" {
+				t.Fatalf("after SkipCorrupt: Drain = %d, %v, %q", n, err, got)
+			}
+			if st := b.Stats(); st.Corrupt != 1 || st.Samples != uint64(len(c.recs)) {
+				t.Fatalf("after SkipCorrupt: stats %+v", st)
 			}
 		})
 	}
@@ -681,8 +736,8 @@ func TestRawCorruptCursor(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Reason != "cursor not 8-aligned" {
 		t.Fatalf("Next = %v", err)
 	}
-	if b.SkipCorrupt() != 28 || b.Tail() != 32 {
-		t.Fatalf("tail %d after SkipCorrupt", b.Tail())
+	if b.SkipCorrupt() != 28 || b.tail != 32 || b.Stats().Corrupt != 1 {
+		t.Fatalf("tail %d, stats %+v after SkipCorrupt", b.tail, b.Stats())
 	}
 }
 
@@ -702,31 +757,52 @@ func TestRawCorruptHead(t *testing.T) {
 			b := f.reader(t)
 			f.mustWrite(t, fakeSample(nil))
 			f.page.Data_head = c.head
-			n, err := b.Drain(func(*Record) bool { return true })
+			n, err := b.Drain(func(*Record) error { return nil })
 			var ce *CorruptError
 			if n != 0 || !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || !strings.Contains(ce.Reason, c.reason) {
 				t.Fatalf("Drain = %d, %v", n, err)
 			}
-			if b.Pending() != 0 || b.Tail() != 4096 {
-				t.Fatalf("pending %d, tail %d", b.Pending(), b.Tail())
+			if b.pending() != 0 || b.tail != 4096 {
+				t.Fatalf("pending %d, tail %d", b.pending(), b.tail)
 			}
-			// SkipCorrupt resynchronises with the producer's head.
 			b.SkipCorrupt()
-			if b.Tail() != c.head || b.Stats().CorruptBytes > 1024 {
-				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.Tail(), b.Stats())
+			st := b.Stats()
+			if c.name == "behind tail" {
+				// The tail is what moved: SkipCorrupt resynchronises with the head.
+				if b.tail != c.head || st.Corrupt != 1 || st.CorruptBytes > 1024 {
+					t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.tail, st)
+				}
+			} else if b.tail != 4096 || st.Corrupt != 1 || st.CorruptBytes != 0 {
+				// A bad head is passed over, and nothing below it is skipped.
+				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.tail, st)
+			}
+			if c.name != "behind tail" {
+				if n, err := b.Drain(func(*Record) error { return nil }); n != 0 || err != nil {
+					t.Fatalf("Drain while data_head keeps the bad value = %d, %v", n, err)
+				}
 			}
 			// The next real record brings the kernel's head back; at most one more
 			// SkipCorrupt gets the reader going again.
 			f.mustWrite(t, fakeSample(nil))
+			got := 0
 			for range 2 {
-				_, err = b.Drain(func(*Record) bool { return true })
+				var k int
+				k, err = b.Drain(func(*Record) error { return nil })
+				got += k
 				if err == nil {
 					break
 				}
 				b.SkipCorrupt()
 			}
-			if err != nil || b.Tail() != f.head {
-				t.Fatalf("no recovery: %v, tail %d head %d", err, b.Tail(), f.head)
+			if err != nil || b.tail != f.head {
+				t.Fatalf("no recovery: %v, tail %d head %d", err, b.tail, f.head)
+			}
+			want := 2 // the sample below the bad head, and the new one
+			if c.name == "behind tail" {
+				want = 0 // the resync lands on what the kernel never wrote, skipped to the head
+			}
+			if got != want {
+				t.Fatalf("%d samples after recovery, want %d", got, want)
 			}
 		})
 	}
@@ -756,7 +832,7 @@ func TestRawFullRing(t *testing.T) {
 	}
 	f.publish()
 	b := f.reader(t)
-	if n, err := b.Drain(func(*Record) bool { return true }); n != 8 || err != nil {
+	if n, err := b.Drain(func(*Record) error { return nil }); n != 8 || err != nil {
 		t.Fatalf("Drain = %d, %v", n, err)
 	}
 }
@@ -766,10 +842,10 @@ func TestRawSkipCorruptWithoutError(t *testing.T) {
 	b := f.reader(t)
 	f.mustWrite(t, fakeSample(nil))
 	b.Begin()
-	if n := b.SkipCorrupt(); n != 16 || b.Tail() != 16 {
-		t.Fatalf("SkipCorrupt = %d, tail %d", n, b.Tail())
+	if n := b.SkipCorrupt(); n != 16 || b.tail != 16 {
+		t.Fatalf("SkipCorrupt = %d, tail %d", n, b.tail)
 	}
-	if s := b.Stats(); s.Samples != 0 || s.CorruptBytes != 16 {
+	if s := b.Stats(); s.Samples != 0 || s.Corrupt != 0 || s.CorruptBytes != 16 {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -813,7 +889,7 @@ func TestRawNewFromMapping(t *testing.T) {
 		// Publish as the kernel does: release store of data_head after the record bytes.
 		atomic.StoreUint64(&page.Data_head, uint64(len(rec)))
 		var got []byte
-		if n, err := b.Drain(func(rec *Record) bool { got = rec.AppendTo(nil); return true }); n != 1 || err != nil {
+		if n, err := b.Drain(func(rec *Record) error { got = rec.AppendTo(nil); return nil }); n != 1 || err != nil {
 			t.Fatalf("data offset %d: Drain = %d, %v", dataOffset, n, err)
 		}
 		if string(got[:5]) != "hello" || page.Data_tail != uint64(len(rec)) || b.CPU() != 3 {
@@ -869,32 +945,107 @@ func TestRawBeginAfterCorrupt(t *testing.T) {
 }
 
 // A released RawBuffer fails its reads with os.ErrClosed: it used to read
-// as an empty ring. A nil Drain function is an error, not a panic.
+// as an empty ring. Release hands the ring back once, and keeps Size and
+// Stats.
 func TestRawReleased(t *testing.T) {
 	f := newFakeRing(4096)
 	f.mustWrite(t, fakeSample([]byte("abcd")))
 	b := f.reader(t)
-	if _, err := b.Drain(nil); !errors.Is(err, ErrInvalidOptions) {
-		t.Errorf("Drain(nil): %v, want ErrInvalidOptions", err)
+	if n, err := b.Drain(func(*Record) error { return nil }); n != 1 || err != nil {
+		t.Fatalf("Drain = %d, %v", n, err)
 	}
-	pb := &PerfBuffer{held: make([]atomic.Bool, 1)}
-	pb.held[0].Store(true)
-	pb.nheld.Store(1)
-	pb.life.state.Store(1) // the reference Buffer takes
-	b.owner = pb
+	f.mustWrite(t, fakeSample([]byte("efgh")))
+	handed := 0
+	b.onRelease = func() { handed++ } // what PerfBuffer.Buffer sets
 	b.Release()
 	b.Release() // idempotent
+	if handed != 1 {
+		t.Errorf("Release handed the ring back %d times, want 1", handed)
+	}
 	var rec Record
 	if ok, err := b.Next(&rec); ok || !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Next after Release: %v, %v; want os.ErrClosed", ok, err)
 	}
-	if _, err := b.Drain(func(*Record) bool { return true }); !errors.Is(err, os.ErrClosed) {
+	if _, err := b.Drain(func(*Record) error { return nil }); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Drain after Release: %v, want os.ErrClosed", err)
 	}
 	if err := b.Commit(8); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Commit after Release: %v, want os.ErrClosed", err)
 	}
-	if b.Size() != 4096 || b.Used() != 0 || b.Free() != 4096 {
-		t.Errorf("after Release: Size %d Used %d Free %d; want 4096 0 4096", b.Size(), b.Used(), b.Free())
+	b.Begin()
+	b.Refresh()
+	if n := b.SkipCorrupt(); n != 0 {
+		t.Errorf("SkipCorrupt after Release skipped %d bytes", n)
+	}
+	if b.Size() != 4096 || b.Used() != 0 || b.CPU() != 1 {
+		t.Errorf("after Release: Size %d Used %d CPU %d; want 4096 0 1", b.Size(), b.Used(), b.CPU())
+	}
+	if st := b.Stats(); st.Samples != 1 || st.Bytes != 4 || st.CPU != 1 {
+		t.Errorf("after Release: stats %+v, want the 1 sample read before", st)
+	}
+	// The ring itself is left alone: the second record was not read.
+	if f.page.Data_tail != 16 {
+		t.Errorf("data_tail %d after Release, want 16", f.page.Data_tail)
+	}
+}
+
+// each, the loop behind Drain, callback mode and the readers, delivers the records that start
+// within limit bytes of where it began, plain samples and others alike (read again after
+// Begin or not), and stops after the record during which its owner was closed. It does not
+// commit.
+func TestRawEach(t *testing.T) {
+	f := newFakeRing(1024)
+	for range 3 {
+		f.mustWrite(t, fakeSample(make([]byte, 20))) // 32 bytes: at 0, 32, 64
+	}
+	f.mustWrite(t, fakeLost(1, 2)) // at 96, 24 bytes
+	for range 2 {
+		f.mustWrite(t, fakeSample(make([]byte, 20))) // at 120, 152
+	}
+	var pos []uint64
+	fn := func(r *Record) error { pos = append(pos, r.Pos); return nil }
+	b := f.reader(t)
+	for _, c := range []struct {
+		limit uint64
+		want  string
+	}{
+		{0, "[]"}, {1, "[0]"}, {32, "[0]"}, {33, "[0 32]"}, {96, "[0 32 64]"}, {97, "[0 32 64 96]"},
+		{121, "[0 32 64 96 120]"}, {maxLimit, "[0 32 64 96 120 152]"},
+	} {
+		for _, again := range []bool{false, true} { // fresh, then read again after Begin
+			if !again {
+				b = f.reader(t)
+			}
+			b.Begin()
+			pos = pos[:0]
+			var rec Record
+			k, err := b.each(&rec, c.limit, fn)
+			if fmt.Sprint(pos) != c.want || k != len(pos) || err != nil {
+				t.Errorf("limit %d (again %v): %d records at %v, %v; want %s", c.limit, again, k, pos, err, c.want)
+			}
+			if f.page.Data_tail != 0 {
+				t.Fatalf("each committed to %d", f.page.Data_tail)
+			}
+		}
+	}
+	if st := b.Stats(); st.Samples != 5 || st.Lost != 2 {
+		t.Errorf("stats %+v: records read again were counted again", st)
+	}
+
+	var l lifetime
+	l.free = func() {}
+	b = f.reader(t)
+	b.closed = &l
+	pos = pos[:0]
+	b.Begin()
+	k, err := b.each(new(Record), maxLimit, func(r *Record) error {
+		pos = append(pos, r.Pos)
+		if r.Pos == 32 {
+			l.close(func() {})
+		}
+		return nil
+	})
+	if k != 2 || err != nil || fmt.Sprint(pos) != "[0 32]" || b.cursor != 64 {
+		t.Errorf("closed during the second record: %d records at %v, %v, cursor %d; want 2, cursor 64", k, pos, err, b.cursor)
 	}
 }

@@ -1,19 +1,21 @@
 package perfbuf
 
+// Tests of the Reader: its core (reads, Close, deadlines, Flush, stats,
+// corruption reports) with both policies, and the fullest-first policy.
+// The ordered merge has its own file, ordered_test.go.
+
 import (
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"iter"
 	"math/rand"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 type fakeRings struct {
 	rings []*fakeRing
 	fds   []int
+	cpus  []int // the CPU behind ring i; i unless a test says otherwise
 }
 
 func newFakeRings(t testing.TB, n, size int) *fakeRings {
@@ -33,6 +36,7 @@ func newFakeRings(t testing.TB, n, size int) *fakeRings {
 	f := &fakeRings{}
 	for i := 0; i < n; i++ {
 		f.rings = append(f.rings, newFakeRing(size))
+		f.cpus = append(f.cpus, i)
 		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {
 			t.Fatal(err)
@@ -43,12 +47,12 @@ func newFakeRings(t testing.TB, n, size int) *fakeRings {
 	return f
 }
 
-// raw returns RawBuffers over the rings, CPU i for ring i.
+// raw returns RawBuffers over the rings, CPU f.cpus[i] for ring i.
 func (f *fakeRings) raw(t testing.TB) []*RawBuffer {
 	t.Helper()
 	var out []*RawBuffer
 	for i, r := range f.rings {
-		b, err := newRawBufferFromParts(i, r.page, r.data)
+		b, err := newRawBufferFromParts(f.cpus[i], r.page, r.data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,30 +75,27 @@ func (f *fakeRings) drainWake(i int) {
 	unix.Read(f.fds[i], b[:])
 }
 
+// reader returns a Reader over the rings (ordered with opts.Order), closed
+// when the test ends.
 func (f *fakeRings) reader(t testing.TB, opts ReaderOptions) *Reader {
 	t.Helper()
-	r := &Reader{roundRobin: opts.RoundRobin}
-	if err := r.init(f.raw(t), f.fds, opts); err != nil {
+	r, err := newReader(f.raw(t), f.fds, opts)
+	if err != nil {
 		t.Fatal(err)
 	}
-	r.setSource(r)
 	t.Cleanup(func() { r.Close() })
 	return r
 }
 
-func (f *fakeRings) ordered(t testing.TB, opts OrderedOptions) *OrderedReader {
+// ordered returns a Reader over the rings that merges them with ord.
+func (f *fakeRings) ordered(t testing.TB, ord Order) *Reader {
 	t.Helper()
-	o, err := newOrdered(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.init(f.raw(t), f.fds, opts.ReaderOptions); err != nil {
-		t.Fatal(err)
-	}
-	o.setup()
-	t.Cleanup(func() { o.Close() })
-	return o
+	return f.reader(t, ReaderOptions{Order: &ord})
 }
+
+// setBudget sets a fullest-first Reader's turn, in bytes (internal: the
+// default is a quarter of a ring). Call it before the first read.
+func setBudget(r *Reader, n int) { r.pol.(*fullest).budget = n }
 
 // payload is a sample carrying a key and a sequence number.
 func payload(key, seq uint64, size int) []byte {
@@ -112,7 +113,7 @@ func (f *fakeRings) emit(t testing.TB, ring int, key, seq uint64, size int) {
 	f.rings[ring].mustWrite(t, fakeSample(payload(key, seq, size)))
 }
 
-func readN(t *testing.T, r interface{ ReadInto(*Sample) error }, n int) []Sample {
+func readN(t *testing.T, r *Reader, n int) []Sample {
 	t.Helper()
 	var out []Sample
 	for len(out) < n {
@@ -126,7 +127,7 @@ func readN(t *testing.T, r interface{ ReadInto(*Sample) error }, n int) []Sample
 }
 
 // readFlushed reads until ErrFlushed and returns how many records it read.
-func readFlushed(t *testing.T, r interface{ ReadInto(*Sample) error }) int {
+func readFlushed(t *testing.T, r *Reader) int {
 	t.Helper()
 	var s Sample
 	for n := 0; ; n++ {
@@ -140,44 +141,115 @@ func readFlushed(t *testing.T, r interface{ ReadInto(*Sample) error }) int {
 	}
 }
 
+// readUntilFlushed reads r until ErrFlushed with ReadInto, Each or All
+// (mode), and returns the records and the errors met on the way: reads go
+// on after each error but ErrFlushed, and fail the test after 10 of them.
+func readUntilFlushed(t *testing.T, r *Reader, mode string) ([]Sample, []error) {
+	t.Helper()
+	var got []Sample
+	var errs []error
+	add := func(err error) bool {
+		if errors.Is(err, ErrFlushed) {
+			return false
+		}
+		if errs = append(errs, err); len(errs) > 10 {
+			t.Fatalf("%s: errors %v", mode, errs)
+		}
+		return true
+	}
+	switch mode {
+	case "ReadInto":
+		for {
+			var s Sample
+			if err := r.ReadInto(&s); err != nil {
+				if !add(err) {
+					return got, errs
+				}
+				continue
+			}
+			got = append(got, s)
+		}
+	case "Each":
+		for {
+			err := r.Each(context.Background(), func(rec *Record) error {
+				got = append(got, Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(nil), Lost: rec.Lost, Key: rec.Key, Late: rec.Late})
+				return nil
+			})
+			if !add(err) {
+				return got, errs
+			}
+		}
+	case "All":
+		for s, err := range r.All(context.Background()) {
+			if err != nil {
+				if !add(err) {
+					break
+				}
+				continue
+			}
+			got = append(got, *s)
+			got[len(got)-1].Data = bytes.Clone(s.Data)
+		}
+		return got, errs
+	}
+	t.Fatalf("no read mode %q", mode)
+	return nil, nil
+}
+
 func keyOf(s Sample) uint64 { return binary.NativeEndian.Uint64(s.Data) }
 
-// The fullest ring is drained first; with a budget, turns alternate.
+func seqOf(data []byte) uint64 { return binary.NativeEndian.Uint64(data[8:]) }
+
+// within runs fn on another goroutine and fails the test if it has not
+// returned within 5s: a deadlock fails rather than hangs the suite.
+func within(t *testing.T, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: still blocked after 5s", what)
+	}
+}
+
+// The fullest ring is drained first, whatever its index; with a budget,
+// turns alternate.
 func TestReaderFullestFirst(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	for i := 0; i < 2; i++ {
-		f.emit(t, 0, 0, uint64(i), 32)
-	}
-	for i := 0; i < 6; i++ {
-		f.emit(t, 1, 0, uint64(i), 32)
-	}
 	recSize := len(fakeSample(payload(0, 0, 32)))
-	r := f.reader(t, ReaderOptions{Budget: 4 * recSize}) // four records a turn
-	var cpus []int
-	for _, s := range readN(t, r, 8) {
-		cpus = append(cpus, s.CPU)
+	r := f.reader(t, ReaderOptions{})
+	setBudget(r, 4*recSize) // four records a turn
+	for _, fuller := range []int{1, 0} {
+		other := 1 - fuller
+		for i := 0; i < 2; i++ {
+			f.emit(t, other, 0, uint64(i), 32)
+		}
+		for i := 0; i < 6; i++ {
+			f.emit(t, fuller, 0, uint64(i), 32)
+		}
+		var cpus []int
+		for _, s := range readN(t, r, 8) {
+			cpus = append(cpus, s.CPU)
+		}
+		// Pass 1: the fuller ring (6 records) first, 4 of them; then the
+		// other's 2. Pass 2: the fuller's last 2.
+		want := []int{fuller, fuller, fuller, fuller, other, other, fuller, fuller}
+		if fmt.Sprint(cpus) != fmt.Sprint(want) {
+			t.Errorf("ring %d fuller: drain order %v, want %v", fuller, cpus, want)
+		}
 	}
-	// Pass 1: ring 1 (6 records) first, 4 of them; then ring 0's 2.
-	// Pass 2: ring 1's last 2.
-	want := []int{1, 1, 1, 1, 0, 0, 1, 1}
-	if fmt.Sprint(cpus) != fmt.Sprint(want) {
-		t.Errorf("drain order %v, want %v", cpus, want)
+	r.Flush()
+	if n := readFlushed(t, r); n != 0 {
+		t.Errorf("%d records after all were read", n)
 	}
-
-	for i := 0; i < 6; i++ {
-		f.emit(t, 1, 0, uint64(i), 32)
-	}
-	for i := 0; i < 2; i++ {
-		f.emit(t, 0, 0, uint64(i), 32)
-	}
-	rr := f.reader(t, ReaderOptions{Budget: 4 * recSize, RoundRobin: true})
-	r.Close()
-	cpus = cpus[:0]
-	for _, s := range readN(t, rr, 8) {
-		cpus = append(cpus, s.CPU)
-	}
-	if want := []int{0, 0, 1, 1, 1, 1, 1, 1}; fmt.Sprint(cpus) != fmt.Sprint(want) {
-		t.Errorf("round-robin order %v, want %v", cpus, want)
+	for i, st := range r.Stats() {
+		if st.CPU != i || st.Samples != 8 || st.Bytes != 8*36 {
+			t.Errorf("ring %d stats %+v, want 8 samples of 36 bytes", i, st)
+		}
 	}
 }
 
@@ -228,8 +300,65 @@ func TestReaderCloseAndDeadline(t *testing.T) {
 	if err := r.ReadInto(&s); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("read after Close: %v", err)
 	}
+	if err := r.Each(context.Background(), func(*Record) error { return nil }); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Each after Close: %v", err)
+	}
 	if err := r.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+	r.Flush() // does nothing once closed
+	r.SetDeadline(time.Now())
+}
+
+// A read waiting for another goroutine's read in progress is blocked too:
+// Close ends it at once, while the read in progress is still in its fn.
+func TestReaderCloseEndsQueuedRead(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		f := newFakeRings(t, 2, 4096)
+		var r *Reader
+		if ordered {
+			r = f.ordered(t, Order{MaxDelay: time.Hour})
+		} else {
+			r = f.reader(t, ReaderOptions{MaxLatency: -1})
+		}
+		f.emit(t, 0, 1, 1, 16)
+		f.emit(t, 1, 2, 2, 16)
+		r.Flush()
+		started, release := make(chan struct{}), make(chan struct{})
+		eachDone := make(chan error, 1)
+		go func() {
+			calls := 0
+			eachDone <- r.Each(context.Background(), func(*Record) error {
+				if calls++; calls == 1 {
+					close(started)
+					<-release
+				}
+				return nil
+			})
+		}()
+		<-started
+		queued := make(chan error, 1)
+		go func() { queued <- r.ReadInto(new(Sample)) }()
+		time.Sleep(20 * time.Millisecond) // let it queue; correctness does not depend on it
+		r.Close()
+		select {
+		case err := <-queued:
+			if !errors.Is(err, os.ErrClosed) {
+				t.Errorf("ordered %v: queued read after Close: %v", ordered, err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("ordered %v: queued read still blocked 2s after Close", ordered)
+		}
+		close(release)
+		within(t, "Each after Close", func() {
+			if err := <-eachDone; !errors.Is(err, os.ErrClosed) {
+				t.Errorf("ordered %v: Each after Close: %v", ordered, err)
+			}
+		})
+		select {
+		case <-queued: // (drained if the Close above timed out)
+		default:
+		}
 	}
 }
 
@@ -241,20 +370,24 @@ func TestReaderMaxLatency(t *testing.T) {
 		r := f.reader(t, ReaderOptions{MaxLatency: latency})
 		start := time.Now()
 		r.SetDeadline(start.Add(300 * time.Millisecond))
+		written := make(chan struct{})
 		go func() {
+			defer close(written)
 			time.Sleep(20 * time.Millisecond) // let the read block first
-			f.emit(t, 1, 0, 7, 16)            // and raise no wakeup
+			f.rings[1].write(fakeSample(payload(0, 7, 16)))
+			f.rings[1].publish() // and raise no wakeup
 		}()
 		var s Sample
 		err := r.ReadInto(&s)
-		if latency > 0 && err != nil {
-			t.Errorf("MaxLatency %v: %v, want the record", latency, err)
+		if latency > 0 && (err != nil || s.CPU != 1 || seqOf(s.Data) != 7) {
+			t.Errorf("MaxLatency %v: %v, cpu %d; want the record", latency, err, s.CPU)
 		}
 		// Without MaxLatency nothing looks at the ring before the
 		// deadline's timeout ends the wait.
 		if latency < 0 && time.Since(start) < 300*time.Millisecond {
 			t.Errorf("no MaxLatency: read returned (%v) before the deadline with no wakeup", err)
 		}
+		<-written
 	}
 }
 
@@ -272,49 +405,50 @@ func TestReaderFlushAndDiscard(t *testing.T) {
 	}
 	f.emit(t, 0, 0, 9, 40)
 	r.Close()
-	if d := r.Stats()[0].Discarded; d != uint64(len(fakeSample(payload(0, 9, 40)))) {
+	st := r.Stats()
+	if d := st[0].Discarded; d != uint64(len(fakeSample(payload(0, 9, 40)))) {
 		t.Errorf("discarded %d bytes at Close", d)
+	}
+	if st[0].Samples != 3 || st[1].Samples != 2 || st[1].Discarded != 0 {
+		t.Errorf("stats %+v", st)
 	}
 }
 
 // Close counts as Discarded what was not delivered, not what was delivered
-// but not yet committed: a read returns in the middle of a Reader's turn,
-// and an OrderedReader commits a ring once a sixteenth of it was delivered.
+// but not yet committed: a read returns in the middle of a fullest-first
+// turn, and an ordered Reader commits a ring once a sixteenth of it was
+// delivered.
 func TestCloseDiscardsUndelivered(t *testing.T) {
 	recSize := uint64(len(fakeSample(payload(0, 0, 40))))
-	for _, how := range []string{"Reader.ReadInto", "Reader.Each", "OrderedReader.ReadInto", "OrderedReader.Each"} {
+	for _, how := range []string{"fullest/ReadInto", "fullest/Each", "ordered/ReadInto", "ordered/Each"} {
 		t.Run(how, func(t *testing.T) {
+			policy, mode, _ := strings.Cut(how, "/")
 			f := newFakeRings(t, 2, 4096)
-			var r interface {
-				ReadInto(*Sample) error
-				Each(context.Context, func(*Record, *Sample) error) error
-				Flush()
-				Close() error
-				Stats() []ReaderStats
-			}
-			if strings.HasPrefix(how, "Reader") {
+			var r *Reader
+			if policy == "fullest" {
 				r = f.reader(t, ReaderOptions{MaxLatency: -1})
 			} else {
-				r = f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
+				r = f.ordered(t, Order{MaxDelay: time.Hour})
 			}
 			for seq := uint64(0); seq < 5; seq++ {
 				f.emit(t, 0, seq, seq, 40)
 			}
 			r.Flush()
-			if strings.HasSuffix(how, "ReadInto") {
+			if mode == "ReadInto" {
 				var s Sample
 				if err := r.ReadInto(&s); err != nil {
 					t.Fatal(err)
 				}
 			} else {
 				stop := errors.New("one is enough")
-				if err := r.Each(context.Background(), func(*Record, *Sample) error { return stop }); err != stop {
+				if err := r.Each(context.Background(), func(*Record) error { return stop }); err != stop {
 					t.Fatal(err)
 				}
 			}
 			r.Close()
-			if d := r.Stats()[0].Discarded; d != 4*recSize {
-				t.Errorf("discarded %d bytes, want the 4 records not delivered (%d)", d, 4*recSize)
+			st := r.Stats()[0]
+			if st.Discarded != 4*recSize || st.Samples != 1 {
+				t.Errorf("stats %+v; want 1 sample, and the 4 records not delivered (%d bytes) discarded", st, 4*recSize)
 			}
 		})
 	}
@@ -323,15 +457,17 @@ func TestCloseDiscardsUndelivered(t *testing.T) {
 // Each stops when its context is cancelled; All iterates with one Sample.
 func TestReaderEachAndAll(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
+	f.cpus = []int{3, 7} // buffer indexes are not CPU numbers
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
 	for i := 0; i < 4; i++ {
 		f.emit(t, i%2, 0, uint64(i), 24)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
-	err := r.Each(ctx, func(rec *Record, meta *Sample) error {
-		if rec.Type != RecordSample || meta.CPU != n%2 && meta.CPU != 1-n%2 {
-			t.Errorf("record %d: %+v", n, meta)
+	err := r.Each(ctx, func(rec *Record) error {
+		// Sequence i went to ring i%2.
+		if rec.Type != RecordSample || rec.CPU != f.cpus[seqOf(rec.Data)%2] || rec.Key != 0 || rec.Late {
+			t.Errorf("record %d: %+v", n, rec)
 		}
 		n++
 		if n == 4 {
@@ -355,13 +491,16 @@ func TestReaderEachAndAll(t *testing.T) {
 			lastErr = err
 			continue
 		}
-		if binary.NativeEndian.Uint64(s.Data[8:]) != uint64(n) {
-			t.Errorf("All: record %d has seq %d", n, binary.NativeEndian.Uint64(s.Data[8:]))
+		if seqOf(s.Data) != uint64(n) || s.CPU != 3 {
+			t.Errorf("All: record %d has seq %d, cpu %d", n, seqOf(s.Data), s.CPU)
 		}
 		n++
 	}
 	if n != 3 || !errors.Is(lastErr, context.DeadlineExceeded) {
 		t.Errorf("All: %d records, last error %v", n, lastErr)
+	}
+	if st := r.Stats(); st[0].CPU != 3 || st[1].CPU != 7 {
+		t.Errorf("stats %+v, want CPUs 3 and 7", st)
 	}
 }
 
@@ -448,7 +587,7 @@ func TestReaderRace(t *testing.T) {
 			t.Fatalf("after %d records: %v", total, err)
 		}
 		f.drainWake(s.CPU)
-		seq := binary.NativeEndian.Uint64(s.Data[8:])
+		seq := seqOf(s.Data)
 		if seq != next[s.CPU] {
 			t.Fatalf("ring %d: seq %d, want %d", s.CPU, seq, next[s.CPU])
 		}
@@ -461,374 +600,6 @@ func TestReaderRace(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-}
-
-// The OrderedReader merges rings by key; with every ring holding records
-// (rule 1), nothing waits for MaxDelay.
-func TestOrderedMerge(t *testing.T) {
-	for _, mode := range []string{"ReadInto", "Each"} {
-		t.Run(mode, func(t *testing.T) {
-			const rings, n = 3, 600
-			f := newFakeRings(t, rings, 1<<15)
-			rng := rand.New(rand.NewSource(1))
-			var keys [rings]uint64
-			for seq := 0; seq < n; seq++ {
-				i := rng.Intn(rings)
-				keys[i] += uint64(rng.Intn(50)) // equal keys too, across rings and within one
-				f.emit(t, i, keys[i], uint64(seq), 16+rng.Intn(64))
-			}
-			// A last record on each ring with a key above all others lets
-			// rule 1 release everything before it.
-			for i := 0; i < rings; i++ {
-				f.emit(t, i, 1<<40, uint64(n+i), 16)
-			}
-			o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
-			o.SetDeadline(time.Now().Add(10 * time.Second)) // nothing may wait on MaxDelay
-			var got []Sample
-			if mode == "ReadInto" {
-				got = readN(t, o, n)
-			} else {
-				stop := errors.New("enough")
-				err := o.Each(context.Background(), func(rec *Record, meta *Sample) error {
-					s := *meta
-					s.Data = rec.AppendTo(nil)
-					if got = append(got, s); len(got) == n {
-						return stop
-					}
-					return nil
-				})
-				if err != stop {
-					t.Fatalf("Each: %v after %d records", err, len(got))
-				}
-			}
-			seen := map[uint64]bool{}
-			for j, s := range got {
-				if j > 0 && (s.Key < got[j-1].Key || s.Late) {
-					t.Fatalf("record %d: key %d after %d (late %v)", j, s.Key, got[j-1].Key, s.Late)
-				}
-				if s.Key != keyOf(s) {
-					t.Fatalf("record %d: Key %d, payload says %d", j, s.Key, keyOf(s))
-				}
-				seq := binary.NativeEndian.Uint64(s.Data[8:])
-				if seen[seq] {
-					t.Fatalf("seq %d delivered twice", seq)
-				}
-				seen[seq] = true
-			}
-		})
-	}
-}
-
-// An idle ring holds nothing back forever: a record is released after
-// MaxDelay (rule 3) or once a key MaxDelay later is seen (rule 2). A
-// record that then arrives behind a released key is late.
-func TestOrderedIdleRingAndLate(t *testing.T) {
-	for _, drop := range []bool{false, true} {
-		t.Run(fmt.Sprintf("drop=%v", drop), func(t *testing.T) {
-			f := newFakeRings(t, 2, 1<<14)
-			o := f.ordered(t, OrderedOptions{MaxDelay: 20 * time.Millisecond, KeyWindow: 1000, DropLate: drop})
-			f.emit(t, 0, 100, 0, 16)
-			o.SetDeadline(time.Now().Add(10 * time.Second))
-			got := readN(t, o, 1) // rule 3: after ~20 ms
-			if got[0].Key != 100 {
-				t.Fatalf("first key %d", got[0].Key)
-			}
-			f.emit(t, 0, 5000, 1, 16) // released by rule 2 once 7000 is seen
-			f.emit(t, 0, 7000, 2, 16) // the newest: released by rule 3
-			f.emit(t, 1, 50, 3, 16)   // behind 100, already released: late
-			want, wantLate := []uint64{50, 5000, 7000}, []bool{true, false, false}
-			if drop {
-				want, wantLate = []uint64{5000, 7000}, []bool{false, false} // 50 dropped
-			}
-			var keys []uint64
-			var late []bool
-			for len(keys) < len(want) {
-				var s Sample
-				if err := o.ReadInto(&s); err != nil {
-					t.Fatal(err)
-				}
-				keys, late = append(keys, s.Key), append(late, s.Late)
-			}
-			if fmt.Sprint(keys) != fmt.Sprint(want) || fmt.Sprint(late) != fmt.Sprint(wantLate) {
-				t.Errorf("keys %v late %v, want %v %v", keys, late, want, wantLate)
-			}
-			st := o.Stats()[1]
-			if st.Late != 1 || (drop && st.Dropped != 1) || (!drop && st.Dropped != 0) {
-				t.Errorf("ring 1 stats %+v", st)
-			}
-		})
-	}
-}
-
-// Rule 2 with an idle ring: the reader parses ahead of a ring's front to
-// find a key KeyWindow later, and releases the front then, without waiting
-// for MaxDelay; the newest record stays held.
-func TestOrderedKeyWindowLookAhead(t *testing.T) {
-	f := newFakeRings(t, 2, 1<<14)
-	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 1000})
-	for seq, key := range []uint64{5000, 5500, 6000, 7000} {
-		f.emit(t, 0, key, uint64(seq), 16)
-	}
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	got := readN(t, o, 3) // 7000 - 1000 = 6000: everything up to 6000 goes
-	for j, want := range []uint64{5000, 5500, 6000} {
-		if got[j].Key != want || got[j].Late {
-			t.Fatalf("record %d: key %d late %v, want %d", j, got[j].Key, got[j].Late, want)
-		}
-	}
-	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
-	var s Sample
-	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read: key %d, %v; want 7000 held", s.Key, err)
-	}
-	if st := o.Stats()[0]; st.Samples != 3 || st.Late != 0 {
-		t.Errorf("stats %+v", st)
-	}
-	// Written after the reader's last head snapshot: the look-ahead takes a
-	// new one to find it.
-	f.emit(t, 0, 8500, 4, 16)
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	if got := readN(t, o, 1); got[0].Key != 7000 {
-		t.Errorf("key %d, want 7000", got[0].Key)
-	}
-}
-
-// Rule 2 counts the key that ends a run of Each: the run notes it for its
-// ring only, and the merge must still count it among the newest keys.
-// Ring 0's run stops at 500 (beyond ring 2's 3); once ring 2 is empty, ring
-// 1's 5 goes by rule 2 because of that 500, while the 500 itself waits.
-func TestOrderedRunNewest(t *testing.T) {
-	f := newFakeRings(t, 3, 4096)
-	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 100})
-	f.emit(t, 0, 1, 0, 16)
-	f.emit(t, 0, 500, 1, 16)
-	f.emit(t, 1, 5, 2, 16)
-	f.emit(t, 2, 3, 3, 16)
-	o.SetDeadline(time.Now().Add(50 * time.Millisecond))
-	var keys []uint64
-	err := o.Each(context.Background(), func(rec *Record, meta *Sample) error {
-		keys = append(keys, meta.Key)
-		return nil
-	})
-	if !errors.Is(err, os.ErrDeadlineExceeded) || fmt.Sprint(keys) != "[1 3 5]" {
-		t.Errorf("Each: %v, keys %v; want [1 3 5] and the deadline (500 held)", err, keys)
-	}
-}
-
-// Rule 3 with an idle ring: records that the reader first saw together are
-// due together, MaxDelay later, not one MaxDelay after another. And the
-// marks that date them do not pile up.
-func TestOrderedMaxDelayBacklog(t *testing.T) {
-	f := newFakeRings(t, 2, 1<<16)
-	const delay = 50 * time.Millisecond
-	o := f.ordered(t, OrderedOptions{MaxDelay: delay, KeyWindow: 1 << 62})
-	const n = 100
-	for seq := uint64(0); seq < n; seq++ {
-		f.emit(t, 0, 10+seq, seq, 24)
-	}
-	start := time.Now()
-	o.SetDeadline(start.Add(n * delay / 2)) // one MaxDelay after another would take n*delay
-	readN(t, o, n)
-	if took := time.Since(start); took < delay {
-		t.Errorf("released after %v, before MaxDelay %v", took, delay)
-	}
-	// Records written one at a time while the reader waits, each in a new
-	// head snapshot: each is held MaxDelay (less the marks' grain of
-	// MaxDelay/32) from when it was written, or longer. The marks that date
-	// them are merged: about one per MaxDelay/32 of records waiting, where
-	// there would be one per head snapshot (m of them) without merging.
-	const m = 400
-	const maxMarks = 32 + 8
-	written := map[uint64]time.Time{}
-	read := n
-	check := func(s Sample) {
-		read++
-		seq := binary.NativeEndian.Uint64(s.Data[8:])
-		if held := time.Since(written[seq]); held < delay-delay/32 {
-			t.Fatalf("record %d released after %v, MaxDelay is %v", seq, held, delay)
-		}
-	}
-	for seq := uint64(n); seq < n+m; seq++ {
-		written[seq] = time.Now()
-		f.emit(t, 0, 10+seq, seq, 24)
-		var s Sample
-		o.SetDeadline(time.Now().Add(200 * time.Microsecond))
-		if err := o.ReadInto(&s); err == nil {
-			check(s)
-		} else if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatal(err)
-		}
-	}
-	for i := range o.rs {
-		if k := len(o.rs[i].marks); k > maxMarks {
-			t.Errorf("ring %d holds %d marks", i, k)
-		}
-	}
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	for read < n+m {
-		var s Sample
-		if err := o.ReadInto(&s); err != nil {
-			t.Fatal(err)
-		}
-		check(s)
-	}
-	for i := range o.rs {
-		if k := len(o.rs[i].marks); k > maxMarks {
-			t.Errorf("ring %d holds %d marks", i, k)
-		}
-	}
-}
-
-// Holding records fills rings: past HighWater the reader releases instead
-// of letting the ring overflow.
-func TestOrderedHighWater(t *testing.T) {
-	f := newFakeRings(t, 2, 4096)
-	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour, HighWater: 1024})
-	seq := uint64(0)
-	for f.rings[0].space() > 1024 {
-		f.emit(t, 0, 10+seq, seq, 40)
-		seq++
-	}
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	got := readN(t, o, int(seq)-1024/56)
-	for j := 1; j < len(got); j++ {
-		if got[j].Key < got[j-1].Key {
-			t.Fatalf("out of order at %d", j)
-		}
-	}
-	if used := o.rings[0].Used(); used > 2048 {
-		t.Errorf("ring still holds %d bytes after releasing past high water", used)
-	}
-}
-
-// Producers on both rings with timestamps race the ordered reader: output
-// is in key order, nothing lost or duplicated, late records counted.
-func TestOrderedRace(t *testing.T) {
-	n := 50000
-	if testing.Short() || raceEnabled() {
-		n = 5000
-	}
-	f := newFakeRings(t, 2, 1<<14)
-	o := f.ordered(t, OrderedOptions{ReaderOptions: ReaderOptions{MaxLatency: time.Millisecond}, MaxDelay: 5 * time.Millisecond})
-	epoch := time.Now()
-	var clock sync.Mutex // keys from one clock, as bpf_ktime_get_ns
-	now := func() uint64 {
-		clock.Lock()
-		defer clock.Unlock()
-		return uint64(time.Since(epoch))
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < 2; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			for seq := uint64(0); seq < uint64(n); {
-				if f.rings[i].write(fakeSample(payload(now(), seq, 24))) {
-					seq++
-					f.rings[i].publish()
-				} else {
-					f.rings[i].lost = 0
-					time.Sleep(20 * time.Microsecond)
-				}
-			}
-		}(i)
-	}
-	next := [2]uint64{}
-	var last uint64
-	late := 0
-	var s Sample
-	o.SetDeadline(time.Now().Add(60 * time.Second))
-	for total := 0; total < 2*n; total++ {
-		if err := o.ReadInto(&s); err != nil {
-			t.Fatalf("after %d: %v", total, err)
-		}
-		seq := binary.NativeEndian.Uint64(s.Data[8:])
-		if seq != next[s.CPU] {
-			t.Fatalf("ring %d: seq %d, want %d", s.CPU, seq, next[s.CPU])
-		}
-		next[s.CPU]++
-		if s.Late {
-			late++
-		} else {
-			if s.Key < last {
-				t.Fatalf("key %d after %d, not marked late", s.Key, last)
-			}
-			last = s.Key
-		}
-	}
-	wg.Wait()
-	st := o.Stats()
-	if int(st[0].Late+st[1].Late) != late {
-		t.Errorf("stats count %d late, saw %d", st[0].Late+st[1].Late, late)
-	}
-	t.Logf("%d records, %d late", 2*n, late)
-}
-
-// readRound publishes what the fake rings hold, flushes r and, with the
-// timer running, reads until the Flush ends the round: with ReadInto into
-// s, or with Each and a callback that does nothing (Each) or reads every
-// byte of each sample (EachSum).
-func readRound(b *testing.B, f *fakeRings, r interface {
-	ReadInto(*Sample) error
-	Each(context.Context, func(*Record, *Sample) error) error
-	Flush()
-}, mode string, s *Sample) {
-	for _, ring := range f.rings {
-		ring.publish()
-	}
-	r.Flush()
-	b.StartTimer()
-	switch mode {
-	case "ReadInto":
-		for r.ReadInto(s) == nil {
-		}
-	case "Each":
-		r.Each(context.Background(), func(*Record, *Sample) error { return nil })
-	case "EachSum":
-		r.Each(context.Background(), func(rec *Record, m *Sample) error {
-			if m.Type != RecordSample {
-				return errStop
-			}
-			benchSink += sumPayload(rec.Data)
-			if len(rec.Wrapped) > 0 {
-				benchSink += sumPayload(rec.Wrapped)
-			}
-			return nil
-		})
-	}
-}
-
-// benchRingSize is the fake rings' size in the reader benchmarks: perfbuf's
-// default (64 pages), so that two rings fit in a core's L2 cache as the
-// real ones do.
-const benchRingSize = 64 << 12
-
-// BenchmarkReaderReadInto measures a Reader's cost per record over two fake
-// rings already filled (no kernel): ReadInto, Each and EachSum (see
-// readRound), at two sizes. The OrderedReader's benchmark uses the same
-// rings and records.
-func BenchmarkReaderReadInto(b *testing.B) {
-	for _, mode := range []string{"ReadInto", "Each", "EachSum"} {
-		for _, size := range []int{16, 64} {
-			b.Run(fmt.Sprintf("%s/size=%d", mode, size), func(b *testing.B) {
-				f := newFakeRings(b, 2, benchRingSize)
-				r := f.reader(b, ReaderOptions{MaxLatency: -1})
-				rec := fakeSample(payload(0, 0, size))
-				per := (benchRingSize - 4096) / len(rec)
-				var s Sample
-				b.ReportAllocs()
-				b.ResetTimer()
-				for done := 0; done < b.N; done += 2 * per {
-					b.StopTimer()
-					for i := 0; i < 2*per; i++ {
-						f.rings[i%2].write(rec)
-					}
-					readRound(b, f, r, mode, &s)
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
-			})
-		}
-	}
 }
 
 // Reads from several goroutines take turns: every record is delivered once,
@@ -857,7 +628,7 @@ func TestReaderConcurrentReads(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				seen[binary.NativeEndian.Uint64(s.Data[8:])]++
+				seen[seqOf(s.Data)]++
 				done := len(seen) == n
 				mu.Unlock()
 				if done {
@@ -887,387 +658,165 @@ func TestReaderConcurrentReads(t *testing.T) {
 	}
 }
 
-// BenchmarkOrderedReadInto measures the OrderedReader's cost per record over
-// two filled fake rings whose keys interleave, so that rule 1 releases each
-// (the Flush of each round only releases its last record): ReadInto and
-// Each, at two sizes, with the rings taking turns every record (run=1, the
-// merge's worst case) or every 32 (as the real drain benchmark fills them).
-func BenchmarkOrderedReadInto(b *testing.B) {
-	for _, mode := range []string{"ReadInto", "Each"} {
-		for _, size := range []int{16, 64} {
-			for _, run := range []int{1, 32} {
-				b.Run(fmt.Sprintf("%s/size=%d/run=%d", mode, size, run), func(b *testing.B) {
-					benchOrdered(b, mode, size, run)
-				})
-			}
-		}
-	}
-}
-
-func benchOrdered(b *testing.B, mode string, size, run int) {
-	f := newFakeRings(b, 2, benchRingSize)
-	o := f.ordered(b, OrderedOptions{MaxDelay: time.Hour})
-	per := (benchRingSize - 4096) / len(fakeSample(payload(0, 0, size)))
-	recs := make([][]byte, 2*per)
-	for i := range recs {
-		recs[i] = fakeSample(payload(0, uint64(i), size))
-	}
-	key := uint64(0)
-	var s Sample
-	b.ReportAllocs()
-	b.ResetTimer()
-	for done := 0; done < b.N; done += 2 * per {
-		b.StopTimer()
-		for i, rec := range recs {
-			key++
-			binary.NativeEndian.PutUint64(rec[recSampleDataOff:], key)
-			f.rings[i/run%2].write(rec)
-		}
-		readRound(b, f, o, mode, &s)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
-}
-
-// BenchmarkOrderedManyRings measures the merge's cost per record as the
-// number of rings grows (a machine's CPU count): with Each over rings of
-// 64 KiB, 64-byte samples whose keys go round the busy rings one record at
-// a time, so that every record is a new pick. With every ring busy, rule 1
-// releases each record; with two busy, the idle rings hold it back until
-// rule 2 releases it, the look-ahead having found a key KeyWindow larger.
-func BenchmarkOrderedManyRings(b *testing.B) {
-	for _, n := range []int{2, 8, 64} {
-		for _, busy := range slices.Compact([]int{2, n}) {
-			b.Run(fmt.Sprintf("rings=%d/busy=%d", n, busy), func(b *testing.B) {
-				const size = 16 << 12
-				f := newFakeRings(b, n, size)
-				o := f.ordered(b, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 64})
-				rec := fakeSample(payload(0, 0, 64))
-				per := (size - 4096) / len(rec) * busy
-				key := uint64(0)
-				var s Sample
-				b.ReportAllocs()
-				b.ResetTimer()
-				for done := 0; done < b.N; done += per {
-					b.StopTimer()
-					for i := 0; i < per; i++ {
-						key++
-						binary.NativeEndian.PutUint64(rec[recSampleDataOff:], key)
-						f.rings[i%busy].write(rec)
-					}
-					readRound(b, f, o, "Each", &s)
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
-			})
-		}
-	}
-}
-
-// A corrupt record in one ring: the OrderedReader delivers the records held
-// before it intact (the ring's space is not handed back under them), skips
-// the rest of that ring's snapshot (counted), and goes on with what is
-// written after.
-func TestOrderedCorrupt(t *testing.T) {
-	f := newFakeRings(t, 2, 4096)
-	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
-	for seq := uint64(0); seq < 3; seq++ {
-		f.emit(t, 0, 10+seq, seq, 200)
-	}
-	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // size 0
-	// Parse ahead and hold the three (ring 1 is empty: nothing releases
-	// them), hitting the corrupt record.
-	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
-	var s Sample
-	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read: %v, want the deadline (records held)", err)
-	}
-	// A producer fills whatever space the reader handed back.
-	for f.rings[0].write(fakeSample(payload(0, 99, 200))) {
-	}
-	f.rings[0].lost = 0
-	f.rings[0].publish()
-	o.Flush()
-	o.SetDeadline(time.Now().Add(5 * time.Second))
-	got := readN(t, o, 3)
-	for j, s := range got {
-		if seq := binary.NativeEndian.Uint64(s.Data[8:]); seq != uint64(j) {
-			t.Fatalf("record %d: seq %d: overwritten while held", j, seq)
-		}
-		for k := 16; k < 200; k++ {
-			if s.Data[k] != byte(j)+byte(k) {
-				t.Fatalf("record %d byte %d overwritten while held", j, k)
-			}
-		}
-	}
-	readFlushed(t, o) // the rest; the ring is usable again
-	if st := o.Stats()[0]; st.CorruptBytes == 0 {
-		t.Errorf("corrupt bytes not counted: %+v", st)
-	}
-	f.emit(t, 0, 1000, 7, 200)
-	f.emit(t, 1, 1001, 8, 200)
-	o.Flush()
-	after := readN(t, o, 2)
-	if after[0].Key != 1000 || after[1].Key != 1001 {
-		t.Errorf("after the skip: keys %d, %d", after[0].Key, after[1].Key)
-	}
-}
-
-// Reader.Each goes past a corrupt record (counted) and stops when fn closes
-// the reader.
+// Reader.Each reports a corrupt record once, as a *CorruptError, after
+// skipping past it (counted), goes on at the next call, and stops when fn
+// closes the reader.
 func TestReaderEachCorruptAndClose(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
-	f.emit(t, 0, 0, 0, 32)
+	f.emit(t, 0, 0, 0, 32)                                                            // 48 bytes
 	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8))) // size not a multiple of 8
 	r.SetDeadline(time.Now().Add(50 * time.Millisecond))
 	var seqs []uint64
-	err := r.Each(context.Background(), func(rec *Record, meta *Sample) error {
-		seqs = append(seqs, binary.NativeEndian.Uint64(rec.Data[8:]))
+	fn := func(rec *Record) error {
+		seqs = append(seqs, seqOf(rec.Data))
 		return nil
-	})
-	if !errors.Is(err, os.ErrDeadlineExceeded) || len(seqs) != 1 {
-		t.Fatalf("Each: %v, seqs %v", err, seqs)
 	}
-	if st := r.Stats()[0]; st.CorruptBytes == 0 {
-		t.Errorf("corrupt bytes not counted: %+v", st)
+	err := r.Each(context.Background(), fn)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.CPU != 0 || ce.Pos != 48 || ce.Reason != "record size 12 not a multiple of 8" || len(seqs) != 1 {
+		t.Fatalf("Each: %v, seqs %v; want the corrupt record at 48 after seq 0", err, seqs)
+	}
+	if st := r.Stats()[0]; st.Samples != 1 || st.Corrupt != 1 || st.CorruptBytes != 16 {
+		t.Errorf("stats %+v; want 1 sample, 1 corruption of 16 bytes", st)
+	}
+	// Reported once: the next call goes on, and finds nothing.
+	if err := r.Each(context.Background(), fn); !errors.Is(err, os.ErrDeadlineExceeded) || len(seqs) != 1 {
+		t.Fatalf("Each after the report: %v, seqs %v", err, seqs)
 	}
 	f.emit(t, 0, 0, 1, 32)
 	f.emit(t, 0, 0, 2, 32)
 	r.SetDeadline(time.Now().Add(5 * time.Second))
-	err = r.Each(context.Background(), func(rec *Record, meta *Sample) error {
-		seqs = append(seqs, binary.NativeEndian.Uint64(rec.Data[8:]))
+	err = r.Each(context.Background(), func(rec *Record) error {
+		seqs = append(seqs, seqOf(rec.Data))
 		r.Close()
 		return nil
 	})
 	if !errors.Is(err, os.ErrClosed) || fmt.Sprint(seqs) != "[0 1]" {
 		t.Errorf("Each with Close from fn: %v, seqs %v", err, seqs)
 	}
+	if st := r.Stats()[0]; st.Samples != 2 || st.Corrupt != 1 || st.Discarded != 48 {
+		t.Errorf("stats after Close %+v; want 2 samples, 1 corruption, 48 bytes discarded", st)
+	}
 }
 
-// A model check of the merge. Three small rings are written at random,
-// with keys from one clock as timestamps are; rings fill up and lose
-// samples, and ring 2's records are often stamped a while before they are
-// written, as a delayed CPU's are. They are read with ReadInto and with
-// Each in turns, with Flush now and then (which releases what waits), and
-// with stalls in which the reader is away and the rings overflow. The key
-// window and the flushes let larger keys go before ring 2's records, which
-// then come late. Checked: each ring's samples come in
-// its order, each once; a sample that never comes was reported lost or
-// dropped as late; a sample is marked late exactly when a larger key went
-// before it; the counts add up to what was written.
-//
-// Under rule 1 alone (no key window, no high water, no Flush until the end)
-// nothing may come late: then every record is checked to go in key order.
-//
-// With more rings (9 here; 3 to 9 when fuzzed) the merge's heap is deeper
-// and more rings are idle at a time.
-func TestOrderedModel(t *testing.T) {
-	for _, mode := range []string{"rules", "drop", "rule1"} {
-		for _, rings := range []int{3, 9} {
-			for seed := int64(1); seed <= 3; seed++ {
-				t.Run(fmt.Sprintf("%s/rings=%d/seed=%d", mode, rings, seed), func(t *testing.T) {
-					orderedModel(t, mode, rings, seed)
+// A corrupt ring among good ones: every read form delivers every good
+// record, reports the corruption once as a *CorruptError and goes on; the
+// Stats count it (Corrupt) and the bytes skipped (CorruptBytes).
+func TestReaderCorruptReportedOnce(t *testing.T) {
+	for _, policy := range []string{"fullest", "ordered"} {
+		for _, mode := range []string{"ReadInto", "Each", "All"} {
+			t.Run(policy+"/"+mode, func(t *testing.T) {
+				f := newFakeRings(t, 2, 4096)
+				var r *Reader
+				if policy == "ordered" {
+					r = f.ordered(t, Order{MaxDelay: time.Hour})
+				} else {
+					r = f.reader(t, ReaderOptions{MaxLatency: -1})
+				}
+				f.emit(t, 0, 1, 0, 16) // 32 bytes each
+				f.emit(t, 0, 2, 1, 16)
+				f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 64, 16 bytes: size 0
+				for seq := uint64(2); seq < 5; seq++ {
+					f.emit(t, 1, seq+1, seq, 16)
+				}
+				r.Flush()
+				r.SetDeadline(time.Now().Add(10 * time.Second))
+				got, errs := readUntilFlushed(t, r, mode)
+				var seqs []uint64
+				for _, s := range got {
+					seqs = append(seqs, seqOf(s.Data))
+				}
+				slices.Sort(seqs)
+				if fmt.Sprint(seqs) != "[0 1 2 3 4]" {
+					t.Errorf("delivered %v, want [0 1 2 3 4]", seqs)
+				}
+				var ce *CorruptError
+				if len(errs) != 1 || !errors.As(errs[0], &ce) || !errors.Is(errs[0], ErrCorrupt) || ce.CPU != 0 || ce.Pos != 64 || ce.Reason != "record size 0" {
+					t.Fatalf("errors %v; want one *CorruptError, ring 0 at 64", errs)
+				}
+				st := r.Stats()
+				if st[0].Samples != 2 || st[0].Corrupt != 1 || st[0].CorruptBytes != 16 || st[1].Samples != 3 || st[1].Corrupt != 0 {
+					t.Errorf("stats %+v", st)
+				}
+				// Reading goes on with what is written after.
+				f.emit(t, 0, 10, 5, 16)
+				f.emit(t, 1, 11, 6, 16)
+				r.Flush()
+				got, errs = readUntilFlushed(t, r, mode)
+				if len(got) != 2 || len(errs) != 0 {
+					t.Errorf("after the report: %d records, errors %v; want 2, none", len(got), errs)
+				}
+				if st := r.Stats()[0]; st.Samples != 3 || st.Corrupt != 1 || st.CorruptBytes != 16 {
+					t.Errorf("stats %+v", st)
+				}
+			})
+		}
+	}
+}
+
+// Close called from an Each function or an All loop makes that call the
+// last: no fn call follows, also within a fullest-first turn and an ordered
+// run (RawBuffer.each stops after the record during which the owner was
+// closed), and the records not delivered are counted as Discarded.
+func TestReaderCloseFromEach(t *testing.T) {
+	recSize := uint64(len(fakeSample(payload(0, 0, 16))))
+	for _, policy := range []string{"fullest", "ordered"} {
+		for _, mode := range []string{"Each", "All"} {
+			for _, closeAt := range []int{1, 3} {
+				t.Run(fmt.Sprintf("%s/%s/%d", policy, mode, closeAt), func(t *testing.T) {
+					f := newFakeRings(t, 2, 4096)
+					var r *Reader
+					if policy == "ordered" {
+						r = f.ordered(t, Order{MaxDelay: time.Hour})
+					} else {
+						r = f.reader(t, ReaderOptions{MaxLatency: -1})
+					}
+					const n = 40
+					for seq := uint64(0); seq < n; seq++ {
+						f.emit(t, 0, 1+seq, seq, 16)
+					}
+					// Ring 1's front lies beyond them all: rule 1 releases
+					// ring 0's records in one run.
+					f.emit(t, 1, 1<<40, n, 16)
+					r.SetDeadline(time.Now().Add(5 * time.Second))
+					calls, after := 0, 0
+					closed := false
+					call := func() {
+						if closed {
+							after++
+						}
+						if calls++; calls == closeAt {
+							r.Close()
+							closed = true
+						}
+					}
+					var err error
+					if mode == "Each" {
+						err = r.Each(context.Background(), func(*Record) error { call(); return nil })
+					} else {
+						for _, e := range r.All(context.Background()) {
+							if e != nil {
+								err = e
+								continue
+							}
+							call()
+						}
+					}
+					if !errors.Is(err, os.ErrClosed) || calls != closeAt || after != 0 {
+						t.Errorf("%v after %d calls (%d after Close); want os.ErrClosed after %d", err, calls, after, closeAt)
+					}
+					st := r.Stats()
+					if got := st[0].Samples + st[1].Samples; got != uint64(closeAt) {
+						t.Errorf("stats count %d samples delivered, want %d: %+v", got, closeAt, st)
+					}
+					if d := st[0].Discarded + st[1].Discarded; d != (n+1-uint64(closeAt))*recSize {
+						t.Errorf("discarded %d bytes, want the %d records not delivered: %+v", d, n+1-closeAt, st)
+					}
 				})
 			}
 		}
 	}
-}
-
-func orderedModel(t *testing.T, mode string, rings int, seed int64) {
-	const size = 4096
-	// More rings share the writes: more steps, and longer stalls, in
-	// proportion, so that each ring still overflows now and then.
-	steps, period := 4000*rings/3, 500*rings/3
-	drop, rule1 := mode == "drop", mode == "rule1"
-	opts := OrderedOptions{MaxDelay: time.Hour, KeyWindow: 500, DropLate: drop, HighWater: 3000}
-	if rule1 {
-		opts.KeyWindow, opts.HighWater = 1<<62, size
-	}
-	f := newFakeRings(t, rings, size)
-	o := f.ordered(t, opts)
-	rng := rand.New(rand.NewSource(seed))
-	var (
-		clock     uint64
-		keys      = make([]uint64, rings)
-		emitted   = make([]uint64, rings)          // samples written or lost
-		lostSeqs  = make([]map[uint64]bool, rings) // samples that found the ring full
-		want      = make([]uint64, rings)          // the next seq each ring may deliver
-		delivered = make([]uint64, rings)
-		lostSeen  = make([]uint64, rings) // counts of the lost records delivered
-		lateSeen  int
-		last      uint64 // the largest key delivered not late
-		ending    bool   // the final Flush: rule 5 may release past ring 2
-	)
-	for i := range lostSeqs {
-		lostSeqs[i] = map[uint64]bool{}
-	}
-	emit := func(i int, key uint64) {
-		seq := emitted[i]
-		emitted[i]++
-		if !f.rings[i].write(fakeSample(payload(key, seq, 16))) {
-			lostSeqs[i][seq] = true
-		}
-	}
-	take := func(cpu int, typ RecordType, lost uint64, data []byte, key uint64, late bool) {
-		if typ == RecordLost {
-			lostSeen[cpu] += lost
-			return
-		}
-		if k := keyOf(Sample{Data: data}); k != key {
-			t.Fatalf("ring %d: Key %d, payload says %d", cpu, key, k)
-		}
-		seq := binary.NativeEndian.Uint64(data[8:])
-		for ; want[cpu] < seq; want[cpu]++ { // skipped: lost, or dropped as late
-			if !lostSeqs[cpu][want[cpu]] && !drop {
-				t.Fatalf("ring %d: seq %d skipped, neither lost nor dropped", cpu, want[cpu])
-			}
-		}
-		if seq != want[cpu] {
-			t.Fatalf("ring %d: seq %d again or out of order (want %d)", cpu, seq, want[cpu])
-		}
-		want[cpu]++
-		delivered[cpu]++
-		if late != (key < last) {
-			t.Fatalf("ring %d seq %d: key %d after %d, marked late %v", cpu, seq, key, last, late)
-		}
-		if late {
-			lateSeen++
-			if rule1 && !ending {
-				t.Fatalf("ring %d seq %d: key %d late under rule 1 alone (after %d)", cpu, seq, key, last)
-			}
-		} else {
-			last = key
-		}
-	}
-	readInto := func() error {
-		var s Sample
-		err := o.ReadInto(&s)
-		if err == nil {
-			take(s.CPU, s.Type, s.Lost, s.Data, s.Key, s.Late)
-		}
-		return err
-	}
-	each := func(limit int) error {
-		n := 0
-		stop := errors.New("enough")
-		err := o.Each(context.Background(), func(rec *Record, meta *Sample) error {
-			take(meta.CPU, rec.Type, rec.Lost, rec.AppendTo(nil), meta.Key, meta.Late)
-			if n++; n == limit {
-				return stop
-			}
-			return nil
-		})
-		if err == stop {
-			return nil
-		}
-		return err
-	}
-	drain := func() { // Flush, and read until it is done
-		o.Flush()
-		o.SetDeadline(time.Now().Add(10 * time.Second))
-		for {
-			var err error
-			if rng.Intn(2) == 0 {
-				err = readInto()
-			} else {
-				err = each(1 + rng.Intn(50))
-			}
-			if errors.Is(err, ErrFlushed) {
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for step := 0; step < steps; step++ {
-		r := rng.Intn(100)
-		if step%period >= period*4/5 {
-			r %= 60 // a stall: the reader is away and the rings fill up
-		}
-		switch {
-		case r < 60: // write a burst on one ring
-			i := rng.Intn(rings)
-			for n := 1 + rng.Intn(8); n > 0; n-- {
-				clock += uint64(1 + rng.Intn(8))
-				stamp := clock
-				if i == 2 && rng.Intn(3) == 0 {
-					stamp -= min(stamp, uint64(rng.Intn(800))) // the window is 500
-				}
-				keys[i] = max(keys[i], stamp) // a CPU's own records stay in order
-				emit(i, keys[i])
-			}
-			f.rings[i].publish()
-		case r < 95: // read what the release rule lets go now
-			o.SetDeadline(time.Now()) // deliver what may go, then stop
-			for {
-				var err error
-				if rng.Intn(2) == 0 {
-					err = readInto()
-				} else {
-					err = each(1 + rng.Intn(20))
-				}
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-		default:
-			if !rule1 {
-				drain()
-			}
-		}
-	}
-	// The end: deliver everything, then a last sample on each ring brings
-	// the lost counts still pending (the kernel writes a lost record only
-	// once a sample fits again).
-	ending = true
-	drain()
-	for i := 0; i < rings; i++ {
-		keys[i] = 1 << 60
-		emit(i, keys[i])
-		f.rings[i].publish()
-	}
-	drain()
-	st := o.Stats()
-	total, lostAll := 0, 0
-	for i := 0; i < rings; i++ {
-		lostAll += len(lostSeqs[i])
-		lost := uint64(len(lostSeqs[i]))
-		if lostSeen[i] != lost || st[i].Lost != lost {
-			t.Errorf("ring %d: %d samples lost, lost records say %d, stats %d", i, lost, lostSeen[i], st[i].Lost)
-		}
-		if delivered[i]+lost+st[i].Dropped != emitted[i] || st[i].Samples != delivered[i]+st[i].Dropped {
-			t.Errorf("ring %d: %d delivered + %d lost + %d dropped != %d written (stats %+v)",
-				i, delivered[i], lost, st[i].Dropped, emitted[i], st[i])
-		}
-		total += int(emitted[i])
-	}
-	var late uint64
-	for _, s := range st {
-		late += s.Late
-	}
-	if drop && lateSeen != 0 || !drop && int(late) != lateSeen {
-		t.Errorf("%d delivered late; stats count %d late", lateSeen, late)
-	}
-	t.Logf("%d written, %d lost, %d delivered late, %d late in all", total, lostAll, lateSeen, late)
-	if lostAll == 0 || late == 0 && !rule1 {
-		t.Error("the model lost nothing or had nothing late: it tests less than it should")
-	}
-}
-
-// FuzzOrderedModel runs the model check of TestOrderedModel with seeds the
-// fuzzer picks, in each of its modes: mode%3 picks the mode and mode/3 the
-// number of rings, 3 to 9.
-func FuzzOrderedModel(f *testing.F) {
-	f.Add(int64(1), uint8(0))
-	f.Add(int64(7), uint8(2))
-	f.Add(int64(3), uint8(3*6+1))
-	modes := []string{"rules", "drop", "rule1"}
-	f.Fuzz(func(t *testing.T, seed int64, mode uint8) {
-		orderedModel(t, modes[int(mode)%len(modes)], 3+int(mode)/len(modes)%7, seed)
-	})
 }
 
 // Close from another goroutine ends a Reader.Each blocked on empty rings
@@ -1281,7 +830,7 @@ func TestReaderEachCloseWhileBlocked(t *testing.T) {
 	defer cancel() // ends the spinning Each (it does check ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- r.Each(ctx, func(*Record, *Sample) error { return nil })
+		done <- r.Each(ctx, func(*Record) error { return nil })
 	}()
 	time.Sleep(20 * time.Millisecond) // let it block
 	r.Close()
@@ -1301,18 +850,14 @@ func TestReaderEachCloseWhileBlocked(t *testing.T) {
 // empty, so never, and the heads it waited for were taken then, not at the
 // Flush.
 func TestFlushEndsUnderSteadyProducer(t *testing.T) {
-	for _, kind := range []string{"Reader", "OrderedReader"} {
-		t.Run(kind, func(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
 			f := newFakeRings(t, 1, 1<<16)
-			var r interface {
-				ReadInto(*Sample) error
-				Flush()
-				SetDeadline(time.Time)
-			}
-			if kind == "Reader" {
-				r = f.reader(t, ReaderOptions{MaxLatency: -1})
+			var r *Reader
+			if ordered {
+				r = f.ordered(t, Order{MaxDelay: time.Hour})
 			} else {
-				r = f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
+				r = f.reader(t, ReaderOptions{MaxLatency: -1})
 			}
 			f.emit(t, 0, 1, 0, 16) // the only record there at Flush time
 			r.Flush()
@@ -1334,10 +879,10 @@ func TestFlushEndsUnderSteadyProducer(t *testing.T) {
 }
 
 // A ring whose data_head is invalid (here: more than the ring past the
-// tail) gets a turn, so that the Reader skips it (counted), and a Flush
-// then completes. It used to get none (nothing pending after Begin): the
-// ring stayed stuck, nothing was counted, and a read during a Flush spun
-// past its deadline.
+// tail) gets a turn, so that the Reader skips it, reports it once and counts
+// it, and a Flush then completes. It used to get none (nothing pending after
+// Begin): the ring stayed stuck, nothing was counted, and a read during a
+// Flush spun past its deadline.
 func TestReaderBadHead(t *testing.T) {
 	f := newFakeRings(t, 1, 1024)
 	f.emit(t, 0, 0, 0, 16)
@@ -1346,26 +891,48 @@ func TestReaderBadHead(t *testing.T) {
 	r.SetDeadline(time.Now().Add(30 * time.Millisecond))
 	var s Sample
 	err := r.ReadInto(&s)
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("first read: %v", err)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Reason != "head 4096 more than the 1024-byte ring past tail 0" {
+		t.Fatalf("first read: %v; want the bad head reported", err)
 	}
-	st := r.Stats()[0]
-	t.Logf("after a read: stats %+v, tail %d", st, f.rings[0].page.Data_tail)
+	// The head is passed over, not taken: the sample below it is genuine.
+	if st := r.Stats()[0]; st.Corrupt != 1 || st.CorruptBytes != 0 || f.rings[0].page.Data_tail != 0 {
+		t.Errorf("invalid head taken: stats %+v, tail %d", st, f.rings[0].page.Data_tail)
+	}
+	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("second read: %v; want the deadline (reported once, nothing new)", err)
+	}
 
+	// A Flush that took the bad head ends: nothing can be read up to it.
 	r.Flush()
 	r.SetDeadline(time.Now().Add(100 * time.Millisecond))
 	done := make(chan error, 1)
 	go func() { done <- r.ReadInto(&s) }()
 	select {
 	case err := <-done:
-		t.Logf("read after Flush: %v", err)
+		if !errors.Is(err, ErrFlushed) {
+			t.Errorf("read after Flush: %v, want ErrFlushed", err)
+		}
 	case <-time.After(2 * time.Second):
 		r.Close() // ends the spinning read
 		<-done
-		t.Fatalf("ReadInto after Flush still running 2s on, 1.9s past its deadline (CorruptBytes %d)", st.CorruptBytes)
+		t.Fatalf("ReadInto after Flush still running 2s on, 1.9s past its deadline")
 	}
-	if st.CorruptBytes == 0 {
-		t.Errorf("invalid head never skipped: CorruptBytes 0, tail %d", f.rings[0].page.Data_tail)
+
+	// The producer's next write brings data_head back: both samples arrive.
+	f.emit(t, 0, 0, 1, 16)
+	r.SetDeadline(time.Now().Add(time.Second))
+	for seq := uint64(0); seq < 2; seq++ {
+		if err := r.ReadInto(&s); err != nil || binary.NativeEndian.Uint64(s.Data[8:]) != seq {
+			t.Fatalf("read seq %d: %v, %x", seq, err, s.Data)
+		}
+	}
+	r.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) { // ends the turn: stats published
+		t.Fatalf("last read: %v", err)
+	}
+	if st := r.Stats()[0]; st.Samples != 2 || st.Corrupt != 1 || st.CorruptBytes != 0 {
+		t.Errorf("stats %+v", st)
 	}
 }
 
@@ -1382,142 +949,9 @@ func TestEachCtxCancelRacesClose(t *testing.T) {
 		r := f.reader(t, ReaderOptions{MaxLatency: -1})
 		ctx, cancel := context.WithCancel(context.Background())
 		go cancel()
-		_ = r.Each(ctx, func(*Record, *Sample) error { return nil })
+		_ = r.Each(ctx, func(*Record) error { return nil })
 		r.Close()
 	}
-}
-
-// The OrderedReader's MaxFill counts the records already waiting in a ring
-// when the reader is created (its first head snapshot).
-func TestOrderedMaxFillAtStart(t *testing.T) {
-	f := newFakeRings(t, 2, 4096)
-	for seq := uint64(0); seq < 5; seq++ {
-		f.emit(t, 0, 10+seq, seq, 40)
-	}
-	want := int(f.rings[0].head)
-	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
-	o.Flush()
-	o.SetDeadline(time.Now().Add(5 * time.Second))
-	if n := readFlushed(t, o); n != 5 {
-		t.Fatalf("flushed %d records", n)
-	}
-	if st := o.Stats()[0]; st.MaxFill < want {
-		t.Errorf("MaxFill %d, but %d bytes were waiting in the ring", st.MaxFill, want)
-	}
-}
-
-// After data_head moved backwards (a corrupt head, resynchronised by
-// SkipCorrupt), the OrderedReader's look-ahead starts again from the
-// cursor. It used to resume where it had scanned to, beyond the new head,
-// and parse unpublished memory with no bound: garbage there made it panic.
-func TestOrderedHeadBackwards(t *testing.T) {
-	f := newFakeRings(t, 2, 1024)
-	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 1 << 62})
-	for seq := uint64(0); seq < 4; seq++ {
-		f.emit(t, 0, 10+seq, seq, 16) // 32-byte records at 0, 32, 64, 96
-	}
-	// Garbage past the head (never published): a sample whose sizes do not
-	// fit the 1024-byte ring.
-	bad := f.rings[0].data[128:]
-	binary.NativeEndian.PutUint32(bad[0:], unix.PERF_RECORD_SAMPLE)
-	binary.NativeEndian.PutUint16(bad[6:], 65528)
-	binary.NativeEndian.PutUint32(bad[8:], 65000)
-
-	read := func(d time.Duration) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("panic: %v", p)
-			}
-		}()
-		o.SetDeadline(time.Now().Add(d))
-		var s Sample
-		return o.ReadInto(&s)
-	}
-	if err := read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read 1: %v", err) // front 10 held, look-ahead scanned to 128
-	}
-	page := &f.rings[0].page.Data_head
-	atomic.StoreUint64(page, 64) // head moves backwards (corrupt)
-	if err := read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read 2: %v", err)
-	}
-	o.Flush()
-	if err := read(time.Second); err != nil {
-		t.Fatalf("read 3: %v", err) // key 10 by rule 5
-	}
-	if err := read(time.Second); !errors.Is(err, ErrFlushed) {
-		t.Fatalf("read 4: %v", err) // SkipCorrupt to 64
-	}
-	atomic.StoreUint64(page, 96) // a valid head again
-	if err := read(20 * time.Millisecond); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read 5: %v", err)
-	}
-}
-
-// The OrderedReader counts lost samples as it delivers their lost record,
-// as it counts samples: not when its look-ahead parses the record, while a
-// sample before it is still held.
-func TestOrderedLostCountedWhenDelivered(t *testing.T) {
-	f := newFakeRings(t, 2, 4096)
-	o := f.ordered(t, OrderedOptions{MaxDelay: time.Hour, KeyWindow: 1 << 62})
-	f.emit(t, 0, 10, 0, 16)
-	f.rings[0].mustWrite(t, fakeLost(0, 7))
-	f.emit(t, 0, 20, 1, 16)
-	// Ring 1 is empty: the 10 is held, and the look-ahead (rule 2) parses
-	// the lost record behind it.
-	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
-	var s Sample
-	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read: key %d, %v; want the 10 held", s.Key, err)
-	}
-	if st := o.Stats()[0]; st.Lost != 0 || st.Samples != 0 {
-		t.Errorf("nothing delivered, stats count %d lost, %d samples", st.Lost, st.Samples)
-	}
-	o.Flush()
-	o.SetDeadline(time.Now().Add(5 * time.Second))
-	if n := readFlushed(t, o); n != 3 {
-		t.Fatalf("flushed %d records, want 3", n)
-	}
-	if st := o.Stats()[0]; st.Lost != 7 || st.Samples != 2 {
-		t.Errorf("all delivered, stats count %d lost, %d samples; want 7, 2", st.Lost, st.Samples)
-	}
-}
-
-// A blocked OrderedReader waits for the smallest front to be due (rule 3),
-// the only one that can go next. It used to take the earliest due time of
-// every front, so once a larger key was due it spun until the smallest was.
-func TestOrderedWaitsForTheSmallest(t *testing.T) {
-	f := newFakeRings(t, 3, 4096) // ring 2 stays idle: rule 1 never applies
-	const delay = 200 * time.Millisecond
-	o := f.ordered(t, OrderedOptions{MaxDelay: delay, KeyWindow: 1 << 62, ReaderOptions: ReaderOptions{MaxLatency: -1}})
-	start := time.Now()
-	f.emit(t, 1, 20, 0, 16)
-	var s Sample
-	o.SetDeadline(time.Now().Add(10 * time.Millisecond))
-	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatal(err) // ring 1's 20 seen at ~0
-	}
-	time.Sleep(100*time.Millisecond - time.Since(start))
-	f.emit(t, 0, 10, 1, 16) // a smaller key, seen at ~100 ms: due at ~300 ms
-	o.SetDeadline(start.Add(290 * time.Millisecond))
-	cpu0 := cpuTime(t)
-	wall0 := time.Now()
-	err := o.ReadInto(&s)
-	cpu, wall := cpuTime(t)-cpu0, time.Since(wall0)
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read: key %d, %v", s.Key, err)
-	}
-	if cpu > wall/3 {
-		t.Errorf("blocked read used %v of CPU in %v (busy-waiting)", cpu, wall)
-	}
-}
-
-func cpuTime(t *testing.T) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // refRings fills two rings of size bytes, starting at random positions (so
@@ -1558,9 +992,10 @@ func refRings(t *testing.T, rnd *rand.Rand, size int) (*fakeRings, [][]refRecord
 
 // TestReaderMatchesReference: whatever the mix of records, Reader.Each and
 // ReadInto deliver from each ring exactly what the reference parser reads
-// there, in order, and count it: plain samples through Each's batched loop,
-// the others (samples that wrap, lost and other records) through Next,
-// across the ends of budgets, with an fn that stops Each now and then.
+// there, in order, and count it: plain samples through RawBuffer.each's
+// inner loop, the others (samples that wrap, lost and other records)
+// through parseRest, across the ends of budgets (each's limit), with an fn
+// that stops Each now and then.
 func TestReaderMatchesReference(t *testing.T) {
 	errPause := errors.New("pause")
 	for seed := 0; seed < 60; seed++ {
@@ -1578,8 +1013,10 @@ func TestReaderMatchesReference(t *testing.T) {
 					}
 				}
 			}
-			budget := []int{0, 1, 24, 100, 700}[seed%5]
-			r := f.reader(t, ReaderOptions{Budget: budget, MaxLatency: -1})
+			r := f.reader(t, ReaderOptions{MaxLatency: -1})
+			if budget := []int{0, 1, 24, 100, 700}[seed%5]; budget > 0 {
+				setBudget(r, budget) // 0: the default, a quarter of the ring
+			}
 			got := make([][]refRecord, 2)
 			add := func(cpu int, typ RecordType, rec *Record, data []byte, lost uint64) {
 				rr := refRecord{typ: typ, payload: bytes.Clone(data), lost: lost}
@@ -1595,11 +1032,11 @@ func TestReaderMatchesReference(t *testing.T) {
 				pause := rnd.Intn(20) + 1
 				for err == nil || err == errPause {
 					n := 0
-					err = r.Each(context.Background(), func(rec *Record, meta *Sample) error {
-						if meta.Type != rec.Type || meta.Lost != rec.Lost {
-							t.Fatalf("meta %+v for a %v record (lost %d)", meta, rec.Type, rec.Lost)
+					err = r.Each(context.Background(), func(rec *Record) error {
+						if rec.Key != 0 || rec.Late {
+							t.Fatalf("fullest-first record with key %d, late %v", rec.Key, rec.Late)
 						}
-						add(meta.CPU, rec.Type, rec, rec.AppendTo(nil), rec.Lost)
+						add(rec.CPU, rec.Type, rec, rec.AppendTo(nil), rec.Lost)
 						if n++; n == pause {
 							return errPause
 						}
@@ -1635,7 +1072,7 @@ func TestReaderMatchesReference(t *testing.T) {
 					}
 					lost += w.lost
 				}
-				if s := st[i]; s.Samples != samples || s.Bytes != nbytes || s.Lost != lost || s.Other != other[i] {
+				if s := st[i]; s.CPU != i || s.Samples != samples || s.Bytes != nbytes || s.Lost != lost || s.Other != other[i] || s.Corrupt != 0 {
 					t.Fatalf("seed %d %s: ring %d stats %+v; reference %d samples, %d bytes, %d lost, %d other", seed, mode, i, s, samples, nbytes, lost, other[i])
 				}
 			}
@@ -1643,9 +1080,9 @@ func TestReaderMatchesReference(t *testing.T) {
 	}
 }
 
-// A turn ends once it has read Budget bytes, in every read form, also when
-// Each is stopped by its fn within a turn and called again: three records
-// a turn here, the rings taking turns.
+// A turn ends once it has read its budget of bytes, in every read form,
+// also when Each is stopped by its fn within a turn and called again: three
+// records a turn here, the rings taking turns.
 func TestReaderTurnsAcrossPauses(t *testing.T) {
 	rec := fakeSample(payload(0, 0, 40))
 	for _, mode := range []string{"ReadInto", "Each"} {
@@ -1655,7 +1092,8 @@ func TestReaderTurnsAcrossPauses(t *testing.T) {
 				f.rings[0].mustWrite(t, rec)
 				f.rings[1].mustWrite(t, rec)
 			}
-			r := f.reader(t, ReaderOptions{Budget: 3*len(rec) - 1, MaxLatency: -1})
+			r := f.reader(t, ReaderOptions{MaxLatency: -1})
+			setBudget(r, 3*len(rec)-1)
 			r.Flush()
 			var cpus []int
 			var err error
@@ -1669,8 +1107,8 @@ func TestReaderTurnsAcrossPauses(t *testing.T) {
 				errPause := errors.New("pause")
 				for err = errPause; err == errPause; {
 					n := 0
-					err = r.Each(context.Background(), func(_ *Record, meta *Sample) error {
-						cpus = append(cpus, meta.CPU)
+					err = r.Each(context.Background(), func(rec *Record) error {
+						cpus = append(cpus, rec.CPU)
 						if n++; n == pause {
 							return errPause
 						}
@@ -1686,78 +1124,32 @@ func TestReaderTurnsAcrossPauses(t *testing.T) {
 	}
 }
 
-// OrderedReader.Each looks at ctx at least every 256 records, also within
-// a run (a ring's records that go one after the other by rule 1): a
-// context cancelled from fn ends Each before 256 more records.
-func TestOrderedEachRunChecksContext(t *testing.T) {
-	f := newFakeRings(t, 2, 1<<16)
-	const n = 600
-	for seq := uint64(0); seq < n; seq++ {
-		f.emit(t, 0, 1+seq, seq, 16)
-	}
-	f.emit(t, 1, 1<<40, 0, 16) // the other ring's front lies beyond them all: one run
-	o := f.ordered(t, OrderedOptions{KeyOffset: 0})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	got := 0
-	err := o.Each(ctx, func(rec *Record, meta *Sample) error {
-		if got++; got == 10 {
-			cancel()
-		}
-		return nil
-	})
-	if !errors.Is(err, context.Canceled) || got >= 10+256 {
-		t.Fatalf("Each: %v after %d records; want context.Canceled within 256 records of the cancel", err, got)
-	}
-}
-
-// within runs fn on another goroutine and fails the test if it has not
-// returned within 5s: a deadlock fails rather than hangs the suite.
-func within(t *testing.T, what string, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s: still blocked after 5s", what)
-	}
-}
-
 // A read called from inside an Each function or an All loop fails with
 // ErrReentrant: it used to wait for the read running it, forever.
 func TestReadFromCallbackReentrant(t *testing.T) {
-	type reader interface {
-		ReadInto(*Sample) error
-		Read() (*Sample, error)
-		Each(context.Context, func(*Record, *Sample) error) error
-		All(context.Context) iter.Seq2[*Sample, error]
-	}
 	for _, ordered := range []bool{false, true} {
-		f := newFakeRings(t, 2, 4096)
-		var r reader
-		if ordered {
-			r = f.ordered(t, OrderedOptions{})
-		} else {
-			r = f.reader(t, ReaderOptions{})
+		newR := func(f *fakeRings) *Reader {
+			if ordered {
+				return f.ordered(t, Order{})
+			}
+			return f.reader(t, ReaderOptions{})
 		}
+		f := newFakeRings(t, 2, 4096)
+		r := newR(f)
 		nested := map[string]func() error{
 			"ReadInto": func() error { var s Sample; return r.ReadInto(&s) },
 			"Read":     func() error { _, err := r.Read(); return err },
 			"Each": func() error {
-				return r.Each(context.Background(), func(*Record, *Sample) error { return nil })
+				return r.Each(context.Background(), func(*Record) error { return nil })
 			},
 		}
 		for name, call := range nested {
 			f.emit(t, 0, 1, 1, 16)
 			f.emit(t, 1, 2, 2, 16)
-			r.(interface{ Flush() }).Flush()
+			r.Flush()
 			var got error
 			within(t, fmt.Sprintf("ordered %v: %s inside Each", ordered, name), func() {
-				r.Each(context.Background(), func(*Record, *Sample) error {
+				r.Each(context.Background(), func(*Record) error {
 					got = call()
 					return errStop
 				})
@@ -1778,17 +1170,13 @@ func TestReadFromCallbackReentrant(t *testing.T) {
 			}
 		}
 		// Another goroutine's read still waits for the one in progress.
-		r.(interface{ Close() error }).Close()
+		r.Close()
 		f = newFakeRings(t, 2, 4096)
-		if ordered {
-			r = f.ordered(t, OrderedOptions{})
-		} else {
-			r = f.reader(t, ReaderOptions{})
-		}
+		r = newR(f)
 		f.emit(t, 0, 10, 10, 16)
 		f.emit(t, 1, 11, 11, 16)
 		started, release := make(chan struct{}), make(chan struct{})
-		go r.Each(context.Background(), func(*Record, *Sample) error {
+		go r.Each(context.Background(), func(*Record) error {
 			close(started)
 			<-release
 			return errStop
@@ -1814,32 +1202,32 @@ func TestReadFromCallbackReentrant(t *testing.T) {
 	}
 }
 
-// Each with a nil function fails with ErrInvalidOptions: it used to panic.
+// Each with a nil function fails with os.ErrInvalid: it used to panic.
 func TestEachNilFunc(t *testing.T) {
-	f := newFakeRings(t, 1, 4096)
-	f.emit(t, 0, 1, 1, 16)
-	if err := f.reader(t, ReaderOptions{}).Each(context.Background(), nil); !errors.Is(err, ErrInvalidOptions) {
-		t.Errorf("Reader.Each(nil): %v, want ErrInvalidOptions", err)
-	}
-	f = newFakeRings(t, 1, 4096)
-	f.emit(t, 0, 1, 1, 16)
-	if err := f.ordered(t, OrderedOptions{}).Each(context.Background(), nil); !errors.Is(err, ErrInvalidOptions) {
-		t.Errorf("OrderedReader.Each(nil): %v, want ErrInvalidOptions", err)
+	for _, ordered := range []bool{false, true} {
+		f := newFakeRings(t, 1, 4096)
+		f.emit(t, 0, 1, 1, 16)
+		var r *Reader
+		if ordered {
+			r = f.ordered(t, Order{})
+		} else {
+			r = f.reader(t, ReaderOptions{})
+		}
+		if err := r.Each(context.Background(), nil); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("ordered %v: Each(nil): %v, want os.ErrInvalid", ordered, err)
+		}
 	}
 }
 
 // Past the deadline, a read delivers what it can without waiting, then
-// fails: a Reader every record in the rings, an OrderedReader those its
-// release rule lets go, not one it holds back (see SetDeadline).
+// fails: a fullest-first Reader every record in the rings, an ordered one
+// those its release rule lets go, not one it holds back (see SetDeadline).
 func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		f := newFakeRings(t, 2, 4096)
-		var r interface {
-			ReadInto(*Sample) error
-			SetDeadline(time.Time)
-		}
+		var r *Reader
 		if ordered {
-			r = f.ordered(t, OrderedOptions{MaxDelay: time.Hour})
+			r = f.ordered(t, Order{MaxDelay: time.Hour})
 		} else {
 			r = f.reader(t, ReaderOptions{})
 		}
@@ -1847,7 +1235,7 @@ func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
 		f.emit(t, 0, 7, 2, 16)
 		f.emit(t, 1, 6, 3, 16)
 		r.SetDeadline(time.Now().Add(-time.Second))
-		want := 3 // Reader: all
+		want := 3 // fullest-first: all
 		if ordered {
 			want = 2 // 5 and 6 by rule 1; 7 waits for ring 1's next key
 		}
@@ -1863,19 +1251,15 @@ func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
 	}
 }
 
-// Both readers skip records of types other than sample and lost, as
+// Both policies skip records of types other than sample and lost, as
 // Sample.Type promises, and count them in Stats().Other. (They were handed
 // out as RecordOther.)
 func TestReadersSkipOtherRecords(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		f := newFakeRings(t, 1, 1<<12)
-		var r interface {
-			ReadInto(*Sample) error
-			Flush()
-			Stats() []ReaderStats
-		}
+		var r *Reader
 		if ordered {
-			r = f.ordered(t, OrderedOptions{})
+			r = f.ordered(t, Order{})
 		} else {
 			r = f.reader(t, ReaderOptions{})
 		}

@@ -16,8 +16,8 @@ import (
 // The functions that run callbacks: a frame of one of them on the stack
 // means the caller is inside a callback.
 var (
-	drainCallbackFrames = funcNames((*batch).deliver)
-	readCallbackFrames  = funcNames((*Reader).Each, (*OrderedReader).Each, (*core).readFunc)
+	drainCallbackFrames = funcNames((*PerfBuffer).deliverRecord)
+	readCallbackFrames  = funcNames((*Reader).each)
 )
 
 func funcNames(fns ...any) []string {

@@ -437,3 +437,36 @@ func TestLossAtTheEndCounted(t *testing.T) {
 	}
 	t.Logf("%d execs: %d delivered, %d dropped, %d reported lost by the rings", n, delivered, dropped, lost)
 }
+
+// traceOne execs /bin/true with a token and wants the exec traced once.
+func traceOne(t *testing.T, tr *tracer) {
+	t.Helper()
+	tok := newToken()
+	pid := runOK(t, exec.Command("/bin/true", tok))
+	if ev := findOne(t, collect(t, tr), tok); ev.PID != uint32(pid) {
+		t.Errorf("exec of pid %d traced as pid %d", pid, ev.PID)
+	}
+}
+
+// The built-in object loads and traces from any working directory, with no
+// object file in sight: the executable stands on its own.
+func TestBuiltInObjectLoads(t *testing.T) {
+	requirePrivileges(t)
+	t.Chdir(t.TempDir())
+	traceOne(t, openTestTracer(t, tracerConfig{uid: -1, maxArgs: 20}))
+}
+
+// --bpf-obj loads the object it names (TestBPFObjOverrides shows that it
+// is the one opened).
+func TestBPFObjPathLoads(t *testing.T) {
+	requirePrivileges(t)
+	obj, err := bpfDir.ReadFile(embeddedObj)
+	if err != nil {
+		t.Fatal(err) // errNoObject: run make bpf
+	}
+	path := filepath.Join(t.TempDir(), "copy.bpf.o")
+	if err := os.WriteFile(path, obj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	traceOne(t, openTestTracer(t, tracerConfig{objPath: path, uid: -1, maxArgs: 20}))
+}

@@ -11,9 +11,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -99,8 +102,11 @@ func TestLayout(t *testing.T) {
 			t.Errorf("field %d at %d, size %d, next at %d", i, offs[i], size, offs[i+1])
 		}
 	}
-	if perfbuf.SampleRecordSize(eventMaxSize) > 64*4096-8 {
-		t.Errorf("largest event does not fit the ring")
+	// NewReader checks the options before the map: the largest event must
+	// fit the rings beside a lost record (else ErrSampleTooLarge), so only
+	// the descriptor is refused.
+	if _, err := perfbuf.NewReader(perfbuf.MapFD(-1), readerOptions()); !errors.Is(err, syscall.EBADF) {
+		t.Errorf("reader options over a bad descriptor: %v, want only EBADF", err)
 	}
 }
 
@@ -312,26 +318,37 @@ func TestSplitShortFlags(t *testing.T) {
 	}
 }
 
-// fakeSource replays records, then reports ErrFlushed.
+// fakeSource replays reads, then reports ErrFlushed.
 type fakeSource struct {
-	recs []perfbuf.Sample
+	reads []fakeRead
+}
+
+// fakeRead is a record, or the error a read returns instead.
+type fakeRead struct {
+	s   perfbuf.Sample
+	err error
 }
 
 func (f *fakeSource) ReadInto(s *perfbuf.Sample) error {
-	if len(f.recs) == 0 {
+	if len(f.reads) == 0 {
 		return fmt.Errorf("read perf buffer: %w", perfbuf.ErrFlushed)
 	}
-	*s, f.recs = f.recs[0], f.recs[1:]
+	r := f.reads[0]
+	f.reads = f.reads[1:]
+	if r.err != nil {
+		return r.err
+	}
+	*s = r.s
 	return nil
 }
 
 func TestReadLoop(t *testing.T) {
 	failed := event{TS: sample.TS + 1, PID: 7, Ret: -2, Comm: "sh", Args: []string{"/nope"}}
-	src := &fakeSource{recs: []perfbuf.Sample{
-		{CPU: 0, Type: perfbuf.RecordSample, Data: encodeEvent(sample)},
-		{CPU: 1, Type: perfbuf.RecordLost, Lost: 3},
-		{CPU: 1, Type: perfbuf.RecordSample, Data: []byte{1, 2, 3}},
-		{CPU: 1, Type: perfbuf.RecordSample, Data: encodeEvent(failed), Late: true},
+	src := &fakeSource{reads: []fakeRead{
+		{s: perfbuf.Sample{CPU: 0, Type: perfbuf.RecordSample, Data: encodeEvent(sample)}},
+		{s: perfbuf.Sample{CPU: 1, Type: perfbuf.RecordLost, Lost: 3}},
+		{s: perfbuf.Sample{CPU: 1, Type: perfbuf.RecordSample, Data: []byte{1, 2, 3}}},
+		{s: perfbuf.Sample{CPU: 1, Type: perfbuf.RecordSample, Data: encodeEvent(failed), Late: true}},
 	}}
 	o := &options{filter: filter{failedOnly: true}}
 	var out, errs bytes.Buffer
@@ -350,6 +367,49 @@ func TestReadLoop(t *testing.T) {
 	}
 }
 
+// A corrupt ring is reported on stderr and reading goes on: the reader
+// skipped that ring, and the other rings' events still come.
+func TestReadLoopCorruptRing(t *testing.T) {
+	corrupt := &perfbuf.CorruptError{CPU: 1, Pos: 4096, Size: 0, Reason: "record size 0"}
+	second := event{TS: sample.TS + 1, PID: 7, Comm: "sh", Args: []string{"/bin/sh"}}
+	src := &fakeSource{reads: []fakeRead{
+		{s: perfbuf.Sample{CPU: 0, Type: perfbuf.RecordSample, Data: encodeEvent(sample)}},
+		{err: fmt.Errorf("read perf buffer: %w", corrupt)}, // as Reader wraps it
+		{s: perfbuf.Sample{CPU: 0, Type: perfbuf.RecordSample, Data: encodeEvent(second)}},
+	}}
+	var out, errs bytes.Buffer
+	c, err := readLoop(src, &options{}, &out, &errs)
+	if err != nil {
+		t.Fatalf("readLoop: %v, want it to go on past the corrupt ring", err)
+	}
+	if want := (counts{events: 2, shown: 2, corrupt: 1}); c != want {
+		t.Errorf("counts %+v, want %+v", c, want)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 2 {
+		t.Errorf("%d lines on stdout, want both events:\n%s", n, out.String())
+	}
+	if want := "execsnoop: read perf buffer: " + corrupt.Error(); !strings.Contains(errs.String(), want) {
+		t.Errorf("stderr %q, want it to contain %q", errs.String(), want)
+	}
+
+	var sum bytes.Buffer
+	stats := []perfbuf.Stats{{CPU: 0, Samples: 2}, {CPU: 1, Corrupt: 1, CorruptBytes: 512, Discarded: 64}}
+	writeSummary(&sum, c, stats, time.Second)
+	for _, want := range []string{", 1 corrupt rings skipped", "  1 corrupt (512 bytes skipped)  64 bytes unread at exit\n"} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary %q, want it to contain %q", sum.String(), want)
+		}
+	}
+}
+
+// Any other error ends the loop and is returned.
+func TestReadLoopOtherError(t *testing.T) {
+	src := &fakeSource{reads: []fakeRead{{err: fmt.Errorf("read perf buffer: %w", syscall.EIO)}}}
+	if _, err := readLoop(src, &options{}, io.Discard, io.Discard); !errors.Is(err, syscall.EIO) {
+		t.Errorf("readLoop: %v, want EIO", err)
+	}
+}
+
 func TestReadLoopStopsOnClose(t *testing.T) {
 	src := &closedSource{}
 	if _, err := readLoop(src, &options{}, io.Discard, io.Discard); err != nil {
@@ -363,23 +423,51 @@ func (closedSource) ReadInto(*perfbuf.Sample) error {
 	return fmt.Errorf("read perf buffer: %w", os.ErrClosed)
 }
 
-func TestFindObject(t *testing.T) {
-	if _, err := findObject("/nonexistent/execsnoop.bpf.o"); err == nil {
-		t.Error("missing -bpf-obj: no error")
+// The BPF object is built in: the object `make bpf` wrote is embedded, byte
+// for byte, or an executable built before `make bpf` says what to do.
+func TestBuiltInObject(t *testing.T) {
+	onDisk, err := os.ReadFile(filepath.Join("bpf", objName))
+	if errors.Is(err, fs.ErrNotExist) {
+		_, _, err := openModule("")
+		if !errors.Is(err, errNoObject) || !strings.Contains(err.Error(), "make bpf") || !strings.Contains(err.Error(), "--bpf-obj") {
+			t.Errorf("no object built in: %v, want the hint to run make bpf or pass --bpf-obj", err)
+		}
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s missing under CI: run make bpf", embeddedObj)
+		}
+		t.Skipf("%s not built: run make bpf", embeddedObj)
 	}
-	dir := t.TempDir()
-	t.Chdir(dir)
-	_, err := findObject("")
-	if err == nil || !strings.Contains(err.Error(), "make bpf") {
-		t.Errorf("no object anywhere: %v, want a hint to run make bpf", err)
-	}
-	if err := os.MkdirAll("bpf", 0o755); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile("bpf/"+objName, nil, 0o644); err != nil {
+	built, err := bpfDir.ReadFile(embeddedObj)
+	if err != nil {
+		t.Fatalf("object not embedded: %v", err)
+	}
+	if !bytes.Equal(built, onDisk) {
+		t.Errorf("embedded object (%d bytes) differs from %s (%d bytes)", len(built), embeddedObj, len(onDisk))
+	}
+}
+
+// --bpf-obj replaces the built-in object: a file that is not one fails to
+// open, with its path in the error, before anything needs privileges.
+func TestBPFObjOverrides(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "not-an-object.bpf.o")
+	if err := os.WriteFile(bad, []byte("not an ELF file"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := findObject(""); err != nil || p != "bpf/"+objName {
-		t.Errorf("findObject = %q, %v", p, err)
+	o, err := parseFlags([]string{"--bpf-obj", bad}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr, err := openTracer(o.tracer); err == nil || !strings.Contains(err.Error(), "open "+bad+": ") {
+		if err == nil {
+			tr.close()
+		}
+		t.Errorf("--bpf-obj %s (not ELF): %v, want it opened, and refused", bad, err)
+	}
+	missing := filepath.Join(t.TempDir(), objName)
+	if _, err := openTracer(tracerConfig{objPath: missing, uid: -1, maxArgs: 20}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("--bpf-obj %s (missing): %v, want ErrNotExist", missing, err)
 	}
 }

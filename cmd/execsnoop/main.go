@@ -1,10 +1,11 @@
 // Command execsnoop traces execve() system-wide and prints one line per
 // exec: a Go port of execsnoop from libbpf-tools (bcc), reading its perf
-// event array with perfbuf's OrderedReader so that events from all CPUs come
-// out in timestamp order.
+// event array with a perfbuf Reader ordered by timestamp, so that events
+// from all CPUs come out in timestamp order.
 //
-// It needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) and kernel BTF, and
-// the BPF object built by `make bpf` (see -bpf-obj).
+// It needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) and kernel BTF. Its
+// BPF object is built into the executable (run `make bpf` before building);
+// --bpf-obj loads another one.
 package main
 
 import (
@@ -130,6 +131,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c.dropped, c.untraced, err = t.kernelDrops(); err != nil {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 	}
+	// Close before the summary, so that its counts include what the rings
+	// still hold (execs after the flush), as Discarded.
+	t.rd.Close()
 	writeSummary(stderr, c, t.rd.Stats(), time.Since(start))
 	return 0
 }
@@ -137,6 +141,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // counts is what the read loop saw, and what the BPF program counted.
 type counts struct {
 	events, shown, lost, late, bad uint64
+	corrupt                        uint64 // corrupt rings the reader skipped
 	// From the BPF program at the end: events that did not fit in a ring
 	// (lost records report them too, but only once a later event fits),
 	// and execs not traced because its map of execs in flight was full.
@@ -144,7 +149,8 @@ type counts struct {
 }
 
 // readLoop prints the events of src until it is flushed or closed. Lost
-// counts go to stderr as they arrive, as in the C tool.
+// counts go to stderr as they arrive, as in the C tool, and so does a
+// corrupt ring, which the reader skipped before going on.
 func readLoop(src eventSource, o *options, stdout, stderr io.Writer) (counts, error) {
 	var (
 		c    counts
@@ -156,6 +162,11 @@ func readLoop(src eventSource, o *options, stdout, stderr io.Writer) (counts, er
 		err := src.ReadInto(&s)
 		if errors.Is(err, perfbuf.ErrFlushed) || errors.Is(err, os.ErrClosed) {
 			return c, nil
+		}
+		if errors.Is(err, perfbuf.ErrCorrupt) {
+			c.corrupt++
+			fmt.Fprintf(stderr, "execsnoop: %v (its unread events were skipped)\n", err)
+			continue
 		}
 		if err != nil {
 			return c, err
@@ -186,7 +197,7 @@ func readLoop(src eventSource, o *options, stdout, stderr io.Writer) (counts, er
 }
 
 // writeSummary prints the totals and the reader's per-CPU counts.
-func writeSummary(w io.Writer, c counts, stats []perfbuf.ReaderStats, elapsed time.Duration) {
+func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Duration) {
 	// Every lost event failed its bpf_perf_event_output, so dropped is the
 	// whole count; lost (the rings' lost records) may lag behind it.
 	fmt.Fprintf(w, "\n%d execs traced, %d shown, %d lost, %d out of order", c.events, c.shown, max(c.lost, c.dropped), c.late)
@@ -196,11 +207,20 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.ReaderStats, elapsed ti
 	if c.bad > 0 {
 		fmt.Fprintf(w, ", %d malformed", c.bad)
 	}
+	if c.corrupt > 0 {
+		fmt.Fprintf(w, ", %d corrupt rings skipped", c.corrupt)
+	}
 	fmt.Fprintf(w, " in %.1fs\n", elapsed.Seconds())
 	for _, s := range stats {
 		fmt.Fprintf(w, "  cpu %-3d %6d events %6d lost %6d out of order", s.CPU, s.Samples, s.Lost, s.Late)
 		if s.MaxFill > 0 {
 			fmt.Fprintf(w, "  ring peak %d bytes", s.MaxFill)
+		}
+		if s.Corrupt > 0 {
+			fmt.Fprintf(w, "  %d corrupt (%d bytes skipped)", s.Corrupt, s.CorruptBytes)
+		}
+		if s.Discarded > 0 {
+			fmt.Fprintf(w, "  %d bytes unread at exit", s.Discarded)
 		}
 		fmt.Fprintln(w)
 	}
@@ -259,8 +279,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	value(secondsValue{&o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "d", "duration")
 	boolean(&o.printer.json, "print JSON lines instead of columns", "j", "json")
 	boolean(&o.demo, "start a few known processes while tracing", "demo")
-	value(stringValue{&o.tracer.objPath}, "PATH", "the BPF object (default: "+objName+
-		" next to the executable, then cmd/execsnoop/bpf/)", "bpf-obj")
+	value(stringValue{&o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
 	boolean(&o.tracer.verbose, "verbose libbpf debug output", "v", "verbose")
 	boolean(&wantHelp, "show this help", "h", "help")
 

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"embed"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -16,29 +19,47 @@ import (
 
 const objName = "execsnoop.bpf.o"
 
+// bpfDir holds the BPF object, built into the executable so that it runs
+// from anywhere, as the C tool does: `make bpf` compiles
+// bpf/execsnoop.bpf.o, then `go build` embeds it. The pattern names the
+// directory, not the object, because a pattern that matches no file stops
+// the build: before `make bpf` (a fresh clone, `go vet` in CI) the
+// directory still holds execsnoop.bpf.c, which is embedded too (6 KiB). An
+// executable built without the object says so when it starts.
+//
+//go:embed bpf
+var bpfDir embed.FS
+
+// embeddedObj is the object's path in bpfDir.
+const embeddedObj = "bpf/" + objName
+
+// errNoObject: the executable was built before `make bpf`.
+var errNoObject = errors.New("built without its BPF object (" + embeddedObj +
+	"): run `make bpf` and build again, or pass --bpf-obj PATH")
+
 // tracerConfig selects what the BPF program reports. These filters run in
 // the kernel, as in the C tool.
 type tracerConfig struct {
-	objPath       string // the BPF object; "" looks in the usual places (findObject)
+	objPath       string // the BPF object to load; "" for the built-in one
 	uid           int    // only this uid; -1 for all
 	includeFailed bool   // also execs that failed
 	maxArgs       int    // arguments kept, the filename included: 1..totalMaxArgs
 	verbose       bool   // libbpf debug messages
 }
 
-// eventSource is what readLoop reads: perfbuf's OrderedReader, or a fake in
+// eventSource is what readLoop reads: a *perfbuf.Reader, or a fake in
 // tests.
 type eventSource interface {
 	// ReadInto blocks for the next record. Errors: os.ErrClosed after
-	// Close, perfbuf.ErrFlushed once a Flush has delivered everything.
+	// Close, perfbuf.ErrFlushed once a Flush has delivered everything, a
+	// *perfbuf.CorruptError once per corrupt ring (reading goes on).
 	ReadInto(s *perfbuf.Sample) error
 }
 
 // tracer is the BPF program, attached, and the reader of its events.
 type tracer struct {
 	mod   *libbpfgo.Module
-	pb    *perfbuf.PerfBuffer
-	rd    *perfbuf.OrderedReader
+	rd    *perfbuf.Reader
 	clock clock // set just before the programs were attached
 }
 
@@ -51,28 +72,18 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	if cfg.maxArgs < 1 || cfg.maxArgs > totalMaxArgs {
 		return nil, fmt.Errorf("max args %d outside [1, %d]", cfg.maxArgs, totalMaxArgs)
 	}
-	path, err := findObject(cfg.objPath)
+	setLibbpfLogger(cfg.verbose)
+	mod, path, err := openModule(cfg.objPath) // path: what errors call it
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureTracefs(); err != nil {
-		return nil, err
-	}
-	setLibbpfLogger(cfg.verbose)
-
-	t := &tracer{}
+	t := &tracer{mod: mod}
 	ok := false
 	defer func() {
 		if !ok {
 			t.close()
 		}
 	}()
-	// SkipMemlockBump: raising RLIMIT_MEMLOCK needs CAP_SYS_RESOURCE, and
-	// kernels >= 5.11 charge BPF memory to the cgroup instead.
-	t.mod, err = libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{BPFObjPath: path, SkipMemlockBump: true})
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
 	uid := uint32(0xffffffff) // INVALID_UID: every uid
 	if cfg.uid >= 0 {
 		uid = uint32(cfg.uid)
@@ -99,6 +110,10 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 		return nil, err
 	}
 
+	// Attaching reads the tracepoints' ids in tracefs.
+	if err := ensureTracefs(); err != nil {
+		return nil, err
+	}
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return nil, fmt.Errorf("read monotonic clock: %w", err)
@@ -117,14 +132,19 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	return t, nil
 }
 
+// readerOptions are the options of the events' reader: rings of 64 pages
+// that fit the largest event, merged in timestamp order.
+func readerOptions() perfbuf.ReaderOptions {
+	return perfbuf.ReaderOptions{
+		PageCount:     64,
+		MaxSampleSize: eventMaxSize,
+		Order:         &perfbuf.Order{KeyOffset: offTS, MaxDelay: maxDelay},
+	}
+}
+
 func (t *tracer) openSource(events *libbpfgo.BPFMap) error {
 	var err error
-	t.pb, err = perfbuf.New(events, perfbuf.Options{PageCount: 64, MaxSampleSize: eventMaxSize})
-	if err != nil {
-		return fmt.Errorf("open perf buffer: %w", err)
-	}
-	t.rd, err = perfbuf.NewOrderedReader(t.pb, perfbuf.OrderedOptions{KeyOffset: offTS, MaxDelay: maxDelay})
-	if err != nil {
+	if t.rd, err = perfbuf.NewReader(events, readerOptions()); err != nil {
 		return fmt.Errorf("open perf buffer: %w", err)
 	}
 	return nil
@@ -158,36 +178,69 @@ func (t *tracer) close() {
 	if t.rd != nil {
 		t.rd.Close()
 	}
-	if t.pb != nil {
-		t.pb.Close()
-	}
 	if t.mod != nil {
 		t.mod.Close()
 	}
 }
 
-// findObject returns the BPF object to load: path if set, else the first of
-// execsnoop.bpf.o next to the executable, cmd/execsnoop/bpf/ under the
-// working directory, and bpf/ under it (for `go test`).
-func findObject(path string) (string, error) {
-	if path != "" {
-		if _, err := os.Stat(path); err != nil {
-			return "", fmt.Errorf("bpf object: %w", err)
+// openModule opens the BPF object at path, or the one built into the
+// executable when path is "". It returns the module and what errors should
+// call the object.
+func openModule(path string) (*libbpfgo.Module, string, error) {
+	if path == "" {
+		const name = "built-in " + objName
+		obj, err := bpfDir.ReadFile(embeddedObj)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, name, errNoObject
 		}
-		return path, nil
-	}
-	var tried []string
-	if exe, err := os.Executable(); err == nil {
-		tried = append(tried, filepath.Join(filepath.Dir(exe), objName))
-	}
-	tried = append(tried, filepath.Join("cmd", "execsnoop", "bpf", objName), filepath.Join("bpf", objName))
-	for _, p := range tried {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
+		if err != nil {
+			return nil, name, fmt.Errorf("read %s: %w", name, err)
 		}
+		mod, err := openObject(obj)
+		if err != nil {
+			return nil, name, fmt.Errorf("open %s: %w", name, err)
+		}
+		return mod, name, nil
 	}
-	return "", fmt.Errorf("bpf object %s not found in %s: run `make bpf` in the repository, or pass -bpf-obj",
-		objName, strings.Join(tried, ", "))
+	if _, err := os.Stat(path); err != nil {
+		return nil, path, fmt.Errorf("bpf object: %w", err)
+	}
+	// SkipMemlockBump: raising RLIMIT_MEMLOCK needs CAP_SYS_RESOURCE, and
+	// kernels >= 5.11 charge BPF memory to the cgroup instead.
+	mod, err := libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{BPFObjPath: path, SkipMemlockBump: true})
+	if err != nil {
+		return nil, path, fmt.Errorf("open %s: %w", path, err)
+	}
+	return mod, path, nil
+}
+
+// openObject opens the BPF object obj, held in memory. It does not use
+// libbpfgo.NewModuleFromBufferArgs, which in this libbpfgo (v0.7.0, and
+// releases up to v0.9.2) ignores SkipMemlockBump and always sets
+// RLIMIT_MEMLOCK to 512 MiB: without CAP_SYS_RESOURCE that fails (fixed by
+// libbpfgo#513, after v0.9.2). Instead obj
+// goes into a memfd, which libbpfgo opens as a file through /proc/self/fd:
+// no disk, nothing to clean up. libbpf names the object after the path's
+// last element, the descriptor's number (its .rodata map shows in bpftool
+// as "7.rodata", where the C tool's is "execsnoo.rodata").
+func openObject(obj []byte) (*libbpfgo.Module, error) {
+	fd, err := unix.MemfdCreate(objName, unix.MFD_CLOEXEC|unix.MFD_NOEXEC_SEAL)
+	if errors.Is(err, unix.EINVAL) {
+		// Before Linux 6.3, which added MFD_NOEXEC_SEAL.
+		fd, err = unix.MemfdCreate(objName, unix.MFD_CLOEXEC)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), objName)
+	defer f.Close() // libbpfgo and libbpf open the path themselves
+	if _, err := f.Write(obj); err != nil {
+		return nil, fmt.Errorf("write memfd: %w", err)
+	}
+	return libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{
+		BPFObjPath:      "/proc/self/fd/" + strconv.Itoa(fd),
+		SkipMemlockBump: true, // as in openModule
+	})
 }
 
 // tracefs mount points, where libbpf looks for tracepoint ids: the debugfs

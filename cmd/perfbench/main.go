@@ -1,7 +1,7 @@
 // Command perfbench measures every way of reading a perf event array side
 // by side, in one run: the C reference (libbpf's perf_buffer driven from C),
-// perfbuf's callback mode, raw zero-copy and copying drains, Reader and
-// OrderedReader.
+// perfbuf's callback mode, raw zero-copy and copying drains, and the
+// Reader, fullest-first and ordered.
 //
 // Two measurements, both from internal/benchrun (the Go benchmarks in
 // selftest/bench run the same code):

@@ -1,7 +1,7 @@
 // Package benchrun holds the measurements that the Go benchmarks
 // (selftest/bench) and cmd/perfbench share, so that both measure every
 // mode the same way: the C reference (internal/cref), callback mode, raw
-// zero-copy and copying drains, Reader and OrderedReader.
+// zero-copy and copying drains, and the Reader, fullest-first and ordered.
 //
 // Two kinds of measurement:
 //
@@ -22,13 +22,10 @@ import (
 	"os"
 	"runtime"
 	"time"
-	"unsafe"
 
-	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cref"
-	"golang.org/x/sys/unix"
 )
 
 // Timer is started around the timed part of a measurement and stopped
@@ -42,13 +39,13 @@ type Timer interface {
 const (
 	ModeC           = "C"            // libbpf from C: internal/cref
 	ModeC2CPU       = "C-2cpu"       // the same, over the ordered modes' fill
-	ModeCallback    = "callback"     // PerfBuffer with SampleFunc
+	ModeCallback    = "callback"     // PerfBuffer.Consume with SampleFunc
 	ModeRawZeroCopy = "raw-zerocopy" // RawBuffer.Drain, reading in place
 	ModeRawCopy     = "raw-copy"     // RawBuffer.Drain, copying each record out
 	ModeReader      = "reader"       // Reader.ReadInto
 	ModeReaderEach  = "reader-each"  // Reader.Each, zero-copy
-	ModeOrdered     = "ordered"      // OrderedReader.ReadInto
-	ModeOrderedEach = "ordered-each" // OrderedReader.Each, zero-copy
+	ModeOrdered     = "ordered"      // Reader with Order, ReadInto
+	ModeOrderedEach = "ordered-each" // Reader with Order, Each, zero-copy
 )
 
 // DrainModes are the modes Drain measures, the reference first.
@@ -71,8 +68,8 @@ var Sizes = []int{16, 64, 256, 1024}
 
 const (
 	// DrainPages is the ring size of the drain measurements: 64 pages
-	// (256 KiB with 4 KiB pages), perfbuf's default.
-	DrainPages = perfbuf.DefaultPageCount
+	// (256 KiB with 4 KiB pages), perfbuf's default PageCount.
+	DrainPages = 64
 	// FillCPU is the CPU the drain measurements fill; the reader is
 	// pinned to DrainCPU().
 	FillCPU = 0
@@ -104,8 +101,12 @@ type DrainResult struct {
 // PerRound is how many samples of size bytes one round fills and drains:
 // a ring's worth, less a page of slack.
 func PerRound(pages, size int) int {
-	return (pages*os.Getpagesize() - os.Getpagesize()) / perfbuf.SampleRecordSize(size)
+	return (pages*os.Getpagesize() - os.Getpagesize()) / RecordSize(size)
 }
+
+// RecordSize is the ring space an n-byte sample takes: the 8-byte
+// perf_event_header, the u32 raw size, and the data, padded to 8 bytes.
+func RecordSize(n int) int { return 8 + (n+4+7)&^7 }
 
 // drainer is one mode's side of a drain measurement.
 type drainer interface {
@@ -128,14 +129,15 @@ func Drain(e *bpfrun.Emitter, cfg DrainConfig, t Timer) (DrainResult, error) {
 
 // DrainCompare measures modes side by side at cfg's size and sample count
 // (cfg.Mode is not used), timing mode i with timers[i]. It opens every mode
-// at once, then goes in rounds of at most PerRound samples: in each, every
-// mode in turn (starting with another one each round) has the events map
-// pointed at its rings, fills FillCPU's ring (the ordered modes: both CPUs'
-// rings) with its timer stopped, and drains the round with its timer
-// running. So the modes are compared within milliseconds of each other:
-// the machine's load, which drifts on a shared host, weighs on all of them
-// alike. The calling goroutine is pinned to DrainCPU() meanwhile. The
-// timers are stopped when DrainCompare returns.
+// at once, mode i over copy i of e (e.Copy: a perf event array of its own,
+// since a map has one reader, and the program that writes into it), then
+// goes in rounds of at most PerRound samples: in each, every mode in turn
+// (starting with another one each round) fills FillCPU's ring (the ordered
+// modes: both CPUs' rings) with its timer stopped, and drains the round
+// with its timer running. So the modes are compared within milliseconds of
+// each other: the machine's load, which drifts on a shared host, weighs on
+// all of them alike. The calling goroutine is pinned to DrainCPU()
+// meanwhile. The timers are stopped when DrainCompare returns.
 func DrainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []Timer) ([]DrainResult, error) {
 	for _, t := range timers {
 		t.StopTimer()
@@ -151,7 +153,7 @@ func DrainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []T
 		return nil, err
 	}
 	defer unpin()
-	ds := make([]*attached, len(modes))
+	ds := make([]drainer, len(modes))
 	defer func() {
 		for _, d := range ds {
 			if d != nil {
@@ -162,7 +164,11 @@ func DrainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []T
 	for i, mode := range modes {
 		c := cfg
 		c.Mode = mode
-		if ds[i], err = openAttached(e, c); err != nil {
+		me, err := e.Copy(i)
+		if err != nil {
+			return nil, fmt.Errorf("drain %s/%d: %w", mode, cfg.Size, err)
+		}
+		if ds[i], err = openDrainer(me, c); err != nil {
 			return nil, fmt.Errorf("drain %s/%d: %w", mode, cfg.Size, err)
 		}
 	}
@@ -171,7 +177,7 @@ func DrainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []T
 		k := min(perRound, cfg.Samples-done)
 		for j := range modes {
 			i := (j + round) % len(modes)
-			if err := ds[i].round(e, k, timers[i]); err != nil {
+			if err := fillDrain(ds[i], k, timers[i]); err != nil {
 				return nil, fmt.Errorf("drain %s/%d: %w", modes[i], cfg.Size, err)
 			}
 		}
@@ -184,94 +190,19 @@ func DrainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []T
 	return out, nil
 }
 
-// attached is a drainer with the perf event fds of its rings, by CPU, to
-// point the events map at. A perfbuf mode reads a perf event array of its
-// own (a map has one PerfBuffer per process), whose ring fds round copies
-// into the events map.
-type attached struct {
-	drainer
-	cpus, fds []int
-	own       int // the mode's own perf event array, or -1
-}
-
-func (a *attached) close() {
-	a.drainer.close()
-	if a.own >= 0 {
-		unix.Close(a.own)
-	}
-}
-
-// newPerfEventArray creates a perf event array like the events map, for
-// one reader's rings, and returns its fd.
-func newPerfEventArray(e *bpfrun.Emitter) (int, error) {
-	m, err := libbpfgo.CreateMap(libbpfgo.MapTypePerfEventArray, "bench_rings", 4, 4, int(e.Events.MaxEntries()), nil)
-	if err != nil {
-		return -1, fmt.Errorf("create perf event array: %w", err)
-	}
-	return m.FileDescriptor(), nil
-}
-
-func openAttached(e *bpfrun.Emitter, cfg DrainConfig) (*attached, error) {
-	m, own := perfbuf.Map(e.Events), -1
-	if cfg.Mode != ModeC && cfg.Mode != ModeC2CPU {
-		var err error
-		if own, err = newPerfEventArray(e); err != nil {
-			return nil, err
-		}
-		m = perfbuf.MapFD(own)
-	}
-	d, err := openDrainer(e, m, cfg)
-	if err != nil {
-		if own >= 0 {
-			unix.Close(own)
-		}
-		return nil, err
-	}
-	a := &attached{drainer: d, own: own}
-	switch d := d.(type) {
-	case *cDrain:
-		// libbpf's buffer i is the i-th online CPU's, as perfbuf's are.
-		a.fds = d.r.BufferFDs()
-		a.cpus = e.CPUs
-		if len(a.fds) != len(a.cpus) {
-			a.close()
-			return nil, fmt.Errorf("the C reference has %d rings for %d CPUs", len(a.fds), len(a.cpus))
-		}
-	default:
-		pb := d.(interface{ perfBuffer() *perfbuf.PerfBuffer }).perfBuffer()
-		for i := 0; i < pb.BufferCount(); i++ {
-			cpu, err1 := pb.CPU(i)
-			fd, err2 := pb.BufferFD(i)
-			if err := errors.Join(err1, err2); err != nil {
-				a.close()
-				return nil, err
-			}
-			a.cpus, a.fds = append(a.cpus, cpu), append(a.fds, fd)
-		}
-	}
-	return a, nil
-}
-
-// round points the events map at a's rings, fills k samples and drains
-// them with t running.
-func (a *attached) round(e *bpfrun.Emitter, k int, t Timer) error {
-	for i, cpu := range a.cpus {
-		key, fd := uint32(cpu), uint32(a.fds[i])
-		if err := e.Events.Update(unsafe.Pointer(&key), unsafe.Pointer(&fd)); err != nil {
-			return fmt.Errorf("point events at cpu %d's ring: %w", cpu, err)
-		}
-	}
-	if err := a.fill(k); err != nil {
+// fillDrain fills k samples for d and drains them with t running.
+func fillDrain(d drainer, k int, t Timer) error {
+	if err := d.fill(k); err != nil {
 		return fmt.Errorf("fill: %w", err)
 	}
 	t.StartTimer()
-	err := a.drain(k)
+	err := d.drain(k)
 	t.StopTimer()
 	return err
 }
 
-// openDrainer opens cfg.Mode's reader; the perfbuf modes read m.
-func openDrainer(e *bpfrun.Emitter, m perfbuf.Map, cfg DrainConfig) (drainer, error) {
+// openDrainer opens cfg.Mode's reader over e's perf event array.
+func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 	base := fillOne{e: e, size: cfg.Size}
 	switch cfg.Mode {
 	case ModeC, ModeC2CPU:
@@ -286,7 +217,7 @@ func openDrainer(e *bpfrun.Emitter, m perfbuf.Map, cfg DrainConfig) (drainer, er
 		return &cDrain{fillOne: base, r: r, both: cfg.Mode == ModeC2CPU}, nil
 	case ModeCallback:
 		d := &callbackDrain{fillOne: base}
-		pb, err := perfbuf.New(m, perfbuf.Options{PageCount: cfg.Pages,
+		pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages,
 			SampleFunc: func(_ int, data []byte) { d.total += cref.ReadAll(data) }})
 		if err != nil {
 			return nil, err
@@ -294,20 +225,15 @@ func openDrainer(e *bpfrun.Emitter, m perfbuf.Map, cfg DrainConfig) (drainer, er
 		d.pb = pb
 		return d, nil
 	case ModeRawZeroCopy, ModeRawCopy:
-		return openRaw(base, m, cfg)
+		return openRaw(base, cfg)
 	case ModeReader, ModeReaderEach:
-		pb, err := perfbuf.New(m, perfbuf.Options{PageCount: cfg.Pages})
+		r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{PageCount: cfg.Pages})
 		if err != nil {
 			return nil, err
 		}
-		r, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{})
-		if err != nil {
-			pb.Close()
-			return nil, err
-		}
-		return &readerDrain{fillOne: base, pb: pb, r: r, each: cfg.Mode == ModeReaderEach}, nil
+		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach}, nil
 	case ModeOrdered, ModeOrderedEach:
-		return openOrdered(e, m, cfg)
+		return openOrdered(e, cfg)
 	}
 	return nil, fmt.Errorf("unknown mode %q", cfg.Mode)
 }
@@ -353,7 +279,9 @@ func (d *cDrain) drain(k int) error {
 func (d *cDrain) sum() uint64 { return d.r.Sum() }
 func (d *cDrain) close()      { d.r.Close() }
 
-// callbackDrain: PerfBuffer.Consume with a SampleFunc.
+// callbackDrain: PerfBuffer.Consume with a SampleFunc, which receives a
+// sample that straddles the ring's end copied into one buffer, as libbpf's
+// callback does.
 type callbackDrain struct {
 	fillOne
 	pb    *perfbuf.PerfBuffer
@@ -365,22 +293,21 @@ func (d *callbackDrain) drain(k int) error {
 	return checkCount(err, n, k)
 }
 
-func (d *callbackDrain) sum() uint64                     { return d.total }
-func (d *callbackDrain) perfBuffer() *perfbuf.PerfBuffer { return d.pb }
-func (d *callbackDrain) close()                          { d.pb.Close() }
+func (d *callbackDrain) sum() uint64 { return d.total }
+func (d *callbackDrain) close()      { d.pb.Close() }
 
 // rawDrain: RawBuffer.Drain over FillCPU's ring.
 type rawDrain struct {
 	fillOne
 	pb    *perfbuf.PerfBuffer
 	rb    *perfbuf.RawBuffer
-	fn    func(*perfbuf.Record) bool
+	fn    func(*perfbuf.Record) error
 	buf   []byte
 	total uint64
 }
 
-func openRaw(base fillOne, m perfbuf.Map, cfg DrainConfig) (drainer, error) {
-	pb, err := perfbuf.New(m, perfbuf.Options{PageCount: cfg.Pages})
+func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
+	pb, err := perfbuf.New(base.e.Events, perfbuf.Options{PageCount: cfg.Pages, Raw: true})
 	if err != nil {
 		return nil, err
 	}
@@ -398,16 +325,16 @@ func openRaw(base fillOne, m perfbuf.Map, cfg DrainConfig) (drainer, error) {
 		return nil, fmt.Errorf("no ring for cpu %d", FillCPU)
 	}
 	if cfg.Mode == ModeRawZeroCopy {
-		d.fn = func(rec *perfbuf.Record) bool {
+		d.fn = func(rec *perfbuf.Record) error {
 			d.total += readRecord(rec)
-			return true
+			return nil
 		}
 	} else {
 		d.buf = make([]byte, 0, 64<<10)
-		d.fn = func(rec *perfbuf.Record) bool {
+		d.fn = func(rec *perfbuf.Record) error {
 			d.buf = rec.AppendTo(d.buf[:0])
 			d.total += cref.ReadAll(d.buf)
-			return true
+			return nil
 		}
 	}
 	return d, nil
@@ -418,8 +345,7 @@ func (d *rawDrain) drain(k int) error {
 	return checkCount(err, n, k)
 }
 
-func (d *rawDrain) sum() uint64                     { return d.total }
-func (d *rawDrain) perfBuffer() *perfbuf.PerfBuffer { return d.pb }
+func (d *rawDrain) sum() uint64 { return d.total }
 
 func (d *rawDrain) close() {
 	d.rb.Release()
@@ -432,7 +358,6 @@ func (d *rawDrain) close() {
 // round leaves the rings empty for the next fill.
 type readerDrain struct {
 	fillOne
-	pb    *perfbuf.PerfBuffer
 	r     *perfbuf.Reader
 	s     perfbuf.Sample
 	total uint64
@@ -453,9 +378,9 @@ func (d *readerDrain) fill(k int) error {
 func (d *readerDrain) drain(k int) error {
 	if d.each {
 		n := 0
-		err := d.r.Each(context.Background(), func(rec *perfbuf.Record, meta *perfbuf.Sample) error {
-			if meta.Type != perfbuf.RecordSample {
-				return sampleOnly(meta)
+		err := d.r.Each(context.Background(), func(rec *perfbuf.Record) error {
+			if rec.Type != perfbuf.RecordSample {
+				return notSample(rec.CPU, rec.Type, rec.Lost)
 			}
 			d.total += readRecord(rec)
 			n++
@@ -476,23 +401,13 @@ func roundEnd(err error, n, k int) error {
 	return checkCount(err, n, k)
 }
 
-func (d *readerDrain) sum() uint64                     { return d.total }
-func (d *readerDrain) perfBuffer() *perfbuf.PerfBuffer { return d.pb }
-
-func (d *readerDrain) close() {
-	d.r.Close()
-	d.pb.Close()
-}
-
-// sampleReader is what Reader and OrderedReader share.
-type sampleReader interface {
-	ReadInto(s *perfbuf.Sample) error
-}
+func (d *readerDrain) sum() uint64 { return d.total }
+func (d *readerDrain) close()      { d.r.Close() }
 
 // readUntilFlushed reads samples into s until ErrFlushed, summing their
 // bytes into total, and returns how many it read. check, if set, sees each
 // sample. A lost record is an error: the rings were sized not to lose.
-func readUntilFlushed(r sampleReader, s *perfbuf.Sample, total *uint64, check func(*perfbuf.Sample) error) (int, error) {
+func readUntilFlushed(r *perfbuf.Reader, s *perfbuf.Sample, total *uint64, check func(*perfbuf.Sample) error) (int, error) {
 	n := 0
 	for {
 		err := r.ReadInto(s)
@@ -502,8 +417,8 @@ func readUntilFlushed(r sampleReader, s *perfbuf.Sample, total *uint64, check fu
 		if err != nil {
 			return n, err
 		}
-		if err := sampleOnly(s); err != nil {
-			return n, err
+		if s.Type != perfbuf.RecordSample {
+			return n, notSample(s.CPU, s.Type, s.Lost)
 		}
 		if check != nil {
 			if err := check(s); err != nil {
@@ -515,11 +430,10 @@ func readUntilFlushed(r sampleReader, s *perfbuf.Sample, total *uint64, check fu
 	}
 }
 
-func sampleOnly(s *perfbuf.Sample) error {
-	if s.Type != perfbuf.RecordSample {
-		return fmt.Errorf("cpu %d: record type %v (lost %d) in a ring sized not to lose", s.CPU, s.Type, s.Lost)
-	}
-	return nil
+// notSample is the error of a drain that read a record of type typ, not a
+// sample.
+func notSample(cpu int, typ perfbuf.RecordType, lost uint64) error {
+	return fmt.Errorf("cpu %d: record type %v (lost %d) in a ring sized not to lose", cpu, typ, lost)
 }
 
 // readRecord reads every byte of a zero-copy record: Data, and Wrapped when

@@ -2,7 +2,6 @@ package benchrun
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,7 +10,8 @@ import (
 	"github.com/perfbuf/perfbuf/internal/cref"
 )
 
-// orderedDrain measures the OrderedReader's merge, not its waits.
+// orderedDrain measures the ordered Reader's merge (ReaderOptions.Order),
+// not its waits.
 //
 // Filled on one CPU only, the rings would never release a record by rule 1
 // (every ring has shown a key at least as large): an empty ring shows no
@@ -37,30 +37,28 @@ import (
 type orderedDrain struct {
 	e       *bpfrun.Emitter
 	size    int
-	pb      *perfbuf.PerfBuffer
-	r       *perfbuf.OrderedReader
+	r       *perfbuf.Reader
 	s       perfbuf.Sample
 	total   uint64
 	last    uint64 // the largest key read
 	tail    int    // samples of the round's last batch
 	checkFn func(*perfbuf.Sample) error
-	each    bool // OrderedReader.Each instead of ReadInto
+	each    bool // Reader.Each instead of ReadInto
 }
 
-func openOrdered(e *bpfrun.Emitter, m perfbuf.Map, cfg DrainConfig) (drainer, error) {
-	pb, err := perfbuf.New(m, perfbuf.Options{PageCount: cfg.Pages, WakeupEvents: orderedWakeup})
-	if err != nil {
-		return nil, err
-	}
-	r, err := perfbuf.NewOrderedReader(pb, perfbuf.OrderedOptions{
-		KeyOffset: 8,
-		MaxDelay:  time.Millisecond,
+func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
+	r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{
+		PageCount:    cfg.Pages,
+		WakeupEvents: orderedWakeup,
+		Order: &perfbuf.Order{
+			KeyOffset: 8,
+			MaxDelay:  time.Millisecond,
+		},
 	})
 	if err != nil {
-		pb.Close()
 		return nil, err
 	}
-	d := &orderedDrain{e: e, size: cfg.Size, pb: pb, r: r, each: cfg.Mode == ModeOrderedEach}
+	d := &orderedDrain{e: e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach}
 	d.checkFn = d.check
 	return d, nil
 }
@@ -89,10 +87,15 @@ func fillBoth(e *bpfrun.Emitter, k, size int) (last int, err error) {
 }
 
 func (d *orderedDrain) check(s *perfbuf.Sample) error {
-	if s.Late || s.Key < d.last {
-		return fmt.Errorf("cpu %d: key %d after %d (late %v)", s.CPU, s.Key, d.last, s.Late)
+	return d.checkKey(s.CPU, s.Key, s.Late)
+}
+
+// checkKey checks that a record's key is nondecreasing and not late.
+func (d *orderedDrain) checkKey(cpu int, key uint64, late bool) error {
+	if late || key < d.last {
+		return fmt.Errorf("cpu %d: key %d after %d (late %v)", cpu, key, d.last, late)
 	}
-	d.last = s.Key
+	d.last = key
 	return nil
 }
 
@@ -105,8 +108,8 @@ func (d *orderedDrain) drain(k int) error {
 		if err := d.r.ReadInto(&d.s); err != nil {
 			return fmt.Errorf("after %d of %d samples: %w", n, k, err)
 		}
-		if err := sampleOnly(&d.s); err != nil {
-			return err
+		if d.s.Type != perfbuf.RecordSample {
+			return notSample(d.s.CPU, d.s.Type, d.s.Lost)
 		}
 		if err := d.check(&d.s); err != nil {
 			return err
@@ -128,13 +131,16 @@ func (d *orderedDrain) drainEach(k int) error {
 	if k == d.tail {
 		d.r.Flush()
 	}
-	err := d.r.Each(context.Background(), func(rec *perfbuf.Record, meta *perfbuf.Sample) error {
-		// sampleOnly and check, with the calls only on failure: the
+	err := d.r.Each(context.Background(), func(rec *perfbuf.Record) error {
+		// The type and key checks, with the calls only on failure: the
 		// reader-each callback makes its one check in line too.
-		if meta.Type != perfbuf.RecordSample || meta.Late || meta.Key < d.last {
-			return errors.Join(sampleOnly(meta), d.check(meta))
+		if rec.Type != perfbuf.RecordSample {
+			return notSample(rec.CPU, rec.Type, rec.Lost)
 		}
-		d.last = meta.Key
+		if rec.Late || rec.Key < d.last {
+			return d.checkKey(rec.CPU, rec.Key, rec.Late)
+		}
+		d.last = rec.Key
 		d.total += readRecord(rec)
 		if n++; n == k-d.tail {
 			d.r.Flush()
@@ -144,11 +150,5 @@ func (d *orderedDrain) drainEach(k int) error {
 	return roundEnd(err, n, k)
 }
 
-func (d *orderedDrain) perfBuffer() *perfbuf.PerfBuffer { return d.pb }
-
 func (d *orderedDrain) sum() uint64 { return d.total }
-
-func (d *orderedDrain) close() {
-	d.r.Close()
-	d.pb.Close()
-}
+func (d *orderedDrain) close()      { d.r.Close() }

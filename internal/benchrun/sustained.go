@@ -52,8 +52,8 @@ type SustainedResult struct {
 	Failed   uint64        // outputs that found the ring full: lost
 	Received uint64        // samples the consumer read
 	Lost     uint64        // samples the consumer was told were lost
-	Late     uint64        // OrderedReader: records delivered out of order
-	MaxFill  int           // Reader, OrderedReader: the most bytes seen waiting in a ring
+	Late     uint64        // ordered Reader: records delivered out of order
+	MaxFill  int           // Reader: the most bytes seen waiting in a ring
 	Wall     time.Duration // from the producers' start to the last record read
 }
 
@@ -276,47 +276,38 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 		}
 		return &cConsumer{r: r}, nil
 	}
-	opts := perfbuf.Options{PageCount: cfg.Pages, WakeupEvents: cfg.WakeupEvents}
-	var cb *callbackConsumer
-	if cfg.Mode == ModeCallback {
-		cb = &callbackConsumer{}
-		opts.SampleFunc = func(_ int, data []byte) {
-			cb.total += cref.ReadAll(data)
-			cb.received++
-		}
-		opts.LostFunc = func(_ int, n uint64) { cb.lost += n }
-	}
-	pb, err := perfbuf.New(e.Events, opts)
-	if err != nil {
-		return nil, err
-	}
-	ropts := perfbuf.ReaderOptions{MaxLatency: SustainedLatency}
+	ropts := perfbuf.ReaderOptions{PageCount: cfg.Pages, WakeupEvents: cfg.WakeupEvents, MaxLatency: SustainedLatency}
 	switch cfg.Mode {
 	case ModeCallback:
-		cb.pb = pb
-		return cb, nil
-	case ModeReader, ModeReaderEach:
-		r, err := perfbuf.NewReader(pb, ropts)
-		if err == nil {
-			r.SetDeadline(time.Now().Add(cfg.Timeout))
-			return newReaderConsumer(pb, r, cfg.Mode == ModeReaderEach), nil
-		}
-		pb.Close()
-		return nil, err
-	case ModeOrdered, ModeOrderedEach:
-		r, err := perfbuf.NewOrderedReader(pb, perfbuf.OrderedOptions{
-			ReaderOptions: ropts,
-			KeyOffset:     8, // the sample's ktime
-			MaxDelay:      time.Millisecond,
+		c := &callbackConsumer{}
+		pb, err := perfbuf.New(e.Events, perfbuf.Options{
+			PageCount:    cfg.Pages,
+			WakeupEvents: cfg.WakeupEvents,
+			SampleFunc: func(_ int, data []byte) {
+				c.total += cref.ReadAll(data)
+				c.received++
+			},
+			LostFunc: func(_ int, n uint64) { c.lost += n },
 		})
-		if err == nil {
-			r.SetDeadline(time.Now().Add(cfg.Timeout))
-			return newReaderConsumer(pb, r, cfg.Mode == ModeOrderedEach), nil
+		if err != nil {
+			return nil, err
 		}
-		pb.Close()
-		return nil, err
+		c.pb = pb
+		return c, nil
+	case ModeReader, ModeReaderEach, ModeOrdered, ModeOrderedEach:
+		if cfg.Mode == ModeOrdered || cfg.Mode == ModeOrderedEach {
+			ropts.Order = &perfbuf.Order{
+				KeyOffset: 8, // the sample's ktime
+				MaxDelay:  time.Millisecond,
+			}
+		}
+		r, err := perfbuf.NewReader(e.Events, ropts)
+		if err != nil {
+			return nil, err
+		}
+		r.SetDeadline(time.Now().Add(cfg.Timeout))
+		return newReaderConsumer(r, cfg.Mode == ModeReaderEach || cfg.Mode == ModeOrderedEach), nil
 	}
-	pb.Close()
 	return nil, fmt.Errorf("unknown sustained mode %q", cfg.Mode)
 }
 
@@ -357,33 +348,24 @@ func (c *callbackConsumer) counts() (uint64, uint64, uint64) { return c.received
 func (c *callbackConsumer) maxFill() int                     { return 0 }
 func (c *callbackConsumer) close()                           { c.pb.Close() }
 
-// reader is what Reader and OrderedReader have in common here.
-type reader interface {
-	sampleReader
-	Each(ctx context.Context, fn func(rec *perfbuf.Record, meta *perfbuf.Sample) error) error
-	Stats() []perfbuf.ReaderStats
-	Close() error
-}
-
-// readerConsumer: Reader or OrderedReader, with ReadInto one reused Sample,
-// or with Each.
+// readerConsumer: a Reader, fullest-first or ordered, with ReadInto one
+// reused Sample, or with Each.
 type readerConsumer struct {
-	pb                          *perfbuf.PerfBuffer
-	r                           reader
+	r                           *perfbuf.Reader
 	s                           perfbuf.Sample
 	received, lost, late, total uint64
-	each                        func(rec *perfbuf.Record, meta *perfbuf.Sample) error // nil: ReadInto
-	want                        uint64                                                // Each's goal
+	each                        func(rec *perfbuf.Record) error // nil: ReadInto
+	want                        uint64                          // Each's goal
 }
 
 // errEnough ends a consumer's Each.
 var errEnough = errors.New("enough for this step")
 
-func newReaderConsumer(pb *perfbuf.PerfBuffer, r reader, each bool) *readerConsumer {
-	c := &readerConsumer{pb: pb, r: r}
+func newReaderConsumer(r *perfbuf.Reader, each bool) *readerConsumer {
+	c := &readerConsumer{r: r}
 	if each {
-		c.each = func(rec *perfbuf.Record, meta *perfbuf.Sample) error {
-			c.count(meta, readRecord(rec))
+		c.each = func(rec *perfbuf.Record) error {
+			c.count(rec.Type, rec.Lost, rec.Late, readRecord(rec))
 			if n := c.received + c.lost; n >= c.want || n%4096 == 0 {
 				return errEnough
 			}
@@ -408,21 +390,22 @@ func (c *readerConsumer) step(want uint64) error {
 	if err := c.r.ReadInto(&c.s); err != nil {
 		return err
 	}
-	c.count(&c.s, cref.ReadAll(c.s.Data))
+	c.count(c.s.Type, c.s.Lost, c.s.Late, cref.ReadAll(c.s.Data))
 	return nil
 }
 
-// count adds a record: sum is the sum of its bytes.
-func (c *readerConsumer) count(s *perfbuf.Sample, sum uint64) {
-	switch s.Type {
+// count adds a record of type typ: lost is its lost count, late its mark,
+// sum the sum of its bytes.
+func (c *readerConsumer) count(typ perfbuf.RecordType, lost uint64, late bool, sum uint64) {
+	switch typ {
 	case perfbuf.RecordSample:
 		c.received++
 		c.total += sum
-		if s.Late {
+		if late {
 			c.late++
 		}
 	case perfbuf.RecordLost:
-		c.lost += s.Lost
+		c.lost += lost
 	}
 }
 
@@ -436,7 +419,4 @@ func (c *readerConsumer) maxFill() int {
 	return m
 }
 
-func (c *readerConsumer) close() {
-	c.r.Close()
-	c.pb.Close()
-}
+func (c *readerConsumer) close() { c.r.Close() }

@@ -196,12 +196,16 @@ func Stats(m *libbpfgo.Module) ([]EmitStats, error) {
 }
 
 // Emitter is a loaded object that includes emit.bpf.h: its perf event
-// array, its emit program and the CPUs to emit on.
+// array, its emit program and the CPUs to emit on. It is not safe for
+// concurrent use.
 type Emitter struct {
 	Mod    *libbpfgo.Module
 	Events *libbpfgo.BPFMap // the perf event array "events"
 	Prog   int              // the "emit" program's fd
 	CPUs   []int            // the online CPUs: each has a ring
+	Obj    string           // the object's path, for Copy
+
+	copies []*Emitter // loaded by Copy, closed by CloseCopies
 }
 
 // Open loads the object at path and finds its emitter. Close it when done.
@@ -215,7 +219,43 @@ func Open(path string) (*Emitter, error) {
 		m.Close()
 		return nil, err
 	}
+	e.Obj = path
 	return e, nil
+}
+
+// Copy returns copy i (from 0) of e: e.Obj loaded once more, so that it has
+// a perf event array and an emit program of its own, for a reader that
+// must not share e's map (a perf event array has one reader). A copy is
+// loaded on first use and kept for the next call; CloseCopies, or Close,
+// closes the copies.
+func (e *Emitter) Copy(i int) (*Emitter, error) {
+	if i < 0 {
+		return nil, fmt.Errorf("emitter copy %d: negative index", i)
+	}
+	if e.Obj == "" {
+		return nil, errors.New("emitter copy: the emitter has no object path (Obj)")
+	}
+	for len(e.copies) <= i {
+		e.copies = append(e.copies, nil)
+	}
+	if e.copies[i] == nil {
+		c, err := Open(e.Obj)
+		if err != nil {
+			return nil, fmt.Errorf("emitter copy %d: %w", i, err)
+		}
+		e.copies[i] = c
+	}
+	return e.copies[i], nil
+}
+
+// CloseCopies closes the copies that Copy loaded, not e itself.
+func (e *Emitter) CloseCopies() {
+	for _, c := range e.copies {
+		if c != nil {
+			c.Close()
+		}
+	}
+	e.copies = nil
 }
 
 // NewEmitter finds the emitter in a loaded module; the caller keeps
@@ -244,8 +284,11 @@ func (e *Emitter) Emit(cpu int, count, size, span uint64) error {
 // Stats reads the emitter's per-CPU counts.
 func (e *Emitter) Stats() ([]EmitStats, error) { return Stats(e.Mod) }
 
-// Close unloads the object.
-func (e *Emitter) Close() { e.Mod.Close() }
+// Close unloads the object and its copies.
+func (e *Emitter) Close() {
+	e.CloseCopies()
+	e.Mod.Close()
+}
 
 // Pin locks the calling goroutine to its thread and the thread to cpu, and
 // returns the undo, to be called on the same goroutine.

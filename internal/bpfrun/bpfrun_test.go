@@ -26,3 +26,18 @@ func TestLoadMissing(t *testing.T) {
 		t.Errorf("Load of a missing object: %v", err)
 	}
 }
+
+func TestCopyNeedsObject(t *testing.T) {
+	e := &Emitter{}
+	if _, err := e.Copy(0); err == nil {
+		t.Error("Copy of an emitter without an object path succeeded")
+	}
+	e.Obj = "testdata/missing.bpf.o"
+	if _, err := e.Copy(-1); err == nil {
+		t.Error("Copy(-1) succeeded")
+	}
+	if _, err := e.Copy(0); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Copy of a missing object: %v", err)
+	}
+	e.CloseCopies() // nothing loaded: nothing to close
+}

@@ -83,16 +83,6 @@ uint64_t cref_sum(const struct cref *r)
 	return r->sum;
 }
 
-size_t cref_buffer_cnt(const struct cref *r)
-{
-	return perf_buffer__buffer_cnt(r->pb);
-}
-
-int cref_buffer_fd(const struct cref *r, size_t i)
-{
-	return perf_buffer__buffer_fd(r->pb, i);
-}
-
 void cref_close(struct cref *r)
 {
 	if (!r)

@@ -64,17 +64,6 @@ func (c *Reader) Poll(timeout time.Duration) (int, error) {
 	return int(n), nil
 }
 
-// BufferFDs returns the perf event fd of each ring, in libbpf's buffer
-// order (the online CPUs in increasing order).
-func (c *Reader) BufferFDs() []int {
-	n := int(C.cref_buffer_cnt(c.r))
-	fds := make([]int, n)
-	for i := range fds {
-		fds[i] = int(C.cref_buffer_fd(c.r, C.size_t(i)))
-	}
-	return fds
-}
-
 // Samples is the number of samples read since Open.
 func (c *Reader) Samples() uint64 { return uint64(C.cref_samples(c.r)) }
 

@@ -24,9 +24,6 @@ long cref_poll(struct cref *r, int timeout_ms);
 uint64_t cref_samples(const struct cref *r);
 uint64_t cref_lost(const struct cref *r);
 uint64_t cref_sum(const struct cref *r);
-/* perf_buffer__buffer_cnt and perf_buffer__buffer_fd. */
-size_t cref_buffer_cnt(const struct cref *r);
-int cref_buffer_fd(const struct cref *r, size_t i);
 void cref_close(struct cref *r);
 
 /* Sums data 8 bytes at a time, then the tail bytes: the read every mode's

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 
 // timer is a benchrun.Timer that checks the calls pair up.
@@ -48,8 +50,8 @@ func TestDrain(t *testing.T) {
 }
 
 // TestDrainCompare measures every mode side by side: each reads exactly
-// what was filled for it (the events map is pointed at its rings in turn),
-// and each timer runs once per round.
+// what was filled for it (each mode has a copy of the emitter, with a perf
+// event array of its own), and each timer runs once per round.
 func TestDrainCompare(t *testing.T) {
 	e := setup(t)
 	size := 64
@@ -95,5 +97,33 @@ func TestSustained(t *testing.T) {
 				t.Errorf("emitted %d + failed %d < %d, or timer started %d times (want 1)", res.Emitted, res.Failed, n, tm.starts)
 			}
 		})
+	}
+}
+
+// The emitter's copies (one per mode in DrainCompare) are loaded once and
+// kept, each with a perf event array and a program of its own.
+func TestEmitterCopies(t *testing.T) {
+	e := setup(t)
+	c0, err := e.Copy(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := e.Copy(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := e.Copy(0); err != nil || again != c0 {
+		t.Errorf("Copy(0) again: %p, %v; want the copy loaded first, %p", again, err, c0)
+	}
+	ids := map[uint32]string{}
+	for name, em := range map[string]*bpfrun.Emitter{"emitter": e, "copy 0": c0, "copy 1": c1} {
+		info, err := libbpfgo.GetMapInfoByFD(em.Events.FileDescriptor())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, dup := ids[info.ID]; dup {
+			t.Errorf("%s and %s share perf event array %d", name, other, info.ID)
+		}
+		ids[info.ID] = name
 	}
 }

@@ -31,17 +31,15 @@ func opts(c *bpftest.Collector, pages int) perfbuf.Options {
 	return perfbuf.Options{PageCount: pages, SampleFunc: c.Sample, LostFunc: c.LostFn}
 }
 
+// discard is a SampleFunc for tests that do not look at the samples.
+func discard(int, []byte) {}
+
 // checkAccounting checks the collector against the emitter, and the
 // PerfBuffer's Stats against the collector.
 func checkAccounting(t *testing.T, c *bpftest.Collector, f *bpftest.Fixture, pb *perfbuf.PerfBuffer) {
 	t.Helper()
 	c.CheckAccounting(t, f)
-	for _, s := range pb.Stats() {
-		if s.Samples != uint64(c.Samples[s.CPU]) || s.Lost != c.Lost[s.CPU] {
-			t.Errorf("cpu %d: Stats() says %d samples %d lost, callbacks saw %d and %d",
-				s.CPU, s.Samples, s.Lost, c.Samples[s.CPU], c.Lost[s.CPU])
-		}
-	}
+	c.CheckStats(t, pb.Stats())
 }
 
 // finishes runs fn on a goroutine of its own and reports whether it returned
@@ -178,7 +176,7 @@ func TestLargestSample(t *testing.T) {
 	f := setup(t)
 	const largest = 4052
 	for _, n := range []int{largest + 1, 4076} {
-		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, MaxSampleSize: n}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
+		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, MaxSampleSize: n, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
 			t.Fatalf("New with MaxSampleSize %d: %v, want ErrSampleTooLarge", n, err)
 		}
 	}
@@ -308,7 +306,7 @@ func TestCloseWhilePolling(t *testing.T) {
 	}
 	var worst time.Duration
 	for i := 0; i < rounds; i++ {
-		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1})
+		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, SampleFunc: discard})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,29 +376,45 @@ func countPerfMaps(t *testing.T) int {
 	return strings.Count(string(b), "perf_event")
 }
 
-// 1000 New/Close cycles leave descriptors and mappings as they were.
+// 1000 New/Close cycles, and 1000 NewReader/Close cycles, leave
+// descriptors and mappings as they were.
 func TestNewCloseLeaks(t *testing.T) {
 	f := setup(t)
-	cycle := func() {
-		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 2})
-		if err != nil {
-			t.Fatal(err)
+	cycles := map[string]func(){
+		"New": func() {
+			pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 2, SampleFunc: discard})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pb.Poll(0); err != nil {
+				t.Fatal(err)
+			}
+			pb.Close()
+		},
+		"NewReader": func() {
+			r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.SetDeadline(time.Now())
+			if err := r.ReadInto(new(perfbuf.Sample)); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read past the deadline: %v", err)
+			}
+			r.Close()
+		},
+	}
+	for name, cycle := range cycles {
+		cycle() // let the runtime open what it opens once
+		fds, maps := countFDs(t), countPerfMaps(t)
+		for i := 0; i < 1000; i++ {
+			cycle()
 		}
-		if _, err := pb.Poll(0); err != nil {
-			t.Fatal(err)
+		if got := countFDs(t); got != fds {
+			t.Errorf("%s: open descriptors: %d before, %d after 1000 cycles", name, fds, got)
 		}
-		pb.Close()
-	}
-	cycle() // let the runtime open what it opens once
-	fds, maps := countFDs(t), countPerfMaps(t)
-	for i := 0; i < 1000; i++ {
-		cycle()
-	}
-	if got := countFDs(t); got != fds {
-		t.Errorf("open descriptors: %d before, %d after 1000 cycles", fds, got)
-	}
-	if got := countPerfMaps(t); got != maps {
-		t.Errorf("perf_event mappings: %d before, %d after 1000 cycles", maps, got)
+		if got := countPerfMaps(t); got != maps {
+			t.Errorf("%s: perf_event mappings: %d before, %d after 1000 cycles", name, maps, got)
+		}
 	}
 }
 
@@ -408,7 +422,7 @@ func TestNewCloseLeaks(t *testing.T) {
 func TestErrors(t *testing.T) {
 	f := setup(t)
 
-	_, err := perfbuf.New(bpftest.Map(t, f.Mod, "not_perf"), perfbuf.Options{})
+	_, err := perfbuf.New(bpftest.Map(t, f.Mod, "not_perf"), perfbuf.Options{SampleFunc: discard})
 	if !errors.Is(err, perfbuf.ErrNotPerfEventArray) || !strings.Contains(err.Error(), "hash") {
 		t.Errorf("hash map: %v; want ErrNotPerfEventArray naming the type", err)
 	}
@@ -418,7 +432,7 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	syscall.Close(dup)
-	_, err = perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{})
+	_, err = perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{SampleFunc: discard})
 	if !errors.Is(err, syscall.EBADF) {
 		t.Errorf("closed fd: %v; want EBADF", err)
 	}
@@ -432,7 +446,7 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer null.Close()
-	if _, err = perfbuf.New(perfbuf.MapFD(null.Fd()), perfbuf.Options{}); !errors.Is(err, syscall.EINVAL) {
+	if _, err = perfbuf.New(perfbuf.MapFD(null.Fd()), perfbuf.Options{SampleFunc: discard}); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("non-BPF fd: %v; want EINVAL", err)
 	}
 
@@ -443,32 +457,38 @@ func TestErrors(t *testing.T) {
 	// EINVAL later.
 	progs := map[string]int{"raw_tp program": f.Prog, "sched_act program": loadProg(t, 4)}
 	for name, fd := range progs {
-		_, err := perfbuf.New(perfbuf.MapFD(fd), perfbuf.Options{})
+		_, err := perfbuf.New(perfbuf.MapFD(fd), perfbuf.Options{SampleFunc: discard})
 		if !errors.Is(err, perfbuf.ErrNotPerfEventArray) || !strings.Contains(err.Error(), "not a BPF map") {
 			t.Errorf("%s fd: %v; want ErrNotPerfEventArray saying it is not a BPF map", name, err)
 		}
 	}
 
 	for _, pages := range []int{-1, 3, 6, 100, 1 << 62} {
-		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: pages}); !errors.Is(err, perfbuf.ErrInvalidOptions) {
-			t.Errorf("PageCount %d: %v; want ErrInvalidOptions", pages, err)
+		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: pages, SampleFunc: discard}); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("PageCount %d: %v; want os.ErrInvalid", pages, err)
+		}
+		if _, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: pages}); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("NewReader with PageCount %d: %v; want os.ErrInvalid", pages, err)
 		}
 	}
 
-	pb, err := perfbuf.New(perfbuf.MapFD(f.Events.FileDescriptor()), perfbuf.Options{PageCount: 1})
+	pb, err := perfbuf.New(perfbuf.MapFD(f.Events.FileDescriptor()), perfbuf.Options{PageCount: 1, SampleFunc: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := pb.BufferCount()
 	for _, i := range []int{-1, n, n + 100} {
-		if _, err := pb.ConsumeBuffer(i); !errors.Is(err, perfbuf.ErrIndex) {
-			t.Errorf("ConsumeBuffer(%d): %v; want ErrIndex", i, err)
+		if _, err := pb.ConsumeBuffer(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("ConsumeBuffer(%d): %v; want os.ErrInvalid", i, err)
 		}
-		if _, err := pb.BufferFD(i); !errors.Is(err, perfbuf.ErrIndex) {
-			t.Errorf("BufferFD(%d): %v; want ErrIndex", i, err)
+		if _, err := pb.BufferFD(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("BufferFD(%d): %v; want os.ErrInvalid", i, err)
 		}
-		if _, err := pb.CPU(i); !errors.Is(err, perfbuf.ErrIndex) {
-			t.Errorf("CPU(%d): %v; want ErrIndex", i, err)
+		if _, err := pb.CPU(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("CPU(%d): %v; want os.ErrInvalid", i, err)
+		}
+		if _, err := pb.Buffer(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("Buffer(%d): %v; want os.ErrInvalid", i, err)
 		}
 	}
 	if fd, err := pb.BufferFD(0); err != nil || fd < 0 {
@@ -495,9 +515,114 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// Close called from inside SampleFunc stops delivery at once: no callback
-// runs after Close returns (the rest of the batch was delivered, 4 more
-// calls here), and the rings are freed when the call returns; no deadlock.
+// New needs a SampleFunc, unless Options.Raw asks for raw mode only; Raw
+// takes no callbacks, and callback-mode calls fail with it. A refused New
+// leaves the map free.
+func TestNewNeedsSampleFunc(t *testing.T) {
+	f := setup(t)
+	lost := func(int, uint64) {}
+	bad := map[string]perfbuf.Options{
+		"no SampleFunc":       {PageCount: 1},
+		"LostFunc only":       {PageCount: 1, LostFunc: lost},
+		"Raw with SampleFunc": {PageCount: 1, Raw: true, SampleFunc: discard},
+		"Raw with LostFunc":   {PageCount: 1, Raw: true, LostFunc: lost},
+	}
+	for name, o := range bad {
+		pb, err := perfbuf.New(f.Events, o)
+		if !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("New with %s: %v; want os.ErrInvalid", name, err)
+		}
+		if pb != nil {
+			pb.Close()
+		}
+	}
+
+	pb := newPB(t, f, perfbuf.Options{PageCount: 1, Raw: true})
+	calls := map[string]func() error{
+		"Poll":          func() error { _, err := pb.Poll(0); return err },
+		"Consume":       func() error { _, err := pb.Consume(); return err },
+		"ConsumeBuffer": func() error { _, err := pb.ConsumeBuffer(0); return err },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("%s with Raw: %v; want os.ErrInvalid", name, err)
+		}
+	}
+	rb, err := pb.Buffer(0)
+	if err != nil {
+		t.Fatalf("Buffer(0) with Raw: %v", err)
+	}
+	f.Emit(t, rb.CPU(), 3, 32, 0)
+	got := 0
+	if _, err := rb.Drain(func(*perfbuf.Record) error { got++; return nil }); err != nil || got != 3 {
+		t.Errorf("Drain with Raw: %d records, %v; want 3", got, err)
+	}
+	rb.Release()
+}
+
+// Close counts what callback mode left in the rings as Discarded, in bytes:
+// every record of the samples emitted and not consumed (8 + round_up(size+4,
+// 8) bytes each), on the ring of the CPU that emitted them only, also when
+// the ring is full. Consume, then Close, is the lossless stop: it discards
+// nothing.
+func TestCloseDiscards(t *testing.T) {
+	f := setup(t)
+	cpu := f.CPUs[len(f.CPUs)-1]
+	for _, tc := range []struct {
+		name              string
+		count, size, span uint64
+		consume           bool
+	}{
+		{"left", 80, 1, 40, false}, // sizes 1..40: 16- to 48-byte records
+		{"consumed", 80, 1, 40, true},
+		{"full", 300, 40, 0, false}, // 56-byte records: 73 fit, the rest are lost
+	} {
+		c := bpftest.NewCollector()
+		pb, err := perfbuf.New(f.Events, opts(c, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := f.Stats(t)[cpu]
+		f.Emit(t, cpu, tc.count, tc.size, tc.span)
+		em := f.Stats(t)[cpu].Sub(before)
+		if tc.span != 0 && em.Failed != 0 {
+			t.Fatalf("%s: %d samples failed; the test expects all to fit", tc.name, em.Failed)
+		}
+		var emitted uint64 // bytes
+		for i := range em.Emitted {
+			emitted += uint64(bpftest.RecordSize(int(tc.size + i%max(tc.span, 1))))
+		}
+		if tc.consume {
+			if got, err := pb.Consume(); uint64(got) != em.Emitted || err != nil {
+				t.Errorf("%s: Consume = %d, %v; want %d samples", tc.name, got, err, em.Emitted)
+			}
+		}
+		pb.Close()
+		c.Check(t)
+		stats := pb.Stats()
+		c.CheckStats(t, stats)
+		for _, st := range stats {
+			var want uint64
+			if st.CPU == cpu {
+				t.Logf("%s: cpu %d: emitted %d (%d bytes), failed %d | delivered %d, %d bytes discarded",
+					tc.name, cpu, em.Emitted, emitted, em.Failed, st.Samples, st.Discarded)
+				if !tc.consume {
+					want = emitted
+				}
+			}
+			if st.Discarded != want {
+				t.Errorf("%s: cpu %d: %d bytes discarded at Close, want %d", tc.name, st.CPU, st.Discarded, want)
+			}
+		}
+		if pb.Close(); !slices.Equal(pb.Stats(), stats) {
+			t.Errorf("%s: a second Close changed the stats: %+v, then %+v", tc.name, stats, pb.Stats())
+		}
+	}
+}
+
+// Close called from inside SampleFunc stops delivery at once: that call is
+// the last, and the rings are freed when the Consume running it returns; no
+// deadlock. The samples left in the ring are counted as Discarded.
 func TestCloseFromCallback(t *testing.T) {
 	f := setup(t)
 	var pb *perfbuf.PerfBuffer
@@ -506,7 +631,8 @@ func TestCloseFromCallback(t *testing.T) {
 		calls++
 		pb.Close()
 	}})
-	f.Emit(t, f.CPUs[0], 5, 32, 0)
+	const size = 32
+	f.Emit(t, f.CPUs[0], 5, size, 0)
 	if !finishes(5*time.Second, func() {
 		if _, err := pb.Consume(); err != nil {
 			t.Errorf("Consume: %v", err)
@@ -519,6 +645,10 @@ func TestCloseFromCallback(t *testing.T) {
 	}
 	if calls != 1 {
 		t.Errorf("SampleFunc ran %d times; want once, then Close", calls)
+	}
+	st := pb.Stats()[0]
+	if want := 4 * uint64(bpftest.RecordSize(size)); st.Samples != 1 || st.Discarded != want {
+		t.Errorf("stats %+v; want 1 sample delivered and %d bytes (4 records) discarded", st, want)
 	}
 }
 
@@ -562,9 +692,8 @@ func TestReleaseHandsBackItsOwnRing(t *testing.T) {
 }
 
 // After a SampleFunc panicked in Poll, the next Poll delivers the rest
-// without waiting: they are in the arena or in rings whose readiness epoll
-// has reported already. (Poll(-1) used to wait for a wakeup that would not
-// come.)
+// without waiting: they are in rings whose readiness epoll has reported
+// already. (Poll(-1) used to wait for a wakeup that would not come.)
 func TestPollAfterPanicDeliversRest(t *testing.T) {
 	f := setup(t)
 	var mu sync.Mutex
@@ -598,7 +727,7 @@ func TestPollAfterPanicDeliversRest(t *testing.T) {
 		mu.Lock()
 		got := calls
 		mu.Unlock()
-		t.Errorf("Poll(-1) still blocked after 3s with %d of 10 samples delivered and the rest consumed from the ring into the arena", got)
+		t.Errorf("Poll(-1) still blocked after 3s with %d of 10 samples delivered: it waits for a wakeup that was spent", got)
 		pb.Close()
 		<-done
 	}
@@ -611,7 +740,7 @@ func TestPollAfterPanicDeliversRest(t *testing.T) {
 func TestWakeupEventsLarge(t *testing.T) {
 	f := setup(t)
 	try := func(wakeup int) int {
-		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 4, WakeupEvents: wakeup})
+		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 4, WakeupEvents: wakeup, SampleFunc: discard})
 		if err != nil {
 			t.Logf("WakeupEvents %d: New: %v", wakeup, err)
 			return -1
@@ -632,8 +761,8 @@ func TestWakeupEventsLarge(t *testing.T) {
 	if n := try(math.MaxInt32); n != 0 {
 		t.Errorf("WakeupEvents MaxInt32: Poll delivered %d after one sample, want 0 (no wakeup)", n)
 	}
-	if _, err := perfbuf.New(f.Events, perfbuf.Options{WakeupEvents: math.MaxInt32 + 1}); !errors.Is(err, perfbuf.ErrInvalidOptions) {
-		t.Errorf("WakeupEvents MaxInt32+1: New: %v, want ErrInvalidOptions", err)
+	if _, err := perfbuf.New(f.Events, perfbuf.Options{WakeupEvents: math.MaxInt32 + 1, SampleFunc: discard}); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("WakeupEvents MaxInt32+1: New: %v, want os.ErrInvalid", err)
 	}
 }
 
@@ -659,24 +788,60 @@ func TestReleaseFromSampleFunc(t *testing.T) {
 	}
 }
 
-// A Reader over a PerfBuffer, once closed, leaves every ring free for the
-// next one. (The Release bug above made the second NewReader fail.)
+// A Reader holds the map until Close, as a PerfBuffer does: a second Reader
+// or a PerfBuffer on it is refused meanwhile, and once it is closed the map
+// can be read again, by either.
 func TestReaderReopen(t *testing.T) {
 	f := setup(t)
-	if len(f.CPUs) < 2 {
-		t.Skip("needs two CPUs")
-	}
-	pb := newPB(t, f, perfbuf.Options{PageCount: 1})
-	r, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{})
+	cpu := f.CPUs[0]
+	r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if r2, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: 1}); !errors.Is(err, perfbuf.ErrMapInUse) {
+		t.Errorf("second NewReader on the map: %v; want ErrMapInUse", err)
+		if r2 != nil {
+			r2.Close()
+		}
+	}
+	if pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrMapInUse) {
+		t.Errorf("New on the map a Reader reads: %v; want ErrMapInUse", err)
+		if pb != nil {
+			pb.Close()
+		}
+	}
 	r.Close()
-	r2, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{})
+
+	r, err = perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: 1})
 	if err != nil {
 		t.Fatalf("NewReader after the first Reader was closed: %v", err)
 	}
-	r2.Close()
+	f.Emit(t, cpu, 2, 32, 0)
+	r.SetDeadline(time.Now().Add(5 * time.Second))
+	r.Flush()
+	c := bpftest.NewCollector()
+	var s perfbuf.Sample
+	for {
+		err := r.ReadInto(&s)
+		if errors.Is(err, perfbuf.ErrFlushed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Sample(s.CPU, s.Data)
+	}
+	r.Close()
+	if c.Samples[cpu] != 2 {
+		t.Errorf("the reopened Reader read %v; want 2 samples from cpu %d", c.Samples, cpu)
+	}
+	c.Check(t)
+
+	pb := newPB(t, f, opts(c, 1))
+	f.Emit(t, cpu, 3, 32, 0)
+	if n, err := pb.Consume(); n != 3 || err != nil {
+		t.Errorf("PerfBuffer after the Reader was closed: Consume = %d, %v; want 3 samples", n, err)
+	}
 }
 
 // Buffer indexes follow the online CPUs, not CPU numbers: with a CPU in the
@@ -728,26 +893,21 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 	}
 	pb.Close()
 
-	// Each reader: one sample per online CPU, each delivered with its CPU.
+	// Each Reader, fullest-first and ordered: one sample per online CPU,
+	// each delivered with its CPU.
 	for _, ordered := range []bool{false, true} {
-		pb := newPB(t, f, perfbuf.Options{PageCount: 1})
-		var r interface {
-			ReadInto(*perfbuf.Sample) error
-			Stats() []perfbuf.ReaderStats
-			Flush()
-			Close() error
-		}
+		ro := perfbuf.ReaderOptions{PageCount: 1}
 		if ordered {
-			r, err = perfbuf.NewOrderedReader(pb, perfbuf.OrderedOptions{KeyOffset: 8})
-		} else {
-			r, err = perfbuf.NewReader(pb, perfbuf.ReaderOptions{})
+			ro.Order = &perfbuf.Order{KeyOffset: 8}
 		}
+		r, err := perfbuf.NewReader(f.Events, ro)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, cpu := range online {
 			f.Emit(t, cpu, 1, 32, 0)
 		}
+		r.SetDeadline(time.Now().Add(5 * time.Second))
 		r.Flush()
 		got := map[int]int{}
 		var s perfbuf.Sample
@@ -777,7 +937,6 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 			t.Errorf("ordered %v: stats cpus %v, samples from %v; want %v", ordered, statCPUs, got, online)
 		}
 		r.Close()
-		pb.Close()
 	}
 }
 
@@ -795,12 +954,19 @@ func TestSecondReaderOfMapRefused(t *testing.T) {
 	}
 	defer syscall.Close(dup)
 	for name, m := range map[string]perfbuf.Map{"same fd": f.Events, "dup fd": perfbuf.MapFD(dup)} {
-		pb2, err := perfbuf.New(m, perfbuf.Options{PageCount: 1})
+		pb2, err := perfbuf.New(m, perfbuf.Options{PageCount: 1, SampleFunc: discard})
 		if !errors.Is(err, perfbuf.ErrMapInUse) {
 			t.Errorf("second New on the %s: %v; want ErrMapInUse", name, err)
 		}
 		if pb2 != nil {
 			pb2.Close()
+		}
+		r, err := perfbuf.NewReader(m, perfbuf.ReaderOptions{PageCount: 1})
+		if !errors.Is(err, perfbuf.ErrMapInUse) {
+			t.Errorf("NewReader on the %s: %v; want ErrMapInUse", name, err)
+		}
+		if r != nil {
+			r.Close()
 		}
 	}
 	cpu := f.CPUs[0]
@@ -809,7 +975,7 @@ func TestSecondReaderOfMapRefused(t *testing.T) {
 		t.Errorf("first PerfBuffer after the second New: Consume = %d, %v; want 3 samples", n, err)
 	}
 	pb.Close()
-	pb3, err := perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{PageCount: 1})
+	pb3, err := perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{PageCount: 1, SampleFunc: discard})
 	if err != nil {
 		t.Fatalf("New after the first was closed: %v", err)
 	}

@@ -4,6 +4,7 @@ package raw
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"testing"
@@ -49,18 +50,22 @@ func relative(c *bpftest.Collector, base []bpftest.EmitStats) map[int][]bpftest.
 }
 
 // drainRaw reads every ring through RawBuffers into c, copying a payload
-// only when it straddles the ring's end.
-func drainRaw(t *testing.T, bufs []*perfbuf.RawBuffer, c *bpftest.Collector) {
+// only when it straddles the ring's end, and returns how many did.
+func drainRaw(t *testing.T, bufs []*perfbuf.RawBuffer, c *bpftest.Collector) (straddled int) {
 	t.Helper()
 	var scratch []byte
 	for _, rb := range bufs {
-		_, err := rb.Drain(func(rec *perfbuf.Record) bool {
+		_, err := rb.Drain(func(rec *perfbuf.Record) error {
+			if rec.CPU != rb.CPU() {
+				t.Errorf("record of cpu %d in cpu %d's ring", rec.CPU, rb.CPU())
+			}
 			switch rec.Type {
 			case perfbuf.RecordSample:
 				data := rec.Data
 				if len(rec.Wrapped) > 0 {
 					scratch = rec.AppendTo(scratch[:0])
 					data = scratch
+					straddled++
 				}
 				c.Sample(rb.CPU(), data)
 			case perfbuf.RecordLost:
@@ -68,12 +73,13 @@ func drainRaw(t *testing.T, bufs []*perfbuf.RawBuffer, c *bpftest.Collector) {
 			default:
 				t.Errorf("cpu %d: unexpected record type %d", rb.CPU(), rec.RawType)
 			}
-			return true
+			return nil
 		})
 		if err != nil {
 			t.Fatalf("drain cpu %d: %v", rb.CPU(), err)
 		}
 	}
+	return straddled
 }
 
 // Raw mode delivers exactly what callback mode delivers for the same
@@ -99,7 +105,7 @@ func TestRawMatchesCallback(t *testing.T) {
 
 	// Phase 2: raw mode over fresh rings of the same size.
 	raw := bpftest.NewCollector()
-	pb, err = perfbuf.New(f.Events, perfbuf.Options{PageCount: 2})
+	pb, err = perfbuf.New(f.Events, perfbuf.Options{PageCount: 2, Raw: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +127,10 @@ func TestRawMatchesCallback(t *testing.T) {
 		bufs = append(bufs, rb)
 		byCPU[rb.CPU()] = rb
 	}
-	load(t, f, func() { drainRaw(t, bufs, raw) })
+	straddled := 0
+	load(t, f, func() { straddled += drainRaw(t, bufs, raw) })
 	raw.Check(t)
 	end2 := f.Stats(t)
-	wrapped := false
 	for _, cpu := range f.CPUs {
 		emitted, lost := end2[cpu].Emitted-end1[cpu].Emitted, end2[cpu].Failed-end1[cpu].Failed
 		t.Logf("cpu %d raw: emitted %d failed %d | received %d lost %d", cpu, emitted, lost, raw.Samples[cpu], raw.Lost[cpu])
@@ -140,16 +146,17 @@ func TestRawMatchesCallback(t *testing.T) {
 			continue
 		}
 		st := rb.Stats()
-		if st.Samples != uint64(raw.Samples[cpu]) || st.Lost != raw.Lost[cpu] || st.CorruptBytes != 0 || st.Unknown != 0 {
+		raw.CheckStats(t, []perfbuf.Stats{st})
+		if st.CPU != cpu || st.Corrupt != 0 || st.CorruptBytes != 0 || st.Other != 0 || st.Discarded != 0 {
 			t.Errorf("cpu %d: RawBuffer stats %+v", cpu, st)
 		}
-		if rb.Tail() != rb.Head() {
-			t.Errorf("cpu %d: tail %d != head %d after draining", cpu, rb.Tail(), rb.Head())
+		if rb.Used() != 0 {
+			t.Errorf("cpu %d: %d bytes left after draining", cpu, rb.Used())
 		}
-		wrapped = wrapped || rb.Head() > uint64(rb.Size())
 	}
-	if !wrapped {
-		t.Error("no ring wrapped: the test does not cover straddling records")
+	t.Logf("%d samples straddled a ring's end", straddled)
+	if straddled == 0 {
+		t.Error("no sample straddled a ring's end: the test does not cover them")
 	}
 	if got, want := relative(raw, end1), relative(cb, base1); !reflect.DeepEqual(got, want) {
 		t.Errorf("raw mode and callback mode delivered different samples")
@@ -159,20 +166,28 @@ func TestRawMatchesCallback(t *testing.T) {
 	}
 }
 
-// Peeking does not consume: records read without Commit are read again
-// after Begin, and Commit publishes data_tail only when asked.
-func TestRawPeekCommit(t *testing.T) {
-	f := bpftest.Setup(t, obj)
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1})
+// rawRing0 opens f's rings, one page each, for raw mode only and returns
+// ring 0, released and closed at cleanup.
+func rawRing0(t *testing.T, f *bpftest.Fixture) *perfbuf.RawBuffer {
+	t.Helper()
+	pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, Raw: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pb.Close()
+	t.Cleanup(func() { pb.Close() })
 	rb, err := pb.Buffer(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rb.Release()
+	t.Cleanup(rb.Release) // (before pb.Close: cleanups run last first)
+	return rb
+}
+
+// Peeking does not consume: records read without Commit are read again
+// after Begin, and Commit publishes data_tail only when asked.
+func TestRawPeekCommit(t *testing.T) {
+	f := bpftest.Setup(t, obj)
+	rb := rawRing0(t, f)
 	f.Emit(t, rb.CPU(), 5, 64, 0)
 
 	read := func() (seqs []uint64, end uint64) {
@@ -194,26 +209,29 @@ func TestRawPeekCommit(t *testing.T) {
 		}
 	}
 	first, end := read()
-	if len(first) != 5 || rb.Tail() != 0 {
-		t.Fatalf("peek read %d records, tail %d; want 5 and 0", len(first), rb.Tail())
+	if len(first) != 5 || end != 5*uint64(bpftest.RecordSize(64)) {
+		t.Fatalf("peek read %d records up to %d; want 5 up to %d", len(first), end, 5*bpftest.RecordSize(64))
 	}
 	if rb.Used() != int(end) {
-		t.Errorf("Used %d, want %d", rb.Used(), end)
+		t.Errorf("Used %d after peeking, want %d: nothing committed", rb.Used(), end)
 	}
 	again, _ := read()
 	if !reflect.DeepEqual(first, again) {
 		t.Errorf("peek again: %v, first %v", again, first)
 	}
-	if err := rb.Commit(end + 8); !errors.Is(err, perfbuf.ErrInvalidCommit) {
+	if err := rb.Commit(end + 8); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("commit past the head: %v", err)
+	}
+	if rb.Used() != int(end) {
+		t.Errorf("Used %d after a refused commit, want %d", rb.Used(), end)
 	}
 	if err := rb.Commit(end); err != nil {
 		t.Fatal(err)
 	}
-	if rb.Tail() != end || rb.Used() != 0 {
-		t.Errorf("after commit: tail %d used %d", rb.Tail(), rb.Used())
+	if rb.Used() != 0 {
+		t.Errorf("after commit: used %d", rb.Used())
 	}
-	if err := rb.Commit(0); !errors.Is(err, perfbuf.ErrInvalidCommit) {
+	if err := rb.Commit(0); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("commit backwards: %v", err)
 	}
 }
@@ -230,8 +248,8 @@ func TestRawHold(t *testing.T) {
 	defer pb.Close()
 	n := pb.BufferCount()
 	for _, i := range []int{-1, n} {
-		if _, err := pb.Buffer(i); !errors.Is(err, perfbuf.ErrIndex) {
-			t.Errorf("Buffer(%d): %v, want ErrIndex", i, err)
+		if _, err := pb.Buffer(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("Buffer(%d): %v, want os.ErrInvalid", i, err)
 		}
 	}
 	rb, err := pb.Buffer(0)
@@ -272,8 +290,60 @@ func TestRawHold(t *testing.T) {
 		t.Errorf("Buffer after Close: %v", err)
 	}
 	got := 0
-	if _, err := rb.Drain(func(*perfbuf.Record) bool { got++; return true }); err != nil || got != 2 {
+	if _, err := rb.Drain(func(*perfbuf.Record) error { got++; return nil }); err != nil || got != 2 {
 		t.Errorf("drain after Close: %d records, %v; want 2", got, err)
 	}
 	rb.Release()
+	// The rings were freed at Release, with nothing left in them: what
+	// the RawBuffer read is not callback mode's, nor discarded.
+	if st := pb.Stats()[0]; st.Samples != 3 || st.Discarded != 0 {
+		t.Errorf("stats after Release %+v; want the 3 samples callback mode read, none discarded", st)
+	}
+	if _, err := rb.Drain(func(*perfbuf.Record) error { return nil }); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("drain after Release: %v; want os.ErrClosed", err)
+	}
+}
+
+// Drain stops at the first error its function returns and returns it; the
+// record the function failed on counts as received and is committed, the
+// rest stay in the ring for the next Drain.
+func TestRawDrainStops(t *testing.T) {
+	f := bpftest.Setup(t, obj)
+	rb := rawRing0(t, f)
+	const size = 48
+	f.Emit(t, rb.CPU(), 5, size, 0)
+	stop := errors.New("stop")
+	var seqs []uint64
+	collect := func(rec *perfbuf.Record) error {
+		h, err := bpftest.Check(rec.AppendTo(nil), rb.CPU())
+		if err != nil {
+			return err
+		}
+		seqs = append(seqs, h.Seq)
+		if len(seqs) == 3 {
+			return fmt.Errorf("third record: %w", stop)
+		}
+		return nil
+	}
+	if n, err := rb.Drain(collect); n != 3 || !errors.Is(err, stop) {
+		t.Fatalf("Drain = %d, %v; want 3 records and the function's error", n, err)
+	}
+	if want := 2 * bpftest.RecordSize(size); rb.Used() != want {
+		t.Errorf("%d bytes left after the stopped Drain, want %d (2 records)", rb.Used(), want)
+	}
+	if n, err := rb.Drain(collect); n != 2 || err != nil {
+		t.Fatalf("second Drain = %d, %v; want the 2 records left", n, err)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Errorf("sequence %v: a record twice or missing", seqs)
+			break
+		}
+	}
+	if st := rb.Stats(); st.Samples != 5 || st.Bytes != 5*uint64(bpftest.PaddedSize(size)) {
+		t.Errorf("stats %+v; want 5 samples of %d bytes", st, bpftest.PaddedSize(size))
+	}
+	if _, err := rb.Drain(nil); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("Drain(nil): %v; want os.ErrInvalid", err)
+	}
 }

@@ -1,10 +1,12 @@
-// Privileged selftests of Reader and OrderedReader over real rings:
-// readers.bpf.c emits on a chosen CPU through BPF_PROG_TEST_RUN.
+// Privileged selftests of the Reader, fullest-first and ordered, over real
+// rings: readers.bpf.c emits on a chosen CPU through BPF_PROG_TEST_RUN.
 package readers
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -16,18 +18,21 @@ import (
 
 const obj = "bpf/readers.bpf.o"
 
-func newPB(t *testing.T, f *bpftest.Fixture, opts perfbuf.Options) *perfbuf.PerfBuffer {
+// newReader opens a Reader on f's map, closed at cleanup if not before. Its
+// deadline, a minute away, bounds every read of the tests.
+func newReader(t *testing.T, f *bpftest.Fixture, opts perfbuf.ReaderOptions) *perfbuf.Reader {
 	t.Helper()
-	pb, err := perfbuf.New(f.Events, opts)
+	r, err := perfbuf.NewReader(f.Events, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pb.Close() })
-	return pb
+	t.Cleanup(func() { r.Close() })
+	r.SetDeadline(time.Now().Add(time.Minute))
+	return r
 }
 
 // readAll reads into c until a read fails; it returns that error.
-func readAll(r interface{ ReadInto(*perfbuf.Sample) error }, c *bpftest.Collector) error {
+func readAll(r *perfbuf.Reader, c *bpftest.Collector) error {
 	var s perfbuf.Sample
 	for {
 		if err := r.ReadInto(&s); err != nil {
@@ -44,10 +49,7 @@ func readAll(r interface{ ReadInto(*perfbuf.Sample) error }, c *bpftest.Collecto
 
 // flushAndRead ends a load: one small sample per CPU (so the kernel writes
 // the LOST record it holds back), then Flush and read until ErrFlushed.
-func flushAndRead(t *testing.T, f *bpftest.Fixture, r interface {
-	ReadInto(*perfbuf.Sample) error
-	Flush()
-}, c *bpftest.Collector) {
+func flushAndRead(t *testing.T, f *bpftest.Fixture, r *perfbuf.Reader, c *bpftest.Collector) {
 	t.Helper()
 	// Make room first: the flush sample must fit.
 	r.Flush()
@@ -66,12 +68,7 @@ func flushAndRead(t *testing.T, f *bpftest.Fixture, r interface {
 // A Reader over overloaded rings accounts for every sample.
 func TestReaderAccounting(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	pb := newPB(t, f, perfbuf.Options{PageCount: 1})
-	r, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := newReader(t, f, perfbuf.ReaderOptions{PageCount: 1})
 	c := bpftest.NewCollector()
 	for round := 0; round < 10; round++ {
 		for _, cpu := range f.CPUs {
@@ -84,9 +81,71 @@ func TestReaderAccounting(t *testing.T) {
 	}
 	flushAndRead(t, f, r, c)
 	c.CheckAccounting(t, f)
-	for i, st := range r.Stats() {
-		if st.Samples != uint64(c.Samples[st.CPU]) || st.Lost != c.Lost[st.CPU] || st.Lost == 0 {
-			t.Errorf("ring %d: stats %+v; collector %d samples %d lost", i, st, c.Samples[st.CPU], c.Lost[st.CPU])
+	stats := r.Stats()
+	c.CheckStats(t, stats)
+	for i, st := range stats {
+		if st.Lost == 0 || st.Discarded != 0 || st.Corrupt != 0 {
+			t.Errorf("ring %d: stats %+v; want samples lost, none discarded or corrupt", i, st)
+		}
+	}
+}
+
+// Close counts what is left in the rings as Discarded, in bytes: records
+// the Reader has not delivered, also those it parsed ahead (the ordered one
+// does), and nothing it delivered: with ReadInto, or with Each, whose
+// function's error stops it after the record it failed on, which counts as
+// delivered.
+func TestReaderCloseDiscards(t *testing.T) {
+	f := bpftest.Setup(t, obj)
+	const n, read, size = 20, 5, 40 // 56-byte records
+	cpu := f.CPUs[0]
+	errEnough := errors.New("enough")
+	for _, ordered := range []bool{false, true} {
+		for _, each := range []bool{false, true} {
+			name := fmt.Sprintf("ordered %v, each %v", ordered, each)
+			opts := perfbuf.ReaderOptions{PageCount: 1}
+			if ordered {
+				opts.Order = &perfbuf.Order{KeyOffset: 8, MaxDelay: time.Millisecond}
+			}
+			r := newReader(t, f, opts)
+			f.Emit(t, cpu, n, size, 0)
+			c := bpftest.NewCollector()
+			r.SetDeadline(time.Now().Add(5 * time.Second))
+			if each {
+				got := 0
+				err := r.Each(context.Background(), func(rec *perfbuf.Record) error {
+					c.Sample(rec.CPU, rec.AppendTo(nil))
+					if got++; got == read {
+						return errEnough
+					}
+					return nil
+				})
+				if !errors.Is(err, errEnough) {
+					t.Fatalf("%s: Each: %v", name, err)
+				}
+			} else {
+				var s perfbuf.Sample
+				for range read {
+					if err := r.ReadInto(&s); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					c.Sample(s.CPU, s.Data)
+				}
+			}
+			r.Close()
+			c.Check(t)
+			stats := r.Stats()
+			c.CheckStats(t, stats)
+			for _, st := range stats {
+				var want uint64
+				if st.CPU == cpu {
+					want = (n - read) * uint64(bpftest.RecordSize(size))
+				}
+				if st.Discarded != want {
+					t.Errorf("%s: cpu %d: %d bytes discarded at Close, want %d (%d records of %d bytes left)",
+						name, st.CPU, st.Discarded, want, n-read, bpftest.RecordSize(size))
+				}
+			}
 		}
 	}
 }
@@ -97,11 +156,7 @@ func TestReaderAccounting(t *testing.T) {
 func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	for _, latency := range []time.Duration{-1, 10 * time.Millisecond} {
-		pb := newPB(t, f, perfbuf.Options{PageCount: 4, WakeupEvents: 64})
-		r, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{MaxLatency: latency})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := newReader(t, f, perfbuf.ReaderOptions{PageCount: 4, WakeupEvents: 64, MaxLatency: latency})
 		got := make(chan error, 1)
 		go func() {
 			var s perfbuf.Sample
@@ -127,22 +182,16 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 				t.Errorf("blocked read after Close: %v", err)
 			}
 		}
-		pb.Close()
 	}
 }
 
 // skewed runs one CPU emitting far more than each of the others into small
 // rings while a Reader drains concurrently, and returns the samples lost per
 // CPU.
-func skewed(t *testing.T, f *bpftest.Fixture, roundRobin bool) map[int]uint64 {
+func skewed(t *testing.T, f *bpftest.Fixture) map[int]uint64 {
 	t.Helper()
-	pb := newPB(t, f, perfbuf.Options{PageCount: 2, WakeupEvents: 8})
-	defer pb.Close() // the next run reads the map: one PerfBuffer at a time
-	r, err := perfbuf.NewReader(pb, perfbuf.ReaderOptions{RoundRobin: roundRobin, Budget: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := newReader(t, f, perfbuf.ReaderOptions{PageCount: 2, WakeupEvents: 8})
+	defer r.Close() // the next run reads the map: one reader at a time
 	before := f.Stats(t)
 	c := bpftest.NewCollector()
 	done := make(chan error, 1)
@@ -183,43 +232,35 @@ const (
 	skewSmall  = 4  // on each other CPU
 )
 
-// Fullest-first against round-robin under a skewed load, same rings and
-// budget, on every CPU's ring. Both must account exactly; the losses are
-// reported, not asserted: they depend on scheduling.
+// The fullest-first Reader under a skewed load, on every CPU's ring: it
+// must account exactly; the losses are reported, not asserted: they depend
+// on scheduling.
 func TestFullestFirstSkewed(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	if len(f.CPUs) < 2 {
 		t.Skip("needs two CPUs: a busy ring and a quiet one")
 	}
 	const runs = 3
-	ff, rr := map[int]uint64{}, map[int]uint64{}
+	lost := map[int]uint64{}
 	for i := 0; i < runs; i++ {
-		for cpu, n := range skewed(t, f, false) {
-			ff[cpu] += n
-		}
-		for cpu, n := range skewed(t, f, true) {
-			rr[cpu] += n
+		for cpu, n := range skewed(t, f) {
+			lost[cpu] += n
 		}
 	}
-	var sumFF, sumRR uint64
+	var sum uint64
 	for _, cpu := range f.CPUs {
-		sumFF += ff[cpu]
-		sumRR += rr[cpu]
+		sum += lost[cpu]
 	}
-	t.Logf("%d rings, lost over %d runs of %d samples on cpu %d and %d on each other: fullest-first %d %v; round-robin %d %v",
-		len(f.CPUs), runs, skewRounds*skewBig, f.CPUs[0], skewRounds*skewSmall, sumFF, ff, sumRR, rr)
+	t.Logf("%d rings, lost over %d runs of %d samples on cpu %d and %d on each other: %d %v",
+		len(f.CPUs), runs, skewRounds*skewBig, f.CPUs[0], skewRounds*skewSmall, sum, lost)
 }
 
-// Samples emitted concurrently on every CPU come out of the OrderedReader
+// Samples emitted concurrently on every CPU come out of the ordered Reader
 // in timestamp order, each once, none lost; late ones are counted.
 func TestOrderedRealTimestamps(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	pb := newPB(t, f, perfbuf.Options{PageCount: 256, WakeupEvents: 16})
-	o, err := perfbuf.NewOrderedReader(pb, perfbuf.OrderedOptions{KeyOffset: 8, MaxDelay: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
+	o := newReader(t, f, perfbuf.ReaderOptions{PageCount: 256, WakeupEvents: 16,
+		Order: &perfbuf.Order{KeyOffset: 8, MaxDelay: 20 * time.Millisecond}})
 	c := bpftest.NewCollector()
 	var mu sync.Mutex
 	var last uint64
@@ -270,7 +311,8 @@ func TestOrderedRealTimestamps(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.CheckAccounting(t, f)
-	var st perfbuf.ReaderStats
+	c.CheckStats(t, o.Stats())
+	var st perfbuf.Stats
 	for _, s := range o.Stats() {
 		st.Late += s.Late
 		st.Lost += s.Lost

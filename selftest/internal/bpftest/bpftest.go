@@ -131,6 +131,10 @@ func Check(data []byte, cpu int) (Header, error) {
 // records stay 8-byte aligned, so u32 size + data round up to 8.
 func PaddedSize(n int) int { return (n+4+7)&^7 - 4 }
 
+// RecordSize is the ring space an n-byte output takes: the 8-byte
+// perf_event_header, the u32 raw size and the padded data.
+func RecordSize(n int) int { return 8 + 4 + PaddedSize(n) }
+
 // SeqValid says whether a sample delivered with n bytes holds a whole seq:
 // its true size is more than n-8.
 func SeqValid(n int) bool { return n-8 >= 8 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/aquasecurity/libbpfgo"
+	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 
@@ -15,6 +16,8 @@ type Fixture struct {
 	Events *libbpfgo.BPFMap // the perf event array
 	Prog   int              // the emit program
 	CPUs   []int            // the CPUs the tests emit on
+
+	e *bpfrun.Emitter
 }
 
 // Setup loads obj (built by `make bpf`) and finds the emitter.
@@ -24,7 +27,9 @@ func Setup(tb testing.TB, obj string) *Fixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &Fixture{Mod: e.Mod, Events: e.Events, Prog: e.Prog, CPUs: e.CPUs}
+	e.Obj = obj
+	tb.Cleanup(e.CloseCopies) // Load's cleanup closes e.Mod
+	return &Fixture{Mod: e.Mod, Events: e.Events, Prog: e.Prog, CPUs: e.CPUs, e: e}
 }
 
 // Emit emits count samples on cpu (see the package-level Emit).
@@ -138,8 +143,24 @@ func (c *Collector) CheckAccounting(tb testing.TB, f *Fixture) {
 	}
 }
 
-// Emitter returns f as an internal/bpfrun Emitter, for code shared with
-// cmd/perfbench.
-func (f *Fixture) Emitter() *bpfrun.Emitter {
-	return &bpfrun.Emitter{Mod: f.Mod, Events: f.Events, Prog: f.Prog, CPUs: f.CPUs}
+// CheckStats checks a reader's per-CPU Stats against what c saw delivered:
+// samples, their bytes as delivered (padded), and lost counts.
+func (c *Collector) CheckStats(tb testing.TB, stats []perfbuf.Stats) {
+	tb.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range stats {
+		var bytes uint64
+		for _, e := range c.Log[s.CPU] {
+			bytes += uint64(e.Len)
+		}
+		if s.Samples != uint64(c.Samples[s.CPU]) || s.Bytes != bytes || s.Lost != c.Lost[s.CPU] {
+			tb.Errorf("cpu %d: Stats say %d samples (%d bytes), %d lost; delivered %d samples (%d bytes), %d lost",
+				s.CPU, s.Samples, s.Bytes, s.Lost, c.Samples[s.CPU], bytes, c.Lost[s.CPU])
+		}
+	}
 }
+
+// Emitter returns f as an internal/bpfrun Emitter, for code shared with
+// cmd/perfbench. The copies it loads (Emitter.Copy) are closed at cleanup.
+func (f *Fixture) Emitter() *bpfrun.Emitter { return f.e }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Reader and OrderedReader scenarios (readers_test.go): the emitter alone. */
+/* Reader scenarios, fullest-first and ordered (readers_test.go): the
+ * emitter alone. */
 #include "../../common/emit.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,95 @@
+package perfbuf
+
+// The rings' configuration: checked, and its defaults resolved, in one place
+// for New and NewReader.
+
+import (
+	"fmt"
+	"math"
+	"os"
+)
+
+// ringOptions are the fields that Options and ReaderOptions share, as the
+// caller set them.
+type ringOptions struct {
+	pageCount, wakeupEvents, wakeupBytes, maxSampleSize int
+}
+
+// ringConfig is ringOptions checked, with the defaults resolved: what
+// openRings opens and what the C side receives.
+type ringConfig struct {
+	pages        int // data pages per ring, a power of two
+	pageSize     int
+	wakeupEvents int // >= 1; 1 when wakeupBytes is set
+	wakeupBytes  int // 0: wake by events
+}
+
+// ringBytes is the size of each ring's data area.
+func (c ringConfig) ringBytes() int { return c.pages * c.pageSize }
+
+// defaultPageCount is the number of data pages per ring when PageCount is
+// zero: 256 KiB with 4 KiB pages.
+const defaultPageCount = 64
+
+// config checks o for rings of pages of pageSize bytes. Errors match
+// os.ErrInvalid, or ErrSampleTooLarge.
+func (o ringOptions) config(pageSize int) (ringConfig, error) {
+	pages := o.pageCount
+	if pages == 0 {
+		pages = defaultPageCount
+	}
+	if pages < 0 || pages&(pages-1) != 0 {
+		return ringConfig{}, fmt.Errorf("page count %d is not a power of two: %w", o.pageCount, os.ErrInvalid)
+	}
+	// Checked before anything computes with the ring size, which would
+	// overflow: the ring and its header page must fit in a mapping.
+	if pages > maxRingBytes/pageSize {
+		return ringConfig{}, fmt.Errorf("page count %d too large: a ring holds at most %d bytes: %w", o.pageCount, maxRingBytes, os.ErrInvalid)
+	}
+	c := ringConfig{pages: pages, pageSize: pageSize, wakeupEvents: max(o.wakeupEvents, 1), wakeupBytes: o.wakeupBytes}
+	ringBytes := c.ringBytes()
+	// perf_event_attr.wakeup_events is a u32 that the kernel compares as
+	// an int: beyond MaxInt32 it would wake on every sample.
+	if o.wakeupEvents < 0 || o.wakeupEvents > math.MaxInt32 {
+		return ringConfig{}, fmt.Errorf("wakeup events %d outside [0, %d]: %w", o.wakeupEvents, math.MaxInt32, os.ErrInvalid)
+	}
+	if o.wakeupBytes < 0 || o.wakeupBytes >= ringBytes || o.wakeupBytes > math.MaxUint32 { // a u32
+		return ringConfig{}, fmt.Errorf("wakeup bytes %d outside [0, %d): %w", o.wakeupBytes, ringBytes, os.ErrInvalid)
+	}
+	if o.wakeupBytes > 0 && o.wakeupEvents > 1 {
+		return ringConfig{}, fmt.Errorf("wakeup bytes and wakeup events both set: %w", os.ErrInvalid)
+	}
+	if o.maxSampleSize < 0 {
+		return ringConfig{}, fmt.Errorf("max sample size %d is negative: %w", o.maxSampleSize, os.ErrInvalid)
+	}
+	if o.maxSampleSize > 0 {
+		need := sampleRecordSize(min(o.maxSampleSize, maxRecordSize)) // (no overflow)
+		// The kernel keeps one record slot free (CIRC_SPACE leaves a
+		// byte, and records are 8-aligned), and a record's size is a u16.
+		// Once a sample is lost, perf_output_begin writes the pending lost
+		// record in the same reservation as the next sample: a sample that
+		// fits only without it would be lost again and again, into an
+		// empty ring too, and the lost count would never arrive.
+		room := ringBytes - 8 - recLostSize
+		if need > room || need > maxRecordSize {
+			return ringConfig{}, fmt.Errorf("max sample size %d needs a %d-byte record, ring holds %d beside a lost record (limit %d): %w",
+				o.maxSampleSize, need, room, maxRecordSize, ErrSampleTooLarge)
+		}
+	}
+	return c, nil
+}
+
+// maxRingBytes bounds a ring's data area: far above what a kernel maps
+// (perf's ring buffer keeps a page array of at most a few MiB), and low
+// enough that no size computed from it overflows an int.
+const maxRingBytes = 1 << 40
+
+// maxRecordSize is the largest record perf_event_header.size (a u16) holds,
+// rounded down to the 8-byte alignment of records.
+const maxRecordSize = 65528
+
+// sampleRecordSize is the ring space a sample of n bytes takes: the 8-byte
+// perf_event_header, the u32 raw size, and the data padded to 8 bytes.
+func sampleRecordSize(n int) int {
+	return recHeaderSize + (n+4+7)&^7
+}

@@ -1,0 +1,48 @@
+package perfbuf
+
+// CPU discovery: which CPUs get a ring.
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/perfbuf/perfbuf/internal/cpus"
+)
+
+// ringCPUs mirrors perf_buffer__new's choice of CPUs: the online ones among
+// the first min(possible CPUs, max_entries). Buffer index i reads cpus[i].
+func ringCPUs(maxEntries uint32) ([]int32, error) {
+	online, err := cpus.Online()
+	if err != nil {
+		return nil, err
+	}
+	possible, err := cpus.Possible()
+	if err != nil {
+		return nil, err
+	}
+	limit := len(possible)
+	if highest := maxCPU(possible) + 1; highest > limit {
+		limit = highest // libbpf counts possible CPUs as the highest + 1
+	}
+	if int(maxEntries) < limit {
+		limit = int(maxEntries)
+	}
+	var ring []int32
+	for _, cpu := range online {
+		if cpu < limit {
+			ring = append(ring, int32(cpu))
+		}
+	}
+	if len(ring) == 0 {
+		return nil, fmt.Errorf("no online cpu below map max_entries %d: %w", maxEntries, os.ErrInvalid)
+	}
+	return ring, nil
+}
+
+func maxCPU(cpus []int) int {
+	m := -1
+	for _, c := range cpus {
+		m = max(m, c)
+	}
+	return m
+}

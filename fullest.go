@@ -1,0 +1,115 @@
+package perfbuf
+
+// The fullest-first policy, a Reader's default: passes over the rings, the
+// fullest first, each ring's turn bounded by a budget of bytes.
+
+import (
+	"slices"
+	"time"
+)
+
+// fullest drains the rings in passes: a pass snapshots every ring and
+// orders the non-empty ones by fill, fullest first; each gets a turn of at
+// most budget bytes, committed once at its end.
+type fullest struct {
+	r      *Reader
+	rec    Record // the record being delivered
+	budget int    // bytes a turn reads from a ring (at least one record)
+	order  []int  // rings of the current pass, in drain order
+	pos    int    // current ring in order
+	left   int    // budget left for it
+}
+
+func newFullest(r *Reader) *fullest {
+	return &fullest{r: r, budget: max(r.rings[0].Size()/4, 1)}
+}
+
+// next returns the next record of the pass, starting a pass when the last
+// one ended.
+func (f *fullest) next() (*Record, int) {
+	rec := &f.rec
+	for {
+		if f.pos >= len(f.order) && !f.startPass() {
+			return nil, -1
+		}
+		i := f.order[f.pos]
+		rb := f.r.rings[i]
+		if f.left > 0 {
+			ok, err := rb.Next(rec)
+			if ok {
+				f.left -= int(rec.Next - rec.Pos)
+				return rec, i
+			}
+			if err != nil {
+				f.r.skipCorrupt(i, err)
+			}
+		}
+		f.endTurn(i)
+	}
+}
+
+func (f *fullest) delivered(int) {}
+
+// each runs one turn: ring i's records through RawBuffer.each, up to the
+// budget. A turn cut short by fn's error goes on at the next read.
+func (f *fullest) each(fn func(*Record) error) (bool, error) {
+	if f.pos >= len(f.order) && !f.startPass() {
+		return false, nil
+	}
+	i := f.order[f.pos]
+	rb := f.r.rings[i]
+	from := rb.cursor
+	_, err := rb.each(&f.rec, uint64(max(f.left, 0)), fn)
+	f.left -= int(rb.cursor - from)
+	if ce, ok := err.(*CorruptError); ok && ce == rb.corrupt {
+		f.r.skipCorrupt(i, ce) // the read reports it
+		err = nil
+	} else if err != nil || f.r.life.closed() {
+		return true, err // fn's error, or Close from fn: free commits what was delivered
+	}
+	f.endTurn(i)
+	return true, nil
+}
+
+// endTurn commits ring i once for its whole turn and moves to the next.
+func (f *fullest) endTurn(i int) {
+	f.commitPublish(i)
+	f.pos++
+	f.left = f.budget
+}
+
+// commitPublish commits ring i up to its cursor: every record before it
+// was delivered.
+func (f *fullest) commitPublish(i int) {
+	rb := f.r.rings[i]
+	rb.commitCursor()
+	f.r.publish(i, rb.stats.Samples, rb.stats.Bytes, rb.stats.Lost)
+}
+
+// oldest: the fullest-first Reader delivers each record as it parses it.
+func (f *fullest) oldest(i int) uint64 { return f.r.rings[i].cursor }
+
+// startPass snapshots every ring and orders the non-empty ones, fullest
+// first; a ring with an invalid head gets a turn too, to skip it. It
+// reports false when all are empty, or a flush has delivered what it was
+// for (block then returns ErrFlushed).
+func (f *fullest) startPass() bool {
+	rings := f.r.rings
+	f.order, f.pos, f.left = f.order[:0], 0, f.budget
+	if f.r.flushing() && f.r.flushReached() {
+		return false
+	}
+	for i, rb := range rings {
+		rb.Begin()
+		if rb.pending() > 0 || rb.corrupt != nil {
+			f.order = append(f.order, i)
+		}
+	}
+	slices.SortStableFunc(f.order, func(a, b int) int {
+		return rings[b].pending() - rings[a].pending()
+	})
+	return len(f.order) > 0
+}
+
+// idle: every turn ended with a commit already.
+func (f *fullest) idle() time.Duration { return f.r.latency }

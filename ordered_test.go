@@ -1,0 +1,908 @@
+package perfbuf
+
+// Tests of the ordered Reader (ReaderOptions.Order): the merge, its release
+// rules, its runs, and a model check of it (TestOrderedModel,
+// FuzzOrderedModel). The fake rings and the read helpers are in
+// reader_test.go.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The ordered Reader merges rings by key; with every ring holding records
+// (rule 1), nothing waits for MaxDelay.
+func TestOrderedMerge(t *testing.T) {
+	for _, mode := range []string{"ReadInto", "Each"} {
+		t.Run(mode, func(t *testing.T) {
+			const rings, n = 3, 600
+			f := newFakeRings(t, rings, 1<<15)
+			rng := rand.New(rand.NewSource(1))
+			var keys [rings]uint64
+			var ringOf [n + rings]int
+			for seq := 0; seq < n; seq++ {
+				i := rng.Intn(rings)
+				keys[i] += uint64(rng.Intn(50)) // equal keys too, across rings and within one
+				f.emit(t, i, keys[i], uint64(seq), 16+rng.Intn(64))
+				ringOf[seq] = i
+			}
+			// A last record on each ring with a key above all others lets
+			// rule 1 release everything before it.
+			for i := 0; i < rings; i++ {
+				f.emit(t, i, 1<<40, uint64(n+i), 16)
+			}
+			o := f.ordered(t, Order{MaxDelay: time.Hour})
+			o.SetDeadline(time.Now().Add(10 * time.Second)) // nothing may wait on MaxDelay
+			var got []Sample
+			if mode == "ReadInto" {
+				got = readN(t, o, n)
+			} else {
+				stop := errors.New("enough")
+				err := o.Each(context.Background(), func(rec *Record) error {
+					s := Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(nil), Key: rec.Key, Late: rec.Late}
+					if got = append(got, s); len(got) == n {
+						return stop
+					}
+					return nil
+				})
+				if err != stop {
+					t.Fatalf("Each: %v after %d records", err, len(got))
+				}
+			}
+			seen := map[uint64]bool{}
+			for j, s := range got {
+				if j > 0 && (s.Key < got[j-1].Key || s.Late) {
+					t.Fatalf("record %d: key %d after %d (late %v)", j, s.Key, got[j-1].Key, s.Late)
+				}
+				if s.Key != keyOf(s) {
+					t.Fatalf("record %d: Key %d, payload says %d", j, s.Key, keyOf(s))
+				}
+				seq := seqOf(s.Data)
+				if seen[seq] {
+					t.Fatalf("seq %d delivered twice", seq)
+				}
+				seen[seq] = true
+				if s.Type != RecordSample || s.CPU != ringOf[seq] {
+					t.Fatalf("record %d: seq %d, a %v from cpu %d; it was written to ring %d", j, seq, s.Type, s.CPU, ringOf[seq])
+				}
+			}
+		})
+	}
+}
+
+// An idle ring holds nothing back forever: a record is released after
+// MaxDelay (rule 3) or once a key MaxDelay later is seen (rule 2). A
+// record that then arrives behind a released key is late.
+func TestOrderedIdleRingAndLate(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drop=%v", drop), func(t *testing.T) {
+			f := newFakeRings(t, 2, 1<<14)
+			o := f.ordered(t, Order{MaxDelay: 20 * time.Millisecond, KeyWindow: 1000, DropLate: drop})
+			f.emit(t, 0, 100, 0, 16)
+			o.SetDeadline(time.Now().Add(10 * time.Second))
+			got := readN(t, o, 1) // rule 3: after ~20 ms
+			if got[0].Key != 100 {
+				t.Fatalf("first key %d", got[0].Key)
+			}
+			f.emit(t, 0, 5000, 1, 16) // released by rule 2 once 7000 is seen
+			f.emit(t, 0, 7000, 2, 16) // the newest: released by rule 3
+			f.emit(t, 1, 50, 3, 16)   // behind 100, already released: late
+			want, wantLate := []uint64{50, 5000, 7000}, []bool{true, false, false}
+			if drop {
+				want, wantLate = []uint64{5000, 7000}, []bool{false, false} // 50 dropped
+			}
+			var keys []uint64
+			var late []bool
+			for len(keys) < len(want) {
+				var s Sample
+				if err := o.ReadInto(&s); err != nil {
+					t.Fatal(err)
+				}
+				keys, late = append(keys, s.Key), append(late, s.Late)
+			}
+			if fmt.Sprint(keys) != fmt.Sprint(want) || fmt.Sprint(late) != fmt.Sprint(wantLate) {
+				t.Errorf("keys %v late %v, want %v %v", keys, late, want, wantLate)
+			}
+			st := o.Stats()[1]
+			if st.Late != 1 || (drop && st.Dropped != 1) || (!drop && st.Dropped != 0) {
+				t.Errorf("ring 1 stats %+v", st)
+			}
+		})
+	}
+}
+
+// Rule 2 with an idle ring: the reader parses ahead of a ring's front to
+// find a key KeyWindow later, and releases the front then, without waiting
+// for MaxDelay; the newest record stays held.
+func TestOrderedKeyWindowLookAhead(t *testing.T) {
+	f := newFakeRings(t, 2, 1<<14)
+	o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1000})
+	for seq, key := range []uint64{5000, 5500, 6000, 7000} {
+		f.emit(t, 0, key, uint64(seq), 16)
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	got := readN(t, o, 3) // 7000 - 1000 = 6000: everything up to 6000 goes
+	for j, want := range []uint64{5000, 5500, 6000} {
+		if got[j].Key != want || got[j].Late {
+			t.Fatalf("record %d: key %d late %v, want %d", j, got[j].Key, got[j].Late, want)
+		}
+	}
+	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	var s Sample
+	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: key %d, %v; want 7000 held", s.Key, err)
+	}
+	if st := o.Stats()[0]; st.Samples != 3 || st.Late != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	// Written after the reader's last head snapshot: the look-ahead takes a
+	// new one to find it.
+	f.emit(t, 0, 8500, 4, 16)
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	if got := readN(t, o, 1); got[0].Key != 7000 {
+		t.Errorf("key %d, want 7000", got[0].Key)
+	}
+}
+
+// Rule 2 counts the key that ends a run of Each: the run notes it for its
+// ring only, and the merge must still count it among the newest keys.
+// Ring 0's run stops at 500 (beyond ring 2's 3); once ring 2 is empty, ring
+// 1's 5 goes by rule 2 because of that 500, while the 500 itself waits.
+func TestOrderedRunNewest(t *testing.T) {
+	f := newFakeRings(t, 3, 4096)
+	o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 100})
+	f.emit(t, 0, 1, 0, 16)
+	f.emit(t, 0, 500, 1, 16)
+	f.emit(t, 1, 5, 2, 16)
+	f.emit(t, 2, 3, 3, 16)
+	o.SetDeadline(time.Now().Add(50 * time.Millisecond))
+	var keys []uint64
+	err := o.Each(context.Background(), func(rec *Record) error {
+		keys = append(keys, rec.Key)
+		return nil
+	})
+	if !errors.Is(err, os.ErrDeadlineExceeded) || fmt.Sprint(keys) != "[1 3 5]" {
+		t.Errorf("Each: %v, keys %v; want [1 3 5] and the deadline (500 held)", err, keys)
+	}
+}
+
+// Rule 3 with an idle ring: records that the reader first saw together are
+// due together, MaxDelay later, not one MaxDelay after another. And the
+// marks that date them do not pile up.
+func TestOrderedMaxDelayBacklog(t *testing.T) {
+	f := newFakeRings(t, 2, 1<<16)
+	const delay = 50 * time.Millisecond
+	o := f.ordered(t, Order{MaxDelay: delay, KeyWindow: 1 << 62})
+	const n = 100
+	for seq := uint64(0); seq < n; seq++ {
+		f.emit(t, 0, 10+seq, seq, 24)
+	}
+	start := time.Now()
+	o.SetDeadline(start.Add(n * delay / 2)) // one MaxDelay after another would take n*delay
+	readN(t, o, n)
+	if took := time.Since(start); took < delay {
+		t.Errorf("released after %v, before MaxDelay %v", took, delay)
+	}
+	// Records written one at a time while the reader waits, each in a new
+	// head snapshot: each is held MaxDelay (less the marks' grain of
+	// MaxDelay/32) from when it was written, or longer. The marks that date
+	// them are merged: about one per MaxDelay/32 of records waiting, where
+	// there would be one per head snapshot (m of them) without merging.
+	const m = 400
+	const maxMarks = 32 + 8
+	written := map[uint64]time.Time{}
+	read := n
+	check := func(s Sample) {
+		read++
+		seq := binary.NativeEndian.Uint64(s.Data[8:])
+		if held := time.Since(written[seq]); held < delay-delay/32 {
+			t.Fatalf("record %d released after %v, MaxDelay is %v", seq, held, delay)
+		}
+	}
+	for seq := uint64(n); seq < n+m; seq++ {
+		written[seq] = time.Now()
+		f.emit(t, 0, 10+seq, seq, 24)
+		var s Sample
+		o.SetDeadline(time.Now().Add(200 * time.Microsecond))
+		if err := o.ReadInto(&s); err == nil {
+			check(s)
+		} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal(err)
+		}
+	}
+	for i, ring := range o.pol.(*ordered).rs {
+		if k := len(ring.marks); k > maxMarks {
+			t.Errorf("ring %d holds %d marks", i, k)
+		}
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	for read < n+m {
+		var s Sample
+		if err := o.ReadInto(&s); err != nil {
+			t.Fatal(err)
+		}
+		check(s)
+	}
+	for i, ring := range o.pol.(*ordered).rs {
+		if k := len(ring.marks); k > maxMarks {
+			t.Errorf("ring %d holds %d marks", i, k)
+		}
+	}
+}
+
+// Holding records fills rings: past HighWater the reader releases instead
+// of letting the ring overflow.
+func TestOrderedHighWater(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	o := f.ordered(t, Order{MaxDelay: time.Hour, HighWater: 1024})
+	seq := uint64(0)
+	for f.rings[0].space() > 1024 {
+		f.emit(t, 0, 10+seq, seq, 40)
+		seq++
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	got := readN(t, o, int(seq)-1024/56)
+	for j := 1; j < len(got); j++ {
+		if got[j].Key < got[j-1].Key {
+			t.Fatalf("out of order at %d", j)
+		}
+	}
+	if used := o.rings[0].Used(); used > 2048 {
+		t.Errorf("ring still holds %d bytes after releasing past high water", used)
+	}
+}
+
+// Producers on both rings with timestamps race the ordered reader: output
+// is in key order, nothing lost or duplicated, late records counted.
+func TestOrderedRace(t *testing.T) {
+	n := 50000
+	if testing.Short() || raceEnabled() {
+		n = 5000
+	}
+	f := newFakeRings(t, 2, 1<<14)
+	o := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond, Order: &Order{MaxDelay: 5 * time.Millisecond}})
+	epoch := time.Now()
+	var clock sync.Mutex // keys from one clock, as bpf_ktime_get_ns
+	now := func() uint64 {
+		clock.Lock()
+		defer clock.Unlock()
+		return uint64(time.Since(epoch))
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for seq := uint64(0); seq < uint64(n); {
+				if f.rings[i].write(fakeSample(payload(now(), seq, 24))) {
+					seq++
+					f.rings[i].publish()
+				} else {
+					f.rings[i].lost = 0
+					time.Sleep(20 * time.Microsecond)
+				}
+			}
+		}(i)
+	}
+	next := [2]uint64{}
+	var last uint64
+	late := 0
+	var s Sample
+	o.SetDeadline(time.Now().Add(60 * time.Second))
+	for total := 0; total < 2*n; total++ {
+		if err := o.ReadInto(&s); err != nil {
+			t.Fatalf("after %d: %v", total, err)
+		}
+		seq := binary.NativeEndian.Uint64(s.Data[8:])
+		if seq != next[s.CPU] {
+			t.Fatalf("ring %d: seq %d, want %d", s.CPU, seq, next[s.CPU])
+		}
+		next[s.CPU]++
+		if s.Late {
+			late++
+		} else {
+			if s.Key < last {
+				t.Fatalf("key %d after %d, not marked late", s.Key, last)
+			}
+			last = s.Key
+		}
+	}
+	wg.Wait()
+	st := o.Stats()
+	if int(st[0].Late+st[1].Late) != late {
+		t.Errorf("stats count %d late, saw %d", st[0].Late+st[1].Late, late)
+	}
+	t.Logf("%d records, %d late", 2*n, late)
+}
+
+// A corrupt record in one ring: the ordered Reader delivers the records held
+// before it intact (the ring's space is not handed back under them), skips
+// the rest of that ring's snapshot, reports that once as a *CorruptError
+// (counted), and goes on with what is written after.
+func TestOrderedCorrupt(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	o := f.ordered(t, Order{MaxDelay: time.Hour})
+	for seq := uint64(0); seq < 3; seq++ {
+		f.emit(t, 0, 10+seq, seq, 200) // 216 bytes each
+	}
+	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 648, 16 bytes: size 0
+	// Parse ahead and hold the three (ring 1 is empty: nothing releases
+	// them), hitting the corrupt record.
+	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	var s Sample
+	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: %v, want the deadline (records held)", err)
+	}
+	// A producer fills whatever space the reader handed back.
+	for f.rings[0].write(fakeSample(payload(0, 99, 200))) {
+	}
+	f.rings[0].lost = 0
+	f.rings[0].publish()
+	o.Flush()
+	o.SetDeadline(time.Now().Add(5 * time.Second))
+	got := readN(t, o, 3)
+	for j, s := range got {
+		if seq := seqOf(s.Data); seq != uint64(j) {
+			t.Fatalf("record %d: seq %d: overwritten while held", j, seq)
+		}
+		for k := 16; k < 200; k++ {
+			if s.Data[k] != byte(j)+byte(k) {
+				t.Fatalf("record %d byte %d overwritten while held", j, k)
+			}
+		}
+	}
+	// The rest, written after the corrupt record (key 0: late), and the
+	// corruption, reported once; the ring is usable again.
+	rest, errs := readUntilFlushed(t, o, "ReadInto")
+	var ce *CorruptError
+	if len(errs) != 1 || !errors.As(errs[0], &ce) || ce.CPU != 0 || ce.Pos != 648 || ce.Reason != "record size 0" {
+		t.Fatalf("errors %v; want one *CorruptError at 648", errs)
+	}
+	for _, s := range rest {
+		if seqOf(s.Data) != 99 || !s.Late || s.CPU != 0 {
+			t.Fatalf("after the corrupt record: seq %d late %v cpu %d; want seq 99, late", seqOf(s.Data), s.Late, s.CPU)
+		}
+	}
+	st := o.Stats()[0]
+	if len(rest) == 0 || st.Samples != uint64(3+len(rest)) || st.Late != uint64(len(rest)) || st.Corrupt != 1 || st.CorruptBytes != 16 {
+		t.Errorf("%d records after the corrupt one; stats %+v; want 1 corruption of 16 bytes", len(rest), st)
+	}
+	f.emit(t, 0, 1000, 7, 200)
+	f.emit(t, 1, 1001, 8, 200)
+	o.Flush()
+	after := readN(t, o, 2)
+	if after[0].Key != 1000 || after[1].Key != 1001 {
+		t.Errorf("after the skip: keys %d, %d", after[0].Key, after[1].Key)
+	}
+}
+
+// A model check of the merge. Three small rings are written at random,
+// with keys from one clock as timestamps are; rings fill up and lose
+// samples, and ring 2's records are often stamped a while before they are
+// written, as a delayed CPU's are. They are read with ReadInto and with
+// Each in turns, with Flush now and then (which releases what waits), and
+// with stalls in which the reader is away and the rings overflow. The key
+// window and the flushes let larger keys go before ring 2's records, which
+// then come late. Checked: each ring's samples come in
+// its order, each once; a sample that never comes was reported lost or
+// dropped as late; a sample is marked late exactly when a larger key went
+// before it; the counts add up to what was written.
+//
+// Under rule 1 alone (no key window, no high water, no Flush until the end)
+// nothing may come late: then every record is checked to go in key order.
+//
+// With more rings (9 here; 3 to 9 when fuzzed) the merge's heap is deeper
+// and more rings are idle at a time.
+func TestOrderedModel(t *testing.T) {
+	for _, mode := range []string{"rules", "drop", "rule1"} {
+		for _, rings := range []int{3, 9} {
+			for seed := int64(1); seed <= 3; seed++ {
+				t.Run(fmt.Sprintf("%s/rings=%d/seed=%d", mode, rings, seed), func(t *testing.T) {
+					orderedModel(t, mode, rings, seed)
+				})
+			}
+		}
+	}
+}
+
+func orderedModel(t *testing.T, mode string, rings int, seed int64) {
+	const size = 4096
+	// More rings share the writes: more steps, and longer stalls, in
+	// proportion, so that each ring still overflows now and then.
+	steps, period := 4000*rings/3, 500*rings/3
+	drop, rule1 := mode == "drop", mode == "rule1"
+	opts := Order{MaxDelay: time.Hour, KeyWindow: 500, DropLate: drop, HighWater: 3000}
+	if rule1 {
+		opts.KeyWindow, opts.HighWater = 1<<62, size
+	}
+	f := newFakeRings(t, rings, size)
+	o := f.ordered(t, opts)
+	rng := rand.New(rand.NewSource(seed))
+	var (
+		clock     uint64
+		keys      = make([]uint64, rings)
+		emitted   = make([]uint64, rings)          // samples written or lost
+		lostSeqs  = make([]map[uint64]bool, rings) // samples that found the ring full
+		want      = make([]uint64, rings)          // the next seq each ring may deliver
+		delivered = make([]uint64, rings)
+		lostSeen  = make([]uint64, rings) // counts of the lost records delivered
+		lateSeen  int
+		last      uint64 // the largest key delivered not late
+		ending    bool   // the final Flush: rule 5 may release past ring 2
+	)
+	for i := range lostSeqs {
+		lostSeqs[i] = map[uint64]bool{}
+	}
+	emit := func(i int, key uint64) {
+		seq := emitted[i]
+		emitted[i]++
+		if !f.rings[i].write(fakeSample(payload(key, seq, 16))) {
+			lostSeqs[i][seq] = true
+		}
+	}
+	take := func(cpu int, typ RecordType, lost uint64, data []byte, key uint64, late bool) {
+		if typ == RecordLost {
+			lostSeen[cpu] += lost
+			return
+		}
+		if k := keyOf(Sample{Data: data}); k != key {
+			t.Fatalf("ring %d: Key %d, payload says %d", cpu, key, k)
+		}
+		seq := binary.NativeEndian.Uint64(data[8:])
+		for ; want[cpu] < seq; want[cpu]++ { // skipped: lost, or dropped as late
+			if !lostSeqs[cpu][want[cpu]] && !drop {
+				t.Fatalf("ring %d: seq %d skipped, neither lost nor dropped", cpu, want[cpu])
+			}
+		}
+		if seq != want[cpu] {
+			t.Fatalf("ring %d: seq %d again or out of order (want %d)", cpu, seq, want[cpu])
+		}
+		want[cpu]++
+		delivered[cpu]++
+		if late != (key < last) {
+			t.Fatalf("ring %d seq %d: key %d after %d, marked late %v", cpu, seq, key, last, late)
+		}
+		if late {
+			lateSeen++
+			if rule1 && !ending {
+				t.Fatalf("ring %d seq %d: key %d late under rule 1 alone (after %d)", cpu, seq, key, last)
+			}
+		} else {
+			last = key
+		}
+	}
+	readInto := func() error {
+		var s Sample
+		err := o.ReadInto(&s)
+		if err == nil {
+			take(s.CPU, s.Type, s.Lost, s.Data, s.Key, s.Late)
+		}
+		return err
+	}
+	each := func(limit int) error {
+		n := 0
+		stop := errors.New("enough")
+		err := o.Each(context.Background(), func(rec *Record) error {
+			take(rec.CPU, rec.Type, rec.Lost, rec.AppendTo(nil), rec.Key, rec.Late)
+			if n++; n == limit {
+				return stop
+			}
+			return nil
+		})
+		if err == stop {
+			return nil
+		}
+		return err
+	}
+	drain := func() { // Flush, and read until it is done
+		o.Flush()
+		o.SetDeadline(time.Now().Add(10 * time.Second))
+		for {
+			var err error
+			if rng.Intn(2) == 0 {
+				err = readInto()
+			} else {
+				err = each(1 + rng.Intn(50))
+			}
+			if errors.Is(err, ErrFlushed) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for step := 0; step < steps; step++ {
+		r := rng.Intn(100)
+		if step%period >= period*4/5 {
+			r %= 60 // a stall: the reader is away and the rings fill up
+		}
+		switch {
+		case r < 60: // write a burst on one ring
+			i := rng.Intn(rings)
+			for n := 1 + rng.Intn(8); n > 0; n-- {
+				clock += uint64(1 + rng.Intn(8))
+				stamp := clock
+				if i == 2 && rng.Intn(3) == 0 {
+					stamp -= min(stamp, uint64(rng.Intn(800))) // the window is 500
+				}
+				keys[i] = max(keys[i], stamp) // a CPU's own records stay in order
+				emit(i, keys[i])
+			}
+			f.rings[i].publish()
+		case r < 95: // read what the release rule lets go now
+			o.SetDeadline(time.Now()) // deliver what may go, then stop
+			for {
+				var err error
+				if rng.Intn(2) == 0 {
+					err = readInto()
+				} else {
+					err = each(1 + rng.Intn(20))
+				}
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		default:
+			if !rule1 {
+				drain()
+			}
+		}
+	}
+	// The end: deliver everything, then a last sample on each ring brings
+	// the lost counts still pending (the kernel writes a lost record only
+	// once a sample fits again).
+	ending = true
+	drain()
+	for i := 0; i < rings; i++ {
+		keys[i] = 1 << 60
+		emit(i, keys[i])
+		f.rings[i].publish()
+	}
+	drain()
+	st := o.Stats()
+	total, lostAll := 0, 0
+	for i := 0; i < rings; i++ {
+		lostAll += len(lostSeqs[i])
+		lost := uint64(len(lostSeqs[i]))
+		if lostSeen[i] != lost || st[i].Lost != lost {
+			t.Errorf("ring %d: %d samples lost, lost records say %d, stats %d", i, lost, lostSeen[i], st[i].Lost)
+		}
+		if delivered[i]+lost+st[i].Dropped != emitted[i] || st[i].Samples != delivered[i]+st[i].Dropped {
+			t.Errorf("ring %d: %d delivered + %d lost + %d dropped != %d written (stats %+v)",
+				i, delivered[i], lost, st[i].Dropped, emitted[i], st[i])
+		}
+		total += int(emitted[i])
+	}
+	var late uint64
+	for _, s := range st {
+		late += s.Late
+	}
+	if drop && lateSeen != 0 || !drop && int(late) != lateSeen {
+		t.Errorf("%d delivered late; stats count %d late", lateSeen, late)
+	}
+	t.Logf("%d written, %d lost, %d delivered late, %d late in all", total, lostAll, lateSeen, late)
+	if lostAll == 0 || late == 0 && !rule1 {
+		t.Error("the model lost nothing or had nothing late: it tests less than it should")
+	}
+}
+
+// FuzzOrderedModel runs the model check of TestOrderedModel with seeds the
+// fuzzer picks, in each of its modes: mode%3 picks the mode and mode/3 the
+// number of rings, 3 to 9.
+func FuzzOrderedModel(f *testing.F) {
+	f.Add(int64(1), uint8(0))
+	f.Add(int64(7), uint8(2))
+	f.Add(int64(3), uint8(3*6+1))
+	modes := []string{"rules", "drop", "rule1"}
+	f.Fuzz(func(t *testing.T, seed int64, mode uint8) {
+		orderedModel(t, modes[int(mode)%len(modes)], 3+int(mode)/len(modes)%7, seed)
+	})
+}
+
+// The ordered Reader's MaxFill counts the records already waiting in a ring
+// when the reader is created (its first head snapshot).
+func TestOrderedMaxFillAtStart(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	for seq := uint64(0); seq < 5; seq++ {
+		f.emit(t, 0, 10+seq, seq, 40)
+	}
+	want := int(f.rings[0].head)
+	o := f.ordered(t, Order{MaxDelay: time.Hour})
+	o.Flush()
+	o.SetDeadline(time.Now().Add(5 * time.Second))
+	if n := readFlushed(t, o); n != 5 {
+		t.Fatalf("flushed %d records", n)
+	}
+	if st := o.Stats()[0]; st.MaxFill < want {
+		t.Errorf("MaxFill %d, but %d bytes were waiting in the ring", st.MaxFill, want)
+	}
+}
+
+// After data_head moved backwards (a corrupt head, resynchronised by
+// SkipCorrupt), the ordered Reader's look-ahead starts again from the
+// cursor. It used to resume where it had scanned to, beyond the new head,
+// and parse unpublished memory with no bound: garbage there made it panic.
+func TestOrderedHeadBackwards(t *testing.T) {
+	f := newFakeRings(t, 2, 1024)
+	o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1 << 62})
+	for seq := uint64(0); seq < 4; seq++ {
+		f.emit(t, 0, 10+seq, seq, 16) // 32-byte records at 0, 32, 64, 96
+	}
+	// Garbage past the head (never published): a sample whose sizes do not
+	// fit the 1024-byte ring.
+	bad := f.rings[0].data[128:]
+	binary.NativeEndian.PutUint32(bad[0:], unix.PERF_RECORD_SAMPLE)
+	binary.NativeEndian.PutUint16(bad[6:], 65528)
+	binary.NativeEndian.PutUint32(bad[8:], 65000)
+
+	var s Sample
+	read := func(d time.Duration) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		o.SetDeadline(time.Now().Add(d))
+		s = Sample{}
+		return o.ReadInto(&s)
+	}
+	if err := read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read 1: %v", err) // front 10 held, look-ahead scanned to 128
+	}
+	page := &f.rings[0].page.Data_head
+	atomic.StoreUint64(page, 64) // head moves backwards (corrupt)
+	if err := read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read 2: %v", err)
+	}
+	o.Flush()
+	if err := read(time.Second); err != nil || s.Key != 10 {
+		t.Fatalf("read 3: key %d, %v; want 10", s.Key, err) // by rule 5
+	}
+	// The head that moved backwards is passed over, and skips nothing: the
+	// records at 32, 64 and 96, below the last valid head, are genuine. The
+	// read that found it delivers 11, the next one reports it, once.
+	if err := read(time.Second); err != nil || s.Key != 11 {
+		t.Fatalf("read 4: key %d, %v; want 11", s.Key, err)
+	}
+	err := read(time.Second)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Reason != "head moved backwards from 128 to 64" {
+		t.Fatalf("read 5: %v; want the head moving backwards reported", err)
+	}
+	if st := o.Stats()[0]; st.Corrupt != 1 || st.CorruptBytes != 0 {
+		t.Errorf("stats %+v; want 1 corruption, nothing skipped", st)
+	}
+	// The Flush took data_head, 64: it ended with the record at 32.
+	if err := read(time.Second); !errors.Is(err, ErrFlushed) {
+		t.Fatalf("read 6: %v", err)
+	}
+	// The producer's next write brings data_head back: 12 and 13 come out,
+	// held for ring 1 until a Flush.
+	f.emit(t, 0, 14, 4, 16)
+	if err := read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read 7: key %d, %v; want the 12 held", s.Key, err)
+	}
+	o.Flush()
+	for _, want := range []uint64{12, 13, 14} {
+		if err := read(time.Second); err != nil || s.Key != want {
+			t.Fatalf("read: key %d, %v; want %d", s.Key, err, want)
+		}
+	}
+	if err := read(time.Second); !errors.Is(err, ErrFlushed) {
+		t.Fatalf("last read: %v", err)
+	}
+	if st := o.Stats()[0]; st.Samples != 5 || st.Corrupt != 1 || st.CorruptBytes != 0 {
+		t.Errorf("stats %+v; want 5 samples, 1 corruption, nothing skipped", st)
+	}
+}
+
+// The ordered Reader counts lost samples as it delivers their lost record,
+// as it counts samples: not when its look-ahead parses the record, while a
+// sample before it is still held.
+func TestOrderedLostCountedWhenDelivered(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1 << 62})
+	f.emit(t, 0, 10, 0, 16)
+	f.rings[0].mustWrite(t, fakeLost(0, 7))
+	f.emit(t, 0, 20, 1, 16)
+	// Ring 1 is empty: the 10 is held, and the look-ahead (rule 2) parses
+	// the lost record behind it.
+	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	var s Sample
+	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: key %d, %v; want the 10 held", s.Key, err)
+	}
+	if st := o.Stats()[0]; st.Lost != 0 || st.Samples != 0 {
+		t.Errorf("nothing delivered, stats count %d lost, %d samples", st.Lost, st.Samples)
+	}
+	o.Flush()
+	o.SetDeadline(time.Now().Add(5 * time.Second))
+	if n := readFlushed(t, o); n != 3 {
+		t.Fatalf("flushed %d records, want 3", n)
+	}
+	if st := o.Stats()[0]; st.Lost != 7 || st.Samples != 2 {
+		t.Errorf("all delivered, stats count %d lost, %d samples; want 7, 2", st.Lost, st.Samples)
+	}
+}
+
+// A blocked ordered Reader waits for the smallest front to be due (rule 3),
+// the only one that can go next. It used to take the earliest due time of
+// every front, so once a larger key was due it spun until the smallest was.
+func TestOrderedWaitsForTheSmallest(t *testing.T) {
+	f := newFakeRings(t, 3, 4096) // ring 2 stays idle: rule 1 never applies
+	const delay = 200 * time.Millisecond
+	o := f.reader(t, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: delay, KeyWindow: 1 << 62}})
+	start := time.Now()
+	f.emit(t, 1, 20, 0, 16)
+	var s Sample
+	o.SetDeadline(time.Now().Add(10 * time.Millisecond))
+	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal(err) // ring 1's 20 seen at ~0
+	}
+	time.Sleep(100*time.Millisecond - time.Since(start))
+	f.emit(t, 0, 10, 1, 16) // a smaller key, seen at ~100 ms: due at ~300 ms
+	o.SetDeadline(start.Add(290 * time.Millisecond))
+	cpu0 := cpuTime(t)
+	wall0 := time.Now()
+	err := o.ReadInto(&s)
+	cpu, wall := cpuTime(t)-cpu0, time.Since(wall0)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: key %d, %v", s.Key, err)
+	}
+	if cpu > wall/3 {
+		t.Errorf("blocked read used %v of CPU in %v (busy-waiting)", cpu, wall)
+	}
+}
+
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// An ordered Reader's Each looks at ctx at least every 256 records, and
+// after each run (a ring's records that go one after the other by rule 1,
+// at most a sixteenth of the ring: 128 records here): a context cancelled
+// from fn ends Each before 256 more records. (Runs were not counted: Each
+// went on for 256 picks, each with its run, here all 600 records.)
+func TestOrderedEachRunChecksContext(t *testing.T) {
+	f := newFakeRings(t, 2, 1<<16)
+	const n = 600
+	for seq := uint64(0); seq < n; seq++ {
+		f.emit(t, 0, 1+seq, seq, 16)
+	}
+	f.emit(t, 1, 1<<40, 0, 16) // the other ring's front lies beyond them all: one run
+	o := f.ordered(t, Order{KeyOffset: 0})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := 0
+	err := o.Each(ctx, func(rec *Record) error {
+		if got++; got == 10 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || got >= 10+256 {
+		t.Fatalf("Each: %v after %d records; want context.Canceled within 256 records of the cancel", err, got)
+	}
+}
+
+// An ordered run: ring 0's records go one after the other while the other
+// rings hold later keys (rule 1), through RawBuffer.each keyed, and stop at
+// what a run may not deliver (a lost record, a sample that straddles the
+// ring's end, whose key straddles too) for next to place. With a Key
+// function there is no run: next takes each record. Either way the records
+// come in key order, each once, with their CPU and key, and the Stats are
+// exact.
+func TestOrderedRun(t *testing.T) {
+	const n, size = 100, 1 << 14
+	recSize := len(fakeSample(payload(0, 0, 16))) // 32
+	for _, keyFn := range []bool{false, true} {
+		for _, mode := range []string{"Each", "ReadInto"} {
+			t.Run(fmt.Sprintf("keyFn=%v/%s", keyFn, mode), func(t *testing.T) {
+				f := newFakeRings(t, 3, size)
+				// Ring 0 starts 16 bytes before a multiple of its size, less
+				// 60 samples and the lost record: the 61st sample straddles
+				// the end, and its key with it.
+				start := uint64(3*size - 16 - 60*recSize - 24)
+				f.rings[0] = newFakeRingAt(size, start)
+				ord := Order{MaxDelay: time.Hour}
+				if keyFn {
+					ord.Key = func(data []byte) uint64 { return binary.NativeEndian.Uint64(data) }
+				}
+				o := f.ordered(t, ord)
+				for seq := uint64(0); seq < n; seq++ {
+					if seq == 40 {
+						f.rings[0].mustWrite(t, fakeLost(0, 7))
+					}
+					f.emit(t, 0, 1+seq, seq, 16)
+				}
+				f.emit(t, 1, 1000, n, 16)
+				f.emit(t, 2, 2000, n+1, 16)
+				if straddles := f.rings[0].data[size-16:]; binary.NativeEndian.Uint32(straddles) != unix.PERF_RECORD_SAMPLE {
+					t.Fatal("no record 16 bytes before the ring's end")
+				}
+				o.SetDeadline(time.Now().Add(5 * time.Second))
+				var got []Sample
+				stop := errors.New("enough")
+				switch mode {
+				case "Each":
+					err := o.Each(context.Background(), func(rec *Record) error {
+						got = append(got, Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(nil), Lost: rec.Lost, Key: rec.Key, Late: rec.Late})
+						if len(got) == n+1 {
+							return stop
+						}
+						return nil
+					})
+					if err != stop {
+						t.Fatalf("Each: %v after %d records", err, len(got))
+					}
+				case "ReadInto":
+					got = readN(t, o, n+1)
+				}
+				seq := uint64(0)
+				for j, s := range got {
+					if s.CPU != 0 || s.Late {
+						t.Fatalf("record %d: cpu %d, late %v", j, s.CPU, s.Late)
+					}
+					if j == 40 {
+						if s.Type != RecordLost || s.Lost != 7 {
+							t.Fatalf("record 40: %v (%d lost); want the lost record", s.Type, s.Lost)
+						}
+						continue
+					}
+					if s.Type != RecordSample || seqOf(s.Data) != seq || s.Key != 1+seq || keyOf(s) != s.Key {
+						t.Fatalf("record %d: %v, seq %d, key %d; want seq %d, key %d", j, s.Type, seqOf(s.Data), s.Key, seq, 1+seq)
+					}
+					seq++
+				}
+				// The other rings' records come after, once flushed.
+				o.Flush()
+				rest, errs := readUntilFlushed(t, o, mode)
+				if len(rest) != 2 || len(errs) != 0 || rest[0].Key != 1000 || rest[1].Key != 2000 || rest[0].CPU != 1 || rest[1].CPU != 2 {
+					t.Fatalf("after the run: %+v, errors %v", rest, errs)
+				}
+				st := o.Stats()
+				want0 := Stats{CPU: 0, Samples: n, Bytes: n * 20, Lost: 7, MaxFill: n*recSize + 24}
+				if st[0] != want0 {
+					t.Errorf("ring 0 stats %+v, want %+v", st[0], want0)
+				}
+				for i := 1; i < 3; i++ {
+					if want := (Stats{CPU: i, Samples: 1, Bytes: 20, MaxFill: recSize}); st[i] != want {
+						t.Errorf("ring %d stats %+v, want %+v", i, st[i], want)
+					}
+				}
+				if f.rings[0].page.Data_tail != f.rings[0].head {
+					t.Errorf("ring 0 committed to %d, its head is %d", f.rings[0].page.Data_tail-start, f.rings[0].head-start)
+				}
+			})
+		}
+	}
+}
+
+// Negative Order fields are refused.
+func TestOrderInvalid(t *testing.T) {
+	f := newFakeRings(t, 1, 4096)
+	for _, ord := range []Order{{KeyOffset: -1}, {MaxDelay: -time.Second}, {HighWater: -1}} {
+		if _, err := newReader(f.raw(t), f.fds, ReaderOptions{Order: &ord}); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("%+v: %v, want os.ErrInvalid", ord, err)
+		}
+	}
+}
