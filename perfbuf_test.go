@@ -629,3 +629,46 @@ func TestPerfBufferHeld(t *testing.T) {
 		t.Errorf("not freed at release: discarded %d, want 32", d)
 	}
 }
+
+// Every corrupt ring the parser knows (fakeCorruptCases), through callback
+// mode: Consume delivers the good records before it, reports it once as a
+// *CorruptError, counts it, and delivers the ring's next samples. libbpf's
+// own parser, which callback mode used before, hangs or crashes on these.
+func TestPerfBufferCorruptCases(t *testing.T) {
+	for _, c := range fakeCorruptCases() {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeRings(t, 1, 1024)
+			ring := newFakeRingAt(1024, 1<<20+c.at)
+			f.rings[0].page, f.rings[0].data, f.rings[0].head = ring.page, ring.data, ring.head
+			bad := f.rings[0].head
+			for i, r := range c.recs {
+				if i == len(c.recs)-1 {
+					bad = f.rings[0].head
+				}
+				f.rings[0].put(r)
+			}
+			f.rings[0].publish()
+			var got []delivery
+			pb := f.perfBuffer(t, recorder(&got))
+			n, err := pb.Consume()
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Pos != bad || !strings.Contains(ce.Reason, c.reason) {
+				t.Fatalf("Consume = %d, %v; want %q at %d", n, err, c.reason, bad)
+			}
+			if n != len(c.recs)-1 || len(got) != n {
+				t.Fatalf("%d samples delivered before the corrupt record, want %d", n, len(c.recs)-1)
+			}
+			if n, err := pb.Consume(); n != 0 || err != nil {
+				t.Fatalf("second Consume = %d, %v: reported more than once", n, err)
+			}
+			// The producer goes on from its own head.
+			f.rings[0].mustWrite(t, fakeSample([]byte("after")))
+			if n, err := pb.Consume(); n != 1 || err != nil {
+				t.Fatalf("Consume after the corruption = %d, %v; want the new sample", n, err)
+			}
+			if st := pb.Stats()[0]; st.Corrupt != 1 || st.Samples != uint64(len(c.recs)) {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
