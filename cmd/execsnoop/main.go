@@ -141,7 +141,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // counts is what the read loop saw, and what the BPF program counted.
 type counts struct {
 	events, shown, lost, late, bad uint64
-	corrupt                        uint64 // corrupt rings the reader skipped
+	corrupt                        uint64 // corruptions the reader reported
 	// From the BPF program at the end: events that did not fit in a ring
 	// (lost records report them too, but only once a later event fits),
 	// and execs not traced because its map of execs in flight was full.
@@ -150,7 +150,7 @@ type counts struct {
 
 // readLoop prints the events of src until it is flushed or closed. Lost
 // counts go to stderr as they arrive, as in the C tool, and so does a
-// corrupt ring, which the reader skipped before going on.
+// corrupt ring, which the reader got past before going on.
 func readLoop(src eventSource, o *options, stdout, stderr io.Writer) (counts, error) {
 	var (
 		c    counts
@@ -165,7 +165,7 @@ func readLoop(src eventSource, o *options, stdout, stderr io.Writer) (counts, er
 		}
 		if errors.Is(err, perfbuf.ErrCorrupt) {
 			c.corrupt++
-			fmt.Fprintf(stderr, "execsnoop: %v (its unread events were skipped)\n", err)
+			fmt.Fprintf(stderr, "execsnoop: %v (reading goes on past it)\n", err)
 			continue
 		}
 		if err != nil {
@@ -208,7 +208,7 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 		fmt.Fprintf(w, ", %d malformed", c.bad)
 	}
 	if c.corrupt > 0 {
-		fmt.Fprintf(w, ", %d corrupt rings skipped", c.corrupt)
+		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
 	}
 	fmt.Fprintf(w, " in %.1fs\n", elapsed.Seconds())
 	for _, s := range stats {
