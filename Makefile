@@ -5,7 +5,8 @@
 #   make test     deps, build, unit tests, privileged selftests, the unit tests on a
 #                 big-endian host (s390x under qemu), a bounded fuzz run
 #   make bench    Go benchmarks, then perfbench: every mode beside the C reference
-#                 (table; build/perfbench.csv; docs/perfbench.svg). Needs root.
+#                 (table; build/perfbench.csv; docs/perfbench.svg), the quiet
+#                 measurement's C consumer built first (build/perfbench-cquiet). Needs root.
 #   make lint     gofmt, go vet, staticcheck
 #   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12 kernels x 2, 8 CPUs
 #
@@ -132,10 +133,25 @@ fuzz: build
 BENCHTIME ?= 1000000x
 PERFBENCH_FLAGS ?=
 
-bench: build
+# perfbench's quiet measurement runs its C reference as a program of its own
+# (cmd/perfbench/cquiet), linked with the libbpf the Go package links.
+CQUIET := $(BUILD)/perfbench-cquiet
+ifeq ($(LIBBPF),static)
+CQUIET_CFLAGS := -I$(LIBBPF_INCLUDE)
+CQUIET_LIBS := $(LIBBPF_A) -lelf -lz
+else
+CQUIET_CFLAGS = $(shell pkg-config --cflags libbpf)
+CQUIET_LIBS = $(shell pkg-config --libs libbpf)
+endif
+
+$(CQUIET): cmd/perfbench/cquiet/cquiet.c internal/cref/cref.h $(LIBBPF_A) | deps
+	@mkdir -p $(BUILD)
+	$(CC) -O2 -g -Wall -Wextra -Iinternal/cref $(CQUIET_CFLAGS) -o $@ $< $(CQUIET_LIBS)
+
+bench: build $(CQUIET)
 	$(GO) test $(GOTAGS) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 	$(GO) build $(GOTAGS) -o $(BUILD)/perfbench ./cmd/perfbench
-	$(BUILD)/perfbench -bpf-obj cmd/perfbench/bpf/perfbench.bpf.o \
+	$(BUILD)/perfbench -bpf-obj cmd/perfbench/bpf/perfbench.bpf.o -cquiet $(CQUIET) \
 		-csv $(BUILD)/perfbench.csv -svg docs/perfbench.svg $(PERFBENCH_FLAGS)
 
 lint: deps

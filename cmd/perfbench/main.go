@@ -3,19 +3,25 @@
 // perfbuf's callback mode, raw zero-copy and copying drains, and the
 // Reader, fullest-first and ordered.
 //
-// Two measurements, both from internal/benchrun (the Go benchmarks in
-// selftest/bench run the same code):
+// Three measurements, all from internal/benchrun (the Go benchmarks in
+// selftest/bench run the first two with the same code):
 //
 //   - drain: BPF fills a ring (untimed), one timed pass reads every sample
 //     and every byte; ns per sample at 16, 64, 256 and 1024 bytes.
 //   - sustained: one producer per CPU emits 64-byte samples while the mode
 //     consumes; samples per second of wall time, and samples lost.
+//   - quiet: one sample per wakeup at a few hundred and a few thousand
+//     samples a second, and none (idle), with each consumer in a process
+//     of its own; CPU time and context switches per wakeup (per second
+//     while idle). The C consumer is a program of its own (-cquiet, built
+//     by `make bench`); without it, the C rows are skipped, with a note.
 //
 // Each measurement is repeated in -rounds rounds (the order of the modes
 // rotates from round to round) and reported as the median, with the spread
-// (max-min)/median, because a small VM is noisy. It prints a line per
-// measurement on stderr, a table on stdout, and writes the results as CSV
-// (-csv) and as an SVG bar chart (-svg).
+// (max-min)/median, because a small VM is noisy; -only picks measurements.
+// It prints a line per measurement on stderr, a table on stdout, and writes
+// the results as CSV (-csv) and as an SVG bar chart of the drain and
+// sustained figures (-svg).
 //
 // It needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) and kernel BTF, and
 // the BPF object built by `make bpf` (see -bpf-obj).
@@ -29,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,7 +51,26 @@ type config struct {
 	samples   int // per drain measurement
 	sustained int // per CPU, per sustained measurement
 	csv, svg  string
+	only      []string // measurements to run, of measurements
+
+	cquiet        string        // the C consumer of the quiet measurement
+	quietDuration time.Duration // of each quiet run
+	quietRates    []int         // samples per second; 0: idle
+	quietModes    []string      // nil: every mode
+	quietWrap     []string      // a command the consumers run under
 }
+
+// The measurements, as -only names them.
+const (
+	onlyDrain     = "drain"
+	onlySustained = "sustained"
+	onlyQuiet     = "quiet"
+)
+
+var measurements = []string{onlyDrain, onlySustained, onlyQuiet}
+
+// runs reports whether the measurement m is to run.
+func (c config) runs(m string) bool { return slices.Contains(c.only, m) }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -59,7 +85,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.samples, "samples", 500000, "samples per drain measurement")
 	fs.IntVar(&c.sustained, "sustained", 1000000, "samples per CPU per sustained measurement")
 	fs.StringVar(&c.csv, "csv", "build/perfbench.csv", "CSV output (empty: none)")
-	fs.StringVar(&c.svg, "svg", "docs/perfbench.svg", "SVG chart output (empty: none)")
+	fs.StringVar(&c.svg, "svg", "docs/perfbench.svg", "SVG chart output (empty: none; drawn when drain and sustained run)")
+	only := fs.String("only", strings.Join(measurements, ","), "the measurements to run, of "+strings.Join(measurements, ","))
+	fs.StringVar(&c.cquiet, "cquiet", "build/perfbench-cquiet", "the quiet measurement's C consumer, built by make bench (missing: no C rows)")
+	fs.DurationVar(&c.quietDuration, "quiet-duration", benchrun.QuietDuration, "quiet measurement: how long each consumer is fed (or left idle)")
+	rates := fs.String("quiet-rates", "300,3000,idle", "quiet measurement: samples per second, or idle")
+	modes := fs.String("quiet-modes", "", "quiet measurement: the modes to run, of "+strings.Join(allQuietModes(), ",")+" (empty: all)")
+	wrap := fs.String("quiet-wrap", "", "quiet measurement: a command to run each consumer under, such as \"perf stat -e context-switches\" (its own cost is then measured too)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: perfbench [flags]\n\nMeasures every perfbuf mode beside the C reference (needs root).\n\n")
 		fs.PrintDefaults()
@@ -70,14 +102,37 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if c.rounds < 1 || c.samples < 1 || c.sustained < 1 {
-		return c, errors.New("-rounds, -samples and -sustained must be positive")
+	if c.rounds < 1 || c.samples < 1 || c.sustained < 1 || c.quietDuration <= 0 {
+		return c, errors.New("-rounds, -samples, -sustained and -quiet-duration must be positive")
+	}
+	for _, m := range strings.Split(*only, ",") {
+		m = strings.TrimSpace(m)
+		if !slices.Contains(measurements, m) {
+			return c, fmt.Errorf("-only: unknown measurement %q (measurements: %s)", m, strings.Join(measurements, ", "))
+		}
+		c.only = append(c.only, m)
+	}
+	var err error
+	if c.quietRates, err = parseRates(*rates); err != nil {
+		return c, err
+	}
+	if c.quietModes, err = parseQuietModes(*modes); err != nil {
+		return c, err
+	}
+	c.quietWrap = strings.Fields(*wrap)
+	if c.cquiet != "" {
+		if abs, err := filepath.Abs(c.cquiet); err == nil {
+			c.cquiet = abs // run as a path, never looked up in PATH
+		}
 	}
 	return c, nil
 }
 
 // run is the whole command; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	if isConsumer(args) {
+		return runConsumer(args, stdout, stderr)
+	}
 	c, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -101,7 +156,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer e.Close()
 
-	r := &results{env: environment(len(e.CPUs)), rounds: c.rounds, samples: c.samples, sustainedPerCPU: c.sustained}
+	r := &results{env: environment(len(e.CPUs)), rounds: c.rounds, samples: c.samples, sustainedPerCPU: c.sustained,
+		quietDuration: c.quietDuration}
+	if c.runs(onlyQuiet) {
+		if why := cquietMissing(c.cquiet); why != "" {
+			r.quietNoC = why
+			fmt.Fprintf(stderr, "perfbench: quiet: skipping the C consumer, and so the C rows and x C (%s; `make bench` builds it)\n", why)
+		}
+	}
 	if err := measure(e, c, r, stderr); err != nil {
 		fmt.Fprintf(stderr, "perfbench: %v\n", err)
 		return 1
@@ -111,9 +173,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	outputs := []struct {
 		path  string
 		write func(io.Writer, *results) error
-	}{{c.csv, writeCSV}, {c.svg, writeSVG}}
+		skip  string // why not to write it
+	}{{c.csv, writeCSV, ""}, {c.svg, writeSVG, ""}}
+	if !c.runs(onlyDrain) || !c.runs(onlySustained) {
+		outputs[1].skip = "the chart draws drain and sustained, and -only left one out"
+	}
 	for _, out := range outputs {
 		if out.path == "" {
+			continue
+		}
+		if out.skip != "" {
+			fmt.Fprintf(stderr, "perfbench: not writing %s: %s\n", out.path, out.skip)
 			continue
 		}
 		if err := writeFile(out.path, func(w io.Writer) error { return out.write(w, r) }); err != nil {
@@ -134,59 +204,85 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // measure runs every round of every measurement, reporting each on stderr.
 // Within a round, the drain modes are measured side by side
-// (benchrun.DrainCompare) and the sustained ones one after another; each
-// mode's ratio to C is taken within the round, against the C reference of
-// that round.
+// (benchrun.DrainCompare), and the sustained and quiet ones one after
+// another; each mode's ratio to C is taken within the round, against the C
+// reference of that round.
 func measure(e *bpfrun.Emitter, c config, r *results, stderr io.Writer) error {
 	var sink uint64
 	for round := 0; round < c.rounds; round++ {
-		for _, size := range benchrun.Sizes {
-			modes := benchrun.DrainModes
-			sws := make([]*benchrun.Stopwatch, len(modes))
-			timers := make([]benchrun.Timer, len(modes))
-			for i := range sws {
-				sws[i] = new(benchrun.Stopwatch)
-				timers[i] = sws[i]
-			}
-			res, err := benchrun.DrainCompare(e, benchrun.DrainConfig{Size: size, Samples: c.samples}, modes, timers)
-			if err != nil {
+		if c.runs(onlyDrain) {
+			if err := measureDrains(e, c, r, round, &sink, stderr); err != nil {
 				return err
 			}
-			ns, allocs := make([]float64, len(modes)), make([]float64, len(modes))
-			for i, sw := range sws {
-				sink += res[i].Sum
-				ns[i] = float64(sw.Elapsed.Nanoseconds()) / float64(res[i].Samples)
-				allocs[i] = float64(sw.Mallocs) / float64(res[i].Samples)
-			}
-			r.addDrainRound(size, modes, ns, allocs)
-			for i, mode := range modes {
-				xc := r.drainOf(mode, size).xc
-				fmt.Fprintf(stderr, "round %d/%d  drain %-12s %5d B  %8.1f ns/sample  %5.2f x C  %8.0f MB/s  %.3f allocs/sample\n",
-					round+1, c.rounds, mode, size, ns[i], xc[len(xc)-1], mbps(size, ns[i]), allocs[i])
-			}
 		}
-		var sustained []benchrun.SustainedResult
-		for _, mode := range rotate(benchrun.SustainedModes, round) {
-			res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(e.CPUs)}, &benchrun.Stopwatch{})
-			if err != nil {
+		if c.runs(onlySustained) {
+			if err := measureSustainedRound(e, c, r, round, stderr); err != nil {
 				return err
 			}
-			sustained = append(sustained, res)
-			fill := ""
-			if res.MaxFill > 0 {
-				fill = fmt.Sprintf("  max ring fill %d KiB", res.MaxFill>>10)
-			}
-			fmt.Fprintf(stderr, "round %d/%d  sustained %-12s  %6.2f M samples/s  lost %d  late %d  wall %v%s\n",
-				round+1, c.rounds, mode, res.Rate()/1e6, res.Lost, res.Late, res.Wall.Round(time.Millisecond), fill)
-			if err := res.Check(); err != nil {
-				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
+		}
+		if c.runs(onlyQuiet) {
+			if err := measureQuiet(e, c, r, round, stderr); err != nil {
+				return err
 			}
 		}
-		r.addSustainedRound(sustained)
 	}
 	if sink == 1 {
 		fmt.Fprintln(stderr) // keeps sink, and so the reads, alive
 	}
+	return nil
+}
+
+// measureDrains runs one round of drains at every size, summing what they
+// read into sink.
+func measureDrains(e *bpfrun.Emitter, c config, r *results, round int, sink *uint64, stderr io.Writer) error {
+	for _, size := range benchrun.Sizes {
+		modes := benchrun.DrainModes
+		sws := make([]*benchrun.Stopwatch, len(modes))
+		timers := make([]benchrun.Timer, len(modes))
+		for i := range sws {
+			sws[i] = new(benchrun.Stopwatch)
+			timers[i] = sws[i]
+		}
+		res, err := benchrun.DrainCompare(e, benchrun.DrainConfig{Size: size, Samples: c.samples}, modes, timers)
+		if err != nil {
+			return err
+		}
+		ns, allocs := make([]float64, len(modes)), make([]float64, len(modes))
+		for i, sw := range sws {
+			*sink += res[i].Sum
+			ns[i] = float64(sw.Elapsed.Nanoseconds()) / float64(res[i].Samples)
+			allocs[i] = float64(sw.Mallocs) / float64(res[i].Samples)
+		}
+		r.addDrainRound(size, modes, ns, allocs)
+		for i, mode := range modes {
+			xc := r.drainOf(mode, size).xc
+			fmt.Fprintf(stderr, "round %d/%d  drain %-12s %5d B  %8.1f ns/sample  %5.2f x C  %8.0f MB/s  %.3f allocs/sample\n",
+				round+1, c.rounds, mode, size, ns[i], xc[len(xc)-1], mbps(size, ns[i]), allocs[i])
+		}
+	}
+	return nil
+}
+
+// measureSustainedRound runs one round of sustained runs, every mode in turn.
+func measureSustainedRound(e *bpfrun.Emitter, c config, r *results, round int, stderr io.Writer) error {
+	var sustained []benchrun.SustainedResult
+	for _, mode := range rotate(benchrun.SustainedModes, round) {
+		res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(e.CPUs)}, &benchrun.Stopwatch{})
+		if err != nil {
+			return err
+		}
+		sustained = append(sustained, res)
+		fill := ""
+		if res.MaxFill > 0 {
+			fill = fmt.Sprintf("  max ring fill %d KiB", res.MaxFill>>10)
+		}
+		fmt.Fprintf(stderr, "round %d/%d  sustained %-12s  %6.2f M samples/s  lost %d  late %d  wall %v%s\n",
+			round+1, c.rounds, mode, res.Rate()/1e6, res.Lost, res.Late, res.Wall.Round(time.Millisecond), fill)
+		if err := res.Check(); err != nil {
+			fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
+		}
+	}
+	r.addSustainedRound(sustained)
 	return nil
 }
 

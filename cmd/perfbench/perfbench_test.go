@@ -8,6 +8,7 @@ import (
 	"flag"
 	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -97,8 +98,36 @@ func sample() *results {
 			sustained = append(sustained, res)
 		}
 		r.addSustainedRound(sustained)
+		for _, rate := range benchrun.QuietRates {
+			r.addQuietRound(rate, quietSample(rate, round))
+		}
 	}
 	return r
+}
+
+// quietSample is one round of quiet runs at rate: C costs 10 µs a wakeup,
+// each mode after it 5 µs more, plus round µs; the last mode loses 1.
+func quietSample(rate, round int) []benchrun.QuietResult {
+	modes := benchrun.QuietModes
+	if rate == 0 {
+		modes = benchrun.QuietIdleModes
+	}
+	n := uint64(3 * rate)
+	var out []benchrun.QuietResult
+	for _, mode := range rotate(modes, round) {
+		k := slices.Index(modes, mode)
+		res := benchrun.QuietResult{Mode: mode, Rate: rate, Emitted: n, Received: n,
+			Window: benchrun.Usage{Voluntary: int64(k+1) * 30, Involuntary: 3, Wall: 3 * time.Second}}
+		res.Window.CPU = time.Duration(n) * time.Duration(10+5*k+round) * time.Microsecond
+		if rate == 0 {
+			res.Window.CPU = time.Duration(k+1) * time.Millisecond
+		}
+		if k == len(modes)-1 && rate > 0 {
+			res.Failed, res.Lost = 1, 1
+		}
+		out = append(out, res)
+	}
+	return out
 }
 
 func TestResults(t *testing.T) {
@@ -122,6 +151,10 @@ func TestResults(t *testing.T) {
 	r.addSustained(benchrun.SustainedResult{Mode: benchrun.ModeReader, Emitted: 10, Received: 9, Wall: time.Millisecond}, 1)
 	if errs := r.accountingErrors(); len(errs) != 1 {
 		t.Errorf("accounting errors %v, want one", errs)
+	}
+	r.addQuietRound(0, []benchrun.QuietResult{{Mode: benchrun.ModeReader, Emitted: 0, Received: 1}})
+	if errs := r.accountingErrors(); len(errs) != 2 {
+		t.Errorf("accounting errors %v, want two (a sample received while idle)", errs)
 	}
 }
 
@@ -154,17 +187,48 @@ func TestCSV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 1 + len(benchrun.Sizes)*len(benchrun.DrainModes) + len(benchrun.SustainedModes); len(rows) != want {
+	nquiet := 2*len(benchrun.QuietModes) + len(benchrun.QuietIdleModes)
+	if want := 1 + len(benchrun.Sizes)*len(benchrun.DrainModes) + len(benchrun.SustainedModes) + nquiet; len(rows) != want {
 		t.Fatalf("%d rows, want %d", len(rows), want)
+	}
+	col := map[string]int{}
+	for i, name := range csvHeader {
+		col[name] = i
 	}
 	for _, row := range rows {
 		if len(row) != len(csvHeader) {
 			t.Fatalf("row %v has %d fields, header %d", row, len(row), len(csvHeader))
 		}
 	}
-	last := rows[len(rows)-1]
+	last := rows[len(rows)-1-nquiet]
 	if last[0] != "sustained" || last[1] != lastSustained || last[12] != "10" || last[13] != "20" {
-		t.Errorf("last row %v", last)
+		t.Errorf("last sustained row %v", last)
+	}
+	// The quiet rows: by rate, idle last, C first at each.
+	quiet := rows[len(rows)-nquiet:]
+	first, c3000, idle := quiet[0], quiet[len(benchrun.QuietModes)], quiet[2*len(benchrun.QuietModes)]
+	for _, tc := range []struct {
+		row            []string
+		col, want, why string
+	}{
+		{first, "kind", "quiet", "kind"},
+		{first, "mode", benchrun.ModeC, "C first"},
+		{first, "samples_per_s", "300", "rate"},
+		{first, "ratio_to_c", "1.000", "C over itself"},
+		{first, "cpu_us_per_wakeup", "10.50", "median of 10 and 11 µs"},
+		{first, "vcsw_per_wakeup", "0.033", "30 of 900"},
+		{c3000, "samples_per_s", "3000", "rate"},
+		{quiet[len(benchrun.QuietModes)-1], "lost_total", "2", "the last mode lost 1 a round"},
+		{quiet[1], "ratio_to_c", "1.477", "callback: 15/10 and 16/11, the median of the rounds' ratios"},
+		{idle, "samples_per_s", "0", "idle"},
+		{idle, "ratio_to_c", "", "no ratio while idle"},
+		{idle, "cpu_us_per_wakeup", "", "no per-wakeup figure while idle"},
+		{idle, "wakeups_per_s", "10.00", "30 in 3 s"},
+		{idle, "cpu_ms_per_s", "0.3333", "1 ms in 3 s"},
+	} {
+		if got := tc.row[col[tc.col]]; got != tc.want {
+			t.Errorf("%s of %v = %q, want %q (%s)", tc.col, tc.row[:2], got, tc.want, tc.why)
+		}
 	}
 }
 
@@ -206,6 +270,24 @@ func TestFlags(t *testing.T) {
 	c, err := parseFlags(nil, io.Discard)
 	if err != nil || c.rounds != 5 || c.csv != "build/perfbench.csv" || c.svg != "docs/perfbench.svg" {
 		t.Errorf("defaults %+v, %v", c, err)
+	}
+	if !slices.Equal(c.only, measurements) || !slices.Equal(c.quietRates, benchrun.QuietRates) || c.quietModes != nil ||
+		c.quietDuration != benchrun.QuietDuration || !filepath.IsAbs(c.cquiet) || !strings.HasSuffix(c.cquiet, "/build/perfbench-cquiet") {
+		t.Errorf("quiet defaults %+v", c)
+	}
+	c, err = parseFlags([]string{"-only", "quiet", "-quiet-rates", "idle,1000", "-quiet-modes", "reader,C", "-quiet-wrap", "perf  stat --"}, io.Discard)
+	if err != nil || !slices.Equal(c.only, []string{"quiet"}) || !c.runs(onlyQuiet) || c.runs(onlyDrain) ||
+		!slices.Equal(c.quietRates, []int{0, 1000}) || !slices.Equal(c.quietModes, []string{"reader", "C"}) ||
+		!slices.Equal(c.quietWrap, []string{"perf", "stat", "--"}) {
+		t.Errorf("quiet flags: %+v, %v", c, err)
+	}
+	for _, bad := range [][]string{
+		{"-only", "quiet,fast"}, {"-only", ""}, {"-quiet-rates", "0"}, {"-quiet-rates", "300,"}, {"-quiet-rates", "fast"},
+		{"-quiet-modes", "raw-copy"}, {"-quiet-duration", "0s"},
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 	if _, err := parseFlags([]string{"-rounds", "0"}, io.Discard); err == nil {
 		t.Error("-rounds 0 accepted")

@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"text/tabwriter"
@@ -14,33 +15,100 @@ import (
 // writeTable prints the results for people.
 func writeTable(w io.Writer, r *results) {
 	fmt.Fprintf(w, "perfbench: %s\n", r.env)
-	fmt.Fprintf(w, "median of %d rounds; spread = (max - min) / median of ns or rate over the rounds\n\n", r.rounds)
+	fmt.Fprintf(w, "median of %d rounds; spread = (max - min) / median of the first figure over the rounds\n\n", r.rounds)
 
-	fmt.Fprintf(w, "Drain of pre-filled %s rings, %d samples per measurement (lower ns/sample is better;\n", ringSize(benchrun.DrainPages), r.samples)
-	fmt.Fprintf(w, "x C = ns/sample over the C reference's at the same size, in the same rounds: C's for the\n")
-	fmt.Fprintf(w, "one-CPU fill, C-2cpu's for the ordered modes' two-CPU fill; C-2cpu's own is over C's)\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "size\tmode\tns/sample\tMB/s\tx C\tallocs/sample\tspread\t")
-	for _, d := range r.drain {
-		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.0f\t%.2f\t%.3f\t%.0f%%\t\n",
-			d.size, d.mode, d.ns.median(), mbps(d.size, d.ns.median()), d.ratio(), d.allocs.median(), 100*d.ns.spread())
-	}
-	tw.Flush()
-
-	fmt.Fprintf(w, "\nSustained: a producer on each of %d CPUs, %d samples each of %d bytes, %s rings, wakeup every %d samples\n",
-		r.env.cpus, r.sustainedPerCPU, benchrun.SustainedSize, ringSize(benchrun.SustainedPages), benchrun.SustainedWakeup)
-	fmt.Fprintf(w, "(higher samples/s is better; x C = rate over the C reference's in the same round; lost and late: worst round)\n")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tsamples/s\tx C\tlost\tlate\twall ms\tspread\taccounting\t")
-	for _, s := range r.sustained {
-		acct := "ok"
-		if len(s.check) > 0 {
-			acct = fmt.Sprintf("%d bad", len(s.check))
+	if len(r.drain) > 0 {
+		fmt.Fprintf(w, "Drain of pre-filled %s rings, %d samples per measurement (lower ns/sample is better;\n", ringSize(benchrun.DrainPages), r.samples)
+		fmt.Fprintf(w, "x C = ns/sample over the C reference's at the same size, in the same rounds: C's for the\n")
+		fmt.Fprintf(w, "one-CPU fill, C-2cpu's for the ordered modes' two-CPU fill; C-2cpu's own is over C's)\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "size\tmode\tns/sample\tMB/s\tx C\tallocs/sample\tspread\t")
+		for _, d := range r.drain {
+			fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.0f\t%.2f\t%.3f\t%.0f%%\t\n",
+				d.size, d.mode, d.ns.median(), mbps(d.size, d.ns.median()), d.ratio(), d.allocs.median(), 100*d.ns.spread())
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%d\t%d\t%.0f\t%.0f%%\t%s\t\n",
-			s.mode, s.rate.median(), s.ratio(), maxU(s.lost), maxU(s.late), s.wall.median(), 100*s.rate.spread(), acct)
+		tw.Flush()
 	}
-	tw.Flush()
+	if len(r.sustained) > 0 {
+		if len(r.drain) > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "Sustained: a producer on each of %d CPUs, %d samples each of %d bytes, %s rings, wakeup every %d samples\n",
+			r.env.cpus, r.sustainedPerCPU, benchrun.SustainedSize, ringSize(benchrun.SustainedPages), benchrun.SustainedWakeup)
+		fmt.Fprintf(w, "(higher samples/s is better; x C = rate over the C reference's in the same round; lost and late: worst round)\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "mode\tsamples/s\tx C\tlost\tlate\twall ms\tspread\taccounting\t")
+		for _, s := range r.sustained {
+			fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%d\t%d\t%.0f\t%.0f%%\t%s\t\n",
+				s.mode, s.rate.median(), s.ratio(), maxU(s.lost), maxU(s.late), s.wall.median(), 100*s.rate.spread(), accounting(s.check))
+		}
+		tw.Flush()
+	}
+	if len(r.quiet) > 0 {
+		if len(r.drain) > 0 || len(r.sustained) > 0 {
+			fmt.Fprintln(w)
+		}
+		writeQuietTables(w, r)
+	}
+}
+
+// writeQuietTables prints the quiet measurement: per wakeup at each rate,
+// per second while idle.
+func writeQuietTables(w io.Writer, r *results) {
+	var active, idle []*quietStat
+	for _, q := range r.quiet {
+		if q.rate == 0 {
+			idle = append(idle, q)
+		} else {
+			active = append(active, q)
+		}
+	}
+	fmt.Fprintf(w, "Quiet: one %d-byte sample per wakeup (WakeupEvents 1, %s rings), emitted on CPU %d at a steady rate\n",
+		benchrun.QuietSize, ringSize(benchrun.QuietPages), benchrun.QuietCPU)
+	fmt.Fprintf(w, "for %v, or none (idle); each consumer is a process of its own, unpinned, measured from its first wait\n", r.quietDuration)
+	fmt.Fprintf(w, "to its last sample (getrusage: CPU and context switches of all its threads). Modes: C = perf_buffer__poll,\n")
+	fmt.Fprintf(w, "callback = PerfBuffer.Poll, reader = Reader.ReadInto (MaxLatency 100 ms), reader-nolatency = the same with\n")
+	fmt.Fprintf(w, "MaxLatency -1, reader-each = Reader.Each, ordered = Reader with Order (KeyOffset 8), ReadInto.\n")
+	if r.quietNoC != "" {
+		fmt.Fprintf(w, "No C rows, and no x C: the C consumer did not run (%s).\n", r.quietNoC)
+	}
+	if len(active) > 0 {
+		fmt.Fprintf(w, "\nPer wakeup (lower is better; x C = CPU per wakeup over C's in the same round; lost: worst round):\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "rate\tmode\tus CPU/wakeup\tcsw/wakeup\tvoluntary\tx C\tlost\tspread\taccounting\t")
+		for _, q := range active {
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.2f\t%s\t%d\t%.0f%%\t%s\t\n",
+				benchrun.RateName(q.rate), q.mode, q.cpu.median(), q.csw.median(), q.vcsw.median(),
+				ratioText(q.ratio()), maxU(q.lost), 100*q.cpu.spread(), accounting(q.check))
+		}
+		tw.Flush()
+	}
+	if len(idle) > 0 {
+		fmt.Fprintf(w, "\nIdle, per second (wakeups = voluntary context switches: sleeps that a wakeup ended):\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "mode\twakeups/s\tcsw/s\tCPU ms/s\tspread\taccounting\t")
+		for _, q := range idle {
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.3f\t%.0f%%\t%s\t\n",
+				q.mode, q.wakeups.median(), q.cswSec.median(), q.cpuSec.median(), 100*q.wakeups.spread(), accounting(q.check))
+		}
+		tw.Flush()
+	}
+}
+
+// ratioText is a ratio to C with two decimals, or "-" without one.
+func ratioText(x float64) string {
+	if math.IsNaN(x) {
+		return "-"
+	}
+	return strconv.FormatFloat(x, 'f', 2, 64)
+}
+
+// accounting is "ok", or how many rounds had an accounting mismatch.
+func accounting(bad []error) string {
+	if len(bad) > 0 {
+		return fmt.Sprintf("%d bad", len(bad))
+	}
+	return "ok"
 }
 
 // ringSize describes a ring of pages data pages: "64-page (256 KiB)".
@@ -52,15 +120,20 @@ func ringSize(pages int) string {
 	return fmt.Sprintf("%d-page (%d KiB)", pages, kib)
 }
 
-// csvHeader names the CSV columns. Drain rows leave the sustained columns
-// empty and the other way round; ratio_to_c is ns over the C reference's
-// (benchrun.Reference) for a drain and rate over C's for a sustained run,
-// the median of the rounds' ratios.
+// csvHeader names the CSV columns. Each kind of row fills the columns that
+// apply to it and leaves the others empty: drain rows the ns ones,
+// sustained rows the rate ones, quiet rows (one per mode and rate) the last
+// six, with samples_per_s the rate emitted (0: idle), lost_* and wall_ms
+// (the measured window). ratio_to_c is the median of the rounds' ratios:
+// ns over the C reference's (benchrun.Reference) for a drain, rate over
+// C's for a sustained run, CPU per wakeup over C's for a quiet one (empty
+// while idle, or without C).
 var csvHeader = []string{
 	"kind", "mode", "size", "rounds",
 	"ns_per_sample", "ns_min", "ns_max", "mb_per_s", "allocs_per_sample",
 	"samples_per_s", "rate_min", "rate_max", "lost_max", "lost_total", "late_max", "wall_ms",
 	"ratio_to_c",
+	"cpu_us_per_wakeup", "csw_per_wakeup", "vcsw_per_wakeup", "wakeups_per_s", "csw_per_s", "cpu_ms_per_s",
 }
 
 // writeCSV writes one row per measurement, with medians over the rounds.
@@ -76,7 +149,8 @@ func writeCSV(w io.Writer, r *results) error {
 		row := []string{"drain", d.mode, strconv.Itoa(d.size), strconv.Itoa(len(d.ns)),
 			f(m, 2), f(d.ns.min(), 2), f(d.ns.max(), 2), f(mbps(d.size, m), 1), f(d.allocs.median(), 4),
 			"", "", "", "", "", "", "",
-			f(d.ratio(), 3)}
+			f(d.ratio(), 3),
+			"", "", "", "", "", ""}
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -85,7 +159,27 @@ func writeCSV(w io.Writer, r *results) error {
 		row := []string{"sustained", s.mode, strconv.Itoa(benchrun.SustainedSize), strconv.Itoa(len(s.rate)),
 			"", "", "", "", "",
 			f(s.rate.median(), 0), f(s.rate.min(), 0), f(s.rate.max(), 0), u(maxU(s.lost)), u(sumU(s.lost)), u(maxU(s.late)), f(s.wall.median(), 1),
-			f(s.ratio(), 3)}
+			f(s.ratio(), 3),
+			"", "", "", "", "", ""}
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	for _, q := range r.quiet {
+		perWakeup := []string{"", "", ""}
+		xc := ""
+		if q.rate > 0 {
+			perWakeup = []string{f(q.cpu.median(), 2), f(q.csw.median(), 3), f(q.vcsw.median(), 3)}
+			if x := q.ratio(); !math.IsNaN(x) {
+				xc = f(x, 3)
+			}
+		}
+		row := []string{"quiet", q.mode, strconv.Itoa(benchrun.QuietSize), strconv.Itoa(len(q.wall)),
+			"", "", "", "", "",
+			strconv.Itoa(q.rate), "", "", u(maxU(q.lost)), u(sumU(q.lost)), "", f(q.wall.median(), 1),
+			xc}
+		row = append(row, perWakeup...)
+		row = append(row, f(q.wakeups.median(), 2), f(q.cswSec.median(), 2), f(q.cpuSec.median(), 4))
 		if err := cw.Write(row); err != nil {
 			return err
 		}

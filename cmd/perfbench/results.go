@@ -1,7 +1,9 @@
 package main
 
 import (
+	"math"
 	"slices"
+	"time"
 
 	"github.com/perfbuf/perfbuf/internal/benchrun"
 )
@@ -55,14 +57,36 @@ type sustainedStat struct {
 	check []error // accounting mismatches
 }
 
+// quietStat is one quiet measurement (a mode at a rate, 0 for idle) over
+// the rounds.
+type quietStat struct {
+	mode string
+	rate int
+	// Per wakeup (per sample received), at a rate.
+	cpu  series // µs of CPU
+	csw  series // context switches, voluntary and involuntary
+	vcsw series // voluntary ones
+	xc   series // cpu over C's in the same round; empty without C
+	// Per second of the window, at a rate and idle.
+	wakeups series // voluntary context switches
+	cswSec  series // context switches
+	cpuSec  series // ms of CPU
+	wall    series // the window, ms
+	lost    []uint64
+	check   []error // accounting mismatches
+}
+
 // results is everything perfbench measured.
 type results struct {
 	env             env
 	rounds          int
 	samples         int
 	sustainedPerCPU int
+	quietDuration   time.Duration
+	quietNoC        string       // why the quiet measurement ran without C, or ""
 	drain           []*drainStat // in the order of benchrun.Sizes, then DrainModes
 	sustained       []*sustainedStat
+	quiet           []*quietStat // by rate (idle last), then in allQuietModes' order
 }
 
 // addDrainRound adds one round of drains at size: ns and allocs per sample
@@ -156,10 +180,81 @@ func (d *drainStat) ratio() float64 { return d.xc.median() }
 // within each round.
 func (s *sustainedStat) ratio() float64 { return s.xc.median() }
 
+// addQuietRound adds one round of quiet runs at rate, C among them unless
+// its program was missing.
+func (r *results) addQuietRound(rate int, round []benchrun.QuietResult) {
+	c := 0.0
+	for _, res := range round {
+		if res.Mode == benchrun.ModeC {
+			c = res.CPUPerWakeup()
+		}
+	}
+	for _, res := range round {
+		q := r.quietOf(res.Mode, rate)
+		if q == nil {
+			q = &quietStat{mode: res.Mode, rate: rate}
+			r.quiet = append(r.quiet, q)
+			slices.SortStableFunc(r.quiet, func(a, b *quietStat) int {
+				if a.rate != b.rate {
+					return rateOrder(a.rate) - rateOrder(b.rate)
+				}
+				modes := allQuietModes()
+				return slices.Index(modes, a.mode) - slices.Index(modes, b.mode)
+			})
+		}
+		if rate > 0 {
+			q.cpu = append(q.cpu, res.CPUPerWakeup())
+			q.csw = append(q.csw, res.SwitchesPerWakeup())
+			q.vcsw = append(q.vcsw, res.VoluntaryPerWakeup())
+			if c > 0 {
+				q.xc = append(q.xc, res.CPUPerWakeup()/c)
+			}
+		}
+		q.wakeups = append(q.wakeups, res.WakeupsPerSecond())
+		q.cswSec = append(q.cswSec, res.SwitchesPerSecond())
+		q.cpuSec = append(q.cpuSec, res.CPUPerSecond())
+		q.wall = append(q.wall, float64(res.Window.Wall.Microseconds())/1e3)
+		q.lost = append(q.lost, res.Lost)
+		if err := res.Check(); err != nil {
+			q.check = append(q.check, err)
+		}
+	}
+}
+
+// rateOrder sorts rates up, idle (0) last.
+func rateOrder(rate int) int {
+	if rate == 0 {
+		return math.MaxInt32
+	}
+	return rate
+}
+
+func (r *results) quietOf(mode string, rate int) *quietStat {
+	for _, q := range r.quiet {
+		if q.mode == mode && q.rate == rate {
+			return q
+		}
+	}
+	return nil
+}
+
+// ratio is a quiet mode's CPU per wakeup over C's (1.2 means 20% more):
+// the median over the rounds of the ratio within each round, or NaN
+// without C.
+func (q *quietStat) ratio() float64 {
+	if len(q.xc) == 0 {
+		return math.NaN()
+	}
+	return q.xc.median()
+}
+
 func (r *results) accountingErrors() []error {
 	var out []error
 	for _, s := range r.sustained {
 		out = append(out, s.check...)
+	}
+	for _, q := range r.quiet {
+		out = append(out, q.check...)
 	}
 	return out
 }

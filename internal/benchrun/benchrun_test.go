@@ -1,7 +1,10 @@
 package benchrun
 
 import (
+	"io"
+	"math"
 	"os"
+	"slices"
 	"testing"
 	"time"
 )
@@ -42,5 +45,91 @@ func TestSustainedResult(t *testing.T) {
 	}
 	if (SustainedResult{}).Rate() != 0 {
 		t.Error("rate of an empty result")
+	}
+}
+
+func TestQuietResultLine(t *testing.T) {
+	line := formatQuietResult(900, 2, 1500*time.Microsecond, 2500*time.Microsecond, 950, 30, 3*time.Second, 12345)
+	received, lost, u, err := ParseQuietResult(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Usage{CPU: 4 * time.Millisecond, Voluntary: 950, Involuntary: 30, Wall: 3 * time.Second}
+	if received != 900 || lost != 2 || u != want {
+		t.Errorf("parsed %d, %d, %+v from %q; want 900, 2, %+v", received, lost, u, line, want)
+	}
+	// The C consumer prints the same fields; unknown ones are ignored.
+	if _, _, _, err := ParseQuietResult("result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=5 extra=6"); err != nil {
+		t.Errorf("extra field: %v", err)
+	}
+	for _, bad := range []string{
+		"",
+		"ready",
+		"result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4",           // no wall_us
+		"result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=x", // not a number
+		"result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=-4 wall_us=5",
+		"result received lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=5",
+	} {
+		if _, _, _, err := ParseQuietResult(bad); err == nil {
+			t.Errorf("ParseQuietResult(%q) accepted it", bad)
+		}
+	}
+}
+
+func TestQuietResult(t *testing.T) {
+	r := QuietResult{Mode: "x", Rate: 300, Emitted: 900, Received: 900,
+		Window: Usage{CPU: 18 * time.Millisecond, Voluntary: 1800, Involuntary: 900, Wall: 3 * time.Second}}
+	if err := r.Check(); err != nil {
+		t.Error(err)
+	}
+	for name, tc := range map[string]struct{ got, want float64 }{
+		"CPUPerWakeup":       {r.CPUPerWakeup(), 20},
+		"SwitchesPerWakeup":  {r.SwitchesPerWakeup(), 3},
+		"VoluntaryPerWakeup": {r.VoluntaryPerWakeup(), 2},
+		"WakeupsPerSecond":   {r.WakeupsPerSecond(), 600},
+		"SwitchesPerSecond":  {r.SwitchesPerSecond(), 900},
+		"CPUPerSecond":       {r.CPUPerSecond(), 6},
+	} {
+		if math.Abs(tc.got-tc.want) > 1e-9 {
+			t.Errorf("%s = %v, want %v", name, tc.got, tc.want)
+		}
+	}
+	r.Received = 899
+	if err := r.Check(); err == nil {
+		t.Error("899 received of 900 passed the check")
+	}
+	r.Received, r.Failed = 900, 1
+	if err := r.Check(); err == nil {
+		t.Error("a failed output not reported lost passed the check")
+	}
+	idle := QuietResult{Mode: "x"}
+	if idle.Check() != nil || idle.CPUPerWakeup() != 0 || idle.WakeupsPerSecond() != 0 {
+		t.Errorf("an empty idle result: %v, %v, %v", idle.Check(), idle.CPUPerWakeup(), idle.WakeupsPerSecond())
+	}
+	if RateName(0) != "idle" || RateName(300) != "300/s" {
+		t.Errorf("RateName: %q, %q", RateName(0), RateName(300))
+	}
+}
+
+func TestQuietModes(t *testing.T) {
+	for _, m := range append(slices.Clone(QuietModes), QuietIdleModes...) {
+		if got, want := IsQuietGoMode(m), m != ModeC; got != want {
+			t.Errorf("IsQuietGoMode(%q) = %v", m, got)
+		}
+	}
+	if QuietModes[0] != ModeC || QuietIdleModes[0] != ModeC {
+		t.Error("the C reference is not the first quiet mode")
+	}
+	for _, cfg := range []QuietConsumerConfig{
+		{Mode: ModeC, Count: 1, Timeout: time.Second},
+		{Mode: ModeReader, Count: -1, Timeout: time.Second},
+		{Mode: ModeReader, Count: 1},
+	} {
+		if err := QuietConsume(cfg, io.Discard); err == nil {
+			t.Errorf("QuietConsume(%+v) accepted it", cfg)
+		}
+	}
+	if _, err := Quiet(nil, QuietConfig{Mode: ModeReader, Rate: 300}); err == nil {
+		t.Error("Quiet without a command accepted it")
 	}
 }

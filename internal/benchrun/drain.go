@@ -3,16 +3,19 @@
 // mode the same way: the C reference (internal/cref), callback mode, raw
 // zero-copy and copying drains, and the Reader, fullest-first and ordered.
 //
-// Two kinds of measurement:
+// Three kinds of measurement:
 //
 //   - Drain: BPF pre-fills the rings (BPF_PROG_TEST_RUN, untimed), then one
 //     timed pass reads every sample, touching each byte once; repeated in
 //     rounds of at most a ring's worth until the requested count is read.
 //   - Sustained: producers on every CPU emit while the mode under test
 //     consumes; samples per second of wall time, and the lost samples.
+//   - Quiet (quiet.go): one sample per wakeup at a steady rate, or none,
+//     with the consumer in a process of its own; its CPU time and context
+//     switches per wakeup, from getrusage.
 //
-// A Timer marks the timed parts: *testing.B is one, Stopwatch is the one
-// perfbench uses. It does not depend on testing.
+// A Timer marks the timed parts of the first two: *testing.B is one,
+// Stopwatch is the one perfbench uses. It does not depend on testing.
 package benchrun
 
 import (

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* perfbench-cquiet: the C reference of perfbench's quiet measurement
+ * (internal/benchrun/quiet.go), a process of its own so that its CPU time
+ * and context switches are libbpf's and the kernel's alone, with no Go
+ * runtime beside them.
+ *
+ *   perfbench-cquiet MAP_FD COUNT TIMEOUT_MS
+ *
+ * Opens libbpf's perf_buffer over the perf event array at MAP_FD (inherited
+ * from perfbench), 64 pages per CPU, a wakeup per sample; prints "ready";
+ * loops on perf_buffer__poll until COUNT samples are accounted for (read or
+ * lost) or TIMEOUT_MS is up (COUNT 0: until then); prints the "result" line
+ * with what it read and the getrusage(RUSAGE_SELF) difference over that
+ * window. The sample callback reads every byte, as every mode's does.
+ *
+ * Built by `make bench` into build/perfbench-cquiet. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <bpf/libbpf.h>
+
+#include "cref.h"
+
+#define QUIET_PAGES 64 /* benchrun.QuietPages */
+
+struct counts {
+	uint64_t received;
+	uint64_t lost;
+	uint64_t sum;
+};
+
+static void on_sample(void *ctx, int cpu, void *data, __u32 size)
+{
+	struct counts *c = ctx;
+	(void)cpu;
+
+	c->sum += cref_read_all(data, size);
+	c->received++;
+}
+
+static void on_lost(void *ctx, int cpu, __u64 cnt)
+{
+	struct counts *c = ctx;
+	(void)cpu;
+
+	c->lost += cnt;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t tv_us(struct timeval tv)
+{
+	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* parse reads a non-negative decimal argument. */
+static int parse(const char *s, long long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoll(s, &end, 10);
+	return errno == 0 && end != s && *end == '\0' && *out >= 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	LIBBPF_OPTS(perf_buffer_opts, opts, .sample_period = 1);
+	long long fd, count, timeout_ms;
+	struct counts c = {0};
+	struct perf_buffer *pb;
+	struct rusage r0, r1;
+	int64_t t0, deadline, left;
+	int err;
+
+	if (argc != 4 || parse(argv[1], &fd) || parse(argv[2], &count) || parse(argv[3], &timeout_ms) ||
+	    timeout_ms == 0) {
+		fprintf(stderr, "usage: %s MAP_FD COUNT TIMEOUT_MS (COUNT 0: wait until the timeout)\n", argv[0]);
+		return 2;
+	}
+	pb = perf_buffer__new((int)fd, QUIET_PAGES, on_sample, on_lost, &c, &opts);
+	if (!pb) {
+		err = -errno;
+		fprintf(stderr, "perfbench-cquiet: perf_buffer__new: %s\n", strerror(-err));
+		return 1;
+	}
+
+	getrusage(RUSAGE_SELF, &r0);
+	t0 = now_ns();
+	deadline = t0 + (int64_t)timeout_ms * 1000000;
+	printf("ready\n");
+	fflush(stdout);
+	err = 0;
+	while (count == 0 || c.received + c.lost < (uint64_t)count) {
+		left = deadline - now_ns();
+		if (left <= 0)
+			break;
+		/* Rounded up to libbpf's milliseconds, as internal/cref's Poll does. */
+		err = perf_buffer__poll(pb, (int)((left + 999999) / 1000000));
+		if (err < 0 && err != -EINTR)
+			break;
+		err = 0;
+	}
+	getrusage(RUSAGE_SELF, &r1);
+	if (err < 0) {
+		fprintf(stderr, "perfbench-cquiet: perf_buffer__poll: %s\n", strerror(-err));
+		perf_buffer__free(pb);
+		return 1;
+	}
+	printf("result received=%llu lost=%llu utime_us=%lld stime_us=%lld nvcsw=%ld nivcsw=%ld wall_us=%lld sum=%llu\n",
+	       (unsigned long long)c.received, (unsigned long long)c.lost,
+	       (long long)(tv_us(r1.ru_utime) - tv_us(r0.ru_utime)),
+	       (long long)(tv_us(r1.ru_stime) - tv_us(r0.ru_stime)),
+	       r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw,
+	       (long long)((now_ns() - t0) / 1000), (unsigned long long)c.sum);
+	fflush(stdout);
+	perf_buffer__free(pb);
+	return 0;
+}

@@ -1,0 +1,597 @@
+package benchrun
+
+// The quiet measurement: what a consumer costs per wakeup when samples come
+// one at a time, a few hundred or a few thousand a second, and what it
+// costs when none come. That is the life of an always-on agent, where the
+// cost is per wakeup, not per sample (issue #16).
+//
+// The consumer runs in a child process of its own, so that its CPU time and
+// context switches are counted alone: the C reference is a standalone C
+// program (cmd/perfbench/cquiet), since a C loop inside a Go process would
+// carry the Go runtime's wakeups; a Go mode is perfbench itself, run again
+// as a consumer (QuietConsume). Both speak the same protocol on stdout:
+//
+//	ready
+//	result received=N lost=N utime_us=N stime_us=N nvcsw=N nivcsw=N wall_us=N [other=N...]
+//
+// "ready" comes once the rings are open, and the window measured starts
+// there: the consumer takes getrusage(RUSAGE_SELF) (every thread of the
+// process) before it prints it, and again after its last sample (idle: when
+// its timeout is up), and "result" reports the difference. The process's
+// whole rusage, as wait4 returns it, is kept beside it (QuietResult.Process)
+// but not used for the figures: it holds the start-up (the Go runtime's,
+// libbpf's perf_event_open and mmap per CPU) and the exit, which over a few
+// hundred samples would weigh as much as the wakeups, and would be most of
+// what an idle consumer does in 3 s.
+//
+// The producer is the calling process: the emit program run on QuietCPU
+// (BPF_PROG_TEST_RUN) once per sample, paced by the clock, from a thread
+// pinned to QuietCPU. The consumer is not pinned: an agent is not, and a Go
+// process confined to one CPU runs with GOMAXPROCS 1, whose scheduler (its
+// sysmon among it) behaves otherwise than on the machine's CPUs. WakeupEvents
+// is 1 in every mode, C's included: one wakeup per sample.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
+	"github.com/perfbuf/perfbuf/internal/cref"
+	"golang.org/x/sys/unix"
+)
+
+// ModeReaderNoLatency is the Reader with ReaderOptions.MaxLatency -1: it
+// wakes for wakeups only. The idle measurement compares it with the Reader's
+// default (a drain every 100 ms).
+const ModeReaderNoLatency = "reader-nolatency"
+
+// QuietModes are the consumers the quiet measurement compares at each of
+// QuietRates, the reference first.
+var QuietModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach, ModeOrdered}
+
+// QuietIdleModes are the consumers it compares while idle: the Reader also
+// without MaxLatency. (reader-each waits as reader does.)
+var QuietIdleModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderNoLatency, ModeOrdered}
+
+// QuietRates are the rates measured, in samples per second; 0 is idle.
+var QuietRates = []int{300, 3000, 0}
+
+const (
+	QuietSize     = 64 // bytes per sample
+	QuietPages    = 64 // data pages per ring, every mode
+	QuietCPU      = 0  // the producer's CPU
+	QuietDuration = 3 * time.Second
+	// QuietMapFD is the perf event array's descriptor in the consumer:
+	// its first ExtraFiles.
+	QuietMapFD = 3
+	// quietKeyOffset is where the ordered consumer finds its key: the
+	// emit program's ktime stamp.
+	quietKeyOffset = 8
+	// quietSlack is how long after the run a consumer may still wait for
+	// its samples (its timeout is the run's duration plus this), and how
+	// long the consumer may take to start.
+	quietSlack = 5 * time.Second
+)
+
+// QuietCommand returns the consumer's command: it must read count samples
+// from the perf event array at descriptor QuietMapFD and stop, or with
+// count 0 wait until timeout is up; either way it gives up after timeout.
+// Quiet sets its ExtraFiles and Stdout; the rest (Stderr) is the caller's.
+type QuietCommand func(count int, timeout time.Duration) *exec.Cmd
+
+// QuietConfig is one quiet run: one consumer, one rate.
+type QuietConfig struct {
+	Mode     string        // for the result and errors
+	Rate     int           // samples per second; 0: idle
+	Duration time.Duration // of the production (or of the idle wait); 0 means QuietDuration
+	Command  QuietCommand
+}
+
+// Usage is what a process used over a window: from getrusage, so over all
+// its threads.
+type Usage struct {
+	CPU         time.Duration // user + system
+	Voluntary   int64         // context switches: the process blocked
+	Involuntary int64         // context switches: it was preempted
+	Wall        time.Duration
+}
+
+// Switches is the voluntary and involuntary context switches.
+func (u Usage) Switches() int64 { return u.Voluntary + u.Involuntary }
+
+// QuietResult is one quiet run.
+type QuietResult struct {
+	Mode     string
+	Rate     int
+	Emitted  uint64 // the emitter's successful outputs
+	Failed   uint64 // outputs that found no room (or no reader): lost
+	Received uint64 // samples the consumer read
+	Lost     uint64 // samples the kernel told it were lost
+	Window   Usage  // the consumer's, from its "ready" to its last sample (idle: its timeout)
+	Process  Usage  // the consumer process's whole life (wait4), start-up and exit included
+	// The producer's pacing: its worst delay behind the schedule, and the
+	// samples it emitted more than half a period late (which may share a
+	// wakeup with the next one).
+	MaxLag time.Duration
+	Late   int
+}
+
+// Check reports an accounting mismatch: the consumer must have received
+// every sample emitted, and been told of every one that failed.
+func (r QuietResult) Check() error {
+	if r.Received != r.Emitted || r.Lost != r.Failed {
+		return fmt.Errorf("quiet %s at %s: received %d and lost %d, emitter says emitted %d and failed %d",
+			r.Mode, RateName(r.Rate), r.Received, r.Lost, r.Emitted, r.Failed)
+	}
+	return nil
+}
+
+// CPUPerWakeup is the consumer's CPU time per sample received, in µs (one
+// sample per wakeup), or 0 if it received none.
+func (r QuietResult) CPUPerWakeup() float64 {
+	return perUnit(float64(r.Window.CPU.Nanoseconds())/1e3, float64(r.Received))
+}
+
+// SwitchesPerWakeup is its context switches per sample received.
+func (r QuietResult) SwitchesPerWakeup() float64 {
+	return perUnit(float64(r.Window.Switches()), float64(r.Received))
+}
+
+// VoluntaryPerWakeup is its voluntary context switches per sample received.
+func (r QuietResult) VoluntaryPerWakeup() float64 {
+	return perUnit(float64(r.Window.Voluntary), float64(r.Received))
+}
+
+// WakeupsPerSecond is its voluntary context switches per second of the
+// window: each is a sleep that a wakeup ended.
+func (r QuietResult) WakeupsPerSecond() float64 {
+	return perUnit(float64(r.Window.Voluntary), r.Window.Wall.Seconds())
+}
+
+// SwitchesPerSecond is its context switches per second of the window.
+func (r QuietResult) SwitchesPerSecond() float64 {
+	return perUnit(float64(r.Window.Switches()), r.Window.Wall.Seconds())
+}
+
+// CPUPerSecond is its CPU time per second of the window, in ms.
+func (r QuietResult) CPUPerSecond() float64 {
+	return perUnit(float64(r.Window.CPU.Nanoseconds())/1e6, r.Window.Wall.Seconds())
+}
+
+func perUnit(x, n float64) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return x / n
+}
+
+// RateName is "300/s", or "idle" for 0.
+func RateName(rate int) string {
+	if rate == 0 {
+		return "idle"
+	}
+	return strconv.Itoa(rate) + "/s"
+}
+
+// Quiet runs one consumer (cfg.Command) over e's perf event array while
+// this process emits cfg.Rate QuietSize-byte samples a second on QuietCPU
+// for cfg.Duration (none if the rate is 0), and returns what the consumer
+// received and used. The consumer gets the array's descriptor as
+// QuietMapFD; production starts once it has said "ready" and stops after
+// Duration; the run ends when the consumer has reported and exited.
+func Quiet(e *bpfrun.Emitter, cfg QuietConfig) (QuietResult, error) {
+	if cfg.Duration == 0 {
+		cfg.Duration = QuietDuration
+	}
+	res := QuietResult{Mode: cfg.Mode, Rate: cfg.Rate}
+	if cfg.Rate < 0 || cfg.Duration < 0 || cfg.Command == nil {
+		return res, fmt.Errorf("quiet %s: bad config %+v", cfg.Mode, cfg)
+	}
+	fail := func(err error) (QuietResult, error) {
+		return res, fmt.Errorf("quiet %s at %s: %w", cfg.Mode, RateName(cfg.Rate), err)
+	}
+	count := int(int64(cfg.Rate) * int64(cfg.Duration) / int64(time.Second))
+	timeout := cfg.Duration
+	if cfg.Rate > 0 {
+		timeout += quietSlack
+	}
+
+	// The child's fd 3 is a duplicate, in an *os.File of its own: closing
+	// that (after Start) must not close the map's descriptor.
+	dup, err := unix.FcntlInt(uintptr(e.Events.FileDescriptor()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fail(fmt.Errorf("duplicate map fd: %w", err))
+	}
+	mapFile := os.NewFile(uintptr(dup), "events")
+	defer mapFile.Close()
+
+	cmd := cfg.Command(count, timeout)
+	cmd.ExtraFiles = []*os.File{mapFile}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail(err)
+	}
+	// The child inherits the CPU affinity of the thread that starts it:
+	// not pinned, since pace pins a goroutine (and thread) of its own.
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("start consumer: %w", err))
+	}
+	mapFile.Close()
+	lines := make(chan string, 4)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	// stop ends the run early: the consumer is killed and reaped.
+	stop := func(err error) (QuietResult, error) {
+		_ = cmd.Process.Kill()
+		for range lines { // until the pipe closes: Wait closes it only after
+		}
+		// The exit status says why a consumer stopped early; a consumer
+		// killed here was killed.
+		if werr := cmd.Wait(); werr != nil && errors.Is(err, errExited) {
+			err = fmt.Errorf("%w (consumer: %v)", err, werr)
+		}
+		return fail(err)
+	}
+	if err := expect(lines, "ready", quietSlack); err != nil {
+		return stop(err)
+	}
+
+	before, err := e.Stats()
+	if err != nil {
+		return stop(err)
+	}
+	if count > 0 {
+		if res.MaxLag, res.Late, err = pace(e, count, cfg.Rate); err != nil {
+			return stop(err)
+		}
+	}
+	after, err := e.Stats()
+	if err != nil {
+		return stop(err)
+	}
+	for _, cpu := range e.CPUs {
+		d := after[cpu].Sub(before[cpu])
+		res.Emitted += d.Emitted
+		res.Failed += d.Failed
+	}
+
+	line, err := expectResult(lines, timeout+quietSlack)
+	if err != nil {
+		return stop(err)
+	}
+	for range lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		return fail(fmt.Errorf("consumer: %w", err))
+	}
+	res.Process.Wall = time.Since(t0)
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		res.Process.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		res.Process.Voluntary, res.Process.Involuntary = ru.Nvcsw, ru.Nivcsw
+	}
+	if res.Received, res.Lost, res.Window, err = ParseQuietResult(line); err != nil {
+		return fail(err)
+	}
+	return res, nil
+}
+
+// errExited is the error of a consumer whose output ended early.
+var errExited = errors.New("consumer exited before it said so")
+
+// expect waits up to timeout for the line want.
+func expect(lines <-chan string, want string, timeout time.Duration) error {
+	tm := time.NewTimer(timeout)
+	defer tm.Stop()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return fmt.Errorf("waiting for %q: %w", want, errExited)
+			}
+			if l == want {
+				return nil
+			}
+		case <-tm.C:
+			return fmt.Errorf("no %q from the consumer in %v", want, timeout)
+		}
+	}
+}
+
+// expectResult waits up to timeout for the "result" line.
+func expectResult(lines <-chan string, timeout time.Duration) (string, error) {
+	tm := time.NewTimer(timeout)
+	defer tm.Stop()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return "", fmt.Errorf("waiting for its result: %w", errExited)
+			}
+			if strings.HasPrefix(l, "result ") {
+				return l, nil
+			}
+		case <-tm.C:
+			return "", fmt.Errorf("no result from the consumer in %v", timeout)
+		}
+	}
+}
+
+// pace emits n samples on QuietCPU, sample i at i/rate seconds from the
+// start, from a thread pinned there that sleeps to each sample's time
+// (clock_nanosleep to an absolute time: a late wakeup delays that sample,
+// not the ones after it). It returns the worst delay behind the schedule,
+// and how many samples were more than half a period late.
+func pace(e *bpfrun.Emitter, n, rate int) (maxLag time.Duration, late int, err error) {
+	type result struct {
+		lag  time.Duration
+		late int
+		err  error
+	}
+	done := make(chan result, 1)
+	// A goroutine of its own, so that the caller's thread is never pinned
+	// (a consumer started from it would inherit the affinity).
+	go func() {
+		unpin, err := bpfrun.Pin(QuietCPU)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer unpin()
+		var now unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+			done <- result{err: fmt.Errorf("clock_gettime: %w", err)}
+			return
+		}
+		start, period := now.Nano(), int64(time.Second)/int64(rate)
+		var lag int64
+		late := 0
+		for i := 0; i < n; i++ {
+			at := start + int64(i)*period
+			ts := unix.NsecToTimespec(at)
+			for {
+				err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil)
+				if err != unix.EINTR {
+					break
+				}
+			}
+			_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &now)
+			lag = max(lag, now.Nano()-at)
+			if now.Nano()-at > period/2 {
+				late++
+			}
+			if err := e.Emit(QuietCPU, 1, QuietSize, 0); err != nil {
+				done <- result{err: err}
+				return
+			}
+		}
+		done <- result{lag: time.Duration(lag), late: late}
+	}()
+	r := <-done
+	return r.lag, r.late, r.err
+}
+
+// ParseQuietResult parses a consumer's "result" line.
+func ParseQuietResult(line string) (received, lost uint64, u Usage, err error) {
+	fields := strings.Fields(line)
+	if len(fields) == 0 || fields[0] != "result" {
+		return 0, 0, u, fmt.Errorf("parse consumer result %q: not a result line", line)
+	}
+	vals := map[string]uint64{}
+	for _, f := range fields[1:] {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			return 0, 0, u, fmt.Errorf("parse consumer result %q: field %q is not key=value", line, f)
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, u, fmt.Errorf("parse consumer result %q: %w", line, err)
+		}
+		vals[k] = n
+	}
+	for _, k := range []string{"received", "lost", "utime_us", "stime_us", "nvcsw", "nivcsw", "wall_us"} {
+		if _, ok := vals[k]; !ok {
+			return 0, 0, u, fmt.Errorf("parse consumer result %q: no %s", line, k)
+		}
+	}
+	u = Usage{
+		CPU:         time.Duration(vals["utime_us"]+vals["stime_us"]) * time.Microsecond,
+		Voluntary:   int64(vals["nvcsw"]),
+		Involuntary: int64(vals["nivcsw"]),
+		Wall:        time.Duration(vals["wall_us"]) * time.Microsecond,
+	}
+	return vals["received"], vals["lost"], u, nil
+}
+
+// formatQuietResult is the "result" line ParseQuietResult reads, as the C
+// consumer prints it; sum is the sum of the bytes read (so that the reads
+// cannot be elided), reported and not checked.
+func formatQuietResult(received, lost uint64, user, sys time.Duration, nvcsw, nivcsw int64, wall time.Duration, sum uint64) string {
+	return fmt.Sprintf("result received=%d lost=%d utime_us=%d stime_us=%d nvcsw=%d nivcsw=%d wall_us=%d sum=%d",
+		received, lost, user.Microseconds(), sys.Microseconds(), nvcsw, nivcsw, wall.Microseconds(), sum)
+}
+
+// QuietConsumerConfig is what a Go consumer is told.
+type QuietConsumerConfig struct {
+	Mode    string // a Go mode of QuietModes or QuietIdleModes
+	MapFD   int
+	Count   int // samples to read; 0: none, wait for the timeout
+	Timeout time.Duration
+}
+
+// IsQuietGoMode reports whether mode is one QuietConsume runs.
+func IsQuietGoMode(mode string) bool {
+	switch mode {
+	case ModeCallback, ModeReader, ModeReaderEach, ModeReaderNoLatency, ModeOrdered:
+		return true
+	}
+	return false
+}
+
+// QuietConsume is the Go consumer of the quiet measurement, run in a
+// process of its own: it opens cfg.Mode over cfg.MapFD, writes "ready" to
+// w, reads until cfg.Count samples are accounted for (read or lost) or
+// cfg.Timeout is up, and writes the "result" line. A count not reached is
+// no error here: the parent's accounting reports it.
+func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
+	if !IsQuietGoMode(cfg.Mode) || cfg.Count < 0 || cfg.Timeout <= 0 {
+		return fmt.Errorf("quiet consumer: bad config %+v", cfg)
+	}
+	c := &quietCounter{count: uint64(cfg.Count)}
+	var (
+		setDeadline func(time.Time) // the readers'
+		run         func(deadline time.Time) error
+	)
+	m := perfbuf.MapFD(cfg.MapFD)
+	switch cfg.Mode {
+	case ModeCallback:
+		pb, err := perfbuf.New(m, perfbuf.Options{
+			PageCount:    QuietPages,
+			WakeupEvents: 1,
+			SampleFunc:   func(_ int, data []byte) { c.sample(data) },
+			LostFunc:     func(_ int, n uint64) { c.lost += n },
+		})
+		if err != nil {
+			return fmt.Errorf("quiet consumer: %w", err)
+		}
+		defer pb.Close()
+		run = func(deadline time.Time) error {
+			for !c.done() {
+				left := time.Until(deadline)
+				if left <= 0 {
+					return nil
+				}
+				if _, err := pb.Poll(left); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	default:
+		opts := perfbuf.ReaderOptions{PageCount: QuietPages, WakeupEvents: 1}
+		switch cfg.Mode {
+		case ModeReaderNoLatency:
+			opts.MaxLatency = -1
+		case ModeOrdered:
+			opts.Order = &perfbuf.Order{KeyOffset: quietKeyOffset}
+		}
+		r, err := perfbuf.NewReader(m, opts)
+		if err != nil {
+			return fmt.Errorf("quiet consumer: %w", err)
+		}
+		defer r.Close()
+		setDeadline = r.SetDeadline
+		if cfg.Mode == ModeReaderEach {
+			run = func(time.Time) error { return c.each(r) }
+		} else {
+			run = func(time.Time) error { return c.readInto(r) }
+		}
+	}
+	// The readers' deadline is set before the window; it wakes their
+	// first wait, which costs the window one epoll_wait that does not
+	// block and the eventfd's read.
+	deadline := time.Now().Add(cfg.Timeout)
+	if setDeadline != nil {
+		setDeadline(deadline)
+	}
+	var r0 unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &r0); err != nil {
+		return fmt.Errorf("quiet consumer: getrusage: %w", err)
+	}
+	t0 := time.Now()
+	if _, err := io.WriteString(w, "ready\n"); err != nil {
+		return err
+	}
+	err := run(deadline)
+	var r1 unix.Rusage
+	if gerr := unix.Getrusage(unix.RUSAGE_SELF, &r1); gerr != nil && err == nil {
+		err = fmt.Errorf("getrusage: %w", gerr)
+	}
+	wall := time.Since(t0)
+	if err != nil {
+		return fmt.Errorf("quiet consumer %s: %w", cfg.Mode, err)
+	}
+	_, err = fmt.Fprintln(w, formatQuietResult(c.received, c.lost,
+		time.Duration(r1.Utime.Nano()-r0.Utime.Nano()), time.Duration(r1.Stime.Nano()-r0.Stime.Nano()),
+		r1.Nvcsw-r0.Nvcsw, r1.Nivcsw-r0.Nivcsw, wall, c.sum))
+	return err
+}
+
+// quietCounter counts what a Go consumer read, as the C consumer's
+// callbacks do.
+type quietCounter struct {
+	count, received, lost, sum uint64
+}
+
+func (c *quietCounter) sample(data []byte) {
+	c.sum += cref.ReadAll(data)
+	c.received++
+}
+
+// done reports whether count samples are accounted for; never with count 0.
+func (c *quietCounter) done() bool { return c.count > 0 && c.received+c.lost >= c.count }
+
+// errQuietDone ends Each once the count is reached.
+var errQuietDone = errors.New("count reached")
+
+// readInto reads with ReadInto until done or the deadline.
+func (c *quietCounter) readInto(r *perfbuf.Reader) error {
+	var s perfbuf.Sample
+	for !c.done() {
+		if err := r.ReadInto(&s); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil
+			}
+			return err
+		}
+		c.record(s.Type, s.Lost, s.Data)
+	}
+	return nil
+}
+
+// each reads with Each until done or the deadline.
+func (c *quietCounter) each(r *perfbuf.Reader) error {
+	if c.done() {
+		return nil
+	}
+	err := r.Each(context.Background(), func(rec *perfbuf.Record) error {
+		if rec.Type == perfbuf.RecordSample {
+			c.sum += readRecord(rec)
+			c.received++
+		} else {
+			c.record(rec.Type, rec.Lost, nil)
+		}
+		if c.done() {
+			return errQuietDone
+		}
+		return nil
+	})
+	if errors.Is(err, errQuietDone) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil
+	}
+	return err
+}
+
+func (c *quietCounter) record(typ perfbuf.RecordType, lost uint64, data []byte) {
+	switch typ {
+	case perfbuf.RecordSample:
+		c.sample(data)
+	case perfbuf.RecordLost:
+		c.lost += lost
+	}
+}
