@@ -10,6 +10,8 @@ package perfbuf
 // the wait's timeout is the descriptor's read deadline, one runtime timer
 // per waiter. A blocking epoll_wait would hold a thread in the kernel, have
 // the runtime hand its P to another thread, and take it back on wakeup.
+// (A timerfd in the set, for the timeout, was tried: re-arming it woke the
+// set, a wasted wakeup on every wait; docs/performance.md.)
 //
 // The set's readiness cannot say which ring, nor even that one is ready by
 // the time a waiter looks: perf_poll clears a ring's readiness when it is
@@ -122,7 +124,8 @@ func (w *waiter) clearWake() {
 
 // wait blocks until a ring's data_head has moved since the waiter last
 // looked, or wake was called, or timeout passes (negative: no limit; zero:
-// do not block). It reports whether it ended for the rings or a wake.
+// do not block). It reports whether it ended for the rings or a wake, or
+// timed out with a head moved (records below the wakeup threshold).
 func (w *waiter) wait(timeout time.Duration) (bool, error) {
 	if w.woken.Load() {
 		return true, nil
@@ -167,7 +170,8 @@ func (w *waiter) wait(timeout time.Duration) (bool, error) {
 	// The function runs at once, then after each event on the set.
 	err := w.rc.Read(func(uintptr) bool { return w.woken.Load() || w.moved() })
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return false, nil
+		// What came below the wakeup threshold goes with the timeout.
+		return w.moved(), nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("wait on epoll: %w", err)

@@ -26,7 +26,9 @@ type ReaderOptions struct {
 	// the reader drains at least this often while it blocks. With
 	// WakeupEvents > 1 (or WakeupBytes) a ring below its threshold raises
 	// no wakeup (libbpf#438); this is what still delivers it. Zero means
-	// 100 ms; negative means wait for wakeups only.
+	// 100 ms with such wakeups and none without them (every sample wakes
+	// the reader, and an idle reader sleeps until the next one); negative
+	// means wait for wakeups only.
 	MaxLatency time.Duration
 
 	// Order, if set, merges the rings in the order of a key; by default
@@ -134,6 +136,9 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	owner, err := openRings(m, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if opts.MaxLatency == 0 && cfg.wakeupEvents == 1 && cfg.wakeupBytes == 0 {
+		opts.MaxLatency = -1 // a wakeup on every sample: nothing waits without one
 	}
 	r, err := newReader(owner.raw, owner.fds, opts)
 	if err != nil {
