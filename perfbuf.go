@@ -28,8 +28,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Errors returned by this package, each wrapped with context.
@@ -76,9 +74,11 @@ type Options struct {
 
 	// WakeupEvents wakes the reader once every WakeupEvents samples
 	// (libbpf's perf_buffer_opts.sample_period, the event's
-	// wakeup_events). Zero means 1. Larger values cut the producer's cost,
-	// but samples below the threshold raise no wakeup: Poll with a
-	// timeout, or Consume, to pick them up.
+	// wakeup_events). Zero means 1. Larger values cut the producer's and
+	// the consumer's cost, but samples below the threshold raise no
+	// wakeup: a blocked Poll sleeps on them (a Poll that starts while they
+	// are there delivers them at once). Poll with a timeout, or Consume,
+	// to pick them up.
 	WakeupEvents int
 
 	// WakeupBytes, if set, wakes the reader once a ring holds this many
@@ -160,7 +160,6 @@ type PerfBuffer struct {
 	wrapped []byte     // a sample that straddles the ring's end, made contiguous
 	deliver func(*Record) error
 	all     []int32 // 0..n-1, for Consume
-	idxBuf  []int32 // Poll's ready rings
 
 	// held[i]: a RawBuffer reads ring i, and drains skip it. Buffer sets
 	// it under drainMu (no drain runs then); Release clears it without the
@@ -225,7 +224,6 @@ func newPerfBuffer(r *rings, opts Options) (*PerfBuffer, error) {
 		sample: opts.SampleFunc,
 		lost:   opts.LostFunc,
 		all:    make([]int32, n),
-		idxBuf: make([]int32, 0, n),
 		held:   make([]atomic.Bool, n),
 		stats:  make([]Stats, n),
 	}
@@ -237,7 +235,7 @@ func newPerfBuffer(r *rings, opts Options) (*PerfBuffer, error) {
 	}
 	pb.life.free = pb.free
 	var err error
-	if pb.w, err = newWaiter(r.fds); err != nil {
+	if pb.w, err = newWaiter(r.raw, r.fds); err != nil {
 		return nil, err
 	}
 	return pb, nil
@@ -256,7 +254,7 @@ func newPerfBuffer(r *rings, opts Options) (*PerfBuffer, error) {
 // counted in Stats as Discarded: to stop without losing it, call Consume
 // (after the producers stop), then Close.
 func (pb *PerfBuffer) Close() error {
-	pb.life.close(pb.w.wake)
+	pb.life.close(func() { pb.w.wake(true) })
 	return nil
 }
 
@@ -272,14 +270,17 @@ func (pb *PerfBuffer) free() {
 	pb.w.close()
 }
 
-// Poll waits up to timeout for rings to become ready, drains the ready ones
-// and returns the number of samples delivered (libbpf's perf_buffer__poll
-// returns a count of rings instead). A negative timeout waits until a ring
+// Poll waits up to timeout for a ring's wakeup, drains every ring that holds
+// records and returns the number of samples delivered (libbpf's
+// perf_buffer__poll drains the rings epoll reported and returns their
+// count). It waits in the Go runtime's netpoller: a blocked Poll parks its
+// goroutine, not a thread. A negative timeout waits until a ring
 // is ready or Close is called; zero does not wait. A timeout with nothing
 // ready returns 0 and no error.
 //
 // Poll waits on its own epoll set, so do not also wait on EpollFD: the
 // kernel reports a ring's readiness to whichever waiter looks first.
+// Concurrent Polls wait one after another, each within its own timeout.
 //
 // Errors: os.ErrClosed (wrapped) once Close is called, also for a Poll that
 // was blocked when it was; a *CorruptError (ErrCorrupt) for a ring that held
@@ -295,41 +296,25 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	defer pb.life.exit()
 
 	if pb.cut.Swap(false) {
-		return pb.drain(op, pb.all) // see cut
+		return pb.drain(op, pb.all, false) // see cut
 	}
 	// From inside a callback, fail before waiting rather than after.
 	if err := pb.lockDrain(); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	pb.drainMu.Unlock()
-	s := scratchPool.Get().(*pollScratch)
-	defer scratchPool.Put(s)
-	nev, err := pb.w.wait(s.evs[:], timeout)
+	event, err := pb.w.wait(timeout)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	if pb.life.closed() {
 		return 0, fmt.Errorf("%s: %w", op, os.ErrClosed)
 	}
-	idxs := s.idx[:0]
-	for _, ev := range s.evs[:nev] {
-		if ev.Fd != wakeTag {
-			idxs = append(idxs, ev.Fd)
-		}
+	if !event {
+		return 0, nil
 	}
-	return pb.drain(op, idxs)
+	return pb.drain(op, pb.all, true)
 }
-
-const maxEvents = 64
-
-// pollScratch is Poll's per-call memory, pooled so that Poll does not
-// allocate and concurrent Polls do not share it.
-type pollScratch struct {
-	evs [maxEvents]unix.EpollEvent
-	idx [maxEvents]int32
-}
-
-var scratchPool = sync.Pool{New: func() any { return new(pollScratch) }}
 
 // Consume drains every ring without waiting and returns the number of
 // samples delivered (perf_buffer__consume). Errors: as Poll's, but for the
@@ -340,7 +325,7 @@ func (pb *PerfBuffer) Consume() (int, error) {
 		return 0, err
 	}
 	defer pb.life.exit()
-	return pb.drain(op, pb.all)
+	return pb.drain(op, pb.all, false)
 }
 
 // ConsumeBuffer drains ring i without waiting and returns the number of
@@ -359,7 +344,7 @@ func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 	if pb.held[i].Load() {
 		return 0, fmt.Errorf("%s: %w", op, ErrBusy)
 	}
-	return pb.drain(op, pb.all[i:i+1])
+	return pb.drain(op, pb.all[i:i+1], false)
 }
 
 // enter starts a callback-mode call.
@@ -428,10 +413,12 @@ func (pb *PerfBuffer) checkIndex(i int) error {
 	return nil
 }
 
-// drain delivers the records of rings idxs, skipping the held ones, and
-// returns the number of samples delivered and the first ring's corruption.
-// Drains are serialised; the caller holds a user reference (enter).
-func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
+// drain delivers the records of rings idxs, skipping the held ones (and,
+// after a wait, those with nothing in them: a wait does not say which ring
+// woke it, see poller.go), and returns the number of samples delivered and
+// the first ring's corruption. Drains are serialised; the caller holds a
+// user reference (enter).
+func (pb *PerfBuffer) drain(op string, idxs []int32, nonEmpty bool) (int, error) {
 	if err := pb.lockDrain(); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -449,6 +436,9 @@ func (pb *PerfBuffer) drain(op string, idxs []int32) (int, error) {
 			break // Close was called from a callback
 		}
 		if pb.nheld.Load() > 0 && pb.held[i].Load() {
+			continue
+		}
+		if nonEmpty && pb.r.raw[i].Used() == 0 {
 			continue
 		}
 		k, err := pb.drainRing(int(i))

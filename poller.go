@@ -1,43 +1,96 @@
 package perfbuf
 
-// The poller: waiting for rings to become readable, and waking a wait from
+// The poller: waiting for the rings' wakeups, and waking a wait from
 // another goroutine.
+//
+// A waiter's epoll set holds every ring's perf event and an eventfd. The
+// set's own descriptor is pollable, and it is registered with the Go
+// runtime's netpoller (os.NewFile on a non-blocking descriptor): a blocked
+// wait parks its goroutine, the thread and its P go on with other work, and
+// the wait's timeout is the descriptor's read deadline, one runtime timer
+// per waiter. A blocking epoll_wait would hold a thread in the kernel, have
+// the runtime hand its P to another thread, and take it back on wakeup.
+// (A timerfd in the set, for the timeout, was tried: re-arming it woke the
+// set, a wasted wakeup on every wait; docs/performance.md.)
+//
+// The set's readiness cannot say which ring, nor even that one is ready by
+// the time a waiter looks: perf_poll clears a ring's readiness when it is
+// polled (atomic_xchg(&rb->poll, 0) in kernel/events/core.c), and the
+// runtime's epoll polls the set, so the rings in it, before it reports the
+// set readable; and the netpoller forgets an event that came while nobody
+// waited (RawConn.Read resets the descriptor's readiness before it looks).
+// So the waiter tells by the rings' state: it keeps the data_head it last
+// saw of each ring, and a wait ends when one has moved, at once or after an
+// event. A head that moves without a wakeup (below WakeupEvents) ends the
+// next wait, not the current one.
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"os"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// wakeTag is the epoll data of a waiter's eventfd; rings use their index.
-const wakeTag = -1
-
-// waiter blocks in epoll_wait on a set of rings plus an eventfd that other
-// goroutines write to interrupt the wait (Close, Flush, a new deadline).
+// waiter blocks until one of a set of rings signals a wakeup, a timeout
+// passes, or another goroutine wakes it (Close, Flush, a new deadline).
 type waiter struct {
-	epfd   int
+	rings  []*RawBuffer
+	seen   []uint64 // data_head of rings[i] when the waiter last looked
+	file   *os.File // the epoll set, in the netpoller; closing it closes the set
+	rc     syscall.RawConn
 	wakefd int
+	woken  atomic.Bool // wake was called since the last clearWake
+	// turn is held by the goroutine waiting in the netpoller: the set's
+	// read deadline is one, so waits on it take turns (concurrent Polls).
+	turn    chan struct{}
+	closing chan struct{} // closed by wake(true): waits for a turn end
+	closed  atomic.Bool
+	// deadline says a read deadline is set on file.
+	deadline bool
 }
 
-// newWaiter watches fds, reporting fds[i] ready as index i.
-func newWaiter(fds []int) (*waiter, error) {
-	w := &waiter{epfd: -1, wakefd: -1}
-	var err error
-	if w.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+// newWaiter watches rings, whose perf event descriptors are fds.
+func newWaiter(rings []*RawBuffer, fds []int) (*waiter, error) {
+	w := &waiter{rings: rings, seen: make([]uint64, len(rings)), wakefd: -1, turn: make(chan struct{}, 1), closing: make(chan struct{})}
+	for i, rb := range rings {
+		w.seen[i] = rb.loadHead()
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
 		return nil, fmt.Errorf("create epoll: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("create epoll: %w", err)
+	}
+	// Non-blocking, so os.NewFile registers it with the netpoller; it
+	// owns epfd from here on.
+	w.file = os.NewFile(uintptr(epfd), "perfbuf epoll")
+	if w.rc, err = w.file.SyscallConn(); err != nil {
+		w.close()
+		return nil, fmt.Errorf("epoll set: %w", err)
+	}
+	// A descriptor the netpoller took has deadlines; one it refused
+	// (never for epoll) would fail here with os.ErrNoDeadline.
+	if err := w.file.SetReadDeadline(time.Time{}); err != nil {
+		w.close()
+		return nil, fmt.Errorf("epoll set in the netpoller: %w", err)
 	}
 	if w.wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		w.close()
 		return nil, fmt.Errorf("create eventfd: %w", err)
 	}
-	if err := w.add(w.wakefd, wakeTag); err != nil {
+	if err := w.add(epfd, w.wakefd); err != nil {
 		w.close()
 		return nil, fmt.Errorf("add eventfd to epoll: %w", err)
 	}
 	for i, fd := range fds {
-		if err := w.add(fd, int32(i)); err != nil {
+		if err := w.add(epfd, fd); err != nil {
 			w.close()
 			return nil, fmt.Errorf("add ring %d to epoll: %w", i, err)
 		}
@@ -45,55 +98,105 @@ func newWaiter(fds []int) (*waiter, error) {
 	return w, nil
 }
 
-func (w *waiter) add(fd int, tag int32) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: tag}
-	return unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+func (w *waiter) add(epfd, fd int) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	return unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 }
 
-// wake makes every current and future wait return until clearWake.
-func (w *waiter) wake() {
+// wake makes the current wait return, and every later one until clearWake;
+// for Close (closing), it also ends the waits for a turn, for good.
+func (w *waiter) wake(closing bool) {
+	w.woken.Store(true)
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
 	_, _ = unix.Write(w.wakefd, one[:]) // EAGAIN only if the counter is saturated: still readable
+	if closing && !w.closed.Swap(true) {
+		close(w.closing)
+	}
 }
 
-// clearWake resets the eventfd after a wake that was not Close.
+// clearWake takes back a wake that was not Close's.
 func (w *waiter) clearWake() {
+	w.woken.Store(false)
 	var buf [8]byte
 	_, _ = unix.Read(w.wakefd, buf[:]) // EAGAIN when not set: fine
 }
 
-// wait runs epoll_wait for up to timeout (negative: no limit, zero: do not
-// block), retrying on EINTR with what is left.
-func (w *waiter) wait(evs []unix.EpollEvent, timeout time.Duration) (int, error) {
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
+// wait blocks until a ring's data_head has moved since the waiter last
+// looked, or wake was called, or timeout passes (negative: no limit; zero:
+// do not block). It reports whether it ended for the rings or a wake, or
+// timed out with a head moved (records below the wakeup threshold).
+func (w *waiter) wait(timeout time.Duration) (bool, error) {
+	if w.woken.Load() {
+		return true, nil
 	}
-	for {
-		msec := -1 // block
-		switch {
-		case timeout == 0:
-			msec = 0
-		case timeout > 0:
-			left := max(time.Until(deadline), 0)
-			msec = int((left + time.Millisecond - 1) / time.Millisecond)
+	select {
+	case w.turn <- struct{}{}:
+	default:
+		if timeout == 0 {
+			return false, nil // another goroutine waits: it will look
 		}
-		n, err := unix.EpollWait(w.epfd, evs, msec)
-		if err == unix.EINTR {
-			continue
+		// Another goroutine waits on the set: wait for its turn to end,
+		// within timeout.
+		var expired <-chan time.Time
+		if timeout > 0 {
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			expired = t.C
 		}
-		if err != nil {
-			return 0, fmt.Errorf("epoll wait: %w", err)
+		select {
+		case w.turn <- struct{}{}:
+		case <-expired:
+			return false, nil
+		case <-w.closing:
+			return true, nil
 		}
-		return n, nil
 	}
+	defer func() { <-w.turn }()
+	if w.moved() {
+		return true, nil
+	}
+	if timeout == 0 {
+		return false, nil
+	}
+	switch {
+	case timeout > 0:
+		w.file.SetReadDeadline(time.Now().Add(timeout))
+		w.deadline = true
+	case w.deadline:
+		w.file.SetReadDeadline(time.Time{})
+		w.deadline = false
+	}
+	// The function runs at once, then after each event on the set.
+	err := w.rc.Read(func(uintptr) bool { return w.woken.Load() || w.moved() })
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// What came below the wakeup threshold goes with the timeout.
+		return w.moved(), nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("wait on epoll: %w", err)
+	}
+	return true, nil
 }
 
+// moved reports whether a ring's data_head has moved since the last look,
+// and takes the new heads. Only the goroutine that holds the turn, or the
+// one wait that cannot block, calls it.
+func (w *waiter) moved() bool {
+	m := false
+	for i, rb := range w.rings {
+		if h := rb.loadHead(); h != w.seen[i] {
+			w.seen[i], m = h, true
+		}
+	}
+	return m
+}
+
+// close frees the set and the eventfd; no wait may be in progress.
 func (w *waiter) close() {
-	if w.epfd >= 0 {
-		unix.Close(w.epfd)
-		w.epfd = -1
+	if w.file != nil {
+		w.file.Close()
+		w.file = nil
 	}
 	if w.wakefd >= 0 {
 		unix.Close(w.wakefd)

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ReaderOptions configures NewReader.
@@ -28,7 +26,9 @@ type ReaderOptions struct {
 	// the reader drains at least this often while it blocks. With
 	// WakeupEvents > 1 (or WakeupBytes) a ring below its threshold raises
 	// no wakeup (libbpf#438); this is what still delivers it. Zero means
-	// 100 ms; negative means wait for wakeups only.
+	// 100 ms with such wakeups and none without them (every sample wakes
+	// the reader, and an idle reader sleeps until the next one); negative
+	// means wait for wakeups only.
 	MaxLatency time.Duration
 
 	// Order, if set, merges the rings in the order of a key; by default
@@ -77,7 +77,6 @@ type Reader struct {
 	owner *rings // what NewReader opened (nil over rings of a test's own)
 	w     *waiter
 	life  lifetime // reads are its exclusive calls: one at a time
-	evs   []unix.EpollEvent
 	pol   policy
 
 	latency  time.Duration
@@ -138,6 +137,9 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	if opts.MaxLatency == 0 && cfg.wakeupEvents == 1 && cfg.wakeupBytes == 0 {
+		opts.MaxLatency = -1 // a wakeup on every sample: nothing waits without one
+	}
 	r, err := newReader(owner.raw, owner.fds, opts)
 	if err != nil {
 		owner.close()
@@ -166,7 +168,6 @@ func newReader(rings []*RawBuffer, fds []int, opts ReaderOptions) (*Reader, erro
 		latency:    opts.MaxLatency,
 		flushHeads: make([]uint64, len(rings)),
 		flushTo:    make([]uint64, len(rings)),
-		evs:        make([]unix.EpollEvent, len(rings)+1),
 		stats:      make([]Stats, len(rings)),
 	}
 	if r.latency == 0 {
@@ -177,7 +178,7 @@ func newReader(rings []*RawBuffer, fds []int, opts ReaderOptions) (*Reader, erro
 		rb.skipOther, rb.closed = true, &r.life
 	}
 	var err error
-	if r.w, err = newWaiter(fds); err != nil {
+	if r.w, err = newWaiter(rings, fds); err != nil {
 		return nil, err
 	}
 	if opts.Order != nil {
@@ -216,7 +217,7 @@ func (r *Reader) free() {
 // Close may be called from any goroutine, also from a callback, any number
 // of times, and returns nil.
 func (r *Reader) Close() error {
-	r.life.close(r.w.wake)
+	r.life.close(func() { r.w.wake(true) })
 	return nil
 }
 
@@ -224,7 +225,7 @@ func (r *Reader) Close() error {
 // perhaps gone).
 func (r *Reader) poke() {
 	if r.life.enter("") == nil {
-		r.w.wake()
+		r.w.wake(false)
 		r.life.exit()
 	}
 }
@@ -259,7 +260,7 @@ func (r *Reader) Flush() {
 	}
 	r.flushReq.Store(true)
 	r.flushMu.Unlock()
-	r.w.wake()
+	r.w.wake(false)
 	r.life.exit()
 }
 
@@ -361,14 +362,11 @@ func (r *Reader) block(ctx context.Context, op string) error {
 			timeout = left
 		}
 	}
-	n, err := r.w.wait(r.evs, timeout)
-	if err != nil {
+	if _, err := r.w.wait(timeout); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	for _, ev := range r.evs[:n] {
-		if ev.Fd == wakeTag && !r.life.closed() {
-			r.w.clearWake() // Flush or SetDeadline: look again
-		}
+	if r.w.woken.Load() && !r.life.closed() {
+		r.w.clearWake() // Flush, SetDeadline or ctx: look again
 	}
 	return nil
 }

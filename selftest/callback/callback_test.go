@@ -746,24 +746,63 @@ func TestWakeupEventsLarge(t *testing.T) {
 			return -1
 		}
 		defer pb.Close()
-		pb.Poll(0) // any readiness left from setting the ring up
-		f.Emit(t, f.CPUs[0], 1, 32, 0)
-		n, err := pb.Poll(200 * time.Millisecond)
-		t.Logf("WakeupEvents %d: Poll delivered %d", wakeup, n)
-		if err != nil {
-			t.Fatal(err)
+		pb.Poll(0) // the ring's state at the start
+		// A sample written while Poll is parked, below the threshold,
+		// raises no wakeup: the Poll sleeps its whole timeout, then
+		// delivers what is there. (One written before a Poll starts is
+		// delivered at once: a Poll looks at the rings.)
+		const timeout = 300 * time.Millisecond
+		type result struct {
+			n       int
+			err     error
+			elapsed time.Duration
 		}
-		return n
+		done := make(chan result, 1)
+		start := time.Now()
+		go func() {
+			n, err := pb.Poll(timeout)
+			done <- result{n, err, time.Since(start)}
+		}()
+		if !parkedInPoll(5 * time.Second) {
+			t.Fatal("Poll never parked in the netpoller")
+		}
+		f.Emit(t, f.CPUs[0], 1, 32, 0)
+		r := <-done
+		t.Logf("WakeupEvents %d: Poll delivered %d after %v", wakeup, r.n, r.elapsed)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.elapsed < timeout {
+			return 1 // woken before its timeout, without a wakeup
+		}
+		if n, err := pb.Poll(0); r.n+n != 1 || err != nil {
+			t.Fatalf("WakeupEvents %d: %d samples, then %d, %v; want the one", wakeup, r.n, n, err)
+		}
+		return 0
 	}
-	if n := try(1 << 30); n != 0 {
-		t.Fatalf("WakeupEvents 1<<30: Poll delivered %d after one sample, want 0 (no wakeup)", n)
+	if try(1<<30) != 0 {
+		t.Fatalf("WakeupEvents 1<<30: a sample woke Poll before its timeout")
 	}
-	if n := try(math.MaxInt32); n != 0 {
-		t.Errorf("WakeupEvents MaxInt32: Poll delivered %d after one sample, want 0 (no wakeup)", n)
+	if try(math.MaxInt32) != 0 {
+		t.Errorf("WakeupEvents MaxInt32: a sample woke Poll before its timeout")
 	}
 	if _, err := perfbuf.New(f.Events, perfbuf.Options{WakeupEvents: math.MaxInt32 + 1, SampleFunc: discard}); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("WakeupEvents MaxInt32+1: New: %v, want os.ErrInvalid", err)
 	}
+}
+
+// parkedInPoll reports whether, within d, a goroutine is parked in
+// PerfBuffer.Poll's wait in the netpoller ("IO wait" in a stack dump).
+func parkedInPoll(d time.Duration) bool {
+	buf := make([]byte, 1<<20)
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, "perfbuf.(*PerfBuffer).Poll") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // RawBuffer.Release may be called from a SampleFunc. (It used to take the
