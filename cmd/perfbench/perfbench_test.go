@@ -145,6 +145,13 @@ func TestResults(t *testing.T) {
 	if got := r.sustainedOf(benchrun.ModeCallback).ratio(); math.Abs(got-0.5) > 1e-9 {
 		t.Errorf("callback rate ratio = %v, want 0.5", got)
 	}
+	c := r.sustainedOf(benchrun.ModeC)
+	if lossy, besideC := r.sustainedOf(lastSustained).lossyRounds(c); lossy != 2 || besideC != 2 || cleanRounds(c) != 2 {
+		t.Errorf("%s: %d lossy rounds, %d beside C's %d clean ones; want 2, 2, 2", lastSustained, lossy, besideC, cleanRounds(c))
+	}
+	if lossy, _ := c.lossyRounds(c); lossy != 0 {
+		t.Errorf("C: %d lossy rounds, want 0", lossy)
+	}
 	if errs := r.accountingErrors(); len(errs) != 0 {
 		t.Errorf("accounting errors %v", errs)
 	}

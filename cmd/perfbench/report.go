@@ -35,12 +35,16 @@ func writeTable(w io.Writer, r *results) {
 		}
 		fmt.Fprintf(w, "Sustained: a producer on each of %d CPUs, %d samples each of %d bytes, %s rings, wakeup every %d samples\n",
 			r.env.cpus, r.sustainedPerCPU, benchrun.SustainedSize, ringSize(benchrun.SustainedPages), benchrun.SustainedWakeup)
-		fmt.Fprintf(w, "(higher samples/s is better; x C = rate over the C reference's in the same round; lost and late: worst round)\n")
+		fmt.Fprintf(w, "(higher samples/s is better; x C = rate over the C reference's in the same round; lost and late: worst round;\n")
+		fmt.Fprintf(w, "lossy: rounds with a loss, of all; beside C: of the rounds in which C lost nothing)\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "mode\tsamples/s\tx C\tlost\tlate\twall ms\tspread\taccounting\t")
+		fmt.Fprintln(tw, "mode\tsamples/s\tx C\tlost\tlossy\tbeside C\tlate\twall ms\tspread\taccounting\t")
+		c := r.sustainedOf(benchrun.ModeC)
 		for _, s := range r.sustained {
-			fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%d\t%d\t%.0f\t%.0f%%\t%s\t\n",
-				s.mode, s.rate.median(), s.ratio(), maxU(s.lost), maxU(s.late), s.wall.median(), 100*s.rate.spread(), accounting(s.check))
+			lossy, besideC := s.lossyRounds(c)
+			fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%d\t%d/%d\t%d/%d\t%d\t%.0f\t%.0f%%\t%s\t\n",
+				s.mode, s.rate.median(), s.ratio(), maxU(s.lost), lossy, len(s.lost), besideC, cleanRounds(c),
+				maxU(s.late), s.wall.median(), 100*s.rate.spread(), accounting(s.check))
 		}
 		tw.Flush()
 	}

@@ -259,6 +259,36 @@ func (r *results) accountingErrors() []error {
 	return out
 }
 
+// lossyRounds counts the rounds in which s lost samples, and among them
+// those in which c (the C reference, nil if not measured) lost none: the
+// rounds of a measurement are paired by index.
+func (s *sustainedStat) lossyRounds(c *sustainedStat) (lossy, besideC int) {
+	for i, n := range s.lost {
+		if n == 0 {
+			continue
+		}
+		lossy++
+		if c != nil && i < len(c.lost) && c.lost[i] == 0 {
+			besideC++
+		}
+	}
+	return lossy, besideC
+}
+
+// cleanRounds counts the rounds in which c lost nothing.
+func cleanRounds(c *sustainedStat) int {
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for _, l := range c.lost {
+		if l == 0 {
+			n++
+		}
+	}
+	return n
+}
+
 func maxU(v []uint64) uint64 {
 	if len(v) == 0 {
 		return 0
