@@ -6,7 +6,11 @@
 #                 big-endian host (s390x under qemu), a bounded fuzz run
 #   make bench    Go benchmarks, then perfbench: every mode beside the C reference
 #                 (table; build/perfbench.csv; docs/perfbench.svg), the quiet
-#                 measurement's C consumer built first (build/perfbench-cquiet). Needs root.
+#                 measurement's C consumer built first (build/perfbench-cquiet), then
+#                 bench-execsnoop. Needs root.
+#   make bench-execsnoop  cmd/execsnoop beside libbpf-tools' C execsnoop on one workload
+#                 (300 execs/s for 20 s), CPU and context switches of each (table;
+#                 build/execsnoop-vs-c.csv). Needs root; about 25 s.
 #   make lint     gofmt, go vet, staticcheck
 #   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12 kernels x 2, 8 CPUs
 #
@@ -52,7 +56,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build run test test-bigendian unit selftest vmtest fuzz bench lint clean docker-test
+.PHONY: all deps libbpf-info bpf build build-execsnoop run test test-bigendian unit selftest vmtest fuzz bench bench-execsnoop lint clean docker-test
 
 all: build
 
@@ -90,9 +94,13 @@ build: libbpf-info bpf
 # The main job: execsnoop (cmd/execsnoop, ported from libbpf-tools) traces
 # every exec for RUN_SECONDS while --demo starts a handful of processes.
 RUN_SECONDS ?= 3
-run: libbpf-info bpf
-	$(GO) build $(GOTAGS) -o $(BUILD)/execsnoop ./cmd/execsnoop
+run: build-execsnoop
 	$(BUILD)/execsnoop --demo -T -x -d $(RUN_SECONDS)
+
+# build/execsnoop, its BPF object embedded (so after `make bpf`). Always run:
+# go build knows when nothing changed.
+build-execsnoop: libbpf-info bpf
+	$(GO) build $(GOTAGS) -o $(BUILD)/execsnoop ./cmd/execsnoop
 
 # Every test: unit tests and privileged selftests, with the race detector.
 # Under CI (CI=true) a selftest that cannot get its privileges fails.
@@ -153,6 +161,14 @@ bench: build $(CQUIET)
 	$(GO) build $(GOTAGS) -o $(BUILD)/perfbench ./cmd/perfbench
 	$(BUILD)/perfbench -bpf-obj cmd/perfbench/bpf/perfbench.bpf.o -cquiet $(CQUIET) \
 		-csv $(BUILD)/perfbench.csv -svg docs/perfbench.svg $(PERFBENCH_FLAGS)
+	@$(MAKE) --no-print-directory bench-execsnoop
+
+# The tool beside the C one: build/execsnoop and libbpf-tools' execsnoop (installed
+# when missing) trace the same scripted workload at once, each under /usr/bin/time -v
+# (scripts/execsnoop-vs-c.sh). EXECSNOOP_RATE, EXECSNOOP_SECONDS and
+# EXECSNOOP_ALONE=1 (each tool alone too) pass through.
+bench-execsnoop: build-execsnoop
+	@bash scripts/execsnoop-vs-c.sh $(BUILD)/execsnoop
 
 lint: deps
 	@files=$$(git ls-files '*.go') && [ -n "$$files" ] || { echo "lint: no Go files from git ls-files" >&2; exit 1; }; \
