@@ -296,38 +296,31 @@ var errExited = errors.New("consumer exited before it said so")
 
 // expect waits up to timeout for the line want.
 func expect(lines <-chan string, want string, timeout time.Duration) error {
-	tm := time.NewTimer(timeout)
-	defer tm.Stop()
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				return fmt.Errorf("waiting for %q: %w", want, errExited)
-			}
-			if l == want {
-				return nil
-			}
-		case <-tm.C:
-			return fmt.Errorf("no %q from the consumer in %v", want, timeout)
-		}
-	}
+	_, err := expectLine(lines, fmt.Sprintf("%q", want), timeout, func(l string) bool { return l == want })
+	return err
 }
 
 // expectResult waits up to timeout for the "result" line.
 func expectResult(lines <-chan string, timeout time.Duration) (string, error) {
+	return expectLine(lines, "its result", timeout, func(l string) bool { return strings.HasPrefix(l, "result ") })
+}
+
+// expectLine waits up to timeout for a line that match accepts, and
+// returns it; what names it in errors.
+func expectLine(lines <-chan string, what string, timeout time.Duration, match func(string) bool) (string, error) {
 	tm := time.NewTimer(timeout)
 	defer tm.Stop()
 	for {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				return "", fmt.Errorf("waiting for its result: %w", errExited)
+				return "", fmt.Errorf("waiting for %s: %w", what, errExited)
 			}
-			if strings.HasPrefix(l, "result ") {
+			if match(l) {
 				return l, nil
 			}
 		case <-tm.C:
-			return "", fmt.Errorf("no result from the consumer in %v", timeout)
+			return "", fmt.Errorf("waited %v for %s from the consumer", timeout, what)
 		}
 	}
 }
