@@ -12,7 +12,7 @@ import (
 // ringOptions are the fields that Options and ReaderOptions share, as the
 // caller set them.
 type ringOptions struct {
-	pageCount, wakeupEvents, wakeupBytes, maxSampleSize int
+	pageCount, ringBytes, wakeupEvents, wakeupBytes, maxSampleSize int
 }
 
 // ringConfig is ringOptions checked, with the defaults resolved: what

@@ -69,8 +69,17 @@ func (fd MapFD) FileDescriptor() int { return int(fd) }
 // Options configures New.
 type Options struct {
 	// PageCount is the number of data pages in each CPU's ring, a power of
-	// two. Zero means 64 (256 KiB with 4 KiB pages).
+	// two. Zero means 64 (256 KiB with 4 KiB pages), unless RingBytes is
+	// set.
 	PageCount int
+
+	// RingBytes, if set, sizes each ring's data area in bytes instead of
+	// pages: rounded up to a power of two pages of the host's page size
+	// (os.Getpagesize), as cilium/ebpf's perf reader does. Setting it with
+	// PageCount is an error. On a host with 64 KiB pages, 64 pages would be
+	// 4 MiB a CPU, so an agent that ships one setting for every host sizes
+	// its rings here (at least one page: 4 KiB or 64 KiB).
+	RingBytes int
 
 	// WakeupEvents wakes the reader once every WakeupEvents samples
 	// (libbpf's perf_buffer_opts.sample_period, the event's
@@ -108,6 +117,14 @@ type Options struct {
 	// only once a later sample fits, so a count can arrive late.
 	LostFunc func(cpu int, count uint64)
 
+	// FailureMap, if set, is the BPF-side failure counters of
+	// bpf/perfbuf.bpf.h (PERFBUF_FAILURE_MAP): the bpf_perf_event_output
+	// calls that failed before reaching a ring, which the kernel counts
+	// nowhere else. Stats reads it into each CPU's Failed. New fails with
+	// os.ErrInvalid if it is not such a map (a per-CPU array of one
+	// struct perfbuf_failures).
+	FailureMap Map
+
 	// Raw opens the rings for raw mode only (PerfBuffer.Buffer), with no
 	// callbacks: SampleFunc and LostFunc must be nil, and Poll, Consume
 	// and ConsumeBuffer fail.
@@ -115,11 +132,16 @@ type Options struct {
 }
 
 func (o *Options) ring() ringOptions {
-	return ringOptions{o.PageCount, o.WakeupEvents, o.WakeupBytes, o.MaxSampleSize}
+	return ringOptions{o.PageCount, o.RingBytes, o.WakeupEvents, o.WakeupBytes, o.MaxSampleSize}
 }
 
 // Stats counts what was read from one CPU's ring. Every mode reports the
 // same fields; those a mode has no use for stay zero.
+//
+// Stats methods return one entry per ring, in buffer index order. A CPU may
+// have two rings (one opened at New, one when it came back online), and
+// with a FailureMap, CPUs without a ring that had failures get an entry of
+// their own after the rings'; sum entries by CPU for per-CPU totals.
 type Stats struct {
 	CPU          int    // the CPU behind the ring
 	Samples      uint64 // samples delivered (and late samples dropped: see Dropped)
@@ -132,6 +154,28 @@ type Stats struct {
 	Dropped      uint64 // ordered Reader with DropLate: late samples dropped
 	Discarded    uint64 // bytes left undelivered in the ring at Close
 	MaxFill      int    // the most bytes seen waiting in the ring
+	Fill         int    // bytes waiting in the ring when Stats was called (0 after Close)
+	// Failed counts the CPU's failed bpf_perf_event_output calls, with a
+	// FailureMap; on the CPU's latest ring's entry.
+	Failed Failures
+}
+
+// Failures counts a CPU's bpf_perf_event_output calls that failed before
+// reaching a ring, by errno, as bpf/perfbuf.bpf.h counts them. A full ring
+// (ENOSPC) is not among them: the kernel reports those samples in a lost
+// record, counted in Stats.Lost. So, per CPU, what a program emitted is
+// Samples + Lost + Failed.Total().
+type Failures struct {
+	NoEntry  uint64 // ENOENT: the CPU's slot in the map holds no ring
+	TooBig   uint64 // E2BIG: the CPU's index is past the map's max_entries
+	Invalid  uint64 // EINVAL: flags the helper rejects
+	NotOnCPU uint64 // EOPNOTSUPP: the slot's ring is another CPU's, or its event was stopped
+	Other    uint64 // any other errno
+}
+
+// Total is the number of failed calls of every cause.
+func (f Failures) Total() uint64 {
+	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other
 }
 
 // PerfBuffer is a set of per-CPU perf rings over one perf event array, read
@@ -402,8 +446,9 @@ func (pb *PerfBuffer) EpollFD() (int, error) {
 // from any goroutine, also after Close.
 func (pb *PerfBuffer) Stats() []Stats {
 	pb.statsMu.Lock()
-	defer pb.statsMu.Unlock()
-	return slices.Clone(pb.stats)
+	st := slices.Clone(pb.stats)
+	pb.statsMu.Unlock()
+	return completeStats(st, pb.r.raw, &pb.life)
 }
 
 func (pb *PerfBuffer) checkIndex(i int) error {

@@ -18,9 +18,12 @@ import (
 
 // ReaderOptions configures NewReader.
 type ReaderOptions struct {
-	// PageCount, WakeupEvents, WakeupBytes and MaxSampleSize size the
-	// rings and their wakeups, as in Options.
-	PageCount, WakeupEvents, WakeupBytes, MaxSampleSize int
+	// PageCount, RingBytes, WakeupEvents, WakeupBytes and MaxSampleSize
+	// size the rings and their wakeups, as in Options.
+	PageCount, RingBytes, WakeupEvents, WakeupBytes, MaxSampleSize int
+
+	// FailureMap, if set, is the BPF-side failure counters, as in Options.
+	FailureMap Map
 
 	// MaxLatency bounds how long a record waits in a ring for a wakeup:
 	// the reader drains at least this often while it blocks. With
@@ -39,7 +42,7 @@ type ReaderOptions struct {
 }
 
 func (o *ReaderOptions) ring() ringOptions {
-	return ringOptions{o.PageCount, o.WakeupEvents, o.WakeupBytes, o.MaxSampleSize}
+	return ringOptions{o.PageCount, o.RingBytes, o.WakeupEvents, o.WakeupBytes, o.MaxSampleSize}
 }
 
 // defaultMaxLatency is ReaderOptions.MaxLatency when it is zero.
@@ -268,8 +271,9 @@ func (r *Reader) Flush() {
 // any goroutine, also after Close.
 func (r *Reader) Stats() []Stats {
 	r.statsMu.Lock()
-	defer r.statsMu.Unlock()
-	return slices.Clone(r.stats)
+	st := slices.Clone(r.stats)
+	r.statsMu.Unlock()
+	return completeStats(st, r.rings, &r.life)
 }
 
 // publish copies ring i's counts into the shared stats; samples, bytes and
