@@ -6,7 +6,10 @@ package perfbuf
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // ringOptions are the fields that Options and ReaderOptions share, as the
@@ -31,20 +34,27 @@ func (c ringConfig) ringBytes() int { return c.pages * c.pageSize }
 // zero: 256 KiB with 4 KiB pages.
 const defaultPageCount = 64
 
-// config checks o for rings of pages of pageSize bytes. Errors match
-// os.ErrInvalid, or ErrSampleTooLarge.
-func (o ringOptions) config(pageSize int) (ringConfig, error) {
-	pages := o.pageCount
-	if pages == 0 {
-		pages = defaultPageCount
+// hostConfig is config for this host: its page size and memory.
+func (o ringOptions) hostConfig() (ringConfig, error) {
+	var si unix.Sysinfo_t
+	memory := uint64(math.MaxUint64) // unknown: no limit but maxRingBytes
+	if unix.Sysinfo(&si) == nil {
+		memory = uint64(si.Totalram) * uint64(si.Unit)
 	}
-	if pages < 0 || pages&(pages-1) != 0 {
-		return ringConfig{}, fmt.Errorf("page count %d is not a power of two: %w", o.pageCount, os.ErrInvalid)
+	return o.config(os.Getpagesize(), memory)
+}
+
+// config checks o for rings of pages of pageSize bytes on a host with
+// memory bytes of RAM: a ring must be smaller than that (the kernel pins
+// every page of every CPU's ring). Errors match os.ErrInvalid, or
+// ErrSampleTooLarge.
+func (o ringOptions) config(pageSize int, memory uint64) (ringConfig, error) {
+	pages, err := o.pages(pageSize)
+	if err != nil {
+		return ringConfig{}, err
 	}
-	// Checked before anything computes with the ring size, which would
-	// overflow: the ring and its header page must fit in a mapping.
-	if pages > maxRingBytes/pageSize {
-		return ringConfig{}, fmt.Errorf("page count %d too large: a ring holds at most %d bytes: %w", o.pageCount, maxRingBytes, os.ErrInvalid)
+	if uint64(pages*pageSize) >= memory {
+		return ringConfig{}, fmt.Errorf("a ring of %d pages (%d bytes) does not fit in the host's %d bytes of memory: %w", pages, pages*pageSize, memory, os.ErrInvalid)
 	}
 	c := ringConfig{pages: pages, pageSize: pageSize, wakeupEvents: max(o.wakeupEvents, 1), wakeupBytes: o.wakeupBytes}
 	ringBytes := c.ringBytes()
@@ -77,6 +87,37 @@ func (o ringOptions) config(pageSize int) (ringConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// pages resolves the ring size, given as a page count or in bytes, to a
+// number of pages: a power of two, at most maxRingBytes.
+func (o ringOptions) pages(pageSize int) (int, error) {
+	switch {
+	case o.ringBytes != 0 && o.pageCount != 0:
+		return 0, fmt.Errorf("page count %d and ring bytes %d both set: %w", o.pageCount, o.ringBytes, os.ErrInvalid)
+	case o.ringBytes < 0:
+		return 0, fmt.Errorf("ring bytes %d is negative: %w", o.ringBytes, os.ErrInvalid)
+	case o.ringBytes > maxRingBytes:
+		return 0, fmt.Errorf("ring bytes %d too large: a ring holds at most %d bytes: %w", o.ringBytes, maxRingBytes, os.ErrInvalid)
+	case o.ringBytes > 0:
+		// Whole pages, then the next power of two (the kernel maps
+		// 2^n data pages).
+		pages := (o.ringBytes + pageSize - 1) / pageSize
+		return 1 << bits.Len(uint(pages-1)), nil
+	}
+	pages := o.pageCount
+	if pages == 0 {
+		pages = defaultPageCount
+	}
+	if pages < 0 || pages&(pages-1) != 0 {
+		return 0, fmt.Errorf("page count %d is not a power of two: %w", o.pageCount, os.ErrInvalid)
+	}
+	// Checked before anything computes with the ring size, which would
+	// overflow: the ring and its header page must fit in a mapping.
+	if pages > maxRingBytes/pageSize {
+		return 0, fmt.Errorf("page count %d too large: a ring holds at most %d bytes: %w", o.pageCount, maxRingBytes, os.ErrInvalid)
+	}
+	return pages, nil
 }
 
 // maxRingBytes bounds a ring's data area: far above what a kernel maps

@@ -243,7 +243,7 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	case !opts.Raw && opts.SampleFunc == nil:
 		return nil, fmt.Errorf("%s: no SampleFunc (set Raw to read the rings with Buffer only): %w", op, os.ErrInvalid)
 	}
-	cfg, err := opts.ring().config(os.Getpagesize())
+	cfg, err := opts.ring().hostConfig()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}

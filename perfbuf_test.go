@@ -31,7 +31,7 @@ func TestRingOptions(t *testing.T) {
 		{PageCount: 4, WakeupEvents: math.MaxInt32},
 	}
 	for _, o := range good {
-		if _, err := o.ring().config(page); err != nil {
+		if _, err := o.ring().config(page, testMemory); err != nil {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}
@@ -63,30 +63,86 @@ func TestRingOptions(t *testing.T) {
 		{Options{WakeupEvents: 1<<32 + 1}, os.ErrInvalid},
 	}
 	for _, c := range bad {
-		if _, err := c.o.ring().config(page); !errors.Is(err, c.want) {
+		if _, err := c.o.ring().config(page, testMemory); !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want %v", c.o, err, c.want)
 		}
 		// ReaderOptions has the same fields, checked the same way.
 		ro := ReaderOptions{PageCount: c.o.PageCount, WakeupEvents: c.o.WakeupEvents, WakeupBytes: c.o.WakeupBytes, MaxSampleSize: c.o.MaxSampleSize}
-		if _, err := ro.ring().config(page); !errors.Is(err, c.want) {
+		if _, err := ro.ring().config(page, testMemory); !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want %v", ro, err, c.want)
 		}
 	}
 	// A page count whose ring size overflows is refused as such. (1<<62
 	// pages made the ring 0 bytes: "wakeup bytes 0 outside [0, 0)".)
 	for _, pages := range []int{1 << 62, 1 << 52, 1 << 51, 1 << 40} {
-		_, err := (&Options{PageCount: pages}).ring().config(page)
+		_, err := (&Options{PageCount: pages}).ring().config(page, testMemory)
 		if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "page count") {
 			t.Errorf("PageCount %d: %v, want os.ErrInvalid about the page count", pages, err)
 		}
 	}
 	want := ringConfig{pages: defaultPageCount, pageSize: page, wakeupEvents: 1}
-	if c, err := (&Options{}).ring().config(page); c != want || err != nil {
+	if c, err := (&Options{}).ring().config(page, testMemory); c != want || err != nil {
 		t.Errorf("defaults: %+v, %v; want %+v", c, err, want)
 	}
 	want = ringConfig{pages: 2, pageSize: page, wakeupEvents: 1, wakeupBytes: 4096}
-	if c, err := (&ReaderOptions{PageCount: 2, WakeupBytes: 4096}).ring().config(page); c != want || err != nil {
+	if c, err := (&ReaderOptions{PageCount: 2, WakeupBytes: 4096}).ring().config(page, testMemory); c != want || err != nil {
 		t.Errorf("wakeup bytes: %+v, %v; want %+v", c, err, want)
+	}
+}
+
+// testMemory is the host memory the option tests assume: 16 GiB.
+const testMemory = 16 << 30
+
+// TestRingBytes: RingBytes rounds up to a power of two pages of the host's
+// page size, 4 KiB and 64 KiB alike, and bad sizes are refused.
+func TestRingBytes(t *testing.T) {
+	for _, c := range []struct {
+		bytes, pageSize, pages int
+	}{
+		{1, 4096, 1},
+		{4096, 4096, 1},
+		{4097, 4096, 2},
+		{3 * 4096, 4096, 4},
+		{256 << 10, 4096, 64},
+		{(256 << 10) + 1, 4096, 128},
+		{1, 65536, 1},
+		{65536, 65536, 1},
+		{256 << 10, 65536, 4},
+		{300 << 10, 65536, 8},
+		{8 << 20, 65536, 128},
+	} {
+		for _, o := range []ringOptions{(&Options{RingBytes: c.bytes}).ring(), (&ReaderOptions{RingBytes: c.bytes}).ring()} {
+			cfg, err := o.config(c.pageSize, testMemory)
+			if err != nil || cfg.pages != c.pages || cfg.pageSize != c.pageSize {
+				t.Errorf("RingBytes %d, %d-byte pages: %+v, %v; want %d pages", c.bytes, c.pageSize, cfg, err, c.pages)
+			}
+		}
+	}
+	// The host's own page size, as New sees it.
+	page := os.Getpagesize()
+	cfg, err := (&Options{RingBytes: 5 * page}).ring().hostConfig()
+	if err != nil || cfg.pages != 8 || cfg.pageSize != page || cfg.ringBytes() != 8*page {
+		t.Errorf("RingBytes 5 pages on this host (%d-byte pages): %+v, %v; want 8 pages", page, cfg, err)
+	}
+	for _, c := range []struct {
+		o    Options
+		mem  uint64
+		text string
+	}{
+		{Options{RingBytes: 4096, PageCount: 1}, testMemory, "both set"},
+		{Options{RingBytes: -1}, testMemory, "negative"},
+		{Options{RingBytes: math.MinInt}, testMemory, "negative"},
+		{Options{RingBytes: math.MaxInt}, testMemory, "too large"},
+		{Options{RingBytes: maxRingBytes + 1}, testMemory, "too large"},
+		// Larger than the host's memory: 16 GiB asked of a 16 GiB host.
+		{Options{RingBytes: 16 << 30}, testMemory, "memory"},
+		{Options{PageCount: 1 << 22}, testMemory, "memory"},
+		{Options{RingBytes: 1 << 20}, 1 << 20, "memory"},
+	} {
+		_, err := c.o.ring().config(4096, c.mem)
+		if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%+v on %d bytes: %v, want os.ErrInvalid saying %q", c.o, c.mem, err, c.text)
+		}
 	}
 }
 

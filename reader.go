@@ -129,7 +129,7 @@ type policy interface {
 // os.ErrInvalid for ReaderOptions or Order fields out of range.
 func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	const op = "new reader"
-	cfg, err := opts.ring().config(os.Getpagesize())
+	cfg, err := opts.ring().hostConfig()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}

@@ -347,3 +347,45 @@ func TestRawDrainStops(t *testing.T) {
 		t.Errorf("Drain(nil): %v; want os.ErrInvalid", err)
 	}
 }
+
+// TestRawRingBytes: rings sized in bytes get a power of two of the host's
+// pages, as mapped by the kernel, and carry samples; both sizes set fail
+// before anything is opened.
+func TestRawRingBytes(t *testing.T) {
+	f := bpftest.Setup(t, obj)
+	page := os.Getpagesize()
+	for _, c := range []struct{ bytes, want int }{
+		{1, page},
+		{3*page - 1, 4 * page},
+		{5 * page, 8 * page},
+	} {
+		pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: c.bytes, Raw: true})
+		if err != nil {
+			t.Fatalf("RingBytes %d: %v", c.bytes, err)
+		}
+		for i := 0; i < pb.BufferCount(); i++ {
+			rb, err := pb.Buffer(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rb.Size() != c.want {
+				t.Errorf("RingBytes %d: ring %d holds %d bytes, want %d (%d-byte pages)", c.bytes, i, rb.Size(), c.want, page)
+			}
+			f.Emit(t, rb.CPU(), 3, 32, 0)
+			n, err := rb.Drain(func(*perfbuf.Record) error { return nil })
+			if n != 3 || err != nil {
+				t.Errorf("RingBytes %d: ring %d drained %d, %v; want 3 samples", c.bytes, i, n, err)
+			}
+			rb.Release()
+		}
+		pb.Close()
+	}
+	_, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: page, PageCount: 1, Raw: true})
+	if !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("RingBytes and PageCount: %v, want os.ErrInvalid", err)
+	}
+	_, err = perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{RingBytes: -page})
+	if !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("negative RingBytes: %v, want os.ErrInvalid", err)
+	}
+}
