@@ -10,15 +10,16 @@ import (
 )
 
 // ringCPUs mirrors perf_buffer__new's choice of CPUs: the online ones among
-// the first min(possible CPUs, max_entries). Buffer index i reads cpus[i].
-func ringCPUs(maxEntries uint32) ([]int32, error) {
+// the first min(possible CPUs, max_entries), that limit. Buffer index i
+// reads cpus[i].
+func ringCPUs(maxEntries uint32) ([]int32, int, error) {
 	online, err := cpus.Online()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	possible, err := cpus.Possible()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	limit := len(possible)
 	if highest := maxCPU(possible) + 1; highest > limit {
@@ -34,9 +35,9 @@ func ringCPUs(maxEntries uint32) ([]int32, error) {
 		}
 	}
 	if len(ring) == 0 {
-		return nil, fmt.Errorf("no online cpu below map max_entries %d: %w", maxEntries, os.ErrInvalid)
+		return nil, 0, fmt.Errorf("no online cpu below map max_entries %d: %w", maxEntries, os.ErrInvalid)
 	}
-	return ring, nil
+	return ring, limit, nil
 }
 
 func maxCPU(cpus []int) int {

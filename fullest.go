@@ -50,6 +50,9 @@ func (f *fullest) next() (*Record, int) {
 
 func (f *fullest) delivered(int) {}
 
+// addRing: each pass looks at every ring.
+func (f *fullest) addRing(int) {}
+
 // each runs one turn: ring i's records through RawBuffer.each, up to the
 // budget. A turn cut short by fn's error goes on at the next read.
 func (f *fullest) each(fn func(*Record) error) (bool, error) {

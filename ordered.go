@@ -157,21 +157,25 @@ func newOrdered(r *Reader, opts *Order) *ordered {
 	}
 	o.commitAt = max(size/16, 1)
 	o.markGrain = int64(o.maxDelay / 32)
-	o.rs = make([]orderedRing, len(r.rings))
-	for i, rb := range r.rings {
-		rb.Begin()
-		ring := &o.rs[i]
-		ring.scanned, ring.dueBefore = rb.tail, rb.tail
-		if rb.pending() > 0 {
-			o.mark(i, rb.head)
-		}
-	}
+	o.rs = make([]orderedRing, 0, len(r.rings))
 	o.heap = make([]heapEntry, 0, len(r.rings))
-	o.waiting = make([]int, len(r.rings))
-	for i := range o.waiting {
-		o.waiting[i] = i
+	o.waiting = make([]int, 0, len(r.rings))
+	for i := range r.rings {
+		o.addRing(i)
 	}
 	return o
+}
+
+// addRing takes in ring i, the reader's last: it waits for a front, and
+// what it holds now was first seen now (rule 3).
+func (o *ordered) addRing(i int) {
+	rb := o.r.rings[i]
+	rb.Begin()
+	o.rs = append(o.rs, orderedRing{scanned: rb.tail, dueBefore: rb.tail})
+	o.waiting = append(o.waiting, i)
+	if rb.pending() > 0 {
+		o.mark(i, rb.head)
+	}
 }
 
 func (o *ordered) now() int64 { return int64(time.Since(o.start)) }

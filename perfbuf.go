@@ -195,6 +195,7 @@ type PerfBuffer struct {
 	r      *rings
 	sample func(cpu int, data []byte)
 	lost   func(cpu int, count uint64)
+	raw    bool // Options.Raw
 
 	w    *waiter  // Poll's epoll over every ring, woken by Close
 	life lifetime // calls in progress; the last one out after Close frees
@@ -203,12 +204,12 @@ type PerfBuffer struct {
 	rec     Record     // the record being delivered
 	wrapped []byte     // a sample that straddles the ring's end, made contiguous
 	deliver func(*Record) error
-	all     []int32 // 0..n-1, for Consume
 
 	// held[i]: a RawBuffer reads ring i, and drains skip it. Buffer sets
 	// it under drainMu (no drain runs then); Release clears it without the
-	// lock, so that it may be called from a SampleFunc.
-	held  []atomic.Bool
+	// lock, so that it may be called from a SampleFunc. The slice grows
+	// with the rings (under drainMu and r.mu); Release reads it under r.mu.
+	held  []*atomic.Bool
 	nheld atomic.Int32
 	// cut: a drain stopped before its last ring (a SampleFunc panicked),
 	// so rings that epoll reported ready may still hold samples, and their
@@ -262,27 +263,64 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 // newPerfBuffer is New over rings already open (tests pass rings of their
 // own). It does not close r if it fails.
 func newPerfBuffer(r *rings, opts Options) (*PerfBuffer, error) {
-	n := len(r.cpus)
 	pb := &PerfBuffer{
 		r:      r,
 		sample: opts.SampleFunc,
 		lost:   opts.LostFunc,
-		all:    make([]int32, n),
-		held:   make([]atomic.Bool, n),
-		stats:  make([]Stats, n),
+		raw:    opts.Raw,
 	}
 	pb.deliver = pb.deliverRecord
-	for i, rb := range r.raw {
-		pb.all[i] = int32(i)
-		pb.stats[i].CPU = rb.CPU()
-		rb.skipOther, rb.closed = true, &pb.life
-	}
-	pb.life.free = pb.free
 	var err error
-	if pb.w, err = newWaiter(r.raw, r.fds); err != nil {
+	if pb.w, err = newWaiter(nil, nil); err != nil {
 		return nil, err
 	}
+	for i := range r.raw {
+		if err := pb.added(i); err != nil {
+			pb.w.close()
+			return nil, err
+		}
+	}
+	pb.life.free = pb.free
+	if r.watch != nil {
+		r.watch.notify = pb.poke
+		r.watch.start()
+	}
 	return pb, nil
+}
+
+// added takes ring i, new in pb.r, into the drains, the waits and the
+// stats. Under drainMu, once the PerfBuffer is in use.
+func (pb *PerfBuffer) added(i int) error {
+	rb := pb.r.raw[i]
+	rb.skipOther, rb.closed = true, &pb.life
+	if err := pb.w.addRing(rb, pb.r.fds[i]); err != nil {
+		return err
+	}
+	pb.r.mu.Lock()
+	pb.held = append(pb.held, new(atomic.Bool))
+	pb.r.mu.Unlock()
+	pb.statsMu.Lock()
+	pb.stats = append(pb.stats, Stats{CPU: rb.CPU()})
+	pb.statsMu.Unlock()
+	return nil
+}
+
+// poke wakes a blocked Poll, unless the PerfBuffer is closed (and its
+// eventfd perhaps gone): a CPU came online.
+func (pb *PerfBuffer) poke() {
+	if pb.life.enter("") == nil {
+		pb.w.wake(false)
+		pb.life.exit()
+	}
+}
+
+// addNewCPUs gives the CPUs that came online since the last call their
+// rings (hotplug.go). Under drainMu.
+func (pb *PerfBuffer) addNewCPUs() error {
+	if pb.r.watch == nil || !pb.r.watch.pending.Load() {
+		return nil
+	}
+	return pb.r.addNewCPUs(pb.added)
 }
 
 // Close stops the perf buffer: blocked Polls return an error matching
@@ -340,7 +378,7 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	defer pb.life.exit()
 
 	if pb.cut.Swap(false) {
-		return pb.drain(op, pb.all, false) // see cut
+		return pb.drain(op, -1, false) // see cut
 	}
 	// From inside a callback, fail before waiting rather than after.
 	if err := pb.lockDrain(); err != nil {
@@ -354,10 +392,13 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	if pb.life.closed() {
 		return 0, fmt.Errorf("%s: %w", op, os.ErrClosed)
 	}
+	if pb.w.woken.Load() {
+		pb.w.clearWake() // a CPU came online (poke): drain sees to it
+	}
 	if !event {
 		return 0, nil
 	}
-	return pb.drain(op, pb.all, true)
+	return pb.drain(op, -1, true)
 }
 
 // Consume drains every ring without waiting and returns the number of
@@ -369,7 +410,7 @@ func (pb *PerfBuffer) Consume() (int, error) {
 		return 0, err
 	}
 	defer pb.life.exit()
-	return pb.drain(op, pb.all, false)
+	return pb.drain(op, -1, false)
 }
 
 // ConsumeBuffer drains ring i without waiting and returns the number of
@@ -385,10 +426,7 @@ func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 		return 0, err
 	}
 	defer pb.life.exit()
-	if pb.held[i].Load() {
-		return 0, fmt.Errorf("%s: %w", op, ErrBusy)
-	}
-	return pb.drain(op, pb.all[i:i+1], false)
+	return pb.drain(op, i, false)
 }
 
 // enter starts a callback-mode call.
@@ -400,8 +438,22 @@ func (pb *PerfBuffer) enter(op string) error {
 }
 
 // BufferCount returns the number of rings (perf_buffer__buffer_cnt): one per
-// CPU chosen at New. It stays valid after Close.
-func (pb *PerfBuffer) BufferCount() int { return len(pb.r.cpus) }
+// CPU chosen at New, then one more for each CPU that came online since
+// (buffer indexes stay as they are: the new rings come after). Poll, Consume
+// and ConsumeBuffer open those rings; with Options.Raw, BufferCount does,
+// when not called while another goroutine holds a ring's Buffer call (a CPU
+// whose ring fails to open is left without one). It stays valid after
+// Close.
+func (pb *PerfBuffer) BufferCount() int {
+	if pb.raw && pb.life.enter("") == nil {
+		if pb.drainMu.TryLock() {
+			_ = pb.addNewCPUs() // no error to return: see above
+			pb.drainMu.Unlock()
+		}
+		pb.life.exit()
+	}
+	return pb.r.count()
+}
 
 // CPU returns the CPU behind buffer index i. Indexes are not CPU numbers:
 // like libbpf, New skips offline CPUs and CPUs beyond the map's max_entries.
@@ -410,7 +462,7 @@ func (pb *PerfBuffer) CPU(i int) (int, error) {
 	if err := pb.checkIndex(i); err != nil {
 		return 0, fmt.Errorf("cpu of perf buffer %d: %w", i, err)
 	}
-	return int(pb.r.cpus[i]), nil
+	return pb.r.cpu(i), nil
 }
 
 // BufferFD returns ring i's perf event descriptor
@@ -425,12 +477,13 @@ func (pb *PerfBuffer) BufferFD(i int) (int, error) {
 		return -1, err
 	}
 	defer pb.life.exit()
-	return pb.r.fds[i], nil
+	return pb.r.fd(i), nil
 }
 
 // EpollFD returns libbpf's epoll descriptor over all rings
-// (perf_buffer__epoll_fd), for callers that wait in their own event loop and
-// then call Consume. It belongs to the PerfBuffer: do not close it. Errors:
+// (perf_buffer__epoll_fd), those of CPUs that came online since New
+// included, for callers that wait in their own event loop and then call
+// Consume (which opens the rings of CPUs that came online). It belongs to the PerfBuffer: do not close it. Errors:
 // os.ErrClosed (wrapped).
 func (pb *PerfBuffer) EpollFD() (int, error) {
 	const op = "epoll fd of perf buffer"
@@ -438,7 +491,7 @@ func (pb *PerfBuffer) EpollFD() (int, error) {
 		return -1, err
 	}
 	defer pb.life.exit()
-	return pb.r.c.epollFD(), nil
+	return pb.r.epfd, nil
 }
 
 // Stats returns per-CPU counts of what callback mode delivered, in buffer
@@ -448,26 +501,41 @@ func (pb *PerfBuffer) Stats() []Stats {
 	pb.statsMu.Lock()
 	st := slices.Clone(pb.stats)
 	pb.statsMu.Unlock()
-	return completeStats(st, pb.r.raw, &pb.life)
+	pb.r.mu.RLock()
+	raw := pb.r.raw[:len(st)] // rings are added to raw before stats
+	pb.r.mu.RUnlock()
+	return completeStats(st, raw, &pb.life)
 }
 
 func (pb *PerfBuffer) checkIndex(i int) error {
-	if i < 0 || i >= len(pb.r.cpus) {
-		return fmt.Errorf("index %d not in [0, %d): %w", i, len(pb.r.cpus), os.ErrInvalid)
+	if n := pb.r.count(); i < 0 || i >= n {
+		return fmt.Errorf("index %d not in [0, %d): %w", i, n, os.ErrInvalid)
 	}
 	return nil
 }
 
-// drain delivers the records of rings idxs, skipping the held ones (and,
-// after a wait, those with nothing in them: a wait does not say which ring
-// woke it, see poller.go), and returns the number of samples delivered and
-// the first ring's corruption. Drains are serialised; the caller holds a
-// user reference (enter).
-func (pb *PerfBuffer) drain(op string, idxs []int32, nonEmpty bool) (int, error) {
+// drain delivers the records of ring one, or of every ring (-1), skipping
+// the held ones (and, after a wait, those with nothing in them: a wait does
+// not say which ring woke it, see poller.go), and returns the number of
+// samples delivered and the first ring's corruption. It opens the rings of
+// CPUs that came online first, and reports a failure to after the drain.
+// Drains are serialised; the caller holds a user reference (enter).
+func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 	if err := pb.lockDrain(); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	defer pb.drainMu.Unlock()
+	firstErr := pb.addNewCPUs()
+	if firstErr != nil {
+		firstErr = fmt.Errorf("%s: %w", op, firstErr)
+	}
+	from, to := 0, len(pb.r.raw)
+	if one >= 0 {
+		if pb.held[one].Load() {
+			return 0, fmt.Errorf("%s: %w", op, ErrBusy)
+		}
+		from, to = one, one+1
+	}
 	done := false
 	defer func() {
 		if !done {
@@ -475,8 +543,7 @@ func (pb *PerfBuffer) drain(op string, idxs []int32, nonEmpty bool) (int, error)
 		}
 	}()
 	n := 0
-	var corrupt error
-	for _, i := range idxs {
+	for i := from; i < to; i++ {
 		if pb.life.closed() {
 			break // Close was called from a callback
 		}
@@ -486,14 +553,14 @@ func (pb *PerfBuffer) drain(op string, idxs []int32, nonEmpty bool) (int, error)
 		if nonEmpty && pb.r.raw[i].Used() == 0 {
 			continue
 		}
-		k, err := pb.drainRing(int(i))
+		k, err := pb.drainRing(i)
 		n += k
-		if err != nil && corrupt == nil {
-			corrupt = fmt.Errorf("%s: %w", op, err)
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("%s: %w", op, err)
 		}
 	}
 	done = true
-	return n, corrupt
+	return n, firstErr
 }
 
 // drainRing delivers ring i's records up to its head and commits them, also
@@ -605,7 +672,10 @@ func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
 // drain in progress (the SampleFunc that calls it, say) has passed ring i
 // already or looks at held before it drains it.
 func (pb *PerfBuffer) release(i int) {
-	pb.held[i].Store(false)
+	pb.r.mu.RLock()
+	held := pb.held[i]
+	pb.r.mu.RUnlock()
+	held.Store(false)
 	pb.nheld.Add(-1)
 	pb.life.exit()
 }

@@ -236,7 +236,7 @@ func TestClaimMap(t *testing.T) {
 func (f *fakeRings) perfBuffer(t testing.TB, opts Options) *PerfBuffer {
 	t.Helper()
 	raw := f.raw(t)
-	r := &rings{c: new(cBuffer), raw: raw, fds: f.fds}
+	r := &rings{raw: raw, fds: f.fds}
 	for _, cpu := range f.cpus {
 		r.cpus = append(r.cpus, int32(cpu))
 	}

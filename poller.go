@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -39,8 +40,12 @@ import (
 // waiter blocks until one of a set of rings signals a wakeup, a timeout
 // passes, or another goroutine wakes it (Close, Flush, a new deadline).
 type waiter struct {
+	// mu guards rings and seen: rings are added (addRing) by the owner's
+	// drains, which a wait on another goroutine does not exclude.
+	mu     sync.Mutex
 	rings  []*RawBuffer
 	seen   []uint64 // data_head of rings[i] when the waiter last looked
+	epfd   int      // the set; file owns it
 	file   *os.File // the epoll set, in the netpoller; closing it closes the set
 	rc     syscall.RawConn
 	wakefd int
@@ -56,10 +61,7 @@ type waiter struct {
 
 // newWaiter watches rings, whose perf event descriptors are fds.
 func newWaiter(rings []*RawBuffer, fds []int) (*waiter, error) {
-	w := &waiter{rings: rings, seen: make([]uint64, len(rings)), wakefd: -1, turn: make(chan struct{}, 1), closing: make(chan struct{})}
-	for i, rb := range rings {
-		w.seen[i] = rb.loadHead()
-	}
+	w := &waiter{wakefd: -1, turn: make(chan struct{}, 1), closing: make(chan struct{})}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("create epoll: %w", err)
@@ -70,7 +72,7 @@ func newWaiter(rings []*RawBuffer, fds []int) (*waiter, error) {
 	}
 	// Non-blocking, so os.NewFile registers it with the netpoller; it
 	// owns epfd from here on.
-	w.file = os.NewFile(uintptr(epfd), "perfbuf epoll")
+	w.file, w.epfd = os.NewFile(uintptr(epfd), "perfbuf epoll"), epfd
 	if w.rc, err = w.file.SyscallConn(); err != nil {
 		w.close()
 		return nil, fmt.Errorf("epoll set: %w", err)
@@ -90,12 +92,24 @@ func newWaiter(rings []*RawBuffer, fds []int) (*waiter, error) {
 		return nil, fmt.Errorf("add eventfd to epoll: %w", err)
 	}
 	for i, fd := range fds {
-		if err := w.add(epfd, fd); err != nil {
+		if err := w.addRing(rings[i], fd); err != nil {
 			w.close()
-			return nil, fmt.Errorf("add ring %d to epoll: %w", i, err)
+			return nil, err
 		}
 	}
 	return w, nil
+}
+
+// addRing watches one more ring, whose perf event descriptor is fd.
+func (w *waiter) addRing(rb *RawBuffer, fd int) error {
+	if err := w.add(w.epfd, fd); err != nil {
+		return fmt.Errorf("add ring of cpu %d to epoll: %w", rb.CPU(), err)
+	}
+	w.mu.Lock()
+	w.rings = append(w.rings, rb)
+	w.seen = append(w.seen, rb.loadHead())
+	w.mu.Unlock()
+	return nil
 }
 
 func (w *waiter) add(epfd, fd int) error {
@@ -183,6 +197,8 @@ func (w *waiter) wait(timeout time.Duration) (bool, error) {
 // and takes the new heads. Only the goroutine that holds the turn, or the
 // one wait that cannot block, calls it.
 func (w *waiter) moved() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	m := false
 	for i, rb := range w.rings {
 		if h := rb.loadHead(); h != w.seen[i] {

@@ -76,8 +76,11 @@ type Sample struct {
 // RawBuffer.SkipCorrupt does and counting it in Stats; the next read goes on
 // with every ring.
 type Reader struct {
+	// rings grow when a CPU comes online (hotplug.go): on the read side,
+	// under flushMu and statsMu, which other goroutines take to read them.
 	rings []*RawBuffer
-	owner *rings // what NewReader opened (nil over rings of a test's own)
+	owner *rings    // what NewReader opened (nil over rings of a test's own)
+	watch *cpuWatch // the owner's, or nil
 	w     *waiter
 	life  lifetime // reads are its exclusive calls: one at a time
 	pol   policy
@@ -122,6 +125,8 @@ type policy interface {
 	commitPublish(i int)
 	// oldest is where ring i's records not yet delivered start.
 	oldest(i int) uint64
+	// addRing takes in ring i, added last to the reader's rings.
+	addRing(i int)
 }
 
 // NewReader opens a ring on every online CPU for the perf event array m, as
@@ -148,7 +153,11 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 		owner.close()
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	r.owner = owner
+	r.owner, r.watch = owner, owner.watch
+	if r.watch != nil {
+		r.watch.notify = r.poke
+		r.watch.start()
+	}
 	return r, nil
 }
 
@@ -184,6 +193,7 @@ func newReader(rings []*RawBuffer, fds []int, opts ReaderOptions) (*Reader, erro
 	if r.w, err = newWaiter(rings, fds); err != nil {
 		return nil, err
 	}
+	r.rings = slices.Clip(r.rings) // appends must not write the caller's array
 	if opts.Order != nil {
 		r.pol = newOrdered(r, opts.Order)
 	} else {
@@ -192,6 +202,38 @@ func newReader(rings []*RawBuffer, fds []int, opts ReaderOptions) (*Reader, erro
 	r.life.free = r.free
 	r.life.callbacks = readCallbackFrames
 	return r, nil
+}
+
+// addNewCPUs gives the CPUs that came online since the last call their
+// rings (hotplug.go). On the read side; a check of one atomic when none
+// did.
+func (r *Reader) addNewCPUs(op string) error {
+	if r.watch == nil || !r.watch.pending.Load() {
+		return nil
+	}
+	if err := r.owner.addNewCPUs(r.added); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+// added takes the owner's ring i, new, into the reader.
+func (r *Reader) added(i int) error {
+	rb := r.owner.raw[i]
+	rb.skipOther, rb.closed = true, &r.life
+	if err := r.w.addRing(rb, r.owner.fds[i]); err != nil {
+		return err
+	}
+	r.flushMu.Lock()
+	r.statsMu.Lock()
+	r.rings = append(r.rings, rb)
+	r.flushHeads = append(r.flushHeads, 0)
+	r.flushTo = append(r.flushTo, 0) // the running flush has nothing to wait for here
+	r.stats = append(r.stats, Stats{CPU: rb.CPU()})
+	r.statsMu.Unlock()
+	r.flushMu.Unlock()
+	r.pol.addRing(len(r.rings) - 1)
+	return nil
 }
 
 // free commits what was delivered, counts what Close leaves in the rings,
@@ -271,9 +313,9 @@ func (r *Reader) Flush() {
 // any goroutine, also after Close.
 func (r *Reader) Stats() []Stats {
 	r.statsMu.Lock()
-	st := slices.Clone(r.stats)
+	st, rings := slices.Clone(r.stats), r.rings
 	r.statsMu.Unlock()
-	return completeStats(st, r.rings, &r.life)
+	return completeStats(st, rings, &r.life)
 }
 
 // publish copies ring i's counts into the shared stats; samples, bytes and
@@ -339,6 +381,9 @@ func (r *Reader) block(ctx context.Context, op string) error {
 		return fmt.Errorf("%s: %w", op, os.ErrClosed)
 	}
 	if err := r.takeCorrupt(op); err != nil {
+		return err
+	}
+	if err := r.addNewCPUs(op); err != nil {
 		return err
 	}
 	timeout := r.pol.idle()
@@ -429,6 +474,9 @@ func (r *Reader) readInto(s *Sample, op string) error {
 		if r.corrupt != nil {
 			return r.takeCorrupt(op)
 		}
+		if err := r.addNewCPUs(op); err != nil {
+			return err
+		}
 		if rec, i := r.pol.next(); i >= 0 {
 			copySample(s, rec)
 			r.pol.delivered(i)
@@ -489,6 +537,9 @@ func (r *Reader) each(ctx context.Context, op string, fn func(*Record) error) er
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
+		}
+		if err := r.addNewCPUs(op); err != nil {
+			return err
 		}
 		more, err := r.pol.each(fn)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -16,13 +17,36 @@ import (
 )
 
 // rings are the per-CPU rings of one perf event array, opened through
-// libbpf's perf_buffer__new_raw on the CPUs perf_buffer__new would choose.
+// libbpf's perf_buffer__new_raw on the CPUs perf_buffer__new would choose,
+// and later on CPUs that come online (hotplug.go), each in a perf_buffer of
+// its own.
+//
+// Rings are only added, by the owner's reading goroutine under its drain
+// lock, which therefore reads cpus, raw and fds without mu; other goroutines
+// take mu.
 type rings struct {
-	c     *cBuffer
-	mapID uint32       // claimed in claims until close
-	cpus  []int32      // cpus[i] is the CPU behind buffer index i
-	raw   []*RawBuffer // the owner's view of ring i
-	fds   []int        // ring i's perf event descriptor
+	mapFD int        // the perf event array, for rings opened later
+	cfg   ringConfig // their configuration
+	mapID uint32     // claimed in claims until close
+	limit int        // CPUs below it may have a ring (possible CPUs, max_entries)
+	watch *cpuWatch  // CPUs coming online; nil if not tracked
+	cs    []*cBuffer // cs[0] from New, then one per ring opened later
+	epfd  int        // cs[0]'s epoll set (EpollFD), over every ring
+	// openCPU opens a ring on a CPU that came online: openLibbpf, but in
+	// tests.
+	openCPU func(cpu int32) (*RawBuffer, int, ringSrc, error)
+
+	mu   sync.RWMutex
+	cpus []int32      // cpus[i] is the CPU behind buffer index i
+	raw  []*RawBuffer // the owner's view of ring i
+	fds  []int        // ring i's perf event descriptor
+	src  []ringSrc    // where ring i is in libbpf
+}
+
+// ringSrc is a ring's perf_buffer and index in it.
+type ringSrc struct {
+	c *cBuffer
+	j int
 }
 
 // openRings checks m and opens its rings with cfg. Errors: os.ErrInvalid,
@@ -38,51 +62,140 @@ func openRings(m Map, cfg ringConfig) (*rings, error) {
 	if err != nil {
 		return nil, err
 	}
-	cpus, err := ringCPUs(info.maxEntries)
+	watch := newCPUWatch() // before the online list: see newCPUWatch
+	cpus, limit, err := ringCPUs(info.maxEntries)
 	if err != nil {
+		if watch != nil {
+			watch.close()
+		}
 		return nil, err
 	}
 	if !claimMap(info.id) {
+		if watch != nil {
+			watch.close()
+		}
 		return nil, fmt.Errorf("map %q (id %d): %w", info.name, info.id, ErrMapInUse)
 	}
-	r := &rings{mapID: info.id, cpus: cpus}
-	if r.c, err = openC(fd, cfg, cpus); err != nil {
-		unclaimMap(info.id)
+	r := &rings{mapFD: fd, cfg: cfg, mapID: info.id, limit: limit, watch: watch}
+	r.openCPU = r.openLibbpf
+	c, err := openC(fd, cfg, cpus)
+	if err != nil {
+		r.close()
 		if errors.Is(err, os.ErrPermission) {
 			// EPERM or EACCES: perf_event_open or the map update refused.
 			return nil, fmt.Errorf("open perf events on map %q: %w (perf_event_open needs CAP_PERFMON or CAP_SYS_ADMIN, or a perf_event_paranoid that allows it; the map update needs CAP_BPF)", info.name, err)
 		}
 		return nil, fmt.Errorf("open perf events on map %q: %w", info.name, err)
 	}
-	if n := r.c.bufferCount(); n != len(cpus) {
+	r.cs, r.epfd = append(r.cs, c), c.epollFD()
+	if n := c.bufferCount(); n != len(cpus) {
 		r.close()
 		return nil, fmt.Errorf("libbpf opened %d rings for %d cpus", n, len(cpus))
 	}
-	r.raw = make([]*RawBuffer, len(cpus))
-	r.fds = make([]int, len(cpus))
-	for i := range cpus {
-		if r.raw[i], err = r.view(i); err != nil {
+	for j, cpu := range cpus {
+		src := ringSrc{c, j}
+		rb, err := src.view(cpu)
+		if err != nil {
 			r.close()
-			return nil, fmt.Errorf("ring %d: %w", i, err)
+			return nil, fmt.Errorf("ring %d: %w", j, err)
 		}
-		r.fds[i] = r.c.bufferFD(i)
+		r.push(cpu, rb, c.bufferFD(j), src)
 	}
 	return r, nil
 }
 
+// push appends a ring and returns its buffer index.
+func (r *rings) push(cpu int32, rb *RawBuffer, fd int, src ringSrc) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cpus = append(r.cpus, cpu)
+	r.raw = append(r.raw, rb)
+	r.fds = append(r.fds, fd)
+	r.src = append(r.src, src)
+	return len(r.raw) - 1
+}
+
+// add opens a ring on cpu, which came online after New, and returns its
+// buffer index. The caller holds the owner's drain lock.
+func (r *rings) add(cpu int) (int, error) {
+	rb, fd, src, err := r.openCPU(int32(cpu))
+	if err != nil {
+		return 0, err
+	}
+	return r.push(int32(cpu), rb, fd, src), nil
+}
+
+// openLibbpf opens a ring on cpu in a perf_buffer of its own, which stores
+// it in the map at the CPU's key. Its descriptor joins the first
+// perf_buffer's epoll set too, so that EpollFD covers it (perfbuf never
+// calls perf_buffer__poll, the one reader of that set's event data).
+func (r *rings) openLibbpf(cpu int32) (*RawBuffer, int, ringSrc, error) {
+	c, err := openC(r.mapFD, r.cfg, []int32{cpu})
+	if err != nil {
+		return nil, 0, ringSrc{}, err
+	}
+	r.cs = append(r.cs, c) // freed by close from here on
+	src := ringSrc{c, 0}
+	rb, err := src.view(cpu)
+	if err != nil {
+		return nil, 0, ringSrc{}, err
+	}
+	fd := c.bufferFD(0)
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	if err := unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return nil, 0, ringSrc{}, fmt.Errorf("add to epoll: %w", err)
+	}
+	return rb, fd, src, nil
+}
+
+// count returns the number of rings; any goroutine may call it.
+func (r *rings) count() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.raw)
+}
+
+// cpu and fd return ring i's CPU and descriptor; any goroutine may call
+// them, with i < count().
+func (r *rings) cpu(i int) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return int(r.cpus[i])
+}
+
+func (r *rings) fd(i int) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.fds[i]
+}
+
 // view returns a new RawBuffer over ring i's mapping.
 func (r *rings) view(i int) (*RawBuffer, error) {
-	base, size, err := r.c.ring(i)
+	r.mu.RLock()
+	src, cpu := r.src[i], r.cpus[i]
+	r.mu.RUnlock()
+	return src.view(cpu)
+}
+
+func (s ringSrc) view(cpu int32) (*RawBuffer, error) {
+	base, size, err := s.c.ring(s.j)
 	if err != nil {
 		return nil, err
 	}
-	return newRawBuffer(int(r.cpus[i]), base, size)
+	return newRawBuffer(int(cpu), base, size)
 }
 
 // close frees the rings: perf_buffer__free clears the map's slots, unmaps
-// and closes. Every RawBuffer over them is invalid afterwards.
+// and closes. Every RawBuffer over them is invalid afterwards. The newest
+// first: a CPU's later ring is in its slot, which the older one's free
+// would otherwise clear first, for a moment in which its samples fail.
 func (r *rings) close() {
-	r.c.close()
+	if r.watch != nil {
+		r.watch.close()
+	}
+	for _, c := range slices.Backward(r.cs) {
+		c.close()
+	}
 	unclaimMap(r.mapID) // after the slots are cleared: a new reader's stay
 }
 
