@@ -3,7 +3,7 @@
 # need, runs each package's test binary as root with its output on ttyS1,
 # and powers off. Lines that start with "vmtest-" are read by the host.
 /bin/busybox --install -s /bin
-export PATH=/bin HOME=/root TMPDIR=/tmp CI=true
+export PATH=/bin HOME=/root TMPDIR=/tmp CI=true PERFBUF_VMTEST=1 # PERFBUF_VMTEST: hotplug is allowed here
 export EXECSNOOP_TEST_HELPER=/vmtest/execsnoop-helper
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys

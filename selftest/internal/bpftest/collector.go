@@ -100,6 +100,13 @@ func (c *Collector) Sample(cpu int, data []byte) {
 	c.Samples[cpu]++
 }
 
+// Count returns the number of samples of cpu seen so far.
+func (c *Collector) Count(cpu int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Samples[cpu]
+}
+
 // LostFn records a lost count for cpu.
 func (c *Collector) LostFn(cpu int, n uint64) {
 	c.mu.Lock()
