@@ -72,6 +72,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	// The demo goroutine writes to stderr too.
 	stderr = &syncWriter{w: stderr}
+	// Buffered as stdio buffers C's stdout (output.go); flushed before the
+	// summary.
+	out := newStdout(stdout)
 
 	t, err := openTracer(o.tracer)
 	if err != nil {
@@ -111,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
-	if _, err := io.WriteString(stdout, o.printer.header()); err != nil {
+	if _, err := io.WriteString(out, o.printer.header()); err != nil {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 		return 1
 	}
@@ -123,7 +126,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}()
 	}
 	start := time.Now()
-	c, err := readLoop(t.rd, o, stdout, stderr)
+	c, err := readLoop(t.rd, o, out, stderr)
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 		return 1
