@@ -28,7 +28,7 @@ const usageHead = `Trace exec syscalls.
 
 USAGE: execsnoop [-h] [-T] [-t] [-x] [--failed-only] [-u UID] [-q] [-n NAME]
                  [-l LINE] [-U] [--max-args MAX_ARGS] [-d SECONDS] [-j] [--demo]
-                 [--bpf-obj PATH] [-v]
+                 [--bpf-obj PATH] [--metrics ADDR] [-v]
 
 EXAMPLES:
    execsnoop           # trace all exec() syscalls
@@ -42,6 +42,7 @@ EXAMPLES:
    execsnoop -l tpkg   # only print command where arguments contains "tpkg"
    execsnoop -j -d 10  # JSON lines for 10 seconds
    execsnoop --demo    # start a few known processes while tracing
+   execsnoop --metrics :9435  # Prometheus metrics on http://HOST:9435/metrics
 
 OPTIONS (short flags may be grouped: -Tx):
 `
@@ -53,6 +54,7 @@ type options struct {
 	filter   filter
 	duration time.Duration // 0: until SIGINT or SIGTERM
 	demo     bool
+	metrics  string // --metrics ADDR (metrics.go); "" for none
 }
 
 func main() {
@@ -76,12 +78,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// summary.
 	out := newStdout(stdout)
 
+	ms, err := listenMetrics(o.metrics, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
+		return 1
+	}
+	defer ms.close()
+
 	t, err := openTracer(o.tracer)
 	if err != nil {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 		return 1
 	}
 	defer t.close()
+	ms.serve(t.rd, stderr)
 	o.printer.clock = t.clock
 
 	// SIGINT, SIGTERM or the end of -d flush the reader: it delivers what
@@ -286,6 +296,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	boolean(&o.printer.json, "print JSON lines instead of columns", "j", "json")
 	boolean(&o.demo, "start a few known processes while tracing", "demo")
 	value(stringValue{&o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
+	value(metricsAddrValue{&o.metrics}, "ADDR", "serve Prometheus metrics on http://ADDR/metrics (port 0: any, printed on stderr)", "metrics")
 	boolean(&o.tracer.verbose, "verbose libbpf debug output", "v", "verbose")
 	boolean(&wantHelp, "show this help", "h", "help")
 
