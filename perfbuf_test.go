@@ -269,6 +269,9 @@ type delivery struct {
 	lost uint64
 }
 
+// String quotes data alone, so that %q prints a []delivery readably.
+func (d delivery) String() string { return fmt.Sprintf("{cpu %d %q lost %d}", d.cpu, d.data, d.lost) }
+
 // recorder returns Options whose SampleFunc and LostFunc append to *got.
 func recorder(got *[]delivery) Options {
 	return Options{

@@ -28,7 +28,7 @@ const usageHead = `Trace exec syscalls.
 
 USAGE: execsnoop [-h] [-T] [-t] [-x] [--failed-only] [-u UID] [-q] [-n NAME]
                  [-l LINE] [-U] [--max-args MAX_ARGS] [-d SECONDS] [-j] [--demo]
-                 [--bpf-obj PATH] [-v]
+                 [--bpf-obj PATH] [--metrics ADDR] [-v]
 
 EXAMPLES:
    execsnoop           # trace all exec() syscalls
@@ -42,6 +42,7 @@ EXAMPLES:
    execsnoop -l tpkg   # only print command where arguments contains "tpkg"
    execsnoop -j -d 10  # JSON lines for 10 seconds
    execsnoop --demo    # start a few known processes while tracing
+   execsnoop --metrics :9435  # Prometheus metrics on http://HOST:9435/metrics
 
 OPTIONS (short flags may be grouped: -Tx):
 `
@@ -53,6 +54,7 @@ type options struct {
 	filter   filter
 	duration time.Duration // 0: until SIGINT or SIGTERM
 	demo     bool
+	metrics  string // --metrics ADDR (metrics.go); "" for none
 }
 
 func main() {
@@ -72,6 +74,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	// The demo goroutine writes to stderr too.
 	stderr = &syncWriter{w: stderr}
+	// Buffered as stdio buffers C's stdout (output.go); flushed before the
+	// summary.
+	out := newStdout(stdout)
+
+	ms, err := listenMetrics(o.metrics, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
+		return 1
+	}
+	defer ms.close()
 
 	t, err := openTracer(o.tracer)
 	if err != nil {
@@ -79,6 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer t.close()
+	ms.serve(t.rd, stderr)
 	o.printer.clock = t.clock
 
 	// SIGINT, SIGTERM or the end of -d flush the reader: it delivers what
@@ -111,7 +124,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
-	if _, err := io.WriteString(stdout, o.printer.header()); err != nil {
+	if _, err := io.WriteString(out, o.printer.header()); err != nil {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 		return 1
 	}
@@ -123,7 +136,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}()
 	}
 	start := time.Now()
-	c, err := readLoop(t.rd, o, stdout, stderr)
+	c, err := readLoop(t.rd, o, out, stderr)
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 		return 1
@@ -280,6 +296,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	boolean(&o.printer.json, "print JSON lines instead of columns", "j", "json")
 	boolean(&o.demo, "start a few known processes while tracing", "demo")
 	value(stringValue{&o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
+	value(metricsAddrValue{&o.metrics}, "ADDR", "serve Prometheus metrics on http://ADDR/metrics (port 0: any, printed on stderr)", "metrics")
 	boolean(&o.tracer.verbose, "verbose libbpf debug output", "v", "verbose")
 	boolean(&wantHelp, "show this help", "h", "help")
 
