@@ -156,7 +156,12 @@ type Stats struct {
 	MaxFill      int    // the most bytes seen waiting in the ring
 	Fill         int    // bytes waiting in the ring when Stats was called (0 after Close)
 	// Failed counts the CPU's failed bpf_perf_event_output calls, with a
-	// FailureMap; on the CPU's latest ring's entry.
+	// FailureMap; on the CPU's latest ring's entry. They are the map's
+	// counts, which the BPF program keeps from its load on, so outputs
+	// before New (to a slot with no ring yet: NoEntry) count too. After
+	// Close they are the counts when the rings were freed. New reads the
+	// map once; a later read that fails (for want of kernel memory) leaves
+	// the counts of the last one that worked.
 	Failed Failures
 }
 
@@ -247,7 +252,7 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	r, err := openRings(m, cfg)
+	r, err := openRings(m, cfg, opts.FailureMap)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -448,7 +453,7 @@ func (pb *PerfBuffer) Stats() []Stats {
 	pb.statsMu.Lock()
 	st := slices.Clone(pb.stats)
 	pb.statsMu.Unlock()
-	return completeStats(st, pb.r.raw, &pb.life)
+	return completeStats(st, pb.r.raw, &pb.life, pb.r.failures)
 }
 
 func (pb *PerfBuffer) checkIndex(i int) error {

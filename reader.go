@@ -136,7 +136,7 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	owner, err := openRings(m, cfg)
+	owner, err := openRings(m, cfg, opts.FailureMap)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -273,7 +273,7 @@ func (r *Reader) Stats() []Stats {
 	r.statsMu.Lock()
 	st := slices.Clone(r.stats)
 	r.statsMu.Unlock()
-	return completeStats(st, r.rings, &r.life)
+	return completeStats(st, r.rings, &r.life, r.owner.failureCounters())
 }
 
 // publish copies ring i's counts into the shared stats; samples, bytes and

@@ -23,13 +23,16 @@ type rings struct {
 	cpus  []int32      // cpus[i] is the CPU behind buffer index i
 	raw   []*RawBuffer // the owner's view of ring i
 	fds   []int        // ring i's perf event descriptor
+
+	failures *failureMap // Options.FailureMap, or nil; closed with the rings
 }
 
-// openRings checks m and opens its rings with cfg. Errors: os.ErrInvalid,
-// ErrMapInUse, ErrNotPerfEventArray, and errnos from the kernel (EBADF for a
-// closed descriptor, EINVAL for one that is not a BPF object, EPERM without
-// the privileges perf_event_open and the map update need).
-func openRings(m Map, cfg ringConfig) (*rings, error) {
+// openRings checks m and failures (nil for none) and opens m's rings with
+// cfg. Errors: os.ErrInvalid, ErrMapInUse, ErrNotPerfEventArray, and errnos
+// from the kernel (EBADF for a closed descriptor, EINVAL for one that is not
+// a BPF object, EPERM without the privileges perf_event_open and the map
+// update need).
+func openRings(m Map, cfg ringConfig, failures Map) (_ *rings, err error) {
 	if m == nil {
 		return nil, fmt.Errorf("nil map: %w", os.ErrInvalid)
 	}
@@ -38,6 +41,16 @@ func openRings(m Map, cfg ringConfig) (*rings, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Checked before any ring is opened; from here, r.close closes it.
+	fails, err := openFailureMap(failures)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			fails.close()
+		}
+	}()
 	cpus, err := ringCPUs(info.maxEntries)
 	if err != nil {
 		return nil, err
@@ -45,7 +58,7 @@ func openRings(m Map, cfg ringConfig) (*rings, error) {
 	if !claimMap(info.id) {
 		return nil, fmt.Errorf("map %q (id %d): %w", info.name, info.id, ErrMapInUse)
 	}
-	r := &rings{mapID: info.id, cpus: cpus}
+	r := &rings{mapID: info.id, cpus: cpus, failures: fails}
 	if r.c, err = openC(fd, cfg, cpus); err != nil {
 		unclaimMap(info.id)
 		if errors.Is(err, os.ErrPermission) {
@@ -84,6 +97,7 @@ func (r *rings) view(i int) (*RawBuffer, error) {
 func (r *rings) close() {
 	r.c.close()
 	unclaimMap(r.mapID) // after the slots are cleared: a new reader's stay
+	r.failures.close()
 }
 
 // checkMap checks that fd is a perf event array and returns its info.
@@ -132,6 +146,8 @@ const mapTypePerfEventArray = 4
 type mapDesc struct {
 	id         uint32 // the kernel's map ID: one per map, whatever the fd
 	typ        uint32
+	keySize    uint32
+	valueSize  uint32
 	maxEntries uint32
 	name       string
 }
