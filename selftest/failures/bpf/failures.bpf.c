@@ -117,18 +117,23 @@ int output(struct bpf_raw_tracepoint_args *ctx)
 		return 2;
 	h = (void *)b->data;
 	for (i = 0; i < OUTPUT_BATCH && i < count; i++) {
+		__u64 n = size;
 		long err;
 
-		/* Checked above; said again for the verifier. */
-		if (size > SAMPLE_MAX)
+		/* Checked above, but clang keeps size on the stack, where the
+		 * verifier of kernels before 5.13 forgets a scalar's bounds:
+		 * bound a copy again just before the output, hidden from
+		 * clang (barrier_var) so that it keeps the check. */
+		barrier_var(n);
+		if (n > SAMPLE_MAX)
 			return 2;
 		h->seq = o->attempts;
 		h->cpu = cpu;
-		h->size = size;
+		h->size = n;
 		if (map)
-			err = perfbuf_output(ctx, &events1, &failures, flags, b->data, size);
+			err = perfbuf_output(ctx, &events1, &failures, flags, b->data, n);
 		else
-			err = perfbuf_output(ctx, &events, &failures, flags, b->data, size);
+			err = perfbuf_output(ctx, &events, &failures, flags, b->data, n);
 		o->attempts++;
 		switch (err) {
 		case 0:
