@@ -14,6 +14,14 @@
 //     Flush and Close, delivering the fullest ring first or, with
 //     ReaderOptions.Order, every CPU merged in the order of a key.
 //
+// The kernel counts the samples a full ring dropped (Stats.Lost) but not the
+// bpf_perf_event_output calls that failed before reaching a ring (no ring in
+// the CPU's slot, a bad index or flags). A BPF program that outputs through
+// perfbuf_output of bpf/perfbuf.bpf.h counts those per CPU and by errno in a
+// map of its own; given as Options.FailureMap (ReaderOptions.FailureMap),
+// the map is read into Stats.Failed, so that per CPU what the program output
+// is Samples + Lost + Failed.Total() (docs/failures.md).
+//
 // Errors are wrapped with context and match with errors.Is: the sentinels
 // below, os.ErrInvalid for an argument out of range, os.ErrClosed after
 // Close, os.ErrDeadlineExceeded; an errno from libbpf or the kernel stays a
