@@ -55,7 +55,8 @@ type failureMap struct {
 //
 // Errors: os.ErrInvalid for a map of another type, key size, value size or
 // no entries; for the descriptor itself, as checkMap's: EBADF for a closed
-// one, the kernel's errno for one that is not a BPF object.
+// one, the kernel's errno for one that is not a BPF object; EPERM from the
+// first read for a map the descriptor may not read.
 func openFailureMap(m Map) (*failureMap, error) {
 	if m == nil {
 		return nil, nil
