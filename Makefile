@@ -53,7 +53,7 @@ endif
 
 BPF_SRC := $(wildcard selftest/*/bpf/*.bpf.c cmd/*/bpf/*.bpf.c)
 BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
-BPF_HDR := $(wildcard selftest/common/*.h)
+BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
 .PHONY: all deps libbpf-info bpf build build-execsnoop run test test-bigendian unit selftest vmtest fuzz bench bench-execsnoop lint clean docker-test
@@ -80,9 +80,10 @@ $(VMLINUX): | deps
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp
 	@mv $@.tmp $@
 
+# BPF programs include perfbuf's header bpf/perfbuf.bpf.h as "perfbuf.bpf.h".
 %.bpf.o: %.bpf.c $(VMLINUX) $(BPF_HDR) $(LIBBPF_A)
 	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) \
-		-I$(BUILD) -I$(LIBBPF_INCLUDE) -c $< -o $@
+		-I$(BUILD) -I$(CURDIR)/bpf -I$(LIBBPF_INCLUDE) -c $< -o $@
 	$(LLVM_STRIP) -g $@
 
 bpf: deps $(BPF_OBJ)

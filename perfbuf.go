@@ -14,6 +14,14 @@
 //     Flush and Close, delivering the fullest ring first or, with
 //     ReaderOptions.Order, every CPU merged in the order of a key.
 //
+// The kernel counts the samples a full ring dropped (Stats.Lost) but not the
+// bpf_perf_event_output calls that failed before reaching a ring (no ring in
+// the CPU's slot, a bad index or flags). A BPF program that outputs through
+// perfbuf_output of bpf/perfbuf.bpf.h counts those per CPU and by errno in a
+// map of its own; given as Options.FailureMap (ReaderOptions.FailureMap),
+// the map is read into Stats.Failed, so that per CPU what the program output
+// is Samples + Lost + Failed.Total() (docs/failures.md).
+//
 // Errors are wrapped with context and match with errors.Is: the sentinels
 // below, os.ErrInvalid for an argument out of range, os.ErrClosed after
 // Close, os.ErrDeadlineExceeded; an errno from libbpf or the kernel stays a
@@ -156,7 +164,12 @@ type Stats struct {
 	MaxFill      int    // the most bytes seen waiting in the ring
 	Fill         int    // bytes waiting in the ring when Stats was called (0 after Close)
 	// Failed counts the CPU's failed bpf_perf_event_output calls, with a
-	// FailureMap; on the CPU's latest ring's entry.
+	// FailureMap; on the CPU's latest ring's entry. They are the map's
+	// counts, which the BPF program keeps from its load on, so outputs
+	// before New (to a slot with no ring yet: NoEntry) count too. After
+	// Close they are the counts when the rings were freed. New reads the
+	// map once; a later read that fails (for want of kernel memory) leaves
+	// the counts of the last one that worked.
 	Failed Failures
 }
 
@@ -248,7 +261,7 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	r, err := openRings(m, cfg)
+	r, err := openRings(m, cfg, opts.FailureMap)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -504,7 +517,7 @@ func (pb *PerfBuffer) Stats() []Stats {
 	pb.r.mu.RLock()
 	raw := pb.r.raw[:len(st)] // rings are added to raw before stats
 	pb.r.mu.RUnlock()
-	return completeStats(st, raw, &pb.life)
+	return completeStats(st, raw, &pb.life, pb.r.failures)
 }
 
 func (pb *PerfBuffer) checkIndex(i int) error {

@@ -10,6 +10,7 @@ package perfbuf
 #cgo !perfbuf_static pkg-config: libbpf
 #cgo perfbuf_static LDFLAGS: -l:libbpf.a -lelf -lz
 #include <stdlib.h>
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "perfbuf_helpers.h"
 */
@@ -20,10 +21,12 @@ import (
 	"unsafe"
 )
 
-// The map type New checks for, against libbpf's definition.
+// The map types New checks for, against libbpf's definitions.
 var (
 	_ [C.BPF_MAP_TYPE_PERF_EVENT_ARRAY - mapTypePerfEventArray]struct{}
 	_ [mapTypePerfEventArray - C.BPF_MAP_TYPE_PERF_EVENT_ARRAY]struct{}
+	_ [C.BPF_MAP_TYPE_PERCPU_ARRAY - mapTypePerCPUArray]struct{}
+	_ [mapTypePerCPUArray - C.BPF_MAP_TYPE_PERCPU_ARRAY]struct{}
 )
 
 // cBuffer owns the libbpf perf_buffer.
@@ -78,12 +81,19 @@ func (c *cBuffer) ring(i int) (unsafe.Pointer, int, error) {
 }
 
 func mapInfo(fd int) (mapDesc, error) {
-	var id, typ, maxEntries C.uint32_t
+	var d C.struct_perfbuf_map_desc
 	var name [C.BPF_OBJ_NAME_LEN]C.char
-	if ret := C.perfbuf_map_info(C.int(fd), &id, &typ, &maxEntries, &name[0], C.size_t(len(name))); ret < 0 {
+	if ret := C.perfbuf_map_info(C.int(fd), &d, &name[0], C.size_t(len(name))); ret < 0 {
 		return mapDesc{}, errnoErr(ret)
 	}
-	return mapDesc{id: uint32(id), typ: uint32(typ), maxEntries: uint32(maxEntries), name: C.GoString(&name[0])}, nil
+	return mapDesc{
+		id:         uint32(d.id),
+		typ:        uint32(d._type),
+		keySize:    uint32(d.key_size),
+		valueSize:  uint32(d.value_size),
+		maxEntries: uint32(d.max_entries),
+		name:       C.GoString(&name[0]),
+	}, nil
 }
 
 // mapTypeName names a map type as libbpf does ("hash", "perf_event_array").
@@ -92,4 +102,26 @@ func mapTypeName(t uint32) string {
 		return C.GoString(s)
 	}
 	return "unknown"
+}
+
+// numPossibleCPUs is libbpf_num_possible_cpus: the number of values a
+// lookup in a per-CPU map returns, one per possible CPU.
+func numPossibleCPUs() (int, error) {
+	n := C.libbpf_num_possible_cpus()
+	if n < 0 {
+		return 0, errnoErr(n)
+	}
+	return int(n), nil
+}
+
+// lookupPerCPU reads key 0 of the per-CPU array fd into out
+// (BPF_MAP_LOOKUP_ELEM): every possible CPU's value, in CPU order, each
+// rounded up to 8 bytes. out must hold them all; the kernel writes them
+// there during the call (cgo pins out, which holds no Go pointer).
+func lookupPerCPU(fd int, out []uint64) error {
+	var key C.uint32_t
+	if ret := C.bpf_map_lookup_elem(C.int(fd), unsafe.Pointer(&key), unsafe.Pointer(&out[0])); ret < 0 {
+		return errnoErr(ret)
+	}
+	return nil
 }

@@ -48,7 +48,7 @@ struct perf_buffer *perfbuf_open(int map_fd, const struct perfbuf_config *cfg, i
 	return pb;
 }
 
-int perfbuf_map_info(int fd, uint32_t *id, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len)
+int perfbuf_map_info(int fd, struct perfbuf_map_desc *desc, char *name, size_t name_len)
 {
 	struct bpf_map_info info = {};
 	__u32 len = sizeof(info);
@@ -57,9 +57,11 @@ int perfbuf_map_info(int fd, uint32_t *id, uint32_t *type, uint32_t *max_entries
 	err = bpf_map_get_info_by_fd(fd, &info, &len);
 	if (err)
 		return -errno;
-	*id = info.id;
-	*type = info.type;
-	*max_entries = info.max_entries;
+	desc->id = info.id;
+	desc->type = info.type;
+	desc->key_size = info.key_size;
+	desc->value_size = info.value_size;
+	desc->max_entries = info.max_entries;
 	strncpy(name, info.name, name_len - 1);
 	name[name_len - 1] = 0;
 	return 0;

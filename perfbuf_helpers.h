@@ -23,7 +23,16 @@ struct perfbuf_config {
 	int *cpus;              /* their CPUs; map key i holds cpus[i]'s ring */
 };
 
+/* What New checks of a map (bpf_map_info's fields). */
+struct perfbuf_map_desc {
+	uint32_t id;
+	uint32_t type;
+	uint32_t key_size;
+	uint32_t value_size;
+	uint32_t max_entries;
+};
+
 struct perf_buffer *perfbuf_open(int map_fd, const struct perfbuf_config *cfg, int *err);
-int perfbuf_map_info(int fd, uint32_t *id, uint32_t *type, uint32_t *max_entries, char *name, size_t name_len);
+int perfbuf_map_info(int fd, struct perfbuf_map_desc *desc, char *name, size_t name_len);
 
 #endif

@@ -20,6 +20,10 @@ func mapInfo(fd int) (mapDesc, error) { return mapDesc{}, ErrNoCgo }
 
 func mapTypeName(t uint32) string { return "unknown" }
 
+func numPossibleCPUs() (int, error) { return 0, ErrNoCgo }
+
+func lookupPerCPU(fd int, out []uint64) error { return ErrNoCgo }
+
 // The methods below are unreachable: openC never returns a cBuffer.
 func (c *cBuffer) close()                                  {}
 func (c *cBuffer) bufferCount() int                        { return 0 }

@@ -141,7 +141,7 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	owner, err := openRings(m, cfg)
+	owner, err := openRings(m, cfg, opts.FailureMap)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -315,7 +315,7 @@ func (r *Reader) Stats() []Stats {
 	r.statsMu.Lock()
 	st, rings := slices.Clone(r.stats), r.rings
 	r.statsMu.Unlock()
-	return completeStats(st, rings, &r.life)
+	return completeStats(st, rings, &r.life, r.owner.failureCounters())
 }
 
 // publish copies ring i's counts into the shared stats; samples, bytes and

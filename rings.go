@@ -41,6 +41,8 @@ type rings struct {
 	raw  []*RawBuffer // the owner's view of ring i
 	fds  []int        // ring i's perf event descriptor
 	src  []ringSrc    // where ring i is in libbpf
+
+	failures *failureMap // Options.FailureMap, or nil; closed with the rings
 }
 
 // ringSrc is a ring's perf_buffer and index in it.
@@ -49,11 +51,12 @@ type ringSrc struct {
 	j int
 }
 
-// openRings checks m and opens its rings with cfg. Errors: os.ErrInvalid,
-// ErrMapInUse, ErrNotPerfEventArray, and errnos from the kernel (EBADF for a
-// closed descriptor, EINVAL for one that is not a BPF object, EPERM without
-// the privileges perf_event_open and the map update need).
-func openRings(m Map, cfg ringConfig) (*rings, error) {
+// openRings checks m and failures (nil for none) and opens m's rings with
+// cfg. Errors: os.ErrInvalid, ErrMapInUse, ErrNotPerfEventArray, and errnos
+// from the kernel (EBADF for a closed descriptor, EINVAL for one that is not
+// a BPF object, EPERM without the privileges perf_event_open and the map
+// update need).
+func openRings(m Map, cfg ringConfig, failures Map) (_ *rings, err error) {
 	if m == nil {
 		return nil, fmt.Errorf("nil map: %w", os.ErrInvalid)
 	}
@@ -62,21 +65,28 @@ func openRings(m Map, cfg ringConfig) (*rings, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Checked before any ring is opened; from here, r.close closes it.
+	fails, err := openFailureMap(failures)
+	if err != nil {
+		return nil, err
+	}
 	watch := newCPUWatch() // before the online list: see newCPUWatch
+	defer func() {
+		if err != nil { // (r.close may have closed them already: no matter)
+			fails.close()
+			if watch != nil {
+				watch.close()
+			}
+		}
+	}()
 	cpus, limit, err := ringCPUs(info.maxEntries)
 	if err != nil {
-		if watch != nil {
-			watch.close()
-		}
 		return nil, err
 	}
 	if !claimMap(info.id) {
-		if watch != nil {
-			watch.close()
-		}
 		return nil, fmt.Errorf("map %q (id %d): %w", info.name, info.id, ErrMapInUse)
 	}
-	r := &rings{mapFD: fd, cfg: cfg, mapID: info.id, limit: limit, watch: watch}
+	r := &rings{mapFD: fd, cfg: cfg, mapID: info.id, limit: limit, watch: watch, failures: fails}
 	r.openCPU = r.openLibbpf
 	c, err := openC(fd, cfg, cpus)
 	if err != nil {
@@ -197,6 +207,7 @@ func (r *rings) close() {
 		c.close()
 	}
 	unclaimMap(r.mapID) // after the slots are cleared: a new reader's stay
+	r.failures.close()
 }
 
 // checkMap checks that fd is a perf event array and returns its info.
@@ -245,6 +256,8 @@ const mapTypePerfEventArray = 4
 type mapDesc struct {
 	id         uint32 // the kernel's map ID: one per map, whatever the fd
 	typ        uint32
+	keySize    uint32
+	valueSize  uint32
 	maxEntries uint32
 	name       string
 }

@@ -40,8 +40,8 @@ OUT=$PWD/build/vmtest
 
 # The packages with privileged tests, run in this order; the offline pass
 # runs the ring packages again.
-PACKAGES=${VMTEST_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/hotplug selftest/bench cmd/execsnoop cmd/perfbench"}
-OFFLINE_PACKAGES=${VMTEST_OFFLINE_PACKAGES:-"selftest/callback selftest/raw selftest/readers"}
+PACKAGES=${VMTEST_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/failures selftest/hotplug selftest/bench cmd/execsnoop cmd/perfbench"}
+OFFLINE_PACKAGES=${VMTEST_OFFLINE_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/failures"}
 OFFLINE_CPU=3
 
 log() { echo "vmtest: $*" >&2; }

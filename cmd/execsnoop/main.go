@@ -226,6 +226,9 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 	if c.corrupt > 0 {
 		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
 	}
+	if f := sumFailures(stats); f.Total() > 0 {
+		fmt.Fprintf(w, ", %s", failuresText(f))
+	}
 	fmt.Fprintf(w, " in %.1fs\n", elapsed.Seconds())
 	for _, s := range stats {
 		fmt.Fprintf(w, "  cpu %-3d %6d events %6d lost %6d out of order", s.CPU, s.Samples, s.Lost, s.Late)
@@ -237,6 +240,9 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 		}
 		if s.Discarded > 0 {
 			fmt.Fprintf(w, "  %d bytes unread at exit", s.Discarded)
+		}
+		if s.Failed.Total() > 0 {
+			fmt.Fprintf(w, "  %s", failuresText(s.Failed))
 		}
 		fmt.Fprintln(w)
 	}

@@ -142,9 +142,17 @@ func readerOptions() perfbuf.ReaderOptions {
 	}
 }
 
+// openSource opens the reader of events, with the program's failure map
+// (PERFBUF_FAILURE_MAP in execsnoop.bpf.c): the reader's Stats report the
+// outputs that failed before a ring.
 func (t *tracer) openSource(events *libbpfgo.BPFMap) error {
-	var err error
-	if t.rd, err = perfbuf.NewReader(events, readerOptions()); err != nil {
+	opts := readerOptions()
+	failures, err := t.mod.GetMap("failures")
+	if err != nil {
+		return fmt.Errorf("map failures: %w", err)
+	}
+	opts.FailureMap = failures
+	if t.rd, err = perfbuf.NewReader(events, opts); err != nil {
 		return fmt.Errorf("open perf buffer: %w", err)
 	}
 	return nil
@@ -154,7 +162,8 @@ func (t *tracer) openSource(events *libbpfgo.BPFMap) error {
 // summed over the CPUs: events that did not fit in a ring (a full ring
 // reports its losses only once a later sample fits, so a loss at the end
 // would go unreported), and execs not traced because the map of execs in
-// flight was full.
+// flight was full. Outputs that failed for other causes are in the
+// reader's Stats (Failed).
 func (t *tracer) kernelDrops() (notOutput, untraced uint64, err error) {
 	m, err := t.mod.GetMap("drops")
 	if err != nil {

@@ -136,6 +136,11 @@ func run(progFD, cpu int, args ...uint64) (uint32, error) {
 	return attr.retval, nil
 }
 
+// Run runs a raw_tp program once on cpu with args as its context, as Emit
+// does for the emitter, and returns its return value: for programs of
+// other shapes (selftest/failures).
+func Run(progFD, cpu int, args ...uint64) (uint32, error) { return run(progFD, cpu, args...) }
+
 // emitBatch is EMIT_BATCH of emit.bpf.h: the most samples one run emits.
 const emitBatch = 256
 

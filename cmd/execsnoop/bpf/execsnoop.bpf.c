@@ -6,13 +6,16 @@
  * thread that execs takes the leader's id, so the exit sees the same tgid
  * but not always the same thread id);
  * sys_exit_execve completes it with the return value, the new comm and a
- * timestamp, and writes it to the perf event array `events`.
+ * timestamp, and writes it to the perf event array `events` through
+ * perfbuf_output, which counts the outputs that fail before a ring by cause
+ * in `failures` (bpf/perfbuf.bpf.h; the reader's Stats report them).
  *
  * struct event is read by cmd/execsnoop/event.go, which mirrors its offsets:
  * change both together. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "perfbuf.bpf.h"
 
 #define TASK_COMM_LEN 16
 #define TOTAL_MAX_ARGS 60 /* largest --max-args */
@@ -59,9 +62,12 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } events SEC(".maps");
 
+PERFBUF_FAILURE_MAP(failures);
+
 /* Execs dropped in the kernel, per CPU: index DROP_OUTPUT, events that did
- * not fit in the ring; DROP_MAP_FULL, execs not traced because `execs` was
- * full. User space sums them at the end. */
+ * not fit in the ring (-ENOSPC; other failures are in `failures`);
+ * DROP_MAP_FULL, execs not traced because `execs` was full. User space sums
+ * them at the end. */
 enum { DROP_OUTPUT, DROP_MAP_FULL, DROP_KINDS };
 
 struct {
@@ -167,8 +173,10 @@ int tracepoint__syscalls__sys_exit_execve(struct trace_event_raw_sys_exit *ctx)
 	e->ts = bpf_ktime_get_ns();
 	size = offsetof(struct event, args) + e->args_size;
 	/* A full ring: the kernel reports the loss only once a later sample
-	 * fits, which may never come; count it here too. */
-	if (size <= sizeof(*e) && bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, e, size))
+	 * fits, which may never come; count it here too. perfbuf_output
+	 * counts the other failures. */
+	if (size <= sizeof(*e) &&
+	    perfbuf_output(ctx, &events, &failures, BPF_F_CURRENT_CPU, e, size) == -ENOSPC)
 		count_drop(DROP_OUTPUT);
 cleanup:
 	bpf_map_delete_elem(&execs, &pid);

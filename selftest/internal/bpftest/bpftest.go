@@ -69,6 +69,20 @@ func Emit(tb testing.TB, progFD, cpu int, count, size, span uint64) {
 	}
 }
 
+// Run runs a raw_tp program once on cpu with args as its context
+// (struct bpf_raw_tracepoint_args) and fails the test if the run fails or
+// the program returns non-zero.
+func Run(tb testing.TB, progFD, cpu int, args ...uint64) {
+	tb.Helper()
+	ret, err := bpfrun.Run(progFD, cpu, args...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if ret != 0 {
+		tb.Fatalf("program run on cpu %d with args %v returned %d", cpu, args, ret)
+	}
+}
+
 // EmitStats mirrors struct emit_stats.
 type EmitStats = bpfrun.EmitStats
 

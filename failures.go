@@ -1,0 +1,231 @@
+package perfbuf
+
+// The BPF-side failure counters of bpf/perfbuf.bpf.h (Options.FailureMap):
+// the checks on the map, reading it, and how its counts join Stats.
+//
+// perfbuf_output counts, per CPU and by errno, the bpf_perf_event_output
+// calls that fail before they reach a ring (a full ring is the kernel's to
+// report, in a lost record). The counts live in a per-CPU array of one
+// struct perfbuf_failures: one lookup of key 0 returns every possible CPU's.
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/perfbuf/perfbuf/internal/cpus"
+	"golang.org/x/sys/unix"
+)
+
+// BPF_MAP_TYPE_PERCPU_ARRAY (include/uapi/linux/bpf.h).
+const mapTypePerCPUArray = 6
+
+// struct perfbuf_failures is five __u64, in the order of Failures' fields
+// (noent, e2big, einval, opnotsupp, other): failuresWords words, 40 bytes,
+// with no padding. Its size is a multiple of 8, so the kernel's per-CPU
+// values follow each other with no gap (it rounds each up to 8 bytes).
+const (
+	failuresWords = 5
+	failuresSize  = 8 * failuresWords
+)
+
+// failureMap is a FailureMap opened for rings: a descriptor of its own,
+// closed with the rings, and the counts last read.
+type failureMap struct {
+	name string
+	fd   int   // a duplicate of the caller's; -1 in tests
+	cpus []int // cpus[k]: the CPU of the lookup's k-th value (the possible CPUs)
+	// lookup reads key 0 into out, failuresWords words per CPU of cpus:
+	// lookupPerCPU, or a test's fake.
+	lookup func(fd int, out []uint64) error
+
+	// mu serialises reads and close: Stats may run on any goroutine, also
+	// while the rings are freed.
+	mu     sync.Mutex
+	closed bool
+	buf    []uint64
+	last   []Failures // as cpus; replaced by each read, never changed in place
+}
+
+// openFailureMap checks that m is a PERFBUF_FAILURE_MAP and opens it; nil
+// for a nil m. It holds a duplicate of m's descriptor, so that the map stays
+// readable until close even if the caller closes its own (or its libbpfgo
+// module) first.
+//
+// Errors: os.ErrInvalid for a map of another type, key size, value size or
+// no entries; for the descriptor itself, as checkMap's: EBADF for a closed
+// one, the kernel's errno for one that is not a BPF object; EPERM from the
+// first read for a map the descriptor may not read.
+func openFailureMap(m Map) (*failureMap, error) {
+	if m == nil {
+		return nil, nil
+	}
+	fd := m.FileDescriptor()
+	if fd < 0 {
+		return nil, fmt.Errorf("failure map fd %d: %w", fd, syscall.EBADF)
+	}
+	// The duplicate is what is checked and kept. A closed fd fails here
+	// with EBADF on every kernel (as checkMap's fcntl).
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("failure map fd %d: %w", fd, err)
+	}
+	f, err := newFailureMap(dup, fd)
+	if err != nil {
+		unix.Close(dup)
+		return nil, err
+	}
+	return f, nil
+}
+
+// newFailureMap checks the map behind fd (the caller's userFD, for errors)
+// and returns it as a failureMap that owns fd.
+func newFailureMap(fd, userFD int) (*failureMap, error) {
+	info, err := mapInfo(fd)
+	// As in checkMap: BPF_OBJ_GET_INFO_BY_FD answers for programs, links
+	// and BTF too, in their own info struct.
+	if kind := fdKind(fd); kind != "" && kind != "anon_inode:bpf-map" {
+		if err == nil {
+			err = os.ErrInvalid
+		}
+		return nil, fmt.Errorf("failure map fd %d is not a BPF map (%s): %w", userFD, kind, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failure map fd %d: get map info: %w", userFD, err)
+	}
+	const want = "want a PERFBUF_FAILURE_MAP of bpf/perfbuf.bpf.h"
+	switch {
+	case info.typ != mapTypePerCPUArray:
+		return nil, fmt.Errorf("failure map %q has type %s (%d), %s (percpu_array): %w",
+			info.name, mapTypeName(info.typ), info.typ, want, os.ErrInvalid)
+	case info.keySize != 4:
+		return nil, fmt.Errorf("failure map %q has %d-byte keys, %s (__u32 keys): %w",
+			info.name, info.keySize, want, os.ErrInvalid)
+	case info.valueSize != failuresSize:
+		return nil, fmt.Errorf("failure map %q has %d-byte values, %s (struct perfbuf_failures, %d bytes): %w",
+			info.name, info.valueSize, want, failuresSize, os.ErrInvalid)
+	case info.maxEntries < 1:
+		return nil, fmt.Errorf("failure map %q has no entries, %s: %w", info.name, want, os.ErrInvalid)
+	}
+	// A lookup returns a value for each possible CPU, in CPU order
+	// (for_each_possible_cpu), as many as libbpf counts; the kernel's list
+	// says which CPUs they are.
+	n, err := numPossibleCPUs()
+	if err != nil {
+		return nil, fmt.Errorf("failure map %q: count possible cpus: %w", info.name, err)
+	}
+	possible, err := cpus.Possible()
+	if err != nil {
+		return nil, fmt.Errorf("failure map %q: %w", info.name, err)
+	}
+	if len(possible) != n {
+		return nil, fmt.Errorf("failure map %q: libbpf counts %d possible cpus, the kernel lists %d", info.name, n, len(possible))
+	}
+	f := &failureMap{
+		name:   info.name,
+		fd:     fd,
+		cpus:   possible,
+		lookup: lookupPerCPU,
+		buf:    make([]uint64, failuresWords*n),
+	}
+	// A map the descriptor may not read (BPF_F_WRONLY, or a pinned map
+	// opened write-only) is refused now rather than read as zeros forever.
+	if err := f.lookup(f.fd, f.buf); err != nil {
+		return nil, fmt.Errorf("failure map %q: read: %w", info.name, err)
+	}
+	f.last = decodeFailures(f.buf, n)
+	return f, nil
+}
+
+// counts returns each CPU's failures, as f.cpus: what the map holds now,
+// or, once f is closed or if the lookup fails, what it held at the last
+// read that worked (New's read did). Having read it once, a lookup fails
+// only for want of kernel memory; the counts only grow, so an old read is
+// a lower bound. The slice is shared: do not change it.
+func (f *failureMap) counts() []Failures {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.closed {
+		f.read()
+	}
+	return f.last
+}
+
+// read looks the counts up into f.last; f.mu is held.
+func (f *failureMap) read() {
+	if f.lookup(f.fd, f.buf) != nil {
+		return // keep the last counts: see counts
+	}
+	f.last = decodeFailures(f.buf, len(f.cpus))
+}
+
+// decodeFailures returns the n CPUs' struct perfbuf_failures of a lookup's
+// words.
+func decodeFailures(words []uint64, n int) []Failures {
+	out := make([]Failures, n)
+	for k := range out {
+		w := words[k*failuresWords : (k+1)*failuresWords]
+		out[k] = Failures{NoEntry: w[0], TooBig: w[1], Invalid: w[2], NotOnCPU: w[3], Other: w[4]}
+	}
+	return out
+}
+
+// close reads the counts a last time, for Stats after Close, and closes the
+// descriptor. It is idempotent, and does nothing on a nil f.
+func (f *failureMap) close() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.read()
+	f.closed = true
+	if f.fd >= 0 {
+		unix.Close(f.fd)
+	}
+}
+
+// addTo puts the counts on st (see mergeFailures); a nil f adds nothing.
+func (f *failureMap) addTo(st []Stats) []Stats {
+	if f == nil {
+		return st
+	}
+	return mergeFailures(st, f.cpus, f.counts())
+}
+
+// failureCounters returns r's failure map: nil without one, and for a nil
+// r (a Reader over rings of a test's own).
+func (r *rings) failureCounters() *failureMap {
+	if r == nil {
+		return nil
+	}
+	return r.failures
+}
+
+// mergeFailures puts each CPU's failures (counts[k] is CPU cpus[k]'s, in
+// increasing CPU order) on st, one entry per ring in buffer index order:
+// on the entry of the CPU's latest ring (the highest index with that CPU),
+// as a CPU that came back online writes to its new ring; and for a CPU with
+// no ring but failures, on an entry of its own, appended after the rings'
+// in CPU order, with only CPU and Failed set. It returns st, grown.
+func mergeFailures(st []Stats, cpus []int, counts []Failures) []Stats {
+	if len(counts) == 0 {
+		return st
+	}
+	latest := make(map[int]int, len(st)) // CPU -> its latest ring's index
+	for i := range st {
+		latest[st[i].CPU] = i
+	}
+	for k, c := range counts {
+		if i, ok := latest[cpus[k]]; ok {
+			st[i].Failed = c
+		} else if c != (Failures{}) {
+			st = append(st, Stats{CPU: cpus[k], Failed: c})
+		}
+	}
+	return st
+}

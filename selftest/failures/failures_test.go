@@ -1,0 +1,475 @@
+// Privileged selftests of the failure counters (bpf/perfbuf.bpf.h,
+// Options.FailureMap): failures.bpf.c outputs through perfbuf_output on a
+// chosen CPU with BPF_PROG_TEST_RUN, and makes each cause happen on every
+// CPU; the readers' Stats must account for every attempt, per CPU and per
+// cause.
+package failures
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/aquasecurity/libbpfgo"
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"golang.org/x/sys/unix"
+)
+
+const obj = "bpf/failures.bpf.o"
+
+// bpf_perf_event_output's flags (include/uapi/linux/bpf.h).
+const (
+	currentCPU = 0xffffffff // BPF_F_CURRENT_CPU
+	badFlag    = 1 << 32    // outside BPF_F_INDEX_MASK: the helper's EINVAL
+)
+
+// fixture is failures.bpf.c, loaded.
+type fixture struct {
+	mod      *libbpfgo.Module
+	events   *libbpfgo.BPFMap // a slot per possible CPU
+	events1  *libbpfgo.BPFMap // one slot: CPU 0's
+	failures *libbpfgo.BPFMap // PERFBUF_FAILURE_MAP
+	prog     int
+	cpus     []int // online: each has a ring in events
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	m := bpftest.Load(t, obj)
+	online, err := cpus.Online()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{
+		mod:      m,
+		events:   bpftest.Map(t, m, "events"),
+		events1:  bpftest.Map(t, m, "events1"),
+		failures: bpftest.Map(t, m, "failures"),
+		prog:     bpftest.Prog(t, m, "output"),
+		cpus:     online,
+	}
+}
+
+// outputBatch is OUTPUT_BATCH of failures.bpf.c.
+const outputBatch = 64
+
+// output makes count outputs of size bytes with flags on cpu, to events
+// (map 0) or events1 (map 1).
+func (f *fixture) output(t *testing.T, cpu int, count, size, flags, mapIdx uint64) {
+	t.Helper()
+	for done := uint64(0); done < count; done += outputBatch {
+		bpftest.Run(t, f.prog, cpu, min(count-done, outputBatch), size, flags, mapIdx)
+	}
+}
+
+// outcome mirrors struct outcome: what the program saw on one CPU.
+type outcome struct {
+	Attempts, OK, NoSpace, NoEntry, TooBig, Invalid, NotOnCPU, Other uint64
+}
+
+// failed is o's failures as perfbuf counts them.
+func (o outcome) failed() perfbuf.Failures {
+	return perfbuf.Failures{NoEntry: o.NoEntry, TooBig: o.TooBig, Invalid: o.Invalid, NotOnCPU: o.NotOnCPU, Other: o.Other}
+}
+
+// outcomes reads the program's own per-CPU counts, indexed by CPU.
+func (f *fixture) outcomes(t *testing.T) map[int]outcome {
+	t.Helper()
+	var key uint32
+	val, err := bpftest.Map(t, f.mod, "outcomes").GetValue(unsafe.Pointer(&key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	possible, err := cpus.Possible()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = int(unsafe.Sizeof(outcome{}))
+	if len(val) != size*len(possible) {
+		t.Fatalf("outcomes: %d bytes for %d possible cpus", len(val), len(possible))
+	}
+	out := map[int]outcome{}
+	for k, cpu := range possible {
+		var w [size / 8]uint64
+		for i := range w {
+			w[i] = binary.NativeEndian.Uint64(val[k*size+8*i:])
+		}
+		out[cpu] = outcome{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]}
+	}
+	return out
+}
+
+// collector counts what a reader delivered per CPU and checks each sample:
+// its CPU, its size, its sequence number (increasing).
+type collector struct {
+	t       *testing.T
+	samples map[int]uint64
+	lost    map[int]uint64
+	lastSeq map[int]uint64
+}
+
+func newCollector(t *testing.T) *collector {
+	return &collector{t: t, samples: map[int]uint64{}, lost: map[int]uint64{}, lastSeq: map[int]uint64{}}
+}
+
+func (c *collector) sample(cpu int, data []byte) {
+	if len(data) < 16 {
+		c.t.Errorf("cpu %d: %d-byte sample", cpu, len(data))
+		return
+	}
+	seq := binary.NativeEndian.Uint64(data)
+	from := int(binary.NativeEndian.Uint32(data[8:]))
+	size := int(binary.NativeEndian.Uint32(data[12:]))
+	if from != cpu || len(data) != (size+4+7)&^7-4 {
+		c.t.Errorf("cpu %d: sample seq %d says cpu %d, %d bytes; delivered %d bytes", cpu, seq, from, size, len(data))
+	}
+	if c.samples[cpu] > 0 && seq <= c.lastSeq[cpu] {
+		c.t.Errorf("cpu %d: seq %d after %d", cpu, seq, c.lastSeq[cpu])
+	}
+	c.lastSeq[cpu] = seq
+	c.samples[cpu]++
+}
+
+func (c *collector) lostFn(cpu int, n uint64) { c.lost[cpu] += n }
+
+// mode is a reader under test: it drains what the rings hold into a
+// collector, and has Stats and Close.
+type mode struct {
+	drain func(t *testing.T)
+	stats func() []perfbuf.Stats
+	close func()
+}
+
+// callbackMode opens a PerfBuffer on events with the failure map.
+func callbackMode(t *testing.T, events perfbuf.Map, opts perfbuf.Options, c *collector) mode {
+	t.Helper()
+	opts.SampleFunc, opts.LostFunc = c.sample, c.lostFn
+	pb, err := perfbuf.New(events, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pb.Close() })
+	return mode{
+		drain: func(t *testing.T) {
+			t.Helper()
+			if _, err := pb.Consume(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		stats: pb.Stats,
+		close: func() { pb.Close() },
+	}
+}
+
+// readerMode opens a Reader on events with the failure map.
+func readerMode(t *testing.T, events perfbuf.Map, opts perfbuf.Options, c *collector) mode {
+	t.Helper()
+	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{PageCount: opts.PageCount, FailureMap: opts.FailureMap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return mode{
+		drain: func(t *testing.T) {
+			t.Helper()
+			r.SetDeadline(time.Now().Add(10 * time.Second))
+			r.Flush()
+			var s perfbuf.Sample
+			for {
+				err := r.ReadInto(&s)
+				if errors.Is(err, perfbuf.ErrFlushed) {
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.Type == perfbuf.RecordLost {
+					c.lostFn(s.CPU, s.Lost)
+				} else {
+					c.sample(s.CPU, s.Data)
+				}
+			}
+		},
+		stats: r.Stats,
+		close: func() { r.Close() },
+	}
+}
+
+var modes = []struct {
+	name string
+	open func(*testing.T, perfbuf.Map, perfbuf.Options, *collector) mode
+}{
+	{"callback", callbackMode},
+	{"reader", readerMode},
+}
+
+// Per CPU and per cause, every output is accounted for: received +
+// lost + failed == attempted, exactly, with the program's own counts of
+// what the helper returned, and each cause made to happen on every CPU:
+//
+//	ok          10 outputs of 64 bytes, and one after the ring filled
+//	ENOSPC      40 of 200 bytes into a one-page ring without draining it
+//	EINVAL       5 with a flag bit outside the index mask
+//	E2BIG        6 with the index max_entries
+//	EOPNOTSUPP   7 with the index of another online CPU (2+ CPUs)
+//	ENOENT       8 after the CPU's slot was deleted from the map
+func TestFailureAccounting(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			f := setup(t)
+			c := newCollector(t)
+			rd := m.open(t, f.events, perfbuf.Options{PageCount: 1, FailureMap: f.failures}, c)
+			maxEntries := uint64(f.events.MaxEntries())
+			if maxEntries == 0 {
+				t.Fatal("events has max_entries 0 after load")
+			}
+
+			want := map[int]outcome{}
+			for _, cpu := range f.cpus {
+				f.output(t, cpu, 10, 64, currentCPU, 0)
+			}
+			rd.drain(t)
+			for _, cpu := range f.cpus {
+				f.output(t, cpu, 40, 200, currentCPU, 0) // 18 fit in 4 KiB
+			}
+			rd.drain(t)
+			for _, cpu := range f.cpus {
+				f.output(t, cpu, 1, 64, currentCPU, 0) // brings the lost record
+				f.output(t, cpu, 5, 64, currentCPU|badFlag, 0)
+				f.output(t, cpu, 6, 64, maxEntries, 0)
+				w := outcome{Attempts: 70, Invalid: 5, TooBig: 6, NoEntry: 8}
+				if len(f.cpus) > 1 {
+					other := f.cpus[0]
+					if other == cpu {
+						other = f.cpus[1]
+					}
+					f.output(t, cpu, 7, 64, uint64(other), 0)
+					w.Attempts += 7
+					w.NotOnCPU = 7
+				}
+				want[cpu] = w
+			}
+			if len(f.cpus) < 2 {
+				t.Logf("one online cpu: no other CPU's slot for EOPNOTSUPP")
+			}
+			rd.drain(t)
+			for _, cpu := range f.cpus {
+				key := uint32(cpu)
+				if err := f.events.DeleteKey(unsafe.Pointer(&key)); err != nil {
+					t.Fatalf("delete cpu %d's slot: %v", cpu, err)
+				}
+				f.output(t, cpu, 8, 64, currentCPU, 0)
+			}
+			rd.drain(t)
+
+			live := rd.stats()
+			got := f.outcomes(t)
+			check(t, f.cpus, got, want, c, live)
+			rd.close()
+			if after := rd.stats(); !reflect.DeepEqual(failedByCPU(after), failedByCPU(live)) {
+				t.Errorf("Failed after Close %v, before %v", failedByCPU(after), failedByCPU(live))
+			}
+		})
+	}
+}
+
+// check compares, per CPU, what the program saw (got), what the test made
+// happen (want: the failures exactly; the ok and ENOSPC split depends on
+// the ring, so only their sum), what the reader delivered (c), and its
+// Stats; and logs the accounting.
+func check(t *testing.T, online []int, got, want map[int]outcome, c *collector, stats []perfbuf.Stats) {
+	t.Helper()
+	byCPU := map[int]perfbuf.Stats{}
+	for _, s := range stats {
+		if _, dup := byCPU[s.CPU]; dup {
+			t.Errorf("two Stats entries for cpu %d", s.CPU)
+		}
+		byCPU[s.CPU] = s
+	}
+	for cpu, o := range got {
+		if _, ok := want[cpu]; !ok && o != (outcome{}) {
+			t.Errorf("cpu %d (not online) has outcomes %+v", cpu, o)
+		}
+	}
+	for _, cpu := range online {
+		o, w, s := got[cpu], want[cpu], byCPU[cpu]
+		failed := o.failed()
+		t.Logf("cpu %d: attempted %d = received %d + lost %d + failed %d (noent %d, e2big %d, einval %d, opnotsupp %d, other %d)",
+			cpu, o.Attempts, s.Samples, s.Lost, s.Failed.Total(),
+			s.Failed.NoEntry, s.Failed.TooBig, s.Failed.Invalid, s.Failed.NotOnCPU, s.Failed.Other)
+		if o.Attempts != w.Attempts || failed != w.failed() || o.OK+o.NoSpace != w.Attempts-w.failed().Total() {
+			t.Errorf("cpu %d: the program saw %+v; the test made %+v", cpu, o, w)
+		}
+		if o.NoSpace == 0 {
+			t.Errorf("cpu %d: no output found the ring full", cpu)
+		}
+		if s.Failed != failed {
+			t.Errorf("cpu %d: Stats.Failed %+v, the program saw %+v", cpu, s.Failed, failed)
+		}
+		if c.samples[cpu] != o.OK || c.lost[cpu] != o.NoSpace {
+			t.Errorf("cpu %d: received %d, lost %d; the program output %d, %d found the ring full", cpu, c.samples[cpu], c.lost[cpu], o.OK, o.NoSpace)
+		}
+		if s.Samples != c.samples[cpu] || s.Lost != c.lost[cpu] {
+			t.Errorf("cpu %d: Stats say %d samples, %d lost; delivered %d, %d", cpu, s.Samples, s.Lost, c.samples[cpu], c.lost[cpu])
+		}
+		if s.Samples+s.Lost+s.Failed.Total() != o.Attempts {
+			t.Errorf("cpu %d: %d received + %d lost + %d failed != %d attempted", cpu, s.Samples, s.Lost, s.Failed.Total(), o.Attempts)
+		}
+	}
+}
+
+func failedByCPU(st []perfbuf.Stats) map[int]perfbuf.Failures {
+	out := map[int]perfbuf.Failures{}
+	for _, s := range st {
+		out[s.CPU] = s.Failed
+	}
+	return out
+}
+
+// A CPU without a ring gets a Stats entry of its own for its failures,
+// after the rings': events1 has one slot, so only CPU 0 has a ring, and
+// every other CPU's outputs fail with E2BIG.
+func TestFailuresWithoutRing(t *testing.T) {
+	f := setup(t)
+	if f.cpus[0] != 0 {
+		t.Fatalf("cpu 0 is offline (online: %v): events1's one slot is cpu 0's", f.cpus)
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			c := newCollector(t)
+			rd := m.open(t, f.events1, perfbuf.Options{FailureMap: f.failures}, c)
+			base := f.outcomes(t) // the failure map is the fixture's: its counts go on
+			for i, cpu := range f.cpus {
+				f.output(t, cpu, uint64(3+i), 32, currentCPU, 1)
+			}
+			rd.drain(t)
+			got := f.outcomes(t)
+			want := []perfbuf.Stats{{CPU: 0, Samples: 3, Bytes: 3 * 36}} // 32 bytes padded to 36
+			for _, cpu := range f.cpus[1:] {
+				want = append(want, perfbuf.Stats{CPU: cpu, Failed: perfbuf.Failures{TooBig: got[cpu].TooBig}})
+			}
+			st := rd.stats()
+			rd.close()
+			for i := range st {
+				st[i].Fill, st[i].MaxFill = 0, 0 // not this test's
+			}
+			if !reflect.DeepEqual(st, want) {
+				t.Errorf("Stats:\n got %+v\nwant %+v", st, want)
+			}
+			for i, cpu := range f.cpus[1:] {
+				if n := got[cpu].TooBig - base[cpu].TooBig; n != uint64(4+i) {
+					t.Errorf("cpu %d: %d outputs failed with E2BIG, want %d", cpu, n, 4+i)
+				}
+				t.Logf("cpu %d (no ring): %d outputs failed with E2BIG; Stats: %+v (the map's counts since load)",
+					cpu, got[cpu].TooBig-base[cpu].TooBig, failedByCPU(st)[cpu])
+			}
+			if c.samples[0] != 3 || len(c.samples) != 1 {
+				t.Errorf("received %v, want 3 samples on cpu 0", c.samples)
+			}
+		})
+	}
+}
+
+// New and NewReader refuse a FailureMap that is not a PERFBUF_FAILURE_MAP
+// with os.ErrInvalid, and a bad descriptor as they refuse a bad event map,
+// before they open anything: no descriptor stays open and the event map is
+// not left claimed.
+func TestBadFailureMaps(t *testing.T) {
+	f := setup(t)
+	prog, err := unix.Dup(f.prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(prog)
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	closed, err := unix.Dup(f.failures.FileDescriptor())
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(closed)
+	cases := []struct {
+		name string
+		m    perfbuf.Map
+		want error
+		msg  string
+	}{
+		{"hash", bpftest.Map(t, f.mod, "bad_type"), os.ErrInvalid, `failure map "bad_type" has type hash (1)`},
+		{"value size", bpftest.Map(t, f.mod, "bad_value"), os.ErrInvalid, `failure map "bad_value" has 8-byte values`},
+		{"event map", f.events, os.ErrInvalid, `failure map "events" has type perf_event_array (4)`},
+		{"write-only", bpftest.Map(t, f.mod, "write_only"), os.ErrPermission, `failure map "write_only": read: `},
+		{"program", perfbuf.MapFD(prog), os.ErrInvalid, "is not a BPF map (anon_inode:bpf-prog)"},
+		{"not BPF", perfbuf.MapFD(devNull.Fd()), syscall.EINVAL, "is not a BPF map (/dev/null)"},
+		{"closed", perfbuf.MapFD(closed), syscall.EBADF, fmt.Sprintf("failure map fd %d: ", closed)},
+		{"negative", perfbuf.MapFD(-1), syscall.EBADF, "failure map fd -1: "},
+	}
+	// A reader opened and closed first: what the process opens once (the
+	// runtime's netpoller) is open before the count.
+	pb, err := perfbuf.New(f.events, perfbuf.Options{Raw: true, FailureMap: f.failures})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb.Close()
+	fds := openFDs(t)
+	for _, c := range cases {
+		_, err := perfbuf.New(f.events, perfbuf.Options{Raw: true, FailureMap: c.m})
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("New, %s: %v; want %v, %q", c.name, err, c.want, c.msg)
+		}
+		_, err = perfbuf.NewReader(f.events, perfbuf.ReaderOptions{FailureMap: c.m})
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("NewReader, %s: %v; want %v, %q", c.name, err, c.want, c.msg)
+		}
+		t.Logf("%s: %v", c.name, err)
+	}
+	if now := openFDs(t); now != fds {
+		t.Errorf("%d descriptors open after the failed calls, %d before", now, fds)
+	}
+
+	// The good map, through a descriptor of the caller's that it closes
+	// after New: perfbuf's own keeps the map readable until Close, and
+	// Close closes it.
+	own, err := unix.Dup(f.failures.FileDescriptor())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err = perfbuf.New(f.events, perfbuf.Options{Raw: true, FailureMap: perfbuf.MapFD(own)})
+	if err != nil {
+		t.Fatalf("New after the failures (the map must not stay claimed): %v", err)
+	}
+	unix.Close(own)
+	for _, cpu := range f.cpus {
+		f.output(t, cpu, 2, 64, currentCPU|badFlag, 0)
+	}
+	for cpu, fl := range failedByCPU(pb.Stats()) {
+		if fl.Invalid != 2 {
+			t.Errorf("cpu %d: Failed %+v after its caller's descriptor was closed, want Invalid 2", cpu, fl)
+		}
+	}
+	pb.Close()
+	if now := openFDs(t); now != fds {
+		t.Errorf("%d descriptors open after Close, %d before New", now, fds)
+	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
