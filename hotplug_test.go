@@ -6,6 +6,7 @@ package perfbuf
 // a VM) is selftest/hotplug's.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -69,7 +70,7 @@ func TestHotplugPerfBuffer(t *testing.T) {
 	spare.cpus = []int{2, 1} // CPU 2 comes online, then CPU 1 comes back
 	var got []string
 	pb, err := newPerfBuffer(f.hotRings(t, 4, spare), Options{SampleFunc: func(cpu int, data []byte) {
-		got = append(got, fmt.Sprintf("cpu%d:%d", cpu, data[8]))
+		got = append(got, fmt.Sprintf("cpu%d:%d", cpu, binary.NativeEndian.Uint64(data[8:])))
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -153,8 +154,8 @@ func TestHotplugReader(t *testing.T) {
 			spare.wake(0)
 			select {
 			case err := <-done:
-				if err != nil || s.CPU != 3 || s.Data[8] != 33 {
-					t.Fatalf("read %v: cpu %d seq %d; want CPU 3's sample", err, s.CPU, s.Data[8])
+				if err != nil || s.CPU != 3 || binary.NativeEndian.Uint64(s.Data[8:]) != 33 {
+					t.Fatalf("read %v: %+v; want CPU 3's sample 33", err, s)
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatal("the sample of the CPU that came online never came")
