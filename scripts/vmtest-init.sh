@@ -14,6 +14,10 @@ mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 mkdir -p /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 ln -sf /proc/self/fd /dev/fd
+# Pseudo-terminals (execsnoop's stdout test) and loopback (its /metrics test).
+mkdir -p /dev/pts && mount -t devpts -o ptmxmode=0666 devpts /dev/pts 2>/dev/null
+[ -e /dev/ptmx ] || ln -sf pts/ptmx /dev/ptmx
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
 out=/dev/ttyS1
 
