@@ -350,7 +350,16 @@ func loadProg(t *testing.T, typ uint32) int {
 	binary.NativeEndian.PutUint32(attr[4:], uint32(len(insns)))
 	binary.NativeEndian.PutUint64(attr[8:], uint64(uintptr(unsafe.Pointer(&insns[0]))))
 	binary.NativeEndian.PutUint64(attr[16:], uint64(uintptr(unsafe.Pointer(&license[0]))))
-	fd, _, errno := syscall.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
+	// The verifier gives up with EAGAIN when a signal is pending (the Go
+	// runtime's preemption signals come often under QEMU): try again, as
+	// libbpf's sys_bpf_prog_load does.
+	var fd uintptr
+	var errno syscall.Errno
+	for try := 0; try < 5; try++ {
+		if fd, _, errno = syscall.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr))); errno != syscall.EAGAIN {
+			break
+		}
+	}
 	runtime.KeepAlive(insns)
 	runtime.KeepAlive(license)
 	if errno != 0 {
