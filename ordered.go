@@ -22,9 +22,7 @@ import (
 //  2. a key KeyWindow (default MaxDelay, as nanoseconds) larger has been
 //     seen on any ring (while records wait, the reader parses ahead to find
 //     the newest keys), or
-//  3. the reader first saw it MaxDelay ago (to within MaxDelay/32; when
-//     no wakeup comes in between, its timer fires up to MaxDelay/4 later,
-//     so that one timer releases the records of a quarter MaxDelay), or
+//  3. the reader first saw it MaxDelay ago (to within MaxDelay/32), or
 //  4. a ring is filled past HighWater: release rather than lose, or
 //  5. a Flush or Close is under way.
 //
@@ -117,14 +115,10 @@ type ordered struct {
 	window    uint64
 	maxDelay  time.Duration
 	markGrain int64 // marks closer in time than this are merged: MaxDelay/32
-	// timerSlack delays rule 3's timer past the first due record, so that
-	// a timed wakeup (4-6 context switches: docs/performance.md) releases
-	// every record due within it: MaxDelay/4.
-	timerSlack time.Duration
-	dropLate   bool
-	highWater  int
-	commitAt   int  // bytes delivered from a ring before its tail is committed
-	pressure   bool // released by rule 4: commit at once
+	dropLate  bool
+	highWater int
+	commitAt  int  // bytes delivered from a ring before its tail is committed
+	pressure  bool // released by rule 4: commit at once
 	// A run: the ring whose front next released by rule 1, and the
 	// smallest front key of the other rings then. Until one of those is
 	// delivered, that ring's records up to runBound go next by rule 1.
@@ -163,7 +157,6 @@ func newOrdered(r *Reader, opts *Order) *ordered {
 	}
 	o.commitAt = max(size/16, 1)
 	o.markGrain = int64(o.maxDelay / 32)
-	o.timerSlack = o.maxDelay / 4
 	o.rs = make([]orderedRing, 0, len(r.rings))
 	o.heap = make([]heapEntry, 0, len(r.rings))
 	o.waiting = make([]int, 0, len(r.rings))
@@ -571,7 +564,7 @@ func (o *ordered) idle() time.Duration {
 		o.commitPublish(i)
 	}
 	if len(o.heap) > 0 && o.rs[o.heap[0].ring].has { // next put the root in place
-		due := time.Duration(o.seenAt(o.heap[0].ring)+int64(o.maxDelay)-o.now()) + o.timerSlack
+		due := time.Duration(o.seenAt(o.heap[0].ring) + int64(o.maxDelay) - o.now())
 		if timeout < 0 || due < timeout {
 			timeout = max(due, 0)
 		}

@@ -906,20 +906,3 @@ func TestOrderInvalid(t *testing.T) {
 		}
 	}
 }
-
-// TestOrderedTimerSlack: with nothing else to wake it, the reader holding a
-// record back for a quiet ring sleeps until the record is due plus a
-// quarter MaxDelay, so that one timed wakeup releases every record due in
-// that time (a timer costs several context switches).
-func TestOrderedTimerSlack(t *testing.T) {
-	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: time.Second}})
-	f.emit(t, 0, 10, 1, 16)
-	if _, i := r.pol.next(); i >= 0 {
-		t.Fatal("released a record that ring 1 may still precede")
-	}
-	// Due in a second (less the time since it was seen), plus 250 ms.
-	if d := r.pol.idle(); d <= time.Second || d > 1250*time.Millisecond {
-		t.Errorf("sleeps %v, want in (1s, 1.25s]", d)
-	}
-}
