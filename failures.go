@@ -82,17 +82,9 @@ func openFailureMap(m Map) (*failureMap, error) {
 // newFailureMap checks the map behind fd (the caller's userFD, for errors)
 // and returns it as a failureMap that owns fd.
 func newFailureMap(fd, userFD int) (*failureMap, error) {
-	info, err := mapInfo(fd)
-	// As in checkMap: BPF_OBJ_GET_INFO_BY_FD answers for programs, links
-	// and BTF too, in their own info struct.
-	if kind := fdKind(fd); kind != "" && kind != "anon_inode:bpf-map" {
-		if err == nil {
-			err = os.ErrInvalid
-		}
-		return nil, fmt.Errorf("failure map fd %d is not a BPF map (%s): %w", userFD, kind, err)
-	}
+	info, err := bpfMapInfo(fd, userFD, os.ErrInvalid)
 	if err != nil {
-		return nil, fmt.Errorf("failure map fd %d: get map info: %w", userFD, err)
+		return nil, fmt.Errorf("failure map: %w", err)
 	}
 	const want = "want a PERFBUF_FAILURE_MAP of bpf/perfbuf.bpf.h"
 	switch {

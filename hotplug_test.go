@@ -139,7 +139,7 @@ func TestHotplugReader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.owner, r.watch = owner, owner.watch
+			r.owner = owner
 			owner.watch.notify = r.poke
 			defer r.Close()
 

@@ -318,19 +318,13 @@ func (pb *PerfBuffer) added(i int) error {
 	return nil
 }
 
-// poke wakes a blocked Poll, unless the PerfBuffer is closed (and its
-// eventfd perhaps gone): a CPU came online.
-func (pb *PerfBuffer) poke() {
-	if pb.life.enter("") == nil {
-		pb.w.wake(false)
-		pb.life.exit()
-	}
-}
+// poke wakes a blocked Poll (see waiter.wakeOpen): a CPU came online.
+func (pb *PerfBuffer) poke() { pb.w.wakeOpen(&pb.life) }
 
 // addNewCPUs gives the CPUs that came online since the last call their
 // rings (hotplug.go). Under drainMu.
 func (pb *PerfBuffer) addNewCPUs() error {
-	if pb.r.watch == nil || !pb.r.watch.pending.Load() {
+	if !pb.r.cpusPending() {
 		return nil
 	}
 	return pb.r.addNewCPUs(pb.added)

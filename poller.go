@@ -129,6 +129,16 @@ func (w *waiter) wake(closing bool) {
 	}
 }
 
+// wakeOpen is wake(false) unless l, the owner's lifetime, is closed (and
+// the eventfd perhaps gone): for wakes from other goroutines that may come
+// after Close (a CPU coming online, a context's cancellation, a deadline).
+func (w *waiter) wakeOpen(l *lifetime) {
+	if l.enter("") == nil {
+		w.wake(false)
+		l.exit()
+	}
+}
+
 // clearWake takes back a wake that was not Close's.
 func (w *waiter) clearWake() {
 	w.woken.Store(false)

@@ -79,8 +79,7 @@ type Reader struct {
 	// rings grow when a CPU comes online (hotplug.go): on the read side,
 	// under flushMu and statsMu, which other goroutines take to read them.
 	rings []*RawBuffer
-	owner *rings    // what NewReader opened (nil over rings of a test's own)
-	watch *cpuWatch // the owner's, or nil
+	owner *rings // what NewReader opened (nil over rings of a test's own)
 	w     *waiter
 	life  lifetime // reads are its exclusive calls: one at a time
 	pol   policy
@@ -153,10 +152,10 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 		owner.close()
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	r.owner, r.watch = owner, owner.watch
-	if r.watch != nil {
-		r.watch.notify = r.poke
-		r.watch.start()
+	r.owner = owner
+	if owner.watch != nil {
+		owner.watch.notify = r.poke
+		owner.watch.start()
 	}
 	return r, nil
 }
@@ -208,7 +207,7 @@ func newReader(rings []*RawBuffer, fds []int, opts ReaderOptions) (*Reader, erro
 // rings (hotplug.go). On the read side; a check of one atomic when none
 // did.
 func (r *Reader) addNewCPUs(op string) error {
-	if r.watch == nil || !r.watch.pending.Load() {
+	if !r.owner.cpusPending() {
 		return nil
 	}
 	if err := r.owner.addNewCPUs(r.added); err != nil {
@@ -266,14 +265,8 @@ func (r *Reader) Close() error {
 	return nil
 }
 
-// poke wakes a blocked read, unless the reader is closed (and its eventfd
-// perhaps gone).
-func (r *Reader) poke() {
-	if r.life.enter("") == nil {
-		r.w.wake(false)
-		r.life.exit()
-	}
-}
+// poke wakes a blocked read (see waiter.wakeOpen).
+func (r *Reader) poke() { r.w.wakeOpen(&r.life) }
 
 // SetDeadline makes reads blocked at or after t return an error matching
 // os.ErrDeadlineExceeded. Past the deadline a read still delivers what it

@@ -71,8 +71,9 @@ func openRings(m Map, cfg ringConfig, failures Map) (_ *rings, err error) {
 		return nil, err
 	}
 	watch := newCPUWatch() // before the online list: see newCPUWatch
+	var r *rings
 	defer func() {
-		if err != nil { // (r.close may have closed them already: no matter)
+		if err != nil && r == nil { // from r on, r.close closes them
 			fails.close()
 			if watch != nil {
 				watch.close()
@@ -86,7 +87,7 @@ func openRings(m Map, cfg ringConfig, failures Map) (_ *rings, err error) {
 	if !claimMap(info.id) {
 		return nil, fmt.Errorf("map %q (id %d): %w", info.name, info.id, ErrMapInUse)
 	}
-	r := &rings{mapFD: fd, cfg: cfg, mapID: info.id, limit: limit, watch: watch, failures: fails}
+	r = &rings{mapFD: fd, cfg: cfg, mapID: info.id, limit: limit, watch: watch, failures: fails}
 	r.openCPU = r.openLibbpf
 	c, err := openC(fd, cfg, cpus)
 	if err != nil {
@@ -220,21 +221,33 @@ func checkMap(fd int) (mapDesc, error) {
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
 		return mapDesc{}, fmt.Errorf("map fd %d: %w", fd, err)
 	}
+	info, err := bpfMapInfo(fd, fd, ErrNotPerfEventArray)
+	if err != nil {
+		return mapDesc{}, err
+	}
+	if info.typ != mapTypePerfEventArray {
+		return mapDesc{}, fmt.Errorf("map %q has type %s (%d): %w",
+			info.name, mapTypeName(info.typ), info.typ, ErrNotPerfEventArray)
+	}
+	return info, nil
+}
+
+// bpfMapInfo returns the info of the BPF map behind fd, which errors call
+// userFD (the caller's descriptor, of which fd may be a duplicate); a
+// descriptor of another kind fails with the kernel's errno, or notMap if
+// the kernel answered.
+func bpfMapInfo(fd, userFD int, notMap error) (mapDesc, error) {
 	info, err := mapInfo(fd)
 	// BPF_OBJ_GET_INFO_BY_FD answers for programs, links and BTF too, in
 	// their own info struct, which would be read as a map's.
 	if kind := fdKind(fd); kind != "" && kind != "anon_inode:bpf-map" {
 		if err == nil {
-			err = ErrNotPerfEventArray
+			err = notMap
 		}
-		return mapDesc{}, fmt.Errorf("fd %d is not a BPF map (%s): %w", fd, kind, err)
+		return mapDesc{}, fmt.Errorf("fd %d is not a BPF map (%s): %w", userFD, kind, err)
 	}
 	if err != nil {
-		return mapDesc{}, fmt.Errorf("map fd %d: get map info: %w", fd, err)
-	}
-	if info.typ != mapTypePerfEventArray {
-		return mapDesc{}, fmt.Errorf("map %q has type %s (%d): %w",
-			info.name, mapTypeName(info.typ), info.typ, ErrNotPerfEventArray)
+		return mapDesc{}, fmt.Errorf("map fd %d: get map info: %w", userFD, err)
 	}
 	return info, nil
 }
