@@ -376,9 +376,6 @@ func (r *Reader) block(ctx context.Context, op string) error {
 	if err := r.takeCorrupt(op); err != nil {
 		return err
 	}
-	if err := r.addNewCPUs(op); err != nil {
-		return err
-	}
 	timeout := r.pol.idle()
 	if r.flushReached() {
 		r.flushOn = false
