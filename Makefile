@@ -4,7 +4,7 @@
 #   make run      the main job: execsnoop for a few seconds, with a demo (root)
 #   make test     deps, build, unit tests, privileged selftests, the unit tests on a
 #                 big-endian host (s390x under qemu), a bounded fuzz run
-#   make bench    Go benchmarks, then perfbench: every mode beside the C reference
+#   make bench    Go benchmarks, then perfbench (bench/): every mode beside the C reference
 #                 (table; build/perfbench.csv; docs/perfbench.svg), the quiet
 #                 measurement's C consumer built first (build/perfbench-cquiet), then
 #                 bench-execsnoop. Needs root.
@@ -51,7 +51,7 @@ LIBBPF_INCLUDE := /usr/include
 GOTAGS :=
 endif
 
-BPF_SRC := $(wildcard selftest/*/bpf/*.bpf.c cmd/*/bpf/*.bpf.c)
+BPF_SRC := $(wildcard selftest/*/bpf/*.bpf.c cmd/*/bpf/*.bpf.c bench/*/bpf/*.bpf.c)
 BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
@@ -122,9 +122,10 @@ test-bigendian:
 unit: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 .
 
-# The privileged tests: the selftests and the commands' tests (execsnoop).
+# The privileged tests: the selftests, the commands' tests (execsnoop) and the
+# benchmark tooling's (bench/: perfbench, and the benchmarks' harness checks).
 selftest: build
-	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./selftest/... ./cmd/...
+	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./selftest/... ./cmd/... ./bench/...
 
 # The privileged tests inside QEMU on Debian's kernels 5.10, 6.1 and 6.12, each
 # with 2 and 8 vCPUs, and again with CPU 3 offline (scripts/vmtest.sh).
@@ -143,7 +144,7 @@ BENCHTIME ?= 1000000x
 PERFBENCH_FLAGS ?=
 
 # perfbench's quiet measurement runs its C reference as a program of its own
-# (cmd/perfbench/cquiet), linked with the libbpf the Go package links.
+# (bench/perfbench/cquiet), linked with the libbpf the Go package links.
 CQUIET := $(BUILD)/perfbench-cquiet
 ifeq ($(LIBBPF),static)
 CQUIET_CFLAGS := -I$(LIBBPF_INCLUDE)
@@ -153,14 +154,14 @@ CQUIET_CFLAGS = $(shell pkg-config --cflags libbpf)
 CQUIET_LIBS = $(shell pkg-config --libs libbpf)
 endif
 
-$(CQUIET): cmd/perfbench/cquiet/cquiet.c internal/cref/cref.h $(LIBBPF_A) | deps
+$(CQUIET): bench/perfbench/cquiet/cquiet.c bench/internal/cref/cref.h $(LIBBPF_A) | deps
 	@mkdir -p $(BUILD)
-	$(CC) -O2 -g -Wall -Wextra -Iinternal/cref $(CQUIET_CFLAGS) -o $@ $< $(CQUIET_LIBS)
+	$(CC) -O2 -g -Wall -Wextra -Ibench/internal/cref $(CQUIET_CFLAGS) -o $@ $< $(CQUIET_LIBS)
 
 bench: build $(CQUIET)
 	$(GO) test $(GOTAGS) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
-	$(GO) build $(GOTAGS) -o $(BUILD)/perfbench ./cmd/perfbench
-	$(BUILD)/perfbench -bpf-obj cmd/perfbench/bpf/perfbench.bpf.o -cquiet $(CQUIET) \
+	$(GO) build $(GOTAGS) -o $(BUILD)/perfbench ./bench/perfbench
+	$(BUILD)/perfbench -bpf-obj bench/perfbench/bpf/perfbench.bpf.o -cquiet $(CQUIET) \
 		-csv $(BUILD)/perfbench.csv -svg docs/perfbench.svg $(PERFBENCH_FLAGS)
 	@$(MAKE) --no-print-directory bench-execsnoop
 

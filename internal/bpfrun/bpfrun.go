@@ -4,7 +4,8 @@
 //
 // It returns errors and does not depend on testing: the selftests use it
 // through selftest/internal/bpftest, which turns the errors into test
-// failures, and cmd/perfbench uses it directly.
+// failures, and the benchmark tooling (bench/perfbench, bench/selftest)
+// uses it directly.
 package bpfrun
 
 import (

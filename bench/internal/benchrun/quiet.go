@@ -7,7 +7,7 @@ package benchrun
 //
 // The consumer runs in a child process of its own, so that its CPU time and
 // context switches are counted alone: the C reference is a standalone C
-// program (cmd/perfbench/cquiet), since a C loop inside a Go process would
+// program (bench/perfbench/cquiet), since a C loop inside a Go process would
 // carry the Go runtime's wakeups; a Go mode is perfbench itself, run again
 // as a consumer (QuietConsume). Both speak the same protocol on stdout:
 //
@@ -45,8 +45,8 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
-	"github.com/perfbuf/perfbuf/internal/cref"
 	"golang.org/x/sys/unix"
 )
 

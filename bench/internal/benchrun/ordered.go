@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
-	"github.com/perfbuf/perfbuf/internal/cref"
 )
 
 // orderedDrain measures the ordered Reader's merge (ReaderOptions.Order),

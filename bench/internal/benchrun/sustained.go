@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
-	"github.com/perfbuf/perfbuf/internal/cref"
 )
 
 // SustainedModes are the consumers the sustained measurement compares, the

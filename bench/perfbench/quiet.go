@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 

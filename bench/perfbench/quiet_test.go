@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/aquasecurity/libbpfgo"
-	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* perfbench-cquiet: the C reference of perfbench's quiet measurement
- * (internal/benchrun/quiet.go), a process of its own so that its CPU time
+ * (bench/internal/benchrun/quiet.go), a process of its own so that its CPU time
  * and context switches are libbpf's and the kernel's alone, with no Go
  * runtime beside them.
  *
@@ -105,7 +105,7 @@ int main(int argc, char **argv)
 		left = deadline - now_ns();
 		if (left <= 0)
 			break;
-		/* Rounded up to libbpf's milliseconds, as internal/cref's Poll does. */
+		/* Rounded up to libbpf's milliseconds, as bench/internal/cref's Poll does. */
 		err = perf_buffer__poll(pb, (int)((left + 999999) / 1000000));
 		if (err < 0 && err != -EINTR)
 			break;

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
 )
 
 // writeTable prints the results for people.

@@ -1,7 +1,7 @@
-// Benchmarks of every mode beside the C reference (internal/cref), over
+// Benchmarks of every mode beside the C reference (bench/internal/cref), over
 // real rings filled by BPF (bpf/bench.bpf.c, through BPF_PROG_TEST_RUN).
-// The measurements themselves live in internal/benchrun, which
-// cmd/perfbench runs too; these wrap them for `go test -bench`.
+// The measurements themselves live in bench/internal/benchrun, which
+// bench/perfbench runs too; these wrap them for `go test -bench`.
 //
 //   - BenchmarkDrain/MODE/SIZE: rings pre-filled (untimed), then drained in
 //     one timed pass per round, round by round beside the C reference
@@ -9,25 +9,25 @@
 //     sample, allocs/op allocations per sample, xC the time over the C
 //     reference's in the same rounds. Every mode fills CPU 0's ring but
 //     the ordered ones, which fill both CPUs in alternating batches so
-//     that they merge two rings (internal/benchrun/ordered.go says why),
+//     that they merge two rings (bench/internal/benchrun/ordered.go says why),
 //     and their reference C-2cpu, the C reference over that fill.
 //   - BenchmarkSustained/MODE: producers on every CPU emit b.N 64-byte
 //     samples in all while the mode consumes; one op is one sample, ns/op
 //     is wall time per sample, and samples/s and lost are reported.
 //
 // TestDrain and TestSustained check that the harness reads what it fills.
-// The benchmarks need root (see bpftest.RequirePrivileges):
+// The benchmarks need root (see requirePrivileges):
 //
-//	go test -run '^$' -bench . -benchtime 1000000x ./selftest/bench
+//	go test -run '^$' -bench . -benchtime 1000000x ./bench/selftest
 package bench
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
-	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
-	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 )
 
 const obj = "bpf/bench.bpf.o"
@@ -35,8 +35,32 @@ const obj = "bpf/bench.bpf.o"
 // sink keeps the benchmarks' reads alive.
 var sink uint64
 
+// setup loads obj (built by `make bpf`) and finds its emitter, closed at
+// cleanup with the copies it loads. It is selftest/internal/bpftest's
+// Setup, which Go's internal rule keeps out of reach from bench/.
 func setup(tb testing.TB) *bpfrun.Emitter {
-	return bpftest.Setup(tb, obj).Emitter()
+	tb.Helper()
+	requirePrivileges(tb)
+	e, err := bpfrun.Open(obj)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(e.Close)
+	return e
+}
+
+// requirePrivileges skips the test when it cannot load BPF programs, except
+// under CI (CI=true), where a privileged test that cannot run must fail.
+func requirePrivileges(tb testing.TB) {
+	tb.Helper()
+	err := bpfrun.CheckPrivileges()
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("privileged selftest cannot run under CI: %v", err)
+	}
+	tb.Skipf("privileged selftest: %v", err)
 }
 
 func BenchmarkDrain(b *testing.B) {

@@ -1,6 +1,6 @@
 // Package cref is the C reference the benchmarks measure perfbuf against:
 // libbpf's perf_buffer driven from C (cref.c), with a C sample callback
-// that reads every byte. It is shared by selftest/bench and cmd/perfbench.
+// that reads every byte. It is shared by bench/selftest and bench/perfbench.
 package cref
 
 // Only this file uses cgo in this package. Like perfbuf itself, it links

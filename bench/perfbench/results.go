@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
 )
 
 // series is one measurement's values over the rounds.

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
 )
 
 // The chart: a panel per sample size with ns per sample for every mode

@@ -1,6 +1,6 @@
 // Package benchrun holds the measurements that the Go benchmarks
-// (selftest/bench) and cmd/perfbench share, so that both measure every
-// mode the same way: the C reference (internal/cref), callback mode, raw
+// (bench/selftest) and bench/perfbench share, so that both measure every
+// mode the same way: the C reference (bench/internal/cref), callback mode, raw
 // zero-copy and copying drains, and the Reader, fullest-first and ordered.
 //
 // Three kinds of measurement:
@@ -27,8 +27,8 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
-	"github.com/perfbuf/perfbuf/internal/cref"
 )
 
 // Timer is started around the timed part of a measurement and stopped
@@ -40,7 +40,7 @@ type Timer interface {
 
 // The modes, as the benchmarks and perfbench name them.
 const (
-	ModeC           = "C"            // libbpf from C: internal/cref
+	ModeC           = "C"            // libbpf from C: bench/internal/cref
 	ModeC2CPU       = "C-2cpu"       // the same, over the ordered modes' fill
 	ModeCallback    = "callback"     // PerfBuffer.Consume with SampleFunc
 	ModeRawZeroCopy = "raw-zerocopy" // RawBuffer.Drain, reading in place

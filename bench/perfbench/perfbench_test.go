@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
 )
 
 func TestSeries(t *testing.T) {

@@ -3,8 +3,8 @@
 // perfbuf's callback mode, raw zero-copy and copying drains, and the
 // Reader, fullest-first and ordered.
 //
-// Three measurements, all from internal/benchrun (the Go benchmarks in
-// selftest/bench run the first two with the same code):
+// Three measurements, all from bench/internal/benchrun (the Go benchmarks in
+// bench/selftest run the first two with the same code):
 //
 //   - drain: BPF fills a ring (untimed), one timed pass reads every sample
 //     and every byte; ns per sample at 16, 64, 256 and 1024 bytes.
@@ -39,9 +39,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
+	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
-	"github.com/perfbuf/perfbuf/internal/cref"
 )
 
 // config is the parsed command line.
@@ -80,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("perfbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.obj, "bpf-obj", "cmd/perfbench/bpf/perfbench.bpf.o", "BPF object built by `make bpf`")
+	fs.StringVar(&c.obj, "bpf-obj", "bench/perfbench/bpf/perfbench.bpf.o", "BPF object built by `make bpf`")
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds of every measurement; the median is reported")
 	fs.IntVar(&c.samples, "samples", 500000, "samples per drain measurement")
 	fs.IntVar(&c.sustained, "sustained", 1000000, "samples per CPU per sustained measurement")
