@@ -16,8 +16,6 @@ type Fixture struct {
 	Events *libbpfgo.BPFMap // the perf event array
 	Prog   int              // the emit program
 	CPUs   []int            // the CPUs the tests emit on
-
-	e *bpfrun.Emitter
 }
 
 // Setup loads obj (built by `make bpf`) and finds the emitter.
@@ -27,9 +25,7 @@ func Setup(tb testing.TB, obj string) *Fixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e.Obj = obj
-	tb.Cleanup(e.CloseCopies) // Load's cleanup closes e.Mod
-	return &Fixture{Mod: e.Mod, Events: e.Events, Prog: e.Prog, CPUs: e.CPUs, e: e}
+	return &Fixture{Mod: e.Mod, Events: e.Events, Prog: e.Prog, CPUs: e.CPUs}
 }
 
 // Emit emits count samples on cpu (see the package-level Emit).
@@ -167,7 +163,3 @@ func (c *Collector) CheckStats(tb testing.TB, stats []perfbuf.Stats) {
 		}
 	}
 }
-
-// Emitter returns f as an internal/bpfrun Emitter, for code shared with
-// cmd/perfbench. The copies it loads (Emitter.Copy) are closed at cleanup.
-func (f *Fixture) Emitter() *bpfrun.Emitter { return f.e }
