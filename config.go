@@ -12,10 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ringOptions are the fields that Options and ReaderOptions share, as the
-// caller set them.
+// ringOptions are Options' ring settings, as the caller set them.
 type ringOptions struct {
-	pageCount, ringBytes, wakeupEvents, wakeupBytes, maxSampleSize int
+	ringBytes, wakeupEvents, wakeupBytes, maxSampleSize int
 }
 
 // ringConfig is ringOptions checked, with the defaults resolved: what
@@ -30,9 +29,8 @@ type ringConfig struct {
 // ringBytes is the size of each ring's data area.
 func (c ringConfig) ringBytes() int { return c.pages * c.pageSize }
 
-// defaultPageCount is the number of data pages per ring when PageCount is
-// zero: 256 KiB with 4 KiB pages.
-const defaultPageCount = 64
+// defaultRingBytes is the size of a ring when RingBytes is zero.
+const defaultRingBytes = 256 << 10
 
 // hostConfig is config for this host: its page size and memory.
 func (o ringOptions) hostConfig() (ringConfig, error) {
@@ -89,35 +87,22 @@ func (o ringOptions) config(pageSize int, memory uint64) (ringConfig, error) {
 	return c, nil
 }
 
-// pages resolves the ring size, given as a page count or in bytes, to a
-// number of pages: a power of two, at most maxRingBytes.
+// pages resolves the ring size in bytes to a number of pages: a power of
+// two, at most maxRingBytes.
 func (o ringOptions) pages(pageSize int) (int, error) {
+	n := o.ringBytes
 	switch {
-	case o.ringBytes != 0 && o.pageCount != 0:
-		return 0, fmt.Errorf("page count %d and ring bytes %d both set: %w", o.pageCount, o.ringBytes, os.ErrInvalid)
-	case o.ringBytes < 0:
-		return 0, fmt.Errorf("ring bytes %d is negative: %w", o.ringBytes, os.ErrInvalid)
-	case o.ringBytes > maxRingBytes:
-		return 0, fmt.Errorf("ring bytes %d too large: a ring holds at most %d bytes: %w", o.ringBytes, maxRingBytes, os.ErrInvalid)
-	case o.ringBytes > 0:
-		// Whole pages, then the next power of two (the kernel maps
-		// 2^n data pages).
-		pages := (o.ringBytes + pageSize - 1) / pageSize
-		return 1 << bits.Len(uint(pages-1)), nil
+	case n < 0:
+		return 0, fmt.Errorf("ring bytes %d is negative: %w", n, os.ErrInvalid)
+	case n > maxRingBytes:
+		return 0, fmt.Errorf("ring bytes %d too large: a ring holds at most %d bytes: %w", n, maxRingBytes, os.ErrInvalid)
+	case n == 0:
+		n = defaultRingBytes
 	}
-	pages := o.pageCount
-	if pages == 0 {
-		pages = defaultPageCount
-	}
-	if pages < 0 || pages&(pages-1) != 0 {
-		return 0, fmt.Errorf("page count %d is not a power of two: %w", o.pageCount, os.ErrInvalid)
-	}
-	// Checked before anything computes with the ring size, which would
-	// overflow: the ring and its header page must fit in a mapping.
-	if pages > maxRingBytes/pageSize {
-		return 0, fmt.Errorf("page count %d too large: a ring holds at most %d bytes: %w", o.pageCount, maxRingBytes, os.ErrInvalid)
-	}
-	return pages, nil
+	// Whole pages, then the next power of two (the kernel maps 2^n data
+	// pages).
+	pages := (n + pageSize - 1) / pageSize
+	return 1 << bits.Len(uint(pages-1)), nil
 }
 
 // maxRingBytes bounds a ring's data area: far above what a kernel maps

@@ -12,7 +12,7 @@ import (
 // orders the non-empty ones by fill, fullest first; each gets a turn of at
 // most budget bytes, committed once at its end.
 type fullest struct {
-	r      *Reader
+	s      *ringSet
 	rec    Record // the record being delivered
 	budget int    // bytes a turn reads from a ring (at least one record)
 	order  []int  // rings of the current pass, in drain order
@@ -20,8 +20,8 @@ type fullest struct {
 	left   int    // budget left for it
 }
 
-func newFullest(r *Reader) *fullest {
-	return &fullest{r: r, budget: max(r.rings[0].Size()/4, 1)}
+func newFullest(s *ringSet) *fullest {
+	return &fullest{s: s, budget: max(s.rings[0].size()/4, 1)}
 }
 
 // next returns the next record of the pass, starting a pass when the last
@@ -33,15 +33,15 @@ func (f *fullest) next() (*Record, int) {
 			return nil, -1
 		}
 		i := f.order[f.pos]
-		rb := f.r.rings[i]
+		rb := f.s.rings[i]
 		if f.left > 0 {
-			ok, err := rb.Next(rec)
+			ok, err := rb.next(rec)
 			if ok {
 				f.left -= int(rec.Next - rec.Pos)
 				return rec, i
 			}
 			if err != nil {
-				f.r.skipCorrupt(i, err)
+				f.s.skipCorrupt(i, err)
 			}
 		}
 		f.endTurn(i)
@@ -53,21 +53,21 @@ func (f *fullest) delivered(int) {}
 // addRing: each pass looks at every ring.
 func (f *fullest) addRing(int) {}
 
-// each runs one turn: ring i's records through RawBuffer.each, up to the
+// each runs one turn: ring i's records through the ring's loop, up to the
 // budget. A turn cut short by fn's error goes on at the next read.
 func (f *fullest) each(fn func(*Record) error) (bool, error) {
 	if f.pos >= len(f.order) && !f.startPass() {
 		return false, nil
 	}
 	i := f.order[f.pos]
-	rb := f.r.rings[i]
-	from := rb.cursor
-	_, err := rb.each(&f.rec, uint64(max(f.left, 0)), fn)
-	f.left -= int(rb.cursor - from)
-	if ce, ok := err.(*CorruptError); ok && ce == rb.corrupt {
-		f.r.skipCorrupt(i, ce) // the read reports it
+	rb := f.s.rings[i]
+	from := rb.cursorPos()
+	_, err := rb.each(&f.rec, uint64(max(f.left, 0)), &f.s.stop, fn)
+	f.left -= int(rb.cursorPos() - from)
+	if rb.isCorrupt(err) {
+		f.s.skipCorrupt(i, err) // the read reports it
 		err = nil
-	} else if err != nil || f.r.life.closed() {
+	} else if err != nil || f.s.stop.Load() {
 		return true, err // fn's error, or Close from fn: free commits what was delivered
 	}
 	f.endTurn(i)
@@ -84,35 +84,37 @@ func (f *fullest) endTurn(i int) {
 // commitPublish commits ring i up to its cursor: every record before it
 // was delivered.
 func (f *fullest) commitPublish(i int) {
-	rb := f.r.rings[i]
+	rb := f.s.rings[i]
 	rb.commitCursor()
-	f.r.publish(i, rb.stats.Samples, rb.stats.Bytes, rb.stats.Lost)
+	st := rb.counts()
+	f.s.publish(i, st.Samples, st.Bytes, st.Lost)
 }
 
 // oldest: the fullest-first Reader delivers each record as it parses it.
-func (f *fullest) oldest(i int) uint64 { return f.r.rings[i].cursor }
+func (f *fullest) oldest(i int) uint64 { return f.s.rings[i].cursorPos() }
 
 // startPass snapshots every ring and orders the non-empty ones, fullest
-// first; a ring with an invalid head gets a turn too, to skip it. It
-// reports false when all are empty, or a flush has delivered what it was
-// for (block then returns ErrFlushed).
+// first; a ring with an error pending gets a turn too, to report and skip
+// it. It reports false when all are empty, or a flush has delivered what
+// it was for (the read then returns ErrFlushed).
 func (f *fullest) startPass() bool {
-	rings := f.r.rings
 	f.order, f.pos, f.left = f.order[:0], 0, f.budget
-	if f.r.flushing() && f.r.flushReached() {
+	if f.s.flushing() && f.s.flushReached(f) {
 		return false
 	}
-	for i, rb := range rings {
-		rb.Begin()
-		if rb.pending() > 0 || rb.corrupt != nil {
+	for i, rb := range f.s.rings {
+		rb.begin()
+		if n, bad := rb.pending(); n > 0 || bad {
 			f.order = append(f.order, i)
 		}
 	}
 	slices.SortStableFunc(f.order, func(a, b int) int {
-		return rings[b].pending() - rings[a].pending()
+		na, _ := f.s.rings[a].pending()
+		nb, _ := f.s.rings[b].pending()
+		return nb - na
 	})
 	return len(f.order) > 0
 }
 
 // idle: every turn ended with a commit already.
-func (f *fullest) idle() time.Duration { return f.r.latency }
+func (f *fullest) idle() time.Duration { return f.s.latency }

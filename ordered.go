@@ -1,70 +1,21 @@
 package perfbuf
 
-// The ordered policy (ReaderOptions.Order): every ring merged in key order,
-// the records kept in the rings until delivered.
+// The ordered policy (Options.Order): every ring merged in key order, the
+// records kept in the rings until delivered. The merge takes the smallest
+// front from a heap (orderheap.go); when a ring shows no record, the
+// release rule (release.go) says whether the smallest may go anyway.
 
 import (
 	"encoding/binary"
-	"math"
+	"errors"
 	"slices"
 	"time"
 )
 
-// Order makes a Reader merge the rings in nondecreasing order of a key (a
-// timestamp, typically): see ReaderOptions.Order and the release rule below.
-//
-// The release rule. A CPU's records come in key order, but an idle CPU may
-// still produce an earlier record. The smallest key among the rings' next
-// records is released when
-//
-//  1. every ring has shown a key at least as large (nothing earlier can come
-//     from a CPU whose keys only grow), or
-//  2. a key KeyWindow (default MaxDelay, as nanoseconds) larger has been
-//     seen on any ring (while records wait, the reader parses ahead to find
-//     the newest keys), or
-//  3. the reader first saw it MaxDelay ago (to within MaxDelay/32), or
-//  4. a ring is filled past HighWater: release rather than lose, or
-//  5. a Flush or Close is under way.
-//
-// Rules 2 and 3 can release a record before an earlier one arrives; such a
-// record, delivered after a larger key, is late: counted in Stats, and
-// delivered with Late set, or dropped with DropLate. Lost records carry no
-// key and are delivered as soon as they are reached.
-//
-// The records stay in the rings until delivered: each ring's next record is
-// parsed in place, and a ring's tail is committed as its records go.
-type Order struct {
-	// KeyOffset is where the key sits in each sample: a u64 in the host's
-	// byte order, as a BPF program stores it, such as a bpf_ktime_get_ns()
-	// stamp. A sample too short to hold it has key 0.
-	KeyOffset int
-	// Key, if set, computes the key instead; data is the whole payload
-	// (copied when it straddles the ring's end) and valid during the call.
-	Key func(data []byte) uint64
-
-	// MaxDelay is how long a record may be held back waiting for an
-	// earlier one from another CPU, both in wall-clock time since the
-	// reader first saw it and, by default, in key units read as
-	// nanoseconds (see KeyWindow). Zero means 100 ms.
-	MaxDelay time.Duration
-	// KeyWindow, if set, replaces MaxDelay in key units: a record is
-	// released once a key KeyWindow larger has been seen.
-	KeyWindow uint64
-
-	// DropLate drops late samples instead of delivering them marked Late.
-	// Either way they are counted.
-	DropLate bool
-
-	// HighWater is the ring fill, in bytes, above which records are
-	// released even if an earlier one might still come: holding records
-	// fills the rings, and a full ring loses samples. Zero means three
-	// quarters of the ring.
-	HighWater int
-}
-
-// orderedRing is the merge's state for one ring. Only its front, the next record to deliver
-// from it, is parsed: a CPU's records come in key order, so the front is the ring's smallest
-// key and the records behind it can wait in the ring unparsed.
+// orderedRing is the merge's state for one ring. Only its front, the next
+// record to deliver from it, is parsed: a CPU's records come in key order,
+// so the front is the ring's smallest key and the records behind it can
+// wait in the ring unparsed.
 type orderedRing struct {
 	front Record // valid when has; aliases the ring like any Record
 	key   uint64 // front's key, for a sample
@@ -75,8 +26,8 @@ type orderedRing struct {
 
 	// scanned is how far rule 2's look-ahead parsed beyond the front.
 	scanned uint64
-	// marks say when the reader first saw the ring's records (rule 3): those below pos were
-	// in its head snapshot at time t. Oldest first; those behind the cursor are dropped.
+	// marks say when the reader first saw the ring's records (rule 3):
+	// oldest first; those behind the front are dropped.
 	marks []mark
 	// dueBefore: the records below it are due by rule 3 (a cache of marks).
 	dueBefore uint64
@@ -91,24 +42,14 @@ func (r *orderedRing) saw(key uint64) {
 	}
 }
 
-// saw notes key as parsed from ring r, and as the newest of all if it is.
-// (A run notes only the ring's: fixRoot catches up.)
-func (o *ordered) saw(r *orderedRing, key uint64) {
-	r.saw(key)
-	o.newest = max(o.newest, key)
-}
-
-type mark struct {
-	pos uint64
-	t   int64 // ordered.now()
-}
-
-// ordered merges the rings by key. Only each ring's front, the next record
-// to deliver from it, is parsed: a CPU's records come in key order, so the
-// front is the ring's smallest key and the records behind it can wait in
-// the ring unparsed.
+// ordered merges the rings by key.
+//
+// The heap holds the rings whose front is a sample; the others wait
+// (waiting): no front, or a lost record as front. Only the root's ring
+// changes between two calls of next, by delivering its front, so next
+// begins by putting the root back in place (fixRoot).
 type ordered struct {
-	r         *Reader
+	s         *ringSet
 	rs        []orderedRing
 	keyOffset int
 	keyFn     func([]byte) uint64
@@ -119,23 +60,33 @@ type ordered struct {
 	highWater int
 	commitAt  int  // bytes delivered from a ring before its tail is committed
 	pressure  bool // released by rule 4: commit at once
+	heap      keyHeap
+	waiting   []int
+	newest    uint64 // the largest key parsed from any ring
+	last      uint64 // largest key released
+	start     time.Time
+	tmp       Record
+	scratch   []byte
+
 	// A run: the ring whose front next released by rule 1, and the
 	// smallest front key of the other rings then. Until one of those is
-	// delivered, that ring's records up to runBound go next by rule 1.
+	// delivered, that ring's records up to runBound go next by rule 1, and
+	// run delivers them through the ring's loop with runFn, which passes
+	// them on to fn.
 	runRing  int
 	runBound uint64
-	heap     []heapEntry // rings whose front is a sample (see heapEntry)
-	waiting  []int       // the other rings: no front, or one being delivered
-	newest   uint64      // the largest key parsed from any ring
-	last     uint64      // largest key released
-	start    time.Time
-	tmp      Record
-	scratch  []byte
+	runF     func(*Record) error // o.runFn, made once
+	fn       func(*Record) error // the read's function during a run
 }
 
-func newOrdered(r *Reader, opts *Order) *ordered {
+// errHeld ends a run at a record it may not deliver: runFn returns it, and
+// the ring's loop hands it back with the record parsed. It never leaves
+// this file.
+var errHeld = errors.New("record held")
+
+func newOrdered(s *ringSet, opts *Order) *ordered {
 	o := &ordered{
-		r:         r,
+		s:         s,
 		keyOffset: opts.KeyOffset,
 		keyFn:     opts.Key,
 		maxDelay:  opts.MaxDelay,
@@ -145,42 +96,51 @@ func newOrdered(r *Reader, opts *Order) *ordered {
 		start:     time.Now(),
 		runRing:   -1,
 	}
+	o.runF = o.runFn
 	if o.maxDelay == 0 {
 		o.maxDelay = 100 * time.Millisecond
 	}
 	if o.window == 0 {
 		o.window = uint64(o.maxDelay.Nanoseconds())
 	}
-	size := r.rings[0].Size()
+	size := s.rings[0].size()
 	if o.highWater == 0 {
 		o.highWater = size * 3 / 4
 	}
 	o.commitAt = max(size/16, 1)
 	o.markGrain = int64(o.maxDelay / 32)
-	o.rs = make([]orderedRing, 0, len(r.rings))
-	o.heap = make([]heapEntry, 0, len(r.rings))
-	o.waiting = make([]int, 0, len(r.rings))
-	for i := range r.rings {
+	o.rs = make([]orderedRing, 0, len(s.rings))
+	o.heap = make(keyHeap, 0, len(s.rings))
+	o.waiting = make([]int, 0, len(s.rings))
+	for i := range s.rings {
 		o.addRing(i)
 	}
 	return o
 }
 
-// addRing takes in ring i, the reader's last: it waits for a front, and
-// what it holds now was first seen now (rule 3).
+// addRing takes in ring i, the last: it waits for a front, and what it
+// holds now was first seen now (rule 3).
 func (o *ordered) addRing(i int) {
-	rb := o.r.rings[i]
-	rb.Begin()
-	o.rs = append(o.rs, orderedRing{scanned: rb.tail, dueBefore: rb.tail})
+	rb := o.s.rings[i]
+	rb.begin()
+	o.rs = append(o.rs, orderedRing{scanned: rb.tailPos(), dueBefore: rb.tailPos()})
 	o.waiting = append(o.waiting, i)
-	if rb.pending() > 0 {
-		o.mark(i, rb.head)
+	if n, _ := rb.pending(); n > 0 {
+		o.mark(i, rb.headPos())
 	}
 }
 
 func (o *ordered) now() int64 { return int64(time.Since(o.start)) }
 
-// key reads a sample's key.
+// saw notes key as parsed from ring r, and as the newest of all if it is.
+func (o *ordered) saw(r *orderedRing, key uint64) {
+	r.saw(key)
+	o.newest = max(o.newest, key)
+}
+
+// key reads a sample's key: the u64 at KeyOffset (0 for a sample too short
+// to hold it; Order.check bounds the offset, so the sum cannot overflow), or
+// Order.Key's.
 func (o *ordered) key(rec *Record) uint64 {
 	if o.keyFn != nil {
 		data := rec.Data
@@ -212,13 +172,13 @@ func (o *ordered) key(rec *Record) uint64 {
 // go yet. A late record that DropLate drops is counted and passed over.
 //
 // Per record it costs a sift of the heap, O(log rings), and a look at each
-// ring without a front (RawBuffer.quiet: a load of its data_head): an idle
+// ring without a front (perfRing.quiet: a load of its data_head): an idle
 // CPU's ring must be looked at, since a record there could come first.
 func (o *ordered) next() (*Record, int) {
 	for {
 		o.runRing = -1
-		if o.r.flushing() && o.r.flushReached() {
-			return nil, -1 // block returns ErrFlushed
+		if o.s.flushing() && o.s.flushReached(o) {
+			return nil, -1 // the read returns ErrFlushed
 		}
 		o.fixRoot()
 		// The rings without a front: a lost record goes at once (its ring
@@ -226,7 +186,7 @@ func (o *ordered) next() (*Record, int) {
 		for k := 0; k < len(o.waiting); {
 			i := o.waiting[k]
 			r := &o.rs[i]
-			if !r.has && (o.r.rings[i].quiet() || !o.load(i)) {
+			if !r.has && (o.s.rings[i].quiet() || !o.load(i)) {
 				k++
 				continue
 			}
@@ -234,7 +194,7 @@ func (o *ordered) next() (*Record, int) {
 				return &r.front, i // lost records carry no key: at once
 			}
 			o.waiting = slices.Delete(o.waiting, k, k+1)
-			o.push(i)
+			o.heap.push(heapEntry{key: r.key, ring: i})
 		}
 		if len(o.heap) == 0 {
 			return nil, -1
@@ -242,7 +202,7 @@ func (o *ordered) next() (*Record, int) {
 		best, key := o.heap[0].ring, o.heap[0].key
 		if len(o.waiting) == 0 {
 			o.pressure = false // rule 1: every other front is at least as large
-			o.runRing, o.runBound = best, o.second()
+			o.runRing, o.runBound = best, o.heap.second()
 		} else if !o.releasable(best) {
 			return nil, -1
 		}
@@ -252,26 +212,13 @@ func (o *ordered) next() (*Record, int) {
 			o.last = key
 		} else {
 			o.runRing = -1
-			if o.countLate(best); o.dropLate {
+			if o.s.countLate(best, o.dropLate); o.dropLate {
 				o.delivered(best)
 				continue
 			}
 		}
 		return front, best
 	}
-}
-
-// The heap holds the rings whose front is a sample, smallest (key, ring)
-// first; the others wait (o.waiting). Only the root's ring changes between
-// two calls of next, by delivering its front, so next begins by putting the
-// root back in place (fixRoot).
-type heapEntry struct {
-	key  uint64 // the ring's front key (a copy, so that a sift reads only the heap)
-	ring int
-}
-
-func (a heapEntry) before(b heapEntry) bool {
-	return a.key < b.key || a.key == b.key && a.ring < b.ring
 }
 
 // fixRoot loads the root's next front if it has none, and sifts it down to
@@ -283,86 +230,31 @@ func (o *ordered) fixRoot() {
 	}
 	i := o.heap[0].ring
 	r := &o.rs[i]
-	o.newest = max(o.newest, r.newest) // from a run (Each)
-	if !r.has && !o.r.rings[i].quiet() {
+	o.newest = max(o.newest, r.newest) // from a run
+	if !r.has && !o.s.rings[i].quiet() {
 		o.load(i)
 	}
 	if r.has && r.front.Type == RecordSample {
 		o.heap[0].key = r.key
+		o.heap.siftDown()
 	} else {
-		n := len(o.heap) - 1
-		o.heap[0] = o.heap[n]
-		o.heap = o.heap[:n]
-		o.waiting = append(o.waiting, i)
+		o.waiting = append(o.waiting, o.heap.popRoot())
 	}
-	o.siftDown()
-}
-
-// push adds ring i, whose front is a sample, to the heap.
-func (o *ordered) push(i int) {
-	h := append(o.heap, heapEntry{key: o.rs[i].key, ring: i})
-	for j := len(h) - 1; j > 0; {
-		up := (j - 1) / 2
-		if !h[j].before(h[up]) {
-			break
-		}
-		h[j], h[up] = h[up], h[j]
-		j = up
-	}
-	o.heap = h
-}
-
-// siftDown moves the root down to its place.
-func (o *ordered) siftDown() {
-	h := o.heap
-	for j := 0; ; {
-		c := 2*j + 1
-		if c >= len(h) {
-			return
-		}
-		if c+1 < len(h) && h[c+1].before(h[c]) {
-			c++
-		}
-		if !h[c].before(h[j]) {
-			return
-		}
-		h[j], h[c] = h[c], h[j]
-		j = c
-	}
-}
-
-// second returns the smallest front key after the root's (a child of the
-// root), or the largest key if the root is alone.
-func (o *ordered) second() uint64 {
-	key := uint64(math.MaxUint64)
-	for _, c := range o.heap[1:min(3, len(o.heap))] {
-		key = min(key, c.key)
-	}
-	return key
-}
-
-func (o *ordered) countLate(i int) {
-	o.r.statsMu.Lock()
-	o.r.stats[i].Late++
-	if o.dropLate {
-		o.r.stats[i].Dropped++
-	}
-	o.r.statsMu.Unlock()
 }
 
 // load parses ring i's next record into its front, taking a new head
 // snapshot when the last one is used up. It reports whether the ring has a
 // front.
 func (o *ordered) load(i int) bool {
-	rb, r := o.r.rings[i], &o.rs[i]
-	if rb.pending() == 0 {
+	rb, r := o.s.rings[i], &o.rs[i]
+	if n, _ := rb.pending(); n == 0 {
 		o.refresh(i)
 	}
-	ok, err := rb.Next(&r.front)
+	ok, err := rb.next(&r.front)
 	if err != nil {
 		// Only the front is ever held, and it was delivered: skipping to
 		// the head hands back nothing that is still in use.
-		o.r.skipCorrupt(i, err)
+		o.s.skipCorrupt(i, err)
 		o.publish(i)
 		return false
 	}
@@ -379,131 +271,8 @@ func (o *ordered) parsedFront(r *orderedRing) {
 	if r.front.Type != RecordSample {
 		return
 	}
-	if off := o.keyOffset; o.keyFn == nil && off+8 <= len(r.front.Data) {
-		r.key = binary.NativeEndian.Uint64(r.front.Data[off:])
-	} else {
-		r.key = o.key(&r.front)
-	}
+	r.key = o.key(&r.front)
 	o.saw(r, r.key)
-}
-
-// refresh takes a new head snapshot of ring i and marks the time when it
-// shows new records.
-func (o *ordered) refresh(i int) {
-	rb := o.r.rings[i]
-	old := rb.head
-	rb.Refresh()
-	if rb.head != old {
-		o.mark(i, rb.head)
-	}
-}
-
-// mark notes that ring i's records below pos are in the reader's view now,
-// dropping the marks of records already delivered.
-func (o *ordered) mark(i int, pos uint64) {
-	r, oldest := &o.rs[i], o.oldest(i)
-	k := 0
-	for k < len(r.marks) && int64(r.marks[k].pos-oldest) <= 0 {
-		k++
-	}
-	r.marks = r.marks[:copy(r.marks, r.marks[k:])]
-	now := o.now()
-	if n := len(r.marks); n > 0 && now-r.marks[n-1].t < o.markGrain {
-		r.marks[n-1].pos = pos // seen within the grain of the last mark
-		return
-	}
-	r.marks = append(r.marks, mark{pos: pos, t: now})
-}
-
-// seenAt returns when the reader first saw ring i's front.
-func (o *ordered) seenAt(i int) int64 {
-	r := &o.rs[i]
-	for _, m := range r.marks {
-		if int64(m.pos-r.front.Pos) > 0 {
-			return m.t
-		}
-	}
-	return o.now() // not reached: a front lies below some head snapshot
-}
-
-// releasable applies rules 1 to 5 to ring best's front, the smallest key,
-// when some ring shows no record.
-func (o *ordered) releasable(best int) bool {
-	o.pressure = false
-	if o.r.flushing() || o.r.life.closed() {
-		return true // rule 5
-	}
-	key := o.rs[best].key
-	all := true // rule 1 over the rings without a front: their newest keys
-	for _, i := range o.waiting {
-		if r := &o.rs[i]; !r.seen || r.newest < key {
-			all = false
-			break
-		}
-	}
-	if all || o.windowPassed(key) {
-		return true // rules 1 and 2
-	}
-	o.scanAhead()
-	if o.windowPassed(key) || o.due(best) {
-		return true // rules 2 and 3
-	}
-	for _, rb := range o.r.rings {
-		if rb.Used() > o.highWater {
-			o.pressure = true
-			return true // rule 4
-		}
-	}
-	return false
-}
-
-// windowPassed reports rule 2 for key.
-func (o *ordered) windowPassed(key uint64) bool {
-	return o.newest >= o.window && key <= o.newest-o.window
-}
-
-// scanAhead parses the rings with a front ahead of it for their newest
-// keys (rule 2), up to the head snapshot, or a fresh one once that is used
-// up (a fresh snapshot is a load of data_head, a cache line the producer
-// writes: not taken for every record). Rings without a front are left to
-// next, which has just looked at them: a record found there must take its
-// place in the merge, not be passed over.
-func (o *ordered) scanAhead() {
-	for _, e := range o.heap {
-		i := e.ring
-		r, rb := &o.rs[i], o.r.rings[i]
-		pos := rb.cursor
-		if int64(r.scanned-pos) > 0 && int64(rb.head-r.scanned) >= 0 {
-			pos = r.scanned // (not past a head that SkipCorrupt moved back)
-		}
-		if pos == rb.head {
-			o.refresh(i)
-		}
-		for rb.parseAt(pos, &o.tmp) {
-			if o.tmp.Type == RecordSample {
-				o.saw(r, o.key(&o.tmp))
-			}
-			pos = o.tmp.Next
-		}
-		r.scanned = pos
-		o.tmp = Record{}
-	}
-}
-
-// due reports rule 3 for ring i's front.
-func (o *ordered) due(i int) bool {
-	r := &o.rs[i]
-	if int64(r.dueBefore-r.front.Pos) > 0 {
-		return true
-	}
-	limit := o.now() - int64(o.maxDelay)
-	for _, m := range r.marks {
-		if m.t > limit {
-			break
-		}
-		r.dueBefore = m.pos
-	}
-	return int64(r.dueBefore-r.front.Pos) > 0
 }
 
 // delivered ends the delivery of ring i's front. The ring is committed once
@@ -516,10 +285,10 @@ func (o *ordered) delivered(i int) {
 	}
 }
 
-// publish copies ring i's counts into the Reader's stats: what it parsed
+// publish copies ring i's counts into the shared stats: what it parsed
 // but its front, which is not delivered yet.
 func (o *ordered) publish(i int) {
-	st, r := &o.r.rings[i].stats, &o.rs[i]
+	st, r := o.s.rings[i].counts(), &o.rs[i]
 	samples, bytes, lost := st.Samples, st.Bytes, st.Lost
 	if r.has {
 		switch r.front.Type {
@@ -530,7 +299,7 @@ func (o *ordered) publish(i int) {
 			lost -= r.front.Lost
 		}
 	}
-	o.r.publish(i, samples, bytes, lost)
+	o.s.publish(i, samples, bytes, lost)
 }
 
 func (o *ordered) commitPublish(i int) {
@@ -544,13 +313,13 @@ func (o *ordered) oldest(i int) uint64 {
 	if r := &o.rs[i]; r.has {
 		return r.front.Pos
 	}
-	return o.r.rings[i].cursor
+	return o.s.rings[i].cursorPos()
 }
 
 // commit hands ring i's delivered records back to the kernel: its tail
 // moves to its front, or to its cursor if it has none.
 func (o *ordered) commit(i int) {
-	if err := o.r.rings[i].Commit(o.oldest(i)); err != nil {
+	if err := o.s.rings[i].commit(o.oldest(i)); err != nil {
 		panic(err) // the front lies between the tail and the cursor
 	}
 	o.rs[i].freed = 0
@@ -559,7 +328,7 @@ func (o *ordered) commit(i int) {
 // idle commits every ring and waits at most MaxLatency, and until the
 // smallest front, the only one that can go next, is due (rule 3).
 func (o *ordered) idle() time.Duration {
-	timeout := o.r.latency
+	timeout := o.s.latency
 	for i := range o.rs {
 		o.commitPublish(i)
 	}
@@ -573,7 +342,7 @@ func (o *ordered) idle() time.Duration {
 }
 
 // each delivers up to 256 records in key order, or runs (see run), before
-// it returns for the read to look at ctx.
+// it returns for the read to look at its context.
 func (o *ordered) each(fn func(*Record) error) (bool, error) {
 	for n := 0; n < 256; n++ {
 		rec, i := o.next()
@@ -582,13 +351,13 @@ func (o *ordered) each(fn func(*Record) error) (bool, error) {
 		}
 		err := fn(rec)
 		o.delivered(i)
-		if err == nil && o.runRing == i && !o.r.life.closed() {
+		if err == nil && o.runRing == i && !o.s.stop.Load() {
 			var k int
 			if k, err = o.run(i, fn); k > 0 {
-				return true, err // at most a run apart (see policy.each)
+				return true, err // at most a run apart (see readPolicy.each)
 			}
 		}
-		if err != nil || o.r.life.closed() {
+		if err != nil || o.s.stop.Load() {
 			return true, err
 		}
 	}
@@ -597,54 +366,52 @@ func (o *ordered) each(fn func(*Record) error) (bool, error) {
 
 // run delivers ring i's next records at once while their keys stay within
 // [o.last, o.runBound], without another look at the other rings: rule 1
-// holds for them. The first is parsed as the ring's front, as next would
-// (most runs end there when the rings' keys interleave); the rest go
-// through RawBuffer.each keyed, up to the ring's next commit. What the run
-// may not deliver stays the ring's front. It returns how many it delivered.
+// holds for them. They go through the ring's loop, up to the ring's next
+// commit; the first record the run may not deliver stays the ring's front.
+// It returns how many it delivered.
 func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
-	r, rb := &o.rs[i], o.r.rings[i]
-	if p, room := rb.plainRoom(); o.keyFn == nil && room > 0 {
-		// RawBuffer.parse's plain sample, in line: the common front.
-		size, n := plainAt(p, room)
-		if size == 0 {
-			return 0, nil // next's load parses it
-		}
-		r.front.CPU = rb.cpu
-		rb.take(&r.front, p, size, n)
-		o.parsedFront(r)
-	} else if !o.load(i) {
-		return 0, nil
+	r, rb := &o.rs[i], o.s.rings[i]
+	if o.keyFn != nil {
+		return 0, nil // keys only Key can read: next takes each record
 	}
-	if r.front.Type != RecordSample || r.key > o.runBound || r.key < o.last {
-		return 0, nil // next takes the front
-	}
-	o.last = r.key
-	r.front.Key, r.front.Late = r.key, false
-	err := fn(&r.front)
-	o.delivered(i)
-	if err != nil || o.keyFn != nil || o.r.life.closed() {
-		return 1, err // (keys only Key can read: next takes each record)
-	}
-	rb.keyed, rb.keyOff, rb.keyLo, rb.keyHi = true, uint64(o.keyOffset), o.last, o.runBound
-	from := rb.cursor
-	k, err := rb.each(&r.front, uint64(o.commitAt-r.freed), fn)
-	rb.keyed = false
-	if k > 0 {
-		o.last = rb.keyLo
-		r.saw(rb.keyLo) // o.newest: fixRoot
-	}
+	from := rb.cursorPos()
+	o.fn = fn
+	k, err := rb.each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.stop, o.runF)
+	o.fn = nil
 	if err == errHeld {
+		k--
 		o.parsedFront(r) // the ring's front now; its bytes are not delivered
 		r.freed += int(r.front.Pos - from)
 		err = nil
 	} else {
-		r.freed += int(rb.cursor - from)
+		r.freed += int(rb.cursorPos() - from)
 	}
-	if _, ok := err.(*CorruptError); ok {
+	if k > 0 {
+		r.saw(o.last) // o.newest: fixRoot
+	}
+	if rb.isCorrupt(err) {
 		err = nil // next's load reports and skips it
 	}
 	if r.freed >= o.commitAt {
 		o.commitPublish(i)
 	}
-	return 1 + k, err
+	return k, err
+}
+
+// runFn is the ring loop's function during a run: it passes on a sample
+// whose key lies in [o.last, o.runBound], the key in rec, and holds
+// anything else (errHeld): a lost record, a key out of the run's bounds or
+// straddling the ring's end.
+func (o *ordered) runFn(rec *Record) error {
+	off := uint64(o.keyOffset)
+	if rec.Type != RecordSample || uint64(len(rec.Data)) < off+8 {
+		return errHeld
+	}
+	key := binary.NativeEndian.Uint64(rec.Data[off:])
+	if key < o.last || key > o.runBound {
+		return errHeld
+	}
+	o.last = key
+	rec.Key, rec.Late = key, false
+	return o.fn(rec)
 }

@@ -43,7 +43,7 @@ type waiter struct {
 	// mu guards rings and seen: rings are added (addRing) by the owner's
 	// drains, which a wait on another goroutine does not exclude.
 	mu     sync.Mutex
-	rings  []*RawBuffer
+	rings  []*perfRing
 	seen   []uint64 // data_head of rings[i] when the waiter last looked
 	epfd   int      // the set; file owns it
 	file   *os.File // the epoll set, in the netpoller; closing it closes the set
@@ -59,8 +59,8 @@ type waiter struct {
 	deadline bool
 }
 
-// newWaiter watches rings, whose perf event descriptors are fds.
-func newWaiter(rings []*RawBuffer, fds []int) (*waiter, error) {
+// newWaiter returns a waiter over no ring yet (see addRing).
+func newWaiter() (*waiter, error) {
 	w := &waiter{wakefd: -1, turn: make(chan struct{}, 1), closing: make(chan struct{})}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
@@ -91,19 +91,13 @@ func newWaiter(rings []*RawBuffer, fds []int) (*waiter, error) {
 		w.close()
 		return nil, fmt.Errorf("add eventfd to epoll: %w", err)
 	}
-	for i, fd := range fds {
-		if err := w.addRing(rings[i], fd); err != nil {
-			w.close()
-			return nil, err
-		}
-	}
 	return w, nil
 }
 
 // addRing watches one more ring, whose perf event descriptor is fd.
-func (w *waiter) addRing(rb *RawBuffer, fd int) error {
+func (w *waiter) addRing(rb *perfRing, fd int) error {
 	if err := w.add(w.epfd, fd); err != nil {
-		return fmt.Errorf("add ring of cpu %d to epoll: %w", rb.CPU(), err)
+		return fmt.Errorf("add ring of cpu %d to epoll: %w", rb.cpu, err)
 	}
 	w.mu.Lock()
 	w.rings = append(w.rings, rb)
@@ -150,9 +144,16 @@ func (w *waiter) clearWake() {
 // looked, or wake was called, or timeout passes (negative: no limit; zero:
 // do not block). It reports whether it ended for the rings or a wake, or
 // timed out with a head moved (records below the wakeup threshold).
+//
+// Waits take turns on the set (concurrent Polls): the timeout counts from
+// the call, so a wait for another's turn to end comes out of it.
 func (w *waiter) wait(timeout time.Duration) (bool, error) {
 	if w.woken.Load() {
 		return true, nil
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
 	}
 	select {
 	case w.turn <- struct{}{}:
@@ -175,17 +176,20 @@ func (w *waiter) wait(timeout time.Duration) (bool, error) {
 		case <-w.closing:
 			return true, nil
 		}
+		if timeout > 0 {
+			timeout = max(time.Until(deadline), 0)
+		}
 	}
 	defer func() { <-w.turn }()
 	if w.moved() {
 		return true, nil
 	}
-	if timeout == 0 {
-		return false, nil
+	if timeout == 0 || w.woken.Load() {
+		return w.woken.Load(), nil
 	}
 	switch {
 	case timeout > 0:
-		w.file.SetReadDeadline(time.Now().Add(timeout))
+		w.file.SetReadDeadline(deadline)
 		w.deadline = true
 	case w.deadline:
 		w.file.SetReadDeadline(time.Time{})

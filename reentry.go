@@ -1,9 +1,9 @@
 package perfbuf
 
 // Calls from inside callbacks. A SampleFunc or LostFunc runs while its drain
-// holds drainMu, and an Each function (or All loop body) while its read holds
-// the reader: a call that waits for either from inside the callback would
-// wait for itself. Telling that call from one on another goroutine, which
+// holds drainMu, and an Each or Consume function (or All loop body) while its
+// read holds the reader: a call that waits for either from inside the
+// callback would wait for itself. Telling that call from one on another goroutine, which
 // must wait, costs a look at the caller's stack, so it is made only when the
 // call would wait.
 
@@ -16,8 +16,8 @@ import (
 // The functions that run callbacks: a frame of one of them on the stack
 // means the caller is inside a callback.
 var (
-	drainCallbackFrames = funcNames((*PerfBuffer).deliverRecord)
-	readCallbackFrames  = funcNames((*Reader).each)
+	drainCallbackFrames = funcNames((*callback).deliverRecord)
+	readCallbackFrames  = funcNames((*fullest).each, (*ordered).each)
 )
 
 func funcNames(fns ...any) []string {

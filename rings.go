@@ -2,7 +2,8 @@ package perfbuf
 
 // Opening the rings of a perf event array: the checks on the map, the claim
 // that makes one reader per map in this process, libbpf's perf_buffer, and
-// the pure-Go view of each ring. PerfBuffer and Reader each own a rings.
+// the ring kind over each ring's memory (perfring.go). The owner core
+// (core.go) owns a rings.
 
 import (
 	"errors"
@@ -22,7 +23,7 @@ import (
 // its own.
 //
 // Rings are only added, by the owner's reading goroutine under its drain
-// lock, which therefore reads cpus, raw and fds without mu; other goroutines
+// lock, which therefore reads cpus, ring and fds without mu; other goroutines
 // take mu.
 type rings struct {
 	mapFD int        // the perf event array, for rings opened later
@@ -34,13 +35,13 @@ type rings struct {
 	epfd  int        // cs[0]'s epoll set (EpollFD), over every ring
 	// openCPU opens a ring on a CPU that came online: openLibbpf, but in
 	// tests.
-	openCPU func(cpu int32) (*RawBuffer, int, ringSrc, error)
+	openCPU func(cpu int32) (*perfRing, int, ringSrc, error)
 
 	mu   sync.RWMutex
-	cpus []int32      // cpus[i] is the CPU behind buffer index i
-	raw  []*RawBuffer // the owner's view of ring i
-	fds  []int        // ring i's perf event descriptor
-	src  []ringSrc    // where ring i is in libbpf
+	cpus []int32     // cpus[i] is the CPU behind buffer index i
+	ring []*perfRing // the owner's reader of ring i
+	fds  []int       // ring i's perf event descriptor
+	src  []ringSrc   // where ring i is in libbpf
 
 	failures *failureMap // Options.FailureMap, or nil; closed with the rings
 }
@@ -116,14 +117,15 @@ func openRings(m Map, cfg ringConfig, failures Map) (_ *rings, err error) {
 }
 
 // push appends a ring and returns its buffer index.
-func (r *rings) push(cpu int32, rb *RawBuffer, fd int, src ringSrc) int {
+func (r *rings) push(cpu int32, rb *perfRing, fd int, src ringSrc) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	rb.setIndex(len(r.ring))
 	r.cpus = append(r.cpus, cpu)
-	r.raw = append(r.raw, rb)
+	r.ring = append(r.ring, rb)
 	r.fds = append(r.fds, fd)
 	r.src = append(r.src, src)
-	return len(r.raw) - 1
+	return len(r.ring) - 1
 }
 
 // add opens a ring on cpu, which came online after New, and returns its
@@ -140,7 +142,7 @@ func (r *rings) add(cpu int) (int, error) {
 // it in the map at the CPU's key. Its descriptor joins the first
 // perf_buffer's epoll set too, so that EpollFD covers it (perfbuf never
 // calls perf_buffer__poll, the one reader of that set's event data).
-func (r *rings) openLibbpf(cpu int32) (*RawBuffer, int, ringSrc, error) {
+func (r *rings) openLibbpf(cpu int32) (*perfRing, int, ringSrc, error) {
 	c, err := openC(r.mapFD, r.cfg, []int32{cpu})
 	if err != nil {
 		return nil, 0, ringSrc{}, err
@@ -163,7 +165,7 @@ func (r *rings) openLibbpf(cpu int32) (*RawBuffer, int, ringSrc, error) {
 func (r *rings) count() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return len(r.raw)
+	return len(r.ring)
 }
 
 // cpu and fd return ring i's CPU and descriptor; any goroutine may call
@@ -180,24 +182,52 @@ func (r *rings) fd(i int) int {
 	return r.fds[i]
 }
 
-// view returns a new RawBuffer over ring i's mapping.
-func (r *rings) view(i int) (*RawBuffer, error) {
+// view returns a new reader of ring i's mapping, with positions of its own.
+func (r *rings) view(i int) (*perfRing, error) {
 	r.mu.RLock()
 	src, cpu := r.src[i], r.cpus[i]
 	r.mu.RUnlock()
-	return src.view(cpu)
+	rb, err := src.view(cpu)
+	if err != nil {
+		return nil, err
+	}
+	rb.setIndex(i)
+	return rb, nil
 }
 
-func (s ringSrc) view(cpu int32) (*RawBuffer, error) {
+func (s ringSrc) view(cpu int32) (*perfRing, error) {
 	base, size, err := s.c.ring(s.j)
 	if err != nil {
 		return nil, err
 	}
-	return newRawBuffer(int(cpu), base, size)
+	return newPerfRing(int(cpu), base, size)
+}
+
+// unlink takes the rings out of the map and waits until no output that
+// found one of them there is still writing into it, so that what is in the
+// rings afterwards is final: Close counts it as left, and an output from
+// then on fails in the program (ENOENT, counted by a failure map).
+//
+// bpf_perf_event_output looks the ring up and writes it within the BPF
+// program's RCU read-side section; deleting the slot does not wait for
+// those (fd_array_map_delete_elem only defers the event's release). An RCU
+// grace period does: membarrier(MEMBARRIER_CMD_GLOBAL) is synchronize_rcu()
+// (kernel/sched/membarrier.c), needs no registration and no privilege, and
+// blocks only the caller, for a few milliseconds. Its one refusal, EINVAL
+// on nohz_full kernels, leaves the count racing with such outputs.
+// (perf_buffer__free deletes the slots again, and finds them empty.)
+func (r *rings) unlink() {
+	r.mu.RLock()
+	keys := slices.Clone(r.cpus)
+	r.mu.RUnlock()
+	for _, key := range slices.Compact(slices.Sorted(slices.Values(keys))) {
+		_ = deleteKey(r.mapFD, key) // ENOENT: a slot already empty
+	}
+	_, _, _ = unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0)
 }
 
 // close frees the rings: perf_buffer__free clears the map's slots, unmaps
-// and closes. Every RawBuffer over them is invalid afterwards. The newest
+// and closes. Every reader of them is invalid afterwards. The newest
 // first: a CPU's later ring is in its slot, which the older one's free
 // would otherwise clear first, for a moment in which its samples fail.
 func (r *rings) close() {
@@ -262,6 +292,9 @@ func fdKind(fd int) string {
 	}
 	return kind
 }
+
+// MEMBARRIER_CMD_GLOBAL (include/uapi/linux/membarrier.h), which x/sys/unix lacks.
+const membarrierCmdGlobal = 1
 
 // BPF map types New reports by name (from include/uapi/linux/bpf.h).
 const mapTypePerfEventArray = 4

@@ -1,19 +1,55 @@
 package perfbuf
 
-// What Stats adds to the counts the read side publishes: each ring's fill
-// at the time of the call, and the failure map's counts (failures.go).
+// What is counted per ring: Stats, and the BPF side's failed outputs.
 
-// completeStats fills in st (one entry per ring of raw, a copy the caller
-// owns) with what is read at the time of the call: each ring's fill, while
-// life says the rings are mapped, and the failures of failures (nil for
-// none), which may append entries. It may run on any goroutine: Used loads
-// data_head and data_tail atomically, and failures has a lock of its own.
-func completeStats(st []Stats, raw []*RawBuffer, life *lifetime, failures *failureMap) []Stats {
-	if life.enter("") == nil {
-		for i := range st {
-			st[i].Fill = raw[i].Used()
-		}
-		life.exit()
-	}
-	return failures.addTo(st)
+// Stats counts what was read from one ring. Every mode reports the same
+// fields; those a mode has no use for stay zero.
+//
+// Stats methods return one entry per ring, in buffer index order. A CPU may
+// have two rings (one opened at New, one when it came back online), and
+// with a FailureMap, CPUs without a ring that had failures get an entry of
+// their own after the rings'; sum entries by CPU for per-CPU totals.
+//
+// Per CPU, once the owner is closed, what the BPF program emitted is
+// Samples + Lost + Left + Failed.Total() (docs/failures.md).
+type Stats struct {
+	Ring         int    // the ring's buffer index (-1 for a CPU's failures without a ring)
+	CPU          int    // the CPU behind the ring
+	Samples      uint64 // samples delivered (and late samples dropped: see Dropped)
+	Bytes        uint64 // their payload bytes, as delivered (kernel padding included)
+	Lost         uint64 // samples the kernel reported lost (at Close, also in lost records left unread)
+	Other        uint64 // records of other types, skipped
+	Corrupt      uint64 // corrupt records or heads found, each reported once as a *CorruptError
+	CorruptBytes uint64 // bytes skipped past them
+	Late         uint64 // ordered Reader: samples delivered (or dropped) behind a larger key
+	Dropped      uint64 // ordered Reader with DropLate: late samples dropped
+	Left         uint64 // samples left unread in the ring at Close
+	MaxFill      int    // the most bytes seen waiting in the ring
+	Fill         int    // bytes waiting in the ring when Stats was called (0 after Close)
+	// Failed counts the CPU's failed bpf_perf_event_output calls, with a
+	// FailureMap; on the CPU's latest ring's entry. They are the map's
+	// counts, which the BPF program keeps from its load on, so outputs
+	// before New (to a slot with no ring yet: NoEntry) count too. After
+	// Close they are the counts when the rings were freed, once every
+	// output that was running then had finished. New reads the map once;
+	// a later read that fails (for want of kernel memory) leaves the counts
+	// of the last one that worked.
+	Failed Failures
+}
+
+// Failures counts a CPU's bpf_perf_event_output calls that failed before
+// reaching a ring, by errno, as bpf/perfbuf.bpf.h counts them. A full ring
+// (ENOSPC) is not among them: the kernel reports those samples in a lost
+// record, counted in Stats.Lost.
+type Failures struct {
+	NoEntry  uint64 // ENOENT: the CPU's slot in the map holds no ring
+	TooBig   uint64 // E2BIG: the CPU's index is past the map's max_entries
+	Invalid  uint64 // EINVAL: flags the helper rejects
+	NotOnCPU uint64 // EOPNOTSUPP: the slot's ring is another CPU's, or its event was stopped
+	Other    uint64 // any other errno
+}
+
+// Total is the number of failed calls of every cause.
+func (f Failures) Total() uint64 {
+	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other
 }

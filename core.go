@@ -1,0 +1,194 @@
+package perfbuf
+
+// The owner core, written once for PerfBuffer and Reader: opening the rings
+// (and those of CPUs that come online), the lifetime and Close protocol,
+// the wait, the failure map, Stats. What it delivers and how is its
+// policy's (policy.go); the public types on top say when.
+
+import (
+	"fmt"
+	"slices"
+)
+
+// core owns the rings of one perf event array for its PerfBuffer or Reader.
+type core struct {
+	ringSet          // the rings and what the policy shares
+	src     *rings   // what open opened; nil over rings of a test's own
+	w       *waiter  // the wait on every ring, woken by Close
+	life    lifetime // calls in progress; the last one out after Close frees
+	pol     policy
+	fds     []int // ring i's perf event descriptor; grows under statsMu
+	// onAdd, if set, is the owner's own work for a ring new in the set
+	// (PerfBuffer's raw holds).
+	onAdd func(i int)
+}
+
+// openCore opens a ring on every online CPU for the perf event array m with
+// opts' ring settings. Errors: as New's.
+func openCore(m Map, opts *Options) (*core, error) {
+	cfg, err := opts.ring().hostConfig()
+	if err != nil {
+		return nil, err
+	}
+	src, err := openRings(m, cfg, opts.FailureMap)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCore(src.ring, src.fds)
+	if err != nil {
+		src.close()
+		return nil, err
+	}
+	c.src = src
+	return c, nil
+}
+
+// newCore builds a core over rings, woken when fds[i] (ring i's perf event)
+// is readable. It does not close what it was given if it fails.
+func newCore(rings []*perfRing, fds []int) (*core, error) {
+	c := &core{}
+	w, err := newWaiter()
+	if err != nil {
+		return nil, err
+	}
+	c.w = w
+	for i, rb := range rings {
+		if err := c.addRing(rb, fds[i]); err != nil {
+			w.close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// start puts c to work with its policy, pol, whose functions that run
+// callbacks are named by callbacks (see reentry.go), and starts watching
+// for CPUs that come online.
+func (c *core) start(pol policy, callbacks []string) {
+	c.pol = pol
+	c.life.free = c.free
+	c.life.callbacks = callbacks
+	if c.src != nil && c.src.watch != nil {
+		c.src.watch.notify = c.poke
+		c.src.watch.start()
+	}
+}
+
+// addRing adds rb, whose perf event is fd, to the set, the wait, the
+// policy and the owner.
+func (c *core) addRing(rb *perfRing, fd int) error {
+	if err := c.w.addRing(rb, fd); err != nil {
+		return err
+	}
+	c.push(rb)
+	c.statsMu.Lock()
+	c.fds = append(c.fds, fd)
+	c.statsMu.Unlock()
+	i := len(c.rings) - 1
+	if c.pol != nil {
+		c.pol.addRing(i)
+	}
+	if c.onAdd != nil {
+		c.onAdd(i)
+	}
+	return nil
+}
+
+// addNewCPUs gives the CPUs that came online since the last call their
+// rings (hotplug.go): a check of one atomic when none did. On the read
+// side, under the owner's drain lock.
+func (c *core) addNewCPUs() error {
+	if !c.src.cpusPending() {
+		return nil
+	}
+	return c.src.addNewCPUs(func(i int) error {
+		return c.addRing(c.src.ring[i], c.src.fds[i])
+	})
+}
+
+// count returns the number of rings; any goroutine may call it.
+func (c *core) count() int {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	return len(c.rings)
+}
+
+// fd returns ring i's perf event descriptor, i < count().
+func (c *core) fd(i int) int {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	return c.fds[i]
+}
+
+// poke wakes a blocked wait (see waiter.wakeOpen): a CPU came online, a
+// context was cancelled, a deadline or a flush was set.
+func (c *core) poke() { c.w.wakeOpen(&c.life) }
+
+// close stops the owner: the rings' loops stop after the record in
+// progress, blocked waits return, and free runs once no call is in
+// progress.
+func (c *core) close() {
+	c.life.close(func() {
+		c.stop.Store(true)
+		c.w.wake(true)
+	})
+}
+
+// free commits what was delivered, takes the rings out of the map and
+// waits for the outputs already running into them (rings.unlink), counts
+// what is left in them, then frees everything. Called once, by lifetime,
+// when no call is in progress.
+func (c *core) free() {
+	for i := range c.rings {
+		c.pol.commitPublish(i)
+	}
+	if c.src != nil {
+		c.src.unlink()
+	}
+	c.statsMu.Lock()
+	for i, rb := range c.rings {
+		samples, lost := rb.left(c.pol.oldest(i))
+		c.stats[i].Left += samples
+		c.stats[i].Lost += lost
+	}
+	c.statsMu.Unlock()
+	if c.src != nil {
+		c.src.close()
+	}
+	c.w.close()
+}
+
+// statsNow returns the published counts with what is read at the time of
+// the call: each ring's fill, while the rings are mapped, and the failure
+// map's counts, which may append entries. Any goroutine may call it.
+func (c *core) statsNow() []Stats {
+	c.statsMu.Lock()
+	st, rings := slices.Clone(c.stats), c.rings
+	c.statsMu.Unlock()
+	if c.life.enter("") == nil {
+		for i := range st {
+			st[i].Fill = rings[i].used()
+		}
+		c.life.exit()
+	}
+	return c.src.failureCounters().addTo(st)
+}
+
+// wrap adds op to a non-nil error.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// settled reports whether every ring may be slept on: its kind's wake rule
+// holds for what the reader left in it (perfRing.settle).
+func (c *core) settled() bool {
+	for _, rb := range c.rings {
+		if !rb.settle() {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,49 @@
+package perfbuf
+
+// The package's errors: the sentinels and the error of a corrupt ring.
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by this package, each wrapped with context.
+var (
+	// ErrNotPerfEventArray: the map is of another type, or the descriptor
+	// is not a BPF map.
+	ErrNotPerfEventArray = errors.New("map is not a perf event array")
+	// ErrSampleTooLarge: MaxSampleSize cannot fit in a ring.
+	ErrSampleTooLarge = errors.New("sample does not fit in perf ring")
+	// ErrMapInUse: another PerfBuffer or Reader of this process reads the
+	// map (a perf event array has one ring slot per CPU, so one reader).
+	ErrMapInUse = errors.New("perf event array read by another reader")
+	// ErrBusy: the ring is held by a RawBuffer (see PerfBuffer.Buffer).
+	ErrBusy = errors.New("perf ring held by a raw reader")
+	// ErrReentrant: a call made from inside a callback (SampleFunc,
+	// LostFunc, an Each or Consume function, an All loop) would wait for a
+	// call in progress, perhaps the one running the callback.
+	ErrReentrant = errors.New("call from inside a callback would wait for a call in progress")
+	// ErrFlushed: a Reader delivered everything that was in the rings when
+	// Flush was called.
+	ErrFlushed = errors.New("perf buffer flushed")
+	// ErrCorrupt: a ring held a record or head the kernel never writes
+	// (see CorruptError).
+	ErrCorrupt = errors.New("corrupt perf ring record")
+)
+
+// CorruptError describes a ring record, or ring position, that cannot be valid.
+type CorruptError struct {
+	Ring   int    // the ring's buffer index
+	CPU    int    // the ring's CPU
+	Pos    uint64 // ring position of the bad record (the cursor)
+	Size   uint64 // the record's header size, or for a bad head the head snapshot
+	Reason string // what is wrong
+}
+
+// Error formats the error as "read perf ring cpu 1 at 4096: record size 0: corrupt perf ring record".
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("read perf ring cpu %d at %d: %s: %v", e.CPU, e.Pos, e.Reason, ErrCorrupt)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
