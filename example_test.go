@@ -42,7 +42,7 @@ func events() *libbpfgo.BPFMap {
 // polls, and the lossless stop is Consume, then Close.
 func ExampleNew() {
 	pb, err := perfbuf.New(events(), perfbuf.Options{
-		PageCount:     64,
+		RingBytes:     64 << 12,
 		MaxSampleSize: 256, // fail now, not at run time, if it cannot fit
 		SampleFunc: func(cpu int, data []byte) {
 			// data is valid during the call only.
@@ -83,7 +83,7 @@ func ExampleNew() {
 	pb.Close()
 	<-done
 	for _, st := range pb.Stats() {
-		fmt.Printf("cpu %d: %d samples, %d lost, %d bytes discarded\n", st.CPU, st.Samples, st.Lost, st.Discarded)
+		fmt.Printf("cpu %d: %d samples, %d lost, %d left at Close\n", st.CPU, st.Samples, st.Lost, st.Left)
 	}
 }
 
@@ -121,7 +121,7 @@ func ExamplePerfBuffer_Buffer() {
 // A Reader over every CPU's ring, the fullest first: a ReadInto loop, and a
 // Flush to deliver what the rings hold before Close.
 func ExampleNewReader() {
-	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{
+	r, err := perfbuf.NewReader(events(), perfbuf.Options{
 		WakeupEvents: 32,                    // fewer wakeups for the producer
 		MaxLatency:   20 * time.Millisecond, // what raises none is read this often
 	})
@@ -156,7 +156,7 @@ func ExampleNewReader() {
 // Each is the zero-copy read, meant to keep up with the kernel: a record
 // costs a parse and a call.
 func ExampleReader_Each() {
-	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{})
+	r, err := perfbuf.NewReader(events(), perfbuf.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -187,9 +187,9 @@ func ExampleReader_Each() {
 
 // Every CPU merged in the order of a bpf_ktime_get_ns() stamp at the start
 // of each sample.
-func ExampleReaderOptions_order() {
-	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{
-		PageCount: 256,
+func ExampleOrder() {
+	r, err := perfbuf.NewReader(events(), perfbuf.Options{
+		RingBytes: 256 << 12,
 		Order:     &perfbuf.Order{KeyOffset: 0, MaxDelay: 50 * time.Millisecond},
 	})
 	if err != nil {

@@ -216,7 +216,7 @@ func mergeFailures(st []Stats, cpus []int, counts []Failures) []Stats {
 		if i, ok := latest[cpus[k]]; ok {
 			st[i].Failed = c
 		} else if c != (Failures{}) {
-			st = append(st, Stats{CPU: cpus[k], Failed: c})
+			st = append(st, Stats{Ring: -1, CPU: cpus[k], Failed: c})
 		}
 	}
 	return st

@@ -146,12 +146,12 @@ func TestMergeFailures(t *testing.T) {
 			// nothing and gets none.
 			"cpus without a ring", []Stats{ring(0, 5), ring(2, 6), ring(1, 7)}, []int{0, 1, 2, 3, 4, 5},
 			[]Failures{f(1), {}, f(3), {Other: 9}, {}, f(6)},
-			[]Stats{withFailed(ring(0, 5), f(1)), withFailed(ring(2, 6), f(3)), ring(1, 7), {CPU: 3, Failed: Failures{Other: 9}}, {CPU: 5, Failed: f(6)}},
+			[]Stats{withFailed(ring(0, 5), f(1)), withFailed(ring(2, 6), f(3)), ring(1, 7), {Ring: -1, CPU: 3, Failed: Failures{Other: 9}}, {Ring: -1, CPU: 5, Failed: f(6)}},
 		},
 		{
 			// The lookup's k-th value is the k-th possible CPU.
 			"sparse possible cpus", []Stats{ring(0, 5), ring(4, 6)}, []int{0, 4, 8}, []Failures{f(1), f(2), f(3)},
-			[]Stats{withFailed(ring(0, 5), f(1)), withFailed(ring(4, 6), f(2)), {CPU: 8, Failed: f(3)}},
+			[]Stats{withFailed(ring(0, 5), f(1)), withFailed(ring(4, 6), f(2)), {Ring: -1, CPU: 8, Failed: f(3)}},
 		},
 	}
 	for _, c := range cases {
@@ -249,12 +249,12 @@ func TestStatsFailures(t *testing.T) {
 	open := map[string]func(t *testing.T, f *fakeRings, fm *failureMap) (stats func() []Stats, close func()){
 		"PerfBuffer": func(t *testing.T, f *fakeRings, fm *failureMap) (func() []Stats, func()) {
 			pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
-			pb.r.failures = fm
+			pb.c.src = &rings{failures: fm} // frees nothing but fm
 			return pb.Stats, func() { pb.Close() }
 		},
 		"Reader": func(t *testing.T, f *fakeRings, fm *failureMap) (func() []Stats, func()) {
-			r := f.reader(t, ReaderOptions{})
-			r.owner = &rings{failures: fm} // frees nothing but fm
+			r := f.reader(t, Options{})
+			r.c.src = &rings{failures: fm} // frees nothing but fm
 			return r.Stats, func() { r.Close() }
 		},
 	}
@@ -266,7 +266,7 @@ func TestStatsFailures(t *testing.T) {
 			stats, closeFn := open(t, f, fm)
 			c.set(0, Failures{Invalid: 2})
 			c.set(1, Failures{NoEntry: 5})
-			want := []Stats{{CPU: 0, Failed: Failures{Invalid: 2}}, {CPU: 2}, {CPU: 1, Failed: Failures{NoEntry: 5}}}
+			want := []Stats{{Ring: 0, CPU: 0, Failed: Failures{Invalid: 2}}, {Ring: 1, CPU: 2}, {Ring: -1, CPU: 1, Failed: Failures{NoEntry: 5}}}
 			if got := stats(); !reflect.DeepEqual(got, want) {
 				t.Errorf("Stats:\n got %+v\nwant %+v", got, want)
 			}

@@ -104,14 +104,12 @@ func (f *fullest) startPass() bool {
 	}
 	for i, rb := range f.s.rings {
 		rb.begin()
-		if n, bad := rb.pending(); n > 0 || bad {
+		if rb.pending() > 0 || rb.failed() {
 			f.order = append(f.order, i)
 		}
 	}
 	slices.SortStableFunc(f.order, func(a, b int) int {
-		na, _ := f.s.rings[a].pending()
-		nb, _ := f.s.rings[b].pending()
-		return nb - na
+		return f.s.rings[b].pending() - f.s.rings[a].pending()
 	})
 	return len(f.order) > 0
 }

@@ -39,28 +39,6 @@ func TestParseCPUOnline(t *testing.T) {
 	}
 }
 
-// hotRings returns rings over f's fake rings that track CPUs through a
-// test's cpuWatch (no socket: watch.note plays the kernel's uevent), with
-// CPUs below limit allowed a ring. A CPU that comes online gets the next
-// ring of spare, whose CPUs must match.
-func (f *fakeRings) hotRings(t testing.TB, limit int, spare *fakeRings) *rings {
-	t.Helper()
-	r := &rings{limit: limit, watch: &cpuWatch{}}
-	for i, rb := range f.raw(t) {
-		r.push(int32(f.cpus[i]), rb, f.fds[i], ringSrc{})
-	}
-	spareRaw := spare.raw(t)
-	next := 0
-	r.openCPU = func(cpu int32) (*RawBuffer, int, ringSrc, error) {
-		if next == len(spareRaw) || spare.cpus[next] != int(cpu) {
-			return nil, 0, ringSrc{}, fmt.Errorf("no spare ring for cpu %d", cpu)
-		}
-		next++
-		return spareRaw[next-1], spare.fds[next-1], ringSrc{}, nil
-	}
-	return r
-}
-
 // TestHotplugPerfBuffer: a Poll blocked when a CPU comes online returns,
 // the next drain reads the CPU's new ring, and a CPU that comes back gets a
 // second ring while its first is still drained; nothing is delivered twice.
@@ -69,13 +47,9 @@ func TestHotplugPerfBuffer(t *testing.T) {
 	spare := newFakeRings(t, 2, 4096)
 	spare.cpus = []int{2, 1} // CPU 2 comes online, then CPU 1 comes back
 	var got []string
-	pb, err := newPerfBuffer(f.hotRings(t, 4, spare), Options{SampleFunc: func(cpu int, data []byte) {
+	pb := f.newPerfBuffer(t, f.hotRings(t, 4, spare), Options{SampleFunc: func(cpu int, data []byte) {
 		got = append(got, fmt.Sprintf("cpu%d:%d", cpu, binary.NativeEndian.Uint64(data[8:])))
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pb.Close()
 
 	done := make(chan error)
 	go func() {
@@ -83,8 +57,8 @@ func TestHotplugPerfBuffer(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(10 * time.Millisecond) // let it block
-	pb.r.watch.note(2)
-	pb.r.watch.note(7) // past the limit: no ring
+	pb.c.src.watch.note(2)
+	pb.c.src.watch.note(7) // past the limit: no ring
 	select {
 	case err := <-done:
 		if err != nil {
@@ -96,7 +70,7 @@ func TestHotplugPerfBuffer(t *testing.T) {
 	if n := pb.BufferCount(); n != 3 {
 		t.Fatalf("%d rings after CPU 2 came online, want 3", n)
 	}
-	if cpu, _ := pb.CPU(2); cpu != 2 {
+	if cpu := pb.Stats()[2].CPU; cpu != 2 {
 		t.Errorf("ring 2 on cpu %d", cpu)
 	}
 	spare.emit(t, 0, 0, 20, 16)
@@ -108,7 +82,7 @@ func TestHotplugPerfBuffer(t *testing.T) {
 	// CPU 1 goes offline with a sample in its ring and comes back: its
 	// first ring is drained at the next Consume, its second from then on.
 	f.emit(t, 1, 0, 11, 16)
-	pb.r.watch.note(1)
+	pb.c.src.watch.note(1)
 	spare.emit(t, 1, 0, 12, 16)
 	if n, err := pb.Consume(); n != 2 || err != nil {
 		t.Fatalf("Consume: %d, %v; want the old and the new ring's samples", n, err)
@@ -135,12 +109,10 @@ func TestHotplugReader(t *testing.T) {
 			spare := newFakeRings(t, 1, 4096)
 			spare.cpus = []int{3}
 			owner := f.hotRings(t, 4, spare)
-			r, err := newReader(owner.raw, owner.fds, ReaderOptions{Order: ord, MaxLatency: -1})
+			r, err := f.newReader(t, owner, Options{Order: ord, MaxLatency: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.owner = owner
-			owner.watch.notify = r.poke
 			defer r.Close()
 
 			done := make(chan error, 1)

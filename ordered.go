@@ -125,7 +125,7 @@ func (o *ordered) addRing(i int) {
 	rb.begin()
 	o.rs = append(o.rs, orderedRing{scanned: rb.tailPos(), dueBefore: rb.tailPos()})
 	o.waiting = append(o.waiting, i)
-	if n, _ := rb.pending(); n > 0 {
+	if rb.pending() > 0 {
 		o.mark(i, rb.headPos())
 	}
 }
@@ -247,7 +247,7 @@ func (o *ordered) fixRoot() {
 // front.
 func (o *ordered) load(i int) bool {
 	rb, r := o.s.rings[i], &o.rs[i]
-	if n, _ := rb.pending(); n == 0 {
+	if rb.pending() == 0 {
 		o.refresh(i)
 	}
 	ok, err := rb.next(&r.front)

@@ -1,6 +1,6 @@
 package perfbuf
 
-// Tests of the ordered Reader (ReaderOptions.Order): the merge, its release
+// Tests of the ordered Reader (Options.Order): the merge, its release
 // rules, its runs, and a model check of it (TestOrderedModel,
 // FuzzOrderedModel). The fake rings and the read helpers are in
 // reader_test.go.
@@ -258,7 +258,7 @@ func TestOrderedHighWater(t *testing.T) {
 			t.Fatalf("out of order at %d", j)
 		}
 	}
-	if used := o.rings[0].Used(); used > 2048 {
+	if used := o.c.rings[0].used(); used > 2048 {
 		t.Errorf("ring still holds %d bytes after releasing past high water", used)
 	}
 }
@@ -271,7 +271,7 @@ func TestOrderedRace(t *testing.T) {
 		n = 5000
 	}
 	f := newFakeRings(t, 2, 1<<14)
-	o := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond, Order: &Order{MaxDelay: 5 * time.Millisecond}})
+	o := f.reader(t, Options{MaxLatency: time.Millisecond, Order: &Order{MaxDelay: 5 * time.Millisecond}})
 	epoch := time.Now()
 	var clock sync.Mutex // keys from one clock, as bpf_ktime_get_ns
 	now := func() uint64 {
@@ -746,7 +746,7 @@ func TestOrderedLostCountedWhenDelivered(t *testing.T) {
 func TestOrderedWaitsForTheSmallest(t *testing.T) {
 	f := newFakeRings(t, 3, 4096) // ring 2 stays idle: rule 1 never applies
 	const delay = 200 * time.Millisecond
-	o := f.reader(t, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: delay, KeyWindow: 1 << 62}})
+	o := f.reader(t, Options{MaxLatency: -1, Order: &Order{MaxDelay: delay, KeyWindow: 1 << 62}})
 	start := time.Now()
 	f.emit(t, 1, 20, 0, 16)
 	var s Sample
@@ -885,7 +885,7 @@ func TestOrderedRun(t *testing.T) {
 					t.Errorf("ring 0 stats %+v, want %+v", st[0], want0)
 				}
 				for i := 1; i < 3; i++ {
-					if want := (Stats{CPU: i, Samples: 1, Bytes: 20, MaxFill: recSize}); st[i] != want {
+					if want := (Stats{Ring: i, CPU: i, Samples: 1, Bytes: 20, MaxFill: recSize}); st[i] != want {
 						t.Errorf("ring %d stats %+v, want %+v", i, st[i], want)
 					}
 				}
@@ -901,7 +901,7 @@ func TestOrderedRun(t *testing.T) {
 func TestOrderInvalid(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
 	for _, ord := range []Order{{KeyOffset: -1}, {MaxDelay: -time.Second}, {HighWater: -1}} {
-		if _, err := newReader(f.raw(t), f.fds, ReaderOptions{Order: &ord}); !errors.Is(err, os.ErrInvalid) {
+		if _, err := f.newReader(t, nil, Options{Order: &ord}); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("%+v: %v, want os.ErrInvalid", ord, err)
 		}
 	}

@@ -36,7 +36,7 @@ func TestNewNotAMap(t *testing.T) {
 	if !errors.As(err, &errno) || !strings.Contains(err.Error(), "is not a BPF map (/dev/null)") {
 		t.Errorf("New over /dev/null: %v; want an errno, not a BPF map", err)
 	}
-	_, err = NewReader(MapFD(f.Fd()), ReaderOptions{})
+	_, err = NewReader(MapFD(f.Fd()), Options{})
 	if !errors.As(err, &errno) || !strings.HasPrefix(err.Error(), "new reader: fd ") {
 		t.Errorf("NewReader over /dev/null: %v; want an errno, not a BPF map", err)
 	}

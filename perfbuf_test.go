@@ -23,12 +23,12 @@ func TestRingOptions(t *testing.T) {
 	const page = 4096
 	good := []Options{
 		{},
-		{PageCount: 1},
-		{PageCount: 1024, WakeupEvents: 64},
-		{PageCount: 2, WakeupBytes: 4096},
-		{PageCount: 1, MaxSampleSize: 4052},
-		{PageCount: 64, MaxSampleSize: 65512},
-		{PageCount: 4, WakeupEvents: math.MaxInt32},
+		{RingBytes: 1 * page},
+		{RingBytes: 1024 * page, WakeupEvents: 64},
+		{RingBytes: 2 * page, WakeupBytes: 4096},
+		{RingBytes: 1 * page, MaxSampleSize: 4052},
+		{RingBytes: 64 * page, MaxSampleSize: 65512},
+		{RingBytes: 4 * page, WakeupEvents: math.MaxInt32},
 	}
 	for _, o := range good {
 		if _, err := o.ring().config(page, testMemory); err != nil {
@@ -39,24 +39,22 @@ func TestRingOptions(t *testing.T) {
 		o    Options
 		want error
 	}{
-		{Options{PageCount: -1}, os.ErrInvalid},
-		{Options{PageCount: 3}, os.ErrInvalid},
-		{Options{PageCount: 96}, os.ErrInvalid},
+		{Options{RingBytes: -1}, os.ErrInvalid},
 		{Options{WakeupEvents: -1}, os.ErrInvalid},
 		{Options{WakeupBytes: -1}, os.ErrInvalid},
-		{Options{PageCount: 1, WakeupBytes: 4096}, os.ErrInvalid},
+		{Options{RingBytes: 1 * page, WakeupBytes: 4096}, os.ErrInvalid},
 		{Options{WakeupBytes: 100, WakeupEvents: 2}, os.ErrInvalid},
 		{Options{MaxSampleSize: -5}, os.ErrInvalid},
 		// 4053 bytes need a 4072-byte record; a one-page ring holds 4088,
 		// less 24 for the lost record written in front of it after a loss.
-		{Options{PageCount: 1, MaxSampleSize: 4053}, ErrSampleTooLarge},
+		{Options{RingBytes: 1 * page, MaxSampleSize: 4053}, ErrSampleTooLarge},
 		// 4076 bytes fit an empty ring but not beside a lost record.
-		{Options{PageCount: 1, MaxSampleSize: 4076}, ErrSampleTooLarge},
+		{Options{RingBytes: 1 * page, MaxSampleSize: 4076}, ErrSampleTooLarge},
 		// Over 64 KiB the u16 record size overflows, whatever the ring.
-		{Options{PageCount: 64, MaxSampleSize: 65520}, ErrSampleTooLarge},
+		{Options{RingBytes: 64 * page, MaxSampleSize: 65520}, ErrSampleTooLarge},
 		// So high that computing the record size overflowed, once.
-		{Options{PageCount: 1, MaxSampleSize: math.MaxInt}, ErrSampleTooLarge},
-		{Options{PageCount: 1, MaxSampleSize: math.MaxInt - 5}, ErrSampleTooLarge},
+		{Options{RingBytes: 1 * page, MaxSampleSize: math.MaxInt}, ErrSampleTooLarge},
+		{Options{RingBytes: 1 * page, MaxSampleSize: math.MaxInt - 5}, ErrSampleTooLarge},
 		// wakeup_events is a u32 the kernel reads as an int: past
 		// MaxInt32 it woke on every sample (1<<32+1 became 1).
 		{Options{WakeupEvents: math.MaxInt32 + 1}, os.ErrInvalid},
@@ -66,26 +64,13 @@ func TestRingOptions(t *testing.T) {
 		if _, err := c.o.ring().config(page, testMemory); !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want %v", c.o, err, c.want)
 		}
-		// ReaderOptions has the same fields, checked the same way.
-		ro := ReaderOptions{PageCount: c.o.PageCount, WakeupEvents: c.o.WakeupEvents, WakeupBytes: c.o.WakeupBytes, MaxSampleSize: c.o.MaxSampleSize}
-		if _, err := ro.ring().config(page, testMemory); !errors.Is(err, c.want) {
-			t.Errorf("%+v: %v, want %v", ro, err, c.want)
-		}
 	}
-	// A page count whose ring size overflows is refused as such. (1<<62
-	// pages made the ring 0 bytes: "wakeup bytes 0 outside [0, 0)".)
-	for _, pages := range []int{1 << 62, 1 << 52, 1 << 51, 1 << 40} {
-		_, err := (&Options{PageCount: pages}).ring().config(page, testMemory)
-		if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "page count") {
-			t.Errorf("PageCount %d: %v, want os.ErrInvalid about the page count", pages, err)
-		}
-	}
-	want := ringConfig{pages: defaultPageCount, pageSize: page, wakeupEvents: 1}
+	want := ringConfig{pages: defaultRingBytes / page, pageSize: page, wakeupEvents: 1}
 	if c, err := (&Options{}).ring().config(page, testMemory); c != want || err != nil {
 		t.Errorf("defaults: %+v, %v; want %+v", c, err, want)
 	}
 	want = ringConfig{pages: 2, pageSize: page, wakeupEvents: 1, wakeupBytes: 4096}
-	if c, err := (&ReaderOptions{PageCount: 2, WakeupBytes: 4096}).ring().config(page, testMemory); c != want || err != nil {
+	if c, err := (&Options{RingBytes: 2 * page, WakeupBytes: 4096}).ring().config(page, testMemory); c != want || err != nil {
 		t.Errorf("wakeup bytes: %+v, %v; want %+v", c, err, want)
 	}
 }
@@ -111,7 +96,7 @@ func TestRingBytes(t *testing.T) {
 		{300 << 10, 65536, 8},
 		{8 << 20, 65536, 128},
 	} {
-		for _, o := range []ringOptions{(&Options{RingBytes: c.bytes}).ring(), (&ReaderOptions{RingBytes: c.bytes}).ring()} {
+		for _, o := range []ringOptions{(&Options{RingBytes: c.bytes}).ring()} {
 			cfg, err := o.config(c.pageSize, testMemory)
 			if err != nil || cfg.pages != c.pages || cfg.pageSize != c.pageSize {
 				t.Errorf("RingBytes %d, %d-byte pages: %+v, %v; want %d pages", c.bytes, c.pageSize, cfg, err, c.pages)
@@ -129,14 +114,12 @@ func TestRingBytes(t *testing.T) {
 		mem  uint64
 		text string
 	}{
-		{Options{RingBytes: 4096, PageCount: 1}, testMemory, "both set"},
 		{Options{RingBytes: -1}, testMemory, "negative"},
 		{Options{RingBytes: math.MinInt}, testMemory, "negative"},
 		{Options{RingBytes: math.MaxInt}, testMemory, "too large"},
 		{Options{RingBytes: maxRingBytes + 1}, testMemory, "too large"},
 		// Larger than the host's memory: 16 GiB asked of a 16 GiB host.
 		{Options{RingBytes: 16 << 30}, testMemory, "memory"},
-		{Options{PageCount: 1 << 22}, testMemory, "memory"},
 		{Options{RingBytes: 1 << 20}, 1 << 20, "memory"},
 	} {
 		_, err := c.o.ring().config(4096, c.mem)
@@ -179,21 +162,21 @@ func TestNewChecks(t *testing.T) {
 			_, err := New(MapFD(-1), Options{Raw: true, LostFunc: func(int, uint64) {}})
 			return err
 		}, os.ErrInvalid, "new perf buffer: Raw with SampleFunc or LostFunc"},
-		{"options first", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample, PageCount: 3}); return err }, os.ErrInvalid, "new perf buffer: page count 3"},
+		{"options first", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample, RingBytes: -3}); return err }, os.ErrInvalid, "new perf buffer: ring bytes -3"},
 		{"sample too large", func() error {
-			_, err := New(MapFD(-1), Options{Raw: true, PageCount: 1, MaxSampleSize: 5000})
+			_, err := New(MapFD(-1), Options{Raw: true, RingBytes: 4096, MaxSampleSize: 5000})
 			return err
 		}, ErrSampleTooLarge, "new perf buffer: max sample size 5000"},
 		{"nil map", func() error { _, err := New(nil, Options{SampleFunc: sample}); return err }, os.ErrInvalid, "new perf buffer: nil map"},
 		{"negative fd", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample}); return err }, syscall.EBADF, "new perf buffer: map fd -1"},
 		{"closed fd", func() error { _, err := New(MapFD(closed), Options{Raw: true}); return err }, syscall.EBADF, "new perf buffer: map fd"},
-		{"reader options", func() error { _, err := NewReader(MapFD(-1), ReaderOptions{PageCount: 3}); return err }, os.ErrInvalid, "new reader: page count 3"},
+		{"reader options", func() error { _, err := NewReader(MapFD(-1), Options{RingBytes: -3}); return err }, os.ErrInvalid, "new reader: ring bytes -3"},
 		{"reader order", func() error {
-			_, err := NewReader(MapFD(-1), ReaderOptions{Order: &Order{KeyOffset: -1}})
+			_, err := NewReader(MapFD(-1), Options{Order: &Order{KeyOffset: -1}})
 			return err
 		}, os.ErrInvalid, "new reader: negative Order field"},
-		{"reader nil map", func() error { _, err := NewReader(nil, ReaderOptions{}); return err }, os.ErrInvalid, "new reader: nil map"},
-		{"reader negative fd", func() error { _, err := NewReader(MapFD(-1), ReaderOptions{}); return err }, syscall.EBADF, "new reader: map fd -1"},
+		{"reader nil map", func() error { _, err := NewReader(nil, Options{}); return err }, os.ErrInvalid, "new reader: nil map"},
+		{"reader negative fd", func() error { _, err := NewReader(MapFD(-1), Options{}); return err }, syscall.EBADF, "new reader: map fd -1"},
 	}
 	for _, c := range cases {
 		err := c.new()
@@ -225,41 +208,6 @@ func TestClaimMap(t *testing.T) {
 		t.Fatal("claim after release refused")
 	}
 	unclaimMap(id)
-}
-
-// perfBuffer returns what New returns for opts over the fake rings, CPU
-// f.cpus[i] for ring i: newPerfBuffer, New's work after openRings, which
-// needs a kernel.
-// No libbpf perf_buffer stands behind the rings (perf_buffer__free(NULL)
-// does nothing), so EpollFD and Buffer, which ask libbpf, are not for it.
-// Closing it does not free the fake rings.
-func (f *fakeRings) perfBuffer(t testing.TB, opts Options) *PerfBuffer {
-	t.Helper()
-	raw := f.raw(t)
-	r := &rings{raw: raw, fds: f.fds}
-	for _, cpu := range f.cpus {
-		r.cpus = append(r.cpus, int32(cpu))
-	}
-	pb, err := newPerfBuffer(r, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pb.Close() })
-	return pb
-}
-
-// hold does to ring i what PerfBuffer.Buffer does, but map it (which asks
-// libbpf): it takes a reference and marks the ring held. pb.release(i) is
-// what RawBuffer.Release calls.
-func hold(t *testing.T, pb *PerfBuffer, i int) {
-	t.Helper()
-	if err := pb.life.enter("hold"); err != nil {
-		t.Fatal(err)
-	}
-	pb.drainMu.Lock()
-	pb.held[i].Store(true)
-	pb.nheld.Add(1)
-	pb.drainMu.Unlock()
 }
 
 // delivery is one call of SampleFunc or LostFunc.
@@ -302,8 +250,9 @@ func TestPerfBufferConsume(t *testing.T) {
 			opts.LostFunc = nil
 		}
 		pb := f.perfBuffer(t, opts)
-		if n, err := pb.Consume(); n != 4 || err != nil {
-			t.Fatalf("Consume = %d, %v; want 4 samples", n, err)
+		// Consume counts the records delivered: the samples and the lost record.
+		if n, err := pb.Consume(); n != 5 || err != nil {
+			t.Fatalf("Consume = %d, %v; want 4 samples and a lost record", n, err)
 		}
 		// The kernel pads an n-byte sample to round_up(n+4, 8)-4 bytes.
 		want := []delivery{{0, string(wrapped), 0}, {0, "", 7}, {0, "a\x00\x00\x00", 0}, {2, "hello, world", 0}, {2, "\x00\x00\x00\x00", 0}}
@@ -314,9 +263,9 @@ func TestPerfBufferConsume(t *testing.T) {
 			t.Errorf("got %q\nwant %q", got, want)
 		}
 		wantStats := []Stats{
-			{CPU: 0, Samples: 2, Bytes: 24, Lost: 7, Other: 1, MaxFill: 32 + 24 + 16 + 16},
-			{CPU: 2, Samples: 2, Bytes: 16, MaxFill: 24 + 16},
-			{CPU: 5},
+			{Ring: 0, CPU: 0, Samples: 2, Bytes: 24, Lost: 7, Other: 1, MaxFill: 32 + 24 + 16 + 16},
+			{Ring: 1, CPU: 2, Samples: 2, Bytes: 16, MaxFill: 24 + 16},
+			{Ring: 2, CPU: 5},
 		}
 		if st := pb.Stats(); !reflect.DeepEqual(st, wantStats) {
 			t.Errorf("stats %+v\nwant %+v", st, wantStats)
@@ -407,8 +356,8 @@ func TestPerfBufferPoll(t *testing.T) {
 	if err := pb.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if cpu, err := pb.CPU(1); pb.BufferCount() != 2 || cpu != 1 || err != nil {
-		t.Errorf("after Close: BufferCount %d, CPU(1) = %d, %v", pb.BufferCount(), cpu, err)
+	if cpu := pb.Stats()[1].CPU; pb.BufferCount() != 2 || cpu != 1 {
+		t.Errorf("after Close: BufferCount %d, ring 1's CPU %d", pb.BufferCount(), cpu)
 	}
 }
 
@@ -421,9 +370,6 @@ func TestPerfBufferIndex(t *testing.T) {
 		if _, err := pb.ConsumeBuffer(i); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("ConsumeBuffer(%d): %v", i, err)
 		}
-		if _, err := pb.CPU(i); !errors.Is(err, os.ErrInvalid) {
-			t.Errorf("CPU(%d): %v", i, err)
-		}
 		if _, err := pb.BufferFD(i); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("BufferFD(%d): %v", i, err)
 		}
@@ -431,8 +377,8 @@ func TestPerfBufferIndex(t *testing.T) {
 			t.Errorf("Buffer(%d): %v", i, err)
 		}
 	}
-	if cpu, err := pb.CPU(1); cpu != 3 || err != nil {
-		t.Errorf("CPU(1) = %d, %v; want 3", cpu, err)
+	if st := pb.Stats(); st[1].CPU != 3 || st[1].Ring != 1 {
+		t.Errorf("ring 1: %+v; want CPU 3", st[1])
 	}
 	if fd, err := pb.BufferFD(1); fd != f.fds[1] || err != nil {
 		t.Errorf("BufferFD(1) = %d, %v; want %d", fd, err, f.fds[1])
@@ -516,10 +462,10 @@ func TestPerfBufferCloseDiscards(t *testing.T) {
 		st := pb.Stats()
 		want := [2]uint64{0, 0}
 		if !consume {
-			want = [2]uint64{64, uint64(len(fakeSample(make([]byte, 40))))}
+			want = [2]uint64{2, 1}
 		}
-		if st[0].Discarded != want[0] || st[1].Discarded != want[1] {
-			t.Errorf("consume %v: discarded %d and %d bytes, want %v", consume, st[0].Discarded, st[1].Discarded, want)
+		if st[0].Left != want[0] || st[1].Left != want[1] {
+			t.Errorf("consume %v: left %d and %d samples, want %v", consume, st[0].Left, st[1].Left, want)
 		}
 	}
 }
@@ -548,8 +494,8 @@ func TestPerfBufferCloseFromCallback(t *testing.T) {
 		t.Fatalf("Consume = %d, %v after %d calls (%d after Close); want 2, nil", n, err, calls, after)
 	}
 	st := pb.Stats()
-	if st[0].Samples != 2 || st[0].Discarded != 32 || st[1].Samples != 0 || st[1].Discarded != 3*32 {
-		t.Errorf("stats %+v; want 2 samples delivered, 1 and 3 records discarded", st)
+	if st[0].Samples != 2 || st[0].Left != 1 || st[1].Samples != 0 || st[1].Left != 3 {
+		t.Errorf("stats %+v; want 2 samples delivered, 1 and 3 left", st)
 	}
 	if _, err := pb.Consume(); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Consume after Close: %v", err)
@@ -589,7 +535,7 @@ func TestPerfBufferReentrant(t *testing.T) {
 	}
 
 	started, release := make(chan struct{}), make(chan struct{})
-	pb.sample = func(int, []byte) {
+	pb.cb.sample = func(int, []byte) {
 		close(started)
 		<-release
 	}
@@ -694,12 +640,12 @@ func TestPerfBufferHeld(t *testing.T) {
 	if _, err := pb.Consume(); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Consume after Close: %v", err)
 	}
-	if d := pb.Stats()[0].Discarded; d != 0 || pb.w.file == nil {
-		t.Errorf("freed while a ring was held (discarded %d)", d)
+	if d := pb.Stats()[0].Left; d != 0 || pb.c.w.file == nil {
+		t.Errorf("freed while a ring was held (left %d)", d)
 	}
 	pb.release(0)
-	if d := pb.Stats()[0].Discarded; d != 32 || pb.w.file != nil {
-		t.Errorf("not freed at release: discarded %d, want 32", d)
+	if d := pb.Stats()[0].Left; d != 1 || pb.c.w.file != nil {
+		t.Errorf("not freed at release: left %d, want 1", d)
 	}
 }
 

@@ -224,9 +224,12 @@ func (r *perfRing) quiet() bool {
 	return r.cursor == r.head && r.corrupt == nil && atomic.LoadUint64(&r.page.Data_head) == r.head
 }
 
-// pending returns the bytes between the cursor and the head snapshot, and whether an error
-// is pending (a ring with one must be visited to report and skip it).
-func (r *perfRing) pending() (int, bool) { return int(r.head - r.cursor), r.corrupt != nil }
+// pending returns the bytes between the cursor and the head snapshot.
+func (r *perfRing) pending() int { return int(r.head - r.cursor) }
+
+// failed reports whether a CorruptError is pending: the ring must be visited to report and
+// skip it.
+func (r *perfRing) failed() bool { return r.corrupt != nil }
 
 // cursorPos, headPos and tailPos return the positions: the next record to parse, the head
 // snapshot, the committed tail.
@@ -550,7 +553,7 @@ func (r *perfRing) commit(pos uint64) error {
 		r.store(pos)
 		return nil
 	}
-	return fmt.Errorf("commit perf ring %d (cpu %d) to %d: %s: %w", r.index, r.cpu, pos, reason, os.ErrInvalid)
+	return fmt.Errorf("commit perf ring cpu %d to %d: %s: %w", r.cpu, pos, reason, os.ErrInvalid)
 }
 
 // store stores data_tail without checks.
@@ -612,8 +615,11 @@ func (r *perfRing) skipCorrupt() uint64 {
 // undelivered records start, up to data_head: what Close leaves unread. It parses without
 // moving the cursor or counting; a corrupt record ends the count.
 func (r *perfRing) left(oldest uint64) (samples, lost uint64) {
-	cursor, head, counted, st, corrupt, badHead := r.cursor, r.head, r.counted, r.st, r.corrupt, r.badHead
-	r.cursor, r.counted, r.corrupt, r.badHead = oldest, oldest, nil, false
+	tail, cursor, head, counted, st, corrupt, badHead := r.tail, r.cursor, r.head, r.counted, r.st, r.corrupt, r.badHead
+	if t := r.loadTail(); int64(t-oldest) > 0 {
+		oldest = t // a RawBuffer over the ring read further
+	}
+	r.tail, r.cursor, r.head, r.counted, r.corrupt, r.badHead = oldest, oldest, oldest, oldest, nil, false
 	if r.snapshot() {
 		var rec Record
 		for r.parse(&rec) {
@@ -624,6 +630,6 @@ func (r *perfRing) left(oldest uint64) (samples, lost uint64) {
 			}
 		}
 	}
-	r.cursor, r.head, r.counted, r.st, r.corrupt, r.badHead = cursor, head, counted, st, corrupt, badHead
+	r.tail, r.cursor, r.head, r.counted, r.st, r.corrupt, r.badHead = tail, cursor, head, counted, st, corrupt, badHead
 	return samples, lost
 }

@@ -22,97 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fakeRings are fake perf rings with an eventfd each standing in for the
-// perf event's fd: a producer signals it after publishing, as the kernel's
-// wakeup makes the perf fd readable.
-type fakeRings struct {
-	rings []*fakeRing
-	fds   []int
-	cpus  []int // the CPU behind ring i; i unless a test says otherwise
-}
-
-func newFakeRings(t testing.TB, n, size int) *fakeRings {
-	t.Helper()
-	f := &fakeRings{}
-	for i := 0; i < n; i++ {
-		f.rings = append(f.rings, newFakeRing(size))
-		f.cpus = append(f.cpus, i)
-		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.fds = append(f.fds, fd)
-		t.Cleanup(func() { unix.Close(fd) })
-	}
-	return f
-}
-
-// raw returns RawBuffers over the rings, CPU f.cpus[i] for ring i.
-func (f *fakeRings) raw(t testing.TB) []*RawBuffer {
-	t.Helper()
-	var out []*RawBuffer
-	for i, r := range f.rings {
-		b, err := newRawBufferFromParts(f.cpus[i], r.page, r.data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
-	}
-	return out
-}
-
-// wake makes ring i's fd readable.
-func (f *fakeRings) wake(i int) {
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(f.fds[i], one[:])
-}
-
-// drainWake makes ring i's fd unreadable again (the kernel's perf_poll
-// does this when it reports the ring).
-func (f *fakeRings) drainWake(i int) {
-	var b [8]byte
-	unix.Read(f.fds[i], b[:])
-}
-
-// reader returns a Reader over the rings (ordered with opts.Order), closed
-// when the test ends.
-func (f *fakeRings) reader(t testing.TB, opts ReaderOptions) *Reader {
-	t.Helper()
-	r, err := newReader(f.raw(t), f.fds, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
-}
-
-// ordered returns a Reader over the rings that merges them with ord.
-func (f *fakeRings) ordered(t testing.TB, ord Order) *Reader {
-	t.Helper()
-	return f.reader(t, ReaderOptions{Order: &ord})
-}
-
-// setBudget sets a fullest-first Reader's turn, in bytes (internal: the
-// default is a quarter of a ring). Call it before the first read.
-func setBudget(r *Reader, n int) { r.pol.(*fullest).budget = n }
-
-// payload is a sample carrying a key and a sequence number.
-func payload(key, seq uint64, size int) []byte {
-	p := make([]byte, max(size, 16))
-	binary.NativeEndian.PutUint64(p, key)
-	binary.NativeEndian.PutUint64(p[8:], seq)
-	for i := 16; i < len(p); i++ {
-		p[i] = byte(seq) + byte(i)
-	}
-	return p
-}
-
-func (f *fakeRings) emit(t testing.TB, ring int, key, seq uint64, size int) {
-	t.Helper()
-	f.rings[ring].mustWrite(t, fakeSample(payload(key, seq, size)))
-}
-
 func readN(t *testing.T, r *Reader, n int) []Sample {
 	t.Helper()
 	var out []Sample
@@ -221,7 +130,7 @@ func within(t *testing.T, what string, fn func()) {
 func TestReaderFullestFirst(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	recSize := len(fakeSample(payload(0, 0, 32)))
-	r := f.reader(t, ReaderOptions{})
+	r := f.reader(t, Options{})
 	setBudget(r, 4*recSize) // four records a turn
 	for _, fuller := range []int{1, 0} {
 		other := 1 - fuller
@@ -256,7 +165,7 @@ func TestReaderFullestFirst(t *testing.T) {
 // ReadInto reuses the Sample: no allocation per record.
 func TestReaderReadIntoAllocs(t *testing.T) {
 	f := newFakeRings(t, 2, 1<<16)
-	r := f.reader(t, ReaderOptions{})
+	r := f.reader(t, Options{})
 	var s Sample
 	seq := uint64(0)
 	rec := fakeSample(payload(0, 0, 64))
@@ -276,7 +185,7 @@ func TestReaderReadIntoAllocs(t *testing.T) {
 // deadline, and a read after Close fails at once.
 func TestReaderCloseAndDeadline(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	r := f.reader(t, Options{MaxLatency: -1})
 
 	r.SetDeadline(time.Now().Add(20 * time.Millisecond))
 	var s Sample
@@ -319,7 +228,7 @@ func TestReaderCloseEndsQueuedRead(t *testing.T) {
 		if ordered {
 			r = f.ordered(t, Order{MaxDelay: time.Hour})
 		} else {
-			r = f.reader(t, ReaderOptions{MaxLatency: -1})
+			r = f.reader(t, Options{MaxLatency: -1})
 		}
 		f.emit(t, 0, 1, 1, 16)
 		f.emit(t, 1, 2, 2, 16)
@@ -367,7 +276,7 @@ func TestReaderCloseEndsQueuedRead(t *testing.T) {
 func TestReaderMaxLatency(t *testing.T) {
 	for _, latency := range []time.Duration{5 * time.Millisecond, -1} {
 		f := newFakeRings(t, 2, 4096)
-		r := f.reader(t, ReaderOptions{MaxLatency: latency})
+		r := f.reader(t, Options{MaxLatency: latency})
 		start := time.Now()
 		r.SetDeadline(start.Add(300 * time.Millisecond))
 		written := make(chan struct{})
@@ -395,7 +304,7 @@ func TestReaderMaxLatency(t *testing.T) {
 // is left as Discarded.
 func TestReaderFlushAndDiscard(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	r := f.reader(t, Options{MaxLatency: -1})
 	for i := 0; i < 5; i++ {
 		f.emit(t, i%2, 0, uint64(i), 40)
 	}
@@ -406,27 +315,26 @@ func TestReaderFlushAndDiscard(t *testing.T) {
 	f.emit(t, 0, 0, 9, 40)
 	r.Close()
 	st := r.Stats()
-	if d := st[0].Discarded; d != uint64(len(fakeSample(payload(0, 9, 40)))) {
-		t.Errorf("discarded %d bytes at Close", d)
+	if d := st[0].Left; d != 1 {
+		t.Errorf("left %d samples at Close, want 1", d)
 	}
-	if st[0].Samples != 3 || st[1].Samples != 2 || st[1].Discarded != 0 {
+	if st[0].Samples != 3 || st[1].Samples != 2 || st[1].Left != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
 
-// Close counts as Discarded what was not delivered, not what was delivered
+// Close counts as Left what was not delivered, not what was delivered
 // but not yet committed: a read returns in the middle of a fullest-first
 // turn, and an ordered Reader commits a ring once a sixteenth of it was
 // delivered.
 func TestCloseDiscardsUndelivered(t *testing.T) {
-	recSize := uint64(len(fakeSample(payload(0, 0, 40))))
 	for _, how := range []string{"fullest/ReadInto", "fullest/Each", "ordered/ReadInto", "ordered/Each"} {
 		t.Run(how, func(t *testing.T) {
 			policy, mode, _ := strings.Cut(how, "/")
 			f := newFakeRings(t, 2, 4096)
 			var r *Reader
 			if policy == "fullest" {
-				r = f.reader(t, ReaderOptions{MaxLatency: -1})
+				r = f.reader(t, Options{MaxLatency: -1})
 			} else {
 				r = f.ordered(t, Order{MaxDelay: time.Hour})
 			}
@@ -447,8 +355,8 @@ func TestCloseDiscardsUndelivered(t *testing.T) {
 			}
 			r.Close()
 			st := r.Stats()[0]
-			if st.Discarded != 4*recSize || st.Samples != 1 {
-				t.Errorf("stats %+v; want 1 sample, and the 4 records not delivered (%d bytes) discarded", st, 4*recSize)
+			if st.Left != 4 || st.Samples != 1 {
+				t.Errorf("stats %+v; want 1 sample, and the 4 records not delivered left", st)
 			}
 		})
 	}
@@ -458,7 +366,7 @@ func TestCloseDiscardsUndelivered(t *testing.T) {
 func TestReaderEachAndAll(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	f.cpus = []int{3, 7} // buffer indexes are not CPU numbers
-	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	r := f.reader(t, Options{MaxLatency: -1})
 	for i := 0; i < 4; i++ {
 		f.emit(t, i%2, 0, uint64(i), 24)
 	}
@@ -511,7 +419,7 @@ func TestReaderLost(t *testing.T) {
 		f.rings[0].write(fakeSample(payload(0, seq, 40)))
 	}
 	f.rings[0].publish()
-	r := f.reader(t, ReaderOptions{})
+	r := f.reader(t, Options{})
 	var got, lost uint64
 	var s Sample
 	for got < 5 || lost == 0 { // 4 fit, 6 are lost, then the one written below
@@ -548,7 +456,7 @@ func TestReaderRace(t *testing.T) {
 		n = 20000
 	}
 	f := newFakeRings(t, rings, 1<<14)
-	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
+	r := f.reader(t, Options{MaxLatency: time.Millisecond})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for i := 0; i < rings; i++ {
@@ -606,7 +514,7 @@ func TestReaderRace(t *testing.T) {
 // and Close wakes a read blocked in the wait and the reads queued behind it.
 func TestReaderConcurrentReads(t *testing.T) {
 	f := newFakeRings(t, 2, 1<<16)
-	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
+	r := f.reader(t, Options{MaxLatency: time.Millisecond})
 	const n = 3000
 	for seq := uint64(0); seq < n; seq++ {
 		f.rings[seq%2].write(fakeSample(payload(0, seq, 24)))
@@ -663,7 +571,7 @@ func TestReaderConcurrentReads(t *testing.T) {
 // closes the reader.
 func TestReaderEachCorruptAndClose(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
-	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	r := f.reader(t, Options{MaxLatency: -1})
 	f.emit(t, 0, 0, 0, 32)                                                            // 48 bytes
 	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8))) // size not a multiple of 8
 	r.SetDeadline(time.Now().Add(50 * time.Millisecond))
@@ -695,8 +603,8 @@ func TestReaderEachCorruptAndClose(t *testing.T) {
 	if !errors.Is(err, os.ErrClosed) || fmt.Sprint(seqs) != "[0 1]" {
 		t.Errorf("Each with Close from fn: %v, seqs %v", err, seqs)
 	}
-	if st := r.Stats()[0]; st.Samples != 2 || st.Corrupt != 1 || st.Discarded != 48 {
-		t.Errorf("stats after Close %+v; want 2 samples, 1 corruption, 48 bytes discarded", st)
+	if st := r.Stats()[0]; st.Samples != 2 || st.Corrupt != 1 || st.Left != 1 {
+		t.Errorf("stats after Close %+v; want 2 samples, 1 corruption, 1 sample left", st)
 	}
 }
 
@@ -712,7 +620,7 @@ func TestReaderCorruptReportedOnce(t *testing.T) {
 				if policy == "ordered" {
 					r = f.ordered(t, Order{MaxDelay: time.Hour})
 				} else {
-					r = f.reader(t, ReaderOptions{MaxLatency: -1})
+					r = f.reader(t, Options{MaxLatency: -1})
 				}
 				f.emit(t, 0, 1, 0, 16) // 32 bytes each
 				f.emit(t, 0, 2, 1, 16)
@@ -758,9 +666,8 @@ func TestReaderCorruptReportedOnce(t *testing.T) {
 // Close called from an Each function or an All loop makes that call the
 // last: no fn call follows, also within a fullest-first turn and an ordered
 // run (RawBuffer.each stops after the record during which the owner was
-// closed), and the records not delivered are counted as Discarded.
+// closed), and the records not delivered are counted as Left.
 func TestReaderCloseFromEach(t *testing.T) {
-	recSize := uint64(len(fakeSample(payload(0, 0, 16))))
 	for _, policy := range []string{"fullest", "ordered"} {
 		for _, mode := range []string{"Each", "All"} {
 			for _, closeAt := range []int{1, 3} {
@@ -770,7 +677,7 @@ func TestReaderCloseFromEach(t *testing.T) {
 					if policy == "ordered" {
 						r = f.ordered(t, Order{MaxDelay: time.Hour})
 					} else {
-						r = f.reader(t, ReaderOptions{MaxLatency: -1})
+						r = f.reader(t, Options{MaxLatency: -1})
 					}
 					const n = 40
 					for seq := uint64(0); seq < n; seq++ {
@@ -810,8 +717,8 @@ func TestReaderCloseFromEach(t *testing.T) {
 					if got := st[0].Samples + st[1].Samples; got != uint64(closeAt) {
 						t.Errorf("stats count %d samples delivered, want %d: %+v", got, closeAt, st)
 					}
-					if d := st[0].Discarded + st[1].Discarded; d != (n+1-uint64(closeAt))*recSize {
-						t.Errorf("discarded %d bytes, want the %d records not delivered: %+v", d, n+1-closeAt, st)
+					if d := st[0].Left + st[1].Left; d != n+1-uint64(closeAt) {
+						t.Errorf("left %d samples, want the %d records not delivered: %+v", d, n+1-closeAt, st)
 					}
 				})
 			}
@@ -825,7 +732,7 @@ func TestReaderCloseFromEach(t *testing.T) {
 // the wait return at once, forever.)
 func TestReaderEachCloseWhileBlocked(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	r := f.reader(t, Options{MaxLatency: -1})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // ends the spinning Each (it does check ctx)
 	done := make(chan error, 1)
@@ -857,7 +764,7 @@ func TestFlushEndsUnderSteadyProducer(t *testing.T) {
 			if ordered {
 				r = f.ordered(t, Order{MaxDelay: time.Hour})
 			} else {
-				r = f.reader(t, ReaderOptions{MaxLatency: -1})
+				r = f.reader(t, Options{MaxLatency: -1})
 			}
 			f.emit(t, 0, 1, 0, 16) // the only record there at Flush time
 			r.Flush()
@@ -887,7 +794,7 @@ func TestReaderBadHead(t *testing.T) {
 	f := newFakeRings(t, 1, 1024)
 	f.emit(t, 0, 0, 0, 16)
 	atomic.StoreUint64(&f.rings[0].page.Data_head, 4096) // tail 0: more than the ring
-	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
+	r := f.reader(t, Options{MaxLatency: time.Millisecond})
 	r.SetDeadline(time.Now().Add(30 * time.Millisecond))
 	var s Sample
 	err := r.ReadInto(&s)
@@ -946,7 +853,7 @@ func TestEachCtxCancelRacesClose(t *testing.T) {
 	}
 	for k := 0; k < 200; k++ {
 		f := newFakeRings(t, 1, 4096)
-		r := f.reader(t, ReaderOptions{MaxLatency: -1})
+		r := f.reader(t, Options{MaxLatency: -1})
 		ctx, cancel := context.WithCancel(context.Background())
 		go cancel()
 		_ = r.Each(ctx, func(*Record) error { return nil })
@@ -1006,14 +913,14 @@ func TestReaderMatchesReference(t *testing.T) {
 			want, other := make([][]refRecord, len(ref)), make([]uint64, len(ref))
 			for i, recs := range ref {
 				for _, w := range recs {
-					if w.typ == RecordOther {
+					if w.typ == recordOther {
 						other[i]++
 					} else {
 						want[i] = append(want[i], w)
 					}
 				}
 			}
-			r := f.reader(t, ReaderOptions{MaxLatency: -1})
+			r := f.reader(t, Options{MaxLatency: -1})
 			if budget := []int{0, 1, 24, 100, 700}[seed%5]; budget > 0 {
 				setBudget(r, budget) // 0: the default, a quarter of the ring
 			}
@@ -1092,7 +999,7 @@ func TestReaderTurnsAcrossPauses(t *testing.T) {
 				f.rings[0].mustWrite(t, rec)
 				f.rings[1].mustWrite(t, rec)
 			}
-			r := f.reader(t, ReaderOptions{MaxLatency: -1})
+			r := f.reader(t, Options{MaxLatency: -1})
 			setBudget(r, 3*len(rec)-1)
 			r.Flush()
 			var cpus []int
@@ -1132,13 +1039,12 @@ func TestReadFromCallbackReentrant(t *testing.T) {
 			if ordered {
 				return f.ordered(t, Order{})
 			}
-			return f.reader(t, ReaderOptions{})
+			return f.reader(t, Options{})
 		}
 		f := newFakeRings(t, 2, 4096)
 		r := newR(f)
 		nested := map[string]func() error{
 			"ReadInto": func() error { var s Sample; return r.ReadInto(&s) },
-			"Read":     func() error { _, err := r.Read(); return err },
 			"Each": func() error {
 				return r.Each(context.Background(), func(*Record) error { return nil })
 			},
@@ -1211,7 +1117,7 @@ func TestEachNilFunc(t *testing.T) {
 		if ordered {
 			r = f.ordered(t, Order{})
 		} else {
-			r = f.reader(t, ReaderOptions{})
+			r = f.reader(t, Options{})
 		}
 		if err := r.Each(context.Background(), nil); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("ordered %v: Each(nil): %v, want os.ErrInvalid", ordered, err)
@@ -1229,7 +1135,7 @@ func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
 		if ordered {
 			r = f.ordered(t, Order{MaxDelay: time.Hour})
 		} else {
-			r = f.reader(t, ReaderOptions{})
+			r = f.reader(t, Options{})
 		}
 		f.emit(t, 0, 5, 1, 16)
 		f.emit(t, 0, 7, 2, 16)
@@ -1253,7 +1159,7 @@ func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
 
 // Both policies skip records of types other than sample and lost, as
 // Sample.Type promises, and count them in Stats().Other. (They were handed
-// out as RecordOther.)
+// out as recordOther.)
 func TestReadersSkipOtherRecords(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		f := newFakeRings(t, 1, 1<<12)
@@ -1261,7 +1167,7 @@ func TestReadersSkipOtherRecords(t *testing.T) {
 		if ordered {
 			r = f.ordered(t, Order{})
 		} else {
-			r = f.reader(t, ReaderOptions{})
+			r = f.reader(t, Options{})
 		}
 		f.emit(t, 0, 1, 0, 16)
 		f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8)))

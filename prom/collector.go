@@ -86,9 +86,9 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 	counter("dropped_late_samples_total",
 		"Ordered Reader with DropLate: late samples of the CPU dropped, not delivered (also in samples_total and late_samples_total).",
 		func(s *perfbuf.Stats) uint64 { return s.Dropped })
-	counter("discarded_bytes_total",
-		"Bytes left undelivered in the CPU's rings when the reader was closed.",
-		func(s *perfbuf.Stats) uint64 { return s.Discarded })
+	counter("left_samples_total",
+		"Samples left unread in the CPU's rings when the reader was closed.",
+		func(s *perfbuf.Stats) uint64 { return s.Left })
 	gauge("ring_fill_bytes",
 		"Bytes waiting in the CPU's rings at the scrape (0 once the reader is closed).",
 		func(s *perfbuf.Stats) int { return s.Fill })
@@ -185,7 +185,7 @@ func add(a, b *perfbuf.Stats) {
 	a.CorruptBytes += b.CorruptBytes
 	a.Late += b.Late
 	a.Dropped += b.Dropped
-	a.Discarded += b.Discarded
+	a.Left += b.Left
 	a.MaxFill = max(a.MaxFill, b.MaxFill)
 	a.Fill += b.Fill
 	a.Failed.NoEntry += b.Failed.NoEntry

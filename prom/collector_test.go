@@ -35,10 +35,10 @@ func (f *fakeSource) Stats() []perfbuf.Stats {
 func fakeStats() []perfbuf.Stats {
 	return []perfbuf.Stats{
 		{CPU: 2, Samples: 10, Bytes: 640, Lost: 3, Other: 1, Corrupt: 1, CorruptBytes: 48,
-			Late: 2, Dropped: 1, Discarded: 0, MaxFill: 4096, Fill: 0},
+			Late: 2, Dropped: 1, Left: 0, MaxFill: 4096, Fill: 0},
 		{CPU: 0, Samples: 7, Bytes: 448, Late: 1, MaxFill: 512, Fill: 128,
 			Failed: perfbuf.Failures{Invalid: 2}},
-		{CPU: 2, Samples: 5, Bytes: 320, Lost: 4, Late: 1, Discarded: 64, MaxFill: 1024, Fill: 256,
+		{CPU: 2, Samples: 5, Bytes: 320, Lost: 4, Late: 1, Left: 2, MaxFill: 1024, Fill: 256,
 			Failed: perfbuf.Failures{NotOnCPU: 6, Other: 1}},
 		{CPU: 3, Failed: perfbuf.Failures{NoEntry: 5, TooBig: 2}},
 	}
@@ -55,11 +55,6 @@ perfbuf_corrupt_skipped_bytes_total{cpu="3"} 0
 perfbuf_corruptions_total{cpu="0"} 0
 perfbuf_corruptions_total{cpu="2"} 1
 perfbuf_corruptions_total{cpu="3"} 0
-# HELP perfbuf_discarded_bytes_total Bytes left undelivered in the CPU's rings when the reader was closed.
-# TYPE perfbuf_discarded_bytes_total counter
-perfbuf_discarded_bytes_total{cpu="0"} 0
-perfbuf_discarded_bytes_total{cpu="2"} 64
-perfbuf_discarded_bytes_total{cpu="3"} 0
 # HELP perfbuf_dropped_late_samples_total Ordered Reader with DropLate: late samples of the CPU dropped, not delivered (also in samples_total and late_samples_total).
 # TYPE perfbuf_dropped_late_samples_total counter
 perfbuf_dropped_late_samples_total{cpu="0"} 0
@@ -70,6 +65,11 @@ perfbuf_dropped_late_samples_total{cpu="3"} 0
 perfbuf_late_samples_total{cpu="0"} 1
 perfbuf_late_samples_total{cpu="2"} 3
 perfbuf_late_samples_total{cpu="3"} 0
+# HELP perfbuf_left_samples_total Samples left unread in the CPU's rings when the reader was closed.
+# TYPE perfbuf_left_samples_total counter
+perfbuf_left_samples_total{cpu="0"} 0
+perfbuf_left_samples_total{cpu="2"} 2
+perfbuf_left_samples_total{cpu="3"} 0
 # HELP perfbuf_lost_samples_total Samples the kernel dropped because the CPU's ring was full, as reported by the lost records read so far (a count arrives once a later sample fits).
 # TYPE perfbuf_lost_samples_total counter
 perfbuf_lost_samples_total{cpu="0"} 0

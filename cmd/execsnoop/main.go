@@ -148,7 +148,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 	}
 	// Close before the summary, so that its counts include what the rings
-	// still hold (execs after the flush), as Discarded.
+	// still hold (execs after the flush), as Left.
 	t.rd.Close()
 	writeSummary(stderr, c, t.rd.Stats(), time.Since(start))
 	return 0
@@ -238,8 +238,8 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 		if s.Corrupt > 0 {
 			fmt.Fprintf(w, "  %d corrupt (%d bytes skipped)", s.Corrupt, s.CorruptBytes)
 		}
-		if s.Discarded > 0 {
-			fmt.Fprintf(w, "  %d bytes unread at exit", s.Discarded)
+		if s.Left > 0 {
+			fmt.Fprintf(w, "  %d unread at exit", s.Left)
 		}
 		if s.Failed.Total() > 0 {
 			fmt.Fprintf(w, "  %s", failuresText(s.Failed))

@@ -134,9 +134,9 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 
 // readerOptions are the options of the events' reader: rings of 64 pages
 // that fit the largest event, merged in timestamp order.
-func readerOptions() perfbuf.ReaderOptions {
-	return perfbuf.ReaderOptions{
-		PageCount:     64,
+func readerOptions() perfbuf.Options {
+	return perfbuf.Options{
+		RingBytes:     64 << 12,
 		MaxSampleSize: eventMaxSize,
 		Order:         &perfbuf.Order{KeyOffset: offTS, MaxDelay: maxDelay},
 	}

@@ -28,7 +28,7 @@ const obj = "bpf/callback.bpf.o"
 func setup(t *testing.T) *bpftest.Fixture { return bpftest.Setup(t, obj) }
 
 func opts(c *bpftest.Collector, pages int) perfbuf.Options {
-	return perfbuf.Options{PageCount: pages, SampleFunc: c.Sample, LostFunc: c.LostFn}
+	return perfbuf.Options{RingBytes: pages << 12, SampleFunc: c.Sample, LostFunc: c.LostFn}
 }
 
 // discard is a SampleFunc for tests that do not look at the samples.
@@ -68,9 +68,9 @@ func newPB(t *testing.T, f *bpftest.Fixture, opts perfbuf.Options) *perfbuf.Perf
 	if pb.BufferCount() != len(f.CPUs) {
 		t.Fatalf("BufferCount %d, want %d", pb.BufferCount(), len(f.CPUs))
 	}
-	for i := 0; i < pb.BufferCount(); i++ {
-		if cpu, err := pb.CPU(i); err != nil || cpu != f.CPUs[i] {
-			t.Fatalf("CPU(%d) = %d, %v; want %d", i, cpu, err, f.CPUs[i])
+	for i, st := range pb.Stats()[:pb.BufferCount()] {
+		if st.Ring != i || st.CPU != f.CPUs[i] {
+			t.Fatalf("ring %d: %+v; want CPU %d", i, st, f.CPUs[i])
 		}
 	}
 	return pb
@@ -176,7 +176,7 @@ func TestLargestSample(t *testing.T) {
 	f := setup(t)
 	const largest = 4052
 	for _, n := range []int{largest + 1, 4076} {
-		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, MaxSampleSize: n, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
+		if _, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, MaxSampleSize: n, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
 			t.Fatalf("New with MaxSampleSize %d: %v, want ErrSampleTooLarge", n, err)
 		}
 	}
@@ -306,7 +306,7 @@ func TestCloseWhilePolling(t *testing.T) {
 	}
 	var worst time.Duration
 	for i := 0; i < rounds; i++ {
-		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, SampleFunc: discard})
+		pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +391,7 @@ func TestNewCloseLeaks(t *testing.T) {
 	f := setup(t)
 	cycles := map[string]func(){
 		"New": func() {
-			pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 2, SampleFunc: discard})
+			pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 2 << 12, SampleFunc: discard})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -401,7 +401,7 @@ func TestNewCloseLeaks(t *testing.T) {
 			pb.Close()
 		},
 		"NewReader": func() {
-			r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: 2})
+			r, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: 2 << 12})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -472,16 +472,16 @@ func TestErrors(t *testing.T) {
 		}
 	}
 
-	for _, pages := range []int{-1, 3, 6, 100, 1 << 62} {
-		if _, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: pages, SampleFunc: discard}); !errors.Is(err, os.ErrInvalid) {
-			t.Errorf("PageCount %d: %v; want os.ErrInvalid", pages, err)
+	for _, bytes := range []int{-1, -4096, 1<<40 + 1, 1 << 62} {
+		if _, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bytes, SampleFunc: discard}); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("RingBytes %d: %v; want os.ErrInvalid", bytes, err)
 		}
-		if _, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: pages}); !errors.Is(err, os.ErrInvalid) {
-			t.Errorf("NewReader with PageCount %d: %v; want os.ErrInvalid", pages, err)
+		if _, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: bytes}); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("NewReader with RingBytes %d: %v; want os.ErrInvalid", bytes, err)
 		}
 	}
 
-	pb, err := perfbuf.New(perfbuf.MapFD(f.Events.FileDescriptor()), perfbuf.Options{PageCount: 1, SampleFunc: discard})
+	pb, err := perfbuf.New(perfbuf.MapFD(f.Events.FileDescriptor()), perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,9 +492,6 @@ func TestErrors(t *testing.T) {
 		}
 		if _, err := pb.BufferFD(i); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("BufferFD(%d): %v; want os.ErrInvalid", i, err)
-		}
-		if _, err := pb.CPU(i); !errors.Is(err, os.ErrInvalid) {
-			t.Errorf("CPU(%d): %v; want os.ErrInvalid", i, err)
 		}
 		if _, err := pb.Buffer(i); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("Buffer(%d): %v; want os.ErrInvalid", i, err)
@@ -531,10 +528,10 @@ func TestNewNeedsSampleFunc(t *testing.T) {
 	f := setup(t)
 	lost := func(int, uint64) {}
 	bad := map[string]perfbuf.Options{
-		"no SampleFunc":       {PageCount: 1},
-		"LostFunc only":       {PageCount: 1, LostFunc: lost},
-		"Raw with SampleFunc": {PageCount: 1, Raw: true, SampleFunc: discard},
-		"Raw with LostFunc":   {PageCount: 1, Raw: true, LostFunc: lost},
+		"no SampleFunc":       {RingBytes: 1 << 12},
+		"LostFunc only":       {RingBytes: 1 << 12, LostFunc: lost},
+		"Raw with SampleFunc": {RingBytes: 1 << 12, Raw: true, SampleFunc: discard},
+		"Raw with LostFunc":   {RingBytes: 1 << 12, Raw: true, LostFunc: lost},
 	}
 	for name, o := range bad {
 		pb, err := perfbuf.New(f.Events, o)
@@ -546,7 +543,7 @@ func TestNewNeedsSampleFunc(t *testing.T) {
 		}
 	}
 
-	pb := newPB(t, f, perfbuf.Options{PageCount: 1, Raw: true})
+	pb := newPB(t, f, perfbuf.Options{RingBytes: 1 << 12, Raw: true})
 	calls := map[string]func() error{
 		"Poll":          func() error { _, err := pb.Poll(0); return err },
 		"Consume":       func() error { _, err := pb.Consume(); return err },
@@ -613,14 +610,14 @@ func TestCloseDiscards(t *testing.T) {
 		for _, st := range stats {
 			var want uint64
 			if st.CPU == cpu {
-				t.Logf("%s: cpu %d: emitted %d (%d bytes), failed %d | delivered %d, %d bytes discarded",
-					tc.name, cpu, em.Emitted, emitted, em.Failed, st.Samples, st.Discarded)
+				t.Logf("%s: cpu %d: emitted %d (%d bytes), failed %d | delivered %d, %d left",
+					tc.name, cpu, em.Emitted, emitted, em.Failed, st.Samples, st.Left)
 				if !tc.consume {
-					want = emitted
+					want = em.Emitted
 				}
 			}
-			if st.Discarded != want {
-				t.Errorf("%s: cpu %d: %d bytes discarded at Close, want %d", tc.name, st.CPU, st.Discarded, want)
+			if st.Left != want {
+				t.Errorf("%s: cpu %d: %d samples left at Close, want %d", tc.name, st.CPU, st.Left, want)
 			}
 		}
 		if pb.Close(); !slices.Equal(pb.Stats(), stats) {
@@ -636,7 +633,7 @@ func TestCloseFromCallback(t *testing.T) {
 	f := setup(t)
 	var pb *perfbuf.PerfBuffer
 	calls := 0
-	pb = newPB(t, f, perfbuf.Options{PageCount: 1, SampleFunc: func(int, []byte) {
+	pb = newPB(t, f, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {
 		calls++
 		pb.Close()
 	}})
@@ -656,8 +653,8 @@ func TestCloseFromCallback(t *testing.T) {
 		t.Errorf("SampleFunc ran %d times; want once, then Close", calls)
 	}
 	st := pb.Stats()[0]
-	if want := 4 * uint64(bpftest.RecordSize(size)); st.Samples != 1 || st.Discarded != want {
-		t.Errorf("stats %+v; want 1 sample delivered and %d bytes (4 records) discarded", st, want)
+	if st.Samples != 1 || st.Left != 4 {
+		t.Errorf("stats %+v; want 1 sample delivered and 4 left", st)
 	}
 }
 
@@ -707,7 +704,7 @@ func TestPollAfterPanicDeliversRest(t *testing.T) {
 	f := setup(t)
 	var mu sync.Mutex
 	calls := 0
-	pb := newPB(t, f, perfbuf.Options{PageCount: 1, SampleFunc: func(int, []byte) {
+	pb := newPB(t, f, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {
 		mu.Lock()
 		calls++
 		n := calls
@@ -749,7 +746,7 @@ func TestPollAfterPanicDeliversRest(t *testing.T) {
 func TestWakeupEventsLarge(t *testing.T) {
 	f := setup(t)
 	try := func(wakeup int) int {
-		pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 4, WakeupEvents: wakeup, SampleFunc: discard})
+		pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 4 << 12, WakeupEvents: wakeup, SampleFunc: discard})
 		if err != nil {
 			t.Logf("WakeupEvents %d: New: %v", wakeup, err)
 			return -1
@@ -823,7 +820,7 @@ func TestReleaseFromSampleFunc(t *testing.T) {
 	}
 	var rb *perfbuf.RawBuffer
 	var once sync.Once
-	pb := newPB(t, f, perfbuf.Options{PageCount: 1, SampleFunc: func(int, []byte) {
+	pb := newPB(t, f, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {
 		once.Do(func() { rb.Release() })
 	}})
 	var err error
@@ -842,17 +839,17 @@ func TestReleaseFromSampleFunc(t *testing.T) {
 func TestReaderReopen(t *testing.T) {
 	f := setup(t)
 	cpu := f.CPUs[0]
-	r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: 1})
+	r, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: 1 << 12})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r2, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: 1}); !errors.Is(err, perfbuf.ErrMapInUse) {
+	if r2, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: 1 << 12}); !errors.Is(err, perfbuf.ErrMapInUse) {
 		t.Errorf("second NewReader on the map: %v; want ErrMapInUse", err)
 		if r2 != nil {
 			r2.Close()
 		}
 	}
-	if pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrMapInUse) {
+	if pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrMapInUse) {
 		t.Errorf("New on the map a Reader reads: %v; want ErrMapInUse", err)
 		if pb != nil {
 			pb.Close()
@@ -860,7 +857,7 @@ func TestReaderReopen(t *testing.T) {
 	}
 	r.Close()
 
-	r, err = perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{PageCount: 1})
+	r, err = perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: 1 << 12})
 	if err != nil {
 		t.Fatalf("NewReader after the first Reader was closed: %v", err)
 	}
@@ -944,7 +941,7 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 	// Each Reader, fullest-first and ordered: one sample per online CPU,
 	// each delivered with its CPU.
 	for _, ordered := range []bool{false, true} {
-		ro := perfbuf.ReaderOptions{PageCount: 1}
+		ro := perfbuf.Options{RingBytes: 1 << 12}
 		if ordered {
 			ro.Order = &perfbuf.Order{KeyOffset: 8}
 		}
@@ -1002,14 +999,14 @@ func TestSecondReaderOfMapRefused(t *testing.T) {
 	}
 	defer syscall.Close(dup)
 	for name, m := range map[string]perfbuf.Map{"same fd": f.Events, "dup fd": perfbuf.MapFD(dup)} {
-		pb2, err := perfbuf.New(m, perfbuf.Options{PageCount: 1, SampleFunc: discard})
+		pb2, err := perfbuf.New(m, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard})
 		if !errors.Is(err, perfbuf.ErrMapInUse) {
 			t.Errorf("second New on the %s: %v; want ErrMapInUse", name, err)
 		}
 		if pb2 != nil {
 			pb2.Close()
 		}
-		r, err := perfbuf.NewReader(m, perfbuf.ReaderOptions{PageCount: 1})
+		r, err := perfbuf.NewReader(m, perfbuf.Options{RingBytes: 1 << 12})
 		if !errors.Is(err, perfbuf.ErrMapInUse) {
 			t.Errorf("NewReader on the %s: %v; want ErrMapInUse", name, err)
 		}
@@ -1023,7 +1020,7 @@ func TestSecondReaderOfMapRefused(t *testing.T) {
 		t.Errorf("first PerfBuffer after the second New: Consume = %d, %v; want 3 samples", n, err)
 	}
 	pb.Close()
-	pb3, err := perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{PageCount: 1, SampleFunc: discard})
+	pb3, err := perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard})
 	if err != nil {
 		t.Fatalf("New after the first was closed: %v", err)
 	}
@@ -1062,7 +1059,7 @@ func TestCallFromCallbackReentrant(t *testing.T) {
 					once.Do(func() { got = call(pb) })
 				}
 			}
-			o := perfbuf.Options{PageCount: 1, SampleFunc: func(int, []byte) {
+			o := perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {
 				if !lost {
 					in()
 				}
@@ -1071,7 +1068,7 @@ func TestCallFromCallbackReentrant(t *testing.T) {
 			if pb, err = perfbuf.New(f.Events, o); err != nil {
 				t.Fatal(err)
 			}
-			cpu, _ := pb.CPU(0)
+			cpu := pb.Stats()[0].CPU
 			if lost {
 				f.Emit(t, cpu, 500, 64, 0) // overflows: the next sample brings a lost record
 				if _, err := pb.ConsumeBuffer(0); err != nil {

@@ -173,7 +173,7 @@ func callbackMode(t *testing.T, events perfbuf.Map, opts perfbuf.Options, c *col
 // readerMode opens a Reader on events with the failure map.
 func readerMode(t *testing.T, events perfbuf.Map, opts perfbuf.Options, c *collector) mode {
 	t.Helper()
-	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{PageCount: opts.PageCount, FailureMap: opts.FailureMap})
+	r, err := perfbuf.NewReader(events, perfbuf.Options{RingBytes: opts.RingBytes, FailureMap: opts.FailureMap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestFailureAccounting(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			f := setup(t)
 			c := newCollector(t)
-			rd := m.open(t, f.events, perfbuf.Options{PageCount: 1, FailureMap: f.failures}, c)
+			rd := m.open(t, f.events, perfbuf.Options{RingBytes: 1 << 12, FailureMap: f.failures}, c)
 			maxEntries := uint64(f.events.MaxEntries())
 			if maxEntries == 0 {
 				t.Fatal("events has max_entries 0 after load")
@@ -428,7 +428,7 @@ func TestBadFailureMaps(t *testing.T) {
 		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("New, %s: %v; want %v, %q", c.name, err, c.want, c.msg)
 		}
-		_, err = perfbuf.NewReader(f.events, perfbuf.ReaderOptions{FailureMap: c.m})
+		_, err = perfbuf.NewReader(f.events, perfbuf.Options{FailureMap: c.m})
 		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("NewReader, %s: %v; want %v, %q", c.name, err, c.want, c.msg)
 		}

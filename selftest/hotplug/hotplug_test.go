@@ -137,7 +137,7 @@ func TestHotplugCallback(t *testing.T) {
 	if n := pb.BufferCount(); n != before+1 {
 		t.Fatalf("%d rings after cpu %d came online, want %d", n, cpu, before+1)
 	}
-	if got, _ := pb.CPU(before); got != cpu {
+	if got := pb.Stats()[before].CPU; got != cpu {
 		t.Errorf("ring %d is cpu %d's, want cpu %d's", before, got, cpu)
 	}
 	emitAll(t, f, count)
@@ -236,7 +236,7 @@ func TestHotplugReaders(t *testing.T) {
 		t.Run(fmt.Sprintf("ordered=%v", ord != nil), func(t *testing.T) {
 			f, cpu := setup(t)
 			setOnline(t, cpu, false)
-			r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Order: ord})
+			r, err := perfbuf.NewReader(f.Events, perfbuf.Options{Order: ord})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -280,7 +280,7 @@ func TestHotplugBack(t *testing.T) {
 				}
 				stats = func() []perfbuf.Stats { consume(); return pb.Stats() }
 			case "ordered":
-				r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Order: &perfbuf.Order{KeyOffset: 8}})
+				r, err := perfbuf.NewReader(f.Events, perfbuf.Options{Order: &perfbuf.Order{KeyOffset: 8}})
 				if err != nil {
 					t.Fatal(err)
 				}

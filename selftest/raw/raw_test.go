@@ -71,7 +71,7 @@ func drainRaw(t *testing.T, bufs []*perfbuf.RawBuffer, c *bpftest.Collector) (st
 			case perfbuf.RecordLost:
 				c.LostFn(rb.CPU(), rec.Lost)
 			default:
-				t.Errorf("cpu %d: unexpected record type %d", rb.CPU(), rec.RawType)
+				t.Errorf("cpu %d: unexpected record type %v", rb.CPU(), rec.Type)
 			}
 			return nil
 		})
@@ -89,7 +89,7 @@ func TestRawMatchesCallback(t *testing.T) {
 
 	// Phase 1: callback mode.
 	cb := bpftest.NewCollector()
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 2, SampleFunc: cb.Sample, LostFunc: cb.LostFn})
+	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 2 << 12, SampleFunc: cb.Sample, LostFunc: cb.LostFn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestRawMatchesCallback(t *testing.T) {
 
 	// Phase 2: raw mode over fresh rings of the same size.
 	raw := bpftest.NewCollector()
-	pb, err = perfbuf.New(f.Events, perfbuf.Options{PageCount: 2, Raw: true})
+	pb, err = perfbuf.New(f.Events, perfbuf.Options{RingBytes: 2 << 12, Raw: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +118,8 @@ func TestRawMatchesCallback(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rb.Release()
-		if cpu, _ := pb.CPU(i); rb.CPU() != cpu {
-			t.Errorf("buffer %d: RawBuffer says cpu %d, CPU(i) %d", i, rb.CPU(), cpu)
+		if cpu := pb.Stats()[i].CPU; rb.CPU() != cpu {
+			t.Errorf("buffer %d: RawBuffer says cpu %d, Stats cpu %d", i, rb.CPU(), cpu)
 		}
 		if rb.Size() != 2*os.Getpagesize() {
 			t.Errorf("buffer %d: size %d, want 2 pages", i, rb.Size())
@@ -147,7 +147,7 @@ func TestRawMatchesCallback(t *testing.T) {
 		}
 		st := rb.Stats()
 		raw.CheckStats(t, []perfbuf.Stats{st})
-		if st.CPU != cpu || st.Corrupt != 0 || st.CorruptBytes != 0 || st.Other != 0 || st.Discarded != 0 {
+		if st.CPU != cpu || st.Corrupt != 0 || st.CorruptBytes != 0 || st.Other != 0 || st.Left != 0 {
 			t.Errorf("cpu %d: RawBuffer stats %+v", cpu, st)
 		}
 		if rb.Used() != 0 {
@@ -170,7 +170,7 @@ func TestRawMatchesCallback(t *testing.T) {
 // ring 0, released and closed at cleanup.
 func rawRing0(t *testing.T, f *bpftest.Fixture) *perfbuf.RawBuffer {
 	t.Helper()
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, Raw: true})
+	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, Raw: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestRawPeekCommit(t *testing.T) {
 func TestRawHold(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	c := bpftest.NewCollector()
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{PageCount: 1, SampleFunc: c.Sample, LostFunc: c.LostFn})
+	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: c.Sample, LostFunc: c.LostFn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,9 +295,9 @@ func TestRawHold(t *testing.T) {
 	}
 	rb.Release()
 	// The rings were freed at Release, with nothing left in them: what
-	// the RawBuffer read is not callback mode's, nor discarded.
-	if st := pb.Stats()[0]; st.Samples != 3 || st.Discarded != 0 {
-		t.Errorf("stats after Release %+v; want the 3 samples callback mode read, none discarded", st)
+	// the RawBuffer read is not callback mode's, nor left.
+	if st := pb.Stats()[0]; st.Samples != 3 || st.Left != 0 {
+		t.Errorf("stats after Release %+v; want the 3 samples callback mode read, none left", st)
 	}
 	if _, err := rb.Drain(func(*perfbuf.Record) error { return nil }); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("drain after Release: %v; want os.ErrClosed", err)
@@ -380,11 +380,7 @@ func TestRawRingBytes(t *testing.T) {
 		}
 		pb.Close()
 	}
-	_, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: page, PageCount: 1, Raw: true})
-	if !errors.Is(err, os.ErrInvalid) {
-		t.Errorf("RingBytes and PageCount: %v, want os.ErrInvalid", err)
-	}
-	_, err = perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{RingBytes: -page})
+	_, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: -page})
 	if !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("negative RingBytes: %v, want os.ErrInvalid", err)
 	}

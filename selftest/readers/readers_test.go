@@ -20,7 +20,7 @@ const obj = "bpf/readers.bpf.o"
 
 // newReader opens a Reader on f's map, closed at cleanup if not before. Its
 // deadline, a minute away, bounds every read of the tests.
-func newReader(t *testing.T, f *bpftest.Fixture, opts perfbuf.ReaderOptions) *perfbuf.Reader {
+func newReader(t *testing.T, f *bpftest.Fixture, opts perfbuf.Options) *perfbuf.Reader {
 	t.Helper()
 	r, err := perfbuf.NewReader(f.Events, opts)
 	if err != nil {
@@ -68,7 +68,7 @@ func flushAndRead(t *testing.T, f *bpftest.Fixture, r *perfbuf.Reader, c *bpftes
 // A Reader over overloaded rings accounts for every sample.
 func TestReaderAccounting(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	r := newReader(t, f, perfbuf.ReaderOptions{PageCount: 1})
+	r := newReader(t, f, perfbuf.Options{RingBytes: 1 << 12})
 	c := bpftest.NewCollector()
 	for round := 0; round < 10; round++ {
 		for _, cpu := range f.CPUs {
@@ -84,8 +84,8 @@ func TestReaderAccounting(t *testing.T) {
 	stats := r.Stats()
 	c.CheckStats(t, stats)
 	for i, st := range stats {
-		if st.Lost == 0 || st.Discarded != 0 || st.Corrupt != 0 {
-			t.Errorf("ring %d: stats %+v; want samples lost, none discarded or corrupt", i, st)
+		if st.Lost == 0 || st.Left != 0 || st.Corrupt != 0 {
+			t.Errorf("ring %d: stats %+v; want samples lost, none left or corrupt", i, st)
 		}
 	}
 }
@@ -103,7 +103,7 @@ func TestReaderCloseDiscards(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		for _, each := range []bool{false, true} {
 			name := fmt.Sprintf("ordered %v, each %v", ordered, each)
-			opts := perfbuf.ReaderOptions{PageCount: 1}
+			opts := perfbuf.Options{RingBytes: 1 << 12}
 			if ordered {
 				opts.Order = &perfbuf.Order{KeyOffset: 8, MaxDelay: time.Millisecond}
 			}
@@ -139,11 +139,11 @@ func TestReaderCloseDiscards(t *testing.T) {
 			for _, st := range stats {
 				var want uint64
 				if st.CPU == cpu {
-					want = (n - read) * uint64(bpftest.RecordSize(size))
+					want = n - read
 				}
-				if st.Discarded != want {
-					t.Errorf("%s: cpu %d: %d bytes discarded at Close, want %d (%d records of %d bytes left)",
-						name, st.CPU, st.Discarded, want, n-read, bpftest.RecordSize(size))
+				if st.Left != want {
+					t.Errorf("%s: cpu %d: %d samples left at Close, want %d",
+						name, st.CPU, st.Left, want)
 				}
 			}
 		}
@@ -156,7 +156,7 @@ func TestReaderCloseDiscards(t *testing.T) {
 func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	for _, latency := range []time.Duration{-1, 10 * time.Millisecond} {
-		r := newReader(t, f, perfbuf.ReaderOptions{PageCount: 4, WakeupEvents: 64, MaxLatency: latency})
+		r := newReader(t, f, perfbuf.Options{RingBytes: 4 << 12, WakeupEvents: 64, MaxLatency: latency})
 		got := make(chan error, 1)
 		go func() {
 			var s perfbuf.Sample
@@ -190,7 +190,7 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 // CPU.
 func skewed(t *testing.T, f *bpftest.Fixture) map[int]uint64 {
 	t.Helper()
-	r := newReader(t, f, perfbuf.ReaderOptions{PageCount: 2, WakeupEvents: 8})
+	r := newReader(t, f, perfbuf.Options{RingBytes: 2 << 12, WakeupEvents: 8})
 	defer r.Close() // the next run reads the map: one reader at a time
 	before := f.Stats(t)
 	c := bpftest.NewCollector()
@@ -259,7 +259,7 @@ func TestFullestFirstSkewed(t *testing.T) {
 // in timestamp order, each once, none lost; late ones are counted.
 func TestOrderedRealTimestamps(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	o := newReader(t, f, perfbuf.ReaderOptions{PageCount: 256, WakeupEvents: 16,
+	o := newReader(t, f, perfbuf.Options{RingBytes: 256 << 12, WakeupEvents: 16,
 		Order: &perfbuf.Order{KeyOffset: 8, MaxDelay: 20 * time.Millisecond}})
 	c := bpftest.NewCollector()
 	var mu sync.Mutex

@@ -71,7 +71,7 @@ var Sizes = []int{16, 64, 256, 1024}
 
 const (
 	// DrainPages is the ring size of the drain measurements: 64 pages
-	// (256 KiB with 4 KiB pages), perfbuf's default PageCount.
+	// (256 KiB with 4 KiB pages), perfbuf's default RingBytes.
 	DrainPages = 64
 	// FillCPU is the CPU the drain measurements fill; the reader is
 	// pinned to DrainCPU().
@@ -220,7 +220,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return &cDrain{fillOne: base, r: r, both: cfg.Mode == ModeC2CPU}, nil
 	case ModeCallback:
 		d := &callbackDrain{fillOne: base}
-		pb, err := perfbuf.New(e.Events, perfbuf.Options{PageCount: cfg.Pages,
+		pb, err := perfbuf.New(e.Events, perfbuf.Options{RingBytes: cfg.Pages << 12,
 			SampleFunc: func(_ int, data []byte) { d.total += cref.ReadAll(data) }})
 		if err != nil {
 			return nil, err
@@ -230,7 +230,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 	case ModeRawZeroCopy, ModeRawCopy:
 		return openRaw(base, cfg)
 	case ModeReader, ModeReaderEach:
-		r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{PageCount: cfg.Pages})
+		r, err := perfbuf.NewReader(e.Events, perfbuf.Options{RingBytes: cfg.Pages << 12})
 		if err != nil {
 			return nil, err
 		}
@@ -310,13 +310,13 @@ type rawDrain struct {
 }
 
 func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
-	pb, err := perfbuf.New(base.e.Events, perfbuf.Options{PageCount: cfg.Pages, Raw: true})
+	pb, err := perfbuf.New(base.e.Events, perfbuf.Options{RingBytes: cfg.Pages << 12, Raw: true})
 	if err != nil {
 		return nil, err
 	}
 	d := &rawDrain{fillOne: base, pb: pb}
 	for i := 0; i < pb.BufferCount() && d.rb == nil; i++ {
-		if cpu, _ := pb.CPU(i); cpu == FillCPU {
+		if pb.Stats()[i].CPU == FillCPU {
 			if d.rb, err = pb.Buffer(i); err != nil {
 				pb.Close()
 				return nil, err

@@ -10,7 +10,7 @@ import (
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 
-// orderedDrain measures the ordered Reader's merge (ReaderOptions.Order),
+// orderedDrain measures the ordered Reader's merge (Options.Order),
 // not its waits.
 //
 // Filled on one CPU only, the rings would never release a record by rule 1
@@ -47,8 +47,8 @@ type orderedDrain struct {
 }
 
 func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
-	r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{
-		PageCount:    cfg.Pages,
+	r, err := perfbuf.NewReader(e.Events, perfbuf.Options{
+		RingBytes:    cfg.Pages << 12,
 		WakeupEvents: orderedWakeup,
 		Order: &perfbuf.Order{
 			KeyOffset: 8,

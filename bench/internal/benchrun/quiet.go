@@ -50,7 +50,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ModeReaderNoLatency is the Reader with ReaderOptions.MaxLatency -1: it
+// ModeReaderNoLatency is the Reader with Options.MaxLatency -1: it
 // wakes for wakeups only. The idle measurement compares it with the Reader's
 // default (a drain every 100 ms).
 const ModeReaderNoLatency = "reader-nolatency"
@@ -454,7 +454,7 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	switch cfg.Mode {
 	case ModeCallback:
 		pb, err := perfbuf.New(m, perfbuf.Options{
-			PageCount:    QuietPages,
+			RingBytes:    QuietPages << 12,
 			WakeupEvents: 1,
 			SampleFunc:   func(_ int, data []byte) { c.sample(data) },
 			LostFunc:     func(_ int, n uint64) { c.lost += n },
@@ -476,7 +476,7 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 			return nil
 		}
 	default:
-		opts := perfbuf.ReaderOptions{PageCount: QuietPages, WakeupEvents: 1}
+		opts := perfbuf.Options{RingBytes: QuietPages << 12, WakeupEvents: 1}
 		switch cfg.Mode {
 		case ModeReaderNoLatency:
 			opts.MaxLatency = -1
