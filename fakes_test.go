@@ -265,7 +265,6 @@ func (f *fakeRings) emit(t testing.TB, ring int, key, seq uint64, size int) {
 	f.rings[ring].mustWrite(t, fakeSample(payload(key, seq, size)))
 }
 
-
 // perfBuffer returns what New returns for opts over the fake rings, CPU
 // f.cpus[i] for ring i: newPerfBuffer, New's work after openRings, which
 // needs a kernel.
@@ -324,4 +323,3 @@ func (f *fakeRings) hotRings(t testing.TB, limit int, spare *fakeRings) *rings {
 	}
 	return r
 }
-

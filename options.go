@@ -111,9 +111,9 @@ func (o *Options) ring() ringOptions {
 func (o *Options) checkNew() error {
 	switch {
 	case o.MaxLatency != 0 || o.Order != nil:
-		return fmt.Errorf("MaxLatency or Order set: they are NewReader's: %w", os.ErrInvalid)
+		return fmt.Errorf("options MaxLatency or Order set: they are NewReader's: %w", os.ErrInvalid)
 	case o.Raw && (o.SampleFunc != nil || o.LostFunc != nil):
-		return fmt.Errorf("Raw with SampleFunc or LostFunc: %w", os.ErrInvalid)
+		return fmt.Errorf("options Raw with SampleFunc or LostFunc: %w", os.ErrInvalid)
 	case !o.Raw && o.SampleFunc == nil:
 		return fmt.Errorf("no SampleFunc (set Raw to read the rings with Buffer only): %w", os.ErrInvalid)
 	}
@@ -123,7 +123,7 @@ func (o *Options) checkNew() error {
 // checkReader checks the fields that are NewReader's, and that New's are not set.
 func (o *Options) checkReader() error {
 	if o.SampleFunc != nil || o.LostFunc != nil || o.Raw {
-		return fmt.Errorf("SampleFunc, LostFunc or Raw set: they are New's: %w", os.ErrInvalid)
+		return fmt.Errorf("options SampleFunc, LostFunc or Raw set: they are New's: %w", os.ErrInvalid)
 	}
 	if ord := o.Order; ord != nil {
 		return ord.check()
@@ -193,7 +193,7 @@ func (ord *Order) check() error {
 	case ord.KeyOffset < 0 || ord.MaxDelay < 0 || ord.HighWater < 0:
 		return fmt.Errorf("negative Order field: %w", os.ErrInvalid)
 	case ord.KeyOffset > maxKeyOffset-8:
-		return fmt.Errorf("Order.KeyOffset %d past the largest sample (%d bytes): %w", ord.KeyOffset, maxKeyOffset, os.ErrInvalid)
+		return fmt.Errorf("order key offset %d past the largest sample (%d bytes): %w", ord.KeyOffset, maxKeyOffset, os.ErrInvalid)
 	}
 	return nil
 }

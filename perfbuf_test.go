@@ -157,11 +157,11 @@ func TestNewChecks(t *testing.T) {
 		msg  string
 	}{
 		{"no SampleFunc", func() error { _, err := New(MapFD(-1), Options{}); return err }, os.ErrInvalid, "new perf buffer: no SampleFunc"},
-		{"Raw with SampleFunc", func() error { _, err := New(MapFD(-1), Options{Raw: true, SampleFunc: sample}); return err }, os.ErrInvalid, "new perf buffer: Raw with SampleFunc"},
+		{"Raw with SampleFunc", func() error { _, err := New(MapFD(-1), Options{Raw: true, SampleFunc: sample}); return err }, os.ErrInvalid, "new perf buffer: options Raw with SampleFunc"},
 		{"Raw with LostFunc", func() error {
 			_, err := New(MapFD(-1), Options{Raw: true, LostFunc: func(int, uint64) {}})
 			return err
-		}, os.ErrInvalid, "new perf buffer: Raw with SampleFunc or LostFunc"},
+		}, os.ErrInvalid, "new perf buffer: options Raw with SampleFunc or LostFunc"},
 		{"options first", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample, RingBytes: -3}); return err }, os.ErrInvalid, "new perf buffer: ring bytes -3"},
 		{"sample too large", func() error {
 			_, err := New(MapFD(-1), Options{Raw: true, RingBytes: 4096, MaxSampleSize: 5000})

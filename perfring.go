@@ -324,7 +324,7 @@ func (r *perfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*R
 		}
 		p, room := r.plainRoom()
 		pos := r.cursor
-		end := pos + room                         // the records must end by here
+		end := pos + room                          // the records must end by here
 		stop0 := pos + min(room, limit-(pos-from)) // and start before here
 		for int64(stop0-pos) > 0 {
 			size, n := plainAt(p, end-pos)

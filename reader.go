@@ -238,6 +238,9 @@ func (r *Reader) ReadInto(s *Sample) error {
 	}
 	defer r.c.life.exitExclusive() // (a Key function may panic)
 	for {
+		if r.c.life.closed() {
+			return fmt.Errorf("%s: %w", op, os.ErrClosed)
+		}
 		if r.c.corrupt != nil {
 			return r.takeCorrupt(op)
 		}

@@ -161,27 +161,6 @@ func (r *rings) openLibbpf(cpu int32) (*perfRing, int, ringSrc, error) {
 	return rb, fd, src, nil
 }
 
-// count returns the number of rings; any goroutine may call it.
-func (r *rings) count() int {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return len(r.ring)
-}
-
-// cpu and fd return ring i's CPU and descriptor; any goroutine may call
-// them, with i < count().
-func (r *rings) cpu(i int) int {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return int(r.cpus[i])
-}
-
-func (r *rings) fd(i int) int {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.fds[i]
-}
-
 // view returns a new reader of ring i's mapping, with positions of its own.
 func (r *rings) view(i int) (*perfRing, error) {
 	r.mu.RLock()

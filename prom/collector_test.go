@@ -233,14 +233,14 @@ func fill(v reflect.Value, n int64) {
 	}
 }
 
-// check wants every field of v, the sum of 3 and 5, but CPU (a's) and
-// MaxFill (the larger).
+// check wants every field of v, the sum of 3 and 5, but CPU and Ring (a's)
+// and MaxFill (the larger).
 func check(t *testing.T, prefix string, v reflect.Value) {
 	for i := range v.NumField() {
 		name := prefix + v.Type().Field(i).Name
 		want := int64(8)
 		switch name {
-		case "CPU":
+		case "CPU", "Ring":
 			want = 3
 		case "MaxFill":
 			want = 5

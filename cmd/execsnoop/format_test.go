@@ -395,7 +395,7 @@ func TestReadLoopCorruptRing(t *testing.T) {
 	var sum bytes.Buffer
 	stats := []perfbuf.Stats{{CPU: 0, Samples: 2}, {CPU: 1, Corrupt: 1, CorruptBytes: 512, Left: 2}}
 	writeSummary(&sum, c, stats, time.Second)
-	for _, want := range []string{", 1 corrupt rings found", "  1 corrupt (512 bytes skipped)  64 bytes unread at exit\n"} {
+	for _, want := range []string{", 1 corrupt rings found", "  1 corrupt (512 bytes skipped)  2 unread at exit\n"} {
 		if !strings.Contains(sum.String(), want) {
 			t.Errorf("summary %q, want it to contain %q", sum.String(), want)
 		}

@@ -355,7 +355,7 @@ func TestFailuresWithoutRing(t *testing.T) {
 			got := f.outcomes(t)
 			want := []perfbuf.Stats{{CPU: 0, Samples: 3, Bytes: 3 * 36}} // 32 bytes padded to 36
 			for _, cpu := range f.cpus[1:] {
-				want = append(want, perfbuf.Stats{CPU: cpu, Failed: perfbuf.Failures{TooBig: got[cpu].TooBig}})
+				want = append(want, perfbuf.Stats{Ring: -1, CPU: cpu, Failed: perfbuf.Failures{TooBig: got[cpu].TooBig}})
 			}
 			st := rd.stats()
 			rd.close()
