@@ -163,10 +163,9 @@ host() {
 		fi
 	fi
 
-	# The host's PID namespace: BPF programs see the kernel's PIDs, so a tool
-	# such as execsnoop reports host PIDs, and its tests compare them with
-	# the PIDs of the processes they start.
-	local -a mounts=(--pid=host)
+	# No --pid=host: the container keeps a PID namespace of its own, as a user's
+	# would, and execsnoop prints PIDs as that namespace numbers them.
+	local -a mounts=()
 	# BTF for CO-RE relocation and tp_btf/fentry; read-only, it is the host kernel's.
 	[ -d /sys/kernel/btf ] && mounts+=(-v /sys/kernel/btf:/sys/kernel/btf:ro)
 	local -a envs=(-e "TEST_TARGET=$target")

@@ -292,6 +292,35 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+// The help says which PIDs are printed, --kernel-pids chooses the kernel's,
+// and the summary counts the execs outside the namespace when there are
+// some. (Only the kernel's were printed, and the help did not say so.)
+func TestPIDNumbering(t *testing.T) {
+	var help bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &help); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(help.String(), "PID and PPID are numbered as in execsnoop's own PID namespace") ||
+		!strings.Contains(help.String(), "      --kernel-pids ") {
+		t.Errorf("-h: %v, help:\n%s", err, help.String())
+	}
+	for args, want := range map[string]bool{"": false, "--kernel-pids": true, "-x --kernel-pids": true} {
+		o, err := parseFlags(strings.Fields(args), io.Discard)
+		if err != nil || o.tracer.kernelPIDs != want {
+			t.Errorf("%q: kernelPIDs %v (%v), want %v", args, o != nil && o.tracer.kernelPIDs, err, want)
+		}
+	}
+	const other = ", 3 outside this PID namespace (--kernel-pids shows them) in "
+	var sum bytes.Buffer
+	writeSummary(&sum, counts{events: 2, shown: 2, kernel: kernelCounts{otherPIDNS: 3}}, nil, time.Second)
+	if !strings.Contains(sum.String(), other) {
+		t.Errorf("summary:\n%s\nwant it to contain %q", sum.String(), other)
+	}
+	sum.Reset()
+	writeSummary(&sum, counts{events: 2, shown: 2}, nil, time.Second)
+	if strings.Contains(sum.String(), "namespace") {
+		t.Errorf("summary with none outside the namespace mentions it:\n%s", sum.String())
+	}
+}
+
 // Grouped short flags are split wherever they are, and a flag's value is
 // passed on as it is, whatever it looks like. (The split used to stop at
 // the first value, so "-n bash -Tx" failed, and it split values: "-n -qU"

@@ -28,7 +28,7 @@ const usageHead = `Trace exec syscalls.
 
 USAGE: execsnoop [-h] [-T] [-t] [-x] [--failed-only] [-u UID] [-q] [-n NAME]
                  [-l LINE] [-U] [--max-args MAX_ARGS] [-d SECONDS] [-j] [--demo]
-                 [--bpf-obj PATH] [--metrics ADDR] [-v]
+                 [--kernel-pids] [--bpf-obj PATH] [--metrics ADDR] [-v]
 
 EXAMPLES:
    execsnoop           # trace all exec() syscalls
@@ -43,6 +43,13 @@ EXAMPLES:
    execsnoop -j -d 10  # JSON lines for 10 seconds
    execsnoop --demo    # start a few known processes while tracing
    execsnoop --metrics :9435  # Prometheus metrics on http://HOST:9435/metrics
+   execsnoop --kernel-pids    # in a container: every exec, with host PIDs
+
+PID and PPID are numbered as in execsnoop's own PID namespace, as ps there
+shows them (on the host: the kernel's numbers). Execs by processes outside
+that namespace are not shown, only counted in the summary; a parent outside
+it shows as PPID 0. --kernel-pids prints the kernel's numbers (the initial
+namespace's) for every exec, as the C tool does.
 
 OPTIONS (short flags may be grouped: -Tx):
 `
@@ -144,7 +151,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 		return 1
 	}
-	if c.dropped, c.untraced, err = t.kernelDrops(); err != nil {
+	if c.kernel, err = t.kernelCounts(); err != nil {
 		fmt.Fprintf(stderr, "execsnoop: %v\n", err)
 	}
 	// Close before the summary, so that its counts include what the rings
@@ -160,8 +167,9 @@ type counts struct {
 	corrupt                        uint64 // corruptions the reader reported
 	// From the BPF program at the end: events that did not fit in a ring
 	// (lost records report them too, but only once a later event fits),
-	// and execs not traced because its map of execs in flight was full.
-	dropped, untraced uint64
+	// execs not traced because its map of execs in flight was full, execs
+	// outside the PID namespace.
+	kernel kernelCounts
 }
 
 // readLoop prints the events of src until it is flushed or closed. Lost
@@ -214,11 +222,14 @@ func readLoop(src eventSource, o *options, stdout, stderr io.Writer) (counts, er
 
 // writeSummary prints the totals and the reader's per-CPU counts.
 func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Duration) {
-	// Every lost event failed its bpf_perf_event_output, so dropped is the
-	// whole count; lost (the rings' lost records) may lag behind it.
-	fmt.Fprintf(w, "\n%d execs traced, %d shown, %d lost, %d out of order", c.events, c.shown, max(c.lost, c.dropped), c.late)
-	if c.untraced > 0 {
-		fmt.Fprintf(w, ", %d not traced (too many execs in flight)", c.untraced)
+	// Every lost event failed its bpf_perf_event_output, so notOutput is
+	// the whole count; lost (the rings' lost records) may lag behind it.
+	fmt.Fprintf(w, "\n%d execs traced, %d shown, %d lost, %d out of order", c.events, c.shown, max(c.lost, c.kernel.notOutput), c.late)
+	if c.kernel.untraced > 0 {
+		fmt.Fprintf(w, ", %d not traced (too many execs in flight)", c.kernel.untraced)
+	}
+	if c.kernel.otherPIDNS > 0 {
+		fmt.Fprintf(w, ", %d outside this PID namespace (--kernel-pids shows them)", c.kernel.otherPIDNS)
 	}
 	if c.bad > 0 {
 		fmt.Fprintf(w, ", %d malformed", c.bad)
@@ -301,6 +312,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	value(secondsValue{&o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "d", "duration")
 	boolean(&o.printer.json, "print JSON lines instead of columns", "j", "json")
 	boolean(&o.demo, "start a few known processes while tracing", "demo")
+	boolean(&o.tracer.kernelPIDs, "print the kernel's PIDs (initial namespace), every exec", "kernel-pids")
 	value(stringValue{&o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
 	value(metricsAddrValue{&o.metrics}, "ADDR", "serve Prometheus metrics on http://ADDR/metrics (port 0: any, printed on stderr)", "metrics")
 	boolean(&o.tracer.verbose, "verbose libbpf debug output", "v", "verbose")

@@ -45,6 +45,12 @@ type tracerConfig struct {
 	includeFailed bool   // also execs that failed
 	maxArgs       int    // arguments kept, the filename included: 1..totalMaxArgs
 	verbose       bool   // libbpf debug messages
+	// kernelPIDs: PIDs as the kernel numbers them (the initial PID
+	// namespace), for every task, as the C tool prints them. Otherwise as
+	// the PID namespace at pidns numbers them, and execs of tasks outside
+	// it are only counted (kernelCounts.otherPIDNS).
+	kernelPIDs bool
+	pidns      string // a PID namespace file; "" for execsnoop's own, /proc/self/ns/pid
 }
 
 // eventSource is what readLoop reads: a *perfbuf.Reader, or a fake in
@@ -88,10 +94,17 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	if cfg.uid >= 0 {
 		uid = uint32(cfg.uid)
 	}
+	var pidns uint32 // 0: the kernel's PIDs
+	if !cfg.kernelPIDs {
+		if pidns, err = pidNamespace(cfg.pidns); err != nil {
+			return nil, err
+		}
+	}
 	for name, v := range map[string]any{
 		"targ_uid":      uid,
 		"ignore_failed": !cfg.includeFailed,
 		"max_args":      uint32(cfg.maxArgs),
+		"pidns_ino":     pidns,
 	} {
 		if err := t.mod.InitGlobalVariable(name, v); err != nil {
 			return nil, fmt.Errorf("set %s in %s: %w", name, path, err)
@@ -158,28 +171,57 @@ func (t *tracer) openSource(events *libbpfgo.BPFMap) error {
 	return nil
 }
 
-// kernelDrops returns what the BPF program counted in its map `drops`,
-// summed over the CPUs: events that did not fit in a ring (a full ring
-// reports its losses only once a later sample fits, so a loss at the end
-// would go unreported), and execs not traced because the map of execs in
-// flight was full. Outputs that failed for other causes are in the
-// reader's Stats (Failed).
-func (t *tracer) kernelDrops() (notOutput, untraced uint64, err error) {
+// pidNamespace returns the inode number of the PID namespace file path
+// ("" for /proc/self/ns/pid): the BPF program finds the namespace among a
+// task's by it (pidns_ino in execsnoop.bpf.c).
+func pidNamespace(path string) (uint32, error) {
+	if path == "" {
+		path = "/proc/self/ns/pid"
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("find the PID namespace to number PIDs in (--kernel-pids needs none): stat %s: %w", path, err)
+	}
+	// The kernel's namespace inode numbers are 32-bit (ns_common.inum).
+	if st.Ino == 0 || st.Ino > 0xffffffff {
+		return 0, fmt.Errorf("PID namespace %s: inode %d is not a namespace's", path, st.Ino)
+	}
+	return uint32(st.Ino), nil
+}
+
+// kernelCounts is what the BPF program counted in its map `drops`, summed
+// over the CPUs.
+type kernelCounts struct {
+	// Events that did not fit in a ring: a full ring reports its losses
+	// only once a later sample fits, so a loss at the end would go
+	// unreported. Outputs that failed for other causes are in the
+	// reader's Stats (Failed).
+	notOutput uint64
+	untraced  uint64 // execs not traced: the map of execs in flight was full
+	// Execs by tasks outside the PID namespace whose numbers are printed:
+	// not output, as they have no PID there.
+	otherPIDNS uint64
+}
+
+// kernelCounts reads the BPF program's counts.
+func (t *tracer) kernelCounts() (kernelCounts, error) {
+	var c kernelCounts
 	m, err := t.mod.GetMap("drops")
 	if err != nil {
-		return 0, 0, fmt.Errorf("map drops: %w", err)
+		return c, fmt.Errorf("map drops: %w", err)
 	}
-	for kind, sum := range []*uint64{&notOutput, &untraced} {
-		k := uint32(kind)                        // DROP_OUTPUT, DROP_MAP_FULL in execsnoop.bpf.c
+	// DROP_OUTPUT, DROP_MAP_FULL, DROP_OTHER_PIDNS in execsnoop.bpf.c.
+	for kind, sum := range []*uint64{&c.notOutput, &c.untraced, &c.otherPIDNS} {
+		k := uint32(kind)
 		v, err := m.GetValue(unsafe.Pointer(&k)) // a u64 per possible CPU
 		if err != nil {
-			return 0, 0, fmt.Errorf("map drops[%d]: %w", k, err)
+			return kernelCounts{}, fmt.Errorf("map drops[%d]: %w", k, err)
 		}
 		for ; len(v) >= 8; v = v[8:] {
 			*sum += binary.NativeEndian.Uint64(v)
 		}
 	}
-	return notOutput, untraced, nil
+	return c, nil
 }
 
 // close stops the reader, detaches the programs and frees everything.

@@ -10,6 +10,9 @@
  * perfbuf_output, which counts the outputs that fail before a ring by cause
  * in `failures` (bpf/perfbuf.bpf.h; the reader's Stats report them).
  *
+ * PID and PPID are numbered as the reader's PID namespace numbers them
+ * (pid_in_readers_ns below), or as the kernel does when user space asks.
+ *
  * struct event is read by cmd/execsnoop/event.go, which mirrors its offsets:
  * change both together. */
 #include "vmlinux.h"
@@ -25,11 +28,16 @@
 #define INVALID_UID ((__u32)-1)
 
 #define EVENT_ARGS_TRUNCATED 1 /* argv had more than max_args entries */
+#define EVENT_OTHER_PIDNS 2    /* not output: the task has no PID in the reader's namespace */
+
+/* The kernel's limit: PID namespaces nest at most this deep below the initial
+ * one (MAX_PID_NS_LEVEL in include/linux/pid_namespace.h). */
+#define MAX_PID_NS_LEVEL 32
 
 struct event {
 	__u64 ts;          /* 0: bpf_ktime_get_ns() at exit; the readers' ordering key */
-	__u32 pid;         /* 8: tgid */
-	__u32 ppid;        /* 12: tgid of real_parent */
+	__u32 pid;         /* 8: tgid, in the reader's PID namespace (or the kernel's) */
+	__u32 ppid;        /* 12: tgid of real_parent, so; 0 if it has none there */
 	__u32 uid;         /* 16 */
 	__s32 retval;      /* 20: execve's return value: 0 or -errno */
 	__u32 args_count;  /* 24: strings in args: the filename, then argv[1..] */
@@ -43,6 +51,10 @@ struct event {
 const volatile __u32 targ_uid = INVALID_UID;
 const volatile bool ignore_failed = true;
 const volatile __u32 max_args = 20;
+/* The inode number of the reader's PID namespace (stat of /proc/self/ns/pid),
+ * whose numbers pid and ppid carry; 0: the kernel's numbers (the initial
+ * namespace's, as bpf_get_current_pid_tgid gives them). */
+const volatile __u32 pidns_ino = 0;
 
 /* Events between enter and exit, by tgid. Not preallocated: an entry is
  * ~7.7 KiB and only execs in flight need one. Two threads of one process in
@@ -66,9 +78,11 @@ PERFBUF_FAILURE_MAP(failures);
 
 /* Execs dropped in the kernel, per CPU: index DROP_OUTPUT, events that did
  * not fit in the ring (-ENOSPC; other failures are in `failures`);
- * DROP_MAP_FULL, execs not traced because `execs` was full. User space sums
- * them at the end. */
-enum { DROP_OUTPUT, DROP_MAP_FULL, DROP_KINDS };
+ * DROP_MAP_FULL, execs not traced because `execs` was full; DROP_OTHER_PIDNS,
+ * execs by tasks outside the reader's PID namespace (with pidns_ino set),
+ * which have no PID to print there. Each counts the execs that the uid and
+ * failed-exec filters let through. User space sums them at the end. */
+enum { DROP_OUTPUT, DROP_MAP_FULL, DROP_OTHER_PIDNS, DROP_KINDS };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -86,6 +100,30 @@ static void count_drop(__u32 kind)
 }
 
 static const struct event empty_event = {};
+
+/* pid_in_readers_ns returns pid's number in the reader's PID namespace, 0 if
+ * it has none there: pid_nr_ns() of kernel/pid.c. A struct pid holds one
+ * number per level, from the initial namespace's (numbers[0]) to the task's
+ * own namespace's (numbers[pid->level]); the reader's namespace is among
+ * them at its own level, or the task is outside it. That level is found here
+ * by the namespace's inode number, because user space cannot learn it:
+ * NSpid in /proc/self/status lists the levels from the namespace of the
+ * /proc mount down, so in a container with its own /proc it shows one
+ * number whatever the depth. numbers[] is a flexible array: the loop is
+ * bounded by the kernel's deepest level, and every read is a probe read. */
+static __u32 pid_in_readers_ns(struct pid *pid)
+{
+	unsigned int level = BPF_CORE_READ(pid, level);
+	struct pid_namespace *ns;
+	__u32 i;
+
+	for (i = 0; i <= MAX_PID_NS_LEVEL && i <= level; i++) {
+		ns = BPF_CORE_READ(pid, numbers[i].ns);
+		if (BPF_CORE_READ(ns, ns.inum) == pidns_ino)
+			return BPF_CORE_READ(pid, numbers[i].nr);
+	}
+	return 0;
+}
 
 SEC("tracepoint/syscalls/sys_enter_execve")
 int tracepoint__syscalls__sys_enter_execve(struct trace_event_raw_sys_enter *ctx)
@@ -112,9 +150,21 @@ int tracepoint__syscalls__sys_enter_execve(struct trace_event_raw_sys_enter *ctx
 		return 0;
 
 	task = (struct task_struct *)bpf_get_current_task();
-	e->pid = pid;
-	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->uid = uid;
+	if (!pidns_ino) {
+		e->pid = pid;
+		e->ppid = BPF_CORE_READ(task, real_parent, tgid);
+	} else {
+		/* tgid is the group leader's pid. */
+		e->pid = pid_in_readers_ns(BPF_CORE_READ(task, group_leader, thread_pid));
+		if (!e->pid) {
+			/* Counted at the exit, once its result is known. */
+			e->flags |= EVENT_OTHER_PIDNS;
+			return 0;
+		}
+		/* 0 for a parent outside the namespace, as /proc shows it. */
+		e->ppid = pid_in_readers_ns(BPF_CORE_READ(task, real_parent, group_leader, thread_pid));
+	}
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	/* The path as passed to execve comes first, in place of argv[0]. A
@@ -167,6 +217,10 @@ int tracepoint__syscalls__sys_exit_execve(struct trace_event_raw_sys_exit *ctx)
 		return 0;
 	if (ignore_failed && ret < 0)
 		goto cleanup;
+	if (e->flags & EVENT_OTHER_PIDNS) {
+		count_drop(DROP_OTHER_PIDNS);
+		goto cleanup;
+	}
 
 	e->retval = ret;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
