@@ -24,13 +24,14 @@ type core struct {
 }
 
 // openCore opens a ring on every online CPU for the perf event array m with
-// opts' ring settings. Errors: as New's.
-func openCore(m Map, opts *Options) (*core, error) {
-	cfg, err := opts.ring().hostConfig()
+// the ring settings ro, and the failure map failures (nil for none).
+// Errors: as New's.
+func openCore(m Map, ro ringOptions, failures Map) (*core, error) {
+	cfg, err := ro.hostConfig()
 	if err != nil {
 		return nil, err
 	}
-	src, err := openRings(m, cfg, opts.FailureMap)
+	src, err := openRings(m, cfg, failures)
 	if err != nil {
 		return nil, err
 	}

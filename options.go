@@ -1,6 +1,6 @@
 package perfbuf
 
-// What New and NewReader take: the map, and one Options for both.
+// What New and NewReader take: one Options for both.
 
 import (
 	"fmt"
@@ -8,18 +8,6 @@ import (
 	"os"
 	"time"
 )
-
-// Map is what New and NewReader read from: a perf event array's file
-// descriptor. *libbpfgo.BPFMap satisfies it; MapFD wraps a bare descriptor.
-type Map interface {
-	FileDescriptor() int
-}
-
-// MapFD is a bare map file descriptor that satisfies Map.
-type MapFD int
-
-// FileDescriptor returns fd.
-func (fd MapFD) FileDescriptor() int { return int(fd) }
 
 // Options configures New and NewReader. The ring settings apply to both;
 // the others belong to one of them, and the other rejects them with
@@ -181,6 +169,26 @@ type Order struct {
 	// fills the rings, and a full ring loses samples. Zero means three
 	// quarters of the ring.
 	HighWater int
+}
+
+// config is the Order as the merge takes it, defaults resolved but for
+// those that depend on the ring size.
+func (ord *Order) config() orderConfig {
+	c := orderConfig{
+		keyOffset: ord.KeyOffset,
+		key:       ord.Key,
+		maxDelay:  ord.MaxDelay,
+		window:    ord.KeyWindow,
+		dropLate:  ord.DropLate,
+		highWater: ord.HighWater,
+	}
+	if c.maxDelay == 0 {
+		c.maxDelay = 100 * time.Millisecond
+	}
+	if c.window == 0 {
+		c.window = uint64(c.maxDelay.Nanoseconds())
+	}
+	return c
 }
 
 // maxKeyOffset bounds Order.KeyOffset: no sample is larger than a record's u16 size.

@@ -84,25 +84,31 @@ type ordered struct {
 // this file.
 var errHeld = errors.New("record held")
 
-func newOrdered(s *ringSet, opts *Order) *ordered {
+// orderConfig is what the merge takes of Order (Order.config): the key's
+// offset or function, MaxDelay and the key window (defaults resolved),
+// DropLate, HighWater (zero: three quarters of a ring).
+type orderConfig struct {
+	keyOffset int
+	key       func([]byte) uint64
+	maxDelay  time.Duration
+	window    uint64
+	dropLate  bool
+	highWater int
+}
+
+func newOrdered(s *ringSet, cfg orderConfig) *ordered {
 	o := &ordered{
 		s:         s,
-		keyOffset: opts.KeyOffset,
-		keyFn:     opts.Key,
-		maxDelay:  opts.MaxDelay,
-		window:    opts.KeyWindow,
-		dropLate:  opts.DropLate,
-		highWater: opts.HighWater,
+		keyOffset: cfg.keyOffset,
+		keyFn:     cfg.key,
+		maxDelay:  cfg.maxDelay,
+		window:    cfg.window,
+		dropLate:  cfg.dropLate,
+		highWater: cfg.highWater,
 		start:     time.Now(),
 		runRing:   -1,
 	}
 	o.runF = o.runFn
-	if o.maxDelay == 0 {
-		o.maxDelay = 100 * time.Millisecond
-	}
-	if o.window == 0 {
-		o.window = uint64(o.maxDelay.Nanoseconds())
-	}
 	size := s.rings[0].size()
 	if o.highWater == 0 {
 		o.highWater = size * 3 / 4

@@ -93,7 +93,7 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	if err := opts.checkNew(); err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := openCore(m, &opts)
+	c, err := openCore(m, opts.ring(), opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

@@ -52,7 +52,7 @@ func NewReader(m Map, opts Options) (*Reader, error) {
 	if err := opts.checkReader(); err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := openCore(m, &opts)
+	c, err := openCore(m, opts.ring(), opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
@@ -72,7 +72,7 @@ func newReader(c *core, opts *Options) *Reader {
 	r := &Reader{c: c}
 	r.countF = r.countRec
 	if opts.Order != nil {
-		r.pol = newOrdered(&c.ringSet, opts.Order)
+		r.pol = newOrdered(&c.ringSet, opts.Order.config())
 	} else {
 		r.pol = newFullest(&c.ringSet)
 	}

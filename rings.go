@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -223,96 +221,5 @@ func (r *rings) close() {
 	r.failures.close()
 }
 
-// checkMap checks that fd is a perf event array and returns its info.
-func checkMap(fd int) (mapDesc, error) {
-	if fd < 0 {
-		return mapDesc{}, fmt.Errorf("map fd %d: %w", fd, syscall.EBADF)
-	}
-	// The kernel answers a closed fd with EBADFD in BPF_OBJ_GET_INFO_BY_FD
-	// (since 6.x); ask fcntl first so that it is EBADF on every kernel.
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
-		return mapDesc{}, fmt.Errorf("map fd %d: %w", fd, err)
-	}
-	info, err := bpfMapInfo(fd, fd, ErrNotPerfEventArray)
-	if err != nil {
-		return mapDesc{}, err
-	}
-	if info.typ != mapTypePerfEventArray {
-		return mapDesc{}, fmt.Errorf("map %q has type %s (%d): %w",
-			info.name, mapTypeName(info.typ), info.typ, ErrNotPerfEventArray)
-	}
-	return info, nil
-}
-
-// bpfMapInfo returns the info of the BPF map behind fd, which errors call
-// userFD (the caller's descriptor, of which fd may be a duplicate); a
-// descriptor of another kind fails with the kernel's errno, or notMap if
-// the kernel answered.
-func bpfMapInfo(fd, userFD int, notMap error) (mapDesc, error) {
-	info, err := mapInfo(fd)
-	// BPF_OBJ_GET_INFO_BY_FD answers for programs, links and BTF too, in
-	// their own info struct, which would be read as a map's.
-	if kind := fdKind(fd); kind != "" && kind != "anon_inode:bpf-map" {
-		if err == nil {
-			err = notMap
-		}
-		return mapDesc{}, fmt.Errorf("fd %d is not a BPF map (%s): %w", userFD, kind, err)
-	}
-	if err != nil {
-		return mapDesc{}, fmt.Errorf("map fd %d: get map info: %w", userFD, err)
-	}
-	return info, nil
-}
-
-// fdKind returns what fd refers to as /proc/self/fd shows it
-// ("anon_inode:bpf-map", "anon_inode:bpf-prog", "/dev/null"), or "" when
-// /proc cannot tell.
-func fdKind(fd int) string {
-	kind, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-	if err != nil {
-		return ""
-	}
-	return kind
-}
-
 // MEMBARRIER_CMD_GLOBAL (include/uapi/linux/membarrier.h), which x/sys/unix lacks.
 const membarrierCmdGlobal = 1
-
-// BPF map types New reports by name (from include/uapi/linux/bpf.h).
-const mapTypePerfEventArray = 4
-
-type mapDesc struct {
-	id         uint32 // the kernel's map ID: one per map, whatever the fd
-	typ        uint32
-	keySize    uint32
-	valueSize  uint32
-	maxEntries uint32
-	name       string
-}
-
-// claims holds the IDs of the maps that this process reads, from openRings
-// until close: a perf event array has one ring slot per CPU, so one reader.
-var claims struct {
-	sync.Mutex
-	ids map[uint32]bool
-}
-
-// claimMap claims map id; it reports false if another reader holds it.
-func claimMap(id uint32) bool {
-	claims.Lock()
-	defer claims.Unlock()
-	if claims.ids[id] {
-		return false
-	}
-	if claims.ids == nil {
-		claims.ids = make(map[uint32]bool)
-	}
-	claims.ids[id] = true
-	return true
-}
-
-func unclaimMap(id uint32) {
-	claims.Lock()
-	delete(claims.ids, id)
-	claims.Unlock()
-}
