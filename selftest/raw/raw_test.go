@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
@@ -383,5 +385,97 @@ func TestRawRingBytes(t *testing.T) {
 	_, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: -page})
 	if !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("negative RingBytes: %v, want os.ErrInvalid", err)
+	}
+}
+
+// Raw mode waits with PerfBuffer.Wait: it names the rings that hold
+// records, blocks until a sample wakes it (emitted while it waits), times
+// out with none, and returns os.ErrClosed once Close is called; draining
+// the rings it names accounts for every sample, on every CPU.
+func TestRawWait(t *testing.T) {
+	f := bpftest.Setup(t, obj)
+	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 4 << 12, Raw: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pb.Close()
+	bufs := make([]*perfbuf.RawBuffer, pb.BufferCount())
+	ringOf := map[int]int{} // CPU -> buffer index
+	for i := range bufs {
+		if bufs[i], err = pb.Buffer(i); err != nil {
+			t.Fatal(err)
+		}
+		defer bufs[i].Release()
+		ringOf[bufs[i].CPU()] = i
+	}
+	c := bpftest.NewCollector()
+	drain := func(ready []int) {
+		drainRaw(t, func() (out []*perfbuf.RawBuffer) {
+			for _, i := range ready {
+				out = append(out, bufs[i])
+			}
+			return out
+		}(), c)
+	}
+
+	if ready, err := pb.Wait(0, nil); len(ready) != 0 || err != nil {
+		t.Fatalf("Wait(0) on empty rings: %v, %v", ready, err)
+	}
+	if ready, err := pb.Wait(20*time.Millisecond, nil); len(ready) != 0 || err != nil {
+		t.Fatalf("Wait(20ms) on empty rings: %v, %v", ready, err)
+	}
+	var ready []int
+	for _, cpu := range f.CPUs {
+		// Already there: Wait returns at once, naming that ring only.
+		f.Emit(t, cpu, 3, 24, 8)
+		if ready, err = pb.Wait(time.Second, ready[:0]); err != nil || !slices.Equal(ready, []int{ringOf[cpu]}) {
+			t.Fatalf("cpu %d: Wait = %v, %v; want [%d]", cpu, ready, err, ringOf[cpu])
+		}
+		drain(ready)
+		// Emitted while Wait blocks: the sample's wakeup ends it.
+		got := make(chan []int, 1)
+		go func() {
+			r, err := pb.Wait(-1, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- r
+		}()
+		time.Sleep(10 * time.Millisecond) // (either order is correct)
+		f.Emit(t, cpu, 2, 40, 0)
+		select {
+		case r := <-got:
+			if !slices.Equal(r, []int{ringOf[cpu]}) {
+				t.Fatalf("cpu %d: blocked Wait = %v; want [%d]", cpu, r, ringOf[cpu])
+			}
+			drain(r)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("cpu %d: Wait still blocked 5 s after a sample", cpu)
+		}
+	}
+	c.CheckAccounting(t, f)
+	for i, rb := range bufs {
+		if rb.Used() != 0 {
+			t.Errorf("ring %d: %d bytes left", i, rb.Used())
+		}
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := pb.Wait(-1, nil)
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	pb.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrClosed) {
+			t.Errorf("Wait blocked at Close: %v, want os.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait still blocked 5 s after Close")
+	}
+	if _, err := pb.Wait(0, nil); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Wait after Close: %v, want os.ErrClosed", err)
 	}
 }

@@ -1,0 +1,250 @@
+package perfbuf
+
+// Tests of the reads that do not wait (Reader.Consume), of what the
+// options refuse, and of Poll's timeout when goroutines Poll together.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Consume delivers what is in the rings now and returns, without waiting
+// and without an error at the end; records written later wait for the next
+// call.
+func TestReaderConsume(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	r := f.reader(t, Options{MaxLatency: -1})
+	var seqs []uint64
+	fn := func(rec *Record) error { seqs = append(seqs, seqOf(rec.Data)); return nil }
+	within(t, "Consume of empty rings", func() {
+		if n, err := r.Consume(fn); n != 0 || err != nil {
+			t.Errorf("Consume of empty rings = %d, %v", n, err)
+		}
+	})
+	for seq := range uint64(5) {
+		f.emit(t, int(seq%2), 0, seq, 24)
+	}
+	if n, err := r.Consume(fn); n != 5 || err != nil || len(seqs) != 5 {
+		t.Fatalf("Consume = %d, %v (%v); want the 5 records", n, err, seqs)
+	}
+	if n, err := r.Consume(fn); n != 0 || err != nil {
+		t.Fatalf("Consume again = %d, %v; want nothing", n, err)
+	}
+	f.emit(t, 1, 0, 5, 24)
+	if n, err := r.Consume(fn); n != 1 || err != nil || seqs[5] != 5 {
+		t.Fatalf("Consume after one more = %d, %v (%v)", n, err, seqs)
+	}
+	if st := r.Stats(); st[0].Samples+st[1].Samples != 6 || st[0].Fill != 0 || st[1].Fill != 0 {
+		t.Errorf("stats %+v; want 6 samples, rings empty", st)
+	}
+
+	stop := errors.New("stop")
+	f.emit(t, 0, 0, 6, 24)
+	f.emit(t, 0, 0, 7, 24)
+	if n, err := r.Consume(func(*Record) error { return stop }); n != 1 || err != stop {
+		t.Errorf("Consume with fn failing = %d, %v; want 1, fn's error", n, err)
+	}
+	if _, err := r.Consume(nil); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("Consume(nil): %v, want os.ErrInvalid", err)
+	}
+	var nested error
+	if _, err := r.Consume(func(*Record) error {
+		_, nested = r.Consume(fn)
+		return nil
+	}); err != nil || !errors.Is(nested, ErrReentrant) {
+		t.Errorf("Consume from inside Consume: %v; outer %v", nested, err)
+	}
+	r.Close()
+	if _, err := r.Consume(fn); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Consume after Close: %v, want os.ErrClosed", err)
+	}
+}
+
+// An ordered Reader's Consume delivers what the release rule lets go now
+// and keeps the rest; after Flush it delivers everything, in key order.
+func TestReaderConsumeOrdered(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	r := f.reader(t, Options{MaxLatency: -1, Order: &Order{MaxDelay: time.Hour}})
+	for k, key := range []uint64{10, 20, 30} {
+		f.emit(t, 0, key, uint64(k), 24)
+	}
+	f.emit(t, 1, 25, 3, 24)
+	var keys []uint64
+	fn := func(rec *Record) error { keys = append(keys, rec.Key); return nil }
+	// 10 and 20 go (ring 1 has shown 25); 25 goes (ring 0 has shown 30);
+	// 30 waits for ring 1, which shows nothing after 25.
+	if n, err := r.Consume(fn); n != 3 || err != nil || !slices.Equal(keys, []uint64{10, 20, 25}) {
+		t.Fatalf("Consume = %d, %v, keys %v; want 10 20 25", n, err, keys)
+	}
+	r.Flush()
+	if n, err := r.Consume(fn); n != 1 || err != nil || !slices.Equal(keys, []uint64{10, 20, 25, 30}) {
+		t.Fatalf("Consume after Flush = %d, %v, keys %v; want 30", n, err, keys)
+	}
+	if n, err := r.Consume(fn); n != 0 || err != nil {
+		t.Fatalf("Consume after the flush = %d, %v", n, err)
+	}
+}
+
+// Consume allocates nothing, for either policy.
+func TestReaderConsumeAllocs(t *testing.T) {
+	for _, ord := range []*Order{nil, {MaxDelay: time.Nanosecond}} {
+		f := newFakeRings(t, 2, 1<<16)
+		r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+		var sum int
+		fn := func(rec *Record) error { sum += rec.Len(); return nil }
+		var recs [8][]byte
+		for i := range recs {
+			recs[i] = fakeSample(payload(uint64(i), uint64(i), 40))
+		}
+		allocs := testing.AllocsPerRun(50, func() {
+			for i, rec := range recs {
+				f.rings[i%2].write(rec)
+			}
+			f.rings[0].publish()
+			f.rings[1].publish()
+			if n, err := r.Consume(fn); n != 8 || err != nil {
+				t.Fatalf("ordered %v: Consume = %d, %v", ord != nil, n, err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("ordered %v: Consume of 8 records: %v allocs", ord != nil, allocs)
+		}
+	}
+}
+
+// What cannot work is refused at NewReader, not met later as a panic: a key
+// offset no sample reaches (KeyOffset+8 overflowed), and a nil context.
+// A sample shorter than the key has key 0.
+func TestReaderOptionsRefused(t *testing.T) {
+	f := newFakeRings(t, 1, 4096)
+	for _, off := range []int{1<<63 - 8, math.MaxInt, math.MaxInt - 7, maxKeyOffset - 7} {
+		if _, err := f.newReader(t, nil, Options{Order: &Order{KeyOffset: off}}); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("KeyOffset %d: %v, want os.ErrInvalid", off, err)
+		}
+	}
+	for _, o := range []Options{{SampleFunc: func(int, []byte) {}}, {LostFunc: func(int, uint64) {}}, {Raw: true}} {
+		if _, err := f.newReader(t, nil, o); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("NewReader with New's option %+v: %v, want os.ErrInvalid", o, err)
+		}
+	}
+	for _, o := range []Options{{SampleFunc: func(int, []byte) {}, MaxLatency: time.Second}, {Raw: true, Order: &Order{}}} {
+		if err := o.checkNew(); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("New with a Reader's option %+v: %v, want os.ErrInvalid", o, err)
+		}
+	}
+
+	r := f.ordered(t, Order{KeyOffset: maxKeyOffset - 8, MaxDelay: time.Nanosecond})
+	f.emit(t, 0, 7, 0, 16)
+	var s Sample
+	if err := r.ReadInto(&s); err != nil || s.Key != 0 {
+		t.Errorf("a sample shorter than the key: %v, key %d; want key 0", err, s.Key)
+	}
+	//lint:ignore SA1012 a nil context is what is tested
+	if err := r.Each(nil, func(*Record) error { return nil }); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("Each(nil, fn): %v, want os.ErrInvalid", err)
+	}
+	if err := r.ReadInto(nil); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("ReadInto(nil): %v, want os.ErrInvalid", err)
+	}
+}
+
+// A Poll returns within its own timeout whatever other goroutines do: one
+// that waits for another's turn on the wait counts that time in. (Poll(100ms)
+// behind a Poll(200ms) came back after 200 ms, Poll(200ms) after up to 352.)
+func TestPollTimeoutConcurrent(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
+	timeouts := []time.Duration{300 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond}
+	took := make([]time.Duration, len(timeouts))
+	var wg sync.WaitGroup
+	for i, d := range timeouts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			n, err := pb.Poll(d)
+			took[i] = time.Since(start)
+			if n != 0 || err != nil {
+				t.Errorf("Poll(%v) = %d, %v", d, n, err)
+			}
+		}()
+		time.Sleep(5 * time.Millisecond) // the first one waits on the set, the others behind it
+	}
+	wg.Wait()
+	for i, d := range timeouts {
+		// The bound is the timeout and the scheduler's slack, far below
+		// the turn of a longer Poll before it.
+		if took[i] < d || took[i] > d+40*time.Millisecond {
+			t.Errorf("Poll(%v) returned after %v", d, took[i])
+		}
+	}
+}
+
+// A head behind the tail (the tail moved by someone else) is one rule for
+// every form of reading: a CorruptError, counted, and the reader goes on
+// from the head.
+func TestHeadBehindTailEveryForm(t *testing.T) {
+	forms := map[string]func(t *testing.T, f *fakeRings) (error, func() []Stats){
+		"Consume": func(t *testing.T, f *fakeRings) (error, func() []Stats) {
+			pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
+			_, err := pb.Consume()
+			return err, pb.Stats
+		},
+		"Drain": func(t *testing.T, f *fakeRings) (error, func() []Stats) {
+			b := newRawBuffer(f.perf(t)[0], nil)
+			_, err := b.Drain(func(*Record) error { return nil })
+			if err != nil {
+				b.SkipCorrupt()
+			}
+			return err, func() []Stats { return []Stats{b.Stats()} }
+		},
+	}
+	for _, pol := range []string{"fullest", "ordered"} {
+		for _, mode := range []string{"ReadInto", "Each", "Consume"} {
+			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (error, func() []Stats) {
+				o := Options{MaxLatency: -1}
+				if pol == "ordered" {
+					o.Order = &Order{MaxDelay: time.Nanosecond}
+				}
+				r := f.reader(t, o)
+				r.SetDeadline(time.Now().Add(time.Second))
+				var err error
+				switch mode {
+				case "ReadInto":
+					var s Sample
+					err = r.ReadInto(&s)
+				case "Each":
+					err = r.Each(context.Background(), func(*Record) error { return nil })
+				case "Consume":
+					_, err = r.Consume(func(*Record) error { return nil })
+				}
+				return err, r.Stats
+			}
+		}
+	}
+	for name, read := range forms {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeRings(t, 1, 4096)
+			f.emit(t, 0, 0, 0, 24)
+			f.rings[0].page.Data_tail = 4096 // past the head (a bug, another consumer)
+			err, stats := read(t, f)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].head) {
+				t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
+			}
+			if st := stats()[0]; st.Corrupt != 1 {
+				t.Errorf("stats %+v; want the corruption counted", st)
+			}
+			if tail := f.rings[0].page.Data_tail; tail != f.rings[0].head {
+				t.Errorf("tail %d after the error, want the head %d", tail, f.rings[0].head)
+			}
+		})
+	}
+}
