@@ -1,0 +1,625 @@
+package perfbuf
+
+// This file is the BPF ring buffer kind (BPF_MAP_TYPE_RINGBUF): one ring shared by every CPU,
+// parsed in place without cgo, with the same methods as the perf ring kind so that one core
+// drives both. The protocol is the kernel's (kernel/bpf/ringbuf.c) as libbpf reads it
+// (src/ringbuf.c, ringbuf_process_ring).
+//
+// Memory. The map's mmap has three parts: consumer_pos, alone on a page the reader may write
+// (offset 0); producer_pos, alone on a read-only page (offset one page); and the data area,
+// max_entries bytes (a power of two, a multiple of the page size), mapped twice back to back
+// right after the producer page, so that a record that starts near the end of the area can
+// be read as one piece running into the second copy. Positions are free-running byte counts
+// (unsigned long: 64 bits on the hosts this file supports); a position's offset in the area
+// is pos & (size-1).
+//
+// Records. Each starts with struct bpf_ringbuf_hdr { u32 len; s32 pg_off; } (8 bytes) and
+// takes round_up(len+8, 8) bytes, len being the low 30 bits: the kernel keeps records below
+// RINGBUF_MAX_RECORD_SZ (UINT_MAX/4). Bit 31 (BPF_RINGBUF_BUSY_BIT) says the record is
+// reserved but not yet committed: the reader stops there, since records are consumed in
+// order. Bit 30 (BPF_RINGBUF_DISCARD_BIT) says the program discarded it: skipped and counted.
+//
+// Invariants (positions in ring order, wrap-safe): tail <= cursor <= head, head - tail < size,
+// and all three 8-aligned, while no position error is pending. snapshot establishes them for
+// head, begin and skipCorrupt for tail, commit keeps them; every read of the data area relies
+// on them (a record read at pos < head ends by head, so by pos&mask + size < 2*size). Nothing
+// read from the memory is trusted before it is checked against them.
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The record header's constants (include/uapi/linux/bpf.h).
+const (
+	bpfRingBusyBit    = 1 << 31                // BPF_RINGBUF_BUSY_BIT
+	bpfRingDiscardBit = 1 << 30                // BPF_RINGBUF_DISCARD_BIT
+	bpfRingLenMask    = bpfRingDiscardBit - 1  // the length bits
+	bpfRingHdrSize    = 8                      // BPF_RINGBUF_HDR_SZ
+	bpfRingHdrRound   = bpfRingHdrSize + 8 - 1 // len + this, &^ 7: round_up(len + 8, 8)
+)
+
+// bpfRing reads one BPF ring buffer map in place. Like the perf ring kind it owns its memory
+// and positions, parses the record at a position and commits; who waits, who closes and which
+// record a policy wants next are the core's.
+//
+// Concurrency: one goroutine uses a bpfRing (every method but used, which loads two positions
+// atomically and may run anywhere). The producers are BPF programs on any CPU: they reserve
+// space (advancing producer_pos) and commit records (clearing the busy bit) while the reader
+// parses and stores consumer_pos. bpfRing holds no lock and never blocks.
+//
+// Reading works with a cursor and a head snapshot, as for the perf ring: begin takes both
+// (cursor = consumer_pos, head = producer_pos), next and each parse from the cursor up to the
+// snapshot and never beyond it, commit stores consumer_pos. A record still busy ends the
+// parse like the end of the snapshot does. After a *CorruptError, parsing keeps returning it
+// until skipCorrupt.
+type bpfRing struct {
+	cpu      int
+	consumer *uint64 // consumer_pos: ours to write, the kernel reads it
+	producer *uint64 // producer_pos: the kernel's, read-only to us
+	data     []byte  // the data area mapped twice: len is 2*size, cap too
+	mask     uint64  // size-1
+
+	// Positions, free-running (see the invariants at the top of the file).
+	tail   uint64 // consumer_pos as last loaded (begin) or stored (commit)
+	cursor uint64 // next record to parse
+	head   uint64 // producer_pos snapshot
+
+	// counted is the position up to which records were counted, so that records read again
+	// after begin are not counted twice. It lags: the records up to the cursor are counted
+	// too, so it is max(counted, cursor) that counts, and begin, which moves the cursor back,
+	// brings it up to date first (the parse loops need not store it per record).
+	counted uint64
+
+	corrupt *CorruptError // sticky until skipCorrupt
+	badPos  bool          // corrupt is about the positions, not a record: it stops parsing everywhere
+	// ignored is an unaligned producer_pos that skipCorrupt passed over: snapshots see nothing
+	// new while producer_pos keeps that value.
+	ignored  uint64
+	ignoring bool
+
+	stats    Stats
+	discards uint64 // records the programs discarded (bpf_ringbuf_discard), skipped
+
+	// maps are the two mmaps of newBPFRing, unmapped by close; nil for Go memory.
+	maps [2][]byte
+
+	// settleHook, if set, runs in settle between the store of consumer_pos and the second
+	// look at the ring: tests put a producer there.
+	settleHook func()
+}
+
+// newBPFRingFromParts builds a reader over positions and a data area given separately; tests
+// use it with Go memory. data is the area mapped twice, len(data) == 2*size, size a power of
+// two >= 8; data's first half must be mirrored in its second as the double mapping does.
+// data must be 8-aligned. Errors wrap os.ErrInvalid.
+func newBPFRingFromParts(cpu int, consumer *uint64, producer *uint64, data []byte) (*bpfRing, error) {
+	if consumer == nil || producer == nil {
+		return nil, fmt.Errorf("new BPF ring buffer: nil position: %w", os.ErrInvalid)
+	}
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		// The kernel's positions are unsigned long: 32 bits there.
+		return nil, fmt.Errorf("new BPF ring buffer: %d-bit host not supported: %w", 8*unsafe.Sizeof(uintptr(0)), os.ErrInvalid)
+	}
+	size := len(data) / 2
+	if len(data)%2 != 0 || size < 8 || size&(size-1) != 0 {
+		return nil, fmt.Errorf("new BPF ring buffer: data of %d bytes is not twice a power of two >= 8: %w", len(data), os.ErrInvalid)
+	}
+	// The header loads are atomic 32-bit loads at 8-aligned offsets.
+	if uintptr(unsafe.Pointer(unsafe.SliceData(data)))%8 != 0 {
+		return nil, fmt.Errorf("new BPF ring buffer: data not 8-aligned: %w", os.ErrInvalid)
+	}
+	r := &bpfRing{
+		cpu:      cpu,
+		consumer: consumer,
+		producer: producer,
+		data:     data[:len(data):len(data)],
+		mask:     uint64(size - 1),
+		stats:    Stats{CPU: cpu},
+	}
+	// Our own position: pairs with our stores in commit (the kernel only reads it).
+	r.tail = atomic.LoadUint64(consumer)
+	r.cursor, r.head, r.counted = r.tail, r.tail, r.tail
+	return r, nil
+}
+
+// newBPFRing maps the BPF ring buffer map mapFD, whose max_entries is size, as libbpf's
+// ring_buffer__add does: the consumer page read-write at offset 0, the producer page and the
+// data area twice read-only at offset one page. cpu is the CPU whose ring it is, or -1 for a
+// ring shared by every CPU (the usual case). close unmaps. Checking that mapFD is a ring
+// buffer and reading its size is the caller's.
+//
+// Errors wrap os.ErrInvalid for a size that is not a power-of-two multiple of the page size,
+// and the mmap's errno (unix.Errno) when the kernel refuses.
+func newBPFRing(cpu int, mapFD int, size int) (*bpfRing, error) {
+	page := os.Getpagesize()
+	if size < page || size&(size-1) != 0 || size > (math.MaxInt-page)/2 {
+		return nil, fmt.Errorf("new BPF ring buffer: size %d is not a power-of-two multiple of the %d-byte page: %w", size, page, os.ErrInvalid)
+	}
+	cons, err := unix.Mmap(mapFD, 0, page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("new BPF ring buffer: map consumer page of fd %d: %w", mapFD, err)
+	}
+	prod, err := unix.Mmap(mapFD, int64(page), page+2*size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		_ = unix.Munmap(cons)
+		return nil, fmt.Errorf("new BPF ring buffer: map producer page and data of fd %d: %w", mapFD, err)
+	}
+	// consumer_pos and producer_pos are the first words of their pages (struct bpf_ringbuf
+	// keeps each page-aligned).
+	r, err := newBPFRingFromParts(cpu, (*uint64)(unsafe.Pointer(&cons[0])), (*uint64)(unsafe.Pointer(&prod[0])), prod[page:])
+	if err != nil {
+		_ = unix.Munmap(prod)
+		_ = unix.Munmap(cons)
+		return nil, err
+	}
+	r.maps = [2][]byte{cons, prod}
+	return r, nil
+}
+
+// close unmaps the ring mapped by newBPFRing and points the ring at memory of its own, an
+// empty ring, so that a late call reads no freed mapping. No other method may run during
+// close; every Record read from the ring is invalid after it. close is idempotent, and does
+// nothing for Go memory but the same switch.
+func (r *bpfRing) close() error {
+	var err error
+	for i := len(r.maps) - 1; i >= 0; i-- {
+		if r.maps[i] != nil {
+			if e := unix.Munmap(r.maps[i]); e != nil && err == nil {
+				err = fmt.Errorf("close BPF ring buffer: unmap: %w", e)
+			}
+			r.maps[i] = nil
+		}
+	}
+	pos := new([2]uint64) // consumer and producer at 0: empty
+	r.consumer, r.producer = &pos[0], &pos[1]
+	r.data, r.mask = make([]byte, 16), 7
+	r.tail, r.cursor, r.head, r.counted = 0, 0, 0, 0
+	r.corrupt, r.badPos, r.ignoring = nil, false, false
+	return err
+}
+
+// name is the ring's name in errors.
+func (r *bpfRing) name() string {
+	if r.cpu < 0 {
+		return "BPF ring buffer"
+	}
+	return fmt.Sprintf("BPF ring buffer cpu %d", r.cpu)
+}
+
+// size returns the data area's size: the map's max_entries.
+func (r *bpfRing) size() int { return len(r.data) / 2 }
+
+// loadProducer loads producer_pos. Acquire: pairs with the kernel's smp_store_release of
+// producer_pos in __bpf_ringbuf_reserve, which follows its write of the new record's busy
+// header, so the headers below the returned position are written once it returns (libbpf:
+// smp_load_acquire(r->producer_pos) in ringbuf_process_ring).
+func (r *bpfRing) loadProducer() uint64 { return atomic.LoadUint64(r.producer) }
+
+// loadHeader loads the len word of the record header at pos, which the invariants place in
+// the first copy of the data area (pos&mask <= size-8). Acquire: pairs with the kernel's
+// xchg of hdr->len in bpf_ringbuf_commit (a full barrier after the program's writes of the
+// sample), so a header without the busy bit comes with its sample written (libbpf:
+// smp_load_acquire(len_ptr) in ringbuf_process_ring). The kernel writes it in its own byte
+// order: a plain 32-bit load reads it so.
+func (r *bpfRing) loadHeader(pos uint64) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[pos&r.mask])))
+}
+
+// store publishes consumer_pos = pos. Go's atomic store is sequentially consistent: it
+// releases our reads of the records before pos to the kernel's smp_load_acquire of
+// consumer_pos in __bpf_ringbuf_reserve (which then reuses their space), and it is the full
+// barrier that settle's wake rule needs against the kernel's xchg + smp_load_acquire in
+// bpf_ringbuf_commit (libbpf: smp_store_release(r->consumer_pos) in ringbuf_process_ring).
+func (r *bpfRing) store(pos uint64) {
+	r.tail = pos
+	atomic.StoreUint64(r.consumer, pos)
+}
+
+// used returns the bytes between consumer_pos and producer_pos, loaded afresh, clamped to
+// [0, size()]. It may run on any goroutine.
+func (r *bpfRing) used() int {
+	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
+	d := r.loadProducer() - c
+	if int64(d) < 0 {
+		return 0
+	}
+	return int(min(d, uint64(r.size())))
+}
+
+// begin starts a read: tail and cursor = consumer_pos loaded afresh, head = producer_pos.
+// Records read but not committed are read again (and not counted again). A consumer_pos
+// that someone else wrote, or positions that cannot be valid, make parsing return a
+// *CorruptError.
+func (r *bpfRing) begin() {
+	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
+	if c != r.tail {
+		// Only this reader stores consumer_pos: another consumer, or a stray write.
+		r.failPos(c, r.loadProducer(), fmt.Sprintf("consumer position changed from %d to %d by another writer", r.tail, c))
+	}
+	if int64(r.cursor-r.counted) > 0 {
+		r.counted = r.cursor // (see counted)
+	}
+	r.tail, r.cursor = c, c
+	if !r.snapshot() {
+		r.head = c // nothing to read past bad positions
+	}
+}
+
+// refresh takes a new head snapshot and keeps the cursor.
+func (r *bpfRing) refresh() { r.snapshot() }
+
+// snapshot loads producer_pos into head if it is valid against tail and the previous head;
+// otherwise it records a position error (unless an error is pending) and leaves head alone.
+func (r *bpfRing) snapshot() bool {
+	p := r.loadProducer()
+	if r.ignoring && p == r.ignored && r.corrupt == nil {
+		return false // passed over by skipCorrupt: nothing new
+	}
+	if reason := r.checkPos(p); reason != "" {
+		r.failPos(r.tail, p, reason)
+		return false
+	}
+	r.head, r.ignoring = p, false
+	r.stats.MaxFill = max(r.stats.MaxFill, int(p-r.tail))
+	return true
+}
+
+// checkPos says what is wrong with tail and a producer position p, or "" if they can be the
+// kernel's. The kernel's positions are 8-aligned (records are), and __bpf_ringbuf_reserve
+// keeps producer_pos - consumer_pos <= size-1.
+func (r *bpfRing) checkPos(p uint64) string {
+	t, size := r.tail, r.mask+1
+	switch {
+	case t&7 != 0:
+		return fmt.Sprintf("consumer position %d not 8-aligned", t)
+	case p&7 != 0:
+		return fmt.Sprintf("producer position %d not 8-aligned", p)
+	case int64(p-t) < 0:
+		return fmt.Sprintf("consumer position %d past producer position %d", t, p)
+	case p-t >= size:
+		return fmt.Sprintf("producer position %d a full %d-byte ring or more past consumer position %d", p, size, t)
+	case int64(p-r.head) < 0:
+		return fmt.Sprintf("producer position %d moved back from %d", p, r.head)
+	}
+	return ""
+}
+
+// failPos records a position error, unless an error is pending. Pos is the consumer
+// position, Size the producer position.
+func (r *bpfRing) failPos(c, p uint64, reason string) {
+	if r.corrupt == nil {
+		r.corrupt = &CorruptError{CPU: r.cpu, Pos: c, Size: p, Reason: reason}
+		r.badPos = true
+	}
+}
+
+// moved reports whether producer_pos p differs from the head snapshot, an ignored value
+// aside.
+func (r *bpfRing) moved(p uint64) bool {
+	return p != r.head && !(r.ignoring && p == r.ignored)
+}
+
+// quiet reports that the cursor is at the head snapshot, no error is pending and
+// producer_pos has not moved since the snapshot: nothing to parse, and nothing for refresh
+// to do.
+func (r *bpfRing) quiet() bool {
+	return r.cursor == r.head && r.corrupt == nil && !r.moved(r.loadProducer())
+}
+
+// pending returns the bytes between the cursor and the head snapshot.
+func (r *bpfRing) pending() int { return int(r.head - r.cursor) }
+
+// cursorPos returns the cursor: where the next record starts.
+func (r *bpfRing) cursorPos() uint64 { return r.cursor }
+
+// counts returns what the ring parsed: Samples and Bytes (each sample counted once, the
+// first time it is parsed), Corrupt and CorruptBytes (skipCorrupt), MaxFill (the fullest
+// head snapshot). The discarded records are discarded's.
+func (r *bpfRing) counts() *Stats { return &r.stats }
+
+// discarded returns how many records the programs discarded (BPF_RINGBUF_DISCARD_BIT) that
+// parsing skipped, each counted once.
+func (r *bpfRing) discarded() uint64 { return r.discards }
+
+// blocked reports whether the pending error, if any, stops parsing at the cursor: a
+// position error stops it everywhere, a corrupt record once the cursor reaches it (after
+// begin the cursor can be behind it: the records before it are read again).
+func (r *bpfRing) blocked() bool {
+	return r.corrupt != nil && (r.badPos || int64(r.cursor-r.corrupt.Pos) >= 0)
+}
+
+// What the record at a position is (see at).
+const (
+	atEnd     = iota // the head snapshot: no record
+	atBusy           // reserved, not committed
+	atBad            // its length runs past the head snapshot
+	atDiscard        // discarded by the program
+	atSample         // a sample
+)
+
+// at is the parse of the record at pos, a position in [cursor, head] on the record grid:
+// what it is, its header and its size with header and padding. Pure: it changes nothing.
+func (r *bpfRing) at(pos uint64) (kind int, hdr uint32, size uint64) {
+	if pos == r.head {
+		return atEnd, 0, 0
+	}
+	hdr = r.loadHeader(pos)
+	if hdr&bpfRingBusyBit != 0 {
+		return atBusy, hdr, 0
+	}
+	size = (uint64(hdr&bpfRingLenMask) + bpfRingHdrRound) &^ 7
+	switch {
+	case size > r.head-pos:
+		return atBad, hdr, size
+	case hdr&bpfRingDiscardBit != 0:
+		return atDiscard, hdr, size
+	}
+	return atSample, hdr, size
+}
+
+// fill sets rec to the sample at pos. The payload is one piece: the record ends by the head
+// snapshot, so within size-8 bytes of pos, and the second copy of the area continues the
+// first.
+func (r *bpfRing) fill(rec *Record, pos uint64, hdr uint32, size uint64) {
+	off := pos&r.mask + bpfRingHdrSize
+	end := off + uint64(hdr&bpfRingLenMask)
+	rec.Type, rec.RawType, rec.CPU, rec.Pos, rec.Next = RecordSample, 0, r.cpu, pos, pos+size
+	rec.Data, rec.Wrapped, rec.Lost, rec.Key, rec.Late = r.data[off:end:end], nil, 0, 0, false
+}
+
+// next parses the record at the cursor into rec and moves the cursor past it. It returns
+// false, nil at the end of the head snapshot or at a record still busy (call refresh or
+// begin for more), and false with a *CorruptError for a record or positions that cannot be
+// valid; the cursor stays and next keeps returning that error until skipCorrupt. Discarded
+// records are skipped and counted (discarded), never returned. rec is left alone when next
+// returns false.
+//
+// rec.Data aliases ring memory until consumer_pos is committed past rec.Next.
+func (r *bpfRing) next(rec *Record) (bool, error) {
+	for {
+		if r.blocked() {
+			return false, r.corrupt
+		}
+		pos := r.cursor
+		kind, hdr, size := r.at(pos)
+		switch kind {
+		case atEnd, atBusy:
+			return false, nil
+		case atBad:
+			r.badRecord(pos, hdr, size)
+			return false, r.corrupt
+		}
+		count := int64(pos-r.counted) >= 0 // (see counted)
+		r.cursor = pos + size
+		if kind == atDiscard {
+			if count {
+				r.discards++
+			}
+			continue
+		}
+		r.fill(rec, pos, hdr, size)
+		if count {
+			r.stats.Samples++
+			r.stats.Bytes += uint64(len(rec.Data))
+		}
+		return true, nil
+	}
+}
+
+// badRecord records a corrupt record at pos.
+func (r *bpfRing) badRecord(pos uint64, hdr uint32, size uint64) {
+	r.corrupt = &CorruptError{CPU: r.cpu, Pos: pos, Size: size, Reason: fmt.Sprintf(
+		"record length %d (%d bytes with header and padding) past producer position %d",
+		hdr&bpfRingLenMask, size, r.head)}
+	r.badPos = false
+}
+
+// peek parses the sample at pos, a record boundary between the cursor and the head
+// snapshot, into rec without moving the cursor and without counting it: a look ahead.
+// Discarded records are skipped as next skips them, so rec.Pos may lie past pos. It returns
+// false at the end of the snapshot, at a busy record, for a record that cannot be valid
+// (next reports it once the cursor gets there), with an error pending at pos, and for a pos
+// off the record grid between the cursor and the head.
+func (r *bpfRing) peek(pos uint64, rec *Record) bool {
+	if int64(pos-r.cursor) < 0 || int64(r.head-pos) < 0 || pos&7 != 0 {
+		return false
+	}
+	for {
+		if r.corrupt != nil && (r.badPos || int64(pos-r.corrupt.Pos) >= 0) {
+			return false
+		}
+		kind, hdr, size := r.at(pos)
+		switch kind {
+		case atSample:
+			r.fill(rec, pos, hdr, size)
+			return true
+		case atDiscard:
+			pos += size
+		default:
+			return false
+		}
+	}
+}
+
+// each is THE loop that delivers samples. It parses records from the cursor and calls fn
+// with each sample, the cursor already past it, while records start within limit bytes of
+// where it began; discarded records are skipped and counted. It returns how many samples fn
+// received, and stops
+//   - at the end of the head snapshot, at a record still busy, or at limit: nil;
+//   - when fn returns an error: that error (the record counts as received);
+//   - at a corrupt record or positions: the *CorruptError (the cursor stays on the record);
+//   - after the record during which stop (if not nil) became true: nil.
+//
+// It does not commit, allocates nothing and makes no call per record but fn's: the common
+// record, a sample not read before, is parsed in line (the rest goes through next). rec's
+// Data aliases ring memory until consumer_pos is committed past rec.Next; fn must not call
+// the ring's methods.
+func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, error) {
+	from := r.cursor
+	k := 0
+	// Records read again after begin (counted already) and pending errors: the careful way.
+	for int64(r.counted-r.cursor) > 0 || r.corrupt != nil {
+		if r.cursor-from >= limit {
+			return k, nil
+		}
+		ok, err := r.next(rec)
+		if !ok {
+			return k, err
+		}
+		k++
+		if err := fn(rec); err != nil {
+			return k, err
+		}
+		if stop != nil && stop.Load() {
+			return k, nil
+		}
+	}
+	// The fast loop: at, next and fill in line. The invariants hold (no error pending) and
+	// nothing from the cursor on was counted.
+	rec.Type, rec.RawType, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = RecordSample, 0, r.cpu, nil, 0, 0, false
+	// base is &data[0]: the invariants keep every offset below in the area (pos&mask <=
+	// size-8 for the header; the sample ends by the head, within 2*size), so the loop loads
+	// through it without bounds checks.
+	base, mask, head := unsafe.Pointer(unsafe.SliceData(r.data)), r.mask, r.head
+	for pos := r.cursor; pos != head && pos-from < limit; {
+		p := unsafe.Add(base, pos&mask)
+		// Acquire: pairs with the xchg of hdr->len in bpf_ringbuf_commit (see loadHeader).
+		hdr := atomic.LoadUint32((*uint32)(p))
+		if hdr&bpfRingBusyBit != 0 {
+			return k, nil // not committed yet: records are consumed in order
+		}
+		n := uint64(hdr & bpfRingLenMask)
+		size := (n + bpfRingHdrRound) &^ 7
+		if size > head-pos {
+			r.badRecord(pos, hdr, size)
+			return k, r.corrupt
+		}
+		next := pos + size
+		r.cursor = next // and counted with it (see begin)
+		if hdr&bpfRingDiscardBit != 0 {
+			r.discards++
+			pos = next
+			continue
+		}
+		rec.Data, rec.Pos, rec.Next = unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n), pos, next
+		r.stats.Samples++
+		r.stats.Bytes += n
+		k++
+		if err := fn(rec); err != nil {
+			return k, err
+		}
+		if stop != nil && stop.Load() {
+			return k, nil
+		}
+		pos = next
+	}
+	return k, nil
+}
+
+// commit publishes consumer_pos = pos, handing the space before pos back to the kernel. pos
+// must be a record boundary between the committed tail and the cursor; otherwise commit
+// writes nothing and returns an error matching os.ErrInvalid. Committing the tail is a no-op.
+func (r *bpfRing) commit(pos uint64) error {
+	if pos == r.tail {
+		return nil
+	}
+	var reason string
+	switch d := pos - r.tail; {
+	case int64(d) < 0:
+		reason = fmt.Sprintf("backwards from consumer position %d", r.tail)
+	case d > r.cursor-r.tail:
+		reason = fmt.Sprintf("past the cursor %d", r.cursor)
+	case pos&7 != 0:
+		reason = "not 8-aligned"
+	default:
+		r.store(pos)
+		return nil
+	}
+	return fmt.Errorf("commit %s to %d: %s: %w", r.name(), pos, reason, os.ErrInvalid)
+}
+
+// commitCursor commits everything parsed so far.
+func (r *bpfRing) commitCursor() {
+	if r.cursor != r.tail {
+		r.store(r.cursor)
+	}
+}
+
+// skipCorrupt is the way on after a CorruptError: it gives up everything up to producer_pos
+// (loaded afresh), commits consumer_pos there, clears the error and returns the bytes
+// skipped, counted in Corrupt (one per error) and CorruptBytes. Records parsed but not
+// committed are released too (not counted as skipped). Without a pending error it discards
+// what is pending, counted as skipped.
+//
+// Only the reader writes consumer_pos, and the producer page is read-only to user space: so
+// the kernel's producer_pos is the position to resynchronise with, whichever was wrong. An
+// unaligned producer_pos (which the kernel never writes) cannot be resynchronised with: the
+// ring goes to it rounded down, and snapshots see nothing new while it keeps that value.
+func (r *bpfRing) skipCorrupt() uint64 {
+	if r.corrupt != nil {
+		r.stats.Corrupt++
+	}
+	p := r.loadProducer()
+	target := p &^ 7
+	r.ignored, r.ignoring = p, p&7 != 0
+	from := r.cursor
+	if r.corrupt != nil && !r.badPos && int64(r.corrupt.Pos-from) > 0 {
+		from = r.corrupt.Pos // the records before it are good (begin went back)
+	}
+	var skipped uint64
+	if d := target - from; int64(d) > 0 {
+		skipped = min(d, r.mask+1)
+	}
+	r.stats.CorruptBytes += skipped
+	r.corrupt, r.badPos = nil, false
+	r.cursor, r.head, r.counted = target, target, target
+	r.store(target)
+	return skipped
+}
+
+// settle is called before the reader sleeps: it reports whether the reader may sleep until
+// the ring's descriptor wakes it, that is whether the kernel will wake it for the next record
+// it can read. The kernel wakes a ring buffer's reader only from bpf_ringbuf_commit, and only
+// when consumer_pos, loaded after the commit's xchg of the header, equals the committed
+// record's position (or with BPF_RB_FORCE_WAKEUP; BPF_RB_NO_WAKEUP wakes no one).
+//
+// settle stores consumer_pos (= tail) again, then loads producer_pos and the header at the
+// cursor again, and returns true only when all of these hold:
+//   - no error is pending;
+//   - tail == cursor: every record parsed is committed. Otherwise the kernel wakes no one for
+//     the records that come next (their positions are not consumer_pos), so the reader must
+//     commit first (or poll);
+//   - producer_pos equals the head snapshot: nothing reserved since;
+//   - the cursor is at the head, or at a record still busy: the next record the reader can
+//     read is not committed yet, and it starts at consumer_pos.
+//
+// Why a commit cannot be missed: the store of consumer_pos and the kernel's xchg of the
+// header are both full barriers, each followed by a load of the other's word (Dekker's
+// pattern). So either the commit's load sees consumer_pos equal to the record's position and
+// wakes the reader, or settle's load sees the header without its busy bit (or producer_pos
+// moved, for a record reserved after the snapshot) and returns false. Records committed
+// behind a busy one are not missed either: the busy one's commit will wake the reader.
+// With false, the caller parses again (begin or refresh) before it thinks of sleeping.
+func (r *bpfRing) settle() bool {
+	if r.corrupt != nil || r.tail != r.cursor {
+		return false
+	}
+	if c := atomic.LoadUint64(r.consumer); c != r.tail { // ours; pairs with store
+		r.failPos(c, r.loadProducer(), fmt.Sprintf("consumer position changed from %d to %d by another writer", r.tail, c))
+		return false
+	}
+	r.store(r.tail) // the full barrier before the second look (see above)
+	if r.settleHook != nil {
+		r.settleHook()
+	}
+	if r.moved(r.loadProducer()) {
+		return false
+	}
+	return r.cursor == r.head || r.loadHeader(r.cursor)&bpfRingBusyBit != 0
+}
