@@ -191,24 +191,24 @@ func TestPollTimeoutConcurrent(t *testing.T) {
 // every form of reading: a CorruptError, counted, and the reader goes on
 // from the head.
 func TestHeadBehindTailEveryForm(t *testing.T) {
-	forms := map[string]func(t *testing.T, f *fakeRings) (error, func() []Stats){
-		"Consume": func(t *testing.T, f *fakeRings) (error, func() []Stats) {
+	forms := map[string]func(t *testing.T, f *fakeRings) (func() []Stats, error){
+		"Consume": func(t *testing.T, f *fakeRings) (func() []Stats, error) {
 			pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
 			_, err := pb.Consume()
-			return err, pb.Stats
+			return pb.Stats, err
 		},
-		"Drain": func(t *testing.T, f *fakeRings) (error, func() []Stats) {
+		"Drain": func(t *testing.T, f *fakeRings) (func() []Stats, error) {
 			b := newRawBuffer(f.perf(t)[0], nil)
 			_, err := b.Drain(func(*Record) error { return nil })
 			if err != nil {
 				b.SkipCorrupt()
 			}
-			return err, func() []Stats { return []Stats{b.Stats()} }
+			return func() []Stats { return []Stats{b.Stats()} }, err
 		},
 	}
 	for _, pol := range []string{"fullest", "ordered"} {
 		for _, mode := range []string{"ReadInto", "Each", "Consume"} {
-			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (error, func() []Stats) {
+			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (func() []Stats, error) {
 				o := Options{MaxLatency: -1}
 				if pol == "ordered" {
 					o.Order = &Order{MaxDelay: time.Nanosecond}
@@ -225,7 +225,7 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 				case "Consume":
 					_, err = r.Consume(func(*Record) error { return nil })
 				}
-				return err, r.Stats
+				return r.Stats, err
 			}
 		}
 	}
@@ -234,7 +234,7 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 			f := newFakeRings(t, 1, 4096)
 			f.emit(t, 0, 0, 0, 24)
 			f.rings[0].page.Data_tail = 4096 // past the head (a bug, another consumer)
-			err, stats := read(t, f)
+			stats, err := read(t, f)
 			var ce *CorruptError
 			if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].head) {
 				t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
