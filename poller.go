@@ -3,8 +3,8 @@ package perfbuf
 // The poller: waiting for the rings' wakeups, and waking a wait from
 // another goroutine.
 //
-// A waiter's epoll set holds every ring's perf event and an eventfd. The
-// set's own descriptor is pollable, and it is registered with the Go
+// A waiter's epoll set holds every ring's perf event. The set's own
+// descriptor is pollable, and it is registered with the Go
 // runtime's netpoller (os.NewFile on a non-blocking descriptor): a blocked
 // wait parks its goroutine, the thread and its P go on with other work, and
 // the wait's timeout is the descriptor's read deadline, one runtime timer
@@ -25,7 +25,6 @@ package perfbuf
 // next wait, not the current one.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -42,26 +41,24 @@ import (
 type waiter struct {
 	// mu guards rings and seen: rings are added (addRing) by the owner's
 	// drains, which a wait on another goroutine does not exclude.
-	mu     sync.Mutex
-	rings  []*perfRing
-	seen   []uint64 // data_head of rings[i] when the waiter last looked
-	epfd   int      // the set; file owns it
-	file   *os.File // the epoll set, in the netpoller; closing it closes the set
-	rc     syscall.RawConn
-	wakefd int
-	woken  atomic.Bool // wake was called since the last clearWake
+	mu    sync.Mutex
+	rings []*perfRing
+	seen  []uint64 // data_head of rings[i] when the waiter last looked
+	epfd  int      // the set; file owns it
+	file  *os.File // the epoll set, in the netpoller; closing it closes the set
+	rc    syscall.RawConn
+	woken atomic.Bool // wake was called since the last clearWake
 	// turn is held by the goroutine waiting in the netpoller: the set's
 	// read deadline is one, so waits on it take turns (concurrent Polls).
 	turn    chan struct{}
 	closing chan struct{} // closed by wake(true): waits for a turn end
 	closed  atomic.Bool
-	// deadline says a read deadline is set on file.
-	deadline bool
+	freed   bool // close was called (for tests)
 }
 
 // newWaiter returns a waiter over no ring yet (see addRing).
 func newWaiter() (*waiter, error) {
-	w := &waiter{wakefd: -1, turn: make(chan struct{}, 1), closing: make(chan struct{})}
+	w := &waiter{turn: make(chan struct{}, 1), closing: make(chan struct{})}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("create epoll: %w", err)
@@ -82,14 +79,6 @@ func newWaiter() (*waiter, error) {
 	if err := w.file.SetReadDeadline(time.Time{}); err != nil {
 		w.close()
 		return nil, fmt.Errorf("epoll set in the netpoller: %w", err)
-	}
-	if w.wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-		w.close()
-		return nil, fmt.Errorf("create eventfd: %w", err)
-	}
-	if err := w.add(epfd, w.wakefd); err != nil {
-		w.close()
-		return nil, fmt.Errorf("add eventfd to epoll: %w", err)
 	}
 	return w, nil
 }
@@ -113,18 +102,26 @@ func (w *waiter) add(epfd, fd int) error {
 
 // wake makes the current wait return, and every later one until clearWake;
 // for Close (closing), it also ends the waits for a turn, for good.
+//
+// It needs no descriptor of its own: it sets
+// woken, then moves the set's read deadline into the past, which ends a
+// wait parked in the netpoller. A wait sets its own deadline before it
+// looks at woken, and the deadline set last wins (the runtime's pollDesc
+// lock orders them), so either the wait sees woken or the past deadline
+// ends it.
 func (w *waiter) wake(closing bool) {
 	w.woken.Store(true)
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	_, _ = unix.Write(w.wakefd, one[:]) // EAGAIN only if the counter is saturated: still readable
+	_ = w.file.SetReadDeadline(aLongTimeAgo) // os.ErrClosed after close: nothing waits
 	if closing && !w.closed.Swap(true) {
 		close(w.closing)
 	}
 }
 
+// aLongTimeAgo is a deadline in the past: it ends a wait at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
 // wakeOpen is wake(false) unless l, the owner's lifetime, is closed (and
-// the eventfd perhaps gone): for wakes from other goroutines that may come
+// the set perhaps gone): for wakes from other goroutines that may come
 // after Close (a CPU coming online, a context's cancellation, a deadline).
 func (w *waiter) wakeOpen(l *lifetime) {
 	if l.enter("") == nil {
@@ -133,12 +130,9 @@ func (w *waiter) wakeOpen(l *lifetime) {
 	}
 }
 
-// clearWake takes back a wake that was not Close's.
-func (w *waiter) clearWake() {
-	w.woken.Store(false)
-	var buf [8]byte
-	_, _ = unix.Read(w.wakefd, buf[:]) // EAGAIN when not set: fine
-}
+// clearWake takes back a wake that was not Close's. (The next wait sets
+// its deadline afresh.)
+func (w *waiter) clearWake() { w.woken.Store(false) }
 
 // wait blocks until a ring's data_head has moved since the waiter last
 // looked, or wake was called, or timeout passes (negative: no limit; zero:
@@ -187,19 +181,14 @@ func (w *waiter) wait(timeout time.Duration) (bool, error) {
 	if timeout == 0 || w.woken.Load() {
 		return w.woken.Load(), nil
 	}
-	switch {
-	case timeout > 0:
-		w.file.SetReadDeadline(deadline)
-		w.deadline = true
-	case w.deadline:
-		w.file.SetReadDeadline(time.Time{})
-		w.deadline = false
-	}
+	// Always set: a wake moves it into the past (see wake).
+	w.file.SetReadDeadline(deadline) // the zero time for no timeout
 	// The function runs at once, then after each event on the set.
 	err := w.rc.Read(func(uintptr) bool { return w.woken.Load() || w.moved() })
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		// What came below the wakeup threshold goes with the timeout.
-		return w.moved(), nil
+		// A wake, or the timeout: what came below the wakeup threshold
+		// goes with it.
+		return w.moved() || w.woken.Load(), nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("wait on epoll: %w", err)
@@ -222,14 +211,11 @@ func (w *waiter) moved() bool {
 	return m
 }
 
-// close frees the set and the eventfd; no wait may be in progress.
+// close frees the set; no wait may be in progress. A later wake finds the
+// file closed and does nothing.
 func (w *waiter) close() {
 	if w.file != nil {
 		w.file.Close()
-		w.file = nil
 	}
-	if w.wakefd >= 0 {
-		unix.Close(w.wakefd)
-		w.wakefd = -1
-	}
+	w.freed = true
 }

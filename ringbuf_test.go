@@ -569,7 +569,7 @@ func TestBPFRingCorrupt(t *testing.T) {
 	}{
 		{"length past the producer", func(f *fakeBPFRing, r *bpfRing) {
 			p := f.output(t, fakePattern(8, 9))
-			f.put(p, []byte{9, 0, 0, 0}) // 24 bytes with its header, 16 written
+			f.put(p, u32Bytes(9)) // 24 bytes with its header, 16 written
 		}, "record length 9 (24 bytes with header and padding) past producer position 48", 2, 32},
 		{"huge length", func(f *fakeBPFRing, r *bpfRing) {
 			p := f.output(t, fakePattern(8, 9))
@@ -758,7 +758,7 @@ func TestBPFRingSettle(t *testing.T) {
 		}, false},
 		{"error pending", func(x ring) {
 			x.f.output(t, []byte{1})
-			x.f.put(16, []byte{64, 0, 0, 0}) // 72 bytes with its header, 8 published
+			x.f.put(16, u32Bytes(64)) // 72 bytes with its header, 8 published
 			x.f.pos[1] += 8
 			drain(x)
 		}, false},
@@ -1200,4 +1200,9 @@ func TestBPFRingMmap(t *testing.T) {
 	if err := r.close(); err != nil || r.used() != 0 {
 		t.Fatalf("second close: %v", err)
 	}
+}
+
+// u32Bytes is n as the kernel stores a record header's length: in the host's byte order.
+func u32Bytes(n uint32) []byte {
+	return binary.NativeEndian.AppendUint32(nil, n)
 }
