@@ -21,7 +21,8 @@
 // perfbuf_output of bpf/perfbuf.bpf.h counts those per CPU and by errno in a
 // map of its own; given as Options.FailureMap, the map is read into
 // Stats.Failed, so that per CPU what the program output is Samples + Lost +
-// Left + Failed.Total() once the reader is closed (docs/failures.md).
+// Left + Failed.Total() once the reader is closed (docs/failures.md says
+// when a lost count cannot be known).
 //
 // Errors are wrapped with context and match with errors.Is: the sentinels
 // below, os.ErrInvalid for an argument out of range, os.ErrClosed after
@@ -238,9 +239,21 @@ func (pb *PerfBuffer) enter(op string) error {
 // BufferCount returns the number of rings (perf_buffer__buffer_cnt): one per
 // CPU chosen at New, then one more for each CPU that came online since
 // (buffer indexes stay as they are: the new rings come after). Poll, Consume
-// and ConsumeBuffer open those rings, and in raw mode Wait does. It stays
-// valid after Close.
-func (pb *PerfBuffer) BufferCount() int { return pb.c.count() }
+// and ConsumeBuffer open those rings; with Options.Raw, Wait and BufferCount
+// do (BufferCount for a raw consumer that waits on EpollFD), when not called
+// while another goroutine holds a ring's Buffer call (a CPU whose ring fails
+// to open is left without one: Wait reports the error). It stays valid
+// after Close.
+func (pb *PerfBuffer) BufferCount() int {
+	if pb.raw && pb.c.life.enter("") == nil {
+		if pb.drainMu.TryLock() {
+			_ = pb.c.addNewCPUs() // no error to return: see above
+			pb.drainMu.Unlock()
+		}
+		pb.c.life.exit()
+	}
+	return pb.c.count()
+}
 
 // BufferFD returns ring i's perf event descriptor
 // (perf_buffer__buffer_fd). It belongs to the PerfBuffer: do not close it.
@@ -278,7 +291,7 @@ func (pb *PerfBuffer) EpollFD() (int, error) {
 func (pb *PerfBuffer) Stats() []Stats { return pb.c.statsNow() }
 
 func (pb *PerfBuffer) checkIndex(i int) error {
-	if n := pb.BufferCount(); i < 0 || i >= n {
+	if n := pb.c.count(); i < 0 || i >= n {
 		return fmt.Errorf("index %d not in [0, %d): %w", i, n, os.ErrInvalid)
 	}
 	return nil

@@ -891,7 +891,7 @@ func TestReaderReopen(t *testing.T) {
 
 // Buffer indexes follow the online CPUs, not CPU numbers: with a CPU in the
 // middle offline (scripts/vmtest.sh takes CPU PERFBUF_OFFLINE_CPU offline in
-// its guests, never on a host), BufferCount, CPU(i), Stats, RawBuffer.CPU
+// its guests, never on a host), BufferCount, Stats (CPU and Ring), RawBuffer.CPU
 // and both readers name the online CPUs only, and every sample emitted on
 // one arrives with that CPU.
 func TestRingsFollowOnlineCPUs(t *testing.T) {
@@ -918,7 +918,7 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 		t.Fatalf("emitter cpus %v, online %v", f.CPUs, online)
 	}
 	c := bpftest.NewCollector()
-	pb := newPB(t, f, opts(c, 1)) // checks BufferCount and CPU(i) against online
+	pb := newPB(t, f, opts(c, 1)) // checks BufferCount and Stats' CPUs against online
 	var statCPUs []int
 	for _, s := range pb.Stats() {
 		statCPUs = append(statCPUs, s.CPU)
