@@ -9,18 +9,26 @@ package perfbuf
 // the CPU needs a new ring.
 //
 // The kernel announces both with a uevent ("online@/devices/system/cpu/cpuN")
-// on NETLINK_KOBJECT_UEVENT. A cpuWatch listens on that socket from a
-// goroutine parked in the netpoller (no cost while nothing happens), notes
-// the CPUs, and wakes the owner's wait; the owner then opens the rings, on
-// its reading goroutine, under the lock its drains hold (PerfBuffer:
-// Poll, Consume; Reader: its reads), so that no drain sees the ring set
-// change under it. The old ring of a CPU that came back stays: it is drained
-// like the others (what it held before the CPU went down) until Close.
+// on NETLINK_KOBJECT_UEVENT. One such socket serves the whole process
+// (uevents): it is opened when the first owner subscribes (newCPUWatch) and
+// closed when the last one's watch closes, so a process with no owner holds
+// none, and 200 owners hold one, not 200. One goroutine, parked in the
+// netpoller while nothing happens, reads it, notes each CPU in every
+// subscriber's cpuWatch and wakes each owner (notify). The owner then opens
+// the rings, on its reading goroutine, under the lock its drains hold
+// (PerfBuffer: Poll, Consume; Reader: its reads), so that no drain sees the
+// ring set change under it. The old ring of a CPU that came back stays: it
+// is drained like the others (what it held before the CPU went down) until
+// Close.
 //
 // Untagged uevents reach sockets in every network namespace owned by the
 // initial user namespace, so a privileged container gets them too. Where the
 // socket cannot be opened (a user namespace), CPUs are not tracked and
 // samples on a CPU that comes online are counted only BPF-side (FailureMap).
+//
+// Locks: uevents.mu and cpuWatch.mu are never held together, and neither
+// while a notify runs: a notify may end in its owner's free, which closes
+// the watch (lifetime.exit after Close), and so takes both.
 
 import (
 	"bytes"
@@ -38,69 +46,173 @@ import (
 	"github.com/perfbuf/perfbuf/internal/cpus"
 )
 
-// cpuWatch collects the CPUs the kernel brought online.
-type cpuWatch struct {
-	file    *os.File    // the uevent socket, in the netpoller
-	pending atomic.Bool // CPUs to take (a cheap check for the readers)
-	notify  func()      // wakes the owner's wait; set before start
-
-	mu     sync.Mutex
-	online []int // CPUs announced online since the last take
-	rescan bool  // uevents were lost: compare the online list instead
+// uevents is the process's uevent socket and the watches subscribed to it.
+// The socket is open exactly while subs is not empty.
+type uevents struct {
+	mu   sync.Mutex
+	file *os.File // the socket, in the netpoller; nil with no subscriber
+	subs map[*cpuWatch]struct{}
 }
 
-// newCPUWatch opens the uevent socket; it reports nil if it cannot (see
-// above). Open it before reading the online list, so that a CPU that comes
-// online in between is announced.
-func newCPUWatch() *cpuWatch {
+// hub is the process's one uevents.
+var hub uevents
+
+// openUevents opens the uevent socket; tests replace it to feed their own
+// uevents.
+var openUevents = openUeventSocket
+
+// openUeventSocket opens a NETLINK_KOBJECT_UEVENT socket bound to the
+// kernel's uevents, non-blocking, for the netpoller.
+func openUeventSocket() (*os.File, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_KOBJECT_UEVENT)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("open uevent socket: %w", err)
 	}
 	// Group 1 carries the kernel's uevents.
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1}); err != nil {
 		unix.Close(fd)
-		return nil
+		return nil, fmt.Errorf("bind uevent socket: %w", err)
 	}
-	return &cpuWatch{file: os.NewFile(uintptr(fd), "perfbuf uevents")}
+	return os.NewFile(uintptr(fd), "perfbuf uevents"), nil
 }
 
-// start reads uevents until close.
-func (w *cpuWatch) start() {
-	if w.file == nil {
-		return // a test's: it calls note
-	}
-	go func() {
-		buf := make([]byte, 8192) // a uevent is at most UEVENT_BUFFER_SIZE (2 KiB)
-		for {
-			n, err := w.file.Read(buf)
-			switch {
-			case errors.Is(err, syscall.ENOBUFS):
-				// The socket overflowed: some uevents are gone.
-				w.note(-1)
-			case err != nil:
-				return // closed
-			default:
-				if cpu, ok := parseCPUOnline(buf[:n]); ok {
-					w.note(cpu)
-				}
-			}
+// subscribe adds w to the subscribers, opening the socket and starting its
+// reader if w is the first. From its return, every uevent the kernel sends
+// reaches w.
+func (h *uevents) subscribe(w *cpuWatch) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.file == nil {
+		f, err := openUevents()
+		if err != nil {
+			return err
 		}
-	}()
+		h.file, h.subs = f, make(map[*cpuWatch]struct{})
+		go h.read(f)
+	}
+	h.subs[w] = struct{}{}
+	return nil
+}
+
+// unsubscribe removes w, and closes the socket if w was the last. Its
+// reader, blocked in Read or about to deliver, then stops.
+func (h *uevents) unsubscribe(w *cpuWatch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.subs[w]; !ok {
+		return // closed before, or a test's watch
+	}
+	delete(h.subs, w)
+	if len(h.subs) == 0 {
+		h.file.Close()
+		h.file, h.subs = nil, nil
+	}
+}
+
+// read reads f until it is closed. One runs per opening of the socket.
+func (h *uevents) read(f *os.File) {
+	buf := make([]byte, 8192) // a uevent is at most UEVENT_BUFFER_SIZE (2 KiB)
+	for {
+		n, err := f.Read(buf)
+		if !h.feed(f, buf[:n], err) {
+			return
+		}
+	}
+}
+
+// feed hands one read of f, msg or err, to every subscriber: a CPU online
+// is noted in each, and so is a loss (ENOBUFS: the socket overflowed, some
+// uevents are gone), which makes each compare the online list. It reports
+// whether to read on: not once f is closed (err), or no longer the
+// process's socket.
+func (h *uevents) feed(f *os.File, msg []byte, err error) bool {
+	cpu := -1 // uevents lost
+	switch {
+	case errors.Is(err, syscall.ENOBUFS):
+	case err != nil:
+		return false // closed
+	default:
+		var ok bool
+		if cpu, ok = parseCPUOnline(msg); !ok {
+			return true
+		}
+	}
+	h.mu.Lock()
+	if h.file != f {
+		h.mu.Unlock()
+		return false
+	}
+	subs := make([]*cpuWatch, 0, len(h.subs))
+	for w := range h.subs {
+		subs = append(subs, w)
+	}
+	h.mu.Unlock()
+	// Without h.mu: see the lock rule above. A watch closed since is
+	// skipped by note.
+	for _, w := range subs {
+		w.note(cpu)
+	}
+	return true
+}
+
+// cpuWatch collects, for one owner, the CPUs the kernel brought online.
+type cpuWatch struct {
+	pending atomic.Bool // CPUs to take (a cheap check for the readers)
+	notify  func()      // wakes the owner's wait; set before start
+
+	mu      sync.Mutex
+	online  []int // CPUs announced online since the last take
+	rescan  bool  // uevents were lost: compare the online list instead
+	started bool  // notify is set: note calls it
+	closed  bool  // note does nothing
+}
+
+// newCPUWatch subscribes a watch to the process's uevent socket; it reports
+// nil if the socket cannot be opened (see above). Call it before reading the
+// online list, so that a CPU that comes online in between is announced:
+// from its return, every CPU that comes online is noted (before start
+// too; start then wakes the owner).
+func newCPUWatch() *cpuWatch {
+	w := new(cpuWatch)
+	if hub.subscribe(w) != nil {
+		return nil
+	}
+	return w
+}
+
+// start lets note wake the owner through notify, which must be set, and
+// wakes it at once if CPUs were noted before.
+func (w *cpuWatch) start() {
+	w.mu.Lock()
+	w.started = true
+	wake := w.pending.Load() && !w.closed
+	w.mu.Unlock()
+	if wake {
+		w.notify()
+	}
 }
 
 // note records that cpu came online (-1: uevents were lost) and wakes the
-// owner.
+// owner once started. It does nothing once closed; a note under way when
+// close is called may still call notify after close returns, so notify
+// must be safe then (the owners' poke is: it wakes only an open one).
 func (w *cpuWatch) note(cpu int) {
 	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
 	if cpu < 0 {
 		w.rescan = true
 	} else {
 		w.online = append(w.online, cpu)
 	}
 	w.pending.Store(true)
+	started := w.started
 	w.mu.Unlock()
-	w.notify()
+	if started {
+		w.notify()
+	}
 }
 
 // take returns the CPUs announced online since the last take, and whether
@@ -114,10 +226,14 @@ func (w *cpuWatch) take() (online []int, rescan bool) {
 	return online, rescan
 }
 
+// close unsubscribes w; the last watch to close closes the socket. It is
+// idempotent, may run from any goroutine, notify included, and leaves the
+// other watches as they are.
 func (w *cpuWatch) close() {
-	if w.file != nil { // nil: a test's
-		w.file.Close()
-	}
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	hub.unsubscribe(w)
 }
 
 // parseCPUOnline reads a kernel uevent, "ACTION@DEVPATH\0KEY=VALUE\0...",
