@@ -637,3 +637,76 @@ func perCPU(stats []perfbuf.Stats) map[int]perfbuf.Stats {
 	}
 	return out
 }
+
+// fdKinds counts this process's descriptors by what /proc/self/fd says
+// they are ("anon_inode:[eventpoll]", "anon_inode:[perf_event]",
+// "anon_inode:bpf-map", "socket", ...).
+func fdKinds(t *testing.T) map[string]int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range ents {
+		l, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue // the directory's own descriptor, closed by now
+		}
+		if strings.HasPrefix(l, "socket:") {
+			l = "socket"
+		}
+		out[l]++
+	}
+	return out
+}
+
+// added is what b holds beyond a.
+func added(a, b map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, n := range b {
+		if d := n - a[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// An owner holds what it needs beyond its perf events, and no more: two
+// epoll sets (libbpf's, EpollFD, and the one its waits park on), a
+// duplicate of the failure map when it has one, and the process's one
+// uevent socket for CPU hotplug, which the first owner opens and the others
+// share. (Each owner held an eventfd and a uevent socket of its own too.)
+func TestOwnerDescriptors(t *testing.T) {
+	f := setup(t)
+	before := fdKinds(t)
+	r, err := perfbuf.NewReader(f.events, perfbuf.Options{RingBytes: 1 << 12, FailureMap: f.failures})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	first := added(before, fdKinds(t))
+	delete(first, "anon_inode:[perf_event]")
+	if first["anon_inode:[eventpoll]"] != 2 || first["anon_inode:bpf-map"] != 1 || first["socket"] > 1 || len(first) > 3 {
+		t.Errorf("the first owner (with a failure map) holds %v beyond its perf events; want 2 epoll sets, the map's duplicate and the uevent socket", first)
+	}
+
+	mid := fdKinds(t)
+	pb, err := perfbuf.New(f.events1, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := added(mid, fdKinds(t))
+	if n := second["anon_inode:[perf_event]"]; n != 1 {
+		t.Errorf("the second owner holds %d perf events, want 1 (events1 has one slot)", n)
+	}
+	delete(second, "anon_inode:[perf_event]")
+	if want := map[string]int{"anon_inode:[eventpoll]": 2}; !reflect.DeepEqual(second, want) {
+		t.Errorf("the second owner holds %v beyond its perf events; want %v", second, want)
+	}
+	pb.Close()
+	r.Close()
+	if left := added(before, fdKinds(t)); len(left) != 0 {
+		t.Errorf("after both closed, %v more descriptors than before", left)
+	}
+}
