@@ -35,7 +35,11 @@ func openCore(m Map, ro ringOptions, failures Map) (*core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := newCore(src.ring, src.fds)
+	rings := make([]ring, len(src.ring))
+	for i, rb := range src.ring {
+		rings[i] = rb
+	}
+	c, err := newCore(rings, src.fds)
 	if err != nil {
 		src.close()
 		return nil, err
@@ -46,7 +50,7 @@ func openCore(m Map, ro ringOptions, failures Map) (*core, error) {
 
 // newCore builds a core over rings, woken when fds[i] (ring i's perf event)
 // is readable. It does not close what it was given if it fails.
-func newCore(rings []*perfRing, fds []int) (*core, error) {
+func newCore(rings []ring, fds []int) (*core, error) {
 	c := &core{}
 	w, err := newWaiter()
 	if err != nil {
@@ -77,7 +81,7 @@ func (c *core) start(pol policy, callbacks []string) {
 
 // addRing adds rb, whose perf event is fd, to the set, the wait, the
 // policy and the owner.
-func (c *core) addRing(rb *perfRing, fd int) error {
+func (c *core) addRing(rb ring, fd int) error {
 	if err := c.w.addRing(rb, fd); err != nil {
 		return err
 	}

@@ -40,6 +40,9 @@ func (f *fakeRing) reader(t testing.TB) *RawBuffer {
 	return newRawBuffer(f.ring(t, 1), nil)
 }
 
+// perf returns the perf ring a RawBuffer over a fake ring reads.
+func (b *RawBuffer) perf() *perfRing { return b.r.(*perfRing) }
+
 // ring returns a reader of the ring, CPU cpu.
 func (f *fakeRing) ring(t testing.TB, cpu int) *perfRing {
 	t.Helper()
@@ -191,11 +194,15 @@ func (f *fakeRings) core(t testing.TB, src *rings) *core {
 	t.Helper()
 	var c *core
 	var err error
+	perf, fds := f.perf(t), f.fds
 	if src != nil {
-		c, err = newCore(src.ring, src.fds)
-	} else {
-		c, err = newCore(f.perf(t), f.fds)
+		perf, fds = src.ring, src.fds
 	}
+	rings := make([]ring, len(perf))
+	for i, rb := range perf {
+		rings[i] = rb
+	}
+	c, err = newCore(rings, fds)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ type rawOnly struct{ s *ringSet }
 
 func (rawOnly) addRing(int)           {}
 func (rawOnly) commitPublish(int)     {}
-func (p rawOnly) oldest(i int) uint64 { return p.s.rings[i].loadTail() }
+func (p rawOnly) oldest(i int) uint64 { return p.s.rings[i].tailPos() }
 
 // Close stops the perf buffer: blocked Polls and Waits return an error
 // matching os.ErrClosed, and the rings, their mappings and descriptors are

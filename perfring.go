@@ -137,6 +137,9 @@ func checkRingSize(cpu, n int) error {
 // setIndex gives the ring its owner's buffer index.
 func (r *perfRing) setIndex(i int) { r.index, r.st.Ring = i, i }
 
+// cpuNum returns the CPU whose ring it is.
+func (r *perfRing) cpuNum() int { return r.cpu }
+
 // size returns the size of the data area in bytes.
 func (r *perfRing) size() int { return len(r.data) }
 

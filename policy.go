@@ -50,7 +50,7 @@ type readPolicy interface {
 // The rings grow when a CPU comes online (hotplug.go): on the read side,
 // under statsMu and flushMu, which other goroutines take to read them.
 type ringSet struct {
-	rings []*perfRing
+	rings []ring
 	// stop is set by Close: the rings' loops stop after the record in
 	// progress, and the ordered merge releases what it holds (rule 5).
 	stop atomic.Bool
@@ -75,14 +75,15 @@ type ringSet struct {
 }
 
 // push adds ring rb as the last one, with buffer index len(s.rings).
-func (s *ringSet) push(rb *perfRing) {
-	rb.setIndex(len(s.rings))
+func (s *ringSet) push(rb ring) {
+	i := len(s.rings)
+	rb.setIndex(i)
 	s.flushMu.Lock()
 	s.statsMu.Lock()
 	s.rings = append(s.rings, rb)
 	s.flushHeads = append(s.flushHeads, 0)
 	s.flushTo = append(s.flushTo, 0) // the running flush has nothing to wait for here
-	s.stats = append(s.stats, Stats{Ring: rb.index, CPU: rb.cpu})
+	s.stats = append(s.stats, Stats{Ring: i, CPU: rb.cpuNum()})
 	s.statsMu.Unlock()
 	s.flushMu.Unlock()
 }
@@ -94,7 +95,7 @@ func (s *ringSet) publish(i int, samples, bytes, lost uint64) {
 	st.Samples, st.Bytes, st.Lost = samples, bytes, lost
 	s.statsMu.Lock()
 	p := &s.stats[i]
-	st.Late, st.Dropped, st.Left = p.Late, p.Dropped, p.Left
+	st.Late, st.Dropped, st.Left = p.Late, p.Dropped, p.Left // the owner's
 	*p = st
 	s.statsMu.Unlock()
 }

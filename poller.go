@@ -42,7 +42,7 @@ type waiter struct {
 	// mu guards rings and seen: rings are added (addRing) by the owner's
 	// drains, which a wait on another goroutine does not exclude.
 	mu    sync.Mutex
-	rings []*perfRing
+	rings []ring
 	seen  []uint64 // data_head of rings[i] when the waiter last looked
 	epfd  int      // the set; file owns it
 	file  *os.File // the epoll set, in the netpoller; closing it closes the set
@@ -84,9 +84,9 @@ func newWaiter() (*waiter, error) {
 }
 
 // addRing watches one more ring, whose perf event descriptor is fd.
-func (w *waiter) addRing(rb *perfRing, fd int) error {
+func (w *waiter) addRing(rb ring, fd int) error {
 	if err := w.add(w.epfd, fd); err != nil {
-		return fmt.Errorf("add ring of cpu %d to epoll: %w", rb.cpu, err)
+		return fmt.Errorf("add ring of cpu %d to epoll: %w", rb.cpuNum(), err)
 	}
 	w.mu.Lock()
 	w.rings = append(w.rings, rb)

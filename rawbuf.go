@@ -30,7 +30,7 @@ import (
 // trusted: a record that cannot be valid gives a *CorruptError, never a panic or an access
 // outside the ring. After a CorruptError, Next keeps returning it until SkipCorrupt is called.
 type RawBuffer struct {
-	r    *perfRing
+	r    ring
 	rec  Record      // Drain's record, kept here so that Drain does not allocate
 	hand func()      // hands the ring back to its PerfBuffer; nil once released
 	stop atomic.Bool // never set: Drain runs until the snapshot's end
@@ -39,12 +39,12 @@ type RawBuffer struct {
 }
 
 // newRawBuffer wraps ring r; hand, if not nil, is what Release calls.
-func newRawBuffer(r *perfRing, hand func()) *RawBuffer {
+func newRawBuffer(r ring, hand func()) *RawBuffer {
 	return &RawBuffer{r: r, hand: hand, size: r.size()}
 }
 
 // CPU returns the CPU whose ring this is.
-func (b *RawBuffer) CPU() int { return b.r.cpu }
+func (b *RawBuffer) CPU() int { return b.r.cpuNum() }
 
 // Size returns the size of the data area in bytes.
 func (b *RawBuffer) Size() int { return b.size }
@@ -79,7 +79,7 @@ func (b *RawBuffer) Next(rec *Record) (bool, error) {
 
 // errReleased is the error of a call on a released RawBuffer.
 func (b *RawBuffer) errReleased(verb string) error {
-	return fmt.Errorf("%s perf ring cpu %d: released: %w", verb, b.r.cpu, os.ErrClosed)
+	return fmt.Errorf("%s perf ring cpu %d: released: %w", verb, b.r.cpuNum(), os.ErrClosed)
 }
 
 // Commit publishes data_tail = pos, handing the bytes before pos back to the kernel. pos
@@ -111,7 +111,7 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 		return 0, b.errReleased("drain")
 	}
 	if fn == nil {
-		return 0, fmt.Errorf("drain perf ring cpu %d: nil function: %w", b.r.cpu, os.ErrInvalid)
+		return 0, fmt.Errorf("drain perf ring cpu %d: nil function: %w", b.r.cpuNum(), os.ErrInvalid)
 	}
 	b.r.begin()
 	n, err := b.r.each(&b.rec, math.MaxUint64, &b.stop, fn)
@@ -150,11 +150,11 @@ func (b *RawBuffer) Release() {
 	}
 	b.hand = nil
 	// Point at memory of our own so that nothing can touch the mapping once it is freed.
-	empty, err := newPerfRingFromParts(b.r.cpu, new(unix.PerfEventMmapPage), make([]byte, 8))
+	empty, err := newPerfRingFromParts(b.r.cpuNum(), new(unix.PerfEventMmapPage), make([]byte, 8))
 	if err != nil {
 		panic(err) // 8 is a valid ring size
 	}
-	empty.index, empty.st = b.r.index, b.r.st
+	empty.st = *b.r.counts() // (Ring included)
 	b.r, b.done = empty, true
 	hand()
 }

@@ -220,9 +220,9 @@ func FuzzRawParse(f *testing.F) {
 			if !validHead(tail, head, size) && int64(head-tail) >= 0 {
 				wantTail = tail
 			}
-			if st := b.Stats(); b.r.tail != wantTail || b.r.pending() != 0 || st.Corrupt != 1 || st.CorruptBytes > uint64(size) ||
+			if st := b.Stats(); b.perf().tail != wantTail || b.perf().pending() != 0 || st.Corrupt != 1 || st.CorruptBytes > uint64(size) ||
 				(wantTail == tail && st.CorruptBytes != 0) {
-				t.Fatalf("after SkipCorrupt: tail %d (want %d) head %d pending %d stats %+v", b.r.tail, wantTail, head, b.r.pending(), st)
+				t.Fatalf("after SkipCorrupt: tail %d (want %d) head %d pending %d stats %+v", b.perf().tail, wantTail, head, b.perf().pending(), st)
 			}
 			if ok, err := b.Next(&rec); ok || err != nil {
 				t.Fatalf("Next after SkipCorrupt = %v, %v", ok, err)
@@ -234,9 +234,9 @@ func FuzzRawParse(f *testing.F) {
 		// refused and leaves data_tail alone.
 		err = b.Commit(commit)
 		d := commit - tail
-		valid := d <= b.r.cursor-tail && (commit%8 == 0 || commit == tail)
+		valid := d <= b.perf().cursor-tail && (commit%8 == 0 || commit == tail)
 		if valid != (err == nil) {
-			t.Fatalf("Commit(%d) with tail %d cursor %d: %v", commit, tail, b.r.cursor, err)
+			t.Fatalf("Commit(%d) with tail %d cursor %d: %v", commit, tail, b.perf().cursor, err)
 		}
 		if err != nil && (!errors.Is(err, os.ErrInvalid) || page.Data_tail != tail) {
 			t.Fatalf("refused Commit(%d): %v, tail %d", commit, err, page.Data_tail)

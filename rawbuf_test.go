@@ -35,8 +35,8 @@ func TestRawEmpty(t *testing.T) {
 	f := newFakeRing(4096)
 	b := f.reader(t)
 	b.Begin()
-	if b.r.pending() != 0 || b.Used() != 0 || b.Size() != 4096 || b.CPU() != 1 {
-		t.Fatalf("pending %d used %d size %d cpu %d", b.r.pending(), b.Used(), b.Size(), b.CPU())
+	if b.perf().pending() != 0 || b.Used() != 0 || b.Size() != 4096 || b.CPU() != 1 {
+		t.Fatalf("pending %d used %d size %d cpu %d", b.perf().pending(), b.Used(), b.Size(), b.CPU())
 	}
 	var rec Record
 	if ok, err := b.Next(&rec); ok || err != nil {
@@ -58,8 +58,8 @@ func TestRawOneRecord(t *testing.T) {
 	f.mustWrite(t, fakeSample(payload))
 
 	b.Begin()
-	if b.r.pending() != 32 {
-		t.Fatalf("pending %d, want 32", b.r.pending())
+	if b.perf().pending() != 32 {
+		t.Fatalf("pending %d, want 32", b.perf().pending())
 	}
 	var rec Record
 	ok, err := b.Next(&rec)
@@ -73,8 +73,8 @@ func TestRawOneRecord(t *testing.T) {
 	if rec.Len() != 20 || !bytes.Equal(rec.Data, fakePadded(payload)) || len(rec.Wrapped) != 0 {
 		t.Fatalf("payload %x (wrapped %x)", rec.Data, rec.Wrapped)
 	}
-	if b.r.cursor != 32 || b.r.pending() != 0 || b.r.tail != 0 || f.page.Data_tail != 0 {
-		t.Fatalf("cursor %d pending %d tail %d (data_tail %d)", b.r.cursor, b.r.pending(), b.r.tail, f.page.Data_tail)
+	if b.perf().cursor != 32 || b.perf().pending() != 0 || b.perf().tail != 0 || f.page.Data_tail != 0 {
+		t.Fatalf("cursor %d pending %d tail %d (data_tail %d)", b.perf().cursor, b.perf().pending(), b.perf().tail, f.page.Data_tail)
 	}
 	if ok, err := b.Next(&rec); ok || err != nil {
 		t.Fatalf("Next past the head = %v, %v", ok, err)
@@ -82,8 +82,8 @@ func TestRawOneRecord(t *testing.T) {
 	if err := b.Commit(rec.Next); err != nil {
 		t.Fatal(err)
 	}
-	if b.r.tail != 32 || f.page.Data_tail != 32 || b.Used() != 0 {
-		t.Fatalf("tail %d used %d", b.r.tail, b.Used())
+	if b.perf().tail != 32 || f.page.Data_tail != 32 || b.Used() != 0 {
+		t.Fatalf("tail %d used %d", b.perf().tail, b.Used())
 	}
 	if s := b.Stats(); s != (Stats{CPU: 1, Samples: 1, Bytes: 20, MaxFill: 32}) {
 		t.Fatalf("stats %+v", s)
@@ -115,8 +115,8 @@ func TestRawMany(t *testing.T) {
 			t.Fatalf("record %d: %x, want %x", i, got[i], want[i])
 		}
 	}
-	if b.r.tail != f.head {
-		t.Fatalf("tail %d, want %d", b.r.tail, f.head)
+	if b.perf().tail != f.head {
+		t.Fatalf("tail %d, want %d", b.perf().tail, f.head)
 	}
 }
 
@@ -284,8 +284,8 @@ func TestRawPeekThenBeginAgain(t *testing.T) {
 	}
 	b.Begin()
 	first := fakeCollect(t, b)
-	if len(first) != 5 || b.r.tail != 0 {
-		t.Fatalf("%d records, tail %d", len(first), b.r.tail)
+	if len(first) != 5 || b.perf().tail != 0 {
+		t.Fatalf("%d records, tail %d", len(first), b.perf().tail)
 	}
 	b.Begin()
 	second := fakeCollect(t, b)
@@ -354,8 +354,8 @@ func TestRawCommitRules(t *testing.T) {
 		if !errors.Is(err, os.ErrInvalid) || !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), c.reason) {
 			t.Fatalf("Commit(%d) = %v, want os.ErrInvalid, %q", c.pos, err, prefix+c.reason)
 		}
-		if f.page.Data_tail != 4096 || b.r.tail != 4096 {
-			t.Fatalf("Commit(%d) wrote data_tail %d (tail %d)", c.pos, f.page.Data_tail, b.r.tail)
+		if f.page.Data_tail != 4096 || b.perf().tail != 4096 {
+			t.Fatalf("Commit(%d) wrote data_tail %d (tail %d)", c.pos, f.page.Data_tail, b.perf().tail)
 		}
 	}
 	if err := b.Commit(4096); err != nil {
@@ -413,7 +413,7 @@ func TestRawDrainStopsOnError(t *testing.T) {
 	if n != 4 || err != errStop || fmt.Sprint(seen) != "[0 16 32 48]" {
 		t.Fatalf("Drain = %d, %v, saw %v; want 4, errStop, [0 16 32 48]", n, err, seen)
 	}
-	if f.page.Data_tail != 16*4 || b.r.tail != 16*4 {
+	if f.page.Data_tail != 16*4 || b.perf().tail != 16*4 {
 		t.Fatalf("data_tail %d after the stop, want %d (up to and including the failed record)", f.page.Data_tail, 16*4)
 	}
 	if s := b.Stats(); s.Samples != 4 || s.Bytes != 4*4 {
@@ -548,8 +548,8 @@ func TestRawCorrupt(t *testing.T) {
 			if !strings.Contains(ce.Reason, c.reason) || ce.CPU != 1 || ce.Pos != bad {
 				t.Fatalf("error %+v, want %q at %d", ce, c.reason, bad)
 			}
-			if n != len(c.recs)-1 || good != n || b.r.tail != bad {
-				t.Fatalf("%d good records, tail %d", n, b.r.tail)
+			if n != len(c.recs)-1 || good != n || b.perf().tail != bad {
+				t.Fatalf("%d good records, tail %d", n, b.perf().tail)
 			}
 			// Sticky: Next and Drain keep returning the same error.
 			var rec Record
@@ -567,8 +567,8 @@ func TestRawCorrupt(t *testing.T) {
 			if skipped := b.SkipCorrupt(); skipped != head-ce.Pos {
 				t.Fatalf("skipped %d, want %d", skipped, head-ce.Pos)
 			}
-			if st := b.Stats(); b.r.tail != head || f.page.Data_tail != head || st.Corrupt != 1 || st.CorruptBytes != head-ce.Pos || b.r.pending() != 0 {
-				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.r.tail, st)
+			if st := b.Stats(); b.perf().tail != head || f.page.Data_tail != head || st.Corrupt != 1 || st.CorruptBytes != head-ce.Pos || b.perf().pending() != 0 {
+				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().tail, st)
 			}
 			f.mustWrite(t, fakeSample([]byte("ok")))
 			var got string
@@ -608,8 +608,8 @@ func TestRawCorruptCursor(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Reason != "cursor not 8-aligned" {
 		t.Fatalf("Next = %v", err)
 	}
-	if b.SkipCorrupt() != 28 || b.r.tail != 32 || b.Stats().Corrupt != 1 {
-		t.Fatalf("tail %d, stats %+v after SkipCorrupt", b.r.tail, b.Stats())
+	if b.SkipCorrupt() != 28 || b.perf().tail != 32 || b.Stats().Corrupt != 1 {
+		t.Fatalf("tail %d, stats %+v after SkipCorrupt", b.perf().tail, b.Stats())
 	}
 }
 
@@ -634,19 +634,19 @@ func TestRawCorruptHead(t *testing.T) {
 			if n != 0 || !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || !strings.Contains(ce.Reason, c.reason) {
 				t.Fatalf("Drain = %d, %v", n, err)
 			}
-			if b.r.pending() != 0 || b.r.tail != 4096 {
-				t.Fatalf("pending %d, tail %d", b.r.pending(), b.r.tail)
+			if b.perf().pending() != 0 || b.perf().tail != 4096 {
+				t.Fatalf("pending %d, tail %d", b.perf().pending(), b.perf().tail)
 			}
 			b.SkipCorrupt()
 			st := b.Stats()
 			if c.name == "behind tail" {
 				// The tail is what moved: SkipCorrupt resynchronises with the head.
-				if b.r.tail != c.head || st.Corrupt != 1 || st.CorruptBytes > 1024 {
-					t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.r.tail, st)
+				if b.perf().tail != c.head || st.Corrupt != 1 || st.CorruptBytes > 1024 {
+					t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().tail, st)
 				}
-			} else if b.r.tail != 4096 || st.Corrupt != 1 || st.CorruptBytes != 0 {
+			} else if b.perf().tail != 4096 || st.Corrupt != 1 || st.CorruptBytes != 0 {
 				// A bad head is passed over, and nothing below it is skipped.
-				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.r.tail, st)
+				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().tail, st)
 			}
 			if c.name != "behind tail" {
 				if n, err := b.Drain(func(*Record) error { return nil }); n != 0 || err != nil {
@@ -666,8 +666,8 @@ func TestRawCorruptHead(t *testing.T) {
 				}
 				b.SkipCorrupt()
 			}
-			if err != nil || b.r.tail != f.head {
-				t.Fatalf("no recovery: %v, tail %d head %d", err, b.r.tail, f.head)
+			if err != nil || b.perf().tail != f.head {
+				t.Fatalf("no recovery: %v, tail %d head %d", err, b.perf().tail, f.head)
 			}
 			want := 2 // the sample below the bad head, and the new one
 			if c.name == "behind tail" {
@@ -714,8 +714,8 @@ func TestRawSkipCorruptWithoutError(t *testing.T) {
 	b := f.reader(t)
 	f.mustWrite(t, fakeSample(nil))
 	b.Begin()
-	if n := b.SkipCorrupt(); n != 16 || b.r.tail != 16 {
-		t.Fatalf("SkipCorrupt = %d, tail %d", n, b.r.tail)
+	if n := b.SkipCorrupt(); n != 16 || b.perf().tail != 16 {
+		t.Fatalf("SkipCorrupt = %d, tail %d", n, b.perf().tail)
 	}
 	if s := b.Stats(); s.Samples != 0 || s.Corrupt != 0 || s.CorruptBytes != 16 {
 		t.Fatalf("stats %+v", s)
@@ -892,7 +892,7 @@ func TestRawEach(t *testing.T) {
 			b.Begin()
 			pos = pos[:0]
 			var rec Record
-			k, err := b.r.each(&rec, c.limit, &b.stop, fn)
+			k, err := b.perf().each(&rec, c.limit, &b.stop, fn)
 			if fmt.Sprint(pos) != c.want || k != len(pos) || err != nil {
 				t.Errorf("limit %d (again %v): %d records at %v, %v; want %s", c.limit, again, k, pos, err, c.want)
 			}
@@ -909,14 +909,14 @@ func TestRawEach(t *testing.T) {
 	b = f.reader(t)
 	pos = pos[:0]
 	b.Begin()
-	k, err := b.r.each(new(Record), math.MaxUint64, &stop, func(r *Record) error {
+	k, err := b.perf().each(new(Record), math.MaxUint64, &stop, func(r *Record) error {
 		pos = append(pos, r.Pos)
 		if r.Pos == 32 {
 			stop.Store(true) // what Close does
 		}
 		return nil
 	})
-	if k != 2 || err != nil || fmt.Sprint(pos) != "[0 32]" || b.r.cursor != 64 {
-		t.Errorf("closed during the second record: %d records at %v, %v, cursor %d; want 2, cursor 64", k, pos, err, b.r.cursor)
+	if k != 2 || err != nil || fmt.Sprint(pos) != "[0 32]" || b.perf().cursor != 64 {
+		t.Errorf("closed during the second record: %d records at %v, %v, cursor %d; want 2, cursor 64", k, pos, err, b.perf().cursor)
 	}
 }

@@ -59,6 +59,7 @@ const (
 // parse like the end of the snapshot does. After a *CorruptError, parsing keeps returning it
 // until skipCorrupt.
 type bpfRing struct {
+	index    int // the owner's buffer index, for Record.Ring and errors
 	cpu      int
 	consumer *uint64 // consumer_pos: ours to write, the kernel reads it
 	producer *uint64 // producer_pos: the kernel's, read-only to us
@@ -83,8 +84,7 @@ type bpfRing struct {
 	ignored  uint64
 	ignoring bool
 
-	stats    Stats
-	discards uint64 // records the programs discarded (bpf_ringbuf_discard), skipped
+	stats Stats // Discarded: records the programs discarded (bpf_ringbuf_discard), skipped
 
 	// maps are the two mmaps of newBPFRing, unmapped by close; nil for Go memory.
 	maps [2][]byte
@@ -294,7 +294,7 @@ func (r *bpfRing) checkPos(p uint64) string {
 // position, Size the producer position.
 func (r *bpfRing) failPos(c, p uint64, reason string) {
 	if r.corrupt == nil {
-		r.corrupt = &CorruptError{CPU: r.cpu, Pos: c, Size: p, Reason: reason}
+		r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: c, Size: p, Reason: reason}
 		r.badPos = true
 	}
 }
@@ -325,7 +325,58 @@ func (r *bpfRing) counts() *Stats { return &r.stats }
 
 // discarded returns how many records the programs discarded (BPF_RINGBUF_DISCARD_BIT) that
 // parsing skipped, each counted once.
-func (r *bpfRing) discarded() uint64 { return r.discards }
+func (r *bpfRing) discarded() uint64 { return r.stats.Discarded }
+
+// setIndex gives the ring its owner's buffer index.
+func (r *bpfRing) setIndex(i int) { r.index, r.stats.Ring = i, i }
+
+// cpuNum returns the ring's CPU, or -1 for a ring shared by CPUs.
+func (r *bpfRing) cpuNum() int { return r.cpu }
+
+// loadHead loads producer_pos, for the waiter (see loadProducer).
+func (r *bpfRing) loadHead() uint64 { return r.loadProducer() }
+
+// failed reports whether a CorruptError is pending; isCorrupt whether err is it.
+func (r *bpfRing) failed() bool { return r.corrupt != nil }
+
+func (r *bpfRing) isCorrupt(err error) bool { return r.corrupt != nil && err == error(r.corrupt) }
+
+// headPos and tailPos return the head snapshot and the tail.
+func (r *bpfRing) headPos() uint64 { return r.head }
+func (r *bpfRing) tailPos() uint64 { return r.tail }
+
+// reached reports whether a reader whose oldest record not delivered is at oldest has
+// delivered everything below to, an earlier head snapshot: oldest is at or past it, or to
+// is an unaligned producer position that skipCorrupt passed over.
+func (r *bpfRing) reached(oldest, to uint64) bool {
+	return int64(oldest-to) >= 0 || r.ignoring && to == r.ignored
+}
+
+// left counts the committed samples from oldest (or consumer_pos, if it is further) to
+// producer_pos: what Close leaves unread. Discarded records are not samples; a record still
+// busy ends the count (the program has not committed it), as does one that cannot be valid.
+// A ring buffer reports no lost records: lost is 0. It moves nothing.
+func (r *bpfRing) left(oldest uint64) (samples, lost uint64) {
+	if c := atomic.LoadUint64(r.consumer); int64(c-oldest) > 0 { // ours; pairs with store
+		oldest = c
+	}
+	p := r.loadProducer()
+	if int64(p-oldest) < 0 || p-oldest >= uint64(r.size()) {
+		return 0, 0
+	}
+	save := *r
+	r.tail, r.cursor, r.head, r.counted, r.corrupt, r.badPos = oldest, oldest, p, p, nil, false
+	var rec Record
+	for {
+		ok, _ := r.next(&rec)
+		if !ok {
+			break
+		}
+		samples++
+	}
+	*r = save
+	return samples, 0
+}
 
 // blocked reports whether the pending error, if any, stops parsing at the cursor: a
 // position error stops it everywhere, a corrupt record once the cursor reaches it (after
@@ -399,7 +450,7 @@ func (r *bpfRing) next(rec *Record) (bool, error) {
 		r.cursor = pos + size
 		if kind == atDiscard {
 			if count {
-				r.discards++
+				r.stats.Discarded++
 			}
 			continue
 		}
@@ -414,7 +465,7 @@ func (r *bpfRing) next(rec *Record) (bool, error) {
 
 // badRecord records a corrupt record at pos.
 func (r *bpfRing) badRecord(pos uint64, hdr uint32, size uint64) {
-	r.corrupt = &CorruptError{CPU: r.cpu, Pos: pos, Size: size, Reason: fmt.Sprintf(
+	r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: pos, Size: size, Reason: fmt.Sprintf(
 		"record length %d (%d bytes with header and padding) past producer position %d",
 		hdr&bpfRingLenMask, size, r.head)}
 	r.badPos = false
@@ -503,7 +554,7 @@ func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 		next := pos + size
 		r.cursor = next // and counted with it (see begin)
 		if hdr&bpfRingDiscardBit != 0 {
-			r.discards++
+			r.stats.Discarded++
 			pos = next
 			continue
 		}

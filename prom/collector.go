@@ -86,6 +86,9 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 	counter("dropped_late_samples_total",
 		"Ordered Reader with DropLate: late samples of the CPU dropped, not delivered (also in samples_total and late_samples_total).",
 		func(s *perfbuf.Stats) uint64 { return s.Dropped })
+	counter("discarded_records_total",
+		"Ring buffers: records of the CPU's rings that the BPF program discarded (bpf_ringbuf_discard), skipped.",
+		func(s *perfbuf.Stats) uint64 { return s.Discarded })
 	counter("left_samples_total",
 		"Samples left unread in the CPU's rings when the reader was closed.",
 		func(s *perfbuf.Stats) uint64 { return s.Left })
@@ -186,6 +189,7 @@ func add(a, b *perfbuf.Stats) {
 	a.Late += b.Late
 	a.Dropped += b.Dropped
 	a.Left += b.Left
+	a.Discarded += b.Discarded
 	a.MaxFill = max(a.MaxFill, b.MaxFill)
 	a.Fill += b.Fill
 	a.Failed.NoEntry += b.Failed.NoEntry

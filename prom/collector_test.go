@@ -55,6 +55,11 @@ perfbuf_corrupt_skipped_bytes_total{cpu="3"} 0
 perfbuf_corruptions_total{cpu="0"} 0
 perfbuf_corruptions_total{cpu="2"} 1
 perfbuf_corruptions_total{cpu="3"} 0
+# HELP perfbuf_discarded_records_total Ring buffers: records of the CPU's rings that the BPF program discarded (bpf_ringbuf_discard), skipped.
+# TYPE perfbuf_discarded_records_total counter
+perfbuf_discarded_records_total{cpu="0"} 0
+perfbuf_discarded_records_total{cpu="2"} 0
+perfbuf_discarded_records_total{cpu="3"} 0
 # HELP perfbuf_dropped_late_samples_total Ordered Reader with DropLate: late samples of the CPU dropped, not delivered (also in samples_total and late_samples_total).
 # TYPE perfbuf_dropped_late_samples_total counter
 perfbuf_dropped_late_samples_total{cpu="0"} 0
@@ -180,7 +185,7 @@ agent_perfbuf_samples_total{cpu="1",map="other"} 1
 // a collection through no registry reports the metrics it makes invalid,
 // without a panic.
 func TestBadConstLabel(t *testing.T) {
-	for name, wantInvalid := range map[string]int{"cpu": 3 * (11 + len(causes)), "cause": 3 * len(causes)} {
+	for name, wantInvalid := range map[string]int{"cpu": 3 * (12 + len(causes)), "cause": 3 * len(causes)} {
 		c := NewCollector(&fakeSource{stats: fakeStats()}, Options{ConstLabels: prometheus.Labels{name: "x"}})
 		if err := prometheus.NewRegistry().Register(c); err == nil {
 			t.Errorf("const label %q: Register succeeded", name)
