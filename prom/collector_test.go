@@ -135,7 +135,7 @@ func TestCollect(t *testing.T) {
 	if n := src.calls.Load(); n != 1 {
 		t.Errorf("one collection called Stats %d times, want 1", n)
 	}
-	if n, want := testutil.CollectAndCount(c), 3*(11+len(causes)); n != want {
+	if n, want := testutil.CollectAndCount(c), 3*(12+len(causes)); n != want {
 		t.Errorf("%d metrics collected, want %d (3 CPUs)", n, want)
 	}
 }
