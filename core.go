@@ -6,14 +6,16 @@ package perfbuf
 // policy's (policy.go); the public types on top say when.
 
 import (
+	"cmp"
 	"fmt"
+	"os"
 	"slices"
 )
 
-// core owns the rings of one perf event array for its PerfBuffer or Reader.
+// core owns the rings of one map for its PerfBuffer or Reader.
 type core struct {
 	ringSet          // the rings and what the policy shares
-	src     *rings   // what open opened; nil over rings of a test's own
+	src     source   // what openCore opened; nil over rings of a test's own
 	w       *waiter  // the wait on every ring, woken by Close
 	life    lifetime // calls in progress; the last one out after Close frees
 	pol     policy
@@ -23,23 +25,58 @@ type core struct {
 	onAdd func(i int)
 }
 
-// openCore opens a ring on every online CPU for the perf event array m with
-// the ring settings ro, and the failure map failures (nil for none).
-// Errors: as New's.
+// source is what opened an owner's rings, and what of them is its kind's:
+// a perf event array's rings (rings.go), or a BPF ring buffer map's
+// (ringbufs.go).
+type source interface {
+	// rings returns the rings opened, with the descriptor a wait polls
+	// for each.
+	perfRings() ([]ring, []int)
+	// cpusPending reports CPUs that came online and need a ring: one
+	// atomic load. addNew opens their rings and calls add with each.
+	cpusPending() bool
+	addNew(add func(rb ring, fd int) error) error
+	// view returns a new reader of ring i, with positions of its own
+	// (RawBuffer).
+	view(i int) (ring, error)
+	// epollFD is an epoll set over every ring, for a caller's own loop.
+	epollFD() (int, error)
+	// unlink stops new output into the rings, as far as the kind can,
+	// and waits for output in progress: what is in them is then final.
+	unlink()
+	// close frees everything; failureCounters is the failure map, or nil.
+	close()
+	failureCounters() *failureMap
+}
+
+// openCore opens the rings of the map m (a perf event array: a ring on
+// every online CPU; a BPF ring buffer: its one ring) with the ring settings
+// ro, and the failure map failures (nil for none). Errors: as New's.
 func openCore(m Map, ro ringOptions, failures Map) (*core, error) {
-	cfg, err := ro.hostConfig()
+	// A perf event array's ring settings; a ring buffer has checks of its
+	// own (openRingBuf). Bad options are reported before a bad map.
+	cfg, cfgErr := ro.hostConfig()
+	if m == nil {
+		return nil, cmp.Or(cfgErr, fmt.Errorf("nil map: %w", os.ErrInvalid))
+	}
+	fd := m.FileDescriptor()
+	info, err := checkMap(fd)
+	if err != nil {
+		return nil, cmp.Or(cfgErr, err)
+	}
+	var src source
+	switch {
+	case info.typ == mapTypeRingBuf:
+		src, err = openRingBuf(fd, info, ro, failures)
+	case cfgErr != nil:
+		return nil, cfgErr
+	default:
+		src, err = openRings(fd, info, cfg, failures)
+	}
 	if err != nil {
 		return nil, err
 	}
-	src, err := openRings(m, cfg, failures)
-	if err != nil {
-		return nil, err
-	}
-	rings := make([]ring, len(src.ring))
-	for i, rb := range src.ring {
-		rings[i] = rb
-	}
-	c, err := newCore(rings, src.fds)
+	c, err := newCore(src.perfRings())
 	if err != nil {
 		src.close()
 		return nil, err
@@ -73,9 +110,9 @@ func (c *core) start(pol policy, callbacks []string) {
 	c.pol = pol
 	c.life.free = c.free
 	c.life.callbacks = callbacks
-	if c.src != nil && c.src.watch != nil {
-		c.src.watch.notify = c.poke
-		c.src.watch.start()
+	if r, ok := c.src.(*rings); ok && r.watch != nil {
+		r.watch.notify = c.poke
+		r.watch.start()
 	}
 }
 
@@ -103,12 +140,10 @@ func (c *core) addRing(rb ring, fd int) error {
 // rings (hotplug.go): a check of one atomic when none did. On the read
 // side, under the owner's drain lock.
 func (c *core) addNewCPUs() error {
-	if !c.src.cpusPending() {
+	if c.src == nil || !c.src.cpusPending() {
 		return nil
 	}
-	return c.src.addNewCPUs(func(i int) error {
-		return c.addRing(c.src.ring[i], c.src.fds[i])
-	})
+	return c.src.addNew(c.addRing)
 }
 
 // count returns the number of rings; any goroutine may call it.
@@ -175,6 +210,9 @@ func (c *core) statsNow() []Stats {
 			st[i].Fill = rings[i].used()
 		}
 		c.life.exit()
+	}
+	if c.src == nil {
+		return st
 	}
 	return c.src.failureCounters().addTo(st)
 }

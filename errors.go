@@ -9,9 +9,9 @@ import (
 
 // Errors returned by this package, each wrapped with context.
 var (
-	// ErrNotPerfEventArray: the map is of another type, or the descriptor
-	// is not a BPF map.
-	ErrNotPerfEventArray = errors.New("map is not a perf event array")
+	// ErrMapType: the map is neither a perf event array nor a BPF ring
+	// buffer, or the descriptor is not a BPF map.
+	ErrMapType = errors.New("map is neither a perf event array nor a BPF ring buffer")
 	// ErrSampleTooLarge: MaxSampleSize cannot fit in a ring.
 	ErrSampleTooLarge = errors.New("sample does not fit in perf ring")
 	// ErrMapInUse: another PerfBuffer or Reader of this process reads the

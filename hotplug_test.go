@@ -69,8 +69,8 @@ func TestHotplugPerfBuffer(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(10 * time.Millisecond) // let it block
-	pb.c.src.watch.note(2)
-	pb.c.src.watch.note(7) // past the limit: no ring
+	pb.c.src.(*rings).watch.note(2)
+	pb.c.src.(*rings).watch.note(7) // past the limit: no ring
 	select {
 	case err := <-done:
 		if err != nil {
@@ -94,7 +94,7 @@ func TestHotplugPerfBuffer(t *testing.T) {
 	// CPU 1 goes offline with a sample in its ring and comes back: its
 	// first ring is drained at the next Consume, its second from then on.
 	f.emit(t, 1, 0, 11, 16)
-	pb.c.src.watch.note(1)
+	pb.c.src.(*rings).watch.note(1)
 	spare.emit(t, 1, 0, 12, 16)
 	if n, err := pb.Consume(); n != 2 || err != nil {
 		t.Fatalf("Consume: %d, %v; want the old and the new ring's samples", n, err)

@@ -25,7 +25,8 @@ type MapFD int
 // FileDescriptor returns fd.
 func (fd MapFD) FileDescriptor() int { return int(fd) }
 
-// checkMap checks that fd is a perf event array and returns its info.
+// checkMap checks that fd is a perf event array or a BPF ring buffer and
+// returns its info.
 func checkMap(fd int) (mapDesc, error) {
 	if fd < 0 {
 		return mapDesc{}, fmt.Errorf("map fd %d: %w", fd, syscall.EBADF)
@@ -35,13 +36,13 @@ func checkMap(fd int) (mapDesc, error) {
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
 		return mapDesc{}, fmt.Errorf("map fd %d: %w", fd, err)
 	}
-	info, err := bpfMapInfo(fd, fd, ErrNotPerfEventArray)
+	info, err := bpfMapInfo(fd, fd, ErrMapType)
 	if err != nil {
 		return mapDesc{}, err
 	}
-	if info.typ != mapTypePerfEventArray {
+	if info.typ != mapTypePerfEventArray && info.typ != mapTypeRingBuf {
 		return mapDesc{}, fmt.Errorf("map %q has type %s (%d): %w",
-			info.name, mapTypeName(info.typ), info.typ, ErrNotPerfEventArray)
+			info.name, mapTypeName(info.typ), info.typ, ErrMapType)
 	}
 	return info, nil
 }
@@ -78,7 +79,10 @@ func fdKind(fd int) string {
 }
 
 // BPF map types New reports by name (from include/uapi/linux/bpf.h).
-const mapTypePerfEventArray = 4
+const (
+	mapTypePerfEventArray = 4
+	mapTypeRingBuf        = 27
+)
 
 type mapDesc struct {
 	id         uint32 // the kernel's map ID: one per map, whatever the fd

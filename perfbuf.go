@@ -85,7 +85,7 @@ type PerfBuffer struct {
 // earlier one receives nothing more.
 //
 // Errors: os.ErrInvalid (an option out of range, no SampleFunc, a Reader's
-// option), ErrSampleTooLarge, ErrMapInUse, ErrNotPerfEventArray, and errnos
+// option), ErrSampleTooLarge, ErrMapInUse, ErrMapType, and errnos
 // from the kernel (syscall.EBADF for a closed descriptor, syscall.EINVAL for
 // one that is not a BPF object, syscall.EPERM without CAP_PERFMON and
 // CAP_BPF).
@@ -282,7 +282,7 @@ func (pb *PerfBuffer) EpollFD() (int, error) {
 		return -1, err
 	}
 	defer pb.c.life.exit()
-	return pb.c.src.epfd, nil
+	return pb.c.src.epollFD()
 }
 
 // Stats returns per-ring counts of what callback mode delivered, in buffer

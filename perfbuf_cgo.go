@@ -26,6 +26,8 @@ var (
 	_ [C.BPF_MAP_TYPE_PERF_EVENT_ARRAY - mapTypePerfEventArray]struct{}
 	_ [mapTypePerfEventArray - C.BPF_MAP_TYPE_PERF_EVENT_ARRAY]struct{}
 	_ [C.BPF_MAP_TYPE_PERCPU_ARRAY - mapTypePerCPUArray]struct{}
+	_ [C.BPF_MAP_TYPE_RINGBUF - mapTypeRingBuf]struct{}
+	_ [mapTypeRingBuf - C.BPF_MAP_TYPE_RINGBUF]struct{}
 	_ [mapTypePerCPUArray - C.BPF_MAP_TYPE_PERCPU_ARRAY]struct{}
 )
 

@@ -44,9 +44,11 @@ type Reader struct {
 	n      int
 }
 
-// NewReader opens a ring on every online CPU for the perf event array m, as
-// New does, and returns a Reader over them. Errors: as New's, and
-// os.ErrInvalid for Options or Order fields out of range or New's.
+// NewReader opens the rings of m, as New does, and returns a Reader over
+// them: a ring on every online CPU for a perf event array, the one ring of a
+// BPF ring buffer (BPF_MAP_TYPE_RINGBUF), whose records carry CPU -1.
+// Errors: as New's, os.ErrInvalid for Options or Order fields out of range
+// or New's, and errors.ErrUnsupported for Order over a ring buffer.
 func NewReader(m Map, opts Options) (*Reader, error) {
 	const op = "new reader"
 	if err := opts.checkReader(); err != nil {
@@ -55,6 +57,14 @@ func NewReader(m Map, opts Options) (*Reader, error) {
 	c, err := openCore(m, opts.ring(), opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
+	}
+	if _, rb := c.src.(*ringBufSource); rb && opts.Order != nil {
+		// The merge holds records in the rings, and a ring buffer wakes
+		// its reader only once the consumer position reaches the record
+		// committed: nothing behind a held record would wake it.
+		c.src.close()
+		c.w.close()
+		return nil, fmt.Errorf("%s: Order over a BPF ring buffer: %w", op, errors.ErrUnsupported)
 	}
 	if opts.MaxLatency == 0 && max(opts.WakeupEvents, 1) == 1 && opts.WakeupBytes == 0 {
 		opts.MaxLatency = -1 // a wakeup on every sample: nothing waits without one

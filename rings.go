@@ -50,20 +50,12 @@ type ringSrc struct {
 	j int
 }
 
-// openRings checks m and failures (nil for none) and opens m's rings with
-// cfg. Errors: os.ErrInvalid, ErrMapInUse, ErrNotPerfEventArray, and errnos
+// openRings checks failures (nil for none) and opens the rings of the perf
+// event array fd, whose info checkMap returned, with cfg. Errors: os.ErrInvalid, ErrMapInUse, ErrMapType, and errnos
 // from the kernel (EBADF for a closed descriptor, EINVAL for one that is not
 // a BPF object, EPERM without the privileges perf_event_open and the map
 // update need).
-func openRings(m Map, cfg ringConfig, failures Map) (_ *rings, err error) {
-	if m == nil {
-		return nil, fmt.Errorf("nil map: %w", os.ErrInvalid)
-	}
-	fd := m.FileDescriptor()
-	info, err := checkMap(fd)
-	if err != nil {
-		return nil, err
-	}
+func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, err error) {
 	// Checked before any ring is opened; from here, r.close closes it.
 	fails, err := openFailureMap(failures)
 	if err != nil {
@@ -159,8 +151,28 @@ func (r *rings) openLibbpf(cpu int32) (*perfRing, int, ringSrc, error) {
 	return rb, fd, src, nil
 }
 
+// perfRings returns the rings opened so far, for the owner core.
+func (r *rings) perfRings() ([]ring, []int) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]ring, len(r.ring))
+	for i, rb := range r.ring {
+		out[i] = rb
+	}
+	return out, slices.Clone(r.fds)
+}
+
+// addNew opens a ring for each CPU that came online since the last call
+// (hotplug.go) and calls add with it and its perf event.
+func (r *rings) addNew(add func(rb ring, fd int) error) error {
+	return r.addNewCPUs(func(i int) error { return add(r.ring[i], r.fds[i]) })
+}
+
+// epollFD is libbpf's epoll set over every ring (perf_buffer__epoll_fd).
+func (r *rings) epollFD() (int, error) { return r.epfd, nil }
+
 // view returns a new reader of ring i's mapping, with positions of its own.
-func (r *rings) view(i int) (*perfRing, error) {
+func (r *rings) view(i int) (ring, error) {
 	r.mu.RLock()
 	src, cpu := r.src[i], r.cpus[i]
 	r.mu.RUnlock()

@@ -432,8 +432,8 @@ func TestErrors(t *testing.T) {
 	f := setup(t)
 
 	_, err := perfbuf.New(bpftest.Map(t, f.Mod, "not_perf"), perfbuf.Options{SampleFunc: discard})
-	if !errors.Is(err, perfbuf.ErrNotPerfEventArray) || !strings.Contains(err.Error(), "hash") {
-		t.Errorf("hash map: %v; want ErrNotPerfEventArray naming the type", err)
+	if !errors.Is(err, perfbuf.ErrMapType) || !strings.Contains(err.Error(), "hash") {
+		t.Errorf("hash map: %v; want ErrMapType naming the type", err)
 	}
 
 	dup, err := syscall.Dup(f.Events.FileDescriptor())
@@ -467,8 +467,8 @@ func TestErrors(t *testing.T) {
 	progs := map[string]int{"raw_tp program": f.Prog, "sched_act program": loadProg(t, 4)}
 	for name, fd := range progs {
 		_, err := perfbuf.New(perfbuf.MapFD(fd), perfbuf.Options{SampleFunc: discard})
-		if !errors.Is(err, perfbuf.ErrNotPerfEventArray) || !strings.Contains(err.Error(), "not a BPF map") {
-			t.Errorf("%s fd: %v; want ErrNotPerfEventArray saying it is not a BPF map", name, err)
+		if !errors.Is(err, perfbuf.ErrMapType) || !strings.Contains(err.Error(), "not a BPF map") {
+			t.Errorf("%s fd: %v; want ErrMapType saying it is not a BPF map", name, err)
 		}
 	}
 
