@@ -50,9 +50,11 @@ type source interface {
 }
 
 // openCore opens the rings of the map m (a perf event array: a ring on
-// every online CPU; a BPF ring buffer: its one ring) with the ring settings
-// ro, and the failure map failures (nil for none). Errors: as New's.
-func openCore(m Map, ro ringOptions, failures Map) (*core, error) {
+// every online CPU; a BPF ring buffer: its one ring; an array of maps: its
+// inner ring buffers'), and of the further ring buffers more, with the ring
+// settings ro, and the failure map failures (nil for none). Errors: as
+// New's.
+func openCore(m Map, more []Map, ro ringOptions, failures Map) (*core, error) {
 	// A perf event array's ring settings; a ring buffer has checks of its
 	// own (openRingBuf). Bad options are reported before a bad map.
 	cfg, cfgErr := ro.hostConfig()
@@ -66,8 +68,22 @@ func openCore(m Map, ro ringOptions, failures Map) (*core, error) {
 	}
 	var src source
 	switch {
-	case info.typ == mapTypeRingBuf:
-		src, err = openRingBuf(fd, info, ro, failures)
+	case info.typ != mapTypePerfEventArray:
+		maps := []mapArg{{fd, info}}
+		for i, mm := range more {
+			if mm == nil {
+				return nil, fmt.Errorf("options Maps[%d]: nil map: %w", i, os.ErrInvalid)
+			}
+			fd := mm.FileDescriptor()
+			info, err := checkMap(fd)
+			if err != nil {
+				return nil, fmt.Errorf("options Maps[%d]: %w", i, err)
+			}
+			maps = append(maps, mapArg{fd, info})
+		}
+		src, err = openRingBufs(maps, ro, failures)
+	case len(more) > 0:
+		return nil, fmt.Errorf("options Maps with a perf event array, which is read alone: %w", os.ErrInvalid)
 	case cfgErr != nil:
 		return nil, cfgErr
 	default:

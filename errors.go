@@ -9,8 +9,9 @@ import (
 
 // Errors returned by this package, each wrapped with context.
 var (
-	// ErrMapType: the map is neither a perf event array nor a BPF ring
-	// buffer, or the descriptor is not a BPF map.
+	// ErrMapType: the map is not one a reader reads (a perf event array,
+	// BPF ring buffers, an array of ring buffers), or the descriptor is not
+	// a BPF map.
 	ErrMapType = errors.New("map is neither a perf event array nor a BPF ring buffer")
 	// ErrSampleTooLarge: MaxSampleSize cannot fit in a ring.
 	ErrSampleTooLarge = errors.New("sample does not fit in perf ring")

@@ -25,8 +25,9 @@ type MapFD int
 // FileDescriptor returns fd.
 func (fd MapFD) FileDescriptor() int { return int(fd) }
 
-// checkMap checks that fd is a perf event array or a BPF ring buffer and
-// returns its info.
+// checkMap checks that fd is a perf event array, a BPF ring buffer or an
+// array of maps (of ring buffers, which openRingBufs checks) and returns its
+// info.
 func checkMap(fd int) (mapDesc, error) {
 	if fd < 0 {
 		return mapDesc{}, fmt.Errorf("map fd %d: %w", fd, syscall.EBADF)
@@ -40,7 +41,7 @@ func checkMap(fd int) (mapDesc, error) {
 	if err != nil {
 		return mapDesc{}, err
 	}
-	if info.typ != mapTypePerfEventArray && info.typ != mapTypeRingBuf {
+	if info.typ != mapTypePerfEventArray && info.typ != mapTypeRingBuf && info.typ != mapTypeArrayOfMaps {
 		return mapDesc{}, fmt.Errorf("map %q has type %s (%d): %w",
 			info.name, mapTypeName(info.typ), info.typ, ErrMapType)
 	}
@@ -81,6 +82,7 @@ func fdKind(fd int) string {
 // BPF map types New reports by name (from include/uapi/linux/bpf.h).
 const (
 	mapTypePerfEventArray = 4
+	mapTypeArrayOfMaps    = 12
 	mapTypeRingBuf        = 27
 )
 

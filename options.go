@@ -13,7 +13,18 @@ import (
 // the others belong to one of them, and the other rejects them with
 // os.ErrInvalid.
 type Options struct {
-	// Ring settings: New and NewReader, perf event arrays.
+	// The maps: New and NewReader.
+
+	// Maps are further BPF ring buffers read with the map given to New or
+	// NewReader, as libbpf's ring_buffer__add adds them: ring buffers, or
+	// arrays of maps whose inner maps are ring buffers. A perf event array
+	// is read alone.
+	Maps []Map
+
+	// Ring settings: New and NewReader. A ring buffer's size is fixed when
+	// its object loads, and its program says when it wakes its reader: of
+	// these only MaxSampleSize and FailureMap apply to ring buffers, and
+	// the others are refused for them (os.ErrInvalid).
 
 	// RingBytes sizes each CPU's ring: rounded up to a power of two pages
 	// of the host's page size (os.Getpagesize), at least one page. Zero

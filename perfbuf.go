@@ -94,7 +94,7 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 	if err := opts.checkNew(); err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := openCore(m, opts.ring(), opts.FailureMap)
+	c, err := openCore(m, opts.Maps, opts.ring(), opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

@@ -27,6 +27,8 @@ var (
 	_ [mapTypePerfEventArray - C.BPF_MAP_TYPE_PERF_EVENT_ARRAY]struct{}
 	_ [C.BPF_MAP_TYPE_PERCPU_ARRAY - mapTypePerCPUArray]struct{}
 	_ [C.BPF_MAP_TYPE_RINGBUF - mapTypeRingBuf]struct{}
+	_ [C.BPF_MAP_TYPE_ARRAY_OF_MAPS - mapTypeArrayOfMaps]struct{}
+	_ [mapTypeArrayOfMaps - C.BPF_MAP_TYPE_ARRAY_OF_MAPS]struct{}
 	_ [mapTypeRingBuf - C.BPF_MAP_TYPE_RINGBUF]struct{}
 	_ [mapTypePerCPUArray - C.BPF_MAP_TYPE_PERCPU_ARRAY]struct{}
 )
@@ -135,4 +137,24 @@ func lookupPerCPU(fd int, out []uint64) error {
 		return errnoErr(ret)
 	}
 	return nil
+}
+
+// innerMapID reads slot key of the array of maps fd (BPF_MAP_LOOKUP_ELEM):
+// from user space, the ID of the map in the slot. An empty slot is ENOENT.
+func innerMapID(fd int, key uint32) (uint32, error) {
+	k, id := C.uint32_t(key), C.uint32_t(0)
+	if ret := C.bpf_map_lookup_elem(C.int(fd), unsafe.Pointer(&k), unsafe.Pointer(&id)); ret < 0 {
+		return 0, errnoErr(ret)
+	}
+	return uint32(id), nil
+}
+
+// mapFDByID opens the map with ID id (BPF_MAP_GET_FD_BY_ID, which needs
+// CAP_SYS_ADMIN): a descriptor the caller closes.
+func mapFDByID(id uint32) (int, error) {
+	fd := C.bpf_map_get_fd_by_id(C.uint32_t(id))
+	if fd < 0 {
+		return -1, errnoErr(fd)
+	}
+	return int(fd), nil
 }

@@ -26,6 +26,10 @@ func numPossibleCPUs() (int, error) { return 0, ErrNoCgo }
 
 func lookupPerCPU(fd int, out []uint64) error { return ErrNoCgo }
 
+func innerMapID(fd int, key uint32) (uint32, error) { return 0, ErrNoCgo }
+
+func mapFDByID(id uint32) (int, error) { return -1, ErrNoCgo }
+
 // The methods below are unreachable: openC never returns a cBuffer.
 func (c *cBuffer) close()                                  {}
 func (c *cBuffer) bufferCount() int                        { return 0 }

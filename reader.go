@@ -54,7 +54,7 @@ func NewReader(m Map, opts Options) (*Reader, error) {
 	if err := opts.checkReader(); err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := openCore(m, opts.ring(), opts.FailureMap)
+	c, err := openCore(m, opts.Maps, opts.ring(), opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

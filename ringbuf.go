@@ -420,7 +420,7 @@ func (r *bpfRing) at(pos uint64) (kind int, hdr uint32, size uint64) {
 func (r *bpfRing) fill(rec *Record, pos uint64, hdr uint32, size uint64) {
 	off := pos&r.mask + bpfRingHdrSize
 	end := off + uint64(hdr&bpfRingLenMask)
-	rec.Type, rec.CPU, rec.Pos, rec.Next = RecordSample, r.cpu, pos, pos+size
+	rec.Type, rec.Ring, rec.CPU, rec.Pos, rec.Next = RecordSample, r.index, r.cpu, pos, pos+size
 	rec.Data, rec.Wrapped, rec.Lost, rec.Key, rec.Late = r.data[off:end:end], nil, 0, 0, false
 }
 
@@ -533,7 +533,7 @@ func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	}
 	// The fast loop: at, next and fill in line. The invariants hold (no error pending) and
 	// nothing from the cursor on was counted.
-	rec.Type, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = RecordSample, r.cpu, nil, 0, 0, false
+	rec.Type, rec.Ring, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = RecordSample, r.index, r.cpu, nil, 0, 0, false
 	// base is &data[0]: the invariants keep every offset below in the area (pos&mask <=
 	// size-8 for the header; the sample ends by the head, within 2*size), so the loop loads
 	// through it without bounds checks.

@@ -1,80 +1,165 @@
 package perfbuf
 
-// Opening a BPF ring buffer map (BPF_MAP_TYPE_RINGBUF): its one ring,
-// mapped in pure Go (ringbuf.go), with the checks on the options that apply
-// to it, and the claim that makes one reader per map in this process. The
-// owner core (core.go) owns a ringBufSource as it owns a perf event array's
-// rings.
+// Opening BPF ring buffer maps (BPF_MAP_TYPE_RINGBUF): one map or several,
+// or an array of maps whose inner maps are ring buffers; each ring mapped
+// in pure Go (ringbuf.go). With the checks on the options that apply to
+// ring buffers, and the claim that makes one reader per map in this
+// process. The owner core (core.go) owns a ringBufSource as it owns a perf
+// event array's rings.
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// ringBufSource is a BPF ring buffer map opened for reading.
+// ringBufSource is a set of BPF ring buffers opened for one reader.
 type ringBufSource struct {
-	name     string
-	mapID    uint32 // claimed until close
-	fd       int    // the caller's descriptor: EpollFD's set polls it
-	ring     *bpfRing
+	rings    []*bpfRing
+	fds      []int    // ring i's map descriptor: a wait polls it
+	names    []string // ring i's map name
+	ids      []uint32 // claimed until close
+	owned    []int    // descriptors opened here (inner maps), closed at close
 	failures *failureMap
 
 	epMu sync.Mutex
 	epfd int // EpollFD's set, made when first asked for; -1 before
 }
 
-// openRingBuf opens the ring buffer map fd, whose info checkMap returned.
-// Of the ring settings only MaxSampleSize applies: a ring buffer's size is
-// its max_entries, fixed when its object loads, and when it wakes its
-// reader is the BPF program's choice (BPF_RB_NO_WAKEUP,
-// BPF_RB_FORCE_WAKEUP). Errors: os.ErrInvalid for the others,
-// ErrSampleTooLarge, ErrMapInUse, the failure map's, and the mmap's errno.
-func openRingBuf(fd int, info mapDesc, ro ringOptions, failures Map) (_ *ringBufSource, err error) {
+// mapArg is a map given to openRingBufs: its descriptor and checkMap's info.
+type mapArg struct {
+	fd   int
+	info mapDesc
+}
+
+// openRingBufs opens the ring buffers of maps: each a ring buffer, or an
+// array of maps whose slots hold ring buffers (every slot that holds one,
+// in slot order; empty slots are passed over). Of the ring settings only
+// MaxSampleSize applies: a ring buffer's size is its max_entries, fixed
+// when its object loads, and when it wakes its reader is the BPF program's
+// choice (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP).
+//
+// Errors: os.ErrInvalid for the other settings, ErrSampleTooLarge,
+// ErrMapInUse, ErrMapType for an inner map that is not a ring buffer, the
+// failure map's, EPERM to open an inner map without CAP_SYS_ADMIN, and the
+// mmap's errno.
+func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource, err error) {
 	switch {
 	case ro.ringBytes != 0:
-		return nil, fmt.Errorf("ring buffer %q: RingBytes does not apply: its size is the map's max_entries (%d), set before the object loads: %w", info.name, info.maxEntries, os.ErrInvalid)
+		return nil, fmt.Errorf("RingBytes does not apply to a ring buffer: its size is the map's max_entries, set before the object loads: %w", os.ErrInvalid)
 	case ro.wakeupEvents != 0 || ro.wakeupBytes != 0:
-		return nil, fmt.Errorf("ring buffer %q: WakeupEvents and WakeupBytes do not apply: the BPF program's flags say when a ring buffer wakes its reader: %w", info.name, os.ErrInvalid)
+		return nil, fmt.Errorf("WakeupEvents and WakeupBytes do not apply to a ring buffer: the BPF program's flags say when it wakes its reader: %w", os.ErrInvalid)
 	case ro.maxSampleSize < 0:
-		return nil, fmt.Errorf("ring buffer %q: max sample size %d is negative: %w", info.name, ro.maxSampleSize, os.ErrInvalid)
-	case ro.maxSampleSize > 0 && (uint64(ro.maxSampleSize)+bpfRingHdrRound)&^7 > uint64(info.maxEntries)-8:
-		// __bpf_ringbuf_reserve keeps a record (its 8-byte header
-		// included, rounded up to 8 bytes) and everything unread below
-		// the ring's size: a record takes at most size-8 bytes.
-		return nil, fmt.Errorf("ring buffer %q: max sample size %d does not fit the %d-byte ring with its 8-byte header: %w",
-			info.name, ro.maxSampleSize, info.maxEntries, ErrSampleTooLarge)
+		return nil, fmt.Errorf("max sample size %d is negative: %w", ro.maxSampleSize, os.ErrInvalid)
 	}
 	fails, err := openFailureMap(failures)
 	if err != nil {
 		return nil, err
 	}
-	if !claimMap(info.id) {
-		fails.close()
-		return nil, fmt.Errorf("map %q (id %d): %w", info.name, info.id, ErrMapInUse)
+	s := &ringBufSource{failures: fails, epfd: -1}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	for _, m := range maps {
+		if m.info.typ != mapTypeArrayOfMaps {
+			if err := s.add(m.fd, m.info); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := s.addInner(m); err != nil {
+			return nil, err
+		}
 	}
-	rb, err := newBPFRing(-1, fd, int(info.maxEntries))
-	if err != nil {
-		unclaimMap(info.id)
-		fails.close()
-		return nil, fmt.Errorf("ring buffer %q: %w", info.name, err)
+	if len(s.rings) == 0 {
+		return nil, fmt.Errorf("no ring buffer in the maps given (an array of maps with every slot empty?): %w", os.ErrInvalid)
 	}
-	return &ringBufSource{name: info.name, mapID: info.id, fd: fd, ring: rb, failures: fails, epfd: -1}, nil
+	for i, rb := range s.rings {
+		// __bpf_ringbuf_reserve keeps a record (its 8-byte header
+		// included, rounded up to 8 bytes) and everything unread below
+		// the ring's size: a record takes at most size-8 bytes.
+		if n := uint64(ro.maxSampleSize); n > 0 && (n+bpfRingHdrRound)&^7 > uint64(rb.size())-8 {
+			return nil, fmt.Errorf("ring buffer %q: max sample size %d does not fit the %d-byte ring with its 8-byte header: %w",
+				s.names[i], n, rb.size(), ErrSampleTooLarge)
+		}
+	}
+	return s, nil
 }
 
-// perfRings returns the one ring; a wait polls the map's descriptor, which
-// the kernel makes readable while the ring holds records.
-func (s *ringBufSource) perfRings() ([]ring, []int) { return []ring{s.ring}, []int{s.fd} }
+// add maps the ring buffer fd and claims it.
+func (s *ringBufSource) add(fd int, info mapDesc) error {
+	if info.typ != mapTypeRingBuf {
+		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, mapTypeName(info.typ), info.typ, ErrMapType)
+	}
+	if slices.Contains(s.ids, info.id) || !claimMap(info.id) {
+		return fmt.Errorf("map %q (id %d): %w", info.name, info.id, ErrMapInUse)
+	}
+	s.ids = append(s.ids, info.id)
+	rb, err := newBPFRing(-1, fd, int(info.maxEntries))
+	if err != nil {
+		return fmt.Errorf("ring buffer %q: %w", info.name, err)
+	}
+	rb.setIndex(len(s.rings))
+	s.rings, s.fds, s.names = append(s.rings, rb), append(s.fds, fd), append(s.names, info.name)
+	return nil
+}
+
+// addInner adds the ring buffers in the slots of the array of maps m. From
+// user space a lookup in an array of maps gives the inner map's ID, and
+// only BPF_MAP_GET_FD_BY_ID turns it into a descriptor; that needs
+// CAP_SYS_ADMIN (CAP_BPF is not enough).
+func (s *ringBufSource) addInner(m mapArg) error {
+	for key := range m.info.maxEntries {
+		id, err := innerMapID(m.fd, key)
+		if errors.Is(err, syscall.ENOENT) {
+			continue // an empty slot
+		}
+		if err != nil {
+			return fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
+		}
+		fd, err := mapFDByID(id)
+		if err != nil {
+			if errors.Is(err, os.ErrPermission) {
+				return fmt.Errorf("array of maps %q: open inner map id %d: %w (BPF_MAP_GET_FD_BY_ID needs CAP_SYS_ADMIN; or pass the inner maps themselves, as the map and Options.Maps)", m.info.name, id, err)
+			}
+			return fmt.Errorf("array of maps %q: open inner map id %d: %w", m.info.name, id, err)
+		}
+		s.owned = append(s.owned, fd)
+		info, err := bpfMapInfo(fd, fd, ErrMapType)
+		if err != nil {
+			return fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
+		}
+		if err := s.add(fd, info); err != nil {
+			return fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
+		}
+	}
+	return nil
+}
+
+// perfRings returns the rings; a wait polls each map's descriptor, which
+// the kernel makes readable while its ring holds records.
+func (s *ringBufSource) perfRings() ([]ring, []int) {
+	out := make([]ring, len(s.rings))
+	for i, rb := range s.rings {
+		out[i] = rb
+	}
+	return out, slices.Clone(s.fds)
+}
 
 // A ring buffer is every CPU's: no CPU coming online needs a ring.
-func (s *ringBufSource) cpusPending() bool                   { return false }
+func (s *ringBufSource) cpusPending() bool                  { return false }
 func (s *ringBufSource) addNew(func(ring, int) error) error { return nil }
 
-// view returns a new reader over the same mapping, with positions of its own.
+// view returns a new reader over ring i's mapping, with positions of its own.
 func (s *ringBufSource) view(i int) (ring, error) {
-	r := s.ring
+	r := s.rings[i]
 	v, err := newBPFRingFromParts(r.cpu, r.consumer, r.producer, r.data)
 	if err != nil {
 		return nil, err
@@ -83,7 +168,7 @@ func (s *ringBufSource) view(i int) (ring, error) {
 	return v, nil
 }
 
-// epollFD returns an epoll set over the map's descriptor (libbpf's
+// epollFD returns an epoll set over the maps' descriptors (libbpf's
 // ring_buffer__epoll_fd), made on the first call and closed with the
 // source: an owner that never asks holds none.
 func (s *ringBufSource) epollFD() (int, error) {
@@ -96,10 +181,12 @@ func (s *ringBufSource) epollFD() (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("create epoll: %w", err)
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.fd)}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
-		unix.Close(epfd)
-		return -1, fmt.Errorf("add ring buffer %q to epoll: %w", s.name, err)
+	for i, fd := range s.fds {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			unix.Close(epfd)
+			return -1, fmt.Errorf("add ring buffer %q to epoll: %w", s.names[i], err)
+		}
 	}
 	s.epfd = epfd
 	return epfd, nil
@@ -107,19 +194,26 @@ func (s *ringBufSource) epollFD() (int, error) {
 
 // unlink: a ring buffer cannot be taken out of its map; a program keeps
 // writing into it until it sees the reader gone. What Close counts as left
-// is what was in the ring when it looked.
+// is what was in the rings when it looked.
 func (s *ringBufSource) unlink() {}
 
-// close unmaps the ring and frees the rest.
+// close unmaps the rings and frees the rest.
 func (s *ringBufSource) close() {
-	_ = s.ring.close()
+	for _, rb := range s.rings {
+		_ = rb.close()
+	}
 	s.epMu.Lock()
 	if s.epfd >= 0 {
 		unix.Close(s.epfd)
 		s.epfd = -1
 	}
 	s.epMu.Unlock()
-	unclaimMap(s.mapID)
+	for _, fd := range s.owned {
+		unix.Close(fd)
+	}
+	for _, id := range s.ids {
+		unclaimMap(id)
+	}
 	s.failures.close()
 }
 

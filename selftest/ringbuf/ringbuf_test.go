@@ -90,10 +90,10 @@ func (f *fixture) tryProduce(cpu int, count, size, how, flags, every, which uint
 }
 
 // outcome mirrors struct outcome: what the program saw on one CPU.
-type outcome struct{ Attempts, OK, Discarded, Full, Other uint64 }
+type outcome struct{ Attempts, OK, Discarded, Full, Other, NoRing uint64 }
 
 func (o outcome) minus(b outcome) outcome {
-	return outcome{o.Attempts - b.Attempts, o.OK - b.OK, o.Discarded - b.Discarded, o.Full - b.Full, o.Other - b.Other}
+	return outcome{o.Attempts - b.Attempts, o.OK - b.OK, o.Discarded - b.Discarded, o.Full - b.Full, o.Other - b.Other, o.NoRing - b.NoRing}
 }
 
 // outcomes reads the program's own per-CPU counts, by CPU.
@@ -115,7 +115,7 @@ func (f *fixture) outcomes(t *testing.T) map[int]outcome {
 		for i := range w {
 			w[i] = binary.NativeEndian.Uint64(val[k*size+8*i:])
 		}
-		out[cpu] = outcome{w[0], w[1], w[2], w[3], w[4]}
+		out[cpu] = outcome{w[0], w[1], w[2], w[3], w[4], w[5]}
 	}
 	return out
 }
@@ -184,7 +184,7 @@ func check(t *testing.T, f *fixture, before map[int]outcome, c *collector, stats
 		d := after[cpu].minus(before[cpu])
 		t.Logf("cpu %d: attempted %d = submitted %d + discarded %d + full %d + other %d | delivered %d",
 			cpu, d.Attempts, d.OK, d.Discarded, d.Full, d.Other, c.count(cpu))
-		if d.OK+d.Discarded+d.Full+d.Other != d.Attempts || d.Other != 0 {
+		if d.OK+d.Discarded+d.Full+d.Other+d.NoRing != d.Attempts || d.Other != 0 {
 			t.Errorf("cpu %d: the program's counts do not add up: %+v", cpu, d)
 		}
 		if got := c.count(cpu); got != d.OK {
@@ -526,5 +526,83 @@ func TestRingBufRawPeek(t *testing.T) {
 	}
 	if rb.Used() != 48+8 {
 		t.Errorf("Used %d after committing two records, want 56", rb.Used())
+	}
+}
+
+// Several ring buffers in one Reader: an array of maps whose inner maps are
+// ring buffers (its empty slots passed over), or the rings given as the map
+// and Options.Maps; fullest-first reads across them, and Stats has an
+// entry for each ring. Mixing in a perf event array is refused.
+func TestRingBufSeveral(t *testing.T) {
+	f := setup(t)
+	outer := bpftest.Map(t, f.mod, "rings")
+	inner := []*libbpfgo.BPFMap{bpftest.Map(t, f.mod, "inner0"), bpftest.Map(t, f.mod, "inner1")}
+	for name, open := range map[string]func() (*perfbuf.Reader, error){
+		"array of maps": func() (*perfbuf.Reader, error) { return perfbuf.NewReader(outer, perfbuf.Options{}) },
+		"Maps": func() (*perfbuf.Reader, error) {
+			return perfbuf.NewReader(inner[0], perfbuf.Options{Maps: []perfbuf.Map{inner[1]}})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			before := f.outcomes(t)
+			var slots [2]*collector
+			for k := range slots {
+				slots[k] = newCollector(t)
+				for _, cpu := range f.cpus {
+					f.produce(t, cpu, 30, 48, viaOutput, 0, 1, 2+uint64(k))
+					f.produce(t, cpu, 8, 32, viaDiscard, 0, 2, 2+uint64(k))
+				}
+			}
+			for _, cpu := range f.cpus {
+				f.produce(t, cpu, 5, 48, viaOutput, 0, 1, 2+3) // slot 3: empty
+			}
+			if _, err := r.Consume(func(rec *perfbuf.Record) error {
+				if rec.Ring < 0 || rec.Ring > 1 {
+					t.Fatalf("record of ring %d", rec.Ring)
+				}
+				slots[rec.Ring].sample(rec.CPU, rec.Data)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			after := f.outcomes(t)
+			st := r.Stats()
+			if len(st) != 2 {
+				t.Fatalf("Stats %+v; want an entry per ring", st)
+			}
+			for _, cpu := range f.cpus {
+				d := after[cpu].minus(before[cpu])
+				got := slots[0].count(cpu) + slots[1].count(cpu)
+				t.Logf("cpu %d: attempted %d = submitted %d + discarded %d + no ring %d | delivered %d (%d + %d)",
+					cpu, d.Attempts, d.OK, d.Discarded, d.NoRing, got, slots[0].count(cpu), slots[1].count(cpu))
+				if got != d.OK || d.NoRing != 5 || slots[0].count(cpu) != slots[1].count(cpu) {
+					t.Errorf("cpu %d: %+v; delivered %d", cpu, d, got)
+				}
+			}
+			for i, s := range st {
+				if s.Ring != i || s.CPU != -1 || s.Samples != uint64(len(f.cpus))*(30+4) || s.Discarded != uint64(len(f.cpus))*4 {
+					t.Errorf("ring %d: Stats %+v", i, s)
+				}
+			}
+			if _, err := perfbuf.NewReader(inner[1], perfbuf.Options{}); !errors.Is(err, perfbuf.ErrMapInUse) {
+				t.Errorf("another reader of an inner ring: %v, want ErrMapInUse", err)
+			}
+		})
+	}
+	if _, err := perfbuf.NewReader(f.events, perfbuf.Options{Maps: []perfbuf.Map{bpftest.Map(t, f.mod, "outcomes")}}); !errors.Is(err, perfbuf.ErrMapType) {
+		t.Errorf("a per-CPU array among the maps: %v, want ErrMapType", err)
+	}
+	if _, err := perfbuf.NewReader(f.events, perfbuf.Options{Maps: []perfbuf.Map{f.events}}); !errors.Is(err, perfbuf.ErrMapInUse) {
+		t.Errorf("the same ring twice: %v, want ErrMapInUse", err)
+	}
+	if r, err := perfbuf.NewReader(f.events, perfbuf.Options{}); err != nil {
+		t.Errorf("the ring after the refusals: %v (a claim left behind?)", err)
+	} else {
+		r.Close()
 	}
 }

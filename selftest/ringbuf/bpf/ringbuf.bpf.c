@@ -25,6 +25,23 @@ struct {
 	__uint(max_entries, RING_SIZE);
 } events2 SEC(".maps");
 
+/* An array of ring buffers, as Falco's modern probe keeps one a CPU: slots
+ * 0 and 1 hold a ring each, 2 and 3 are empty (output to them fails). */
+struct ring {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, RING_SIZE);
+};
+struct ring inner0 SEC(".maps"), inner1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 4);
+	__type(key, __u32);
+	__array(values, struct ring);
+} rings SEC(".maps") = {
+	.values = { [0] = &inner0, [1] = &inner1 },
+};
+
 struct sample_hdr {
 	__u64 seq;
 	__u32 cpu;
@@ -37,6 +54,7 @@ struct outcome {
 	__u64 discarded; /* reserved, then discarded */
 	__u64 full;      /* reserve failed / output -EAGAIN: no room */
 	__u64 other;     /* any other error */
+	__u64 noring;    /* no ring in the slot of `rings` */
 };
 
 struct {
@@ -60,7 +78,7 @@ struct {
 /* args: count (<= BATCH), size (in [16, SAMPLE_MAX]), how (0: output;
  * 1: reserve and submit; 2: reserve, and discard every `every`-th attempt,
  * else submit), flags (for output, submit and discard), every, map (0:
- * events, 1: events2). */
+ * events, 1: events2, 2 + k: slot k of rings). */
 SEC("raw_tp")
 int produce(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -73,6 +91,16 @@ int produce(struct bpf_raw_tracepoint_args *ctx)
 
 	if (!o || !b)
 		return 1;
+	if (which >= 2) {
+		__u32 slot = which - 2;
+
+		rb = bpf_map_lookup_elem(&rings, &slot);
+		if (!rb) {
+			o->attempts += count;
+			o->noring += count;
+			return 0;
+		}
+	}
 	if (count > BATCH || size < sizeof(struct sample_hdr) || size > SAMPLE_MAX || !every)
 		return 2;
 	for (i = 0; i < BATCH && i < count; i++) {
