@@ -160,6 +160,9 @@ func (r *perfRing) loadTail() uint64 {
 	return atomic.LoadUint64(&r.page.Data_tail)
 }
 
+// positions loads data_tail and data_head.
+func (r *perfRing) positions() (consumer, producer uint64) { return r.loadTail(), r.loadHead() }
+
 // used returns the ring's fill level: the bytes between data_tail and data_head, clamped to
 // [0, size()]. It loads both afresh and does not move the cursor.
 func (r *perfRing) used() int {

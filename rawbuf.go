@@ -13,7 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// RawBuffer reads one CPU's perf ring in place (raw mode: see PerfBuffer.Buffer).
+// RawBuffer reads one ring in place (raw mode: see PerfBuffer.Buffer): a CPU's perf ring,
+// or a BPF ring buffer.
 //
 // Concurrency: one goroutine reads a RawBuffer (all its methods, Stats included); the producer
 // is the kernel, which writes records and data_head while the reader reads and writes
@@ -25,6 +26,14 @@ import (
 // handing the space back to the kernel. Drain does all three, committing once. Records of
 // types other than samples and lost records are skipped (counted in Stats.Other), as in
 // every other way of reading.
+//
+// A BPF ring buffer's records never wrap (the kernel maps its data twice), so Wrapped is
+// always empty, and Next stops at a record the program reserved but has not committed yet,
+// as at the end of the snapshot. Its wake rule differs from a perf ring's: the kernel wakes
+// the reader for a committed record only when the published consumer position (Commit)
+// has caught up with it, unless the program forces the wakeup. A raw consumer that keeps
+// records uncommitted (peeks) gets no wakeup for what comes behind them: commit before
+// waiting (PerfBuffer.Wait), or wait with a timeout.
 //
 // The ring is memory that the kernel (or, in tests, anyone) writes, so nothing read from it is
 // trusted: a record that cannot be valid gives a *CorruptError, never a panic or an access
@@ -48,6 +57,11 @@ func (b *RawBuffer) CPU() int { return b.r.cpuNum() }
 
 // Size returns the size of the data area in bytes.
 func (b *RawBuffer) Size() int { return b.size }
+
+// Positions returns the consumer position (data_tail of a perf ring, consumer_pos of a ring
+// buffer: what Commit publishes) and the producer's (data_head, producer_pos), loaded
+// afresh: libbpf's ring__consumer_pos and ring__producer_pos. It does not move the cursor.
+func (b *RawBuffer) Positions() (consumer, producer uint64) { return b.r.positions() }
 
 // Used returns the ring's fill level: the bytes between data_tail and data_head, clamped to
 // [0, Size()]. It loads both afresh and does not move the cursor.

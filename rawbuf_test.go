@@ -920,3 +920,19 @@ func TestRawEach(t *testing.T) {
 		t.Errorf("closed during the second record: %d records at %v, %v, cursor %d; want 2, cursor 64", k, pos, err, b.perf().cursor)
 	}
 }
+
+// Positions are data_tail and data_head as the header page holds them.
+func TestRawPositions(t *testing.T) {
+	f := newFakeRingAt(1024, 4096)
+	b := f.reader(t)
+	f.mustWrite(t, fakeSample([]byte("abc")))
+	if c, p := b.Positions(); c != 4096 || p != 4096+16 {
+		t.Fatalf("Positions = %d, %d; want 4096, 4112", c, p)
+	}
+	if _, err := b.Drain(func(*Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if c, p := b.Positions(); c != 4112 || p != 4112 {
+		t.Fatalf("after Drain: Positions = %d, %d; want 4112, 4112", c, p)
+	}
+}

@@ -33,6 +33,9 @@ type ring interface {
 	// used is the fill: the bytes between the producer's position and the
 	// committed tail, loaded afresh. Any goroutine may call it.
 	used() int
+	// positions loads the committed tail and the producer's position
+	// afresh, as the memory holds them.
+	positions() (consumer, producer uint64)
 
 	// begin moves the cursor back to the tail as the memory says it and
 	// takes a head snapshot; refresh takes one and keeps the cursor.

@@ -327,6 +327,12 @@ func (r *bpfRing) counts() *Stats { return &r.stats }
 // parsing skipped, each counted once.
 func (r *bpfRing) discarded() uint64 { return r.stats.Discarded }
 
+// positions loads consumer_pos (ours; pairs with store) and producer_pos (acquire, see
+// loadProducer).
+func (r *bpfRing) positions() (consumer, producer uint64) {
+	return atomic.LoadUint64(r.consumer), r.loadProducer()
+}
+
 // setIndex gives the ring its owner's buffer index.
 func (r *bpfRing) setIndex(i int) { r.index, r.stats.Ring = i, i }
 

@@ -606,3 +606,31 @@ func TestRingBufSeveral(t *testing.T) {
 		r.Close()
 	}
 }
+
+// Positions are libbpf's ring__consumer_pos and ring__producer_pos: what
+// the ring's pages hold, before and after a commit.
+func TestRingBufPositions(t *testing.T) {
+	f := setup(t)
+	pb, err := perfbuf.New(f.events, perfbuf.Options{Raw: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pb.Close()
+	rb, err := pb.Buffer(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb.Release()
+	c0, p0 := rb.Positions()
+	f.produce(t, f.cpus[0], 2, 48, viaOutput, 0, 1, 0)
+	c1, p1 := rb.Positions()
+	if c1 != c0 || p1 != p0+2*56 || rb.Used() != int(p1-c1) {
+		t.Fatalf("after 2 records: consumer %d producer %d (before %d %d), used %d", c1, p1, c0, p0, rb.Used())
+	}
+	if _, err := rb.Drain(func(*perfbuf.Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if c2, p2 := rb.Positions(); c2 != p1 || p2 != p1 {
+		t.Errorf("after Drain: consumer %d producer %d, want both %d", c2, p2, p1)
+	}
+}
