@@ -248,3 +248,70 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 		})
 	}
 }
+
+// ReadBatch copies what is there, up to the batch, in the order ReadInto
+// delivers, and waits only when nothing is; an error met after records were
+// copied comes with the next call; it allocates nothing once the Samples'
+// memory is large enough.
+func TestReaderReadBatch(t *testing.T) {
+	for _, ord := range []*Order{nil, {MaxDelay: time.Nanosecond}} {
+		f := newFakeRings(t, 2, 4096)
+		r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+		for seq := range uint64(10) {
+			f.emit(t, int(seq%2), seq, seq, 24)
+		}
+		var batch [4]Sample
+		var seqs []uint64
+		for len(seqs) < 10 {
+			n, err := r.ReadBatch(batch[:])
+			if err != nil || n == 0 || n > 4 {
+				t.Fatalf("ordered %v: ReadBatch = %d, %v", ord != nil, n, err)
+			}
+			for _, s := range batch[:n] {
+				seqs = append(seqs, seqOf(s.Data))
+			}
+		}
+		slices.Sort(seqs)
+		if !slices.Equal(seqs, []uint64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+			t.Errorf("ordered %v: read %v", ord != nil, seqs)
+		}
+		if n, err := r.ReadBatch(nil); n != 0 || err != nil {
+			t.Errorf("ReadBatch(nil) = %d, %v", n, err)
+		}
+		// Blocks while nothing is there; a record ends it.
+		got := make(chan int, 1)
+		go func() { n, _ := r.ReadBatch(batch[:]); got <- n }()
+		time.Sleep(5 * time.Millisecond)
+		f.emit(t, 0, 100, 100, 24)
+		f.wake(0)
+		select {
+		case n := <-got:
+			if n != 1 {
+				t.Errorf("ordered %v: blocked ReadBatch = %d, want 1", ord != nil, n)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("ReadBatch still blocked 5 s after a record")
+		}
+		allocs := testing.AllocsPerRun(20, func() {
+			f.emit(t, 1, 200, 200, 24)
+			if n, err := r.ReadBatch(batch[:]); n != 1 || err != nil {
+				t.Fatalf("ReadBatch = %d, %v", n, err)
+			}
+		})
+		if allocs > 2 { // fakeSample and payload: the test's own
+			t.Errorf("ordered %v: %v allocs a call", ord != nil, allocs)
+		}
+	}
+	// A corrupt ring after good records: the records first, the error next.
+	f := newFakeRings(t, 1, 4096)
+	r := f.reader(t, Options{MaxLatency: -1})
+	f.emit(t, 0, 0, 0, 24)
+	f.rings[0].mustWrite(t, fakeRecord(9, 0, make([]byte, 8)))
+	var batch [4]Sample
+	if n, err := r.ReadBatch(batch[:]); n != 1 || err != nil {
+		t.Fatalf("ReadBatch before the corrupt record = %d, %v; want the good one", n, err)
+	}
+	if n, err := r.ReadBatch(batch[:]); n != 0 || !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadBatch at the corrupt record = %d, %v; want ErrCorrupt", n, err)
+	}
+}

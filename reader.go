@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // defaultMaxLatency is Options.MaxLatency when it is zero and the rings
@@ -232,38 +233,67 @@ func (r *Reader) exitRead(stop func() bool) {
 }
 
 // ReadInto blocks until a record is available and copies it into s, reusing
-// s.Data's capacity: no allocation once it is large enough.
+// s.Data's capacity: no allocation once it is large enough. It is
+// ReadBatch of one Sample.
 //
 // Errors (wrapped): os.ErrClosed after Close, os.ErrDeadlineExceeded past
 // the deadline, ErrFlushed once a Flush completed, a *CorruptError (see
 // Reader), ErrReentrant from inside an Each function or All loop,
 // os.ErrInvalid for a nil s.
 func (r *Reader) ReadInto(s *Sample) error {
-	const op = "read perf buffer"
 	if s == nil {
-		return fmt.Errorf("%s: nil sample: %w", op, os.ErrInvalid)
+		return fmt.Errorf("read perf buffer: nil sample: %w", os.ErrInvalid)
+	}
+	_, err := r.ReadBatch(unsafe.Slice(s, 1))
+	return err
+}
+
+// ReadBatch blocks until a record is available, then copies up to len(s)
+// records into s without waiting for more, each reusing its Sample's Data
+// capacity, and returns how many. A call costs one entry into the reader
+// (a pair of atomic operations) however many records it copies: the
+// copying form for a consumer that must keep up with a busy kernel.
+//
+// Errors: as ReadInto's; an error met after records were copied is
+// returned by the next call, with the records before it delivered.
+// ReadBatch of an empty s returns 0, nil at once.
+func (r *Reader) ReadBatch(s []Sample) (int, error) {
+	const op = "read perf buffer"
+	if len(s) == 0 {
+		return 0, nil
 	}
 	if err := r.c.life.enterExclusive(op); err != nil {
-		return err
+		return 0, err
 	}
 	defer r.c.life.exitExclusive() // (a Key function may panic)
 	for {
 		if r.c.life.closed() {
-			return fmt.Errorf("%s: %w", op, os.ErrClosed)
+			return 0, fmt.Errorf("%s: %w", op, os.ErrClosed)
 		}
 		if r.c.corrupt != nil {
-			return r.takeCorrupt(op)
+			return 0, r.takeCorrupt(op)
 		}
 		if err := r.c.addNewCPUs(); err != nil {
-			return wrap(op, err)
+			return 0, wrap(op, err)
 		}
-		if rec, i := r.pol.next(); i >= 0 {
-			copySample(s, rec)
+		// Record by record (next): for a copy the rings' loop (each)
+		// saves nothing over next, and its setup costs more than a short
+		// batch's records.
+		n := 0
+		for n < len(s) {
+			rec, i := r.pol.next()
+			if i < 0 {
+				break
+			}
+			copySample(&s[n], rec)
 			r.pol.delivered(i)
-			return nil
+			n++
+		}
+		if n > 0 {
+			return n, nil // a corruption met after them is the next call's
 		}
 		if _, err := r.block(context.Background(), op, true); err != nil {
-			return err
+			return 0, err
 		}
 	}
 }
@@ -321,8 +351,8 @@ func (r *Reader) countRec(rec *Record) error {
 	return r.fn(rec)
 }
 
-// each is the loop of Each, Consume and All: it delivers records to fn,
-// and when there is none, waits (wait) or returns.
+// each is the loop of Each, Consume and All: it delivers records to fn
+// through the policy, and when there is none, waits (wait) or returns.
 func (r *Reader) each(ctx context.Context, op string, fn func(*Record) error, wait bool) error {
 	for {
 		if r.c.life.closed() {

@@ -26,6 +26,12 @@ func readRound(b *testing.B, f *fakeRings, r *Reader, mode string, s *Sample) {
 	case "ReadInto":
 		for r.ReadInto(s) == nil {
 		}
+	case "ReadBatch":
+		for {
+			if _, err := r.ReadBatch(batch[:]); err != nil {
+				break
+			}
+		}
 	case "Each":
 		r.Each(context.Background(), func(*Record) error { return nil })
 	case "EachSum":
@@ -42,6 +48,9 @@ func readRound(b *testing.B, f *fakeRings, r *Reader, mode string, s *Sample) {
 	}
 }
 
+// batch is ReadBatch's Samples in the benchmarks: their Data grows once.
+var batch [64]Sample
+
 // benchRingSize is the fake rings' size in the reader benchmarks: perfbuf's
 // default (64 pages), so that two rings fit in a core's L2 cache as the
 // real ones do.
@@ -52,7 +61,7 @@ const benchRingSize = 64 << 12
 // readRound), at two sizes. The ordered Reader's benchmark uses the same
 // rings and records.
 func BenchmarkReaderReadInto(b *testing.B) {
-	for _, mode := range []string{"ReadInto", "Each", "EachSum"} {
+	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "EachSum"} {
 		for _, size := range []int{16, 64} {
 			b.Run(fmt.Sprintf("%s/size=%d", mode, size), func(b *testing.B) {
 				f := newFakeRings(b, 2, benchRingSize)
