@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/aquasecurity/libbpfgo v0.7.0-libbpf-1.4
+	github.com/cilium/ebpf v0.22.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	golang.org/x/sys v0.48.0

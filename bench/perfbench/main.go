@@ -1,9 +1,11 @@
 // Command perfbench measures every way of reading a perf event array side
 // by side, in one run: the C reference (libbpf's perf_buffer driven from C),
 // perfbuf's callback mode, raw zero-copy and copying drains, and the
-// Reader, fullest-first and ordered.
+// Reader, fullest-first and ordered; and every way of reading a BPF ring
+// buffer beside libbpf's ring_buffer from C, cilium/ebpf's ringbuf.Reader
+// and libbpfgo's RingBuffer.
 //
-// Three measurements, all from bench/internal/benchrun (the Go benchmarks in
+// Five measurements, all from bench/internal/benchrun (the Go benchmarks in
 // bench/selftest run the first two with the same code):
 //
 //   - drain: BPF fills a ring (untimed), one timed pass reads every sample
@@ -15,6 +17,12 @@
 //     of its own; CPU time and context switches per wakeup (per second
 //     while idle). The C consumer is a program of its own (-cquiet, built
 //     by `make bench`); without it, the C rows are skipped, with a note.
+//   - rbdrain: drain over a 4 MiB BPF ring buffer filled to 90 %
+//     (-rb-obj), at the same sizes.
+//   - rbsustained: one producer per CPU emits 64-byte samples flat out into
+//     one 4 MiB ring buffer, in test runs of 256 and 4096 samples
+//     (-rb-batches), while the mode consumes; samples per second, and the
+//     samples the BPF program failed to output (the ring was full).
 //
 // Each measurement is repeated in -rounds rounds (the order of the modes
 // rotates from round to round) and reported as the median, with the spread
@@ -36,6 +44,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +56,8 @@ import (
 // config is the parsed command line.
 type config struct {
 	obj       string
+	rbObj     string // the ring buffer emitter
+	rbBatches []int  // samples per test run of the ring buffer saturation runs
 	rounds    int
 	samples   int // per drain measurement
 	sustained int // per CPU, per sustained measurement
@@ -65,9 +76,11 @@ const (
 	onlyDrain     = "drain"
 	onlySustained = "sustained"
 	onlyQuiet     = "quiet"
+	onlyRBDrain   = "rbdrain"
+	onlyRBSustain = "rbsustained"
 )
 
-var measurements = []string{onlyDrain, onlySustained, onlyQuiet}
+var measurements = []string{onlyDrain, onlySustained, onlyQuiet, onlyRBDrain, onlyRBSustain}
 
 // runs reports whether the measurement m is to run.
 func (c config) runs(m string) bool { return slices.Contains(c.only, m) }
@@ -81,9 +94,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("perfbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.obj, "bpf-obj", "bench/perfbench/bpf/perfbench.bpf.o", "BPF object built by `make bpf`")
+	fs.StringVar(&c.rbObj, "rb-obj", "bench/perfbench/bpf/rbbench.bpf.o", "the ring buffer measurements' BPF object, built by `make bpf`")
+	batches := fs.String("rb-batches", "256,4096", "ring buffer saturation: samples per test run (at most 4096), one set of runs each")
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds of every measurement; the median is reported")
 	fs.IntVar(&c.samples, "samples", 500000, "samples per drain measurement")
-	fs.IntVar(&c.sustained, "sustained", 1000000, "samples per CPU per sustained measurement")
+	fs.IntVar(&c.sustained, "sustained", 1000000, "samples per CPU per sustained measurement (perf and ring buffer)")
 	fs.StringVar(&c.csv, "csv", "build/perfbench.csv", "CSV output (empty: none)")
 	fs.StringVar(&c.svg, "svg", "docs/perfbench.svg", "SVG chart output (empty: none; drawn when drain and sustained run)")
 	only := fs.String("only", strings.Join(measurements, ","), "the measurements to run, of "+strings.Join(measurements, ","))
@@ -113,6 +128,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.only = append(c.only, m)
 	}
 	var err error
+	if c.rbBatches, err = parseBatches(*batches); err != nil {
+		return c, err
+	}
 	if c.quietRates, err = parseRates(*rates); err != nil {
 		return c, err
 	}
@@ -155,6 +173,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer e.Close()
+	var rb *bpfrun.Emitter
+	if c.runs(onlyRBDrain) || c.runs(onlyRBSustain) {
+		if rb, err = bpfrun.Open(c.rbObj); err != nil {
+			fmt.Fprintf(stderr, "perfbench: %v\n", err)
+			return 1
+		}
+		defer rb.Close()
+	}
 
 	r := &results{env: environment(len(e.CPUs)), rounds: c.rounds, samples: c.samples, sustainedPerCPU: c.sustained,
 		quietDuration: c.quietDuration}
@@ -164,7 +190,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "perfbench: quiet: skipping the C consumer, and so the C rows and x C (%s; `make bench` builds it)\n", why)
 		}
 	}
-	if err := measure(e, c, r, stderr); err != nil {
+	if err := measure(e, rb, c, r, stderr); err != nil {
 		fmt.Fprintf(stderr, "perfbench: %v\n", err)
 		return 1
 	}
@@ -202,12 +228,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return status
 }
 
-// measure runs every round of every measurement, reporting each on stderr.
-// Within a round, the drain modes are measured side by side
-// (benchrun.DrainCompare), and the sustained and quiet ones one after
-// another; each mode's ratio to C is taken within the round, against the C
-// reference of that round.
-func measure(e *bpfrun.Emitter, c config, r *results, stderr io.Writer) error {
+// measure runs every round of every measurement, reporting each on stderr:
+// e is the perf emitter, rb the ring buffer one (nil unless a ring buffer
+// measurement runs). Within a round, the drain modes are measured side by
+// side (benchrun.DrainCompare, RBDrainCompare), and the sustained and quiet
+// ones one after another; each mode's ratio to C is taken within the
+// round, against the C reference of that round.
+func measure(e, rb *bpfrun.Emitter, c config, r *results, stderr io.Writer) error {
 	var sink uint64
 	for round := 0; round < c.rounds; round++ {
 		if c.runs(onlyDrain) {
@@ -222,6 +249,16 @@ func measure(e *bpfrun.Emitter, c config, r *results, stderr io.Writer) error {
 		}
 		if c.runs(onlyQuiet) {
 			if err := measureQuiet(e, c, r, round, stderr); err != nil {
+				return err
+			}
+		}
+		if c.runs(onlyRBDrain) {
+			if err := measureRBDrains(rb, c, r, round, &sink, stderr); err != nil {
+				return err
+			}
+		}
+		if c.runs(onlyRBSustain) {
+			if err := measureRBSustainedRound(rb, c, r, round, stderr); err != nil {
 				return err
 			}
 		}
@@ -261,6 +298,73 @@ func measureDrains(e *bpfrun.Emitter, c config, r *results, round int, sink *uin
 		}
 	}
 	return nil
+}
+
+// measureRBDrains runs one round of ring buffer drains at every size,
+// summing what they read into sink.
+func measureRBDrains(rb *bpfrun.Emitter, c config, r *results, round int, sink *uint64, stderr io.Writer) error {
+	for _, size := range benchrun.Sizes {
+		modes := benchrun.RBDrainModes
+		sws := make([]*benchrun.Stopwatch, len(modes))
+		timers := make([]benchrun.Timer, len(modes))
+		for i := range sws {
+			sws[i] = new(benchrun.Stopwatch)
+			timers[i] = sws[i]
+		}
+		res, err := benchrun.RBDrainCompare(rb, benchrun.DrainConfig{Size: size, Samples: c.samples}, modes, timers)
+		if err != nil {
+			return err
+		}
+		ns, allocs := make([]float64, len(modes)), make([]float64, len(modes))
+		for i, sw := range sws {
+			*sink += res[i].Sum
+			ns[i] = float64(sw.Elapsed.Nanoseconds()) / float64(res[i].Samples)
+			allocs[i] = float64(sw.Mallocs) / float64(res[i].Samples)
+		}
+		r.addRBDrainRound(size, modes, ns, allocs)
+		for i, mode := range modes {
+			xc := drainIn(r.rbDrain, mode, size).xc
+			fmt.Fprintf(stderr, "round %d/%d  rbdrain %-14s %5d B  %8.1f ns/sample  %5.2f x C  %8.0f MB/s  %.3f allocs/sample\n",
+				round+1, c.rounds, mode, size, ns[i], xc[len(xc)-1], mbps(size, ns[i]), allocs[i])
+		}
+	}
+	return nil
+}
+
+// measureRBSustainedRound runs one round of ring buffer saturation runs:
+// at each batch, every mode in turn.
+func measureRBSustainedRound(rb *bpfrun.Emitter, c config, r *results, round int, stderr io.Writer) error {
+	for _, batch := range c.rbBatches {
+		var runs []benchrun.SustainedResult
+		for _, mode := range rotate(benchrun.RBSustainedModes, round) {
+			res, err := benchrun.RBSustained(rb, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(rb.CPUs), Batch: batch},
+				&benchrun.Stopwatch{})
+			if err != nil {
+				return err
+			}
+			runs = append(runs, res)
+			fmt.Fprintf(stderr, "round %d/%d  rbsustained %-10s batch %4d  %6.2f M samples/s  lost %d (%.2f%%)  wall %v\n",
+				round+1, c.rounds, mode, batch, res.Rate()/1e6, res.Failed, 100*lostFraction(res), res.Wall.Round(time.Millisecond))
+			if err := res.Check(); err != nil {
+				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
+			}
+		}
+		r.addRBSustainedRound(runs)
+	}
+	return nil
+}
+
+// parseBatches parses -rb-batches: test-run sizes from 1 to 4096.
+func parseBatches(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 4096 {
+			return nil, fmt.Errorf("-rb-batches: %q is not a count from 1 to 4096", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // measureSustainedRound runs one round of sustained runs, every mode in turn.

@@ -306,3 +306,101 @@ func TestFlags(t *testing.T) {
 		t.Errorf("-h: %v", err)
 	}
 }
+
+// The ring buffer rows: drains over C in the same round, saturation runs
+// over C at the same batch in the same round, loss as a fraction of the
+// outputs tried; the table and the CSV carry them.
+func TestRBResults(t *testing.T) {
+	r := &results{env: env{cpus: 2}, rounds: 2, samples: 100, sustainedPerCPU: 50}
+	for round := range 2 {
+		for _, size := range benchrun.Sizes {
+			modes := rotate(benchrun.RBDrainModes, round)
+			ns := make([]float64, len(modes))
+			for i, m := range modes {
+				ns[i] = float64(1 + slices.Index(benchrun.RBDrainModes, m))
+			}
+			r.addRBDrainRound(size, modes, ns, make([]float64, len(modes)))
+		}
+		for _, batch := range []int{4096, 256} {
+			var runs []benchrun.SustainedResult
+			for i, mode := range benchrun.RBSustainedModes {
+				res := benchrun.SustainedResult{Mode: mode, Batch: batch, Emitted: 1000, Received: 1000, Wall: time.Duration(1+i) * time.Millisecond}
+				if mode == benchrun.ModeCilium && batch == 4096 {
+					res.Emitted, res.Received, res.Failed, res.Lost = 750, 750, 250, 250
+				}
+				runs = append(runs, res)
+			}
+			r.addRBSustainedRound(runs)
+		}
+	}
+	if len(r.rbDrain) != len(benchrun.Sizes)*len(benchrun.RBDrainModes) || len(r.drain) != 0 {
+		t.Fatalf("%d ring buffer drain rows, %d perf ones", len(r.rbDrain), len(r.drain))
+	}
+	if d := drainIn(r.rbDrain, benchrun.ModeCilium, 64); d == nil || d.ratio() != float64(1+slices.Index(benchrun.RBDrainModes, benchrun.ModeCilium)) {
+		t.Errorf("cilium's drain row %+v", d)
+	}
+	if r.rbSustained[0].batch != 256 || r.rbSustained[0].mode != benchrun.ModeC {
+		t.Errorf("first saturation row %+v, want C at batch 256", r.rbSustained[0])
+	}
+	c := sustainedIn(r.rbSustained, benchrun.ModeC, 4096)
+	cil := sustainedIn(r.rbSustained, benchrun.ModeCilium, 4096)
+	if lossy, besideC := cil.lossyRounds(c); lossy != 2 || besideC != 2 || cil.lostF.max() != 0.25 {
+		t.Errorf("cilium at 4096: %d lossy rounds, %d beside C, lost fraction %v", lossy, besideC, cil.lostF.max())
+	}
+	if got := sustainedIn(r.rbSustained, benchrun.ModeCallback, 256).ratio(); math.Abs(got-0.5) > 1e-9 {
+		t.Errorf("callback at 256: rate over C %v, want 0.5", got)
+	}
+	if errs := r.accountingErrors(); len(errs) != 0 {
+		t.Errorf("accounting errors %v", errs)
+	}
+
+	var table bytes.Buffer
+	writeTable(&table, r)
+	for _, want := range []string{"BPF ring buffer drain", "BPF ring buffer saturation", "reader-consume", "libbpfgo"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	var buf bytes.Buffer
+	if err := writeCSV(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + len(r.rbDrain) + len(r.rbSustained); len(rows) != want {
+		t.Fatalf("%d rows, want %d", len(rows), want)
+	}
+	col := map[string]int{}
+	for i, name := range csvHeader {
+		col[name] = i
+	}
+	last := rows[len(rows)-1]
+	if last[col["kind"]] != "rbsustained" || last[col["batch"]] != "4096" || last[col["mode"]] != benchrun.ModeLibbpfgo {
+		t.Errorf("last row %v", last)
+	}
+	for _, row := range rows[1:] {
+		if row[col["mode"]] == benchrun.ModeCilium && row[col["batch"]] == "4096" && row[col["lost_frac_max"]] != "0.25000" {
+			t.Errorf("cilium at 4096: %v", row)
+		}
+		if row[col["kind"]] == "rbdrain" && row[col["batch"]] != "" {
+			t.Errorf("a drain row with a batch: %v", row)
+		}
+	}
+}
+
+func TestRBFlags(t *testing.T) {
+	c, err := parseFlags([]string{"-only", "rbdrain,rbsustained", "-rb-batches", "64, 4096"}, io.Discard)
+	if err != nil || !c.runs(onlyRBDrain) || !c.runs(onlyRBSustain) || c.runs(onlyDrain) || !slices.Equal(c.rbBatches, []int{64, 4096}) {
+		t.Errorf("%+v, %v", c, err)
+	}
+	if c, _ := parseFlags(nil, io.Discard); !slices.Equal(c.rbBatches, benchrun.RBSustainedBatches) {
+		t.Errorf("default batches %v, want %v", c.rbBatches, benchrun.RBSustainedBatches)
+	}
+	for _, bad := range []string{"0", "4097", "256,", "x"} {
+		if _, err := parseFlags([]string{"-rb-batches", bad}, io.Discard); err == nil {
+			t.Errorf("-rb-batches %q accepted", bad)
+		}
+	}
+}

@@ -54,6 +54,50 @@ func writeTable(w io.Writer, r *results) {
 		}
 		writeQuietTables(w, r)
 	}
+	if len(r.rbDrain) > 0 || len(r.rbSustained) > 0 {
+		if len(r.drain) > 0 || len(r.sustained) > 0 || len(r.quiet) > 0 {
+			fmt.Fprintln(w)
+		}
+		writeRBTables(w, r)
+	}
+}
+
+// writeRBTables prints the BPF ring buffer measurements.
+func writeRBTables(w io.Writer, r *results) {
+	if len(r.rbDrain) > 0 {
+		fmt.Fprintf(w, "BPF ring buffer drain: a %d MiB ring buffer filled to %d%%, %d samples per measurement (lower ns/sample is better;\n",
+			benchrun.RBBytes>>20, benchrun.RBFillPercent, r.samples)
+		fmt.Fprintf(w, "x C = ns/sample over C's in the same rounds; C = ring_buffer__consume, callback = PerfBuffer.Consume,\n")
+		fmt.Fprintf(w, "raw-zerocopy = RawBuffer.Drain, reader = Reader.ReadInto, reader-each = Reader.Each, reader-consume = Reader.Consume,\n")
+		fmt.Fprintf(w, "cilium = cilium/ebpf ringbuf.Reader.ReadInto, libbpfgo = libbpfgo RingBuffer's channel)\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "size\tmode\tns/sample\tMB/s\tx C\tallocs/sample\tspread\t")
+		for _, d := range r.rbDrain {
+			fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.0f\t%.2f\t%.3f\t%.0f%%\t\n",
+				d.size, d.mode, d.ns.median(), mbps(d.size, d.ns.median()), d.ratio(), d.allocs.median(), 100*d.ns.spread())
+		}
+		tw.Flush()
+	}
+	if len(r.rbSustained) > 0 {
+		if len(r.rbDrain) > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "BPF ring buffer saturation: a producer on each of %d CPUs, %d samples each of %d bytes, flat out into one %d MiB\n",
+			r.env.cpus, r.sustainedPerCPU, benchrun.SustainedSize, benchrun.RBBytes>>20)
+		fmt.Fprintf(w, "ring buffer in test runs of batch samples (higher samples/s is better; x C = rate over C's in the same round;\n")
+		fmt.Fprintf(w, "lost = the program's failed outputs (the ring was full), worst round; lost %% = of the outputs tried, worst round;\n")
+		fmt.Fprintf(w, "lossy: rounds with a loss, of all; beside C: of the rounds in which C lost nothing)\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "batch\tmode\tsamples/s\tx C\tlost\tlost %\tlossy\tbeside C\twall ms\tspread\taccounting\t")
+		for _, s := range r.rbSustained {
+			c := sustainedIn(r.rbSustained, benchrun.ModeC, s.batch)
+			lossy, besideC := s.lossyRounds(c)
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.3f\t%d\t%.2f\t%d/%d\t%d/%d\t%.0f\t%.0f%%\t%s\t\n",
+				s.batch, s.mode, s.rate.median(), s.ratio(), maxU(s.lost), 100*s.lostF.max(), lossy, len(s.lost), besideC, cleanRounds(c),
+				s.wall.median(), 100*s.rate.spread(), accounting(s.check))
+		}
+		tw.Flush()
+	}
 }
 
 // writeQuietTables prints the quiet measurement: per wakeup at each rate,
@@ -126,9 +170,13 @@ func ringSize(pages int) string {
 
 // csvHeader names the CSV columns. Each kind of row fills the columns that
 // apply to it and leaves the others empty: drain rows the ns ones,
-// sustained rows the rate ones, quiet rows (one per mode and rate) the last
-// six, with samples_per_s the rate emitted (0: idle), lost_* and wall_ms
-// (the measured window). ratio_to_c is the median of the rounds' ratios:
+// sustained rows the rate ones, quiet rows (one per mode and rate)
+// cpu_us_per_wakeup to cpu_ms_per_s, with samples_per_s the rate emitted
+// (0: idle), lost_* and wall_ms (the measured window). The ring buffer
+// rows, rbdrain and rbsustained, fill the columns of drain and sustained
+// rows; an rbsustained row also fills batch (samples per test run) and
+// lost_frac_max (the worst round's lost over the outputs tried), its lost
+// counts being the program's failed outputs. ratio_to_c is the median of the rounds' ratios:
 // ns over the C reference's (benchrun.Reference) for a drain, rate over
 // C's for a sustained run, CPU per wakeup over C's for a quiet one (empty
 // while idle, or without C).
@@ -138,6 +186,7 @@ var csvHeader = []string{
 	"samples_per_s", "rate_min", "rate_max", "lost_max", "lost_total", "late_max", "wall_ms",
 	"ratio_to_c",
 	"cpu_us_per_wakeup", "csw_per_wakeup", "vcsw_per_wakeup", "wakeups_per_s", "csw_per_s", "cpu_ms_per_s",
+	"batch", "lost_frac_max",
 }
 
 // writeCSV writes one row per measurement, with medians over the rounds.
@@ -148,26 +197,44 @@ func writeCSV(w io.Writer, r *results) error {
 	if err := cw.Write(csvHeader); err != nil {
 		return err
 	}
-	for _, d := range r.drain {
-		m := d.ns.median()
-		row := []string{"drain", d.mode, strconv.Itoa(d.size), strconv.Itoa(len(d.ns)),
-			f(m, 2), f(d.ns.min(), 2), f(d.ns.max(), 2), f(mbps(d.size, m), 1), f(d.allocs.median(), 4),
-			"", "", "", "", "", "", "",
-			f(d.ratio(), 3),
-			"", "", "", "", "", ""}
-		if err := cw.Write(row); err != nil {
-			return err
+	drains := func(kind string, list []*drainStat) error {
+		for _, d := range list {
+			m := d.ns.median()
+			row := []string{kind, d.mode, strconv.Itoa(d.size), strconv.Itoa(len(d.ns)),
+				f(m, 2), f(d.ns.min(), 2), f(d.ns.max(), 2), f(mbps(d.size, m), 1), f(d.allocs.median(), 4),
+				"", "", "", "", "", "", "",
+				f(d.ratio(), 3),
+				"", "", "", "", "", "",
+				"", ""}
+			if err := cw.Write(row); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	for _, s := range r.sustained {
-		row := []string{"sustained", s.mode, strconv.Itoa(benchrun.SustainedSize), strconv.Itoa(len(s.rate)),
-			"", "", "", "", "",
-			f(s.rate.median(), 0), f(s.rate.min(), 0), f(s.rate.max(), 0), u(maxU(s.lost)), u(sumU(s.lost)), u(maxU(s.late)), f(s.wall.median(), 1),
-			f(s.ratio(), 3),
-			"", "", "", "", "", ""}
-		if err := cw.Write(row); err != nil {
-			return err
+	sustained := func(kind string, list []*sustainedStat) error {
+		for _, s := range list {
+			batch, lostFrac := "", ""
+			if s.batch > 0 {
+				batch, lostFrac = strconv.Itoa(s.batch), f(s.lostF.max(), 5)
+			}
+			row := []string{kind, s.mode, strconv.Itoa(benchrun.SustainedSize), strconv.Itoa(len(s.rate)),
+				"", "", "", "", "",
+				f(s.rate.median(), 0), f(s.rate.min(), 0), f(s.rate.max(), 0), u(maxU(s.lost)), u(sumU(s.lost)), u(maxU(s.late)), f(s.wall.median(), 1),
+				f(s.ratio(), 3),
+				"", "", "", "", "", "",
+				batch, lostFrac}
+			if err := cw.Write(row); err != nil {
+				return err
+			}
 		}
+		return nil
+	}
+	if err := drains("drain", r.drain); err != nil {
+		return err
+	}
+	if err := sustained("sustained", r.sustained); err != nil {
+		return err
 	}
 	for _, q := range r.quiet {
 		perWakeup := []string{"", "", ""}
@@ -183,10 +250,16 @@ func writeCSV(w io.Writer, r *results) error {
 			strconv.Itoa(q.rate), "", "", u(maxU(q.lost)), u(sumU(q.lost)), "", f(q.wall.median(), 1),
 			xc}
 		row = append(row, perWakeup...)
-		row = append(row, f(q.wakeups.median(), 2), f(q.cswSec.median(), 2), f(q.cpuSec.median(), 4))
+		row = append(row, f(q.wakeups.median(), 2), f(q.cswSec.median(), 2), f(q.cpuSec.median(), 4), "", "")
 		if err := cw.Write(row); err != nil {
 			return err
 		}
+	}
+	if err := drains("rbdrain", r.rbDrain); err != nil {
+		return err
+	}
+	if err := sustained("rbsustained", r.rbSustained); err != nil {
+		return err
 	}
 	cw.Flush()
 	return cw.Error()

@@ -49,11 +49,13 @@ type drainStat struct {
 // sustainedStat is one sustained measurement over the rounds.
 type sustainedStat struct {
 	mode  string
+	batch int    // ring buffer runs: samples per test run; 0 for perf
 	rate  series // samples per second
 	xc    series // rate over C's in the same round
 	wall  series // milliseconds
 	lost  []uint64
 	late  []uint64
+	lostF series  // lost over what the producers tried to output
 	check []error // accounting mismatches
 }
 
@@ -86,7 +88,9 @@ type results struct {
 	quietNoC        string       // why the quiet measurement ran without C, or ""
 	drain           []*drainStat // in the order of benchrun.Sizes, then DrainModes
 	sustained       []*sustainedStat
-	quiet           []*quietStat // by rate (idle last), then in allQuietModes' order
+	rbDrain         []*drainStat     // ring buffers: by size, then RBDrainModes
+	rbSustained     []*sustainedStat // ring buffers: by batch, then RBSustainedModes
+	quiet           []*quietStat     // by rate (idle last), then in allQuietModes' order
 }
 
 // addDrainRound adds one round of drains at size: ns and allocs per sample
@@ -94,25 +98,37 @@ type results struct {
 // Each mode's ratio is to its reference (benchrun.Reference), and the
 // reference of the ordered modes' is to C.
 func (r *results) addDrainRound(size int, modes []string, ns, allocs []float64) {
+	addDrainRound(&r.drain, benchrun.DrainModes, benchrun.Reference, size, modes, ns, allocs)
+}
+
+// addRBDrainRound is addDrainRound for the ring buffer drains, each mode
+// over C's (ring_buffer__consume).
+func (r *results) addRBDrainRound(size int, modes []string, ns, allocs []float64) {
+	addDrainRound(&r.rbDrain, benchrun.RBDrainModes, func(string) string { return benchrun.ModeC }, size, modes, ns, allocs)
+}
+
+// addDrainRound adds a round to the drains in *list, kept sorted by size,
+// then in order's order of modes; ref names each mode's reference.
+func addDrainRound(list *[]*drainStat, order []string, ref func(string) string, size int, modes []string, ns, allocs []float64) {
 	for i, mode := range modes {
-		ref := benchrun.Reference(mode)
-		if mode == ref {
-			ref = benchrun.ModeC
+		rf := ref(mode)
+		if mode == rf {
+			rf = benchrun.ModeC
 		}
-		r.addDrain(mode, size, ns[i], allocs[i], ns[i]/ns[slices.Index(modes, ref)])
+		addDrain(list, order, mode, size, ns[i], allocs[i], ns[i]/ns[slices.Index(modes, rf)])
 	}
 }
 
-func (r *results) addDrain(mode string, size int, ns, allocs, xc float64) {
-	d := r.drainOf(mode, size)
+func addDrain(list *[]*drainStat, order []string, mode string, size int, ns, allocs, xc float64) {
+	d := drainIn(*list, mode, size)
 	if d == nil {
 		d = &drainStat{mode: mode, size: size}
-		r.drain = append(r.drain, d)
-		slices.SortStableFunc(r.drain, func(a, b *drainStat) int {
+		*list = append(*list, d)
+		slices.SortStableFunc(*list, func(a, b *drainStat) int {
 			if a.size != b.size {
 				return a.size - b.size
 			}
-			return slices.Index(benchrun.DrainModes, a.mode) - slices.Index(benchrun.DrainModes, b.mode)
+			return slices.Index(order, a.mode) - slices.Index(order, b.mode)
 		})
 	}
 	d.ns = append(d.ns, ns)
@@ -120,8 +136,10 @@ func (r *results) addDrain(mode string, size int, ns, allocs, xc float64) {
 	d.xc = append(d.xc, xc)
 }
 
-func (r *results) drainOf(mode string, size int) *drainStat {
-	for _, d := range r.drain {
+func (r *results) drainOf(mode string, size int) *drainStat { return drainIn(r.drain, mode, size) }
+
+func drainIn(list []*drainStat, mode string, size int) *drainStat {
+	for _, d := range list {
 		if d.mode == mode && d.size == size {
 			return d
 		}
@@ -143,12 +161,35 @@ func (r *results) addSustainedRound(round []benchrun.SustainedResult) {
 }
 
 func (r *results) addSustained(res benchrun.SustainedResult, xc float64) {
-	s := r.sustainedOf(res.Mode)
+	addSustained(&r.sustained, benchrun.SustainedModes, res, xc)
+}
+
+// addRBSustainedRound adds one round of ring buffer saturation runs at one
+// batch, C among them.
+func (r *results) addRBSustainedRound(round []benchrun.SustainedResult) {
+	var c float64
+	for _, res := range round {
+		if res.Mode == benchrun.ModeC {
+			c = res.Rate()
+		}
+	}
+	for _, res := range round {
+		addSustained(&r.rbSustained, benchrun.RBSustainedModes, res, res.Rate()/c)
+	}
+}
+
+// addSustained adds a run to *list, kept sorted by batch, then in order's
+// order of modes.
+func addSustained(list *[]*sustainedStat, order []string, res benchrun.SustainedResult, xc float64) {
+	s := sustainedIn(*list, res.Mode, res.Batch)
 	if s == nil {
-		s = &sustainedStat{mode: res.Mode}
-		r.sustained = append(r.sustained, s)
-		slices.SortStableFunc(r.sustained, func(a, b *sustainedStat) int {
-			return slices.Index(benchrun.SustainedModes, a.mode) - slices.Index(benchrun.SustainedModes, b.mode)
+		s = &sustainedStat{mode: res.Mode, batch: res.Batch}
+		*list = append(*list, s)
+		slices.SortStableFunc(*list, func(a, b *sustainedStat) int {
+			if a.batch != b.batch {
+				return a.batch - b.batch
+			}
+			return slices.Index(order, a.mode) - slices.Index(order, b.mode)
 		})
 	}
 	s.rate = append(s.rate, res.Rate())
@@ -156,14 +197,26 @@ func (r *results) addSustained(res benchrun.SustainedResult, xc float64) {
 	s.wall = append(s.wall, float64(res.Wall.Microseconds())/1e3)
 	s.lost = append(s.lost, res.Lost)
 	s.late = append(s.late, res.Late)
+	s.lostF = append(s.lostF, lostFraction(res))
 	if err := res.Check(); err != nil {
 		s.check = append(s.check, err)
 	}
 }
 
-func (r *results) sustainedOf(mode string) *sustainedStat {
-	for _, s := range r.sustained {
-		if s.mode == mode {
+// lostFraction is the part of the samples the producers tried to output
+// that were lost.
+func lostFraction(res benchrun.SustainedResult) float64 {
+	if n := res.Emitted + res.Failed; n > 0 {
+		return float64(res.Failed) / float64(n)
+	}
+	return 0
+}
+
+func (r *results) sustainedOf(mode string) *sustainedStat { return sustainedIn(r.sustained, mode, 0) }
+
+func sustainedIn(list []*sustainedStat, mode string, batch int) *sustainedStat {
+	for _, s := range list {
+		if s.mode == mode && s.batch == batch {
 			return s
 		}
 	}
@@ -251,6 +304,9 @@ func (q *quietStat) ratio() float64 {
 func (r *results) accountingErrors() []error {
 	var out []error
 	for _, s := range r.sustained {
+		out = append(out, s.check...)
+	}
+	for _, s := range r.rbSustained {
 		out = append(out, s.check...)
 	}
 	for _, q := range r.quiet {

@@ -14,8 +14,13 @@
 //   - BenchmarkSustained/MODE: producers on every CPU emit b.N 64-byte
 //     samples in all while the mode consumes; one op is one sample, ns/op
 //     is wall time per sample, and samples/s and lost are reported.
+//   - BenchmarkRBDrain/MODE/SIZE: the same over a 4 MiB BPF ring buffer
+//     (../perfbench/bpf/rbbench.bpf.o) filled to 90 %, beside C's
+//     ring_buffer__consume, with cilium/ebpf's and libbpfgo's readers too
+//     (rb_test.go).
 //
-// TestDrain and TestSustained check that the harness reads what it fills.
+// TestDrain and TestSustained check that the harness reads what it fills;
+// TestRBDrainCompare and TestRBSustained do for ring buffers.
 // The benchmarks need root (see requirePrivileges):
 //
 //	go test -run '^$' -bench . -benchtime 1000000x ./bench/selftest

@@ -142,13 +142,21 @@ func Drain(e *bpfrun.Emitter, cfg DrainConfig, t Timer) (DrainResult, error) {
 // all of them alike. The calling goroutine is pinned to DrainCPU()
 // meanwhile. The timers are stopped when DrainCompare returns.
 func DrainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []Timer) ([]DrainResult, error) {
-	for _, t := range timers {
-		t.StopTimer()
-	}
 	if cfg.Pages == 0 {
 		cfg.Pages = DrainPages
 	}
-	if cfg.Samples < 0 || cfg.Size < 1 || len(modes) == 0 || len(timers) != len(modes) {
+	return drainCompare(e, cfg, modes, timers, PerRound(cfg.Pages, max(cfg.Size, 1)), openDrainer)
+}
+
+// drainCompare is DrainCompare over any kind of map: open opens a mode's
+// drainer over its copy of e, and each round fills and drains at most
+// perRound samples.
+func drainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []Timer, perRound int,
+	open func(*bpfrun.Emitter, DrainConfig) (drainer, error)) ([]DrainResult, error) {
+	for _, t := range timers {
+		t.StopTimer()
+	}
+	if cfg.Samples < 0 || cfg.Size < 1 || perRound < 1 || len(modes) == 0 || len(timers) != len(modes) {
 		return nil, fmt.Errorf("drain %v/%d: bad config %+v with %d timers", modes, cfg.Size, cfg, len(timers))
 	}
 	unpin, err := bpfrun.Pin(DrainCPU())
@@ -171,11 +179,10 @@ func DrainCompare(e *bpfrun.Emitter, cfg DrainConfig, modes []string, timers []T
 		if err != nil {
 			return nil, fmt.Errorf("drain %s/%d: %w", mode, cfg.Size, err)
 		}
-		if ds[i], err = openDrainer(me, c); err != nil {
+		if ds[i], err = open(me, c); err != nil {
 			return nil, fmt.Errorf("drain %s/%d: %w", mode, cfg.Size, err)
 		}
 	}
-	perRound := PerRound(cfg.Pages, cfg.Size)
 	for done, round := 0, 0; done < cfg.Samples; round++ {
 		k := min(perRound, cfg.Samples-done)
 		for j := range modes {
@@ -244,11 +251,17 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 // fillOne fills FillCPU's ring; the drain thread runs on another CPU, so
 // the kernel runs the program on FillCPU in an IPI.
 type fillOne struct {
-	e    *bpfrun.Emitter
-	size int
+	e     *bpfrun.Emitter
+	size  int
+	batch int // samples per test run: 0 for the perf emitter's (bpfrun.Emit)
 }
 
-func (f fillOne) fill(k int) error { return f.e.Emit(FillCPU, uint64(k), uint64(f.size), 0) }
+func (f fillOne) fill(k int) error {
+	if f.batch > 0 {
+		return emitRuns(f.e, FillCPU, k, f.size, f.batch)
+	}
+	return f.e.Emit(FillCPU, uint64(k), uint64(f.size), 0)
+}
 
 // checkCount is a drain's error: err, or else an error if it read n
 // samples where k were filled.

@@ -48,6 +48,7 @@ type SustainedConfig struct {
 // SustainedResult is what a sustained run produced and consumed.
 type SustainedResult struct {
 	Mode     string
+	Batch    int           // samples per test run (ring buffer runs; 0 otherwise)
 	Emitted  uint64        // the emitter's successful outputs, all CPUs
 	Failed   uint64        // outputs that found the ring full: lost
 	Received uint64        // samples the consumer read

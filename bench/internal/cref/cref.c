@@ -90,3 +90,76 @@ void cref_close(struct cref *r)
 	perf_buffer__free(r->pb);
 	free(r);
 }
+
+/* The BPF ring buffer reference: ring_buffer__new with a C callback that
+ * reads every byte, as cref_on_sample does. */
+struct cref_rb {
+	struct ring_buffer *rb;
+	uint64_t samples;
+	uint64_t sum;
+};
+
+static int cref_rb_on_sample(void *ctx, void *data, size_t size)
+{
+	struct cref_rb *r = ctx;
+
+	r->sum += cref_read_all(data, size);
+	r->samples++;
+	return 0;
+}
+
+struct cref_rb *cref_rb_open(int map_fd, int *err)
+{
+	struct cref_rb *r = calloc(1, sizeof(*r));
+
+	if (!r) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	r->rb = ring_buffer__new(map_fd, cref_rb_on_sample, r, NULL);
+	if (!r->rb) {
+		*err = -errno;
+		free(r);
+		return NULL;
+	}
+	*err = 0;
+	return r;
+}
+
+long cref_rb_consume(struct cref_rb *r)
+{
+	uint64_t before = r->samples;
+	int err = ring_buffer__consume(r->rb);
+
+	if (err < 0)
+		return err;
+	return (long)(r->samples - before);
+}
+
+long cref_rb_poll(struct cref_rb *r, int timeout_ms)
+{
+	uint64_t before = r->samples;
+	int err = ring_buffer__poll(r->rb, timeout_ms);
+
+	if (err < 0 && err != -EINTR)
+		return err;
+	return (long)(r->samples - before);
+}
+
+uint64_t cref_rb_samples(const struct cref_rb *r)
+{
+	return r->samples;
+}
+
+uint64_t cref_rb_sum(const struct cref_rb *r)
+{
+	return r->sum;
+}
+
+void cref_rb_close(struct cref_rb *r)
+{
+	if (!r)
+		return;
+	ring_buffer__free(r->rb);
+	free(r);
+}

@@ -1,6 +1,7 @@
 // Package cref is the C reference the benchmarks measure perfbuf against:
-// libbpf's perf_buffer driven from C (cref.c), with a C sample callback
-// that reads every byte. It is shared by bench/selftest and bench/perfbench.
+// libbpf's perf_buffer (Reader) and ring_buffer (RingReader) driven from C
+// (cref.c), with a C sample callback that reads every byte. It is shared by
+// bench/selftest and bench/perfbench.
 package cref
 
 // Only this file uses cgo in this package. Like perfbuf itself, it links
@@ -76,6 +77,58 @@ func (c *Reader) Sum() uint64 { return uint64(C.cref_sum(c.r)) }
 // Close frees the perf buffer. It is idempotent.
 func (c *Reader) Close() {
 	C.cref_close(c.r)
+	c.r = nil
+}
+
+// RingReader is the C reference reader over one BPF ring buffer: libbpf's
+// ring_buffer. It is not safe for concurrent use.
+type RingReader struct{ r *C.struct_cref_rb }
+
+// OpenRing opens libbpf's ring_buffer over the BPF ring buffer mapFD.
+// Errors: a syscall.Errno from libbpf.
+func OpenRing(mapFD int) (*RingReader, error) {
+	var cerr C.int
+	r := C.cref_rb_open(C.int(mapFD), &cerr)
+	if r == nil {
+		return nil, fmt.Errorf("open C ring buffer reference: %w", syscall.Errno(-cerr))
+	}
+	return &RingReader{r}, nil
+}
+
+// Consume drains the ring (ring_buffer__consume) and returns the samples
+// read.
+func (c *RingReader) Consume() (int, error) {
+	n := C.cref_rb_consume(c.r)
+	if n < 0 {
+		return 0, fmt.Errorf("consume with the C ring buffer reference: %w", syscall.Errno(-n))
+	}
+	return int(n), nil
+}
+
+// Poll waits up to timeout (negative: no limit; rounded up to a
+// millisecond) for records, drains the ring (ring_buffer__poll) and returns
+// the samples read.
+func (c *RingReader) Poll(timeout time.Duration) (int, error) {
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	n := C.cref_rb_poll(c.r, C.int(ms))
+	if n < 0 {
+		return 0, fmt.Errorf("poll with the C ring buffer reference: %w", syscall.Errno(-n))
+	}
+	return int(n), nil
+}
+
+// Samples is the number of samples read since OpenRing.
+func (c *RingReader) Samples() uint64 { return uint64(C.cref_rb_samples(c.r)) }
+
+// Sum is the running sum of every byte read.
+func (c *RingReader) Sum() uint64 { return uint64(C.cref_rb_sum(c.r)) }
+
+// Close frees the ring buffer. It is idempotent.
+func (c *RingReader) Close() {
+	C.cref_rb_close(c.r)
 	c.r = nil
 }
 

@@ -1,6 +1,8 @@
 /* The C reference: libbpf's perf_buffer__new, perf_buffer__consume and
- * perf_buffer__poll with C callbacks; the sample callback reads every byte.
- * Its time per sample is the limit the Go modes are measured against. */
+ * perf_buffer__poll with C callbacks, and for BPF ring buffers
+ * ring_buffer__new, ring_buffer__consume and ring_buffer__poll; the sample
+ * callbacks read every byte. Its time per sample is the limit the Go modes
+ * are measured against. */
 #ifndef CREF_H
 #define CREF_H
 
@@ -25,6 +27,23 @@ uint64_t cref_samples(const struct cref *r);
 uint64_t cref_lost(const struct cref *r);
 uint64_t cref_sum(const struct cref *r);
 void cref_close(struct cref *r);
+
+struct cref_rb;
+
+/* Opens a ring_buffer over the BPF ring buffer map_fd. On failure returns
+ * NULL and sets *err to a negative errno. */
+struct cref_rb *cref_rb_open(int map_fd, int *err);
+/* Drains the ring (ring_buffer__consume); returns the samples read, or a
+ * negative errno. */
+long cref_rb_consume(struct cref_rb *r);
+/* Waits up to timeout_ms (-1: no limit) for records, drains the ring
+ * (ring_buffer__poll); returns the samples read, or a negative errno (EINTR:
+ * 0). */
+long cref_rb_poll(struct cref_rb *r, int timeout_ms);
+/* Counts since cref_rb_open: samples read, and the sum of every byte. */
+uint64_t cref_rb_samples(const struct cref_rb *r);
+uint64_t cref_rb_sum(const struct cref_rb *r);
+void cref_rb_close(struct cref_rb *r);
 
 /* Sums data 8 bytes at a time, then the tail bytes: the read every mode's
  * benchmark callback does, so that all of them touch each byte once. */

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: GPL-2.0
+/* perfbench's ring buffer emitter: selftest/common/emit.bpf.h's emit program
+ * and counts, writing a BPF ring buffer (BPF_MAP_TYPE_RINGBUF) instead of a
+ * perf event array, under the same names (the map `events`, the program
+ * `emit`, the per-CPU `emit_stats`) and with the same arguments, so that
+ * internal/bpfrun loads, copies and drives it as it does the perf emitter.
+ *
+ * Sample layout (host byte order), truncated to the sample's size, as
+ * emit.bpf.h's:
+ *   u64 seq; u64 ktime_ns; u32 len; u32 cpu; then byte i = i * 7 + seq (mod 256)
+ *
+ * A ring buffer reports no lost records: a bpf_ringbuf_output that finds
+ * the ring full fails with -EAGAIN, and this program counts it in
+ * emit_stats.failed, the loss the saturation measurement reports. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+/* 4 MiB: the drain measurements fill it to 90 %. */
+#define RB_BYTES (4 << 20)
+#define EMIT_MAX_SIZE 1024 /* largest sample; a power of two */
+/* Samples one run emits at most: 4096, so that a saturation run can make
+ * test runs of 256 and of 4096 samples; emit_some writes up to 256 of them
+ * per call. Its loop is bounded by a constant, not bpf_loop (5.17+), so that
+ * the program loads on 5.10: the verifier walks every iteration, and 4096
+ * of them in one function pass its limit of 8192 jumps in a row. emit_some
+ * is a global function, verified once on its own, not once per call. */
+#define EMIT_BATCH 4096
+#define EMIT_CALL 256
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, RB_BYTES);
+} events SEC(".maps");
+
+struct emit_hdr {
+	__u64 seq;
+	__u64 ts;
+	__u32 len;
+	__u32 cpu;
+};
+
+struct emit_stats {
+	__u64 emitted; /* bpf_ringbuf_output returned 0 */
+	__u64 failed;  /* it failed: the ring was full */
+	__u64 seq;     /* next sequence number */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct emit_stats);
+} emit_stats SEC(".maps");
+
+struct emit_buf {
+	__u8 data[EMIT_MAX_SIZE];
+	__u8 filled; /* data past the header holds its pattern */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct emit_buf);
+} emit_scratch SEC(".maps");
+
+/* Emits count (at most EMIT_CALL) samples, sample n of size0 + n % span
+ * bytes (span 0: all of size0), numbered from first. Returns 0, or 1 and 2
+ * as emit does. */
+__attribute__((noinline)) int emit_some(__u64 count, __u64 size0, __u64 span, __u64 first)
+{
+	__u32 zero = 0, cpu = bpf_get_smp_processor_id();
+	struct emit_stats *st = bpf_map_lookup_elem(&emit_stats, &zero);
+	struct emit_buf *buf = bpf_map_lookup_elem(&emit_scratch, &zero);
+	struct emit_hdr *h;
+	__u32 i, j;
+
+	if (!st || !buf)
+		return 1;
+	if (count > EMIT_CALL || size0 < 1 || size0 > EMIT_MAX_SIZE || span > EMIT_MAX_SIZE + 1 - size0)
+		return 2;
+	/* Bytes past the first 32 are the same for every sample, i * 7, and
+	 * no sample rewrites them: written once per CPU. */
+	if (!buf->filled) {
+		for (j = 0; j < EMIT_MAX_SIZE; j++)
+			buf->data[j] = j * 7;
+		buf->filled = 1;
+	}
+	h = (void *)buf->data;
+	for (i = 0; i < EMIT_CALL && i < count; i++) {
+		__u64 size = size0;
+		long err;
+
+		if (span)
+			size += (first + i) % span;
+		/* Checked above; said again for the verifier. */
+		if (size > EMIT_MAX_SIZE || size < 1)
+			return 2;
+
+		h->seq = st->seq++;
+		h->ts = bpf_ktime_get_ns();
+		h->len = size;
+		h->cpu = cpu;
+		/* byte i = i * 7 + seq for i in [24, 32), as emit.bpf.h's. */
+		for (j = sizeof(*h); j < sizeof(*h) + 8; j++)
+			buf->data[j] = j * 7 + h->seq;
+
+		err = bpf_ringbuf_output(&events, buf->data, size, 0);
+		if (err)
+			st->failed++;
+		else
+			st->emitted++;
+	}
+	return 0;
+}
+
+/* args (the raw_tp context, as emit.bpf.h's struct emit_args): count (at
+ * most EMIT_BATCH), size (of sample 0), span (sample n has size + n % span
+ * bytes; 0: all equal), first (n of this run's first sample). */
+SEC("raw_tp")
+int emit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 count = ctx->args[0], size = ctx->args[1], span = ctx->args[2], first = ctx->args[3];
+	__u64 done = 0;
+	__u32 i;
+	int ret;
+
+	if (count > EMIT_BATCH)
+		return 2;
+	for (i = 0; i < EMIT_BATCH / EMIT_CALL && done < count; i++) {
+		__u64 n = count - done < EMIT_CALL ? count - done : EMIT_CALL;
+
+		ret = emit_some(n, size, span, first + done);
+		if (ret)
+			return ret;
+		done += n;
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
