@@ -5,8 +5,10 @@ package perfbuf
 //
 // perfbuf_output counts, per CPU and by errno, the bpf_perf_event_output
 // calls that fail before they reach a ring (a full ring is the kernel's to
-// report, in a lost record). The counts live in a per-CPU array of one
-// struct perfbuf_failures: one lookup of key 0 returns every possible CPU's.
+// report, in a lost record); the ring buffer outputs count their failures,
+// a full ring among them (the kernel reports none). The counts live in a
+// per-CPU array of one struct perfbuf_failures: one lookup of key 0 returns
+// every possible CPU's.
 
 import (
 	"fmt"
@@ -21,12 +23,12 @@ import (
 // BPF_MAP_TYPE_PERCPU_ARRAY (include/uapi/linux/bpf.h).
 const mapTypePerCPUArray = 6
 
-// struct perfbuf_failures is five __u64, in the order of Failures' fields
-// (noent, e2big, einval, opnotsupp, other): failuresWords words, 40 bytes,
-// with no padding. Its size is a multiple of 8, so the kernel's per-CPU
+// struct perfbuf_failures is six __u64, in the order of Failures' fields
+// (noent, e2big, einval, opnotsupp, other, full): failuresWords words, 48
+// bytes, with no padding. Its size is a multiple of 8, so the kernel's per-CPU
 // values follow each other with no gap (it rounds each up to 8 bytes).
 const (
-	failuresWords = 5
+	failuresWords = 6
 	failuresSize  = 8 * failuresWords
 )
 
@@ -158,7 +160,7 @@ func decodeFailures(words []uint64, n int) []Failures {
 	out := make([]Failures, n)
 	for k := range out {
 		w := words[k*failuresWords : (k+1)*failuresWords]
-		out[k] = Failures{NoEntry: w[0], TooBig: w[1], Invalid: w[2], NotOnCPU: w[3], Other: w[4]}
+		out[k] = Failures{NoEntry: w[0], TooBig: w[1], Invalid: w[2], NotOnCPU: w[3], Other: w[4], Full: w[5]}
 	}
 	return out
 }
@@ -203,7 +205,9 @@ func (r *rings) failureCounters() *failureMap {
 // on the entry of the CPU's latest ring (the highest index with that CPU),
 // as a CPU that came back online writes to its new ring; and for a CPU with
 // no ring but failures, on an entry of its own, appended after the rings'
-// in CPU order, with only CPU and Failed set. It returns st, grown.
+// in CPU order, with Ring -1 and only CPU and Failed set. A ring buffer's
+// one ring is every CPU's (CPU -1), so each CPU's failures come in such
+// entries after it. It returns st, grown.
 func mergeFailures(st []Stats, cpus []int, counts []Failures) []Stats {
 	if len(counts) == 0 {
 		return st

@@ -15,7 +15,7 @@ import (
 )
 
 // The header's struct perfbuf_failures and Go's Failures agree: the same
-// causes in the same order, five 8-byte words with no padding, which is
+// causes in the same order, six 8-byte words with no padding, which is
 // what decodeFailures reads and what New checks as the map's value size.
 func TestFailuresLayout(t *testing.T) {
 	src, err := os.ReadFile("bpf/perfbuf.bpf.h")
@@ -36,12 +36,13 @@ func TestFailuresLayout(t *testing.T) {
 	// The C field behind each Go field, in Go's order.
 	want := []struct{ c, goName string }{
 		{"noent", "NoEntry"}, {"e2big", "TooBig"}, {"einval", "Invalid"}, {"opnotsupp", "NotOnCPU"}, {"other", "Other"},
+		{"full", "Full"},
 	}
 	if len(cFields) != len(want) {
 		t.Fatalf("struct perfbuf_failures has fields %v, want %d", cFields, len(want))
 	}
 	typ := reflect.TypeOf(Failures{})
-	if typ.NumField() != len(want) || unsafe.Sizeof(Failures{}) != failuresSize || failuresSize != 40 {
+	if typ.NumField() != len(want) || unsafe.Sizeof(Failures{}) != failuresSize || failuresSize != 48 {
 		t.Fatalf("Failures has %d fields, %d bytes; struct perfbuf_failures %d, %d bytes",
 			typ.NumField(), unsafe.Sizeof(Failures{}), len(want), failuresSize)
 	}
@@ -59,8 +60,8 @@ func TestFailuresLayout(t *testing.T) {
 			t.Errorf("decodeFailures: %s = %d, want word %d", f.Name, v, i+1)
 		}
 	}
-	if total := decodeFailures(words, 1)[0].Total(); total != 15 {
-		t.Errorf("Total() = %d, want 15", total)
+	if total := decodeFailures(words, 1)[0].Total(); total != 21 {
+		t.Errorf("Total() = %d, want 21", total)
 	}
 
 	// The map the macro declares is what New checks for.
@@ -89,7 +90,7 @@ func TestFailuresErrnos(t *testing.T) {
 	}
 	want := map[string]syscall.Errno{
 		"ENOENT": syscall.ENOENT, "E2BIG": syscall.E2BIG, "EINVAL": syscall.EINVAL,
-		"ENOSPC": syscall.ENOSPC, "EOPNOTSUPP": syscall.EOPNOTSUPP,
+		"ENOSPC": syscall.ENOSPC, "EOPNOTSUPP": syscall.EOPNOTSUPP, "EAGAIN": syscall.EAGAIN,
 	}
 	for name, errno := range want {
 		vals := defs[name]
@@ -114,7 +115,7 @@ func TestFailuresErrnos(t *testing.T) {
 // CPU order.
 func TestMergeFailures(t *testing.T) {
 	f := func(n uint64) Failures {
-		return Failures{NoEntry: n, TooBig: 2 * n, Invalid: 3 * n, NotOnCPU: 4 * n, Other: 5 * n}
+		return Failures{NoEntry: n, TooBig: 2 * n, Invalid: 3 * n, NotOnCPU: 4 * n, Other: 5 * n, Full: 6 * n}
 	}
 	ring := func(cpu int, samples uint64) Stats { return Stats{CPU: cpu, Samples: samples, Lost: 1} }
 	withFailed := func(s Stats, fl Failures) Stats { s.Failed = fl; return s }
@@ -152,6 +153,13 @@ func TestMergeFailures(t *testing.T) {
 			// The lookup's k-th value is the k-th possible CPU.
 			"sparse possible cpus", []Stats{ring(0, 5), ring(4, 6)}, []int{0, 4, 8}, []Failures{f(1), f(2), f(3)},
 			[]Stats{withFailed(ring(0, 5), f(1)), withFailed(ring(4, 6), f(2)), {Ring: -1, CPU: 8, Failed: f(3)}},
+		},
+		{
+			// A ring buffer's one ring is every CPU's (CPU -1): each
+			// CPU's failures, a full ring's among them, come after it.
+			"ring buffer", []Stats{{Ring: 0, CPU: -1, Samples: 9, Discarded: 2}}, []int{0, 1, 2},
+			[]Failures{{Full: 4}, {}, {Full: 1, NoEntry: 2}},
+			[]Stats{{Ring: 0, CPU: -1, Samples: 9, Discarded: 2}, {Ring: -1, CPU: 0, Failed: Failures{Full: 4}}, {Ring: -1, CPU: 2, Failed: Failures{Full: 1, NoEntry: 2}}},
 		},
 	}
 	for _, c := range cases {

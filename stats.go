@@ -38,19 +38,31 @@ type Stats struct {
 	Failed Failures
 }
 
-// Failures counts a CPU's bpf_perf_event_output calls that failed before
-// reaching a ring, by errno, as bpf/perfbuf.bpf.h counts them. A full ring
-// (ENOSPC) is not among them: the kernel reports those samples in a lost
-// record, counted in Stats.Lost.
+// Failures counts a CPU's outputs that failed before reaching a ring, by
+// cause, as bpf/perfbuf.bpf.h counts them in a failure map
+// (Options.FailureMap).
+//
+// For a perf event array, a full ring (ENOSPC) is not among them: the
+// kernel reports those samples in a lost record, counted in Stats.Lost,
+// and per CPU, once the reader is closed, the outputs attempted are
+// Samples + Lost + Left + Failed.Total().
+//
+// A ring buffer reports nothing lost: a record it had no room for is
+// counted here, in Full, by the BPF program. Its one ring is every CPU's
+// (Stats.CPU -1), so each CPU's failures come in entries of their own
+// (Ring -1) after the ring's, and per ring, once the reader is closed, the
+// outputs attempted are Samples + Discarded + Left + the CPUs'
+// Failed.Total().
 type Failures struct {
-	NoEntry  uint64 // ENOENT: the CPU's slot in the map holds no ring
+	NoEntry  uint64 // ENOENT: the CPU's slot in the map holds no ring; for a ring buffer, a NULL inner map
 	TooBig   uint64 // E2BIG: the CPU's index is past the map's max_entries
-	Invalid  uint64 // EINVAL: flags the helper rejects
+	Invalid  uint64 // EINVAL: flags the helper rejects; a reserve above PERFBUF_BUFFER's max sample
 	NotOnCPU uint64 // EOPNOTSUPP: the slot's ring is another CPU's, or its event was stopped
 	Other    uint64 // any other errno
+	Full     uint64 // ring buffers: no room for the record (bpf_ringbuf_reserve NULL, bpf_ringbuf_output EAGAIN)
 }
 
 // Total is the number of failed calls of every cause.
 func (f Failures) Total() uint64 {
-	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other
+	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other + f.Full
 }

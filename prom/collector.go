@@ -99,7 +99,7 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 		"The most bytes the reader found waiting in one of the CPU's rings since it was opened.",
 		func(s *perfbuf.Stats) int { return s.MaxFill })
 	c.failures = desc("output_failures_total",
-		"bpf_perf_event_output calls on the CPU that failed before reaching a ring (a full ring is a lost sample instead), by errno, as counted by the BPF program's failure map; 0 without one.",
+		"Outputs on the CPU that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full.",
 		"cause")
 	return c
 }
@@ -119,7 +119,8 @@ type metric struct {
 }
 
 // causes are output_failures_total's cause label values, with the count of
-// each: the errnos of perfbuf.Failures.
+// each: the errnos of perfbuf.Failures, and full (a ring buffer without
+// room).
 var causes = []struct {
 	name  string
 	count func(*perfbuf.Failures) uint64
@@ -129,6 +130,7 @@ var causes = []struct {
 	{"einval", func(f *perfbuf.Failures) uint64 { return f.Invalid }},
 	{"eopnotsupp", func(f *perfbuf.Failures) uint64 { return f.NotOnCPU }},
 	{"other", func(f *perfbuf.Failures) uint64 { return f.Other }},
+	{"full", func(f *perfbuf.Failures) uint64 { return f.Full }},
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -197,4 +199,5 @@ func add(a, b *perfbuf.Stats) {
 	a.Failed.Invalid += b.Failed.Invalid
 	a.Failed.NotOnCPU += b.Failed.NotOnCPU
 	a.Failed.Other += b.Failed.Other
+	a.Failed.Full += b.Failed.Full
 }

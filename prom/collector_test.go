@@ -40,7 +40,7 @@ func fakeStats() []perfbuf.Stats {
 			Failed: perfbuf.Failures{Invalid: 2}},
 		{CPU: 2, Samples: 5, Bytes: 320, Lost: 4, Late: 1, Left: 2, MaxFill: 1024, Fill: 256,
 			Failed: perfbuf.Failures{NotOnCPU: 6, Other: 1}},
-		{CPU: 3, Failed: perfbuf.Failures{NoEntry: 5, TooBig: 2}},
+		{CPU: 3, Failed: perfbuf.Failures{NoEntry: 5, TooBig: 2, Full: 4}},
 	}
 }
 
@@ -85,7 +85,7 @@ perfbuf_lost_samples_total{cpu="3"} 0
 perfbuf_other_records_total{cpu="0"} 0
 perfbuf_other_records_total{cpu="2"} 1
 perfbuf_other_records_total{cpu="3"} 0
-# HELP perfbuf_output_failures_total bpf_perf_event_output calls on the CPU that failed before reaching a ring (a full ring is a lost sample instead), by errno, as counted by the BPF program's failure map; 0 without one.
+# HELP perfbuf_output_failures_total Outputs on the CPU that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full.
 # TYPE perfbuf_output_failures_total counter
 perfbuf_output_failures_total{cause="e2big",cpu="0"} 0
 perfbuf_output_failures_total{cause="e2big",cpu="2"} 0
@@ -99,6 +99,9 @@ perfbuf_output_failures_total{cause="enoent",cpu="3"} 5
 perfbuf_output_failures_total{cause="eopnotsupp",cpu="0"} 0
 perfbuf_output_failures_total{cause="eopnotsupp",cpu="2"} 6
 perfbuf_output_failures_total{cause="eopnotsupp",cpu="3"} 0
+perfbuf_output_failures_total{cause="full",cpu="0"} 0
+perfbuf_output_failures_total{cause="full",cpu="2"} 0
+perfbuf_output_failures_total{cause="full",cpu="3"} 4
 perfbuf_output_failures_total{cause="other",cpu="0"} 0
 perfbuf_output_failures_total{cause="other",cpu="2"} 1
 perfbuf_output_failures_total{cause="other",cpu="3"} 0
@@ -137,6 +140,47 @@ func TestCollect(t *testing.T) {
 	}
 	if n, want := testutil.CollectAndCount(c), 3*(12+len(causes)); n != want {
 		t.Errorf("%d metrics collected, want %d (3 CPUs)", n, want)
+	}
+}
+
+// A ring buffer's Stats: its one ring (CPU -1), then each CPU's failures
+// in entries of their own (Ring -1), full ones among them.
+func TestCollectRingBuffer(t *testing.T) {
+	src := &fakeSource{stats: []perfbuf.Stats{
+		{Ring: 0, CPU: -1, Samples: 9, Discarded: 2},
+		{Ring: -1, CPU: 0, Failed: perfbuf.Failures{Full: 3}},
+		{Ring: -1, CPU: 1, Failed: perfbuf.Failures{Full: 1, NoEntry: 2}},
+	}}
+	const want = `
+# HELP perfbuf_output_failures_total Outputs on the CPU that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full.
+# TYPE perfbuf_output_failures_total counter
+perfbuf_output_failures_total{cause="e2big",cpu="-1"} 0
+perfbuf_output_failures_total{cause="e2big",cpu="0"} 0
+perfbuf_output_failures_total{cause="e2big",cpu="1"} 0
+perfbuf_output_failures_total{cause="einval",cpu="-1"} 0
+perfbuf_output_failures_total{cause="einval",cpu="0"} 0
+perfbuf_output_failures_total{cause="einval",cpu="1"} 0
+perfbuf_output_failures_total{cause="enoent",cpu="-1"} 0
+perfbuf_output_failures_total{cause="enoent",cpu="0"} 0
+perfbuf_output_failures_total{cause="enoent",cpu="1"} 2
+perfbuf_output_failures_total{cause="eopnotsupp",cpu="-1"} 0
+perfbuf_output_failures_total{cause="eopnotsupp",cpu="0"} 0
+perfbuf_output_failures_total{cause="eopnotsupp",cpu="1"} 0
+perfbuf_output_failures_total{cause="full",cpu="-1"} 0
+perfbuf_output_failures_total{cause="full",cpu="0"} 3
+perfbuf_output_failures_total{cause="full",cpu="1"} 1
+perfbuf_output_failures_total{cause="other",cpu="-1"} 0
+perfbuf_output_failures_total{cause="other",cpu="0"} 0
+perfbuf_output_failures_total{cause="other",cpu="1"} 0
+# HELP perfbuf_discarded_records_total Ring buffers: records of the CPU's rings that the BPF program discarded (bpf_ringbuf_discard), skipped.
+# TYPE perfbuf_discarded_records_total counter
+perfbuf_discarded_records_total{cpu="-1"} 2
+perfbuf_discarded_records_total{cpu="0"} 0
+perfbuf_discarded_records_total{cpu="1"} 0
+`
+	if err := testutil.CollectAndCompare(NewCollector(src, Options{}), strings.NewReader(want),
+		"perfbuf_output_failures_total", "perfbuf_discarded_records_total"); err != nil {
+		t.Error(err)
 	}
 }
 

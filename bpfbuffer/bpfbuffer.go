@@ -1,0 +1,231 @@
+// Package bpfbuffer makes a BPF program's buffer a ring buffer or a perf
+// event array when its object loads, whichever the kernel has: the choice
+// libbpf-tools' bpf_buffer__new makes, in one call, with the BPF side
+// following it exactly.
+//
+// The BPF program declares the buffer with PERFBUF_BUFFER and writes it
+// with perfbuf_buffer_output (or _reserve, then _submit or _discard), from
+// bpf/perfbuf.bpf.h. Between opening the object and loading it, Prepare
+// probes the kernel, sets the map's type and sizes, and writes the choice
+// into the buffer's read-only settings (<map>_config), where the verifier
+// reads it as a constant and drops the code of the other kind. The same
+// perfbuf.NewReader (or perfbuf.New) then reads the map, whichever it
+// became:
+//
+//	m, _ := libbpfgo.NewModuleFromFile("prog.bpf.o")
+//	opts := perfbuf.Options{RingBytes: 256 << 10}
+//	kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.Any, &opts)
+//	...
+//	err = m.BPFLoadObject()
+//	events, _ := m.GetMap("events")
+//	failures, _ := m.GetMap("events_failures")
+//	opts.FailureMap = failures
+//	r, err := perfbuf.NewReader(events, opts)
+//
+// docs/bpfbuffer.md says more.
+package bpfbuffer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"syscall"
+
+	"github.com/aquasecurity/libbpfgo"
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/cpus"
+)
+
+// Kind is what a buffer is made at load.
+type Kind int
+
+const (
+	// Any asks Prepare for a ring buffer if the kernel has them (5.8 and
+	// later), else a perf event array. Prepare returns it only with an
+	// error.
+	Any Kind = iota
+	// RingBuf is a BPF_MAP_TYPE_RINGBUF: one ring that every CPU writes.
+	RingBuf
+	// PerfEventArray is a BPF_MAP_TYPE_PERF_EVENT_ARRAY: a ring per CPU.
+	PerfEventArray
+)
+
+// String returns "any", "ringbuf" or "perf_event_array".
+func (k Kind) String() string {
+	switch k {
+	case Any:
+		return "any"
+	case RingBuf:
+		return "ringbuf"
+	case PerfEventArray:
+		return "perf_event_array"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// config is the part of struct perfbuf_buffer_config (bpf/perfbuf.bpf.h)
+// that Prepare writes: its first two fields. The third, max_sample, is the
+// BPF program's own and is left as compiled.
+type config struct {
+	RingBuf     uint64
+	WakeupBytes uint64
+}
+
+// Prepare makes the PERFBUF_BUFFER mapName of m, an object opened and not
+// yet loaded, the kind want: Any chooses a ring buffer when the kernel
+// has them (libbpf_probe_bpf_map_type), else a perf event array; RingBuf
+// or PerfEventArray forces that kind. It returns the kind chosen. Call it
+// once per buffer, after the module is opened and before BPFLoadObject.
+//
+// It reads two of opts' ring settings, which mean the same for both
+// kinds, and leaves opts ready for perfbuf.NewReader or perfbuf.New over
+// the loaded map:
+//
+//   - RingBytes sizes a ring, rounded up to a power of two pages, as
+//     perfbuf does for a perf event array's rings: the ring buffer's one
+//     ring (its max_entries; zero keeps the size PERFBUF_BUFFER declared),
+//     or each CPU's ring of a perf event array (left in opts for New).
+//   - WakeupBytes wakes the reader once this much data is unread: a
+//     perf event's wakeup_watermark (left in opts for New), or, for a ring
+//     buffer, the BPF side's watermark (<map>_config.wakeup_bytes), at
+//     and above which it commits each record with BPF_RB_FORCE_WAKEUP.
+//     Zero keeps libbpf's behaviour: a ring buffer wakes its reader for
+//     the first record after the reader caught up.
+//
+// For a ring buffer it clears both in opts, as they are settled at load
+// and New refuses them for a ring buffer. WakeupEvents has no ring buffer
+// equivalent and must be zero. A nil opts is the zero Options.
+//
+// For a perf event array, the map gets 4-byte keys and values and an
+// entry for each possible CPU, and <map>_scratch, where
+// perfbuf_buffer_reserve builds a record, is created; for a ring buffer,
+// <map>_scratch is not created.
+//
+// Errors (with Any as the kind): os.ErrInvalid for a want that is no
+// Kind, WakeupEvents set, a negative RingBytes or WakeupBytes, a ring
+// buffer's RingBytes above 2 GiB, or a WakeupBytes not below the ring
+// buffer's size; errors.ErrUnsupported for RingBuf on a kernel without
+// ring buffers; for a map that PERFBUF_BUFFER did not declare, or an
+// object already loaded, libbpfgo's error, wrapped. After an error the
+// module may be partly changed: close it.
+func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Options) (Kind, error) {
+	if opts == nil {
+		opts = &perfbuf.Options{}
+	}
+	switch {
+	case want != Any && want != RingBuf && want != PerfEventArray:
+		return 0, fmt.Errorf("prepare buffer %q: %v: %w", mapName, want, os.ErrInvalid)
+	case opts.WakeupEvents != 0:
+		return 0, fmt.Errorf("prepare buffer %q: WakeupEvents has no ring buffer equivalent; use WakeupBytes: %w", mapName, os.ErrInvalid)
+	case opts.RingBytes < 0 || opts.WakeupBytes < 0:
+		return 0, fmt.Errorf("prepare buffer %q: negative RingBytes (%d) or WakeupBytes (%d): %w",
+			mapName, opts.RingBytes, opts.WakeupBytes, os.ErrInvalid)
+	}
+	events, err := m.GetMap(mapName)
+	if err != nil {
+		return 0, fmt.Errorf("prepare buffer: %w", err)
+	}
+	scratch, err := m.GetMap(mapName + "_scratch")
+	if err != nil {
+		return 0, fmt.Errorf("prepare buffer %q: not a PERFBUF_BUFFER: %w", mapName, err)
+	}
+	kind := want
+	if kind == Any || kind == RingBuf {
+		has, err := hasRingBuf()
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("prepare buffer %q: probe ring buffers: %w", mapName, err)
+		case has:
+			kind = RingBuf
+		case want == RingBuf:
+			return 0, fmt.Errorf("prepare buffer %q: the kernel has no ring buffers: %w", mapName, errors.ErrUnsupported)
+		default:
+			kind = PerfEventArray
+		}
+	}
+	if kind == RingBuf {
+		err = asRingBuf(m, events, scratch, mapName, opts)
+	} else {
+		err = asPerfEventArray(m, events, scratch, mapName)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
+	}
+	return kind, nil
+}
+
+// hasRingBuf says whether the kernel creates ring buffers. libbpf answers
+// 0 for "no" (and for a failure it cannot tell apart), which libbpfgo
+// returns as the error Errno(0).
+func hasRingBuf() (bool, error) {
+	has, err := libbpfgo.BPFMapTypeIsSupported(libbpfgo.MapTypeRingbuf)
+	if errno, ok := err.(syscall.Errno); has || ok && errno == 0 {
+		return has, nil
+	}
+	return false, err
+}
+
+func asRingBuf(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string, opts *perfbuf.Options) error {
+	size := int(events.MaxEntries())
+	if opts.RingBytes > maxRingBytes {
+		return fmt.Errorf("ring bytes %d above %d: %w", opts.RingBytes, maxRingBytes, os.ErrInvalid)
+	} else if opts.RingBytes != 0 {
+		size = ringSize(opts.RingBytes)
+	}
+	if opts.WakeupBytes >= size {
+		return fmt.Errorf("wakeup bytes %d not below the %d-byte ring: %w", opts.WakeupBytes, size, os.ErrInvalid)
+	}
+	if err := events.SetType(libbpfgo.MapTypeRingbuf); err != nil {
+		return err
+	}
+	if err := events.SetMaxEntries(uint32(size)); err != nil {
+		return err
+	}
+	if err := scratch.SetAutocreate(false); err != nil {
+		return err
+	}
+	if err := m.InitGlobalVariable(name+"_config", config{RingBuf: 1, WakeupBytes: uint64(opts.WakeupBytes)}); err != nil {
+		return fmt.Errorf("set %s_config: %w", name, err)
+	}
+	opts.RingBytes, opts.WakeupBytes = 0, 0
+	return nil
+}
+
+func asPerfEventArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string) error {
+	// A perf event array is indexed by CPU number: one entry for each
+	// possible CPU, the highest included.
+	possible, err := cpus.Possible()
+	if err != nil {
+		return err
+	}
+	for _, set := range []func() error{
+		func() error { return events.SetType(libbpfgo.MapTypePerfEventArray) },
+		func() error { return events.SetKeySize(4) },
+		func() error { return events.SetValueSize(4) },
+		func() error { return events.SetMaxEntries(uint32(slices.Max(possible) + 1)) },
+		func() error { return scratch.SetAutocreate(true) },
+	} {
+		if err := set(); err != nil {
+			return err
+		}
+	}
+	if err := m.InitGlobalVariable(name+"_config", config{}); err != nil {
+		return fmt.Errorf("set %s_config: %w", name, err)
+	}
+	return nil
+}
+
+// maxRingBytes is the largest ring Prepare makes: max_entries is a
+// __u32, and a ring's size a power of two.
+const maxRingBytes = 1 << 31
+
+// ringSize rounds n up to a power of two pages, as perfbuf rounds
+// Options.RingBytes for a perf event array's rings.
+func ringSize(n int) int {
+	size := os.Getpagesize()
+	for size < n {
+		size <<= 1
+	}
+	return size
+}

@@ -1,0 +1,504 @@
+// Privileged selftests of a buffer whose kind is chosen at load
+// (package bpfbuffer, PERFBUF_BUFFER of bpf/perfbuf.bpf.h): bpfbuffer.bpf.c
+// is loaded once as the kernel allows (a ring buffer here) and once forced
+// to a perf event array, each read by the same perfbuf.NewReader with the
+// same Options; it counts every attempt and its result itself, and the
+// test accounts for every record, a full ring's and every failure's
+// included, against what perfbuf reports.
+package bpfbuffer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/aquasecurity/libbpfgo"
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"golang.org/x/sys/unix"
+)
+
+const obj = "bpf/bpfbuffer.bpf.o"
+
+// The program's limits (bpfbuffer.bpf.c): the largest reserve
+// (SAMPLE_MAX), the most records a run makes (BATCH), the ring's size as
+// compiled (RING_SIZE).
+const (
+	sampleMax = 256
+	batch     = 64
+	ringSize  = 64 << 10
+)
+
+// How produce writes (enum how).
+const (
+	viaOutput  = iota // perfbuf_buffer_output
+	viaReserve        // perfbuf_buffer_reserve, _submit
+	viaDiscard        // the same, discarding every `every`-th
+	viaTooBig         // perfbuf_buffer_reserve above SAMPLE_MAX
+	viaInner          // perfbuf_ringbuf_output to an empty map-in-map slot
+)
+
+var quiet sync.Once
+
+// open opens the object without loading it, closed at cleanup.
+func open(t *testing.T) *libbpfgo.Module {
+	t.Helper()
+	bpftest.RequirePrivileges(t)
+	if _, err := os.Stat(obj); err != nil {
+		t.Fatalf("%v (run `make bpf`)", err)
+	}
+	quiet.Do(func() {
+		libbpfgo.SetLoggerCbs(libbpfgo.Callbacks{LogFilters: []func(int, string) bool{
+			func(level int, _ string) bool { return level == libbpfgo.LibbpfDebugLevel },
+		}})
+	})
+	m, err := libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{BPFObjPath: obj, SkipMemlockBump: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+type fixture struct {
+	mod      *libbpfgo.Module
+	kind     bpfbuffer.Kind
+	events   *libbpfgo.BPFMap
+	failures *libbpfgo.BPFMap
+	prog     int
+	cpus     []int
+}
+
+// setup opens the object, prepares its buffer as want with opts, and loads
+// it.
+func setup(t *testing.T, want bpfbuffer.Kind, opts *perfbuf.Options) *fixture {
+	t.Helper()
+	m := open(t)
+	kind, err := bpfbuffer.Prepare(m, "events", want, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.BPFLoadObject(); err != nil {
+		t.Fatalf("load as %v: %v", kind, err)
+	}
+	online, err := cpus.Online()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{
+		mod:      m,
+		kind:     kind,
+		events:   bpftest.Map(t, m, "events"),
+		failures: bpftest.Map(t, m, "events_failures"),
+		prog:     bpftest.Prog(t, m, "produce"),
+		cpus:     online,
+	}
+}
+
+// produce runs the program on cpu: count records of size bytes, how.
+func (f *fixture) produce(t *testing.T, cpu int, count, size, how, every uint64) {
+	t.Helper()
+	for done := uint64(0); done < count; done += batch {
+		bpftest.Run(t, f.prog, cpu, min(count-done, batch), size, how, every)
+	}
+}
+
+// outcome mirrors struct outcome: what the program saw on one CPU.
+type outcome struct {
+	Attempts, OK, Discarded, Full, NoSpc, NoEnt, Inval, Other uint64
+}
+
+// outcomes reads the program's own counts, by CPU.
+func (f *fixture) outcomes(t *testing.T) map[int]outcome {
+	t.Helper()
+	var key uint32
+	val, err := bpftest.Map(t, f.mod, "outcomes").GetValue(unsafe.Pointer(&key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	possible, err := cpus.Possible()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = int(unsafe.Sizeof(outcome{}))
+	out := map[int]outcome{}
+	for k, cpu := range possible {
+		var w [size / 8]uint64
+		for i := range w {
+			w[i] = binary.NativeEndian.Uint64(val[k*size+8*i:])
+		}
+		out[cpu] = outcome{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]}
+	}
+	return out
+}
+
+// collector counts what a reader delivered, per CPU as the sample says,
+// and checks each sample.
+type collector struct {
+	t    *testing.T
+	kind bpfbuffer.Kind
+	got  map[int]uint64
+}
+
+func (c *collector) sample(recCPU int, data []byte) {
+	if len(data) < 16 {
+		c.t.Errorf("%d-byte sample", len(data))
+		return
+	}
+	cpu := int(binary.NativeEndian.Uint32(data[8:]))
+	size := int(binary.NativeEndian.Uint32(data[12:]))
+	want := -1 // a ring buffer's record is every CPU's
+	if c.kind == bpfbuffer.PerfEventArray {
+		want = cpu
+	}
+	if recCPU != want {
+		c.t.Errorf("a sample written on cpu %d delivered for cpu %d, want %d", cpu, recCPU, want)
+	}
+	if len(data) < size {
+		c.t.Errorf("cpu %d: %d bytes, the sample says %d", cpu, len(data), size)
+	}
+	c.got[cpu]++
+}
+
+func (c *collector) consume(t *testing.T, r *perfbuf.Reader) {
+	t.Helper()
+	var buf []byte
+	if _, err := r.Consume(func(rec *perfbuf.Record) error {
+		if rec.Type == perfbuf.RecordSample {
+			buf = rec.AppendTo(buf[:0])
+			c.sample(rec.CPU, buf)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One program, loaded as the kernel allows (a ring buffer: this kernel has
+// them) and forced to a perf event array, read by the same NewReader with
+// the same Options. On each CPU: outputs before the reader opens, outputs
+// and reserves that reach the buffer, discards, reserves above the
+// buffer's max sample (einval), outputs to a missing inner ring buffer
+// (noent), a full ring (a ring buffer's full, a perf ring's lost samples),
+// and samples left at Close. Every attempt is accounted for, per CPU for a
+// perf event array, per ring (the CPUs' failures summed) for a ring
+// buffer.
+func TestBothKinds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bpfbuffer.Kind
+		got  bpfbuffer.Kind
+	}{
+		{"as the kernel allows", bpfbuffer.Any, bpfbuffer.RingBuf},
+		{"perf forced", bpfbuffer.PerfEventArray, bpfbuffer.PerfEventArray},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// One page: a ring buffer of 4 KiB, or 4 KiB per CPU.
+			opts := perfbuf.Options{RingBytes: 4096}
+			f := setup(t, tc.want, &opts)
+			if f.kind != tc.got {
+				t.Fatalf("Prepare chose %v, want %v", f.kind, tc.got)
+			}
+			checkMaps(t, f)
+
+			for _, cpu := range f.cpus {
+				f.produce(t, cpu, 3, 48, viaOutput, 1) // before the reader: perf slots are empty
+			}
+			opts.FailureMap = f.failures
+			r, err := perfbuf.NewReader(f.events, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			c := &collector{t: t, kind: f.kind, got: map[int]uint64{}}
+			for _, cpu := range f.cpus {
+				f.produce(t, cpu, 5, 48, viaOutput, 1)
+				f.produce(t, cpu, 5, 32, viaReserve, 1)
+				f.produce(t, cpu, 4, 200, viaReserve, 1) // 256-byte reserves
+				f.produce(t, cpu, 8, 32, viaDiscard, 4)  // 2 discarded
+				f.produce(t, cpu, 2, 32, viaTooBig, 1)
+				f.produce(t, cpu, 3, 48, viaInner, 1)
+			}
+			c.consume(t, r)
+			// A full ring: 40 records of 200 bytes into one page, not read.
+			for _, cpu := range f.cpus {
+				f.produce(t, cpu, 40, 200, viaOutput, 1)
+			}
+			c.consume(t, r)
+			// A perf ring reports its lost samples once a later one fits.
+			for _, cpu := range f.cpus {
+				f.produce(t, cpu, 1, 48, viaOutput, 1)
+			}
+			c.consume(t, r)
+			for _, cpu := range f.cpus {
+				f.produce(t, cpu, 3, 48, viaOutput, 1) // left at Close
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			account(t, f, c, r.Stats())
+		})
+	}
+}
+
+// checkMaps checks what the object became: the map's type and size, and
+// whether the scratch map was created.
+func checkMaps(t *testing.T, f *fixture) {
+	t.Helper()
+	scratch := bpftest.Map(t, f.mod, "events_scratch")
+	switch f.kind {
+	case bpfbuffer.RingBuf:
+		if typ, n := f.events.Type(), f.events.MaxEntries(); typ != libbpfgo.MapTypeRingbuf || n != 4096 {
+			t.Errorf("events: %v of %d bytes, want a ring buffer of 4096 (RingBytes)", typ, n)
+		}
+		// libbpf holds a placeholder descriptor for a map it did not
+		// create: not a BPF map.
+		if _, err := libbpfgo.GetMapInfoByFD(scratch.FileDescriptor()); err == nil {
+			t.Errorf("events_scratch created for a ring buffer")
+		}
+	case bpfbuffer.PerfEventArray:
+		possible, err := cpus.Possible()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ, n := f.events.Type(), f.events.MaxEntries(); typ != libbpfgo.MapTypePerfEventArray || int(n) != possible[len(possible)-1]+1 {
+			t.Errorf("events: %v of %d entries, want a perf event array of %d", typ, n, possible[len(possible)-1]+1)
+		}
+		if _, err := libbpfgo.GetMapInfoByFD(scratch.FileDescriptor()); err != nil {
+			t.Errorf("events_scratch not created for a perf event array: %v", err)
+		}
+	}
+}
+
+// account checks, once the reader is closed, that every attempt is
+// accounted for: what the program saw against the Stats.
+func account(t *testing.T, f *fixture, c *collector, stats []perfbuf.Stats) {
+	t.Helper()
+	out := f.outcomes(t)
+	byCPU := map[int]perfbuf.Stats{}
+	var ring *perfbuf.Stats
+	for i, s := range stats {
+		if f.kind == bpfbuffer.RingBuf && s.Ring >= 0 {
+			if ring != nil || s.CPU != -1 {
+				t.Fatalf("Stats %+v: want one ring, of cpu -1", stats)
+			}
+			ring = &stats[i]
+			continue
+		}
+		if _, dup := byCPU[s.CPU]; dup {
+			t.Fatalf("Stats %+v: two entries for cpu %d", stats, s.CPU)
+		}
+		byCPU[s.CPU] = s
+	}
+	var sum outcome
+	var failed perfbuf.Failures
+	for _, cpu := range f.cpus {
+		o, st := out[cpu], byCPU[cpu]
+		fl := st.Failed
+		if o.OK+o.Discarded+o.Full+o.NoSpc+o.NoEnt+o.Inval+o.Other != o.Attempts || o.Other != 0 {
+			t.Errorf("cpu %d: the program's counts do not add up: %+v", cpu, o)
+		}
+		// The failure map against what the helpers returned.
+		if fl.Full != o.Full || fl.NoEntry != o.NoEnt || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0 {
+			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d", cpu, fl, o.Full, o.NoEnt, o.Inval)
+		}
+		if o.Inval != 2 || o.NoEnt < 3 {
+			t.Errorf("cpu %d: %d reserves too big, %d outputs without a ring; want 2, at least 3", cpu, o.Inval, o.NoEnt)
+		}
+		if f.kind == bpfbuffer.PerfEventArray {
+			// A discarded perf record was never written: it is not an
+			// output.
+			if got := st.Samples + st.Lost + st.Left + fl.Total(); got != o.Attempts-o.Discarded || st.Lost != o.NoSpc || o.NoSpc == 0 {
+				t.Errorf("cpu %d: attempted %d (discarded %d), Stats %+v; the program saw %d lost", cpu, o.Attempts, o.Discarded, st, o.NoSpc)
+			}
+			if c.got[cpu] != st.Samples || st.Samples+st.Left != o.OK || o.Discarded != 2 {
+				t.Errorf("cpu %d: delivered %d, Stats %+v; the program saw %+v", cpu, c.got[cpu], st, o)
+			}
+			t.Logf("cpu %d: attempted %d = discarded by the program %d + received %d + lost %d + left %d + failed %d (full %d, noent %d, einval %d, other %d)",
+				cpu, o.Attempts, o.Discarded, st.Samples, st.Lost, st.Left, fl.Total(), fl.Full, fl.NoEntry, fl.Invalid, fl.Other)
+		} else {
+			if st.Ring != -1 && fl.Total() > 0 {
+				t.Errorf("cpu %d: failures on entry %+v, want one of Ring -1", cpu, st)
+			}
+			t.Logf("cpu %d: attempted %d = submitted %d + discarded %d + failed %d (full %d, noent %d, einval %d, other %d)",
+				cpu, o.Attempts, o.OK, o.Discarded, fl.Total(), fl.Full, fl.NoEntry, fl.Invalid, fl.Other)
+		}
+		sum = outcome{sum.Attempts + o.Attempts, sum.OK + o.OK, sum.Discarded + o.Discarded, sum.Full + o.Full,
+			sum.NoSpc + o.NoSpc, sum.NoEnt + o.NoEnt, sum.Inval + o.Inval, sum.Other + o.Other}
+		failed = perfbuf.Failures{NoEntry: failed.NoEntry + fl.NoEntry, Invalid: failed.Invalid + fl.Invalid,
+			Other: failed.Other + fl.Other, Full: failed.Full + fl.Full}
+	}
+	if f.kind != bpfbuffer.RingBuf {
+		return
+	}
+	if ring == nil {
+		t.Fatalf("Stats %+v: no ring", stats)
+	}
+	var delivered uint64
+	for _, n := range c.got {
+		delivered += n
+	}
+	st := *ring
+	if got := st.Samples + st.Discarded + st.Left + failed.Total(); got != sum.Attempts || sum.Full == 0 || sum.NoSpc != 0 {
+		t.Errorf("attempted %d, ring %+v, failed %+v: the sum is %d", sum.Attempts, st, failed, got)
+	}
+	if st.Samples != delivered || st.Samples+st.Left != sum.OK || st.Discarded != sum.Discarded || st.Left == 0 || st.Lost != 0 {
+		t.Errorf("ring %+v, delivered %d; the program saw %+v", st, delivered, sum)
+	}
+	t.Logf("ring: attempted %d = delivered %d + discarded %d + left %d + failed %d (full %d, noent %d, einval %d, other %d)",
+		sum.Attempts, st.Samples, st.Discarded, st.Left, failed.Total(), failed.Full, failed.NoEntry, failed.Invalid, failed.Other)
+}
+
+// The BPF side's wakeup watermark (Options.WakeupBytes, set at load): a
+// ring buffer's reader is woken for the first record after it caught up
+// (the kernel's rule, with the default flags), and, with a watermark, for
+// every record committed at or above it (BPF_RB_FORCE_WAKEUP); without
+// one, for no other. The wakeups are seen as edges of an edge-triggered
+// epoll on the map; nothing reads the ring, so it never catches up.
+func TestWakeupWatermark(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		how   uint64
+		size  uint64
+		rec   int // the ring's bytes per record: 8-byte header, rounded up to 8
+		mark  int
+		wakes []bool
+	}{
+		{"output, libbpf's default", viaOutput, 48, 56, 0, []bool{true, false, false, false}},
+		{"output, watermark of 3 records", viaOutput, 48, 56, 3 * 56, []bool{true, false, true, true}},
+		{"reserve, libbpf's default", viaReserve, 32, 40, 0, []bool{true, false, false, false}},
+		{"reserve, watermark of 3 records", viaReserve, 32, 40, 3 * 40, []bool{true, false, true, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := perfbuf.Options{WakeupBytes: tc.mark}
+			f := setup(t, bpfbuffer.RingBuf, &opts)
+			if opts.WakeupBytes != 0 || opts.RingBytes != 0 {
+				t.Fatalf("Options after Prepare %+v: a ring buffer's ring settings are settled at load", opts)
+			}
+			ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(ep)
+			fd := f.events.FileDescriptor()
+			ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}
+			if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range tc.wakes {
+				f.produce(t, f.cpus[0], 1, tc.size, tc.how, 1)
+				// The kernel wakes from an irq_work, run at once on the
+				// CPU the record was written on; a wakeup that is not
+				// seen within the wait did not happen.
+				wait := 100
+				if want {
+					wait = 2000
+				}
+				evs := make([]unix.EpollEvent, 1)
+				n, err := unix.EpollWait(ep, evs, wait)
+				for errors.Is(err, unix.EINTR) {
+					n, err = unix.EpollWait(ep, evs, wait)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := n == 1; got != want {
+					t.Errorf("record %d (%d bytes unread): woken %v, want %v", i+1, (i+1)*tc.rec, got, want)
+				}
+			}
+		})
+	}
+}
+
+// Prepare refuses what it cannot do the same way for both kinds, a map
+// that PERFBUF_BUFFER did not declare, and an object already loaded; it
+// leaves a perf event array's ring settings for NewReader.
+func TestPrepareErrors(t *testing.T) {
+	m := open(t)
+	for name, c := range map[string]struct {
+		mapName string
+		want    bpfbuffer.Kind
+		opts    perfbuf.Options
+		err     error
+	}{
+		"no such kind":                   {"events", bpfbuffer.Kind(7), perfbuf.Options{}, os.ErrInvalid},
+		"WakeupEvents":                   {"events", bpfbuffer.Any, perfbuf.Options{WakeupEvents: 4}, os.ErrInvalid},
+		"negative RingBytes":             {"events", bpfbuffer.Any, perfbuf.Options{RingBytes: -1}, os.ErrInvalid},
+		"huge RingBytes":                 {"events", bpfbuffer.RingBuf, perfbuf.Options{RingBytes: 1 << 40}, os.ErrInvalid},
+		"watermark at size":              {"events", bpfbuffer.RingBuf, perfbuf.Options{RingBytes: 8192, WakeupBytes: 8192}, os.ErrInvalid},
+		"watermark at the declared size": {"events", bpfbuffer.RingBuf, perfbuf.Options{WakeupBytes: ringSize}, os.ErrInvalid},
+		"no such map":                    {"nope", bpfbuffer.Any, perfbuf.Options{}, nil},
+		"not a PERFBUF_BUFFER":           {"outcomes", bpfbuffer.Any, perfbuf.Options{}, nil},
+	} {
+		opts := c.opts
+		kind, err := bpfbuffer.Prepare(m, c.mapName, c.want, &opts)
+		if err == nil || c.err != nil && !errors.Is(err, c.err) || kind != 0 {
+			t.Errorf("%s: Prepare = %v, %v; want an error matching %v", name, kind, err, c.err)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	opts := perfbuf.Options{RingBytes: 8192, WakeupBytes: 1024}
+	if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.PerfEventArray, &opts); kind != bpfbuffer.PerfEventArray || err != nil {
+		t.Fatalf("Prepare = %v, %v", kind, err)
+	}
+	if opts.RingBytes != 8192 || opts.WakeupBytes != 1024 {
+		t.Errorf("Options after Prepare as a perf event array %+v: want RingBytes and WakeupBytes kept for NewReader", opts)
+	}
+	if err := m.BPFLoadObject(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bpfbuffer.Prepare(m, "events", bpfbuffer.Any, nil); err == nil {
+		t.Error("Prepare after load succeeded")
+	}
+	if s := fmt.Sprint(bpfbuffer.Any, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray); s != "any ringbuf perf_event_array" {
+		t.Errorf("kinds print as %q", s)
+	}
+}
+
+// A program started without Prepare is the ring buffer it was compiled as.
+func TestWithoutPrepare(t *testing.T) {
+	m := open(t)
+	if err := m.BPFLoadObject(); err != nil {
+		t.Fatal(err)
+	}
+	events := bpftest.Map(t, m, "events")
+	if typ, n := events.Type(), events.MaxEntries(); typ != libbpfgo.MapTypeRingbuf || n != ringSize {
+		t.Fatalf("events: %v of %d bytes, want the ring buffer of %d compiled", typ, n, ringSize)
+	}
+	r, err := perfbuf.NewReader(events, perfbuf.Options{FailureMap: bpftest.Map(t, m, "events_failures")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	online, err := cpus.Online()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bpftest.Run(t, bpftest.Prog(t, m, "produce"), online[0], 2, 48, viaOutput, 1)
+	var s perfbuf.Sample
+	done := make(chan error, 1)
+	go func() {
+		for range 2 {
+			if err := r.ReadInto(&s); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("two records not read within 5 s")
+	}
+}
