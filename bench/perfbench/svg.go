@@ -25,6 +25,7 @@ var modeColor = map[string]string{
 	benchrun.ModeRawCopy:     "#8fd17e",
 	benchrun.ModeReader:      "#ff7f0e",
 	benchrun.ModeReaderEach:  "#ffbb78",
+	benchrun.ModeReaderBatch: "#c5b0d5",
 	benchrun.ModeOrdered:     "#d62728",
 	benchrun.ModeOrderedEach: "#ff9896",
 }

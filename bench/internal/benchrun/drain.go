@@ -47,12 +47,13 @@ const (
 	ModeRawCopy     = "raw-copy"     // RawBuffer.Drain, copying each record out
 	ModeReader      = "reader"       // Reader.ReadInto
 	ModeReaderEach  = "reader-each"  // Reader.Each, zero-copy
+	ModeReaderBatch = "reader-batch" // Reader.ReadBatch, 64 Samples a call
 	ModeOrdered     = "ordered"      // Reader with Order, ReadInto
 	ModeOrderedEach = "ordered-each" // Reader with Order, Each, zero-copy
 )
 
 // DrainModes are the modes Drain measures, the reference first.
-var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderEach, ModeC2CPU, ModeOrdered, ModeOrderedEach}
+var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeC2CPU, ModeOrdered, ModeOrderedEach}
 
 // Reference is the C reference mode measures against: the one that reads
 // the same fill. The ordered modes' fill (both CPUs' rings, in alternating
@@ -236,12 +237,16 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return d, nil
 	case ModeRawZeroCopy, ModeRawCopy:
 		return openRaw(base, cfg)
-	case ModeReader, ModeReaderEach:
+	case ModeReader, ModeReaderEach, ModeReaderBatch:
 		r, err := perfbuf.NewReader(e.Events, perfbuf.Options{RingBytes: cfg.Pages << 12})
 		if err != nil {
 			return nil, err
 		}
-		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach}, nil
+		d := &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach}
+		if cfg.Mode == ModeReaderBatch {
+			d.batch = make([]perfbuf.Sample, 64)
+		}
+		return d, nil
 	case ModeOrdered, ModeOrderedEach:
 		return openOrdered(e, cfg)
 	}
@@ -377,7 +382,8 @@ type readerDrain struct {
 	r     *perfbuf.Reader
 	s     perfbuf.Sample
 	total uint64
-	each  bool // Reader.Each instead of ReadInto
+	each  bool             // Reader.Each instead of ReadInto
+	batch []perfbuf.Sample // Reader.ReadBatch into these instead of ReadInto
 }
 
 func (d *readerDrain) fill(k int) error {
@@ -403,6 +409,22 @@ func (d *readerDrain) drain(k int) error {
 			return nil
 		})
 		return roundEnd(err, n, k)
+	}
+	if d.batch != nil {
+		n := 0
+		for {
+			got, err := d.r.ReadBatch(d.batch)
+			for i := range d.batch[:got] {
+				s := &d.batch[i]
+				if s.Type != perfbuf.RecordSample {
+					return notSample(s.CPU, s.Type, s.Lost)
+				}
+				d.total += cref.ReadAll(s.Data)
+			}
+			if n += got; err != nil {
+				return roundEnd(err, n, k)
+			}
+		}
 	}
 	n, err := readUntilFlushed(d.r, &d.s, &d.total, nil)
 	return roundEnd(err, n, k)

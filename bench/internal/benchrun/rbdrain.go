@@ -35,7 +35,7 @@ const (
 
 // RBDrainModes are the modes RBDrainCompare measures, the reference
 // (ModeC: ring_buffer__consume with a C callback) first.
-var RBDrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderEach, ModeReaderConsume, ModeCilium, ModeLibbpfgo}
+var RBDrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeReaderConsume, ModeCilium, ModeLibbpfgo}
 
 const (
 	// RBBytes is the ring buffer's size (rbbench.bpf.c's max_entries).
@@ -126,7 +126,7 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 			return nil
 		}
 		return d, nil
-	case ModeReader, ModeReaderEach, ModeReaderConsume:
+	case ModeReader, ModeReaderEach, ModeReaderConsume, ModeReaderBatch:
 		r, err := perfbuf.NewReader(e.Events, perfbuf.Options{})
 		if err != nil {
 			return nil, err
@@ -142,7 +142,11 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 			}
 			return d, nil
 		}
-		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach}, nil
+		d := &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach}
+		if cfg.Mode == ModeReaderBatch {
+			d.batch = make([]perfbuf.Sample, 64)
+		}
+		return d, nil
 	case ModeCilium:
 		r, err := openCilium(e.Events.FileDescriptor())
 		if err != nil {
