@@ -29,7 +29,7 @@ var (
 	ErrFlushed = errors.New("perf buffer flushed")
 	// ErrCorrupt: a ring held a record or head the kernel never writes
 	// (see CorruptError).
-	ErrCorrupt = errors.New("corrupt perf ring record")
+	ErrCorrupt = errors.New("corrupt ring record")
 )
 
 // CorruptError describes a ring record, or ring position, that cannot be valid.
@@ -41,9 +41,13 @@ type CorruptError struct {
 	Reason string // what is wrong
 }
 
-// Error formats the error as "read perf ring cpu 1 at 4096: record size 0: corrupt perf ring record".
+// Error formats the error as "read ring 0 (cpu 1) at 4096: record size 0: corrupt ring
+// record", or "read ring 2 at ..." for a ring shared by CPUs (CPU -1).
 func (e *CorruptError) Error() string {
-	return fmt.Sprintf("read perf ring cpu %d at %d: %s: %v", e.CPU, e.Pos, e.Reason, ErrCorrupt)
+	if e.CPU < 0 {
+		return fmt.Sprintf("read ring %d at %d: %s: %v", e.Ring, e.Pos, e.Reason, ErrCorrupt)
+	}
+	return fmt.Sprintf("read ring %d (cpu %d) at %d: %s: %v", e.Ring, e.CPU, e.Pos, e.Reason, ErrCorrupt)
 }
 
 // Unwrap returns ErrCorrupt.

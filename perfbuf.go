@@ -1,12 +1,18 @@
-// Package perfbuf reads BPF perf event arrays (BPF_MAP_TYPE_PERF_EVENT_ARRAY).
+// Package perfbuf reads what BPF programs emit: perf event arrays
+// (BPF_MAP_TYPE_PERF_EVENT_ARRAY) and BPF ring buffers
+// (BPF_MAP_TYPE_RINGBUF), behind one API.
 //
-// libbpf opens one ring per online CPU (perf_buffer__new_raw) and perfbuf
-// reads the rings' memory in pure Go, in one of three ways:
+// For a perf event array libbpf opens one ring per online CPU
+// (perf_buffer__new_raw); a ring buffer is one ring for every CPU, mapped
+// as libbpf's ring_buffer__add maps it, and a reader may take several
+// (Options.Maps, or an array of maps of ring buffers). perfbuf reads the
+// rings' memory in pure Go, in one of three ways:
 //
 //   - NewReader: a Reader over all rings, with blocking reads (ReadInto,
-//     Each, All), a read of what is there now (Consume), deadlines, Flush
-//     and Close, delivering the fullest ring first or, with Options.Order,
-//     every CPU merged in the order of a key.
+//     ReadBatch, Each, All), a read of what is there now (Consume),
+//     deadlines, Flush and Close, delivering the fullest ring first or,
+//     with Options.Order, every CPU of a perf event array merged in the
+//     order of a key.
 //   - Callback mode, New: Poll and Consume hand each sample to
 //     Options.SampleFunc and each lost count to Options.LostFunc, with the
 //     CPU it came from, under libbpf's names (perf_buffer__poll is Poll,

@@ -418,7 +418,7 @@ func TestPerfBufferCorrupt(t *testing.T) {
 	n, err := pb.Consume()
 	var ce *CorruptError
 	if n != 2 || !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.CPU != 0 || ce.Pos != 32 ||
-		err.Error() != "consume perf buffer: read perf ring cpu 0 at 32: record size 0: corrupt perf ring record" {
+		err.Error() != "consume perf buffer: read ring 0 (cpu 0) at 32: record size 0: corrupt ring record" {
 		t.Fatalf("Consume = %d, %v; want 2 samples and the corrupt record", n, err)
 	}
 	if len(got) != 2 || seqOf([]byte(got[0].data)) != 0 || seqOf([]byte(got[1].data)) != 2 {

@@ -590,7 +590,7 @@ func TestRawCorruptErrorMessage(t *testing.T) {
 	b := f.reader(t)
 	b.Begin()
 	_, err := b.Next(new(Record))
-	want := "read perf ring cpu 1 at 4096: record size 0: corrupt perf ring record"
+	want := "read ring 0 (cpu 1) at 4096: record size 0: corrupt ring record"
 	if err == nil || err.Error() != want {
 		t.Fatalf("error %q, want %q", err, want)
 	}
