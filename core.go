@@ -20,6 +20,10 @@ type core struct {
 	life    lifetime // calls in progress; the last one out after Close frees
 	pol     policy
 	fds     []int // ring i's perf event descriptor; grows under statsMu
+	// holdOff is a ring buffer's watermark (Options.WakeupBytes): a Reader
+	// woken with every ring below it waits up to its latency before it
+	// drains. Zero: drain at once.
+	holdOff int
 	// onAdd, if set, is the owner's own work for a ring new in the set
 	// (PerfBuffer's raw holds).
 	onAdd func(i int)
@@ -239,6 +243,16 @@ func wrap(op string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// belowHoldOff reports whether every ring holds less than holdOff bytes.
+func (c *core) belowHoldOff() bool {
+	for _, rb := range c.rings {
+		if rb.used() >= c.holdOff {
+			return false
+		}
+	}
+	return true
 }
 
 // settled reports whether every ring may be slept on: its kind's wake rule

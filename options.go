@@ -23,8 +23,8 @@ type Options struct {
 
 	// Ring settings: New and NewReader. A ring buffer's size is fixed when
 	// its object loads, and its program says when it wakes its reader: of
-	// these only MaxSampleSize and FailureMap apply to ring buffers, and
-	// the others are refused for them (os.ErrInvalid).
+	// these MaxSampleSize, WakeupBytes and FailureMap apply to ring
+	// buffers, and the others are refused for them (os.ErrInvalid).
 
 	// RingBytes sizes each CPU's ring: rounded up to a power of two pages
 	// of the host's page size (os.Getpagesize), at least one page. Zero
@@ -44,6 +44,14 @@ type Options struct {
 	// WakeupBytes, if set, wakes the reader once a ring holds this many
 	// bytes instead (the event's wakeup_watermark). It excludes
 	// WakeupEvents > 1 and must be below the ring size.
+	//
+	// For a ring buffer it is the program's watermark: one that writes
+	// through PERFBUF_BUFFER of bpf/perfbuf.bpf.h forces a wakeup at and
+	// above it (bpfbuffer.Prepare sets it at load), and the kernel wakes
+	// the reader for the first record after it caught up. A Reader woken
+	// below the watermark waits up to MaxLatency for it before it drains
+	// (it does not commit meanwhile, so no further wakeups come): a
+	// wakeup per MaxLatency under light load, not per burst.
 	WakeupBytes int
 
 	// MaxSampleSize, if set, is the largest sample the BPF program

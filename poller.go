@@ -196,6 +196,41 @@ func (w *waiter) wait(timeout time.Duration) (bool, error) {
 	return true, nil
 }
 
+// waitEvent blocks until the next wakeup of a ring after the call (not one
+// before it, nor a head that moved without one), a wake, or timeout: a ring
+// buffer's reader holding off its drain below its watermark (see
+// Options.WakeupBytes), which the kernel, whose wakeups it thins, ends with
+// a forced wakeup at the watermark. While another goroutine waits on the
+// set it does not hold off. It takes the heads as they are at its end.
+func (w *waiter) waitEvent(timeout time.Duration) error {
+	if w.woken.Load() || timeout <= 0 {
+		return nil
+	}
+	select {
+	case w.turn <- struct{}{}:
+	default:
+		return nil
+	}
+	defer func() { <-w.turn }()
+	w.file.SetReadDeadline(time.Now().Add(timeout))
+	// RawConn.Read forgets the set's readiness before it calls the
+	// function, which answers false once so as to wait for a new event.
+	first := true
+	err := w.rc.Read(func(uintptr) bool {
+		if w.woken.Load() {
+			return true
+		}
+		ready := !first
+		first = false
+		return ready
+	})
+	w.moved()
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("wait on epoll: %w", err)
+	}
+	return nil
+}
+
 // moved reports whether a ring's data_head has moved since the last look,
 // and takes the new heads. Only the goroutine that holds the turn, or the
 // one wait that cannot block, calls it.

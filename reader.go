@@ -59,7 +59,11 @@ func NewReader(m Map, opts Options) (*Reader, error) {
 	if err != nil {
 		return nil, wrap(op, err)
 	}
-	if _, rb := c.src.(*ringBufSource); rb && opts.Order != nil {
+	_, ringBufs := c.src.(*ringBufSource)
+	if ringBufs {
+		c.holdOff = opts.WakeupBytes
+	}
+	if ringBufs && opts.Order != nil {
 		// The merge holds records in the rings, and a ring buffer wakes
 		// its reader only once the consumer position reaches the record
 		// committed: nothing behind a held record would wake it.
@@ -190,11 +194,26 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 	if !c.settled() {
 		return false, nil // a ring's kernel would not wake us: read again
 	}
-	if _, err := c.w.wait(timeout); err != nil {
+	event, err := c.w.wait(timeout)
+	if err != nil {
 		return true, fmt.Errorf("%s: %w", op, err)
 	}
-	if c.w.woken.Load() && !c.life.closed() {
-		c.w.clearWake() // Flush, SetDeadline, ctx or a CPU: look again
+	if c.w.woken.Load() {
+		if !c.life.closed() {
+			c.w.clearWake() // Flush, SetDeadline, ctx or a CPU: look again
+		}
+		return false, nil
+	}
+	if event && c.holdOff > 0 && c.latency > 0 && c.belowHoldOff() {
+		// Woken below a ring buffer's watermark: hold the drain off until
+		// the forced wakeup at the watermark, within the latency bound.
+		hold := c.latency
+		if dl := r.deadline.Load(); dl != 0 {
+			hold = min(hold, time.Until(time.Unix(0, dl)))
+		}
+		if err := c.w.waitEvent(hold); err != nil {
+			return true, fmt.Errorf("%s: %w", op, err)
+		}
 	}
 	return false, nil
 }

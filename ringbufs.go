@@ -39,10 +39,11 @@ type mapArg struct {
 
 // openRingBufs opens the ring buffers of maps: each a ring buffer, or an
 // array of maps whose slots hold ring buffers (every slot that holds one,
-// in slot order; empty slots are passed over). Of the ring settings only
-// MaxSampleSize applies: a ring buffer's size is its max_entries, fixed
-// when its object loads, and when it wakes its reader is the BPF program's
-// choice (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP).
+// in slot order; empty slots are passed over). Of the ring settings
+// MaxSampleSize and WakeupBytes apply (the latter below every ring's
+// size): a ring buffer's size is its max_entries, fixed when its object
+// loads, and when it wakes its reader is the BPF program's choice
+// (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP, PERFBUF_BUFFER's watermark).
 //
 // Errors: os.ErrInvalid for the other settings, ErrSampleTooLarge,
 // ErrMapInUse, ErrMapType for an inner map that is not a ring buffer, the
@@ -52,8 +53,10 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 	switch {
 	case ro.ringBytes != 0:
 		return nil, fmt.Errorf("RingBytes does not apply to a ring buffer: its size is the map's max_entries, set before the object loads: %w", os.ErrInvalid)
-	case ro.wakeupEvents != 0 || ro.wakeupBytes != 0:
-		return nil, fmt.Errorf("WakeupEvents and WakeupBytes do not apply to a ring buffer: the BPF program's flags say when it wakes its reader: %w", os.ErrInvalid)
+	case ro.wakeupEvents != 0:
+		return nil, fmt.Errorf("WakeupEvents does not apply to a ring buffer: the BPF program's flags say when it wakes its reader (see WakeupBytes): %w", os.ErrInvalid)
+	case ro.wakeupBytes < 0:
+		return nil, fmt.Errorf("wakeup bytes %d is negative: %w", ro.wakeupBytes, os.ErrInvalid)
 	case ro.maxSampleSize < 0:
 		return nil, fmt.Errorf("max sample size %d is negative: %w", ro.maxSampleSize, os.ErrInvalid)
 	}
@@ -82,6 +85,9 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 		return nil, fmt.Errorf("no ring buffer in the maps given (an array of maps with every slot empty?): %w", os.ErrInvalid)
 	}
 	for i, rb := range s.rings {
+		if ro.wakeupBytes >= rb.size() {
+			return nil, fmt.Errorf("ring buffer %q: wakeup bytes %d not below the %d-byte ring: %w", s.names[i], ro.wakeupBytes, rb.size(), os.ErrInvalid)
+		}
 		// __bpf_ringbuf_reserve keeps a record (its 8-byte header
 		// included, rounded up to 8 bytes) and everything unread below
 		// the ring's size: a record takes at most size-8 bytes.

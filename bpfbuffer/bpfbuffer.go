@@ -91,11 +91,13 @@ type config struct {
 //     buffer, the BPF side's watermark (<map>_config.wakeup_bytes), at
 //     and above which it commits each record with BPF_RB_FORCE_WAKEUP.
 //     Zero keeps libbpf's behaviour: a ring buffer wakes its reader for
-//     the first record after the reader caught up.
+//     the first record after the reader caught up. Left in opts for both
+//     kinds: a Reader over the ring buffer, woken below it, waits up to
+//     its MaxLatency before it drains (Options.WakeupBytes).
 //
-// For a ring buffer it clears both in opts, as they are settled at load
-// and New refuses them for a ring buffer. WakeupEvents has no ring buffer
-// equivalent and must be zero. A nil opts is the zero Options.
+// For a ring buffer it clears RingBytes in opts, as the size is settled
+// at load and New refuses it for a ring buffer. WakeupEvents has no ring
+// buffer equivalent and must be zero. A nil opts is the zero Options.
 //
 // For a perf event array, the map gets 4-byte keys and values and an
 // entry for each possible CPU, and <map>_scratch, where
@@ -188,7 +190,7 @@ func asRingBuf(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string
 	if err := m.InitGlobalVariable(name+"_config", config{RingBuf: 1, WakeupBytes: uint64(opts.WakeupBytes)}); err != nil {
 		return fmt.Errorf("set %s_config: %w", name, err)
 	}
-	opts.RingBytes, opts.WakeupBytes = 0, 0
+	opts.RingBytes = 0
 	return nil
 }
 

@@ -443,7 +443,7 @@ func TestRingBufOptions(t *testing.T) {
 		"Order":         {perfbuf.Options{Order: &perfbuf.Order{}}, errors.ErrUnsupported},
 		"RingBytes":     {perfbuf.Options{RingBytes: 4096}, os.ErrInvalid},
 		"WakeupEvents":  {perfbuf.Options{WakeupEvents: 8}, os.ErrInvalid},
-		"WakeupBytes":   {perfbuf.Options{WakeupBytes: 4096}, os.ErrInvalid},
+		"WakeupBytes":   {perfbuf.Options{WakeupBytes: ringSize}, os.ErrInvalid},
 		"MaxSampleSize": {perfbuf.Options{MaxSampleSize: ringSize - 15}, perfbuf.ErrSampleTooLarge},
 	} {
 		if r, err := perfbuf.NewReader(f.events, c.opts); !errors.Is(err, c.want) {
@@ -632,5 +632,52 @@ func TestRingBufPositions(t *testing.T) {
 	}
 	if c2, p2 := rb.Positions(); c2 != p1 || p2 != p1 {
 		t.Errorf("after Drain: consumer %d producer %d, want both %d", c2, p2, p1)
+	}
+}
+
+// WakeupBytes over a ring buffer: a Reader woken below it holds its drain
+// off up to MaxLatency, and since it does not commit meanwhile the kernel
+// wakes it no more, so the records that come meanwhile come in one drain;
+// a wakeup the program forces (at its watermark) ends the hold at once.
+func TestRingBufHoldOff(t *testing.T) {
+	f := setup(t)
+	cpu := f.cpus[0]
+	read := func(r *perfbuf.Reader) (chan int, chan time.Duration) {
+		n, took := make(chan int, 1), make(chan time.Duration, 1)
+		go func() {
+			var batch [64]perfbuf.Sample
+			start := time.Now()
+			k, err := r.ReadBatch(batch[:])
+			if err != nil {
+				t.Error(err)
+			}
+			took <- time.Since(start)
+			n <- k
+		}()
+		return n, took
+	}
+
+	r := newReader(t, f.events, perfbuf.Options{WakeupBytes: 4096, MaxLatency: 300 * time.Millisecond})
+	n, took := read(r)
+	time.Sleep(20 * time.Millisecond)            // the read blocks
+	f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0) // wakes the reader: it caught up
+	time.Sleep(20 * time.Millisecond)
+	f.produce(t, cpu, 3, 48, viaOutput, 0, 1, 0) // no wakeup: the reader has not committed
+	if k := <-n; k != 4 {
+		t.Errorf("held off: the first drain took %d records, want the 4 of the hold", k)
+	}
+	if d := <-took; d > 2*time.Second {
+		t.Errorf("held off for %v, MaxLatency 300ms", d)
+	}
+	r.Close()
+
+	r = newReader(t, f.events, perfbuf.Options{WakeupBytes: 4096, MaxLatency: 10 * time.Second})
+	n, took = read(r)
+	time.Sleep(20 * time.Millisecond)
+	f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0)
+	time.Sleep(20 * time.Millisecond)
+	f.produce(t, cpu, 1, 48, viaOutput, forceWakeup, 1, 0) // as PERFBUF_BUFFER does at its watermark
+	if k, d := <-n, <-took; k != 2 || d > 5*time.Second {
+		t.Errorf("a forced wakeup during the hold: %d records after %v; want 2, well before MaxLatency (10 s)", k, d)
 	}
 }
