@@ -20,9 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// BPF_MAP_TYPE_PERCPU_ARRAY (include/uapi/linux/bpf.h).
-const mapTypePerCPUArray = 6
-
 // struct perfbuf_failures is six __u64, in the order of Failures' fields
 // (noent, e2big, einval, opnotsupp, other, full): failuresWords words, 48
 // bytes, with no padding. Its size is a multiple of 8, so the kernel's per-CPU

@@ -35,15 +35,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/perfbuf/perfbuf/internal/cpus"
 )
 
 // uevents is the process's uevent socket and the watches subscribed to it.
@@ -253,59 +250,4 @@ func parseCPUOnline(msg []byte) (int, bool) {
 		return 0, false
 	}
 	return cpu, true
-}
-
-// cpusPending reports whether CPUs came online since the last
-// addNewCPUs: one atomic load, also on a nil r (a Reader over a test's own
-// rings) and without a watch.
-func (r *rings) cpusPending() bool {
-	return r != nil && r.watch != nil && r.watch.pending.Load()
-}
-
-// takeNewCPUs returns the CPUs that need a new ring: those announced online
-// (again or for the first time), and with rescan, the online CPUs without a
-// ring. Each comes once, in increasing order; CPUs past the map's entries
-// are left out.
-func (r *rings) takeNewCPUs() ([]int, error) {
-	online, rescan := r.watch.take()
-	if rescan {
-		now, err := cpus.Online()
-		if err != nil {
-			return nil, err
-		}
-		r.mu.RLock()
-		for _, cpu := range now {
-			if !slices.Contains(r.cpus, int32(cpu)) {
-				online = append(online, cpu)
-			}
-		}
-		r.mu.RUnlock()
-	}
-	slices.Sort(online)
-	online = slices.Compact(online)
-	return slices.DeleteFunc(online, func(cpu int) bool { return cpu >= r.limit }), nil
-}
-
-// addNewCPUs opens a ring for each CPU that takeNewCPUs returns and calls
-// added with its buffer index. A CPU that went offline again before its
-// ring opened (ENODEV) is skipped: its uevent will come again. The caller
-// holds its owner's drain lock.
-func (r *rings) addNewCPUs(added func(i int) error) error {
-	news, err := r.takeNewCPUs()
-	if err != nil {
-		return fmt.Errorf("cpus online: %w", err)
-	}
-	for _, cpu := range news {
-		i, err := r.add(cpu)
-		if errors.Is(err, syscall.ENODEV) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("open ring on cpu %d, online since: %w", cpu, err)
-		}
-		if err := added(i); err != nil {
-			return fmt.Errorf("ring on cpu %d, online since: %w", cpu, err)
-		}
-	}
-	return nil
 }

@@ -79,9 +79,10 @@ func fdKind(fd int) string {
 	return kind
 }
 
-// BPF map types New reports by name (from include/uapi/linux/bpf.h).
+// The BPF map types a reader checks for (include/uapi/linux/bpf.h).
 const (
 	mapTypePerfEventArray = 4
+	mapTypePerCPUArray    = 6 // a failure map's (failures.go)
 	mapTypeArrayOfMaps    = 12
 	mapTypeRingBuf        = 27
 )

@@ -73,6 +73,8 @@ type perfRing struct {
 	st Stats // what was parsed: Samples, Bytes, Lost, Other, Corrupt, CorruptBytes, MaxFill
 }
 
+var _ ring = (*perfRing)(nil) // the contract of ring.go
+
 // newPerfRing builds a reader over a mapped perf ring. base points at the
 // perf_event_mmap_page and dataSize is the size of the data area (what perf_buffer__buffer
 // reports). The data area starts at base+Data_offset, or one page after base on kernels that

@@ -88,8 +88,3 @@ type ring interface {
 	// Close leaves. It moves nothing.
 	left(oldest uint64) (samples, lost uint64)
 }
-
-var (
-	_ ring = (*perfRing)(nil)
-	_ ring = (*bpfRing)(nil)
-)

@@ -94,6 +94,8 @@ type bpfRing struct {
 	settleHook func()
 }
 
+var _ ring = (*bpfRing)(nil) // the contract of ring.go
+
 // newBPFRingFromParts builds a reader over positions and a data area given separately; tests
 // use it with Go memory. data is the area mapped twice, len(data) == 2*size, size a power of
 // two >= 8; data's first half must be mirrored in its second as the double mapping does.
