@@ -38,6 +38,9 @@ type failureMap struct {
 	// lookup reads key 0 into out, failuresWords words per CPU of cpus:
 	// lookupPerCPU, or a test's fake.
 	lookup func(fd int, out []uint64) error
+	// reader says the map has key 1, the reader's (see PERFBUF_FAILURE_MAP
+	// in bpf/perfbuf.bpf.h), which setReaderClosed writes.
+	reader bool
 
 	// mu serialises reads and close: Stats may run on any goroutine, also
 	// while the rings are freed.
@@ -118,6 +121,7 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 		fd:     fd,
 		cpus:   possible,
 		lookup: lookupPerCPU,
+		reader: info.maxEntries >= 2,
 		buf:    make([]uint64, failuresWords*n),
 	}
 	// A map the descriptor may not read (BPF_F_WRONLY, or a pinned map
@@ -127,6 +131,28 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 	}
 	f.last = decodeFailures(f.buf, n)
 	return f, nil
+}
+
+// setReaderClosed writes key 1, the reader's, on every CPU: its first word
+// is 1 while the ring buffer's reader is closed, and ring buffer outputs
+// through bpf/perfbuf.bpf.h then fail in the program (counted as noent).
+// Only user space writes that key, so the whole value may be written. A
+// map without the key (an older PERFBUF_FAILURE_MAP, a nil f) is left
+// alone.
+func (f *failureMap) setReaderClosed(closed bool) error {
+	if f == nil || !f.reader || f.fd < 0 {
+		return nil
+	}
+	vals := make([]uint64, failuresWords*len(f.cpus))
+	if closed {
+		for k := range f.cpus {
+			vals[k*failuresWords] = 1
+		}
+	}
+	if err := updatePerCPU(f.fd, 1, vals); err != nil {
+		return fmt.Errorf("failure map %q: mark the reader %s: %w", f.name, map[bool]string{true: "closed", false: "open"}[closed], err)
+	}
+	return nil
 }
 
 // counts returns each CPU's failures, as f.cpus: what the map holds now,

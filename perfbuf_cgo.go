@@ -158,3 +158,14 @@ func mapFDByID(id uint32) (int, error) {
 	}
 	return int(fd), nil
 }
+
+// updatePerCPU writes vals, every possible CPU's value in CPU order as
+// lookupPerCPU reads them, to key of the per-CPU array fd
+// (BPF_MAP_UPDATE_ELEM; cgo pins vals for the call).
+func updatePerCPU(fd int, key uint32, vals []uint64) error {
+	k := C.uint32_t(key)
+	if ret := C.bpf_map_update_elem(C.int(fd), unsafe.Pointer(&k), unsafe.Pointer(&vals[0]), C.BPF_ANY); ret < 0 {
+		return errnoErr(ret)
+	}
+	return nil
+}

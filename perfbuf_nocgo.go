@@ -28,6 +28,8 @@ func lookupPerCPU(fd int, out []uint64) error { return ErrNoCgo }
 
 func innerMapID(fd int, key uint32) (uint32, error) { return 0, ErrNoCgo }
 
+func updatePerCPU(fd int, key uint32, vals []uint64) error { return ErrNoCgo }
+
 func mapFDByID(id uint32) (int, error) { return -1, ErrNoCgo }
 
 // The methods below are unreachable: openC never returns a cBuffer.

@@ -64,6 +64,10 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 	if err != nil {
 		return nil, err
 	}
+	if err := fails.setReaderClosed(false); err != nil { // a reader again
+		fails.close()
+		return nil, err
+	}
 	s := &ringBufSource{failures: fails, epfd: -1}
 	defer func() {
 		if err != nil {
@@ -198,10 +202,20 @@ func (s *ringBufSource) epollFD() (int, error) {
 	return epfd, nil
 }
 
-// unlink: a ring buffer cannot be taken out of its map; a program keeps
-// writing into it until it sees the reader gone. What Close counts as left
-// is what was in the rings when it looked.
-func (s *ringBufSource) unlink() {}
+// unlink: a ring buffer cannot be taken out of its map, but a program that
+// writes through bpf/perfbuf.bpf.h sees the reader gone in its failure map
+// (setReaderClosed) and stops reserving: after an RCU grace period (see
+// rings.unlink), no output into the rings is running, and what is in them
+// is final. Other programs keep writing, and Close counts what was in the
+// rings when it looked.
+func (s *ringBufSource) unlink() {
+	if s.failures == nil || !s.failures.reader {
+		return
+	}
+	if s.failures.setReaderClosed(true) == nil {
+		rcuGrace()
+	}
+}
 
 // close unmaps the rings and frees the rest.
 func (s *ringBufSource) close() {

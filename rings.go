@@ -217,6 +217,12 @@ func (r *rings) unlink() {
 	for _, key := range slices.Compact(slices.Sorted(slices.Values(keys))) {
 		_ = deleteKey(r.mapFD, key) // ENOENT: a slot already empty
 	}
+	rcuGrace()
+}
+
+// rcuGrace waits for an RCU grace period: every BPF program running at the
+// call has returned (see unlink).
+func rcuGrace() {
 	_, _, _ = unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0)
 }
 

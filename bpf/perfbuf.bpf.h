@@ -50,13 +50,18 @@ struct perfbuf_failures {
 	__u64 full;      /* ring buffer: no room (reserve NULL, output -EAGAIN) */
 };
 
-/* Declares the failure map `name`: a per-CPU array of one struct
+/* Declares the failure map `name`: a per-CPU array of struct
  * perfbuf_failures, which perfbuf checks at New (type, key and value sizes,
- * max_entries). */
+ * max_entries). Key 0 holds the counts. Key 1 is the reader's: perfbuf
+ * sets its first word (on every CPU) to 1 when its reader of a ring buffer
+ * closes, and back to 0 when one opens, so that ring buffer outputs after
+ * a Close fail in the program, counted as noent (no reader, as a perf
+ * event array's slot with no ring), rather than land in a ring that nobody
+ * reads: Close can then count what is left in the ring exactly. */
 #define PERFBUF_FAILURE_MAP(name)                                 \
 	struct {                                                  \
 		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);          \
-		__uint(max_entries, 1);                           \
+		__uint(max_entries, 2);                           \
 		__type(key, __u32);                               \
 		__type(value, struct perfbuf_failures);           \
 	} name SEC(".maps")
@@ -145,14 +150,26 @@ static __always_inline long perfbuf_output(void *ctx, void *events, void *failur
 	return err;
 }
 
+/* Whether the ring buffer's reader has closed (key 1 of the failure map,
+ * this CPU's copy: only user space writes it). A failure map of one entry
+ * (an older PERFBUF_FAILURE_MAP) never says closed. */
+static __always_inline int __perfbuf_closed(void *failures)
+{
+	__u32 one = 1;
+	struct perfbuf_failures *c = bpf_map_lookup_elem(failures, &one);
+
+	return c && c->noent;
+}
+
 /* BPF_RINGBUF_HDR_SZ: each ring buffer record's header. */
 #define __PERFBUF_RB_HDR 8
 
 /* perfbuf_ringbuf_output is bpf_ringbuf_output(rb, data, size, flags) that
  * also counts a failure in `failures`: -EAGAIN (no room, or a record larger
  * than the ring) as full, a NULL rb (an inner map that a map-in-map lookup
- * did not find) as noent without calling the helper, any other by its
- * errno. It returns the helper's result, or -ENOENT for a NULL rb.
+ * did not find), or a reader that has closed (see PERFBUF_FAILURE_MAP), as
+ * noent without calling the helper, any other by its errno. It returns the
+ * helper's result, or -ENOENT for a NULL rb or a closed reader.
  *
  * A full ring buffer reports nothing to its reader: counting here is the
  * only way its reader learns what the ring refused. */
@@ -161,7 +178,7 @@ static __always_inline long perfbuf_ringbuf_output(void *rb, void *failures, voi
 {
 	long err;
 
-	if (!rb) {
+	if (!rb || __perfbuf_closed(failures)) {
 		__perfbuf_fail(failures, -ENOENT);
 		return -ENOENT;
 	}
@@ -174,13 +191,13 @@ static __always_inline long perfbuf_ringbuf_output(void *rb, void *failures, voi
 /* perfbuf_ringbuf_reserve is bpf_ringbuf_reserve(rb, size, 0) that also
  * counts a failure in `failures`: NULL from the helper (no room, a record
  * larger than the ring, or in NMI context the ring's lock taken) as full,
- * a NULL rb as noent. size must be a constant, as for the helper. Submit
+ * a NULL rb or a closed reader as noent. size must be a constant, as for the helper. Submit
  * or discard the record with bpf_ringbuf_submit or bpf_ringbuf_discard. */
 static __always_inline void *perfbuf_ringbuf_reserve(void *rb, void *failures, __u64 size)
 {
 	void *p;
 
-	if (!rb) {
+	if (!rb || __perfbuf_closed(failures)) {
 		__perfbuf_fail(failures, -ENOENT);
 		return (void *)0;
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 	"golang.org/x/sys/unix"
@@ -502,5 +503,94 @@ func TestWithoutPrepare(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("two records not read within 5 s")
+	}
+}
+
+// Close during production leaves no record of a ring buffer out of the
+// count, as for perf event arrays: Close marks the reader closed in the
+// failure map, which PERFBUF_BUFFER's outputs check, waits for an RCU grace
+// period, and then counts what is left; outputs after that fail in the
+// program (noent). Every record that got into the ring is delivered,
+// discarded or left, exactly; a reader that opens again is written to.
+func TestRingBufCloseLedger(t *testing.T) {
+	opts := perfbuf.Options{}
+	f := setup(t, bpfbuffer.RingBuf, &opts)
+	if f.kind != bpfbuffer.RingBuf {
+		t.Fatalf("the buffer became a %v", f.kind)
+	}
+	opts.FailureMap = f.failures
+	var carried uint64 // left by the previous reader: the next one reads it first
+	for it, delay := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 8 * time.Millisecond} {
+		before := f.outcomes(t)
+		r, err := perfbuf.NewReader(f.events, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var producers sync.WaitGroup
+		for _, cpu := range f.cpus {
+			producers.Add(1)
+			go func() {
+				defer producers.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := bpfrun.Run(f.prog, cpu, batch, 48, viaOutput, 1); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		readDone := make(chan error, 1)
+		go func() {
+			var s perfbuf.Sample
+			for {
+				if err := r.ReadInto(&s); err != nil {
+					readDone <- err
+					return
+				}
+			}
+		}()
+		time.Sleep(delay)
+		r.Close()
+		if err := <-readDone; !errors.Is(err, os.ErrClosed) {
+			t.Errorf("read ended with %v", err)
+		}
+		time.Sleep(2 * time.Millisecond) // outputs after Close
+		close(stop)
+		producers.Wait()
+		after := f.outcomes(t)
+		var ok, noent uint64
+		for _, cpu := range f.cpus {
+			d := after[cpu]
+			ok += d.OK - before[cpu].OK
+			noent += d.NoEnt - before[cpu].NoEnt
+		}
+		st := r.Stats()[0]
+		t.Logf("Close after %v: %d output into the ring + %d left before = delivered %d + discarded %d + left %d; %d refused after Close (noent)",
+			delay, ok, carried, st.Samples, st.Discarded, st.Left, noent)
+		if st.Samples+st.Discarded+st.Left != ok+carried {
+			t.Errorf("iteration %d: delivered %d + discarded %d + left %d != %d output into the ring + %d left before", it, st.Samples, st.Discarded, st.Left, ok, carried)
+		}
+		carried = st.Left
+		if noent == 0 {
+			t.Errorf("iteration %d: no output refused after Close: the program did not see the reader gone", it)
+		}
+	}
+	r, err := perfbuf.NewReader(f.events, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if n, err := r.Consume(func(*perfbuf.Record) error { return nil }); uint64(n) != carried || err != nil {
+		t.Errorf("a reader opened again: Consume = %d, %v; want the %d left", n, err, carried)
+	}
+	f.produce(t, f.cpus[0], 3, 48, viaOutput, 1)
+	if n, err := r.Consume(func(*perfbuf.Record) error { return nil }); n != 3 || err != nil {
+		t.Errorf("a reader opened again: Consume = %d, %v; want 3 new records (written: the reader is open again)", n, err)
 	}
 }
