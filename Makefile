@@ -11,6 +11,10 @@
 #   make bench-execsnoop  cmd/execsnoop beside libbpf-tools' C execsnoop on one workload
 #                 (300 execs/s for 20 s), CPU and context switches of each (table;
 #                 build/execsnoop-vs-c.csv). Needs root; about 25 s.
+#   make bench-mountsnoop  cmd/mountsnoop (a BPF ring buffer, through bpfbuffer)
+#                 beside libbpf-tools' C mountsnoop (bpf_buffer) on one workload (200
+#                 mount+umount pairs/s for 20 s), CPU and context switches of each
+#                 (table; build/mountsnoop-vs-c.csv). Needs root; about 25 s.
 #   make lint     gofmt, go vet, staticcheck
 #   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12 kernels x 2, 8 CPUs
 #
@@ -56,7 +60,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build build-execsnoop run test test-bigendian unit selftest vmtest fuzz bench bench-execsnoop lint clean docker-test
+.PHONY: all deps libbpf-info bpf build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian unit selftest vmtest fuzz bench bench-execsnoop lint clean docker-test
 
 all: build
 
@@ -171,6 +175,17 @@ bench: build $(CQUIET)
 # EXECSNOOP_ALONE=1 (each tool alone too) pass through.
 bench-execsnoop: build-execsnoop
 	@bash scripts/execsnoop-vs-c.sh $(BUILD)/execsnoop
+
+# build/mountsnoop, its BPF object embedded (so after `make bpf`).
+build-mountsnoop: libbpf-info bpf
+	$(GO) build $(GOTAGS) -o $(BUILD)/mountsnoop ./cmd/mountsnoop
+
+# cmd/mountsnoop beside libbpf-tools' mountsnoop, as bench-execsnoop
+# (scripts/mountsnoop-vs-c.sh). MOUNTSNOOP_RATE, MOUNTSNOOP_SECONDS,
+# MOUNTSNOOP_ALONE=1 and MOUNTSNOOP_GO_FLAGS (--buffer perf_event_array)
+# pass through.
+bench-mountsnoop: build-mountsnoop
+	@bash scripts/mountsnoop-vs-c.sh $(BUILD)/mountsnoop
 
 lint: deps
 	@files=$$(git ls-files '*.go') && [ -n "$$files" ] || { echo "lint: no Go files from git ls-files" >&2; exit 1; }; \

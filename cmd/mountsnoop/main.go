@@ -1,0 +1,468 @@
+// Command mountsnoop traces mount() and umount() system-wide and prints one
+// line per call: a Go port of mountsnoop from libbpf-tools (bcc). Like the
+// C tool, which is built on libbpf-tools' bpf_buffer, its BPF program
+// writes to a BPF ring buffer when the kernel has them and to a perf event
+// array elsewhere: perfbuf's PERFBUF_BUFFER on the BPF side,
+// bpfbuffer.Prepare at load, and one perfbuf.Reader for either.
+//
+// It needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) and kernel BTF. Its
+// BPF object is built into the executable (run `make bpf` before building);
+// --bpf-obj loads another one.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bpfbuffer"
+)
+
+const usageHead = `Trace mount and umount syscalls.
+
+USAGE: mountsnoop [-h] [-t] [-d] [-p PID] [-v] [--duration SECONDS]
+                  [--buffer KIND] [--bpf-obj PATH]
+
+EXAMPLES:
+    mountsnoop         # trace mount and umount syscalls
+    mountsnoop -d      # detailed output (one line per column value)
+    mountsnoop -p 1216 # only trace PID 1216
+    mountsnoop --buffer perf_event_array  # a perf event array, even where
+                       # the kernel has BPF ring buffers
+
+OPTIONS (short flags may be grouped: -td):
+`
+
+// options is the parsed command line.
+type options struct {
+	tracer   tracerConfig
+	printer  printer
+	duration time.Duration // 0: until SIGINT or SIGTERM
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole command; it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "mountsnoop: %v\nTry 'mountsnoop --help' for more information.\n", err)
+		return 2
+	}
+	// Buffered as stdio buffers C's stdout (output.go); flushed before the
+	// summary.
+	out := newStdout(stdout)
+
+	t, err := openTracer(o.tracer)
+	if err != nil {
+		fmt.Fprintf(stderr, "mountsnoop: %v\n", err)
+		return 1
+	}
+	defer t.close()
+	o.printer.clock = t.clock
+	if o.tracer.verbose {
+		fmt.Fprintf(stderr, "mountsnoop: events is a %v\n", t.kind)
+	}
+
+	// SIGINT, SIGTERM or the end of --duration flush the reader: it
+	// delivers what the rings hold, then the loop ends. A second signal
+	// stops at once.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var expired <-chan time.Time
+	if o.duration > 0 {
+		timer := time.NewTimer(o.duration)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sigs:
+		case <-expired:
+		case <-done:
+			return
+		}
+		t.rd.Flush()
+		select {
+		case <-sigs:
+			t.rd.Close()
+		case <-done:
+		}
+	}()
+
+	if _, err := io.WriteString(out, o.printer.header()); err != nil {
+		fmt.Fprintf(stderr, "mountsnoop: %v\n", err)
+		return 1
+	}
+	start := time.Now()
+	c, err := readLoop(t.rd, &o.printer, out, stderr)
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "mountsnoop: %v\n", err)
+		return 1
+	}
+	if c.perfFull, err = t.perfFull(); err != nil {
+		fmt.Fprintf(stderr, "mountsnoop: %v\n", err)
+	}
+	// Close before the summary, so that its counts include what the ring
+	// still holds (calls after the flush), as Left.
+	t.rd.Close()
+	writeSummary(stderr, t.kind, c, t.rd.Stats(), time.Since(start))
+	return 0
+}
+
+// eventSource is what readLoop reads: a *perfbuf.Reader, or a fake in
+// tests.
+type eventSource interface {
+	// ReadInto blocks for the next record. Errors: os.ErrClosed after
+	// Close, perfbuf.ErrFlushed once a Flush has delivered everything, a
+	// *perfbuf.CorruptError once per corrupt ring (reading goes on).
+	ReadInto(s *perfbuf.Sample) error
+}
+
+// counts is what the read loop saw, and what the BPF program counted.
+type counts struct {
+	events, lost, bad, corrupt uint64
+	// perfFull: events a full perf ring dropped, as the BPF program
+	// counted them (lost records report them too, but only once a later
+	// event fits in the ring).
+	perfFull uint64
+}
+
+// readLoop prints the events of src until it is flushed or closed. A perf
+// event array's lost records go to stderr as they arrive, as in the C tool
+// (a ring buffer has none: its full ring is counted in the failure map),
+// and so does a corrupt ring, which the reader got past before going on.
+func readLoop(src eventSource, p *printer, stdout, stderr io.Writer) (counts, error) {
+	var (
+		c    counts
+		s    perfbuf.Sample
+		ev   event
+		line []byte
+	)
+	for {
+		err := src.ReadInto(&s)
+		if errors.Is(err, perfbuf.ErrFlushed) || errors.Is(err, os.ErrClosed) {
+			return c, nil
+		}
+		if errors.Is(err, perfbuf.ErrCorrupt) {
+			c.corrupt++
+			fmt.Fprintf(stderr, "mountsnoop: %v (reading goes on past it)\n", err)
+			continue
+		}
+		if err != nil {
+			return c, err
+		}
+		if s.Type == perfbuf.RecordLost {
+			c.lost += s.Lost
+			fmt.Fprintf(stderr, "lost %d events on CPU #%d\n", s.Lost, s.CPU)
+			continue
+		}
+		if err := decodeEvent(s.Data, &ev); err != nil {
+			c.bad++
+			fmt.Fprintf(stderr, "mountsnoop: cpu %d: %v\n", s.CPU, err)
+			continue
+		}
+		c.events++
+		line = p.appendEvent(line[:0], &ev)
+		if _, err := stdout.Write(line); err != nil {
+			return c, err
+		}
+	}
+}
+
+// kindText names a buffer kind for people.
+func kindText(k bpfbuffer.Kind) string {
+	switch k {
+	case bpfbuffer.RingBuf:
+		return "a BPF ring buffer"
+	case bpfbuffer.PerfEventArray:
+		return "a perf event array"
+	}
+	return k.String()
+}
+
+// writeSummary prints the totals, then the reader's counts per ring and,
+// for a ring buffer, the failures of each CPU that had any.
+func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.Stats, elapsed time.Duration) {
+	fmt.Fprintf(w, "\n%d calls traced, %d lost", c.events, max(c.lost, c.perfFull))
+	if f := sumFailures(stats); f.Total() > 0 {
+		fmt.Fprintf(w, ", %s", failuresText(f))
+	}
+	if c.bad > 0 {
+		fmt.Fprintf(w, ", %d malformed", c.bad)
+	}
+	if c.corrupt > 0 {
+		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
+	}
+	fmt.Fprintf(w, " in %.1fs, from %s\n", elapsed.Seconds(), kindText(kind))
+	for _, s := range stats {
+		switch {
+		case s.Ring < 0: // a CPU's failures, without a ring of its own
+			fmt.Fprintf(w, "  cpu %-3d %s\n", s.CPU, failuresText(s.Failed))
+			continue
+		case s.CPU < 0: // the ring buffer: every CPU's
+			fmt.Fprintf(w, "  ring    %6d events", s.Samples)
+		default:
+			fmt.Fprintf(w, "  cpu %-3d %6d events %6d lost", s.CPU, s.Samples, s.Lost)
+		}
+		if s.MaxFill > 0 {
+			fmt.Fprintf(w, "  ring peak %d bytes", s.MaxFill)
+		}
+		if s.Discarded > 0 {
+			fmt.Fprintf(w, "  %d discarded", s.Discarded)
+		}
+		if s.Corrupt > 0 {
+			fmt.Fprintf(w, "  %d corrupt (%d bytes skipped)", s.Corrupt, s.CorruptBytes)
+		}
+		if s.Left > 0 {
+			fmt.Fprintf(w, "  %d unread at exit", s.Left)
+		}
+		if s.Failed.Total() > 0 {
+			fmt.Fprintf(w, "  %s", failuresText(s.Failed))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// parseFlags parses the command line the way the C tool's argp does, as
+// far as Go's flag package allows: each flag has its short and long name,
+// and grouped short bool flags (-td) are split. -h prints the help to
+// stdout and returns flag.ErrHelp.
+func parseFlags(args []string, stdout io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("mountsnoop", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned, and run prints them once
+	fs.Usage = func() {}
+	var help strings.Builder
+	var wantHelp bool
+	def := func(names []string, arg, usage string, register func(name string)) {
+		var spelled []string
+		for _, n := range names {
+			register(n)
+			if len(n) == 1 {
+				spelled = append(spelled, "-"+n)
+			} else {
+				spelled = append(spelled, "--"+n)
+			}
+		}
+		left := strings.Join(spelled, ", ")
+		if arg != "" {
+			left += " " + arg
+		}
+		if strings.HasPrefix(left, "--") {
+			left = "      " + left
+		} else {
+			left = "  " + left
+		}
+		fmt.Fprintf(&help, "%-28s %s\n", left, usage)
+	}
+	boolean := func(v *bool, usage string, names ...string) {
+		def(names, "", usage, func(n string) { fs.BoolVar(v, n, false, usage) })
+	}
+	value := func(v flag.Value, arg, usage string, names ...string) {
+		def(names, arg, usage, func(n string) { fs.Var(v, n, usage) })
+	}
+	boolean(&o.printer.detailed, "output result in detail mode", "d", "detailed")
+	value(pidValue{&o.tracer.pid}, "PID", "process ID to trace", "p", "pid")
+	boolean(&o.printer.timestamp, "include timestamp on output", "t", "timestamp")
+	boolean(&o.tracer.verbose, "verbose debug output (and the buffer's kind)", "v", "verbose")
+	value(secondsValue{&o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "duration")
+	value(kindValue{&o.tracer.buffer}, "KIND",
+		"any (a ring buffer where the kernel has them, the default), ringbuf or perf_event_array", "buffer")
+	value(stringValue{&o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
+	boolean(&wantHelp, "show this help", "h", "help")
+
+	if err := fs.Parse(splitShortFlags(fs, args, "dtvh")); err != nil {
+		return nil, err
+	}
+	if wantHelp {
+		fmt.Fprint(stdout, usageHead, help.String())
+		return nil, flag.ErrHelp
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return o, nil
+}
+
+// splitShortFlags turns "-td" into "-t" "-d" when every letter is one of
+// the bool flags in shorts, so that grouped flags work as with argp. A
+// flag of fs that takes a value ("-p PID") is passed on with the argument
+// after it. It stops at "--" and at the first argument that is not a flag,
+// as flag does.
+func splitShortFlags(fs *flag.FlagSet, args []string, shorts string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			return append(out, args[i:]...)
+		}
+		if takesValue(fs, strings.TrimLeft(a, "-")) && i+1 < len(args) {
+			out = append(out, a, args[i+1])
+			i++
+			continue
+		}
+		letters := a[1:]
+		if len(letters) < 2 || strings.HasPrefix(letters, "-") || strings.Trim(letters, shorts) != "" {
+			out = append(out, a)
+			continue
+		}
+		for _, l := range letters {
+			out = append(out, "-"+string(l))
+		}
+	}
+	return out
+}
+
+// takesValue reports whether name (without "=value") is a flag of fs that
+// is not a bool: its value is the next argument.
+func takesValue(fs *flag.FlagSet, name string) bool {
+	f := fs.Lookup(name)
+	if f == nil || strings.Contains(name, "=") {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
+}
+
+// stringValue is a string flag.
+type stringValue struct{ p *string }
+
+func (v stringValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return *v.p
+}
+
+func (v stringValue) Set(s string) error { *v.p = s; return nil }
+
+// pidValue parses -p: a process ID above 0, as the C tool requires.
+type pidValue struct{ p *int }
+
+func (v pidValue) String() string {
+	if v.p == nil || *v.p == 0 {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v pidValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("invalid PID: %s", s)
+	}
+	*v.p = int(n)
+	return nil
+}
+
+// kindValue parses --buffer: any, ringbuf or perf_event_array (perf for
+// short).
+type kindValue struct{ p *bpfbuffer.Kind }
+
+func (v kindValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return v.p.String()
+}
+
+func (v kindValue) Set(s string) error {
+	for _, k := range []bpfbuffer.Kind{bpfbuffer.Any, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray} {
+		if s == k.String() {
+			*v.p = k
+			return nil
+		}
+	}
+	if s == "perf" {
+		*v.p = bpfbuffer.PerfEventArray
+		return nil
+	}
+	return fmt.Errorf("invalid buffer kind %q, should be any, ringbuf or perf_event_array", s)
+}
+
+// secondsValue parses --duration: seconds ("3", "0.5") or a Go duration
+// ("1m").
+type secondsValue struct{ p *time.Duration }
+
+func (v secondsValue) String() string {
+	if v.p == nil || *v.p == 0 {
+		return ""
+	}
+	return v.p.String()
+}
+
+func (v secondsValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil {
+			return fmt.Errorf("invalid duration %q", s)
+		}
+		d = time.Duration(f * float64(time.Second))
+	}
+	if d <= 0 {
+		return fmt.Errorf("duration %q is not positive", s)
+	}
+	*v.p = d
+	return nil
+}
+
+// sumFailures adds up the failed outputs of every Stats entry: for a ring
+// buffer, the CPUs' entries after the ring's.
+func sumFailures(stats []perfbuf.Stats) perfbuf.Failures {
+	var sum perfbuf.Failures
+	for _, s := range stats {
+		f := s.Failed
+		sum.NoEntry += f.NoEntry
+		sum.TooBig += f.TooBig
+		sum.Invalid += f.Invalid
+		sum.NotOnCPU += f.NotOnCPU
+		sum.Other += f.Other
+		sum.Full += f.Full
+	}
+	return sum
+}
+
+// failuresText says how many reserves or outputs failed before reaching a
+// ring, and why: "3 failed outputs (ring full 2, ENOENT 1)". A full ring
+// buffer is the usual one (bpf_ringbuf_reserve found no room: the C tool
+// drops such an event without a word); a full perf ring is a lost record
+// instead. ENOENT on the perf path: a CPU that came online after the rings
+// were opened.
+func failuresText(f perfbuf.Failures) string {
+	var causes []string
+	for _, c := range []struct {
+		name string
+		n    uint64
+	}{{"ring full", f.Full}, {"ENOENT", f.NoEntry}, {"E2BIG", f.TooBig}, {"EINVAL", f.Invalid},
+		{"EOPNOTSUPP", f.NotOnCPU}, {"other", f.Other}} {
+		if c.n > 0 {
+			causes = append(causes, fmt.Sprintf("%s %d", c.name, c.n))
+		}
+	}
+	plural := "s"
+	if f.Total() == 1 {
+		plural = ""
+	}
+	return fmt.Sprintf("%d failed output%s (%s)", f.Total(), plural, strings.Join(causes, ", "))
+}
