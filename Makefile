@@ -16,7 +16,9 @@
 #                 mount+umount pairs/s for 20 s), CPU and context switches of each
 #                 (table; build/mountsnoop-vs-c.csv). Needs root; about 25 s.
 #   make lint     gofmt, go vet, staticcheck
-#   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12 kernels x 2, 8 CPUs
+#   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12 kernels x 2, 8 CPUs,
+#                 then the hotplug tests on 64 CPUs (6.12), most offline at boot
+#   make vmtest64 that 64-CPU run alone
 #
 # libbpf: static from ./libbpf when the submodule is populated, else the
 # system libbpf (>= 1.4) through pkg-config. Either way the Go package builds
@@ -60,7 +62,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian unit selftest vmtest fuzz bench bench-execsnoop lint clean docker-test
+.PHONY: all deps libbpf-info bpf build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian unit selftest vmtest vmtest64 fuzz bench bench-execsnoop lint clean docker-test
 
 all: build
 
@@ -132,10 +134,15 @@ selftest: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./selftest/... ./cmd/... ./bench/...
 
 # The privileged tests inside QEMU on Debian's kernels 5.10, 6.1 and 6.12, each
-# with 2 and 8 vCPUs, and again with CPU 3 offline (scripts/vmtest.sh).
-# KERNELS="6.1" CPUS="8" choose a subset.
+# with 2 and 8 vCPUs, and again with CPU 3 offline; then vmtest64's run
+# (scripts/vmtest.sh). KERNELS="6.1" CPUS="8" choose a subset.
 vmtest: build
 	@GOTAGS="$(GOTAGS)" bash scripts/vmtest.sh
+
+# The CPU hotplug tests alone in a 64-vCPU guest (6.12) that boots with 16
+# CPUs up: the others come online while the readers read.
+vmtest64: build
+	@GOTAGS="$(GOTAGS)" bash scripts/vmtest.sh big
 
 # Bounded fuzzing of every fuzz target: the ring parser and the ordered
 # merge's model (their corpora in testdata/ run in `test`). Budgets are counts

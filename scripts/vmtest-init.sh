@@ -2,6 +2,9 @@
 # /init of the guest that scripts/vmtest.sh boots: mounts what the tests
 # need, runs each package's test binary as root with its output on ttyS1,
 # and powers off. Lines that start with "vmtest-" are read by the host.
+# Kernel parameters the kernel does not know reach /init as environment
+# variables: vmtest_packages=a,b runs those packages instead of the
+# initramfs's list, vmtest_offline=none skips the offline pass.
 /bin/busybox --install -s /bin
 export PATH=/bin HOME=/root TMPDIR=/tmp CI=true PERFBUF_VMTEST=1 # PERFBUF_VMTEST: hotplug is allowed here
 export EXECSNOOP_TEST_HELPER=/vmtest/execsnoop-helper
@@ -37,11 +40,13 @@ run() {
 	done
 }
 
-echo "vmtest-kernel $(uname -r) cpus online $(cat /sys/devices/system/cpu/online) possible $(cat /sys/devices/system/cpu/possible)" >$out
-run "all cpus" $(cat /vmtest/packages)
+echo "vmtest-kernel $(uname -r) cpus online $(cat /sys/devices/system/cpu/online) possible $(cat /sys/devices/system/cpu/possible) up $(cut -d' ' -f1 /proc/uptime)s" >$out
+packages=$(cat /vmtest/packages)
+[ -n "$vmtest_packages" ] && packages=$(echo "$vmtest_packages" | tr , ' ')
+run "all cpus" $packages
 
 cpu=$(cat /vmtest/offline-cpu)
-if [ -e "/sys/devices/system/cpu/cpu$cpu/online" ]; then
+if [ "$vmtest_offline" != none ] && [ -e "/sys/devices/system/cpu/cpu$cpu/online" ]; then
 	if echo 0 >"/sys/devices/system/cpu/cpu$cpu/online"; then
 		export PERFBUF_OFFLINE_CPU=$cpu
 		echo "vmtest-offline cpu$cpu: online now $(cat /sys/devices/system/cpu/online)" >$out

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Runs every privileged test (selftest/... and the commands' tests) inside QEMU
-# on Debian's own kernels, with 2 and with 8 vCPUs: what `make vmtest` calls.
+# on Debian's own kernels, with 2 and with 8 vCPUs (the matrix), then the CPU
+# hotplug tests in a guest with many vCPUs, most of them offline at boot (the
+# big run): what `make vmtest` calls.
+#
+#   scripts/vmtest.sh [matrix] [big]   the parts to run (default both;
+#                                      `make vmtest64` runs the big one)
 #
 #   KERNELS   which kernels (default "5.10 6.1 6.12"):
 #               5.10  bullseye's linux-image-amd64
@@ -12,6 +17,13 @@
 #   VMTEST_TIMEOUT  seconds one boot may take before it counts as failed (default 600)
 #   VMTEST_PACKAGES, VMTEST_OFFLINE_PACKAGES  the packages of each pass (defaults below)
 #   VMTEST_LOGLEVEL the guest kernel's console loglevel (default 4; 7 shows stack traces)
+#   BIG_KERNELS   the big run's kernels (default 6.12; empty: no big run)
+#   BIG_CPUS      its vCPUs (default 64): all possible, as on a large host
+#   BIG_BOOT_CPUS how many of them the guest brings up at boot (default 16,
+#                 maxcpus=): the others are possible but offline, holes the
+#                 tests bring online while they read
+#   BIG_PACKAGES  what it runs (default selftest/hotplug)
+#   BIG_MEM       its memory (default 1G)
 #   VMTEST_TCG_THREAD  QEMU's TCG threading (default single). With multi (a host thread
 #                   per vCPU) 5.10 guests hung now and then, both vCPUs stuck in
 #                   syscall_trace_enter at a jump-label site while libbpf attached a
@@ -26,7 +38,8 @@
 #
 # Output: each package's tests, then one line per kernel and CPU count,
 # "vmtest 6.1 8cpu: N passed, N failed", and a non-zero exit if any failed.
-# Logs: build/vmtest/<kernel>-<cpus>cpu.{results,console}.
+# Logs: build/vmtest/<kernel>-<cpus>cpu.{results,console}, the big run's
+# <kernel>-<cpus>cpu-<boot>up.*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +56,29 @@ OUT=$PWD/build/vmtest
 PACKAGES=${VMTEST_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/failures selftest/ringbuf selftest/bpfbuffer selftest/hotplug cmd/execsnoop bench/selftest bench/perfbench"}
 OFFLINE_PACKAGES=${VMTEST_OFFLINE_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/failures"}
 OFFLINE_CPU=3
+
+BIG_KERNELS=${BIG_KERNELS-6.12}
+BIG_CPUS=${BIG_CPUS:-64}
+BIG_BOOT_CPUS=${BIG_BOOT_CPUS:-16}
+BIG_PACKAGES=${BIG_PACKAGES:-selftest/hotplug}
+BIG_MEM=${BIG_MEM:-1G}
+
+PARTS=${*:-matrix big}
+case " $PARTS " in *" matrix "*) MATRIX=true ;; *) MATRIX=false ;; esac
+case " $PARTS " in *" big "*) BIG=true ;; *) BIG=false ;; esac
+for part in $PARTS; do
+	case $part in matrix | big) ;; *) echo "vmtest: unknown part $part (matrix, big)" >&2; exit 2 ;; esac
+done
+$MATRIX || KERNELS=""
+$BIG || BIG_KERNELS=""
+# The initramfs holds what either part runs.
+if ! $MATRIX; then
+	PACKAGES=$BIG_PACKAGES
+elif [ -n "$BIG_KERNELS" ]; then
+	for pkg in $BIG_PACKAGES; do
+		case " $PACKAGES " in *" $pkg "*) ;; *) PACKAGES="$PACKAGES $pkg" ;; esac
+	done
+fi
 
 log() { echo "vmtest: $*" >&2; }
 
@@ -155,19 +191,20 @@ build_initramfs() {
 # tests cannot finish, and waiting for the timeout would only cost time.
 GUEST_FAULT='Oops:|BUG: soft lockup|Kernel panic'
 
-# boot KERNEL CPUS TAG: one boot; the results and console land in $OUT/TAG.*.
-# Returns 3 if the guest kernel faulted (the boot is stopped then), 124 on
-# the timeout, else qemu's status.
+# boot KERNEL CPUS TAG [MEM ARGS]: one boot, with MEM of memory (default
+# $MEM) and ARGS added to the kernel's command line; the results and console
+# land in $OUT/TAG.*. Returns 3 if the guest kernel faulted (the boot is
+# stopped then), 124 on the timeout, else qemu's status.
 boot() {
-	local vmlinuz=$1 ncpu=$2 tag=$3 qpid rc=0 faulted=false
+	local vmlinuz=$1 ncpu=$2 tag=$3 mem=${4:-$MEM} args=${5:-} qpid rc=0 faulted=false
 	rm -f "$OUT/$tag.results" "$OUT/$tag.console"
 	# ttyS0: the kernel's console; ttyS1: the tests' output (results).
 	# -cpu qemu64: the features every x86-64 has; with -cpu max (TCG's
 	# every feature) guests hit kernel oopses that real CPUs do not.
 	timeout "$TIMEOUT" qemu-system-x86_64 -accel "tcg,thread=${VMTEST_TCG_THREAD:-single}" \
-		-cpu qemu64 -smp "$ncpu" -m "$MEM" \
+		-cpu qemu64 -smp "$ncpu" -m "$mem" \
 		-kernel "$vmlinuz" -initrd "$OUT/initramfs.gz" \
-		-append "console=ttyS0 panic=-1 quiet loglevel=${VMTEST_LOGLEVEL:-4} mitigations=off" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=${VMTEST_LOGLEVEL:-4} mitigations=off${args:+ $args}" \
 		-display none -monitor none -no-reboot \
 		-serial "file:$OUT/$tag.console" -serial "file:$OUT/$tag.results" &
 	qpid=$!
@@ -187,19 +224,31 @@ boot() {
 	return "$rc"
 }
 
-# run_vm KERNEL CPUS: boots, waits, and prints the per-package counts and the
-# summary line. Returns non-zero if anything failed or the guest did not
-# finish. A boot whose guest kernel faulted is tried once more, and the
-# fault is reported either way: it is the emulated machine's or the
-# kernel's, and it must not pass unseen.
+# run_vm KERNEL CPUS [BOOTCPUS]: boots, waits, and prints the per-package
+# counts and the summary line. With BOOTCPUS, the big run: only that many
+# CPUs come up at boot, and the guest runs BIG_PACKAGES. Returns non-zero if
+# anything failed or the guest did not finish. A boot whose guest kernel
+# faulted is tried once more, and the fault is reported either way: it is
+# the emulated machine's or the kernel's, and it must not pass unseen.
 run_vm() {
-	local ver=$1 ncpu=$2 vmlinuz tag results console start rc=0 note=""
+	local ver=$1 ncpu=$2 up=${3:-} vmlinuz tag results console start rc=0 note="" mem="" args=""
 	vmlinuz=$(kernel "$ver")
 	tag="$ver-${ncpu}cpu"
+	if [ -n "$up" ]; then
+		tag="$tag-${up}up"
+		mem=$BIG_MEM
+		# maxcpus=: CPUs up to $up come up at boot, the others stay
+		# possible and offline. lpj=: each CPU brought online later would
+		# calibrate its delay loop first, about a second under TCG; x86
+		# delays use the TSC, so any plausible value will do.
+		# vmtest_packages: what /init runs (it sees the parameter in its
+		# environment), with no offline pass.
+		args="maxcpus=$up lpj=10000000 vmtest_packages=$(echo $BIG_PACKAGES | tr ' ' ,) vmtest_offline=none"
+	fi
 	results=$OUT/$tag.results
 	console=$OUT/$tag.console
 	start=$(date +%s)
-	boot "$vmlinuz" "$ncpu" "$tag" || rc=$?
+	boot "$vmlinuz" "$ncpu" "$tag" "$mem" "$args" || rc=$?
 	if [ "$rc" -eq 3 ]; then
 		log "$tag: the guest kernel faulted; its console is kept in $OUT/$tag.fault.console; booting again"
 		grep -E -m1 -A12 "$GUEST_FAULT" "$console" >&2 || true
@@ -207,7 +256,7 @@ run_vm() {
 		mv "$results" "$OUT/$tag.fault.results" 2>/dev/null || true
 		note=" after a guest kernel fault, retried"
 		rc=0
-		boot "$vmlinuz" "$ncpu" "$tag" || rc=$?
+		boot "$vmlinuz" "$ncpu" "$tag" "$mem" "$args" || rc=$?
 	fi
 	local secs=$(($(date +%s) - start))
 	[ "$rc" -eq 124 ] && log "$tag: timed out after ${TIMEOUT}s"
@@ -227,8 +276,8 @@ run_vm() {
 		/^vmtest-pkg / {sub(/^vmtest-pkg /, ""); printf "  %s %s: %d passed, %d failed\n", tag, $0, p, f}' "$results" 2>/dev/null || true
 	# What the many-ring tests report rather than assert (losses depend on
 	# scheduling, and TCG's is not a real machine's).
-	grep -E 'rings, lost over|CPUs in order' "$results" | sed -E "s/^ *[a-z_]+\.go:[0-9]+: /  $tag   /" || true
-	line="vmtest $ver ${ncpu}cpu ($(cat "$CACHE/kernels/$ver/release")): $passed passed, $failed failed (${secs}s$note)"
+	grep -E 'rings, lost over|CPUs in order|came online while reading' "$results" | sed -E "s/^ *[a-z_]+\.go:[0-9]+: /  $tag   /" || true
+	line="vmtest $ver ${ncpu}cpu${up:+ (${up} up at boot)} ($(cat "$CACHE/kernels/$ver/release")): $passed passed, $failed failed (${secs}s$note)"
 	echo "$line"
 	SUMMARY+=("$line")
 	[ "$failed" -eq 0 ]
@@ -240,7 +289,7 @@ GOTAGS=${GOTAGS:-}
 
 bash scripts/deps.sh qemu-system-x86 busybox-static cpio
 mkdir -p "$OUT"
-for ver in $KERNELS; do kernel "$ver" >/dev/null; done
+for ver in $KERNELS $BIG_KERNELS; do kernel "$ver" >/dev/null; done
 build_initramfs
 
 SUMMARY=()
@@ -250,6 +299,9 @@ for ver in $KERNELS; do
 	for ncpu in $CPUS; do
 		run_vm "$ver" "$ncpu" || status=1
 	done
+done
+for ver in $BIG_KERNELS; do
+	run_vm "$ver" "$BIG_CPUS" "$BIG_BOOT_CPUS" || status=1
 done
 echo
 echo "vmtest summary ($(($(date +%s) - total_start))s):"
