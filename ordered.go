@@ -372,13 +372,27 @@ func (o *ordered) each(fn func(*Record) error) (bool, error) {
 
 // run delivers ring i's next records at once while their keys stay within
 // [o.last, o.runBound], without another look at the other rings: rule 1
-// holds for them. They go through the ring's loop, up to the ring's next
-// commit; the first record the run may not deliver stays the ring's front.
-// It returns how many it delivered.
+// holds for them. The first is loaded as the ring's front; the rest go
+// through the ring's loop, up to the ring's next commit; the first record
+// the run may not deliver stays the ring's front. It returns how many it
+// delivered.
 func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
 	r, rb := &o.rs[i], o.s.rings[i]
-	if o.keyFn != nil {
-		return 0, nil // keys only Key can read: next takes each record
+	// The first record as the ring's front, as next would load it: most
+	// runs end there when the rings' keys interleave record by record, and
+	// the ring's loop would only parse it to hand it back.
+	if !o.load(i) {
+		return 0, nil
+	}
+	if r.front.Type != RecordSample || r.key > o.runBound || r.key < o.last {
+		return 0, nil // next takes the front
+	}
+	o.last = r.key
+	r.front.Key, r.front.Late = r.key, false
+	err := fn(&r.front)
+	o.delivered(i)
+	if err != nil || o.keyFn != nil || o.s.stop.Load() {
+		return 1, err // (keys only Key can read: next takes each record)
 	}
 	from := rb.cursorPos()
 	o.fn = fn
@@ -401,7 +415,7 @@ func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
 	if r.freed >= o.commitAt {
 		o.commitPublish(i)
 	}
-	return k, err
+	return 1 + k, err
 }
 
 // runFn is the ring loop's function during a run: it passes on a sample

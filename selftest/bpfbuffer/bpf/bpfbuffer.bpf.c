@@ -98,6 +98,30 @@ static __always_inline void fill(struct sample_hdr *h, __u64 seq, __u32 cpu, __u
 	h->size = size;
 }
 
+/* One record of `size` bytes (a constant at each call) reserved, filled,
+ * and submitted or discarded. */
+static __always_inline void reserve_submit(void *ctx, struct outcome *o, const __u64 size, __u64 seq, __u32 cpu,
+					   int discard)
+{
+	struct sample_hdr *h = perfbuf_buffer_reserve(events, size);
+
+	if (!h) {
+		/* Within SAMPLE_MAX, only a ring buffer refuses: no room. */
+		if (events_config.ringbuf)
+			o->full++;
+		else
+			o->other++;
+		return;
+	}
+	fill(h, seq, cpu, size);
+	if (discard) {
+		perfbuf_buffer_discard(events, h);
+		o->discarded++;
+		return;
+	}
+	count_err(o, perfbuf_buffer_submit(ctx, events, h, size));
+}
+
 /* args: count (<= BATCH), size (in [16, SAMPLE_MAX]), how, every. */
 SEC("raw_tp")
 int produce(struct bpf_raw_tracepoint_args *ctx)
@@ -141,26 +165,14 @@ int produce(struct bpf_raw_tracepoint_args *ctx)
 			}
 			continue;
 		}
-		/* perfbuf_buffer_reserve takes a constant size: two sizes. */
+		/* perfbuf_buffer_reserve takes a constant size: two sizes, each
+		 * reserved, filled and submitted on a path of its own (the
+		 * verifier of kernels before 5.13 lost the record's reference
+		 * where the two paths joined). */
 		if (size > 64)
-			h = perfbuf_buffer_reserve(events, 256);
+			reserve_submit(ctx, o, 256, seq, cpu, how == HOW_DISCARD && seq % every == every - 1);
 		else
-			h = perfbuf_buffer_reserve(events, 32);
-		if (!h) {
-			/* Within SAMPLE_MAX, only a ring buffer refuses: no room. */
-			if (events_config.ringbuf)
-				o->full++;
-			else
-				o->other++;
-			continue;
-		}
-		fill(h, seq, cpu, size > 64 ? 256 : 32);
-		if (how == HOW_DISCARD && seq % every == every - 1) {
-			perfbuf_buffer_discard(events, h);
-			o->discarded++;
-		} else {
-			count_err(o, perfbuf_buffer_submit(ctx, events, h, size > 64 ? 256 : 32));
-		}
+			reserve_submit(ctx, o, 32, seq, cpu, how == HOW_DISCARD && seq % every == every - 1);
 	}
 	return 0;
 }
