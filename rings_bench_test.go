@@ -1,0 +1,136 @@
+package perfbuf
+
+// The cost per record against the number of rings ("At C's cost": any
+// number of rings): fullest-first and ordered, ReadInto and Each, over 2 to
+// 512 fake rings (no kernel), with the records spread evenly or all on one
+// ring. A policy's cost per record, amortised over a round, must grow no
+// faster than log(rings): a look at every ring once per round is paid for
+// by the round's records, a look at every ring once per record is not.
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+)
+
+const (
+	// manyRingSize is each fake ring's size: 64 KiB, so that 512 of them
+	// (32 MiB) can be allocated, and what a round writes (even: 10 KiB a
+	// ring, 5 MiB at 512 rings) fits in the last-level cache.
+	manyRingSize = 64 << 10
+	// manyPerRing is the records each ring holds in an even round: the
+	// same at every ring count, so that a round's records grow with it.
+	manyPerRing = 128
+	// manySkewed is the records of a skewed round, all on the last ring
+	// (the others idle): the same total at every ring count. 40 KiB: below
+	// the ordered merge's HighWater (three quarters of a ring), so that
+	// rule 4 never releases.
+	manySkewed = 512
+	// manyPayload is each sample's payload: the key (a timestamp) at
+	// offset 0, then a sequence number and filler; 80-byte records.
+	manyPayload = 64
+	// manyWindow is the ordered/window variant's KeyWindow, in keys.
+	manyWindow = 64
+)
+
+// BenchmarkReaderRings measures ns per record by ring count, for:
+//
+//   - fullest: the default policy; each round is published, flushed and
+//     read until ErrFlushed (ReadInto) or until Each returns it.
+//   - ordered: Options.Order, key at offset 0, MaxDelay an hour, read as
+//     fullest is: rule 1 releases while every ring has a front (even), the
+//     Flush (rule 5) when the others are idle (skewed).
+//   - ordered-window: the same with KeyWindow 64 and no Flush: a deadline
+//     in the past ends each read once it would wait. Idle rings hold every
+//     record back until the look-ahead has seen a key 64 larger (rule 2);
+//     what is held at the end of a round goes in the next one.
+//
+// even: manyPerRing records on each ring, keys going round the rings one
+// record at a time as timestamps would. skewed: manySkewed records on the
+// last ring, the others idle. ns/record is the drain's time (the fill is
+// untimed) over the records delivered.
+func BenchmarkReaderRings(b *testing.B) {
+	for _, pol := range []string{"fullest", "ordered", "ordered-window"} {
+		for _, form := range []string{"ReadInto", "Each"} {
+			for _, dist := range []string{"even", "skewed"} {
+				for _, n := range []int{2, 8, 32, 128, 512} {
+					name := fmt.Sprintf("%s/%s/%s/rings=%d", pol, form, dist, n)
+					b.Run(name, func(b *testing.B) { benchRings(b, pol, form, dist, n) })
+				}
+			}
+		}
+	}
+}
+
+func benchRings(b *testing.B, pol, form, dist string, n int) {
+	f := newFakeRings(b, n, manyRingSize)
+	var opts Options
+	switch pol {
+	case "fullest":
+		opts.MaxLatency = -1
+	case "ordered":
+		opts.Order = &Order{MaxDelay: time.Hour}
+	case "ordered-window":
+		opts.Order = &Order{MaxDelay: time.Hour, KeyWindow: manyWindow}
+	}
+	r := f.reader(b, opts)
+	flush := pol != "ordered-window"
+	if !flush {
+		r.SetDeadline(time.Now().Add(-time.Hour)) // read what is released, then return
+	}
+
+	// The round's records, in the order they are written, and their rings.
+	var rings []int
+	if dist == "even" {
+		for j := 0; j < manyPerRing; j++ {
+			for i := 0; i < n; i++ {
+				rings = append(rings, i)
+			}
+		}
+	} else {
+		for j := 0; j < manySkewed; j++ {
+			rings = append(rings, n-1)
+		}
+	}
+	rec := fakeSample(payload(0, 0, manyPayload))
+
+	var s Sample
+	delivered := 0
+	count := func(*Record) error { delivered++; return nil }
+	key := uint64(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for delivered < b.N {
+		b.StopTimer()
+		for _, i := range rings {
+			key++ // timestamps: increasing across the rings
+			binary.NativeEndian.PutUint64(rec[recSampleDataOff:], key)
+			if !f.rings[i].write(rec) {
+				b.Fatalf("ring %d full", i)
+			}
+		}
+		for _, ring := range f.rings {
+			ring.publish()
+		}
+		if flush {
+			r.Flush()
+		}
+		before := delivered
+		b.StartTimer()
+		switch form {
+		case "ReadInto":
+			for r.ReadInto(&s) == nil {
+				delivered++
+			}
+		case "Each":
+			r.Each(context.Background(), count)
+		}
+		if flush && delivered-before != len(rings) {
+			b.Fatalf("delivered %d records of %d", delivered-before, len(rings))
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(delivered), "ns/record")
+}
