@@ -65,8 +65,13 @@ type ordered struct {
 	newest    uint64 // the largest key parsed from any ring
 	last      uint64 // largest key released
 	start     time.Time
-	tmp       Record
-	scratch   []byte
+	// look: next looks at the waiting rings (a load of each one's
+	// data_head) only when set: when the merge took a new head snapshot of
+	// a ring, found nothing to release, took up a Flush or delivered a lost
+	// record, not once per record.
+	look    bool
+	tmp     Record
+	scratch []byte
 
 	// A run: the ring whose front next released by rule 1, and the
 	// smallest front key of the other rings then. Until one of those is
@@ -107,6 +112,7 @@ func newOrdered(s *ringSet, cfg orderConfig) *ordered {
 		highWater: cfg.highWater,
 		start:     time.Now(),
 		runRing:   -1,
+		look:      true,
 	}
 	o.runF = o.runFn
 	size := s.rings[0].size()
@@ -177,19 +183,29 @@ func (o *ordered) key(rec *Record) uint64 {
 // next returns the front that goes next and its ring, or -1 when none may
 // go yet. A late record that DropLate drops is counted and passed over.
 //
-// Per record it costs a sift of the heap, O(log rings), and a look at each
-// ring without a front (perfRing.quiet: a load of its data_head): an idle
-// CPU's ring must be looked at, since a record there could come first.
+// Per record it costs a sift of the heap, O(log rings). The rings without
+// a front (idle CPUs' rings, whose next record could come first) are looked
+// at (ring.quiet: a load of their head) when look says the view moved: a
+// new head snapshot of any ring, nothing to release, a Flush, a lost or
+// corrupt record; so once per snapshot's records, not once per record.
+// Under rule 1 that misses nothing (a waiting ring's next keys are at
+// least its newest); under rules 2 and 3 a record that arrives on an idle
+// ring meanwhile joins at the next look.
 func (o *ordered) next() (*Record, int) {
 	for {
 		o.runRing = -1
+		if o.s.flushReq.Load() {
+			o.look = true // a Flush: what the idle rings hold now goes too
+		}
 		if o.s.flushing() && o.s.flushReached(o) {
 			return nil, -1 // the read returns ErrFlushed
 		}
 		o.fixRoot()
 		// The rings without a front: a lost record goes at once (its ring
 		// stays waiting: delivered empties it), a sample joins the heap.
-		for k := 0; k < len(o.waiting); {
+		look := o.look
+		o.look = false
+		for k := 0; look && k < len(o.waiting); {
 			i := o.waiting[k]
 			r := &o.rs[i]
 			if !r.has && (o.s.rings[i].quiet() || !o.load(i)) {
@@ -203,6 +219,7 @@ func (o *ordered) next() (*Record, int) {
 			o.heap.push(heapEntry{key: r.key, ring: i})
 		}
 		if len(o.heap) == 0 {
+			o.look = true
 			return nil, -1
 		}
 		best, key := o.heap[0].ring, o.heap[0].key
@@ -210,6 +227,7 @@ func (o *ordered) next() (*Record, int) {
 			o.pressure = false // rule 1: every other front is at least as large
 			o.runRing, o.runBound = best, o.heap.second()
 		} else if !o.releasable(best) {
+			o.look = true
 			return nil, -1
 		}
 		front := &o.rs[best].front
@@ -244,6 +262,9 @@ func (o *ordered) fixRoot() {
 		o.heap[0].key = r.key
 		o.heap.siftDown()
 	} else {
+		if r.has {
+			o.look = true // a lost record: next delivers it at once
+		}
 		o.waiting = append(o.waiting, o.heap.popRoot())
 	}
 }
@@ -262,6 +283,7 @@ func (o *ordered) load(i int) bool {
 		// the head hands back nothing that is still in use.
 		o.s.skipCorrupt(i, err)
 		o.publish(i)
+		o.look = true // look at the ring again past the corruption
 		return false
 	}
 	if ok {
@@ -286,6 +308,9 @@ func (o *ordered) parsedFront(r *orderedRing) {
 func (o *ordered) delivered(i int) {
 	r := &o.rs[i]
 	r.has = false
+	if r.front.Type != RecordSample {
+		o.look = true // its ring waits: look at it again at once
+	}
 	if r.freed += int(r.front.Next - r.front.Pos); r.freed >= o.commitAt || o.pressure {
 		o.commitPublish(i)
 	}

@@ -72,6 +72,7 @@ type ringSet struct {
 	flushHeads []uint64
 	flushTo    []uint64 // the running flush's heads (read side only)
 	flushOn    bool     // a flush runs
+	flushFrom  int      // the rings before it have reached flushTo
 }
 
 // push adds ring rb as the last one, with buffer index len(s.rings).
@@ -143,13 +144,17 @@ func (s *ringSet) flushReached(pol policy) bool {
 		s.flushReq.Store(false)
 		copy(s.flushTo, s.flushHeads)
 		s.flushMu.Unlock()
-		s.flushOn = true
+		s.flushOn, s.flushFrom = true, 0
 	}
 	if !s.flushOn {
 		return false
 	}
-	for i, rb := range s.rings {
-		if !rb.reached(pol.oldest(i), s.flushTo[i]) {
+	// A ring that reached its head stays there (its oldest record only
+	// moves on): the rings before flushFrom are not looked at again, so
+	// that a check per record costs O(1) amortised.
+	for ; s.flushFrom < len(s.rings); s.flushFrom++ {
+		i := s.flushFrom
+		if !s.rings[i].reached(pol.oldest(i), s.flushTo[i]) {
 			return false
 		}
 	}

@@ -85,6 +85,7 @@ func (o *ordered) refresh(i int) {
 	rb.refresh()
 	if h := rb.headPos(); h != old {
 		o.mark(i, h)
+		o.look = true // the merge's view moved on: the idle rings' too
 	}
 }
 
