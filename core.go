@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync/atomic"
 )
 
 // core owns the rings of one map for its PerfBuffer or Reader.
@@ -20,6 +21,9 @@ type core struct {
 	life    lifetime // calls in progress; the last one out after Close frees
 	pol     policy
 	fds     []int // ring i's perf event descriptor; grows under statsMu
+	// newCPUs, if set, is the CPU watch's flag of CPUs that came online
+	// (hotplug.go): the reads' check of it is one load, no call.
+	newCPUs *atomic.Bool
 	// holdOff is a ring buffer's watermark (Options.WakeupBytes): a Reader
 	// woken with every ring below it waits up to its latency before it
 	// drains. Zero: drain at once.
@@ -36,9 +40,8 @@ type source interface {
 	// rings returns the rings opened, with the descriptor a wait polls
 	// for each.
 	perfRings() ([]ring, []int)
-	// cpusPending reports CPUs that came online and need a ring: one
-	// atomic load. addNew opens their rings and calls add with each.
-	cpusPending() bool
+	// addNew opens the rings of CPUs that came online (a perf event
+	// array's; see newCPUs) and calls add with each.
 	addNew(add func(rb ring, fd int) error) error
 	// view returns a new reader of ring i, with positions of its own
 	// (RawBuffer).
@@ -131,6 +134,7 @@ func (c *core) start(pol policy, callbacks []string) {
 	c.life.free = c.free
 	c.life.callbacks = callbacks
 	if r, ok := c.src.(*rings); ok && r.watch != nil {
+		c.newCPUs = &r.watch.pending
 		r.watch.notify = c.poke
 		r.watch.start()
 	}
@@ -160,7 +164,7 @@ func (c *core) addRing(rb ring, fd int) error {
 // rings (hotplug.go): a check of one atomic when none did. On the read
 // side, under the owner's drain lock.
 func (c *core) addNewCPUs() error {
-	if c.src == nil || !c.src.cpusPending() {
+	if c.newCPUs == nil || !c.newCPUs.Load() {
 		return nil
 	}
 	return c.src.addNew(c.addRing)

@@ -164,7 +164,6 @@ func (s *ringBufSource) perfRings() ([]ring, []int) {
 }
 
 // A ring buffer is every CPU's: no CPU coming online needs a ring.
-func (s *ringBufSource) cpusPending() bool                  { return false }
 func (s *ringBufSource) addNew(func(ring, int) error) error { return nil }
 
 // view returns a new reader over ring i's mapping, with positions of its own.

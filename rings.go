@@ -244,13 +244,6 @@ func (r *rings) close() {
 // MEMBARRIER_CMD_GLOBAL (include/uapi/linux/membarrier.h), which x/sys/unix lacks.
 const membarrierCmdGlobal = 1
 
-// cpusPending reports whether CPUs came online since the last
-// addNewCPUs: one atomic load, also on a nil r (a Reader over a test's own
-// rings) and without a watch.
-func (r *rings) cpusPending() bool {
-	return r != nil && r.watch != nil && r.watch.pending.Load()
-}
-
 // takeNewCPUs returns the CPUs that need a new ring: those announced online
 // (again or for the first time), and with rescan, the online CPUs without a
 // ring. Each comes once, in increasing order; CPUs past the map's entries
