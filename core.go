@@ -20,7 +20,7 @@ type core struct {
 	w       *waiter  // the wait on every ring, woken by Close
 	life    lifetime // calls in progress; the last one out after Close frees
 	pol     policy
-	fds     []int // ring i's perf event descriptor; grows under statsMu
+	fds     []int // the descriptor a wait polls for ring i; grows under statsMu
 	// newCPUs, if set, is the CPU watch's flag of CPUs that came online
 	// (hotplug.go): the reads' check of it is one load, no call.
 	newCPUs *atomic.Bool
@@ -37,9 +37,9 @@ type core struct {
 // a perf event array's rings (rings.go), or a BPF ring buffer map's
 // (ringbufs.go).
 type source interface {
-	// rings returns the rings opened, with the descriptor a wait polls
+	// opened returns the rings opened, with the descriptor a wait polls
 	// for each.
-	perfRings() ([]ring, []int)
+	opened() ([]ring, []int)
 	// addNew opens the rings of CPUs that came online (a perf event
 	// array's; see newCPUs) and calls add with each.
 	addNew(add func(rb ring, fd int) error) error
@@ -99,7 +99,7 @@ func openCore(m Map, more []Map, ro ringOptions, failures Map) (*core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := newCore(src.perfRings())
+	c, err := newCore(src.opened())
 	if err != nil {
 		src.close()
 		return nil, err

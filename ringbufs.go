@@ -153,9 +153,9 @@ func (s *ringBufSource) addInner(m mapArg) error {
 	return nil
 }
 
-// perfRings returns the rings; a wait polls each map's descriptor, which
+// opened returns the rings; a wait polls each map's descriptor, which
 // the kernel makes readable while its ring holds records.
-func (s *ringBufSource) perfRings() ([]ring, []int) {
+func (s *ringBufSource) opened() ([]ring, []int) {
 	out := make([]ring, len(s.rings))
 	for i, rb := range s.rings {
 		out[i] = rb

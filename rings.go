@@ -153,8 +153,8 @@ func (r *rings) openLibbpf(cpu int32) (*perfRing, int, ringSrc, error) {
 	return rb, fd, src, nil
 }
 
-// perfRings returns the rings opened so far, for the owner core.
-func (r *rings) perfRings() ([]ring, []int) {
+// opened returns the rings opened so far, for the owner core.
+func (r *rings) opened() ([]ring, []int) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]ring, len(r.ring))
