@@ -177,7 +177,8 @@ func (c *core) count() int {
 	return len(c.rings)
 }
 
-// fd returns ring i's perf event descriptor, i < count().
+// fd returns the descriptor a wait polls for ring i (its perf event, or its
+// ring buffer map), i < count().
 func (c *core) fd(i int) int {
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()

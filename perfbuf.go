@@ -262,7 +262,8 @@ func (pb *PerfBuffer) BufferCount() int {
 }
 
 // BufferFD returns ring i's perf event descriptor
-// (perf_buffer__buffer_fd). It belongs to the PerfBuffer: do not close it.
+// (perf_buffer__buffer_fd), or for a ring buffer its map's (ring__map_fd).
+// It belongs to the PerfBuffer, or to the caller's map: do not close it.
 // Errors: os.ErrInvalid for an index out of range, os.ErrClosed (wrapped).
 func (pb *PerfBuffer) BufferFD(i int) (int, error) {
 	op := fmt.Sprintf("fd of perf buffer %d", i)

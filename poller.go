@@ -83,7 +83,8 @@ func newWaiter() (*waiter, error) {
 	return w, nil
 }
 
-// addRing watches one more ring, whose perf event descriptor is fd.
+// addRing watches one more ring, whose pollable descriptor is fd (its perf
+// event, or its ring buffer map).
 func (w *waiter) addRing(rb ring, fd int) error {
 	if err := w.add(w.epfd, fd); err != nil {
 		return fmt.Errorf("add ring of cpu %d to epoll: %w", rb.cpuNum(), err)
