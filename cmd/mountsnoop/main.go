@@ -283,6 +283,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	boolean(&o.printer.detailed, "output result in detail mode", "d", "detailed")
 	value(pidValue{&o.tracer.pid}, "PID", "process ID to trace", "p", "pid")
+	boolean(&o.tracer.kernelPIDs, "print PIDs as the kernel numbers them (the C tool's), not as this PID namespace does", "kernel-pids")
 	boolean(&o.printer.timestamp, "include timestamp on output", "t", "timestamp")
 	boolean(&o.tracer.verbose, "verbose debug output (and the buffer's kind)", "v", "verbose")
 	value(secondsValue{&o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "duration")

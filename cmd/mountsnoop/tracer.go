@@ -37,10 +37,15 @@ var errNoObject = errors.New("built without its BPF object (" + embeddedObj +
 
 // tracerConfig selects what the BPF program reports and how.
 type tracerConfig struct {
-	objPath string         // the BPF object to load; "" for the built-in one
-	pid     int            // only this process (tgid); 0 for all
-	buffer  bpfbuffer.Kind // what `events` becomes: Any (a ring buffer if the kernel has them), or forced
-	verbose bool           // libbpf debug messages
+	objPath string // the BPF object to load; "" for the built-in one
+	pid     int    // only this process (tgid, numbered as PIDs are printed); 0 for all
+	// kernelPIDs: PIDs as the kernel numbers them (the initial PID
+	// namespace's), as the C tool prints them; otherwise as mountsnoop's
+	// own PID namespace numbers them (the same on the host), and tasks
+	// outside it show PID 0.
+	kernelPIDs bool
+	buffer     bpfbuffer.Kind // what `events` becomes: Any (a ring buffer if the kernel has them), or forced
+	verbose    bool           // libbpf debug messages
 }
 
 // tracer is the BPF program, attached, and the reader of its events.
@@ -93,6 +98,15 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	}()
 	if err := mod.InitGlobalVariable("target_pid", uint32(cfg.pid)); err != nil {
 		return nil, fmt.Errorf("set target_pid in %s: %w", path, err)
+	}
+	var pidns uint32 // 0: the kernel's PIDs
+	if !cfg.kernelPIDs {
+		if pidns, err = pidNamespace(); err != nil {
+			return nil, err
+		}
+	}
+	if err := mod.InitGlobalVariable("pidns_ino", pidns); err != nil {
+		return nil, fmt.Errorf("set pidns_ino in %s: %w", path, err)
 	}
 	// Prepare chooses the kind and sizes the map; it leaves in opts what
 	// NewReader takes for that kind (for a ring buffer it moves RingBytes
@@ -255,4 +269,20 @@ func setLibbpfLogger(verbose bool) {
 			func(level int, _ string) bool { return !verbose && level == libbpfgo.LibbpfDebugLevel },
 		},
 	})
+}
+
+// pidNamespace returns the inode number of mountsnoop's PID namespace, by
+// which the BPF program finds a task's PID in it (pidns_ino in
+// mountsnoop.bpf.c), as execsnoop's does.
+func pidNamespace() (uint32, error) {
+	const path = "/proc/self/ns/pid"
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("find the PID namespace to number PIDs in (--kernel-pids needs none): stat %s: %w", path, err)
+	}
+	// The kernel's namespace inode numbers are 32-bit (ns_common.inum).
+	if st.Ino == 0 || st.Ino > 0xffffffff {
+		return 0, fmt.Errorf("PID namespace %s: inode %d is not a namespace's", path, st.Ino)
+	}
+	return uint32(st.Ino), nil
 }

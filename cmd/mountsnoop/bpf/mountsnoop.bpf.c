@@ -46,8 +46,8 @@ struct event {
 	__u64 ts;               /* 0: bpf_ktime_get_ns() at exit */
 	__u64 delta;            /* 8: ns from entry to exit */
 	__u64 flags;            /* 16 */
-	__u32 pid;              /* 24: tgid, the kernel's number */
-	__u32 tid;              /* 28 */
+	__u32 pid;              /* 24: tgid, in the reader's PID namespace (or the kernel's); 0 outside it */
+	__u32 tid;              /* 28: so numbered too */
 	__u32 mnt_ns;           /* 32: the caller's mount namespace inode */
 	__s32 ret;              /* 36: 0 or -errno */
 	__u32 op;               /* 40: enum op */
@@ -59,8 +59,52 @@ struct event {
 	char data[DATA_LEN];    /* 8264: mount's data, as a string */
 };                              /* 8776 bytes */
 
-/* Set by user space before load: only this process (tgid); 0 for all. */
+/* Set by user space before load: only this process (tgid, numbered as pid
+ * and tid are); 0 for all. */
 const volatile __u32 target_pid = 0;
+/* The inode number of the reader's PID namespace (stat of
+ * /proc/self/ns/pid), whose numbers pid and tid carry; 0: the kernel's
+ * numbers (the initial namespace's), as the C tool prints them. */
+const volatile __u32 pidns_ino = 0;
+
+/* PID namespaces nest at most this deep (MAX_PID_NS_LEVEL in
+ * include/linux/pid_namespace.h). */
+#define MAX_PID_NS_LEVEL 32
+
+/* pid_in_readers_ns returns pid's number in the reader's PID namespace, 0 if
+ * it has none there (pid_nr_ns() of kernel/pid.c), as execsnoop's does: the
+ * namespace's level is found by its inode number, since user space cannot
+ * learn it (NSpid counts from the /proc mount's namespace). */
+static __u32 pid_in_readers_ns(struct pid *pid)
+{
+	unsigned int level = BPF_CORE_READ(pid, level);
+	struct pid_namespace *ns;
+	__u32 i;
+
+	for (i = 0; i <= MAX_PID_NS_LEVEL && i <= level; i++) {
+		ns = BPF_CORE_READ(pid, numbers[i].ns);
+		if (BPF_CORE_READ(ns, ns.inum) == pidns_ino)
+			return BPF_CORE_READ(pid, numbers[i].nr);
+	}
+	return 0;
+}
+
+/* current_ids returns the current task's tgid and tid, in the reader's PID
+ * namespace when pidns_ino is set (0, 0 for a task outside it). */
+static __always_inline void current_ids(__u32 *pid, __u32 *tid)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct task_struct *task;
+
+	if (!pidns_ino) {
+		*pid = id >> 32;
+		*tid = (__u32)id;
+		return;
+	}
+	task = (struct task_struct *)bpf_get_current_task();
+	*pid = pid_in_readers_ns(BPF_CORE_READ(task, group_leader, thread_pid));
+	*tid = pid_in_readers_ns(BPF_CORE_READ(task, thread_pid));
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -87,10 +131,13 @@ struct {
 static int enter(struct call *c)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
+	__u32 tid = (__u32)id, pid, nstid;
 
-	if (target_pid && (__u32)(id >> 32) != target_pid)
-		return 0;
+	if (target_pid) {
+		current_ids(&pid, &nstid);
+		if (pid != target_pid)
+			return 0;
+	}
 	c->ts = bpf_ktime_get_ns();
 	/* BPF_ANY: an entry left by a call whose exit was missed (the tool
 	 * attached between the two) is replaced. */
@@ -127,8 +174,7 @@ static int leave(void *ctx, long ret)
 	e->ts = bpf_ktime_get_ns();
 	e->delta = e->ts - c->ts;
 	e->flags = c->flags;
-	e->pid = id >> 32;
-	e->tid = tid;
+	current_ids(&e->pid, &e->tid);
 	e->mnt_ns = BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum);
 	e->ret = ret;
 	e->op = c->op;
