@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/stdio"
 )
 
 const usageHead = `Trace exec syscalls.
@@ -81,9 +82,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	// The demo goroutine writes to stderr too.
 	stderr = &syncWriter{w: stderr}
-	// Buffered as stdio buffers C's stdout (output.go); flushed before the
+	// Buffered as stdio buffers C's stdout (internal/stdio); flushed before the
 	// summary.
-	out := newStdout(stdout)
+	out := stdio.NewStdout(stdout)
 
 	ms, err := listenMetrics(o.metrics, stderr)
 	if err != nil {

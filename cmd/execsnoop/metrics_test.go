@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/stdio"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -325,7 +326,7 @@ func TestMetricsScrape(t *testing.T) {
 	}
 
 	// The lines come out within the flush delay, though no buffer filled.
-	wait := flushDelay + 2*time.Second
+	wait := stdio.FlushDelay + 2*time.Second
 	for deadline := time.Now().Add(wait); strings.Count(stdout.String(), tok) < ran; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d execs on stdout %v after the last, while the tool runs", strings.Count(stdout.String(), tok), ran, wait)

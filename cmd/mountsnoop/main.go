@@ -24,6 +24,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/internal/stdio"
 )
 
 const usageHead = `Trace mount and umount syscalls.
@@ -62,9 +63,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mountsnoop: %v\nTry 'mountsnoop --help' for more information.\n", err)
 		return 2
 	}
-	// Buffered as stdio buffers C's stdout (output.go); flushed before the
+	// Buffered as stdio buffers C's stdout (internal/stdio); flushed before the
 	// summary.
-	out := newStdout(stdout)
+	out := stdio.NewStdout(stdout)
 
 	t, err := openTracer(o.tracer)
 	if err != nil {

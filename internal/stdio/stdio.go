@@ -1,8 +1,8 @@
-package main
-
-// Buffered output, as C's stdio buffers the C tool's printf: a write(2)
-// per line costs a context switch per event on a busy machine. A copy of
-// cmd/execsnoop/output.go (each command is a package main of its own).
+// Package stdio buffers a tool's stdout as C's stdio buffers the C tools'
+// printf: by line on a terminal, else in blocks. A write(2) per line costs
+// a context switch per event on a busy machine (#16). cmd/execsnoop and
+// cmd/mountsnoop write their lines through it.
+package stdio
 
 import (
 	"bufio"
@@ -20,23 +20,23 @@ const (
 	// about 300 lines of 200 bytes, so that a burst of events costs one
 	// write. (glibc sizes it by st_blksize: 4 KiB for a pipe.)
 	outputBufSize = 64 << 10
-	// flushDelay bounds how long a line waits in the buffer: unlike C's
-	// stdio, which waits for a full buffer, `mountsnoop | grep` shows each
+	// FlushDelay bounds how long a line waits in the buffer: unlike C's
+	// stdio, which waits for a full buffer, `execsnoop | grep` shows each
 	// event within about a second.
-	flushDelay = time.Second
+	FlushDelay = time.Second
 )
 
-// output buffers what goes to stdout. On a terminal it is line-buffered,
+// Writer buffers what goes to stdout. On a terminal it is line-buffered,
 // as stdio is: a write that holds a newline is written out at once. Else
 // it is block-buffered: written when outputBufSize bytes are waiting, or
-// flushDelay after the first of them, whichever comes first. Callers
+// FlushDelay after the first of them, whichever comes first. Callers
 // Flush at the end.
 //
 // A timer is armed only while bytes are waiting, so an idle tool does not
 // wake. Its flush runs on the timer's goroutine, so every method takes mu,
-// and an output may be written from several goroutines. A write error is
+// and a Writer may be written from several goroutines. A write error is
 // kept: every later Write and Flush returns it.
-type output struct {
+type Writer struct {
 	mu    sync.Mutex
 	bw    *bufio.Writer
 	lines bool // line-buffered
@@ -48,23 +48,23 @@ type output struct {
 	armed    bool       // a flush is due within delay of the oldest waiting byte
 }
 
-// flushTimer is what output needs of a *time.Timer.
+// flushTimer is what Writer needs of a *time.Timer.
 type flushTimer interface {
 	Reset(d time.Duration) bool
 	Stop() bool
 }
 
-// newStdout returns the output for stdout w: line-buffered if w is a
-// terminal, as stdio decides.
-func newStdout(w io.Writer) *output {
-	return newOutput(w, isTerminal(w))
+// NewStdout returns the Writer for stdout w: line-buffered if w is a
+// terminal, as stdio decides. Flush it when the tool is done.
+func NewStdout(w io.Writer) *Writer {
+	return newWriter(w, isTerminal(w))
 }
 
-func newOutput(w io.Writer, lineBuffered bool) *output {
-	return &output{
+func newWriter(w io.Writer, lineBuffered bool) *Writer {
+	return &Writer{
 		bw:    bufio.NewWriterSize(w, outputBufSize),
 		lines: lineBuffered,
-		delay: flushDelay,
+		delay: FlushDelay,
 		newTimer: func(d time.Duration, f func()) flushTimer {
 			return time.AfterFunc(d, f)
 		},
@@ -72,7 +72,7 @@ func newOutput(w io.Writer, lineBuffered bool) *output {
 }
 
 // Write buffers p, writing out what the buffering policy says is due.
-func (o *output) Write(p []byte) (int, error) {
+func (o *Writer) Write(p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n, err := o.bw.Write(p)
@@ -94,7 +94,7 @@ func (o *output) Write(p []byte) (int, error) {
 }
 
 // Flush writes out everything buffered.
-func (o *output) Flush() error {
+func (o *Writer) Flush() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.disarm()
@@ -105,7 +105,7 @@ func (o *output) Flush() error {
 // comes late, after another flush, writes out what came since, early,
 // which does no harm: armed stays a promise that a flush is due within
 // delay.
-func (o *output) timedFlush() {
+func (o *Writer) timedFlush() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.armed = false
@@ -113,7 +113,7 @@ func (o *output) timedFlush() {
 }
 
 // disarm stops the timer: nothing waits.
-func (o *output) disarm() {
+func (o *Writer) disarm() {
 	if o.armed {
 		o.timer.Stop()
 		o.armed = false

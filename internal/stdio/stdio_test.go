@@ -1,4 +1,4 @@
-package main
+package stdio
 
 import (
 	"bytes"
@@ -57,9 +57,9 @@ func (w *recordingWriter) Write(p []byte) (int, error) {
 }
 
 // newFakeOutput is an output over a recordingWriter, on a fake clock.
-func newFakeOutput(lineBuffered bool) (*output, *recordingWriter, *fakeTimer) {
+func newFakeOutput(lineBuffered bool) (*Writer, *recordingWriter, *fakeTimer) {
 	w := &recordingWriter{}
-	o := newOutput(w, lineBuffered)
+	o := newWriter(w, lineBuffered)
 	ft := &fakeTimer{}
 	o.newTimer = func(d time.Duration, f func()) flushTimer {
 		ft.f = f
@@ -76,15 +76,15 @@ func writeLine(t *testing.T, w io.Writer, s string) {
 	}
 }
 
-// Not a terminal: lines wait until flushDelay after the first, then go in
+// Not a terminal: lines wait until FlushDelay after the first, then go in
 // one write; no timer runs while nothing waits.
 func TestOutputBlockBuffered(t *testing.T) {
 	o, w, ft := newFakeOutput(false)
 	writeLine(t, o, "one")
 	writeLine(t, o, "two")
-	if w.writes != 0 || !ft.running || ft.d != flushDelay || ft.starts != 1 {
+	if w.writes != 0 || !ft.running || ft.d != FlushDelay || ft.starts != 1 {
 		t.Fatalf("after two lines: %d writes, timer running %v for %v, armed %d times; want 0, one timer for %v",
-			w.writes, ft.running, ft.d, ft.starts, flushDelay)
+			w.writes, ft.running, ft.d, ft.starts, FlushDelay)
 	}
 	ft.fire(t)
 	if w.String() != "one\ntwo\n" || w.writes != 1 {
@@ -161,7 +161,7 @@ func (errWriter) Write([]byte) (int, error) { return 0, errBroken }
 // A write error, also one of the timer's flush, is returned by every later
 // Write and Flush.
 func TestOutputWriteError(t *testing.T) {
-	o := newOutput(errWriter{}, false)
+	o := newWriter(errWriter{}, false)
 	ft := &fakeTimer{}
 	o.newTimer = func(d time.Duration, f func()) flushTimer { ft.f = f; ft.Reset(d); return ft }
 	writeLine(t, o, "one")
@@ -186,7 +186,7 @@ func TestOutputTimerConcurrent(t *testing.T) {
 		defer mu.Unlock()
 		return buf.Write(p)
 	})
-	o := newOutput(w, false)
+	o := newWriter(w, false)
 	o.delay = 20 * time.Millisecond
 	const writers, lines = 4, 500
 	var wg sync.WaitGroup
@@ -253,12 +253,12 @@ func TestStdoutBuffering(t *testing.T) {
 	}
 	defer file.Close()
 	for name, w := range map[string]io.Writer{"pipe": w, "/dev/null": devNull, "file": file, "bytes.Buffer": &bytes.Buffer{}} {
-		if newStdout(w).lines {
+		if NewStdout(w).lines {
 			t.Errorf("%s: line-buffered, want block-buffered", name)
 		}
 	}
 	pty := openPTY(t)
-	if !newStdout(pty).lines {
+	if !NewStdout(pty).lines {
 		t.Errorf("pseudo-terminal %s: block-buffered, want line-buffered", pty.Name())
 	}
 }
