@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/tool"
 )
 
 // encodeEvent lays ev out as struct event in execsnoop.bpf.c does, and pads
@@ -332,7 +333,7 @@ func TestSplitShortFlags(t *testing.T) {
 	}
 	fs.String("n", "", "")
 	fs.Int("max-args", 0, "")
-	got := splitShortFlags(fs, []string{"-Tx", "-n", "-qU", "--time", "-max-args=3", "--max-args", "-3", "-Tt", "--", "-Tt"}, "TtxqU")
+	got := tool.SplitShortFlags(fs, []string{"-Tx", "-n", "-qU", "--time", "-max-args=3", "--max-args", "-3", "-Tt", "--", "-Tt"}, "TtxqU")
 	want := []string{"-T", "-x", "-n", "-qU", "--time", "-max-args=3", "--max-args", "-3", "-T", "-t", "--", "-Tt"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q, want %q", got, want)

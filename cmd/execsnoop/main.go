@@ -23,6 +23,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/stdio"
+	"github.com/perfbuf/perfbuf/internal/tool"
 )
 
 const usageHead = `Trace exec syscalls.
@@ -305,21 +306,21 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	boolean(&o.filter.failedOnly, "show failed exec()s only (implies -x)", "failed-only")
 	value(uidValue{&o.tracer.uid}, "UID", "trace this UID only", "u", "uid")
 	boolean(&o.printer.quote, `add quotemarks (") around arguments`, "q", "quote")
-	value(stringValue{&o.filter.name}, "NAME", "only print commands whose name contains NAME", "n", "name")
-	value(stringValue{&o.filter.line}, "LINE", "only print commands where an argument contains LINE", "l", "line")
+	value(tool.StringValue{P: &o.filter.name}, "NAME", "only print commands whose name contains NAME", "n", "name")
+	value(tool.StringValue{P: &o.filter.line}, "LINE", "only print commands where an argument contains LINE", "l", "line")
 	boolean(&o.printer.printUID, "print UID column", "U", "print-uid")
 	value(maxArgsValue{&o.tracer.maxArgs}, "MAX_ARGS",
 		fmt.Sprintf("maximum number of arguments parsed and displayed, in [1, %d] (default 20)", totalMaxArgs), "max-args")
-	value(secondsValue{&o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "d", "duration")
+	value(tool.SecondsValue{P: &o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "d", "duration")
 	boolean(&o.printer.json, "print JSON lines instead of columns", "j", "json")
 	boolean(&o.demo, "start a few known processes while tracing", "demo")
 	boolean(&o.tracer.kernelPIDs, "print the kernel's PIDs (initial namespace), every exec", "kernel-pids")
-	value(stringValue{&o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
+	value(tool.StringValue{P: &o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
 	value(metricsAddrValue{&o.metrics}, "ADDR", "serve Prometheus metrics on http://ADDR/metrics (port 0: any, printed on stderr)", "metrics")
 	boolean(&o.tracer.verbose, "verbose libbpf debug output", "v", "verbose")
 	boolean(&wantHelp, "show this help", "h", "help")
 
-	if err := fs.Parse(splitShortFlags(fs, args, "TtxqUjvh")); err != nil {
+	if err := fs.Parse(tool.SplitShortFlags(fs, args, "TtxqUjvh")); err != nil {
 		return nil, err
 	}
 	if wantHelp {
@@ -334,59 +335,6 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	return o, nil
 }
-
-// splitShortFlags turns "-Tx" into "-T" "-x" when every letter is one of
-// the bool flags in shorts, so that grouped flags work as with argp. A flag
-// of fs that takes a value ("-n NAME", "--line LINE") is passed on with the
-// argument after it, which is its value whatever it looks like ("-l -tx").
-// It stops at "--" and at the first argument that is not a flag, as flag
-// does.
-func splitShortFlags(fs *flag.FlagSet, args []string, shorts string) []string {
-	out := make([]string, 0, len(args))
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
-			return append(out, args[i:]...)
-		}
-		if takesValue(fs, strings.TrimLeft(a, "-")) && i+1 < len(args) {
-			out = append(out, a, args[i+1])
-			i++
-			continue
-		}
-		letters := a[1:]
-		if len(letters) < 2 || strings.HasPrefix(letters, "-") || strings.Trim(letters, shorts) != "" {
-			out = append(out, a)
-			continue
-		}
-		for _, l := range letters {
-			out = append(out, "-"+string(l))
-		}
-	}
-	return out
-}
-
-// takesValue reports whether name (without "=value") is a flag of fs that
-// is not a bool: its value is the next argument.
-func takesValue(fs *flag.FlagSet, name string) bool {
-	f := fs.Lookup(name)
-	if f == nil || strings.Contains(name, "=") {
-		return false
-	}
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return !ok || !b.IsBoolFlag()
-}
-
-// stringValue is a string flag.
-type stringValue struct{ p *string }
-
-func (v stringValue) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return *v.p
-}
-
-func (v stringValue) Set(s string) error { *v.p = s; return nil }
 
 // maxArgsValue parses --max-args: an integer in [1, totalMaxArgs].
 type maxArgsValue struct{ p *int }
@@ -423,32 +371,6 @@ func (v uidValue) Set(s string) error {
 		return fmt.Errorf("invalid UID %q", s)
 	}
 	*v.p = int(n)
-	return nil
-}
-
-// secondsValue parses -d: seconds ("3", "0.5") or a Go duration ("1m").
-type secondsValue struct{ p *time.Duration }
-
-func (v secondsValue) String() string {
-	if v.p == nil || *v.p == 0 {
-		return ""
-	}
-	return v.p.String()
-}
-
-func (v secondsValue) Set(s string) error {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil {
-			return fmt.Errorf("invalid duration %q", s)
-		}
-		d = time.Duration(f * float64(time.Second))
-	}
-	if d <= 0 {
-		return fmt.Errorf("duration %q is not positive", s)
-	}
-	*v.p = d
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/tool"
 	"golang.org/x/sys/unix"
 )
 
@@ -213,7 +214,7 @@ func TestChildPIDNamespace(t *testing.T) {
 	if kc.otherPIDNS != 0 {
 		t.Errorf("kernel's numbers: %d execs counted outside a namespace", kc.otherPIDNS)
 	}
-	if ino, err := pidNamespace(""); err != nil || ino != initPIDNSIno {
+	if ino, err := tool.PIDNamespace(""); err != nil || ino != initPIDNSIno {
 		// In a namespace of its own, the test knows no kernel PIDs.
 		for _, role := range []string{"init", "child", "outside"} {
 			if ev, ok := m[role]; !ok || ev.PID == 0 || ev.PPID == 0 {

@@ -5,15 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/tool"
 	"golang.org/x/sys/unix"
 )
 
@@ -96,7 +94,7 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	}
 	var pidns uint32 // 0: the kernel's PIDs
 	if !cfg.kernelPIDs {
-		if pidns, err = pidNamespace(cfg.pidns); err != nil {
+		if pidns, err = tool.PIDNamespace(cfg.pidns); err != nil {
 			return nil, err
 		}
 	}
@@ -124,7 +122,7 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	}
 
 	// Attaching reads the tracepoints' ids in tracefs.
-	if err := ensureTracefs(); err != nil {
+	if err := tool.EnsureTracefs("execsnoop"); err != nil {
 		return nil, err
 	}
 	var ts unix.Timespec
@@ -169,24 +167,6 @@ func (t *tracer) openSource(events *libbpfgo.BPFMap) error {
 		return fmt.Errorf("open perf buffer: %w", err)
 	}
 	return nil
-}
-
-// pidNamespace returns the inode number of the PID namespace file path
-// ("" for /proc/self/ns/pid): the BPF program finds the namespace among a
-// task's by it (pidns_ino in execsnoop.bpf.c).
-func pidNamespace(path string) (uint32, error) {
-	if path == "" {
-		path = "/proc/self/ns/pid"
-	}
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, fmt.Errorf("find the PID namespace to number PIDs in (--kernel-pids needs none): stat %s: %w", path, err)
-	}
-	// The kernel's namespace inode numbers are 32-bit (ns_common.inum).
-	if st.Ino == 0 || st.Ino > 0xffffffff {
-		return 0, fmt.Errorf("PID namespace %s: inode %d is not a namespace's", path, st.Ino)
-	}
-	return uint32(st.Ino), nil
 }
 
 // kernelCounts is what the BPF program counted in its map `drops`, summed
@@ -234,84 +214,10 @@ func (t *tracer) close() {
 	}
 }
 
-// openModule opens the BPF object at path, or the one built into the
-// executable when path is "". It returns the module and what errors should
-// call the object.
+// openModule opens the BPF object at path, or the built-in one when path is
+// "" (tool.OpenModule).
 func openModule(path string) (*libbpfgo.Module, string, error) {
-	if path == "" {
-		const name = "built-in " + objName
-		obj, err := bpfDir.ReadFile(embeddedObj)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, name, errNoObject
-		}
-		if err != nil {
-			return nil, name, fmt.Errorf("read %s: %w", name, err)
-		}
-		mod, err := openObject(obj)
-		if err != nil {
-			return nil, name, fmt.Errorf("open %s: %w", name, err)
-		}
-		return mod, name, nil
-	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, path, fmt.Errorf("bpf object: %w", err)
-	}
-	// SkipMemlockBump: raising RLIMIT_MEMLOCK needs CAP_SYS_RESOURCE, and
-	// kernels >= 5.11 charge BPF memory to the cgroup instead.
-	mod, err := libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{BPFObjPath: path, SkipMemlockBump: true})
-	if err != nil {
-		return nil, path, fmt.Errorf("open %s: %w", path, err)
-	}
-	return mod, path, nil
-}
-
-// openObject opens the BPF object obj, held in memory. It does not use
-// libbpfgo.NewModuleFromBufferArgs, which in this libbpfgo (v0.7.0, and
-// releases up to v0.9.2) ignores SkipMemlockBump and always sets
-// RLIMIT_MEMLOCK to 512 MiB: without CAP_SYS_RESOURCE that fails (fixed by
-// libbpfgo#513, after v0.9.2). Instead obj
-// goes into a memfd, which libbpfgo opens as a file through /proc/self/fd:
-// no disk, nothing to clean up. libbpf names the object after the path's
-// last element, the descriptor's number (its .rodata map shows in bpftool
-// as "7.rodata", where the C tool's is "execsnoo.rodata").
-func openObject(obj []byte) (*libbpfgo.Module, error) {
-	fd, err := unix.MemfdCreate(objName, unix.MFD_CLOEXEC|unix.MFD_NOEXEC_SEAL)
-	if errors.Is(err, unix.EINVAL) {
-		// Before Linux 6.3, which added MFD_NOEXEC_SEAL.
-		fd, err = unix.MemfdCreate(objName, unix.MFD_CLOEXEC)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("memfd_create: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), objName)
-	defer f.Close() // libbpfgo and libbpf open the path themselves
-	if _, err := f.Write(obj); err != nil {
-		return nil, fmt.Errorf("write memfd: %w", err)
-	}
-	return libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{
-		BPFObjPath:      "/proc/self/fd/" + strconv.Itoa(fd),
-		SkipMemlockBump: true, // as in openModule
-	})
-}
-
-// tracefs mount points, where libbpf looks for tracepoint ids: the debugfs
-// one first when it exists, as libbpf does.
-var tracefsDirs = []string{"/sys/kernel/debug/tracing", "/sys/kernel/tracing"}
-
-// ensureTracefs mounts tracefs at /sys/kernel/tracing when no tracefs is
-// mounted: attaching a tracepoint reads its id there.
-func ensureTracefs() error {
-	for _, d := range tracefsDirs {
-		if _, err := os.Stat(filepath.Join(d, "events")); err == nil {
-			return nil
-		}
-	}
-	dir := tracefsDirs[len(tracefsDirs)-1]
-	if err := unix.Mount("tracefs", dir, "tracefs", 0, ""); err != nil {
-		return fmt.Errorf("mount tracefs at %s (tracepoints need it): %w", dir, err)
-	}
-	fmt.Fprintf(os.Stderr, "execsnoop: mounted tracefs at %s\n", dir)
-	return nil
+	return tool.OpenModule(path, bpfDir, embeddedObj, errNoObject)
 }
 
 // setLibbpfLogger sends libbpf's warnings to stderr, and its debug messages

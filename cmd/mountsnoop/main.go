@@ -25,6 +25,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
 	"github.com/perfbuf/perfbuf/internal/stdio"
+	"github.com/perfbuf/perfbuf/internal/tool"
 )
 
 const usageHead = `Trace mount and umount syscalls.
@@ -287,13 +288,13 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	boolean(&o.tracer.kernelPIDs, "print PIDs as the kernel numbers them (the C tool's), not as this PID namespace does", "kernel-pids")
 	boolean(&o.printer.timestamp, "include timestamp on output", "t", "timestamp")
 	boolean(&o.tracer.verbose, "verbose debug output (and the buffer's kind)", "v", "verbose")
-	value(secondsValue{&o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "duration")
+	value(tool.SecondsValue{P: &o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "duration")
 	value(kindValue{&o.tracer.buffer}, "KIND",
 		"any (a ring buffer where the kernel has them, the default), ringbuf or perf_event_array", "buffer")
-	value(stringValue{&o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
+	value(tool.StringValue{P: &o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
 	boolean(&wantHelp, "show this help", "h", "help")
 
-	if err := fs.Parse(splitShortFlags(fs, args, "dtvh")); err != nil {
+	if err := fs.Parse(tool.SplitShortFlags(fs, args, "dtvh")); err != nil {
 		return nil, err
 	}
 	if wantHelp {
@@ -305,58 +306,6 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	return o, nil
 }
-
-// splitShortFlags turns "-td" into "-t" "-d" when every letter is one of
-// the bool flags in shorts, so that grouped flags work as with argp. A
-// flag of fs that takes a value ("-p PID") is passed on with the argument
-// after it. It stops at "--" and at the first argument that is not a flag,
-// as flag does.
-func splitShortFlags(fs *flag.FlagSet, args []string, shorts string) []string {
-	out := make([]string, 0, len(args))
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
-			return append(out, args[i:]...)
-		}
-		if takesValue(fs, strings.TrimLeft(a, "-")) && i+1 < len(args) {
-			out = append(out, a, args[i+1])
-			i++
-			continue
-		}
-		letters := a[1:]
-		if len(letters) < 2 || strings.HasPrefix(letters, "-") || strings.Trim(letters, shorts) != "" {
-			out = append(out, a)
-			continue
-		}
-		for _, l := range letters {
-			out = append(out, "-"+string(l))
-		}
-	}
-	return out
-}
-
-// takesValue reports whether name (without "=value") is a flag of fs that
-// is not a bool: its value is the next argument.
-func takesValue(fs *flag.FlagSet, name string) bool {
-	f := fs.Lookup(name)
-	if f == nil || strings.Contains(name, "=") {
-		return false
-	}
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return !ok || !b.IsBoolFlag()
-}
-
-// stringValue is a string flag.
-type stringValue struct{ p *string }
-
-func (v stringValue) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return *v.p
-}
-
-func (v stringValue) Set(s string) error { *v.p = s; return nil }
 
 // pidValue parses -p: a process ID above 0, as the C tool requires.
 type pidValue struct{ p *int }
@@ -400,33 +349,6 @@ func (v kindValue) Set(s string) error {
 		return nil
 	}
 	return fmt.Errorf("invalid buffer kind %q, should be any, ringbuf or perf_event_array", s)
-}
-
-// secondsValue parses --duration: seconds ("3", "0.5") or a Go duration
-// ("1m").
-type secondsValue struct{ p *time.Duration }
-
-func (v secondsValue) String() string {
-	if v.p == nil || *v.p == 0 {
-		return ""
-	}
-	return v.p.String()
-}
-
-func (v secondsValue) Set(s string) error {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil {
-			return fmt.Errorf("invalid duration %q", s)
-		}
-		d = time.Duration(f * float64(time.Second))
-	}
-	if d <= 0 {
-		return fmt.Errorf("duration %q is not positive", s)
-	}
-	*v.p = d
-	return nil
 }
 
 // sumFailures adds up the failed outputs of every Stats entry: for a ring

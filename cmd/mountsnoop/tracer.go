@@ -5,16 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/internal/tool"
 	"golang.org/x/sys/unix"
 )
 
@@ -101,7 +99,7 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	}
 	var pidns uint32 // 0: the kernel's PIDs
 	if !cfg.kernelPIDs {
-		if pidns, err = pidNamespace(); err != nil {
+		if pidns, err = tool.PIDNamespace(""); err != nil {
 			return nil, err
 		}
 	}
@@ -135,7 +133,7 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 		return nil, fmt.Errorf("open %v reader: %w", t.kind, err)
 	}
 
-	if err := ensureTracefs(); err != nil {
+	if err := tool.EnsureTracefs("mountsnoop"); err != nil {
 		return nil, err
 	}
 	var ts unix.Timespec
@@ -186,78 +184,10 @@ func (t *tracer) close() {
 	}
 }
 
-// openModule opens the BPF object at path, or the one built into the
-// executable when path is "". It returns the module and what errors should
-// call the object.
+// openModule opens the BPF object at path, or the built-in one when path is
+// "" (tool.OpenModule).
 func openModule(path string) (*libbpfgo.Module, string, error) {
-	if path == "" {
-		const name = "built-in " + objName
-		obj, err := bpfDir.ReadFile(embeddedObj)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, name, errNoObject
-		}
-		if err != nil {
-			return nil, name, fmt.Errorf("read %s: %w", name, err)
-		}
-		mod, err := openObject(obj)
-		if err != nil {
-			return nil, name, fmt.Errorf("open %s: %w", name, err)
-		}
-		return mod, name, nil
-	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, path, fmt.Errorf("bpf object: %w", err)
-	}
-	// SkipMemlockBump: raising RLIMIT_MEMLOCK needs CAP_SYS_RESOURCE, and
-	// kernels >= 5.11 charge BPF memory to the cgroup instead.
-	mod, err := libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{BPFObjPath: path, SkipMemlockBump: true})
-	if err != nil {
-		return nil, path, fmt.Errorf("open %s: %w", path, err)
-	}
-	return mod, path, nil
-}
-
-// openObject opens the BPF object obj, held in memory, through a memfd
-// that libbpfgo opens as a file: libbpfgo's NewModuleFromBufferArgs (up to
-// v0.9.2) ignores SkipMemlockBump (cmd/execsnoop/tracer.go says more).
-func openObject(obj []byte) (*libbpfgo.Module, error) {
-	fd, err := unix.MemfdCreate(objName, unix.MFD_CLOEXEC|unix.MFD_NOEXEC_SEAL)
-	if errors.Is(err, unix.EINVAL) {
-		// Before Linux 6.3, which added MFD_NOEXEC_SEAL.
-		fd, err = unix.MemfdCreate(objName, unix.MFD_CLOEXEC)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("memfd_create: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), objName)
-	defer f.Close() // libbpfgo and libbpf open the path themselves
-	if _, err := f.Write(obj); err != nil {
-		return nil, fmt.Errorf("write memfd: %w", err)
-	}
-	return libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{
-		BPFObjPath:      "/proc/self/fd/" + strconv.Itoa(fd),
-		SkipMemlockBump: true,
-	})
-}
-
-// tracefs mount points, where libbpf looks for tracepoint ids: the debugfs
-// one first when it exists, as libbpf does.
-var tracefsDirs = []string{"/sys/kernel/debug/tracing", "/sys/kernel/tracing"}
-
-// ensureTracefs mounts tracefs at /sys/kernel/tracing when no tracefs is
-// mounted: attaching a tracepoint reads its id there.
-func ensureTracefs() error {
-	for _, d := range tracefsDirs {
-		if _, err := os.Stat(filepath.Join(d, "events")); err == nil {
-			return nil
-		}
-	}
-	dir := tracefsDirs[len(tracefsDirs)-1]
-	if err := unix.Mount("tracefs", dir, "tracefs", 0, ""); err != nil {
-		return fmt.Errorf("mount tracefs at %s (tracepoints need it): %w", dir, err)
-	}
-	fmt.Fprintf(os.Stderr, "mountsnoop: mounted tracefs at %s\n", dir)
-	return nil
+	return tool.OpenModule(path, bpfDir, embeddedObj, errNoObject)
 }
 
 // setLibbpfLogger sends libbpf's warnings to stderr, and its debug messages
@@ -269,20 +199,4 @@ func setLibbpfLogger(verbose bool) {
 			func(level int, _ string) bool { return !verbose && level == libbpfgo.LibbpfDebugLevel },
 		},
 	})
-}
-
-// pidNamespace returns the inode number of mountsnoop's PID namespace, by
-// which the BPF program finds a task's PID in it (pidns_ino in
-// mountsnoop.bpf.c), as execsnoop's does.
-func pidNamespace() (uint32, error) {
-	const path = "/proc/self/ns/pid"
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, fmt.Errorf("find the PID namespace to number PIDs in (--kernel-pids needs none): stat %s: %w", path, err)
-	}
-	// The kernel's namespace inode numbers are 32-bit (ns_common.inum).
-	if st.Ino == 0 || st.Ino > 0xffffffff {
-		return 0, fmt.Errorf("PID namespace %s: inode %d is not a namespace's", path, st.Ino)
-	}
-	return uint32(st.Ino), nil
 }
