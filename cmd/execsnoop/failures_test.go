@@ -11,6 +11,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/tool"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,7 +39,7 @@ func TestSummaryFailures(t *testing.T) {
 	if strings.Contains(sum.String(), "failed") {
 		t.Errorf("summary without failures mentions them:\n%s", sum.String())
 	}
-	if got := failuresText(perfbuf.Failures{TooBig: 1}); got != "1 failed output (E2BIG 1)" {
+	if got := tool.FailuresText(perfbuf.Failures{TooBig: 1}); got != "1 failed output (E2BIG 1)" {
 		t.Errorf("one failure: %q", got)
 	}
 }
@@ -98,5 +99,5 @@ func TestFailedOutputsCounted(t *testing.T) {
 	if !strings.Contains(sum.String(), "failed output") || !strings.Contains(sum.String(), "(ENOENT ") {
 		t.Errorf("summary does not report the failed output:\n%s", sum.String())
 	}
-	t.Logf("cpu %d, its slot deleted: %s", cpu, failuresText(failed))
+	t.Logf("cpu %d, its slot deleted: %s", cpu, tool.FailuresText(failed))
 }

@@ -239,8 +239,8 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 	if c.corrupt > 0 {
 		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
 	}
-	if f := sumFailures(stats); f.Total() > 0 {
-		fmt.Fprintf(w, ", %s", failuresText(f))
+	if f := tool.SumFailures(stats); f.Total() > 0 {
+		fmt.Fprintf(w, ", %s", tool.FailuresText(f))
 	}
 	fmt.Fprintf(w, " in %.1fs\n", elapsed.Seconds())
 	for _, s := range stats {
@@ -255,7 +255,7 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 			fmt.Fprintf(w, "  %d unread at exit", s.Left)
 		}
 		if s.Failed.Total() > 0 {
-			fmt.Fprintf(w, "  %s", failuresText(s.Failed))
+			fmt.Fprintf(w, "  %s", tool.FailuresText(s.Failed))
 		}
 		fmt.Fprintln(w)
 	}

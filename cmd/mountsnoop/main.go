@@ -206,8 +206,8 @@ func kindText(k bpfbuffer.Kind) string {
 // for a ring buffer, the failures of each CPU that had any.
 func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.Stats, elapsed time.Duration) {
 	fmt.Fprintf(w, "\n%d calls traced, %d lost", c.events, max(c.lost, c.perfFull))
-	if f := sumFailures(stats); f.Total() > 0 {
-		fmt.Fprintf(w, ", %s", failuresText(f))
+	if f := tool.SumFailures(stats); f.Total() > 0 {
+		fmt.Fprintf(w, ", %s", tool.FailuresText(f))
 	}
 	if c.bad > 0 {
 		fmt.Fprintf(w, ", %d malformed", c.bad)
@@ -219,7 +219,7 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 	for _, s := range stats {
 		switch {
 		case s.Ring < 0: // a CPU's failures, without a ring of its own
-			fmt.Fprintf(w, "  cpu %-3d %s\n", s.CPU, failuresText(s.Failed))
+			fmt.Fprintf(w, "  cpu %-3d %s\n", s.CPU, tool.FailuresText(s.Failed))
 			continue
 		case s.CPU < 0: // the ring buffer: every CPU's
 			fmt.Fprintf(w, "  ring    %6d events", s.Samples)
@@ -239,7 +239,7 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 			fmt.Fprintf(w, "  %d unread at exit", s.Left)
 		}
 		if s.Failed.Total() > 0 {
-			fmt.Fprintf(w, "  %s", failuresText(s.Failed))
+			fmt.Fprintf(w, "  %s", tool.FailuresText(s.Failed))
 		}
 		fmt.Fprintln(w)
 	}
@@ -349,44 +349,4 @@ func (v kindValue) Set(s string) error {
 		return nil
 	}
 	return fmt.Errorf("invalid buffer kind %q, should be any, ringbuf or perf_event_array", s)
-}
-
-// sumFailures adds up the failed outputs of every Stats entry: for a ring
-// buffer, the CPUs' entries after the ring's.
-func sumFailures(stats []perfbuf.Stats) perfbuf.Failures {
-	var sum perfbuf.Failures
-	for _, s := range stats {
-		f := s.Failed
-		sum.NoEntry += f.NoEntry
-		sum.TooBig += f.TooBig
-		sum.Invalid += f.Invalid
-		sum.NotOnCPU += f.NotOnCPU
-		sum.Other += f.Other
-		sum.Full += f.Full
-	}
-	return sum
-}
-
-// failuresText says how many reserves or outputs failed before reaching a
-// ring, and why: "3 failed outputs (ring full 2, ENOENT 1)". A full ring
-// buffer is the usual one (bpf_ringbuf_reserve found no room: the C tool
-// drops such an event without a word); a full perf ring is a lost record
-// instead. ENOENT on the perf path: a CPU that came online after the rings
-// were opened.
-func failuresText(f perfbuf.Failures) string {
-	var causes []string
-	for _, c := range []struct {
-		name string
-		n    uint64
-	}{{"ring full", f.Full}, {"ENOENT", f.NoEntry}, {"E2BIG", f.TooBig}, {"EINVAL", f.Invalid},
-		{"EOPNOTSUPP", f.NotOnCPU}, {"other", f.Other}} {
-		if c.n > 0 {
-			causes = append(causes, fmt.Sprintf("%s %d", c.name, c.n))
-		}
-	}
-	plural := "s"
-	if f.Total() == 1 {
-		plural = ""
-	}
-	return fmt.Sprintf("%d failed output%s (%s)", f.Total(), plural, strings.Join(causes, ", "))
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/internal/tool"
 	"golang.org/x/sys/unix"
 )
 
@@ -277,7 +278,7 @@ func TestFullRing(t *testing.T) {
 				lost += s.Lost
 				left += s.Left
 			}
-			f := sumFailures(stats)
+			f := tool.SumFailures(stats)
 			// The lost records the kernel wrote, or the BPF program's count
 			// where it wrote none (no event came after the ring filled).
 			lost = max(lost, perfFull)
