@@ -2,12 +2,9 @@ package main
 
 import (
 	"embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"time"
-	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
@@ -76,7 +73,7 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	if cfg.maxArgs < 1 || cfg.maxArgs > totalMaxArgs {
 		return nil, fmt.Errorf("max args %d outside [1, %d]", cfg.maxArgs, totalMaxArgs)
 	}
-	setLibbpfLogger(cfg.verbose)
+	tool.SetLibbpfLogger(cfg.verbose)
 	mod, path, err := openModule(cfg.objPath) // path: what errors call it
 	if err != nil {
 		return nil, err
@@ -192,14 +189,11 @@ func (t *tracer) kernelCounts() (kernelCounts, error) {
 	}
 	// DROP_OUTPUT, DROP_MAP_FULL, DROP_OTHER_PIDNS in execsnoop.bpf.c.
 	for kind, sum := range []*uint64{&c.notOutput, &c.untraced, &c.otherPIDNS} {
-		k := uint32(kind)
-		v, err := m.GetValue(unsafe.Pointer(&k)) // a u64 per possible CPU
+		n, err := tool.PerCPUSum(m, uint32(kind))
 		if err != nil {
-			return kernelCounts{}, fmt.Errorf("map drops[%d]: %w", k, err)
+			return kernelCounts{}, err
 		}
-		for ; len(v) >= 8; v = v[8:] {
-			*sum += binary.NativeEndian.Uint64(v)
-		}
+		*sum = n
 	}
 	return c, nil
 }
@@ -218,15 +212,4 @@ func (t *tracer) close() {
 // "" (tool.OpenModule).
 func openModule(path string) (*libbpfgo.Module, string, error) {
 	return tool.OpenModule(path, bpfDir, embeddedObj, errNoObject)
-}
-
-// setLibbpfLogger sends libbpf's warnings to stderr, and its debug messages
-// too when verbose.
-func setLibbpfLogger(verbose bool) {
-	libbpfgo.SetLoggerCbs(libbpfgo.Callbacks{
-		Log: func(_ int, msg string) { fmt.Fprint(os.Stderr, msg) },
-		LogFilters: []func(int, string) bool{
-			func(level int, _ string) bool { return !verbose && level == libbpfgo.LibbpfDebugLevel },
-		},
-	})
 }

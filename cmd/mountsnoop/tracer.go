@@ -2,12 +2,9 @@ package main
 
 import (
 	"embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"time"
-	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
@@ -82,7 +79,7 @@ var tracepoints = []struct{ prog, tp string }{
 // openTracer loads the BPF program with `events` made the kind cfg asks
 // for, opens the reader, and attaches the programs.
 func openTracer(cfg tracerConfig) (*tracer, error) {
-	setLibbpfLogger(cfg.verbose)
+	tool.SetLibbpfLogger(cfg.verbose)
 	mod, path, err := openModule(cfg.objPath) // path: what errors call it
 	if err != nil {
 		return nil, err
@@ -162,16 +159,7 @@ func (t *tracer) perfFull() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("map perf_full: %w", err)
 	}
-	var k uint32
-	v, err := m.GetValue(unsafe.Pointer(&k)) // a u64 per possible CPU
-	if err != nil {
-		return 0, fmt.Errorf("map perf_full: %w", err)
-	}
-	var sum uint64
-	for ; len(v) >= 8; v = v[8:] {
-		sum += binary.NativeEndian.Uint64(v)
-	}
-	return sum, nil
+	return tool.PerCPUSum(m, 0)
 }
 
 // close stops the reader, detaches the programs and frees everything.
@@ -188,15 +176,4 @@ func (t *tracer) close() {
 // "" (tool.OpenModule).
 func openModule(path string) (*libbpfgo.Module, string, error) {
 	return tool.OpenModule(path, bpfDir, embeddedObj, errNoObject)
-}
-
-// setLibbpfLogger sends libbpf's warnings to stderr, and its debug messages
-// too when verbose.
-func setLibbpfLogger(verbose bool) {
-	libbpfgo.SetLoggerCbs(libbpfgo.Callbacks{
-		Log: func(_ int, msg string) { fmt.Fprint(os.Stderr, msg) },
-		LogFilters: []func(int, string) bool{
-			func(level int, _ string) bool { return !verbose && level == libbpfgo.LibbpfDebugLevel },
-		},
-	})
 }

@@ -1,10 +1,12 @@
 // Package tool holds what the ports of libbpf-tools (cmd/execsnoop,
 // cmd/mountsnoop) share beside their buffered stdout (internal/stdio):
 // their flags' parsing as argp's, loading their BPF object (built in, or
-// from a file), tracefs, and the PID namespace their PIDs are numbered in.
+// from a file), libbpf's log, per-CPU counters, tracefs, and the PID
+// namespace their PIDs are numbered in.
 package tool
 
 import (
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
 	"golang.org/x/sys/unix"
@@ -177,6 +180,31 @@ func openObject(objName string, obj []byte) (*libbpfgo.Module, error) {
 		BPFObjPath:      "/proc/self/fd/" + strconv.Itoa(fd),
 		SkipMemlockBump: true, // as in openModule
 	})
+}
+
+// SetLibbpfLogger sends libbpf's warnings to stderr, and its debug messages
+// too when verbose.
+func SetLibbpfLogger(verbose bool) {
+	libbpfgo.SetLoggerCbs(libbpfgo.Callbacks{
+		Log: func(_ int, msg string) { fmt.Fprint(os.Stderr, msg) },
+		LogFilters: []func(int, string) bool{
+			func(level int, _ string) bool { return !verbose && level == libbpfgo.LibbpfDebugLevel },
+		},
+	})
+}
+
+// PerCPUSum returns the value at key of the BPF_MAP_TYPE_PERCPU_ARRAY m, a
+// u64 per possible CPU, summed over the CPUs.
+func PerCPUSum(m *libbpfgo.BPFMap, key uint32) (uint64, error) {
+	v, err := m.GetValue(unsafe.Pointer(&key)) // libbpf sizes v for every possible CPU
+	if err != nil {
+		return 0, fmt.Errorf("map %s[%d]: %w", m.Name(), key, err)
+	}
+	var sum uint64
+	for ; len(v) >= 8; v = v[8:] {
+		sum += binary.NativeEndian.Uint64(v)
+	}
+	return sum, nil
 }
 
 // tracefs mount points, where libbpf looks for tracepoint ids: the debugfs
