@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,39 +60,11 @@ func RBSustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResu
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), ncpu+2)))
 
-	var (
-		start    = make(chan struct{})
-		wg       sync.WaitGroup
-		errMu    sync.Mutex
-		firstErr error
-	)
-	fail := func(err error) {
-		errMu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		errMu.Unlock()
-	}
-	for i, cpu := range e.CPUs {
-		n := cfg.Samples / ncpu
-		if i < cfg.Samples%ncpu {
-			n++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			unpin, err := bpfrun.Pin(cpu)
-			if err != nil {
-				fail(err)
-				return
-			}
-			defer unpin()
-			<-start
-			if err := emitRuns(e, cpu, n, cfg.Size, cfg.Batch); err != nil {
-				fail(err)
-			}
-		}()
-	}
+	start := make(chan struct{})
+	var p producers
+	p.start(e, cfg.Samples, start, func(cpu, n int) error {
+		return emitRuns(e, cpu, n, cfg.Size, cfg.Batch)
+	})
 
 	// Once the producers are done, everything they emitted is in the
 	// ring (a test run returns after its commits): the watcher sets the
@@ -103,10 +74,10 @@ func RBSustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResu
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		wg.Wait()
+		p.wg.Wait()
 		after, err := e.Stats()
 		if err != nil {
-			fail(err)
+			p.fail(err)
 		} else {
 			var n uint64
 			for _, cpu := range e.CPUs {
@@ -126,9 +97,7 @@ func RBSustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResu
 	t.StopTimer()
 	<-watched
 	if err == nil {
-		errMu.Lock()
-		err = firstErr
-		errMu.Unlock()
+		err = p.err()
 	}
 	if err != nil {
 		return res, fmt.Errorf("ring buffer sustained %s: %w", cfg.Mode, err)

@@ -123,46 +123,18 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), ncpu+2)))
 
-	var (
-		start    = make(chan struct{})
-		wg       sync.WaitGroup
-		failed   atomic.Bool
-		errMu    sync.Mutex
-		firstErr error
-	)
-	fail := func(err error) {
-		errMu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		errMu.Unlock()
-		failed.Store(true)
-	}
-	for i, cpu := range e.CPUs {
-		n := cfg.Samples / ncpu
-		if i < cfg.Samples%ncpu {
-			n++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			unpin, err := bpfrun.Pin(cpu)
-			if err != nil {
-				fail(err)
-				return
+	start := make(chan struct{})
+	var p producers
+	p.start(e, cfg.Samples, start, func(cpu, n int) error {
+		for left := n; left > 0; {
+			k := min(cfg.Batch, left)
+			if err := e.Emit(cpu, uint64(k), uint64(cfg.Size), 0); err != nil {
+				return err
 			}
-			defer unpin()
-			<-start
-			for left := n; left > 0; {
-				k := min(cfg.Batch, left)
-				if err := e.Emit(cpu, uint64(k), uint64(cfg.Size), 0); err != nil {
-					fail(err)
-					return
-				}
-				left -= k
-			}
-		}()
-	}
+			left -= k
+		}
+		return nil
+	})
 
 	// The watchdog: once the producers are done, if the consumer has not
 	// finished 100 ms later, emit one more sample per CPU (expected grows
@@ -189,7 +161,7 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 	watchdog := make(chan struct{})
 	go func() {
 		defer close(watchdog)
-		wg.Wait()
+		p.wg.Wait()
 		for range 3 {
 			select {
 			case <-finished:
@@ -201,7 +173,7 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 			}
 			for _, cpu := range e.CPUs {
 				if err := e.Emit(cpu, 1, uint64(cfg.Size), 0); err != nil {
-					fail(err)
+					p.fail(err)
 				}
 			}
 		}
@@ -212,7 +184,7 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 	close(start)
 	for steps := 1; ; steps++ {
 		got, lost, _ := c.counts()
-		if x := expected.Load(); got+lost >= x && expected.CompareAndSwap(x, x|doneBit) || failed.Load() {
+		if x := expected.Load(); got+lost >= x && expected.CompareAndSwap(x, x|doneBit) || p.failed.Load() {
 			break
 		}
 		// A reader's step is one record: look at the clock now and then
@@ -230,9 +202,7 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 	close(finished)
 	<-watchdog
 	if err == nil {
-		errMu.Lock()
-		err = firstErr
-		errMu.Unlock()
+		err = p.err()
 	}
 	if err != nil {
 		return res, fmt.Errorf("sustained %s: %w", cfg.Mode, err)
@@ -249,6 +219,60 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 	res.Received, res.Lost, res.Late = c.counts()
 	res.MaxFill = c.maxFill()
 	return res, nil
+}
+
+// producers are the goroutines that emit the samples of a sustained run,
+// one per CPU of the emitter, locked to it. The first error of any of them
+// is kept; failed says there is one, for the consumer to stop early.
+type producers struct {
+	wg     sync.WaitGroup // done when every producer has returned
+	failed atomic.Bool
+	mu     sync.Mutex
+	first  error
+}
+
+// start starts the producers: each waits for start to close, then calls
+// emit(cpu, n) on its CPU with its share n of samples (the first
+// samples%len(e.CPUs) CPUs take one more).
+func (p *producers) start(e *bpfrun.Emitter, samples int, start <-chan struct{}, emit func(cpu, n int) error) {
+	ncpu := len(e.CPUs)
+	for i, cpu := range e.CPUs {
+		n := samples / ncpu
+		if i < samples%ncpu {
+			n++
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			unpin, err := bpfrun.Pin(cpu)
+			if err != nil {
+				p.fail(err)
+				return
+			}
+			defer unpin()
+			<-start
+			if err := emit(cpu, n); err != nil {
+				p.fail(err)
+			}
+		}()
+	}
+}
+
+// fail records err, if it is the first.
+func (p *producers) fail(err error) {
+	p.mu.Lock()
+	if p.first == nil {
+		p.first = err
+	}
+	p.mu.Unlock()
+	p.failed.Store(true)
+}
+
+// err returns the first error fail recorded.
+func (p *producers) err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.first
 }
 
 func (cfg *SustainedConfig) defaults() {
