@@ -15,7 +15,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
@@ -119,25 +118,7 @@ type outcome struct {
 // outcomes reads the program's own counts, by CPU.
 func (f *fixture) outcomes(t *testing.T) map[int]outcome {
 	t.Helper()
-	var key uint32
-	val, err := bpftest.Map(t, f.mod, "outcomes").GetValue(unsafe.Pointer(&key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	possible, err := cpus.Possible()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const size = int(unsafe.Sizeof(outcome{}))
-	out := map[int]outcome{}
-	for k, cpu := range possible {
-		var w [size / 8]uint64
-		for i := range w {
-			w[i] = binary.NativeEndian.Uint64(val[k*size+8*i:])
-		}
-		out[cpu] = outcome{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]}
-	}
-	return out
+	return bpftest.PerCPU[outcome](t, f.mod, "outcomes")
 }
 
 // collector counts what a reader delivered, per CPU as the sample says,

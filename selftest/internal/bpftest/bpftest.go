@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
+	"github.com/perfbuf/perfbuf/internal/cpus"
 )
 
 // RequirePrivileges skips the test when it cannot load BPF programs, except
@@ -94,6 +96,37 @@ func Stats(tb testing.TB, m *libbpfgo.Module) []EmitStats {
 		tb.Fatal(err)
 	}
 	return st
+}
+
+// PerCPU reads key 0 of the BPF_MAP_TYPE_PERCPU_ARRAY mapName of m, whose
+// value is a struct that T mirrors (fixed-size fields, host byte order),
+// and returns it by CPU number: libbpf returns one value per possible CPU,
+// in the order of the possible CPUs.
+func PerCPU[T any](tb testing.TB, m *libbpfgo.Module, mapName string) map[int]T {
+	tb.Helper()
+	var key uint32
+	val, err := Map(tb, m, mapName).GetValue(unsafe.Pointer(&key))
+	if err != nil {
+		tb.Fatalf("map %s: %v", mapName, err)
+	}
+	possible, err := cpus.Possible()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var zero T
+	size := binary.Size(zero)
+	if len(val) != size*len(possible) {
+		tb.Fatalf("map %s: %d bytes for %d possible cpus of %d bytes", mapName, len(val), len(possible), size)
+	}
+	out := make(map[int]T, len(possible))
+	for k, cpu := range possible {
+		var v T
+		if _, err := binary.Decode(val[k*size:(k+1)*size], binary.NativeEndian, &v); err != nil {
+			tb.Fatalf("map %s: cpu %d: %v", mapName, cpu, err)
+		}
+		out[cpu] = v
+	}
+	return out
 }
 
 // Header is the start of every emitted sample (struct emit_hdr).
