@@ -114,5 +114,5 @@ func (f *fullest) startPass() bool {
 	return len(f.order) > 0
 }
 
-// idle: every turn ended with a commit already.
-func (f *fullest) idle() time.Duration { return f.s.latency }
+// idle: every turn ended with a commit already; MaxLatency is a bound.
+func (f *fullest) idle() (time.Duration, time.Duration) { return f.s.latency, 0 }

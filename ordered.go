@@ -56,6 +56,8 @@ type ordered struct {
 	window    uint64
 	maxDelay  time.Duration
 	markGrain int64 // marks closer in time than this are merged: MaxDelay/32
+	// dueSlack is how late rule 3's timer may fire: MaxDelay/4.
+	dueSlack  time.Duration
 	dropLate  bool
 	highWater int
 	commitAt  int  // bytes delivered from a ring before its tail is committed
@@ -121,6 +123,7 @@ func newOrdered(s *ringSet, cfg orderConfig) *ordered {
 	}
 	o.commitAt = max(size/16, 1)
 	o.markGrain = int64(o.maxDelay / 32)
+	o.dueSlack = o.maxDelay / 4
 	o.rs = make([]orderedRing, 0, len(s.rings))
 	o.heap = make(keyHeap, 0, len(s.rings))
 	o.waiting = make([]int, 0, len(s.rings))
@@ -357,19 +360,21 @@ func (o *ordered) commit(i int) {
 }
 
 // idle commits every ring and waits at most MaxLatency, and until the
-// smallest front, the only one that can go next, is due (rule 3).
-func (o *ordered) idle() time.Duration {
-	timeout := o.s.latency
+// smallest front, the only one that can go next, is due (rule 3), or up to
+// a quarter of MaxDelay later: while samples come, a wakeup for one of
+// them releases it first, and the timer is rarely moved (waiter.setDeadline).
+func (o *ordered) idle() (time.Duration, time.Duration) {
+	timeout, slack := o.s.latency, time.Duration(0)
 	for i := range o.rs {
 		o.commitPublish(i)
 	}
 	if len(o.heap) > 0 && o.rs[o.heap[0].ring].has { // next put the root in place
 		due := time.Duration(o.seenAt(o.heap[0].ring) + int64(o.maxDelay) - o.now())
-		if timeout < 0 || due < timeout {
-			timeout = max(due, 0)
+		if timeout < 0 || due+o.dueSlack < timeout {
+			timeout, slack = max(due, 0), o.dueSlack
 		}
 	}
-	return timeout
+	return timeout, slack
 }
 
 // each delivers up to 256 records in key order, or runs (see run), before

@@ -906,3 +906,53 @@ func TestOrderInvalid(t *testing.T) {
 		}
 	}
 }
+
+// Rule 3's timer while one CPU emits and the other is idle: every record
+// waits for MaxDelay, and while samples keep coming (each with its ring's
+// wakeup), the reader does not move its timer once a sample but once a
+// quarter of MaxDelay's slack at most. Once they stop, the last records are
+// released by the timer, late by a quarter of MaxDelay at most.
+func TestOrderedTimerKept(t *testing.T) {
+	f := newFakeRings(t, 2, 1<<16)
+	const delay = 80 * time.Millisecond
+	const gap = 4 * time.Millisecond
+	const n = 60 // 240 ms of samples: three MaxDelays
+	// Rule 3 alone: no key is ever a window larger.
+	o := f.ordered(t, Order{MaxDelay: delay, KeyWindow: 1 << 62})
+	written := make([]time.Time, n)
+	go func() {
+		for seq := range uint64(n) {
+			written[seq] = time.Now() // before the publish, which the read pairs with
+			if !f.rings[0].write(fakeSample(payload(10+seq, seq, 24))) {
+				t.Errorf("no room for record %d", seq)
+			}
+			f.rings[0].publish()
+			f.wake(0)
+			time.Sleep(gap)
+		}
+	}()
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	var late time.Duration
+	for i := range n {
+		var s Sample
+		if err := o.ReadInto(&s); err != nil {
+			t.Fatalf("read %d of %d: %v", i, n, err)
+		}
+		seq := binary.NativeEndian.Uint64(s.Data[8:])
+		held := time.Since(written[seq])
+		if held < delay-delay/32 {
+			t.Fatalf("record %d released after %v, MaxDelay is %v", seq, held, delay)
+		}
+		late = max(late, held-delay)
+	}
+	// Without the slack every wait moves the deadline: about one a sample.
+	sets := o.c.w.sets
+	if sets > n/2 {
+		t.Errorf("%d deadlines set for %d samples a %v apart", sets, n, gap)
+	}
+	// Loose: a loaded machine delays the reader's wakeups too.
+	if late > delay/4+100*time.Millisecond {
+		t.Errorf("a record released %v after its MaxDelay, more than MaxDelay/4 (%v) and scheduling", late, delay/4)
+	}
+	t.Logf("%d samples, %d deadlines set, released at most %v after MaxDelay", n, sets, late)
+}

@@ -190,7 +190,7 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 		return 0, wrap(op, err)
 	}
 	pb.drainMu.Unlock()
-	event, err := pb.c.w.wait(timeout)
+	event, err := pb.c.w.wait(timeout, 0)
 	if err != nil {
 		return 0, wrap(op, err)
 	}
@@ -462,7 +462,7 @@ func (pb *PerfBuffer) Wait(timeout time.Duration, dst []int) ([]int, error) {
 				return dst, nil
 			}
 		}
-		if _, err := pb.c.w.wait(left); err != nil {
+		if _, err := pb.c.w.wait(left, 0); err != nil {
 			return dst, wrap(op, err)
 		}
 		if pb.c.life.closed() {

@@ -39,8 +39,9 @@ type readPolicy interface {
 	// most a turn or a run apart, and when the owner is closed.
 	each(fn func(*Record) error) (more bool, err error)
 	// idle commits what was delivered and returns how long to wait at
-	// most (negative: no limit).
-	idle() time.Duration
+	// most (negative: no limit), and how much later than that the wait
+	// may end (a timer moved less often: waiter.setDeadline).
+	idle() (timeout, slack time.Duration)
 }
 
 // ringSet is what a policy shares with its owner: the rings, the stop flag

@@ -54,6 +54,16 @@ type waiter struct {
 	closing chan struct{} // closed by wake(true): waits for a turn end
 	closed  atomic.Bool
 	freed   bool // close was called (for tests)
+
+	// armed is the read deadline the turn's holder set last (the zero
+	// time: none), which later waits keep when it suits them (setDeadline),
+	// unless it expired (armedOK false) or a wake moved it (wakes, counted
+	// before each wake moves the deadline, is no longer armedAt).
+	armed   time.Time
+	armedOK bool
+	armedAt uint64
+	wakes   atomic.Uint64
+	sets    int // deadlines set by waits (for tests)
 }
 
 // newWaiter returns a waiter over no ring yet (see addRing).
@@ -112,6 +122,7 @@ func (w *waiter) add(epfd, fd int) error {
 // ends it.
 func (w *waiter) wake(closing bool) {
 	w.woken.Store(true)
+	w.wakes.Add(1)
 	_ = w.file.SetReadDeadline(aLongTimeAgo) // os.ErrClosed after close: nothing waits
 	if closing && !w.closed.Swap(true) {
 		close(w.closing)
@@ -137,12 +148,14 @@ func (w *waiter) clearWake() { w.woken.Store(false) }
 
 // wait blocks until a ring's data_head has moved since the waiter last
 // looked, or wake was called, or timeout passes (negative: no limit; zero:
-// do not block). It reports whether it ended for the rings or a wake, or
+// do not block), or up to slack after that: a wait that accepts a late end
+// keeps the deadline an earlier wait set when it falls in that window
+// (setDeadline). It reports whether it ended for the rings or a wake, or
 // timed out with a head moved (records below the wakeup threshold).
 //
 // Waits take turns on the set (concurrent Polls): the timeout counts from
 // the call, so a wait for another's turn to end comes out of it.
-func (w *waiter) wait(timeout time.Duration) (bool, error) {
+func (w *waiter) wait(timeout, slack time.Duration) (bool, error) {
 	if w.woken.Load() {
 		return true, nil
 	}
@@ -182,19 +195,45 @@ func (w *waiter) wait(timeout time.Duration) (bool, error) {
 	if timeout == 0 || w.woken.Load() {
 		return w.woken.Load(), nil
 	}
-	// Always set: a wake moves it into the past (see wake).
-	w.file.SetReadDeadline(deadline) // the zero time for no timeout
+	// Set before woken is looked at again: a wake moves it into the
+	// past (see wake).
+	w.setDeadline(deadline, slack) // the zero time for no timeout
 	// The function runs at once, then after each event on the set.
 	err := w.rc.Read(func(uintptr) bool { return w.woken.Load() || w.moved() })
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// A wake, or the timeout: what came below the wakeup threshold
 		// goes with it.
+		w.armedOK = false
 		return w.moved() || w.woken.Load(), nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("wait on epoll: %w", err)
 	}
 	return true, nil
+}
+
+// setDeadline gives the set a read deadline in [from, from+slack] (the
+// zero from: none), for the turn's holder. It keeps the deadline set last
+// when that one is in the window, past its first quarter, and no wake may
+// have moved it since: moving a runtime timer wakes a thread of the
+// runtime's to look at timers again (modtimer, wakeNetPoller), a context
+// switch that a reader waiting once a sample, each time a little later
+// (the ordered Reader's rule 3), would pay once a sample. So a deadline is
+// moved once a quarter of the slack at most, and fires late by at most the
+// slack.
+func (w *waiter) setDeadline(from time.Time, slack time.Duration) {
+	to := from
+	if !from.IsZero() {
+		to = from.Add(slack)
+	}
+	wakes := w.wakes.Load()
+	if w.armedOK && w.armedAt == wakes && w.armed.IsZero() == from.IsZero() &&
+		(from.IsZero() || !w.armed.Before(from.Add(slack/4)) && !w.armed.After(to)) {
+		return
+	}
+	w.file.SetReadDeadline(to)
+	w.armed, w.armedOK, w.armedAt = to, true, wakes
+	w.sets++
 }
 
 // waitEvent blocks until the next wakeup of a ring after the call (not one
@@ -213,7 +252,7 @@ func (w *waiter) waitEvent(timeout time.Duration) error {
 		return nil
 	}
 	defer func() { <-w.turn }()
-	w.file.SetReadDeadline(time.Now().Add(timeout))
+	w.setDeadline(time.Now().Add(timeout), 0)
 	// RawConn.Read forgets the set's readiness before it calls the
 	// function, which answers false once so as to wait for a new event.
 	first := true
@@ -226,6 +265,9 @@ func (w *waiter) waitEvent(timeout time.Duration) error {
 		return ready
 	})
 	w.moved()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.armedOK = false
+	}
 	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return fmt.Errorf("wait on epoll: %w", err)
 	}

@@ -160,7 +160,7 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 	if err := r.takeCorrupt(op); err != nil {
 		return true, err
 	}
-	timeout := r.pol.idle()
+	timeout, slack := r.pol.idle()
 	if c.flushing() && c.flushReached(r.pol) {
 		c.flushOn = false
 		if !wait {
@@ -187,14 +187,14 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 		if left <= 0 {
 			return true, fmt.Errorf("%s: %w", op, os.ErrDeadlineExceeded)
 		}
-		if timeout < 0 || left < timeout {
-			timeout = left
+		if timeout < 0 || left < timeout+slack {
+			timeout, slack = left, 0
 		}
 	}
 	if !c.settled() {
 		return false, nil // a ring's kernel would not wake us: read again
 	}
-	event, err := c.w.wait(timeout)
+	event, err := c.w.wait(timeout, slack)
 	if err != nil {
 		return true, fmt.Errorf("%s: %w", op, err)
 	}
