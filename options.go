@@ -156,9 +156,9 @@ func (o *Options) checkReader() error {
 //
 // The rules are applied whenever the reader looks: on every wakeup of a
 // ring and every read. A reader that no wakeup comes to wakes itself for
-// rule 3 by a timer, which may fire up to MaxDelay/4 late; so while
+// rule 3 by a timer, which may fire up to MaxDelay/2 late; so while
 // samples keep coming it makes no wakeups of its own, and once they stop
-// the last records held wait at most 5/4 MaxDelay.
+// the last records held wait at most 3/2 MaxDelay.
 //
 // Rules 2 and 3 can release a record before an earlier one arrives; such a
 // record, delivered after a larger key, is late: counted in Stats, and
@@ -178,7 +178,7 @@ type Order struct {
 
 	// MaxDelay is how long a record may be held back waiting for an
 	// earlier one from another CPU, both in wall-clock time since the
-	// reader first saw it (up to a quarter more when no wakeup comes: see
+	// reader first saw it (up to half as much more when no wakeup comes: see
 	// rule 3) and, by default, in key units read as nanoseconds (see
 	// KeyWindow). Zero means 100 ms.
 	MaxDelay time.Duration

@@ -56,7 +56,7 @@ type ordered struct {
 	window    uint64
 	maxDelay  time.Duration
 	markGrain int64 // marks closer in time than this are merged: MaxDelay/32
-	// dueSlack is how late rule 3's timer may fire: MaxDelay/4.
+	// dueSlack is how late rule 3's timer may fire: MaxDelay/2.
 	dueSlack  time.Duration
 	dropLate  bool
 	highWater int
@@ -123,7 +123,7 @@ func newOrdered(s *ringSet, cfg orderConfig) *ordered {
 	}
 	o.commitAt = max(size/16, 1)
 	o.markGrain = int64(o.maxDelay / 32)
-	o.dueSlack = o.maxDelay / 4
+	o.dueSlack = o.maxDelay / 2
 	o.rs = make([]orderedRing, 0, len(s.rings))
 	o.heap = make(keyHeap, 0, len(s.rings))
 	o.waiting = make([]int, 0, len(s.rings))
@@ -361,8 +361,8 @@ func (o *ordered) commit(i int) {
 
 // idle commits every ring and waits at most MaxLatency, and until the
 // smallest front, the only one that can go next, is due (rule 3), or up to
-// a quarter of MaxDelay later: while samples come, a wakeup for one of
-// them releases it first, and the timer is rarely moved (waiter.setDeadline).
+// MaxDelay/2 later: while samples come, a wakeup for one of them releases
+// it first, and the timer is rarely moved (waiter.setDeadline).
 func (o *ordered) idle() (time.Duration, time.Duration) {
 	timeout, slack := o.s.latency, time.Duration(0)
 	for i := range o.rs {
