@@ -123,7 +123,9 @@ func writeQuietTables(w io.Writer, r *results) {
 		fmt.Fprintf(w, "No C rows, and no x C: the C consumer did not run (%s).\n", r.quietNoC)
 	}
 	if len(active) > 0 {
-		fmt.Fprintf(w, "\nPer wakeup (lower is better; x C = CPU per wakeup over C's in the same round; lost: worst round):\n")
+		fmt.Fprintf(w, "\nPer wakeup, which is per sample: every sample raises a wakeup of its own (WakeupEvents 1), and the figures\n")
+		fmt.Fprintf(w, "are divided by the samples received (lower is better; x C = CPU per wakeup over C's in the same round;\n")
+		fmt.Fprintf(w, "lost: worst round):\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "rate\tmode\tus CPU/wakeup\tcsw/wakeup\tvoluntary\tx C\tlost\tspread\taccounting\t")
 		for _, q := range active {
