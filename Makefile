@@ -59,7 +59,7 @@ endif
 
 BPF_SRC := $(wildcard selftest/*/bpf/*.bpf.c cmd/*/bpf/*.bpf.c bench/*/bpf/*.bpf.c)
 BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
-BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h)
+BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h bench/*/bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
 .PHONY: all deps libbpf-info bpf build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian unit selftest vmtest vmtest64 fuzz bench bench-execsnoop lint clean docker-test

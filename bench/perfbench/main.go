@@ -10,7 +10,8 @@
 //
 //   - drain: BPF fills a ring (untimed), one timed pass reads every sample
 //     and every byte; ns per sample at 16, 64, 256 and 1024 bytes.
-//   - sustained: one producer per CPU emits 64-byte samples while the mode
+//   - sustained: one producer per CPU emits 64-byte samples flat out, in
+//     test runs of 256 and 4096 samples (-batches), while the mode
 //     consumes; samples per second of wall time, and samples lost.
 //   - quiet: one sample per wakeup at a few hundred and a few thousand
 //     samples a second, and none (idle), with each consumer in a process
@@ -21,7 +22,7 @@
 //     (-rb-obj), at the same sizes.
 //   - rbsustained: one producer per CPU emits 64-byte samples flat out into
 //     one 4 MiB ring buffer, in test runs of 256 and 4096 samples
-//     (-rb-batches), while the mode consumes; samples per second, and the
+//     (-batches), while the mode consumes; samples per second, and the
 //     samples the BPF program failed to output (the ring was full).
 //
 // Each measurement is repeated in -rounds rounds (the order of the modes
@@ -57,7 +58,7 @@ import (
 type config struct {
 	obj       string
 	rbObj     string // the ring buffer emitter
-	rbBatches []int  // samples per test run of the ring buffer saturation runs
+	batches   []int  // samples per test run of the sustained and rbsustained runs
 	rounds    int
 	samples   int // per drain measurement
 	sustained int // per CPU, per sustained measurement
@@ -95,7 +96,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.obj, "bpf-obj", "bench/perfbench/bpf/perfbench.bpf.o", "BPF object built by `make bpf`")
 	fs.StringVar(&c.rbObj, "rb-obj", "bench/perfbench/bpf/rbbench.bpf.o", "the ring buffer measurements' BPF object, built by `make bpf`")
-	batches := fs.String("rb-batches", "256,4096", "ring buffer saturation: samples per test run (at most 4096), one set of runs each")
+	batches := fs.String("batches", batchesText(benchrun.SustainedBatches),
+		fmt.Sprintf("sustained and rbsustained: samples per test run (at most %d), one set of runs each", benchrun.MaxBatch))
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds of every measurement; the median is reported")
 	fs.IntVar(&c.samples, "samples", 500000, "samples per drain measurement")
 	fs.IntVar(&c.sustained, "sustained", 1000000, "samples per CPU per sustained measurement (perf and ring buffer)")
@@ -128,7 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.only = append(c.only, m)
 	}
 	var err error
-	if c.rbBatches, err = parseBatches(*batches); err != nil {
+	if c.batches, err = parseBatches(*batches); err != nil {
 		return c, err
 	}
 	if c.quietRates, err = parseRates(*rates); err != nil {
@@ -334,7 +336,7 @@ func measureRBDrains(rb *bpfrun.Emitter, c config, r *results, round int, sink *
 // measureRBSustainedRound runs one round of ring buffer saturation runs:
 // at each batch, every mode in turn.
 func measureRBSustainedRound(rb *bpfrun.Emitter, c config, r *results, round int, stderr io.Writer) error {
-	for _, batch := range c.rbBatches {
+	for _, batch := range c.batches {
 		var runs []benchrun.SustainedResult
 		for _, mode := range rotate(benchrun.RBSustainedModes, round) {
 			res, err := benchrun.RBSustained(rb, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(rb.CPUs), Batch: batch},
@@ -354,39 +356,52 @@ func measureRBSustainedRound(rb *bpfrun.Emitter, c config, r *results, round int
 	return nil
 }
 
-// parseBatches parses -rb-batches: test-run sizes from 1 to 4096.
+// parseBatches parses -batches: test-run sizes from 1 to MaxBatch.
 func parseBatches(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 4096 {
-			return nil, fmt.Errorf("-rb-batches: %q is not a count from 1 to 4096", f)
+		if err != nil || n < 1 || n > benchrun.MaxBatch {
+			return nil, fmt.Errorf("-batches: %q is not a count from 1 to %d", f, benchrun.MaxBatch)
 		}
 		out = append(out, n)
 	}
 	return out, nil
 }
 
-// measureSustainedRound runs one round of sustained runs, every mode in turn.
-func measureSustainedRound(e *bpfrun.Emitter, c config, r *results, round int, stderr io.Writer) error {
-	var sustained []benchrun.SustainedResult
-	for _, mode := range rotate(benchrun.SustainedModes, round) {
-		res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(e.CPUs)}, &benchrun.Stopwatch{})
-		if err != nil {
-			return err
-		}
-		sustained = append(sustained, res)
-		fill := ""
-		if res.MaxFill > 0 {
-			fill = fmt.Sprintf("  max ring fill %d KiB", res.MaxFill>>10)
-		}
-		fmt.Fprintf(stderr, "round %d/%d  sustained %-12s  %6.2f M samples/s  lost %d  late %d  wall %v%s\n",
-			round+1, c.rounds, mode, res.Rate()/1e6, res.Lost, res.Late, res.Wall.Round(time.Millisecond), fill)
-		if err := res.Check(); err != nil {
-			fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
-		}
+// batchesText is batches as -batches takes them.
+func batchesText(batches []int) string {
+	f := make([]string, len(batches))
+	for i, n := range batches {
+		f[i] = strconv.Itoa(n)
 	}
-	r.addSustainedRound(sustained)
+	return strings.Join(f, ",")
+}
+
+// measureSustainedRound runs one round of sustained runs: at each batch,
+// every mode in turn.
+func measureSustainedRound(e *bpfrun.Emitter, c config, r *results, round int, stderr io.Writer) error {
+	for _, batch := range c.batches {
+		var sustained []benchrun.SustainedResult
+		for _, mode := range rotate(benchrun.SustainedModes, round) {
+			res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(e.CPUs), Batch: batch},
+				&benchrun.Stopwatch{})
+			if err != nil {
+				return err
+			}
+			sustained = append(sustained, res)
+			fill := ""
+			if res.MaxFill > 0 {
+				fill = fmt.Sprintf("  max ring fill %d KiB", res.MaxFill>>10)
+			}
+			fmt.Fprintf(stderr, "round %d/%d  sustained %-12s batch %4d  %6.2f M samples/s  lost %d (%.2f%%)  late %d  wall %v%s\n",
+				round+1, c.rounds, mode, batch, res.Rate()/1e6, res.Lost, 100*lostFraction(res), res.Late, res.Wall.Round(time.Millisecond), fill)
+			if err := res.Check(); err != nil {
+				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
+			}
+		}
+		r.addSustainedRound(sustained)
+	}
 	return nil
 }
 

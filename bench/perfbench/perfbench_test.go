@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -73,6 +74,7 @@ func TestRotate(t *testing.T) {
 }
 
 // lastSustained is the last sustained mode: sample() has it lose samples.
+// C loses some too, in the second round at batch 256 only.
 var lastSustained = benchrun.SustainedModes[len(benchrun.SustainedModes)-1]
 
 // sample builds results as two rounds of every measurement would.
@@ -89,15 +91,17 @@ func sample() *results {
 			}
 			r.addDrainRound(size, modes, ns, allocs)
 		}
-		var sustained []benchrun.SustainedResult
-		for i, mode := range benchrun.SustainedModes {
-			res := benchrun.SustainedResult{Mode: mode, Emitted: 1000, Received: 1000, Wall: time.Duration(1+i) * time.Millisecond}
-			if mode == lastSustained {
-				res.Failed, res.Lost, res.Late = 10, 10, 3
+		for _, batch := range []int{4096, 256} {
+			var sustained []benchrun.SustainedResult
+			for i, mode := range benchrun.SustainedModes {
+				res := benchrun.SustainedResult{Mode: mode, Batch: batch, Emitted: 1000, Received: 1000, Wall: time.Duration(1+i) * time.Millisecond}
+				if mode == lastSustained || mode == benchrun.ModeC && batch == 256 && round == 1 {
+					res.Failed, res.Lost, res.Late = 10, 10, 3
+				}
+				sustained = append(sustained, res)
 			}
-			sustained = append(sustained, res)
+			r.addSustainedRound(sustained)
 		}
-		r.addSustainedRound(sustained)
 		for _, rate := range benchrun.QuietRates {
 			r.addQuietRound(rate, quietSample(rate, round))
 		}
@@ -142,18 +146,39 @@ func TestResults(t *testing.T) {
 	if got := first.ratio(); got != 1 {
 		t.Errorf("C's ratio to itself = %v", got)
 	}
-	if got := r.sustainedOf(benchrun.ModeCallback).ratio(); math.Abs(got-0.5) > 1e-9 {
+	if len(r.sustained) != 2*len(benchrun.SustainedModes) || r.sustained[0].batch != 256 || r.sustained[0].mode != benchrun.ModeC {
+		t.Fatalf("%d sustained rows, the first %+v; want C at batch 256 first", len(r.sustained), r.sustained[0])
+	}
+	if got := r.sustainedOf(benchrun.ModeCallback, 4096).ratio(); math.Abs(got-0.5) > 1e-9 {
 		t.Errorf("callback rate ratio = %v, want 0.5", got)
 	}
-	c := r.sustainedOf(benchrun.ModeC)
-	if lossy, besideC := r.sustainedOf(lastSustained).lossyRounds(c); lossy != 2 || besideC != 2 || cleanRounds(c) != 2 {
-		t.Errorf("%s: %d lossy rounds, %d beside C's %d clean ones; want 2, 2, 2", lastSustained, lossy, besideC, cleanRounds(c))
+	// Each batch's rows pair with C's rounds at that batch.
+	for _, tc := range []struct{ batch, lossy, besideC, clean int }{{4096, 2, 2, 2}, {256, 2, 1, 1}} {
+		c := r.sustainedOf(benchrun.ModeC, tc.batch)
+		if lossy, besideC := r.sustainedOf(lastSustained, tc.batch).lossyRounds(c); lossy != tc.lossy || besideC != tc.besideC || cleanRounds(c) != tc.clean {
+			t.Errorf("%s at %d: %d lossy rounds, %d beside C's %d clean ones; want %d, %d, %d",
+				lastSustained, tc.batch, lossy, besideC, cleanRounds(c), tc.lossy, tc.besideC, tc.clean)
+		}
 	}
+	c := r.sustainedOf(benchrun.ModeC, 4096)
 	if lossy, _ := c.lossyRounds(c); lossy != 0 {
-		t.Errorf("C: %d lossy rounds, want 0", lossy)
+		t.Errorf("C at 4096: %d lossy rounds, want 0", lossy)
 	}
 	if errs := r.accountingErrors(); len(errs) != 0 {
 		t.Errorf("accounting errors %v", errs)
+	}
+	// The table: a row per batch and mode, with its lossy rounds and those
+	// beside C.
+	var table bytes.Buffer
+	writeTable(&table, r)
+	for _, want := range [][]string{
+		{"batch", "mode", "samples/s", "x C", "lost", "lost %", "lossy", "beside C"},
+		{"256", lastSustained, "166667", "0.167", "10", "0.99", "2/2", "1/1"},
+		{"4096", lastSustained, "166667", "0.167", "10", "0.99", "2/2", "2/2"},
+	} {
+		if !regexp.MustCompile(`(?m)^ *` + strings.Join(want, ` +`) + ` `).MatchString(table.String()) {
+			t.Errorf("the table lacks a line %q:\n%s", want, table.String())
+		}
 	}
 	r.addSustained(benchrun.SustainedResult{Mode: benchrun.ModeReader, Emitted: 10, Received: 9, Wall: time.Millisecond}, 1)
 	if errs := r.accountingErrors(); len(errs) != 1 {
@@ -195,7 +220,7 @@ func TestCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	nquiet := 2*len(benchrun.QuietModes) + len(benchrun.QuietIdleModes)
-	if want := 1 + len(benchrun.Sizes)*len(benchrun.DrainModes) + len(benchrun.SustainedModes) + nquiet; len(rows) != want {
+	if want := 1 + len(benchrun.Sizes)*len(benchrun.DrainModes) + 2*len(benchrun.SustainedModes) + nquiet; len(rows) != want {
 		t.Fatalf("%d rows, want %d", len(rows), want)
 	}
 	col := map[string]int{}
@@ -208,7 +233,8 @@ func TestCSV(t *testing.T) {
 		}
 	}
 	last := rows[len(rows)-1-nquiet]
-	if last[0] != "sustained" || last[1] != lastSustained || last[12] != "10" || last[13] != "20" {
+	if last[0] != "sustained" || last[1] != lastSustained || last[col["lost_max"]] != "10" || last[col["lost_total"]] != "20" ||
+		last[col["batch"]] != "4096" || last[col["lost_frac_max"]] != "0.00990" {
 		t.Errorf("last sustained row %v", last)
 	}
 	// The quiet rows: by rate, idle last, C first at each.
@@ -267,8 +293,9 @@ func TestSVG(t *testing.T) {
 	if !strings.Contains(all, `Fake <CPU> & "co"`) {
 		t.Errorf("environment text lost its escaping round trip: %q", all)
 	}
-	// Background, legend, 4 panel frames, 24 drain bars, 4 sustained bars.
-	if want := 1 + len(benchrun.DrainModes) + len(benchrun.Sizes) + len(benchrun.Sizes)*len(benchrun.DrainModes) + len(benchrun.SustainedModes); rects != want {
+	// Background, legend, 4 panel frames, the drain bars, a sustained bar
+	// per mode and batch.
+	if want := 1 + len(benchrun.DrainModes) + len(benchrun.Sizes) + len(benchrun.Sizes)*len(benchrun.DrainModes) + 2*len(benchrun.SustainedModes); rects != want {
 		t.Errorf("%d rects, want %d", rects, want)
 	}
 }
@@ -390,17 +417,23 @@ func TestRBResults(t *testing.T) {
 	}
 }
 
-func TestRBFlags(t *testing.T) {
-	c, err := parseFlags([]string{"-only", "rbdrain,rbsustained", "-rb-batches", "64, 4096"}, io.Discard)
-	if err != nil || !c.runs(onlyRBDrain) || !c.runs(onlyRBSustain) || c.runs(onlyDrain) || !slices.Equal(c.rbBatches, []int{64, 4096}) {
+// -batches sets the test-run sizes of both saturation measurements, the
+// perf event array's (sustained) and the ring buffer's (rbsustained).
+func TestBatchesFlag(t *testing.T) {
+	c, err := parseFlags([]string{"-only", "rbdrain,rbsustained,sustained", "-batches", "64, 4096"}, io.Discard)
+	if err != nil || !c.runs(onlyRBDrain) || !c.runs(onlyRBSustain) || !c.runs(onlySustained) || c.runs(onlyDrain) ||
+		!slices.Equal(c.batches, []int{64, 4096}) {
 		t.Errorf("%+v, %v", c, err)
 	}
-	if c, _ := parseFlags(nil, io.Discard); !slices.Equal(c.rbBatches, benchrun.RBSustainedBatches) {
-		t.Errorf("default batches %v, want %v", c.rbBatches, benchrun.RBSustainedBatches)
+	if c, _ := parseFlags(nil, io.Discard); !slices.Equal(c.batches, benchrun.SustainedBatches) || !slices.Equal(c.batches, []int{256, 4096}) {
+		t.Errorf("default batches %v, want %v", c.batches, benchrun.SustainedBatches)
 	}
 	for _, bad := range []string{"0", "4097", "256,", "x"} {
-		if _, err := parseFlags([]string{"-rb-batches", bad}, io.Discard); err == nil {
-			t.Errorf("-rb-batches %q accepted", bad)
+		if _, err := parseFlags([]string{"-batches", bad}, io.Discard); err == nil {
+			t.Errorf("-batches %q accepted", bad)
 		}
+	}
+	if _, err := parseFlags([]string{"-rb-batches", "256"}, io.Discard); err == nil {
+		t.Error("-rb-batches, renamed -batches, accepted")
 	}
 }

@@ -33,17 +33,19 @@ func writeTable(w io.Writer, r *results) {
 		if len(r.drain) > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "Sustained: a producer on each of %d CPUs, %d samples each of %d bytes, %s rings, wakeup every %d samples\n",
-			r.env.cpus, r.sustainedPerCPU, benchrun.SustainedSize, ringSize(benchrun.SustainedPages), benchrun.SustainedWakeup)
-		fmt.Fprintf(w, "(higher samples/s is better; x C = rate over the C reference's in the same round; lost and late: worst round;\n")
+		fmt.Fprintf(w, "Sustained: a producer on each of %d CPUs, %d samples each of %d bytes, flat out in test runs of batch samples,\n",
+			r.env.cpus, r.sustainedPerCPU, benchrun.SustainedSize)
+		fmt.Fprintf(w, "into %s rings with a wakeup every %d samples (higher samples/s is better; x C = rate over C's at\n",
+			ringSize(benchrun.SustainedPages), benchrun.SustainedWakeup)
+		fmt.Fprintf(w, "the same batch in the same round; lost and late: worst round; lost %% = of the outputs tried, worst round;\n")
 		fmt.Fprintf(w, "lossy: rounds with a loss, of all; beside C: of the rounds in which C lost nothing)\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "mode\tsamples/s\tx C\tlost\tlossy\tbeside C\tlate\twall ms\tspread\taccounting\t")
-		c := r.sustainedOf(benchrun.ModeC)
+		fmt.Fprintln(tw, "batch\tmode\tsamples/s\tx C\tlost\tlost %\tlossy\tbeside C\tlate\twall ms\tspread\taccounting\t")
 		for _, s := range r.sustained {
+			c := r.sustainedOf(benchrun.ModeC, s.batch)
 			lossy, besideC := s.lossyRounds(c)
-			fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%d\t%d/%d\t%d/%d\t%d\t%.0f\t%.0f%%\t%s\t\n",
-				s.mode, s.rate.median(), s.ratio(), maxU(s.lost), lossy, len(s.lost), besideC, cleanRounds(c),
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.3f\t%d\t%.2f\t%d/%d\t%d/%d\t%d\t%.0f\t%.0f%%\t%s\t\n",
+				s.batch, s.mode, s.rate.median(), s.ratio(), maxU(s.lost), 100*s.lostF.max(), lossy, len(s.lost), besideC, cleanRounds(c),
 				maxU(s.late), s.wall.median(), 100*s.rate.spread(), accounting(s.check))
 		}
 		tw.Flush()
@@ -121,7 +123,9 @@ func writeQuietTables(w io.Writer, r *results) {
 		fmt.Fprintf(w, "No C rows, and no x C: the C consumer did not run (%s).\n", r.quietNoC)
 	}
 	if len(active) > 0 {
-		fmt.Fprintf(w, "\nPer wakeup (lower is better; x C = CPU per wakeup over C's in the same round; lost: worst round):\n")
+		fmt.Fprintf(w, "\nPer wakeup, which is per sample: every sample raises a wakeup of its own (WakeupEvents 1), and the figures\n")
+		fmt.Fprintf(w, "are divided by the samples received (lower is better; x C = CPU per wakeup over C's in the same round;\n")
+		fmt.Fprintf(w, "lost: worst round):\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "rate\tmode\tus CPU/wakeup\tcsw/wakeup\tvoluntary\tx C\tlost\tspread\taccounting\t")
 		for _, q := range active {
@@ -174,9 +178,9 @@ func ringSize(pages int) string {
 // cpu_us_per_wakeup to cpu_ms_per_s, with samples_per_s the rate emitted
 // (0: idle), lost_* and wall_ms (the measured window). The ring buffer
 // rows, rbdrain and rbsustained, fill the columns of drain and sustained
-// rows; an rbsustained row also fills batch (samples per test run) and
-// lost_frac_max (the worst round's lost over the outputs tried), its lost
-// counts being the program's failed outputs. ratio_to_c is the median of the rounds' ratios:
+// rows, an rbsustained row's lost counts being the program's failed
+// outputs. Sustained and rbsustained rows fill batch (samples per test run)
+// and lost_frac_max (the worst round's lost over the outputs tried). ratio_to_c is the median of the rounds' ratios:
 // ns over the C reference's (benchrun.Reference) for a drain, rate over
 // C's for a sustained run, CPU per wakeup over C's for a quiet one (empty
 // while idle, or without C).

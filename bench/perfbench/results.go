@@ -49,7 +49,7 @@ type drainStat struct {
 // sustainedStat is one sustained measurement over the rounds.
 type sustainedStat struct {
 	mode  string
-	batch int    // ring buffer runs: samples per test run; 0 for perf
+	batch int    // samples per test run
 	rate  series // samples per second
 	xc    series // rate over C's in the same round
 	wall  series // milliseconds
@@ -85,9 +85,9 @@ type results struct {
 	samples         int
 	sustainedPerCPU int
 	quietDuration   time.Duration
-	quietNoC        string       // why the quiet measurement ran without C, or ""
-	drain           []*drainStat // in the order of benchrun.Sizes, then DrainModes
-	sustained       []*sustainedStat
+	quietNoC        string           // why the quiet measurement ran without C, or ""
+	drain           []*drainStat     // in the order of benchrun.Sizes, then DrainModes
+	sustained       []*sustainedStat // by batch, then SustainedModes
 	rbDrain         []*drainStat     // ring buffers: by size, then RBDrainModes
 	rbSustained     []*sustainedStat // ring buffers: by batch, then RBSustainedModes
 	quiet           []*quietStat     // by rate (idle last), then in allQuietModes' order
@@ -147,7 +147,8 @@ func drainIn(list []*drainStat, mode string, size int) *drainStat {
 	return nil
 }
 
-// addSustainedRound adds one round of sustained runs, C among them.
+// addSustainedRound adds one round of sustained runs at one batch, C among
+// them.
 func (r *results) addSustainedRound(round []benchrun.SustainedResult) {
 	var c float64
 	for _, res := range round {
@@ -212,7 +213,9 @@ func lostFraction(res benchrun.SustainedResult) float64 {
 	return 0
 }
 
-func (r *results) sustainedOf(mode string) *sustainedStat { return sustainedIn(r.sustained, mode, 0) }
+func (r *results) sustainedOf(mode string, batch int) *sustainedStat {
+	return sustainedIn(r.sustained, mode, batch)
+}
 
 func sustainedIn(list []*sustainedStat, mode string, batch int) *sustainedStat {
 	for _, s := range list {

@@ -39,7 +39,7 @@ const (
 	plotBottom = panelTop + panelH - 22
 	susTop     = panelTop + panelH + 30
 	susRowH    = 30
-	susLeft    = 110
+	susLeft    = 150 // room for "ordered-each, 4096"
 	susRight   = svgWidth - 350
 )
 
@@ -117,7 +117,7 @@ func writeSVG(w io.Writer, r *results) error {
 	// Sustained rates.
 	p(`<text x="16" y="%d" font-size="14" font-weight="bold">Sustained: a producer on each of %d CPUs, %d-byte samples, %s rings, wakeup every %d samples</text>`+"\n",
 		susTop, r.env.cpus, benchrun.SustainedSize, ringSize(benchrun.SustainedPages), benchrun.SustainedWakeup)
-	p(`<text x="16" y="%d" font-size="11" fill="#444">samples per second of wall time (higher is better), median of %d rounds, whiskers worst to best; lost and late: worst round</text>`+"\n",
+	p(`<text x="16" y="%d" font-size="11" fill="#444">samples per second of wall time (higher is better), median of %d rounds, whiskers worst to best; rows: mode, samples per test run; lost and late: worst round</text>`+"\n",
 		susTop+16, r.rounds)
 	top := susTop + 28
 	var maxRate float64
@@ -136,13 +136,13 @@ func writeSVG(w io.Writer, r *results) error {
 	for j, s := range r.sustained {
 		y := top + j*susRowH + 4
 		med := s.rate.median()
-		p(`<text x="%d" y="%d" font-size="12" text-anchor="end">%s</text>`, susLeft-8, y+15, esc(s.mode))
-		p(`<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"><title>%s: %.0f samples/s</title></rect>`,
-			susLeft, y, xOf(med)-susLeft, susRowH-10, modeColor[s.mode], esc(s.mode), med)
+		p(`<text x="%d" y="%d" font-size="12" text-anchor="end">%s, %d</text>`, susLeft-8, y+15, esc(s.mode), s.batch)
+		p(`<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"><title>%s, test runs of %d: %.0f samples/s</title></rect>`,
+			susLeft, y, xOf(med)-susLeft, susRowH-10, modeColor[s.mode], esc(s.mode), s.batch, med)
 		p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#222"/>`, xOf(s.rate.min()), y+10, xOf(s.rate.max()), y+10)
 		note := fmt.Sprintf("%.2f M/s, %.2fx C, lost %d", med/1e6, s.ratio(), maxU(s.lost))
 		if lost := maxU(s.lost); lost > 0 {
-			note += fmt.Sprintf(" (%.0f%%)", 100*float64(lost)/float64(r.sustainedPerCPU*r.env.cpus))
+			note += fmt.Sprintf(" (%.0f%%)", 100*s.lostF.max())
 		}
 		if late := maxU(s.late); late > 0 {
 			note += fmt.Sprintf(", late %d", late)

@@ -43,16 +43,7 @@ var sink uint64
 // setup loads obj (built by `make bpf`) and finds its emitter, closed at
 // cleanup with the copies it loads. It is selftest/internal/bpftest's
 // Setup, which Go's internal rule keeps out of reach from bench/.
-func setup(tb testing.TB) *bpfrun.Emitter {
-	tb.Helper()
-	requirePrivileges(tb)
-	e, err := bpfrun.Open(obj)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(e.Close)
-	return e
-}
+func setup(tb testing.TB) *bpfrun.Emitter { tb.Helper(); return setupObj(tb, obj) }
 
 // requirePrivileges skips the test when it cannot load BPF programs, except
 // under CI (CI=true), where a privileged test that cannot run must fail.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/aquasecurity/libbpfgo"
@@ -77,26 +78,48 @@ func TestDrainCompare(t *testing.T) {
 }
 
 // TestSustained runs every sustained mode briefly and checks the
-// accounting: received equals emitted, lost equals failed.
+// accounting: received equals emitted, lost equals failed. It runs on obj,
+// whose test runs take up to 256 samples, as BenchmarkSustained does, and
+// on perfbench's emitter (perfObj) at each of SustainedBatches, up to 4096
+// samples per test run, as perfbench does.
 func TestSustained(t *testing.T) {
+	for _, em := range []struct {
+		e       *bpfrun.Emitter
+		batches []int
+	}{{setup(t), []int{benchrun.SustainedBatch}}, {setupPerf(t), benchrun.SustainedBatches}} {
+		for _, batch := range em.batches {
+			for _, mode := range benchrun.SustainedModes {
+				t.Run(fmt.Sprintf("%s/%s/%d", filepath.Base(em.e.Obj), mode, batch), func(t *testing.T) {
+					tm := &timer{tb: t}
+					n := 20000 * len(em.e.CPUs)
+					res, err := benchrun.Sustained(em.e, benchrun.SustainedConfig{Mode: mode, Samples: n, Batch: batch}, tm)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s/%d: %.0f samples/s, emitted %d failed %d, received %d lost %d late %d, wall %v",
+						mode, batch, res.Rate(), res.Emitted, res.Failed, res.Received, res.Lost, res.Late, res.Wall)
+					if err := res.Check(); err != nil {
+						t.Error(err)
+					}
+					if res.Emitted+res.Failed < uint64(n) || res.Batch != batch || tm.starts != 1 || tm.running {
+						t.Errorf("emitted %d + failed %d < %d, batch %d, or timer started %d times (want 1)",
+							res.Emitted, res.Failed, n, res.Batch, tm.starts)
+					}
+				})
+			}
+		}
+	}
+}
+
+// A test run larger than the emitter takes is an error, not fewer samples:
+// obj's program takes 256 samples a run, and no emitter more than MaxBatch.
+func TestSustainedBatchTooLarge(t *testing.T) {
 	e := setup(t)
-	for _, mode := range benchrun.SustainedModes {
-		t.Run(mode, func(t *testing.T) {
-			tm := &timer{tb: t}
-			n := 20000 * len(e.CPUs)
-			res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: n}, tm)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: %.0f samples/s, emitted %d failed %d, received %d lost %d late %d, wall %v",
-				mode, res.Rate(), res.Emitted, res.Failed, res.Received, res.Lost, res.Late, res.Wall)
-			if err := res.Check(); err != nil {
-				t.Error(err)
-			}
-			if res.Emitted+res.Failed < uint64(n) || tm.starts != 1 || tm.running {
-				t.Errorf("emitted %d + failed %d < %d, or timer started %d times (want 1)", res.Emitted, res.Failed, n, tm.starts)
-			}
-		})
+	for _, batch := range []int{benchrun.SustainedBatch + 1, benchrun.MaxBatch + 1} {
+		_, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: benchrun.ModeC, Samples: 4 * batch, Batch: batch}, &timer{tb: t})
+		if err == nil {
+			t.Errorf("batch %d on %s: no error", batch, obj)
+		}
 	}
 }
 

@@ -12,11 +12,20 @@ import (
 // built by `make bpf`.
 const rbObj = "../perfbench/bpf/rbbench.bpf.o"
 
+// perfObj is perfbench's perf event array emitter, whose test runs take up
+// to benchrun.MaxBatch samples, built by `make bpf`.
+const perfObj = "../perfbench/bpf/perfbench.bpf.o"
+
 // setupRB loads rbObj, closed at cleanup with the copies it loads.
-func setupRB(tb testing.TB) *bpfrun.Emitter {
+func setupRB(tb testing.TB) *bpfrun.Emitter { tb.Helper(); return setupObj(tb, rbObj) }
+
+// setupPerf loads perfObj, closed at cleanup with the copies it loads.
+func setupPerf(tb testing.TB) *bpfrun.Emitter { tb.Helper(); return setupObj(tb, perfObj) }
+
+func setupObj(tb testing.TB, path string) *bpfrun.Emitter {
 	tb.Helper()
 	requirePrivileges(tb)
-	e, err := bpfrun.Open(rbObj)
+	e, err := bpfrun.Open(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -73,7 +82,7 @@ func TestRBDrainNeedsRingBuffer(t *testing.T) {
 // received, and the loss is the program's failed outputs.
 func TestRBSustained(t *testing.T) {
 	e := setupRB(t)
-	for _, batch := range benchrun.RBSustainedBatches {
+	for _, batch := range benchrun.SustainedBatches {
 		for _, mode := range benchrun.RBSustainedModes {
 			t.Run(fmt.Sprintf("%s/%d", mode, batch), func(t *testing.T) {
 				tm := &timer{tb: t}

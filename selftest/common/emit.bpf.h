@@ -8,7 +8,8 @@
  *   u64 seq; u64 ktime_ns; u32 len; u32 cpu; then byte i = i * 7 + seq (mod 256)
  *
  * Including this header defines the perf event array `events` and the
- * raw_tp program `emit` (its args: struct emit_args); a scenario's
+ * raw_tp program `emit` (its args: struct emit_args; not with
+ * EMIT_OWN_PROG); a scenario's
  * .bpf.c adds what else it needs and its license. */
 #ifndef PERFBUF_EMIT_BPF_H
 #define PERFBUF_EMIT_BPF_H
@@ -122,10 +123,14 @@ static __always_inline int emit_samples(void *ctx, __u64 *args)
 	return 0;
 }
 
+/* A file that defines EMIT_OWN_PROG brings its own emit program, which
+ * calls emit_samples (perfbench's, for longer test runs). */
+#ifndef EMIT_OWN_PROG
 SEC("raw_tp")
 int emit(struct bpf_raw_tracepoint_args *ctx)
 {
 	return emit_samples(ctx, ctx->args);
 }
+#endif
 
 #endif

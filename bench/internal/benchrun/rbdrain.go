@@ -42,9 +42,6 @@ const (
 	RBBytes = 4 << 20
 	// RBFillPercent is how full a drain round fills it.
 	RBFillPercent = 90
-	// rbRunBatch is how many samples a fill's test run emits
-	// (rbbench.bpf.c's EMIT_BATCH).
-	rbRunBatch = 4096
 )
 
 // RBRecordSize is the ring space an n-byte sample takes in a BPF ring
@@ -76,25 +73,9 @@ func RBDrain(e *bpfrun.Emitter, cfg DrainConfig, t Timer) (DrainResult, error) {
 	return res[0], nil
 }
 
-// emitRuns emits k samples of size bytes on cpu in test runs of at most
-// batch samples (rbbench.bpf.c takes up to rbRunBatch in one run).
-func emitRuns(e *bpfrun.Emitter, cpu, k, size, batch int) error {
-	for first := 0; first < k; first += batch {
-		n := min(k-first, batch)
-		ret, err := bpfrun.Run(e.Prog, cpu, uint64(n), uint64(size), 0, uint64(first))
-		if err != nil {
-			return fmt.Errorf("emit: %w", err)
-		}
-		if ret != 0 {
-			return fmt.Errorf("emit %d samples of %d bytes on cpu %d: program returned %d", n, size, cpu, ret)
-		}
-	}
-	return nil
-}
-
 // openRBDrainer opens cfg.Mode's reader over e's ring buffer.
 func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
-	base := fillOne{e: e, size: cfg.Size, batch: rbRunBatch}
+	base := fillOne{e: e, size: cfg.Size, batch: MaxBatch}
 	switch cfg.Mode {
 	case ModeC:
 		r, err := cref.OpenRing(e.Events.FileDescriptor())

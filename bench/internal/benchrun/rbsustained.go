@@ -18,15 +18,9 @@ import (
 // measurement compares, the reference (ring_buffer__poll from C) first.
 var RBSustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach, ModeCilium, ModeLibbpfgo}
 
-// RBSustainedBatches are the test-run sizes the saturation measurement
-// runs by default: samples per BPF_PROG_TEST_RUN. A test run on the
-// producer's own CPU runs with preemption off, so the larger batch keeps
-// the consumer off that CPU up to 16 times as long at a stretch.
-var RBSustainedBatches = []int{SustainedBatch, rbRunBatch}
-
 // RBSustained is Sustained over a BPF ring buffer: one producer per CPU,
 // each locked to its CPU, emits its share of cfg.Samples (cfg.Size bytes,
-// in test runs of cfg.Batch samples, at most 4096) flat out into the one
+// in test runs of cfg.Batch samples, at most MaxBatch) flat out into the one
 // ring buffer of e (rbbench.bpf.o) while cfg.Mode consumes on whatever CPU
 // the scheduler gives it. A ring buffer reports no loss to its reader: a
 // sample that finds the ring full is the program's failed output, counted
@@ -42,8 +36,8 @@ func RBSustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResu
 	t.StopTimer()
 	cfg.defaults()
 	res := SustainedResult{Mode: cfg.Mode, Batch: cfg.Batch}
-	if cfg.Batch > rbRunBatch {
-		return res, fmt.Errorf("ring buffer sustained %s: batch %d over %d", cfg.Mode, cfg.Batch, rbRunBatch)
+	if cfg.Batch > MaxBatch {
+		return res, fmt.Errorf("ring buffer sustained %s: batch %d over %d", cfg.Mode, cfg.Batch, MaxBatch)
 	}
 	ncpu := len(e.CPUs)
 	if cfg.Samples < ncpu {

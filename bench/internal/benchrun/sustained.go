@@ -18,15 +18,27 @@ import (
 // reference first.
 var SustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach, ModeOrdered, ModeOrderedEach}
 
+// SustainedBatches are the test-run sizes that perfbench's saturation
+// measurements, of perf event arrays and of ring buffers, run by default:
+// samples per BPF_PROG_TEST_RUN. A test run on the producer's own CPU runs
+// with preemption off, so the larger batch keeps the consumer off that CPU
+// up to 16 times as long at a stretch.
+var SustainedBatches = []int{SustainedBatch, MaxBatch}
+
 // Defaults of the sustained measurement.
 const (
 	SustainedSize   = 64   // bytes per sample
 	SustainedPages  = 1024 // 4 MiB rings with 4 KiB pages
 	SustainedWakeup = 64   // WakeupEvents
-	// SustainedBatch is how many samples one test run emits. A test run
-	// on the producer's own CPU runs with preemption off: this bounds
-	// how long the consumer may wait for that CPU (~100 µs).
+	// SustainedBatch is how many samples one test run emits by default.
+	// A test run on the producer's own CPU runs with preemption off: this
+	// bounds how long the consumer may wait for that CPU (~100 µs).
 	SustainedBatch = 256
+	// MaxBatch is the most samples one test run of perfbench's emitters
+	// emits (EMIT_RUN_MAX of bench/perfbench/bpf/emit_run.bpf.h, for the
+	// perf event array's and the ring buffer's alike). Other emit.bpf.h
+	// objects, such as bench/selftest's, take SustainedBatch at most.
+	MaxBatch = 4096
 	// SustainedLatency is the consumers' poll timeout (MaxLatency for the
 	// readers). With WakeupEvents > 1 the last samples of a run raise no
 	// wakeup; this is what picks them up.
@@ -41,14 +53,14 @@ type SustainedConfig struct {
 	Size         int
 	Pages        int
 	WakeupEvents int
-	Batch        int
+	Batch        int           // samples per test run, at most MaxBatch (and what the emitter takes)
 	Timeout      time.Duration // bounds the whole run; 0 means a minute
 }
 
 // SustainedResult is what a sustained run produced and consumed.
 type SustainedResult struct {
 	Mode     string
-	Batch    int           // samples per test run (ring buffer runs; 0 otherwise)
+	Batch    int           // samples per test run
 	Emitted  uint64        // the emitter's successful outputs, all CPUs
 	Failed   uint64        // outputs that found the ring full: lost
 	Received uint64        // samples the consumer read
@@ -90,8 +102,10 @@ type consumer interface {
 }
 
 // Sustained runs one producer per CPU, each locked to its CPU and calling
-// the emit program there in a loop (cfg.Batch samples per test run) until
-// its share of cfg.Samples is emitted, while cfg.Mode consumes on whatever
+// the emit program there in a loop (cfg.Batch samples per test run, at most
+// MaxBatch, and at most what e's program takes: perfbench.bpf.o takes
+// MaxBatch, emit.bpf.h's other objects SustainedBatch) until its share of
+// cfg.Samples is emitted, while cfg.Mode consumes on whatever
 // CPU the scheduler gives it, competing with the producers. The timer runs
 // from the producers' start until the consumer has accounted for every
 // sample (read or reported lost). Stopped timer on return.
@@ -107,7 +121,10 @@ type consumer interface {
 func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult, error) {
 	t.StopTimer()
 	cfg.defaults()
-	res := SustainedResult{Mode: cfg.Mode}
+	res := SustainedResult{Mode: cfg.Mode, Batch: cfg.Batch}
+	if cfg.Batch > MaxBatch {
+		return res, fmt.Errorf("sustained %s: batch %d over %d", cfg.Mode, cfg.Batch, MaxBatch)
+	}
 	ncpu := len(e.CPUs)
 	if cfg.Samples < ncpu {
 		cfg.Samples = ncpu
@@ -126,14 +143,7 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 	start := make(chan struct{})
 	var p producers
 	p.start(e, cfg.Samples, start, func(cpu, n int) error {
-		for left := n; left > 0; {
-			k := min(cfg.Batch, left)
-			if err := e.Emit(cpu, uint64(k), uint64(cfg.Size), 0); err != nil {
-				return err
-			}
-			left -= k
-		}
-		return nil
+		return emitRuns(e, cpu, n, cfg.Size, cfg.Batch)
 	})
 
 	// The watchdog: once the producers are done, if the consumer has not
@@ -256,6 +266,24 @@ func (p *producers) start(e *bpfrun.Emitter, samples int, start <-chan struct{},
 			}
 		}()
 	}
+}
+
+// emitRuns emits k samples of size bytes on cpu in test runs of at most
+// batch samples: each run is one BPF_PROG_TEST_RUN, so batch must be at
+// most what e's program takes in one run (the program returns 2 otherwise,
+// an error here).
+func emitRuns(e *bpfrun.Emitter, cpu, k, size, batch int) error {
+	for first := 0; first < k; first += batch {
+		n := min(k-first, batch)
+		ret, err := bpfrun.Run(e.Prog, cpu, uint64(n), uint64(size), 0, uint64(first))
+		if err != nil {
+			return fmt.Errorf("emit: %w", err)
+		}
+		if ret != 0 {
+			return fmt.Errorf("emit %d samples of %d bytes on cpu %d: program returned %d", n, size, cpu, ret)
+		}
+	}
+	return nil
 }
 
 // fail records err, if it is the first.

@@ -14,18 +14,11 @@
  * emit_stats.failed, the loss the saturation measurement reports. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "emit_run.bpf.h" /* the emit program: runs of up to 4096 samples */
 
 /* 4 MiB: the drain measurements fill it to 90 %. */
 #define RB_BYTES (4 << 20)
 #define EMIT_MAX_SIZE 1024 /* largest sample; a power of two */
-/* Samples one run emits at most: 4096, so that a saturation run can make
- * test runs of 256 and of 4096 samples; emit_some writes up to 256 of them
- * per call. Its loop is bounded by a constant, not bpf_loop (5.17+), so that
- * the program loads on 5.10: the verifier walks every iteration, and 4096
- * of them in one function pass its limit of 8192 jumps in a row. emit_some
- * is a global function, verified once on its own, not once per call. */
-#define EMIT_BATCH 4096
-#define EMIT_CALL 256
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -64,10 +57,10 @@ struct {
 	__type(value, struct emit_buf);
 } emit_scratch SEC(".maps");
 
-/* Emits count (at most EMIT_CALL) samples, sample n of size0 + n % span
- * bytes (span 0: all of size0), numbered from first. Returns 0, or 1 and 2
- * as emit does. */
-__attribute__((noinline)) int emit_some(__u64 count, __u64 size0, __u64 span, __u64 first)
+/* emit_run.bpf.h's part: count (at most EMIT_RUN_PART) samples, sample n of
+ * size0 + n % span bytes (span 0: all of size0), numbered from first.
+ * Returns 0, or 1 and 2 as emit.bpf.h's emit_samples does. */
+__attribute__((noinline)) int emit_part(__u64 count, __u64 size0, __u64 span, __u64 first)
 {
 	__u32 zero = 0, cpu = bpf_get_smp_processor_id();
 	struct emit_stats *st = bpf_map_lookup_elem(&emit_stats, &zero);
@@ -77,7 +70,7 @@ __attribute__((noinline)) int emit_some(__u64 count, __u64 size0, __u64 span, __
 
 	if (!st || !buf)
 		return 1;
-	if (count > EMIT_CALL || size0 < 1 || size0 > EMIT_MAX_SIZE || span > EMIT_MAX_SIZE + 1 - size0)
+	if (count > EMIT_RUN_PART || size0 < 1 || size0 > EMIT_MAX_SIZE || span > EMIT_MAX_SIZE + 1 - size0)
 		return 2;
 	/* Bytes past the first 32 are the same for every sample, i * 7, and
 	 * no sample rewrites them: written once per CPU. */
@@ -87,7 +80,7 @@ __attribute__((noinline)) int emit_some(__u64 count, __u64 size0, __u64 span, __
 		buf->filled = 1;
 	}
 	h = (void *)buf->data;
-	for (i = 0; i < EMIT_CALL && i < count; i++) {
+	for (i = 0; i < EMIT_RUN_PART && i < count; i++) {
 		__u64 size = size0;
 		long err;
 
@@ -110,30 +103,6 @@ __attribute__((noinline)) int emit_some(__u64 count, __u64 size0, __u64 span, __
 			st->failed++;
 		else
 			st->emitted++;
-	}
-	return 0;
-}
-
-/* args (the raw_tp context, as emit.bpf.h's struct emit_args): count (at
- * most EMIT_BATCH), size (of sample 0), span (sample n has size + n % span
- * bytes; 0: all equal), first (n of this run's first sample). */
-SEC("raw_tp")
-int emit(struct bpf_raw_tracepoint_args *ctx)
-{
-	__u64 count = ctx->args[0], size = ctx->args[1], span = ctx->args[2], first = ctx->args[3];
-	__u64 done = 0;
-	__u32 i;
-	int ret;
-
-	if (count > EMIT_BATCH)
-		return 2;
-	for (i = 0; i < EMIT_BATCH / EMIT_CALL && done < count; i++) {
-		__u64 n = count - done < EMIT_CALL ? count - done : EMIT_CALL;
-
-		ret = emit_some(n, size, span, first + done);
-		if (ret)
-			return ret;
-		done += n;
 	}
 	return 0;
 }
