@@ -362,7 +362,7 @@ func (o *ordered) commit(i int) {
 // idle commits every ring and waits at most MaxLatency, and until the
 // smallest front, the only one that can go next, is due (rule 3), or up to
 // MaxDelay/2 later: while samples come, a wakeup for one of them releases
-// it first, and the timer is rarely moved (waiter.setDeadline).
+// it first, and the timer is not moved once a sample (waiter.setDeadline).
 func (o *ordered) idle() (time.Duration, time.Duration) {
 	timeout, slack := o.s.latency, time.Duration(0)
 	for i := range o.rs {

@@ -909,9 +909,9 @@ func TestOrderInvalid(t *testing.T) {
 
 // Rule 3's timer while one CPU emits and the other is idle: every record
 // waits for MaxDelay, and while samples keep coming (each with its ring's
-// wakeup), the reader moves its timer not once a sample but once 3/4 of its
-// slack (MaxDelay/2) at most. Once they stop, the last records are released
-// by the timer, late by MaxDelay/2 at most.
+// wakeup), the reader sets its timer not once a sample but about once its
+// slack (MaxDelay/2). Once they stop, the last records are released by the
+// timer, late by MaxDelay/2 at most.
 func TestOrderedTimerKept(t *testing.T) {
 	f := newFakeRings(t, 2, 1<<16)
 	const delay = 80 * time.Millisecond

@@ -148,10 +148,10 @@ func (w *waiter) clearWake() { w.woken.Store(false) }
 
 // wait blocks until a ring's data_head has moved since the waiter last
 // looked, or wake was called, or timeout passes (negative: no limit; zero:
-// do not block), or up to slack after that: a wait that accepts a late end
-// keeps the deadline an earlier wait set when it falls in that window
-// (setDeadline). It reports whether it ended for the rings or a wake, or
-// timed out with a head moved (records below the wakeup threshold).
+// do not block). With a slack it may end up to slack after the timeout, or
+// before it, at a deadline an earlier wait set (setDeadline). It reports
+// whether it ended for the rings or a wake, or timed out with a head moved
+// (records below the wakeup threshold).
 //
 // Waits take turns on the set (concurrent Polls): the timeout counts from
 // the call, so a wait for another's turn to end comes out of it.
@@ -159,9 +159,10 @@ func (w *waiter) wait(timeout, slack time.Duration) (bool, error) {
 	if w.woken.Load() {
 		return true, nil
 	}
-	var deadline time.Time
+	var now, deadline time.Time
 	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
+		now = time.Now()
+		deadline = now.Add(timeout)
 	}
 	select {
 	case w.turn <- struct{}{}:
@@ -197,7 +198,10 @@ func (w *waiter) wait(timeout, slack time.Duration) (bool, error) {
 	}
 	// Set before woken is looked at again: a wake moves it into the
 	// past (see wake).
-	w.setDeadline(deadline, slack) // the zero time for no timeout
+	if !now.IsZero() {
+		now = time.Now() // (the wait for a turn took some)
+	}
+	w.setDeadline(now, deadline, slack) // the zero time for no timeout
 	// The function runs at once, then after each event on the set.
 	err := w.rc.Read(func(uintptr) bool { return w.woken.Load() || w.moved() })
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -212,23 +216,25 @@ func (w *waiter) wait(timeout, slack time.Duration) (bool, error) {
 	return true, nil
 }
 
-// setDeadline gives the set a read deadline in [from, from+slack] (the
-// zero from: none), for the turn's holder. It keeps the deadline set last
-// when that one is in the window, past its first quarter, and no wake may
-// have moved it since: moving a runtime timer wakes a thread of the
-// runtime's to look at timers again (modtimer, wakeNetPoller), a context
-// switch that a reader waiting once a sample, each time a little later
-// (the ordered Reader's rule 3), would pay once a sample. So a deadline is
-// moved once a quarter of the slack at most, and fires late by at most the
-// slack.
-func (w *waiter) setDeadline(from time.Time, slack time.Duration) {
+// setDeadline gives the set a read deadline by from+slack (the zero from:
+// none), for the turn's holder. With a slack it keeps the deadline set last
+// if that one is still ahead and not later than from+slack, and no wake
+// may have moved it since; it may then be earlier than from, and the wait
+// end early. Moving a runtime timer later costs the runtime's threads
+// context switches (modtimer wakes one to look at timers again, and the
+// netpoller and sysmon, asleep until the old time, wake for nothing),
+// where letting it fire costs one wakeup: a reader that waits once a
+// sample for a deadline a little later each time (the ordered Reader's
+// rule 3) would move it once a sample. Kept, it fires at most once a slack
+// while samples come.
+func (w *waiter) setDeadline(now, from time.Time, slack time.Duration) {
 	to := from
 	if !from.IsZero() {
 		to = from.Add(slack)
 	}
 	wakes := w.wakes.Load()
 	if w.armedOK && w.armedAt == wakes && w.armed.IsZero() == from.IsZero() &&
-		(from.IsZero() || !w.armed.Before(from.Add(slack/4)) && !w.armed.After(to)) {
+		(from.IsZero() || slack > 0 && w.armed.After(now) && !w.armed.After(to)) {
 		return
 	}
 	w.file.SetReadDeadline(to)
@@ -252,7 +258,8 @@ func (w *waiter) waitEvent(timeout time.Duration) error {
 		return nil
 	}
 	defer func() { <-w.turn }()
-	w.setDeadline(time.Now().Add(timeout), 0)
+	now := time.Now()
+	w.setDeadline(now, now.Add(timeout), 0)
 	// RawConn.Read forgets the set's readiness before it calls the
 	// function, which answers false once so as to wait for a new event.
 	first := true

@@ -5,9 +5,11 @@ import (
 	"time"
 )
 
-// A wait that accepts a late end keeps the deadline set last while it lies
-// in its window, past the window's first quarter; it sets a new one when
-// the deadline is outside, expired, or moved by a wake.
+// A wait that accepts a late end keeps the deadline set last while it is
+// ahead and no later than its window's end, also when it is earlier than
+// the window (the wait ends early); it sets a new one when the deadline
+// would be late, has expired, or a wake moved it, and always without a
+// slack.
 func TestWaiterDeadlineKept(t *testing.T) {
 	w, err := newWaiter()
 	if err != nil {
@@ -15,23 +17,27 @@ func TestWaiterDeadlineKept(t *testing.T) {
 	}
 	defer w.close()
 	const slack = 400 * time.Millisecond
-	now := time.Now().Add(time.Hour) // far from expiry
+	now := time.Now()
+	at := now.Add(time.Hour) // far from expiry
 	steps := []struct {
-		name string
-		from time.Time
-		wake bool
-		set  bool
+		name  string
+		now   time.Time
+		from  time.Time
+		slack time.Duration
+		wake  bool
+		set   bool
 	}{
-		{"first", now, false, true},
-		{"within the window", now.Add(slack / 2), false, false},
-		{"at the window's first quarter", now.Add(slack * 3 / 4), false, false},
-		{"in the window's first quarter", now.Add(slack*3/4 + time.Millisecond), false, true},
-		{"the same", now.Add(slack*3/4 + time.Millisecond), false, false},
-		{"after a wake", now.Add(slack*3/4 + time.Millisecond), true, true},
-		{"earlier than the slack", now, false, true},
-		{"none", time.Time{}, false, true},
-		{"none again", time.Time{}, false, false},
-		{"a deadline after none", now, false, true},
+		{"first", now, at, slack, false, true},
+		{"a later window", now, at.Add(slack / 2), slack, false, false},
+		{"a window past the deadline", now, at.Add(2 * slack), slack, false, false},
+		{"an earlier window", now, at.Add(-slack / 2), slack, false, true},
+		{"the same", now, at.Add(-slack / 2), slack, false, false},
+		{"after a wake", now, at.Add(-slack / 2), slack, true, true},
+		{"the same without a slack", now, at.Add(-slack / 2), 0, false, true},
+		{"the deadline expired", at.Add(slack), at.Add(slack), slack, false, true},
+		{"none", now, time.Time{}, slack, false, true},
+		{"none again", now, time.Time{}, slack, false, false},
+		{"a deadline after none", now, at, slack, false, true},
 	}
 	for _, st := range steps {
 		if st.wake {
@@ -39,23 +45,23 @@ func TestWaiterDeadlineKept(t *testing.T) {
 			w.clearWake()
 		}
 		before := w.sets
-		w.setDeadline(st.from, slack)
+		w.setDeadline(st.now, st.from, st.slack)
 		if got := w.sets > before; got != st.set {
 			t.Errorf("%s: deadline set %v, want %v", st.name, got, st.set)
 		}
 		want := st.from
 		if !st.from.IsZero() {
-			want = st.from.Add(slack)
+			want = st.from.Add(st.slack)
 		}
 		if st.set && !w.armed.Equal(want) {
 			t.Errorf("%s: armed %v, want %v", st.name, w.armed, want)
 		}
-		if !st.from.IsZero() && (w.armed.Before(st.from) || w.armed.After(st.from.Add(slack))) {
-			t.Errorf("%s: armed %v outside [%v, +%v]", st.name, w.armed, st.from, slack)
+		if !st.from.IsZero() && (w.armed.After(st.from.Add(st.slack)) || !w.armed.After(st.now)) {
+			t.Errorf("%s: armed %v, not in (%v, %v]", st.name, w.armed, st.now, st.from.Add(st.slack))
 		}
 	}
 
-	// A deadline that expired is not kept, whatever the window.
+	// A wait that times out has its deadline expire: not kept.
 	start := time.Now()
 	if _, err := w.wait(10*time.Millisecond, 20*time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -64,8 +70,8 @@ func TestWaiterDeadlineKept(t *testing.T) {
 		t.Errorf("wait ended after %v, before its timeout", took)
 	}
 	before := w.sets
-	w.setDeadline(w.armed.Add(-time.Millisecond), time.Second)
+	w.setDeadline(w.armed.Add(-time.Second), w.armed.Add(-time.Millisecond), time.Second)
 	if w.sets == before {
-		t.Error("an expired deadline was kept")
+		t.Error("a deadline that ended a wait was kept")
 	}
 }
