@@ -29,7 +29,7 @@ func (c *callback) drain(i int) (int, error) {
 	rb := c.s.rings[i]
 	defer c.commitPublish(i) // commits, and counts what was delivered
 	rb.begin()
-	n, err := rb.each(&c.rec, math.MaxUint64, &c.s.stop, c.deliver)
+	n, _, err := rb.each(&c.rec, math.MaxUint64, &c.s.stop, c.deliver)
 	if err != nil {
 		rb.skipCorrupt() // counted; the ring goes on past it
 	}

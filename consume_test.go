@@ -315,3 +315,79 @@ func TestReaderReadBatch(t *testing.T) {
 		t.Fatalf("ReadBatch at the corrupt record = %d, %v; want ErrCorrupt", n, err)
 	}
 }
+
+// ReadBatch goes through the policy's loop: batches that end inside a
+// ring's turn, and turns that end inside a batch, deliver the records in
+// the order Each does (lost records included), each once, with the counts
+// of Stats; for every batch length, and with the ordered merge's runs.
+func TestReaderReadBatchOrder(t *testing.T) {
+	fill := func(f *fakeRings) {
+		for seq := range uint64(40) {
+			ring := 0
+			if seq%3 == 0 {
+				ring = 1
+			}
+			f.emit(t, ring, seq, seq, 24)
+			if seq == 17 {
+				f.rings[ring].mustWrite(t, fakeLost(1, 5))
+			}
+		}
+	}
+	show := func(s *Sample) string {
+		if s.Type == RecordLost {
+			return fmt.Sprintf("lost %d on %d", s.Lost, s.Ring)
+		}
+		return fmt.Sprintf("%d on %d", seqOf(s.Data), s.Ring)
+	}
+	for _, ord := range []*Order{nil, {MaxDelay: time.Hour}} {
+		f := newFakeRings(t, 2, 4096)
+		r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+		if ord == nil {
+			setBudget(r, 100) // turns of 3 records
+		}
+		fill(f)
+		r.Flush()
+		var want []string
+		var s Sample
+		if _, err := r.Consume(func(rec *Record) error {
+			copySample(&s, rec)
+			want = append(want, show(&s))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{1, 2, 3, 5, 64} {
+			f := newFakeRings(t, 2, 4096)
+			r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+			if ord == nil {
+				setBudget(r, 100)
+			}
+			fill(f)
+			r.Flush()
+			batch := make([]Sample, n)
+			var got []string
+			for {
+				k, err := r.ReadBatch(batch)
+				for i := range batch[:k] {
+					got = append(got, show(&batch[i]))
+				}
+				if errors.Is(err, ErrFlushed) {
+					break
+				}
+				if err != nil || k == 0 || k > n {
+					t.Fatalf("ordered %v, batch %d: ReadBatch = %d, %v", ord != nil, n, k, err)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("ordered %v, batch %d: read\n%v\nwant (Consume)\n%v", ord != nil, n, got, want)
+			}
+			var samples, lost uint64
+			for _, st := range r.Stats() {
+				samples, lost = samples+st.Samples, lost+st.Lost
+			}
+			if samples != 40 || lost != 5 {
+				t.Errorf("ordered %v, batch %d: Stats count %d samples, %d lost; want 40, 5", ord != nil, n, samples, lost)
+			}
+		}
+	}
+}

@@ -167,8 +167,13 @@ func (c *core) addNewCPUs() error {
 	if c.newCPUs == nil || !c.newCPUs.Load() {
 		return nil
 	}
-	return c.src.addNew(c.addRing)
+	return c.addNew() // (out of line: the check inlines into every read)
 }
+
+// addNew is addNewCPUs past its check.
+//
+//go:noinline (so that addNewCPUs inlines)
+func (c *core) addNew() error { return c.src.addNew(c.addRing) }
 
 // count returns the number of rings; any goroutine may call it.
 func (c *core) count() int {

@@ -61,10 +61,9 @@ func (f *fullest) each(fn func(*Record) error) (bool, error) {
 	}
 	i := f.order[f.pos]
 	rb := f.s.rings[i]
-	from := rb.cursorPos()
-	_, err := rb.each(&f.rec, uint64(max(f.left, 0)), &f.s.stop, fn)
-	f.left -= int(rb.cursorPos() - from)
-	if rb.isCorrupt(err) {
+	_, used, err := rb.each(&f.rec, uint64(max(f.left, 0)), &f.s.stop, fn)
+	f.left -= int(used)
+	if _, ok := err.(*CorruptError); ok && rb.isCorrupt(err) {
 		f.s.skipCorrupt(i, err) // the read reports it
 		err = nil
 	} else if err != nil || f.s.stop.Load() {

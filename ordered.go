@@ -426,7 +426,7 @@ func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
 	}
 	from := rb.cursorPos()
 	o.fn = fn
-	k, err := rb.each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.stop, o.runF)
+	k, _, err := rb.each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.stop, o.runF)
 	o.fn = nil
 	if err == errHeld {
 		k--

@@ -314,7 +314,7 @@ func (r *perfRing) parseRest(rec *Record) bool {
 // each is the loop that delivers records: RawBuffer.Drain and every policy run it. It parses
 // records from the cursor up to the head snapshot and calls fn with each, the cursor already
 // past it, while they start within limit bytes of where it began. It returns how many
-// records fn received, and stops
+// records fn received and how many bytes the cursor moved, and stops
 //   - at the end of the snapshot, or past limit: nil;
 //   - when fn returns an error: that error (the record counts as received);
 //   - at a corrupt record: the *CorruptError (the cursor stays on it);
@@ -322,13 +322,13 @@ func (r *perfRing) parseRest(rec *Record) bool {
 //
 // It does not commit. Plain samples (plainAt) are taken in line, loaded through the ring's
 // base pointer, with no call per record but fn's; every other record goes through parseRest.
-func (r *perfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, error) {
+func (r *perfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, uint64, error) {
 	from := r.cursor
 	rec.CPU, rec.Ring = r.cpu, r.index
 	k := 0
 	for {
 		if r.cursor-from >= limit {
-			return k, nil
+			return k, r.cursor - from, nil
 		}
 		p, room := r.plainRoom()
 		pos := r.cursor
@@ -342,10 +342,10 @@ func (r *perfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*R
 			pos, p = r.take(rec, p, size, n)
 			k++
 			if err := fn(rec); err != nil {
-				return k, err
+				return k, r.cursor - from, err
 			}
 			if stop.Load() {
-				return k, nil
+				return k, r.cursor - from, nil
 			}
 		}
 		if room > 0 && int64(stop0-pos) <= 0 {
@@ -353,16 +353,16 @@ func (r *perfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*R
 		}
 		if !r.parseRest(rec) {
 			if r.blocked() {
-				return k, r.corrupt
+				return k, r.cursor - from, r.corrupt
 			}
-			return k, nil
+			return k, r.cursor - from, nil
 		}
 		k++
 		if err := fn(rec); err != nil {
-			return k, err
+			return k, r.cursor - from, err
 		}
 		if stop.Load() {
-			return k, nil
+			return k, r.cursor - from, nil
 		}
 	}
 }

@@ -128,7 +128,7 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 		return 0, fmt.Errorf("drain perf ring cpu %d: nil function: %w", b.r.cpuNum(), os.ErrInvalid)
 	}
 	b.r.begin()
-	n, err := b.r.each(&b.rec, math.MaxUint64, &b.stop, fn)
+	n, _, err := b.r.each(&b.rec, math.MaxUint64, &b.stop, fn)
 	b.r.commitCursor()
 	b.rec = Record{} // drop the references to ring memory
 	return n, err

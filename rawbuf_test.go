@@ -892,9 +892,12 @@ func TestRawEach(t *testing.T) {
 			b.Begin()
 			pos = pos[:0]
 			var rec Record
-			k, err := b.perf().each(&rec, c.limit, &b.stop, fn)
+			k, used, err := b.perf().each(&rec, c.limit, &b.stop, fn)
 			if fmt.Sprint(pos) != c.want || k != len(pos) || err != nil {
 				t.Errorf("limit %d (again %v): %d records at %v, %v; want %s", c.limit, again, k, pos, err, c.want)
+			}
+			if used != b.perf().cursorPos() {
+				t.Errorf("limit %d (again %v): each says %d bytes, the cursor moved %d", c.limit, again, used, b.perf().cursorPos())
 			}
 			if f.page.Data_tail != 0 {
 				t.Fatalf("each committed to %d", f.page.Data_tail)
@@ -909,7 +912,7 @@ func TestRawEach(t *testing.T) {
 	b = f.reader(t)
 	pos = pos[:0]
 	b.Begin()
-	k, err := b.perf().each(new(Record), math.MaxUint64, &stop, func(r *Record) error {
+	k, _, err := b.perf().each(new(Record), math.MaxUint64, &stop, func(r *Record) error {
 		pos = append(pos, r.Pos)
 		if r.Pos == 32 {
 			stop.Store(true) // what Close does

@@ -43,6 +43,12 @@ type Reader struct {
 	countF func(*Record) error
 	fn     func(*Record) error
 	n      int
+
+	// ReadBatch's copy: copyF (r.copyRec, made once) copies the records
+	// the policy's loop delivers into batch, got of them so far.
+	copyF func(*Record) error
+	batch []Sample
+	got   int
 }
 
 // NewReader opens the rings of m, as New does, and returns a Reader over
@@ -85,7 +91,7 @@ func newReader(c *core, opts *Options) *Reader {
 		c.latency = defaultMaxLatency
 	}
 	r := &Reader{c: c}
-	r.countF = r.countRec
+	r.countF, r.copyF = r.countRec, r.copyRec
 	if opts.Order != nil {
 		r.pol = newOrdered(&c.ringSet, opts.Order.config())
 	} else {
@@ -284,37 +290,66 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 	if err := r.c.life.enterExclusive(op); err != nil {
 		return 0, err
 	}
-	defer r.c.life.exitExclusive() // (a Key function may panic)
+	defer r.exitBatch() // (a Key function may panic)
+	r.batch, r.got = s, 0
+	// enterExclusive found the reader open: the loop looks again after
+	// each turn and each wait.
 	for {
-		if r.c.life.closed() {
-			return 0, fmt.Errorf("%s: %w", op, os.ErrClosed)
-		}
 		if r.c.corrupt != nil {
+			if r.got > 0 {
+				return r.got, nil // the error is the next call's
+			}
 			return 0, r.takeCorrupt(op)
 		}
 		if err := r.c.addNewCPUs(); err != nil {
 			return 0, wrap(op, err)
 		}
-		// Record by record (next): for a copy the rings' loop (each)
-		// saves nothing over next, and its setup costs more than a short
-		// batch's records.
-		n := 0
-		for n < len(s) {
-			rec, i := r.pol.next()
-			if i < 0 {
-				break
+		var more bool
+		if len(s) == 1 {
+			// One record (ReadInto): the policy's next, which costs
+			// less than setting up the policy's loop for one record.
+			if rec, i := r.pol.next(); i >= 0 {
+				copySample(&s[0], rec)
+				r.pol.delivered(i)
+				r.got = 1
 			}
-			copySample(&s[n], rec)
-			r.pol.delivered(i)
-			n++
+		} else {
+			more, _ = r.pol.each(r.copyF) // (copyRec's only error is errStop)
 		}
-		if n > 0 {
-			return n, nil // a corruption met after them is the next call's
+		if r.got == len(s) || r.got > 0 && !more {
+			return r.got, nil
 		}
-		if _, err := r.block(context.Background(), op, true); err != nil {
-			return 0, err
+		if !more {
+			if _, err := r.block(context.Background(), op, true); err != nil {
+				return 0, err
+			}
+		}
+		if r.c.life.closed() {
+			if r.got > 0 {
+				return r.got, nil
+			}
+			return 0, fmt.Errorf("%s: %w", op, os.ErrClosed)
 		}
 	}
+}
+
+// copyRec is ReadBatch's function for the policy's loop: it copies rec into
+// the batch's next Sample, and ends the loop (errStop) once the batch is
+// full.
+func (r *Reader) copyRec(rec *Record) error {
+	copySample(&r.batch[r.got], rec)
+	r.got++
+	if r.got == len(r.batch) {
+		return errStop
+	}
+	return nil
+}
+
+// exitBatch ends a ReadBatch: it drops the caller's Samples and leaves the
+// reader.
+func (r *Reader) exitBatch() {
+	r.batch = nil
+	r.c.life.exitExclusive()
 }
 
 // Each calls fn with every record, zero-copy, until ctx is done, the reader
@@ -399,7 +434,8 @@ func (r *Reader) each(ctx context.Context, op string, fn func(*Record) error, wa
 	}
 }
 
-// errStop ends each after one record; it never leaves this file.
+// errStop ends a policy's loop early: All's when yield returns false,
+// ReadBatch's when the batch is full. It never leaves this file.
 var errStop = errors.New("stop")
 
 // All returns an iterator over the records, copied into one reused Sample

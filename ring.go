@@ -65,8 +65,11 @@ type ring interface {
 	// cursor, while records start within limit bytes of where it began,
 	// until fn's error (returned, the record counted as received), a
 	// corrupt record (its error), the end of what may be read now, or
-	// after the record during which stop became true. It does not commit.
-	each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, error)
+	// after the record during which stop became true. It returns how many
+	// records fn received and how far the cursor moved, so that a caller
+	// needs no other call through the interface per loop. It does not
+	// commit.
+	each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (k int, used uint64, err error)
 	// peek parses the record at pos, a record boundary between the cursor
 	// and the snapshot, without moving the cursor or counting it.
 	peek(pos uint64, rec *Record) bool

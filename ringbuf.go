@@ -509,7 +509,7 @@ func (r *bpfRing) peek(pos uint64, rec *Record) bool {
 // each is THE loop that delivers samples. It parses records from the cursor and calls fn
 // with each sample, the cursor already past it, while records start within limit bytes of
 // where it began; discarded records are skipped and counted. It returns how many samples fn
-// received, and stops
+// received and how many bytes the cursor moved, and stops
 //   - at the end of the head snapshot, at a record still busy, or at limit: nil;
 //   - when fn returns an error: that error (the record counts as received);
 //   - at a corrupt record or positions: the *CorruptError (the cursor stays on the record);
@@ -519,24 +519,24 @@ func (r *bpfRing) peek(pos uint64, rec *Record) bool {
 // record, a sample not read before, is parsed in line (the rest goes through next). rec's
 // Data aliases ring memory until consumer_pos is committed past rec.Next; fn must not call
 // the ring's methods.
-func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, error) {
+func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, uint64, error) {
 	from := r.cursor
 	k := 0
 	// Records read again after begin (counted already) and pending errors: the careful way.
 	for int64(r.counted-r.cursor) > 0 || r.corrupt != nil {
 		if r.cursor-from >= limit {
-			return k, nil
+			return k, r.cursor - from, nil
 		}
 		ok, err := r.next(rec)
 		if !ok {
-			return k, err
+			return k, r.cursor - from, err
 		}
 		k++
 		if err := fn(rec); err != nil {
-			return k, err
+			return k, r.cursor - from, err
 		}
 		if stop != nil && stop.Load() {
-			return k, nil
+			return k, r.cursor - from, nil
 		}
 	}
 	// The fast loop: at, next and fill in line. The invariants hold (no error pending) and
@@ -551,13 +551,13 @@ func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 		// Acquire: pairs with the xchg of hdr->len in bpf_ringbuf_commit (see loadHeader).
 		hdr := atomic.LoadUint32((*uint32)(p))
 		if hdr&bpfRingBusyBit != 0 {
-			return k, nil // not committed yet: records are consumed in order
+			return k, r.cursor - from, nil // not committed yet: records are consumed in order
 		}
 		n := uint64(hdr & bpfRingLenMask)
 		size := (n + bpfRingHdrRound) &^ 7
 		if size > head-pos {
 			r.badRecord(pos, hdr, size)
-			return k, r.corrupt
+			return k, r.cursor - from, r.corrupt
 		}
 		next := pos + size
 		r.cursor = next // and counted with it (see begin)
@@ -571,14 +571,14 @@ func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 		r.stats.Bytes += n
 		k++
 		if err := fn(rec); err != nil {
-			return k, err
+			return k, r.cursor - from, err
 		}
 		if stop != nil && stop.Load() {
-			return k, nil
+			return k, r.cursor - from, nil
 		}
 		pos = next
 	}
-	return k, nil
+	return k, r.cursor - from, nil
 }
 
 // commit publishes consumer_pos = pos, handing the space before pos back to the kernel. pos

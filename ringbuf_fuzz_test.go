@@ -188,7 +188,7 @@ func FuzzBPFRingParse(f *testing.F) {
 		r2.begin()
 		var got2 []refBPFRecord
 		var rec Record
-		n, eachErr := r2.each(&rec, uint64(limit), nil, func(rec *Record) error {
+		n, _, eachErr := r2.each(&rec, uint64(limit), nil, func(rec *Record) error {
 			checkFuzzBPFRecord(t, data2, rec)
 			got2 = append(got2, refBPFRecord{rec.Pos, rec.Next, false, bytes.Clone(rec.Data)})
 			return nil

@@ -101,7 +101,7 @@ func TestBPFRingRace(t *testing.T) {
 	}
 	for received+r.discarded() < total {
 		r.begin()
-		n, err := r.each(&rec, limit, nil, check)
+		n, _, err := r.each(&rec, limit, nil, check)
 		r.commitCursor()
 		drains++
 		if err != nil {

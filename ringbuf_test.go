@@ -182,7 +182,7 @@ func TestBPFRingEmpty(t *testing.T) {
 	if ok, err := r.next(&rec); ok || err != nil {
 		t.Fatalf("next on an empty ring = %v, %v", ok, err)
 	}
-	n, err := r.each(&rec, ^uint64(0), nil, func(*Record) error { t.Fatal("fn on an empty ring"); return nil })
+	n, _, err := r.each(&rec, ^uint64(0), nil, func(*Record) error { t.Fatal("fn on an empty ring"); return nil })
 	if n != 0 || err != nil {
 		t.Fatalf("each = %d, %v", n, err)
 	}
@@ -284,7 +284,7 @@ func TestBPFRingMany(t *testing.T) {
 					return nil
 				}
 				if useEach {
-					if _, err := r.each(&Record{}, ^uint64(0), nil, check); err != nil {
+					if _, _, err := r.each(&Record{}, ^uint64(0), nil, check); err != nil {
 						t.Fatal(err)
 					}
 				} else {
@@ -354,7 +354,7 @@ func TestBPFRingBusy(t *testing.T) {
 	if r.peek(a, &rec) || r.peek(b, &rec) == false {
 		t.Fatal("peek: the busy record, or the committed one behind it")
 	}
-	n, err := r.each(&rec, ^uint64(0), nil, func(*Record) error { t.Fatal("fn at a busy record"); return nil })
+	n, _, err := r.each(&rec, ^uint64(0), nil, func(*Record) error { t.Fatal("fn at a busy record"); return nil })
 	if n != 0 || err != nil {
 		t.Fatalf("each at a busy record = %d, %v", n, err)
 	}
@@ -390,7 +390,7 @@ func TestBPFRingDiscard(t *testing.T) {
 	}
 	// Read again (not committed): not counted again.
 	r.begin()
-	if n, err := r.each(&rec, ^uint64(0), nil, func(*Record) error { return nil }); n != 2 || err != nil {
+	if n, _, err := r.each(&rec, ^uint64(0), nil, func(*Record) error { return nil }); n != 2 || err != nil {
 		t.Fatalf("each again = %d, %v", n, err)
 	}
 	if s := r.counts(); s.Samples != 2 || s.Bytes != 11 || r.discarded() != 5 {
@@ -420,7 +420,7 @@ func TestBPFRingReadAgain(t *testing.T) {
 	_ = r.commit(rec.Pos) // keep the third one
 	r.begin()
 	var got []int
-	n, err := r.each(&rec, ^uint64(0), nil, func(rec *Record) error {
+	n, _, err := r.each(&rec, ^uint64(0), nil, func(rec *Record) error {
 		got = append(got, len(rec.Data))
 		return nil
 	})
@@ -509,14 +509,14 @@ func TestBPFRingEachLimitStop(t *testing.T) {
 	var rec Record
 	count := func(*Record) error { return nil }
 	// Records that start within 40 bytes: at 0, 16, 32.
-	if n, err := r.each(&rec, 40, nil, count); n != 3 || err != nil || r.cursorPos() != 48 {
-		t.Fatalf("limit 40: %d, %v, cursor %d", n, err, r.cursorPos())
+	if n, used, err := r.each(&rec, 40, nil, count); n != 3 || used != 48 || err != nil || r.cursorPos() != 48 {
+		t.Fatalf("limit 40: %d, %d bytes, %v, cursor %d", n, used, err, r.cursorPos())
 	}
-	if n, err := r.each(&rec, 0, nil, count); n != 0 || err != nil {
+	if n, _, err := r.each(&rec, 0, nil, count); n != 0 || err != nil {
 		t.Fatalf("limit 0: %d, %v", n, err)
 	}
 	var stop atomic.Bool
-	n, err := r.each(&rec, ^uint64(0), &stop, func(rec *Record) error {
+	n, _, err := r.each(&rec, ^uint64(0), &stop, func(rec *Record) error {
 		if rec.Pos == 64 {
 			stop.Store(true) // stops after this record
 		}
@@ -527,7 +527,7 @@ func TestBPFRingEachLimitStop(t *testing.T) {
 	}
 	stop.Store(false)
 	boom := errors.New("boom")
-	n, err = r.each(&rec, ^uint64(0), &stop, func(rec *Record) error {
+	n, _, err = r.each(&rec, ^uint64(0), &stop, func(rec *Record) error {
 		if rec.Pos == 112 {
 			return boom
 		}
@@ -542,15 +542,15 @@ func TestBPFRingEachLimitStop(t *testing.T) {
 	// The same on the careful path (records read again after begin).
 	r.begin()
 	stop.Store(false)
-	n, err = r.each(&rec, 40, &stop, count)
+	n, _, err = r.each(&rec, 40, &stop, count)
 	if n != 3 || err != nil {
 		t.Fatalf("careful path, limit 40: %d, %v", n, err)
 	}
-	n, err = r.each(&rec, ^uint64(0), &stop, func(rec *Record) error { stop.Store(rec.Pos == 64); return nil })
+	n, _, err = r.each(&rec, ^uint64(0), &stop, func(rec *Record) error { stop.Store(rec.Pos == 64); return nil })
 	if n != 2 || err != nil {
 		t.Fatalf("careful path, stop: %d, %v", n, err)
 	}
-	n, err = r.each(&rec, ^uint64(0), nil, func(rec *Record) error { return boom })
+	n, _, err = r.each(&rec, ^uint64(0), nil, func(rec *Record) error { return boom })
 	if n != 1 || err != boom || r.cursorPos() != 96 {
 		t.Fatalf("careful path, fn error: %d, %v", n, err)
 	}
@@ -608,7 +608,7 @@ func TestBPFRingCorrupt(t *testing.T) {
 				var err error
 				good := 0
 				if useEach {
-					good, err = r.each(&rec, ^uint64(0), nil, func(*Record) error { return nil })
+					good, _, err = r.each(&rec, ^uint64(0), nil, func(*Record) error { return nil })
 				} else {
 					for {
 						var ok bool
@@ -627,7 +627,7 @@ func TestBPFRingCorrupt(t *testing.T) {
 				if ok, err2 := r.next(&rec); ok || err2 != err {
 					t.Fatalf("next after the error = %v, %v", ok, err2)
 				}
-				if n, err2 := r.each(&rec, ^uint64(0), nil, func(*Record) error { return nil }); n != 0 || err2 != err {
+				if n, _, err2 := r.each(&rec, ^uint64(0), nil, func(*Record) error { return nil }); n != 0 || err2 != err {
 					t.Fatalf("each after the error = %d, %v", n, err2)
 				}
 				r.begin()
@@ -712,7 +712,7 @@ func TestBPFRingSettle(t *testing.T) {
 	}
 	drain := func(x ring) {
 		x.r.begin()
-		if _, err := x.r.each(&Record{}, ^uint64(0), nil, func(*Record) error { return nil }); err != nil && !errors.Is(err, ErrCorrupt) {
+		if _, _, err := x.r.each(&Record{}, ^uint64(0), nil, func(*Record) error { return nil }); err != nil && !errors.Is(err, ErrCorrupt) {
 			t.Fatal(err)
 		}
 		x.r.commitCursor()
@@ -901,7 +901,7 @@ func (m wakeModel) run(k []int) (error, bool) {
 		}
 		interleave()
 		r.begin()
-		if _, err := r.each(&Record{}, ^uint64(0), nil, func(rec *Record) error {
+		if _, _, err := r.each(&Record{}, ^uint64(0), nil, func(rec *Record) error {
 			if rec.Pos >= delivered { // not a held record read again
 				got = append(got, int(rec.Data[0]))
 				delivered = rec.Next
@@ -1138,7 +1138,7 @@ func BenchmarkBPFRingEach(b *testing.B) {
 				atomic.StoreUint64(&f.pos[1], r.tail+half)
 				start := time.Now()
 				r.begin()
-				n, err := r.each(&rec, ^uint64(0), nil, fn)
+				n, _, err := r.each(&rec, ^uint64(0), nil, fn)
 				r.commitCursor()
 				elapsed += time.Since(start)
 				if err != nil || n != perHalf {
