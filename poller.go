@@ -47,6 +47,9 @@ type waiter struct {
 	epfd  int      // the set; file owns it
 	file  *os.File // the epoll set, in the netpoller; closing it closes the set
 	rc    syscall.RawConn
+	// ready is wait's function for rc.Read, made once: a func literal
+	// passed there would escape, an allocation a wait.
+	ready func(uintptr) bool
 	woken atomic.Bool // wake was called since the last clearWake
 	// turn is held by the goroutine waiting in the netpoller: the set's
 	// read deadline is one, so waits on it take turns (concurrent Polls).
@@ -69,6 +72,7 @@ type waiter struct {
 // newWaiter returns a waiter over no ring yet (see addRing).
 func newWaiter() (*waiter, error) {
 	w := &waiter{turn: make(chan struct{}, 1), closing: make(chan struct{})}
+	w.ready = func(uintptr) bool { return w.woken.Load() || w.moved() }
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("create epoll: %w", err)
@@ -203,7 +207,7 @@ func (w *waiter) wait(timeout, slack time.Duration) (bool, error) {
 	}
 	w.setDeadline(now, deadline, slack) // the zero time for no timeout
 	// The function runs at once, then after each event on the set.
-	err := w.rc.Read(func(uintptr) bool { return w.woken.Load() || w.moved() })
+	err := w.rc.Read(w.ready)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// A wake, or the timeout: what came below the wakeup threshold
 		// goes with it.

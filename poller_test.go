@@ -75,3 +75,15 @@ func TestWaiterDeadlineKept(t *testing.T) {
 		t.Error("a deadline that ended a wait was kept")
 	}
 }
+
+// A wait allocates nothing: an idle reader wakes often.
+func TestWaiterWaitAllocs(t *testing.T) {
+	w, err := newWaiter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	if n := testing.AllocsPerRun(20, func() { w.wait(20*time.Microsecond, 0) }); n != 0 {
+		t.Errorf("%v allocations a wait", n)
+	}
+}
