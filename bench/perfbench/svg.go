@@ -18,16 +18,17 @@ import (
 
 // modeColor gives each mode its colour; the C reference is grey.
 var modeColor = map[string]string{
-	benchrun.ModeC:           "#6b6b6b",
-	benchrun.ModeC2CPU:       "#a8a8a8",
-	benchrun.ModeCallback:    "#1f77b4",
-	benchrun.ModeRawZeroCopy: "#2ca02c",
-	benchrun.ModeRawCopy:     "#8fd17e",
-	benchrun.ModeReader:      "#ff7f0e",
-	benchrun.ModeReaderEach:  "#ffbb78",
-	benchrun.ModeReaderBatch: "#c5b0d5",
-	benchrun.ModeOrdered:     "#d62728",
-	benchrun.ModeOrderedEach: "#ff9896",
+	benchrun.ModeC:            "#6b6b6b",
+	benchrun.ModeC2CPU:        "#a8a8a8",
+	benchrun.ModeCallback:     "#1f77b4",
+	benchrun.ModeRawZeroCopy:  "#2ca02c",
+	benchrun.ModeRawCopy:      "#8fd17e",
+	benchrun.ModeReader:       "#ff7f0e",
+	benchrun.ModeReaderEach:   "#ffbb78",
+	benchrun.ModeReaderBatch:  "#c5b0d5",
+	benchrun.ModeOrdered:      "#d62728",
+	benchrun.ModeOrderedEach:  "#ff9896",
+	benchrun.ModeOrderedBatch: "#e377c2",
 }
 
 const (

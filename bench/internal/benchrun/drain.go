@@ -40,20 +40,21 @@ type Timer interface {
 
 // The modes, as the benchmarks and perfbench name them.
 const (
-	ModeC           = "C"            // libbpf from C: bench/internal/cref
-	ModeC2CPU       = "C-2cpu"       // the same, over the ordered modes' fill
-	ModeCallback    = "callback"     // PerfBuffer.Consume with SampleFunc
-	ModeRawZeroCopy = "raw-zerocopy" // RawBuffer.Drain, reading in place
-	ModeRawCopy     = "raw-copy"     // RawBuffer.Drain, copying each record out
-	ModeReader      = "reader"       // Reader.ReadInto
-	ModeReaderEach  = "reader-each"  // Reader.Each, zero-copy
-	ModeReaderBatch = "reader-batch" // Reader.ReadBatch, 64 Samples a call
-	ModeOrdered     = "ordered"      // Reader with Order, ReadInto
-	ModeOrderedEach = "ordered-each" // Reader with Order, Each, zero-copy
+	ModeC            = "C"             // libbpf from C: bench/internal/cref
+	ModeC2CPU        = "C-2cpu"        // the same, over the ordered modes' fill
+	ModeCallback     = "callback"      // PerfBuffer.Consume with SampleFunc
+	ModeRawZeroCopy  = "raw-zerocopy"  // RawBuffer.Drain, reading in place
+	ModeRawCopy      = "raw-copy"      // RawBuffer.Drain, copying each record out
+	ModeReader       = "reader"        // Reader.ReadInto
+	ModeReaderEach   = "reader-each"   // Reader.Each, zero-copy
+	ModeReaderBatch  = "reader-batch"  // Reader.ReadBatch, 64 Samples a call
+	ModeOrdered      = "ordered"       // Reader with Order, ReadInto
+	ModeOrderedEach  = "ordered-each"  // Reader with Order, Each, zero-copy
+	ModeOrderedBatch = "ordered-batch" // Reader with Order, ReadBatch, 64 Samples a call
 )
 
 // DrainModes are the modes Drain measures, the reference first.
-var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeC2CPU, ModeOrdered, ModeOrderedEach}
+var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeC2CPU, ModeOrdered, ModeOrderedBatch, ModeOrderedEach}
 
 // Reference is the C reference mode measures against: the one that reads
 // the same fill. The ordered modes' fill (both CPUs' rings, in alternating
@@ -61,11 +62,19 @@ var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, Mod
 // as one CPU's ring does here (1.5 times with a wakeup per sample, which a
 // fill on the reading CPU must avoid: see orderedWakeup).
 func Reference(mode string) string {
-	if mode == ModeOrdered || mode == ModeOrderedEach {
+	if isOrdered(mode) {
 		return ModeC2CPU
 	}
 	return ModeC
 }
+
+// isOrdered reports whether mode reads with Options.Order.
+func isOrdered(mode string) bool {
+	return mode == ModeOrdered || mode == ModeOrderedEach || mode == ModeOrderedBatch
+}
+
+// batchSize is the Samples a ReadBatch mode passes a call.
+const batchSize = 64
 
 // Sizes are the sample sizes the drain measurements use, in bytes.
 var Sizes = []int{16, 64, 256, 1024}
@@ -244,10 +253,10 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		}
 		d := &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach}
 		if cfg.Mode == ModeReaderBatch {
-			d.batch = make([]perfbuf.Sample, 64)
+			d.batch = make([]perfbuf.Sample, batchSize)
 		}
 		return d, nil
-	case ModeOrdered, ModeOrderedEach:
+	case ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
 		return openOrdered(e, cfg)
 	}
 	return nil, fmt.Errorf("unknown mode %q", cfg.Mode)

@@ -43,7 +43,8 @@ type orderedDrain struct {
 	last    uint64 // the largest key read
 	tail    int    // samples of the round's last batch
 	checkFn func(*perfbuf.Sample) error
-	each    bool // Reader.Each instead of ReadInto
+	each    bool             // Reader.Each instead of ReadInto
+	batch   []perfbuf.Sample // Reader.ReadBatch into these instead of ReadInto
 }
 
 func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
@@ -59,6 +60,9 @@ func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return nil, err
 	}
 	d := &orderedDrain{e: e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach}
+	if cfg.Mode == ModeOrderedBatch {
+		d.batch = make([]perfbuf.Sample, batchSize)
+	}
 	d.checkFn = d.check
 	return d, nil
 }
@@ -102,6 +106,9 @@ func (d *orderedDrain) checkKey(cpu int, key uint64, late bool) error {
 func (d *orderedDrain) drain(k int) error {
 	if d.each {
 		return d.drainEach(k)
+	}
+	if d.batch != nil {
+		return d.drainBatch(k)
 	}
 	n := 0
 	for ; n < k-d.tail; n++ {
@@ -148,6 +155,32 @@ func (d *orderedDrain) drainEach(k int) error {
 		return nil
 	})
 	return roundEnd(err, n, k)
+}
+
+// drainBatch is drain with ReadBatch: it calls Flush once the records that
+// rule 1 releases are read (a batch returns what may go without waiting).
+func (d *orderedDrain) drainBatch(k int) error {
+	n, flushed := 0, false
+	for {
+		if !flushed && n >= k-d.tail {
+			d.r.Flush()
+			flushed = true
+		}
+		got, err := d.r.ReadBatch(d.batch)
+		for i := range d.batch[:got] {
+			s := &d.batch[i]
+			if s.Type != perfbuf.RecordSample {
+				return notSample(s.CPU, s.Type, s.Lost)
+			}
+			if err := d.check(s); err != nil {
+				return err
+			}
+			d.total += cref.ReadAll(s.Data)
+		}
+		if n += got; err != nil {
+			return roundEnd(err, n, k)
+		}
+	}
 }
 
 func (d *orderedDrain) sum() uint64 { return d.total }

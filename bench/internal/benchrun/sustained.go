@@ -16,7 +16,7 @@ import (
 
 // SustainedModes are the consumers the sustained measurement compares, the
 // reference first.
-var SustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach, ModeOrdered, ModeOrderedEach}
+var SustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered, ModeOrderedBatch, ModeOrderedEach}
 
 // SustainedBatches are the test-run sizes that perfbench's saturation
 // measurements, of perf event arrays and of ring buffers, run by default:
@@ -347,8 +347,8 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 		}
 		c.pb = pb
 		return c, nil
-	case ModeReader, ModeReaderEach, ModeOrdered, ModeOrderedEach:
-		if cfg.Mode == ModeOrdered || cfg.Mode == ModeOrderedEach {
+	case ModeReader, ModeReaderEach, ModeReaderBatch, ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
+		if isOrdered(cfg.Mode) {
 			ropts.Order = &perfbuf.Order{
 				KeyOffset: 8, // the sample's ktime
 				MaxDelay:  time.Millisecond,
@@ -359,7 +359,11 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 			return nil, err
 		}
 		r.SetDeadline(time.Now().Add(cfg.Timeout))
-		return newReaderConsumer(r, cfg.Mode == ModeReaderEach || cfg.Mode == ModeOrderedEach), nil
+		c := newReaderConsumer(r, cfg.Mode == ModeReaderEach || cfg.Mode == ModeOrderedEach)
+		if cfg.Mode == ModeReaderBatch || cfg.Mode == ModeOrderedBatch {
+			c.batch = make([]perfbuf.Sample, batchSize)
+		}
+		return c, nil
 	}
 	return nil, fmt.Errorf("unknown sustained mode %q", cfg.Mode)
 }
@@ -402,13 +406,14 @@ func (c *callbackConsumer) maxFill() int                     { return 0 }
 func (c *callbackConsumer) close()                           { c.pb.Close() }
 
 // readerConsumer: a Reader, fullest-first or ordered, with ReadInto one
-// reused Sample, or with Each.
+// reused Sample, ReadBatch into 64, or with Each.
 type readerConsumer struct {
 	r                           *perfbuf.Reader
 	s                           perfbuf.Sample
 	received, lost, late, total uint64
-	each                        func(rec *perfbuf.Record) error // nil: ReadInto
+	each                        func(rec *perfbuf.Record) error // nil: ReadInto or ReadBatch
 	want                        uint64                          // Each's goal
+	batch                       []perfbuf.Sample                // ReadBatch into these, not ReadInto
 }
 
 // errEnough ends a consumer's Each.
@@ -428,10 +433,10 @@ func newReaderConsumer(r *perfbuf.Reader, each bool) *readerConsumer {
 	return c
 }
 
-// step reads one record with ReadInto, or with Each reads until want
-// samples are accounted for (or 4096 more). Either waits as long as it
-// takes: the reader drains at least every MaxLatency, and the deadline
-// bounds it.
+// step reads one record with ReadInto, what one ReadBatch returns, or with
+// Each reads until want samples are accounted for (or 4096 more). Each
+// waits as long as it takes: the reader drains at least every MaxLatency,
+// and the deadline bounds it.
 func (c *readerConsumer) step(want uint64) error {
 	if c.each != nil {
 		c.want = want
@@ -439,6 +444,14 @@ func (c *readerConsumer) step(want uint64) error {
 			return err // os.ErrDeadlineExceeded once the run's Timeout passed
 		}
 		return nil
+	}
+	if c.batch != nil {
+		got, err := c.r.ReadBatch(c.batch)
+		for i := range c.batch[:got] {
+			s := &c.batch[i]
+			c.count(s.Type, s.Lost, s.Late, cref.ReadAll(s.Data))
+		}
+		return err
 	}
 	if err := c.r.ReadInto(&c.s); err != nil {
 		return err
