@@ -245,7 +245,7 @@ func measure(e, rb *bpfrun.Emitter, c config, r *results, stderr io.Writer) erro
 			}
 		}
 		if c.runs(onlySustained) {
-			if err := measureSustainedRound(e, c, r, round, stderr); err != nil {
+			if err := measureSaturationRound(perfSaturation(e, r), c, round, stderr); err != nil {
 				return err
 			}
 		}
@@ -260,7 +260,7 @@ func measure(e, rb *bpfrun.Emitter, c config, r *results, stderr io.Writer) erro
 			}
 		}
 		if c.runs(onlyRBSustain) {
-			if err := measureRBSustainedRound(rb, c, r, round, stderr); err != nil {
+			if err := measureSaturationRound(rbSaturation(rb, r), c, round, stderr); err != nil {
 				return err
 			}
 		}
@@ -333,29 +333,6 @@ func measureRBDrains(rb *bpfrun.Emitter, c config, r *results, round int, sink *
 	return nil
 }
 
-// measureRBSustainedRound runs one round of ring buffer saturation runs:
-// at each batch, every mode in turn.
-func measureRBSustainedRound(rb *bpfrun.Emitter, c config, r *results, round int, stderr io.Writer) error {
-	for _, batch := range c.batches {
-		var runs []benchrun.SustainedResult
-		for _, mode := range rotate(benchrun.RBSustainedModes, round) {
-			res, err := benchrun.RBSustained(rb, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(rb.CPUs), Batch: batch},
-				&benchrun.Stopwatch{})
-			if err != nil {
-				return err
-			}
-			runs = append(runs, res)
-			fmt.Fprintf(stderr, "round %d/%d  rbsustained %-10s batch %4d  %6.2f M samples/s  lost %d (%.2f%%)  wall %v\n",
-				round+1, c.rounds, mode, batch, res.Rate()/1e6, res.Failed, 100*lostFraction(res), res.Wall.Round(time.Millisecond))
-			if err := res.Check(); err != nil {
-				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
-			}
-		}
-		r.addRBSustainedRound(runs)
-	}
-	return nil
-}
-
 // parseBatches parses -batches: test-run sizes from 1 to MaxBatch.
 func parseBatches(s string) ([]int, error) {
 	var out []int
@@ -378,29 +355,53 @@ func batchesText(batches []int) string {
 	return strings.Join(f, ",")
 }
 
-// measureSustainedRound runs one round of sustained runs: at each batch,
-// every mode in turn.
-func measureSustainedRound(e *bpfrun.Emitter, c config, r *results, round int, stderr io.Writer) error {
+// saturation is one ring kind's saturation measurement: its modes, how to
+// run one of them on ncpu producers, its name in the log, and the results
+// a round goes to.
+type saturation struct {
+	name  string
+	modes []string
+	ncpu  int
+	run   func(benchrun.SustainedConfig, benchrun.Timer) (benchrun.SustainedResult, error)
+	add   func([]benchrun.SustainedResult)
+}
+
+// perfSaturation and rbSaturation are the sustained measurements over a
+// perf event array (e) and over a BPF ring buffer (rb).
+func perfSaturation(e *bpfrun.Emitter, r *results) saturation {
+	return saturation{onlySustained, benchrun.SustainedModes, len(e.CPUs), func(cfg benchrun.SustainedConfig, t benchrun.Timer) (benchrun.SustainedResult, error) {
+		return benchrun.Sustained(e, cfg, t)
+	}, r.addSustainedRound}
+}
+
+func rbSaturation(rb *bpfrun.Emitter, r *results) saturation {
+	return saturation{onlyRBSustain, benchrun.RBSustainedModes, len(rb.CPUs), func(cfg benchrun.SustainedConfig, t benchrun.Timer) (benchrun.SustainedResult, error) {
+		return benchrun.RBSustained(rb, cfg, t)
+	}, r.addRBSustainedRound}
+}
+
+// measureSaturationRound runs one round of m: at each batch, every mode in
+// turn.
+func measureSaturationRound(m saturation, c config, round int, stderr io.Writer) error {
 	for _, batch := range c.batches {
-		var sustained []benchrun.SustainedResult
-		for _, mode := range rotate(benchrun.SustainedModes, round) {
-			res, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * len(e.CPUs), Batch: batch},
-				&benchrun.Stopwatch{})
+		var runs []benchrun.SustainedResult
+		for _, mode := range rotate(m.modes, round) {
+			res, err := m.run(benchrun.SustainedConfig{Mode: mode, Samples: c.sustained * m.ncpu, Batch: batch}, &benchrun.Stopwatch{})
 			if err != nil {
 				return err
 			}
-			sustained = append(sustained, res)
+			runs = append(runs, res)
 			fill := ""
 			if res.MaxFill > 0 {
 				fill = fmt.Sprintf("  max ring fill %d KiB", res.MaxFill>>10)
 			}
-			fmt.Fprintf(stderr, "round %d/%d  sustained %-12s batch %4d  %6.2f M samples/s  lost %d (%.2f%%)  late %d  wall %v%s\n",
-				round+1, c.rounds, mode, batch, res.Rate()/1e6, res.Lost, 100*lostFraction(res), res.Late, res.Wall.Round(time.Millisecond), fill)
+			fmt.Fprintf(stderr, "round %d/%d  %s %-13s batch %4d  %6.2f M samples/s  lost %d (%.2f%%)  late %d  wall %v%s\n",
+				round+1, c.rounds, m.name, mode, batch, res.Rate()/1e6, res.Lost, 100*lostFraction(res), res.Late, res.Wall.Round(time.Millisecond), fill)
 			if err := res.Check(); err != nil {
 				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
 			}
 		}
-		r.addSustainedRound(sustained)
+		m.add(runs)
 	}
 	return nil
 }

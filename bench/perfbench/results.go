@@ -147,27 +147,22 @@ func drainIn(list []*drainStat, mode string, size int) *drainStat {
 	return nil
 }
 
-// addSustainedRound adds one round of sustained runs at one batch, C among
-// them.
+// addSustainedRound and addRBSustainedRound add one round of saturation
+// runs at one batch, C among them.
 func (r *results) addSustainedRound(round []benchrun.SustainedResult) {
-	var c float64
-	for _, res := range round {
-		if res.Mode == benchrun.ModeC {
-			c = res.Rate()
-		}
-	}
-	for _, res := range round {
-		r.addSustained(res, res.Rate()/c)
-	}
+	addSustainedRound(&r.sustained, benchrun.SustainedModes, round)
+}
+
+func (r *results) addRBSustainedRound(round []benchrun.SustainedResult) {
+	addSustainedRound(&r.rbSustained, benchrun.RBSustainedModes, round)
 }
 
 func (r *results) addSustained(res benchrun.SustainedResult, xc float64) {
 	addSustained(&r.sustained, benchrun.SustainedModes, res, xc)
 }
 
-// addRBSustainedRound adds one round of ring buffer saturation runs at one
-// batch, C among them.
-func (r *results) addRBSustainedRound(round []benchrun.SustainedResult) {
+// addSustainedRound adds round's runs to *list, each with its rate over C's.
+func addSustainedRound(list *[]*sustainedStat, order []string, round []benchrun.SustainedResult) {
 	var c float64
 	for _, res := range round {
 		if res.Mode == benchrun.ModeC {
@@ -175,7 +170,7 @@ func (r *results) addRBSustainedRound(round []benchrun.SustainedResult) {
 		}
 	}
 	for _, res := range round {
-		addSustained(&r.rbSustained, benchrun.RBSustainedModes, res, res.Rate()/c)
+		addSustained(list, order, res, res.Rate()/c)
 	}
 }
 

@@ -389,10 +389,18 @@ func (d *rawDrain) close() {
 type readerDrain struct {
 	fillOne
 	r     *perfbuf.Reader
-	s     perfbuf.Sample
+	s     [1]perfbuf.Sample
 	total uint64
 	each  bool             // Reader.Each instead of ReadInto
 	batch []perfbuf.Sample // Reader.ReadBatch into these instead of ReadInto
+}
+
+// samples is what readUntilFlushed reads into: the batch, or the one Sample.
+func (d *readerDrain) samples() []perfbuf.Sample {
+	if d.batch != nil {
+		return d.batch
+	}
+	return d.s[:]
 }
 
 func (d *readerDrain) fill(k int) error {
@@ -419,23 +427,7 @@ func (d *readerDrain) drain(k int) error {
 		})
 		return roundEnd(err, n, k)
 	}
-	if d.batch != nil {
-		n := 0
-		for {
-			got, err := d.r.ReadBatch(d.batch)
-			for i := range d.batch[:got] {
-				s := &d.batch[i]
-				if s.Type != perfbuf.RecordSample {
-					return notSample(s.CPU, s.Type, s.Lost)
-				}
-				d.total += cref.ReadAll(s.Data)
-			}
-			if n += got; err != nil {
-				return roundEnd(err, n, k)
-			}
-		}
-	}
-	n, err := readUntilFlushed(d.r, &d.s, &d.total, nil)
+	n, err := readUntilFlushed(d.r, d.samples(), &d.total, nil)
 	return roundEnd(err, n, k)
 }
 
@@ -451,30 +443,53 @@ func roundEnd(err error, n, k int) error {
 func (d *readerDrain) sum() uint64 { return d.total }
 func (d *readerDrain) close()      { d.r.Close() }
 
-// readUntilFlushed reads samples into s until ErrFlushed, summing their
-// bytes into total, and returns how many it read. check, if set, sees each
-// sample. A lost record is an error: the rings were sized not to lose.
-func readUntilFlushed(r *perfbuf.Reader, s *perfbuf.Sample, total *uint64, check func(*perfbuf.Sample) error) (int, error) {
+// readUntilFlushed reads samples until ErrFlushed (readSamples with no
+// limit).
+func readUntilFlushed(r *perfbuf.Reader, s []perfbuf.Sample, total *uint64, check func(*perfbuf.Sample) error) (int, error) {
+	n, err := readSamples(r, s, -1, total, check)
+	if errors.Is(err, perfbuf.ErrFlushed) {
+		err = nil
+	}
+	return n, err
+}
+
+// readSamples reads up to limit samples (negative: no limit), with
+// ReadInto into one Sample, or with ReadBatch into several, summing their
+// bytes into total, and returns how many it read and the error that ended
+// it. check, if set, sees each sample. A lost record is an error: the rings
+// were sized not to lose.
+func readSamples(r *perfbuf.Reader, s []perfbuf.Sample, limit int, total *uint64, check func(*perfbuf.Sample) error) (int, error) {
 	n := 0
-	for {
-		err := r.ReadInto(s)
-		if errors.Is(err, perfbuf.ErrFlushed) {
-			return n, nil
+	for n != limit {
+		var got int
+		var err error
+		if len(s) == 1 {
+			if err = r.ReadInto(&s[0]); err == nil {
+				got = 1
+			}
+		} else {
+			if limit >= 0 {
+				s = s[:min(len(s), limit-n)]
+			}
+			got, err = r.ReadBatch(s)
+		}
+		for i := range s[:got] {
+			if s[i].Type != perfbuf.RecordSample {
+				return n, notSample(s[i].CPU, s[i].Type, s[i].Lost)
+			}
+			if check != nil {
+				if err := check(&s[i]); err != nil {
+					return n, err
+				}
+			}
+			*total += cref.ReadAll(s[i].Data)
+			n++
 		}
 		if err != nil {
 			return n, err
 		}
-		if s.Type != perfbuf.RecordSample {
-			return n, notSample(s.CPU, s.Type, s.Lost)
-		}
-		if check != nil {
-			if err := check(s); err != nil {
-				return n, err
-			}
-		}
-		*total += cref.ReadAll(s.Data)
-		n++
 	}
+	return n, nil
 }
 
 // notSample is the error of a drain that read a record of type typ, not a

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 
@@ -38,13 +37,21 @@ type orderedDrain struct {
 	e       *bpfrun.Emitter
 	size    int
 	r       *perfbuf.Reader
-	s       perfbuf.Sample
+	s       [1]perfbuf.Sample
 	total   uint64
 	last    uint64 // the largest key read
 	tail    int    // samples of the round's last batch
 	checkFn func(*perfbuf.Sample) error
 	each    bool             // Reader.Each instead of ReadInto
 	batch   []perfbuf.Sample // Reader.ReadBatch into these instead of ReadInto
+}
+
+// samples is what readUntilFlushed reads into: the batch, or the one Sample.
+func (d *orderedDrain) samples() []perfbuf.Sample {
+	if d.batch != nil {
+		return d.batch
+	}
+	return d.s[:]
 }
 
 func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
@@ -107,24 +114,12 @@ func (d *orderedDrain) drain(k int) error {
 	if d.each {
 		return d.drainEach(k)
 	}
-	if d.batch != nil {
-		return d.drainBatch(k)
-	}
-	n := 0
-	for ; n < k-d.tail; n++ {
-		if err := d.r.ReadInto(&d.s); err != nil {
-			return fmt.Errorf("after %d of %d samples: %w", n, k, err)
-		}
-		if d.s.Type != perfbuf.RecordSample {
-			return notSample(d.s.CPU, d.s.Type, d.s.Lost)
-		}
-		if err := d.check(&d.s); err != nil {
-			return err
-		}
-		d.total += cref.ReadAll(d.s.Data)
+	n, err := readSamples(d.r, d.samples(), k-d.tail, &d.total, d.checkFn)
+	if err != nil {
+		return fmt.Errorf("after %d of %d samples: %w", n, k, err)
 	}
 	d.r.Flush()
-	m, err := readUntilFlushed(d.r, &d.s, &d.total, d.checkFn)
+	m, err := readUntilFlushed(d.r, d.samples(), &d.total, d.checkFn)
 	return roundEnd(err, n+m, k)
 }
 
@@ -155,32 +150,6 @@ func (d *orderedDrain) drainEach(k int) error {
 		return nil
 	})
 	return roundEnd(err, n, k)
-}
-
-// drainBatch is drain with ReadBatch: it calls Flush once the records that
-// rule 1 releases are read (a batch returns what may go without waiting).
-func (d *orderedDrain) drainBatch(k int) error {
-	n, flushed := 0, false
-	for {
-		if !flushed && n >= k-d.tail {
-			d.r.Flush()
-			flushed = true
-		}
-		got, err := d.r.ReadBatch(d.batch)
-		for i := range d.batch[:got] {
-			s := &d.batch[i]
-			if s.Type != perfbuf.RecordSample {
-				return notSample(s.CPU, s.Type, s.Lost)
-			}
-			if err := d.check(s); err != nil {
-				return err
-			}
-			d.total += cref.ReadAll(s.Data)
-		}
-		if n += got; err != nil {
-			return roundEnd(err, n, k)
-		}
-	}
 }
 
 func (d *orderedDrain) sum() uint64 { return d.total }

@@ -125,7 +125,7 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		}
 		d := &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach}
 		if cfg.Mode == ModeReaderBatch {
-			d.batch = make([]perfbuf.Sample, 64)
+			d.batch = make([]perfbuf.Sample, batchSize)
 		}
 		return d, nil
 	case ModeCilium:

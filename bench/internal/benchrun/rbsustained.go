@@ -16,7 +16,7 @@ import (
 
 // RBSustainedModes are the consumers the ring buffer saturation
 // measurement compares, the reference (ring_buffer__poll from C) first.
-var RBSustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach, ModeCilium, ModeLibbpfgo}
+var RBSustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderBatch, ModeReaderEach, ModeCilium, ModeLibbpfgo}
 
 // RBSustained is Sustained over a BPF ring buffer: one producer per CPU,
 // each locked to its CPU, emits its share of cfg.Samples (cfg.Size bytes,
@@ -142,12 +142,16 @@ func openRBConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (rbConsumer, error) 
 		}
 		c.pb = pb
 		return c, nil
-	case ModeReader, ModeReaderEach:
+	case ModeReader, ModeReaderEach, ModeReaderBatch:
 		r, err := perfbuf.NewReader(e.Events, perfbuf.Options{})
 		if err != nil {
 			return nil, err
 		}
-		return &rbReaderConsumer{r: r, each: cfg.Mode == ModeReaderEach}, nil
+		c := &rbReaderConsumer{r: r, each: cfg.Mode == ModeReaderEach, s: make([]perfbuf.Sample, 1)}
+		if cfg.Mode == ModeReaderBatch {
+			c.s = make([]perfbuf.Sample, batchSize)
+		}
+		return c, nil
 	case ModeCilium:
 		r, err := openCilium(fd)
 		if err != nil {
@@ -222,11 +226,11 @@ func (c *rbCallbackConsumer) flush()           {}
 func (c *rbCallbackConsumer) received() uint64 { return c.n }
 func (c *rbCallbackConsumer) close()           { c.pb.Close() }
 
-// rbReaderConsumer: Reader.ReadInto into one reused Sample, or Reader.Each,
-// until ErrFlushed.
+// rbReaderConsumer: Reader.ReadInto into one reused Sample, ReadBatch into
+// 64, or Reader.Each, until ErrFlushed.
 type rbReaderConsumer struct {
 	r        *perfbuf.Reader
-	s        perfbuf.Sample
+	s        []perfbuf.Sample // ReadInto the one, or ReadBatch into them all
 	each     bool
 	n, total uint64
 }
@@ -245,7 +249,7 @@ func (c *rbReaderConsumer) run(_ <-chan struct{}, _ *atomic.Uint64, deadline tim
 		})
 	} else {
 		var n int
-		n, err = readUntilFlushed(c.r, &c.s, &c.total, nil)
+		n, err = readUntilFlushed(c.r, c.s, &c.total, nil)
 		c.n += uint64(n)
 		if err == nil {
 			return nil
