@@ -113,10 +113,13 @@ func TestSustained(t *testing.T) {
 
 // A test run larger than the emitter takes is an error, not fewer samples:
 // obj's program takes 256 samples a run, and no emitter more than MaxBatch.
+// Every CPU's share holds a full run (with 8 CPUs, 4 runs' worth in all
+// gave each CPU half a run, which the program took).
 func TestSustainedBatchTooLarge(t *testing.T) {
 	e := setup(t)
 	for _, batch := range []int{benchrun.SustainedBatch + 1, benchrun.MaxBatch + 1} {
-		_, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: benchrun.ModeC, Samples: 4 * batch, Batch: batch}, &timer{tb: t})
+		samples := 4 * batch * len(e.CPUs)
+		_, err := benchrun.Sustained(e, benchrun.SustainedConfig{Mode: benchrun.ModeC, Samples: samples, Batch: batch}, &timer{tb: t})
 		if err == nil {
 			t.Errorf("batch %d on %s: no error", batch, obj)
 		}
