@@ -102,6 +102,9 @@ func (f *fullest) startPass() bool {
 		return false
 	}
 	for i, rb := range f.s.rings {
+		if rb.quiet() {
+			continue // empty, and nothing new: one load, no snapshot to write
+		}
 		rb.begin()
 		if rb.pending() > 0 || rb.failed() {
 			f.order = append(f.order, i)
