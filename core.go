@@ -265,11 +265,12 @@ func (c *core) belowHoldOff() bool {
 	return true
 }
 
-// settled reports whether every ring may be slept on: its kind's wake rule
-// holds for what the reader left in it (perfRing.settle).
-func (c *core) settled() bool {
-	for _, rb := range c.rings {
-		if !rb.settle() {
+// settled reports whether every ring but those skip names (nil: none) may
+// be slept on: its kind's wake rule holds for what the reader left in it
+// (ring.settle). The caller owns the rings' read side.
+func (c *core) settled(skip func(i int) bool) bool {
+	for i, rb := range c.rings {
+		if (skip == nil || !skip(i)) && !rb.settle() {
 			return false
 		}
 	}

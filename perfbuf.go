@@ -189,7 +189,15 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	if err := pb.lockDrain(); err != nil {
 		return 0, wrap(op, err)
 	}
+	// A BPF ring buffer's kernel wakes its reader only for a record
+	// committed at the consumer position: one committed while the last
+	// drain was still behind it raised no wakeup (ring.settle). Drain it
+	// rather than wait for a wakeup that will not come.
+	settled := pb.c.settled(pb.isHeld)
 	pb.drainMu.Unlock()
+	if !settled {
+		return pb.drain(op, -1, false)
+	}
 	event, err := pb.c.w.wait(timeout, 0)
 	if err != nil {
 		return 0, wrap(op, err)
@@ -334,7 +342,7 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 		if pb.c.stop.Load() {
 			break // Close was called from a callback
 		}
-		if pb.nheld.Load() > 0 && pb.held[i].Load() {
+		if pb.isHeld(i) {
 			continue
 		}
 		if nonEmpty && pb.c.rings[i].used() == 0 {
@@ -348,6 +356,11 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 	}
 	done = true
 	return n, firstErr
+}
+
+// isHeld reports whether a RawBuffer holds ring i (drains skip it).
+func (pb *PerfBuffer) isHeld(i int) bool {
+	return pb.nheld.Load() > 0 && pb.held[i].Load()
 }
 
 // lockDrain takes drainMu, unless it would wait from inside a callback:

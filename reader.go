@@ -197,7 +197,7 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 			timeout, slack = left, 0
 		}
 	}
-	if !c.settled() {
+	if !c.settled(nil) {
 		return false, nil // a ring's kernel would not wake us: read again
 	}
 	event, err := c.w.wait(timeout, slack)
