@@ -5,7 +5,7 @@
 // buffer beside libbpf's ring_buffer from C, cilium/ebpf's ringbuf.Reader
 // and libbpfgo's RingBuffer.
 //
-// Five measurements, all from bench/internal/benchrun (the Go benchmarks in
+// Six measurements, all from bench/internal/benchrun (the Go benchmarks in
 // bench/selftest run the first two with the same code):
 //
 //   - drain: BPF fills a ring (untimed), one timed pass reads every sample
@@ -24,6 +24,8 @@
 //     one 4 MiB ring buffer, in test runs of 256 and 4096 samples
 //     (-batches), while the mode consumes; samples per second, and the
 //     samples the BPF program failed to output (the ring was full).
+//   - rbquiet: quiet over the 4 MiB ring buffer, C = ring_buffer__poll
+//     (the same -cquiet program), the Go modes that read ring buffers.
 //
 // Each measurement is repeated in -rounds rounds (the order of the modes
 // rotates from round to round) and reported as the median, with the spread
@@ -79,9 +81,10 @@ const (
 	onlyQuiet     = "quiet"
 	onlyRBDrain   = "rbdrain"
 	onlyRBSustain = "rbsustained"
+	onlyRBQuiet   = "rbquiet"
 )
 
-var measurements = []string{onlyDrain, onlySustained, onlyQuiet, onlyRBDrain, onlyRBSustain}
+var measurements = []string{onlyDrain, onlySustained, onlyQuiet, onlyRBDrain, onlyRBSustain, onlyRBQuiet}
 
 // runs reports whether the measurement m is to run.
 func (c config) runs(m string) bool { return slices.Contains(c.only, m) }
@@ -104,11 +107,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.csv, "csv", "build/perfbench.csv", "CSV output (empty: none)")
 	fs.StringVar(&c.svg, "svg", "docs/perfbench.svg", "SVG chart output (empty: none; drawn when drain and sustained run)")
 	only := fs.String("only", strings.Join(measurements, ","), "the measurements to run, of "+strings.Join(measurements, ","))
-	fs.StringVar(&c.cquiet, "cquiet", "build/perfbench-cquiet", "the quiet measurement's C consumer, built by make bench (missing: no C rows)")
-	fs.DurationVar(&c.quietDuration, "quiet-duration", benchrun.QuietDuration, "quiet measurement: how long each consumer is fed (or left idle)")
-	rates := fs.String("quiet-rates", "300,3000,idle", "quiet measurement: samples per second, or idle")
-	modes := fs.String("quiet-modes", "", "quiet measurement: the modes to run, of "+strings.Join(allQuietModes(), ",")+" (empty: all)")
-	wrap := fs.String("quiet-wrap", "", "quiet measurement: a command to run each consumer under, such as \"perf stat -e context-switches\" (its own cost is then measured too)")
+	fs.StringVar(&c.cquiet, "cquiet", "build/perfbench-cquiet", "the C consumer of quiet and rbquiet, built by make bench (missing: no C rows)")
+	fs.DurationVar(&c.quietDuration, "quiet-duration", benchrun.QuietDuration, "quiet and rbquiet: how long each consumer is fed (or left idle)")
+	rates := fs.String("quiet-rates", "300,3000,idle", "quiet and rbquiet: samples per second, or idle")
+	modes := fs.String("quiet-modes", "", "quiet and rbquiet: the modes to run, of "+strings.Join(allQuietModes(), ",")+" (empty: all)")
+	wrap := fs.String("quiet-wrap", "", "quiet and rbquiet: a command to run each consumer under, such as \"perf stat -e context-switches\" (its own cost is then measured too)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: perfbench [flags]\n\nMeasures every perfbuf mode beside the C reference (needs root).\n\n")
 		fs.PrintDefaults()
@@ -176,7 +179,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer e.Close()
 	var rb *bpfrun.Emitter
-	if c.runs(onlyRBDrain) || c.runs(onlyRBSustain) {
+	if c.runs(onlyRBDrain) || c.runs(onlyRBSustain) || c.runs(onlyRBQuiet) {
 		if rb, err = bpfrun.Open(c.rbObj); err != nil {
 			fmt.Fprintf(stderr, "perfbench: %v\n", err)
 			return 1
@@ -186,7 +189,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	r := &results{env: environment(len(e.CPUs)), rounds: c.rounds, samples: c.samples, sustainedPerCPU: c.sustained,
 		quietDuration: c.quietDuration}
-	if c.runs(onlyQuiet) {
+	if c.runs(onlyQuiet) || c.runs(onlyRBQuiet) {
 		if why := cquietMissing(c.cquiet); why != "" {
 			r.quietNoC = why
 			fmt.Fprintf(stderr, "perfbench: quiet: skipping the C consumer, and so the C rows and x C (%s; `make bench` builds it)\n", why)
@@ -250,7 +253,7 @@ func measure(e, rb *bpfrun.Emitter, c config, r *results, stderr io.Writer) erro
 			}
 		}
 		if c.runs(onlyQuiet) {
-			if err := measureQuiet(e, c, r, round, stderr); err != nil {
+			if err := measureQuiet(e, false, c, r, round, stderr); err != nil {
 				return err
 			}
 		}
@@ -261,6 +264,11 @@ func measure(e, rb *bpfrun.Emitter, c config, r *results, stderr io.Writer) erro
 		}
 		if c.runs(onlyRBSustain) {
 			if err := measureSaturationRound(rbSaturation(rb, r), c, round, stderr); err != nil {
+				return err
+			}
+		}
+		if c.runs(onlyRBQuiet) {
+			if err := measureQuiet(rb, true, c, r, round, stderr); err != nil {
 				return err
 			}
 		}

@@ -104,19 +104,19 @@ func sample() *results {
 			r.addSustainedRound(sustained)
 		}
 		for _, rate := range benchrun.QuietRates {
-			r.addQuietRound(rate, quietSample(rate, round))
+			r.addQuietRound(rate, quietSample(false, rate, round))
+			r.addRBQuietRound(rate, quietSample(true, rate, round))
 		}
 	}
 	return r
 }
 
-// quietSample is one round of quiet runs at rate: C costs 10 µs a wakeup,
-// each mode after it 5 µs more, plus round µs; the last mode loses 1.
-func quietSample(rate, round int) []benchrun.QuietResult {
-	modes := benchrun.QuietModes
-	if rate == 0 {
-		modes = benchrun.QuietIdleModes
-	}
+// quietSample is one round of quiet runs at rate, over a ring buffer with
+// ringBuf: C costs 10 µs a wakeup, each mode after it 5 µs more, plus round
+// µs; the last mode loses 1; C counts its polls, a sample each but in round
+// 1 at 3000/s, 1.5.
+func quietSample(ringBuf bool, rate, round int) []benchrun.QuietResult {
+	modes := quietModes(config{}, ringBuf, rate, true)
 	n := uint64(3 * rate)
 	var out []benchrun.QuietResult
 	for _, mode := range rotate(modes, round) {
@@ -129,6 +129,12 @@ func quietSample(rate, round int) []benchrun.QuietResult {
 		}
 		if k == len(modes)-1 && rate > 0 {
 			res.Failed, res.Lost = 1, 1
+		}
+		if mode == benchrun.ModeC {
+			res.Polls = n
+			if round == 1 && rate == 3000 {
+				res.Polls = n * 2 / 3
+			}
 		}
 		out = append(out, res)
 	}
@@ -224,7 +230,8 @@ func TestCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	nquiet := 2*len(benchrun.QuietModes) + len(benchrun.QuietIdleModes)
-	if want := 1 + len(benchrun.Sizes)*len(benchrun.DrainModes) + 2*len(benchrun.SustainedModes) + nquiet; len(rows) != want {
+	nrbquiet := 2*len(benchrun.RBQuietModes) + len(benchrun.RBQuietIdleModes)
+	if want := 1 + len(benchrun.Sizes)*len(benchrun.DrainModes) + 2*len(benchrun.SustainedModes) + nquiet + nrbquiet; len(rows) != want {
 		t.Fatalf("%d rows, want %d", len(rows), want)
 	}
 	col := map[string]int{}
@@ -236,13 +243,15 @@ func TestCSV(t *testing.T) {
 			t.Fatalf("row %v has %d fields, header %d", row, len(row), len(csvHeader))
 		}
 	}
-	last := rows[len(rows)-1-nquiet]
+	last := rows[len(rows)-1-nquiet-nrbquiet]
 	if last[0] != "sustained" || last[1] != lastSustained || last[col["lost_max"]] != "10" || last[col["lost_total"]] != "20" ||
 		last[col["batch"]] != "4096" || last[col["lost_frac_max"]] != "0.00990" {
 		t.Errorf("last sustained row %v", last)
 	}
 	// The quiet rows: by rate, idle last, C first at each.
-	quiet := rows[len(rows)-nquiet:]
+	quiet := rows[len(rows)-nquiet-nrbquiet : len(rows)-nrbquiet]
+	rbquiet := rows[len(rows)-nrbquiet:]
+	rbc3000 := rbquiet[len(benchrun.RBQuietModes)]
 	first, c3000, idle := quiet[0], quiet[len(benchrun.QuietModes)], quiet[2*len(benchrun.QuietModes)]
 	for _, tc := range []struct {
 		row            []string
@@ -254,6 +263,8 @@ func TestCSV(t *testing.T) {
 		{first, "ratio_to_c", "1.000", "C over itself"},
 		{first, "cpu_us_per_wakeup", "10.50", "median of 10 and 11 µs"},
 		{first, "vcsw_per_wakeup", "0.033", "30 of 900"},
+		{first, "samples_per_poll", "1.000", "a sample a poll"},
+		{quiet[1], "samples_per_poll", "", "callback's polls not counted here"},
 		{c3000, "samples_per_s", "3000", "rate"},
 		{quiet[len(benchrun.QuietModes)-1], "lost_total", "2", "the last mode lost 1 a round"},
 		{quiet[1], "ratio_to_c", "1.477", "callback: 15/10 and 16/11, the median of the rounds' ratios"},
@@ -262,6 +273,12 @@ func TestCSV(t *testing.T) {
 		{idle, "cpu_us_per_wakeup", "", "no per-wakeup figure while idle"},
 		{idle, "wakeups_per_s", "10.00", "30 in 3 s"},
 		{idle, "cpu_ms_per_s", "0.3333", "1 ms in 3 s"},
+		{rbquiet[0], "kind", "rbquiet", "kind"},
+		{rbquiet[0], "mode", benchrun.ModeC, "C first"},
+		{rbquiet[len(benchrun.RBQuietModes)-1], "mode", benchrun.ModeReaderEach, "its last mode"},
+		{rbc3000, "samples_per_s", "3000", "rate"},
+		{rbc3000, "samples_per_poll", "1.500", "the worst round's"},
+		{rbquiet[len(rbquiet)-1], "samples_per_s", "0", "idle last"},
 	} {
 		if got := tc.row[col[tc.col]]; got != tc.want {
 			t.Errorf("%s of %v = %q, want %q (%s)", tc.col, tc.row[:2], got, tc.want, tc.why)

@@ -23,9 +23,10 @@ import (
 // consumerFlag, as perfbench's first argument, makes it a Go consumer of
 // the quiet measurement (benchrun.QuietConsume) instead:
 //
-//	perfbench -quiet-consumer MODE -map-fd 3 -count N -timeout D
+//	perfbench -quiet-consumer MODE -map-fd 3 [-ringbuf] -count N -timeout D
 //
-// It is not in -help: perfbench passes it to itself.
+// -ringbuf says that the map is a BPF ring buffer. It is not in -help:
+// perfbench passes it to itself.
 const consumerFlag = "-quiet-consumer"
 
 // isConsumer reports whether args make perfbench a consumer.
@@ -37,7 +38,8 @@ func parseConsumer(args []string, stderr io.Writer) (benchrun.QuietConsumerConfi
 	fs := flag.NewFlagSet("perfbench "+consumerFlag, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Mode, consumerFlag[1:], "", "the Go mode to consume with")
-	fs.IntVar(&c.MapFD, "map-fd", benchrun.QuietMapFD, "the perf event array's inherited descriptor")
+	fs.IntVar(&c.MapFD, "map-fd", benchrun.QuietMapFD, "the map's inherited descriptor")
+	fs.BoolVar(&c.RingBuf, "ringbuf", false, "the map is a BPF ring buffer, not a perf event array")
 	fs.IntVar(&c.Count, "count", 0, "samples to read (0: none, wait for the timeout)")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "the longest wait")
 	if err := fs.Parse(args); err != nil {
@@ -46,18 +48,30 @@ func parseConsumer(args []string, stderr io.Writer) (benchrun.QuietConsumerConfi
 	switch {
 	case fs.NArg() > 0:
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	case !benchrun.IsQuietGoMode(c.Mode):
-		return c, fmt.Errorf("%s %q: not a Go consumer mode", consumerFlag, c.Mode)
+	case !benchrun.IsQuietGoMode(c.Mode, c.RingBuf):
+		return c, fmt.Errorf("%s %q: not a Go consumer mode of %s", consumerFlag, c.Mode, kindName(c.RingBuf))
 	case c.MapFD < 0 || c.Count < 0 || c.Timeout <= 0:
 		return c, errors.New("-map-fd and -count must not be negative, -timeout must be positive")
 	}
 	return c, nil
 }
 
-// consumerArgs are the arguments that make perfbench the consumer of mode.
-func consumerArgs(mode string, count int, timeout time.Duration) []string {
-	return []string{consumerFlag, mode, "-map-fd", strconv.Itoa(benchrun.QuietMapFD),
-		"-count", strconv.Itoa(count), "-timeout", timeout.String()}
+// kindName names the ring kind in messages.
+func kindName(ringBuf bool) string {
+	if ringBuf {
+		return "a BPF ring buffer"
+	}
+	return "a perf event array"
+}
+
+// consumerArgs are the arguments that make perfbench the consumer of mode,
+// over a ring buffer with ringBuf.
+func consumerArgs(mode string, ringBuf bool, count int, timeout time.Duration) []string {
+	args := []string{consumerFlag, mode, "-map-fd", strconv.Itoa(benchrun.QuietMapFD)}
+	if ringBuf {
+		args = append(args, "-ringbuf")
+	}
+	return append(args, "-count", strconv.Itoa(count), "-timeout", timeout.String())
 }
 
 // runConsumer is perfbench as a consumer; it returns the exit status.
@@ -74,17 +88,22 @@ func runConsumer(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// quietCommand returns the command of mode's consumer: the C program at
-// cquiet for C, else this executable (self) as a Go consumer; wrap, if
-// set, goes in front (perf stat, strace).
-func quietCommand(mode, self, cquiet string, wrap []string, stderr io.Writer) benchrun.QuietCommand {
+// quietCommand returns the command of mode's consumer over a perf event
+// array, or a BPF ring buffer with ringBuf: the C program at cquiet for C,
+// else this executable (self) as a Go consumer; wrap, if set, goes in
+// front (perf stat, strace).
+func quietCommand(mode string, ringBuf bool, self, cquiet string, wrap []string, stderr io.Writer) benchrun.QuietCommand {
 	return func(count int, timeout time.Duration) *exec.Cmd {
 		var argv []string
 		if mode == benchrun.ModeC {
 			ms := (timeout + time.Millisecond - 1) / time.Millisecond
-			argv = []string{cquiet, strconv.Itoa(benchrun.QuietMapFD), strconv.Itoa(count), strconv.FormatInt(int64(ms), 10)}
+			argv = []string{cquiet}
+			if ringBuf {
+				argv = append(argv, "-ringbuf")
+			}
+			argv = append(argv, strconv.Itoa(benchrun.QuietMapFD), strconv.Itoa(count), strconv.FormatInt(int64(ms), 10))
 		} else {
-			argv = append([]string{self}, consumerArgs(mode, count, timeout)...)
+			argv = append([]string{self}, consumerArgs(mode, ringBuf, count, timeout)...)
 		}
 		argv = append(slices.Clone(wrap), argv...)
 		cmd := exec.Command(argv[0], argv[1:]...)
@@ -93,11 +112,17 @@ func quietCommand(mode, self, cquiet string, wrap []string, stderr io.Writer) be
 	}
 }
 
-// quietModes are the modes measured at rate (0: idle): those of benchrun
-// that the -quiet-modes flag keeps, without C if its program is missing.
-func quietModes(c config, rate int, haveC bool) []string {
+// quietModes are the modes measured at rate (0: idle) over a perf event
+// array, or a BPF ring buffer with ringBuf: those of benchrun that the
+// -quiet-modes flag keeps, without C if its program is missing.
+func quietModes(c config, ringBuf bool, rate int, haveC bool) []string {
 	all := benchrun.QuietModes
-	if rate == 0 {
+	switch {
+	case ringBuf && rate == 0:
+		all = benchrun.RBQuietIdleModes
+	case ringBuf:
+		all = benchrun.RBQuietModes
+	case rate == 0:
 		all = benchrun.QuietIdleModes
 	}
 	var out []string
@@ -121,39 +146,52 @@ func cquietMissing(path string) string {
 	return ""
 }
 
-// measureQuiet runs one round of the quiet measurement: at each rate, every
-// mode in turn (starting with another one each round).
-func measureQuiet(e *bpfrun.Emitter, c config, r *results, round int, stderr io.Writer) error {
+// measureQuiet runs one round of the quiet measurement over e's map, a
+// perf event array, or a BPF ring buffer with ringBuf (rbquiet): at each
+// rate, every mode in turn (starting with another one each round).
+func measureQuiet(e *bpfrun.Emitter, ringBuf bool, c config, r *results, round int, stderr io.Writer) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("quiet: find perfbench's executable: %w", err)
 	}
 	haveC := cquietMissing(c.cquiet) == ""
+	name, add := onlyQuiet, r.addQuietRound
+	if ringBuf {
+		name, add = onlyRBQuiet, r.addRBQuietRound
+	}
 	for _, rate := range c.quietRates {
 		var res []benchrun.QuietResult
-		for _, mode := range rotate(quietModes(c, rate, haveC), round) {
+		modes := quietModes(c, ringBuf, rate, haveC)
+		if len(modes) == 0 {
+			continue // -quiet-modes kept none of this kind's
+		}
+		for _, mode := range rotate(modes, round) {
 			q, err := benchrun.Quiet(e, benchrun.QuietConfig{Mode: mode, Rate: rate, Duration: c.quietDuration,
-				Command: quietCommand(mode, self, c.cquiet, c.quietWrap, stderr)})
+				Command: quietCommand(mode, ringBuf, self, c.cquiet, c.quietWrap, stderr)})
 			if err != nil {
 				return err
 			}
 			res = append(res, q)
-			prefix := fmt.Sprintf("round %d/%d  quiet %-16s %6s", round+1, c.rounds, mode, benchrun.RateName(rate))
+			prefix := fmt.Sprintf("round %d/%d  %s %-16s %6s", round+1, c.rounds, name, mode, benchrun.RateName(rate))
 			process := fmt.Sprintf("process: %.1f ms CPU, %d csw in %v", float64(q.Process.CPU.Microseconds())/1e3, q.Process.Switches(),
 				q.Process.Wall.Round(time.Millisecond))
 			if rate == 0 {
 				fmt.Fprintf(stderr, "%s  %7.1f wakeups/s  %7.1f csw/s  %6.3f CPU ms/s  received %d  (%s)\n",
 					prefix, q.WakeupsPerSecond(), q.SwitchesPerSecond(), q.CPUPerSecond(), q.Received, process)
 			} else {
-				fmt.Fprintf(stderr, "%s  %6.1f us CPU/wakeup  %5.2f csw/wakeup (%.2f voluntary)  received %d of %d, lost %d  late %d, by %v at most  (%s)\n",
-					prefix, q.CPUPerWakeup(), q.SwitchesPerWakeup(), q.VoluntaryPerWakeup(), q.Received, q.Emitted, q.Lost,
+				polls := ""
+				if q.Polls > 0 {
+					polls = fmt.Sprintf(" in %d polls", q.Polls)
+				}
+				fmt.Fprintf(stderr, "%s  %6.1f us CPU/wakeup  %5.2f csw/wakeup (%.2f voluntary)  received %d of %d%s, lost %d  late %d, by %v at most  (%s)\n",
+					prefix, q.CPUPerWakeup(), q.SwitchesPerWakeup(), q.VoluntaryPerWakeup(), q.Received, q.Emitted, polls, q.Lost,
 					q.Late, q.MaxLag.Round(time.Microsecond), process)
 			}
 			if err := q.Check(); err != nil {
 				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
 			}
 		}
-		r.addQuietRound(rate, res)
+		add(rate, res)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,19 +42,28 @@ func TestMain(m *testing.M) {
 }
 
 func TestConsumerArgs(t *testing.T) {
-	for _, mode := range []string{benchrun.ModeCallback, benchrun.ModeReader, benchrun.ModeReaderEach, benchrun.ModeReaderNoLatency, benchrun.ModeOrdered} {
-		args := consumerArgs(mode, 900, 8*time.Second)
-		if !isConsumer(args) {
-			t.Fatalf("%v does not make a consumer", args)
-		}
-		c, err := parseConsumer(args, io.Discard)
-		want := benchrun.QuietConsumerConfig{Mode: mode, MapFD: benchrun.QuietMapFD, Count: 900, Timeout: 8 * time.Second}
-		if err != nil || c != want {
-			t.Errorf("parseConsumer(%q) = %+v, %v; want %+v", args, c, err, want)
+	for _, tc := range []struct {
+		ringBuf bool
+		modes   []string
+	}{
+		{false, []string{benchrun.ModeCallback, benchrun.ModeReader, benchrun.ModeReaderEach, benchrun.ModeReaderNoLatency, benchrun.ModeOrdered}},
+		{true, []string{benchrun.ModeCallback, benchrun.ModeReader, benchrun.ModeReaderEach}},
+	} {
+		for _, mode := range tc.modes {
+			args := consumerArgs(mode, tc.ringBuf, 900, 8*time.Second)
+			if !isConsumer(args) {
+				t.Fatalf("%v does not make a consumer", args)
+			}
+			c, err := parseConsumer(args, io.Discard)
+			want := benchrun.QuietConsumerConfig{Mode: mode, MapFD: benchrun.QuietMapFD, RingBuf: tc.ringBuf, Count: 900, Timeout: 8 * time.Second}
+			if err != nil || c != want {
+				t.Errorf("parseConsumer(%q) = %+v, %v; want %+v", args, c, err, want)
+			}
 		}
 	}
 	for _, bad := range [][]string{
-		{consumerFlag, "C", "-count", "1", "-timeout", "1s"}, // C is a program of its own
+		{consumerFlag, "ordered", "-ringbuf", "-count", "1", "-timeout", "1s"}, // refused over a ring buffer
+		{consumerFlag, "C", "-count", "1", "-timeout", "1s"},                   // C is a program of its own
 		{consumerFlag, "raw-copy", "-count", "1", "-timeout", "1s"},
 		{consumerFlag, "reader", "-count", "-1", "-timeout", "1s"},
 		{consumerFlag, "reader", "-count", "1"}, // no timeout
@@ -75,14 +85,23 @@ func TestConsumerArgs(t *testing.T) {
 }
 
 func TestQuietCommand(t *testing.T) {
-	cmd := quietCommand(benchrun.ModeC, "/self", "/c/perfbench-cquiet", nil, io.Discard)(900, 5500*time.Microsecond)
+	cmd := quietCommand(benchrun.ModeC, false, "/self", "/c/perfbench-cquiet", nil, io.Discard)(900, 5500*time.Microsecond)
 	if want := []string{"/c/perfbench-cquiet", "3", "900", "6"}; !slices.Equal(cmd.Args, want) {
 		t.Errorf("C command %q, want %q (the timeout rounded up to ms)", cmd.Args, want)
 	}
-	cmd = quietCommand(benchrun.ModeOrdered, "/self", "/c/perfbench-cquiet", []string{"perf", "stat", "--"}, io.Discard)(0, 3*time.Second)
-	want := append([]string{"perf", "stat", "--", "/self"}, consumerArgs(benchrun.ModeOrdered, 0, 3*time.Second)...)
+	cmd = quietCommand(benchrun.ModeOrdered, false, "/self", "/c/perfbench-cquiet", []string{"perf", "stat", "--"}, io.Discard)(0, 3*time.Second)
+	want := append([]string{"perf", "stat", "--", "/self"}, consumerArgs(benchrun.ModeOrdered, false, 0, 3*time.Second)...)
 	if !slices.Equal(cmd.Args, want) || cmd.Path == "" {
 		t.Errorf("wrapped Go command %q, want %q", cmd.Args, want)
+	}
+	// Over a ring buffer, both consumers are told so.
+	cmd = quietCommand(benchrun.ModeC, true, "/self", "/c/perfbench-cquiet", nil, io.Discard)(900, 8*time.Second)
+	if want := []string{"/c/perfbench-cquiet", "-ringbuf", "3", "900", "8000"}; !slices.Equal(cmd.Args, want) {
+		t.Errorf("ring buffer C command %q, want %q", cmd.Args, want)
+	}
+	cmd = quietCommand(benchrun.ModeReader, true, "/self", "/c/perfbench-cquiet", nil, io.Discard)(900, 8*time.Second)
+	if !slices.Contains(cmd.Args, "-ringbuf") {
+		t.Errorf("ring buffer Go command %q without -ringbuf", cmd.Args)
 	}
 }
 
@@ -92,18 +111,28 @@ func TestQuietModeLists(t *testing.T) {
 		t.Errorf("allQuietModes = %q, want %q", all, want)
 	}
 	var c config
-	if got := quietModes(c, 300, true); !slices.Equal(got, benchrun.QuietModes) {
+	if got := quietModes(c, false, 300, true); !slices.Equal(got, benchrun.QuietModes) {
 		t.Errorf("at 300/s: %q", got)
 	}
-	if got := quietModes(c, 0, false); !slices.Equal(got, benchrun.QuietIdleModes[1:]) {
+	if got := quietModes(c, false, 0, false); !slices.Equal(got, benchrun.QuietIdleModes[1:]) {
 		t.Errorf("idle without C: %q", got)
 	}
+	if got := quietModes(c, true, 300, true); !slices.Equal(got, benchrun.RBQuietModes) {
+		t.Errorf("ring buffer at 300/s: %q", got)
+	}
+	if got := quietModes(c, true, 0, true); !slices.Equal(got, benchrun.RBQuietIdleModes) {
+		t.Errorf("ring buffer idle: %q", got)
+	}
 	c.quietModes = []string{benchrun.ModeReaderNoLatency, benchrun.ModeC}
-	if got := quietModes(c, 300, true); !slices.Equal(got, []string{benchrun.ModeC}) {
+	if got := quietModes(c, false, 300, true); !slices.Equal(got, []string{benchrun.ModeC}) {
 		t.Errorf("at 300/s, of C and reader-nolatency: %q", got)
 	}
-	if got := quietModes(c, 0, true); !slices.Equal(got, []string{benchrun.ModeC, benchrun.ModeReaderNoLatency}) {
+	if got := quietModes(c, false, 0, true); !slices.Equal(got, []string{benchrun.ModeC, benchrun.ModeReaderNoLatency}) {
 		t.Errorf("idle, of C and reader-nolatency: %q", got)
+	}
+	c.quietModes = []string{benchrun.ModeOrdered}
+	if got := quietModes(c, true, 300, true); len(got) != 0 {
+		t.Errorf("ring buffer, of ordered: %q", got)
 	}
 }
 
@@ -171,22 +200,30 @@ func TestQuietResults(t *testing.T) {
 }
 
 // TestQuietRun runs a short quiet measurement end to end, as `perfbench
-// -only quiet` does: the emitter on CPU 0, every Go consumer (this test
-// binary run again, see TestMain) at 300 samples a second and idle, each
-// with its accounting checked, and the table and CSV written. The C
-// consumer runs only if `make bench` has built it (../../build/
-// perfbench-cquiet; the VMs have none); without it the test checks that
-// perfbench says it skipped it and measured the rest. Needs root.
+// -only quiet` does, and its ring buffer form (rbquiet): the emitter on CPU
+// 0, every Go consumer (this test binary run again, see TestMain) at 300
+// samples a second and idle, each with its accounting checked, and the
+// table and CSV written. The C consumer runs only if `make bench` has built
+// it (../../build/perfbench-cquiet; the VMs have none); without it the test
+// checks that perfbench says it skipped it and measured the rest. Needs
+// root.
 func TestQuietRun(t *testing.T) {
 	requirePrivileges(t)
 	// A consumer built with -race (this test binary) would sleep a second
 	// at exit (the race runtime's atexit_sleep_ms), for each of ten.
 	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	for _, kind := range []string{onlyQuiet, onlyRBQuiet} {
+		t.Run(kind, func(t *testing.T) { testQuietRun(t, kind) })
+	}
+}
+
+func testQuietRun(t *testing.T, kind string) {
+	ringBuf := kind == onlyRBQuiet
 	cquiet, _ := filepath.Abs("../../build/perfbench-cquiet")
 	haveC := cquietMissing(cquiet) == ""
 	csvPath := filepath.Join(t.TempDir(), "quiet.csv")
 	var stdout, stderr bytes.Buffer
-	args := []string{"-bpf-obj", "bpf/perfbench.bpf.o", "-only", "quiet", "-rounds", "1",
+	args := []string{"-bpf-obj", "bpf/perfbench.bpf.o", "-rb-obj", "bpf/rbbench.bpf.o", "-only", kind, "-rounds", "1",
 		"-quiet-duration", "250ms", "-quiet-rates", "300,idle", "-cquiet", cquiet, "-csv", csvPath, "-svg", ""}
 	start := time.Now()
 	status := run(args, &stdout, &stderr)
@@ -212,7 +249,7 @@ func TestQuietRun(t *testing.T) {
 	}
 	got := map[string][]string{}
 	for _, row := range rows[1:] {
-		if row[col["kind"]] != "quiet" {
+		if row[col["kind"]] != kind {
 			t.Errorf("a row of another measurement: %v", row)
 		}
 		got[row[col["samples_per_s"]]+" "+row[col["mode"]]] = row
@@ -221,8 +258,8 @@ func TestQuietRun(t *testing.T) {
 		t.Errorf("%d rows, %d measurements", len(rows)-1, len(got))
 	}
 	for _, rate := range []int{300, 0} {
-		modes := quietModes(config{}, rate, haveC)
-		if len(modes) < 4 {
+		modes := quietModes(config{}, ringBuf, rate, haveC)
+		if least := map[bool]int{false: 4, true: 2}[ringBuf]; len(modes) < least {
 			t.Fatalf("%d modes at %s", len(modes), benchrun.RateName(rate))
 		}
 		for _, mode := range modes {
@@ -237,10 +274,50 @@ func TestQuietRun(t *testing.T) {
 			if lost := row[col["lost_total"]]; lost != "0" {
 				t.Errorf("%s at %s lost %s samples", mode, benchrun.RateName(rate), lost)
 			}
+			// C and callback count their polls, each of at least a
+			// sample; the readers do not.
+			perPoll := row[col["samples_per_poll"]]
+			if mode == benchrun.ModeC || mode == benchrun.ModeCallback {
+				if n, err := strconv.ParseFloat(perPoll, 64); rate > 0 && (err != nil || n < 1) {
+					t.Errorf("%s at %s: samples per poll %q", mode, benchrun.RateName(rate), perPoll)
+				}
+			} else if perPoll != "" {
+				t.Errorf("%s at %s: samples per poll %q from a consumer that does not count polls", mode, benchrun.RateName(rate), perPoll)
+			}
 		}
 	}
 	// run returns 1 on an accounting error; the table says ok for each row.
 	if n := strings.Count(stdout.String(), " ok\n"); n != len(rows)-1 {
 		t.Errorf("%d rows with accounting ok, want %d", n, len(rows)-1)
+	}
+}
+
+// The ring buffer's quiet rows (rbquiet) have a section of their own, after
+// the perf ones, with samples per poll where the consumer counted them.
+func TestRBQuietTable(t *testing.T) {
+	r := sample()
+	var buf bytes.Buffer
+	writeTable(&buf, r)
+	out := buf.String()
+	perf, rb := strings.Index(out, "\nQuiet: one"), strings.Index(out, "\nBPF ring buffer quiet: one")
+	if perf < 0 || rb < perf {
+		t.Fatalf("no ring buffer quiet section after the perf one:\n%s", out)
+	}
+	for _, want := range []string{"C = ring_buffer__poll", "samples/poll"} {
+		if !strings.Contains(out[rb:], want) {
+			t.Errorf("the ring buffer quiet section lacks %q:\n%s", want, out[rb:])
+		}
+	}
+	for _, want := range [][]string{
+		{"300/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.00", "0"},
+		{"3000/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.50", "0"},
+		{"3000/s", "reader-each", "25.5", `\S+`, `\S+`, `\S+`, "-", "1"},
+	} {
+		if !regexp.MustCompile(`(?m)^ *` + strings.Join(want, ` +`) + ` `).MatchString(out[rb:]) {
+			t.Errorf("the ring buffer quiet section lacks a line %q:\n%s", want, out[rb:])
+		}
+	}
+	if strings.Contains(out[rb:], "ordered") {
+		t.Errorf("an ordered row over a ring buffer:\n%s", out[rb:])
 	}
 }

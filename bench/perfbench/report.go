@@ -62,6 +62,12 @@ func writeTable(w io.Writer, r *results) {
 		}
 		writeRBTables(w, r)
 	}
+	if len(r.rbQuiet) > 0 {
+		if len(r.drain) > 0 || len(r.sustained) > 0 || len(r.quiet) > 0 || len(r.rbDrain) > 0 || len(r.rbSustained) > 0 {
+			fmt.Fprintln(w)
+		}
+		writeRBQuietTables(w, r)
+	}
 }
 
 // writeRBTables prints the BPF ring buffer measurements.
@@ -102,36 +108,55 @@ func writeRBTables(w io.Writer, r *results) {
 	}
 }
 
-// writeQuietTables prints the quiet measurement: per wakeup at each rate,
-// per second while idle.
+// writeQuietTables prints the quiet measurement over perf event arrays:
+// per wakeup at each rate, per second while idle.
 func writeQuietTables(w io.Writer, r *results) {
-	var active, idle []*quietStat
-	for _, q := range r.quiet {
-		if q.rate == 0 {
-			idle = append(idle, q)
-		} else {
-			active = append(active, q)
-		}
-	}
 	fmt.Fprintf(w, "Quiet: one %d-byte sample per wakeup (WakeupEvents 1, %s rings), emitted on CPU %d at a steady rate\n",
 		benchrun.QuietSize, ringSize(benchrun.QuietPages), benchrun.QuietCPU)
 	fmt.Fprintf(w, "for %v, or none (idle); each consumer is a process of its own, unpinned, measured from its first wait\n", r.quietDuration)
 	fmt.Fprintf(w, "to its last sample (getrusage: CPU and context switches of all its threads). Modes: C = perf_buffer__poll,\n")
 	fmt.Fprintf(w, "callback = PerfBuffer.Poll, reader = Reader.ReadInto (MaxLatency 100 ms), reader-nolatency = the same with\n")
 	fmt.Fprintf(w, "MaxLatency -1, reader-each = Reader.Each, ordered = Reader with Order (KeyOffset 8), ReadInto.\n")
+	writeQuietRows(w, r, r.quiet, "(WakeupEvents 1)")
+}
+
+// writeRBQuietTables prints the quiet measurement over a BPF ring buffer
+// (rbquiet), as writeQuietTables.
+func writeRBQuietTables(w io.Writer, r *results) {
+	fmt.Fprintf(w, "BPF ring buffer quiet: one %d-byte sample per wakeup into one %d MiB ring buffer (the program outputs with\n",
+		benchrun.QuietSize, benchrun.RBBytes>>20)
+	fmt.Fprintf(w, "no flags: the kernel wakes the reader at each commit that finds it caught up), emitted on CPU %d at a steady\n", benchrun.QuietCPU)
+	fmt.Fprintf(w, "rate for %v, or none (idle); each consumer is measured as in the quiet measurement. Modes:\n", r.quietDuration)
+	fmt.Fprintf(w, "C = ring_buffer__poll, callback = PerfBuffer.Poll, reader = Reader.ReadInto, reader-each = Reader.Each.\n")
+	writeQuietRows(w, r, r.rbQuiet, "(at these rates the reader has caught up)")
+}
+
+// writeQuietRows prints a quiet measurement's tables, list's rows: per
+// wakeup at each rate, per second while idle; why says why a sample is a
+// wakeup.
+func writeQuietRows(w io.Writer, r *results, list []*quietStat, why string) {
+	var active, idle []*quietStat
+	for _, q := range list {
+		if q.rate == 0 {
+			idle = append(idle, q)
+		} else {
+			active = append(active, q)
+		}
+	}
 	if r.quietNoC != "" {
 		fmt.Fprintf(w, "No C rows, and no x C: the C consumer did not run (%s).\n", r.quietNoC)
 	}
 	if len(active) > 0 {
-		fmt.Fprintf(w, "\nPer wakeup, which is per sample: every sample raises a wakeup of its own (WakeupEvents 1), and the figures\n")
-		fmt.Fprintf(w, "are divided by the samples received (lower is better; x C = CPU per wakeup over C's in the same round;\n")
-		fmt.Fprintf(w, "lost: worst round):\n")
+		fmt.Fprintf(w, "\nPer wakeup, which is per sample: every sample raises a wakeup of its own %s,\n", why)
+		fmt.Fprintf(w, "and the figures are divided by the samples received (lower is better; x C = CPU per wakeup over C's in the\n")
+		fmt.Fprintf(w, "same round; samples/poll = samples per poll that delivered any, worst round, for the consumers that count\n")
+		fmt.Fprintf(w, "their polls, C and callback: 1.00 is a sample a wakeup; lost: worst round):\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "rate\tmode\tus CPU/wakeup\tcsw/wakeup\tvoluntary\tx C\tlost\tspread\taccounting\t")
+		fmt.Fprintln(tw, "rate\tmode\tus CPU/wakeup\tcsw/wakeup\tvoluntary\tx C\tsamples/poll\tlost\tspread\taccounting\t")
 		for _, q := range active {
-			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.2f\t%s\t%d\t%.0f%%\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.2f\t%s\t%s\t%d\t%.0f%%\t%s\t\n",
 				benchrun.RateName(q.rate), q.mode, q.cpu.median(), q.csw.median(), q.vcsw.median(),
-				ratioText(q.ratio()), maxU(q.lost), 100*q.cpu.spread(), accounting(q.check))
+				ratioText(q.ratio()), perPollText(q.perPoll), maxU(q.lost), 100*q.cpu.spread(), accounting(q.check))
 		}
 		tw.Flush()
 	}
@@ -145,6 +170,16 @@ func writeQuietTables(w io.Writer, r *results) {
 		}
 		tw.Flush()
 	}
+}
+
+// perPollText is the rounds' largest samples per poll with two decimals
+// (1.00: every poll that delivered a sample delivered one), or "-" for a
+// consumer that does not count its polls.
+func perPollText(s series) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(s.max(), 'f', 2, 64)
 }
 
 // ratioText is a ratio to C with two decimals, or "-" without one.
@@ -180,7 +215,12 @@ func ringSize(pages int) string {
 // rows, rbdrain and rbsustained, fill the columns of drain and sustained
 // rows, an rbsustained row's lost counts being the program's failed
 // outputs. Sustained and rbsustained rows fill batch (samples per test run)
-// and lost_frac_max (the worst round's lost over the outputs tried). ratio_to_c is the median of the rounds' ratios:
+// and lost_frac_max (the worst round's lost over the outputs tried). The
+// rbquiet rows, over a BPF ring buffer, fill the quiet rows' columns, their
+// lost counts being the program's failed outputs; a quiet or rbquiet row
+// of a consumer that counts its polls fills samples_per_poll (the worst
+// round's samples per poll that delivered any). ratio_to_c is the median
+// of the rounds' ratios:
 // ns over the C reference's (benchrun.Reference) for a drain, rate over
 // C's for a sustained run, CPU per wakeup over C's for a quiet one (empty
 // while idle, or without C).
@@ -191,13 +231,13 @@ var csvHeader = []string{
 	"ratio_to_c",
 	"cpu_us_per_wakeup", "csw_per_wakeup", "vcsw_per_wakeup", "wakeups_per_s", "csw_per_s", "cpu_ms_per_s",
 	"batch", "lost_frac_max",
+	"samples_per_poll",
 }
 
 // writeCSV writes one row per measurement, with medians over the rounds.
 func writeCSV(w io.Writer, r *results) error {
 	cw := csv.NewWriter(w)
-	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
-	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	f, u := csvFloat, csvUint
 	if err := cw.Write(csvHeader); err != nil {
 		return err
 	}
@@ -209,7 +249,7 @@ func writeCSV(w io.Writer, r *results) error {
 				"", "", "", "", "", "", "",
 				f(d.ratio(), 3),
 				"", "", "", "", "", "",
-				"", ""}
+				"", "", ""}
 			if err := cw.Write(row); err != nil {
 				return err
 			}
@@ -227,7 +267,7 @@ func writeCSV(w io.Writer, r *results) error {
 				f(s.rate.median(), 0), f(s.rate.min(), 0), f(s.rate.max(), 0), u(maxU(s.lost)), u(sumU(s.lost)), u(maxU(s.late)), f(s.wall.median(), 1),
 				f(s.ratio(), 3),
 				"", "", "", "", "", "",
-				batch, lostFrac}
+				batch, lostFrac, ""}
 			if err := cw.Write(row); err != nil {
 				return err
 			}
@@ -240,24 +280,16 @@ func writeCSV(w io.Writer, r *results) error {
 	if err := sustained("sustained", r.sustained); err != nil {
 		return err
 	}
-	for _, q := range r.quiet {
-		perWakeup := []string{"", "", ""}
-		xc := ""
-		if q.rate > 0 {
-			perWakeup = []string{f(q.cpu.median(), 2), f(q.csw.median(), 3), f(q.vcsw.median(), 3)}
-			if x := q.ratio(); !math.IsNaN(x) {
-				xc = f(x, 3)
+	quiets := func(kind string, list []*quietStat) error {
+		for _, q := range list {
+			if err := cw.Write(quietRow(kind, q)); err != nil {
+				return err
 			}
 		}
-		row := []string{"quiet", q.mode, strconv.Itoa(benchrun.QuietSize), strconv.Itoa(len(q.wall)),
-			"", "", "", "", "",
-			strconv.Itoa(q.rate), "", "", u(maxU(q.lost)), u(sumU(q.lost)), "", f(q.wall.median(), 1),
-			xc}
-		row = append(row, perWakeup...)
-		row = append(row, f(q.wakeups.median(), 2), f(q.cswSec.median(), 2), f(q.cpuSec.median(), 4), "", "")
-		if err := cw.Write(row); err != nil {
-			return err
-		}
+		return nil
+	}
+	if err := quiets("quiet", r.quiet); err != nil {
+		return err
 	}
 	if err := drains("rbdrain", r.rbDrain); err != nil {
 		return err
@@ -265,6 +297,35 @@ func writeCSV(w io.Writer, r *results) error {
 	if err := sustained("rbsustained", r.rbSustained); err != nil {
 		return err
 	}
+	if err := quiets("rbquiet", r.rbQuiet); err != nil {
+		return err
+	}
 	cw.Flush()
 	return cw.Error()
 }
+
+// quietRow is q's CSV row, of kind quiet or rbquiet.
+func quietRow(kind string, q *quietStat) []string {
+	perWakeup := []string{"", "", ""}
+	xc := ""
+	if q.rate > 0 {
+		perWakeup = []string{csvFloat(q.cpu.median(), 2), csvFloat(q.csw.median(), 3), csvFloat(q.vcsw.median(), 3)}
+		if x := q.ratio(); !math.IsNaN(x) {
+			xc = csvFloat(x, 3)
+		}
+	}
+	perPoll := ""
+	if len(q.perPoll) > 0 {
+		perPoll = csvFloat(q.perPoll.max(), 3)
+	}
+	row := []string{kind, q.mode, strconv.Itoa(benchrun.QuietSize), strconv.Itoa(len(q.wall)),
+		"", "", "", "", "",
+		strconv.Itoa(q.rate), "", "", csvUint(maxU(q.lost)), csvUint(sumU(q.lost)), "", csvFloat(q.wall.median(), 1),
+		xc}
+	row = append(row, perWakeup...)
+	return append(row, csvFloat(q.wakeups.median(), 2), csvFloat(q.cswSec.median(), 2), csvFloat(q.cpuSec.median(), 4),
+		"", "", perPoll)
+}
+
+func csvFloat(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+func csvUint(v uint64) string             { return strconv.FormatUint(v, 10) }

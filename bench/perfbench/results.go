@@ -69,6 +69,9 @@ type quietStat struct {
 	csw  series // context switches, voluntary and involuntary
 	vcsw series // voluntary ones
 	xc   series // cpu over C's in the same round; empty without C
+	// Samples per poll that delivered any, for a consumer that counts its
+	// polls (C, callback); empty for the others.
+	perPoll series
 	// Per second of the window, at a rate and idle.
 	wakeups series // voluntary context switches
 	cswSec  series // context switches
@@ -91,6 +94,7 @@ type results struct {
 	rbDrain         []*drainStat     // ring buffers: by size, then RBDrainModes
 	rbSustained     []*sustainedStat // ring buffers: by batch, then RBSustainedModes
 	quiet           []*quietStat     // by rate (idle last), then in allQuietModes' order
+	rbQuiet         []*quietStat     // ring buffers: as quiet
 }
 
 // addDrainRound adds one round of drains at size: ns and allocs per sample
@@ -234,6 +238,18 @@ func (s *sustainedStat) ratio() float64 { return s.xc.median() }
 // addQuietRound adds one round of quiet runs at rate, C among them unless
 // its program was missing.
 func (r *results) addQuietRound(rate int, round []benchrun.QuietResult) {
+	addQuietRound(&r.quiet, rate, round)
+}
+
+// addRBQuietRound is addQuietRound for the quiet runs over a BPF ring
+// buffer (rbquiet).
+func (r *results) addRBQuietRound(rate int, round []benchrun.QuietResult) {
+	addQuietRound(&r.rbQuiet, rate, round)
+}
+
+// addQuietRound adds a round to the quiet runs in *list, kept sorted by
+// rate (idle last), then in allQuietModes' order.
+func addQuietRound(list *[]*quietStat, rate int, round []benchrun.QuietResult) {
 	c := 0.0
 	for _, res := range round {
 		if res.Mode == benchrun.ModeC {
@@ -241,11 +257,11 @@ func (r *results) addQuietRound(rate int, round []benchrun.QuietResult) {
 		}
 	}
 	for _, res := range round {
-		q := r.quietOf(res.Mode, rate)
+		q := quietIn(*list, res.Mode, rate)
 		if q == nil {
 			q = &quietStat{mode: res.Mode, rate: rate}
-			r.quiet = append(r.quiet, q)
-			slices.SortStableFunc(r.quiet, func(a, b *quietStat) int {
+			*list = append(*list, q)
+			slices.SortStableFunc(*list, func(a, b *quietStat) int {
 				if a.rate != b.rate {
 					return rateOrder(a.rate) - rateOrder(b.rate)
 				}
@@ -259,6 +275,9 @@ func (r *results) addQuietRound(rate int, round []benchrun.QuietResult) {
 			q.vcsw = append(q.vcsw, res.VoluntaryPerWakeup())
 			if c > 0 {
 				q.xc = append(q.xc, res.CPUPerWakeup()/c)
+			}
+			if res.Polls > 0 {
+				q.perPoll = append(q.perPoll, res.SamplesPerPoll())
 			}
 		}
 		q.wakeups = append(q.wakeups, res.WakeupsPerSecond())
@@ -280,8 +299,10 @@ func rateOrder(rate int) int {
 	return rate
 }
 
-func (r *results) quietOf(mode string, rate int) *quietStat {
-	for _, q := range r.quiet {
+func (r *results) quietOf(mode string, rate int) *quietStat { return quietIn(r.quiet, mode, rate) }
+
+func quietIn(list []*quietStat, mode string, rate int) *quietStat {
+	for _, q := range list {
 		if q.mode == mode && q.rate == rate {
 			return q
 		}
@@ -308,6 +329,9 @@ func (r *results) accountingErrors() []error {
 		out = append(out, s.check...)
 	}
 	for _, q := range r.quiet {
+		out = append(out, q.check...)
+	}
+	for _, q := range r.rbQuiet {
 		out = append(out, q.check...)
 	}
 	return out

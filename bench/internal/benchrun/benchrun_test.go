@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -49,17 +50,23 @@ func TestSustainedResult(t *testing.T) {
 }
 
 func TestQuietResultLine(t *testing.T) {
-	line := formatQuietResult(900, 2, 1500*time.Microsecond, 2500*time.Microsecond, 950, 30, 3*time.Second, 12345)
-	received, lost, u, err := ParseQuietResult(line)
+	line := formatQuietResult(900, 2, 1500*time.Microsecond, 2500*time.Microsecond, 950, 30, 3*time.Second, 899, 12345)
+	rep, err := ParseQuietResult(line)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Usage{CPU: 4 * time.Millisecond, Voluntary: 950, Involuntary: 30, Wall: 3 * time.Second}
-	if received != 900 || lost != 2 || u != want {
-		t.Errorf("parsed %d, %d, %+v from %q; want 900, 2, %+v", received, lost, u, line, want)
+	want := QuietReport{Received: 900, Lost: 2, Polls: 899,
+		Usage: Usage{CPU: 4 * time.Millisecond, Voluntary: 950, Involuntary: 30, Wall: 3 * time.Second}}
+	if rep != want {
+		t.Errorf("parsed %+v from %q; want %+v", rep, line, want)
+	}
+	// A consumer that does not count its polls leaves them out: 0.
+	line = formatQuietResult(900, 2, 0, 0, 0, 0, time.Second, 0, 1)
+	if rep, err := ParseQuietResult(line); err != nil || rep.Polls != 0 || strings.Contains(line, "polls") {
+		t.Errorf("no polls: %q parsed as %+v, %v", line, rep, err)
 	}
 	// The C consumer prints the same fields; unknown ones are ignored.
-	if _, _, _, err := ParseQuietResult("result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=5 extra=6"); err != nil {
+	if _, err := ParseQuietResult("result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=5 polls=1 extra=6"); err != nil {
 		t.Errorf("extra field: %v", err)
 	}
 	for _, bad := range []string{
@@ -70,14 +77,14 @@ func TestQuietResultLine(t *testing.T) {
 		"result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=-4 wall_us=5",
 		"result received lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=5",
 	} {
-		if _, _, _, err := ParseQuietResult(bad); err == nil {
+		if _, err := ParseQuietResult(bad); err == nil {
 			t.Errorf("ParseQuietResult(%q) accepted it", bad)
 		}
 	}
 }
 
 func TestQuietResult(t *testing.T) {
-	r := QuietResult{Mode: "x", Rate: 300, Emitted: 900, Received: 900,
+	r := QuietResult{Mode: "x", Rate: 300, Emitted: 900, Received: 900, Polls: 450,
 		Window: Usage{CPU: 18 * time.Millisecond, Voluntary: 1800, Involuntary: 900, Wall: 3 * time.Second}}
 	if err := r.Check(); err != nil {
 		t.Error(err)
@@ -89,6 +96,7 @@ func TestQuietResult(t *testing.T) {
 		"WakeupsPerSecond":   {r.WakeupsPerSecond(), 600},
 		"SwitchesPerSecond":  {r.SwitchesPerSecond(), 900},
 		"CPUPerSecond":       {r.CPUPerSecond(), 6},
+		"SamplesPerPoll":     {r.SamplesPerPoll(), 2},
 	} {
 		if math.Abs(tc.got-tc.want) > 1e-9 {
 			t.Errorf("%s = %v, want %v", name, tc.got, tc.want)
@@ -103,7 +111,7 @@ func TestQuietResult(t *testing.T) {
 		t.Error("a failed output not reported lost passed the check")
 	}
 	idle := QuietResult{Mode: "x"}
-	if idle.Check() != nil || idle.CPUPerWakeup() != 0 || idle.WakeupsPerSecond() != 0 {
+	if idle.Check() != nil || idle.CPUPerWakeup() != 0 || idle.WakeupsPerSecond() != 0 || idle.SamplesPerPoll() != 0 {
 		t.Errorf("an empty idle result: %v, %v, %v", idle.Check(), idle.CPUPerWakeup(), idle.WakeupsPerSecond())
 	}
 	if RateName(0) != "idle" || RateName(300) != "300/s" {
@@ -113,17 +121,30 @@ func TestQuietResult(t *testing.T) {
 
 func TestQuietModes(t *testing.T) {
 	for _, m := range append(slices.Clone(QuietModes), QuietIdleModes...) {
-		if got, want := IsQuietGoMode(m), m != ModeC; got != want {
+		if got, want := IsQuietGoMode(m, false), m != ModeC; got != want {
 			t.Errorf("IsQuietGoMode(%q) = %v", m, got)
 		}
 	}
-	if QuietModes[0] != ModeC || QuietIdleModes[0] != ModeC {
-		t.Error("the C reference is not the first quiet mode")
+	// Over a ring buffer: the modes that read one; the ordered Reader is
+	// refused there.
+	for _, m := range append(slices.Clone(RBQuietModes), RBQuietIdleModes...) {
+		if got, want := IsQuietGoMode(m, true), m != ModeC; got != want {
+			t.Errorf("IsQuietGoMode(%q, ring buffer) = %v", m, got)
+		}
+	}
+	if IsQuietGoMode(ModeOrdered, true) || slices.Contains(RBQuietModes, ModeOrdered) || slices.Contains(RBQuietIdleModes, ModeOrdered) {
+		t.Error("the ordered Reader is a quiet mode over a ring buffer")
+	}
+	for _, list := range [][]string{QuietModes, QuietIdleModes, RBQuietModes, RBQuietIdleModes} {
+		if list[0] != ModeC {
+			t.Errorf("the C reference is not the first quiet mode of %q", list)
+		}
 	}
 	for _, cfg := range []QuietConsumerConfig{
 		{Mode: ModeC, Count: 1, Timeout: time.Second},
 		{Mode: ModeReader, Count: -1, Timeout: time.Second},
 		{Mode: ModeReader, Count: 1},
+		{Mode: ModeOrdered, RingBuf: true, Count: 1, Timeout: time.Second},
 	} {
 		if err := QuietConsume(cfg, io.Discard); err == nil {
 			t.Errorf("QuietConsume(%+v) accepted it", cfg)

@@ -12,7 +12,7 @@ package benchrun
 // as a consumer (QuietConsume). Both speak the same protocol on stdout:
 //
 //	ready
-//	result received=N lost=N utime_us=N stime_us=N nvcsw=N nivcsw=N wall_us=N [other=N...]
+//	result received=N lost=N utime_us=N stime_us=N nvcsw=N nivcsw=N wall_us=N [polls=N] [other=N...]
 //
 // "ready" comes once the rings are open, and the window measured starts
 // there: the consumer takes getrusage(RUSAGE_SELF) (every thread of the
@@ -30,6 +30,13 @@ package benchrun
 // process confined to one CPU runs with GOMAXPROCS 1, whose scheduler (its
 // sysmon among it) behaves otherwise than on the machine's CPUs. WakeupEvents
 // is 1 in every mode, C's included: one wakeup per sample.
+//
+// Over a BPF ring buffer (rbbench.bpf.o's, the ring buffer measurements'
+// emitter), the same: C is ring_buffer__poll, and the Go modes read the
+// ring buffer with their defaults. Its program outputs with no flags, so
+// the kernel wakes the reader at each commit that finds the reader caught
+// up with it: one wakeup per sample at these rates too. A consumer that
+// counts its polls (polls=N: those that delivered a record) shows it.
 
 import (
 	"bufio"
@@ -39,11 +46,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
@@ -64,6 +73,15 @@ var QuietModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach, ModeO
 // without MaxLatency. (reader-each waits as reader does.)
 var QuietIdleModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderNoLatency, ModeOrdered}
 
+// RBQuietModes are the consumers the quiet measurement compares over a
+// BPF ring buffer at each of QuietRates, the reference
+// (ring_buffer__poll) first. The ordered Reader is refused over ring
+// buffers.
+var RBQuietModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach}
+
+// RBQuietIdleModes are those it compares over a ring buffer while idle.
+var RBQuietIdleModes = []string{ModeC, ModeCallback, ModeReader}
+
 // QuietRates are the rates measured, in samples per second; 0 is idle.
 var QuietRates = []int{300, 3000, 0}
 
@@ -72,8 +90,8 @@ const (
 	QuietPages    = 64 // data pages per ring, every mode
 	QuietCPU      = 0  // the producer's CPU
 	QuietDuration = 3 * time.Second
-	// QuietMapFD is the perf event array's descriptor in the consumer:
-	// its first ExtraFiles.
+	// QuietMapFD is the map's descriptor in the consumer (the perf event
+	// array's or the ring buffer's): its first ExtraFiles.
 	QuietMapFD = 3
 	// quietKeyOffset is where the ordered consumer finds its key: the
 	// emit program's ktime stamp.
@@ -85,8 +103,9 @@ const (
 )
 
 // QuietCommand returns the consumer's command: it must read count samples
-// from the perf event array at descriptor QuietMapFD and stop, or with
-// count 0 wait until timeout is up; either way it gives up after timeout.
+// from the map at descriptor QuietMapFD (the emitter's: a perf event array
+// or a BPF ring buffer) and stop, or with count 0 wait until timeout is up;
+// either way it gives up after timeout.
 // Quiet sets its ExtraFiles and Stdout; the rest (Stderr) is the caller's.
 type QuietCommand func(count int, timeout time.Duration) *exec.Cmd
 
@@ -117,9 +136,16 @@ type QuietResult struct {
 	Emitted  uint64 // the emitter's successful outputs
 	Failed   uint64 // outputs that found no room (or no reader): lost
 	Received uint64 // samples the consumer read
-	Lost     uint64 // samples the kernel told it were lost
-	Window   Usage  // the consumer's, from its "ready" to its last sample (idle: its timeout)
-	Process  Usage  // the consumer process's whole life (wait4), start-up and exit included
+	// Lost is the samples the kernel told the consumer were lost. A ring
+	// buffer tells its reader of no loss: there it is Failed, as in
+	// RBSustained.
+	Lost uint64
+	// Polls is the consumer's waits that delivered a record, if it counts
+	// them (C and callback do; 0 if not): Received / Polls is the samples
+	// per wakeup.
+	Polls   uint64
+	Window  Usage // the consumer's, from its "ready" to its last sample (idle: its timeout)
+	Process Usage // the consumer process's whole life (wait4), start-up and exit included
 	// The producer's pacing: its worst delay behind the schedule, and the
 	// samples it emitted more than half a period late (which may share a
 	// wakeup with the next one).
@@ -153,6 +179,12 @@ func (r QuietResult) VoluntaryPerWakeup() float64 {
 	return perUnit(float64(r.Window.Voluntary), float64(r.Received))
 }
 
+// SamplesPerPoll is the samples received per poll that delivered any, or
+// 0 if the consumer did not count its polls.
+func (r QuietResult) SamplesPerPoll() float64 {
+	return perUnit(float64(r.Received), float64(r.Polls))
+}
+
 // WakeupsPerSecond is its voluntary context switches per second of the
 // window: each is a sleep that a wakeup ended.
 func (r QuietResult) WakeupsPerSecond() float64 {
@@ -184,12 +216,13 @@ func RateName(rate int) string {
 	return strconv.Itoa(rate) + "/s"
 }
 
-// Quiet runs one consumer (cfg.Command) over e's perf event array while
-// this process emits cfg.Rate QuietSize-byte samples a second on QuietCPU
-// for cfg.Duration (none if the rate is 0), and returns what the consumer
-// received and used. The consumer gets the array's descriptor as
-// QuietMapFD; production starts once it has said "ready" and stops after
-// Duration; the run ends when the consumer has reported and exited.
+// Quiet runs one consumer (cfg.Command) over e's map, a perf event array
+// or a BPF ring buffer, while this process emits cfg.Rate QuietSize-byte
+// samples a second on QuietCPU for cfg.Duration (none if the rate is 0),
+// and returns what the consumer received and used. The consumer gets the
+// map's descriptor as QuietMapFD; production starts once it has said
+// "ready" and stops after Duration; the run ends when the consumer has
+// reported and exited. Over a ring buffer, the result's Lost is its Failed.
 func Quiet(e *bpfrun.Emitter, cfg QuietConfig) (QuietResult, error) {
 	if cfg.Duration == 0 {
 		cfg.Duration = QuietDuration
@@ -286,8 +319,13 @@ func Quiet(e *bpfrun.Emitter, cfg QuietConfig) (QuietResult, error) {
 		res.Process.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		res.Process.Voluntary, res.Process.Involuntary = ru.Nvcsw, ru.Nivcsw
 	}
-	if res.Received, res.Lost, res.Window, err = ParseQuietResult(line); err != nil {
+	rep, err := ParseQuietResult(line)
+	if err != nil {
 		return fail(err)
+	}
+	res.Received, res.Lost, res.Polls, res.Window = rep.Received, rep.Lost, rep.Polls, rep.Usage
+	if e.Events.Type() == libbpfgo.MapTypeRingbuf {
+		res.Lost = res.Failed
 	}
 	return res, nil
 }
@@ -380,61 +418,81 @@ func pace(e *bpfrun.Emitter, n, rate int) (maxLag time.Duration, late int, err e
 	return r.lag, r.late, r.err
 }
 
+// QuietReport is a consumer's "result" line.
+type QuietReport struct {
+	Received, Lost uint64
+	Polls          uint64 // 0 if the consumer does not count them
+	Usage          Usage
+}
+
 // ParseQuietResult parses a consumer's "result" line.
-func ParseQuietResult(line string) (received, lost uint64, u Usage, err error) {
+func ParseQuietResult(line string) (QuietReport, error) {
+	var rep QuietReport
 	fields := strings.Fields(line)
 	if len(fields) == 0 || fields[0] != "result" {
-		return 0, 0, u, fmt.Errorf("parse consumer result %q: not a result line", line)
+		return rep, fmt.Errorf("parse consumer result %q: not a result line", line)
 	}
 	vals := map[string]uint64{}
 	for _, f := range fields[1:] {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok {
-			return 0, 0, u, fmt.Errorf("parse consumer result %q: field %q is not key=value", line, f)
+			return rep, fmt.Errorf("parse consumer result %q: field %q is not key=value", line, f)
 		}
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			return 0, 0, u, fmt.Errorf("parse consumer result %q: %w", line, err)
+			return rep, fmt.Errorf("parse consumer result %q: %w", line, err)
 		}
 		vals[k] = n
 	}
 	for _, k := range []string{"received", "lost", "utime_us", "stime_us", "nvcsw", "nivcsw", "wall_us"} {
 		if _, ok := vals[k]; !ok {
-			return 0, 0, u, fmt.Errorf("parse consumer result %q: no %s", line, k)
+			return rep, fmt.Errorf("parse consumer result %q: no %s", line, k)
 		}
 	}
-	u = Usage{
-		CPU:         time.Duration(vals["utime_us"]+vals["stime_us"]) * time.Microsecond,
-		Voluntary:   int64(vals["nvcsw"]),
-		Involuntary: int64(vals["nivcsw"]),
-		Wall:        time.Duration(vals["wall_us"]) * time.Microsecond,
-	}
-	return vals["received"], vals["lost"], u, nil
+	return QuietReport{
+		Received: vals["received"],
+		Lost:     vals["lost"],
+		Polls:    vals["polls"],
+		Usage: Usage{
+			CPU:         time.Duration(vals["utime_us"]+vals["stime_us"]) * time.Microsecond,
+			Voluntary:   int64(vals["nvcsw"]),
+			Involuntary: int64(vals["nivcsw"]),
+			Wall:        time.Duration(vals["wall_us"]) * time.Microsecond,
+		},
+	}, nil
 }
 
 // formatQuietResult is the "result" line ParseQuietResult reads, as the C
-// consumer prints it; sum is the sum of the bytes read (so that the reads
-// cannot be elided), reported and not checked.
-func formatQuietResult(received, lost uint64, user, sys time.Duration, nvcsw, nivcsw int64, wall time.Duration, sum uint64) string {
-	return fmt.Sprintf("result received=%d lost=%d utime_us=%d stime_us=%d nvcsw=%d nivcsw=%d wall_us=%d sum=%d",
-		received, lost, user.Microseconds(), sys.Microseconds(), nvcsw, nivcsw, wall.Microseconds(), sum)
+// consumer prints it; polls 0 (not counted) is left out; sum is the sum of
+// the bytes read (so that the reads cannot be elided), reported and not
+// checked.
+func formatQuietResult(received, lost uint64, user, sys time.Duration, nvcsw, nivcsw int64, wall time.Duration, polls, sum uint64) string {
+	p := ""
+	if polls > 0 {
+		p = fmt.Sprintf(" polls=%d", polls)
+	}
+	return fmt.Sprintf("result received=%d lost=%d utime_us=%d stime_us=%d nvcsw=%d nivcsw=%d wall_us=%d%s sum=%d",
+		received, lost, user.Microseconds(), sys.Microseconds(), nvcsw, nivcsw, wall.Microseconds(), p, sum)
 }
 
 // QuietConsumerConfig is what a Go consumer is told.
 type QuietConsumerConfig struct {
-	Mode    string // a Go mode of QuietModes or QuietIdleModes
+	Mode    string // a Go mode of the quiet modes of the map's kind
 	MapFD   int
-	Count   int // samples to read; 0: none, wait for the timeout
+	RingBuf bool // the map is a BPF ring buffer, not a perf event array
+	Count   int  // samples to read; 0: none, wait for the timeout
 	Timeout time.Duration
 }
 
-// IsQuietGoMode reports whether mode is one QuietConsume runs.
-func IsQuietGoMode(mode string) bool {
-	switch mode {
-	case ModeCallback, ModeReader, ModeReaderEach, ModeReaderNoLatency, ModeOrdered:
-		return true
+// IsQuietGoMode reports whether mode is one QuietConsume runs over a perf
+// event array (QuietModes, QuietIdleModes), or over a BPF ring buffer with
+// ringBuf (RBQuietModes, RBQuietIdleModes).
+func IsQuietGoMode(mode string, ringBuf bool) bool {
+	modes, idle := QuietModes, QuietIdleModes
+	if ringBuf {
+		modes, idle = RBQuietModes, RBQuietIdleModes
 	}
-	return false
+	return mode != ModeC && (slices.Contains(modes, mode) || slices.Contains(idle, mode))
 }
 
 // QuietConsume is the Go consumer of the quiet measurement, run in a
@@ -443,7 +501,7 @@ func IsQuietGoMode(mode string) bool {
 // cfg.Timeout is up, and writes the "result" line. A count not reached is
 // no error here: the parent's accounting reports it.
 func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
-	if !IsQuietGoMode(cfg.Mode) || cfg.Count < 0 || cfg.Timeout <= 0 {
+	if !IsQuietGoMode(cfg.Mode, cfg.RingBuf) || cfg.Count < 0 || cfg.Timeout <= 0 {
 		return fmt.Errorf("quiet consumer: bad config %+v", cfg)
 	}
 	c := &quietCounter{count: uint64(cfg.Count)}
@@ -452,14 +510,17 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		run         func(deadline time.Time) error
 	)
 	m := perfbuf.MapFD(cfg.MapFD)
+	// A ring buffer's size and wakeups are its object's and its program's:
+	// the ring settings are refused for it.
+	var opts perfbuf.Options
+	if !cfg.RingBuf {
+		opts = perfbuf.Options{RingBytes: QuietPages << 12, WakeupEvents: 1}
+	}
 	switch cfg.Mode {
 	case ModeCallback:
-		pb, err := perfbuf.New(m, perfbuf.Options{
-			RingBytes:    QuietPages << 12,
-			WakeupEvents: 1,
-			SampleFunc:   func(_ int, data []byte) { c.sample(data) },
-			LostFunc:     func(_ int, n uint64) { c.lost += n },
-		})
+		opts.SampleFunc = func(_ int, data []byte) { c.sample(data) }
+		opts.LostFunc = func(_ int, n uint64) { c.lost += n }
+		pb, err := perfbuf.New(m, opts)
 		if err != nil {
 			return fmt.Errorf("quiet consumer: %w", err)
 		}
@@ -470,14 +531,17 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 				if left <= 0 {
 					return nil
 				}
-				if _, err := pb.Poll(left); err != nil {
+				n, err := pb.Poll(left)
+				if err != nil {
 					return err
+				}
+				if n > 0 {
+					c.polls++
 				}
 			}
 			return nil
 		}
 	default:
-		opts := perfbuf.Options{RingBytes: QuietPages << 12, WakeupEvents: 1}
 		switch cfg.Mode {
 		case ModeReaderNoLatency:
 			opts.MaxLatency = -1
@@ -522,7 +586,7 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	}
 	_, err = fmt.Fprintln(w, formatQuietResult(c.received, c.lost,
 		time.Duration(r1.Utime.Nano()-r0.Utime.Nano()), time.Duration(r1.Stime.Nano()-r0.Stime.Nano()),
-		r1.Nvcsw-r0.Nvcsw, r1.Nivcsw-r0.Nivcsw, wall, c.sum))
+		r1.Nvcsw-r0.Nvcsw, r1.Nivcsw-r0.Nivcsw, wall, c.polls, c.sum))
 	return err
 }
 
@@ -530,6 +594,7 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 // callbacks do.
 type quietCounter struct {
 	count, received, lost, sum uint64
+	polls                      uint64 // callback: Polls that delivered a record
 }
 
 func (c *quietCounter) sample(data []byte) {

@@ -4,14 +4,17 @@
  * and context switches are libbpf's and the kernel's alone, with no Go
  * runtime beside them.
  *
- *   perfbench-cquiet MAP_FD COUNT TIMEOUT_MS
+ *   perfbench-cquiet [-ringbuf] MAP_FD COUNT TIMEOUT_MS
  *
  * Opens libbpf's perf_buffer over the perf event array at MAP_FD (inherited
- * from perfbench), 64 pages per CPU, a wakeup per sample; prints "ready";
- * loops on perf_buffer__poll until COUNT samples are accounted for (read or
- * lost) or TIMEOUT_MS is up (COUNT 0: until then); prints the "result" line
- * with what it read and the getrusage(RUSAGE_SELF) difference over that
- * window. The sample callback reads every byte, as every mode's does.
+ * from perfbench), 64 pages per CPU, a wakeup per sample; or with -ringbuf,
+ * libbpf's ring_buffer over the BPF ring buffer at MAP_FD (its program's
+ * flags say when it wakes the reader). Prints "ready"; loops on
+ * perf_buffer__poll (ring_buffer__poll) until COUNT samples are accounted
+ * for (read or lost) or TIMEOUT_MS is up (COUNT 0: until then); prints the
+ * "result" line with what it read, the polls that delivered a sample, and
+ * the getrusage(RUSAGE_SELF) difference over that window. The sample
+ * callbacks read every byte, as every mode's does.
  *
  * Built by `make bench` into build/perfbench-cquiet. */
 #include <errno.h>
@@ -50,6 +53,45 @@ static void on_lost(void *ctx, int cpu, __u64 cnt)
 	c->lost += cnt;
 }
 
+static int on_rb_sample(void *ctx, void *data, size_t size)
+{
+	struct counts *c = ctx;
+
+	c->sum += cref_read_all(data, size);
+	c->received++;
+	return 0;
+}
+
+/* One ring kind's consumer: libbpf's poll and free for it. */
+struct consumer {
+	const char *poll_name;
+	void *buf;
+	int (*poll)(void *buf, int timeout_ms);
+	void (*free)(void *buf);
+};
+
+static int pb_poll(void *buf, int timeout_ms) { return perf_buffer__poll(buf, timeout_ms); }
+static void pb_free(void *buf) { perf_buffer__free(buf); }
+static int rb_poll(void *buf, int timeout_ms) { return ring_buffer__poll(buf, timeout_ms); }
+static void rb_free(void *buf) { ring_buffer__free(buf); }
+
+/* open_consumer opens the kind's consumer over fd, counting into c; 0, or a
+ * negative errno. */
+static int open_consumer(struct consumer *k, int ringbuf, int fd, struct counts *c)
+{
+	if (ringbuf) {
+		*k = (struct consumer){"ring_buffer__poll", ring_buffer__new(fd, on_rb_sample, c, NULL), rb_poll,
+				       rb_free};
+	} else {
+		LIBBPF_OPTS(perf_buffer_opts, opts, .sample_period = 1);
+
+		*k = (struct consumer){"perf_buffer__poll",
+				       perf_buffer__new(fd, QUIET_PAGES, on_sample, on_lost, c, &opts), pb_poll,
+				       pb_free};
+	}
+	return k->buf ? 0 : -errno;
+}
+
 static int64_t now_ns(void)
 {
 	struct timespec ts;
@@ -75,23 +117,26 @@ static int parse(const char *s, long long *out)
 
 int main(int argc, char **argv)
 {
-	LIBBPF_OPTS(perf_buffer_opts, opts, .sample_period = 1);
 	long long fd, count, timeout_ms;
 	struct counts c = {0};
-	struct perf_buffer *pb;
+	struct consumer k;
 	struct rusage r0, r1;
 	int64_t t0, deadline, left;
+	uint64_t polls = 0, before;
+	int ringbuf = argc > 1 && strcmp(argv[1], "-ringbuf") == 0;
+	char **args = argv + ringbuf;
 	int err;
 
-	if (argc != 4 || parse(argv[1], &fd) || parse(argv[2], &count) || parse(argv[3], &timeout_ms) ||
+	if (argc - ringbuf != 4 || parse(args[1], &fd) || parse(args[2], &count) || parse(args[3], &timeout_ms) ||
 	    timeout_ms == 0) {
-		fprintf(stderr, "usage: %s MAP_FD COUNT TIMEOUT_MS (COUNT 0: wait until the timeout)\n", argv[0]);
+		fprintf(stderr, "usage: %s [-ringbuf] MAP_FD COUNT TIMEOUT_MS (COUNT 0: wait until the timeout)\n",
+			argv[0]);
 		return 2;
 	}
-	pb = perf_buffer__new((int)fd, QUIET_PAGES, on_sample, on_lost, &c, &opts);
-	if (!pb) {
-		err = -errno;
-		fprintf(stderr, "perfbench-cquiet: perf_buffer__new: %s\n", strerror(-err));
+	err = open_consumer(&k, ringbuf, (int)fd, &c);
+	if (err) {
+		fprintf(stderr, "perfbench-cquiet: %s: %s\n", ringbuf ? "ring_buffer__new" : "perf_buffer__new",
+			strerror(-err));
 		return 1;
 	}
 
@@ -105,25 +150,27 @@ int main(int argc, char **argv)
 		left = deadline - now_ns();
 		if (left <= 0)
 			break;
+		before = c.received + c.lost;
 		/* Rounded up to libbpf's milliseconds, as bench/internal/cref's Poll does. */
-		err = perf_buffer__poll(pb, (int)((left + 999999) / 1000000));
+		err = k.poll(k.buf, (int)((left + 999999) / 1000000));
 		if (err < 0 && err != -EINTR)
 			break;
 		err = 0;
+		polls += c.received + c.lost > before;
 	}
 	getrusage(RUSAGE_SELF, &r1);
 	if (err < 0) {
-		fprintf(stderr, "perfbench-cquiet: perf_buffer__poll: %s\n", strerror(-err));
-		perf_buffer__free(pb);
+		fprintf(stderr, "perfbench-cquiet: %s: %s\n", k.poll_name, strerror(-err));
+		k.free(k.buf);
 		return 1;
 	}
-	printf("result received=%llu lost=%llu utime_us=%lld stime_us=%lld nvcsw=%ld nivcsw=%ld wall_us=%lld sum=%llu\n",
+	printf("result received=%llu lost=%llu utime_us=%lld stime_us=%lld nvcsw=%ld nivcsw=%ld wall_us=%lld polls=%llu sum=%llu\n",
 	       (unsigned long long)c.received, (unsigned long long)c.lost,
 	       (long long)(tv_us(r1.ru_utime) - tv_us(r0.ru_utime)),
 	       (long long)(tv_us(r1.ru_stime) - tv_us(r0.ru_stime)),
 	       r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw,
-	       (long long)((now_ns() - t0) / 1000), (unsigned long long)c.sum);
+	       (long long)((now_ns() - t0) / 1000), (unsigned long long)polls, (unsigned long long)c.sum);
 	fflush(stdout);
-	perf_buffer__free(pb);
+	k.free(k.buf);
 	return 0;
 }
