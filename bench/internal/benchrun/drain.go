@@ -76,6 +76,15 @@ func isOrdered(mode string) bool {
 // batchSize is the Samples a ReadBatch mode passes a call.
 const batchSize = 64
 
+// samplesFor is what mode reads into: batchSize Samples for a ReadBatch
+// mode, else one (ReadInto; readSamples tells them apart by the length).
+func samplesFor(mode string) []perfbuf.Sample {
+	if mode == ModeReaderBatch || mode == ModeOrderedBatch {
+		return make([]perfbuf.Sample, batchSize)
+	}
+	return make([]perfbuf.Sample, 1)
+}
+
 // Sizes are the sample sizes the drain measurements use, in bytes.
 var Sizes = []int{16, 64, 256, 1024}
 
@@ -251,11 +260,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		if err != nil {
 			return nil, err
 		}
-		d := &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach}
-		if cfg.Mode == ModeReaderBatch {
-			d.batch = make([]perfbuf.Sample, batchSize)
-		}
-		return d, nil
+		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach, s: samplesFor(cfg.Mode)}, nil
 	case ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
 		return openOrdered(e, cfg)
 	}
@@ -389,18 +394,9 @@ func (d *rawDrain) close() {
 type readerDrain struct {
 	fillOne
 	r     *perfbuf.Reader
-	s     [1]perfbuf.Sample
+	s     []perfbuf.Sample // ReadInto the one, or ReadBatch into them all (samplesFor)
 	total uint64
-	each  bool             // Reader.Each instead of ReadInto
-	batch []perfbuf.Sample // Reader.ReadBatch into these instead of ReadInto
-}
-
-// samples is what readUntilFlushed reads into: the batch, or the one Sample.
-func (d *readerDrain) samples() []perfbuf.Sample {
-	if d.batch != nil {
-		return d.batch
-	}
-	return d.s[:]
+	each  bool // Reader.Each instead
 }
 
 func (d *readerDrain) fill(k int) error {
@@ -427,7 +423,7 @@ func (d *readerDrain) drain(k int) error {
 		})
 		return roundEnd(err, n, k)
 	}
-	n, err := readUntilFlushed(d.r, d.samples(), &d.total, nil)
+	n, err := readUntilFlushed(d.r, d.s, &d.total, nil)
 	return roundEnd(err, n, k)
 }
 
@@ -453,6 +449,18 @@ func readUntilFlushed(r *perfbuf.Reader, s []perfbuf.Sample, total *uint64, chec
 	return n, err
 }
 
+// read is ReadInto into s[0] when s holds one Sample, else ReadBatch into s:
+// it returns the records read.
+func read(r *perfbuf.Reader, s []perfbuf.Sample) (int, error) {
+	if len(s) == 1 {
+		if err := r.ReadInto(&s[0]); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
+	return r.ReadBatch(s)
+}
+
 // readSamples reads up to limit samples (negative: no limit), with
 // ReadInto into one Sample, or with ReadBatch into several, summing their
 // bytes into total, and returns how many it read and the error that ended
@@ -461,18 +469,10 @@ func readUntilFlushed(r *perfbuf.Reader, s []perfbuf.Sample, total *uint64, chec
 func readSamples(r *perfbuf.Reader, s []perfbuf.Sample, limit int, total *uint64, check func(*perfbuf.Sample) error) (int, error) {
 	n := 0
 	for n != limit {
-		var got int
-		var err error
-		if len(s) == 1 {
-			if err = r.ReadInto(&s[0]); err == nil {
-				got = 1
-			}
-		} else {
-			if limit >= 0 {
-				s = s[:min(len(s), limit-n)]
-			}
-			got, err = r.ReadBatch(s)
+		if limit >= 0 {
+			s = s[:min(len(s), limit-n)]
 		}
+		got, err := read(r, s)
 		for i := range s[:got] {
 			if s[i].Type != perfbuf.RecordSample {
 				return n, notSample(s[i].CPU, s[i].Type, s[i].Lost)

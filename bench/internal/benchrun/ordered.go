@@ -37,21 +37,12 @@ type orderedDrain struct {
 	e       *bpfrun.Emitter
 	size    int
 	r       *perfbuf.Reader
-	s       [1]perfbuf.Sample
+	s       []perfbuf.Sample // ReadInto the one, or ReadBatch into them all (samplesFor)
 	total   uint64
 	last    uint64 // the largest key read
 	tail    int    // samples of the round's last batch
 	checkFn func(*perfbuf.Sample) error
-	each    bool             // Reader.Each instead of ReadInto
-	batch   []perfbuf.Sample // Reader.ReadBatch into these instead of ReadInto
-}
-
-// samples is what readUntilFlushed reads into: the batch, or the one Sample.
-func (d *orderedDrain) samples() []perfbuf.Sample {
-	if d.batch != nil {
-		return d.batch
-	}
-	return d.s[:]
+	each    bool // Reader.Each instead
 }
 
 func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
@@ -66,10 +57,7 @@ func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &orderedDrain{e: e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach}
-	if cfg.Mode == ModeOrderedBatch {
-		d.batch = make([]perfbuf.Sample, batchSize)
-	}
+	d := &orderedDrain{e: e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach, s: samplesFor(cfg.Mode)}
 	d.checkFn = d.check
 	return d, nil
 }
@@ -114,12 +102,12 @@ func (d *orderedDrain) drain(k int) error {
 	if d.each {
 		return d.drainEach(k)
 	}
-	n, err := readSamples(d.r, d.samples(), k-d.tail, &d.total, d.checkFn)
+	n, err := readSamples(d.r, d.s, k-d.tail, &d.total, d.checkFn)
 	if err != nil {
 		return fmt.Errorf("after %d of %d samples: %w", n, k, err)
 	}
 	d.r.Flush()
-	m, err := readUntilFlushed(d.r, d.samples(), &d.total, d.checkFn)
+	m, err := readUntilFlushed(d.r, d.s, &d.total, d.checkFn)
 	return roundEnd(err, n+m, k)
 }
 

@@ -123,11 +123,7 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 			}
 			return d, nil
 		}
-		d := &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach}
-		if cfg.Mode == ModeReaderBatch {
-			d.batch = make([]perfbuf.Sample, batchSize)
-		}
-		return d, nil
+		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach, s: samplesFor(cfg.Mode)}, nil
 	case ModeCilium:
 		r, err := openCilium(e.Events.FileDescriptor())
 		if err != nil {

@@ -147,11 +147,7 @@ func openRBConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (rbConsumer, error) 
 		if err != nil {
 			return nil, err
 		}
-		c := &rbReaderConsumer{r: r, each: cfg.Mode == ModeReaderEach, s: make([]perfbuf.Sample, 1)}
-		if cfg.Mode == ModeReaderBatch {
-			c.s = make([]perfbuf.Sample, batchSize)
-		}
-		return c, nil
+		return &rbReaderConsumer{r: r, each: cfg.Mode == ModeReaderEach, s: samplesFor(cfg.Mode)}, nil
 	case ModeCilium:
 		r, err := openCilium(fd)
 		if err != nil {

@@ -360,9 +360,7 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 		}
 		r.SetDeadline(time.Now().Add(cfg.Timeout))
 		c := newReaderConsumer(r, cfg.Mode == ModeReaderEach || cfg.Mode == ModeOrderedEach)
-		if cfg.Mode == ModeReaderBatch || cfg.Mode == ModeOrderedBatch {
-			c.batch = make([]perfbuf.Sample, batchSize)
-		}
+		c.s = samplesFor(cfg.Mode)
 		return c, nil
 	}
 	return nil, fmt.Errorf("unknown sustained mode %q", cfg.Mode)
@@ -409,11 +407,10 @@ func (c *callbackConsumer) close()                           { c.pb.Close() }
 // reused Sample, ReadBatch into 64, or with Each.
 type readerConsumer struct {
 	r                           *perfbuf.Reader
-	s                           perfbuf.Sample
+	s                           []perfbuf.Sample // ReadInto the one, or ReadBatch into them all (samplesFor)
 	received, lost, late, total uint64
 	each                        func(rec *perfbuf.Record) error // nil: ReadInto or ReadBatch
 	want                        uint64                          // Each's goal
-	batch                       []perfbuf.Sample                // ReadBatch into these, not ReadInto
 }
 
 // errEnough ends a consumer's Each.
@@ -445,19 +442,12 @@ func (c *readerConsumer) step(want uint64) error {
 		}
 		return nil
 	}
-	if c.batch != nil {
-		got, err := c.r.ReadBatch(c.batch)
-		for i := range c.batch[:got] {
-			s := &c.batch[i]
-			c.count(s.Type, s.Lost, s.Late, cref.ReadAll(s.Data))
-		}
-		return err
+	got, err := read(c.r, c.s)
+	for i := range c.s[:got] {
+		s := &c.s[i]
+		c.count(s.Type, s.Lost, s.Late, cref.ReadAll(s.Data))
 	}
-	if err := c.r.ReadInto(&c.s); err != nil {
-		return err
-	}
-	c.count(c.s.Type, c.s.Lost, c.s.Late, cref.ReadAll(c.s.Data))
-	return nil
+	return err
 }
 
 // count adds a record of type typ: lost is its lost count, late its mark,
