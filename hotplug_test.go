@@ -586,3 +586,35 @@ func TestCPUWatchCloseRace(t *testing.T) {
 	hubIdle(t)
 	t.Logf("%d sockets opened under the churn", opened()-before)
 }
+
+// A CPU that comes online during an ordered Reader's run ends the run: the
+// run's records went by rule 1, which now waits for the new ring too, and
+// its earlier key goes first. (ReadInto continues a run record by record,
+// and went on past the new ring before the run was ended there.)
+func TestHotplugOrderedRun(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	spare := newFakeRings(t, 1, 4096)
+	spare.cpus = []int{3}
+	owner := f.hotRings(t, 4, spare)
+	r, err := f.newReader(t, owner, Options{Order: &Order{MaxDelay: time.Hour}, MaxLatency: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for seq, key := range []uint64{10, 20, 30} {
+		f.emit(t, 0, key, uint64(seq), 16)
+	}
+	f.emit(t, 1, 100, 3, 16)
+	r.SetDeadline(time.Now().Add(5 * time.Second))
+	var s Sample
+	if err := r.ReadInto(&s); err != nil || s.Key != 10 {
+		t.Fatalf("first read: %v, key %d; want 10", err, s.Key)
+	}
+	spare.emit(t, 0, 5, 4, 16)
+	owner.watch.note(3)
+	r.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	// (Late: behind the 10 delivered before the CPU came.)
+	if err := r.ReadInto(&s); err != nil || s.Key != 5 || s.CPU != 3 {
+		t.Fatalf("read after CPU 3 came online: %v, key %d of CPU %d; want CPU 3's 5, before ring 0's 20", err, s.Key, s.CPU)
+	}
+}

@@ -140,6 +140,7 @@ func (o *ordered) addRing(i int) {
 	rb.begin()
 	o.rs = append(o.rs, orderedRing{scanned: rb.tailPos(), dueBefore: rb.tailPos()})
 	o.waiting = append(o.waiting, i)
+	o.runRing = -1 // rule 1 waits for this ring too: no run goes on past it
 	if rb.pending() > 0 {
 		o.mark(i, rb.headPos())
 	}
@@ -195,6 +196,19 @@ func (o *ordered) key(rec *Record) uint64 {
 // least its newest); under rules 2 and 3 a record that arrives on an idle
 // ring meanwhile joins at the next look.
 func (o *ordered) next() (*Record, int) {
+	// A run (see run) goes on here too, record by record (ReadInto): while
+	// the run's ring's next record keys within [o.last, o.runBound], rule 1
+	// still releases it and the heap's order holds (the root's key grows
+	// within the bound), so it goes without the merge's look and sift.
+	if i := o.runRing; i >= 0 && !o.s.flushing() {
+		r := &o.rs[i]
+		if (r.has || o.load(i)) && r.front.Type == RecordSample && r.key >= o.last && r.key <= o.runBound {
+			o.heap[0].key = r.key // (heap[0] is ring i's: only next changes the heap)
+			o.last = r.key
+			r.front.Key, r.front.Late = r.key, false
+			return &r.front, i
+		}
+	}
 	for {
 		o.runRing = -1
 		if o.s.flushReq.Load() {
