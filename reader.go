@@ -259,7 +259,9 @@ func (r *Reader) exitRead(stop func() bool) {
 
 // ReadInto blocks until a record is available and copies it into s, reusing
 // s.Data's capacity: no allocation once it is large enough. It is
-// ReadBatch of one Sample.
+// ReadBatch of one Sample, and enters the reader once a record: a consumer
+// that must keep up with a kernel that keeps the rings busy reads with
+// ReadBatch or Each.
 //
 // Errors (wrapped): os.ErrClosed after Close, os.ErrDeadlineExceeded past
 // the deadline, ErrFlushed once a Flush completed, a *CorruptError (see
