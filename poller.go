@@ -163,10 +163,9 @@ func (w *waiter) wait(timeout, slack time.Duration) (bool, error) {
 	if w.woken.Load() {
 		return true, nil
 	}
-	var now, deadline time.Time
+	var deadline time.Time
 	if timeout > 0 {
-		now = time.Now()
-		deadline = now.Add(timeout)
+		deadline = time.Now().Add(timeout)
 	}
 	select {
 	case w.turn <- struct{}{}:
@@ -202,8 +201,9 @@ func (w *waiter) wait(timeout, slack time.Duration) (bool, error) {
 	}
 	// Set before woken is looked at again: a wake moves it into the
 	// past (see wake).
-	if !now.IsZero() {
-		now = time.Now() // (the wait for a turn took some)
+	var now time.Time // (not the call's: the wait for a turn took some)
+	if timeout > 0 {
+		now = time.Now()
 	}
 	w.setDeadline(now, deadline, slack) // the zero time for no timeout
 	// The function runs at once, then after each event on the set.

@@ -190,7 +190,7 @@ func TestResults(t *testing.T) {
 			t.Errorf("the table lacks a line %q:\n%s", want, table.String())
 		}
 	}
-	r.addSustained(benchrun.SustainedResult{Mode: benchrun.ModeReader, Emitted: 10, Received: 9, Wall: time.Millisecond}, 1)
+	addSustained(&r.sustained, benchrun.SustainedModes, benchrun.SustainedResult{Mode: benchrun.ModeReader, Emitted: 10, Received: 9, Wall: time.Millisecond}, 1)
 	if errs := r.accountingErrors(); len(errs) != 1 {
 		t.Errorf("accounting errors %v, want one", errs)
 	}

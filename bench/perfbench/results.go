@@ -161,10 +161,6 @@ func (r *results) addRBSustainedRound(round []benchrun.SustainedResult) {
 	addSustainedRound(&r.rbSustained, benchrun.RBSustainedModes, round)
 }
 
-func (r *results) addSustained(res benchrun.SustainedResult, xc float64) {
-	addSustained(&r.sustained, benchrun.SustainedModes, res, xc)
-}
-
 // addSustainedRound adds round's runs to *list, each with its rate over C's.
 func addSustainedRound(list *[]*sustainedStat, order []string, round []benchrun.SustainedResult) {
 	var c float64

@@ -113,8 +113,8 @@ func TestSustained(t *testing.T) {
 
 // A test run larger than the emitter takes is an error, not fewer samples:
 // obj's program takes 256 samples a run, and no emitter more than MaxBatch.
-// Every CPU's share holds a full run (with 8 CPUs, 4 runs' worth in all
-// gave each CPU half a run, which the program took).
+// Every CPU's share is 4 runs, whatever the CPU count, so that each
+// producer asks for a run of batch samples.
 func TestSustainedBatchTooLarge(t *testing.T) {
 	e := setup(t)
 	for _, batch := range []int{benchrun.SustainedBatch + 1, benchrun.MaxBatch + 1} {
