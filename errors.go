@@ -30,6 +30,10 @@ var (
 	// ErrCorrupt: a ring held a record or head the kernel never writes
 	// (see CorruptError).
 	ErrCorrupt = errors.New("corrupt ring record")
+	// ErrNoCgo: the call needs libbpf, through cgo, and this binary was
+	// built without cgo (CGO_ENABLED=0). It exists in every build, so that
+	// errors.Is(err, ErrNoCgo) compiles in both.
+	ErrNoCgo = errors.New("perfbuf needs cgo (CGO_ENABLED=1) and libbpf")
 )
 
 // CorruptError describes a ring record, or ring position, that cannot be valid.

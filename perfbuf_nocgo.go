@@ -2,15 +2,11 @@
 
 package perfbuf
 
-import (
-	"errors"
-	"unsafe"
-)
+// What perfbuf_cgo.go gives through libbpf, in a build without cgo: each
+// call fails with ErrNoCgo (errors.go). Everything else (the ring reader,
+// the readers over rings of your own) is pure Go.
 
-// ErrNoCgo: perfbuf opens its rings through libbpf, with cgo; this binary
-// was built without it. Everything else (the ring reader, the readers over
-// rings of your own) is pure Go.
-var ErrNoCgo = errors.New("perfbuf needs cgo (CGO_ENABLED=1) and libbpf")
+import "unsafe"
 
 type cBuffer struct{}
 
