@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -443,6 +444,81 @@ func TestPrepareErrors(t *testing.T) {
 	}
 	if s := fmt.Sprint(bpfbuffer.Any, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray); s != "any ringbuf perf_event_array" {
 		t.Errorf("kinds print as %q", s)
+	}
+}
+
+// Prepare called wrongly says what to do, and changes nothing: with no
+// module, for a buffer prepared already into another object (a ring
+// buffer after a perf event array: the map would keep 4-byte keys, and the
+// load fail with EINVAL), or once the object is loaded. Prepared again the
+// same way, it does nothing more, and the object loads as prepared.
+func TestPrepareMisuse(t *testing.T) {
+	bpftest.RequirePrivileges(t)
+	if kind, err := bpfbuffer.Prepare(nil, "events", bpfbuffer.Any, nil); kind != 0 || !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("Prepare(nil) = %v, %v; want os.ErrInvalid", kind, err)
+	} else {
+		t.Logf("nil module: %v", err)
+	}
+
+	m := open(t)
+	opts := perfbuf.Options{RingBytes: 8192, WakeupBytes: 1024}
+	for i := range 2 { // the same, twice
+		o := opts
+		if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.RingBuf, &o); kind != bpfbuffer.RingBuf || err != nil || o.RingBytes != 0 || o.WakeupBytes != 1024 {
+			t.Fatalf("Prepare #%d = %v, %v, Options %+v; want ringbuf, RingBytes cleared", i+1, kind, err, o)
+		}
+	}
+	for name, c := range map[string]struct {
+		want bpfbuffer.Kind
+		opts perfbuf.Options
+	}{
+		"another kind":      {bpfbuffer.PerfEventArray, perfbuf.Options{RingBytes: 8192, WakeupBytes: 1024}},
+		"another size":      {bpfbuffer.RingBuf, perfbuf.Options{RingBytes: 16384, WakeupBytes: 1024}},
+		"another watermark": {bpfbuffer.Any, perfbuf.Options{RingBytes: 8192}},
+	} {
+		o := c.opts
+		kind, err := bpfbuffer.Prepare(m, "events", c.want, &o)
+		if kind != 0 || !errors.Is(err, bpfbuffer.ErrPrepared) || o.RingBytes != c.opts.RingBytes {
+			t.Errorf("%s: Prepare = %v, %v, Options %+v; want ErrPrepared, Options unchanged", name, kind, err, o)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	// The same as the first: RingBytes 0 keeps the size the map has.
+	o := perfbuf.Options{WakeupBytes: 1024}
+	if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.Any, &o); kind != bpfbuffer.RingBuf || err != nil {
+		t.Errorf("Prepare the same way a third time = %v, %v", kind, err)
+	}
+	if err := m.BPFLoadObject(); err != nil {
+		t.Fatalf("load after Prepare thrice: %v", err)
+	}
+	events := bpftest.Map(t, m, "events")
+	if typ, n := events.Type(), events.MaxEntries(); typ != libbpfgo.MapTypeRingbuf || n != 8192 {
+		t.Errorf("events: %v of %d bytes, want a ring buffer of 8192", typ, n)
+	}
+	for _, want := range []bpfbuffer.Kind{bpfbuffer.Any, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray} {
+		o := opts
+		kind, err := bpfbuffer.Prepare(m, "events", want, &o)
+		if kind != 0 || !errors.Is(err, bpfbuffer.ErrLoaded) || !strings.Contains(err.Error(), "before BPFLoadObject") || o.RingBytes != opts.RingBytes {
+			t.Errorf("Prepare %v after load = %v, %v; want ErrLoaded, saying to call it before BPFLoadObject", want, kind, err)
+		}
+		t.Logf("after load, %v: %v", want, err)
+	}
+}
+
+// What Prepare remembers is per module: the same buffer of two modules
+// may be prepared each its own way.
+func TestPrepareModules(t *testing.T) {
+	a, b := open(t), open(t)
+	if _, err := bpfbuffer.Prepare(a, "events", bpfbuffer.RingBuf, nil); err != nil {
+		t.Fatal(err)
+	}
+	if kind, err := bpfbuffer.Prepare(b, "events", bpfbuffer.PerfEventArray, nil); kind != bpfbuffer.PerfEventArray || err != nil {
+		t.Fatalf("another module's buffer: %v, %v", kind, err)
+	}
+	for _, m := range []*libbpfgo.Module{a, b} {
+		if err := m.BPFLoadObject(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
