@@ -522,6 +522,166 @@ func TestPrepareModules(t *testing.T) {
 	}
 }
 
+// NewReader checks every option against the map before it claims or maps
+// a ring or writes the failure map: with the buffer read by another
+// Reader, a bad option is reported as itself, naming the field and the
+// kind of map, not as ErrMapInUse; and a Reader refused, for an option or
+// for the map in use, leaves the failure map's reader key as it was
+// (closed: the program's outputs fail as noent).
+func TestReaderOptionsFirst(t *testing.T) {
+	for _, tc := range []struct {
+		want  bpfbuffer.Kind
+		what  string
+		cases map[string]struct {
+			opts  perfbuf.Options
+			err   error
+			field string
+		}
+	}{
+		{bpfbuffer.RingBuf, `ring buffer "events"`, map[string]struct {
+			opts  perfbuf.Options
+			err   error
+			field string
+		}{
+			"Order":         {perfbuf.Options{Order: &perfbuf.Order{}}, errors.ErrUnsupported, "Order"},
+			"WakeupBytes":   {perfbuf.Options{WakeupBytes: ringSize}, os.ErrInvalid, "WakeupBytes"},
+			"MaxSampleSize": {perfbuf.Options{MaxSampleSize: ringSize - 15}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
+			"RingBytes":     {perfbuf.Options{RingBytes: 4096}, os.ErrInvalid, "RingBytes"},
+			"WakeupEvents":  {perfbuf.Options{WakeupEvents: 2}, os.ErrInvalid, "WakeupEvents"},
+		}},
+		{bpfbuffer.PerfEventArray, `perf event array "events"`, map[string]struct {
+			opts  perfbuf.Options
+			err   error
+			field string
+		}{
+			"WakeupBytes":   {perfbuf.Options{RingBytes: 4096, WakeupBytes: 4096}, os.ErrInvalid, "WakeupBytes"},
+			"MaxSampleSize": {perfbuf.Options{RingBytes: 4096, MaxSampleSize: 4096}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
+		}},
+	} {
+		t.Run(tc.want.String(), func(t *testing.T) {
+			opts := perfbuf.Options{}
+			f := setup(t, tc.want, &opts)
+			opts.FailureMap = f.failures
+			r, err := perfbuf.NewReader(f.events, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, c := range tc.cases {
+				r2, err := perfbuf.NewReader(f.events, c.opts)
+				if err == nil {
+					r2.Close()
+				}
+				if !errors.Is(err, c.err) || errors.Is(err, perfbuf.ErrMapInUse) ||
+					!strings.Contains(err.Error(), "options "+c.field) || !strings.Contains(err.Error(), tc.what) {
+					t.Errorf("%s, the map read by another Reader: %v; want %v, naming %s and %s", name, err, c.err, c.field, tc.what)
+				}
+				t.Logf("%s: %v", name, err)
+			}
+			r.Close()
+			if tc.want != bpfbuffer.RingBuf {
+				return // a perf event array's outputs fail without a reader anyway
+			}
+			// Closed, the Reader marked the failure map's reader key:
+			// outputs fail as noent, and go on failing while a Reader
+			// is refused.
+			noent := func() uint64 {
+				var n uint64
+				for _, o := range f.outcomes(t) {
+					n += o.NoEnt
+				}
+				return n
+			}
+			for name, c := range tc.cases {
+				c.opts.FailureMap = f.failures
+				if r2, err := perfbuf.NewReader(f.events, c.opts); err == nil {
+					r2.Close()
+					t.Fatalf("%s: NewReader succeeded", name)
+				}
+				before := noent()
+				f.produce(t, f.cpus[0], 1, 48, viaOutput, 1)
+				if got := noent() - before; got != 1 {
+					t.Errorf("%s: NewReader refused, then an output: %d failed as noent, want 1 (the reader key opened)", name, got)
+				}
+			}
+			// Refused past the options (the map in use by a Reader
+			// without the failure map), the same.
+			other, err := perfbuf.NewReader(f.events, perfbuf.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			if r2, err := perfbuf.NewReader(f.events, opts); !errors.Is(err, perfbuf.ErrMapInUse) {
+				if err == nil {
+					r2.Close()
+				}
+				t.Fatalf("NewReader of a map in use: %v", err)
+			}
+			before := noent()
+			f.produce(t, f.cpus[0], 1, 48, viaOutput, 1)
+			if got := noent() - before; got != 1 {
+				t.Errorf("NewReader refused as ErrMapInUse, then an output: %d failed as noent, want 1 (the reader key opened)", got)
+			}
+		})
+	}
+}
+
+// The errors over either kind name it and the map: a ring buffer's never
+// say "perf"; the sentinels match as ever.
+func TestErrorsNameTheKind(t *testing.T) {
+	for _, tc := range []struct {
+		want bpfbuffer.Kind
+		what string
+	}{
+		{bpfbuffer.RingBuf, `ring buffer "events"`},
+		{bpfbuffer.PerfEventArray, `perf event array "events"`},
+	} {
+		t.Run(tc.want.String(), func(t *testing.T) {
+			opts := perfbuf.Options{}
+			f := setup(t, tc.want, &opts)
+			check := func(call string, err, is error, want string) {
+				t.Helper()
+				if !errors.Is(err, is) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v; want %v, saying %q", call, err, is, want)
+				}
+				if tc.want == bpfbuffer.RingBuf && strings.Contains(err.Error(), "perf") {
+					t.Errorf("%s over a ring buffer: %q names a perf kind", call, err)
+				}
+				t.Logf("%s: %v", call, err)
+			}
+			r, err := perfbuf.NewReader(f.events, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = perfbuf.NewReader(f.events, opts)
+			check("a second NewReader", err, perfbuf.ErrMapInUse, tc.what+" (id ")
+			check("a second NewReader", err, perfbuf.ErrMapInUse, ": map read by another reader")
+			_, err = perfbuf.New(f.events, perfbuf.Options{Raw: true})
+			check("New beside a Reader", err, perfbuf.ErrMapInUse, tc.what+" (id ")
+			var s perfbuf.Sample
+			r.Flush()
+			check("ReadInto after Flush", r.ReadInto(&s), perfbuf.ErrFlushed, "read "+tc.what+": reader flushed")
+			r.Close()
+			check("ReadInto after Close", r.ReadInto(&s), os.ErrClosed, "read "+tc.what+": ")
+			_, err = r.Consume(func(*perfbuf.Record) error { return nil })
+			check("Consume after Close", err, os.ErrClosed, "consume "+tc.what+": ")
+
+			o := perfbuf.Options{SampleFunc: func(int, []byte) {}, MaxSampleSize: 1 << 20}
+			_, err = perfbuf.New(f.events, o)
+			check("New with MaxSampleSize too large", err, perfbuf.ErrSampleTooLarge, tc.what)
+			o.MaxSampleSize = 0
+			pb, err := perfbuf.New(f.events, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pb.Close()
+			_, err = pb.Poll(0)
+			check("Poll after Close", err, os.ErrClosed, "poll "+tc.what+": ")
+			_, err = pb.Wait(0, nil)
+			check("Wait after Close", err, os.ErrClosed, "wait "+tc.what+": ")
+		})
+	}
+}
+
 // A program started without Prepare is the ring buffer it was compiled as.
 func TestWithoutPrepare(t *testing.T) {
 	m := open(t)
