@@ -201,7 +201,7 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 		if errors.Is(err, syscall.EBUSY) {
 			// libbpf's answer to a change of a map it created: a load
 			// that failed leaves no descriptor, but the object loaded.
-			return 0, fmt.Errorf("prepare buffer %q as %v: %w (the object was loaded): call Prepare after opening the module and before BPFLoadObject: %w", mapName, kind, ErrLoaded, err)
+			return 0, fmt.Errorf("prepare buffer %q as %v: %w (BPFLoadObject was called, even if it failed): call Prepare after opening the module and before BPFLoadObject: %w", mapName, kind, ErrLoaded, err)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)

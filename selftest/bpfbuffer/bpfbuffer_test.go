@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -503,6 +504,29 @@ func TestPrepareMisuse(t *testing.T) {
 		}
 		t.Logf("after load, %v: %v", want, err)
 	}
+}
+
+// A load that failed leaves no map descriptor, but the object is loaded
+// for libbpf, which refuses every change with EBUSY: Prepare says so as
+// ErrLoaded, with libbpf's errno kept.
+func TestPrepareAfterFailedLoad(t *testing.T) {
+	m := open(t)
+	// A perf event array under a program compiled for a ring buffer
+	// (events_config left as compiled): the verifier refuses it.
+	events := bpftest.Map(t, m, "events")
+	for _, err := range []error{events.SetType(libbpfgo.MapTypePerfEventArray), events.SetKeySize(4), events.SetValueSize(4), events.SetMaxEntries(1)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.BPFLoadObject(); err == nil {
+		t.Fatal("the load succeeded")
+	}
+	kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.Any, nil)
+	if kind != 0 || !errors.Is(err, bpfbuffer.ErrLoaded) || !errors.Is(err, syscall.EBUSY) || !strings.Contains(err.Error(), "before BPFLoadObject") {
+		t.Errorf("Prepare after a failed load = %v, %v; want ErrLoaded and EBUSY, saying to call it before BPFLoadObject", kind, err)
+	}
+	t.Logf("after a failed load: %v", err)
 }
 
 // What Prepare remembers is per module: the same buffer of two modules
