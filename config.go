@@ -12,9 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ringOptions are Options' ring settings, as the caller set them.
+// ringOptions are Options' settings that depend on the kind of map, as
+// the caller set them: the ring settings, and whether Order is set.
 type ringOptions struct {
 	ringBytes, wakeupEvents, wakeupBytes, maxSampleSize int
+	ordered                                             bool
 }
 
 // ringConfig is ringOptions checked, with the defaults resolved: what
@@ -52,23 +54,23 @@ func (o ringOptions) config(pageSize int, memory uint64) (ringConfig, error) {
 		return ringConfig{}, err
 	}
 	if uint64(pages*pageSize) >= memory {
-		return ringConfig{}, fmt.Errorf("a ring of %d pages (%d bytes) does not fit in the host's %d bytes of memory: %w", pages, pages*pageSize, memory, os.ErrInvalid)
+		return ringConfig{}, fmt.Errorf("options RingBytes: a ring of %d pages (%d bytes) does not fit in the host's %d bytes of memory: %w", pages, pages*pageSize, memory, os.ErrInvalid)
 	}
 	c := ringConfig{pages: pages, pageSize: pageSize, wakeupEvents: max(o.wakeupEvents, 1), wakeupBytes: o.wakeupBytes}
 	ringBytes := c.ringBytes()
 	// perf_event_attr.wakeup_events is a u32 that the kernel compares as
 	// an int: beyond MaxInt32 it would wake on every sample.
 	if o.wakeupEvents < 0 || o.wakeupEvents > math.MaxInt32 {
-		return ringConfig{}, fmt.Errorf("wakeup events %d outside [0, %d]: %w", o.wakeupEvents, math.MaxInt32, os.ErrInvalid)
+		return ringConfig{}, fmt.Errorf("options WakeupEvents %d outside [0, %d]: %w", o.wakeupEvents, math.MaxInt32, os.ErrInvalid)
 	}
 	if o.wakeupBytes < 0 || o.wakeupBytes >= ringBytes || o.wakeupBytes > math.MaxUint32 { // a u32
-		return ringConfig{}, fmt.Errorf("wakeup bytes %d outside [0, %d): %w", o.wakeupBytes, ringBytes, os.ErrInvalid)
+		return ringConfig{}, fmt.Errorf("options WakeupBytes %d outside [0, %d), the ring's size: %w", o.wakeupBytes, ringBytes, os.ErrInvalid)
 	}
 	if o.wakeupBytes > 0 && o.wakeupEvents > 1 {
-		return ringConfig{}, fmt.Errorf("wakeup bytes and wakeup events both set: %w", os.ErrInvalid)
+		return ringConfig{}, fmt.Errorf("options WakeupBytes and WakeupEvents both set: %w", os.ErrInvalid)
 	}
 	if o.maxSampleSize < 0 {
-		return ringConfig{}, fmt.Errorf("max sample size %d is negative: %w", o.maxSampleSize, os.ErrInvalid)
+		return ringConfig{}, fmt.Errorf("options MaxSampleSize %d is negative: %w", o.maxSampleSize, os.ErrInvalid)
 	}
 	if o.maxSampleSize > 0 {
 		need := sampleRecordSize(min(o.maxSampleSize, maxRecordSize)) // (no overflow)
@@ -80,8 +82,8 @@ func (o ringOptions) config(pageSize int, memory uint64) (ringConfig, error) {
 		// empty ring too, and the lost count would never arrive.
 		room := ringBytes - 8 - recLostSize
 		if need > room || need > maxRecordSize {
-			return ringConfig{}, fmt.Errorf("max sample size %d needs a %d-byte record, ring holds %d beside a lost record (limit %d): %w",
-				o.maxSampleSize, need, room, maxRecordSize, ErrSampleTooLarge)
+			return ringConfig{}, fmt.Errorf("options MaxSampleSize %d needs a %d-byte record, a ring of %d bytes holds %d beside a lost record (limit %d): %w",
+				o.maxSampleSize, need, ringBytes, room, maxRecordSize, ErrSampleTooLarge)
 		}
 	}
 	return c, nil
@@ -93,9 +95,9 @@ func (o ringOptions) pages(pageSize int) (int, error) {
 	n := o.ringBytes
 	switch {
 	case n < 0:
-		return 0, fmt.Errorf("ring bytes %d is negative: %w", n, os.ErrInvalid)
+		return 0, fmt.Errorf("options RingBytes %d is negative: %w", n, os.ErrInvalid)
 	case n > maxRingBytes:
-		return 0, fmt.Errorf("ring bytes %d too large: a ring holds at most %d bytes: %w", n, maxRingBytes, os.ErrInvalid)
+		return 0, fmt.Errorf("options RingBytes %d too large: a ring holds at most %d bytes: %w", n, maxRingBytes, os.ErrInvalid)
 	case n == 0:
 		n = defaultRingBytes
 	}

@@ -31,6 +31,8 @@ type core struct {
 	// onAdd, if set, is the owner's own work for a ring new in the set
 	// (PerfBuffer's raw holds).
 	onAdd func(i int)
+	// what names what is read, for errors (see name).
+	what string
 }
 
 // source is what opened an owner's rings, and what of them is its kind's:
@@ -92,7 +94,7 @@ func openCore(m Map, more []Map, ro ringOptions, failures Map) (*core, error) {
 	case len(more) > 0:
 		return nil, fmt.Errorf("options Maps with a perf event array, which is read alone: %w", os.ErrInvalid)
 	case cfgErr != nil:
-		return nil, cfgErr
+		return nil, fmt.Errorf("%v: %w", info, cfgErr)
 	default:
 		src, err = openRings(fd, info, cfg, failures)
 	}
@@ -105,6 +107,7 @@ func openCore(m Map, more []Map, ro ringOptions, failures Map) (*core, error) {
 		return nil, err
 	}
 	c.src = src
+	c.what = describeMaps(info, len(more))
 	return c, nil
 }
 

@@ -1,6 +1,8 @@
 package perfbuf
 
-// The package's errors: the sentinels and the error of a corrupt ring.
+// The package's errors: the sentinels, the error of a corrupt ring, and
+// the names of what is read that errors carry. A sentinel's text fits
+// either kind of map; the context names the kind and the map.
 
 import (
 	"errors"
@@ -14,19 +16,20 @@ var (
 	// a BPF map.
 	ErrMapType = errors.New("map is neither a perf event array nor a BPF ring buffer")
 	// ErrSampleTooLarge: MaxSampleSize cannot fit in a ring.
-	ErrSampleTooLarge = errors.New("sample does not fit in perf ring")
+	ErrSampleTooLarge = errors.New("sample does not fit in the ring")
 	// ErrMapInUse: another PerfBuffer or Reader of this process reads the
-	// map (a perf event array has one ring slot per CPU, so one reader).
-	ErrMapInUse = errors.New("perf event array read by another reader")
+	// map (a perf event array has one ring slot per CPU, so one reader;
+	// a ring buffer one consumer position).
+	ErrMapInUse = errors.New("map read by another reader")
 	// ErrBusy: the ring is held by a RawBuffer (see PerfBuffer.Buffer).
-	ErrBusy = errors.New("perf ring held by a raw reader")
+	ErrBusy = errors.New("ring held by a raw reader")
 	// ErrReentrant: a call made from inside a callback (SampleFunc,
 	// LostFunc, an Each or Consume function, an All loop) would wait for a
 	// call in progress, perhaps the one running the callback.
 	ErrReentrant = errors.New("call from inside a callback would wait for a call in progress")
 	// ErrFlushed: a Reader delivered everything that was in the rings when
 	// Flush was called.
-	ErrFlushed = errors.New("perf buffer flushed")
+	ErrFlushed = errors.New("reader flushed")
 	// ErrCorrupt: a ring held a record or head the kernel never writes
 	// (see CorruptError).
 	ErrCorrupt = errors.New("corrupt ring record")
@@ -56,3 +59,22 @@ func (e *CorruptError) Error() string {
 
 // Unwrap returns ErrCorrupt.
 func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// describeMaps names what a reader of the map info describes, and of more
+// maps beside it (Options.Maps), reads: `perf event array "events"`,
+// `ring buffer "events"`, `ring buffer "a" and 2 more maps`.
+func describeMaps(info mapDesc, more int) string {
+	if more == 0 {
+		return info.String()
+	}
+	return fmt.Sprintf("%v and %d more maps", info, more)
+}
+
+// name names what c reads, for errors: describeMaps', or "rings" over
+// rings of a test's own.
+func (c *core) name() string {
+	if c.what == "" {
+		return "rings"
+	}
+	return c.what
+}

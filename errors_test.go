@@ -1,11 +1,100 @@
 package perfbuf
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
+
+// kindCore returns an owner core over one fake ring of the kind typ, named
+// as openCore names a map of that kind called "events".
+func kindCore(t *testing.T, typ uint32) *core {
+	t.Helper()
+	var c *core
+	if typ == mapTypePerfEventArray {
+		c = newFakeRings(t, 1, 4096).core(t, nil)
+	} else {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		if c, err = newCore([]ring{newFakeBPFRing(4096).reader(t)}, []int{fd}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.what = describeMaps(mapDesc{typ: typ, name: "events"}, 0)
+	return c
+}
+
+// The sentinels read the same over either kind of map, and the context of
+// an error names the kind and the map: a ring buffer's errors never say
+// "perf" (#29).
+func TestErrorsNameTheKind(t *testing.T) {
+	for _, err := range []error{ErrSampleTooLarge, ErrMapInUse, ErrBusy, ErrFlushed, ErrCorrupt, ErrReentrant} {
+		if strings.Contains(err.Error(), "perf") {
+			t.Errorf("sentinel %q names a kind", err)
+		}
+	}
+	if got, want := describeMaps(mapDesc{typ: mapTypeRingBuf, name: "a"}, 2), `ring buffer "a" and 2 more maps`; got != want {
+		t.Errorf("describeMaps = %q, want %q", got, want)
+	}
+	for _, kind := range []struct {
+		typ        uint32
+		what, ring string
+	}{
+		{mapTypePerfEventArray, `perf event array "events"`, "perf ring cpu 0"},
+		{mapTypeRingBuf, `ring buffer "events"`, "BPF ring buffer"},
+	} {
+		t.Run(kind.what, func(t *testing.T) {
+			check := func(call string, err, is error, want string) {
+				t.Helper()
+				if !errors.Is(err, is) || err.Error() != want {
+					t.Errorf("%s: %v; want %q", call, err, want)
+				}
+				if kind.typ == mapTypeRingBuf && strings.Contains(err.Error(), "perf") {
+					t.Errorf("%s over a ring buffer: %q names a perf kind", call, err)
+				}
+			}
+			r := newReader(kindCore(t, kind.typ), &Options{})
+			var s Sample
+			r.Flush()
+			check("ReadInto after Flush", r.ReadInto(&s), ErrFlushed, "read "+kind.what+": reader flushed")
+			check("ReadInto(nil)", r.ReadInto(nil), os.ErrInvalid, "read "+kind.what+": nil sample: invalid argument")
+			r.Close()
+			check("ReadInto after Close", r.ReadInto(&s), os.ErrClosed, "read "+kind.what+": file already closed")
+			check("Each after Close", r.Each(context.Background(), func(*Record) error { return nil }), os.ErrClosed,
+				"read "+kind.what+": file already closed")
+			_, err := r.Consume(func(*Record) error { return nil })
+			check("Reader.Consume after Close", err, os.ErrClosed, "consume "+kind.what+": file already closed")
+
+			pb := newPerfBuffer(kindCore(t, kind.typ), &Options{SampleFunc: func(int, []byte) {}})
+			pb.held[0].Store(true) // as Buffer(0) holds it
+			_, err = pb.ConsumeBuffer(0)
+			check("ConsumeBuffer of a held ring", err, ErrBusy, "consume ring 0 of "+kind.what+": ring held by a raw reader")
+			raw := newRawBuffer(pb.c.rings[0], func() {})
+			raw.Release()
+			_, err = raw.Next(&Record{})
+			check("Next after Release", err, os.ErrClosed, "read "+kind.ring+": released: file already closed")
+			_, err = raw.Drain(func(*Record) error { return nil })
+			check("Drain after Release", err, os.ErrClosed, "drain "+kind.ring+": released: file already closed")
+			pb.Close()
+			_, err = pb.Poll(0)
+			check("Poll after Close", err, os.ErrClosed, "poll "+kind.what+": file already closed")
+			_, err = pb.Consume()
+			check("Consume after Close", err, os.ErrClosed, "consume "+kind.what+": file already closed")
+			_, err = pb.Wait(0, nil)
+			check("Wait after Close", err, os.ErrClosed, "wait "+kind.what+": file already closed")
+			_, err = pb.EpollFD()
+			check("EpollFD after Close", err, os.ErrClosed, "epoll fd of "+kind.what+": file already closed")
+		})
+	}
+}
 
 // Every exported error exists in every build: this file has no build
 // constraint, so it compiles only if ErrNoCgo is declared with cgo too

@@ -206,6 +206,8 @@ func (f *fakeRings) core(t testing.TB, src *rings) *core {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Named as openCore names a perf event array.
+	c.what = describeMaps(mapDesc{typ: mapTypePerfEventArray, name: "fake"}, 0)
 	if src != nil { // (a nil *rings in the interface would not be nil)
 		c.src = src
 	}

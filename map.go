@@ -96,6 +96,20 @@ type mapDesc struct {
 	name       string
 }
 
+// String names the map by its kind and name, for errors: `perf event
+// array "events"`, `ring buffer "events"`, `array of maps "rings"`.
+func (d mapDesc) String() string {
+	switch d.typ {
+	case mapTypePerfEventArray:
+		return fmt.Sprintf("perf event array %q", d.name)
+	case mapTypeRingBuf:
+		return fmt.Sprintf("ring buffer %q", d.name)
+	case mapTypeArrayOfMaps:
+		return fmt.Sprintf("array of maps %q", d.name)
+	}
+	return fmt.Sprintf("map %q", d.name)
+}
+
 // claims holds the IDs of the maps that this process reads, from openRings
 // until close: a perf event array has one ring slot per CPU, so one reader.
 var claims struct {

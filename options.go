@@ -11,7 +11,9 @@ import (
 
 // Options configures New and NewReader. The ring settings apply to both;
 // the others belong to one of them, and the other rejects them with
-// os.ErrInvalid.
+// os.ErrInvalid. Every option is checked before a ring is opened, mapped
+// or claimed; an error names the field, and the kind of map when that is
+// why it is refused.
 type Options struct {
 	// The maps: New and NewReader.
 
@@ -105,13 +107,16 @@ type Options struct {
 	// Order, if set, merges the rings in the order of a key; by default
 	// each pass drains the fullest ring first (by data_head - data_tail),
 	// the one closest to losing samples, up to a quarter of a ring before
-	// it moves to the next.
+	// it moves to the next. A perf event array's only: over a ring buffer
+	// NewReader refuses it (errors.ErrUnsupported).
 	Order *Order
 }
 
-// ring returns the ring settings, for config.go.
+// ring returns the settings that depend on the kind of map, for
+// config.go and ringbufs.go.
 func (o *Options) ring() ringOptions {
-	return ringOptions{o.RingBytes, o.WakeupEvents, o.WakeupBytes, o.MaxSampleSize}
+	return ringOptions{ringBytes: o.RingBytes, wakeupEvents: o.WakeupEvents, wakeupBytes: o.WakeupBytes,
+		maxSampleSize: o.MaxSampleSize, ordered: o.Order != nil}
 }
 
 // checkNew checks the fields that are not New's.

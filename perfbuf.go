@@ -72,6 +72,10 @@ type PerfBuffer struct {
 	heldMu sync.Mutex
 	held   []*atomic.Bool
 	nheld  atomic.Int32
+	// The contexts of errors, naming what is read: "poll ring buffer
+	// \"events\"" (made once: a call formats nothing unless it fails).
+	opPoll, opConsume, opWait string
+
 	// cut: a drain stopped before its last ring (a SampleFunc panicked),
 	// so rings that epoll reported ready may still hold samples, and their
 	// readiness is spent: the next Poll drains every ring without waiting.
@@ -96,7 +100,7 @@ type PerfBuffer struct {
 // one that is not a BPF object, syscall.EPERM without CAP_PERFMON and
 // CAP_BPF).
 func New(m Map, opts Options) (*PerfBuffer, error) {
-	const op = "new perf buffer"
+	const op = "new PerfBuffer"
 	if err := opts.checkNew(); err != nil {
 		return nil, wrap(op, err)
 	}
@@ -110,7 +114,8 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 // newPerfBuffer is New over a core already open (tests pass cores over
 // rings of their own).
 func newPerfBuffer(c *core, opts *Options) *PerfBuffer {
-	pb := &PerfBuffer{c: c, raw: opts.Raw}
+	pb := &PerfBuffer{c: c, raw: opts.Raw,
+		opPoll: "poll " + c.name(), opConsume: "consume " + c.name(), opWait: "wait " + c.name()}
 	pb.held = make([]*atomic.Bool, len(c.rings))
 	for i := range pb.held {
 		pb.held[i] = new(atomic.Bool)
@@ -176,7 +181,7 @@ func (pb *PerfBuffer) Close() error {
 // ErrReentrant (see PerfBuffer); os.ErrInvalid with Options.Raw; a
 // syscall.Errno from epoll.
 func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
-	const op = "poll perf buffer"
+	op := pb.opPoll
 	if err := pb.enter(op); err != nil {
 		return 0, err
 	}
@@ -218,7 +223,7 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 // records delivered (perf_buffer__consume). Errors: as Poll's, but for the
 // wait's.
 func (pb *PerfBuffer) Consume() (int, error) {
-	const op = "consume perf buffer"
+	op := pb.opConsume
 	if err := pb.enter(op); err != nil {
 		return 0, err
 	}
@@ -231,7 +236,7 @@ func (pb *PerfBuffer) Consume() (int, error) {
 // and os.ErrInvalid for an index out of range, ErrBusy while a RawBuffer
 // holds the ring.
 func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
-	op := fmt.Sprintf("consume perf buffer %d", i)
+	op := fmt.Sprintf("consume ring %d of %s", i, pb.c.name())
 	if err := pb.checkIndex(i); err != nil {
 		return 0, wrap(op, err)
 	}
@@ -274,7 +279,7 @@ func (pb *PerfBuffer) BufferCount() int {
 // It belongs to the PerfBuffer, or to the caller's map: do not close it.
 // Errors: os.ErrInvalid for an index out of range, os.ErrClosed (wrapped).
 func (pb *PerfBuffer) BufferFD(i int) (int, error) {
-	op := fmt.Sprintf("fd of perf buffer %d", i)
+	op := fmt.Sprintf("fd of ring %d of %s", i, pb.c.name())
 	if err := pb.checkIndex(i); err != nil {
 		return -1, wrap(op, err)
 	}
@@ -292,7 +297,7 @@ func (pb *PerfBuffer) BufferFD(i int) (int, error) {
 // drain the rings. It belongs to the PerfBuffer: do not close it. Errors:
 // os.ErrClosed (wrapped).
 func (pb *PerfBuffer) EpollFD() (int, error) {
-	const op = "epoll fd of perf buffer"
+	op := "epoll fd of " + pb.c.name()
 	if err := pb.c.life.enter(op); err != nil {
 		return -1, err
 	}
@@ -389,7 +394,7 @@ func (pb *PerfBuffer) lockDrain() error {
 // holds ring i already, os.ErrClosed (wrapped), ErrReentrant, a
 // syscall.Errno from libbpf.
 func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
-	op := fmt.Sprintf("raw perf buffer %d", i)
+	op := fmt.Sprintf("raw view of ring %d of %s", i, pb.c.name())
 	if err := pb.checkIndex(i); err != nil {
 		return nil, wrap(op, err)
 	}
@@ -441,7 +446,7 @@ func (pb *PerfBuffer) release(i int) {
 // new). Errors: os.ErrClosed (wrapped), ErrReentrant from inside a
 // callback, a syscall.Errno from epoll or from opening a ring.
 func (pb *PerfBuffer) Wait(timeout time.Duration, dst []int) ([]int, error) {
-	const op = "wait perf buffer"
+	op := pb.opWait
 	if err := pb.c.life.enter(op); err != nil {
 		return dst, err
 	}

@@ -156,21 +156,21 @@ func TestNewChecks(t *testing.T) {
 		want error
 		msg  string
 	}{
-		{"no SampleFunc", func() error { _, err := New(MapFD(-1), Options{}); return err }, os.ErrInvalid, "new perf buffer: no SampleFunc"},
-		{"Raw with SampleFunc", func() error { _, err := New(MapFD(-1), Options{Raw: true, SampleFunc: sample}); return err }, os.ErrInvalid, "new perf buffer: options Raw with SampleFunc"},
+		{"no SampleFunc", func() error { _, err := New(MapFD(-1), Options{}); return err }, os.ErrInvalid, "new PerfBuffer: no SampleFunc"},
+		{"Raw with SampleFunc", func() error { _, err := New(MapFD(-1), Options{Raw: true, SampleFunc: sample}); return err }, os.ErrInvalid, "new PerfBuffer: options Raw with SampleFunc"},
 		{"Raw with LostFunc", func() error {
 			_, err := New(MapFD(-1), Options{Raw: true, LostFunc: func(int, uint64) {}})
 			return err
-		}, os.ErrInvalid, "new perf buffer: options Raw with SampleFunc or LostFunc"},
-		{"options first", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample, RingBytes: -3}); return err }, os.ErrInvalid, "new perf buffer: ring bytes -3"},
+		}, os.ErrInvalid, "new PerfBuffer: options Raw with SampleFunc or LostFunc"},
+		{"options first", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample, RingBytes: -3}); return err }, os.ErrInvalid, "new PerfBuffer: options RingBytes -3"},
 		{"sample too large", func() error {
 			_, err := New(MapFD(-1), Options{Raw: true, RingBytes: 4096, MaxSampleSize: 5000})
 			return err
-		}, ErrSampleTooLarge, "new perf buffer: max sample size 5000"},
-		{"nil map", func() error { _, err := New(nil, Options{SampleFunc: sample}); return err }, os.ErrInvalid, "new perf buffer: nil map"},
-		{"negative fd", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample}); return err }, syscall.EBADF, "new perf buffer: map fd -1"},
-		{"closed fd", func() error { _, err := New(MapFD(closed), Options{Raw: true}); return err }, syscall.EBADF, "new perf buffer: map fd"},
-		{"reader options", func() error { _, err := NewReader(MapFD(-1), Options{RingBytes: -3}); return err }, os.ErrInvalid, "new reader: ring bytes -3"},
+		}, ErrSampleTooLarge, "new PerfBuffer: options MaxSampleSize 5000"},
+		{"nil map", func() error { _, err := New(nil, Options{SampleFunc: sample}); return err }, os.ErrInvalid, "new PerfBuffer: nil map"},
+		{"negative fd", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample}); return err }, syscall.EBADF, "new PerfBuffer: map fd -1"},
+		{"closed fd", func() error { _, err := New(MapFD(closed), Options{Raw: true}); return err }, syscall.EBADF, "new PerfBuffer: map fd"},
+		{"reader options", func() error { _, err := NewReader(MapFD(-1), Options{RingBytes: -3}); return err }, os.ErrInvalid, "new reader: options RingBytes -3"},
 		{"reader order", func() error {
 			_, err := NewReader(MapFD(-1), Options{Order: &Order{KeyOffset: -1}})
 			return err
@@ -418,7 +418,7 @@ func TestPerfBufferCorrupt(t *testing.T) {
 	n, err := pb.Consume()
 	var ce *CorruptError
 	if n != 2 || !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.CPU != 0 || ce.Pos != 32 ||
-		err.Error() != "consume perf buffer: read ring 0 (cpu 0) at 32: record size 0: corrupt ring record" {
+		err.Error() != `consume perf event array "fake": read ring 0 (cpu 0) at 32: record size 0: corrupt ring record` {
 		t.Fatalf("Consume = %d, %v; want 2 samples and the corrupt record", n, err)
 	}
 	if len(got) != 2 || seqOf([]byte(got[0].data)) != 0 || seqOf([]byte(got[1].data)) != 2 {
@@ -436,7 +436,7 @@ func TestPerfBufferCorrupt(t *testing.T) {
 		t.Errorf("Consume after the report = %d, %v", n, err)
 	}
 	f.rings[1].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8)))
-	if n, err := pb.ConsumeBuffer(1); n != 0 || !errors.As(err, &ce) || ce.CPU != 1 || !strings.HasPrefix(err.Error(), "consume perf buffer 1: ") {
+	if n, err := pb.ConsumeBuffer(1); n != 0 || !errors.As(err, &ce) || ce.CPU != 1 || !strings.HasPrefix(err.Error(), `consume ring 1 of perf event array "fake": `) {
 		t.Errorf("ConsumeBuffer(1) = %d, %v; want ring 1's corruption", n, err)
 	}
 	if st := pb.Stats()[1]; st.Corrupt != 1 || st.CorruptBytes != 16 {

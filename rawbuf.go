@@ -45,6 +45,7 @@ type RawBuffer struct {
 	stop atomic.Bool // never set: Drain runs until the snapshot's end
 	size int         // the ring's size, for Size after Release
 	done bool        // Release was called: the ring is gone
+	name string      // the ring's name in errors after Release (ringName)
 }
 
 // newRawBuffer wraps ring r; hand, if not nil, is what Release calls.
@@ -91,9 +92,21 @@ func (b *RawBuffer) Next(rec *Record) (bool, error) {
 	return b.r.next(rec)
 }
 
+// ringName names r in errors as its kind does in its own: "perf ring cpu
+// 1", "BPF ring buffer".
+func ringName(r ring) string {
+	switch r := r.(type) {
+	case *perfRing:
+		return fmt.Sprintf("perf ring cpu %d", r.cpu)
+	case *bpfRing:
+		return r.name()
+	}
+	return fmt.Sprintf("ring cpu %d", r.cpuNum())
+}
+
 // errReleased is the error of a call on a released RawBuffer.
 func (b *RawBuffer) errReleased(verb string) error {
-	return fmt.Errorf("%s perf ring cpu %d: released: %w", verb, b.r.cpuNum(), os.ErrClosed)
+	return fmt.Errorf("%s %s: released: %w", verb, b.name, os.ErrClosed)
 }
 
 // Commit publishes data_tail = pos, handing the bytes before pos back to the kernel. pos
@@ -125,7 +138,7 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 		return 0, b.errReleased("drain")
 	}
 	if fn == nil {
-		return 0, fmt.Errorf("drain perf ring cpu %d: nil function: %w", b.r.cpuNum(), os.ErrInvalid)
+		return 0, fmt.Errorf("drain %s: nil function: %w", ringName(b.r), os.ErrInvalid)
 	}
 	b.r.begin()
 	n, _, err := b.r.each(&b.rec, math.MaxUint64, &b.stop, fn)
@@ -163,6 +176,7 @@ func (b *RawBuffer) Release() {
 		return
 	}
 	b.hand = nil
+	b.name = ringName(b.r)
 	// Point at memory of our own so that nothing can touch the mapping once it is freed.
 	empty, err := newPerfRingFromParts(b.r.cpuNum(), new(unix.PerfEventMmapPage), make([]byte, 8))
 	if err != nil {

@@ -49,6 +49,11 @@ type Reader struct {
 	copyF func(*Record) error
 	batch []Sample
 	got   int
+
+	// The contexts of errors, naming what is read: "read ring buffer
+	// \"events\"", "consume perf event array \"events\"" (made once: a
+	// read formats nothing unless it fails).
+	opRead, opConsume string
 }
 
 // NewReader opens the rings of m, as New does, and returns a Reader over
@@ -65,17 +70,8 @@ func NewReader(m Map, opts Options) (*Reader, error) {
 	if err != nil {
 		return nil, wrap(op, err)
 	}
-	_, ringBufs := c.src.(*ringBufSource)
-	if ringBufs {
+	if _, ringBufs := c.src.(*ringBufSource); ringBufs {
 		c.holdOff = opts.WakeupBytes
-	}
-	if ringBufs && opts.Order != nil {
-		// The merge holds records in the rings, and a ring buffer wakes
-		// its reader only once the consumer position reaches the record
-		// committed: nothing behind a held record would wake it.
-		c.src.close()
-		c.w.close()
-		return nil, fmt.Errorf("%s: Order over a BPF ring buffer: %w", op, errors.ErrUnsupported)
 	}
 	if opts.MaxLatency == 0 && max(opts.WakeupEvents, 1) == 1 && opts.WakeupBytes == 0 {
 		opts.MaxLatency = -1 // a wakeup on every sample: nothing waits without one
@@ -90,7 +86,7 @@ func newReader(c *core, opts *Options) *Reader {
 	if c.latency == 0 {
 		c.latency = defaultMaxLatency
 	}
-	r := &Reader{c: c}
+	r := &Reader{c: c, opRead: "read " + c.name(), opConsume: "consume " + c.name()}
 	r.countF, r.copyF = r.countRec, r.copyRec
 	if opts.Order != nil {
 		r.pol = newOrdered(&c.ringSet, opts.Order.config())
@@ -269,7 +265,7 @@ func (r *Reader) exitRead(stop func() bool) {
 // os.ErrInvalid for a nil s.
 func (r *Reader) ReadInto(s *Sample) error {
 	if s == nil {
-		return fmt.Errorf("read perf buffer: nil sample: %w", os.ErrInvalid)
+		return fmt.Errorf("%s: nil sample: %w", r.opRead, os.ErrInvalid)
 	}
 	_, err := r.ReadBatch(unsafe.Slice(s, 1))
 	return err
@@ -285,7 +281,7 @@ func (r *Reader) ReadInto(s *Sample) error {
 // returned by the next call, with the records before it delivered.
 // ReadBatch of an empty s returns 0, nil at once.
 func (r *Reader) ReadBatch(s []Sample) (int, error) {
-	const op = "read perf buffer"
+	op := r.opRead
 	if len(s) == 0 {
 		return 0, nil
 	}
@@ -364,7 +360,7 @@ func (r *Reader) exitBatch() {
 //
 // Errors: as ReadInto's, and os.ErrInvalid for a nil ctx or fn.
 func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
-	const op = "read perf buffer"
+	op := r.opRead
 	if ctx == nil || fn == nil {
 		return fmt.Errorf("%s: nil context or function: %w", op, os.ErrInvalid)
 	}
@@ -387,7 +383,7 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 // callback, os.ErrInvalid for a nil fn. Past the deadline it still delivers
 // what is there.
 func (r *Reader) Consume(fn func(rec *Record) error) (int, error) {
-	const op = "consume reader"
+	op := r.opConsume
 	if fn == nil {
 		return 0, fmt.Errorf("%s: nil function: %w", op, os.ErrInvalid)
 	}
@@ -445,7 +441,7 @@ var errStop = errors.New("stop")
 // is closed, yielding that error last; other errors (deadline, ErrFlushed,
 // a *CorruptError) are yielded and reading goes on.
 func (r *Reader) All(ctx context.Context) iter.Seq2[*Sample, error] {
-	const op = "read perf buffer"
+	op := r.opRead
 	return func(yield func(*Sample, error) bool) {
 		var s Sample
 		fn := func(rec *Record) error {

@@ -44,63 +44,90 @@ type mapArg struct {
 // size): a ring buffer's size is its max_entries, fixed when its object
 // loads, and when it wakes its reader is the BPF program's choice
 // (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP, PERFBUF_BUFFER's watermark).
+// Every option is checked against every ring buffer, those in the slots
+// too, before any is claimed or mapped; the failure map's reader mark is
+// written last.
 //
-// Errors: os.ErrInvalid for the other settings, ErrSampleTooLarge,
-// ErrMapInUse, ErrMapType for an inner map that is not a ring buffer, the
-// failure map's, EPERM to open an inner map without CAP_SYS_ADMIN, and the
-// mmap's errno.
+// Errors: os.ErrInvalid for the other settings, errors.ErrUnsupported for
+// Order, ErrSampleTooLarge, ErrMapInUse, ErrMapType for an inner map that
+// is not a ring buffer, the failure map's, EPERM to open an inner map
+// without CAP_SYS_ADMIN, and the mmap's errno.
 func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource, err error) {
 	switch {
 	case ro.ringBytes != 0:
-		return nil, fmt.Errorf("RingBytes does not apply to a ring buffer: its size is the map's max_entries, set before the object loads: %w", os.ErrInvalid)
+		return nil, fmt.Errorf("options RingBytes does not apply to %v: its size is the map's max_entries, set before the object loads: %w", maps[0].info, os.ErrInvalid)
 	case ro.wakeupEvents != 0:
-		return nil, fmt.Errorf("WakeupEvents does not apply to a ring buffer: the BPF program's flags say when it wakes its reader (see WakeupBytes): %w", os.ErrInvalid)
+		return nil, fmt.Errorf("options WakeupEvents does not apply to %v: the BPF program's flags say when it wakes its reader (see WakeupBytes): %w", maps[0].info, os.ErrInvalid)
 	case ro.wakeupBytes < 0:
-		return nil, fmt.Errorf("wakeup bytes %d is negative: %w", ro.wakeupBytes, os.ErrInvalid)
+		return nil, fmt.Errorf("options WakeupBytes %d is negative: %w", ro.wakeupBytes, os.ErrInvalid)
 	case ro.maxSampleSize < 0:
-		return nil, fmt.Errorf("max sample size %d is negative: %w", ro.maxSampleSize, os.ErrInvalid)
+		return nil, fmt.Errorf("options MaxSampleSize %d is negative: %w", ro.maxSampleSize, os.ErrInvalid)
+	case ro.ordered:
+		// The merge holds records in the rings, and a ring buffer wakes
+		// its reader only once the consumer position reaches the record
+		// committed: nothing behind a held record would wake it.
+		return nil, fmt.Errorf("options Order over %v: a ring buffer's records are in one ring, in the order they were reserved: %w", maps[0].info, errors.ErrUnsupported)
 	}
-	fails, err := openFailureMap(failures)
-	if err != nil {
-		return nil, err
-	}
-	if err := fails.setReaderClosed(false); err != nil { // a reader again
-		fails.close()
-		return nil, err
-	}
-	s := &ringBufSource{failures: fails, epfd: -1}
+	s := &ringBufSource{epfd: -1}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
+	var bufs []mapArg
 	for _, m := range maps {
 		if m.info.typ != mapTypeArrayOfMaps {
-			if err := s.add(m.fd, m.info); err != nil {
+			if err := ro.checkRingBuf(m.info); err != nil {
 				return nil, err
 			}
+			bufs = append(bufs, m)
 			continue
 		}
-		if err := s.addInner(m); err != nil {
+		inner, err := s.inner(m, ro)
+		if err != nil {
+			return nil, err
+		}
+		bufs = append(bufs, inner...)
+	}
+	if len(bufs) == 0 {
+		return nil, fmt.Errorf("no ring buffer in the maps given (an array of maps with every slot empty?): %w", os.ErrInvalid)
+	}
+	if s.failures, err = openFailureMap(failures); err != nil {
+		return nil, err
+	}
+	for _, b := range bufs {
+		if err := s.add(b.fd, b.info); err != nil {
 			return nil, err
 		}
 	}
-	if len(s.rings) == 0 {
-		return nil, fmt.Errorf("no ring buffer in the maps given (an array of maps with every slot empty?): %w", os.ErrInvalid)
-	}
-	for i, rb := range s.rings {
-		if ro.wakeupBytes >= rb.size() {
-			return nil, fmt.Errorf("ring buffer %q: wakeup bytes %d not below the %d-byte ring: %w", s.names[i], ro.wakeupBytes, rb.size(), os.ErrInvalid)
-		}
-		// __bpf_ringbuf_reserve keeps a record (its 8-byte header
-		// included, rounded up to 8 bytes) and everything unread below
-		// the ring's size: a record takes at most size-8 bytes.
-		if n := uint64(ro.maxSampleSize); n > 0 && (n+bpfRingHdrRound)&^7 > uint64(rb.size())-8 {
-			return nil, fmt.Errorf("ring buffer %q: max sample size %d does not fit the %d-byte ring with its 8-byte header: %w",
-				s.names[i], n, rb.size(), ErrSampleTooLarge)
-		}
+	// A reader again, last: a NewReader that fails leaves the mark as it
+	// was.
+	if err := s.failures.setReaderClosed(false); err != nil {
+		return nil, err
 	}
 	return s, nil
+}
+
+// checkRingBuf checks the options that depend on a ring buffer's size
+// against the map info describes: WakeupBytes below it, and a record of
+// MaxSampleSize within it. Errors: ErrMapType for a map that is not a ring
+// buffer, os.ErrInvalid, ErrSampleTooLarge.
+func (ro ringOptions) checkRingBuf(info mapDesc) error {
+	size := uint64(info.maxEntries)
+	switch {
+	case info.typ != mapTypeRingBuf:
+		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, mapTypeName(info.typ), info.typ, ErrMapType)
+	case uint64(ro.wakeupBytes) >= size:
+		return fmt.Errorf("options WakeupBytes %d not below the %d-byte ring of %v: %w", ro.wakeupBytes, size, info, os.ErrInvalid)
+	}
+	// __bpf_ringbuf_reserve keeps a record (its 8-byte header included,
+	// rounded up to 8 bytes) and everything unread below the ring's size:
+	// a record takes at most size-8 bytes.
+	if n := uint64(ro.maxSampleSize); n > 0 && (n+bpfRingHdrRound)&^7 > size-8 {
+		return fmt.Errorf("options MaxSampleSize %d does not fit the %d-byte ring of %v with its 8-byte header: %w",
+			n, size, info, ErrSampleTooLarge)
+	}
+	return nil
 }
 
 // add maps the ring buffer fd and claims it.
@@ -109,7 +136,7 @@ func (s *ringBufSource) add(fd int, info mapDesc) error {
 		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, mapTypeName(info.typ), info.typ, ErrMapType)
 	}
 	if slices.Contains(s.ids, info.id) || !claimMap(info.id) {
-		return fmt.Errorf("map %q (id %d): %w", info.name, info.id, ErrMapInUse)
+		return fmt.Errorf("%v (id %d): %w", info, info.id, ErrMapInUse)
 	}
 	s.ids = append(s.ids, info.id)
 	rb, err := newBPFRing(-1, fd, int(info.maxEntries))
@@ -121,36 +148,38 @@ func (s *ringBufSource) add(fd int, info mapDesc) error {
 	return nil
 }
 
-// addInner adds the ring buffers in the slots of the array of maps m. From
-// user space a lookup in an array of maps gives the inner map's ID, and
-// only BPF_MAP_GET_FD_BY_ID turns it into a descriptor; that needs
-// CAP_SYS_ADMIN (CAP_BPF is not enough).
-func (s *ringBufSource) addInner(m mapArg) error {
+// inner opens the ring buffers in the slots of the array of maps m and
+// checks ro against each. From user space a lookup in an array of maps
+// gives the inner map's ID, and only BPF_MAP_GET_FD_BY_ID turns it into a
+// descriptor; that needs CAP_SYS_ADMIN (CAP_BPF is not enough).
+func (s *ringBufSource) inner(m mapArg, ro ringOptions) ([]mapArg, error) {
+	var bufs []mapArg
 	for key := range m.info.maxEntries {
 		id, err := innerMapID(m.fd, key)
 		if errors.Is(err, syscall.ENOENT) {
 			continue // an empty slot
 		}
 		if err != nil {
-			return fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
+			return nil, fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
 		}
 		fd, err := mapFDByID(id)
 		if err != nil {
 			if errors.Is(err, os.ErrPermission) {
-				return fmt.Errorf("array of maps %q: open inner map id %d: %w (BPF_MAP_GET_FD_BY_ID needs CAP_SYS_ADMIN; or pass the inner maps themselves, as the map and Options.Maps)", m.info.name, id, err)
+				return nil, fmt.Errorf("array of maps %q: open inner map id %d: %w (BPF_MAP_GET_FD_BY_ID needs CAP_SYS_ADMIN; or pass the inner maps themselves, as the map and Options.Maps)", m.info.name, id, err)
 			}
-			return fmt.Errorf("array of maps %q: open inner map id %d: %w", m.info.name, id, err)
+			return nil, fmt.Errorf("array of maps %q: open inner map id %d: %w", m.info.name, id, err)
 		}
 		s.owned = append(s.owned, fd)
 		info, err := bpfMapInfo(fd, fd, ErrMapType)
+		if err == nil {
+			err = ro.checkRingBuf(info)
+		}
 		if err != nil {
-			return fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
+			return nil, fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
 		}
-		if err := s.add(fd, info); err != nil {
-			return fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
-		}
+		bufs = append(bufs, mapArg{fd, info})
 	}
-	return nil
+	return bufs, nil
 }
 
 // opened returns the rings; a wait polls each map's descriptor, which

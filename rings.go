@@ -78,7 +78,7 @@ func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, er
 		return nil, err
 	}
 	if !claimMap(info.id) {
-		return nil, fmt.Errorf("map %q (id %d): %w", info.name, info.id, ErrMapInUse)
+		return nil, fmt.Errorf("%v (id %d): %w", info, info.id, ErrMapInUse)
 	}
 	r = &rings{mapFD: fd, cfg: cfg, mapID: info.id, limit: limit, watch: watch, failures: fails}
 	r.openCPU = r.openLibbpf

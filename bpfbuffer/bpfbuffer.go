@@ -29,8 +29,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
+	"sync"
 	"syscall"
+	"weak"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
@@ -72,11 +75,30 @@ type config struct {
 	WakeupBytes uint64
 }
 
+// Errors of Prepare called at the wrong time or twice, wrapped.
+var (
+	// ErrLoaded: the buffer's map exists already (the object was loaded,
+	// or the map reuses a descriptor): a map's type and size are settled
+	// when it is created. Prepare goes between opening the module and
+	// BPFLoadObject.
+	ErrLoaded = errors.New("map created already")
+	// ErrPrepared: the buffer was prepared already, into another object
+	// (another kind, ring size or watermark). Open the module again to
+	// prepare it another way.
+	ErrPrepared = errors.New("buffer prepared already")
+)
+
 // Prepare makes the PERFBUF_BUFFER mapName of m, an object opened and not
 // yet loaded, the kind want: Any chooses a ring buffer when the kernel
 // has them (libbpf_probe_bpf_map_type), else a perf event array; RingBuf
 // or PerfEventArray forces that kind. It returns the kind chosen. Call it
-// once per buffer, after the module is opened and before BPFLoadObject.
+// after the module is opened and before BPFLoadObject.
+//
+// Called again for the same buffer of the same module, it does nothing
+// more if the object would be the same (the same kind, and for a ring
+// buffer the same size and watermark): it returns the kind and leaves
+// opts as the first call did. Asked for another object, it fails with
+// ErrPrepared and changes nothing.
 //
 // It reads two of opts' ring settings, which mean the same for both
 // kinds, and leaves opts ready for perfbuf.NewReader or perfbuf.New over
@@ -84,8 +106,9 @@ type config struct {
 //
 //   - RingBytes sizes a ring, rounded up to a power of two pages, as
 //     perfbuf does for a perf event array's rings: the ring buffer's one
-//     ring (its max_entries; zero keeps the size PERFBUF_BUFFER declared),
-//     or each CPU's ring of a perf event array (left in opts for New).
+//     ring (its max_entries; zero keeps the map's size, as PERFBUF_BUFFER
+//     declared it), or each CPU's ring of a perf event array (left in
+//     opts for New).
 //   - WakeupBytes wakes the reader once this much data is unread: a
 //     perf event's wakeup_watermark (left in opts for New), or, for a ring
 //     buffer, the BPF side's watermark (<map>_config.wakeup_bytes), at
@@ -104,18 +127,21 @@ type config struct {
 // perfbuf_buffer_reserve builds a record, is created; for a ring buffer,
 // <map>_scratch is not created.
 //
-// Errors (with Any as the kind): os.ErrInvalid for a want that is no
-// Kind, WakeupEvents set, a negative RingBytes or WakeupBytes, a ring
-// buffer's RingBytes above 2 GiB, or a WakeupBytes not below the ring
-// buffer's size; errors.ErrUnsupported for RingBuf on a kernel without
-// ring buffers; for a map that PERFBUF_BUFFER did not declare, or an
-// object already loaded, libbpfgo's error, wrapped. After an error the
-// module may be partly changed: close it.
+// Errors (with Any as the kind): os.ErrInvalid for a nil m, a want that
+// is no Kind, WakeupEvents set, a negative RingBytes or WakeupBytes, a
+// ring buffer's RingBytes above 2 GiB, or a WakeupBytes not below the
+// ring buffer's size; errors.ErrUnsupported for RingBuf on a kernel
+// without ring buffers; ErrLoaded once the object is loaded; ErrPrepared
+// for a second call that asks for another object; for a map that
+// PERFBUF_BUFFER did not declare, libbpfgo's error, wrapped. After
+// another error the module may be partly changed: close it.
 func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Options) (Kind, error) {
 	if opts == nil {
 		opts = &perfbuf.Options{}
 	}
 	switch {
+	case m == nil:
+		return 0, fmt.Errorf("prepare buffer %q: nil module (open the object first, with libbpfgo.NewModuleFromFile): %w", mapName, os.ErrInvalid)
 	case want != Any && want != RingBuf && want != PerfEventArray:
 		return 0, fmt.Errorf("prepare buffer %q: %v: %w", mapName, want, os.ErrInvalid)
 	case opts.WakeupEvents != 0:
@@ -132,6 +158,11 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: not a PERFBUF_BUFFER: %w", mapName, err)
 	}
+	// libbpf gives a map a descriptor when it creates it (at load), or
+	// when it reuses one; its type and size are settled then.
+	if events.FileDescriptor() >= 0 {
+		return 0, fmt.Errorf("prepare buffer %q: %w (the object is loaded, or the map reuses a descriptor): call Prepare after opening the module and before BPFLoadObject", mapName, ErrLoaded)
+	}
 	kind := want
 	if kind == Any || kind == RingBuf {
 		has, err := hasRingBuf()
@@ -146,15 +177,86 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 			kind = PerfEventArray
 		}
 	}
+	p := preparation{kind: kind}
 	if kind == RingBuf {
-		err = asRingBuf(m, events, scratch, mapName, opts)
-	} else {
-		err = asPerfEventArray(m, events, scratch, mapName)
+		if p.size, p.wakeup, err = ringBufSettings(events, opts); err != nil {
+			return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
+		}
 	}
-	if err != nil {
-		return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
+
+	key := preparedKey{weak.Make(m), mapName}
+	prepared.Lock()
+	defer prepared.Unlock()
+	if was, ok := prepared.m[key]; ok {
+		if was != p {
+			return 0, fmt.Errorf("prepare buffer %q as %v: %w as %v; open the module again to prepare it another way",
+				mapName, p, ErrPrepared, was)
+		}
+	} else {
+		if kind == RingBuf {
+			err = asRingBuf(m, events, scratch, mapName, p)
+		} else {
+			err = asPerfEventArray(m, events, scratch, mapName)
+		}
+		if errors.Is(err, syscall.EBUSY) {
+			// libbpf's answer to a change of a map it created: a load
+			// that failed leaves no descriptor, but the object loaded.
+			return 0, fmt.Errorf("prepare buffer %q as %v: %w (BPFLoadObject was called, even if it failed): call Prepare after opening the module and before BPFLoadObject: %w", mapName, kind, ErrLoaded, err)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
+		}
+		if prepared.m == nil {
+			prepared.m = make(map[preparedKey]preparation)
+		}
+		prepared.m[key] = p
+		runtime.AddCleanup(m, forget, key)
+	}
+	if kind == RingBuf {
+		opts.RingBytes = 0
 	}
 	return kind, nil
+}
+
+// prepared holds what Prepare made of each buffer, by module and map
+// name, so that a second call can tell the same object from another. An
+// entry goes when its module is garbage.
+var prepared struct {
+	sync.Mutex
+	m map[preparedKey]preparation
+}
+
+type preparedKey struct {
+	mod  weak.Pointer[libbpfgo.Module]
+	name string
+}
+
+// preparation is the object Prepare makes: the kind, and for a ring
+// buffer its size and the BPF side's watermark. A perf event array's ring
+// settings are the reader's, not the object's.
+type preparation struct {
+	kind   Kind
+	size   int
+	wakeup int
+}
+
+// String says what p makes: "perf_event_array", "ringbuf of 8192 bytes
+// (wakeup at 1024)".
+func (p preparation) String() string {
+	if p.kind != RingBuf {
+		return p.kind.String()
+	}
+	if p.wakeup == 0 {
+		return fmt.Sprintf("%v of %d bytes", p.kind, p.size)
+	}
+	return fmt.Sprintf("%v of %d bytes (wakeup at %d)", p.kind, p.size, p.wakeup)
+}
+
+// forget drops the entry of a module that is garbage.
+func forget(key preparedKey) {
+	prepared.Lock()
+	delete(prepared.m, key)
+	prepared.Unlock()
 }
 
 // hasRingBuf says whether the kernel creates ring buffers. libbpf answers
@@ -168,29 +270,34 @@ func hasRingBuf() (bool, error) {
 	return false, err
 }
 
-func asRingBuf(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string, opts *perfbuf.Options) error {
-	size := int(events.MaxEntries())
+// ringBufSettings returns the size and watermark of a ring buffer made
+// with opts: RingBytes rounded up, or the map's size for zero.
+func ringBufSettings(events *libbpfgo.BPFMap, opts *perfbuf.Options) (size, wakeup int, err error) {
+	size = int(events.MaxEntries())
 	if opts.RingBytes > maxRingBytes {
-		return fmt.Errorf("ring bytes %d above %d: %w", opts.RingBytes, maxRingBytes, os.ErrInvalid)
+		return 0, 0, fmt.Errorf("ring bytes %d above %d: %w", opts.RingBytes, maxRingBytes, os.ErrInvalid)
 	} else if opts.RingBytes != 0 {
 		size = ringSize(opts.RingBytes)
 	}
 	if opts.WakeupBytes >= size {
-		return fmt.Errorf("wakeup bytes %d not below the %d-byte ring: %w", opts.WakeupBytes, size, os.ErrInvalid)
+		return 0, 0, fmt.Errorf("wakeup bytes %d not below the %d-byte ring: %w", opts.WakeupBytes, size, os.ErrInvalid)
 	}
+	return size, opts.WakeupBytes, nil
+}
+
+func asRingBuf(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string, p preparation) error {
 	if err := events.SetType(libbpfgo.MapTypeRingbuf); err != nil {
 		return err
 	}
-	if err := events.SetMaxEntries(uint32(size)); err != nil {
+	if err := events.SetMaxEntries(uint32(p.size)); err != nil {
 		return err
 	}
 	if err := scratch.SetAutocreate(false); err != nil {
 		return err
 	}
-	if err := m.InitGlobalVariable(name+"_config", config{RingBuf: 1, WakeupBytes: uint64(opts.WakeupBytes)}); err != nil {
+	if err := m.InitGlobalVariable(name+"_config", config{RingBuf: 1, WakeupBytes: uint64(p.wakeup)}); err != nil {
 		return fmt.Errorf("set %s_config: %w", name, err)
 	}
-	opts.RingBytes = 0
 	return nil
 }
 

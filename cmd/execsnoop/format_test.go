@@ -361,7 +361,7 @@ type fakeRead struct {
 
 func (f *fakeSource) ReadInto(s *perfbuf.Sample) error {
 	if len(f.reads) == 0 {
-		return fmt.Errorf("read perf buffer: %w", perfbuf.ErrFlushed)
+		return fmt.Errorf("read perf event array \"events\": %w", perfbuf.ErrFlushed)
 	}
 	r := f.reads[0]
 	f.reads = f.reads[1:]
@@ -404,7 +404,7 @@ func TestReadLoopCorruptRing(t *testing.T) {
 	second := event{TS: sample.TS + 1, PID: 7, Comm: "sh", Args: []string{"/bin/sh"}}
 	src := &fakeSource{reads: []fakeRead{
 		{s: perfbuf.Sample{CPU: 0, Type: perfbuf.RecordSample, Data: encodeEvent(sample)}},
-		{err: fmt.Errorf("read perf buffer: %w", corrupt)}, // as Reader wraps it
+		{err: fmt.Errorf("read perf event array \"events\": %w", corrupt)}, // as Reader wraps it
 		{s: perfbuf.Sample{CPU: 0, Type: perfbuf.RecordSample, Data: encodeEvent(second)}},
 	}}
 	var out, errs bytes.Buffer
@@ -418,7 +418,7 @@ func TestReadLoopCorruptRing(t *testing.T) {
 	if n := strings.Count(out.String(), "\n"); n != 2 {
 		t.Errorf("%d lines on stdout, want both events:\n%s", n, out.String())
 	}
-	if want := "execsnoop: read perf buffer: " + corrupt.Error(); !strings.Contains(errs.String(), want) {
+	if want := `execsnoop: read perf event array "events": ` + corrupt.Error(); !strings.Contains(errs.String(), want) {
 		t.Errorf("stderr %q, want it to contain %q", errs.String(), want)
 	}
 
@@ -434,7 +434,7 @@ func TestReadLoopCorruptRing(t *testing.T) {
 
 // Any other error ends the loop and is returned.
 func TestReadLoopOtherError(t *testing.T) {
-	src := &fakeSource{reads: []fakeRead{{err: fmt.Errorf("read perf buffer: %w", syscall.EIO)}}}
+	src := &fakeSource{reads: []fakeRead{{err: fmt.Errorf("read perf event array \"events\": %w", syscall.EIO)}}}
 	if _, err := readLoop(src, &options{}, io.Discard, io.Discard); !errors.Is(err, syscall.EIO) {
 		t.Errorf("readLoop: %v, want EIO", err)
 	}
@@ -450,7 +450,7 @@ func TestReadLoopStopsOnClose(t *testing.T) {
 type closedSource struct{}
 
 func (closedSource) ReadInto(*perfbuf.Sample) error {
-	return fmt.Errorf("read perf buffer: %w", os.ErrClosed)
+	return fmt.Errorf("read perf event array \"events\": %w", os.ErrClosed)
 }
 
 // The BPF object is built in: the object `make bpf` wrote is embedded, byte

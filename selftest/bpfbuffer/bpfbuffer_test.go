@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -443,6 +445,264 @@ func TestPrepareErrors(t *testing.T) {
 	}
 	if s := fmt.Sprint(bpfbuffer.Any, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray); s != "any ringbuf perf_event_array" {
 		t.Errorf("kinds print as %q", s)
+	}
+}
+
+// Prepare called wrongly says what to do, and changes nothing: with no
+// module, for a buffer prepared already into another object (a ring
+// buffer after a perf event array: the map would keep 4-byte keys, and the
+// load fail with EINVAL), or once the object is loaded. Prepared again the
+// same way, it does nothing more, and the object loads as prepared.
+func TestPrepareMisuse(t *testing.T) {
+	bpftest.RequirePrivileges(t)
+	if kind, err := bpfbuffer.Prepare(nil, "events", bpfbuffer.Any, nil); kind != 0 || !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("Prepare(nil) = %v, %v; want os.ErrInvalid", kind, err)
+	} else {
+		t.Logf("nil module: %v", err)
+	}
+
+	m := open(t)
+	opts := perfbuf.Options{RingBytes: 8192, WakeupBytes: 1024}
+	for i := range 2 { // the same, twice
+		o := opts
+		if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.RingBuf, &o); kind != bpfbuffer.RingBuf || err != nil || o.RingBytes != 0 || o.WakeupBytes != 1024 {
+			t.Fatalf("Prepare #%d = %v, %v, Options %+v; want ringbuf, RingBytes cleared", i+1, kind, err, o)
+		}
+	}
+	for name, c := range map[string]struct {
+		want bpfbuffer.Kind
+		opts perfbuf.Options
+	}{
+		"another kind":      {bpfbuffer.PerfEventArray, perfbuf.Options{RingBytes: 8192, WakeupBytes: 1024}},
+		"another size":      {bpfbuffer.RingBuf, perfbuf.Options{RingBytes: 16384, WakeupBytes: 1024}},
+		"another watermark": {bpfbuffer.Any, perfbuf.Options{RingBytes: 8192}},
+	} {
+		o := c.opts
+		kind, err := bpfbuffer.Prepare(m, "events", c.want, &o)
+		if kind != 0 || !errors.Is(err, bpfbuffer.ErrPrepared) || o.RingBytes != c.opts.RingBytes {
+			t.Errorf("%s: Prepare = %v, %v, Options %+v; want ErrPrepared, Options unchanged", name, kind, err, o)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	// The same as the first: RingBytes 0 keeps the size the map has.
+	o := perfbuf.Options{WakeupBytes: 1024}
+	if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.Any, &o); kind != bpfbuffer.RingBuf || err != nil {
+		t.Errorf("Prepare the same way a third time = %v, %v", kind, err)
+	}
+	if err := m.BPFLoadObject(); err != nil {
+		t.Fatalf("load after Prepare thrice: %v", err)
+	}
+	events := bpftest.Map(t, m, "events")
+	if typ, n := events.Type(), events.MaxEntries(); typ != libbpfgo.MapTypeRingbuf || n != 8192 {
+		t.Errorf("events: %v of %d bytes, want a ring buffer of 8192", typ, n)
+	}
+	for _, want := range []bpfbuffer.Kind{bpfbuffer.Any, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray} {
+		o := opts
+		kind, err := bpfbuffer.Prepare(m, "events", want, &o)
+		if kind != 0 || !errors.Is(err, bpfbuffer.ErrLoaded) || !strings.Contains(err.Error(), "before BPFLoadObject") || o.RingBytes != opts.RingBytes {
+			t.Errorf("Prepare %v after load = %v, %v; want ErrLoaded, saying to call it before BPFLoadObject", want, kind, err)
+		}
+		t.Logf("after load, %v: %v", want, err)
+	}
+}
+
+// A load that failed leaves no map descriptor, but the object is loaded
+// for libbpf, which refuses every change with EBUSY: Prepare says so as
+// ErrLoaded, with libbpf's errno kept.
+func TestPrepareAfterFailedLoad(t *testing.T) {
+	m := open(t)
+	// A perf event array under a program compiled for a ring buffer
+	// (events_config left as compiled): the verifier refuses it.
+	events := bpftest.Map(t, m, "events")
+	for _, err := range []error{events.SetType(libbpfgo.MapTypePerfEventArray), events.SetKeySize(4), events.SetValueSize(4), events.SetMaxEntries(1)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.BPFLoadObject(); err == nil {
+		t.Fatal("the load succeeded")
+	}
+	kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.Any, nil)
+	if kind != 0 || !errors.Is(err, bpfbuffer.ErrLoaded) || !errors.Is(err, syscall.EBUSY) || !strings.Contains(err.Error(), "before BPFLoadObject") {
+		t.Errorf("Prepare after a failed load = %v, %v; want ErrLoaded and EBUSY, saying to call it before BPFLoadObject", kind, err)
+	}
+	t.Logf("after a failed load: %v", err)
+}
+
+// What Prepare remembers is per module: the same buffer of two modules
+// may be prepared each its own way.
+func TestPrepareModules(t *testing.T) {
+	a, b := open(t), open(t)
+	if _, err := bpfbuffer.Prepare(a, "events", bpfbuffer.RingBuf, nil); err != nil {
+		t.Fatal(err)
+	}
+	if kind, err := bpfbuffer.Prepare(b, "events", bpfbuffer.PerfEventArray, nil); kind != bpfbuffer.PerfEventArray || err != nil {
+		t.Fatalf("another module's buffer: %v, %v", kind, err)
+	}
+	for _, m := range []*libbpfgo.Module{a, b} {
+		if err := m.BPFLoadObject(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// NewReader checks every option against the map before it claims or maps
+// a ring or writes the failure map: with the buffer read by another
+// Reader, a bad option is reported as itself, naming the field and the
+// kind of map, not as ErrMapInUse; and a Reader refused, for an option or
+// for the map in use, leaves the failure map's reader key as it was
+// (closed: the program's outputs fail as noent).
+func TestReaderOptionsFirst(t *testing.T) {
+	for _, tc := range []struct {
+		want  bpfbuffer.Kind
+		what  string
+		cases map[string]struct {
+			opts  perfbuf.Options
+			err   error
+			field string
+		}
+	}{
+		{bpfbuffer.RingBuf, `ring buffer "events"`, map[string]struct {
+			opts  perfbuf.Options
+			err   error
+			field string
+		}{
+			"Order":         {perfbuf.Options{Order: &perfbuf.Order{}}, errors.ErrUnsupported, "Order"},
+			"WakeupBytes":   {perfbuf.Options{WakeupBytes: ringSize}, os.ErrInvalid, "WakeupBytes"},
+			"MaxSampleSize": {perfbuf.Options{MaxSampleSize: ringSize - 15}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
+			"RingBytes":     {perfbuf.Options{RingBytes: 4096}, os.ErrInvalid, "RingBytes"},
+			"WakeupEvents":  {perfbuf.Options{WakeupEvents: 2}, os.ErrInvalid, "WakeupEvents"},
+		}},
+		{bpfbuffer.PerfEventArray, `perf event array "events"`, map[string]struct {
+			opts  perfbuf.Options
+			err   error
+			field string
+		}{
+			"WakeupBytes":   {perfbuf.Options{RingBytes: 4096, WakeupBytes: 4096}, os.ErrInvalid, "WakeupBytes"},
+			"MaxSampleSize": {perfbuf.Options{RingBytes: 4096, MaxSampleSize: 4096}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
+		}},
+	} {
+		t.Run(tc.want.String(), func(t *testing.T) {
+			opts := perfbuf.Options{}
+			f := setup(t, tc.want, &opts)
+			opts.FailureMap = f.failures
+			r, err := perfbuf.NewReader(f.events, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, c := range tc.cases {
+				r2, err := perfbuf.NewReader(f.events, c.opts)
+				if err == nil {
+					r2.Close()
+				}
+				if !errors.Is(err, c.err) || errors.Is(err, perfbuf.ErrMapInUse) ||
+					!strings.Contains(err.Error(), "options "+c.field) || !strings.Contains(err.Error(), tc.what) {
+					t.Errorf("%s, the map read by another Reader: %v; want %v, naming %s and %s", name, err, c.err, c.field, tc.what)
+				}
+				t.Logf("%s: %v", name, err)
+			}
+			r.Close()
+			if tc.want != bpfbuffer.RingBuf {
+				return // a perf event array's outputs fail without a reader anyway
+			}
+			// Closed, the Reader marked the failure map's reader key:
+			// outputs fail as noent, and go on failing while a Reader
+			// is refused.
+			noent := func() uint64 {
+				var n uint64
+				for _, o := range f.outcomes(t) {
+					n += o.NoEnt
+				}
+				return n
+			}
+			for name, c := range tc.cases {
+				c.opts.FailureMap = f.failures
+				if r2, err := perfbuf.NewReader(f.events, c.opts); err == nil {
+					r2.Close()
+					t.Fatalf("%s: NewReader succeeded", name)
+				}
+				before := noent()
+				f.produce(t, f.cpus[0], 1, 48, viaOutput, 1)
+				if got := noent() - before; got != 1 {
+					t.Errorf("%s: NewReader refused, then an output: %d failed as noent, want 1 (the reader key opened)", name, got)
+				}
+			}
+			// Refused past the options (the map in use by a Reader
+			// without the failure map), the same.
+			other, err := perfbuf.NewReader(f.events, perfbuf.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			if r2, err := perfbuf.NewReader(f.events, opts); !errors.Is(err, perfbuf.ErrMapInUse) {
+				if err == nil {
+					r2.Close()
+				}
+				t.Fatalf("NewReader of a map in use: %v", err)
+			}
+			before := noent()
+			f.produce(t, f.cpus[0], 1, 48, viaOutput, 1)
+			if got := noent() - before; got != 1 {
+				t.Errorf("NewReader refused as ErrMapInUse, then an output: %d failed as noent, want 1 (the reader key opened)", got)
+			}
+		})
+	}
+}
+
+// The errors over either kind name it and the map: a ring buffer's never
+// say "perf"; the sentinels match as ever.
+func TestErrorsNameTheKind(t *testing.T) {
+	for _, tc := range []struct {
+		want bpfbuffer.Kind
+		what string
+	}{
+		{bpfbuffer.RingBuf, `ring buffer "events"`},
+		{bpfbuffer.PerfEventArray, `perf event array "events"`},
+	} {
+		t.Run(tc.want.String(), func(t *testing.T) {
+			opts := perfbuf.Options{}
+			f := setup(t, tc.want, &opts)
+			check := func(call string, err, is error, want string) {
+				t.Helper()
+				if !errors.Is(err, is) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v; want %v, saying %q", call, err, is, want)
+				}
+				if tc.want == bpfbuffer.RingBuf && strings.Contains(err.Error(), "perf") {
+					t.Errorf("%s over a ring buffer: %q names a perf kind", call, err)
+				}
+				t.Logf("%s: %v", call, err)
+			}
+			r, err := perfbuf.NewReader(f.events, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = perfbuf.NewReader(f.events, opts)
+			check("a second NewReader", err, perfbuf.ErrMapInUse, tc.what+" (id ")
+			check("a second NewReader", err, perfbuf.ErrMapInUse, ": map read by another reader")
+			_, err = perfbuf.New(f.events, perfbuf.Options{Raw: true})
+			check("New beside a Reader", err, perfbuf.ErrMapInUse, tc.what+" (id ")
+			var s perfbuf.Sample
+			r.Flush()
+			check("ReadInto after Flush", r.ReadInto(&s), perfbuf.ErrFlushed, "read "+tc.what+": reader flushed")
+			r.Close()
+			check("ReadInto after Close", r.ReadInto(&s), os.ErrClosed, "read "+tc.what+": ")
+			_, err = r.Consume(func(*perfbuf.Record) error { return nil })
+			check("Consume after Close", err, os.ErrClosed, "consume "+tc.what+": ")
+
+			o := perfbuf.Options{SampleFunc: func(int, []byte) {}, MaxSampleSize: 1 << 20}
+			_, err = perfbuf.New(f.events, o)
+			check("New with MaxSampleSize too large", err, perfbuf.ErrSampleTooLarge, tc.what)
+			o.MaxSampleSize = 0
+			pb, err := perfbuf.New(f.events, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pb.Close()
+			_, err = pb.Poll(0)
+			check("Poll after Close", err, os.ErrClosed, "poll "+tc.what+": ")
+			_, err = pb.Wait(0, nil)
+			check("Wait after Close", err, os.ErrClosed, "wait "+tc.what+": ")
+		})
 	}
 }
 
