@@ -69,9 +69,9 @@ func openFailureMap(m Map) (*failureMap, error) {
 	}
 	// The duplicate is what is checked and kept. A closed fd fails here
 	// with EBADF on every kernel (as checkMap's fcntl).
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	dup, err := ownFD(fd)
 	if err != nil {
-		return nil, fmt.Errorf("failure map fd %d: %w", fd, err)
+		return nil, fmt.Errorf("failure %w", err)
 	}
 	f, err := newFailureMap(dup, fd)
 	if err != nil {

@@ -20,11 +20,15 @@ import (
 
 // ringBufSource is a set of BPF ring buffers opened for one reader.
 type ringBufSource struct {
-	rings    []*bpfRing
-	fds      []int    // ring i's map descriptor: a wait polls it
-	names    []string // ring i's map name
-	ids      []uint32 // claimed until close
-	owned    []int    // descriptors opened here (inner maps), closed at close
+	rings []*bpfRing
+	// fds[i] is ring i's map: a descriptor in owned, which a wait and
+	// EpollFD poll.
+	fds   []int
+	names []string // ring i's map name
+	ids   []uint32 // claimed until close
+	// owned are the descriptors opened here, closed at close: a duplicate
+	// of each ring buffer given (ownFD), an inner map's from its ID.
+	owned    []int
 	failures *failureMap
 
 	epMu sync.Mutex
@@ -76,7 +80,12 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 	}()
 	for _, m := range maps {
 		if m.info.typ != mapTypeArrayOfMaps {
-			if err := s.add(m.fd, m.info); err != nil {
+			fd, err := ownFD(m.fd)
+			if err != nil {
+				return nil, fmt.Errorf("ring buffer %q: %w", m.info.name, err)
+			}
+			s.owned = append(s.owned, fd)
+			if err := s.add(fd, m.info); err != nil {
 				return nil, err
 			}
 			continue
@@ -103,7 +112,7 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 	return s, nil
 }
 
-// add maps the ring buffer fd and claims it.
+// add maps the ring buffer fd, a descriptor in s.owned, and claims it.
 func (s *ringBufSource) add(fd int, info mapDesc) error {
 	if info.typ != mapTypeRingBuf {
 		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, mapTypeName(info.typ), info.typ, ErrMapType)
@@ -124,7 +133,9 @@ func (s *ringBufSource) add(fd int, info mapDesc) error {
 // addInner adds the ring buffers in the slots of the array of maps m. From
 // user space a lookup in an array of maps gives the inner map's ID, and
 // only BPF_MAP_GET_FD_BY_ID turns it into a descriptor; that needs
-// CAP_SYS_ADMIN (CAP_BPF is not enough).
+// CAP_SYS_ADMIN (CAP_BPF is not enough). Each such descriptor is the
+// source's own; the array itself is read here only, through the caller's
+// descriptor, and not kept.
 func (s *ringBufSource) addInner(m mapArg) error {
 	for key := range m.info.maxEntries {
 		id, err := innerMapID(m.fd, key)
