@@ -68,7 +68,7 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 	if err != nil {
 		return nil, err
 	}
-	if err := fails.setReaderClosed(false); err != nil { // a reader again
+	if err := fails.openReader(); err != nil {
 		fails.close()
 		return nil, err
 	}
@@ -214,15 +214,13 @@ func (s *ringBufSource) epollFD() (int, error) {
 
 // unlink: a ring buffer cannot be taken out of its map, but a program that
 // writes through bpf/perfbuf.bpf.h sees the reader gone in its failure map
-// (setReaderClosed) and stops reserving: after an RCU grace period (see
-// rings.unlink), no output into the rings is running, and what is in them
-// is final. Other programs keep writing, and Close counts what was in the
-// rings when it looked.
+// and stops reserving once the last reader is gone (closeReader): after an
+// RCU grace period (see rings.unlink), no output into the rings is
+// running, and what is in them is final. While another reader is open
+// (another process's, on a pinned map), and for other programs, outputs go
+// on, and Close counts what was in the rings when it looked.
 func (s *ringBufSource) unlink() {
-	if s.failures == nil || !s.failures.reader {
-		return
-	}
-	if s.failures.setReaderClosed(true) == nil {
+	if last, err := s.failures.closeReader(); last && err == nil {
 		rcuGrace()
 	}
 }
