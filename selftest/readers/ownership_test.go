@@ -15,24 +15,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A map kind of the ownership test: a BPF object (loaded by cilium/ebpf,
-// as its users do) with the map "events" and a raw_tp program that writes
-// n samples into it on a CPU.
+// A map kind of the ownership test: a map of readers.bpf.o (loaded by
+// cilium/ebpf, as its users do) and a raw_tp program that writes n samples
+// into it on a CPU.
 type ownedKind struct {
-	name, obj, prog string
-	produce         func(progFD, cpu int, n uint64) error
+	name, m, prog string
+	produce       func(progFD, cpu int, n uint64) error
 }
 
 var ownedKinds = []ownedKind{
-	{"perf event array", obj, "emit", func(prog, cpu int, n uint64) error {
+	{"perf event array", "events", "emit", func(prog, cpu int, n uint64) error {
 		return bpfrun.Emit(prog, cpu, n, 64, 0)
 	}},
-	{"ring buffer", "../ringbuf/bpf/ringbuf.bpf.o", "produce", func(prog, cpu int, n uint64) error {
-		// produce's args: count, size, how (0: bpf_ringbuf_output),
-		// flags, every, which (0: events).
-		ret, err := bpfrun.Run(prog, cpu, n, 32, 0, 0, 1, 0)
+	{"ring buffer", "rb_events", "produce_rb", func(prog, cpu int, n uint64) error {
+		ret, err := bpfrun.Run(prog, cpu, n)
 		if err == nil && ret != 0 {
-			err = fmt.Errorf("produce on cpu %d returned %d", cpu, ret)
+			err = fmt.Errorf("produce_rb on cpu %d returned %d", cpu, ret)
 		}
 		return err
 	}},
@@ -108,13 +106,13 @@ func TestCallerDescriptorLost(t *testing.T) {
 }
 
 func callerLost(t *testing.T, kind ownedKind, ctor, how string, online []int, possible int) {
-	coll, err := ebpf.LoadCollection(kind.obj)
+	coll, err := ebpf.LoadCollection(obj)
 	if err != nil {
-		t.Fatalf("load %s: %v (run `make bpf`)", kind.obj, err)
+		t.Fatalf("load %s: %v (run `make bpf`)", obj, err)
 	}
 	defer coll.Close()
 	prog := coll.Programs[kind.prog].FD()
-	events := coll.DetachMap("events")
+	events := coll.DetachMap(kind.m)
 	fd := events.FD()
 	info, err := events.Info()
 	if err != nil {
