@@ -70,6 +70,23 @@ func ownFD(fd int) (int, error) {
 	return own, nil
 }
 
+// ownMap is ownFD for the map that checkMap found behind fd (info): a
+// duplicate of fd that is still that map. The caller's descriptor may be
+// closed, and its number taken, during New (a garbage collector closes a
+// dropped *ebpf.Map's at any time); a descriptor of another object then
+// fails with EBADF rather than be read as the map checked.
+func ownMap(fd int, info mapDesc) (int, error) {
+	own, err := ownFD(fd)
+	if err != nil {
+		return -1, err
+	}
+	if now, err := mapInfo(own); err != nil || now.id != info.id || now.typ != info.typ {
+		unix.Close(own)
+		return -1, fmt.Errorf("map fd %d: no longer map %q (id %d), closed during the call: %w", fd, info.name, info.id, syscall.EBADF)
+	}
+	return own, nil
+}
+
 // bpfMapInfo returns the info of the BPF map behind fd, which errors call
 // userFD (the caller's descriptor, of which fd may be a duplicate); a
 // descriptor of another kind fails with the kernel's errno, or notMap if

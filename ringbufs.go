@@ -80,7 +80,7 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 	}()
 	for _, m := range maps {
 		if m.info.typ != mapTypeArrayOfMaps {
-			fd, err := ownFD(m.fd)
+			fd, err := ownMap(m.fd, m.info)
 			if err != nil {
 				return nil, fmt.Errorf("ring buffer %q: %w", m.info.name, err)
 			}

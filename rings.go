@@ -87,7 +87,7 @@ func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, er
 	if !claimMap(info.id) {
 		return nil, fmt.Errorf("map %q (id %d): %w", info.name, info.id, ErrMapInUse)
 	}
-	own, err := ownFD(fd)
+	own, err := ownMap(fd, info)
 	if err != nil {
 		unclaimMap(info.id)
 		return nil, err
