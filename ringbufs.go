@@ -20,15 +20,11 @@ import (
 
 // ringBufSource is a set of BPF ring buffers opened for one reader.
 type ringBufSource struct {
-	rings []*bpfRing
-	// fds[i] is ring i's map: a descriptor in owned, which a wait and
-	// EpollFD poll.
-	fds   []int
-	names []string // ring i's map name
-	ids   []uint32 // claimed until close
-	// owned are the descriptors opened here, closed at close: a duplicate
-	// of each ring buffer given (ownFD), an inner map's from its ID.
-	owned    []int
+	rings    []*bpfRing
+	fds      []int    // ring i's map descriptor, one in owned: a wait polls it
+	names    []string // ring i's map name
+	ids      []uint32 // claimed until close
+	owned    []int    // descriptors opened here (maps' duplicates, inner maps), closed at close
 	failures *failureMap
 
 	epMu sync.Mutex
