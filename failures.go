@@ -38,9 +38,16 @@ type failureMap struct {
 	// lookup reads key 0 into out, failuresWords words per CPU of cpus:
 	// lookupPerCPU, or a test's fake.
 	lookup func(fd int, out []uint64) error
-	// reader says the map has key 1, the reader's (see PERFBUF_FAILURE_MAP
-	// in bpf/perfbuf.bpf.h), which setReaderClosed writes.
+	// reader says the map has key 1, the reader key (see PERFBUF_FAILURE_MAP
+	// in bpf/perfbuf.bpf.h), which openReader and closeReader write.
 	reader bool
+	// readerKey reads (update false) or writes key 1's words, as lookup
+	// reads key 0's: lookupPerCPU or updatePerCPU at key 1, or a test's
+	// fake.
+	readerKey func(fd int, words []uint64, update bool) error
+	// counted says this owner is one of the readers that key 1 counts:
+	// from openReader to closeReader.
+	counted bool
 
 	// mu serialises reads and close: Stats may run on any goroutine, also
 	// while the rings are freed.
@@ -69,9 +76,9 @@ func openFailureMap(m Map) (*failureMap, error) {
 	}
 	// The duplicate is what is checked and kept. A closed fd fails here
 	// with EBADF on every kernel (as checkMap's fcntl).
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	dup, err := ownFD(fd)
 	if err != nil {
-		return nil, fmt.Errorf("failure map fd %d: %w", fd, err)
+		return nil, fmt.Errorf("failure %w", err)
 	}
 	f, err := newFailureMap(dup, fd)
 	if err != nil {
@@ -117,12 +124,13 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 		return nil, fmt.Errorf("failure map %q: libbpf counts %d possible cpus, the kernel lists %d", info.name, n, len(possible))
 	}
 	f := &failureMap{
-		name:   info.name,
-		fd:     fd,
-		cpus:   possible,
-		lookup: lookupPerCPU,
-		reader: info.maxEntries >= 2,
-		buf:    make([]uint64, failuresWords*n),
+		name:      info.name,
+		fd:        fd,
+		cpus:      possible,
+		lookup:    func(fd int, out []uint64) error { return lookupPerCPU(fd, 0, out) },
+		reader:    info.maxEntries >= 2,
+		readerKey: readerKeyPerCPU,
+		buf:       make([]uint64, failuresWords*n),
 	}
 	// A map the descriptor may not read (BPF_F_WRONLY, or a pinned map
 	// opened write-only) is refused now rather than read as zeros forever.
@@ -133,26 +141,125 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 	return f, nil
 }
 
-// setReaderClosed writes key 1, the reader's, on every CPU: its first word
-// is 1 while the ring buffer's reader is closed, and ring buffer outputs
-// through bpf/perfbuf.bpf.h then fail in the program (counted as noent).
-// Only user space writes that key, so the whole value may be written. A
-// map without the key (an older PERFBUF_FAILURE_MAP, a nil f) is left
-// alone.
-func (f *failureMap) setReaderClosed(closed bool) error {
-	if f == nil || !f.reader || f.fd < 0 {
+// The reader key, key 1 of a PERFBUF_FAILURE_MAP, says whether a ring
+// buffer's reader is open, to the ring buffer outputs of bpf/perfbuf.bpf.h,
+// which test its first word on their CPU: not 0, no reader (closed), and
+// they fail (counted as noent). Every CPU's copy holds the same two words:
+//
+//	word 0 (noent): 1 while no reader is open, once one was
+//	word 1 (e2big): how many readers are open, in every process
+//
+// Each reader adds itself when it opens (openReader) and takes itself out
+// when it closes (closeReader); the last one out marks the key closed. So a
+// Close marks closed only what no other reader holds open: when a new
+// process opens its reader on a pinned map and then the old one closes
+// (an agent's upgrade), or the other way round, the outputs keep coming to
+// the reader that stays.
+//
+// Each change is a lookup and an update of the whole key; two of them at
+// once, in two processes, would lose one. They are serialised: in this
+// process by readerKeyMu, across processes by flock(2) on the map's
+// descriptor, which locks the descriptor's inode. Every descriptor of a BPF
+// map, from any process and any opening (a pin, an ID), shares its inode:
+// the kernel's one anonymous inode, which every map's shares too, so the
+// lock is the whole host's (TestReaderKeyLock checks it on each kernel),
+// held for one lookup and one update.
+//
+// What remains: a reader that ends without Close (its process killed)
+// leaves its count, and the key then stays open for good, as if it were
+// still there: outputs keep landing in the ring for the next reader, and
+// the last Close counts what it saw as left, not exactly. It errs towards
+// delivering: no output is refused while a reader is open. A map created
+// anew (the program reloaded, the pin removed) starts from zero. A process
+// with a perfbuf older than this count writes the key whole (0 or 1, no
+// count), as before.
+
+// readerKeyMu serialises this process's changes of reader keys (see above).
+var readerKeyMu sync.Mutex
+
+// openReader counts this owner as a reader of the ring buffers that f's
+// outputs write: the key is open from its return. A map without the key
+// (an older PERFBUF_FAILURE_MAP, a nil f) is left alone.
+func (f *failureMap) openReader() error {
+	if f == nil || !f.reader || f.counted {
 		return nil
 	}
-	vals := make([]uint64, failuresWords*len(f.cpus))
-	if closed {
-		for k := range f.cpus {
-			vals[k*failuresWords] = 1
+	if _, err := f.changeReaders(+1); err != nil {
+		return fmt.Errorf("failure map %q: mark a reader open: %w", f.name, err)
+	}
+	f.counted = true
+	return nil
+}
+
+// closeReader takes this owner out of the count that openReader added it
+// to; last reports that it was the last reader, whose leaving marked the
+// key closed: outputs through bpf/perfbuf.bpf.h then fail in the program.
+// It does nothing, and reports false, unless openReader counted f.
+func (f *failureMap) closeReader() (last bool, err error) {
+	if f == nil || !f.counted {
+		return false, nil
+	}
+	f.counted = false
+	n, err := f.changeReaders(-1)
+	if err != nil {
+		return false, fmt.Errorf("failure map %q: mark a reader closed: %w", f.name, err)
+	}
+	return n == 0, nil
+}
+
+// changeReaders adds delta (+1 or -1) to the readers the key counts, under
+// the locks above, and returns the new count. A key marked closed counts
+// none, whatever its word 1 holds.
+func (f *failureMap) changeReaders(delta int) (uint64, error) {
+	readerKeyMu.Lock()
+	defer readerKeyMu.Unlock()
+	if f.fd >= 0 {
+		if err := flockRetry(f.fd, unix.LOCK_EX); err != nil {
+			return 0, fmt.Errorf("lock: %w", err)
+		}
+		defer flockRetry(f.fd, unix.LOCK_UN)
+	}
+	words := make([]uint64, failuresWords*len(f.cpus))
+	if err := f.readerKey(f.fd, words, false); err != nil {
+		return 0, err
+	}
+	n := words[1] // the first CPU's copy: every CPU's is the same
+	if words[0] != 0 {
+		n = 0
+	}
+	switch {
+	case delta > 0:
+		n++
+	case n > 0:
+		n--
+	}
+	closed := uint64(0)
+	if n == 0 {
+		closed = 1
+	}
+	clear(words)
+	for k := range f.cpus {
+		words[k*failuresWords], words[k*failuresWords+1] = closed, n
+	}
+	return n, f.readerKey(f.fd, words, true)
+}
+
+// readerKeyPerCPU reads or writes key 1 of the per-CPU array fd: every
+// possible CPU's copy (see failureMap.readerKey).
+func readerKeyPerCPU(fd int, words []uint64, update bool) error {
+	if update {
+		return updatePerCPU(fd, 1, words)
+	}
+	return lookupPerCPU(fd, 1, words)
+}
+
+// flockRetry is flock(2), again when a signal interrupts it.
+func flockRetry(fd, how int) error {
+	for {
+		if err := unix.Flock(fd, how); err != unix.EINTR {
+			return err
 		}
 	}
-	if err := updatePerCPU(f.fd, 1, vals); err != nil {
-		return fmt.Errorf("failure map %q: mark the reader %s: %w", f.name, map[bool]string{true: "closed", false: "open"}[closed], err)
-	}
-	return nil
 }
 
 // counts returns each CPU's failures, as f.cpus: what the map holds now,
@@ -188,12 +295,15 @@ func decodeFailures(words []uint64, n int) []Failures {
 	return out
 }
 
-// close reads the counts a last time, for Stats after Close, and closes the
-// descriptor. It is idempotent, and does nothing on a nil f.
+// close takes the owner out of the reader key's count if it is still in
+// it (an owner that failed to open), reads the counts a last time, for
+// Stats after Close, and closes the descriptor. It is idempotent, and does
+// nothing on a nil f.
 func (f *failureMap) close() {
 	if f == nil {
 		return
 	}
+	_, _ = f.closeReader()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {

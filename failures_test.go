@@ -322,3 +322,104 @@ func TestFailureMapBadFD(t *testing.T) {
 		t.Errorf("nil map: %v, %v; want none", fm, err)
 	}
 }
+
+// fakeReaderKey stands for key 1 of the kernel's failure map: every CPU's
+// copy of the two words the reader key uses.
+type fakeReaderKey struct {
+	mu    sync.Mutex
+	words []uint64
+}
+
+func (k *fakeReaderKey) access(fd int, words []uint64, update bool) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if update {
+		copy(k.words, words)
+	} else {
+		copy(words, k.words)
+	}
+	return nil
+}
+
+// state returns the closed word and the count, checking that every CPU's
+// copy holds them alike.
+func (k *fakeReaderKey) state(t *testing.T) (closed, readers uint64) {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	closed, readers = k.words[0], k.words[1]
+	for c := 1; c < len(k.words)/failuresWords; c++ {
+		if w := k.words[c*failuresWords:]; w[0] != closed || w[1] != readers {
+			t.Errorf("cpu %d's copy holds %d, %d; cpu 0's %d, %d", c, w[0], w[1], closed, readers)
+		}
+	}
+	return closed, readers
+}
+
+// A Close marks the reader key closed only when no other reader holds it
+// open: readers that overlap, in either order, leave it open to the one
+// that stays (an agent's upgrade: the new one opens, then the old one
+// closes; or the new one gives up first).
+func TestReaderKeyCount(t *testing.T) {
+	cpus := []int{0, 1, 3}
+	key := &fakeReaderKey{words: make([]uint64, failuresWords*len(cpus))}
+	reader := func() *failureMap {
+		f, _ := fakeFailureMap(cpus)
+		f.reader, f.readerKey = true, key.access
+		return f
+	}
+	want := func(step string, closed, readers uint64) {
+		t.Helper()
+		if c, n := key.state(t); c != closed || n != readers {
+			t.Errorf("%s: key closed %d with %d readers, want closed %d with %d", step, c, n, closed, readers)
+		}
+	}
+	closeReader := func(f *failureMap, wantLast bool) {
+		t.Helper()
+		last, err := f.closeReader()
+		if err != nil || last != wantLast {
+			t.Errorf("closeReader = %v, %v; want %v", last, err, wantLast)
+		}
+	}
+	old, upgraded := reader(), reader()
+	if err := old.openReader(); err != nil {
+		t.Fatal(err)
+	}
+	want("old open", 0, 1)
+	if err := upgraded.openReader(); err != nil {
+		t.Fatal(err)
+	}
+	want("new open", 0, 2)
+	closeReader(old, false)
+	want("old closed", 0, 1)
+	closeReader(old, false) // once only
+	want("old closed again", 0, 1)
+	tried := reader()
+	if err := tried.openReader(); err != nil {
+		t.Fatal(err)
+	}
+	closeReader(tried, false)
+	want("another opened and closed", 0, 1)
+	closeReader(upgraded, true)
+	want("the last closed", 1, 0)
+
+	// A key marked closed counts no reader, whatever word 1 says.
+	key.access(-1, []uint64{1, 7, 0, 0, 0, 0, 1, 7, 0, 0, 0, 0, 1, 7, 0, 0, 0, 0}, true)
+	again := reader()
+	if err := again.openReader(); err != nil {
+		t.Fatal(err)
+	}
+	want("open after a closed mark", 0, 1)
+	// An owner that fails to open gives its count back as it closes.
+	failed := reader()
+	if err := failed.openReader(); err != nil {
+		t.Fatal(err)
+	}
+	failed.close()
+	want("an owner that failed to open closed", 0, 1)
+	// A process with an older perfbuf wrote the key open and no count:
+	// the last Close here still marks it closed.
+	key.access(-1, make([]uint64, failuresWords*len(cpus)), true)
+	closeReader(again, true)
+	want("closed after an older writer", 1, 0)
+}

@@ -15,6 +15,13 @@ import (
 
 // Map is what New and NewReader read from: a perf event array's file
 // descriptor. *libbpfgo.BPFMap satisfies it; MapFD wraps a bare descriptor.
+//
+// New and NewReader use the descriptor only during the call: the owner
+// keeps a duplicate of every map it reads (and of Options.FailureMap),
+// which Close closes. The caller may close its own descriptor while the
+// owner is open (closing a libbpfgo module does; so does the garbage
+// collector for a dropped *ebpf.Map whose FD was passed as MapFD), and the
+// owner reads on and never touches what later gets that number.
 type Map interface {
 	FileDescriptor() int
 }
@@ -46,6 +53,38 @@ func checkMap(fd int) (mapDesc, error) {
 			info.name, mapTypeName(info.typ), info.typ, ErrMapType)
 	}
 	return info, nil
+}
+
+// ownFD returns a descriptor of the reader's own for the caller's map
+// descriptor fd (F_DUPFD_CLOEXEC): the same map, whatever becomes of fd. A
+// map a reader uses after New returns is always one of these, closed at
+// Close: the caller may close its descriptor (closing a libbpfgo module
+// does; a garbage collector closes a dropped *ebpf.Map's), and another
+// object may then get its number, which the reader must never touch.
+// A closed fd fails with EBADF.
+func ownFD(fd int) (int, error) {
+	own, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("map fd %d: duplicate: %w", fd, err)
+	}
+	return own, nil
+}
+
+// ownMap is ownFD for the map that checkMap found behind fd (info): a
+// duplicate of fd that is still that map. The caller's descriptor may be
+// closed, and its number taken, during New (a garbage collector closes a
+// dropped *ebpf.Map's at any time); a descriptor of another object then
+// fails with EBADF rather than be read as the map checked.
+func ownMap(fd int, info mapDesc) (int, error) {
+	own, err := ownFD(fd)
+	if err != nil {
+		return -1, err
+	}
+	if now, err := mapInfo(own); err != nil || now.id != info.id || now.typ != info.typ {
+		unix.Close(own)
+		return -1, fmt.Errorf("map fd %d: no longer map %q (id %d), closed during the call: %w", fd, info.name, info.id, syscall.EBADF)
+	}
+	return own, nil
 }
 
 // bpfMapInfo returns the info of the BPF map behind fd, which errors call

@@ -68,7 +68,11 @@ type Options struct {
 	// calls that failed before reaching a ring, which the kernel counts
 	// nowhere else. Stats reads it into each CPU's Failed. It must be such
 	// a map (a per-CPU array of one struct perfbuf_failures), or New and
-	// NewReader fail with os.ErrInvalid.
+	// NewReader fail with os.ErrInvalid. Over a ring buffer it also counts
+	// the readers open, in every process: only the last one's Close marks
+	// the reader gone, after which outputs through bpf/perfbuf.bpf.h fail
+	// (NoEntry) and Close counts what is left exactly. A reader may so be
+	// handed over between processes (docs/failures.md).
 	FailureMap Map
 
 	// Callback mode: New only.

@@ -127,13 +127,13 @@ func numPossibleCPUs() (int, error) {
 	return int(n), nil
 }
 
-// lookupPerCPU reads key 0 of the per-CPU array fd into out
+// lookupPerCPU reads key of the per-CPU array fd into out
 // (BPF_MAP_LOOKUP_ELEM): every possible CPU's value, in CPU order, each
 // rounded up to 8 bytes. out must hold them all; the kernel writes them
 // there during the call (cgo pins out, which holds no Go pointer).
-func lookupPerCPU(fd int, out []uint64) error {
-	var key C.uint32_t
-	if ret := C.bpf_map_lookup_elem(C.int(fd), unsafe.Pointer(&key), unsafe.Pointer(&out[0])); ret < 0 {
+func lookupPerCPU(fd int, key uint32, out []uint64) error {
+	k := C.uint32_t(key)
+	if ret := C.bpf_map_lookup_elem(C.int(fd), unsafe.Pointer(&k), unsafe.Pointer(&out[0])); ret < 0 {
 		return errnoErr(ret)
 	}
 	return nil

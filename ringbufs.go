@@ -21,10 +21,10 @@ import (
 // ringBufSource is a set of BPF ring buffers opened for one reader.
 type ringBufSource struct {
 	rings    []*bpfRing
-	fds      []int    // ring i's map descriptor: a wait polls it
+	fds      []int    // ring i's map descriptor, one in owned: a wait polls it
 	names    []string // ring i's map name
 	ids      []uint32 // claimed until close
-	owned    []int    // descriptors opened here (inner maps), closed at close
+	owned    []int    // descriptors opened here (maps' duplicates, inner maps), closed at close
 	failures *failureMap
 
 	epMu sync.Mutex
@@ -80,7 +80,12 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 			if err := ro.checkRingBuf(m.info); err != nil {
 				return nil, err
 			}
-			bufs = append(bufs, m)
+			fd, err := ownMap(m.fd, m.info)
+			if err != nil {
+				return nil, fmt.Errorf("ring buffer %q: %w", m.info.name, err)
+			}
+			s.owned = append(s.owned, fd)
+			bufs = append(bufs, mapArg{fd, m.info})
 			continue
 		}
 		inner, err := s.inner(m, ro)
@@ -100,9 +105,9 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 			return nil, err
 		}
 	}
-	// A reader again, last: a NewReader that fails leaves the mark as it
-	// was.
-	if err := s.failures.setReaderClosed(false); err != nil {
+	// Counted as a reader last: a NewReader that fails leaves the mark as
+	// it was.
+	if err := s.failures.openReader(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -130,7 +135,7 @@ func (ro ringOptions) checkRingBuf(info mapDesc) error {
 	return nil
 }
 
-// add maps the ring buffer fd and claims it.
+// add maps the ring buffer fd, a descriptor in s.owned, and claims it.
 func (s *ringBufSource) add(fd int, info mapDesc) error {
 	if info.typ != mapTypeRingBuf {
 		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, mapTypeName(info.typ), info.typ, ErrMapType)
@@ -149,7 +154,9 @@ func (s *ringBufSource) add(fd int, info mapDesc) error {
 }
 
 // inner opens the ring buffers in the slots of the array of maps m and
-// checks ro against each. From user space a lookup in an array of maps
+// checks ro against each. Each descriptor it opens is the source's own
+// (s.owned); the array itself is read here only, through the caller's
+// descriptor, and not kept. From user space a lookup in an array of maps
 // gives the inner map's ID, and only BPF_MAP_GET_FD_BY_ID turns it into a
 // descriptor; that needs CAP_SYS_ADMIN (CAP_BPF is not enough).
 func (s *ringBufSource) inner(m mapArg, ro ringOptions) ([]mapArg, error) {
@@ -232,15 +239,13 @@ func (s *ringBufSource) epollFD() (int, error) {
 
 // unlink: a ring buffer cannot be taken out of its map, but a program that
 // writes through bpf/perfbuf.bpf.h sees the reader gone in its failure map
-// (setReaderClosed) and stops reserving: after an RCU grace period (see
-// rings.unlink), no output into the rings is running, and what is in them
-// is final. Other programs keep writing, and Close counts what was in the
-// rings when it looked.
+// and stops reserving once the last reader is gone (closeReader): after an
+// RCU grace period (see rings.unlink), no output into the rings is
+// running, and what is in them is final. While another reader is open
+// (another process's, on a pinned map), and for other programs, outputs go
+// on, and Close counts what was in the rings when it looked.
 func (s *ringBufSource) unlink() {
-	if s.failures == nil || !s.failures.reader {
-		return
-	}
-	if s.failures.setReaderClosed(true) == nil {
+	if last, err := s.failures.closeReader(); last && err == nil {
 		rcuGrace()
 	}
 }

@@ -26,7 +26,14 @@ import (
 // lock, which therefore reads cpus, ring and fds without mu; other goroutines
 // take mu.
 type rings struct {
-	mapFD int        // the perf event array, for rings opened later
+	// mapFD is the perf event array: the rings' own descriptor of it
+	// (ownFD), which libbpf keeps to store and delete the rings' slots
+	// (perf_buffer__new_raw, perf_buffer__free), unlink deletes them
+	// through, and rings opened later are stored through. close closes it
+	// when mapOwned.
+	mapFD    int
+	mapOwned bool
+
 	cfg   ringConfig // their configuration
 	mapID uint32     // claimed in claims until close
 	limit int        // CPUs below it may have a ring (possible CPUs, max_entries)
@@ -80,9 +87,14 @@ func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, er
 	if !claimMap(info.id) {
 		return nil, fmt.Errorf("%v (id %d): %w", info, info.id, ErrMapInUse)
 	}
-	r = &rings{mapFD: fd, cfg: cfg, mapID: info.id, limit: limit, watch: watch, failures: fails}
+	own, err := ownMap(fd, info)
+	if err != nil {
+		unclaimMap(info.id)
+		return nil, err
+	}
+	r = &rings{mapFD: own, mapOwned: true, cfg: cfg, mapID: info.id, limit: limit, watch: watch, failures: fails}
 	r.openCPU = r.openLibbpf
-	c, err := openC(fd, cfg, cpus)
+	c, err := openC(r.mapFD, cfg, cpus)
 	if err != nil {
 		r.close()
 		if errors.Is(err, os.ErrPermission) {
@@ -230,12 +242,17 @@ func rcuGrace() {
 // and closes. Every reader of them is invalid afterwards. The newest
 // first: a CPU's later ring is in its slot, which the older one's free
 // would otherwise clear first, for a moment in which its samples fail.
+// Then it closes the map's descriptor, which the frees used.
 func (r *rings) close() {
 	if r.watch != nil {
 		r.watch.close()
 	}
 	for _, c := range slices.Backward(r.cs) {
 		c.close()
+	}
+	if r.mapOwned {
+		unix.Close(r.mapFD)
+		r.mapOwned = false
 	}
 	unclaimMap(r.mapID) // after the slots are cleared: a new reader's stay
 	r.failures.close()

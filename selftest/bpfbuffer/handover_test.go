@@ -1,0 +1,310 @@
+package bpfbuffer
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"golang.org/x/sys/unix"
+)
+
+// handoverDir, set in a child's environment, names the bpffs directory of
+// the pinned maps that TestHandoverChild reads.
+const handoverDir = "PERFBUF_HANDOVER_DIR"
+
+// A pinned ring buffer read across an agent's upgrade: two processes, each
+// with its Reader and the same pinned failure map. The new one opens, then
+// the old one closes: outputs keep reaching the ring, and the new reader
+// receives them all; the last reader's Close marks the key closed, and
+// outputs fail from then on (noent). Before it, a process that opens a
+// reader and closes it again, while the old one reads, takes nothing from
+// the old one either. Every output is accounted for, exactly: what the
+// program output == what the readers received + what failed.
+// (The old reader's Close marked the key closed for everyone: the new
+// reader received only what was in the ring at that Close.)
+func TestHandover(t *testing.T) {
+	opts := perfbuf.Options{}
+	f := setup(t, bpfbuffer.RingBuf, &opts)
+	if f.kind != bpfbuffer.RingBuf {
+		t.Fatalf("the buffer became a %v", f.kind)
+	}
+	dir := pinDir(t)
+	for name, m := range map[string]interface{ Pin(string) error }{"events": f.events, "events_failures": f.failures} {
+		if err := m.Pin(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const perCPU = 10
+	n := uint64(len(f.cpus))
+	produce := func() {
+		t.Helper()
+		for _, cpu := range f.cpus {
+			f.produce(t, cpu, perCPU, 48, viaOutput, 1)
+		}
+	}
+	before := f.outcomes(t)
+	failedBefore := bpftest.PerCPU[perfbuf.Failures](t, f.mod, "events_failures")
+
+	// The old process's reader (this one).
+	old, err := perfbuf.NewReader(f.events, perfbuf.Options{FailureMap: f.failures})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	var oldGot uint64
+	consume := func() {
+		t.Helper()
+		k, err := old.Consume(func(rec *perfbuf.Record) error {
+			if rec.Type == perfbuf.RecordSample {
+				oldGot++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("old reader: Consume = %d, %v", k, err)
+		}
+	}
+	produce()
+	consume()
+
+	// A new process opens a reader and gives up: the old one reads on.
+	tried := startChild(t, dir)
+	tried.do(t, "close")
+	produce()
+	consume()
+	if want := 2 * perCPU * n; oldGot != want {
+		t.Errorf("the old reader received %d, want %d: another process's reader closing took its outputs", oldGot, want)
+	}
+
+	// The upgrade: the new process opens, outputs land in the ring, the
+	// old one closes, outputs go on landing, the new one reads them all.
+	upgraded := startChild(t, dir)
+	produce()
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	oldSt := old.Stats()[0]
+	if oldSt.Samples != oldGot || oldSt.Left != perCPU*n {
+		t.Errorf("the old reader's Stats: %d samples, %d left; want %d, %d", oldSt.Samples, oldSt.Left, oldGot, perCPU*n)
+	}
+	produce()
+	newGot := upgraded.count(t, "consume")
+	produce()
+	newGot += upgraded.count(t, "consume")
+	if want := 3 * perCPU * n; newGot != want {
+		t.Errorf("the new reader received %d, want %d (%d left by the old one and %d output since)", newGot, want, perCPU*n, 2*perCPU*n)
+	}
+	closed := upgraded.do(t, "close")
+
+	// The last reader is gone: outputs fail in the program.
+	produce()
+	after := f.outcomes(t)
+	failedAfter := bpftest.PerCPU[perfbuf.Failures](t, f.mod, "events_failures")
+	var attempts, ok, noent, failed uint64
+	for _, cpu := range f.cpus {
+		a, b := after[cpu], before[cpu]
+		attempts += a.Attempts - b.Attempts
+		ok += a.OK - b.OK
+		noent += a.NoEnt - b.NoEnt
+		failed += failedAfter[cpu].Total() - failedBefore[cpu].Total()
+	}
+	t.Logf("%d output = received %d (old) + %d (new) + failed %d (noent %d); the new reader at Close: %s",
+		attempts, oldGot, newGot, failed, noent, closed)
+	if attempts != 6*perCPU*n || ok != oldGot+newGot || attempts != oldGot+newGot+failed || noent != perCPU*n || failed != noent {
+		t.Errorf("ledger: %d output, %d into the ring; received %d (old) + %d (new); failed %d (noent %d); want %d output, all received but the last %d (noent)",
+			attempts, ok, oldGot, newGot, failed, noent, 6*perCPU*n, perCPU*n)
+	}
+	if want := fmt.Sprintf("samples %d left 0", newGot); closed != want {
+		t.Errorf("the new reader at Close: %s, want %s", closed, want)
+	}
+}
+
+// pinDir returns a new directory in the bpffs at /sys/fs/bpf, mounting one
+// there if there is none; both go at cleanup.
+func pinDir(t *testing.T) string {
+	t.Helper()
+	const root = "/sys/fs/bpf"
+	var st unix.Statfs_t
+	if err := unix.Statfs(root, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+		if err := unix.Mount("bpf", root, "bpf", 0, ""); err != nil {
+			t.Fatalf("mount bpffs at %s: %v", root, err)
+		}
+		t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
+	}
+	dir, err := os.MkdirTemp(root, "perfbuf-handover-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// child is a reader in another process: this test binary running
+// TestHandoverChild, driven by a command a line on its stdin, answering a
+// line on its stdout.
+type child struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+// startChild starts a child over the maps pinned in dir and waits until
+// its reader is open.
+func startChild(t *testing.T, dir string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHandoverChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), handoverDir+"="+dir)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Wait()
+	})
+	if got := c.answer(t); got != "open" {
+		t.Fatalf("child: %q, want open", got)
+	}
+	return c
+}
+
+// do sends cmd and returns the answer.
+func (c *child) do(t *testing.T, cmd string) string {
+	t.Helper()
+	if _, err := fmt.Fprintln(c.in, cmd); err != nil {
+		t.Fatal(err)
+	}
+	return c.answer(t)
+}
+
+// count sends cmd and returns the number it answers.
+func (c *child) count(t *testing.T, cmd string) uint64 {
+	t.Helper()
+	var n uint64
+	if ans := c.do(t, cmd); func() error { _, err := fmt.Sscan(ans, &n); return err }() != nil {
+		t.Fatalf("child: %q after %s, want a count", ans, cmd)
+	}
+	return n
+}
+
+// answer returns the child's next answer line, passing over what the test
+// framework prints.
+func (c *child) answer(t *testing.T) string {
+	t.Helper()
+	for c.out.Scan() {
+		if ans, ok := strings.CutPrefix(c.out.Text(), "handover: "); ok {
+			if msg, failed := strings.CutPrefix(ans, "error: "); failed {
+				t.Fatalf("child: %s", msg)
+			}
+			return ans
+		}
+	}
+	t.Fatalf("child ended: %v", c.out.Err())
+	return ""
+}
+
+// TestHandoverChild is the child of TestHandover: a reader of the maps
+// pinned in $PERFBUF_HANDOVER_DIR, opened through cilium/ebpf. It answers
+// "open" once its reader is open, then, a line each: "consume" with the
+// samples Consume delivered, "close" with the reader's Stats, and exits.
+func TestHandoverChild(t *testing.T) {
+	dir := os.Getenv(handoverDir)
+	if dir == "" {
+		t.Skip("the child of TestHandover")
+	}
+	answer := func(format string, args ...any) { fmt.Printf("handover: "+format+"\n", args...) }
+	fail := func(err error) {
+		answer("error: %v", err)
+		t.Fatal(err)
+	}
+	events, err := ebpf.LoadPinnedMap(filepath.Join(dir, "events"), nil)
+	if err != nil {
+		fail(err)
+	}
+	defer events.Close()
+	failures, err := ebpf.LoadPinnedMap(filepath.Join(dir, "events_failures"), nil)
+	if err != nil {
+		fail(err)
+	}
+	defer failures.Close()
+	r, err := perfbuf.NewReader(perfbuf.MapFD(events.FD()), perfbuf.Options{FailureMap: perfbuf.MapFD(failures.FD())})
+	if err != nil {
+		fail(err)
+	}
+	defer r.Close()
+	answer("open")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "consume":
+			var got uint64
+			if _, err := r.Consume(func(rec *perfbuf.Record) error {
+				if rec.Type == perfbuf.RecordSample {
+					got++
+				}
+				return nil
+			}); err != nil {
+				fail(err)
+			}
+			answer("%d", got)
+		case "close":
+			if err := r.Close(); err != nil {
+				fail(err)
+			}
+			st := r.Stats()[0]
+			answer("samples %d left %d", st.Samples, st.Left)
+			return
+		default:
+			fail(fmt.Errorf("unknown command %q", in.Text()))
+		}
+	}
+	fail(errors.New("stdin closed"))
+}
+
+// The reader key's lock (see failures.go) holds across processes: two
+// descriptors of one map, opened separately (as two processes open a
+// pinned map), lock each other out with flock(2).
+func TestReaderKeyLock(t *testing.T) {
+	bpftest.RequirePrivileges(t)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 48, MaxEntries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	other, err := ebpf.NewMapFromID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := unix.Flock(m.FD(), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Flock(m.FD(), unix.LOCK_UN)
+	if err := unix.Flock(other.FD(), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+		t.Errorf("flock of another descriptor of the locked map: %v, want EWOULDBLOCK", err)
+	}
+}
