@@ -117,16 +117,6 @@ func mapTypeName(t uint32) string {
 	return "unknown"
 }
 
-// numPossibleCPUs is libbpf_num_possible_cpus: the number of values a
-// lookup in a per-CPU map returns, one per possible CPU.
-func numPossibleCPUs() (int, error) {
-	n := C.libbpf_num_possible_cpus()
-	if n < 0 {
-		return 0, errnoErr(n)
-	}
-	return int(n), nil
-}
-
 // lookupPerCPU reads key 0 of the per-CPU array fd into out
 // (BPF_MAP_LOOKUP_ELEM): every possible CPU's value, in CPU order, each
 // rounded up to 8 bytes. out must hold them all; the kernel writes them

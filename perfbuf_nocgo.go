@@ -22,8 +22,6 @@ func deleteKey(fd int, key int32) error { return ErrNoCgo }
 
 func mapTypeName(t uint32) string { return "unknown" }
 
-func numPossibleCPUs() (int, error) { return 0, ErrNoCgo }
-
 func lookupPerCPU(fd int, out []uint64) error { return ErrNoCgo }
 
 func innerMapID(fd int, key uint32) (uint32, error) { return 0, ErrNoCgo }
