@@ -28,9 +28,9 @@ type PerfConfig struct {
 	WakeupBytes  int // bytes per wakeup (a watermark); 0: wake by events
 }
 
-// check reports the first field of c the kernel would refuse, or would
+// Check reports the first field of c the kernel would refuse, or would
 // read other than as meant.
-func (c PerfConfig) check() error {
+func (c PerfConfig) Check() error {
 	switch {
 	case c.PageSize <= 0 || bits.OnesCount(uint(c.PageSize)) != 1:
 		return fmt.Errorf("page size %d is not a power of two: %w", c.PageSize, os.ErrInvalid)
@@ -99,7 +99,7 @@ func OpenedPerfRings() uint64 { return opened.Load() }
 // max_entries, ENODEV for an offline CPU, EACCES or EPERM without
 // CAP_PERFMON or CAP_BPF) or os.ErrInvalid for a bad c or no CPU.
 func OpenPerfRings(mapFD int, c PerfConfig, cpus []int32) (_ *PerfRings, err error) {
-	if err := c.check(); err != nil {
+	if err := c.Check(); err != nil {
 		return nil, err
 	}
 	if len(cpus) == 0 {
