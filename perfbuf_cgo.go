@@ -84,15 +84,6 @@ func (c *cBuffer) ring(i int) (unsafe.Pointer, int, error) {
 	return base, int(size), nil
 }
 
-// deleteKey empties slot key of the perf event array fd (BPF_MAP_DELETE_ELEM).
-func deleteKey(fd int, key int32) error {
-	k := C.uint32_t(key)
-	if ret := C.bpf_map_delete_elem(C.int(fd), unsafe.Pointer(&k)); ret < 0 {
-		return errnoErr(ret)
-	}
-	return nil
-}
-
 func mapInfo(fd int) (mapDesc, error) {
 	var d C.struct_perfbuf_map_desc
 	var name [C.BPF_OBJ_NAME_LEN]C.char

@@ -18,8 +18,6 @@ func openC(fd int, cfg ringConfig, cpus []int32) (*cBuffer, error) { return nil,
 
 func mapInfo(fd int) (mapDesc, error) { return mapDesc{}, ErrNoCgo }
 
-func deleteKey(fd int, key int32) error { return ErrNoCgo }
-
 func mapTypeName(t uint32) string { return "unknown" }
 
 func lookupPerCPU(fd int, out []uint64) error { return ErrNoCgo }

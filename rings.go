@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -231,7 +232,7 @@ func (r *rings) unlink() {
 // unlinkCPUs is unlink for the slots of cpus.
 func (r *rings) unlinkCPUs(cpus []int32) {
 	for _, key := range slices.Compact(slices.Sorted(slices.Values(cpus))) {
-		_ = deleteKey(r.mapFD, key) // ENOENT: a slot already empty
+		_ = kernel.DeleteSlot(r.mapFD, uint32(key)) // ENOENT: a slot already empty
 	}
 	rcuGrace()
 }
