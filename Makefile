@@ -18,7 +18,8 @@
 #   make lint     gofmt, go vet, staticcheck
 #   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12 kernels x 2, 8 CPUs,
 #                 then the hotplug tests on 64 CPUs (6.12), most offline at boot
-#   make vmtest64 that 64-CPU run alone
+#   make vmtest64 that 64-CPU run alone; BIG_CPUS=128 boots 128 with only the even ones
+#                 online (an online list past libbpf's 128 bytes: perfbuf opens the rings itself)
 #
 # libbpf: static from ./libbpf when the submodule is populated, else the
 # system libbpf (>= 1.4) through pkg-config. Either way the Go package builds

@@ -84,15 +84,6 @@ func (c *cBuffer) ring(i int) (unsafe.Pointer, int, error) {
 	return base, int(size), nil
 }
 
-// deleteKey empties slot key of the perf event array fd (BPF_MAP_DELETE_ELEM).
-func deleteKey(fd int, key int32) error {
-	k := C.uint32_t(key)
-	if ret := C.bpf_map_delete_elem(C.int(fd), unsafe.Pointer(&k)); ret < 0 {
-		return errnoErr(ret)
-	}
-	return nil
-}
-
 func mapInfo(fd int) (mapDesc, error) {
 	var d C.struct_perfbuf_map_desc
 	var name [C.BPF_OBJ_NAME_LEN]C.char
@@ -115,16 +106,6 @@ func mapTypeName(t uint32) string {
 		return C.GoString(s)
 	}
 	return "unknown"
-}
-
-// numPossibleCPUs is libbpf_num_possible_cpus: the number of values a
-// lookup in a per-CPU map returns, one per possible CPU.
-func numPossibleCPUs() (int, error) {
-	n := C.libbpf_num_possible_cpus()
-	if n < 0 {
-		return 0, errnoErr(n)
-	}
-	return int(n), nil
 }
 
 // lookupPerCPU reads key of the per-CPU array fd into out

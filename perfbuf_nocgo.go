@@ -14,11 +14,7 @@ func openC(fd int, cfg ringConfig, cpus []int32) (*cBuffer, error) { return nil,
 
 func mapInfo(fd int) (mapDesc, error) { return mapDesc{}, ErrNoCgo }
 
-func deleteKey(fd int, key int32) error { return ErrNoCgo }
-
 func mapTypeName(t uint32) string { return "unknown" }
-
-func numPossibleCPUs() (int, error) { return 0, ErrNoCgo }
 
 func lookupPerCPU(fd int, key uint32, out []uint64) error { return ErrNoCgo }
 

@@ -1,9 +1,10 @@
 package perfbuf
 
 // Opening the rings of a perf event array: the checks on the map, the claim
-// that makes one reader per map in this process, libbpf's perf_buffer, and
-// the ring kind over each ring's memory (perfring.go). The owner core
-// (core.go) owns a rings.
+// that makes one reader per map in this process, the perf events
+// (perfevents.go: libbpf's perf_buffer, or perfbuf's own opener where
+// libbpf refuses), and the ring kind over each ring's memory (perfring.go).
+// The owner core (core.go) owns a rings.
 
 import (
 	"errors"
@@ -14,13 +15,13 @@ import (
 	"syscall"
 
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
-// rings are the per-CPU rings of one perf event array, opened through
-// libbpf's perf_buffer__new_raw on the CPUs perf_buffer__new would choose,
-// and later on CPUs that come online (hotplug.go), each in a perf_buffer of
-// its own.
+// rings are the per-CPU rings of one perf event array, opened
+// (openPerfEvents) on the CPUs perf_buffer__new would choose, and later on
+// CPUs that come online (hotplug.go), each in an opening of its own.
 //
 // Rings are only added, by the owner's reading goroutine under its drain
 // lock, which therefore reads cpus, ring and fds without mu; other goroutines
@@ -34,13 +35,13 @@ type rings struct {
 	mapFD    int
 	mapOwned bool
 
-	cfg   ringConfig // their configuration
-	mapID uint32     // claimed in claims until close
-	limit int        // CPUs below it may have a ring (possible CPUs, max_entries)
-	watch *cpuWatch  // CPUs coming online; nil if not tracked
-	cs    []*cBuffer // cs[0] from New, then one per ring opened later
-	epfd  int        // cs[0]'s epoll set (EpollFD), over every ring
-	// openCPU opens a ring on a CPU that came online: openLibbpf, but in
+	cfg   ringConfig   // their configuration
+	mapID uint32       // claimed in claims until close
+	limit int          // CPUs below it may have a ring (possible CPUs, max_entries)
+	watch *cpuWatch    // CPUs coming online; nil if not tracked
+	cs    []perfEvents // cs[0] from New, then one per ring opened later
+	epfd  int          // cs[0]'s epoll set (EpollFD), over every ring
+	// openCPU opens a ring on a CPU that came online: openOne, but in
 	// tests.
 	openCPU func(cpu int32) (*perfRing, int, ringSrc, error)
 
@@ -48,14 +49,14 @@ type rings struct {
 	cpus []int32     // cpus[i] is the CPU behind buffer index i
 	ring []*perfRing // the owner's reader of ring i
 	fds  []int       // ring i's perf event descriptor
-	src  []ringSrc   // where ring i is in libbpf
+	src  []ringSrc   // where ring i is in its opening
 
 	failures *failureMap // Options.FailureMap, or nil; closed with the rings
 }
 
-// ringSrc is a ring's perf_buffer and index in it.
+// ringSrc is a ring's opening and index in it.
 type ringSrc struct {
-	c *cBuffer
+	c perfEvents
 	j int
 }
 
@@ -93,8 +94,8 @@ func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, er
 		return nil, err
 	}
 	r = &rings{mapFD: own, mapOwned: true, cfg: cfg, mapID: info.id, limit: limit, watch: watch, failures: fails}
-	r.openCPU = r.openLibbpf
-	c, err := openC(r.mapFD, cfg, cpus)
+	r.openCPU = r.openOne
+	c, err := openPerfEvents(r.mapFD, cfg, cpus)
 	if err != nil {
 		r.close()
 		if errors.Is(err, os.ErrPermission) {
@@ -105,13 +106,15 @@ func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, er
 	}
 	r.cs, r.epfd = append(r.cs, c), c.epollFD()
 	if n := c.bufferCount(); n != len(cpus) {
+		r.unlinkCPUs(cpus)
 		r.close()
-		return nil, fmt.Errorf("libbpf opened %d rings for %d cpus", n, len(cpus))
+		return nil, fmt.Errorf("opened %d rings for %d cpus", n, len(cpus))
 	}
 	for j, cpu := range cpus {
 		src := ringSrc{c, j}
 		rb, err := src.view(cpu)
 		if err != nil {
+			r.unlinkCPUs(cpus)
 			r.close()
 			return nil, fmt.Errorf("ring %d: %w", j, err)
 		}
@@ -142,16 +145,24 @@ func (r *rings) add(cpu int) (int, error) {
 	return r.push(int32(cpu), rb, fd, src), nil
 }
 
-// openLibbpf opens a ring on cpu in a perf_buffer of its own, which stores
-// it in the map at the CPU's key. Its descriptor joins the first
-// perf_buffer's epoll set too, so that EpollFD covers it (perfbuf never
-// calls perf_buffer__poll, the one reader of that set's event data).
-func (r *rings) openLibbpf(cpu int32) (*perfRing, int, ringSrc, error) {
-	c, err := openC(r.mapFD, r.cfg, []int32{cpu})
+// openOne opens a ring on cpu in an opening of its own, which stores it in
+// the map at the CPU's key. Its descriptor joins the first opening's epoll
+// set too, so that EpollFD covers it (perfbuf never calls
+// perf_buffer__poll, the one reader of a libbpf set's event data). If it
+// fails once the ring is stored, it empties the CPU's slot and closes the
+// ring: outputs there then fail (ENOENT) rather than fill a ring nobody
+// reads.
+func (r *rings) openOne(cpu int32) (_ *perfRing, _ int, _ ringSrc, err error) {
+	c, err := openPerfEvents(r.mapFD, r.cfg, []int32{cpu})
 	if err != nil {
 		return nil, 0, ringSrc{}, err
 	}
-	r.cs = append(r.cs, c) // freed by close from here on
+	defer func() {
+		if err != nil {
+			r.unlinkCPUs([]int32{cpu})
+			c.close()
+		}
+	}()
 	src := ringSrc{c, 0}
 	rb, err := src.view(cpu)
 	if err != nil {
@@ -162,6 +173,7 @@ func (r *rings) openLibbpf(cpu int32) (*perfRing, int, ringSrc, error) {
 	if err := unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return nil, 0, ringSrc{}, fmt.Errorf("add to epoll: %w", err)
 	}
+	r.cs = append(r.cs, c) // freed by close from here on
 	return rb, fd, src, nil
 }
 
@@ -182,7 +194,7 @@ func (r *rings) addNew(add func(rb ring, fd int) error) error {
 	return r.addNewCPUs(func(i int) error { return add(r.ring[i], r.fds[i]) })
 }
 
-// epollFD is libbpf's epoll set over every ring (perf_buffer__epoll_fd).
+// epollFD is the first opening's epoll set, over every ring.
 func (r *rings) epollFD() (int, error) { return r.epfd, nil }
 
 // view returns a new reader of ring i's mapping, with positions of its own.
@@ -221,13 +233,18 @@ func (s ringSrc) view(cpu int32) (*perfRing, error) {
 // (perf_buffer__free deletes the slots again, and finds them empty.)
 func (r *rings) unlink() {
 	if len(r.cs) == 0 {
-		return // no libbpf perf_buffer: rings of a test's own
+		return // no opening: rings of a test's own
 	}
 	r.mu.RLock()
 	keys := slices.Clone(r.cpus)
 	r.mu.RUnlock()
-	for _, key := range slices.Compact(slices.Sorted(slices.Values(keys))) {
-		_ = deleteKey(r.mapFD, key) // ENOENT: a slot already empty
+	r.unlinkCPUs(keys)
+}
+
+// unlinkCPUs is unlink for the slots of cpus.
+func (r *rings) unlinkCPUs(cpus []int32) {
+	for _, key := range slices.Compact(slices.Sorted(slices.Values(cpus))) {
+		_ = kernel.DeleteSlot(r.mapFD, uint32(key)) // ENOENT: a slot already empty
 	}
 	rcuGrace()
 }
@@ -238,8 +255,9 @@ func rcuGrace() {
 	_, _, _ = unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0)
 }
 
-// close frees the rings: perf_buffer__free clears the map's slots, unmaps
-// and closes. Every reader of them is invalid afterwards. The newest
+// close frees the rings: each opening unmaps and closes its own
+// (perf_buffer__free clears the map's slots too; perfbuf's opener leaves
+// that to unlink). Every reader of them is invalid afterwards. The newest
 // first: a CPU's later ring is in its slot, which the older one's free
 // would otherwise clear first, for a moment in which its samples fail.
 // Then it closes the map's descriptor, which the frees used.

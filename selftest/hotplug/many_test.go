@@ -17,11 +17,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 )
 
@@ -212,8 +214,14 @@ func TestHotplugManyCPUs(t *testing.T) {
 	// Not in increasing order: a CPU beyond every ring, then one in a
 	// hole, as they come.
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(late), func(i, j int) { late[i], late[j] = late[j], late[i] })
-	t.Logf("%d possible cpus, online at start %s, %d come online while reading",
-		len(possible), cpuList(online), len(late))
+	t.Logf("%d possible cpus, online at start %s (%d bytes), %d come online while reading",
+		len(possible), cpuList(online), len(cpuList(online))+1, len(late))
+	byOpener := kernel.OpenedPerfRings()
+	defer func() {
+		// Where the online list passed 128 bytes, libbpf refused and
+		// perfbuf opened the rings itself (see TestLongOnlineList).
+		t.Logf("perfbuf's own opener opened %d of the readers' rings", kernel.OpenedPerfRings()-byOpener)
+	}()
 
 	opts := perfbuf.Options{RingBytes: 64 << 10}
 	readers := []*manyReader{
@@ -428,9 +436,11 @@ func cpuList(cpus []int) string {
 // (parse_cpu_mask_file) and fails with E2BIG when the list is longer. Such
 // lists are those of hosts with many CPUs and every other one offline (SMT
 // off where siblings are numbered next to each other: "0,2,4,...", 201
-// bytes with 128 CPUs). Each reader must still open a ring on every online
-// CPU and account for every sample. With 64 possible CPUs no list reaches
-// 128 bytes, and the test skips; BIG_CPUS=128 make vmtest64 runs it.
+// bytes with 128 CPUs). libbpf alone must fail there, and perfbuf's own
+// opener then opens every ring: each reader must have a ring on every
+// online CPU and account for every sample. With 64 possible CPUs no list
+// reaches 128 bytes, and the test skips; BIG_CPUS=128 make vmtest64 runs
+// it.
 func TestLongOnlineList(t *testing.T) {
 	if os.Getenv("PERFBUF_VMTEST") != "1" {
 		t.Skip("takes CPUs offline: only inside a VM (make vmtest), never on the host")
@@ -466,12 +476,17 @@ func TestLongOnlineList(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("online list of %d bytes: %s", len(list), strings.TrimSpace(string(list)))
+	checkLibbpfRefuses(t, len(list))
 
+	before := kernel.OpenedPerfRings()
 	opts := perfbuf.Options{RingBytes: 64 << 10}
 	readers := []*manyReader{
 		openCallback(t, opts),
 		openReader(t, "fullest", opts),
 		openReader(t, "ordered", perfbuf.Options{RingBytes: opts.RingBytes, Order: &perfbuf.Order{KeyOffset: 8}}),
+	}
+	if n := kernel.OpenedPerfRings() - before; n != uint64(len(readers)*len(online)) {
+		t.Errorf("perfbuf's opener opened %d rings, want every ring of the %d readers on %d cpus", n, len(readers), len(online))
 	}
 	for _, m := range readers {
 		m.first = len(m.stats())
@@ -489,4 +504,21 @@ func TestLongOnlineList(t *testing.T) {
 			t.Errorf("%s: %d rings, want one per online cpu (%d)", m.name, m.first, len(online))
 		}
 	}
+}
+
+// checkLibbpfRefuses checks that libbpf's own perf_buffer__new (through
+// libbpfgo, as its users call it) fails with E2BIG on this host, whose
+// online list is n bytes long: where perfbuf opens its rings itself.
+func checkLibbpfRefuses(t *testing.T, n int) {
+	t.Helper()
+	f := bpftest.Setup(t, obj)
+	pb, err := f.Mod.InitPerfBuf("events", make(chan []byte, 1), make(chan uint64, 1), 8)
+	if err == nil {
+		pb.Close()
+		t.Fatalf("libbpf opened a perf buffer with a %d-byte online list: has its 128-byte limit gone?", n)
+	}
+	if !errors.Is(err, syscall.E2BIG) {
+		t.Fatalf("libbpf alone, %d-byte online list: %v, want E2BIG", n, err)
+	}
+	t.Logf("libbpf alone, %d-byte online list: %v", n, err)
 }

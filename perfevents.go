@@ -1,0 +1,94 @@
+package perfbuf
+
+// The two openers of a perf event array's rings, behind one contract:
+// libbpf's perf_buffer (perfbuf_cgo.go), and perfbuf's own
+// (internal/kernel), used where libbpf refuses: every perf_buffer__new* of
+// libbpf (through 1.7 and its master) reads /sys/devices/system/cpu/online
+// into 128 bytes and fails with E2BIG when the list is longer (128 CPUs
+// with every other one offline: 201 bytes), whichever CPUs it is asked
+// for. Both open the same event (kernel.BPFOutputAttr), map it, store it in
+// the map at the CPU's key and enable it; the rings are read the same way
+// (perfring.go) whichever opened them.
+
+import (
+	"errors"
+	"syscall"
+	"unsafe"
+
+	"github.com/perfbuf/perfbuf/internal/kernel"
+)
+
+// perfEvents is one opening of rings: ring j, of bufferCount, is the CPU
+// it was opened for, cpus[j] of openPerfEvents; the map's slot for that CPU
+// holds its event. close disables, unmaps and closes, and leaves emptying
+// the slots to rings.unlink (libbpf empties them again, finding them
+// empty).
+type perfEvents interface {
+	bufferCount() int
+	bufferFD(j int) int
+	// epollFD is an epoll set over the opening's rings, closed with it.
+	epollFD() int
+	// ring returns ring j's mapping: base points at its
+	// perf_event_mmap_page, and size bytes of data follow the header page.
+	ring(j int) (base unsafe.Pointer, size int, err error)
+	close()
+}
+
+var (
+	_ perfEvents = (*cBuffer)(nil)
+	_ perfEvents = goEvents{}
+)
+
+// Where rings open their perf events; tests replace them.
+var (
+	openLibbpfEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+		c, err := openC(fd, cfg, cpus)
+		if err != nil {
+			return nil, err // (not a nil *cBuffer in an interface)
+		}
+		return c, nil
+	}
+	openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+		p, err := kernel.OpenPerfRings(fd, cfg.kernel(), cpus)
+		if err != nil {
+			return nil, err
+		}
+		return goEvents{p}, nil
+	}
+)
+
+// openPerfEvents opens a ring on each of cpus and stores it in the perf
+// event array fd at the CPU's key: through libbpf, and where libbpf
+// refuses with E2BIG (a long online list), or when the selftests force it
+// (kernel.ForcePerfRings), through perfbuf's own opener. Errors: the
+// kernel's errno, a syscall.Errno, wrapped or not.
+func openPerfEvents(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+	if !kernel.ForcePerfRings.Load() {
+		ev, err := openLibbpfEvents(fd, cfg, cpus)
+		if !errors.Is(err, syscall.E2BIG) {
+			return ev, err
+		}
+		// libbpf opened nothing: it reads the online list before it
+		// opens a ring. A key past max_entries, the kernel's E2BIG, is
+		// not asked for (ringCPUs), and is E2BIG again below.
+	}
+	return openGoEvents(fd, cfg, cpus)
+}
+
+// kernel is c for the kernel package's opener.
+func (c ringConfig) kernel() kernel.PerfConfig {
+	return kernel.PerfConfig{Pages: c.pages, PageSize: c.pageSize, WakeupEvents: c.wakeupEvents, WakeupBytes: c.wakeupBytes}
+}
+
+// goEvents are rings that perfbuf opened itself.
+type goEvents struct{ p *kernel.PerfRings }
+
+func (g goEvents) bufferCount() int   { return g.p.Count() }
+func (g goEvents) bufferFD(j int) int { return g.p.FD(j) }
+func (g goEvents) epollFD() int       { return g.p.EpollFD() }
+func (g goEvents) close()             { _ = g.p.Close() }
+
+func (g goEvents) ring(j int) (unsafe.Pointer, int, error) {
+	base, size := g.p.Ring(j)
+	return base, size, nil
+}

@@ -1,0 +1,183 @@
+package perfbuf
+
+import (
+	"errors"
+	"slices"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/perfbuf/perfbuf/internal/kernel"
+	"golang.org/x/sys/unix"
+)
+
+// fakeEvents is an opening of rings in Go memory, one per CPU.
+type fakeEvents struct {
+	cpus   []int32
+	mem    [][]byte // a header page, then 4 KiB of data
+	closed bool
+}
+
+func newFakeEvents(cpus []int32) *fakeEvents {
+	const page, size = 4096, 4096
+	e := &fakeEvents{cpus: cpus}
+	for range cpus {
+		m := make([]byte, page+size)
+		hdr := (*unix.PerfEventMmapPage)(unsafe.Pointer(&m[0]))
+		hdr.Data_offset, hdr.Data_size = page, size
+		e.mem = append(e.mem, m)
+	}
+	return e
+}
+
+func (e *fakeEvents) bufferCount() int   { return len(e.cpus) }
+func (e *fakeEvents) bufferFD(j int) int { return 1000 + j }
+func (e *fakeEvents) epollFD() int       { return -1 }
+func (e *fakeEvents) close()             { e.closed = true }
+func (e *fakeEvents) ring(j int) (unsafe.Pointer, int, error) {
+	return unsafe.Pointer(&e.mem[j][0]), len(e.mem[j]) - 4096, nil
+}
+
+// fakeOpeners replaces both openers for the test: libbpf's fails with
+// libbpfErr (nil: opens fake rings); perfbuf's opens fake rings. It
+// returns the calls each got, by the CPUs asked for.
+func fakeOpeners(t *testing.T, libbpfErr error) (libbpf, own *[][]int32, opened *[]*fakeEvents) {
+	t.Helper()
+	oldL, oldG := openLibbpfEvents, openGoEvents
+	t.Cleanup(func() { openLibbpfEvents, openGoEvents = oldL, oldG })
+	libbpf, own, opened = new([][]int32), new([][]int32), new([]*fakeEvents)
+	openLibbpfEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+		*libbpf = append(*libbpf, slices.Clone(cpus))
+		if libbpfErr != nil {
+			return nil, libbpfErr
+		}
+		e := newFakeEvents(cpus)
+		*opened = append(*opened, e)
+		return e, nil
+	}
+	openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+		*own = append(*own, slices.Clone(cpus))
+		e := newFakeEvents(cpus)
+		*opened = append(*opened, e)
+		return e, nil
+	}
+	return libbpf, own, opened
+}
+
+// openPerfEvents goes to perfbuf's own opener where libbpf refuses with
+// E2BIG (its 128-byte read of the online list), and only there; the
+// selftests' hook sends every opening to it.
+func TestOpenPerfEventsFallback(t *testing.T) {
+	cpus := []int32{0, 2, 4}
+	for _, tc := range []struct {
+		name      string
+		libbpfErr error
+		force     bool
+		wantErr   error // nil: opened
+		wantOwn   bool  // by perfbuf's opener
+	}{
+		{"libbpf opens", nil, false, nil, false},
+		{"long online list", syscall.E2BIG, false, nil, true},
+		{"no privileges", syscall.EPERM, false, syscall.EPERM, false},
+		{"bad map", syscall.EBADF, false, syscall.EBADF, false},
+		{"forced", nil, true, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			libbpf, own, _ := fakeOpeners(t, tc.libbpfErr)
+			if tc.force {
+				kernel.ForcePerfRings.Store(true)
+				t.Cleanup(func() { kernel.ForcePerfRings.Store(false) })
+			}
+			ev, err := openPerfEvents(7, ringConfig{pages: 1, pageSize: 4096, wakeupEvents: 1}, cpus)
+			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+				t.Fatalf("err %v, want %v", err, tc.wantErr)
+			}
+			if (ev == nil) != (err != nil) {
+				t.Fatalf("opening %v with error %v", ev, err)
+			}
+			wantLibbpf := 1
+			if tc.force {
+				wantLibbpf = 0
+			}
+			wantOwn := 0
+			if tc.wantOwn {
+				wantOwn = 1
+			}
+			if len(*libbpf) != wantLibbpf || len(*own) != wantOwn {
+				t.Fatalf("libbpf asked %d times, perfbuf's opener %d; want %d and %d", len(*libbpf), len(*own), wantLibbpf, wantOwn)
+			}
+			if wantOwn == 1 && !slices.Equal((*own)[0], cpus) {
+				t.Errorf("perfbuf's opener asked for cpus %v, want %v", (*own)[0], cpus)
+			}
+		})
+	}
+}
+
+// A ring opened for a CPU that came online, where libbpf refuses, comes
+// from perfbuf's opener too; if adding it fails once it is open, openOne
+// closes it and leaves it out of the rings.
+func TestOpenOneFallback(t *testing.T) {
+	_, own, opened := fakeOpeners(t, syscall.E2BIG)
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(epfd)
+	pipe := make([]int, 2)
+	if err := unix.Pipe2(pipe, unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pipe[0])
+	defer unix.Close(pipe[1])
+	// The fake's descriptors are not open: the epoll add fails for them.
+	r := &rings{mapFD: -1, cfg: ringConfig{pages: 1, pageSize: 4096, wakeupEvents: 1}, epfd: epfd}
+	if _, _, _, err := r.openOne(5); !errors.Is(err, syscall.EBADF) {
+		t.Fatalf("openOne with an epoll add that fails: %v, want EBADF", err)
+	}
+	if len(*own) != 1 || !slices.Equal((*own)[0], []int32{5}) {
+		t.Fatalf("perfbuf's opener asked for %v, want cpu 5 once", *own)
+	}
+	if len(r.cs) != 0 || !(*opened)[0].closed {
+		t.Fatalf("after a failed add: %d openings kept, closed %v; want none kept, closed", len(r.cs), (*opened)[0].closed)
+	}
+	// Through a descriptor that epoll takes, the ring joins the rings.
+	openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+		return pipeEvents{newFakeEvents(cpus), pipe[0]}, nil
+	}
+	rb, fd, src, err := r.openOne(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rb.cpu != 5 || fd != pipe[0] || src.j != 0 || len(r.cs) != 1 {
+		t.Fatalf("ring of cpu %d, fd %d, index %d, %d openings; want cpu 5, fd %d, index 0, 1", rb.cpu, fd, src.j, len(r.cs), pipe[0])
+	}
+}
+
+// pipeEvents are fake rings whose descriptor is fd.
+type pipeEvents struct {
+	*fakeEvents
+	fd int
+}
+
+func (p pipeEvents) bufferFD(int) int { return p.fd }
+
+// A configuration perfbuf checked is one the kernel package's opener takes.
+func TestRingConfigKernel(t *testing.T) {
+	for _, o := range []ringOptions{
+		{},
+		{ringBytes: 1 << 20, wakeupEvents: 7},
+		{ringBytes: 8192, wakeupBytes: 4096},
+	} {
+		cfg, err := o.config(4096, 1<<34)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := cfg.kernel()
+		if k.Pages != cfg.pages || k.PageSize != 4096 || k.WakeupEvents != cfg.wakeupEvents || k.WakeupBytes != o.wakeupBytes {
+			t.Errorf("%+v: kernel config %+v", o, k)
+		}
+		if err := k.Check(); err != nil {
+			t.Errorf("%+v: the kernel package refuses it: %v", o, err)
+		}
+	}
+}

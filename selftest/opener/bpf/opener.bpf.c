@@ -1,0 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+/* perfbuf's own perf ring opener (opener_test.go): the emitter alone. */
+#include "../../common/emit.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
