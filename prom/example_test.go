@@ -1,12 +1,11 @@
 package prom_test
 
 import (
-	"fmt"
+	"os"
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/prom"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 )
 
@@ -25,11 +24,15 @@ func ExampleNewCollector() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prom.NewCollector(r, prom.Options{ConstLabels: prometheus.Labels{"map": "events"}}))
 
-	text, err := testutil.GatherAndFormat(reg, expfmt.TypeTextPlain, "perfbuf_samples_total")
+	families, err := reg.Gather()
 	if err != nil {
 		panic(err)
 	}
-	fmt.Print(string(text))
+	for _, f := range families {
+		if f.GetName() == "perfbuf_samples_total" {
+			expfmt.MetricFamilyToText(os.Stdout, f)
+		}
+	}
 	// Output:
 	// # HELP perfbuf_samples_total Samples delivered from the CPU's perf rings (with DropLate, late samples dropped too).
 	// # TYPE perfbuf_samples_total counter
