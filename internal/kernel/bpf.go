@@ -38,7 +38,7 @@ type (
 	// next_id, open_flags).
 	getIDAttr struct {
 		id        uint32
-		nextID    uint32
+		_         uint32 // next_id
 		openFlags uint32
 	}
 )
