@@ -3,7 +3,8 @@
 #   make deps     install what is missing (idempotent; quick when all is there)
 #   make run      the main job: execsnoop for a few seconds, with a demo (root)
 #   make test     deps, build, unit tests, privileged selftests, the unit tests on a
-#                 big-endian host (s390x under qemu), a bounded fuzz run
+#                 big-endian host (s390x under qemu), a bounded fuzz run, the tests
+#                 of a build without cgo (test-nocgo)
 #   make bench    Go benchmarks, then perfbench (bench/): every mode beside the C reference
 #                 (table; build/perfbench.csv; docs/perfbench.svg), the quiet
 #                 measurement's C consumer built first (build/perfbench-cquiet), then
@@ -63,7 +64,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h bench/*/bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian unit selftest vmtest vmtest64 fuzz bench bench-execsnoop lint clean docker-test
+.PHONY: all deps libbpf-info bpf build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-nocgo unit selftest vmtest vmtest64 fuzz bench bench-execsnoop lint clean docker-test
 
 all: build
 
@@ -116,6 +117,16 @@ test: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./...
 	@$(MAKE) --no-print-directory test-bigendian
 	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory test-nocgo
+
+# A build without cgo (CGO_ENABLED=0, as static binaries and cross-compiles
+# are built): the package's unit tests, internal/kernel's (the bpf(2) and
+# perf_event_open calls in Go) and selftest/nocgo (a ring buffer and a perf
+# event array read in every form, loaded with cilium/ebpf; privileged). No
+# -race: the race detector needs cgo.
+test-nocgo: bpf
+	@echo "no cgo: the package, internal/kernel and selftest/nocgo with CGO_ENABLED=0"
+	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/kernel ./selftest/nocgo
 
 # The package's tests that need no cgo (the parser, the readers over fake
 # rings, the fuzz corpora) on a big-endian host: built for s390x and run under

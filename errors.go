@@ -33,9 +33,12 @@ var (
 	// ErrCorrupt: a ring held a record or head the kernel never writes
 	// (see CorruptError).
 	ErrCorrupt = errors.New("corrupt ring record")
-	// ErrNoCgo: the call needs libbpf, through cgo, and this binary was
-	// built without cgo (CGO_ENABLED=0). It exists in every build, so that
-	// errors.Is(err, ErrNoCgo) compiles in both.
+	// ErrNoCgo is returned by nothing. A build without cgo
+	// (CGO_ENABLED=0) reads every kind of map: perf event arrays' rings
+	// then open through perfbuf's own opener instead of libbpf's. It is
+	// kept, in every build, so that code testing for it compiles.
+	//
+	// Deprecated: nothing needs cgo any more; drop the test for it.
 	ErrNoCgo = errors.New("perfbuf needs cgo (CGO_ENABLED=1) and libbpf")
 )
 

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,14 +37,14 @@ type failureMap struct {
 	fd   int   // a duplicate of the caller's; -1 in tests
 	cpus []int // cpus[k]: the CPU of the lookup's k-th value (the possible CPUs)
 	// lookup reads key 0 into out, failuresWords words per CPU of cpus:
-	// lookupPerCPU, or a test's fake.
+	// kernel.LookupPerCPU, or a test's fake.
 	lookup func(fd int, out []uint64) error
 	// reader says the map has key 1, the reader key (see PERFBUF_FAILURE_MAP
 	// in bpf/perfbuf.bpf.h), which openReader and closeReader write.
 	reader bool
 	// readerKey reads (update false) or writes key 1's words, as lookup
-	// reads key 0's: lookupPerCPU or updatePerCPU at key 1, or a test's
-	// fake.
+	// reads key 0's: kernel.LookupPerCPU or kernel.UpdatePerCPU at key
+	// 1, or a test's fake.
 	readerKey func(fd int, words []uint64, update bool) error
 	// counted says this owner is one of the readers that key 1 counts:
 	// from openReader to closeReader.
@@ -99,7 +100,7 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 	switch {
 	case info.typ != mapTypePerCPUArray:
 		return nil, fmt.Errorf("failure map %q has type %s (%d), %s (percpu_array): %w",
-			info.name, mapTypeName(info.typ), info.typ, want, os.ErrInvalid)
+			info.name, kernel.MapTypeName(info.typ), info.typ, want, os.ErrInvalid)
 	case info.keySize != 4:
 		return nil, fmt.Errorf("failure map %q has %d-byte keys, %s (__u32 keys): %w",
 			info.name, info.keySize, want, os.ErrInvalid)
@@ -122,7 +123,7 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 		name:      info.name,
 		fd:        fd,
 		cpus:      possible,
-		lookup:    func(fd int, out []uint64) error { return lookupPerCPU(fd, 0, out) },
+		lookup:    func(fd int, out []uint64) error { return kernel.LookupPerCPU(fd, 0, out) },
 		reader:    info.maxEntries >= 2,
 		readerKey: readerKeyPerCPU,
 		buf:       make([]uint64, failuresWords*n),
@@ -243,9 +244,9 @@ func (f *failureMap) changeReaders(delta int) (uint64, error) {
 // possible CPU's copy (see failureMap.readerKey).
 func readerKeyPerCPU(fd int, words []uint64, update bool) error {
 	if update {
-		return updatePerCPU(fd, 1, words)
+		return kernel.UpdatePerCPU(fd, 1, words)
 	}
-	return lookupPerCPU(fd, 1, words)
+	return kernel.LookupPerCPU(fd, 1, words)
 }
 
 // flockRetry is flock(2), again when a signal interrupts it.

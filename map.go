@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -50,7 +51,7 @@ func checkMap(fd int) (mapDesc, error) {
 	}
 	if info.typ != mapTypePerfEventArray && info.typ != mapTypeRingBuf && info.typ != mapTypeArrayOfMaps {
 		return mapDesc{}, fmt.Errorf("map %q has type %s (%d): %w",
-			info.name, mapTypeName(info.typ), info.typ, ErrMapType)
+			info.name, kernel.MapTypeName(info.typ), info.typ, ErrMapType)
 	}
 	return info, nil
 }
@@ -102,9 +103,19 @@ func bpfMapInfo(fd, userFD int, notMap error) (mapDesc, error) {
 		return mapDesc{}, fmt.Errorf("fd %d is not a BPF map (%s): %w", userFD, kind, err)
 	}
 	if err != nil {
-		return mapDesc{}, fmt.Errorf("map fd %d: get map info: %w", userFD, err)
+		return mapDesc{}, fmt.Errorf("map fd %d: %w", userFD, err)
 	}
 	return info, nil
+}
+
+// mapInfo returns what the kernel says of the map behind fd
+// (kernel.GetMapInfo), as the readers keep it.
+func mapInfo(fd int) (mapDesc, error) {
+	i, err := kernel.GetMapInfo(fd)
+	if err != nil {
+		return mapDesc{}, err
+	}
+	return mapDesc{id: i.ID, typ: i.Type, keySize: i.KeySize, valueSize: i.ValueSize, maxEntries: i.MaxEntries, name: i.Name}, nil
 }
 
 // fdKind returns what fd refers to as /proc/self/fd shows it
@@ -118,12 +129,12 @@ func fdKind(fd int) string {
 	return kind
 }
 
-// The BPF map types a reader checks for (include/uapi/linux/bpf.h).
+// The BPF map types a reader checks for.
 const (
-	mapTypePerfEventArray = 4
-	mapTypePerCPUArray    = 6 // a failure map's (failures.go)
-	mapTypeArrayOfMaps    = 12
-	mapTypeRingBuf        = 27
+	mapTypePerfEventArray = unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY
+	mapTypePerCPUArray    = unix.BPF_MAP_TYPE_PERCPU_ARRAY // a failure map's (failures.go)
+	mapTypeArrayOfMaps    = unix.BPF_MAP_TYPE_ARRAY_OF_MAPS
+	mapTypeRingBuf        = unix.BPF_MAP_TYPE_RINGBUF
 )
 
 type mapDesc struct {

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
-#include <string.h>
 #include <linux/perf_event.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -46,23 +45,4 @@ struct perf_buffer *perfbuf_open(int map_fd, const struct perfbuf_config *cfg, i
 	}
 	*err = 0;
 	return pb;
-}
-
-int perfbuf_map_info(int fd, struct perfbuf_map_desc *desc, char *name, size_t name_len)
-{
-	struct bpf_map_info info = {};
-	__u32 len = sizeof(info);
-	int err;
-
-	err = bpf_map_get_info_by_fd(fd, &info, &len);
-	if (err)
-		return -errno;
-	desc->id = info.id;
-	desc->type = info.type;
-	desc->key_size = info.key_size;
-	desc->value_size = info.value_size;
-	desc->max_entries = info.max_entries;
-	strncpy(name, info.name, name_len - 1);
-	name[name_len - 1] = 0;
-	return 0;
 }

@@ -1,5 +1,5 @@
-/* C side of perfbuf: opening the rings through libbpf, and map info. Only
- * perfbuf_cgo.go includes this.
+/* C side of perfbuf: opening the rings through libbpf. Only perfbuf_cgo.go
+ * includes this.
  *
  * libbpf opens, maps and frees the rings (perf_buffer__new_raw,
  * perf_buffer__free); the rings are read by perfbuf's pure-Go reader
@@ -23,16 +23,6 @@ struct perfbuf_config {
 	int *cpus;              /* their CPUs; map key i holds cpus[i]'s ring */
 };
 
-/* What New checks of a map (bpf_map_info's fields). */
-struct perfbuf_map_desc {
-	uint32_t id;
-	uint32_t type;
-	uint32_t key_size;
-	uint32_t value_size;
-	uint32_t max_entries;
-};
-
 struct perf_buffer *perfbuf_open(int map_fd, const struct perfbuf_config *cfg, int *err);
-int perfbuf_map_info(int fd, struct perfbuf_map_desc *desc, char *name, size_t name_len);
 
 #endif

@@ -2,7 +2,7 @@ package perfbuf
 
 // The two openers of a perf event array's rings, behind one contract:
 // libbpf's perf_buffer (perfbuf_cgo.go), and perfbuf's own
-// (internal/kernel), used where libbpf refuses: every perf_buffer__new* of
+// (internal/kernel), used in a build without cgo and where libbpf refuses: every perf_buffer__new* of
 // libbpf (through 1.7 and its master) reads /sys/devices/system/cpu/online
 // into 128 bytes and fails with E2BIG when the list is longer (128 CPUs
 // with every other one offline: 201 bytes), whichever CPUs it is asked
@@ -34,36 +34,27 @@ type perfEvents interface {
 	close()
 }
 
-var (
-	_ perfEvents = (*cBuffer)(nil)
-	_ perfEvents = goEvents{}
-)
+var _ perfEvents = goEvents{}
 
-// Where rings open their perf events; tests replace them.
-var (
-	openLibbpfEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
-		c, err := openC(fd, cfg, cpus)
-		if err != nil {
-			return nil, err // (not a nil *cBuffer in an interface)
-		}
-		return c, nil
+// openGoEvents opens rings through perfbuf's own opener; tests replace
+// it. Its peer, openLibbpfEvents, is perfbuf_cgo.go's, and nil in a build
+// without cgo (perfbuf_nocgo.go).
+var openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+	p, err := kernel.OpenPerfRings(fd, cfg.kernel(), cpus)
+	if err != nil {
+		return nil, err
 	}
-	openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
-		p, err := kernel.OpenPerfRings(fd, cfg.kernel(), cpus)
-		if err != nil {
-			return nil, err
-		}
-		return goEvents{p}, nil
-	}
-)
+	return goEvents{p}, nil
+}
 
 // openPerfEvents opens a ring on each of cpus and stores it in the perf
 // event array fd at the CPU's key: through libbpf, and where libbpf
-// refuses with E2BIG (a long online list), or when the selftests force it
-// (kernel.ForcePerfRings), through perfbuf's own opener. Errors: the
-// kernel's errno, a syscall.Errno, wrapped or not.
+// refuses with E2BIG (a long online list), when the selftests force it
+// (kernel.ForcePerfRings), or in a build without cgo (no libbpf), through
+// perfbuf's own opener. Errors: the kernel's errno, a syscall.Errno,
+// wrapped or not.
 func openPerfEvents(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
-	if !kernel.ForcePerfRings.Load() {
+	if openLibbpfEvents != nil && !kernel.ForcePerfRings.Load() {
 		ev, err := openLibbpfEvents(fd, cfg, cpus)
 		if !errors.Is(err, syscall.E2BIG) {
 			return ev, err

@@ -66,27 +66,33 @@ func fakeOpeners(t *testing.T, libbpfErr error) (libbpf, own *[][]int32, opened 
 
 // openPerfEvents goes to perfbuf's own opener where libbpf refuses with
 // E2BIG (its 128-byte read of the online list), and only there; the
-// selftests' hook sends every opening to it.
+// selftests' hook sends every opening to it, and so does a build without
+// cgo, which has no libbpf opener.
 func TestOpenPerfEventsFallback(t *testing.T) {
 	cpus := []int32{0, 2, 4}
 	for _, tc := range []struct {
 		name      string
 		libbpfErr error
 		force     bool
+		noLibbpf  bool  // a build without cgo
 		wantErr   error // nil: opened
 		wantOwn   bool  // by perfbuf's opener
 	}{
-		{"libbpf opens", nil, false, nil, false},
-		{"long online list", syscall.E2BIG, false, nil, true},
-		{"no privileges", syscall.EPERM, false, syscall.EPERM, false},
-		{"bad map", syscall.EBADF, false, syscall.EBADF, false},
-		{"forced", nil, true, nil, true},
+		{"libbpf opens", nil, false, false, nil, false},
+		{"long online list", syscall.E2BIG, false, false, nil, true},
+		{"no privileges", syscall.EPERM, false, false, syscall.EPERM, false},
+		{"bad map", syscall.EBADF, false, false, syscall.EBADF, false},
+		{"forced", nil, true, false, nil, true},
+		{"no cgo", nil, false, true, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			libbpf, own, _ := fakeOpeners(t, tc.libbpfErr)
 			if tc.force {
 				kernel.ForcePerfRings.Store(true)
 				t.Cleanup(func() { kernel.ForcePerfRings.Store(false) })
+			}
+			if tc.noLibbpf {
+				openLibbpfEvents = nil // fakeOpeners restores it
 			}
 			ev, err := openPerfEvents(7, ringConfig{pages: 1, pageSize: 4096, wakeupEvents: 1}, cpus)
 			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
@@ -96,7 +102,7 @@ func TestOpenPerfEventsFallback(t *testing.T) {
 				t.Fatalf("opening %v with error %v", ev, err)
 			}
 			wantLibbpf := 1
-			if tc.force {
+			if tc.force || tc.noLibbpf {
 				wantLibbpf = 0
 			}
 			wantOwn := 0

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -121,7 +122,7 @@ func (ro ringOptions) checkRingBuf(info mapDesc) error {
 	size := uint64(info.maxEntries)
 	switch {
 	case info.typ != mapTypeRingBuf:
-		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, mapTypeName(info.typ), info.typ, ErrMapType)
+		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, kernel.MapTypeName(info.typ), info.typ, ErrMapType)
 	case uint64(ro.wakeupBytes) >= size:
 		return fmt.Errorf("options WakeupBytes %d not below the %d-byte ring of %v: %w", ro.wakeupBytes, size, info, os.ErrInvalid)
 	}
@@ -138,7 +139,7 @@ func (ro ringOptions) checkRingBuf(info mapDesc) error {
 // add maps the ring buffer fd, a descriptor in s.owned, and claims it.
 func (s *ringBufSource) add(fd int, info mapDesc) error {
 	if info.typ != mapTypeRingBuf {
-		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, mapTypeName(info.typ), info.typ, ErrMapType)
+		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, kernel.MapTypeName(info.typ), info.typ, ErrMapType)
 	}
 	if slices.Contains(s.ids, info.id) || !claimMap(info.id) {
 		return fmt.Errorf("%v (id %d): %w", info, info.id, ErrMapInUse)
@@ -162,19 +163,19 @@ func (s *ringBufSource) add(fd int, info mapDesc) error {
 func (s *ringBufSource) inner(m mapArg, ro ringOptions) ([]mapArg, error) {
 	var bufs []mapArg
 	for key := range m.info.maxEntries {
-		id, err := innerMapID(m.fd, key)
+		id, err := kernel.InnerMapID(m.fd, key)
 		if errors.Is(err, syscall.ENOENT) {
 			continue // an empty slot
 		}
 		if err != nil {
-			return nil, fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
+			return nil, fmt.Errorf("array of maps %q: %w", m.info.name, err)
 		}
-		fd, err := mapFDByID(id)
+		fd, err := kernel.MapFDByID(id)
 		if err != nil {
 			if errors.Is(err, os.ErrPermission) {
-				return nil, fmt.Errorf("array of maps %q: open inner map id %d: %w (BPF_MAP_GET_FD_BY_ID needs CAP_SYS_ADMIN; or pass the inner maps themselves, as the map and Options.Maps)", m.info.name, id, err)
+				return nil, fmt.Errorf("array of maps %q: slot %d: %w (BPF_MAP_GET_FD_BY_ID needs CAP_SYS_ADMIN; or pass the inner maps themselves, as the map and Options.Maps)", m.info.name, key, err)
 			}
-			return nil, fmt.Errorf("array of maps %q: open inner map id %d: %w", m.info.name, id, err)
+			return nil, fmt.Errorf("array of maps %q: slot %d: %w", m.info.name, key, err)
 		}
 		s.owned = append(s.owned, fd)
 		info, err := bpfMapInfo(fd, fd, ErrMapType)

@@ -1,7 +1,8 @@
 // Package kernel makes perfbuf's plain system calls in Go, through
 // golang.org/x/sys/unix and without cgo: the bpf(2) map commands it needs
-// and its own opener of perf rings (OpenPerfRings), for hosts where
-// libbpf's perf_buffer refuses to open them.
+// (map info and type names, slots, per-CPU values, inner maps, a map by
+// ID) and its own opener of perf rings (OpenPerfRings), for builds without
+// cgo and hosts where libbpf's perf_buffer refuses to open them.
 //
 // Nothing here reads a ring: it opens, maps, publishes and closes. The
 // rings' reader is perfbuf's (perfring.go).

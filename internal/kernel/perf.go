@@ -203,7 +203,7 @@ func (r perfRing) close() error {
 	return errors.Join(unix.Munmap(r.mem), unix.Close(r.fd))
 }
 
-// ForcePerfRings, when set, makes perfbuf open every perf ring with
+// ForcePerfRings makes perfbuf, when set, open every perf ring with
 // OpenPerfRings, also where libbpf would open it: the selftests set it to
 // check this opener on any host. Nothing else does.
 var ForcePerfRings atomic.Bool

@@ -1,0 +1,6 @@
+//go:build cgo
+
+package nocgo
+
+// cgo says whether this build has cgo, and so libbpf's opener.
+const cgo = true

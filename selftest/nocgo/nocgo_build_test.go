@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package nocgo
+
+const cgo = false
