@@ -33,13 +33,6 @@ var (
 	// ErrCorrupt: a ring held a record or head the kernel never writes
 	// (see CorruptError).
 	ErrCorrupt = errors.New("corrupt ring record")
-	// ErrNoCgo is returned by nothing. A build without cgo
-	// (CGO_ENABLED=0) reads every kind of map: perf event arrays' rings
-	// then open through perfbuf's own opener instead of libbpf's. It is
-	// kept, in every build, so that code testing for it compiles.
-	//
-	// Deprecated: nothing needs cgo any more; drop the test for it.
-	ErrNoCgo = errors.New("perfbuf needs cgo (CGO_ENABLED=1) and libbpf")
 )
 
 // CorruptError describes a ring record, or ring position, that cannot be valid.
