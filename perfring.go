@@ -156,6 +156,9 @@ func (r *perfRing) loadHead() uint64 {
 	return atomic.LoadUint64(&r.page.Data_head)
 }
 
+// progress is data_head, for the waiter.
+func (r *perfRing) progress() uint64 { return r.loadHead() }
+
 // loadTail loads data_tail, the position up to which the reader has released the ring.
 func (r *perfRing) loadTail() uint64 {
 	// Pairs with our own StoreUint64 in store; the kernel only reads data_tail.

@@ -28,8 +28,14 @@ type ring interface {
 	// counts is what the ring parsed, each record counted once.
 	counts() *Stats
 
-	// loadHead loads the producer's position (acquire), for the waiter.
+	// loadHead loads the producer's position (acquire): a Flush's mark.
 	loadHead() uint64
+	// progress is what the waiter compares to tell that the ring moved
+	// since it last looked: the producer's position, and for a ring
+	// buffer whether the record at the consumer position is busy (its
+	// commit, which wakes a settled reader, moves no position). Any
+	// goroutine may call it.
+	progress() uint64
 	// used is the fill: the bytes between the producer's position and the
 	// committed tail, loaded afresh. Any goroutine may call it.
 	used() int

@@ -360,8 +360,25 @@ func (r *bpfRing) setIndex(i int) { r.index, r.stats.Ring = i, i }
 // cpuNum returns the ring's CPU, or -1 for a ring shared by CPUs.
 func (r *bpfRing) cpuNum() int { return r.cpu }
 
-// loadHead loads producer_pos, for the waiter (see loadProducer).
+// loadHead loads producer_pos (see loadProducer).
 func (r *bpfRing) loadHead() uint64 { return r.loadProducer() }
+
+// progress is producer_pos, plus one while the record at consumer_pos is busy: the waiter
+// sees a change when that record is committed, which moves no position but is what wakes a
+// reader stalled at it (see settle). producer_pos is 8-aligned, so the two cannot be
+// confused (an unaligned one is corrupt). Any goroutine may call it: it loads consumer_pos
+// (ours; pairs with store), producer_pos (acquire, see loadProducer) and the header at
+// consumer_pos (acquire, see loadHeader; in the area whatever consumer_pos holds), and
+// reads nothing the reader's goroutine writes but the mapping, which close swaps only once
+// no wait runs.
+func (r *bpfRing) progress() uint64 {
+	c := atomic.LoadUint64(r.consumer)
+	p := r.loadProducer()
+	if c != p && r.loadHeader(c)&bpfRingBusyBit != 0 {
+		return p + 1
+	}
+	return p
+}
 
 // failed reports whether a CorruptError is pending; isCorrupt whether err is it.
 func (r *bpfRing) failed() bool { return r.corrupt != nil }

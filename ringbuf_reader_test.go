@@ -1,0 +1,323 @@
+package perfbuf
+
+// Tests of the owners (Reader, PerfBuffer, RawBuffer) over fake BPF ring
+// buffers: busy records, positions that cannot be valid, and the ledger at
+// Close (issue 29).
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeBPFRings are fake BPF ring buffers, each with an eventfd standing in
+// for its map's descriptor: a commit that the kernel's rule makes wake the
+// reader (consumer_pos at the record) signals it.
+type fakeBPFRings struct {
+	rings []*fakeBPFRing
+	fds   []int
+}
+
+func newFakeBPFRings(t testing.TB, n, size int) *fakeBPFRings {
+	t.Helper()
+	f := &fakeBPFRings{}
+	for range n {
+		r := newFakeBPFRing(size)
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		r.onWake = func() {
+			var one [8]byte
+			binary.NativeEndian.PutUint64(one[:], 1)
+			unix.Write(fd, one[:])
+		}
+		f.rings = append(f.rings, r)
+		f.fds = append(f.fds, fd)
+	}
+	return f
+}
+
+// core returns an owner core over readers of the rings.
+func (f *fakeBPFRings) core(t testing.TB) *core {
+	t.Helper()
+	var rings []ring
+	for _, r := range f.rings {
+		rings = append(rings, r.reader(t))
+	}
+	c, err := newCore(rings, f.fds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// reader returns a Reader over the rings, closed when the test ends.
+func (f *fakeBPFRings) reader(t testing.TB, opts Options) *Reader {
+	t.Helper()
+	if err := opts.checkReader(); err != nil {
+		t.Fatal(err)
+	}
+	r := newReader(f.core(t), &opts)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// perfBuffer returns a callback-mode PerfBuffer over the rings, closed when
+// the test ends.
+func (f *fakeBPFRings) perfBuffer(t testing.TB, opts Options) *PerfBuffer {
+	t.Helper()
+	if err := opts.checkNew(); err != nil {
+		t.Fatal(err)
+	}
+	pb := newPerfBuffer(f.core(t), &opts)
+	t.Cleanup(func() { pb.Close() })
+	return pb
+}
+
+// bpfPayload is an 8-byte sample carrying seq.
+func bpfPayload(seq uint64) []byte { return binary.NativeEndian.AppendUint64(nil, seq) }
+
+// ringBufForm is one way of reading fake ring buffers: it reads once and
+// returns the samples delivered (their seq) and the read's error.
+type ringBufForm struct {
+	name string
+	// open builds the reader over f; read reads once, waiting at most
+	// until a deadline where the form waits.
+	open func(t *testing.T, f *fakeBPFRings) (read func() ([]uint64, error), stats func() []Stats)
+}
+
+// ringBufForms are every form of reading a ring buffer: callback Poll (with
+// a timeout) and Consume, raw Drain of ring 0, and the Reader's ReadInto,
+// ReadBatch, Each (with a deadline) and Consume. Each read that waits waits
+// at most wait.
+func ringBufForms(wait time.Duration) []ringBufForm {
+	forms := []ringBufForm{
+		{"callback/Poll", func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+			var got []uint64
+			pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, binary.NativeEndian.Uint64(data)) }})
+			return func() ([]uint64, error) {
+				got = nil
+				_, err := pb.Poll(wait)
+				return got, err
+			}, pb.Stats
+		}},
+		{"callback/Consume", func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+			var got []uint64
+			pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, binary.NativeEndian.Uint64(data)) }})
+			return func() ([]uint64, error) {
+				got = nil
+				_, err := pb.Consume()
+				return got, err
+			}, pb.Stats
+		}},
+		{"raw/Drain", func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+			b := newRawBuffer(f.rings[0].reader(t), nil)
+			return func() ([]uint64, error) {
+				var got []uint64
+				_, err := b.Drain(func(rec *Record) error {
+					got = append(got, binary.NativeEndian.Uint64(rec.Data))
+					return nil
+				})
+				if err != nil {
+					b.SkipCorrupt()
+				}
+				return got, err
+			}, func() []Stats { return []Stats{b.Stats()} }
+		}},
+	}
+	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
+		forms = append(forms, ringBufForm{"reader/" + mode, func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+			r := f.reader(t, Options{MaxLatency: -1})
+			return func() ([]uint64, error) {
+				r.SetDeadline(time.Now().Add(wait))
+				var got []uint64
+				var err error
+				switch mode {
+				case "ReadInto":
+					for err == nil {
+						var s Sample
+						if err = r.ReadInto(&s); err == nil {
+							got = append(got, binary.NativeEndian.Uint64(s.Data))
+						}
+					}
+				case "ReadBatch":
+					for err == nil {
+						s := make([]Sample, 4)
+						var n int
+						n, err = r.ReadBatch(s)
+						for _, s := range s[:n] {
+							got = append(got, binary.NativeEndian.Uint64(s.Data))
+						}
+					}
+				case "Each":
+					err = r.Each(context.Background(), func(rec *Record) error {
+						got = append(got, binary.NativeEndian.Uint64(rec.Data))
+						return nil
+					})
+				case "Consume":
+					_, err = r.Consume(func(rec *Record) error {
+						got = append(got, binary.NativeEndian.Uint64(rec.Data))
+						return nil
+					})
+				}
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					err = nil // waited as for an empty ring
+				}
+				return got, err
+			}, r.Stats
+		}})
+	}
+	return forms
+}
+
+// A busy record at the consumer position is legal and may last (a program
+// preempted or asleep between reserve and submit): every form reads the
+// ring as empty (Poll sleeps its timeout, Drain returns 0, the Reader's
+// reads wait within their deadline, Consume returns what else there is),
+// never spins, and the other ring's records go on flowing. The records
+// committed behind the busy one come once it is committed. The Reader's
+// forms used to spin past their deadline (fullest.next and endTurn over and
+// over).
+func TestRingBufBusyEveryForm(t *testing.T) {
+	for _, form := range ringBufForms(50 * time.Millisecond) {
+		t.Run(form.name, func(t *testing.T) {
+			f := newFakeBPFRings(t, 2, 4096)
+			read, _ := form.open(t, f)
+			f.rings[0].output(t, bpfPayload(1))
+			busy, _ := f.rings[0].reserve(8)
+			f.rings[0].write(busy, bpfPayload(2))
+			behind, _ := f.rings[0].reserve(8)
+			f.rings[0].write(behind, bpfPayload(3))
+			f.rings[0].commit(behind, false) // committed behind the busy one
+			f.rings[1].output(t, bpfPayload(10))
+			want := "[1 10]"
+			if form.name == "raw/Drain" {
+				want = "[1]"
+			}
+			var got []uint64
+			var err error
+			within(t, "read at a busy record", func() { got, err = read() })
+			if err != nil || fmt.Sprint(got) != want {
+				t.Fatalf("first read: %v, %v; want %s", got, err, want)
+			}
+			// Still busy: the ring reads as empty, the other flows.
+			f.rings[1].output(t, bpfPayload(11))
+			want = "[11]"
+			if form.name == "raw/Drain" {
+				want = "[]"
+			}
+			within(t, "read at a busy record", func() { got, err = read() })
+			if err != nil || fmt.Sprint(got) != want {
+				t.Fatalf("while busy: %v, %v; want %s", got, err, want)
+			}
+			f.rings[0].commit(busy, false)
+			within(t, "read after the commit", func() { got, err = read() })
+			if err != nil || fmt.Sprint(got) != "[2 3]" {
+				t.Fatalf("after the commit: %v, %v; want [2 3]", got, err)
+			}
+		})
+	}
+}
+
+// A Reader asleep with no timeout, at a ring whose next record is busy, is
+// woken by the record's commit: it committed everything before the record,
+// so the kernel's commit finds consumer_pos at it and wakes the reader (the
+// wake rule, bpfRing.settle), and the waiter takes that wakeup although
+// producer_pos did not move (the commit moves no position). Meanwhile the
+// other ring's records flow.
+func TestRingBufBusyCommitWakes(t *testing.T) {
+	f := newFakeBPFRings(t, 2, 4096)
+	r := f.reader(t, Options{MaxLatency: -1})
+	busy, _ := f.rings[0].reserve(8)
+	f.rings[0].write(busy, bpfPayload(1))
+	var s Sample
+	for seq := uint64(10); seq < 20; seq++ {
+		f.rings[1].output(t, bpfPayload(seq))
+		within(t, "ReadInto", func() {
+			if err := r.ReadInto(&s); err != nil || binary.NativeEndian.Uint64(s.Data) != seq {
+				t.Errorf("ReadInto = %v, %v; want %d from the other ring", s.Data, err, seq)
+			}
+		})
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.ReadInto(&s) }()
+	// Asleep: the read holds the waiter's turn, in the netpoller.
+	for len(r.c.w.turn) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("ReadInto returned %v (%v) before the commit", err, s.Data)
+		default:
+			time.Sleep(time.Millisecond)
+		}
+	}
+	wakes := f.rings[0].wakes.Load()
+	f.rings[0].commit(busy, false)
+	if f.rings[0].wakes.Load() != wakes+1 {
+		t.Fatal("the commit raised no wakeup: consumer_pos was not at the busy record")
+	}
+	select {
+	case err := <-done:
+		if err != nil || binary.NativeEndian.Uint64(s.Data) != 1 {
+			t.Fatalf("ReadInto after the commit = %v, %v; want 1", s.Data, err)
+		}
+	case <-time.After(5 * time.Second):
+		r.Close()
+		t.Fatal("the commit did not wake the Reader")
+	}
+}
+
+// A busy header that cannot be the kernel's (its length past the producer
+// position, or busy and discarded at once) is a *CorruptError in every
+// form, counted, and reading goes on past it. Callback Poll and raw Drain
+// used to read it as busy: 0 records, for good.
+func TestRingBufBadBusyEveryForm(t *testing.T) {
+	for _, bad := range []struct {
+		name   string
+		hdr    uint32
+		reason string
+	}{
+		{"length past the producer", 64 | bpfRingBusyBit, "busy record length 64 (72 bytes with header and padding) past producer position 32"},
+		{"busy and discarded", 8 | bpfRingBusyBit | bpfRingDiscardBit, "busy and discarded at once"},
+	} {
+		for _, form := range ringBufForms(50 * time.Millisecond) {
+			t.Run(bad.name+"/"+form.name, func(t *testing.T) {
+				f := newFakeBPFRings(t, 1, 4096)
+				read, stats := form.open(t, f)
+				f.rings[0].output(t, bpfPayload(1))
+				p, _ := f.rings[0].reserve(8)
+				f.rings[0].put(p, u32Bytes(bad.hdr))
+				var got []uint64
+				var err error
+				within(t, "read at a bad busy header", func() { got, err = read() })
+				var ce *CorruptError
+				if !errors.As(err, &ce) || !strings.Contains(ce.Reason, bad.reason) || ce.Pos != p {
+					t.Fatalf("read = %v, %v; want a CorruptError at %d: %q", got, err, p, bad.reason)
+				}
+				if fmt.Sprint(got) != "[1]" && !strings.HasPrefix(form.name, "reader/") {
+					t.Errorf("delivered %v before the error, want [1]", got)
+				}
+				if st := stats()[0]; st.Corrupt != 1 {
+					t.Errorf("stats %+v; want the corruption counted", st)
+				}
+				f.rings[0].prod = f.rings[0].pos[1]
+				f.rings[0].output(t, bpfPayload(2))
+				within(t, "read past the error", func() { got, err = read() })
+				if err != nil || fmt.Sprint(got) != "[2]" && fmt.Sprint(got) != "[1 2]" {
+					t.Fatalf("read past the error: %v, %v; want [2]", got, err)
+				}
+			})
+		}
+	}
+}
