@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,20 +207,27 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 			return func() []Stats { return []Stats{b.Stats()} }, err
 		},
 	}
-	for _, pol := range []string{"fullest", "ordered"} {
-		for _, mode := range []string{"ReadInto", "Each", "Consume"} {
+	// After a Flush too: the Reader and the ordered Reader used to find the
+	// flush done (the tail past its head) without a look at the ring.
+	for _, pol := range []string{"fullest", "ordered", "fullest+Flush", "ordered+Flush"} {
+		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
 			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (func() []Stats, error) {
 				o := Options{MaxLatency: -1}
-				if pol == "ordered" {
+				if strings.HasPrefix(pol, "ordered") {
 					o.Order = &Order{MaxDelay: time.Nanosecond}
 				}
 				r := f.reader(t, o)
 				r.SetDeadline(time.Now().Add(time.Second))
+				if strings.HasSuffix(pol, "+Flush") {
+					r.Flush()
+				}
 				var err error
 				switch mode {
 				case "ReadInto":
 					var s Sample
 					err = r.ReadInto(&s)
+				case "ReadBatch":
+					_, err = r.ReadBatch(make([]Sample, 4))
 				case "Each":
 					err = r.Each(context.Background(), func(*Record) error { return nil })
 				case "Consume":

@@ -86,6 +86,15 @@ func (f *fakeBPFRings) perfBuffer(t testing.TB, opts Options) *PerfBuffer {
 // bpfPayload is an 8-byte sample carrying seq.
 func bpfPayload(seq uint64) []byte { return binary.NativeEndian.AppendUint64(nil, seq) }
 
+// seq8 is the seq of a bpfPayload sample, or 1<<63 + its length for a
+// sample too short to be one (parsed from the middle of a record, say).
+func seq8(data []byte) uint64 {
+	if len(data) < 8 {
+		return 1<<63 + uint64(len(data))
+	}
+	return binary.NativeEndian.Uint64(data)
+}
+
 // ringBufForm is one way of reading fake ring buffers: it reads once and
 // returns the samples delivered (their seq) and the read's error.
 type ringBufForm struct {
@@ -93,38 +102,40 @@ type ringBufForm struct {
 	// open builds the reader over f; read reads once, waiting at most
 	// until a deadline where the form waits.
 	open func(t *testing.T, f *fakeBPFRings) (read func() ([]uint64, error), stats func() []Stats)
+	// reader is the Reader of the last open, for a Reader's form.
+	reader *Reader
 }
 
 // ringBufForms are every form of reading a ring buffer: callback Poll (with
 // a timeout) and Consume, raw Drain of ring 0, and the Reader's ReadInto,
 // ReadBatch, Each (with a deadline) and Consume. Each read that waits waits
 // at most wait.
-func ringBufForms(wait time.Duration) []ringBufForm {
-	forms := []ringBufForm{
-		{"callback/Poll", func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+func ringBufForms(wait time.Duration) []*ringBufForm {
+	forms := []*ringBufForm{
+		{name: "callback/Poll", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
 			var got []uint64
-			pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, binary.NativeEndian.Uint64(data)) }})
+			pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, seq8(data)) }})
 			return func() ([]uint64, error) {
 				got = nil
 				_, err := pb.Poll(wait)
 				return got, err
 			}, pb.Stats
 		}},
-		{"callback/Consume", func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+		{name: "callback/Consume", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
 			var got []uint64
-			pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, binary.NativeEndian.Uint64(data)) }})
+			pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, seq8(data)) }})
 			return func() ([]uint64, error) {
 				got = nil
 				_, err := pb.Consume()
 				return got, err
 			}, pb.Stats
 		}},
-		{"raw/Drain", func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+		{name: "raw/Drain", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
 			b := newRawBuffer(f.rings[0].reader(t), nil)
 			return func() ([]uint64, error) {
 				var got []uint64
 				_, err := b.Drain(func(rec *Record) error {
-					got = append(got, binary.NativeEndian.Uint64(rec.Data))
+					got = append(got, seq8(rec.Data))
 					return nil
 				})
 				if err != nil {
@@ -135,8 +146,10 @@ func ringBufForms(wait time.Duration) []ringBufForm {
 		}},
 	}
 	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
-		forms = append(forms, ringBufForm{"reader/" + mode, func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+		form := &ringBufForm{name: "reader/" + mode}
+		form.open = func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
 			r := f.reader(t, Options{MaxLatency: -1})
+			form.reader = r
 			return func() ([]uint64, error) {
 				r.SetDeadline(time.Now().Add(wait))
 				var got []uint64
@@ -146,7 +159,7 @@ func ringBufForms(wait time.Duration) []ringBufForm {
 					for err == nil {
 						var s Sample
 						if err = r.ReadInto(&s); err == nil {
-							got = append(got, binary.NativeEndian.Uint64(s.Data))
+							got = append(got, seq8(s.Data))
 						}
 					}
 				case "ReadBatch":
@@ -155,17 +168,17 @@ func ringBufForms(wait time.Duration) []ringBufForm {
 						var n int
 						n, err = r.ReadBatch(s)
 						for _, s := range s[:n] {
-							got = append(got, binary.NativeEndian.Uint64(s.Data))
+							got = append(got, seq8(s.Data))
 						}
 					}
 				case "Each":
 					err = r.Each(context.Background(), func(rec *Record) error {
-						got = append(got, binary.NativeEndian.Uint64(rec.Data))
+						got = append(got, seq8(rec.Data))
 						return nil
 					})
 				case "Consume":
 					_, err = r.Consume(func(rec *Record) error {
-						got = append(got, binary.NativeEndian.Uint64(rec.Data))
+						got = append(got, seq8(rec.Data))
 						return nil
 					})
 				}
@@ -174,7 +187,8 @@ func ringBufForms(wait time.Duration) []ringBufForm {
 				}
 				return got, err
 			}, r.Stats
-		}})
+		}
+		forms = append(forms, form)
 	}
 	return forms
 }
@@ -315,6 +329,97 @@ func TestRingBufBadBusyEveryForm(t *testing.T) {
 				f.rings[0].output(t, bpfPayload(2))
 				within(t, "read past the error", func() { got, err = read() })
 				if err != nil || fmt.Sprint(got) != "[2]" && fmt.Sprint(got) != "[1 2]" {
+					t.Fatalf("read past the error: %v, %v; want [2]", got, err)
+				}
+			})
+		}
+	}
+}
+
+// Positions that cannot be the kernel's are reported by every form on the
+// read that meets them, counted, and reading goes on from producer_pos:
+// producer_pos behind consumer_pos (also after a Flush, which ReadInto,
+// ReadBatch and Each used to end with ErrFlushed without a look at the
+// ring); a consumer_pos ahead of producer_pos when the reader opens (never
+// reported: once the kernel wrote past it, the reader parsed from the middle
+// of a record); a consumer_pos written by someone else while the ring is
+// quiet (Consume used to miss it, a later read reported it).
+func TestRingBufBadPositionsEveryForm(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before func(t *testing.T, f *fakeBPFRing) // before the reader opens
+		after  func(t *testing.T, f *fakeBPFRing) // after its first read (of an empty ring)
+		flush  bool
+		reason string
+	}{
+		{name: "producer behind consumer", after: func(t *testing.T, f *fakeBPFRing) {
+			f.output(t, bpfPayload(1))
+			f.pos[0] = 4096
+		}, reason: "4096"},
+		{name: "producer behind consumer after Flush", after: func(t *testing.T, f *fakeBPFRing) {
+			f.output(t, bpfPayload(1))
+			f.pos[0] = 4096
+		}, flush: true, reason: "4096"},
+		{name: "producer behind consumer at open, after Flush", before: func(t *testing.T, f *fakeBPFRing) {
+			f.output(t, bpfPayload(1))
+			f.pos[0] = 4096
+		}, after: func(*testing.T, *fakeBPFRing) {}, flush: true, reason: "consumer position 4096 past producer position 16"},
+		{name: "consumer ahead at open", before: func(t *testing.T, f *fakeBPFRing) {
+			f.pos[0] = 16
+		}, after: func(t *testing.T, f *fakeBPFRing) {
+			f.output(t, make([]byte, 24)) // the kernel writes past it: 0 to 32
+		}, reason: "consumer position 16 past producer position 0"},
+		{name: "consumer written while quiet", after: func(t *testing.T, f *fakeBPFRing) {
+			f.pos[0] = 8
+		}, reason: "consumer position changed from 0 to 8 by another writer"},
+	} {
+		for _, form := range ringBufForms(50 * time.Millisecond) {
+			if tc.flush && !strings.HasPrefix(form.name, "reader/") {
+				continue
+			}
+			t.Run(tc.name+"/"+form.name, func(t *testing.T) {
+				f := newFakeBPFRings(t, 1, 4096)
+				if tc.before != nil {
+					tc.before(t, f.rings[0])
+				}
+				read, stats := form.open(t, f)
+				if tc.before == nil {
+					within(t, "first read", func() {
+						if got, err := read(); len(got) != 0 || err != nil {
+							t.Errorf("first read: %v, %v", got, err)
+						}
+					})
+				}
+				tc.after(t, f.rings[0]) // (before the first read if the positions were bad at open)
+				if tc.flush {
+					form.reader.Flush()
+				}
+				var got []uint64
+				var err error
+				within(t, "read at bad positions", func() { got, err = read() })
+				var ce *CorruptError
+				if !errors.As(err, &ce) || !strings.Contains(ce.Reason, tc.reason) {
+					t.Fatalf("read = %v, %v; want a CorruptError: %q", got, err, tc.reason)
+				}
+				if len(got) != 0 {
+					t.Errorf("delivered %v from bad positions", got)
+				}
+				if st := stats()[0]; st.Corrupt != 1 {
+					t.Errorf("stats %+v; want the corruption counted once", st)
+				}
+				// On from producer_pos.
+				r := f.rings[0]
+				if r.pos[0] != r.pos[1] {
+					t.Fatalf("consumer_pos %d, producer_pos %d after the error", r.pos[0], r.pos[1])
+				}
+				r.prod = r.pos[1]
+				r.output(t, bpfPayload(2))
+				within(t, "read past the error", func() { got, err = read() })
+				if tc.flush && len(got) == 0 && (err == nil || errors.Is(err, ErrFlushed)) {
+					// The Flush is done once the error is reported.
+					within(t, "read past the flush", func() { got, err = read() })
+				}
+				if err != nil || fmt.Sprint(got) != "[2]" {
 					t.Fatalf("read past the error: %v, %v; want [2]", got, err)
 				}
 			})
