@@ -294,8 +294,10 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 
 // A busy header that cannot be the kernel's (its length past the producer
 // position, or busy and discarded at once) is a *CorruptError in every
-// form, counted, and reading goes on past it. Callback Poll and raw Drain
-// used to read it as busy: 0 records, for good.
+// form, counted, and reading goes on past it, as a committed or discarded
+// record's length past the producer is. Callback Poll and raw Drain used to
+// read such a busy header as busy: 0 records, for good; the Reader's forms
+// spun.
 func TestRingBufBadBusyEveryForm(t *testing.T) {
 	for _, bad := range []struct {
 		name   string
@@ -304,6 +306,8 @@ func TestRingBufBadBusyEveryForm(t *testing.T) {
 	}{
 		{"length past the producer", 64 | bpfRingBusyBit, "busy record length 64 (72 bytes with header and padding) past producer position 32"},
 		{"busy and discarded", 8 | bpfRingBusyBit | bpfRingDiscardBit, "busy and discarded at once"},
+		{"committed, length past the producer", 64, "record length 64 (72 bytes with header and padding) past producer position 32"},
+		{"discarded, length past the producer", 64 | bpfRingDiscardBit, "record length 64 (72 bytes with header and padding) past producer position 32"},
 	} {
 		for _, form := range ringBufForms(50 * time.Millisecond) {
 			t.Run(bad.name+"/"+form.name, func(t *testing.T) {
