@@ -374,7 +374,7 @@ func (r *bpfRing) loadHead() uint64 { return r.loadProducer() }
 func (r *bpfRing) progress() uint64 {
 	c := atomic.LoadUint64(r.consumer)
 	p := r.loadProducer()
-	if c != p && r.loadHeader(c)&bpfRingBusyBit != 0 {
+	if c != p && c&7 == 0 && r.loadHeader(c)&bpfRingBusyBit != 0 { // (an aligned load only)
 		return p + 1
 	}
 	return p
