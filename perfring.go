@@ -256,15 +256,16 @@ func (r *perfRing) tailPos() uint64   { return r.tail }
 // error, as begin would, so that the policy's next look at the ring (quiet is false with an
 // error) meets and reports it.
 func (r *perfRing) reached(oldest, to uint64) bool {
-	if r.corrupt != nil {
+	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored) {
 		return false
 	}
+	// Once per ring and flush (a ring reached is not asked again), not per record.
 	if t, h := r.positions(); int64(h-t) < 0 {
 		r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: r.cursor, Size: h, Reason: fmt.Sprintf("head %d behind tail %d", h, t)}
 		r.badHead, r.badPos, r.behind = true, h, true
 		return false
 	}
-	return int64(oldest-to) >= 0 || r.ignoring && to == r.ignored
+	return true
 }
 
 // stalled: a perf ring's records below the head are all written.

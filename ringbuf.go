@@ -17,7 +17,8 @@ package perfbuf
 // takes round_up(len+8, 8) bytes, len being the low 30 bits: the kernel keeps records below
 // RINGBUF_MAX_RECORD_SZ (UINT_MAX/4). Bit 31 (BPF_RINGBUF_BUSY_BIT) says the record is
 // reserved but not yet committed: the reader stops there, since records are consumed in
-// order. Bit 30 (BPF_RINGBUF_DISCARD_BIT) says the program discarded it: skipped and counted.
+// order, and treats the ring as empty meanwhile (stalled), however long the program holds
+// it; its length is checked as any other's (at). Bit 30 (BPF_RINGBUF_DISCARD_BIT) says the program discarded it: skipped and counted.
 //
 // Invariants (positions in ring order, wrap-safe): tail <= cursor <= head, head - tail < size,
 // and all three 8-aligned, while no position error is pending. snapshot establishes them for
@@ -393,17 +394,16 @@ func (r *bpfRing) tailPos() uint64 { return r.tail }
 // delivered everything below to, an earlier head snapshot: oldest is at or past it, to is
 // an unaligned producer position that skipCorrupt passed over, or the ring is stalled at
 // oldest (a busy record: nothing more to deliver now). Not with an error pending, nor with
-// consumer_pos written by someone else or producer_pos behind it (which quiet and begin
-// see): the read must meet those and report them.
+// consumer_pos written by someone else, or producer_pos behind it or behind the head
+// snapshot (which quiet and begin see): the read must meet those and report them.
 func (r *bpfRing) reached(oldest, to uint64) bool {
-	if r.corrupt != nil {
+	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored || oldest == r.cursor && r.stalled()) {
 		return false
 	}
+	// Once per ring and flush (a ring reached is not asked again): the positions as the
+	// memory holds them.
 	c, p := r.positions()
-	if c != r.tail || int64(p-c) < 0 {
-		return false
-	}
-	return int64(oldest-to) >= 0 || r.ignoring && to == r.ignored || oldest == r.cursor && r.stalled()
+	return c == r.tail && int64(p-c) >= 0 && int64(p-r.head) >= 0
 }
 
 // left counts the committed samples from oldest (or consumer_pos, if it is further) to

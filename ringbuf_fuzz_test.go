@@ -156,6 +156,8 @@ func FuzzBPFRingParse(f *testing.F) {
 	addMoved(ring, 16, prod, 0, prod)     // consumer moved back
 	addMoved(ring, 0, 0, 16, 0)           // consumer ahead of an empty ring
 	addMoved(ring, 0, prod, prod, prod+8) // consumer moved on, producer too
+	ring, prod = fuzzBPFRing(128, 0, 8, -8, 8)
+	addMoved(ring, 0, prod, 16, prod-16) // stalled at a busy record, producer moved back past it
 
 	f.Fuzz(func(t *testing.T, content []byte, cons, prod uint64, limit uint16, commit, cons2, prod2 uint64) {
 		// The ring is the largest power of two of content, from 8 bytes to 1 KiB.
