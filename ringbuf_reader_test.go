@@ -249,46 +249,79 @@ func TestRingBufBusyEveryForm(t *testing.T) {
 // producer_pos did not move (the commit moves no position). Meanwhile the
 // other ring's records flow.
 func TestRingBufBusyCommitWakes(t *testing.T) {
-	f := newFakeBPFRings(t, 2, 4096)
-	r := f.reader(t, Options{MaxLatency: -1})
-	busy, _ := f.rings[0].reserve(8)
-	f.rings[0].write(busy, bpfPayload(1))
-	var s Sample
-	for seq := uint64(10); seq < 20; seq++ {
-		f.rings[1].output(t, bpfPayload(seq))
-		within(t, "ReadInto", func() {
-			if err := r.ReadInto(&s); err != nil || binary.NativeEndian.Uint64(s.Data) != seq {
-				t.Errorf("ReadInto = %v, %v; want %d from the other ring", s.Data, err, seq)
+	for _, form := range []string{"Reader", "callback"} {
+		t.Run(form, func(t *testing.T) {
+			f := newFakeBPFRings(t, 2, 4096)
+			var read func() ([]uint64, error) // waits with no timeout
+			var w *waiter
+			switch form {
+			case "Reader":
+				r := f.reader(t, Options{MaxLatency: -1})
+				read = func() ([]uint64, error) {
+					var s Sample
+					err := r.ReadInto(&s)
+					return []uint64{seq8(s.Data)}, err
+				}
+				w = r.c.w
+			case "callback":
+				var got []uint64
+				pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, seq8(data)) }})
+				read = func() ([]uint64, error) {
+					got = nil
+					for len(got) == 0 {
+						if _, err := pb.Poll(-1); err != nil {
+							return got, err
+						}
+					}
+					return got, nil
+				}
+				w = pb.c.w
+			}
+			busy, _ := f.rings[0].reserve(8)
+			f.rings[0].write(busy, bpfPayload(1))
+			for seq := uint64(10); seq < 20; seq++ {
+				f.rings[1].output(t, bpfPayload(seq))
+				within(t, "read", func() {
+					if got, err := read(); err != nil || fmt.Sprint(got) != fmt.Sprint([]uint64{seq}) {
+						t.Errorf("read = %v, %v; want %d from the other ring", got, err, seq)
+					}
+				})
+				if t.Failed() {
+					t.FailNow()
+				}
+			}
+			type result struct {
+				got []uint64
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				got, err := read()
+				done <- result{got, err}
+			}()
+			// Asleep: the read holds the waiter's turn, in the netpoller.
+			for len(w.turn) == 0 {
+				select {
+				case res := <-done:
+					t.Fatalf("read returned %v, %v before the commit", res.got, res.err)
+				default:
+					time.Sleep(time.Millisecond)
+				}
+			}
+			wakes := f.rings[0].wakes.Load()
+			f.rings[0].commit(busy, false)
+			if f.rings[0].wakes.Load() != wakes+1 {
+				t.Fatal("the commit raised no wakeup: consumer_pos was not at the busy record")
+			}
+			select {
+			case res := <-done:
+				if res.err != nil || fmt.Sprint(res.got) != "[1]" {
+					t.Fatalf("read after the commit = %v, %v; want [1]", res.got, res.err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the commit did not wake the reader")
 			}
 		})
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.ReadInto(&s) }()
-	// Asleep: the read holds the waiter's turn, in the netpoller.
-	for len(r.c.w.turn) == 0 {
-		select {
-		case err := <-done:
-			t.Fatalf("ReadInto returned %v (%v) before the commit", err, s.Data)
-		default:
-			time.Sleep(time.Millisecond)
-		}
-	}
-	wakes := f.rings[0].wakes.Load()
-	f.rings[0].commit(busy, false)
-	if f.rings[0].wakes.Load() != wakes+1 {
-		t.Fatal("the commit raised no wakeup: consumer_pos was not at the busy record")
-	}
-	select {
-	case err := <-done:
-		if err != nil || binary.NativeEndian.Uint64(s.Data) != 1 {
-			t.Fatalf("ReadInto after the commit = %v, %v; want 1", s.Data, err)
-		}
-	case <-time.After(5 * time.Second):
-		r.Close()
-		t.Fatal("the commit did not wake the Reader")
 	}
 }
 
