@@ -20,8 +20,10 @@ package perfbuf
 // set readable; and the netpoller forgets an event that came while nobody
 // waited (RawConn.Read resets the descriptor's readiness before it looks).
 // So the waiter tells by the rings' state: it keeps the data_head it last
-// saw of each ring, and a wait ends when one has moved, at once or after an
-// event. A head that moves without a wakeup (below WakeupEvents) ends the
+// saw of each ring (ring.progress: a ring buffer's also says whether the
+// record at its consumer position is busy, whose commit moves no position
+// but wakes the reader), and a wait ends when one has moved, at once or
+// after an event. A head that moves without a wakeup (below WakeupEvents) ends the
 // next wait, not the current one.
 
 import (
