@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,20 +207,27 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 			return func() []Stats { return []Stats{b.Stats()} }, err
 		},
 	}
-	for _, pol := range []string{"fullest", "ordered"} {
-		for _, mode := range []string{"ReadInto", "Each", "Consume"} {
+	// After a Flush too: the Reader and the ordered Reader used to find the
+	// flush done (the tail past its head) without a look at the ring.
+	for _, pol := range []string{"fullest", "ordered", "fullest+Flush", "ordered+Flush"} {
+		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
 			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (func() []Stats, error) {
 				o := Options{MaxLatency: -1}
-				if pol == "ordered" {
+				if strings.HasPrefix(pol, "ordered") {
 					o.Order = &Order{MaxDelay: time.Nanosecond}
 				}
 				r := f.reader(t, o)
 				r.SetDeadline(time.Now().Add(time.Second))
+				if strings.HasSuffix(pol, "+Flush") {
+					r.Flush()
+				}
 				var err error
 				switch mode {
 				case "ReadInto":
 					var s Sample
 					err = r.ReadInto(&s)
+				case "ReadBatch":
+					_, err = r.ReadBatch(make([]Sample, 4))
 				case "Each":
 					err = r.Each(context.Background(), func(*Record) error { return nil })
 				case "Consume":
@@ -388,6 +396,53 @@ func TestReaderReadBatchOrder(t *testing.T) {
 			if samples != 40 || lost != 5 {
 				t.Errorf("ordered %v, batch %d: Stats count %d samples, %d lost; want 40, 5", ord != nil, n, samples, lost)
 			}
+		}
+	}
+}
+
+// A tail moved past the head while the ring was quiet (read to its head),
+// then a Flush: the read meets it and reports it, fullest or ordered; it does
+// not find the flush done (the tail past the flush's head) nor go round
+// without a look at the ring until its deadline.
+func TestHeadBehindTailQuietFlush(t *testing.T) {
+	for _, ord := range []*Order{nil, {MaxDelay: time.Nanosecond}} {
+		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
+			t.Run(fmt.Sprintf("ordered %v/%s", ord != nil, mode), func(t *testing.T) {
+				f := newFakeRings(t, 1, 4096)
+				r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+				f.emit(t, 0, 1, 1, 24)
+				r.SetDeadline(time.Now().Add(5 * time.Second))
+				var s Sample
+				if err := r.ReadInto(&s); err != nil {
+					t.Fatal(err)
+				}
+				r.Flush() // delivers the ordered Reader's commit too
+				if _, err := r.Consume(func(*Record) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+				f.rings[0].page.Data_tail = 4096 // past the head, the ring quiet
+				r.Flush()
+				var err error
+				within(t, mode, func() {
+					switch mode {
+					case "ReadInto":
+						err = r.ReadInto(&s)
+					case "ReadBatch":
+						_, err = r.ReadBatch(make([]Sample, 4))
+					case "Each":
+						err = r.Each(context.Background(), func(*Record) error { return nil })
+					case "Consume":
+						_, err = r.Consume(func(*Record) error { return nil })
+					}
+				})
+				var ce *CorruptError
+				if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].head) {
+					t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
+				}
+				if st := r.Stats()[0]; st.Corrupt != 1 {
+					t.Errorf("stats %+v; want the corruption counted", st)
+				}
+			})
 		}
 	}
 }

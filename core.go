@@ -220,9 +220,10 @@ func (c *core) free() {
 	}
 	c.statsMu.Lock()
 	for i, rb := range c.rings {
-		samples, lost := rb.left(c.pol.oldest(i))
+		samples, lost, discarded := rb.left(c.pol.oldest(i))
 		c.stats[i].Left += samples
 		c.stats[i].Lost += lost
+		c.stats[i].Discarded += discarded
 	}
 	c.statsMu.Unlock()
 	if c.src != nil {

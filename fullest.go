@@ -94,8 +94,10 @@ func (f *fullest) oldest(i int) uint64 { return f.s.rings[i].cursorPos() }
 
 // startPass snapshots every ring and orders the non-empty ones, fullest
 // first; a ring with an error pending gets a turn too, to report and skip
-// it. It reports false when all are empty, or a flush has delivered what
-// it was for (the read then returns ErrFlushed).
+// it. A ring stalled at a record not yet submitted counts as empty: a pass
+// that gave it a turn would deliver nothing, and the passes would spin. It
+// reports false when all are empty, or a flush has delivered what it was
+// for (the read then returns ErrFlushed).
 func (f *fullest) startPass() bool {
 	f.order, f.pos, f.left = f.order[:0], 0, f.budget
 	if f.s.flushing() && f.s.flushReached(f) {
@@ -106,7 +108,7 @@ func (f *fullest) startPass() bool {
 			continue // empty, and nothing new: one load, no snapshot to write
 		}
 		rb.begin()
-		if rb.pending() > 0 || rb.failed() {
+		if rb.failed() || rb.pending() > 0 && !rb.stalled() {
 			f.order = append(f.order, i)
 		}
 	}

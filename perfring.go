@@ -156,6 +156,9 @@ func (r *perfRing) loadHead() uint64 {
 	return atomic.LoadUint64(&r.page.Data_head)
 }
 
+// progress is data_head, for the waiter.
+func (r *perfRing) progress() uint64 { return r.loadHead() }
+
 // loadTail loads data_tail, the position up to which the reader has released the ring.
 func (r *perfRing) loadTail() uint64 {
 	// Pairs with our own StoreUint64 in store; the kernel only reads data_tail.
@@ -247,10 +250,26 @@ func (r *perfRing) tailPos() uint64   { return r.tail }
 
 // reached reports whether a reader whose oldest record not delivered is at oldest has
 // delivered everything below to, a head snapshot taken earlier (a Flush's): oldest is at or
-// past it, or to is an invalid head that skipCorrupt passed over, no record boundary.
+// past it, or to is an invalid head that skipCorrupt passed over, no record boundary. Not
+// with an error pending, nor with data_head behind data_tail as the memory holds them (to
+// may then lie below oldest without a record delivered): that is recorded as the pending
+// error, as begin would, so that the policy's next look at the ring (quiet is false with an
+// error) meets and reports it.
 func (r *perfRing) reached(oldest, to uint64) bool {
-	return int64(oldest-to) >= 0 || r.ignoring && to == r.ignored
+	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored) {
+		return false
+	}
+	// Once per ring and flush (a ring reached is not asked again), not per record.
+	if t, h := r.positions(); int64(h-t) < 0 {
+		r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: r.cursor, Size: h, Reason: fmt.Sprintf("head %d behind tail %d", h, t)}
+		r.badHead, r.badPos, r.behind = true, h, true
+		return false
+	}
+	return true
 }
+
+// stalled: a perf ring's records below the head are all written.
+func (r *perfRing) stalled() bool { return false }
 
 // settle is what must hold before the ring's reader sleeps, and reports whether it may.
 // A perf ring wakes its reader by wakeup_events or the watermark whatever data_tail says,
@@ -621,8 +640,9 @@ func (r *perfRing) skipCorrupt() uint64 {
 
 // left counts the samples and lost samples in the ring from oldest, where the reader's
 // undelivered records start, up to data_head: what Close leaves unread. It parses without
-// moving the cursor or counting; a corrupt record ends the count.
-func (r *perfRing) left(oldest uint64) (samples, lost uint64) {
+// moving the cursor or counting; a corrupt record ends the count. A perf ring holds no
+// discarded records: discarded is 0.
+func (r *perfRing) left(oldest uint64) (samples, lost, discarded uint64) {
 	tail, cursor, head, counted, st, corrupt, badHead := r.tail, r.cursor, r.head, r.counted, r.st, r.corrupt, r.badHead
 	if t := r.loadTail(); int64(t-oldest) > 0 {
 		oldest = t // a RawBuffer over the ring read further
@@ -639,5 +659,5 @@ func (r *perfRing) left(oldest uint64) (samples, lost uint64) {
 		}
 	}
 	r.tail, r.cursor, r.head, r.counted, r.st, r.corrupt, r.badHead = tail, cursor, head, counted, st, corrupt, badHead
-	return samples, lost
+	return samples, lost, 0
 }

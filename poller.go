@@ -20,8 +20,10 @@ package perfbuf
 // set readable; and the netpoller forgets an event that came while nobody
 // waited (RawConn.Read resets the descriptor's readiness before it looks).
 // So the waiter tells by the rings' state: it keeps the data_head it last
-// saw of each ring, and a wait ends when one has moved, at once or after an
-// event. A head that moves without a wakeup (below WakeupEvents) ends the
+// saw of each ring (ring.progress: a ring buffer's also says whether the
+// record at its consumer position is busy, whose commit moves no position
+// but wakes the reader), and a wait ends when one has moved, at once or
+// after an event. A head that moves without a wakeup (below WakeupEvents) ends the
 // next wait, not the current one.
 
 import (
@@ -43,7 +45,7 @@ type waiter struct {
 	// drains, which a wait on another goroutine does not exclude.
 	mu    sync.Mutex
 	rings []ring
-	seen  []uint64 // data_head of rings[i] when the waiter last looked
+	seen  []uint64 // rings[i].progress() (its data_head) when the waiter last looked
 	epfd  int      // the set; file owns it
 	file  *os.File // the epoll set, in the netpoller; closing it closes the set
 	rc    syscall.RawConn
@@ -105,7 +107,7 @@ func (w *waiter) addRing(rb ring, fd int) error {
 	}
 	w.mu.Lock()
 	w.rings = append(w.rings, rb)
-	w.seen = append(w.seen, rb.loadHead())
+	w.seen = append(w.seen, rb.progress())
 	w.mu.Unlock()
 	return nil
 }
@@ -293,7 +295,7 @@ func (w *waiter) moved() bool {
 	defer w.mu.Unlock()
 	m := false
 	for i, rb := range w.rings {
-		if h := rb.loadHead(); h != w.seen[i] {
+		if h := rb.progress(); h != w.seen[i] {
 			w.seen[i], m = h, true
 		}
 	}

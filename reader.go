@@ -129,8 +129,10 @@ func (r *Reader) SetDeadline(t time.Time) {
 // Flush makes the reader deliver every record that is in the rings now
 // without waiting for a wakeup (the ordered Reader releases what it holds);
 // once they are all delivered, a blocking read returns ErrFlushed (records
-// written since may come before it), and Consume returns. Reading goes on
-// as before after that. It may be called from any goroutine.
+// written since may come before it), and Consume returns. A ring buffer's
+// records from one a program reserved and has not submitted yet on are not
+// there yet (docs/failures.md). Reading goes on as before after that. It
+// may be called from any goroutine.
 func (r *Reader) Flush() {
 	if r.c.life.enter("") != nil {
 		return // closed: the rings are gone

@@ -28,8 +28,14 @@ type ring interface {
 	// counts is what the ring parsed, each record counted once.
 	counts() *Stats
 
-	// loadHead loads the producer's position (acquire), for the waiter.
+	// loadHead loads the producer's position (acquire): a Flush's mark.
 	loadHead() uint64
+	// progress is what the waiter compares to tell that the ring moved
+	// since it last looked: the producer's position, and for a ring
+	// buffer whether the record at the consumer position is busy (its
+	// commit, which wakes a settled reader, moves no position). Any
+	// goroutine may call it.
+	progress() uint64
 	// used is the fill: the bytes between the producer's position and the
 	// committed tail, loaded afresh. Any goroutine may call it.
 	used() int
@@ -42,11 +48,20 @@ type ring interface {
 	begin()
 	refresh()
 	// quiet reports nothing to parse and nothing new since the snapshot,
-	// at the cost of one load: the ordered merge's look at an idle ring.
+	// at the cost of one load (a ring buffer's two: its consumer position
+	// too, which nobody else may write): the ordered merge's look at an
+	// idle ring.
 	quiet() bool
 	// pending is the bytes between the cursor and the snapshot; failed
 	// reports a pending CorruptError, and isCorrupt whether err is it.
 	pending() int
+	// stalled reports that the record at the cursor cannot be read yet
+	// although the snapshot holds it: a ring buffer's record reserved and
+	// not yet submitted (busy), which may last (a preempted or sleeping
+	// program). The ring is then as good as empty: a policy passes it
+	// over, and a Flush has nothing more to deliver from it. One load of
+	// the header, never per record.
+	stalled() bool
 	failed() bool
 	isCorrupt(err error) bool
 	cursorPos() uint64
@@ -54,7 +69,10 @@ type ring interface {
 	tailPos() uint64
 	// reached reports whether a reader whose oldest record not delivered
 	// starts at oldest has delivered everything below to, a head snapshot
-	// taken before (a Flush's).
+	// taken before (a Flush's), or the ring is stalled. A ring with an
+	// error pending, or whose positions in memory cannot be valid, has
+	// not: the error is left pending (recorded if new), for the read to
+	// meet and report.
 	reached(oldest, to uint64) bool
 
 	// next parses the record at the cursor into rec and moves the cursor
@@ -86,8 +104,9 @@ type ring interface {
 	// whether it may: whether the kernel will wake it for what comes next,
 	// given what the reader keeps in the ring.
 	settle() bool
-	// left counts the samples, and the samples lost records report, from
-	// oldest (or the tail, if someone read further) to the producer: what
-	// Close leaves. It moves nothing.
-	left(oldest uint64) (samples, lost uint64)
+	// left counts the samples, the samples lost records report, and the
+	// records the programs discarded not counted yet, from oldest (or the
+	// tail, if someone read further) to the producer: what Close leaves.
+	// It moves nothing.
+	left(oldest uint64) (samples, lost, discarded uint64)
 }

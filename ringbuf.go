@@ -17,7 +17,8 @@ package perfbuf
 // takes round_up(len+8, 8) bytes, len being the low 30 bits: the kernel keeps records below
 // RINGBUF_MAX_RECORD_SZ (UINT_MAX/4). Bit 31 (BPF_RINGBUF_BUSY_BIT) says the record is
 // reserved but not yet committed: the reader stops there, since records are consumed in
-// order. Bit 30 (BPF_RINGBUF_DISCARD_BIT) says the program discarded it: skipped and counted.
+// order, and treats the ring as empty meanwhile (stalled), however long the program holds
+// it; its length is checked as any other's (at). Bit 30 (BPF_RINGBUF_DISCARD_BIT) says the program discarded it: skipped and counted.
 //
 // Invariants (positions in ring order, wrap-safe): tail <= cursor <= head, head - tail < size,
 // and all three 8-aligned, while no position error is pending. snapshot establishes them for
@@ -127,6 +128,12 @@ func newBPFRingFromParts(cpu int, consumer *uint64, producer *uint64, data []byt
 	// Our own position: pairs with our stores in commit (the kernel only reads it).
 	r.tail = atomic.LoadUint64(consumer)
 	r.cursor, r.head, r.counted = r.tail, r.tail, r.tail
+	// Positions that cannot be valid now are the first read's to report: once the kernel
+	// wrote past a consumer_pos ahead of producer_pos, nothing would tell that the reader
+	// starts in the middle of a record.
+	if p := r.loadProducer(); r.checkPos(p) != "" {
+		r.failPos(r.tail, p, r.checkPos(p))
+	}
 	return r, nil
 }
 
@@ -307,11 +314,24 @@ func (r *bpfRing) moved(p uint64) bool {
 	return p != r.head && !(r.ignoring && p == r.ignored)
 }
 
-// quiet reports that the cursor is at the head snapshot, no error is pending and
-// producer_pos has not moved since the snapshot: nothing to parse, and nothing for refresh
-// to do.
+// quiet reports that the cursor is at the head snapshot, no error is pending, producer_pos
+// has not moved since the snapshot and consumer_pos is still the tail: nothing to parse,
+// and nothing for refresh to do. A consumer_pos that someone else wrote is begin's to
+// report, on the read that meets it.
 func (r *bpfRing) quiet() bool {
-	return r.cursor == r.head && r.corrupt == nil && !r.moved(r.loadProducer())
+	return r.cursor == r.head && r.corrupt == nil && !r.moved(r.loadProducer()) &&
+		atomic.LoadUint64(r.consumer) == r.tail // ours; pairs with store
+}
+
+// stalled reports that the record at the cursor is reserved and not yet submitted (busy):
+// the ring is as good as empty until the program commits it, and the kernel's commit will
+// wake the reader once consumer_pos is at it (see settle).
+func (r *bpfRing) stalled() bool {
+	if r.corrupt != nil {
+		return false
+	}
+	kind, _, _ := r.at(r.cursor)
+	return kind == atBusy
 }
 
 // pending returns the bytes between the cursor and the head snapshot.
@@ -341,8 +361,25 @@ func (r *bpfRing) setIndex(i int) { r.index, r.stats.Ring = i, i }
 // cpuNum returns the ring's CPU, or -1 for a ring shared by CPUs.
 func (r *bpfRing) cpuNum() int { return r.cpu }
 
-// loadHead loads producer_pos, for the waiter (see loadProducer).
+// loadHead loads producer_pos (see loadProducer).
 func (r *bpfRing) loadHead() uint64 { return r.loadProducer() }
+
+// progress is producer_pos, plus one while the record at consumer_pos is busy: the waiter
+// sees a change when that record is committed, which moves no position but is what wakes a
+// reader stalled at it (see settle). producer_pos is 8-aligned, so the two cannot be
+// confused (an unaligned one is corrupt). Any goroutine may call it: it loads consumer_pos
+// (ours; pairs with store), producer_pos (acquire, see loadProducer) and the header at
+// consumer_pos (acquire, see loadHeader; in the area whatever consumer_pos holds), and
+// reads nothing the reader's goroutine writes but the mapping, which close swaps only once
+// no wait runs.
+func (r *bpfRing) progress() uint64 {
+	c := atomic.LoadUint64(r.consumer)
+	p := r.loadProducer()
+	if c != p && c&7 == 0 && r.loadHeader(c)&bpfRingBusyBit != 0 { // (an aligned load only)
+		return p + 1
+	}
+	return p
+}
 
 // failed reports whether a CorruptError is pending; isCorrupt whether err is it.
 func (r *bpfRing) failed() bool { return r.corrupt != nil }
@@ -354,36 +391,55 @@ func (r *bpfRing) headPos() uint64 { return r.head }
 func (r *bpfRing) tailPos() uint64 { return r.tail }
 
 // reached reports whether a reader whose oldest record not delivered is at oldest has
-// delivered everything below to, an earlier head snapshot: oldest is at or past it, or to
-// is an unaligned producer position that skipCorrupt passed over.
+// delivered everything below to, an earlier head snapshot: oldest is at or past it, to is
+// an unaligned producer position that skipCorrupt passed over, or the ring is stalled at
+// oldest (a busy record: nothing more to deliver now). Not with an error pending, nor with
+// consumer_pos written by someone else, or producer_pos behind it or behind the head
+// snapshot (which quiet and begin see): the read must meet those and report them.
 func (r *bpfRing) reached(oldest, to uint64) bool {
-	return int64(oldest-to) >= 0 || r.ignoring && to == r.ignored
+	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored || oldest == r.cursor && r.stalled()) {
+		return false
+	}
+	// Once per ring and flush (a ring reached is not asked again): the positions as the
+	// memory holds them.
+	c, p := r.positions()
+	return c == r.tail && int64(p-c) >= 0 && int64(p-r.head) >= 0
 }
 
 // left counts the committed samples from oldest (or consumer_pos, if it is further) to
-// producer_pos: what Close leaves unread. Discarded records are not samples; a record still
-// busy ends the count (the program has not committed it), as does one that cannot be valid.
-// A ring buffer reports no lost records: lost is 0. It moves nothing.
-func (r *bpfRing) left(oldest uint64) (samples, lost uint64) {
+// producer_pos: what Close leaves unread; and the discarded records among them that were not
+// counted yet (Stats.Discarded then counts every discarded record that reached the ring). A
+// record still busy ends the count (the program has not committed it), as does one that
+// cannot be valid. A ring buffer reports no lost records: lost is 0. It moves nothing.
+func (r *bpfRing) left(oldest uint64) (samples, lost, discarded uint64) {
 	if c := atomic.LoadUint64(r.consumer); int64(c-oldest) > 0 { // ours; pairs with store
 		oldest = c
 	}
 	p := r.loadProducer()
-	if int64(p-oldest) < 0 || p-oldest >= uint64(r.size()) {
-		return 0, 0
+	if int64(p-oldest) < 0 || p-oldest >= uint64(r.size()) || (p|oldest)&7 != 0 {
+		return 0, 0, 0
 	}
-	save := *r
-	r.tail, r.cursor, r.head, r.counted, r.corrupt, r.badPos = oldest, oldest, p, p, nil, false
-	var rec Record
-	for {
-		ok, _ := r.next(&rec)
-		if !ok {
+	// The discarded records before the count's mark were counted when parsed (see counted).
+	counted := r.counted
+	if int64(r.cursor-counted) > 0 {
+		counted = r.cursor
+	}
+	head := r.head
+	r.head = p // at reads up to the head snapshot: the producer's position here
+	for pos := oldest; ; {
+		kind, _, size := r.at(pos)
+		if kind == atEnd || kind == atBusy || kind == atBad {
 			break
 		}
-		samples++
+		if kind == atSample {
+			samples++
+		} else if int64(pos-counted) >= 0 {
+			discarded++
+		}
+		pos += size
 	}
-	*r = save
-	return samples, 0
+	r.head = head
+	return samples, 0, discarded
 }
 
 // blocked reports whether the pending error, if any, stops parsing at the cursor: a
@@ -404,18 +460,21 @@ const (
 
 // at is the parse of the record at pos, a position in [cursor, head] on the record grid:
 // what it is, its header and its size with header and padding. Pure: it changes nothing.
+// A busy header is checked as any other: __bpf_ringbuf_reserve writes its length before it
+// publishes producer_pos past the record, and bpf_ringbuf_commit clears the busy bit in the
+// same exchange that sets the discard bit, so a busy record that runs past the head
+// snapshot, or one busy and discarded at once, cannot be the kernel's.
 func (r *bpfRing) at(pos uint64) (kind int, hdr uint32, size uint64) {
 	if pos == r.head {
 		return atEnd, 0, 0
 	}
 	hdr = r.loadHeader(pos)
-	if hdr&bpfRingBusyBit != 0 {
-		return atBusy, hdr, 0
-	}
 	size = (uint64(hdr&bpfRingLenMask) + bpfRingHdrRound) &^ 7
 	switch {
-	case size > r.head-pos:
+	case size > r.head-pos || hdr&bpfRingBusyBit != 0 && hdr&bpfRingDiscardBit != 0:
 		return atBad, hdr, size
+	case hdr&bpfRingBusyBit != 0:
+		return atBusy, hdr, size
 	case hdr&bpfRingDiscardBit != 0:
 		return atDiscard, hdr, size
 	}
@@ -471,11 +530,20 @@ func (r *bpfRing) next(rec *Record) (bool, error) {
 	}
 }
 
-// badRecord records a corrupt record at pos.
+// badRecord records a corrupt record at pos, whose header at found atBad.
 func (r *bpfRing) badRecord(pos uint64, hdr uint32, size uint64) {
-	r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: pos, Size: size, Reason: fmt.Sprintf(
-		"record length %d (%d bytes with header and padding) past producer position %d",
-		hdr&bpfRingLenMask, size, r.head)}
+	var reason string
+	if hdr&bpfRingBusyBit != 0 && hdr&bpfRingDiscardBit != 0 {
+		reason = fmt.Sprintf("record header %#x busy and discarded at once", hdr)
+	} else {
+		what := "record"
+		if hdr&bpfRingBusyBit != 0 {
+			what = "busy record"
+		}
+		reason = fmt.Sprintf("%s length %d (%d bytes with header and padding) past producer position %d",
+			what, hdr&bpfRingLenMask, size, r.head)
+	}
+	r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: pos, Size: size, Reason: reason}
 	r.badPos = false
 }
 
@@ -551,6 +619,10 @@ func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 		// Acquire: pairs with the xchg of hdr->len in bpf_ringbuf_commit (see loadHeader).
 		hdr := atomic.LoadUint32((*uint32)(p))
 		if hdr&bpfRingBusyBit != 0 {
+			if kind, hdr, size := r.at(pos); kind == atBad { // (see at; r.cursor is pos)
+				r.badRecord(pos, hdr, size)
+				return k, r.cursor - from, r.corrupt
+			}
 			return k, r.cursor - from, nil // not committed yet: records are consumed in order
 		}
 		n := uint64(hdr & bpfRingLenMask)

@@ -39,13 +39,15 @@ func refBPFParse(ring []byte, cons, prod uint64) (recs []refBPFRecord, at uint64
 	}
 	for pos := cons; pos != prod; {
 		h := u32(pos)
-		if h&(1<<31) != 0 {
-			return recs, pos, "busy"
-		}
 		n := uint64(h & (1<<30 - 1))
 		sz := (n + 8 + 7) / 8 * 8
-		if sz > prod-pos {
+		// The kernel writes a busy record's length before it publishes producer_pos past
+		// it, and never sets the discard bit on a busy record.
+		if sz > prod-pos || h&(1<<31) != 0 && h&(1<<30) != 0 {
 			return recs, pos, "corrupt"
+		}
+		if h&(1<<31) != 0 {
+			return recs, pos, "busy"
 		}
 		r := refBPFRecord{pos: pos, next: pos + sz, discard: h&(1<<30) != 0}
 		if !r.discard {
@@ -105,11 +107,17 @@ func fuzzBPFReader(t *testing.T, ring []byte, cons, prod uint64) (*bpfRing, *[2]
 // FuzzBPFRingParse reads arbitrary bytes as a BPF ring buffer with arbitrary positions: next
 // and each must never panic, loop or read outside the area; they must return exactly what
 // the reference parser finds, stop without error at a busy record and with a CorruptError
-// where the reference finds corruption; skipCorrupt must get past it; commit must take
-// exactly the valid positions; each must honour its limit.
+// where the reference finds corruption (a busy header included); skipCorrupt must get past
+// it; commit must take exactly the valid positions; each must honour its limit. Then the
+// positions move to cons2 and prod2, backwards or anywhere: the reader's next look (quiet,
+// reached, begin) must see it, and report a consumer_pos it did not write, or a producer_pos
+// moved back, as a CorruptError.
 func FuzzBPFRingParse(f *testing.F) {
 	add := func(ring []byte, cons, prod uint64, limit uint16, commit uint64) {
-		f.Add(ring, cons, prod, limit, commit)
+		f.Add(ring, cons, prod, limit, commit, ^uint64(0), ^uint64(0))
+	}
+	addMoved := func(ring []byte, cons, prod uint64, cons2, prod2 uint64) {
+		f.Add(ring, cons, prod, uint16(1000), cons, cons2, prod2)
 	}
 	ring, prod := fuzzBPFRing(256, 0, 5, 1<<20+3, 40, 0, 17)
 	add(ring, 0, prod, 1000, 24)
@@ -132,8 +140,26 @@ func FuzzBPFRingParse(f *testing.F) {
 	add(ring, 8, 0, 1000, 0)      // producer behind the consumer
 	add(ring, 0, 64, 1000, 0)     // a full ring: more than the kernel publishes
 	add(make([]byte, 3), 0, 8, 10, 8)
+	ring, prod = fuzzBPFRing(128, 0, 8, -8, 8)
+	busyLen := bytes.Clone(ring)
+	copy(busyLen[16:], u32Bytes(200|bpfRingBusyBit))
+	add(busyLen, 0, prod, 1000, 16) // a busy record's length past the producer
+	busyDiscard := bytes.Clone(ring)
+	copy(busyDiscard[16:], u32Bytes(8|bpfRingBusyBit|bpfRingDiscardBit))
+	add(busyDiscard, 0, prod, 1000, 16) // busy and discarded at once
+	ring, prod = fuzzBPFRing(128, 0, 8, 1<<20+8, 8)
+	addMoved(ring, 0, prod, 0, prod-16)   // producer moved back
+	addMoved(ring, 0, prod, 0, 0)         // producer back at the start
+	addMoved(ring, 0, prod-16, 0, prod)   // producer moved on
+	addMoved(ring, 0, prod, 8, prod)      // consumer written by someone else
+	addMoved(ring, 0, prod-32, prod, 16)  // consumer ahead, producer behind it
+	addMoved(ring, 16, prod, 0, prod)     // consumer moved back
+	addMoved(ring, 0, 0, 16, 0)           // consumer ahead of an empty ring
+	addMoved(ring, 0, prod, prod, prod+8) // consumer moved on, producer too
+	ring, prod = fuzzBPFRing(128, 0, 8, -8, 8)
+	addMoved(ring, 0, prod, 16, prod-16) // stalled at a busy record, producer moved back past it
 
-	f.Fuzz(func(t *testing.T, content []byte, cons, prod uint64, limit uint16, commit uint64) {
+	f.Fuzz(func(t *testing.T, content []byte, cons, prod uint64, limit uint16, commit, cons2, prod2 uint64) {
 		// The ring is the largest power of two of content, from 8 bytes to 1 KiB.
 		size := 8
 		for size*2 <= len(content) && size < 1<<10 {
@@ -261,6 +287,7 @@ func FuzzBPFRingParse(f *testing.F) {
 		if !r.settle() || pos[0] != at {
 			t.Fatalf("settle at %d (%s), consumer_pos %d", at, stop, pos[0])
 		}
+		fuzzBPFMoved(t, r, pos, ring, at, prod, stop, cons2, prod2)
 
 		// commit takes positions from cons up to the cursor, 8-aligned; anything else is
 		// refused and leaves consumer_pos alone.
@@ -297,5 +324,60 @@ func checkFuzzBPFRecord(t *testing.T, data []byte, rec *Record) {
 	}
 	if n > 0 && &rec.Data[0] != &data[off+8] || off+8+n > uint64(len(data)) || uint64(cap(rec.Data)) != n {
 		t.Fatalf("payload at %d, %d bytes, not where the record is", rec.Pos, n)
+	}
+}
+
+// fuzzBPFMoved moves the positions of r, which read everything from its consumer position up
+// to at (where it stopped: stop) and committed it, with prod the producer position it saw,
+// to cons2 and prod2 (^0 for both: no move), as someone else or a broken producer might.
+// The reader's next look must see every move: quiet is false, a Flush is not reached; a
+// consumer_pos it did not write, or a producer_pos behind the one it saw, is a
+// CorruptError; otherwise it reads what the reference finds from at to prod2.
+func fuzzBPFMoved(t *testing.T, r *bpfRing, pos *[2]uint64, ring []byte, at, prod uint64, stop string, cons2, prod2 uint64) {
+	t.Helper()
+	if cons2 == ^uint64(0) && prod2 == ^uint64(0) {
+		return
+	}
+	pos[0], pos[1] = cons2, prod2
+	moved := cons2 != at || prod2 != prod
+	if stop == "end" && r.quiet() == moved {
+		t.Fatalf("quiet = %v with the positions moved from %d, %d to %d, %d", r.quiet(), at, prod, cons2, prod2)
+	}
+	bad := cons2 != at || int64(prod2-prod) < 0
+	if bad && r.reached(r.cursorPos(), prod) {
+		t.Fatalf("reached with the positions moved from %d, %d to %d, %d", at, prod, cons2, prod2)
+	}
+	want, _, stop2 := refBPFParse(ring, cons2, prod2)
+	if bad {
+		want, stop2 = nil, "corrupt"
+	}
+	r.begin()
+	var got []refBPFRecord
+	var err error
+	for i := 0; ; i++ {
+		if i > len(ring)/8+1 {
+			t.Fatalf("more than %d records from a %d-byte ring", i, len(ring))
+		}
+		var rec Record
+		var ok bool
+		if ok, err = r.next(&rec); !ok {
+			break
+		}
+		got = append(got, refBPFRecord{rec.Pos, rec.Next, false, bytes.Clone(rec.Data)})
+	}
+	var samples []refBPFRecord
+	for _, w := range want {
+		if !w.discard {
+			samples = append(samples, w)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(samples) || (err != nil) != (stop2 == "corrupt") {
+		t.Fatalf("positions moved from %d, %d to %d, %d: %v, %v; reference %v, %s", at, prod, cons2, prod2, got, err, samples, stop2)
+	}
+	if err != nil {
+		r.skipCorrupt()
+		if pos[0] != prod2&^7 || r.failed() {
+			t.Fatalf("after skipCorrupt: consumer_pos %d, producer_pos %d", pos[0], prod2)
+		}
 	}
 }

@@ -24,7 +24,7 @@ type Stats struct {
 	Late         uint64 // ordered Reader: samples delivered (or dropped) behind a larger key
 	Dropped      uint64 // ordered Reader with DropLate: late samples dropped
 	Left         uint64 // samples left unread in the ring at Close
-	Discarded    uint64 // ring buffers: records the BPF program discarded (bpf_ringbuf_discard), skipped
+	Discarded    uint64 // ring buffers: records the BPF program discarded (bpf_ringbuf_discard), skipped (at Close, also those left unread)
 	MaxFill      int    // the most bytes seen waiting in the ring
 	Fill         int    // bytes waiting in the ring when Stats was called (0 after Close)
 	// Failed counts the CPU's failed bpf_perf_event_output calls, with a

@@ -662,3 +662,92 @@ func TestRingBufHoldOff(t *testing.T) {
 		t.Errorf("a forced wakeup during the hold: %d records after %v; want 2, well before MaxLatency (10 s)", k, d)
 	}
 }
+
+// The ledger at Close, exact with discarded records still in the ring: per
+// ring, delivered + Discarded + Left is every record that got in (submitted
+// or discarded), whatever the reader read before Close: nothing, some
+// (a Reader's Consume stopped after 7 samples) or all (callback Consume).
+// Discarded records left unread used to be in no count.
+func TestRingBufCloseLedgerDiscarded(t *testing.T) {
+	f := setup(t)
+	stop := errors.New("enough")
+	type opened struct {
+		read  func()
+		stats func() []perfbuf.Stats
+		close func()
+	}
+	forms := map[string]func(t *testing.T, c *collector) opened{
+		"Reader/none": func(t *testing.T, c *collector) opened {
+			r := newReader(t, f.events, perfbuf.Options{})
+			return opened{func() {}, r.Stats, func() { r.Close() }}
+		},
+		"Reader/some": func(t *testing.T, c *collector) opened {
+			r := newReader(t, f.events, perfbuf.Options{})
+			return opened{func() {
+				n := 0
+				_, err := r.Consume(func(rec *perfbuf.Record) error {
+					c.sample(rec.CPU, rec.Data)
+					if n++; n == 7 {
+						return stop
+					}
+					return nil
+				})
+				if err != stop {
+					t.Fatal(err)
+				}
+			}, r.Stats, func() { r.Close() }}
+		},
+		"callback/none": func(t *testing.T, c *collector) opened {
+			pb, err := perfbuf.New(f.events, perfbuf.Options{SampleFunc: c.sample})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pb.Close() })
+			return opened{func() {}, pb.Stats, func() { pb.Close() }}
+		},
+		"callback/all": func(t *testing.T, c *collector) opened {
+			pb, err := perfbuf.New(f.events, perfbuf.Options{SampleFunc: c.sample})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pb.Close() })
+			return opened{func() {
+				if _, err := pb.Consume(); err != nil {
+					t.Fatal(err)
+				}
+			}, pb.Stats, func() { pb.Close() }}
+		},
+	}
+	for name, open := range forms {
+		t.Run(name, func(t *testing.T) {
+			// What an earlier run left in the ring is not this one's.
+			drain := newReader(t, f.events, perfbuf.Options{})
+			if _, err := drain.Consume(func(*perfbuf.Record) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			drain.Close()
+			before := f.outcomes(t)
+			c := newCollector(t)
+			o := open(t, c)
+			for _, cpu := range f.cpus {
+				f.produce(t, cpu, 30, 40, viaDiscard, 0, 3, 0) // every third discarded
+			}
+			o.read()
+			o.close()
+			st := o.stats()[0]
+			var in, delivered uint64
+			for _, cpu := range f.cpus {
+				d := f.outcomes(t)[cpu].minus(before[cpu])
+				if d.Full != 0 || d.Other != 0 || d.Discarded == 0 {
+					t.Fatalf("cpu %d: %+v; want every record in the ring, some discarded", cpu, d)
+				}
+				in += d.OK + d.Discarded
+				delivered += c.count(cpu)
+			}
+			t.Logf("ring: in %d = delivered %d + discarded %d + left %d", in, st.Samples, st.Discarded, st.Left)
+			if st.Samples != delivered || st.Samples+st.Discarded+st.Left != in {
+				t.Errorf("Stats %+v: delivered %d + discarded %d + left %d != %d in the ring", st, st.Samples, st.Discarded, st.Left, in)
+			}
+		})
+	}
+}
