@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"os"
 
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -120,4 +121,26 @@ const maxRecordSize = 65528
 // perf_event_header, the u32 raw size, and the data padded to 8 bytes.
 func sampleRecordSize(n int) int {
 	return recHeaderSize + (n+4+7)&^7
+}
+
+// checkRingBuf checks the options that depend on a ring buffer's size
+// against the map info describes: WakeupBytes below it, and a record of
+// MaxSampleSize within it. Errors: ErrMapType for a map that is not a ring
+// buffer, os.ErrInvalid, ErrSampleTooLarge.
+func (o ringOptions) checkRingBuf(info mapDesc) error {
+	size := uint64(info.maxEntries)
+	switch {
+	case info.typ != mapTypeRingBuf:
+		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, kernel.MapTypeName(info.typ), info.typ, ErrMapType)
+	case uint64(o.wakeupBytes) >= size:
+		return fmt.Errorf("options WakeupBytes %d not below the %d-byte ring of %v: %w", o.wakeupBytes, size, info, os.ErrInvalid)
+	}
+	// __bpf_ringbuf_reserve keeps a record (its 8-byte header included,
+	// rounded up to 8 bytes) and everything unread below the ring's size:
+	// a record takes at most size-8 bytes.
+	if n := uint64(o.maxSampleSize); n > 0 && (n+bpfRingHdrRound)&^7 > size-8 {
+		return fmt.Errorf("options MaxSampleSize %d does not fit the %d-byte ring of %v with its 8-byte header: %w",
+			n, size, info, ErrSampleTooLarge)
+	}
+	return nil
 }

@@ -114,28 +114,6 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 	return s, nil
 }
 
-// checkRingBuf checks the options that depend on a ring buffer's size
-// against the map info describes: WakeupBytes below it, and a record of
-// MaxSampleSize within it. Errors: ErrMapType for a map that is not a ring
-// buffer, os.ErrInvalid, ErrSampleTooLarge.
-func (ro ringOptions) checkRingBuf(info mapDesc) error {
-	size := uint64(info.maxEntries)
-	switch {
-	case info.typ != mapTypeRingBuf:
-		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, kernel.MapTypeName(info.typ), info.typ, ErrMapType)
-	case uint64(ro.wakeupBytes) >= size:
-		return fmt.Errorf("options WakeupBytes %d not below the %d-byte ring of %v: %w", ro.wakeupBytes, size, info, os.ErrInvalid)
-	}
-	// __bpf_ringbuf_reserve keeps a record (its 8-byte header included,
-	// rounded up to 8 bytes) and everything unread below the ring's size:
-	// a record takes at most size-8 bytes.
-	if n := uint64(ro.maxSampleSize); n > 0 && (n+bpfRingHdrRound)&^7 > size-8 {
-		return fmt.Errorf("options MaxSampleSize %d does not fit the %d-byte ring of %v with its 8-byte header: %w",
-			n, size, info, ErrSampleTooLarge)
-	}
-	return nil
-}
-
 // add maps the ring buffer fd, a descriptor in s.owned, and claims it.
 func (s *ringBufSource) add(fd int, info mapDesc) error {
 	if info.typ != mapTypeRingBuf {
