@@ -87,7 +87,8 @@ suite_of() {
 	5.10) echo bullseye ;;
 	6.1) echo bookworm ;;
 	6.12) echo bookworm-backports ;;
-	*) log "unknown kernel $1 (known: 5.10 6.1 6.12)"; return 1 ;;
+	7.3) echo trixie-backports ;;
+	*) log "unknown kernel $1 (known: 5.10 6.1 6.12 7.3)"; return 1 ;;
 	esac
 }
 
@@ -104,10 +105,13 @@ apt_suite() {
 }
 
 # kernel VERSION: prints the path of the kernel's vmlinuz, downloading and
-# unpacking its package once (the package is resolved from linux-image-amd64
-# of the suite; the lists are refreshed when a day old).
+# unpacking its package once, resolved from linux-image-amd64 of the suite in
+# the suite's own apt state (the lists are refreshed when a day old). That
+# package depends on linux-image-RELEASE, which holds boot/vmlinuz-RELEASE
+# up to bookworm; from trixie on it is a small package too, and the image is
+# in linux-binary-RELEASE at usr/lib/modules/RELEASE/vmlinuz.
 kernel() {
-	local ver=$1 suite pkg deb dir
+	local ver=$1 suite image pkg path deb dir release
 	suite=$(suite_of "$ver")
 	dir=$CACHE/kernels/$ver
 	if [ -f "$dir/vmlinuz" ] && [ -n "$(find "$dir/vmlinuz" -mtime -7)" ]; then
@@ -117,8 +121,16 @@ kernel() {
 	if [ -z "$(find "$CACHE/apt/$suite/lists" -name '*Packages*' -mtime -1 2>/dev/null)" ]; then
 		apt_suite "$suite" apt-get update >/dev/null
 	fi
-	pkg=$(apt_suite "$suite" apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-	[ -n "$pkg" ] || { log "no linux-image package in $suite"; return 1; }
+	image=$(apt_suite "$suite" apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+	[ -n "$image" ] || { log "no linux-image package in $suite"; return 1; }
+	release=${image#linux-image-}
+	pkg=$(apt_suite "$suite" apt-cache depends "$image" | awk -v want="linux-binary-$release" '$1 == "Depends:" && $2 == want {print $2; exit}')
+	if [ -n "$pkg" ]; then
+		path=./usr/lib/modules/$release/vmlinuz
+	else
+		pkg=$image
+		path=./boot/vmlinuz-$release
+	fi
 	mkdir -p "$CACHE/debs" "$dir"
 	deb=$(ls "$CACHE/debs/${pkg}_"*.deb 2>/dev/null | head -n1 || true)
 	if [ -z "$deb" ]; then
@@ -129,9 +141,10 @@ kernel() {
 	fi
 	local tmp
 	tmp=$(mktemp -d)
-	dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp" --wildcards './boot/vmlinuz-*'
-	mv "$tmp"/boot/vmlinuz-* "$dir/vmlinuz"
-	echo "${pkg#linux-image-}" >"$dir/release"
+	dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp" "$path" ||
+		{ log "$deb holds no $path"; rm -rf "$tmp"; return 1; }
+	mv "$tmp/$path" "$dir/vmlinuz"
+	echo "$release" >"$dir/release"
 	rm -rf "$tmp"
 	echo "$dir/vmlinuz"
 }
