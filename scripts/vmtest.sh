@@ -130,18 +130,18 @@ apt_dir() {
 # state of the suite's own, for VMARCH, so the host's apt sources stay as they are.
 # The lists are refreshed when a day old.
 apt_suite() {
-	local suite=$1 tool=$2 dir
+	local suite=$1 tool=$2 dir opts
 	shift 2
 	dir=$(apt_dir "$suite")
 	mkdir -p "$dir/lists/partial" "$dir/archives/partial"
 	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR $suite main" >"$dir/sources.list"
-	set -- -q -o APT::Architecture="$VMARCH" -o APT::Architectures="$VMARCH" \
-		-o Dir::Etc::sourcelist="$dir/sources.list" -o Dir::Etc::sourceparts=- \
-		-o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir" -o APT::Get::List-Cleanup=0 "$@"
+	opts=(-q -o APT::Architecture="$VMARCH" -o APT::Architectures="$VMARCH"
+		-o Dir::Etc::sourcelist="$dir/sources.list" -o Dir::Etc::sourceparts=-
+		-o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir" -o APT::Get::List-Cleanup=0)
 	if [ -z "$(find "$dir/lists" -name '*Packages*' -mtime -1 2>/dev/null)" ]; then
-		apt-get "$@" update >/dev/null
+		apt-get "${opts[@]}" update >/dev/null
 	fi
-	"$tool" "$@"
+	"$tool" "${opts[@]}" "$@"
 }
 
 # kernel VERSION: prints the path of the kernel's vmlinuz, downloading and
