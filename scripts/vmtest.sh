@@ -46,8 +46,9 @@
 # initramfs that holds them, their shared libraries (ldd), the BPF objects and
 # busybox. For arm64 they are cross-built with cgo and linked statically
 # against libbpf, libelf and zlib from Debian's arm64 packages, unpacked into a
-# sysroot in VMTEST_CACHE; the BPF objects are the host's (CO-RE). With 4 CPUs or more, a second pass takes CPU 3 offline and runs the
-# ring tests again: buffer indexes must follow the online CPUs, not CPU numbers.
+# sysroot in VMTEST_CACHE; the BPF objects are the host's (CO-RE). With 4 CPUs
+# or more, a second pass takes CPU 3 offline and runs the ring tests again:
+# buffer indexes must follow the online CPUs, not CPU numbers.
 # Hotplug is only ever done inside the guest.
 #
 # Output: each package's tests, then one line per kernel and CPU count,
