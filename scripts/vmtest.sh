@@ -54,7 +54,8 @@
 # Output: each package's tests, then one line per kernel and CPU count,
 # "vmtest 6.1 8cpu: N passed, N failed", and a non-zero exit if any failed.
 # Logs: build/vmtest/<kernel>-<cpus>cpu.{results,console}, the big run's
-# <kernel>-<cpus>cpu-<boot>up.*.
+# <kernel>-<cpus>cpu-<boot>up.*, the arm64 part's arm64-<kernel>-<cpus>cpu.* (the
+# results are its console).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
