@@ -7,7 +7,8 @@
 #   libelf-dev, zlib1g-dev, pkg-config  libbpf's link dependencies
 #
 # Arguments name more bookworm packages to install when missing, for the targets that
-# need them: `make test-bigendian` passes qemu-user. The Docker image takes only the above.
+# need them: `make test-bigendian` and `make test-arm64` pass qemu-user, `make vmtest`
+# its QEMU. The Docker image takes only the above.
 set -euo pipefail
 
 need=()

@@ -5,7 +5,8 @@
 # Kernel parameters the kernel does not know reach /init as environment
 # variables: vmtest_packages=a,b runs those packages instead of the
 # initramfs's list, vmtest_offline=none skips the offline pass,
-# vmtest_sparse=1 leaves only the even CPUs online (below).
+# vmtest_sparse=1 leaves only the even CPUs online (below), vmtest_out=ttyAMA0
+# writes the output there (an arm64 guest's one UART) instead of ttyS1.
 /bin/busybox --install -s /bin
 export PATH=/bin HOME=/root TMPDIR=/tmp CI=true PERFBUF_VMTEST=1 # PERFBUF_VMTEST: hotplug is allowed here
 export EXECSNOOP_TEST_HELPER=/vmtest/execsnoop-helper
@@ -22,8 +23,8 @@ ln -sf /proc/self/fd /dev/fd
 mkdir -p /dev/pts && mount -t devpts -o ptmxmode=0666 devpts /dev/pts 2>/dev/null
 [ -e /dev/ptmx ] || ln -sf pts/ptmx /dev/ptmx
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
-stty -F /dev/ttyS1 raw -echo 2>/dev/null
-out=/dev/ttyS1
+out=/dev/${vmtest_out:-ttyS1}
+stty -F $out raw -echo 2>/dev/null
 
 # run PASS PACKAGES: each package's tests from its own directory, where they
 # find bpf/*.bpf.o as they do on the host. -test.short: emulated CPUs are

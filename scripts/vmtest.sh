@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # Runs every privileged test (selftest/... and the commands' tests) inside QEMU
-# on Debian's own kernels, with 2 and with 8 vCPUs (the matrix), then the CPU
-# hotplug tests in a guest with many vCPUs, most of them offline at boot (the
-# big run): what `make vmtest` calls.
+# on Debian's own kernels, with 8 vCPUs, the oldest and the newest kernel with
+# 2 as well (the matrix), then the CPU hotplug tests in a guest with many
+# vCPUs, most of them offline at boot (the big run): what `make vmtest` calls.
+# The arm64 part runs them in an arm64 guest (`make vmtest-arm64`).
 #
-#   scripts/vmtest.sh [matrix] [big]   the parts to run (default both;
-#                                      `make vmtest64` runs the big one)
+#   scripts/vmtest.sh [matrix] [big] [arm64]   the parts to run (default matrix
+#                                      and big; `make vmtest64` runs the big one,
+#                                      `make vmtest-arm64` the arm64 one)
 #
-#   KERNELS   which kernels (default "5.10 6.1 6.12"):
+#   KERNELS   which kernels (default "5.10 6.1 6.12 7.3"):
 #               5.10  bullseye's linux-image-amd64
 #               6.1   bookworm's
 #               6.12  bookworm-backports'
+#               7.3   trixie-backports'
 #   CPUS      vCPU counts (default "2 8")
+#             By default the matrix is every kernel with 8 vCPUs (which adds the
+#             offline pass) and 5.10 and 7.3 with 2 as well: six boots, which
+#             keeps CI under 40 minutes (docs/kernels.md). With KERNELS or CPUS
+#             set, every kernel of KERNELS runs with every count of CPUS.
 #   VMTEST_CACHE  downloaded kernels and apt lists (default /var/cache/perfbuf-vmtest)
 #   VMTEST_MEM    guest memory (default 2G)
-#   VMTEST_TIMEOUT  seconds one boot may take before it counts as failed (default 600)
+#   VMTEST_TIMEOUT  seconds one boot may take before it counts as failed (default 900:
+#                   an 8-vCPU boot of 7.3, both passes, took more than 600 s on a loaded host)
 #   VMTEST_PACKAGES, VMTEST_OFFLINE_PACKAGES  the packages of each pass (defaults below)
 #   VMTEST_LOGLEVEL the guest kernel's console loglevel (default 4; 7 shows stack traces)
 #   BIG_KERNELS   the big run's kernels (default 6.12; empty: no big run)
@@ -28,6 +36,10 @@
 #                 (default: 1 from 128 CPUs, where that online list is longer than
 #                 the 128 bytes libbpf reads it into, so perfbuf opens the rings
 #                 itself; 0 below)
+#   ARM64_KERNELS the arm64 part's kernels (default 7.3): Debian's
+#                 linux-image-arm64 of the kernel's suite; 7.3-16k: its
+#                 linux-image-arm64-16k (16 KiB pages)
+#   ARM64_CPUS    its vCPU counts (default 2)
 #   VMTEST_TCG_THREAD  QEMU's TCG threading (default single). With multi (a host thread
 #                   per vCPU) 5.10 guests hung now and then, both vCPUs stuck in
 #                   syscall_trace_enter at a jump-label site while libbpf attached a
@@ -36,22 +48,33 @@
 #
 # The test binaries are built on the host (go test -c) and run as root from an
 # initramfs that holds them, their shared libraries (ldd), the BPF objects and
-# busybox. With 4 CPUs or more, a second pass takes CPU 3 offline and runs the
-# ring tests again: buffer indexes must follow the online CPUs, not CPU numbers.
+# busybox. For arm64 they are cross-built with cgo and linked statically
+# against libbpf, libelf and zlib from Debian's arm64 packages, unpacked into a
+# sysroot in VMTEST_CACHE; the BPF objects are the host's (CO-RE). With 4 CPUs
+# or more, a second pass takes CPU 3 offline and runs the ring tests again:
+# buffer indexes must follow the online CPUs, not CPU numbers.
 # Hotplug is only ever done inside the guest.
 #
 # Output: each package's tests, then one line per kernel and CPU count,
 # "vmtest 6.1 8cpu: N passed, N failed", and a non-zero exit if any failed.
 # Logs: build/vmtest/<kernel>-<cpus>cpu.{results,console}, the big run's
-# <kernel>-<cpus>cpu-<boot>up.*.
+# <kernel>-<cpus>cpu-<boot>up.*, the arm64 part's arm64-<kernel>-<cpus>cpu.* (the
+# results are its console).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-KERNELS=${KERNELS:-"5.10 6.1 6.12"}
-CPUS=${CPUS:-"2 8"}
+# RUNS: the matrix's boots, KERNEL:CPUS each.
+if [ -n "${KERNELS:-}" ] || [ -n "${CPUS:-}" ]; then
+	KERNELS=${KERNELS:-"5.10 6.1 6.12 7.3"}
+	CPUS=${CPUS:-"2 8"}
+	RUNS=$(for ver in $KERNELS; do for ncpu in $CPUS; do echo "$ver:$ncpu"; done; done)
+else
+	KERNELS="5.10 6.1 6.12 7.3"
+	RUNS="5.10:2 5.10:8 6.1:8 6.12:8 7.3:2 7.3:8"
+fi
 CACHE=${VMTEST_CACHE:-/var/cache/perfbuf-vmtest}
 MEM=${VMTEST_MEM:-2G}
-TIMEOUT=${VMTEST_TIMEOUT:-600}
+TIMEOUT=${VMTEST_TIMEOUT:-900}
 GO=${GO:-go}
 OUT=$PWD/build/vmtest
 
@@ -73,16 +96,21 @@ else
 	BIG_SPARSE=${BIG_SPARSE:-0}
 fi
 
+ARM64_KERNELS=${ARM64_KERNELS:-7.3}
+ARM64_CPUS=${ARM64_CPUS:-2}
+
 PARTS=${*:-matrix big}
 case " $PARTS " in *" matrix "*) MATRIX=true ;; *) MATRIX=false ;; esac
 case " $PARTS " in *" big "*) BIG=true ;; *) BIG=false ;; esac
+case " $PARTS " in *" arm64 "*) ARM64=true ;; *) ARM64=false ;; esac
 for part in $PARTS; do
-	case $part in matrix | big) ;; *) echo "vmtest: unknown part $part (matrix, big)" >&2; exit 2 ;; esac
+	case $part in matrix | big | arm64) ;; *) echo "vmtest: unknown part $part (matrix, big, arm64)" >&2; exit 2 ;; esac
 done
-$MATRIX || KERNELS=""
+$ARM64 || ARM64_KERNELS=""
+$MATRIX || { KERNELS=""; RUNS=""; }
 $BIG || BIG_KERNELS=""
 # The initramfs holds what either part runs.
-if ! $MATRIX; then
+if ! $MATRIX && ! $ARM64; then
 	PACKAGES=$BIG_PACKAGES
 elif [ -n "$BIG_KERNELS" ]; then
 	for pkg in $BIG_PACKAGES; do
@@ -92,43 +120,68 @@ fi
 
 log() { echo "vmtest: $*" >&2; }
 
+# VMARCH: the architecture of the guests being prepared or run (amd64, arm64).
+VMARCH=amd64
+
 suite_of() {
-	case $1 in
+	case ${1%-16k} in
 	5.10) echo bullseye ;;
 	6.1) echo bookworm ;;
 	6.12) echo bookworm-backports ;;
-	*) log "unknown kernel $1 (known: 5.10 6.1 6.12)"; return 1 ;;
+	7.3) echo trixie-backports ;;
+	*) log "unknown kernel $1 (known: 5.10 6.1 6.12 7.3)"; return 1 ;;
 	esac
 }
 
+# apt_dir SUITE: the apt state of the suite for VMARCH.
+apt_dir() {
+	if [ "$VMARCH" = amd64 ]; then echo "$CACHE/apt/$1"; else echo "$CACHE/apt/$1-$VMARCH"; fi
+}
+
 # apt_suite SUITE ARGS...: apt-get or apt-cache (first arg) with a sources list and
-# state of the suite's own, so the host's apt sources stay as they are.
+# state of the suite's own, for VMARCH, so the host's apt sources stay as they are.
+# The lists are refreshed when a day old.
 apt_suite() {
-	local suite=$1 tool=$2
+	local suite=$1 tool=$2 dir opts
 	shift 2
-	local dir=$CACHE/apt/$suite
+	dir=$(apt_dir "$suite")
 	mkdir -p "$dir/lists/partial" "$dir/archives/partial"
 	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR $suite main" >"$dir/sources.list"
-	"$tool" -q -o Dir::Etc::sourcelist="$dir/sources.list" -o Dir::Etc::sourceparts=- \
-		-o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir" -o APT::Get::List-Cleanup=0 "$@"
+	opts=(-q -o APT::Architecture="$VMARCH" -o APT::Architectures="$VMARCH"
+		-o Dir::Etc::sourcelist="$dir/sources.list" -o Dir::Etc::sourceparts=-
+		-o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir" -o APT::Get::List-Cleanup=0)
+	if [ -z "$(find "$dir/lists" -name '*Packages*' -mtime -1 2>/dev/null)" ]; then
+		apt-get "${opts[@]}" update >/dev/null
+	fi
+	"$tool" "${opts[@]}" "$@"
 }
 
 # kernel VERSION: prints the path of the kernel's vmlinuz, downloading and
-# unpacking its package once (the package is resolved from linux-image-amd64
-# of the suite; the lists are refreshed when a day old).
+# unpacking its package once, resolved from linux-image-VMARCH of the suite in
+# the suite's own apt state (a VERSION ending in -16k: linux-image-arm64-16k). That
+# package depends on linux-image-RELEASE, which holds boot/vmlinuz-RELEASE
+# up to bookworm; from trixie on it is a small package too, and the image is
+# in linux-binary-RELEASE at usr/lib/modules/RELEASE/vmlinuz.
 kernel() {
-	local ver=$1 suite pkg deb dir
+	local ver=$1 suite image pkg path deb dir release flavour=$VMARCH
 	suite=$(suite_of "$ver")
 	dir=$CACHE/kernels/$ver
+	[ "$VMARCH" = amd64 ] || dir=$CACHE/kernels/$VMARCH/$ver
+	case $ver in *-16k) flavour=$VMARCH-16k ;; esac
 	if [ -f "$dir/vmlinuz" ] && [ -n "$(find "$dir/vmlinuz" -mtime -7)" ]; then
 		echo "$dir/vmlinuz"
 		return
 	fi
-	if [ -z "$(find "$CACHE/apt/$suite/lists" -name '*Packages*' -mtime -1 2>/dev/null)" ]; then
-		apt_suite "$suite" apt-get update >/dev/null
+	image=$(apt_suite "$suite" apt-cache depends "linux-image-$flavour" | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+	[ -n "$image" ] || { log "no linux-image package in $suite"; return 1; }
+	release=${image#linux-image-}
+	pkg=$(apt_suite "$suite" apt-cache depends "$image" | awk -v want="linux-binary-$release" '$1 == "Depends:" && $2 == want {print $2; exit}')
+	if [ -n "$pkg" ]; then
+		path=./usr/lib/modules/$release/vmlinuz
+	else
+		pkg=$image
+		path=./boot/vmlinuz-$release
 	fi
-	pkg=$(apt_suite "$suite" apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-	[ -n "$pkg" ] || { log "no linux-image package in $suite"; return 1; }
 	mkdir -p "$CACHE/debs" "$dir"
 	deb=$(ls "$CACHE/debs/${pkg}_"*.deb 2>/dev/null | head -n1 || true)
 	if [ -z "$deb" ]; then
@@ -139,9 +192,11 @@ kernel() {
 	fi
 	local tmp
 	tmp=$(mktemp -d)
-	dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp" --wildcards './boot/vmlinuz-*'
-	mv "$tmp"/boot/vmlinuz-* "$dir/vmlinuz"
-	echo "${pkg#linux-image-}" >"$dir/release"
+	dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp" "$path" ||
+		{ log "$deb holds no $path"; rm -rf "$tmp"; return 1; }
+	mv "$tmp/$path" "$dir/vmlinuz"
+	touch "$dir/vmlinuz" # the week above counts from now, not from the build
+	echo "$release" >"$dir/release"
 	rm -rf "$tmp"
 	echo "$dir/vmlinuz"
 }
@@ -158,21 +213,58 @@ copy_with_libs() {
 	done
 }
 
-# build_initramfs: test binaries, BPF objects, busybox, libraries, /init.
+# arm64_sysroot: prints the path of a sysroot with Debian's arm64 libbpf
+# (bookworm-backports), libelf, zlib, zstd (libelf's) and a static busybox,
+# unpacked from their packages once.
+arm64_sysroot() {
+	local root=$CACHE/arm64/sysroot debs=$CACHE/arm64/debs deb
+	if [ ! -f "$root/usr/lib/aarch64-linux-gnu/libbpf.a" ] || [ ! -x "$root/bin/busybox" ]; then
+		rm -rf "$root" "$debs"
+		mkdir -p "$root" "$debs"
+		log "downloading arm64 libbpf-dev, libelf-dev, zlib1g-dev, libzstd-dev, busybox-static"
+		(cd "$debs" && apt_suite bookworm-backports apt-get download libbpf-dev &&
+			apt_suite bookworm apt-get download libelf-dev zlib1g-dev libzstd-dev busybox-static) 2>&1 |
+			grep -v unsandboxed >&2 || true
+		for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$root"; done
+		[ -f "$root/usr/lib/aarch64-linux-gnu/libbpf.a" ] && [ -x "$root/bin/busybox" ] ||
+			{ log "arm64 sysroot incomplete ($root)"; return 1; }
+	fi
+	echo "$root"
+}
+
+# build_initramfs: test binaries, BPF objects, busybox, libraries, /init, for
+# VMARCH, in $OUT/initramfs-VMARCH.gz.
 build_initramfs() {
-	local root=$OUT/root pkg name
+	local root=$OUT/root-$VMARCH pkg name cc=gcc sysroot=""
 	rm -rf "$root"
 	mkdir -p "$root"/{bin,sbin,dev,proc,sys,tmp,root,etc,vmtest}
-	cp /bin/busybox "$root/bin/busybox"
+	if [ "$VMARCH" = arm64 ]; then
+		sysroot=$(arm64_sysroot)
+		cc=aarch64-linux-gnu-gcc
+		cp "$sysroot/bin/busybox" "$root/bin/busybox"
+	else
+		cp /bin/busybox "$root/bin/busybox"
+	fi
 	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$root/etc/passwd"
 	printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
 	for pkg in $PACKAGES; do
 		name=${pkg//\//_}
-		log "building $pkg tests"
-		$GO test $GOTAGS -c -o "$OUT/bin/$name.test" "./$pkg"
+		log "building $pkg tests ($VMARCH)"
 		mkdir -p "$root/vmtest/$pkg"
-		copy_with_libs "$OUT/bin/$name.test" "$root"
-		mv "$root$OUT/bin/$name.test" "$root/vmtest/$pkg/pkg.test"
+		if [ "$VMARCH" = arm64 ]; then
+			# Static: no arm64 loader or libraries in the guest to find. The
+			# linker's warning about getaddrinfo (net's cgo resolver) is dropped.
+			CGO_ENABLED=1 GOARCH=arm64 CC=$cc CGO_CFLAGS="-g -O2 -I$sysroot/usr/include" \
+				CGO_LDFLAGS="-L$sysroot/usr/lib/aarch64-linux-gnu -lzstd" \
+				$GO test -tags perfbuf_static -ldflags=-extldflags=-static -c \
+				-o "$root/vmtest/$pkg/pkg.test" "./$pkg" 2>&1 |
+				{ grep -Ev 'getaddrinfo|^# .*\.test$' || true; } >&2
+			[ -x "$root/vmtest/$pkg/pkg.test" ] || { log "build of $pkg for arm64 failed"; return 1; }
+		else
+			$GO test $GOTAGS -c -o "$OUT/bin/$name.test" "./$pkg"
+			copy_with_libs "$OUT/bin/$name.test" "$root"
+			mv "$root$OUT/bin/$name.test" "$root/vmtest/$pkg/pkg.test"
+		fi
 		if [ -d "$pkg/bpf" ]; then
 			mkdir -p "$root/vmtest/$pkg/bpf"
 			cp "$pkg"/bpf/*.bpf.o "$root/vmtest/$pkg/bpf/"
@@ -183,8 +275,8 @@ build_initramfs() {
 	# execsnoop's tests exec a C helper that no compiler in the guest could build,
 	# and exec /bin/true with an empty argv, which busybox cannot take (it finds
 	# its applet by argv[0]): a true of its own, before busybox installs its links.
-	gcc -O1 -static -pthread -o "$root/vmtest/execsnoop-helper" cmd/execsnoop/testdata/helper.c
-	echo 'int main(void) { return 0; }' | gcc -O1 -static -x c -o "$root/bin/true" -
+	$cc -O1 -static -pthread -o "$root/vmtest/execsnoop-helper" cmd/execsnoop/testdata/helper.c
+	echo 'int main(void) { return 0; }' | $cc -O1 -static -x c -o "$root/bin/true" -
 	echo "$PACKAGES" >"$root/vmtest/packages"
 	# The offline pass runs only what the initramfs holds.
 	for pkg in $OFFLINE_PACKAGES; do
@@ -193,8 +285,8 @@ build_initramfs() {
 	echo "$OFFLINE_CPU" >"$root/vmtest/offline-cpu"
 	cp scripts/vmtest-init.sh "$root/init"
 	chmod +x "$root/init"
-	(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$OUT/initramfs.gz"
-	log "initramfs: $(du -h "$OUT/initramfs.gz" | cut -f1)"
+	(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$OUT/initramfs-$VMARCH.gz"
+	log "initramfs ($VMARCH): $(du -h "$OUT/initramfs-$VMARCH.gz" | cut -f1)"
 }
 
 # Signs that the guest kernel itself broke (an oops, a lockup, a panic): the
@@ -208,15 +300,27 @@ GUEST_FAULT='Oops:|BUG: soft lockup|Kernel panic'
 boot() {
 	local vmlinuz=$1 ncpu=$2 tag=$3 mem=${4:-$MEM} args=${5:-} qpid rc=0 faulted=false
 	rm -f "$OUT/$tag.results" "$OUT/$tag.console"
-	# ttyS0: the kernel's console; ttyS1: the tests' output (results).
-	# -cpu qemu64: the features every x86-64 has; with -cpu max (TCG's
-	# every feature) guests hit kernel oopses that real CPUs do not.
-	timeout "$TIMEOUT" qemu-system-x86_64 -accel "tcg,thread=${VMTEST_TCG_THREAD:-single}" \
-		-cpu qemu64 -smp "$ncpu" -m "$mem" \
-		-kernel "$vmlinuz" -initrd "$OUT/initramfs.gz" \
-		-append "console=ttyS0 panic=-1 quiet loglevel=${VMTEST_LOGLEVEL:-4} mitigations=off${args:+ $args}" \
-		-display none -monitor none -no-reboot \
-		-serial "file:$OUT/$tag.console" -serial "file:$OUT/$tag.results" &
+	if [ "$VMARCH" = arm64 ]; then
+		# virt has one UART (ttyAMA0): the kernel's console and the tests'
+		# output share it (vmtest_out tells /init), copied to results below.
+		# pauth=off: TCG's pointer authentication costs much and tests nothing here.
+		timeout "$TIMEOUT" qemu-system-aarch64 -M virt -accel "tcg,thread=${VMTEST_TCG_THREAD:-single}" \
+			-cpu max,pauth=off -smp "$ncpu" -m "$mem" \
+			-kernel "$vmlinuz" -initrd "$OUT/initramfs-arm64.gz" \
+			-append "console=ttyAMA0 panic=-1 quiet loglevel=${VMTEST_LOGLEVEL:-4} mitigations=off vmtest_out=ttyAMA0${args:+ $args}" \
+			-display none -monitor none -no-reboot \
+			-serial "file:$OUT/$tag.console" &
+	else
+		# ttyS0: the kernel's console; ttyS1: the tests' output (results).
+		# -cpu qemu64: the features every x86-64 has; with -cpu max (TCG's
+		# every feature) guests hit kernel oopses that real CPUs do not.
+		timeout "$TIMEOUT" qemu-system-x86_64 -accel "tcg,thread=${VMTEST_TCG_THREAD:-single}" \
+			-cpu qemu64 -smp "$ncpu" -m "$mem" \
+			-kernel "$vmlinuz" -initrd "$OUT/initramfs-amd64.gz" \
+			-append "console=ttyS0 panic=-1 quiet loglevel=${VMTEST_LOGLEVEL:-4} mitigations=off${args:+ $args}" \
+			-display none -monitor none -no-reboot \
+			-serial "file:$OUT/$tag.console" -serial "file:$OUT/$tag.results" &
+	fi
 	qpid=$!
 	while kill -0 "$qpid" 2>/dev/null; do
 		if grep -Eq "$GUEST_FAULT" "$OUT/$tag.console" 2>/dev/null; then
@@ -228,6 +332,7 @@ boot() {
 		sleep 2
 	done
 	wait "$qpid" || rc=$?
+	if [ "$VMARCH" = arm64 ] && [ -f "$OUT/$tag.console" ]; then cp "$OUT/$tag.console" "$OUT/$tag.results"; fi
 	[ -f "$OUT/$tag.results" ] && sed -i 's/\r$//' "$OUT/$tag.results"
 	# A panic reboots, and so ends qemu (-no-reboot), before the loop sees it.
 	if $faulted || grep -Eq "$GUEST_FAULT" "$OUT/$tag.console" 2>/dev/null; then return 3; fi
@@ -244,6 +349,7 @@ run_vm() {
 	local ver=$1 ncpu=$2 up=${3:-} vmlinuz tag results console start rc=0 note="" mem="" args=""
 	vmlinuz=$(kernel "$ver")
 	tag="$ver-${ncpu}cpu"
+	[ "$VMARCH" = amd64 ] || tag="$VMARCH-$tag"
 	if [ -n "$up" ]; then
 		tag="$tag-${up}up"
 		mem=$BIG_MEM
@@ -288,7 +394,9 @@ run_vm() {
 	# What the many-ring tests report rather than assert (losses depend on
 	# scheduling, and TCG's is not a real machine's).
 	grep -E 'rings, lost over|CPUs in order|came online while reading|^vmtest-sparse|libbpf alone|own opener opened' "$results" | sed -E "s/^ *[a-z_]+\.go:[0-9]+: /  $tag   /" || true
-	line="vmtest $ver ${ncpu}cpu${up:+ (${up} up at boot)} ($(cat "$CACHE/kernels/$ver/release")): $passed passed, $failed failed (${secs}s$note)"
+	local arch=""
+	[ "$VMARCH" = amd64 ] || arch="$VMARCH "
+	line="vmtest $arch$ver ${ncpu}cpu${up:+ (${up} up at boot)} ($(cat "$(dirname "$vmlinuz")/release")): $passed passed, $failed failed (${secs}s$note)"
 	echo "$line"
 	SUMMARY+=("$line")
 	[ "$failed" -eq 0 ]
@@ -298,21 +406,34 @@ MIRROR=$(grep -rhs '^URIs:' /etc/apt/sources.list.d/debian.sources 2>/dev/null |
 : "${MIRROR:=http://deb.debian.org/debian}"
 GOTAGS=${GOTAGS:-}
 
-bash scripts/deps.sh qemu-system-x86 busybox-static cpio
 mkdir -p "$OUT"
-for ver in $KERNELS $BIG_KERNELS; do kernel "$ver" >/dev/null; done
-build_initramfs
+if [ -n "$KERNELS$BIG_KERNELS" ]; then
+	bash scripts/deps.sh qemu-system-x86 busybox-static cpio
+	for ver in $KERNELS $BIG_KERNELS; do kernel "$ver" >/dev/null; done
+	build_initramfs
+fi
+if [ -n "$ARM64_KERNELS" ]; then
+	bash scripts/deps.sh qemu-system-arm gcc-aarch64-linux-gnu libc6-dev-arm64-cross cpio
+	VMARCH=arm64
+	for ver in $ARM64_KERNELS; do kernel "$ver" >/dev/null; done
+	build_initramfs
+	VMARCH=amd64
+fi
 
 SUMMARY=()
 status=0
 total_start=$(date +%s)
-for ver in $KERNELS; do
-	for ncpu in $CPUS; do
-		run_vm "$ver" "$ncpu" || status=1
-	done
+for run in $RUNS; do
+	run_vm "${run%:*}" "${run#*:}" || status=1
 done
 for ver in $BIG_KERNELS; do
 	run_vm "$ver" "$BIG_CPUS" "$BIG_BOOT_CPUS" || status=1
+done
+VMARCH=arm64
+for ver in $ARM64_KERNELS; do
+	for ncpu in $ARM64_CPUS; do
+		run_vm "$ver" "$ncpu" || status=1
+	done
 done
 echo
 echo "vmtest summary ($(($(date +%s) - total_start))s):"
