@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # perfbuf: build, test and benchmark.
 #
 #   make deps     install what is missing (idempotent; quick when all is there)
@@ -239,6 +240,11 @@ lint: deps
 		out=$$(gofmt -l $$files); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet $(GOTAGS) ./...
 	$(GO) run $(STATICCHECK) $(GOTAGS) ./...
+	@# Every source file names its license (README, License): Apache-2.0, or
+	@# GPL-2.0-only OR BSD-2-Clause for the BPF C.
+	@out=$$(git ls-files '*.go' '*.c' '*.h' '*.sh' Makefile Dockerfile.build .ci/run | \
+		grep -v '^libbpf/' | xargs grep -L 'SPDX-License-Identifier: ' || true); \
+		if [ -n "$$out" ]; then echo "no SPDX-License-Identifier line:" $$out; exit 1; fi
 
 # The selftests in a privileged container built from Dockerfile.build
 # (docs/docker.md). Settings such as DOCKER_RUN_FLAGS pass through.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // The rings' configuration: checked, and its defaults resolved, in one place

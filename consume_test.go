@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // Tests of the reads that do not wait (Reader.Consume), of what the

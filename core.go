@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // The owner core, written once for PerfBuffer and Reader: opening the rings

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // The package's errors: the sentinels, the error of a corrupt ring, and

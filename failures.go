@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // The BPF-side failure counters of bpf/perfbuf.bpf.h (Options.FailureMap):

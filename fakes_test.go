@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // Test fakes: perf rings in Go memory with a producer that follows the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // The fullest-first policy, a Reader's default: passes over the rings, the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // CPUs that come online after New. libbpf opens rings on the CPUs online at

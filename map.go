@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // The BPF map a reader reads: what names it (Map), the checks on it, and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // Tests of the map checks (map.go) that ask the kernel, in every build.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // The ordered policy (Options.Order): every ring merged in key order, the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package perfbuf reads what BPF programs emit: perf event arrays
 // (BPF_MAP_TYPE_PERF_EVENT_ARRAY) and BPF ring buffers
 // (BPF_MAP_TYPE_RINGBUF), behind one API.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // Benchmarks of PerfBuffer's callback mode over a fake ring (no kernel).

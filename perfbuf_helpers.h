@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* C side of perfbuf: opening the rings through libbpf. Only perfbuf_cgo.go
  * includes this.
  *

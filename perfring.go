@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // The perf ring kind: one CPU's perf ring buffer, read in place without cgo.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // The poller: waiting for the rings' wakeups, and waking a wait from

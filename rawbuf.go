@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // RawBuffer: the exported raw view of one ring (PerfBuffer.Buffer), for

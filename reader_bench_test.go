@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // Benchmarks of the Reader over fake rings (no kernel): fullest-first and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // Tests of the Reader: its core (reads, Close, deadlines, Flush, stats,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // What the rings deliver: Record, in place, and Sample, a copy.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // This file is the BPF ring buffer kind (BPF_MAP_TYPE_RINGBUF): one ring shared by every CPU,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perfbuf
 
 // Opening BPF ring buffer maps (BPF_MAP_TYPE_RINGBUF): one map or several,

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* perfbuf's BPF side: outputs that count their failures, to a perf event
  * array, to a BPF ring buffer, or to a buffer whose kind perfbuf's Go side
  * chooses when the object loads.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bpfbuffer makes a BPF program's buffer a ring buffer or a perf
 // event array when its object loads, whichever the kernel has: the choice
 // libbpf-tools' bpf_buffer__new makes, in one call, with the BPF side

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package prom exports the per-CPU counts of a perfbuf reader as Prometheus
 // metrics: NewCollector returns a prometheus.Collector over anything with
 // a Stats method, a *perfbuf.PerfBuffer or a *perfbuf.Reader.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the toolchain perfbuf builds with, when something is missing.
 # Idempotent: when everything is present it only checks and exits (well under a second).
 #

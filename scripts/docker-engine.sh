@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Manages the local Docker engine that `make docker-test` needs, on a Debian host.
 #
 #   scripts/docker-engine.sh start       install docker.io if dockerd is missing, start dockerd

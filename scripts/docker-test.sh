@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs perfbuf's selftests inside Docker (what `make docker-test` calls).
 #
 #   scripts/docker-test.sh               on the host: engine, base image, build, run

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Bounded fuzzing of every fuzz target in the root package.
 #
 #   scripts/fuzz.sh [go test flags...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs `go test -v "$@"`, shows the usual output, and ends with one summary
 # line: "tests: N passed, N failed, N skipped". Exits non-zero on failure.
 set -uo pipefail

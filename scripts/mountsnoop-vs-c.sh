@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # cmd/mountsnoop beside the C mountsnoop of libbpf-tools (Debian's package) on one
 # scripted workload: what each tool costs, as a whole process, under /usr/bin/time -v.
 # Both read a BPF ring buffer where the kernel has them (the C tool through

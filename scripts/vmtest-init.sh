@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# SPDX-License-Identifier: Apache-2.0
 # /init of the guest that scripts/vmtest.sh boots: mounts what the tests
 # need, runs each package's test binary as root with its output on ttyS1,
 # and powers off. Lines that start with "vmtest-" are read by the host.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs every privileged test (selftest/... and the commands' tests) inside QEMU
 # on Debian's own kernels, with 8 vCPUs, the oldest and the newest kernel with
 # 2 as well (the matrix), then the CPU hotplug tests in a guest with many

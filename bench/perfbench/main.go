@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command perfbench measures every way of reading a perf event array side
 // by side, in one run: the C reference (libbpf's perf_buffer driven from C),
 // perfbuf's callback mode, raw zero-copy and copying drains, and the

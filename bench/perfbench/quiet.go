@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 // The quiet measurement's side in perfbench: the consumers' commands (the C

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Benchmarks of every mode beside the C reference (bench/internal/cref), over
 // real rings filled by BPF (bpf/bench.bpf.c, through BPF_PROG_TEST_RUN).
 // The measurements themselves live in bench/internal/benchrun, which

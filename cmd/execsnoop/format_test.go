@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 // Unit tests of decoding, formatting, flags and the read loop: no BPF, no

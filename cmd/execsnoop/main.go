@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command execsnoop traces execve() system-wide and prints one line per
 // exec: a Go port of execsnoop from libbpf-tools (bcc), reading its perf
 // event array with a perfbuf Reader ordered by timestamp, so that events

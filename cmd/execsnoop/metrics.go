@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 // --metrics ADDR: the reader's counts (package prom), the Go runtime's and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 // Privileged tests of PID namespaces: execsnoop prints PIDs as its own

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command mountsnoop traces mount() and umount() system-wide and prints one
 // line per call: a Go port of mountsnoop from libbpf-tools (bcc). Like the
 // C tool, which is built on libbpf-tools' bpf_buffer, its BPF program

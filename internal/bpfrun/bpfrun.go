@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bpfrun loads the emitter programs of selftest/common/emit.bpf.h
 // and drives them with BPF_PROG_TEST_RUN, so that samples are written on a
 // chosen CPU deterministically: no sleeps, no tracing noise.

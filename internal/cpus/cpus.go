@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cpus reads the kernel's CPU lists (/sys/devices/system/cpu/online
 // and possible). perfbuf uses them to know which CPU each of libbpf's rings
 // belongs to; the selftests, to emit on every CPU that has a ring. Both must

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package kernel
 
 // The bpf(2) commands perfbuf makes on maps, each on the part of union

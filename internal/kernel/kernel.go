@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kernel makes perfbuf's plain system calls in Go, through
 // golang.org/x/sys/unix and without cgo: the bpf(2) map commands it needs
 // (map info and type names, slots, per-CPU values, inner maps, a map by

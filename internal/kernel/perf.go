@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package kernel
 
 // perfbuf's own opener of perf rings: what libbpf's perf_buffer__new_raw

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package stdio buffers a tool's stdout as C's stdio buffers the C tools'
 // printf: by line on a terminal, else in blocks. A write(2) per line costs
 // a context switch per event on a busy machine (#16). cmd/execsnoop and

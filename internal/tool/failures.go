@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tool
 
 // The failed outputs a tool reports in its summary (perfbuf.Stats.Failed).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tool holds what the ports of libbpf-tools (cmd/execsnoop,
 // cmd/mountsnoop) share beside their buffered stdout (internal/stdio):
 // their flags' parsing as argp's, loading their BPF object (built in, or

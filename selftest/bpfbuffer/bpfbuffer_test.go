@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Privileged selftests of a buffer whose kind is chosen at load
 // (package bpfbuffer, PERFBUF_BUFFER of bpf/perfbuf.bpf.h): bpfbuffer.bpf.c
 // is loaded once as the kernel allows (a ring buffer here) and once forced

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Privileged selftests of callback mode over real rings: callback.bpf.c
 // emits samples on a chosen CPU through BPF_PROG_TEST_RUN.
 package callback

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* Shared by the selftests' BPF programs: emit `count` samples on the CPU the
  * program runs on (BPF_PROG_TEST_RUN with BPF_F_TEST_RUN_ON_CPU picks it),
  * each carrying a per-CPU sequence number, and count in a per-CPU array

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Privileged selftests of the failure counters (bpf/perfbuf.bpf.h,
 // Options.FailureMap): failures.bpf.c outputs through perfbuf_output on a
 // chosen CPU with BPF_PROG_TEST_RUN, and makes each cause happen on every

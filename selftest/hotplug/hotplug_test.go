@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Privileged selftests of CPUs that come online after New, in every mode:
 // a CPU is taken offline, the rings are opened, the CPU is brought online,
 // and samples emitted on it must all arrive, none twice. Hotplug changes the

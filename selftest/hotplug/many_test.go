@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package hotplug
 
 // CPUs that come online while three readers read: a callback-mode

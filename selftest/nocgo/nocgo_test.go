@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Privileged selftests of a build without cgo (CGO_ENABLED=0; `make
 // test-nocgo`): BPF objects loaded with cilium/ebpf, not libbpfgo (which
 // needs cgo), and read through perfbuf in every form: a BPF ring buffer

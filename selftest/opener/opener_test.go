@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Privileged selftests of perfbuf's own opener of perf rings
 // (internal/kernel), which New and NewReader use where libbpf's perf_buffer
 // refuses: every perf_buffer__new* reads /sys/devices/system/cpu/online into

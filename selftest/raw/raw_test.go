@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Privileged selftests of raw mode over real rings: raw.bpf.c emits on a
 // chosen CPU through BPF_PROG_TEST_RUN; RawBuffer reads what libbpf maps.
 package raw

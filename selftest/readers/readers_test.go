@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Privileged selftests of the Reader, fullest-first and ordered, over real
 // rings: readers.bpf.c emits on a chosen CPU through BPF_PROG_TEST_RUN.
 package readers

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Privileged selftests of BPF ring buffers (BPF_MAP_TYPE_RINGBUF) read by
 // the same Reader, callback mode and raw mode as perf event arrays:
 // ringbuf.bpf.c writes a ring buffer on a chosen CPU through

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package benchrun holds the measurements that the Go benchmarks
 // (bench/selftest) and bench/perfbench share, so that both measure every
 // mode the same way: the C reference (bench/internal/cref), callback mode, raw

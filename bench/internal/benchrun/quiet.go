@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package benchrun
 
 // The quiet measurement: what a consumer costs per wakeup when samples come

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
 #include <stdlib.h>
 #include <bpf/libbpf.h>

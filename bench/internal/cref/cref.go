@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cref is the C reference the benchmarks measure perfbuf against:
 // libbpf's perf_buffer (Reader) and ring_buffer (RingReader) driven from C
 // (cref.c), with a C sample callback that reads every byte. It is shared by

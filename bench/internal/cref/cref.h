@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The C reference: libbpf's perf_buffer__new, perf_buffer__consume and
  * perf_buffer__poll with C callbacks, and for BPF ring buffers
  * ring_buffer__new, ring_buffer__consume and ring_buffer__poll; the sample

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* The emit program of perfbench's two emitters, the perf event array's
  * (perfbench.bpf.c) and the ring buffer's (rbbench.bpf.c): one test run
  * emits up to EMIT_RUN_MAX samples, so that the saturation measurements

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* perfbench's emitter: the selftests' emit program (emit.bpf.h), with
  * samples up to 1024 bytes, the largest perfbench measures (a smaller
  * scratch buffer makes each test run cheaper), and test runs of up to 4096
@@ -20,4 +20,4 @@ __attribute__((noinline)) int emit_part(struct bpf_raw_tracepoint_args *ctx, __u
 	return emit_samples(ctx, args);
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* perfbench's ring buffer emitter: selftest/common/emit.bpf.h's emit program
  * and counts, writing a BPF ring buffer (BPF_MAP_TYPE_RINGBUF) instead of a
  * perf event array, under the same names (the map `events`, the program
@@ -107,4 +107,4 @@ __attribute__((noinline)) int emit_part(__u64 count, __u64 size0, __u64 span, __
 	return 0;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

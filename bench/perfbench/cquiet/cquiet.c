@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: Apache-2.0
 /* perfbench-cquiet: the C reference of perfbench's quiet measurement
  * (bench/internal/benchrun/quiet.go), a process of its own so that its CPU time
  * and context switches are libbpf's and the kernel's alone, with no Go

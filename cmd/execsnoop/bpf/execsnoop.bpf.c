@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* execsnoop: trace execve() system-wide, the BPF half of cmd/execsnoop.
  *
  * sys_enter_execve stores what is known before the exec (pid, parent, uid,
@@ -237,4 +237,4 @@ cleanup:
 	return 0;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

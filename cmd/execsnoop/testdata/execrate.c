@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* execrate RATE SECONDS MARK: the workload of scripts/execsnoop-vs-c.sh.
  *
  * Runs `/bin/true MARK-<n>` for n = 0 .. RATE*SECONDS-1, the n-th at

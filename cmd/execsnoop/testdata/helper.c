@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* execsnoop's tests run this: "empty TOK" execs /bin/true with an empty argv
  * (TOK lies past the NULL), "thread TOK" execs it from a second thread after
  * printing that thread's id, "untouched TOK FILE" execs the path that FILE

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* mountsnoop: trace mount() and umount() system-wide, the BPF half of
  * cmd/mountsnoop.
  *
@@ -235,4 +235,4 @@ int umount_exit(struct trace_event_raw_sys_exit *ctx)
 	return leave(ctx, ctx->ret);
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

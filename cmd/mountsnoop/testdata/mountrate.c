@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: Apache-2.0
 /* mountrate: the workload of scripts/mountsnoop-vs-c.sh. In a mount
  * namespace of its own, in which every mount is private (nothing
  * propagates to the machine), it mounts a 4 KiB tmpfs whose source is

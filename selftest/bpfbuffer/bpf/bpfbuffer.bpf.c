@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* A buffer whose kind is chosen at load (bpfbuffer_test.go): one
  * PERFBUF_BUFFER written through perfbuf_buffer_output, _reserve, _submit
  * and _discard of bpf/perfbuf.bpf.h, loaded once as the kernel allows (a
@@ -177,4 +177,4 @@ int produce(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* Callback-mode scenarios (callback_test.go): the emitter, and a map of
  * another type for New to refuse. */
 #include "../../common/emit.bpf.h"
@@ -10,4 +10,4 @@ struct {
 	__type(value, __u32);
 } not_perf SEC(".maps");
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

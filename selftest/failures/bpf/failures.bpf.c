@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* Failure accounting scenarios (failures_test.go): outputs through
  * perfbuf_output (bpf/perfbuf.bpf.h) that succeed, that find a full ring
  * (-ENOSPC, reported by the kernel as lost), and that fail for each cause
@@ -162,4 +162,4 @@ int output(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

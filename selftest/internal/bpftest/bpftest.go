@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bpftest loads the selftests' BPF programs and drives them with
 // BPF_PROG_TEST_RUN, so that samples are emitted on a chosen CPU
 // deterministically: no sleeps, no tracing noise. It is internal/bpfrun

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* Reader scenarios, fullest-first and ordered (readers_test.go): the
  * emitter; and a ring buffer with a producer of its own
  * (ownership_test.go). */
@@ -25,4 +25,4 @@ int produce_rb(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* BPF ring buffer scenarios (ringbuf_test.go): a ring buffer map written
  * three ways, on a CPU chosen with BPF_PROG_TEST_RUN, with the program's
  * own count of every attempt and its result, so that the test accounts for
@@ -150,4 +150,4 @@ int produce(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
