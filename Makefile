@@ -117,12 +117,16 @@ build-execsnoop: libbpf-info bpf
 
 # Every test: unit tests and privileged selftests, with the race detector.
 # Under CI (CI=true) a selftest that cannot get its privileges fails.
+# It ends with one line, the total of every run's counts (TEST_TALLY).
+TALLY := $(BUILD)/test-tally
 test: build
-	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./...
-	@$(MAKE) --no-print-directory test-bigendian
-	@$(MAKE) --no-print-directory test-arm64
+	@rm -f $(TALLY)
+	@TEST_TALLY=$(TALLY) bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./...
+	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-bigendian
+	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-arm64
 	@$(MAKE) --no-print-directory fuzz
-	@$(MAKE) --no-print-directory test-nocgo
+	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-nocgo
+	@awk '{p += $$1; f += $$2; s += $$3} END {printf "total: %d passed, %d failed, %d skipped\n", p, f, s}' $(TALLY)
 
 # A build without cgo (CGO_ENABLED=0, as static binaries and cross-compiles
 # are built): the package's unit tests, internal/kernel's (the bpf(2) and

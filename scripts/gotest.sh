@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs `go test -v "$@"`, shows the usual output, and ends with one summary
 # line: "tests: N passed, N failed, N skipped". Exits non-zero on failure.
+# With TEST_TALLY set, it also adds the counts to that file (make test's total).
 set -uo pipefail
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -14,6 +15,8 @@ if [ "$skipped" -gt 0 ]; then
 	echo "skipped:"; grep -E '^\s*--- SKIP' "$log" | sed 's/^\s*/  /'
 fi
 echo "tests: $passed passed, $failed failed, $skipped skipped"
+# TEST_TALLY: a file to add this run's counts to, for a total over runs.
+if [ -n "${TEST_TALLY:-}" ]; then echo "$passed $failed $skipped" >>"$TEST_TALLY"; fi
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
 	echo "go test exited $rc (build failure or panic): see above" >&2
 fi
