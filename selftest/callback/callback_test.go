@@ -371,14 +371,6 @@ func loadProg(t *testing.T, typ uint32) int {
 	return int(fd)
 }
 
-func countFDs(t *testing.T) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 func countPerfMaps(t *testing.T) int {
 	b, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
@@ -416,11 +408,11 @@ func TestNewCloseLeaks(t *testing.T) {
 	}
 	for name, cycle := range cycles {
 		cycle() // let the runtime open what it opens once
-		fds, maps := countFDs(t), countPerfMaps(t)
+		fds, maps := bpftest.OpenFDs(t), countPerfMaps(t)
 		for i := 0; i < 1000; i++ {
 			cycle()
 		}
-		if got := countFDs(t); got != fds {
+		if got := bpftest.OpenFDs(t); got != fds {
 			t.Errorf("%s: open descriptors: %d before, %d after 1000 cycles", name, fds, got)
 		}
 		if got := countPerfMaps(t); got != maps {

@@ -407,7 +407,7 @@ func TestBadFailureMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	pb.Close()
-	fds := openFDs(t)
+	fds := bpftest.OpenFDs(t)
 	for _, c := range cases {
 		_, err := perfbuf.New(f.events, perfbuf.Options{Raw: true, FailureMap: c.m})
 		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
@@ -419,7 +419,7 @@ func TestBadFailureMaps(t *testing.T) {
 		}
 		t.Logf("%s: %v", c.name, err)
 	}
-	if now := openFDs(t); now != fds {
+	if now := bpftest.OpenFDs(t); now != fds {
 		t.Errorf("%d descriptors open after the failed calls, %d before", now, fds)
 	}
 
@@ -444,19 +444,9 @@ func TestBadFailureMaps(t *testing.T) {
 		}
 	}
 	pb.Close()
-	if now := openFDs(t); now != fds {
+	if now := bpftest.OpenFDs(t); now != fds {
 		t.Errorf("%d descriptors open after Close, %d before New", now, fds)
 	}
-}
-
-// openFDs counts this process's open descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }
 
 // Close in the middle of production leaves no sample out of the count.

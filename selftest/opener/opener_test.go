@@ -12,7 +12,6 @@ package opener
 
 import (
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -159,7 +158,7 @@ func TestOpenerClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	pb.Close()
-	fds := countFDs(t)
+	fds := bpftest.OpenFDs(t)
 	before := kernel.OpenedPerfRings()
 	pb, err = perfbuf.New(f.Events, perfbuf.Options{Raw: true})
 	if err != nil {
@@ -169,7 +168,7 @@ func TestOpenerClose(t *testing.T) {
 	if err := pb.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if now := countFDs(t); now != fds {
+	if now := bpftest.OpenFDs(t); now != fds {
 		t.Errorf("%d descriptors open after Close, %d before New", now, fds)
 	}
 	start := f.Stats(t)
@@ -182,14 +181,4 @@ func TestOpenerClose(t *testing.T) {
 			t.Errorf("cpu %d: %d of 3 outputs failed after Close, want all: its slot still holds a ring", cpu, failed)
 		}
 	}
-}
-
-// countFDs returns how many descriptors the process holds.
-func countFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }

@@ -187,3 +187,14 @@ func RecordSize(n int) int { return 8 + 4 + PaddedSize(n) }
 // SeqValid says whether a sample delivered with n bytes holds a whole seq:
 // its true size is more than n-8.
 func SeqValid(n int) bool { return n-8 >= 8 }
+
+// OpenFDs returns how many descriptors this process holds: a test compares
+// the counts before and after to find a descriptor left open.
+func OpenFDs(tb testing.TB) int {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return len(ents)
+}
