@@ -45,21 +45,37 @@ func ringBufArray256() []perfbuf.Stats {
 }
 
 // TestSeries256 counts the series one reader exports on a 256-CPU host, for
-// each kind of map, and logs them (go test -v -run TestSeries256).
+// each kind of map, by default and with PerCPU, and logs them (go test -v
+// -run TestSeries256). Before the default aggregated, every count was per
+// CPU: 4608, 4626 and 4626 series (the ring buffers' rings in cpu="-1").
 func TestSeries256(t *testing.T) {
+	const rings = 13 // 10 counters, 2 fill ratios and the size
 	for _, tc := range []struct {
-		name  string
-		stats []perfbuf.Stats
-		want  int
+		name          string
+		stats         []perfbuf.Stats
+		size          int
+		want, wantCPU int
 	}{
-		{"perf event array", perfArray256(), 256 * (12 + len(causes))},
-		{"ring buffer", ringBuf256(), 257 * (12 + len(causes))},
-		{"array of ring buffers", ringBufArray256(), 257 * (12 + len(causes))},
+		// One series of the rings, the failures by cause, hotplug.
+		{"perf event array", perfArray256(), 64 << 10,
+			rings + len(causes) + 1, hostCPUs*(rings+len(causes)) + 1},
+		{"ring buffer", ringBuf256(), 16 << 20,
+			rings + len(causes) + 1, rings + hostCPUs*len(causes) + 1},
+		// A series per ring.
+		{"array of ring buffers", ringBufArray256(), 256 << 10,
+			hostCPUs*rings + len(causes) + 1, hostCPUs*(rings+len(causes)) + 1},
 	} {
-		n := testutil.CollectAndCount(NewCollector(&fakeSource{stats: tc.stats}, Options{}))
-		t.Logf("%s, %d CPUs: %d series", tc.name, hostCPUs, n)
-		if n != tc.want {
-			t.Errorf("%s: %d series, want %d", tc.name, n, tc.want)
+		src := &fakeReader{fakeSource: fakeSource{stats: tc.stats}, follows: true}
+		for _, st := range tc.stats {
+			if st.Ring >= 0 {
+				src.sizes = append(src.sizes, tc.size)
+			}
+		}
+		n := testutil.CollectAndCount(NewCollector(src, Options{}))
+		nCPU := testutil.CollectAndCount(NewCollector(src, Options{PerCPU: true}))
+		t.Logf("%s, %d CPUs: %d series, %d with PerCPU", tc.name, hostCPUs, n, nCPU)
+		if n != tc.want || nCPU != tc.wantCPU {
+			t.Errorf("%s: %d series, %d with PerCPU; want %d, %d", tc.name, n, nCPU, tc.want, tc.wantCPU)
 		}
 	}
 }
