@@ -1,7 +1,11 @@
 package perfbuf
 
 import (
+	"errors"
+	"io/fs"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +38,20 @@ func TestRingSizesFollowsCPUs(t *testing.T) {
 	c := &core{src: &ringBufSource{}}
 	if !c.followsCPUs() {
 		t.Error("FollowsCPUs false over ring buffers")
+	}
+}
+
+// CloseExact is false exactly on a nohz_full kernel, whose
+// /sys/devices/system/cpu/nohz_full lists CPUs ("(null)" or no file
+// otherwise).
+func TestCloseExact(t *testing.T) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/nohz_full")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	list := strings.TrimSpace(string(b))
+	nohzFull := list != "" && list != "(null)"
+	if got := CloseExact(); got == nohzFull {
+		t.Errorf("CloseExact() = %v with nohz_full CPUs %q", got, list)
 	}
 }
