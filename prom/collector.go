@@ -15,7 +15,9 @@
 //
 // Fill levels are ratios of a ring's size, never bytes summed over rings:
 // perfbuf_ring_fill_ratio is the fullest ring's of a series' rings, with
-// perfbuf_ring_size_bytes beside it.
+// perfbuf_ring_size_bytes beside it. Two gauges without labels say whether
+// CPUs that come online are read (perfbuf_cpu_hotplug_followed) and
+// whether Close can count what is left exactly (perfbuf_close_exact).
 package prom
 
 import (
@@ -140,6 +142,9 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 	c.followed = desc("cpu_hotplug_followed",
 		"1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.",
 		nil)
+	c.exact = desc("close_exact",
+		"1 if the kernel grants the RCU grace period Close waits for before it counts what is left, so that the counts add up exactly at Close (a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h); 0 on nohz_full kernels, which refuse it.",
+		nil)
 	return c
 }
 
@@ -152,6 +157,7 @@ type collector struct {
 	size     *prometheus.Desc
 	failures *prometheus.Desc
 	followed *prometheus.Desc
+	exact    *prometheus.Desc // the host's, perfbuf.CloseExact
 }
 
 // counter is one of the collector's counters of a ring's Stats.
@@ -184,6 +190,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.size
 	ch <- c.failures
 	ch <- c.followed
+	ch <- c.exact
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -217,12 +224,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if cf, ok := c.src.(cpuFollower); ok {
-		v := 0.0
-		if cf.FollowsCPUs() {
-			v = 1
-		}
-		send(ch, c.followed, prometheus.GaugeValue, v)
+		send(ch, c.followed, prometheus.GaugeValue, gauge(cf.FollowsCPUs()))
 	}
+	send(ch, c.exact, prometheus.GaugeValue, gauge(perfbuf.CloseExact()))
+}
+
+// gauge is 1 for true, 0 for false.
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // send sends one value, or the error that makes it invalid (a bad Desc,

@@ -1,6 +1,7 @@
 package prom
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -118,7 +119,11 @@ perfbuf_samples_total{ring=""} 22
 func TestCollect(t *testing.T) {
 	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes, follows: true}
 	c := NewCollector(src, Options{})
-	if err := testutil.CollectAndCompare(c, strings.NewReader(wantText)); err != nil {
+	exact := fmt.Sprintf(`# HELP perfbuf_close_exact 1 if the kernel grants the RCU grace period Close waits for before it counts what is left, so that the counts add up exactly at Close (a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h); 0 on nohz_full kernels, which refuse it.
+# TYPE perfbuf_close_exact gauge
+perfbuf_close_exact %v
+`, gauge(perfbuf.CloseExact()))
+	if err := testutil.CollectAndCompare(c, strings.NewReader(wantText+exact)); err != nil {
 		t.Error(err)
 	}
 	if n := src.calls.Load(); n != 1 {
@@ -177,8 +182,8 @@ perfbuf_output_failures_total{cause="other",cpu="3"} 0
 		t.Error(err)
 	}
 	// 13 series for each of the 2 CPUs with rings, 6 for each of the 3
-	// with failures, 1 for hotplug.
-	if n, want := testutil.CollectAndCount(c), 2*13+3*len(causes)+1; n != want {
+	// with failures, 1 for hotplug, 1 for an exact Close.
+	if n, want := testutil.CollectAndCount(c), 2*13+3*len(causes)+2; n != want {
 		t.Errorf("%d metrics collected, want %d", n, want)
 	}
 }
@@ -334,10 +339,11 @@ func TestBadConstLabel(t *testing.T) {
 	}
 }
 
-// No rings (a Source with no entries): no metrics, no error.
+// No rings (a Source with no entries): no metrics but the host's
+// close_exact, no error.
 func TestCollectEmpty(t *testing.T) {
-	if n := testutil.CollectAndCount(NewCollector(&fakeSource{}, Options{})); n != 0 {
-		t.Errorf("%d metrics from no Stats", n)
+	if n := testutil.CollectAndCount(NewCollector(&fakeSource{}, Options{})); n != 1 {
+		t.Errorf("%d metrics from no Stats, want 1 (close_exact)", n)
 	}
 }
 

@@ -56,14 +56,15 @@ func TestSeries256(t *testing.T) {
 		size          int
 		want, wantCPU int
 	}{
-		// One series of the rings, the failures by cause, hotplug.
+		// One series of the rings, the failures by cause, 2 gauges
+		// (hotplug, an exact Close).
 		{"perf event array", perfArray256(), 64 << 10,
-			rings + len(causes) + 1, hostCPUs*(rings+len(causes)) + 1},
+			rings + len(causes) + 2, hostCPUs*(rings+len(causes)) + 2},
 		{"ring buffer", ringBuf256(), 16 << 20,
-			rings + len(causes) + 1, rings + hostCPUs*len(causes) + 1},
+			rings + len(causes) + 2, rings + hostCPUs*len(causes) + 2},
 		// A series per ring.
 		{"array of ring buffers", ringBufArray256(), 256 << 10,
-			hostCPUs*rings + len(causes) + 1, hostCPUs*(rings+len(causes)) + 1},
+			hostCPUs*rings + len(causes) + 2, hostCPUs*(rings+len(causes)) + 2},
 	} {
 		src := &fakeReader{fakeSource: fakeSource{stats: tc.stats}, follows: true}
 		for _, st := range tc.stats {
