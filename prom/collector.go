@@ -6,9 +6,10 @@
 // Prometheus client.
 //
 // By default the series are few whatever the CPU count: a perf event
-// array's rings are summed into the reader's totals, a ring buffer's
-// counts are per ring (label ring, the ring's buffer index), and the
-// output failures are the reader's totals by cause. Options.PerCPU labels
+// array's rings are summed into the reader's totals (ring="", which
+// Prometheus reads as no label), a ring buffer's counts are per ring
+// (label ring, the ring's buffer index), and the output failures are the
+// reader's totals by cause. Options.PerCPU labels
 // a perf event array's counts and every reader's failures by CPU too. The
 // collector's ConstLabels name the reader (map="events"). The counters
 // count from the reader's opening; they never go down while it lives.
@@ -57,8 +58,8 @@ type Options struct {
 
 	// ConstLabels are added to every metric, to tell the readers of one
 	// process apart (map="events"): two collectors in one registry need
-	// different ones. Naming one ring, cpu or cause, or an invalid name,
-	// makes registering the collector fail.
+	// different ones. Naming a variable label (ring, cause, and cpu with
+	// PerCPU), or an invalid name, makes registering the collector fail.
 	ConstLabels prometheus.Labels
 
 	// PerCPU adds a cpu label: a perf event array's counts are then per
