@@ -187,6 +187,32 @@ func (c *core) count() int {
 	return len(c.rings)
 }
 
+// ringSizes returns each ring's size, in buffer index order; any goroutine
+// may call it.
+func (c *core) ringSizes() []int {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	sizes := make([]int, len(c.rings))
+	for i, rb := range c.rings {
+		sizes[i] = rb.size() // fixed when the ring is made
+	}
+	return sizes
+}
+
+// followsCPUs reports whether output on a CPU that comes online is read:
+// a perf event array's rings with a CPU watch (hotplug.go), or ring
+// buffers, which are no CPU's own. Fixed at opening.
+func (c *core) followsCPUs() bool {
+	switch s := c.src.(type) {
+	case nil:
+		return false // rings of a test's own
+	case *rings:
+		return s.watch != nil
+	default:
+		return true
+	}
+}
+
 // fd returns the descriptor a wait polls for ring i (its perf event, or its
 // ring buffer map), i < count().
 func (c *core) fd(i int) int {

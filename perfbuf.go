@@ -312,6 +312,17 @@ func (pb *PerfBuffer) EpollFD() (int, error) {
 // from any goroutine, also after Close.
 func (pb *PerfBuffer) Stats() []Stats { return pb.c.statsNow() }
 
+// RingSizes returns the size in bytes of each ring's data area, which
+// Stats' Fill and MaxFill are of, in buffer index order. It may be called
+// from any goroutine, also after Close.
+func (pb *PerfBuffer) RingSizes() []int { return pb.c.ringSizes() }
+
+// FollowsCPUs reports whether samples of CPUs that come online after New
+// are read: always for ring buffers; for a perf event array, if the CPU
+// uevent socket opened (it cannot in a user namespace, see
+// docs/kernels.md). It may be called from any goroutine.
+func (pb *PerfBuffer) FollowsCPUs() bool { return pb.c.followsCPUs() }
+
 func (pb *PerfBuffer) checkIndex(i int) error {
 	if n := pb.c.count(); i < 0 || i >= n {
 		return fmt.Errorf("index %d not in [0, %d): %w", i, n, os.ErrInvalid)

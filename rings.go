@@ -278,8 +278,25 @@ func (r *rings) close() {
 	r.failures.close()
 }
 
-// MEMBARRIER_CMD_GLOBAL (include/uapi/linux/membarrier.h), which x/sys/unix lacks.
-const membarrierCmdGlobal = 1
+// CloseExact reports whether the kernel grants the RCU grace period that
+// Close waits for before it counts what is left (refused on nohz_full
+// kernels; Left may then miss an output still writing, docs/failures.md).
+func CloseExact() bool { return graceGranted() }
+
+// graceGranted asks membarrier once whether rcuGrace's command is
+// available: MEMBARRIER_CMD_QUERY leaves it out of its mask exactly when
+// the command would fail (kernel/sched/membarrier.c).
+var graceGranted = sync.OnceValue(func() bool {
+	mask, _, errno := unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdQuery, 0, 0)
+	return errno == 0 && mask&membarrierCmdGlobal != 0
+})
+
+// MEMBARRIER_CMD_QUERY and MEMBARRIER_CMD_GLOBAL
+// (include/uapi/linux/membarrier.h), which x/sys/unix lacks.
+const (
+	membarrierCmdQuery  = 0
+	membarrierCmdGlobal = 1
+)
 
 // takeNewCPUs returns the CPUs that need a new ring: those announced online
 // (again or for the first time), and with rescan, the online CPUs without a

@@ -1,21 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package prom exports the per-CPU counts of a perfbuf reader as Prometheus
+// Package prom exports the counts of a perfbuf reader as Prometheus
 // metrics: NewCollector returns a prometheus.Collector over anything with
 // a Stats method, a *perfbuf.PerfBuffer or a *perfbuf.Reader.
 //
 // It is a package of its own so that perfbuf itself does not depend on the
 // Prometheus client.
 //
-// Every metric has a cpu label. Stats may hold several entries for one CPU
-// (a ring opened when the CPU came back online, an entry for the BPF-side
-// failures of a CPU without a ring); the collector adds them up by CPU,
-// except perfbuf_ring_fill_max_bytes, the largest of them. The counters
+// By default the series are few whatever the CPU count: a perf event
+// array's rings are summed into the reader's totals (ring="", which
+// Prometheus reads as no label), a ring buffer's counts are per ring
+// (label ring, the ring's buffer index), and the output failures are the
+// reader's totals by cause. Options.PerCPU labels
+// a perf event array's counts and every reader's failures by CPU too. The
+// collector's ConstLabels name the reader (map="events"). The counters
 // count from the reader's opening; they never go down while it lives.
+//
+// Fill levels are ratios of a ring's size, never bytes summed over rings:
+// perfbuf_ring_fill_ratio is the fullest ring's of a series' rings, with
+// perfbuf_ring_size_bytes beside it. Two gauges without labels say whether
+// CPUs that come online are read (perfbuf_cpu_hotplug_followed) and
+// whether Close can count what is left exactly (perfbuf_close_exact).
 package prom
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -27,9 +37,19 @@ import (
 // satisfy it. Stats must be safe to call from any goroutine (a registry
 // collects concurrently with the reader's work, and scrapes may overlap),
 // also after the reader is closed, as theirs are.
+//
+// A Source may also have the methods RingSizes() []int (the fill ratios
+// and ring sizes are exported only with it) and FollowsCPUs() bool
+// (perfbuf_cpu_hotplug_followed), as the readers do.
 type Source interface {
 	Stats() []perfbuf.Stats
 }
+
+// ringSizer and cpuFollower are the optional methods of a Source.
+type (
+	ringSizer   interface{ RingSizes() []int }
+	cpuFollower interface{ FollowsCPUs() bool }
+)
 
 // Options configures NewCollector. The zero value is fine for one reader
 // per registry.
@@ -40,84 +60,113 @@ type Options struct {
 
 	// ConstLabels are added to every metric, to tell the readers of one
 	// process apart (map="events"): two collectors in one registry need
-	// different ones. Naming one cpu or cause, or an invalid name, makes
-	// registering the collector fail.
+	// different ones. Naming a variable label (ring, cause, and cpu with
+	// PerCPU), or an invalid name, makes registering the collector fail.
 	ConstLabels prometheus.Labels
+
+	// PerCPU adds a cpu label: a perf event array's counts are then per
+	// CPU (a CPU's rings summed, its fullest ring's fill), and every
+	// reader's output failures too, about 20 series a CPU where the
+	// default exports about 20 a reader (and 13 a ring of a ring buffer).
+	// A ring buffer's counts stay per ring, with cpu="" (a ring is no
+	// CPU's). Collectors in one registry must agree on PerCPU: the
+	// registry refuses a metric name with two label sets.
+	PerCPU bool
 }
 
 // NewCollector returns a collector of src's Stats. Each collection calls
-// src.Stats once, so the metrics of one scrape are one snapshot. An invalid
-// Namespace or ConstLabels is reported by the registry's Register, as for
-// the collectors of the Prometheus client.
+// src.Stats once (and RingSizes and FollowsCPUs once, if src has them), so
+// the metrics of one scrape are one snapshot. An invalid Namespace or
+// ConstLabels is reported by the registry's Register, as for the
+// collectors of the Prometheus client.
 func NewCollector(src Source, opts Options) prometheus.Collector {
-	c := &collector{src: src}
-	desc := func(name, help string, labels ...string) *prometheus.Desc {
+	c := &collector{src: src, perCPU: opts.PerCPU}
+	ringLabels, failLabels := []string{"ring"}, []string{"cause"}
+	if opts.PerCPU {
+		ringLabels, failLabels = []string{"cpu", "ring"}, []string{"cause", "cpu"}
+	}
+	desc := func(name, help string, labels []string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(opts.Namespace, "perfbuf", name), help,
-			append([]string{"cpu"}, labels...), opts.ConstLabels)
+			labels, opts.ConstLabels)
 	}
 	counter := func(name, help string, v func(*perfbuf.Stats) uint64) {
-		c.metrics = append(c.metrics, metric{desc(name, help), prometheus.CounterValue,
-			func(s *perfbuf.Stats) float64 { return float64(v(s)) }})
+		c.counters = append(c.counters, counter{desc(name, help, ringLabels), v})
 	}
-	gauge := func(name, help string, v func(*perfbuf.Stats) int) {
-		c.metrics = append(c.metrics, metric{desc(name, help), prometheus.GaugeValue,
-			func(s *perfbuf.Stats) float64 { return float64(v(s)) }})
+	// The help texts say what each field of perfbuf.Stats counts, and
+	// what the labels tell apart.
+	rings, fullest, failed := " Per ring of a ring buffer; a perf event array's rings summed.",
+		" Per ring of a ring buffer; of a perf event array's rings.", " The reader's total."
+	if opts.PerCPU {
+		rings, fullest, failed = " Per ring of a ring buffer; a perf event array's rings summed by CPU.",
+			" Per ring of a ring buffer; of a perf event array's rings by CPU.", " Per CPU."
 	}
-	// The help texts say what each field of perfbuf.Stats counts.
 	counter("samples_total",
-		"Samples delivered from the CPU's perf rings (with DropLate, late samples dropped too).",
+		"Samples delivered (with DropLate, late samples dropped too)."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Samples })
 	counter("sample_bytes_total",
-		"Payload bytes of the samples counted in samples_total, as the kernel padded them (to 8-byte records).",
+		"Payload bytes of the samples counted in samples_total, as the kernel padded them (to 8-byte records)."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Bytes })
 	counter("lost_samples_total",
-		"Samples the kernel dropped because the CPU's ring was full, as reported by the lost records read so far (a count arrives once a later sample fits).",
+		"Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits)."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Lost })
 	counter("other_records_total",
-		"Records of the CPU's rings that were neither samples nor lost records, skipped.",
+		"Records that were neither samples nor lost records, skipped."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Other })
 	counter("corruptions_total",
-		"Records or ring heads the kernel never writes, found in the CPU's rings; reading went on past each.",
+		"Records or ring heads the kernel never writes, found in the rings; reading went on past each."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Corrupt })
 	counter("corrupt_skipped_bytes_total",
-		"Bytes of the CPU's rings skipped, unread, to get past corruptions.",
+		"Bytes of the rings skipped, unread, to get past corruptions."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.CorruptBytes })
 	counter("late_samples_total",
-		"Ordered Reader: samples of the CPU delivered (or dropped, with DropLate) after a sample with a larger key.",
+		"Ordered Reader: samples delivered (or dropped, with DropLate) after a sample with a larger key."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Late })
 	counter("dropped_late_samples_total",
-		"Ordered Reader with DropLate: late samples of the CPU dropped, not delivered (also in samples_total and late_samples_total).",
+		"Ordered Reader with DropLate: late samples dropped, not delivered (also in samples_total and late_samples_total)."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Dropped })
 	counter("discarded_records_total",
-		"Ring buffers: records of the CPU's rings that the BPF program discarded (bpf_ringbuf_discard), skipped.",
+		"Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Discarded })
 	counter("left_samples_total",
-		"Samples left unread in the CPU's rings when the reader was closed.",
+		"Samples left unread in the rings when the reader was closed."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Left })
-	gauge("ring_fill_bytes",
-		"Bytes waiting in the CPU's rings at the scrape (0 once the reader is closed).",
-		func(s *perfbuf.Stats) int { return s.Fill })
-	gauge("ring_fill_max_bytes",
-		"The most bytes the reader found waiting in one of the CPU's rings since it was opened.",
-		func(s *perfbuf.Stats) int { return s.MaxFill })
+	c.fill = desc("ring_fill_ratio",
+		"Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed)."+fullest,
+		ringLabels)
+	c.maxFill = desc("ring_fill_max_ratio",
+		"The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's."+fullest,
+		ringLabels)
+	c.size = desc("ring_size_bytes",
+		"Size of a ring's data area: the largest ring's (a perf event array's rings are all one size)."+fullest,
+		ringLabels)
 	c.failures = desc("output_failures_total",
-		"Outputs on the CPU that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full.",
-		"cause")
+		"Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full."+failed,
+		failLabels)
+	c.followed = desc("cpu_hotplug_followed",
+		"1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.",
+		nil)
+	c.exact = desc("close_exact",
+		"1 if the kernel grants the RCU grace period Close waits for before it counts what is left, so that the counts add up exactly at Close (a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h); 0 on nohz_full kernels, which refuse it.",
+		nil)
 	return c
 }
 
 type collector struct {
 	src      Source
-	metrics  []metric // one value per CPU each
+	perCPU   bool
+	counters []counter
+	fill     *prometheus.Desc
+	maxFill  *prometheus.Desc
+	size     *prometheus.Desc
 	failures *prometheus.Desc
+	followed *prometheus.Desc
+	exact    *prometheus.Desc // the host's, perfbuf.CloseExact
 }
 
-// metric is one of the collector's metrics but output_failures_total, whose
-// value per CPU is v's of the CPU's merged Stats.
-type metric struct {
+// counter is one of the collector's counters of a ring's Stats.
+type counter struct {
 	desc *prometheus.Desc
-	typ  prometheus.ValueType
-	v    func(*perfbuf.Stats) float64
+	v    func(*perfbuf.Stats) uint64
 }
 
 // causes are output_failures_total's cause label values, with the count of
@@ -136,22 +185,59 @@ var causes = []struct {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, m := range c.metrics {
+	for _, m := range c.counters {
 		ch <- m.desc
 	}
+	ch <- c.fill
+	ch <- c.maxFill
+	ch <- c.size
 	ch <- c.failures
+	ch <- c.followed
+	ch <- c.exact
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range byCPU(c.src.Stats()) {
-		cpu := strconv.Itoa(s.CPU)
-		for _, m := range c.metrics {
-			send(ch, m.desc, m.typ, m.v(&s), cpu)
+	stats := c.src.Stats()
+	var sizes []int
+	if rs, ok := c.src.(ringSizer); ok {
+		sizes = rs.RingSizes()
+	}
+	for _, g := range c.groups(stats, sizes) {
+		labels := []string{g.ring}
+		if c.perCPU {
+			labels = []string{g.cpu, g.ring}
 		}
-		for _, cause := range causes {
-			send(ch, c.failures, prometheus.CounterValue, float64(cause.count(&s.Failed)), cpu, cause.name)
+		for _, m := range c.counters {
+			send(ch, m.desc, prometheus.CounterValue, float64(m.v(&g.sum)), labels...)
+		}
+		if g.size > 0 {
+			send(ch, c.fill, prometheus.GaugeValue, g.fill, labels...)
+			send(ch, c.maxFill, prometheus.GaugeValue, g.maxFill, labels...)
+			send(ch, c.size, prometheus.GaugeValue, float64(g.size), labels...)
 		}
 	}
+	for _, f := range c.failed(stats) {
+		for _, cause := range causes {
+			v := float64(cause.count(&f.failed))
+			if c.perCPU {
+				send(ch, c.failures, prometheus.CounterValue, v, cause.name, f.cpu)
+			} else {
+				send(ch, c.failures, prometheus.CounterValue, v, cause.name)
+			}
+		}
+	}
+	if cf, ok := c.src.(cpuFollower); ok {
+		send(ch, c.followed, prometheus.GaugeValue, gauge(cf.FollowsCPUs()))
+	}
+	send(ch, c.exact, prometheus.GaugeValue, gauge(perfbuf.CloseExact()))
+}
+
+// gauge is 1 for true, 0 for false.
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // send sends one value, or the error that makes it invalid (a bad Desc,
@@ -164,25 +250,107 @@ func send(ch chan<- prometheus.Metric, desc *prometheus.Desc, typ prometheus.Val
 	ch <- m
 }
 
-// byCPU merges the entries of stats that have the same CPU, in CPU order:
-// counts and Fill added up (the CPU's rings hold that much between them),
-// MaxFill the largest (the rings' peaks need not have been at one time).
-func byCPU(stats []perfbuf.Stats) []perfbuf.Stats {
-	out := slices.Clone(stats)
-	slices.SortStableFunc(out, func(a, b perfbuf.Stats) int { return cmp.Compare(a.CPU, b.CPU) })
-	n := 0
-	for _, s := range out {
-		if n > 0 && out[n-1].CPU == s.CPU {
-			add(&out[n-1], &s)
-			continue
-		}
-		out[n] = s
-		n++
-	}
-	return out[:n]
+// group is the rings of one series: a ring buffer's ring, or a perf event
+// array's rings (all of them, or one CPU's with PerCPU).
+type group struct {
+	ring, cpu string // label values: "" where the group has none
+	sum       perfbuf.Stats
+	// fill and maxFill are the fullest ring's Fill and MaxFill over its
+	// size, of the rings with a known size; size is the largest of those
+	// sizes, 0 if none is known.
+	fill, maxFill float64
+	size          int
 }
 
-// add adds b's counts to a's.
+// groups sums the rings' entries of stats (Ring >= 0) into the series'
+// groups, in label order; sizes[i] is ring i's size, if known.
+func (c *collector) groups(stats []perfbuf.Stats, sizes []int) []group {
+	byKey := map[[2]string]*group{}
+	for i := range stats {
+		s := &stats[i]
+		if s.Ring < 0 {
+			continue // a CPU's failures without a ring: see failed
+		}
+		var key [2]string // ring, cpu
+		switch {
+		case s.CPU < 0: // a ring buffer's ring
+			key[0] = strconv.Itoa(s.Ring)
+		case c.perCPU:
+			key[1] = strconv.Itoa(s.CPU)
+		}
+		g := byKey[key]
+		if g == nil {
+			g = &group{ring: key[0], cpu: key[1]}
+			byKey[key] = g
+		}
+		add(&g.sum, s)
+		if s.Ring < len(sizes) && sizes[s.Ring] > 0 {
+			size := sizes[s.Ring]
+			g.fill = max(g.fill, float64(s.Fill)/float64(size))
+			g.maxFill = max(g.maxFill, float64(s.MaxFill)/float64(size))
+			g.size = max(g.size, size)
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(byKey), func(a, b [2]string) int {
+		return cmp.Or(cmpLabel(a[0], b[0]), cmpLabel(a[1], b[1]))
+	})
+	out := make([]group, len(keys))
+	for i, k := range keys {
+		out[i] = *byKey[k]
+	}
+	return out
+}
+
+// cmpLabel orders label values that are numbers or "" numerically, ""
+// first.
+func cmpLabel(a, b string) int {
+	return cmp.Or(cmp.Compare(len(a), len(b)), cmp.Compare(a, b))
+}
+
+// cpuFailures is the output failures of a series: one CPU's, or the
+// reader's (cpu "").
+type cpuFailures struct {
+	cpu    string
+	failed perfbuf.Failures
+}
+
+// failed sums the Failed of every entry of stats: into one total, or with
+// PerCPU by CPU, in CPU order. A ring buffer's ring (CPU -1) has a series
+// only if it holds failures, which its entries never do (Stats's doc), so
+// that the sums stay exact all the same.
+func (c *collector) failed(stats []perfbuf.Stats) []cpuFailures {
+	if len(stats) == 0 {
+		return nil
+	}
+	if !c.perCPU {
+		var f perfbuf.Failures
+		for i := range stats {
+			addFailures(&f, &stats[i].Failed)
+		}
+		return []cpuFailures{{failed: f}}
+	}
+	byCPU := map[int]*perfbuf.Failures{}
+	for i := range stats {
+		s := &stats[i]
+		if s.CPU < 0 && s.Failed.Total() == 0 {
+			continue
+		}
+		f := byCPU[s.CPU]
+		if f == nil {
+			f = new(perfbuf.Failures)
+			byCPU[s.CPU] = f
+		}
+		addFailures(f, &s.Failed)
+	}
+	var out []cpuFailures
+	for _, cpu := range slices.Sorted(maps.Keys(byCPU)) {
+		out = append(out, cpuFailures{strconv.Itoa(cpu), *byCPU[cpu]})
+	}
+	return out
+}
+
+// add adds b's counts to a's, but MaxFill and Fill, which are of one ring
+// (see group).
 func add(a, b *perfbuf.Stats) {
 	a.Samples += b.Samples
 	a.Bytes += b.Bytes
@@ -194,12 +362,15 @@ func add(a, b *perfbuf.Stats) {
 	a.Dropped += b.Dropped
 	a.Left += b.Left
 	a.Discarded += b.Discarded
-	a.MaxFill = max(a.MaxFill, b.MaxFill)
-	a.Fill += b.Fill
-	a.Failed.NoEntry += b.Failed.NoEntry
-	a.Failed.TooBig += b.Failed.TooBig
-	a.Failed.Invalid += b.Failed.Invalid
-	a.Failed.NotOnCPU += b.Failed.NotOnCPU
-	a.Failed.Other += b.Failed.Other
-	a.Failed.Full += b.Failed.Full
+	addFailures(&a.Failed, &b.Failed)
+}
+
+// addFailures adds b's counts to a's.
+func addFailures(a, b *perfbuf.Failures) {
+	a.NoEntry += b.NoEntry
+	a.TooBig += b.TooBig
+	a.Invalid += b.Invalid
+	a.NotOnCPU += b.NotOnCPU
+	a.Other += b.Other
+	a.Full += b.Full
 }

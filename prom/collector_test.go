@@ -3,6 +3,7 @@
 package prom
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -20,7 +21,8 @@ var (
 	_ Source = (*perfbuf.Reader)(nil)
 )
 
-// fakeSource returns stats, and counts the calls.
+// fakeSource returns stats, and counts the calls. With sizes it is a
+// ringSizer, with follows a cpuFollower (fakeReader).
 type fakeSource struct {
 	stats []perfbuf.Stats
 	calls atomic.Int32
@@ -31,63 +33,131 @@ func (f *fakeSource) Stats() []perfbuf.Stats {
 	return f.stats
 }
 
-// fakeStats is what a Reader with a FailureMap could report: CPU 2 has two
-// rings (it went offline and came back), CPU 3 has no ring but failures,
-// and the entries are not in CPU order.
+// fakeReader is a fakeSource with the readers' optional methods.
+type fakeReader struct {
+	fakeSource
+	sizes   []int
+	follows bool
+}
+
+func (f *fakeReader) RingSizes() []int  { return f.sizes }
+func (f *fakeReader) FollowsCPUs() bool { return f.follows }
+
+// fakeStats is what a Reader over a perf event array with a FailureMap
+// could report: CPU 2 has two rings (it went offline and came back, the
+// failures on its latest ring's entry), CPU 3 has no ring but failures.
 func fakeStats() []perfbuf.Stats {
 	return []perfbuf.Stats{
-		{CPU: 2, Samples: 10, Bytes: 640, Lost: 3, Other: 1, Corrupt: 1, CorruptBytes: 48,
+		{Ring: 0, CPU: 2, Samples: 10, Bytes: 640, Lost: 3, Other: 1, Corrupt: 1, CorruptBytes: 48,
 			Late: 2, Dropped: 1, Left: 0, MaxFill: 4096, Fill: 0},
-		{CPU: 0, Samples: 7, Bytes: 448, Late: 1, MaxFill: 512, Fill: 128,
+		{Ring: 1, CPU: 0, Samples: 7, Bytes: 448, Late: 1, MaxFill: 512, Fill: 128,
 			Failed: perfbuf.Failures{Invalid: 2}},
-		{CPU: 2, Samples: 5, Bytes: 320, Lost: 4, Late: 1, Left: 2, MaxFill: 1024, Fill: 256,
+		{Ring: 2, CPU: 2, Samples: 5, Bytes: 320, Lost: 4, Late: 1, Left: 2, MaxFill: 1024, Fill: 256,
 			Failed: perfbuf.Failures{NotOnCPU: 6, Other: 1}},
-		{CPU: 3, Failed: perfbuf.Failures{NoEntry: 5, TooBig: 2, Full: 4}},
+		{Ring: -1, CPU: 3, Failed: perfbuf.Failures{NoEntry: 5, TooBig: 2, Full: 4}},
 	}
 }
 
+// fakeSizes are the sizes of fakeStats' rings.
+var fakeSizes = []int{8192, 8192, 8192}
+
 const wantText = `
-# HELP perfbuf_corrupt_skipped_bytes_total Bytes of the CPU's rings skipped, unread, to get past corruptions.
+# HELP perfbuf_corrupt_skipped_bytes_total Bytes of the rings skipped, unread, to get past corruptions. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_corrupt_skipped_bytes_total counter
-perfbuf_corrupt_skipped_bytes_total{cpu="0"} 0
-perfbuf_corrupt_skipped_bytes_total{cpu="2"} 48
-perfbuf_corrupt_skipped_bytes_total{cpu="3"} 0
-# HELP perfbuf_corruptions_total Records or ring heads the kernel never writes, found in the CPU's rings; reading went on past each.
+perfbuf_corrupt_skipped_bytes_total{ring=""} 48
+# HELP perfbuf_corruptions_total Records or ring heads the kernel never writes, found in the rings; reading went on past each. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_corruptions_total counter
-perfbuf_corruptions_total{cpu="0"} 0
-perfbuf_corruptions_total{cpu="2"} 1
-perfbuf_corruptions_total{cpu="3"} 0
-# HELP perfbuf_discarded_records_total Ring buffers: records of the CPU's rings that the BPF program discarded (bpf_ringbuf_discard), skipped.
+perfbuf_corruptions_total{ring=""} 1
+# HELP perfbuf_cpu_hotplug_followed 1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.
+# TYPE perfbuf_cpu_hotplug_followed gauge
+perfbuf_cpu_hotplug_followed 1
+# HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_discarded_records_total counter
-perfbuf_discarded_records_total{cpu="0"} 0
-perfbuf_discarded_records_total{cpu="2"} 0
-perfbuf_discarded_records_total{cpu="3"} 0
-# HELP perfbuf_dropped_late_samples_total Ordered Reader with DropLate: late samples of the CPU dropped, not delivered (also in samples_total and late_samples_total).
+perfbuf_discarded_records_total{ring=""} 0
+# HELP perfbuf_dropped_late_samples_total Ordered Reader with DropLate: late samples dropped, not delivered (also in samples_total and late_samples_total). Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_dropped_late_samples_total counter
-perfbuf_dropped_late_samples_total{cpu="0"} 0
-perfbuf_dropped_late_samples_total{cpu="2"} 1
-perfbuf_dropped_late_samples_total{cpu="3"} 0
-# HELP perfbuf_late_samples_total Ordered Reader: samples of the CPU delivered (or dropped, with DropLate) after a sample with a larger key.
+perfbuf_dropped_late_samples_total{ring=""} 1
+# HELP perfbuf_late_samples_total Ordered Reader: samples delivered (or dropped, with DropLate) after a sample with a larger key. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_late_samples_total counter
-perfbuf_late_samples_total{cpu="0"} 1
-perfbuf_late_samples_total{cpu="2"} 3
-perfbuf_late_samples_total{cpu="3"} 0
-# HELP perfbuf_left_samples_total Samples left unread in the CPU's rings when the reader was closed.
+perfbuf_late_samples_total{ring=""} 4
+# HELP perfbuf_left_samples_total Samples left unread in the rings when the reader was closed. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_left_samples_total counter
-perfbuf_left_samples_total{cpu="0"} 0
-perfbuf_left_samples_total{cpu="2"} 2
-perfbuf_left_samples_total{cpu="3"} 0
-# HELP perfbuf_lost_samples_total Samples the kernel dropped because the CPU's ring was full, as reported by the lost records read so far (a count arrives once a later sample fits).
+perfbuf_left_samples_total{ring=""} 2
+# HELP perfbuf_lost_samples_total Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits). Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_lost_samples_total counter
-perfbuf_lost_samples_total{cpu="0"} 0
-perfbuf_lost_samples_total{cpu="2"} 7
-perfbuf_lost_samples_total{cpu="3"} 0
-# HELP perfbuf_other_records_total Records of the CPU's rings that were neither samples nor lost records, skipped.
+perfbuf_lost_samples_total{ring=""} 7
+# HELP perfbuf_other_records_total Records that were neither samples nor lost records, skipped. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_other_records_total counter
-perfbuf_other_records_total{cpu="0"} 0
-perfbuf_other_records_total{cpu="2"} 1
-perfbuf_other_records_total{cpu="3"} 0
-# HELP perfbuf_output_failures_total Outputs on the CPU that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full.
+perfbuf_other_records_total{ring=""} 1
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. The reader's total.
+# TYPE perfbuf_output_failures_total counter
+perfbuf_output_failures_total{cause="e2big"} 2
+perfbuf_output_failures_total{cause="einval"} 2
+perfbuf_output_failures_total{cause="enoent"} 5
+perfbuf_output_failures_total{cause="eopnotsupp"} 6
+perfbuf_output_failures_total{cause="full"} 4
+perfbuf_output_failures_total{cause="other"} 1
+# HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's. Per ring of a ring buffer; of a perf event array's rings.
+# TYPE perfbuf_ring_fill_max_ratio gauge
+perfbuf_ring_fill_max_ratio{ring=""} 0.5
+# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed). Per ring of a ring buffer; of a perf event array's rings.
+# TYPE perfbuf_ring_fill_ratio gauge
+perfbuf_ring_fill_ratio{ring=""} 0.03125
+# HELP perfbuf_ring_size_bytes Size of a ring's data area: the largest ring's (a perf event array's rings are all one size). Per ring of a ring buffer; of a perf event array's rings.
+# TYPE perfbuf_ring_size_bytes gauge
+perfbuf_ring_size_bytes{ring=""} 8192
+# HELP perfbuf_sample_bytes_total Payload bytes of the samples counted in samples_total, as the kernel padded them (to 8-byte records). Per ring of a ring buffer; a perf event array's rings summed.
+# TYPE perfbuf_sample_bytes_total counter
+perfbuf_sample_bytes_total{ring=""} 1408
+# HELP perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed.
+# TYPE perfbuf_samples_total counter
+perfbuf_samples_total{ring=""} 22
+`
+
+// The exposition of fakeStats by default, exactly: the rings summed into
+// one series (ring=""), the fullest ring's fill over its size (CPU 2's
+// first ring: 4096 of 8192 at most, its second 256 now), the failures
+// summed by cause, one call of each method per collection.
+func TestCollect(t *testing.T) {
+	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes, follows: true}
+	c := NewCollector(src, Options{})
+	exact := fmt.Sprintf(`# HELP perfbuf_close_exact 1 if the kernel grants the RCU grace period Close waits for before it counts what is left, so that the counts add up exactly at Close (a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h); 0 on nohz_full kernels, which refuse it.
+# TYPE perfbuf_close_exact gauge
+perfbuf_close_exact %v
+`, gauge(perfbuf.CloseExact()))
+	if err := testutil.CollectAndCompare(c, strings.NewReader(wantText+exact)); err != nil {
+		t.Error(err)
+	}
+	if n := src.calls.Load(); n != 1 {
+		t.Errorf("one collection called Stats %d times, want 1", n)
+	}
+}
+
+// With PerCPU, fakeStats by CPU: CPU 2's two rings summed (the fill of
+// its fullest ring), CPU 3, with no ring, in the failures only.
+func TestCollectPerCPU(t *testing.T) {
+	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes}
+	const want = `
+# HELP perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed by CPU.
+# TYPE perfbuf_samples_total counter
+perfbuf_samples_total{cpu="0",ring=""} 7
+perfbuf_samples_total{cpu="2",ring=""} 15
+# HELP perfbuf_lost_samples_total Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits). Per ring of a ring buffer; a perf event array's rings summed by CPU.
+# TYPE perfbuf_lost_samples_total counter
+perfbuf_lost_samples_total{cpu="0",ring=""} 0
+perfbuf_lost_samples_total{cpu="2",ring=""} 7
+# HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's. Per ring of a ring buffer; of a perf event array's rings by CPU.
+# TYPE perfbuf_ring_fill_max_ratio gauge
+perfbuf_ring_fill_max_ratio{cpu="0",ring=""} 0.0625
+perfbuf_ring_fill_max_ratio{cpu="2",ring=""} 0.5
+# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed). Per ring of a ring buffer; of a perf event array's rings by CPU.
+# TYPE perfbuf_ring_fill_ratio gauge
+perfbuf_ring_fill_ratio{cpu="0",ring=""} 0.015625
+perfbuf_ring_fill_ratio{cpu="2",ring=""} 0.03125
+# HELP perfbuf_cpu_hotplug_followed 1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.
+# TYPE perfbuf_cpu_hotplug_followed gauge
+perfbuf_cpu_hotplug_followed 0
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Per CPU.
 # TYPE perfbuf_output_failures_total counter
 perfbuf_output_failures_total{cause="e2big",cpu="0"} 0
 perfbuf_output_failures_total{cause="e2big",cpu="2"} 0
@@ -107,105 +177,111 @@ perfbuf_output_failures_total{cause="full",cpu="3"} 4
 perfbuf_output_failures_total{cause="other",cpu="0"} 0
 perfbuf_output_failures_total{cause="other",cpu="2"} 1
 perfbuf_output_failures_total{cause="other",cpu="3"} 0
-# HELP perfbuf_ring_fill_bytes Bytes waiting in the CPU's rings at the scrape (0 once the reader is closed).
-# TYPE perfbuf_ring_fill_bytes gauge
-perfbuf_ring_fill_bytes{cpu="0"} 128
-perfbuf_ring_fill_bytes{cpu="2"} 256
-perfbuf_ring_fill_bytes{cpu="3"} 0
-# HELP perfbuf_ring_fill_max_bytes The most bytes the reader found waiting in one of the CPU's rings since it was opened.
-# TYPE perfbuf_ring_fill_max_bytes gauge
-perfbuf_ring_fill_max_bytes{cpu="0"} 512
-perfbuf_ring_fill_max_bytes{cpu="2"} 4096
-perfbuf_ring_fill_max_bytes{cpu="3"} 0
-# HELP perfbuf_sample_bytes_total Payload bytes of the samples counted in samples_total, as the kernel padded them (to 8-byte records).
-# TYPE perfbuf_sample_bytes_total counter
-perfbuf_sample_bytes_total{cpu="0"} 448
-perfbuf_sample_bytes_total{cpu="2"} 960
-perfbuf_sample_bytes_total{cpu="3"} 0
-# HELP perfbuf_samples_total Samples delivered from the CPU's perf rings (with DropLate, late samples dropped too).
-# TYPE perfbuf_samples_total counter
-perfbuf_samples_total{cpu="0"} 7
-perfbuf_samples_total{cpu="2"} 15
-perfbuf_samples_total{cpu="3"} 0
 `
-
-// The exposition of fakeStats, exactly: entries summed by CPU (MaxFill the
-// largest), the failures by cause, one Stats call per collection.
-func TestCollect(t *testing.T) {
-	src := &fakeSource{stats: fakeStats()}
-	c := NewCollector(src, Options{})
-	if err := testutil.CollectAndCompare(c, strings.NewReader(wantText)); err != nil {
+	c := NewCollector(src, Options{PerCPU: true})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "perfbuf_samples_total", "perfbuf_lost_samples_total",
+		"perfbuf_ring_fill_max_ratio", "perfbuf_ring_fill_ratio", "perfbuf_cpu_hotplug_followed", "perfbuf_output_failures_total"); err != nil {
 		t.Error(err)
 	}
-	if n := src.calls.Load(); n != 1 {
-		t.Errorf("one collection called Stats %d times, want 1", n)
-	}
-	if n, want := testutil.CollectAndCount(c), 3*(12+len(causes)); n != want {
-		t.Errorf("%d metrics collected, want %d (3 CPUs)", n, want)
+	// 13 series for each of the 2 CPUs with rings, 6 for each of the 3
+	// with failures, 1 for hotplug, 1 for an exact Close.
+	if n, want := testutil.CollectAndCount(c), 2*13+3*len(causes)+2; n != want {
+		t.Errorf("%d metrics collected, want %d", n, want)
 	}
 }
 
-// A ring buffer's Stats: its one ring (CPU -1), then each CPU's failures
-// in entries of their own (Ring -1), full ones among them.
+// Two ring buffers (an array of them, or Options.Maps): a series per ring,
+// each ring's fill over its own size (the rings differ), and each CPU's
+// failures (Ring -1) summed exactly, or by CPU with PerCPU.
 func TestCollectRingBuffer(t *testing.T) {
-	src := &fakeSource{stats: []perfbuf.Stats{
-		{Ring: 0, CPU: -1, Samples: 9, Discarded: 2},
+	src := &fakeReader{fakeSource: fakeSource{stats: []perfbuf.Stats{
+		{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Fill: 1024, MaxFill: 2048},
+		{Ring: 1, CPU: -1, Samples: 4, Fill: 1024, MaxFill: 1024},
 		{Ring: -1, CPU: 0, Failed: perfbuf.Failures{Full: 3}},
 		{Ring: -1, CPU: 1, Failed: perfbuf.Failures{Full: 1, NoEntry: 2}},
-	}}
+	}}, sizes: []int{4096, 65536}, follows: true}
 	const want = `
-# HELP perfbuf_output_failures_total Outputs on the CPU that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full.
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. The reader's total.
 # TYPE perfbuf_output_failures_total counter
-perfbuf_output_failures_total{cause="e2big",cpu="-1"} 0
-perfbuf_output_failures_total{cause="e2big",cpu="0"} 0
-perfbuf_output_failures_total{cause="e2big",cpu="1"} 0
-perfbuf_output_failures_total{cause="einval",cpu="-1"} 0
-perfbuf_output_failures_total{cause="einval",cpu="0"} 0
-perfbuf_output_failures_total{cause="einval",cpu="1"} 0
-perfbuf_output_failures_total{cause="enoent",cpu="-1"} 0
-perfbuf_output_failures_total{cause="enoent",cpu="0"} 0
-perfbuf_output_failures_total{cause="enoent",cpu="1"} 2
-perfbuf_output_failures_total{cause="eopnotsupp",cpu="-1"} 0
-perfbuf_output_failures_total{cause="eopnotsupp",cpu="0"} 0
-perfbuf_output_failures_total{cause="eopnotsupp",cpu="1"} 0
-perfbuf_output_failures_total{cause="full",cpu="-1"} 0
-perfbuf_output_failures_total{cause="full",cpu="0"} 3
-perfbuf_output_failures_total{cause="full",cpu="1"} 1
-perfbuf_output_failures_total{cause="other",cpu="-1"} 0
-perfbuf_output_failures_total{cause="other",cpu="0"} 0
-perfbuf_output_failures_total{cause="other",cpu="1"} 0
-# HELP perfbuf_discarded_records_total Ring buffers: records of the CPU's rings that the BPF program discarded (bpf_ringbuf_discard), skipped.
+perfbuf_output_failures_total{cause="e2big"} 0
+perfbuf_output_failures_total{cause="einval"} 0
+perfbuf_output_failures_total{cause="enoent"} 2
+perfbuf_output_failures_total{cause="eopnotsupp"} 0
+perfbuf_output_failures_total{cause="full"} 4
+perfbuf_output_failures_total{cause="other"} 0
+# HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_discarded_records_total counter
-perfbuf_discarded_records_total{cpu="-1"} 2
-perfbuf_discarded_records_total{cpu="0"} 0
-perfbuf_discarded_records_total{cpu="1"} 0
+perfbuf_discarded_records_total{ring="0"} 2
+perfbuf_discarded_records_total{ring="1"} 0
+# HELP perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed.
+# TYPE perfbuf_samples_total counter
+perfbuf_samples_total{ring="0"} 9
+perfbuf_samples_total{ring="1"} 4
+# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed). Per ring of a ring buffer; of a perf event array's rings.
+# TYPE perfbuf_ring_fill_ratio gauge
+perfbuf_ring_fill_ratio{ring="0"} 0.25
+perfbuf_ring_fill_ratio{ring="1"} 0.015625
+# HELP perfbuf_ring_size_bytes Size of a ring's data area: the largest ring's (a perf event array's rings are all one size). Per ring of a ring buffer; of a perf event array's rings.
+# TYPE perfbuf_ring_size_bytes gauge
+perfbuf_ring_size_bytes{ring="0"} 4096
+perfbuf_ring_size_bytes{ring="1"} 65536
 `
 	if err := testutil.CollectAndCompare(NewCollector(src, Options{}), strings.NewReader(want),
-		"perfbuf_output_failures_total", "perfbuf_discarded_records_total"); err != nil {
+		"perfbuf_output_failures_total", "perfbuf_discarded_records_total", "perfbuf_samples_total",
+		"perfbuf_ring_fill_ratio", "perfbuf_ring_size_bytes"); err != nil {
+		t.Error(err)
+	}
+	const wantPerCPU = `
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Per CPU.
+# TYPE perfbuf_output_failures_total counter
+perfbuf_output_failures_total{cause="e2big",cpu="0"} 0
+perfbuf_output_failures_total{cause="e2big",cpu="1"} 0
+perfbuf_output_failures_total{cause="einval",cpu="0"} 0
+perfbuf_output_failures_total{cause="einval",cpu="1"} 0
+perfbuf_output_failures_total{cause="enoent",cpu="0"} 0
+perfbuf_output_failures_total{cause="enoent",cpu="1"} 2
+perfbuf_output_failures_total{cause="eopnotsupp",cpu="0"} 0
+perfbuf_output_failures_total{cause="eopnotsupp",cpu="1"} 0
+perfbuf_output_failures_total{cause="full",cpu="0"} 3
+perfbuf_output_failures_total{cause="full",cpu="1"} 1
+perfbuf_output_failures_total{cause="other",cpu="0"} 0
+perfbuf_output_failures_total{cause="other",cpu="1"} 0
+# HELP perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed by CPU.
+# TYPE perfbuf_samples_total counter
+perfbuf_samples_total{cpu="",ring="0"} 9
+perfbuf_samples_total{cpu="",ring="1"} 4
+`
+	if err := testutil.CollectAndCompare(NewCollector(src, Options{PerCPU: true}), strings.NewReader(wantPerCPU),
+		"perfbuf_output_failures_total", "perfbuf_samples_total"); err != nil {
 		t.Error(err)
 	}
 }
 
 // The names, types, units and help texts pass the Prometheus linter.
 func TestLint(t *testing.T) {
-	problems, err := testutil.CollectAndLint(NewCollector(&fakeSource{stats: fakeStats()}, Options{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("%s: %s", p.Metric, p.Text)
+	for _, perCPU := range []bool{false, true} {
+		src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes}
+		problems, err := testutil.CollectAndLint(NewCollector(src, Options{PerCPU: perCPU}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("PerCPU %v: %s: %s", perCPU, p.Metric, p.Text)
+		}
 	}
 }
 
-// Two readers in one registry, told apart by a const label, under a
-// namespace; the same labels twice are refused.
+// Two readers in one registry, a perf event array's and two ring
+// buffers', told apart by a const label, under a namespace; the same
+// labels twice are refused, and so is a collector with PerCPU beside
+// collectors without.
 func TestOptions(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	opts := func(m string) Options {
 		return Options{Namespace: "agent", ConstLabels: prometheus.Labels{"map": m}}
 	}
-	events := &fakeSource{stats: []perfbuf.Stats{{CPU: 0, Samples: 4}}}
-	other := &fakeSource{stats: []perfbuf.Stats{{CPU: 0, Samples: 9}, {CPU: 1, Samples: 1}}}
+	events := &fakeSource{stats: []perfbuf.Stats{{Ring: 0, CPU: 0, Samples: 4}, {Ring: 1, CPU: 1, Samples: 3}}}
+	other := &fakeSource{stats: []perfbuf.Stats{{Ring: 0, CPU: -1, Samples: 9}, {Ring: 1, CPU: -1, Samples: 1}}}
 	if err := reg.Register(NewCollector(events, opts("events"))); err != nil {
 		t.Fatal(err)
 	}
@@ -215,12 +291,17 @@ func TestOptions(t *testing.T) {
 	if err := reg.Register(NewCollector(other, opts("other"))); err == nil {
 		t.Error("a second collector with the same name and labels registered")
 	}
+	perCPU := opts("third")
+	perCPU.PerCPU = true
+	if err := reg.Register(NewCollector(other, perCPU)); err == nil {
+		t.Error("a collector with PerCPU registered beside collectors without")
+	}
 	const want = `
-# HELP agent_perfbuf_samples_total Samples delivered from the CPU's perf rings (with DropLate, late samples dropped too).
+# HELP agent_perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE agent_perfbuf_samples_total counter
-agent_perfbuf_samples_total{cpu="0",map="events"} 4
-agent_perfbuf_samples_total{cpu="0",map="other"} 9
-agent_perfbuf_samples_total{cpu="1",map="other"} 1
+agent_perfbuf_samples_total{map="events",ring=""} 7
+agent_perfbuf_samples_total{map="other",ring="0"} 9
+agent_perfbuf_samples_total{map="other",ring="1"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "agent_perfbuf_samples_total"); err != nil {
 		t.Error(err)
@@ -229,12 +310,21 @@ agent_perfbuf_samples_total{cpu="1",map="other"} 1
 
 // A const label that clashes with a variable one is refused at Register;
 // a collection through no registry reports the metrics it makes invalid,
-// without a panic.
+// without a panic. (fakeSource has no RingSizes: 10 ring metrics a
+// series.)
 func TestBadConstLabel(t *testing.T) {
-	for name, wantInvalid := range map[string]int{"cpu": 3 * (12 + len(causes)), "cause": 3 * len(causes)} {
-		c := NewCollector(&fakeSource{stats: fakeStats()}, Options{ConstLabels: prometheus.Labels{name: "x"}})
+	for _, tc := range []struct {
+		label       string
+		perCPU      bool
+		wantInvalid int
+	}{
+		{"ring", false, 10},                 // one series of the rings
+		{"cause", false, len(causes)},       // the reader's failures
+		{"cpu", true, 2*10 + 3*len(causes)}, // CPUs 0 and 2 with rings, 0, 2 and 3 with failures
+	} {
+		c := NewCollector(&fakeSource{stats: fakeStats()}, Options{ConstLabels: prometheus.Labels{tc.label: "x"}, PerCPU: tc.perCPU})
 		if err := prometheus.NewRegistry().Register(c); err == nil {
-			t.Errorf("const label %q: Register succeeded", name)
+			t.Errorf("const label %q: Register succeeded", tc.label)
 		}
 		ch := make(chan prometheus.Metric, 1000)
 		c.Collect(ch)
@@ -245,16 +335,17 @@ func TestBadConstLabel(t *testing.T) {
 				invalid++
 			}
 		}
-		if invalid != wantInvalid {
-			t.Errorf("const label %q: %d invalid metrics collected, want %d", name, invalid, wantInvalid)
+		if invalid != tc.wantInvalid {
+			t.Errorf("const label %q: %d invalid metrics collected, want %d", tc.label, invalid, tc.wantInvalid)
 		}
 	}
 }
 
-// No rings (a Source with no entries): no metrics, no error.
+// No rings (a Source with no entries): no metrics but the host's
+// close_exact, no error.
 func TestCollectEmpty(t *testing.T) {
-	if n := testutil.CollectAndCount(NewCollector(&fakeSource{}, Options{})); n != 0 {
-		t.Errorf("%d metrics from no Stats", n)
+	if n := testutil.CollectAndCount(NewCollector(&fakeSource{}, Options{})); n != 1 {
+		t.Errorf("%d metrics from no Stats, want 1 (close_exact)", n)
 	}
 }
 
@@ -284,17 +375,15 @@ func fill(v reflect.Value, n int64) {
 	}
 }
 
-// check wants every field of v, the sum of 3 and 5, but CPU and Ring (a's)
-// and MaxFill (the larger).
+// check wants every field of v, the sum of 3 and 5, but CPU, Ring, MaxFill
+// and Fill (a's: a group's fill is its fullest ring's, not a sum).
 func check(t *testing.T, prefix string, v reflect.Value) {
 	for i := range v.NumField() {
 		name := prefix + v.Type().Field(i).Name
 		want := int64(8)
 		switch name {
-		case "CPU", "Ring":
+		case "CPU", "Ring", "MaxFill", "Fill":
 			want = 3
-		case "MaxFill":
-			want = 5
 		}
 		switch f := v.Field(i); f.Kind() {
 		case reflect.Struct:

@@ -16,15 +16,19 @@ type fixed []perfbuf.Stats
 
 func (f fixed) Stats() []perfbuf.Stats { return f }
 
-// A reader's metrics in a registry, labelled with its map. An HTTP server
-// would serve reg with promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).
-// CPU 1 has two rings here (it went offline and came back): its entries
-// are added up.
+// Two readers' metrics in a registry, each labelled with its map. An HTTP
+// server would serve reg with promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).
+// The perf event array's rings (one per CPU; CPU 1 has two, it went offline
+// and came back) are summed into one series; the two ring buffers have a
+// series each, labelled with the ring's buffer index. Options.PerCPU would
+// label the perf event array's counts by CPU instead.
 func ExampleNewCollector() {
-	var r prom.Source = fixed{{CPU: 0, Samples: 5}, {CPU: 1, Samples: 2}, {CPU: 1, Samples: 1}}
+	var events prom.Source = fixed{{Ring: 0, CPU: 0, Samples: 5}, {Ring: 1, CPU: 1, Samples: 2}, {Ring: 2, CPU: 1, Samples: 1}}
+	var logs prom.Source = fixed{{Ring: 0, CPU: -1, Samples: 7}, {Ring: 1, CPU: -1, Samples: 4}}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prom.NewCollector(r, prom.Options{ConstLabels: prometheus.Labels{"map": "events"}}))
+	reg.MustRegister(prom.NewCollector(events, prom.Options{ConstLabels: prometheus.Labels{"map": "events"}}))
+	reg.MustRegister(prom.NewCollector(logs, prom.Options{ConstLabels: prometheus.Labels{"map": "logs"}}))
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -36,8 +40,9 @@ func ExampleNewCollector() {
 		}
 	}
 	// Output:
-	// # HELP perfbuf_samples_total Samples delivered from the CPU's perf rings (with DropLate, late samples dropped too).
+	// # HELP perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed.
 	// # TYPE perfbuf_samples_total counter
-	// perfbuf_samples_total{cpu="0",map="events"} 5
-	// perfbuf_samples_total{cpu="1",map="events"} 3
+	// perfbuf_samples_total{map="events",ring=""} 8
+	// perfbuf_samples_total{map="logs",ring="0"} 7
+	// perfbuf_samples_total{map="logs",ring="1"} 4
 }

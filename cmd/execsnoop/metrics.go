@@ -55,7 +55,7 @@ func (m *metricsServer) serve(src prom.Source, stderr io.Writer) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister( // fixed collectors, without options that could clash
-		prom.NewCollector(src, prom.Options{}),
+		prom.NewCollector(src, prom.Options{PerCPU: true}), // a host's few CPUs, as the summary prints them
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

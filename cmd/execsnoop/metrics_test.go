@@ -391,8 +391,8 @@ func TestMetricsScrape(t *testing.T) {
 			t.Errorf("cpu %d: %v samples at the summary, %v before", cpu, samples[cpu], n)
 		}
 	}
-	if fill := final.byCPU(t, "perfbuf_ring_fill_bytes"); sum(fill) != 0 {
-		t.Errorf("perfbuf_ring_fill_bytes after Close: %v, want 0", fill)
+	if fill := final.byCPU(t, "perfbuf_ring_fill_ratio"); sum(fill) != 0 {
+		t.Errorf("perfbuf_ring_fill_ratio after Close: %v, want 0", fill)
 	}
 	// Every event was shown (no filter), on stdout before the summary.
 	if lines := strings.Count(finalStdout, "\n") - 1; lines != events || !strings.HasPrefix(finalStdout, "PCOMM") {

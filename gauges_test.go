@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package perfbuf
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// RingSizes has each ring's size in buffer index order; FollowsCPUs is
+// whether the rings came with a CPU watch (a perf event array) or are ring
+// buffers, and false over rings with neither.
+func TestRingSizesFollowsCPUs(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	r := f.reader(t, Options{})
+	if got := r.RingSizes(); !slices.Equal(got, []int{4096, 4096}) {
+		t.Errorf("RingSizes = %v, want [4096 4096]", got)
+	}
+	if r.FollowsCPUs() {
+		t.Error("FollowsCPUs over rings without a CPU watch")
+	}
+	r.Close()
+	if got := r.RingSizes(); len(got) != 2 {
+		t.Errorf("RingSizes after Close = %v", got)
+	}
+
+	watched := newFakeRings(t, 1, 8192)
+	pb := watched.newPerfBuffer(t, watched.hotRings(t, 1, newFakeRings(t, 0, 8192)), Options{SampleFunc: func(int, []byte) {}})
+	if got := pb.RingSizes(); !slices.Equal(got, []int{8192}) {
+		t.Errorf("PerfBuffer RingSizes = %v, want [8192]", got)
+	}
+	if !pb.FollowsCPUs() {
+		t.Error("FollowsCPUs false with a CPU watch")
+	}
+
+	c := &core{src: &ringBufSource{}}
+	if !c.followsCPUs() {
+		t.Error("FollowsCPUs false over ring buffers")
+	}
+}
+
+// CloseExact is false exactly on a nohz_full kernel, whose
+// /sys/devices/system/cpu/nohz_full lists CPUs ("(null)" or no file
+// otherwise).
+func TestCloseExact(t *testing.T) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/nohz_full")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	list := strings.TrimSpace(string(b))
+	nohzFull := list != "" && list != "(null)"
+	if got := CloseExact(); got == nohzFull {
+		t.Errorf("CloseExact() = %v with nohz_full CPUs %q", got, list)
+	}
+}

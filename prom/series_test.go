@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package prom
+
+import (
+	"testing"
+
+	"github.com/perfbuf/perfbuf"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// hostCPUs is the CPU count of the series test: a large host.
+const hostCPUs = 256
+
+// perfArray256 is the Stats of a perf event array with a ring on each of
+// 256 CPUs.
+func perfArray256() []perfbuf.Stats {
+	st := make([]perfbuf.Stats, hostCPUs)
+	for i := range st {
+		st[i] = perfbuf.Stats{Ring: i, CPU: i, Samples: 1, Failed: perfbuf.Failures{Invalid: 1}}
+	}
+	return st
+}
+
+// ringBuf256 is the Stats of one ring buffer shared by 256 CPUs, each with
+// failures of its own (Ring -1).
+func ringBuf256() []perfbuf.Stats {
+	st := []perfbuf.Stats{{Ring: 0, CPU: -1, Samples: 1}}
+	for cpu := range hostCPUs {
+		st = append(st, perfbuf.Stats{Ring: -1, CPU: cpu, Failed: perfbuf.Failures{Full: 1}})
+	}
+	return st
+}
+
+// ringBufArray256 is the Stats of an array of 256 ring buffers, one per
+// CPU: each ring is every CPU's as far as the library knows (CPU -1), and
+// each CPU's failures come in entries of their own.
+func ringBufArray256() []perfbuf.Stats {
+	var st []perfbuf.Stats
+	for i := range hostCPUs {
+		st = append(st, perfbuf.Stats{Ring: i, CPU: -1, Samples: 1})
+	}
+	for cpu := range hostCPUs {
+		st = append(st, perfbuf.Stats{Ring: -1, CPU: cpu, Failed: perfbuf.Failures{Full: 1}})
+	}
+	return st
+}
+
+// TestSeries256 counts the series one reader exports on a 256-CPU host, for
+// each kind of map, by default and with PerCPU, and logs them (go test -v
+// -run TestSeries256). Before the default aggregated, every count was per
+// CPU: 4608, 4626 and 4626 series (the ring buffers' rings in cpu="-1").
+func TestSeries256(t *testing.T) {
+	const rings = 13 // 10 counters, 2 fill ratios and the size
+	for _, tc := range []struct {
+		name          string
+		stats         []perfbuf.Stats
+		size          int
+		want, wantCPU int
+	}{
+		// One series of the rings, the failures by cause, 2 gauges
+		// (hotplug, an exact Close).
+		{"perf event array", perfArray256(), 64 << 10,
+			rings + len(causes) + 2, hostCPUs*(rings+len(causes)) + 2},
+		{"ring buffer", ringBuf256(), 16 << 20,
+			rings + len(causes) + 2, rings + hostCPUs*len(causes) + 2},
+		// A series per ring.
+		{"array of ring buffers", ringBufArray256(), 256 << 10,
+			hostCPUs*rings + len(causes) + 2, hostCPUs*(rings+len(causes)) + 2},
+	} {
+		src := &fakeReader{fakeSource: fakeSource{stats: tc.stats}, follows: true}
+		for _, st := range tc.stats {
+			if st.Ring >= 0 {
+				src.sizes = append(src.sizes, tc.size)
+			}
+		}
+		n := testutil.CollectAndCount(NewCollector(src, Options{}))
+		nCPU := testutil.CollectAndCount(NewCollector(src, Options{PerCPU: true}))
+		t.Logf("%s, %d CPUs: %d series, %d with PerCPU", tc.name, hostCPUs, n, nCPU)
+		if n != tc.want || nCPU != tc.wantCPU {
+			t.Errorf("%s: %d series, %d with PerCPU; want %d, %d", tc.name, n, nCPU, tc.want, tc.wantCPU)
+		}
+	}
+}
