@@ -187,18 +187,6 @@ func (c *core) count() int {
 	return len(c.rings)
 }
 
-// ringSizes returns each ring's size, in buffer index order; any goroutine
-// may call it.
-func (c *core) ringSizes() []int {
-	c.statsMu.Lock()
-	defer c.statsMu.Unlock()
-	sizes := make([]int, len(c.rings))
-	for i, rb := range c.rings {
-		sizes[i] = rb.size() // fixed when the ring is made
-	}
-	return sizes
-}
-
 // followsCPUs reports whether output on a CPU that comes online is read:
 // a perf event array's rings with a CPU watch (hotplug.go), or ring
 // buffers, which are no CPU's own. Fixed at opening.
@@ -267,6 +255,9 @@ func (c *core) statsNow() []Stats {
 	c.statsMu.Lock()
 	st, rings := slices.Clone(c.stats), c.rings
 	c.statsMu.Unlock()
+	for i := range st {
+		st[i].Size = rings[i].size() // fixed when the ring is made
+	}
 	if c.life.enter("") == nil {
 		for i := range st {
 			st[i].Fill = rings[i].used()

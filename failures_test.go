@@ -276,7 +276,7 @@ func TestStatsFailures(t *testing.T) {
 			stats, closeFn := open(t, f, fm)
 			c.set(0, Failures{Invalid: 2})
 			c.set(1, Failures{NoEntry: 5})
-			want := []Stats{{Ring: 0, CPU: 0, Failed: Failures{Invalid: 2}}, {Ring: 1, CPU: 2}, {Ring: -1, CPU: 1, Failed: Failures{NoEntry: 5}}}
+			want := []Stats{{Ring: 0, CPU: 0, Size: 4096, Failed: Failures{Invalid: 2}}, {Ring: 1, CPU: 2, Size: 4096}, {Ring: -1, CPU: 1, Failed: Failures{NoEntry: 5}}}
 			if got := stats(); !reflect.DeepEqual(got, want) {
 				t.Errorf("Stats:\n got %+v\nwant %+v", got, want)
 			}

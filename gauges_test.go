@@ -11,27 +11,34 @@ import (
 	"testing"
 )
 
-// RingSizes has each ring's size in buffer index order; FollowsCPUs is
+// Stats' Size is each ring's size, also after Close; FollowsCPUs is
 // whether the rings came with a CPU watch (a perf event array) or are ring
 // buffers, and false over rings with neither.
-func TestRingSizesFollowsCPUs(t *testing.T) {
+func TestStatsSizeFollowsCPUs(t *testing.T) {
+	sizes := func(st []Stats) []int {
+		var out []int
+		for _, s := range st {
+			out = append(out, s.Size)
+		}
+		return out
+	}
 	f := newFakeRings(t, 2, 4096)
 	r := f.reader(t, Options{})
-	if got := r.RingSizes(); !slices.Equal(got, []int{4096, 4096}) {
-		t.Errorf("RingSizes = %v, want [4096 4096]", got)
+	if got := sizes(r.Stats()); !slices.Equal(got, []int{4096, 4096}) {
+		t.Errorf("Stats' sizes = %v, want [4096 4096]", got)
 	}
 	if r.FollowsCPUs() {
 		t.Error("FollowsCPUs over rings without a CPU watch")
 	}
 	r.Close()
-	if got := r.RingSizes(); len(got) != 2 {
-		t.Errorf("RingSizes after Close = %v", got)
+	if got := sizes(r.Stats()); !slices.Equal(got, []int{4096, 4096}) {
+		t.Errorf("Stats' sizes after Close = %v", got)
 	}
 
 	watched := newFakeRings(t, 1, 8192)
 	pb := watched.newPerfBuffer(t, watched.hotRings(t, 1, newFakeRings(t, 0, 8192)), Options{SampleFunc: func(int, []byte) {}})
-	if got := pb.RingSizes(); !slices.Equal(got, []int{8192}) {
-		t.Errorf("PerfBuffer RingSizes = %v, want [8192]", got)
+	if got := sizes(pb.Stats()); !slices.Equal(got, []int{8192}) {
+		t.Errorf("PerfBuffer Stats' sizes = %v, want [8192]", got)
 	}
 	if !pb.FollowsCPUs() {
 		t.Error("FollowsCPUs false with a CPU watch")

@@ -882,12 +882,12 @@ func TestOrderedRun(t *testing.T) {
 					t.Fatalf("after the run: %+v, errors %v", rest, errs)
 				}
 				st := o.Stats()
-				want0 := Stats{CPU: 0, Samples: n, Bytes: n * 20, Lost: 7, MaxFill: n*recSize + 24}
+				want0 := Stats{CPU: 0, Samples: n, Bytes: n * 20, Lost: 7, MaxFill: n*recSize + 24, Size: size}
 				if st[0] != want0 {
 					t.Errorf("ring 0 stats %+v, want %+v", st[0], want0)
 				}
 				for i := 1; i < 3; i++ {
-					if want := (Stats{Ring: i, CPU: i, Samples: 1, Bytes: 20, MaxFill: recSize}); st[i] != want {
+					if want := (Stats{Ring: i, CPU: i, Samples: 1, Bytes: 20, MaxFill: recSize, Size: size}); st[i] != want {
 						t.Errorf("ring %d stats %+v, want %+v", i, st[i], want)
 					}
 				}

@@ -312,11 +312,6 @@ func (pb *PerfBuffer) EpollFD() (int, error) {
 // from any goroutine, also after Close.
 func (pb *PerfBuffer) Stats() []Stats { return pb.c.statsNow() }
 
-// RingSizes returns the size in bytes of each ring's data area, which
-// Stats' Fill and MaxFill are of, in buffer index order. It may be called
-// from any goroutine, also after Close.
-func (pb *PerfBuffer) RingSizes() []int { return pb.c.ringSizes() }
-
 // FollowsCPUs reports whether samples of CPUs that come online after New
 // are read: always for ring buffers; for a perf event array, if the CPU
 // uevent socket opened (it cannot in a user namespace, see

@@ -265,9 +265,9 @@ func TestPerfBufferConsume(t *testing.T) {
 			t.Errorf("got %q\nwant %q", got, want)
 		}
 		wantStats := []Stats{
-			{Ring: 0, CPU: 0, Samples: 2, Bytes: 24, Lost: 7, Other: 1, MaxFill: 32 + 24 + 16 + 16},
-			{Ring: 1, CPU: 2, Samples: 2, Bytes: 16, MaxFill: 24 + 16},
-			{Ring: 2, CPU: 5},
+			{Ring: 0, CPU: 0, Samples: 2, Bytes: 24, Lost: 7, Other: 1, MaxFill: 32 + 24 + 16 + 16, Size: 256},
+			{Ring: 1, CPU: 2, Samples: 2, Bytes: 16, MaxFill: 24 + 16, Size: 4096},
+			{Ring: 2, CPU: 5, Size: 4096},
 		}
 		if st := pb.Stats(); !reflect.DeepEqual(st, wantStats) {
 			t.Errorf("stats %+v\nwant %+v", st, wantStats)

@@ -148,11 +148,6 @@ func (r *Reader) Flush() {
 // any goroutine, also after Close.
 func (r *Reader) Stats() []Stats { return r.c.statsNow() }
 
-// RingSizes returns the size in bytes of each ring's data area, which
-// Stats' Fill and MaxFill are of, in buffer index order. It may be called
-// from any goroutine, also after Close.
-func (r *Reader) RingSizes() []int { return r.c.ringSizes() }
-
 // FollowsCPUs reports whether samples of CPUs that come online after
 // NewReader are read: always for ring buffers; for a perf event array, if
 // the CPU uevent socket opened (it cannot in a user namespace, see

@@ -29,6 +29,7 @@ type Stats struct {
 	Discarded    uint64 // ring buffers: records the BPF program discarded (bpf_ringbuf_discard), skipped (at Close, also those left unread)
 	MaxFill      int    // the most bytes seen waiting in the ring
 	Fill         int    // bytes waiting in the ring when Stats was called (0 after Close)
+	Size         int    // the ring's data area in bytes: Fill and MaxFill are of it
 	// Failed counts the CPU's failed bpf_perf_event_output calls, with a
 	// FailureMap; on the CPU's latest ring's entry. They are the map's
 	// counts, which the BPF program keeps from its load on, so outputs

@@ -38,18 +38,15 @@ import (
 // collects concurrently with the reader's work, and scrapes may overlap),
 // also after the reader is closed, as theirs are.
 //
-// A Source may also have the methods RingSizes() []int (the fill ratios
-// and ring sizes are exported only with it) and FollowsCPUs() bool
-// (perfbuf_cpu_hotplug_followed), as the readers do.
+// A Source may also have the method FollowsCPUs() bool
+// (perfbuf_cpu_hotplug_followed), as the readers do. The fill ratios and
+// ring sizes are exported for the entries whose Stats.Size is known.
 type Source interface {
 	Stats() []perfbuf.Stats
 }
 
-// ringSizer and cpuFollower are the optional methods of a Source.
-type (
-	ringSizer   interface{ RingSizes() []int }
-	cpuFollower interface{ FollowsCPUs() bool }
-)
+// cpuFollower is the optional method of a Source.
+type cpuFollower interface{ FollowsCPUs() bool }
 
 // Options configures NewCollector. The zero value is fine for one reader
 // per registry.
@@ -75,7 +72,7 @@ type Options struct {
 }
 
 // NewCollector returns a collector of src's Stats. Each collection calls
-// src.Stats once (and RingSizes and FollowsCPUs once, if src has them), so
+// src.Stats once (and FollowsCPUs once, if src has it), so
 // the metrics of one scrape are one snapshot. An invalid Namespace or
 // ConstLabels is reported by the registry's Register, as for the
 // collectors of the Prometheus client.
@@ -198,11 +195,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	stats := c.src.Stats()
-	var sizes []int
-	if rs, ok := c.src.(ringSizer); ok {
-		sizes = rs.RingSizes()
-	}
-	for _, g := range c.groups(stats, sizes) {
+	for _, g := range c.groups(stats) {
 		labels := []string{g.ring}
 		if c.perCPU {
 			labels = []string{g.cpu, g.ring}
@@ -263,8 +256,8 @@ type group struct {
 }
 
 // groups sums the rings' entries of stats (Ring >= 0) into the series'
-// groups, in label order; sizes[i] is ring i's size, if known.
-func (c *collector) groups(stats []perfbuf.Stats, sizes []int) []group {
+// groups, in label order.
+func (c *collector) groups(stats []perfbuf.Stats) []group {
 	byKey := map[[2]string]*group{}
 	for i := range stats {
 		s := &stats[i]
@@ -284,8 +277,7 @@ func (c *collector) groups(stats []perfbuf.Stats, sizes []int) []group {
 			byKey[key] = g
 		}
 		add(&g.sum, s)
-		if s.Ring < len(sizes) && sizes[s.Ring] > 0 {
-			size := sizes[s.Ring]
+		if size := s.Size; size > 0 {
 			g.fill = max(g.fill, float64(s.Fill)/float64(size))
 			g.maxFill = max(g.maxFill, float64(s.MaxFill)/float64(size))
 			g.size = max(g.size, size)

@@ -5,6 +5,7 @@ package prom
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,8 +22,8 @@ var (
 	_ Source = (*perfbuf.Reader)(nil)
 )
 
-// fakeSource returns stats, and counts the calls. With sizes it is a
-// ringSizer, with follows a cpuFollower (fakeReader).
+// fakeSource returns stats, and counts the calls; fakeReader adds the
+// rings' sizes to them and is a cpuFollower.
 type fakeSource struct {
 	stats []perfbuf.Stats
 	calls atomic.Int32
@@ -40,7 +41,16 @@ type fakeReader struct {
 	follows bool
 }
 
-func (f *fakeReader) RingSizes() []int  { return f.sizes }
+// Stats returns the stats with each ring's Size from sizes, as a reader's.
+func (f *fakeReader) Stats() []perfbuf.Stats {
+	st := slices.Clone(f.fakeSource.Stats())
+	for i := range st {
+		if r := st[i].Ring; r >= 0 && r < len(f.sizes) {
+			st[i].Size = f.sizes[r]
+		}
+	}
+	return st
+}
 func (f *fakeReader) FollowsCPUs() bool { return f.follows }
 
 // fakeStats is what a Reader over a perf event array with a FailureMap
@@ -310,7 +320,7 @@ agent_perfbuf_samples_total{map="other",ring="1"} 1
 
 // A const label that clashes with a variable one is refused at Register;
 // a collection through no registry reports the metrics it makes invalid,
-// without a panic. (fakeSource has no RingSizes: 10 ring metrics a
+// without a panic. (fakeSources Stats have no Size: 10 ring metrics a
 // series.)
 func TestBadConstLabel(t *testing.T) {
 	for _, tc := range []struct {
@@ -375,14 +385,15 @@ func fill(v reflect.Value, n int64) {
 	}
 }
 
-// check wants every field of v, the sum of 3 and 5, but CPU, Ring, MaxFill
-// and Fill (a's: a group's fill is its fullest ring's, not a sum).
+// check wants every field of v, the sum of 3 and 5, but CPU, Ring, MaxFill,
+// Fill and Size (a's: a group's fill is its fullest ring's over that ring's
+// size, not a sum).
 func check(t *testing.T, prefix string, v reflect.Value) {
 	for i := range v.NumField() {
 		name := prefix + v.Type().Field(i).Name
 		want := int64(8)
 		switch name {
-		case "CPU", "Ring", "MaxFill", "Fill":
+		case "CPU", "Ring", "MaxFill", "Fill", "Size":
 			want = 3
 		}
 		switch f := v.Field(i); f.Kind() {
