@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cpus"
@@ -88,6 +89,11 @@ func openOwned(t *testing.T, ctor string, m perfbuf.Map) *ownedReader {
 // (Close deleted the hash map's keys 0..N-1, and EpollFD failed.)
 func TestCallerDescriptorLost(t *testing.T) {
 	bpftest.RequirePrivileges(t)
+	// Before 5.11 the kernel charges maps to RLIMIT_MEMLOCK; cilium/ebpf
+	// loads the object here, and raises the limit only where it must.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
 	online, err := cpus.Online()
 	if err != nil {
 		t.Fatal(err)
