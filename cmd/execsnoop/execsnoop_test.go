@@ -209,7 +209,11 @@ func TestTraceExecs(t *testing.T) {
 	}
 
 	if n := len(find(got, par)); n != 16 {
-		t.Errorf("%d of 16 parallel execs traced", n)
+		// What the program and the reader counted, to tell a missed
+		// exec from a lost or failed output.
+		kc, err := tr.kernelCounts()
+		t.Errorf("%d of 16 parallel execs traced; kernel counts %+v (%v), reader stats %+v; every event: %+v",
+			n, kc, err, tr.rd.Stats(), got)
 	}
 	cpus := map[int]bool{}
 	for _, tc := range got {
