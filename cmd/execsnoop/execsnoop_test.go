@@ -26,6 +26,7 @@ import (
 	"unsafe"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 )
 
 // requirePrivileges skips the test without root or kernel BTF, except under
@@ -212,14 +213,30 @@ func TestTraceExecs(t *testing.T) {
 		// What the program and the reader counted, to tell a missed
 		// exec from a lost or failed output.
 		kc, err := tr.kernelCounts()
-		t.Errorf("%d of 16 parallel execs traced; kernel counts %+v (%v), reader stats %+v; every event: %+v",
-			n, kc, err, tr.rd.Stats(), got)
+		t.Errorf("%d of 16 parallel execs traced; kernel counts %+v (%v), programs skipped %s, reader stats %+v; every event: %+v",
+			n, kc, err, recursionMisses(tr), tr.rd.Stats(), got)
 	}
 	cpus := map[int]bool{}
 	for _, tc := range got {
 		cpus[tc.cpu] = true
 	}
 	t.Logf("%d events from %d cpus, in timestamp order", len(got), len(cpus))
+}
+
+// recursionMisses says how many times the kernel skipped each of tr's
+// programs: a BPF program was already running on that CPU.
+func recursionMisses(tr *tracer) string {
+	var out []string
+	for _, tp := range []string{"sys_enter_execve", "sys_exit_execve"} {
+		prog, err := tr.mod.GetProgram("tracepoint__syscalls__" + tp)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", tp, err))
+			continue
+		}
+		n, err := kernel.ProgRecursionMisses(prog.FileDescriptor())
+		out = append(out, fmt.Sprintf("%s: %d (%v)", tp, n, err))
+	}
+	return strings.Join(out, ", ")
 }
 
 func equalEvent(a, b event) bool {
