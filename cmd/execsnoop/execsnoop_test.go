@@ -213,8 +213,8 @@ func TestTraceExecs(t *testing.T) {
 		// What the program and the reader counted, to tell a missed
 		// exec from a lost or failed output.
 		kc, err := tr.kernelCounts()
-		t.Errorf("%d of 16 parallel execs traced; kernel counts %+v (%v), programs skipped %s, reader stats %+v; every event: %+v",
-			n, kc, err, recursionMisses(tr), tr.rd.Stats(), got)
+		t.Errorf("%d of 16 parallel execs traced; kernel counts %+v (%v), programs skipped %s, execs in flight left %s, reader stats %+v; every event: %+v",
+			n, kc, err, recursionMisses(tr), inFlight(tr), tr.rd.Stats(), got)
 	}
 	cpus := map[int]bool{}
 	for _, tc := range got {
@@ -237,6 +237,20 @@ func recursionMisses(tr *tracer) string {
 		out = append(out, fmt.Sprintf("%s: %d (%v)", tp, n, err))
 	}
 	return strings.Join(out, ", ")
+}
+
+// inFlight lists the PIDs in the program's map of execs in flight: an
+// exec whose entry ran and whose exit did not.
+func inFlight(tr *tracer) string {
+	m, err := tr.mod.GetMap("execs")
+	if err != nil {
+		return err.Error()
+	}
+	var pids []uint32
+	for it := m.Iterator(); it.Next(); {
+		pids = append(pids, binary.NativeEndian.Uint32(it.Key()))
+	}
+	return fmt.Sprint(pids)
 }
 
 func equalEvent(a, b event) bool {
