@@ -105,7 +105,7 @@ build: libbpf-info bpf
 	$(GO) vet $(GOTAGS) ./...
 
 # The main job: execsnoop (cmd/execsnoop, ported from libbpf-tools) traces
-# every exec for RUN_SECONDS while --demo starts a handful of processes.
+# every exec while --demo starts a handful of processes, and RUN_SECONDS more.
 RUN_SECONDS ?= 3
 run: build-execsnoop
 	$(BUILD)/execsnoop --demo -T -x -d $(RUN_SECONDS)

@@ -110,16 +110,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	var expired <-chan time.Time
-	if o.duration > 0 {
-		timer := time.NewTimer(o.duration)
-		defer timer.Stop()
-		expired = timer.C
-	}
 	var demo sync.WaitGroup
 	defer demo.Wait() // after close(done) below: deferred calls run last first
 	done := make(chan struct{})
 	defer close(done)
+	// -d counts from here, or with --demo from the end of the demo's
+	// commands: every one of them is traced however slow the machine is
+	// (a guest under emulation ran the last one after 2 seconds). Each
+	// command has exited when the demo ends, so its execs are in the
+	// rings, and the flush delivers them.
+	demoDone := make(chan struct{})
+	expired := make(chan struct{}) // closed once -d has passed
+	if o.duration > 0 {
+		go func() {
+			select {
+			case <-demoDone:
+			case <-done:
+				return
+			}
+			timer := time.NewTimer(o.duration)
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+				close(expired)
+			case <-done:
+			}
+		}()
+	}
 	go func() {
 		select {
 		case <-sigs:
@@ -144,7 +161,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		go func() {
 			defer demo.Done()
 			runDemo(done, stderr)
+			close(demoDone)
 		}()
+	} else {
+		close(demoDone)
 	}
 	start := time.Now()
 	c, err := readLoop(t.rd, o, out, stderr)
@@ -313,7 +333,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	boolean(&o.printer.printUID, "print UID column", "U", "print-uid")
 	value(maxArgsValue{&o.tracer.maxArgs}, "MAX_ARGS",
 		fmt.Sprintf("maximum number of arguments parsed and displayed, in [1, %d] (default 20)", totalMaxArgs), "max-args")
-	value(tool.SecondsValue{P: &o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "d", "duration")
+	value(tool.SecondsValue{P: &o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s); with --demo, SECONDS after its commands", "d", "duration")
 	boolean(&o.printer.json, "print JSON lines instead of columns", "j", "json")
 	boolean(&o.demo, "start a few known processes while tracing", "demo")
 	boolean(&o.tracer.kernelPIDs, "print the kernel's PIDs (initial namespace), every exec", "kernel-pids")

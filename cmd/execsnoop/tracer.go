@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/aquasecurity/libbpfgo"
@@ -143,10 +144,12 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 }
 
 // readerOptions are the options of the events' reader: rings of 64 pages
-// that fit the largest event, merged in timestamp order.
+// (the C tool's PERF_BUFFER_PAGES, in pages of the host's size: 64 << 12
+// was 16 pages on 16 KiB pages) that fit the largest event, merged in
+// timestamp order.
 func readerOptions() perfbuf.Options {
 	return perfbuf.Options{
-		RingBytes:     64 << 12,
+		RingBytes:     64 * os.Getpagesize(),
 		MaxSampleSize: eventMaxSize,
 		Order:         &perfbuf.Order{KeyOffset: offTS, MaxDelay: maxDelay},
 	}

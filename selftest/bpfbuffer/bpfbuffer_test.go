@@ -186,8 +186,8 @@ func TestBothKinds(t *testing.T) {
 		{"perf forced", bpfbuffer.PerfEventArray, bpfbuffer.PerfEventArray},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// One page: a ring buffer of 4 KiB, or 4 KiB per CPU.
-			opts := perfbuf.Options{RingBytes: 4096}
+			// One page: a ring buffer of a page, or a page per CPU.
+			opts := perfbuf.Options{RingBytes: bpftest.RingBytes(1)}
 			f := setup(t, tc.want, &opts)
 			if f.kind != tc.got {
 				t.Fatalf("Prepare chose %v, want %v", f.kind, tc.got)
@@ -213,9 +213,10 @@ func TestBothKinds(t *testing.T) {
 				f.produce(t, cpu, 3, 48, viaInner, 1)
 			}
 			c.consume(t, r)
-			// A full ring: 40 records of 200 bytes into one page, not read.
+			// A full ring: 40 records of 200 bytes into one page, not read
+			// (40 fill a 4 KiB page; a larger page, as many more).
 			for _, cpu := range f.cpus {
-				f.produce(t, cpu, 40, 200, viaOutput, 1)
+				f.produce(t, cpu, 40*uint64(bpftest.Scale()), 200, viaOutput, 1)
 			}
 			c.consume(t, r)
 			// A perf ring reports its lost samples once a later one fits.
@@ -241,8 +242,8 @@ func checkMaps(t *testing.T, f *fixture) {
 	scratch := bpftest.Map(t, f.mod, "events_scratch")
 	switch f.kind {
 	case bpfbuffer.RingBuf:
-		if typ, n := f.events.Type(), f.events.MaxEntries(); typ != libbpfgo.MapTypeRingbuf || n != 4096 {
-			t.Errorf("events: %v of %d bytes, want a ring buffer of 4096 (RingBytes)", typ, n)
+		if typ, n := f.events.Type(), f.events.MaxEntries(); typ != libbpfgo.MapTypeRingbuf || int(n) != bpftest.Page {
+			t.Errorf("events: %v of %d bytes, want a ring buffer of %d (RingBytes: a page)", typ, n, bpftest.Page)
 		}
 		// libbpf holds a placeholder descriptor for a map it did not
 		// create: not a BPF map.
@@ -420,7 +421,7 @@ func TestPrepareErrors(t *testing.T) {
 		"WakeupEvents":                   {"events", bpfbuffer.Any, perfbuf.Options{WakeupEvents: 4}, os.ErrInvalid},
 		"negative RingBytes":             {"events", bpfbuffer.Any, perfbuf.Options{RingBytes: -1}, os.ErrInvalid},
 		"huge RingBytes":                 {"events", bpfbuffer.RingBuf, perfbuf.Options{RingBytes: 1 << 40}, os.ErrInvalid},
-		"watermark at size":              {"events", bpfbuffer.RingBuf, perfbuf.Options{RingBytes: 8192, WakeupBytes: 8192}, os.ErrInvalid},
+		"watermark at size":              {"events", bpfbuffer.RingBuf, perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupBytes: bpftest.RingBytes(2)}, os.ErrInvalid},
 		"watermark at the declared size": {"events", bpfbuffer.RingBuf, perfbuf.Options{WakeupBytes: ringSize}, os.ErrInvalid},
 		"no such map":                    {"nope", bpfbuffer.Any, perfbuf.Options{}, nil},
 		"not a PERFBUF_BUFFER":           {"outcomes", bpfbuffer.Any, perfbuf.Options{}, nil},
@@ -432,11 +433,11 @@ func TestPrepareErrors(t *testing.T) {
 		}
 		t.Logf("%s: %v", name, err)
 	}
-	opts := perfbuf.Options{RingBytes: 8192, WakeupBytes: 1024}
+	opts := perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupBytes: 1024}
 	if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.PerfEventArray, &opts); kind != bpfbuffer.PerfEventArray || err != nil {
 		t.Fatalf("Prepare = %v, %v", kind, err)
 	}
-	if opts.RingBytes != 8192 || opts.WakeupBytes != 1024 {
+	if opts.RingBytes != bpftest.RingBytes(2) || opts.WakeupBytes != 1024 {
 		t.Errorf("Options after Prepare as a perf event array %+v: want RingBytes and WakeupBytes kept for NewReader", opts)
 	}
 	if err := m.BPFLoadObject(); err != nil {
@@ -464,7 +465,7 @@ func TestPrepareMisuse(t *testing.T) {
 	}
 
 	m := open(t)
-	opts := perfbuf.Options{RingBytes: 8192, WakeupBytes: 1024}
+	opts := perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupBytes: 1024}
 	for i := range 2 { // the same, twice
 		o := opts
 		if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.RingBuf, &o); kind != bpfbuffer.RingBuf || err != nil || o.RingBytes != 0 || o.WakeupBytes != 1024 {
@@ -475,9 +476,9 @@ func TestPrepareMisuse(t *testing.T) {
 		want bpfbuffer.Kind
 		opts perfbuf.Options
 	}{
-		"another kind":      {bpfbuffer.PerfEventArray, perfbuf.Options{RingBytes: 8192, WakeupBytes: 1024}},
-		"another size":      {bpfbuffer.RingBuf, perfbuf.Options{RingBytes: 16384, WakeupBytes: 1024}},
-		"another watermark": {bpfbuffer.Any, perfbuf.Options{RingBytes: 8192}},
+		"another kind":      {bpfbuffer.PerfEventArray, perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupBytes: 1024}},
+		"another size":      {bpfbuffer.RingBuf, perfbuf.Options{RingBytes: bpftest.RingBytes(4), WakeupBytes: 1024}},
+		"another watermark": {bpfbuffer.Any, perfbuf.Options{RingBytes: bpftest.RingBytes(2)}},
 	} {
 		o := c.opts
 		kind, err := bpfbuffer.Prepare(m, "events", c.want, &o)
@@ -495,8 +496,8 @@ func TestPrepareMisuse(t *testing.T) {
 		t.Fatalf("load after Prepare thrice: %v", err)
 	}
 	events := bpftest.Map(t, m, "events")
-	if typ, n := events.Type(), events.MaxEntries(); typ != libbpfgo.MapTypeRingbuf || n != 8192 {
-		t.Errorf("events: %v of %d bytes, want a ring buffer of 8192", typ, n)
+	if typ, n := events.Type(), events.MaxEntries(); typ != libbpfgo.MapTypeRingbuf || int(n) != bpftest.RingBytes(2) {
+		t.Errorf("events: %v of %d bytes, want a ring buffer of %d (2 pages)", typ, n, bpftest.RingBytes(2))
 	}
 	for _, want := range []bpfbuffer.Kind{bpfbuffer.Any, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray} {
 		o := opts
@@ -580,8 +581,8 @@ func TestReaderOptionsFirst(t *testing.T) {
 			err   error
 			field string
 		}{
-			"WakeupBytes":   {perfbuf.Options{RingBytes: 4096, WakeupBytes: 4096}, os.ErrInvalid, "WakeupBytes"},
-			"MaxSampleSize": {perfbuf.Options{RingBytes: 4096, MaxSampleSize: 4096}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
+			"WakeupBytes":   {perfbuf.Options{RingBytes: bpftest.Page, WakeupBytes: bpftest.Page}, os.ErrInvalid, "WakeupBytes"},
+			"MaxSampleSize": {perfbuf.Options{RingBytes: bpftest.Page, MaxSampleSize: bpftest.Page}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
 		}},
 	} {
 		t.Run(tc.want.String(), func(t *testing.T) {

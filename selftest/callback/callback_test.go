@@ -27,10 +27,14 @@ import (
 
 const obj = "bpf/callback.bpf.o"
 
+// emitMaxSize is the largest sample callback.bpf.c emits (its
+// EMIT_MAX_SIZE): TestLargestSample fills a page with one.
+const emitMaxSize = 16384
+
 func setup(t *testing.T) *bpftest.Fixture { return bpftest.Setup(t, obj) }
 
 func opts(c *bpftest.Collector, pages int) perfbuf.Options {
-	return perfbuf.Options{RingBytes: pages << 12, SampleFunc: c.Sample, LostFunc: c.LostFn}
+	return perfbuf.Options{RingBytes: bpftest.RingBytes(pages), SampleFunc: c.Sample, LostFunc: c.LostFn}
 }
 
 // discard is a SampleFunc for tests that do not look at the samples.
@@ -167,29 +171,34 @@ func TestSizes(t *testing.T) {
 	}
 }
 
-// The largest sample a one-page ring takes is 4052 bytes: its record (8-byte
-// header, u32 size, 4052 bytes: 4064) beside the 24-byte lost record the
-// kernel writes in front of it after a loss leaves the 8 bytes the kernel
-// keeps free. New's MaxSampleSize check agrees with what the kernel does: a
-// lost sample of that size is followed by its lost count and by the next
-// sample. (The check took 4076: a sample that fits only an empty ring, and
-// after one loss every later one was lost too, the count never delivered.)
+// The largest sample a one-page ring takes is a page less 44 bytes (4052
+// on 4 KiB pages): its record (8-byte header, u32 size, the data: a page
+// less 32) beside the 24-byte lost record the kernel writes in front of it
+// after a loss leaves the 8 bytes the kernel keeps free. New's
+// MaxSampleSize check agrees with what the kernel does: a lost sample of
+// that size is followed by its lost count and by the next sample. (The
+// check took a page less 20, 4076: a sample that fits only an empty ring,
+// and after one loss every later one was lost too, the count never
+// delivered.)
 func TestLargestSample(t *testing.T) {
 	f := setup(t)
-	const largest = 4052
-	for _, n := range []int{largest + 1, 4076} {
-		if _, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, MaxSampleSize: n, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
+	largest, wedge := bpftest.Page-44, bpftest.Page-20
+	if wedge > emitMaxSize {
+		t.Fatalf("%d-byte pages: the emitter's samples (at most %d bytes, EMIT_MAX_SIZE in bpf/callback.bpf.c) cannot fill a page", bpftest.Page, emitMaxSize)
+	}
+	for _, n := range []int{largest + 1, wedge} {
+		if _, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(1), MaxSampleSize: n, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
 			t.Fatalf("New with MaxSampleSize %d: %v, want ErrSampleTooLarge", n, err)
 		}
 	}
 	cpu := f.CPUs[0]
 	// Each size in a ring of its own: two samples, the second lost (the
 	// ring is full), then a third after draining, which must carry the
-	// lost count in front of it. 4076 shows the wedge the check prevents.
-	for _, size := range []uint64{largest, 4076} {
+	// lost count in front of it. wedge shows the wedge the check prevents.
+	for _, size := range []uint64{uint64(largest), uint64(wedge)} {
 		c := bpftest.NewCollector()
 		o := opts(c, 1)
-		if size == largest {
+		if size == uint64(largest) {
 			o.MaxSampleSize = largest
 		}
 		pb, err := perfbuf.New(f.Events, o)
@@ -209,11 +218,11 @@ func TestLargestSample(t *testing.T) {
 		pb.Close()
 		t.Logf("%d-byte samples: emitted %d failed %d | received %d lost %d", size, st.Emitted, st.Failed, c.Samples[cpu], c.Lost[cpu])
 		wedged := st.Emitted != 2 || st.Failed != 1 || c.Samples[cpu] != 2 || c.Lost[cpu] != 1
-		if size == largest && wedged {
+		if size == uint64(largest) && wedged {
 			t.Errorf("%d-byte samples in a one-page ring: want 2 received and 1 lost", size)
 		}
-		if size == 4076 && !wedged {
-			t.Errorf("4076-byte samples did not wedge the ring: the kernel's limit is not what New checks")
+		if size == uint64(wedge) && !wedged {
+			t.Errorf("%d-byte samples did not wedge the ring: the kernel's limit is not what New checks", size)
 		}
 	}
 }
@@ -391,7 +400,7 @@ func TestNewCloseLeaks(t *testing.T) {
 	}
 	cycles := map[string]func(){
 		"New": func() {
-			pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 2 << 12, SampleFunc: discard})
+			pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2), SampleFunc: discard})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -401,7 +410,7 @@ func TestNewCloseLeaks(t *testing.T) {
 			pb.Close()
 		},
 		"NewReader": func() {
-			r, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: 2 << 12})
+			r, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -746,7 +755,7 @@ func TestPollAfterPanicDeliversRest(t *testing.T) {
 func TestWakeupEventsLarge(t *testing.T) {
 	f := setup(t)
 	try := func(wakeup int) int {
-		pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 4 << 12, WakeupEvents: wakeup, SampleFunc: discard})
+		pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(4), WakeupEvents: wakeup, SampleFunc: discard})
 		if err != nil {
 			t.Logf("WakeupEvents %d: New: %v", wakeup, err)
 			return -1

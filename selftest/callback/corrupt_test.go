@@ -96,7 +96,7 @@ func corruptCase(t *testing.T, corrupt func(*unix.PerfEventMmapPage, uint64, uin
 	f := setup(t)
 	cpu := f.CPUs[0]
 	var got int
-	pb := newPB(t, f, perfbuf.Options{RingBytes: 2 << 12, SampleFunc: func(c int, data []byte) {
+	pb := newPB(t, f, perfbuf.Options{RingBytes: bpftest.RingBytes(2), SampleFunc: func(c int, data []byte) {
 		if c != cpu {
 			t.Errorf("sample from cpu %d", c)
 		}

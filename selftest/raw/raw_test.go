@@ -27,7 +27,9 @@ func load(t *testing.T, f *bpftest.Fixture, drain func()) {
 	t.Helper()
 	for round := 0; round < 8; round++ {
 		for _, cpu := range f.CPUs {
-			f.Emit(t, cpu, 60, 1+uint64(round)*37, 150) // up to ~410 bytes; 2 pages overflow
+			// Up to ~410 bytes: 60 overflow 2 pages of 4 KiB, and each larger
+			// page takes as many more.
+			f.Emit(t, cpu, 60*uint64(bpftest.Scale()), 1+uint64(round)*37, 150)
 		}
 		drain()
 	}
@@ -93,7 +95,7 @@ func TestRawMatchesCallback(t *testing.T) {
 
 	// Phase 1: callback mode.
 	cb := bpftest.NewCollector()
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 2 << 12, SampleFunc: cb.Sample, LostFunc: cb.LostFn})
+	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2), SampleFunc: cb.Sample, LostFunc: cb.LostFn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +111,7 @@ func TestRawMatchesCallback(t *testing.T) {
 
 	// Phase 2: raw mode over fresh rings of the same size.
 	raw := bpftest.NewCollector()
-	pb, err = perfbuf.New(f.Events, perfbuf.Options{RingBytes: 2 << 12, Raw: true})
+	pb, err = perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2), Raw: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +398,7 @@ func TestRawRingBytes(t *testing.T) {
 // the rings it names accounts for every sample, on every CPU.
 func TestRawWait(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 4 << 12, Raw: true})
+	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(4), Raw: true})
 	if err != nil {
 		t.Fatal(err)
 	}

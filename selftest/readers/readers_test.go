@@ -158,7 +158,7 @@ func TestReaderCloseDiscards(t *testing.T) {
 func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	for _, latency := range []time.Duration{-1, 10 * time.Millisecond} {
-		r := newReader(t, f, perfbuf.Options{RingBytes: 4 << 12, WakeupEvents: 64, MaxLatency: latency})
+		r := newReader(t, f, perfbuf.Options{RingBytes: bpftest.RingBytes(4), WakeupEvents: 64, MaxLatency: latency})
 		got := make(chan error, 1)
 		go func() {
 			var s perfbuf.Sample
@@ -192,7 +192,7 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 // CPU.
 func skewed(t *testing.T, f *bpftest.Fixture) map[int]uint64 {
 	t.Helper()
-	r := newReader(t, f, perfbuf.Options{RingBytes: 2 << 12, WakeupEvents: 8})
+	r := newReader(t, f, perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupEvents: 8})
 	defer r.Close() // the next run reads the map: one reader at a time
 	before := f.Stats(t)
 	c := bpftest.NewCollector()
@@ -207,7 +207,7 @@ func skewed(t *testing.T, f *bpftest.Fixture) map[int]uint64 {
 			if k == 0 {
 				burst = skewBig
 			}
-			f.Emit(t, cpu, burst, 64, 0)
+			f.Emit(t, cpu, burst*uint64(bpftest.Scale()), 64, 0) // as many more on larger pages
 		}
 	}
 	r.Flush()
@@ -261,7 +261,7 @@ func TestFullestFirstSkewed(t *testing.T) {
 // in timestamp order, each once, none lost; late ones are counted.
 func TestOrderedRealTimestamps(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	o := newReader(t, f, perfbuf.Options{RingBytes: 256 << 12, WakeupEvents: 16,
+	o := newReader(t, f, perfbuf.Options{RingBytes: bpftest.RingBytes(256), WakeupEvents: 16,
 		Order: &perfbuf.Order{KeyOffset: 8, MaxDelay: 20 * time.Millisecond}})
 	c := bpftest.NewCollector()
 	var mu sync.Mutex

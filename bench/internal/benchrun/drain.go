@@ -125,8 +125,14 @@ type DrainResult struct {
 // PerRound is how many samples of size bytes one round fills and drains:
 // a ring's worth, less a page of slack.
 func PerRound(pages, size int) int {
-	return (pages*os.Getpagesize() - os.Getpagesize()) / RecordSize(size)
+	return (RingBytes(pages) - os.Getpagesize()) / RecordSize(size)
 }
+
+// RingBytes is the Options.RingBytes of a ring of pages pages of the host's
+// page size: what the C reference maps for the same page count (libbpf's
+// page_cnt), and what PerRound fills. (A constant 4096 made the Go modes'
+// rings a quarter of that on 16 KiB pages: a round overfilled them.)
+func RingBytes(pages int) int { return pages * os.Getpagesize() }
 
 // RecordSize is the ring space an n-byte sample takes: the 8-byte
 // perf_event_header, the u32 raw size, and the data, padded to 8 bytes.
@@ -248,7 +254,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return &cDrain{fillOne: base, r: r, both: cfg.Mode == ModeC2CPU}, nil
 	case ModeCallback:
 		d := &callbackDrain{fillOne: base}
-		pb, err := perfbuf.New(e.Events, perfbuf.Options{RingBytes: cfg.Pages << 12,
+		pb, err := perfbuf.New(e.Events, perfbuf.Options{RingBytes: RingBytes(cfg.Pages),
 			SampleFunc: func(_ int, data []byte) { d.total += cref.ReadAll(data) }})
 		if err != nil {
 			return nil, err
@@ -258,7 +264,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 	case ModeRawZeroCopy, ModeRawCopy:
 		return openRaw(base, cfg)
 	case ModeReader, ModeReaderEach, ModeReaderBatch:
-		r, err := perfbuf.NewReader(e.Events, perfbuf.Options{RingBytes: cfg.Pages << 12})
+		r, err := perfbuf.NewReader(e.Events, perfbuf.Options{RingBytes: RingBytes(cfg.Pages)})
 		if err != nil {
 			return nil, err
 		}
@@ -344,7 +350,7 @@ type rawDrain struct {
 }
 
 func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
-	pb, err := perfbuf.New(base.e.Events, perfbuf.Options{RingBytes: cfg.Pages << 12, Raw: true})
+	pb, err := perfbuf.New(base.e.Events, perfbuf.Options{RingBytes: RingBytes(cfg.Pages), Raw: true})
 	if err != nil {
 		return nil, err
 	}

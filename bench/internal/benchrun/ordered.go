@@ -49,7 +49,7 @@ type orderedDrain struct {
 
 func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 	r, err := perfbuf.NewReader(e.Events, perfbuf.Options{
-		RingBytes:    cfg.Pages << 12,
+		RingBytes:    RingBytes(cfg.Pages),
 		WakeupEvents: orderedWakeup,
 		Order: &perfbuf.Order{
 			KeyOffset: 8,

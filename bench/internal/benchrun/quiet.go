@@ -516,7 +516,7 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	// the ring settings are refused for it.
 	var opts perfbuf.Options
 	if !cfg.RingBuf {
-		opts = perfbuf.Options{RingBytes: QuietPages << 12, WakeupEvents: 1}
+		opts = perfbuf.Options{RingBytes: RingBytes(QuietPages), WakeupEvents: 1}
 	}
 	switch cfg.Mode {
 	case ModeCallback:

@@ -331,12 +331,12 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 		}
 		return &cConsumer{r: r}, nil
 	}
-	ropts := perfbuf.Options{RingBytes: cfg.Pages << 12, WakeupEvents: cfg.WakeupEvents, MaxLatency: SustainedLatency}
+	ropts := perfbuf.Options{RingBytes: RingBytes(cfg.Pages), WakeupEvents: cfg.WakeupEvents, MaxLatency: SustainedLatency}
 	switch cfg.Mode {
 	case ModeCallback:
 		c := &callbackConsumer{}
 		pb, err := perfbuf.New(e.Events, perfbuf.Options{
-			RingBytes:    cfg.Pages << 12,
+			RingBytes:    RingBytes(cfg.Pages),
 			WakeupEvents: cfg.WakeupEvents,
 			SampleFunc: func(_ int, data []byte) {
 				c.total += cref.ReadAll(data)

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* Callback-mode scenarios (callback_test.go): the emitter, and a map of
  * another type for New to refuse. */
+/* Samples up to 16 KiB: TestLargestSample fills one page with one, on
+ * 16 KiB pages too (emitMaxSize in callback_test.go). */
+#define EMIT_MAX_SIZE 16384
 #include "../../common/emit.bpf.h"
 
 struct {

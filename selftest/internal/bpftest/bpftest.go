@@ -188,6 +188,21 @@ func RecordSize(n int) int { return 8 + 4 + PaddedSize(n) }
 // its true size is more than n-8.
 func SeqValid(n int) bool { return n-8 >= 8 }
 
+// Page is the host's page size. The selftests size their rings in pages
+// (RingBytes) and their loads by Scale, so that they test the same thing
+// on 4 KiB, 16 KiB and 64 KiB pages: a ring is at least one page, and a
+// ring sized in bytes for 4 KiB pages is a quarter of what a test meant on
+// 16 KiB pages, or a page where it meant two.
+var Page = os.Getpagesize()
+
+// RingBytes is the Options.RingBytes of rings of n pages.
+func RingBytes(pages int) int { return pages * Page }
+
+// Scale is how many 4 KiB pages one page holds: a load written for rings
+// of 4 KiB pages (samples to fill or overflow a ring) multiplies its count
+// by it.
+func Scale() int { return max(Page/4096, 1) }
+
 // OpenFDs returns how many descriptors this process holds: a test compares
 // the counts before and after to find a descriptor left open.
 func OpenFDs(tb testing.TB) int {
