@@ -209,12 +209,22 @@ func TestTraceExecs(t *testing.T) {
 			ev.PID, ev.Truncated, ev.Args, manyPID, wantArgs)
 	}
 
+	// Every parallel exec is traced, or the kernel skipped one of its
+	// programs' runs (recursion_misses: a BPF program was already running
+	// on that CPU), which the program never saw: seen under TCG on 7.3 and
+	// in the arm64 guest, never a lost or failed output.
 	if n := len(find(got, par)); n != 16 {
+		skipped, serr := skippedRuns(tr)
 		// What the program and the reader counted, to tell a missed
 		// exec from a lost or failed output.
 		kc, err := tr.kernelCounts()
-		t.Errorf("%d of 16 parallel execs traced; kernel counts %+v (%v), programs skipped %s, execs in flight left %s, reader stats %+v; every event: %+v",
+		report := fmt.Sprintf("%d of 16 parallel execs traced; kernel counts %+v (%v), programs skipped %s, execs in flight left %s, reader stats %+v; every event: %+v",
 			n, kc, err, recursionMisses(tr), inFlight(tr), tr.rd.Stats(), got)
+		if n > 16 || serr != nil || uint64(16-n) > skipped {
+			t.Error(report)
+		} else {
+			t.Log(report)
+		}
 	}
 	cpus := map[int]bool{}
 	for _, tc := range got {
@@ -237,6 +247,24 @@ func recursionMisses(tr *tracer) string {
 		out = append(out, fmt.Sprintf("%s: %d (%v)", tp, n, err))
 	}
 	return strings.Join(out, ", ")
+}
+
+// skippedRuns is how many runs of the exec programs the kernel skipped
+// since the tracer loaded them (recursion_misses of both).
+func skippedRuns(tr *tracer) (uint64, error) {
+	var total uint64
+	for _, tp := range []string{"sys_enter_execve", "sys_exit_execve"} {
+		prog, err := tr.mod.GetProgram("tracepoint__syscalls__" + tp)
+		if err != nil {
+			return 0, err
+		}
+		n, err := kernel.ProgRecursionMisses(prog.FileDescriptor())
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // inFlight lists the PIDs in the program's map of execs in flight: an
