@@ -237,34 +237,37 @@ func TestTraceExecs(t *testing.T) {
 // programs: a BPF program was already running on that CPU.
 func recursionMisses(tr *tracer) string {
 	var out []string
-	for _, tp := range []string{"sys_enter_execve", "sys_exit_execve"} {
-		prog, err := tr.mod.GetProgram("tracepoint__syscalls__" + tp)
-		if err != nil {
-			out = append(out, fmt.Sprintf("%s: %v", tp, err))
-			continue
-		}
-		n, err := kernel.ProgRecursionMisses(prog.FileDescriptor())
+	for _, tp := range execTracepoints {
+		n, err := progMisses(tr, tp)
 		out = append(out, fmt.Sprintf("%s: %d (%v)", tp, n, err))
 	}
 	return strings.Join(out, ", ")
 }
 
+// execTracepoints are the tracepoints of execsnoop's programs.
+var execTracepoints = []string{"sys_enter_execve", "sys_exit_execve"}
+
 // skippedRuns is how many runs of the exec programs the kernel skipped
 // since the tracer loaded them (recursion_misses of both).
 func skippedRuns(tr *tracer) (uint64, error) {
 	var total uint64
-	for _, tp := range []string{"sys_enter_execve", "sys_exit_execve"} {
-		prog, err := tr.mod.GetProgram("tracepoint__syscalls__" + tp)
-		if err != nil {
-			return 0, err
-		}
-		n, err := kernel.ProgRecursionMisses(prog.FileDescriptor())
+	for _, tp := range execTracepoints {
+		n, err := progMisses(tr, tp)
 		if err != nil {
 			return 0, err
 		}
 		total += n
 	}
 	return total, nil
+}
+
+// progMisses is the recursion_misses of the program on tracepoint tp.
+func progMisses(tr *tracer, tp string) (uint64, error) {
+	prog, err := tr.mod.GetProgram("tracepoint__syscalls__" + tp)
+	if err != nil {
+		return 0, err
+	}
+	return kernel.ProgRecursionMisses(prog.FileDescriptor())
 }
 
 // inFlight lists the PIDs in the program's map of execs in flight: an
