@@ -223,19 +223,7 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 				if strings.HasSuffix(pol, "+Flush") {
 					r.Flush()
 				}
-				var err error
-				switch mode {
-				case "ReadInto":
-					var s Sample
-					err = r.ReadInto(&s)
-				case "ReadBatch":
-					_, err = r.ReadBatch(make([]Sample, 4))
-				case "Each":
-					err = r.Each(context.Background(), func(*Record) error { return nil })
-				case "Consume":
-					_, err = r.Consume(func(*Record) error { return nil })
-				}
-				return r.Stats, err
+				return r.Stats, readOnce(r, mode)
 			}
 		}
 	}
@@ -425,18 +413,7 @@ func TestHeadBehindTailQuietFlush(t *testing.T) {
 				f.rings[0].page.Data_tail = 4096 // past the head, the ring quiet
 				r.Flush()
 				var err error
-				within(t, mode, func() {
-					switch mode {
-					case "ReadInto":
-						err = r.ReadInto(&s)
-					case "ReadBatch":
-						_, err = r.ReadBatch(make([]Sample, 4))
-					case "Each":
-						err = r.Each(context.Background(), func(*Record) error { return nil })
-					case "Consume":
-						_, err = r.Consume(func(*Record) error { return nil })
-					}
-				})
+				within(t, mode, func() { err = readOnce(r, mode) })
 				var ce *CorruptError
 				if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].head) {
 					t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
@@ -447,4 +424,22 @@ func TestHeadBehindTailQuietFlush(t *testing.T) {
 			})
 		}
 	}
+}
+
+// readOnce makes one read of r in mode (ReadInto, ReadBatch, Each or
+// Consume), dropping what it delivers, and returns its error.
+func readOnce(r *Reader, mode string) error {
+	var err error
+	switch mode {
+	case "ReadInto":
+		var s Sample
+		err = r.ReadInto(&s)
+	case "ReadBatch":
+		_, err = r.ReadBatch(make([]Sample, 4))
+	case "Each":
+		err = r.Each(context.Background(), func(*Record) error { return nil })
+	case "Consume":
+		_, err = r.Consume(func(*Record) error { return nil })
+	}
+	return err
 }
