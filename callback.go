@@ -30,10 +30,10 @@ func newCallback(s *ringSet, sample func(int, []byte), lost func(int, uint64)) *
 func (c *callback) drain(i int) (int, error) {
 	rb := c.s.rings[i]
 	defer c.commitPublish(i) // commits, and counts what was delivered
-	rb.begin()
-	n, _, err := rb.each(&c.rec, math.MaxUint64, &c.s.stop, c.deliver)
+	rb.Begin()
+	n, _, err := rb.Each(&c.rec, math.MaxUint64, &c.s.stop, c.deliver)
 	if err != nil {
-		rb.skipCorrupt() // counted; the ring goes on past it
+		rb.SkipCorrupt() // counted; the ring goes on past it
 	}
 	return n, err
 }
@@ -60,14 +60,14 @@ func (c *callback) deliverRecord(rec *Record) error {
 // was delivered) and publishes its counts.
 func (c *callback) commitPublish(i int) {
 	rb := c.s.rings[i]
-	rb.commitCursor()
+	rb.Cur().CommitCursor()
 	c.rec = Record{} // drop the references to ring memory
-	st := rb.counts()
+	st := rb.Cur().Counts()
 	c.s.publish(i, st.Samples, st.Bytes, st.Lost)
 }
 
 // oldest: callback mode delivers each record as it parses it.
-func (c *callback) oldest(i int) uint64 { return c.s.rings[i].cursorPos() }
+func (c *callback) oldest(i int) uint64 { return c.s.rings[i].Cur().Pos() }
 
 // addRing: each drain looks at every ring.
 func (c *callback) addRing(int) {}

@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,14 +77,14 @@ func (o ringOptions) config(pageSize int, memory uint64) (ringConfig, error) {
 		return ringConfig{}, fmt.Errorf("options MaxSampleSize %d is negative: %w", o.maxSampleSize, os.ErrInvalid)
 	}
 	if o.maxSampleSize > 0 {
-		need := sampleRecordSize(min(o.maxSampleSize, maxRecordSize)) // (no overflow)
+		need := ring.PerfSampleSize(min(o.maxSampleSize, maxRecordSize)) // (no overflow)
 		// The kernel keeps one record slot free (CIRC_SPACE leaves a
 		// byte, and records are 8-aligned), and a record's size is a u16.
 		// Once a sample is lost, perf_output_begin writes the pending lost
 		// record in the same reservation as the next sample: a sample that
 		// fits only without it would be lost again and again, into an
 		// empty ring too, and the lost count would never arrive.
-		room := ringBytes - 8 - recLostSize
+		room := ringBytes - 8 - ring.PerfLostSize
 		if need > room || need > maxRecordSize {
 			return ringConfig{}, fmt.Errorf("options MaxSampleSize %d needs a %d-byte record, a ring of %d bytes holds %d beside a lost record (limit %d): %w",
 				o.maxSampleSize, need, ringBytes, room, maxRecordSize, ErrSampleTooLarge)
@@ -119,12 +120,6 @@ const maxRingBytes = 1 << 40
 // rounded down to the 8-byte alignment of records.
 const maxRecordSize = 65528
 
-// sampleRecordSize is the ring space a sample of n bytes takes: the 8-byte
-// perf_event_header, the u32 raw size, and the data padded to 8 bytes.
-func sampleRecordSize(n int) int {
-	return recHeaderSize + (n+4+7)&^7
-}
-
 // checkRingBuf checks the options that depend on a ring buffer's size
 // against the map info describes: WakeupBytes below it, and a record of
 // MaxSampleSize within it. Errors: ErrMapType for a map that is not a ring
@@ -140,7 +135,7 @@ func (o ringOptions) checkRingBuf(info mapDesc) error {
 	// __bpf_ringbuf_reserve keeps a record (its 8-byte header included,
 	// rounded up to 8 bytes) and everything unread below the ring's size:
 	// a record takes at most size-8 bytes.
-	if n := uint64(o.maxSampleSize); n > 0 && (n+bpfRingHdrRound)&^7 > size-8 {
+	if n := uint64(o.maxSampleSize); n > 0 && ring.RingBufRecordSize(n) > size-8 {
 		return fmt.Errorf("options MaxSampleSize %d does not fit the %d-byte ring of %v with its 8-byte header: %w",
 			n, size, info, ErrSampleTooLarge)
 	}

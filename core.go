@@ -13,6 +13,8 @@ import (
 	"os"
 	"slices"
 	"sync/atomic"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 // core owns the rings of one map for its PerfBuffer or Reader.
@@ -43,13 +45,13 @@ type core struct {
 type source interface {
 	// opened returns the rings opened, with the descriptor a wait polls
 	// for each.
-	opened() ([]ring, []int)
+	opened() ([]ring.Kind, []int)
 	// addNew opens the rings of CPUs that came online (a perf event
 	// array's; see newCPUs) and calls add with each.
-	addNew(add func(rb ring, fd int) error) error
+	addNew(add func(rb ring.Kind, fd int) error) error
 	// view returns a new reader of ring i, with positions of its own
 	// (RawBuffer).
-	view(i int) (ring, error)
+	view(i int) (ring.Ring, error)
 	// epollFD is an epoll set over every ring, for a caller's own loop.
 	epollFD() (int, error)
 	// unlink stops new output into the rings, as far as the kind can,
@@ -115,7 +117,7 @@ func openCore(m Map, more []Map, ro ringOptions, failures Map) (*core, error) {
 
 // newCore builds a core over rings, woken when fds[i] (ring i's perf event)
 // is readable. It does not close what it was given if it fails.
-func newCore(rings []ring, fds []int) (*core, error) {
+func newCore(rings []ring.Kind, fds []int) (*core, error) {
 	c := &core{}
 	w, err := newWaiter()
 	if err != nil {
@@ -147,7 +149,7 @@ func (c *core) start(pol policy, callbacks []string) {
 
 // addRing adds rb, whose perf event is fd, to the set, the wait, the
 // policy and the owner.
-func (c *core) addRing(rb ring, fd int) error {
+func (c *core) addRing(rb ring.Kind, fd int) error {
 	if err := c.w.addRing(rb, fd); err != nil {
 		return err
 	}
@@ -236,7 +238,7 @@ func (c *core) free() {
 	}
 	c.statsMu.Lock()
 	for i, rb := range c.rings {
-		samples, lost, discarded := rb.left(c.pol.oldest(i))
+		samples, lost, discarded := rb.Left(c.pol.oldest(i))
 		c.stats[i].Left += samples
 		c.stats[i].Lost += lost
 		c.stats[i].Discarded += discarded
@@ -256,11 +258,11 @@ func (c *core) statsNow() []Stats {
 	st, rings := slices.Clone(c.stats), c.rings
 	c.statsMu.Unlock()
 	for i := range st {
-		st[i].Size = rings[i].size() // fixed when the ring is made
+		st[i].Size = rings[i].Cur().Size() // fixed when the ring is made
 	}
 	if c.life.enter("") == nil {
 		for i := range st {
-			st[i].Fill = rings[i].used()
+			st[i].Fill = rings[i].Cur().Used()
 		}
 		c.life.exit()
 	}
@@ -281,7 +283,7 @@ func wrap(op string, err error) error {
 // belowHoldOff reports whether every ring holds less than holdOff bytes.
 func (c *core) belowHoldOff() bool {
 	for _, rb := range c.rings {
-		if rb.used() >= c.holdOff {
+		if rb.Cur().Used() >= c.holdOff {
 			return false
 		}
 	}
@@ -293,7 +295,7 @@ func (c *core) belowHoldOff() bool {
 // (ring.settle). The caller owns the rings' read side.
 func (c *core) settled(skip func(i int) bool) bool {
 	for i, rb := range c.rings {
-		if (skip == nil || !skip(i)) && !rb.settle() {
+		if (skip == nil || !skip(i)) && !rb.Settle() {
 			return false
 		}
 	}

@@ -9,6 +9,8 @@ package perfbuf
 import (
 	"errors"
 	"fmt"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 // Errors returned by this package, each wrapped with context.
@@ -32,31 +34,18 @@ var (
 	// ErrFlushed: a Reader delivered everything that was in the rings when
 	// Flush was called.
 	ErrFlushed = errors.New("reader flushed")
-	// ErrCorrupt: a ring held a record or head the kernel never writes
-	// (see CorruptError).
-	ErrCorrupt = errors.New("corrupt ring record")
 )
 
-// CorruptError describes a ring record, or ring position, that cannot be valid.
-type CorruptError struct {
-	Ring   int    // the ring's buffer index
-	CPU    int    // the ring's CPU
-	Pos    uint64 // ring position of the bad record (the cursor)
-	Size   uint64 // the record's header size, or for a bad head the head snapshot
-	Reason string // what is wrong
-}
+// ErrCorrupt: a ring held a record or position the kernel never writes
+// (see [CorruptError]).
+var ErrCorrupt = ring.ErrCorrupt
 
-// Error formats the error as "read ring 0 (cpu 1) at 4096: record size 0: corrupt ring
-// record", or "read ring 2 at ..." for a ring shared by CPUs (CPU -1).
-func (e *CorruptError) Error() string {
-	if e.CPU < 0 {
-		return fmt.Sprintf("read ring %d at %d: %s: %v", e.Ring, e.Pos, e.Reason, ErrCorrupt)
-	}
-	return fmt.Sprintf("read ring %d (cpu %d) at %d: %s: %v", e.Ring, e.CPU, e.Pos, e.Reason, ErrCorrupt)
-}
-
-// Unwrap returns ErrCorrupt.
-func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+// CorruptError describes a ring record, or ring position, that cannot be
+// valid: its fields are Ring and CPU (the ring's buffer index and CPU, -1
+// for a ring shared by CPUs), Pos (the bad record's position, or the
+// consumer position), Size (the record's size, or the bad producer
+// position) and Reason. It matches [ErrCorrupt].
+type CorruptError = ring.CorruptError
 
 // describeMaps names what a reader of the map info describes, and of more
 // maps beside it (Options.Maps), reads: `perf event array "events"`,

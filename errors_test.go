@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // kindCore returns an owner core over one fake ring of the kind typ, named
@@ -26,7 +29,7 @@ func kindCore(t *testing.T, typ uint32) *core {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { unix.Close(fd) })
-		if c, err = newCore([]ring{newFakeBPFRing(4096).reader(t)}, []int{fd}); err != nil {
+		if c, err = newCore([]ring.Kind{bpfReader(t, ringtest.NewRingBuf(4096))}, []int{fd}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aquasecurity/libbpfgo"
+
 	"github.com/perfbuf/perfbuf"
 )
 

@@ -9,6 +9,7 @@ import (
 	"log"
 
 	"github.com/aquasecurity/libbpfgo"
+
 	"github.com/perfbuf/perfbuf"
 )
 

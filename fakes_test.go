@@ -13,6 +13,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // fakeRing is a perf ring in Go memory with a producer that follows the kernel's protocol
@@ -43,12 +46,12 @@ func (f *fakeRing) reader(t testing.TB) *RawBuffer {
 }
 
 // perf returns the perf ring a RawBuffer over a fake ring reads.
-func (b *RawBuffer) perf() *perfRing { return b.r.(*perfRing) }
+func (b *RawBuffer) perf() *ring.Perf { return b.r.(*ring.Perf) }
 
 // ring returns a reader of the ring, CPU cpu.
-func (f *fakeRing) ring(t testing.TB, cpu int) *perfRing {
+func (f *fakeRing) ring(t testing.TB, cpu int) *ring.Perf {
 	t.Helper()
-	r, err := newPerfRingFromParts(cpu, f.page, f.data)
+	r, err := ring.NewPerfFromParts(cpu, f.page, f.data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,15 +147,6 @@ func fakePadded(payload []byte) []byte {
 	return out
 }
 
-// fakePattern returns n bytes that differ with seed and position.
-func fakePattern(n int, seed byte) []byte {
-	p := make([]byte, n)
-	for i := range p {
-		p[i] = seed + byte(i*7)
-	}
-	return p
-}
-
 // fakeCollect reads every record up to the head snapshot without committing.
 
 // fakeRings are fake perf rings with an eventfd each standing in for the
@@ -181,9 +175,9 @@ func newFakeRings(t testing.TB, n, size int) *fakeRings {
 }
 
 // perf returns readers of the rings, CPU f.cpus[i] for ring i.
-func (f *fakeRings) perf(t testing.TB) []*perfRing {
+func (f *fakeRings) perf(t testing.TB) []*ring.Perf {
 	t.Helper()
-	var out []*perfRing
+	var out []*ring.Perf
 	for i, r := range f.rings {
 		out = append(out, r.ring(t, f.cpus[i]))
 	}
@@ -200,7 +194,7 @@ func (f *fakeRings) core(t testing.TB, src *rings) *core {
 	if src != nil {
 		perf, fds = src.ring, src.fds
 	}
-	rings := make([]ring, len(perf))
+	rings := make([]ring.Kind, len(perf))
 	for i, rb := range perf {
 		rings[i] = rb
 	}
@@ -327,12 +321,22 @@ func (f *fakeRings) hotRings(t testing.TB, limit int, spare *fakeRings) *rings {
 	}
 	spareRaw := spare.perf(t)
 	next := 0
-	r.openCPU = func(cpu int32) (*perfRing, int, ringSrc, error) {
+	r.openCPU = func(cpu int32) (*ring.Perf, int, ringSrc, error) {
 		if next == len(spareRaw) || spare.cpus[next] != int(cpu) {
 			return nil, 0, ringSrc{}, fmt.Errorf("no spare ring for cpu %d", cpu)
 		}
 		next++
 		return spareRaw[next-1], spare.fds[next-1], ringSrc{}, nil
+	}
+	return r
+}
+
+// bpfReader returns a reader of the fake ring buffer f.
+func bpfReader(t testing.TB, f *ringtest.RingBuf) *ring.RingBuf {
+	t.Helper()
+	r, err := ring.NewRingBufFromParts(-1, &f.Pos[0], &f.Pos[1], f.Data)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return r
 }

@@ -23,7 +23,7 @@ type fullest struct {
 }
 
 func newFullest(s *ringSet) *fullest {
-	return &fullest{s: s, budget: max(s.rings[0].size()/4, 1)}
+	return &fullest{s: s, budget: max(s.rings[0].Cur().Size()/4, 1)}
 }
 
 // next returns the next record of the pass, starting a pass when the last
@@ -37,7 +37,7 @@ func (f *fullest) next() (*Record, int) {
 		i := f.order[f.pos]
 		rb := f.s.rings[i]
 		if f.left > 0 {
-			ok, err := rb.next(rec)
+			ok, err := rb.Next(rec)
 			if ok {
 				f.left -= int(rec.Next - rec.Pos)
 				return rec, i
@@ -63,9 +63,9 @@ func (f *fullest) each(fn func(*Record) error) (bool, error) {
 	}
 	i := f.order[f.pos]
 	rb := f.s.rings[i]
-	_, used, err := rb.each(&f.rec, uint64(max(f.left, 0)), &f.s.stop, fn)
+	_, used, err := rb.Each(&f.rec, uint64(max(f.left, 0)), &f.s.stop, fn)
 	f.left -= int(used)
-	if _, ok := err.(*CorruptError); ok && rb.isCorrupt(err) {
+	if _, ok := err.(*CorruptError); ok && rb.Cur().IsCorrupt(err) {
 		f.s.skipCorrupt(i, err) // the read reports it
 		err = nil
 	} else if err != nil || f.s.stop.Load() {
@@ -86,13 +86,13 @@ func (f *fullest) endTurn(i int) {
 // was delivered.
 func (f *fullest) commitPublish(i int) {
 	rb := f.s.rings[i]
-	rb.commitCursor()
-	st := rb.counts()
+	rb.Cur().CommitCursor()
+	st := rb.Cur().Counts()
 	f.s.publish(i, st.Samples, st.Bytes, st.Lost)
 }
 
 // oldest: the fullest-first Reader delivers each record as it parses it.
-func (f *fullest) oldest(i int) uint64 { return f.s.rings[i].cursorPos() }
+func (f *fullest) oldest(i int) uint64 { return f.s.rings[i].Cur().Pos() }
 
 // startPass snapshots every ring and orders the non-empty ones, fullest
 // first; a ring with an error pending gets a turn too, to report and skip
@@ -106,16 +106,16 @@ func (f *fullest) startPass() bool {
 		return false
 	}
 	for i, rb := range f.s.rings {
-		if rb.quiet() {
+		if rb.Quiet() {
 			continue // empty, and nothing new: one load, no snapshot to write
 		}
-		rb.begin()
-		if rb.failed() || rb.pending() > 0 && !rb.stalled() {
+		rb.Begin()
+		if rb.Cur().Failed() || rb.Cur().Pending() > 0 && !rb.Stalled() {
 			f.order = append(f.order, i)
 		}
 	}
 	slices.SortStableFunc(f.order, func(a, b int) int {
-		return f.s.rings[b].pending() - f.s.rings[a].pending()
+		return f.s.rings[b].Cur().Pending() - f.s.rings[a].Cur().Pending()
 	})
 	return len(f.order) > 0
 }

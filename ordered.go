@@ -119,7 +119,7 @@ func newOrdered(s *ringSet, cfg orderConfig) *ordered {
 		look:      true,
 	}
 	o.runF = o.runFn
-	size := s.rings[0].size()
+	size := s.rings[0].Cur().Size()
 	if o.highWater == 0 {
 		o.highWater = size * 3 / 4
 	}
@@ -139,12 +139,12 @@ func newOrdered(s *ringSet, cfg orderConfig) *ordered {
 // holds now was first seen now (rule 3).
 func (o *ordered) addRing(i int) {
 	rb := o.s.rings[i]
-	rb.begin()
-	o.rs = append(o.rs, orderedRing{scanned: rb.tailPos(), dueBefore: rb.tailPos()})
+	rb.Begin()
+	o.rs = append(o.rs, orderedRing{scanned: rb.Cur().Tail(), dueBefore: rb.Cur().Tail()})
 	o.waiting = append(o.waiting, i)
 	o.runRing = -1 // rule 1 waits for this ring too: no run goes on past it
-	if rb.pending() > 0 {
-		o.mark(i, rb.headPos())
+	if rb.Cur().Pending() > 0 {
+		o.mark(i, rb.Cur().Head())
 	}
 }
 
@@ -227,7 +227,7 @@ func (o *ordered) next() (*Record, int) {
 		for k := 0; look && k < len(o.waiting); {
 			i := o.waiting[k]
 			r := &o.rs[i]
-			if !r.has && (o.s.rings[i].quiet() || !o.load(i)) {
+			if !r.has && (o.s.rings[i].Quiet() || !o.load(i)) {
 				k++
 				continue
 			}
@@ -274,7 +274,7 @@ func (o *ordered) fixRoot() {
 	i := o.heap[0].ring
 	r := &o.rs[i]
 	o.newest = max(o.newest, r.newest) // from a run
-	if !r.has && !o.s.rings[i].quiet() {
+	if !r.has && !o.s.rings[i].Quiet() {
 		o.load(i)
 	}
 	if r.has && r.front.Type == RecordSample {
@@ -293,10 +293,10 @@ func (o *ordered) fixRoot() {
 // front.
 func (o *ordered) load(i int) bool {
 	rb, r := o.s.rings[i], &o.rs[i]
-	if rb.pending() == 0 {
+	if rb.Cur().Pending() == 0 {
 		o.refresh(i)
 	}
-	ok, err := rb.next(&r.front)
+	ok, err := rb.Next(&r.front)
 	if err != nil {
 		// Only the front is ever held, and it was delivered: skipping to
 		// the head hands back nothing that is still in use.
@@ -338,7 +338,7 @@ func (o *ordered) delivered(i int) {
 // publish copies ring i's counts into the shared stats: what it parsed
 // but its front, which is not delivered yet.
 func (o *ordered) publish(i int) {
-	st, r := o.s.rings[i].counts(), &o.rs[i]
+	st, r := o.s.rings[i].Cur().Counts(), &o.rs[i]
 	samples, bytes, lost := st.Samples, st.Bytes, st.Lost
 	if r.has {
 		switch r.front.Type {
@@ -363,13 +363,13 @@ func (o *ordered) oldest(i int) uint64 {
 	if r := &o.rs[i]; r.has {
 		return r.front.Pos
 	}
-	return o.s.rings[i].cursorPos()
+	return o.s.rings[i].Cur().Pos()
 }
 
 // commit hands ring i's delivered records back to the kernel: its tail
 // moves to its front, or to its cursor if it has none.
 func (o *ordered) commit(i int) {
-	if err := o.s.rings[i].commit(o.oldest(i)); err != nil {
+	if err := o.s.rings[i].Cur().Commit(o.oldest(i)); err != nil {
 		panic(err) // the front lies between the tail and the cursor
 	}
 	o.rs[i].freed = 0
@@ -440,9 +440,9 @@ func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
 	if err != nil || o.keyFn != nil || o.s.stop.Load() {
 		return 1, err // (keys only Key can read: next takes each record)
 	}
-	from := rb.cursorPos()
+	from := rb.Cur().Pos()
 	o.fn = fn
-	k, _, err := rb.each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.stop, o.runF)
+	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.stop, o.runF)
 	o.fn = nil
 	if err == errHeld {
 		k--
@@ -450,12 +450,12 @@ func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
 		r.freed += int(r.front.Pos - from)
 		err = nil
 	} else {
-		r.freed += int(rb.cursorPos() - from)
+		r.freed += int(rb.Cur().Pos() - from)
 	}
 	if k > 0 {
 		r.saw(o.last) // o.newest: fixRoot
 	}
-	if rb.isCorrupt(err) {
+	if rb.Cur().IsCorrupt(err) {
 		err = nil // next's load reports and skips it
 	}
 	if r.freed >= o.commitAt {

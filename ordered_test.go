@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // The ordered Reader merges rings by key; with every ring holding records
@@ -260,7 +262,7 @@ func TestOrderedHighWater(t *testing.T) {
 			t.Fatalf("out of order at %d", j)
 		}
 	}
-	if used := o.c.rings[0].used(); used > 2048 {
+	if used := o.c.rings[0].Cur().Used(); used > 2048 {
 		t.Errorf("ring still holds %d bytes after releasing past high water", used)
 	}
 }
@@ -269,7 +271,7 @@ func TestOrderedHighWater(t *testing.T) {
 // is in key order, nothing lost or duplicated, late records counted.
 func TestOrderedRace(t *testing.T) {
 	n := 50000
-	if testing.Short() || raceEnabled() {
+	if testing.Short() || ringtest.RaceEnabled() {
 		n = 5000
 	}
 	f := newFakeRings(t, 2, 1<<14)

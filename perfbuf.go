@@ -142,7 +142,7 @@ type rawOnly struct{ s *ringSet }
 
 func (rawOnly) addRing(int)           {}
 func (rawOnly) commitPublish(int)     {}
-func (p rawOnly) oldest(i int) uint64 { return p.s.rings[i].tailPos() }
+func (p rawOnly) oldest(i int) uint64 { return p.s.rings[i].Cur().Tail() }
 
 // Close stops the perf buffer: blocked Polls and Waits return an error
 // matching os.ErrClosed, and the rings, their mappings and descriptors are
@@ -358,7 +358,7 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 		if pb.isHeld(i) {
 			continue
 		}
-		if nonEmpty && pb.c.rings[i].used() == 0 {
+		if nonEmpty && pb.c.rings[i].Cur().Used() == 0 {
 			continue
 		}
 		k, err := pb.cb.drain(i)
@@ -475,7 +475,7 @@ func (pb *PerfBuffer) Wait(timeout time.Duration, dst []int) ([]int, error) {
 		}
 		n := len(dst)
 		for i, rb := range rings {
-			if rb.used() > 0 {
+			if rb.Cur().Used() > 0 {
 				dst = append(dst, i)
 			}
 		}

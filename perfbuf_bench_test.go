@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // BenchmarkPerfBufferConsume measures callback mode's cost per sample: a
@@ -21,7 +23,7 @@ func BenchmarkPerfBufferConsume(b *testing.B) {
 			f := newFakeRings(b, 1, 8)
 			f.rings[0] = ring
 			var sum uint64
-			pb := f.perfBuffer(b, Options{SampleFunc: func(_ int, data []byte) { sum += sumPayload(data) }})
+			pb := f.perfBuffer(b, Options{SampleFunc: func(_ int, data []byte) { sum += ringtest.Sum(data) }})
 			size := uint64(len(ring.data))
 			samples := 0
 			var elapsed time.Duration
@@ -39,7 +41,7 @@ func BenchmarkPerfBufferConsume(b *testing.B) {
 				samples += n
 			}
 			b.StopTimer()
-			benchSink += sum
+			ringtest.Sink += sum
 			st := pb.Stats()[0]
 			b.ReportMetric(float64(elapsed.Nanoseconds())/float64(samples), "ns/sample")
 			b.ReportMetric(float64(st.Bytes)/elapsed.Seconds()/1e6, "MB/s")

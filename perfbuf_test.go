@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 func TestRingOptions(t *testing.T) {
@@ -133,8 +136,8 @@ func TestRingBytes(t *testing.T) {
 
 func TestSampleRecordSize(t *testing.T) {
 	for n, want := range map[int]int{0: 16, 1: 16, 4: 16, 5: 24, 12: 24, 13: 32, 64: 80, 4076: 4088, 4077: 4096} {
-		if got := sampleRecordSize(n); got != want {
-			t.Errorf("sampleRecordSize(%d) = %d, want %d", n, got, want)
+		if got := ring.PerfSampleSize(n); got != want {
+			t.Errorf("ring.PerfSampleSize(%d) = %d, want %d", n, got, want)
 		}
 		// What the fake producer writes, as the kernel does.
 		if got := len(fakeSample(make([]byte, n))); got != want {
@@ -239,7 +242,7 @@ func TestPerfBufferConsume(t *testing.T) {
 		f := newFakeRings(t, 3, 4096)
 		f.cpus = []int{0, 2, 5}
 		f.rings[0] = newFakeRingAt(256, 3*256-16) // the first sample straddles the end
-		wrapped := fakePattern(20, 1)
+		wrapped := ringtest.Pattern(20, 1)
 		f.rings[0].mustWrite(t, fakeSample(wrapped))
 		f.rings[0].mustWrite(t, fakeLost(1, 7))
 		f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8)))

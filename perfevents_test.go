@@ -9,8 +9,9 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/kernel"
 )
 
 // fakeEvents is an opening of rings in Go memory, one per CPU.
@@ -156,8 +157,8 @@ func TestOpenOneFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rb.cpu != 5 || fd != pipe[0] || src.j != 0 || len(r.cs) != 1 {
-		t.Fatalf("ring of cpu %d, fd %d, index %d, %d openings; want cpu 5, fd %d, index 0, 1", rb.cpu, fd, src.j, len(r.cs), pipe[0])
+	if rb.CPU() != 5 || fd != pipe[0] || src.j != 0 || len(r.cs) != 1 {
+		t.Fatalf("ring of cpu %d, fd %d, index %d, %d openings; want cpu 5, fd %d, index 0, 1", rb.CPU(), fd, src.j, len(r.cs), pipe[0])
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 // policy is what the owner core asks of every policy.
@@ -53,7 +55,7 @@ type readPolicy interface {
 // The rings grow when a CPU comes online (hotplug.go): on the read side,
 // under statsMu and flushMu, which other goroutines take to read them.
 type ringSet struct {
-	rings []ring
+	rings []ring.Kind
 	// stop is set by Close: the rings' loops stop after the record in
 	// progress, and the ordered merge releases what it holds (rule 5).
 	stop atomic.Bool
@@ -79,15 +81,15 @@ type ringSet struct {
 }
 
 // push adds ring rb as the last one, with buffer index len(s.rings).
-func (s *ringSet) push(rb ring) {
+func (s *ringSet) push(rb ring.Kind) {
 	i := len(s.rings)
-	rb.setIndex(i)
+	rb.Cur().SetIndex(i)
 	s.flushMu.Lock()
 	s.statsMu.Lock()
 	s.rings = append(s.rings, rb)
 	s.flushHeads = append(s.flushHeads, 0)
 	s.flushTo = append(s.flushTo, 0) // the running flush has nothing to wait for here
-	s.stats = append(s.stats, Stats{Ring: i, CPU: rb.cpuNum()})
+	s.stats = append(s.stats, Stats{Ring: i, CPU: rb.Cur().CPU()})
 	s.statsMu.Unlock()
 	s.flushMu.Unlock()
 }
@@ -95,12 +97,10 @@ func (s *ringSet) push(rb ring) {
 // publish copies ring i's counts into the shared stats; samples, bytes and
 // lost are the policy's, delivered rather than parsed.
 func (s *ringSet) publish(i int, samples, bytes, lost uint64) {
-	st := *s.rings[i].counts()
-	st.Samples, st.Bytes, st.Lost = samples, bytes, lost
+	c := *s.rings[i].Cur().Counts()
+	c.Samples, c.Bytes, c.Lost = samples, bytes, lost
 	s.statsMu.Lock()
-	p := &s.stats[i]
-	st.Late, st.Dropped, st.Left = p.Late, p.Dropped, p.Left // the owner's
-	*p = st
+	s.stats[i].setCounts(&c)
 	s.statsMu.Unlock()
 }
 
@@ -117,7 +117,7 @@ func (s *ringSet) countLate(i int, dropped bool) {
 // skipCorrupt skips ring i to its head after a corruption, counted, and
 // keeps err for the read to report.
 func (s *ringSet) skipCorrupt(i int, err error) {
-	s.rings[i].skipCorrupt()
+	s.rings[i].SkipCorrupt()
 	if s.corrupt == nil {
 		s.corrupt = err
 	}
@@ -127,7 +127,7 @@ func (s *ringSet) skipCorrupt(i int, err error) {
 func (s *ringSet) requestFlush() {
 	s.flushMu.Lock()
 	for i, rb := range s.rings {
-		s.flushHeads[i] = rb.loadHead()
+		s.flushHeads[i] = rb.Cur().LoadHead()
 	}
 	s.flushReq.Store(true)
 	s.flushMu.Unlock()
@@ -157,7 +157,7 @@ func (s *ringSet) flushReached(pol policy) bool {
 	// that a check per record costs O(1) amortised.
 	for ; s.flushFrom < len(s.rings); s.flushFrom++ {
 		i := s.flushFrom
-		if !s.rings[i].reached(pol.oldest(i), s.flushTo[i]) {
+		if !s.rings[i].Reached(pol.oldest(i), s.flushTo[i]) {
 			return false
 		}
 	}

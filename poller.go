@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,8 +47,8 @@ type waiter struct {
 	// mu guards rings and seen: rings are added (addRing) by the owner's
 	// drains, which a wait on another goroutine does not exclude.
 	mu    sync.Mutex
-	rings []ring
-	seen  []uint64 // rings[i].progress() (its data_head) when the waiter last looked
+	rings []ring.Waker
+	seen  []uint64 // rings[i].Progress() (its data_head) when the waiter last looked
 	epfd  int      // the set; file owns it
 	file  *os.File // the epoll set, in the netpoller; closing it closes the set
 	rc    syscall.RawConn
@@ -103,13 +104,13 @@ func newWaiter() (*waiter, error) {
 
 // addRing watches one more ring, whose pollable descriptor is fd (its perf
 // event, or its ring buffer map).
-func (w *waiter) addRing(rb ring, fd int) error {
+func (w *waiter) addRing(rb ring.Waker, fd int) error {
 	if err := w.add(w.epfd, fd); err != nil {
-		return fmt.Errorf("add ring of cpu %d to epoll: %w", rb.cpuNum(), err)
+		return fmt.Errorf("add ring to epoll: %w", err)
 	}
 	w.mu.Lock()
 	w.rings = append(w.rings, rb)
-	w.seen = append(w.seen, rb.progress())
+	w.seen = append(w.seen, rb.Progress())
 	w.mu.Unlock()
 	return nil
 }
@@ -297,7 +298,7 @@ func (w *waiter) moved() bool {
 	defer w.mu.Unlock()
 	m := false
 	for i, rb := range w.rings {
-		if h := rb.progress(); h != w.seen[i] {
+		if h := rb.Progress(); h != w.seen[i] {
 			w.seen[i], m = h, true
 		}
 	}

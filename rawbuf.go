@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,22 +42,23 @@ import (
 // trusted: a record that cannot be valid gives a *CorruptError, never a panic or an access
 // outside the ring. After a CorruptError, Next keeps returning it until SkipCorrupt is called.
 type RawBuffer struct {
-	r    ring
-	rec  Record      // Drain's record, kept here so that Drain does not allocate
-	hand func()      // hands the ring back to its PerfBuffer; nil once released
-	stop atomic.Bool // never set: Drain runs until the snapshot's end
-	size int         // the ring's size, for Size after Release
-	done bool        // Release was called: the ring is gone
-	name string      // the ring's name in errors after Release (ringName)
+	r     ring.Ring
+	rec   Record      // Drain's record, kept here so that Drain does not allocate
+	hand  func()      // hands the ring back to its PerfBuffer; nil once released
+	stop  atomic.Bool // never set: Drain runs until the snapshot's end
+	size  int         // the ring's size, for Size after Release
+	done  bool        // Release was called: the ring is gone
+	name  string      // the ring's name in errors after Release
+	final Stats       // Stats after Release
 }
 
 // newRawBuffer wraps ring r; hand, if not nil, is what Release calls.
-func newRawBuffer(r ring, hand func()) *RawBuffer {
-	return &RawBuffer{r: r, hand: hand, size: r.size()}
+func newRawBuffer(r ring.Ring, hand func()) *RawBuffer {
+	return &RawBuffer{r: r, hand: hand, size: r.Cur().Size()}
 }
 
 // CPU returns the CPU whose ring this is.
-func (b *RawBuffer) CPU() int { return b.r.cpuNum() }
+func (b *RawBuffer) CPU() int { return b.r.Cur().CPU() }
 
 // Size returns the size of the data area in bytes.
 func (b *RawBuffer) Size() int { return b.size }
@@ -64,21 +66,21 @@ func (b *RawBuffer) Size() int { return b.size }
 // Positions returns the consumer position (data_tail of a perf ring, consumer_pos of a ring
 // buffer: what Commit publishes) and the producer's (data_head, producer_pos), loaded
 // afresh: libbpf's ring__consumer_pos and ring__producer_pos. It does not move the cursor.
-func (b *RawBuffer) Positions() (consumer, producer uint64) { return b.r.positions() }
+func (b *RawBuffer) Positions() (consumer, producer uint64) { return b.r.Cur().Positions() }
 
 // Used returns the ring's fill level: the bytes between data_tail and data_head, clamped to
 // [0, Size()]. It loads both afresh and does not move the cursor.
-func (b *RawBuffer) Used() int { return b.r.used() }
+func (b *RawBuffer) Used() int { return b.r.Cur().Used() }
 
 // Begin starts a read: the cursor goes back to data_tail and the head snapshot is taken
 // afresh. Records read but not committed are read again. An invalid head (behind the tail,
 // moved backwards, unaligned, or more than Size() past the tail) makes the next Next return a
 // CorruptError.
-func (b *RawBuffer) Begin() { b.r.begin() }
+func (b *RawBuffer) Begin() { b.r.Begin() }
 
 // Refresh takes a new head snapshot and keeps the cursor, so that Next goes on with the
 // records written since Begin.
-func (b *RawBuffer) Refresh() { b.r.refresh() }
+func (b *RawBuffer) Refresh() { b.r.Refresh() }
 
 // Next parses the record at the cursor into rec and moves the cursor past it. It returns
 // false, nil when the cursor reached the head snapshot (call Refresh or Begin for more), and
@@ -91,19 +93,7 @@ func (b *RawBuffer) Next(rec *Record) (bool, error) {
 	if b.done {
 		return false, b.errReleased("read")
 	}
-	return b.r.next(rec)
-}
-
-// ringName names r in errors as its kind does in its own: "perf ring cpu
-// 1", "BPF ring buffer".
-func ringName(r ring) string {
-	switch r := r.(type) {
-	case *perfRing:
-		return fmt.Sprintf("perf ring cpu %d", r.cpu)
-	case *bpfRing:
-		return r.name()
-	}
-	return fmt.Sprintf("ring cpu %d", r.cpuNum())
+	return b.r.Next(rec)
 }
 
 // errReleased is the error of a call on a released RawBuffer.
@@ -120,7 +110,7 @@ func (b *RawBuffer) Commit(pos uint64) error {
 	if b.done {
 		return b.errReleased("commit")
 	}
-	return b.r.commit(pos)
+	return b.r.Cur().Commit(pos)
 }
 
 // Drain reads every sample and lost record from data_tail up to a fresh head snapshot,
@@ -140,11 +130,11 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 		return 0, b.errReleased("drain")
 	}
 	if fn == nil {
-		return 0, fmt.Errorf("drain %s: nil function: %w", ringName(b.r), os.ErrInvalid)
+		return 0, fmt.Errorf("drain %s: nil function: %w", b.r.Cur().Name(), os.ErrInvalid)
 	}
-	b.r.begin()
-	n, _, err := b.r.each(&b.rec, math.MaxUint64, &b.stop, fn)
-	b.r.commitCursor()
+	b.r.Begin()
+	n, _, err := b.r.Each(&b.rec, math.MaxUint64, &b.stop, fn)
+	b.r.Cur().CommitCursor()
 	b.rec = Record{} // drop the references to ring memory
 	return n, err
 }
@@ -161,12 +151,20 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 // data_head again (a head too far ahead, unaligned or moved backwards would otherwise make
 // the reader skip genuine records). A head behind the tail says the tail moved: the reader
 // resynchronises with the head, committing it as the tail.
-func (b *RawBuffer) SkipCorrupt() uint64 { return b.r.skipCorrupt() }
+func (b *RawBuffer) SkipCorrupt() uint64 { return b.r.SkipCorrupt() }
 
 // Stats returns what this RawBuffer parsed: a record is counted once, the first time it is
 // parsed, even if Begin makes it read again; MaxFill is the fullest head snapshot. Late,
 // Dropped and Left stay zero.
-func (b *RawBuffer) Stats() Stats { return *b.r.counts() }
+func (b *RawBuffer) Stats() Stats {
+	if b.done {
+		return b.final
+	}
+	c := b.r.Cur()
+	st := Stats{Ring: c.Index(), CPU: c.CPU()}
+	st.setCounts(c.Counts())
+	return st
+}
 
 // Release hands the ring back to its PerfBuffer (see PerfBuffer.Buffer): callback mode drains
 // it again, and Close can unmap it. Every Record read from b is invalid afterwards. Next, Drain
@@ -178,13 +176,13 @@ func (b *RawBuffer) Release() {
 		return
 	}
 	b.hand = nil
-	b.name = ringName(b.r)
+	b.name = b.r.Cur().Name()
 	// Point at memory of our own so that nothing can touch the mapping once it is freed.
-	empty, err := newPerfRingFromParts(b.r.cpuNum(), new(unix.PerfEventMmapPage), make([]byte, 8))
+	b.final = b.Stats()
+	empty, err := ring.NewPerfFromParts(b.r.Cur().CPU(), new(unix.PerfEventMmapPage), make([]byte, 8))
 	if err != nil {
 		panic(err) // 8 is a valid ring size
 	}
-	empty.st = *b.r.counts() // (Ring included)
 	b.r, b.done = empty, true
 	hand()
 }

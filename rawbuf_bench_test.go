@@ -3,40 +3,15 @@
 package perfbuf
 
 import (
-	"encoding/binary"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
-
-// benchSink keeps the payload sums alive so that the compiler cannot drop the reads.
-var benchSink uint64
-
-// sumPayload reads every byte of p: 8 bytes at a time (four words per step while it can),
-// then the tail bytes. It stands for a consumer that looks at the whole payload.
-func sumPayload(p []byte) uint64 {
-	var s0, s1 uint64
-	for len(p) >= 32 {
-		s0 += binary.NativeEndian.Uint64(p[0:8]) + binary.NativeEndian.Uint64(p[8:16])
-		s1 += binary.NativeEndian.Uint64(p[16:24]) + binary.NativeEndian.Uint64(p[24:32])
-		p = p[32:]
-	}
-	for len(p) >= 8 {
-		s0 += binary.NativeEndian.Uint64(p)
-		p = p[8:]
-	}
-	if len(p) >= 4 {
-		s1 += uint64(binary.NativeEndian.Uint32(p))
-		p = p[4:]
-	}
-	for _, c := range p {
-		s0 += uint64(c)
-	}
-	return s0 + s1
-}
 
 // benchRing fills a 256 KiB ring completely (head = tail + size) with samples of the given
 // payload size, plus one record of another type that pads the ring to exactly its size.
@@ -83,14 +58,14 @@ func benchDrain(b *testing.B, copying bool, payload int) {
 		buf = make([]byte, 0, 2048)
 		fn = func(rec *Record) error {
 			buf = rec.AppendTo(buf[:0])
-			sum += sumPayload(buf)
+			sum += ringtest.Sum(buf)
 			return nil
 		}
 	} else {
 		fn = func(rec *Record) error {
-			sum += sumPayload(rec.Data)
+			sum += ringtest.Sum(rec.Data)
 			if len(rec.Wrapped) > 0 {
-				sum += sumPayload(rec.Wrapped)
+				sum += ringtest.Sum(rec.Wrapped)
 			}
 			return nil
 		}
@@ -103,7 +78,7 @@ func benchDrain(b *testing.B, copying bool, payload int) {
 	for samples < b.N {
 		// Hand the reader the next lap, the same full ring: a release store of data_head as
 		// the kernel's perf_output_put_handle does, for the acquire load in Begin.
-		atomic.StoreUint64(&f.page.Data_head, rb.perf().tail+size)
+		atomic.StoreUint64(&f.page.Data_head, rb.perf().Cur().Tail()+size)
 		start := time.Now()
 		n, err := rb.Drain(fn)
 		elapsed += time.Since(start)
@@ -113,7 +88,7 @@ func benchDrain(b *testing.B, copying bool, payload int) {
 		samples += perLap
 	}
 	b.StopTimer()
-	benchSink += sum
+	ringtest.Sink += sum
 	st := rb.Stats()
 	if st.Samples != uint64(samples) {
 		b.Fatalf("stats: %d samples, want %d", st.Samples, samples)

@@ -4,7 +4,6 @@ package perfbuf
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // refRecord is what the reference parser expects Next to return.
@@ -22,22 +24,21 @@ type refRecord struct {
 	lost      uint64
 }
 
-// hostBigEndian: the host stores the most significant byte first.
-var hostBigEndian = binary.NativeEndian.Uint16([]byte{0, 1}) == 1
+// ringtest.HostBigEndian: the host stores the most significant byte first.
 
-// refParse is a slow, independent reading of the ring format: byte by byte with explicit
+// refParse is a slow, independent reading of the mem format: byte by byte with explicit
 // wrapping. It returns the records from tail up to head and, if something is corrupt, the
 // position where reading stops.
-func refParse(ring []byte, tail, head uint64) (recs []refRecord, corruptAt uint64, corrupt bool) {
-	size := uint64(len(ring))
-	at := func(pos uint64) byte { return ring[pos%size] }
+func refParse(mem []byte, tail, head uint64) (recs []refRecord, corruptAt uint64, corrupt bool) {
+	size := uint64(len(mem))
+	at := func(pos uint64) byte { return mem[pos%size] }
 	// word reads n bytes at pos as an unsigned integer in the host's byte order, which the
 	// kernel writes records in.
 	word := func(pos uint64, n int) uint64 {
 		var v uint64
 		for i := range n {
 			b := uint64(at(pos + uint64(i)))
-			if hostBigEndian {
+			if ringtest.HostBigEndian {
 				v = v<<8 | b
 			} else {
 				v |= b << (8 * i)
@@ -86,8 +87,8 @@ func refParse(ring []byte, tail, head uint64) (recs []refRecord, corruptAt uint6
 // recordOther marks the reference's records of other types, which no reader delivers.
 const recordOther RecordType = 0xff
 
-// fuzzRing lays records out from ring position start in a ring of the given size and returns
-// the ring's bytes and the head.
+// fuzzRing lays records out from mem position start in a mem of the given size and returns
+// the mem's bytes and the head.
 func fuzzRing(size int, start uint64, recs ...[]byte) ([]byte, uint64) {
 	f := newFakeRingAt(size, start)
 	for _, r := range recs {
@@ -96,53 +97,53 @@ func fuzzRing(size int, start uint64, recs ...[]byte) ([]byte, uint64) {
 	return f.data, f.head
 }
 
-// FuzzRawParse reads arbitrary bytes as a ring with arbitrary head and tail: Next must never
-// panic, loop or read outside the ring; it must return exactly what the reference parser
+// FuzzRawParse reads arbitrary bytes as a mem with arbitrary head and tail: Next must never
+// panic, loop or read outside the mem; it must return exactly what the reference parser
 // finds, then a CorruptError where the reference stops; SkipCorrupt must get past it.
 func FuzzRawParse(f *testing.F) {
-	add := func(ring []byte, tail, head, commit uint64) { f.Add(ring, tail, head, commit) }
-	payload := func(n int) []byte { return fakePattern(n, byte(n)) }
+	add := func(mem []byte, tail, head, commit uint64) { f.Add(mem, tail, head, commit) }
+	payload := func(n int) []byte { return ringtest.Pattern(n, byte(n)) }
 
-	ring, head := fuzzRing(256, 0, fakeSample(payload(5)), fakeLost(1, 3), fakeRecord(42, 16, make([]byte, 8)), fakeSample(payload(40)))
-	add(ring, 0, head, 32)
-	ring, head = fuzzRing(128, 1<<32+96, fakeSample(payload(60))) // payload straddles the end
-	add(ring, 1<<32+96, head, head)
-	ring, head = fuzzRing(64, 56, fakeSample(payload(3))) // header in the last 8 bytes
-	add(ring, 56, head, 0)
-	ring, head = fuzzRing(64, ^uint64(0)-15, fakeSample(payload(20))) // positions wrap 2^64
-	add(ring, ^uint64(0)-15, head, head)
-	ring, head = fuzzRing(64, 0, fakeSample(payload(8)), fakeSample(payload(8)), fakeSample(payload(8)), fakeSample(payload(8)))
-	add(ring, 0, head, 64) // full ring
-	ring, head = fuzzRing(64, 0, fakeRecord(9, 0, make([]byte, 8)))
-	add(ring, 0, head, 0)
-	ring, head = fuzzRing(64, 0, fakeRecord(9, 16, []byte{200, 0, 0, 0, 0, 0, 0, 0}))
-	add(ring, 0, head, 8)
-	ring, head = fuzzRing(256, 0, fakeRecord(9, 24, []byte{13, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})) // 13 > 24-12
-	add(ring, 0, head, 0)
-	ring, head = fuzzRing(64, 0, fakeRecord(2, 16, make([]byte, 8)))
-	add(ring, 0, head, 16)
+	mem, head := fuzzRing(256, 0, fakeSample(payload(5)), fakeLost(1, 3), fakeRecord(42, 16, make([]byte, 8)), fakeSample(payload(40)))
+	add(mem, 0, head, 32)
+	mem, head = fuzzRing(128, 1<<32+96, fakeSample(payload(60))) // payload straddles the end
+	add(mem, 1<<32+96, head, head)
+	mem, head = fuzzRing(64, 56, fakeSample(payload(3))) // header in the last 8 bytes
+	add(mem, 56, head, 0)
+	mem, head = fuzzRing(64, ^uint64(0)-15, fakeSample(payload(20))) // positions wrap 2^64
+	add(mem, ^uint64(0)-15, head, head)
+	mem, head = fuzzRing(64, 0, fakeSample(payload(8)), fakeSample(payload(8)), fakeSample(payload(8)), fakeSample(payload(8)))
+	add(mem, 0, head, 64) // full mem
+	mem, head = fuzzRing(64, 0, fakeRecord(9, 0, make([]byte, 8)))
+	add(mem, 0, head, 0)
+	mem, head = fuzzRing(64, 0, fakeRecord(9, 16, []byte{200, 0, 0, 0, 0, 0, 0, 0}))
+	add(mem, 0, head, 8)
+	mem, head = fuzzRing(256, 0, fakeRecord(9, 24, []byte{13, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})) // 13 > 24-12
+	add(mem, 0, head, 0)
+	mem, head = fuzzRing(64, 0, fakeRecord(2, 16, make([]byte, 8)))
+	add(mem, 0, head, 16)
 	add(make([]byte, 64), 4, 16, 0)  // unaligned tail
 	add(make([]byte, 64), 0, 200, 0) // head too far
 	add(make([]byte, 64), 64, 8, 0)  // head behind tail
-	add(make([]byte, 3), 0, 8, 8)    // shorter than the smallest ring
+	add(make([]byte, 3), 0, 8, 8)    // shorter than the smallest mem
 
 	f.Fuzz(func(t *testing.T, content []byte, tail, head, commit uint64) {
-		// The ring is the largest power of two of content, from 8 bytes to 1 KiB: small rings
+		// The mem is the largest power of two of content, from 8 bytes to 1 KiB: small rings
 		// keep the fuzzer (and its minimizer) fast, and header sizes up to 64 KiB still test
-		// the "larger than the ring" path.
+		// the "larger than the mem" path.
 		size := 8
 		for size*2 <= len(content) && size < 1<<10 {
 			size *= 2
 		}
-		ring := make([]byte, size)
-		copy(ring, content)
-		want, corruptAt, corrupt := refParse(bytes.Clone(ring), tail, head)
+		mem := make([]byte, size)
+		copy(mem, content)
+		want, corruptAt, corrupt := refParse(bytes.Clone(mem), tail, head)
 		// Every way of reading skips records of other types.
 		want = slices.DeleteFunc(want, func(r refRecord) bool { return r.typ == recordOther })
 
 		page := new(unix.PerfEventMmapPage)
 		page.Data_tail, page.Data_head = tail, head
-		pr, err := newPerfRingFromParts(0, page, ring)
+		pr, err := ring.NewPerfFromParts(0, page, mem)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +154,7 @@ func FuzzRawParse(f *testing.F) {
 		var nextErr error
 		for i := 0; ; i++ {
 			if i > size/8+1 {
-				t.Fatalf("more than %d records from a %d-byte ring", i, size)
+				t.Fatalf("more than %d records from a %d-byte mem", i, size)
 			}
 			ok, err := b.Next(&rec)
 			if err != nil {
@@ -163,11 +164,11 @@ func FuzzRawParse(f *testing.F) {
 			if !ok {
 				break
 			}
-			checkFuzzRecord(t, ring, &rec, tail)
+			checkFuzzRecord(t, mem, &rec, tail)
 			got = append(got, rec)
 		}
 		if len(got)*8 > size {
-			t.Fatalf("%d records from a %d-byte ring", len(got), size)
+			t.Fatalf("%d records from a %d-byte mem", len(got), size)
 		}
 		if len(got) != len(want) {
 			t.Fatalf("%d records, reference %d", len(got), len(want))
@@ -187,11 +188,11 @@ func FuzzRawParse(f *testing.F) {
 		// Drain (its own loop for the plain samples) visits the same records, then the same
 		// error, and commits up to where it stopped.
 		page2 := &unix.PerfEventMmapPage{Data_tail: tail, Data_head: head}
-		pr2, _ := newPerfRingFromParts(0, page2, ring)
+		pr2, _ := ring.NewPerfFromParts(0, page2, mem)
 		b2 := newRawBuffer(pr2, nil)
 		var drained []refRecord
 		_, drainErr := b2.Drain(func(r *Record) error {
-			checkFuzzRecord(t, ring, r, tail)
+			checkFuzzRecord(t, mem, r, tail)
 			drained = append(drained, refRecord{r.Type, r.Pos, r.Next, r.AppendTo([]byte{}), r.Lost})
 			return nil
 		})
@@ -222,9 +223,9 @@ func FuzzRawParse(f *testing.F) {
 			if !validHead(tail, head, size) && int64(head-tail) >= 0 {
 				wantTail = tail
 			}
-			if st := b.Stats(); b.perf().tail != wantTail || b.perf().pending() != 0 || st.Corrupt != 1 || st.CorruptBytes > uint64(size) ||
+			if st := b.Stats(); b.perf().Cur().Tail() != wantTail || b.perf().Pending() != 0 || st.Corrupt != 1 || st.CorruptBytes > uint64(size) ||
 				(wantTail == tail && st.CorruptBytes != 0) {
-				t.Fatalf("after SkipCorrupt: tail %d (want %d) head %d pending %d stats %+v", b.perf().tail, wantTail, head, b.perf().pending(), st)
+				t.Fatalf("after SkipCorrupt: tail %d (want %d) head %d pending %d stats %+v", b.perf().Cur().Tail(), wantTail, head, b.perf().Pending(), st)
 			}
 			if ok, err := b.Next(&rec); ok || err != nil {
 				t.Fatalf("Next after SkipCorrupt = %v, %v", ok, err)
@@ -236,9 +237,9 @@ func FuzzRawParse(f *testing.F) {
 		// refused and leaves data_tail alone.
 		err = b.Commit(commit)
 		d := commit - tail
-		valid := d <= b.perf().cursor-tail && (commit%8 == 0 || commit == tail)
+		valid := d <= b.perf().Cur().Pos()-tail && (commit%8 == 0 || commit == tail)
 		if valid != (err == nil) {
-			t.Fatalf("Commit(%d) with tail %d cursor %d: %v", commit, tail, b.perf().cursor, err)
+			t.Fatalf("Commit(%d) with tail %d cursor %d: %v", commit, tail, b.perf().Cur().Pos(), err)
 		}
 		if err != nil && (!errors.Is(err, os.ErrInvalid) || page.Data_tail != tail) {
 			t.Fatalf("refused Commit(%d): %v, tail %d", commit, err, page.Data_tail)
@@ -251,17 +252,17 @@ func FuzzRawParse(f *testing.F) {
 
 // checkFuzzRecord checks the bounds of one record returned by Next.
 // validHead reports whether the reader accepts head as a head snapshot over
-// tail in a ring of size bytes.
+// tail in a mem of size bytes.
 func validHead(tail, head uint64, size int) bool {
 	return int64(head-tail) >= 0 && head-tail <= uint64(size) && head&7 == 0
 }
 
-func checkFuzzRecord(t *testing.T, ring []byte, rec *Record, tail uint64) {
+func checkFuzzRecord(t *testing.T, mem []byte, rec *Record, tail uint64) {
 	t.Helper()
-	size := uint64(len(ring))
+	size := uint64(len(mem))
 	n := rec.Next - rec.Pos
 	if n < 8 || n > size || n%8 != 0 || rec.Pos%8 != 0 || rec.Pos-tail > size || rec.Next-tail > size {
-		t.Fatalf("record from %d to %d (tail %d, ring %d)", rec.Pos, rec.Next, tail, size)
+		t.Fatalf("record from %d to %d (tail %d, mem %d)", rec.Pos, rec.Next, tail, size)
 	}
 	if rec.Type != RecordSample {
 		if rec.Data != nil || rec.Wrapped != nil {
@@ -272,11 +273,11 @@ func checkFuzzRecord(t *testing.T, ring []byte, rec *Record, tail uint64) {
 	if uint64(rec.Len()) > n-12 {
 		t.Fatalf("payload %d in a %d-byte record", rec.Len(), n)
 	}
-	// Zero-copy: the payload is ring memory, from pos+12 on, wrapping once at most.
-	if len(rec.Data) > 0 && &rec.Data[0] != &ring[(rec.Pos+12)%size] {
+	// Zero-copy: the payload is mem memory, from pos+12 on, wrapping once at most.
+	if len(rec.Data) > 0 && &rec.Data[0] != &mem[(rec.Pos+12)%size] {
 		t.Fatal("Data does not start at the payload")
 	}
-	if len(rec.Wrapped) > 0 && (&rec.Wrapped[0] != &ring[0] || len(rec.Data) == 0 || &rec.Data[len(rec.Data)-1] != &ring[size-1]) {
-		t.Fatal("Wrapped does not continue Data at the start of the ring")
+	if len(rec.Wrapped) > 0 && (&rec.Wrapped[0] != &mem[0] || len(rec.Data) == 0 || &rec.Data[len(rec.Data)-1] != &mem[size-1]) {
+		t.Fatal("Wrapped does not continue Data at the start of the mem")
 	}
 }

@@ -8,43 +8,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"runtime/debug"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
-
-// raceEnabled reports whether the test binary was built with -race.
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
-// racePattern is the byte pattern samples carry; sample seq carries the slice that starts at
-// racePatternOff(seq).
-var racePattern = func() []byte {
-	p := make([]byte, 4096)
-	x := uint64(0x9e3779b97f4a7c15)
-	for i := range p {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		p[i] = byte(x)
-	}
-	return p
-}()
-
-func racePatternOff(seq uint64) uint64 { return (seq * 2654435761) % 2048 }
-
-const raceMaxBody = 1000
 
 // appendRaceSample encodes sample seq with k pattern bytes as a ring record:
 // payload = u64 seq, u32 k, k pattern bytes (the payload carries its own length, since the
@@ -59,8 +28,8 @@ func appendRaceSample(dst []byte, seq uint64, k int) []byte {
 	binary.NativeEndian.PutUint32(dst[8:], uint32(raw))
 	binary.NativeEndian.PutUint64(dst[12:], seq)
 	binary.NativeEndian.PutUint32(dst[20:], uint32(k))
-	off := racePatternOff(seq)
-	copy(dst[24:], racePattern[off:off+uint64(k)])
+	off := ringtest.RacePatternOff(seq)
+	copy(dst[24:], ringtest.RacePattern[off:off+uint64(k)])
 	return dst
 }
 
@@ -71,7 +40,7 @@ func appendRaceSample(dst []byte, seq uint64, k int) []byte {
 // PERF_RECORD_LOST records, as the kernel does; the reader checks the counts add up exactly.
 func TestRawRace(t *testing.T) {
 	total := uint64(3_000_000)
-	if raceEnabled() {
+	if ringtest.RaceEnabled() {
 		total = 200_000
 	}
 	if testing.Short() {
@@ -138,11 +107,11 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 		if seq != want+pendingLost {
 			return fmt.Errorf("sequence %d, want %d (+%d lost) at %d", seq, want, pendingLost, rec.Pos)
 		}
-		if k > raceMaxBody || len(buf) != (12+k+4+7)&^7-4 {
+		if k > ringtest.RaceMaxBody || len(buf) != (12+k+4+7)&^7-4 {
 			return fmt.Errorf("sequence %d: %d pattern bytes in a %d-byte payload", seq, k, len(buf))
 		}
-		off := racePatternOff(seq)
-		if !bytes.Equal(buf[12:12+k], racePattern[off:off+uint64(k)]) {
+		off := ringtest.RacePatternOff(seq)
+		if !bytes.Equal(buf[12:12+k], ringtest.RacePattern[off:off+uint64(k)]) {
 			return fmt.Errorf("sequence %d: payload differs", seq)
 		}
 		for _, c := range buf[12+k:] {
@@ -192,7 +161,7 @@ func rawRaceProducer(f *fakeRing, total uint64, lossy bool, stop *atomic.Bool, d
 	var rec []byte
 	unpublished := 0
 	for seq := uint64(0); seq <= total; seq++ {
-		rec = appendRaceSample(rec, seq, rng.IntN(raceMaxBody+1))
+		rec = appendRaceSample(rec, seq, rng.IntN(ringtest.RaceMaxBody+1))
 		if lossy && seq < total {
 			if !f.write(rec) {
 				continue // counted in f.lost, reported before the next sample that fits

@@ -15,6 +15,9 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 func fakeCollect(t *testing.T, b *RawBuffer) []Record {
@@ -37,8 +40,8 @@ func TestRawEmpty(t *testing.T) {
 	f := newFakeRing(4096)
 	b := f.reader(t)
 	b.Begin()
-	if b.perf().pending() != 0 || b.Used() != 0 || b.Size() != 4096 || b.CPU() != 1 {
-		t.Fatalf("pending %d used %d size %d cpu %d", b.perf().pending(), b.Used(), b.Size(), b.CPU())
+	if b.perf().Pending() != 0 || b.Used() != 0 || b.Size() != 4096 || b.CPU() != 1 {
+		t.Fatalf("pending %d used %d size %d cpu %d", b.perf().Pending(), b.Used(), b.Size(), b.CPU())
 	}
 	var rec Record
 	if ok, err := b.Next(&rec); ok || err != nil {
@@ -56,12 +59,12 @@ func TestRawEmpty(t *testing.T) {
 func TestRawOneRecord(t *testing.T) {
 	f := newFakeRing(4096)
 	b := f.reader(t)
-	payload := fakePattern(13, 1)
+	payload := ringtest.Pattern(13, 1)
 	f.mustWrite(t, fakeSample(payload))
 
 	b.Begin()
-	if b.perf().pending() != 32 {
-		t.Fatalf("pending %d, want 32", b.perf().pending())
+	if b.perf().Pending() != 32 {
+		t.Fatalf("pending %d, want 32", b.perf().Pending())
 	}
 	var rec Record
 	ok, err := b.Next(&rec)
@@ -75,8 +78,8 @@ func TestRawOneRecord(t *testing.T) {
 	if rec.Len() != 20 || !bytes.Equal(rec.Data, fakePadded(payload)) || len(rec.Wrapped) != 0 {
 		t.Fatalf("payload %x (wrapped %x)", rec.Data, rec.Wrapped)
 	}
-	if b.perf().cursor != 32 || b.perf().pending() != 0 || b.perf().tail != 0 || f.page.Data_tail != 0 {
-		t.Fatalf("cursor %d pending %d tail %d (data_tail %d)", b.perf().cursor, b.perf().pending(), b.perf().tail, f.page.Data_tail)
+	if b.perf().Cur().Pos() != 32 || b.perf().Pending() != 0 || b.perf().Cur().Tail() != 0 || f.page.Data_tail != 0 {
+		t.Fatalf("cursor %d pending %d tail %d (data_tail %d)", b.perf().Cur().Pos(), b.perf().Pending(), b.perf().Cur().Tail(), f.page.Data_tail)
 	}
 	if ok, err := b.Next(&rec); ok || err != nil {
 		t.Fatalf("Next past the head = %v, %v", ok, err)
@@ -84,8 +87,8 @@ func TestRawOneRecord(t *testing.T) {
 	if err := b.Commit(rec.Next); err != nil {
 		t.Fatal(err)
 	}
-	if b.perf().tail != 32 || f.page.Data_tail != 32 || b.Used() != 0 {
-		t.Fatalf("tail %d used %d", b.perf().tail, b.Used())
+	if b.perf().Cur().Tail() != 32 || f.page.Data_tail != 32 || b.Used() != 0 {
+		t.Fatalf("tail %d used %d", b.perf().Cur().Tail(), b.Used())
 	}
 	if s := b.Stats(); s != (Stats{CPU: 1, Samples: 1, Bytes: 20, MaxFill: 32}) {
 		t.Fatalf("stats %+v", s)
@@ -97,7 +100,7 @@ func TestRawMany(t *testing.T) {
 	b := f.reader(t)
 	var want [][]byte
 	for i := range 300 {
-		p := fakePattern(i%97, byte(i))
+		p := ringtest.Pattern(i%97, byte(i))
 		want = append(want, fakePadded(p))
 		if !f.write(fakeSample(p)) {
 			t.Fatal("ring full")
@@ -117,8 +120,8 @@ func TestRawMany(t *testing.T) {
 			t.Fatalf("record %d: %x, want %x", i, got[i], want[i])
 		}
 	}
-	if b.perf().tail != f.head {
-		t.Fatalf("tail %d, want %d", b.perf().tail, f.head)
+	if b.perf().Cur().Tail() != f.head {
+		t.Fatalf("tail %d, want %d", b.perf().Cur().Tail(), f.head)
 	}
 }
 
@@ -131,7 +134,7 @@ func TestRawWrapLaps(t *testing.T) {
 	for lap := range 200 {
 		var want [][]byte
 		for {
-			p := fakePattern((seq*13)%60, byte(seq))
+			p := ringtest.Pattern((seq*13)%60, byte(seq))
 			if !f.write(fakeSample(p)) {
 				f.lost = 0
 				break
@@ -160,7 +163,7 @@ func TestRawHeaderInLastBytes(t *testing.T) {
 	// size and payload continue at the start.
 	f := newFakeRingAt(128, 128*5-8)
 	b := f.reader(t)
-	payload := fakePattern(20, 9)
+	payload := ringtest.Pattern(20, 9)
 	f.mustWrite(t, fakeSample(payload))
 	b.Begin()
 	var rec Record
@@ -180,7 +183,7 @@ func TestRawPayloadStraddles(t *testing.T) {
 	for _, start := range []uint64{128 - 16, 128 - 24, 128 - 32, 128 - 40} {
 		f := newFakeRingAt(128, 1024+start)
 		b := f.reader(t)
-		payload := fakePattern(44, 3) // raw size 44: record 56 bytes
+		payload := ringtest.Pattern(44, 3) // raw size 44: record 56 bytes
 		f.mustWrite(t, fakeSample(payload))
 		b.Begin()
 		var rec Record
@@ -259,7 +262,7 @@ func TestRawLostAndUnknown(t *testing.T) {
 func TestRawLostFromFullRing(t *testing.T) {
 	f := newFakeRing(256)
 	b := f.reader(t)
-	p := fakePattern(52, 0) // 64-byte records
+	p := ringtest.Pattern(52, 0) // 64-byte records
 	for f.write(fakeSample(p)) {
 	}
 	f.write(fakeSample(p)) // two lost
@@ -282,12 +285,12 @@ func TestRawPeekThenBeginAgain(t *testing.T) {
 	f := newFakeRing(1024)
 	b := f.reader(t)
 	for i := range 5 {
-		f.mustWrite(t, fakeSample(fakePattern(i*8, byte(i))))
+		f.mustWrite(t, fakeSample(ringtest.Pattern(i*8, byte(i))))
 	}
 	b.Begin()
 	first := fakeCollect(t, b)
-	if len(first) != 5 || b.perf().tail != 0 {
-		t.Fatalf("%d records, tail %d", len(first), b.perf().tail)
+	if len(first) != 5 || b.perf().Cur().Tail() != 0 {
+		t.Fatalf("%d records, tail %d", len(first), b.perf().Cur().Tail())
 	}
 	b.Begin()
 	second := fakeCollect(t, b)
@@ -356,8 +359,8 @@ func TestRawCommitRules(t *testing.T) {
 		if !errors.Is(err, os.ErrInvalid) || !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), c.reason) {
 			t.Fatalf("Commit(%d) = %v, want os.ErrInvalid, %q", c.pos, err, prefix+c.reason)
 		}
-		if f.page.Data_tail != 4096 || b.perf().tail != 4096 {
-			t.Fatalf("Commit(%d) wrote data_tail %d (tail %d)", c.pos, f.page.Data_tail, b.perf().tail)
+		if f.page.Data_tail != 4096 || b.perf().Cur().Tail() != 4096 {
+			t.Fatalf("Commit(%d) wrote data_tail %d (tail %d)", c.pos, f.page.Data_tail, b.perf().Cur().Tail())
 		}
 	}
 	if err := b.Commit(4096); err != nil {
@@ -382,7 +385,7 @@ func TestRawDrainCommitsOnce(t *testing.T) {
 	f := newFakeRing(4096)
 	b := f.reader(t)
 	for i := range 10 {
-		f.mustWrite(t, fakeSample(fakePattern(i, 0)))
+		f.mustWrite(t, fakeSample(ringtest.Pattern(i, 0)))
 	}
 	n, err := b.Drain(func(rec *Record) error {
 		if f.page.Data_tail != 0 {
@@ -401,7 +404,7 @@ func TestRawDrainStopsOnError(t *testing.T) {
 	f := newFakeRing(4096)
 	b := f.reader(t)
 	for i := range 10 {
-		f.mustWrite(t, fakeSample(fakePattern(4, byte(i)))) // 16-byte records
+		f.mustWrite(t, fakeSample(ringtest.Pattern(4, byte(i)))) // 16-byte records
 	}
 	errStop := errors.New("stop")
 	var seen []uint64
@@ -415,7 +418,7 @@ func TestRawDrainStopsOnError(t *testing.T) {
 	if n != 4 || err != errStop || fmt.Sprint(seen) != "[0 16 32 48]" {
 		t.Fatalf("Drain = %d, %v, saw %v; want 4, errStop, [0 16 32 48]", n, err, seen)
 	}
-	if f.page.Data_tail != 16*4 || b.perf().tail != 16*4 {
+	if f.page.Data_tail != 16*4 || b.perf().Cur().Tail() != 16*4 {
 		t.Fatalf("data_tail %d after the stop, want %d (up to and including the failed record)", f.page.Data_tail, 16*4)
 	}
 	if s := b.Stats(); s.Samples != 4 || s.Bytes != 4*4 {
@@ -434,7 +437,7 @@ func TestRawDrainStopsOnError(t *testing.T) {
 	f = newFakeRingAt(128, 128-32)
 	b = f.reader(t)
 	f.mustWrite(t, fakeLost(1, 5))
-	f.mustWrite(t, fakeSample(fakePattern(20, 1))) // 32 bytes from 120: wraps
+	f.mustWrite(t, fakeSample(ringtest.Pattern(20, 1))) // 32 bytes from 120: wraps
 	f.mustWrite(t, fakeSample(nil))
 	var types []RecordType
 	n, err = b.Drain(func(rec *Record) error {
@@ -550,8 +553,8 @@ func TestRawCorrupt(t *testing.T) {
 			if !strings.Contains(ce.Reason, c.reason) || ce.CPU != 1 || ce.Pos != bad {
 				t.Fatalf("error %+v, want %q at %d", ce, c.reason, bad)
 			}
-			if n != len(c.recs)-1 || good != n || b.perf().tail != bad {
-				t.Fatalf("%d good records, tail %d", n, b.perf().tail)
+			if n != len(c.recs)-1 || good != n || b.perf().Cur().Tail() != bad {
+				t.Fatalf("%d good records, tail %d", n, b.perf().Cur().Tail())
 			}
 			// Sticky: Next and Drain keep returning the same error.
 			var rec Record
@@ -569,8 +572,8 @@ func TestRawCorrupt(t *testing.T) {
 			if skipped := b.SkipCorrupt(); skipped != head-ce.Pos {
 				t.Fatalf("skipped %d, want %d", skipped, head-ce.Pos)
 			}
-			if st := b.Stats(); b.perf().tail != head || f.page.Data_tail != head || st.Corrupt != 1 || st.CorruptBytes != head-ce.Pos || b.perf().pending() != 0 {
-				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().tail, st)
+			if st := b.Stats(); b.perf().Cur().Tail() != head || f.page.Data_tail != head || st.Corrupt != 1 || st.CorruptBytes != head-ce.Pos || b.perf().Pending() != 0 {
+				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().Cur().Tail(), st)
 			}
 			f.mustWrite(t, fakeSample([]byte("ok")))
 			var got string
@@ -610,8 +613,8 @@ func TestRawCorruptCursor(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Reason != "cursor not 8-aligned" {
 		t.Fatalf("Next = %v", err)
 	}
-	if b.SkipCorrupt() != 28 || b.perf().tail != 32 || b.Stats().Corrupt != 1 {
-		t.Fatalf("tail %d, stats %+v after SkipCorrupt", b.perf().tail, b.Stats())
+	if b.SkipCorrupt() != 28 || b.perf().Cur().Tail() != 32 || b.Stats().Corrupt != 1 {
+		t.Fatalf("tail %d, stats %+v after SkipCorrupt", b.perf().Cur().Tail(), b.Stats())
 	}
 }
 
@@ -636,19 +639,19 @@ func TestRawCorruptHead(t *testing.T) {
 			if n != 0 || !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || !strings.Contains(ce.Reason, c.reason) {
 				t.Fatalf("Drain = %d, %v", n, err)
 			}
-			if b.perf().pending() != 0 || b.perf().tail != 4096 {
-				t.Fatalf("pending %d, tail %d", b.perf().pending(), b.perf().tail)
+			if b.perf().Pending() != 0 || b.perf().Cur().Tail() != 4096 {
+				t.Fatalf("pending %d, tail %d", b.perf().Pending(), b.perf().Cur().Tail())
 			}
 			b.SkipCorrupt()
 			st := b.Stats()
 			if c.name == "behind tail" {
 				// The tail is what moved: SkipCorrupt resynchronises with the head.
-				if b.perf().tail != c.head || st.Corrupt != 1 || st.CorruptBytes > 1024 {
-					t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().tail, st)
+				if b.perf().Cur().Tail() != c.head || st.Corrupt != 1 || st.CorruptBytes > 1024 {
+					t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().Cur().Tail(), st)
 				}
-			} else if b.perf().tail != 4096 || st.Corrupt != 1 || st.CorruptBytes != 0 {
+			} else if b.perf().Cur().Tail() != 4096 || st.Corrupt != 1 || st.CorruptBytes != 0 {
 				// A bad head is passed over, and nothing below it is skipped.
-				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().tail, st)
+				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().Cur().Tail(), st)
 			}
 			if c.name != "behind tail" {
 				if n, err := b.Drain(func(*Record) error { return nil }); n != 0 || err != nil {
@@ -668,8 +671,8 @@ func TestRawCorruptHead(t *testing.T) {
 				}
 				b.SkipCorrupt()
 			}
-			if err != nil || b.perf().tail != f.head {
-				t.Fatalf("no recovery: %v, tail %d head %d", err, b.perf().tail, f.head)
+			if err != nil || b.perf().Cur().Tail() != f.head {
+				t.Fatalf("no recovery: %v, tail %d head %d", err, b.perf().Cur().Tail(), f.head)
 			}
 			want := 2 // the sample below the bad head, and the new one
 			if c.name == "behind tail" {
@@ -716,8 +719,8 @@ func TestRawSkipCorruptWithoutError(t *testing.T) {
 	b := f.reader(t)
 	f.mustWrite(t, fakeSample(nil))
 	b.Begin()
-	if n := b.SkipCorrupt(); n != 16 || b.perf().tail != 16 {
-		t.Fatalf("SkipCorrupt = %d, tail %d", n, b.perf().tail)
+	if n := b.SkipCorrupt(); n != 16 || b.perf().Cur().Tail() != 16 {
+		t.Fatalf("SkipCorrupt = %d, tail %d", n, b.perf().Cur().Tail())
 	}
 	if s := b.Stats(); s.Samples != 0 || s.Corrupt != 0 || s.CorruptBytes != 16 {
 		t.Fatalf("stats %+v", s)
@@ -727,14 +730,14 @@ func TestRawSkipCorruptWithoutError(t *testing.T) {
 func TestRawNewValidation(t *testing.T) {
 	page := new(unix.PerfEventMmapPage)
 	for _, n := range []int{0, 4, 12, 1000} {
-		if _, err := newPerfRingFromParts(0, page, make([]byte, n)); !errors.Is(err, os.ErrInvalid) {
+		if _, err := ring.NewPerfFromParts(0, page, make([]byte, n)); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("data size %d: %v", n, err)
 		}
 	}
-	if _, err := newPerfRingFromParts(0, nil, make([]byte, 64)); !errors.Is(err, os.ErrInvalid) {
+	if _, err := ring.NewPerfFromParts(0, nil, make([]byte, 64)); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("nil page: %v", err)
 	}
-	if _, err := newPerfRing(0, nil, 64); !errors.Is(err, os.ErrInvalid) {
+	if _, err := ring.NewPerf(0, nil, 64); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("nil base: %v", err)
 	}
 }
@@ -749,7 +752,7 @@ func TestRawNewFromMapping(t *testing.T) {
 		base := unsafe.Pointer(&mem[0])
 		page := (*unix.PerfEventMmapPage)(base)
 		page.Data_offset = dataOffset
-		r, err := newPerfRing(3, base, 4096)
+		r, err := ring.NewPerf(3, base, 4096)
 		if err != nil {
 			t.Fatalf("data offset %d: %v", dataOffset, err)
 		}
@@ -774,11 +777,11 @@ func TestRawNewFromMapping(t *testing.T) {
 	mem := make([]uint64, (pageSize+4096)/8)
 	page := (*unix.PerfEventMmapPage)(unsafe.Pointer(&mem[0]))
 	page.Data_offset = 64 // inside the header
-	if _, err := newPerfRing(0, unsafe.Pointer(&mem[0]), 4096); !errors.Is(err, os.ErrInvalid) {
+	if _, err := ring.NewPerf(0, unsafe.Pointer(&mem[0]), 4096); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("data offset 64: %v", err)
 	}
 	page.Data_offset, page.Data_size = 0, 8192
-	if _, err := newPerfRing(0, unsafe.Pointer(&mem[0]), 4096); !errors.Is(err, os.ErrInvalid) {
+	if _, err := ring.NewPerf(0, unsafe.Pointer(&mem[0]), 4096); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("data size mismatch: %v", err)
 	}
 }
@@ -894,12 +897,12 @@ func TestRawEach(t *testing.T) {
 			b.Begin()
 			pos = pos[:0]
 			var rec Record
-			k, used, err := b.perf().each(&rec, c.limit, &b.stop, fn)
+			k, used, err := b.perf().Each(&rec, c.limit, &b.stop, fn)
 			if fmt.Sprint(pos) != c.want || k != len(pos) || err != nil {
 				t.Errorf("limit %d (again %v): %d records at %v, %v; want %s", c.limit, again, k, pos, err, c.want)
 			}
-			if used != b.perf().cursorPos() {
-				t.Errorf("limit %d (again %v): each says %d bytes, the cursor moved %d", c.limit, again, used, b.perf().cursorPos())
+			if used != b.perf().Pos() {
+				t.Errorf("limit %d (again %v): each says %d bytes, the cursor moved %d", c.limit, again, used, b.perf().Pos())
 			}
 			if f.page.Data_tail != 0 {
 				t.Fatalf("each committed to %d", f.page.Data_tail)
@@ -914,15 +917,15 @@ func TestRawEach(t *testing.T) {
 	b = f.reader(t)
 	pos = pos[:0]
 	b.Begin()
-	k, _, err := b.perf().each(new(Record), math.MaxUint64, &stop, func(r *Record) error {
+	k, _, err := b.perf().Each(new(Record), math.MaxUint64, &stop, func(r *Record) error {
 		pos = append(pos, r.Pos)
 		if r.Pos == 32 {
 			stop.Store(true) // what Close does
 		}
 		return nil
 	})
-	if k != 2 || err != nil || fmt.Sprint(pos) != "[0 32]" || b.perf().cursor != 64 {
-		t.Errorf("closed during the second record: %d records at %v, %v, cursor %d; want 2, cursor 64", k, pos, err, b.perf().cursor)
+	if k != 2 || err != nil || fmt.Sprint(pos) != "[0 32]" || b.perf().Cur().Pos() != 64 {
+		t.Errorf("closed during the second record: %d records at %v, %v, cursor %d; want 2, cursor 64", k, pos, err, b.perf().Cur().Pos())
 	}
 }
 

@@ -12,6 +12,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // readRound publishes what the fake rings hold, flushes r and, with the
@@ -41,9 +44,9 @@ func readRound(b *testing.B, f *fakeRings, r *Reader, mode string, s *Sample) {
 			if rec.Type != RecordSample {
 				return errStop
 			}
-			benchSink += sumPayload(rec.Data)
+			ringtest.Sink += ringtest.Sum(rec.Data)
 			if len(rec.Wrapped) > 0 {
-				benchSink += sumPayload(rec.Wrapped)
+				ringtest.Sink += ringtest.Sum(rec.Wrapped)
 			}
 			return nil
 		})
@@ -119,7 +122,7 @@ func benchOrdered(b *testing.B, mode string, size, run int) {
 		b.StopTimer()
 		for i, rec := range recs {
 			key++
-			binary.NativeEndian.PutUint64(rec[recSampleDataOff:], key)
+			binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
 			f.rings[i/run%2].write(rec)
 		}
 		readRound(b, f, o, mode, &s)
@@ -150,7 +153,7 @@ func BenchmarkOrderedManyRings(b *testing.B) {
 					b.StopTimer()
 					for i := 0; i < per; i++ {
 						key++
-						binary.NativeEndian.PutUint64(rec[recSampleDataOff:], key)
+						binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
 						f.rings[i%busy].write(rec)
 					}
 					readRound(b, f, o, "Each", &s)

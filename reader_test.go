@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 func readN(t *testing.T, r *Reader, n int) []Sample {
@@ -454,7 +456,7 @@ func TestReaderLost(t *testing.T) {
 func TestReaderRace(t *testing.T) {
 	const rings = 2
 	n := 200000
-	if testing.Short() || raceEnabled() {
+	if testing.Short() || ringtest.RaceEnabled() {
 		n = 20000
 	}
 	f := newFakeRings(t, rings, 1<<14)
@@ -850,7 +852,7 @@ func TestReaderBadHead(t *testing.T) {
 // (poke) and do nothing then. It used to write to the closed eventfd's
 // number; the race detector sees that (make test runs with -race).
 func TestEachCtxCancelRacesClose(t *testing.T) {
-	if !raceEnabled() {
+	if !ringtest.RaceEnabled() {
 		t.Skip("shows a data race: needs -race")
 	}
 	for k := 0; k < 200; k++ {

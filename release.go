@@ -38,7 +38,7 @@ func (o *ordered) releasable(best int) bool {
 		return true // rules 2 and 3
 	}
 	for _, rb := range o.s.rings {
-		if rb.used() > o.highWater {
+		if rb.Cur().Used() > o.highWater {
 			o.pressure = true
 			return true // rule 4
 		}
@@ -61,14 +61,14 @@ func (o *ordered) scanAhead() {
 	for _, e := range o.heap {
 		i := e.ring
 		r, rb := &o.rs[i], o.s.rings[i]
-		pos := rb.cursorPos()
-		if int64(r.scanned-pos) > 0 && int64(rb.headPos()-r.scanned) >= 0 {
+		pos := rb.Cur().Pos()
+		if int64(r.scanned-pos) > 0 && int64(rb.Cur().Head()-r.scanned) >= 0 {
 			pos = r.scanned // (not past a head that skipCorrupt moved back)
 		}
-		if pos == rb.headPos() {
+		if pos == rb.Cur().Head() {
 			o.refresh(i)
 		}
-		for rb.peek(pos, &o.tmp) {
+		for rb.Peek(pos, &o.tmp) {
 			if o.tmp.Type == RecordSample {
 				o.saw(r, o.key(&o.tmp))
 			}
@@ -83,9 +83,9 @@ func (o *ordered) scanAhead() {
 // shows new records (rule 3).
 func (o *ordered) refresh(i int) {
 	rb := o.s.rings[i]
-	old := rb.headPos()
-	rb.refresh()
-	if h := rb.headPos(); h != old {
+	old := rb.Cur().Head()
+	rb.Refresh()
+	if h := rb.Cur().Head(); h != old {
 		o.mark(i, h)
 		o.look = true // the merge's view moved on: the idle rings' too
 	}

@@ -16,14 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 	"golang.org/x/sys/unix"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 // fakeBPFRings are fake BPF ring buffers, each with an eventfd standing in
 // for its map's descriptor: a commit that the kernel's rule makes wake the
 // reader (consumer_pos at the record) signals it.
 type fakeBPFRings struct {
-	rings []*fakeBPFRing
+	rings []*ringtest.RingBuf
 	fds   []int
 }
 
@@ -31,13 +34,13 @@ func newFakeBPFRings(t testing.TB, n, size int) *fakeBPFRings {
 	t.Helper()
 	f := &fakeBPFRings{}
 	for range n {
-		r := newFakeBPFRing(size)
+		r := ringtest.NewRingBuf(size)
 		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { unix.Close(fd) })
-		r.onWake = func() {
+		r.OnWake = func() {
 			var one [8]byte
 			binary.NativeEndian.PutUint64(one[:], 1)
 			unix.Write(fd, one[:])
@@ -51,9 +54,9 @@ func newFakeBPFRings(t testing.TB, n, size int) *fakeBPFRings {
 // core returns an owner core over readers of the rings.
 func (f *fakeBPFRings) core(t testing.TB) *core {
 	t.Helper()
-	var rings []ring
+	var rings []ring.Kind
 	for _, r := range f.rings {
-		rings = append(rings, r.reader(t))
+		rings = append(rings, bpfReader(t, r))
 	}
 	c, err := newCore(rings, f.fds)
 	if err != nil {
@@ -133,7 +136,7 @@ func ringBufForms(wait time.Duration) []*ringBufForm {
 			}, pb.Stats
 		}},
 		{name: "raw/Drain", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
-			b := newRawBuffer(f.rings[0].reader(t), nil)
+			b := newRawBuffer(bpfReader(t, f.rings[0]), nil)
 			return func() ([]uint64, error) {
 				var got []uint64
 				_, err := b.Drain(func(rec *Record) error {
@@ -208,13 +211,13 @@ func TestRingBufBusyEveryForm(t *testing.T) {
 		t.Run(form.name, func(t *testing.T) {
 			f := newFakeBPFRings(t, 2, 4096)
 			read, _ := form.open(t, f)
-			f.rings[0].output(t, bpfPayload(1))
-			busy, _ := f.rings[0].reserve(8)
-			f.rings[0].write(busy, bpfPayload(2))
-			behind, _ := f.rings[0].reserve(8)
-			f.rings[0].write(behind, bpfPayload(3))
-			f.rings[0].commit(behind, false) // committed behind the busy one
-			f.rings[1].output(t, bpfPayload(10))
+			f.rings[0].Output(t, bpfPayload(1))
+			busy, _ := f.rings[0].Reserve(8)
+			f.rings[0].Write(busy, bpfPayload(2))
+			behind, _ := f.rings[0].Reserve(8)
+			f.rings[0].Write(behind, bpfPayload(3))
+			f.rings[0].Commit(behind, false) // committed behind the busy one
+			f.rings[1].Output(t, bpfPayload(10))
 			want := "[1 10]"
 			if form.name == "raw/Drain" {
 				want = "[1]"
@@ -226,7 +229,7 @@ func TestRingBufBusyEveryForm(t *testing.T) {
 				t.Fatalf("first read: %v, %v; want %s", got, err, want)
 			}
 			// Still busy: the ring reads as empty, the other flows.
-			f.rings[1].output(t, bpfPayload(11))
+			f.rings[1].Output(t, bpfPayload(11))
 			want = "[11]"
 			if form.name == "raw/Drain" {
 				want = "[]"
@@ -235,7 +238,7 @@ func TestRingBufBusyEveryForm(t *testing.T) {
 			if err != nil || fmt.Sprint(got) != want {
 				t.Fatalf("while busy: %v, %v; want %s", got, err, want)
 			}
-			f.rings[0].commit(busy, false)
+			f.rings[0].Commit(busy, false)
 			within(t, "read after the commit", func() { got, err = read() })
 			if err != nil || fmt.Sprint(got) != "[2 3]" {
 				t.Fatalf("after the commit: %v, %v; want [2 3]", got, err)
@@ -247,7 +250,7 @@ func TestRingBufBusyEveryForm(t *testing.T) {
 // A Reader asleep with no timeout, at a ring whose next record is busy, is
 // woken by the record's commit: it committed everything before the record,
 // so the kernel's commit finds consumer_pos at it and wakes the reader (the
-// wake rule, bpfRing.settle), and the waiter takes that wakeup although
+// wake rule, ring.RingBuf.Settle), and the waiter takes that wakeup although
 // producer_pos did not move (the commit moves no position). Meanwhile the
 // other ring's records flow.
 func TestRingBufBusyCommitWakes(t *testing.T) {
@@ -279,10 +282,10 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 				}
 				w = pb.c.w
 			}
-			busy, _ := f.rings[0].reserve(8)
-			f.rings[0].write(busy, bpfPayload(1))
+			busy, _ := f.rings[0].Reserve(8)
+			f.rings[0].Write(busy, bpfPayload(1))
 			for seq := uint64(10); seq < 20; seq++ {
-				f.rings[1].output(t, bpfPayload(seq))
+				f.rings[1].Output(t, bpfPayload(seq))
 				within(t, "read", func() {
 					if got, err := read(); err != nil || fmt.Sprint(got) != fmt.Sprint([]uint64{seq}) {
 						t.Errorf("read = %v, %v; want %d from the other ring", got, err, seq)
@@ -310,9 +313,9 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}
-			wakes := f.rings[0].wakes.Load()
-			f.rings[0].commit(busy, false)
-			if f.rings[0].wakes.Load() != wakes+1 {
+			wakes := f.rings[0].Wakes.Load()
+			f.rings[0].Commit(busy, false)
+			if f.rings[0].Wakes.Load() != wakes+1 {
 				t.Fatal("the commit raised no wakeup: consumer_pos was not at the busy record")
 			}
 			select {
@@ -339,18 +342,18 @@ func TestRingBufBadBusyEveryForm(t *testing.T) {
 		hdr    uint32
 		reason string
 	}{
-		{"length past the producer", 64 | bpfRingBusyBit, "busy record length 64 (72 bytes with header and padding) past producer position 32"},
-		{"busy and discarded", 8 | bpfRingBusyBit | bpfRingDiscardBit, "busy and discarded at once"},
+		{"length past the producer", 64 | ring.BusyBit, "busy record length 64 (72 bytes with header and padding) past producer position 32"},
+		{"busy and discarded", 8 | ring.BusyBit | ring.DiscardBit, "busy and discarded at once"},
 		{"committed, length past the producer", 64, "record length 64 (72 bytes with header and padding) past producer position 32"},
-		{"discarded, length past the producer", 64 | bpfRingDiscardBit, "record length 64 (72 bytes with header and padding) past producer position 32"},
+		{"discarded, length past the producer", 64 | ring.DiscardBit, "record length 64 (72 bytes with header and padding) past producer position 32"},
 	} {
 		for _, form := range ringBufForms(50 * time.Millisecond) {
 			t.Run(bad.name+"/"+form.name, func(t *testing.T) {
 				f := newFakeBPFRings(t, 1, 4096)
 				read, stats := form.open(t, f)
-				f.rings[0].output(t, bpfPayload(1))
-				p, _ := f.rings[0].reserve(8)
-				f.rings[0].put(p, u32Bytes(bad.hdr))
+				f.rings[0].Output(t, bpfPayload(1))
+				p, _ := f.rings[0].Reserve(8)
+				f.rings[0].Put(p, ringtest.U32(bad.hdr))
 				var got []uint64
 				var err error
 				within(t, "read at a bad busy header", func() { got, err = read() })
@@ -364,8 +367,8 @@ func TestRingBufBadBusyEveryForm(t *testing.T) {
 				if st := stats()[0]; st.Corrupt != 1 {
 					t.Errorf("stats %+v; want the corruption counted", st)
 				}
-				f.rings[0].prod = f.rings[0].pos[1]
-				f.rings[0].output(t, bpfPayload(2))
+				f.rings[0].Prod = f.rings[0].Pos[1]
+				f.rings[0].Output(t, bpfPayload(2))
 				within(t, "read past the error", func() { got, err = read() })
 				if err != nil || fmt.Sprint(got) != "[2]" && fmt.Sprint(got) != "[1 2]" {
 					t.Fatalf("read past the error: %v, %v; want [2]", got, err)
@@ -386,30 +389,30 @@ func TestRingBufBadBusyEveryForm(t *testing.T) {
 func TestRingBufBadPositionsEveryForm(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		before func(t *testing.T, f *fakeBPFRing) // before the reader opens
-		after  func(t *testing.T, f *fakeBPFRing) // after its first read (of an empty ring)
+		before func(t *testing.T, f *ringtest.RingBuf) // before the reader opens
+		after  func(t *testing.T, f *ringtest.RingBuf) // after its first read (of an empty ring)
 		flush  bool
 		reason string
 	}{
-		{name: "producer behind consumer", after: func(t *testing.T, f *fakeBPFRing) {
-			f.output(t, bpfPayload(1))
-			f.pos[0] = 4096
+		{name: "producer behind consumer", after: func(t *testing.T, f *ringtest.RingBuf) {
+			f.Output(t, bpfPayload(1))
+			f.Pos[0] = 4096
 		}, reason: "4096"},
-		{name: "producer behind consumer after Flush", after: func(t *testing.T, f *fakeBPFRing) {
-			f.output(t, bpfPayload(1))
-			f.pos[0] = 4096
+		{name: "producer behind consumer after Flush", after: func(t *testing.T, f *ringtest.RingBuf) {
+			f.Output(t, bpfPayload(1))
+			f.Pos[0] = 4096
 		}, flush: true, reason: "4096"},
-		{name: "producer behind consumer at open, after Flush", before: func(t *testing.T, f *fakeBPFRing) {
-			f.output(t, bpfPayload(1))
-			f.pos[0] = 4096
-		}, after: func(*testing.T, *fakeBPFRing) {}, flush: true, reason: "consumer position 4096 past producer position 16"},
-		{name: "consumer ahead at open", before: func(t *testing.T, f *fakeBPFRing) {
-			f.pos[0] = 16
-		}, after: func(t *testing.T, f *fakeBPFRing) {
-			f.output(t, make([]byte, 24)) // the kernel writes past it: 0 to 32
+		{name: "producer behind consumer at open, after Flush", before: func(t *testing.T, f *ringtest.RingBuf) {
+			f.Output(t, bpfPayload(1))
+			f.Pos[0] = 4096
+		}, after: func(*testing.T, *ringtest.RingBuf) {}, flush: true, reason: "consumer position 4096 past producer position 16"},
+		{name: "consumer ahead at open", before: func(t *testing.T, f *ringtest.RingBuf) {
+			f.Pos[0] = 16
+		}, after: func(t *testing.T, f *ringtest.RingBuf) {
+			f.Output(t, make([]byte, 24)) // the kernel writes past it: 0 to 32
 		}, reason: "consumer position 16 past producer position 0"},
-		{name: "consumer written while quiet", after: func(t *testing.T, f *fakeBPFRing) {
-			f.pos[0] = 8
+		{name: "consumer written while quiet", after: func(t *testing.T, f *ringtest.RingBuf) {
+			f.Pos[0] = 8
 		}, reason: "consumer position changed from 0 to 8 by another writer"},
 	} {
 		for _, form := range ringBufForms(50 * time.Millisecond) {
@@ -448,11 +451,11 @@ func TestRingBufBadPositionsEveryForm(t *testing.T) {
 				}
 				// On from producer_pos.
 				r := f.rings[0]
-				if r.pos[0] != r.pos[1] {
-					t.Fatalf("consumer_pos %d, producer_pos %d after the error", r.pos[0], r.pos[1])
+				if r.Pos[0] != r.Pos[1] {
+					t.Fatalf("consumer_pos %d, producer_pos %d after the error", r.Pos[0], r.Pos[1])
 				}
-				r.prod = r.pos[1]
-				r.output(t, bpfPayload(2))
+				r.Prod = r.Pos[1]
+				r.Output(t, bpfPayload(2))
 				within(t, "read past the error", func() { got, err = read() })
 				if tc.flush && len(got) == 0 && (err == nil || errors.Is(err, ErrFlushed)) {
 					// The Flush is done once the error is reported.
@@ -478,12 +481,12 @@ func TestRingBufCloseLedger(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/read %d", form, read), func(t *testing.T) {
 				f := newFakeBPFRings(t, 1, 4096)
 				for seq := range uint64(outputs) {
-					p, ok := f.rings[0].reserve(8)
+					p, ok := f.rings[0].Reserve(8)
 					if !ok {
 						t.Fatal("no room")
 					}
-					f.rings[0].write(p, bpfPayload(seq))
-					f.rings[0].commit(p, discarded(seq))
+					f.rings[0].Write(p, bpfPayload(seq))
+					f.rings[0].Commit(p, discarded(seq))
 				}
 				var stats func() []Stats
 				var closer func() error
@@ -520,5 +523,52 @@ func TestRingBufCloseLedger(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Poll over a BPF ring buffer does not sleep on a record that no wakeup will announce: one
+// committed while the drain before was still behind it (the reader read its header busy,
+// the kernel's commit then found consumer_pos short of it, the reader stored consumer_pos
+// up to it). Poll settles the ring first, as a Reader's read does, and drains it. It used to
+// wait its whole timeout and return 0, the record left in the ring (with no timeout, for
+// good).
+func TestPollRingBufMissedWakeup(t *testing.T) {
+	f := ringtest.NewRingBuf(4096)
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	f.OnWake = func() {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		unix.Write(fd, one[:])
+	}
+	c, err := newCore([]ring.Kind{bpfReader(t, f)}, []int{fd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	pb := newPerfBuffer(c, &Options{SampleFunc: func(_ int, data []byte) { got = append(got, data[0]) }})
+	defer pb.Close()
+
+	f.Output(t, []byte{1, 0, 0, 0, 0, 0, 0, 0}) // wakes: consumer_pos is at it
+	busy, ok := f.Reserve(8)                    // reserved before the wait looks
+	if !ok {
+		t.Fatal("no room")
+	}
+	f.Write(busy, []byte{2, 0, 0, 0, 0, 0, 0, 0})
+	if n, err := pb.Poll(time.Second); n != 1 || err != nil {
+		t.Fatalf("first Poll = %d, %v; want the first record", n, err)
+	}
+	f.CommitMissed(busy)
+	const timeout = 500 * time.Millisecond
+	start := time.Now()
+	n, err := pb.Poll(timeout)
+	if took := time.Since(start); n != 1 || err != nil || took >= timeout {
+		t.Fatalf("second Poll = %d, %v after %v; want the second record at once", n, err, took)
+	}
+	if fmt.Sprint(got) != "[1 2]" {
+		t.Errorf("delivered %v, want [1 2]", got)
 	}
 }

@@ -18,12 +18,13 @@ import (
 	"syscall"
 
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
 
 // ringBufSource is a set of BPF ring buffers opened for one reader.
 type ringBufSource struct {
-	rings    []*bpfRing
+	rings    []*ring.RingBuf
 	fds      []int    // ring i's map descriptor, one in owned: a wait polls it
 	names    []string // ring i's map name
 	ids      []uint32 // claimed until close
@@ -125,11 +126,11 @@ func (s *ringBufSource) add(fd int, info mapDesc) error {
 		return fmt.Errorf("%v (id %d): %w", info, info.id, ErrMapInUse)
 	}
 	s.ids = append(s.ids, info.id)
-	rb, err := newBPFRing(-1, fd, int(info.maxEntries))
+	rb, err := ring.NewRingBuf(-1, fd, int(info.maxEntries))
 	if err != nil {
 		return fmt.Errorf("ring buffer %q: %w", info.name, err)
 	}
-	rb.setIndex(len(s.rings))
+	rb.Cur().SetIndex(len(s.rings))
 	s.rings, s.fds, s.names = append(s.rings, rb), append(s.fds, fd), append(s.names, info.name)
 	return nil
 }
@@ -172,8 +173,8 @@ func (s *ringBufSource) inner(m mapArg, ro ringOptions) ([]mapArg, error) {
 
 // opened returns the rings; a wait polls each map's descriptor, which
 // the kernel makes readable while its ring holds records.
-func (s *ringBufSource) opened() ([]ring, []int) {
-	out := make([]ring, len(s.rings))
+func (s *ringBufSource) opened() ([]ring.Kind, []int) {
+	out := make([]ring.Kind, len(s.rings))
 	for i, rb := range s.rings {
 		out[i] = rb
 	}
@@ -181,16 +182,16 @@ func (s *ringBufSource) opened() ([]ring, []int) {
 }
 
 // A ring buffer is every CPU's: no CPU coming online needs a ring.
-func (s *ringBufSource) addNew(func(ring, int) error) error { return nil }
+func (s *ringBufSource) addNew(func(ring.Kind, int) error) error { return nil }
 
 // view returns a new reader over ring i's mapping, with positions of its own.
-func (s *ringBufSource) view(i int) (ring, error) {
+func (s *ringBufSource) view(i int) (ring.Ring, error) {
 	r := s.rings[i]
-	v, err := newBPFRingFromParts(r.cpu, r.consumer, r.producer, r.data)
+	v, err := r.View()
 	if err != nil {
 		return nil, err
 	}
-	v.setIndex(i)
+	v.Cur().SetIndex(i)
 	return v, nil
 }
 
@@ -234,7 +235,7 @@ func (s *ringBufSource) unlink() {
 // close unmaps the rings and frees the rest.
 func (s *ringBufSource) close() {
 	for _, rb := range s.rings {
-		_ = rb.close()
+		_ = rb.Close()
 	}
 	s.epMu.Lock()
 	if s.epfd >= 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,13 +46,13 @@ type rings struct {
 	epfd  int          // cs[0]'s epoll set (EpollFD), over every ring
 	// openCPU opens a ring on a CPU that came online: openOne, but in
 	// tests.
-	openCPU func(cpu int32) (*perfRing, int, ringSrc, error)
+	openCPU func(cpu int32) (*ring.Perf, int, ringSrc, error)
 
 	mu   sync.RWMutex
-	cpus []int32     // cpus[i] is the CPU behind buffer index i
-	ring []*perfRing // the owner's reader of ring i
-	fds  []int       // ring i's perf event descriptor
-	src  []ringSrc   // where ring i is in its opening
+	cpus []int32      // cpus[i] is the CPU behind buffer index i
+	ring []*ring.Perf // the owner's reader of ring i
+	fds  []int        // ring i's perf event descriptor
+	src  []ringSrc    // where ring i is in its opening
 
 	failures *failureMap // Options.FailureMap, or nil; closed with the rings
 }
@@ -126,10 +127,10 @@ func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, er
 }
 
 // push appends a ring and returns its buffer index.
-func (r *rings) push(cpu int32, rb *perfRing, fd int, src ringSrc) int {
+func (r *rings) push(cpu int32, rb *ring.Perf, fd int, src ringSrc) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rb.setIndex(len(r.ring))
+	rb.Cur().SetIndex(len(r.ring))
 	r.cpus = append(r.cpus, cpu)
 	r.ring = append(r.ring, rb)
 	r.fds = append(r.fds, fd)
@@ -154,7 +155,7 @@ func (r *rings) add(cpu int) (int, error) {
 // fails once the ring is stored, it empties the CPU's slot and closes the
 // ring: outputs there then fail (ENOENT) rather than fill a ring nobody
 // reads.
-func (r *rings) openOne(cpu int32) (_ *perfRing, _ int, _ ringSrc, err error) {
+func (r *rings) openOne(cpu int32) (_ *ring.Perf, _ int, _ ringSrc, err error) {
 	c, err := openPerfEvents(r.mapFD, r.cfg, []int32{cpu})
 	if err != nil {
 		return nil, 0, ringSrc{}, err
@@ -180,10 +181,10 @@ func (r *rings) openOne(cpu int32) (_ *perfRing, _ int, _ ringSrc, err error) {
 }
 
 // opened returns the rings opened so far, for the owner core.
-func (r *rings) opened() ([]ring, []int) {
+func (r *rings) opened() ([]ring.Kind, []int) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]ring, len(r.ring))
+	out := make([]ring.Kind, len(r.ring))
 	for i, rb := range r.ring {
 		out[i] = rb
 	}
@@ -192,7 +193,7 @@ func (r *rings) opened() ([]ring, []int) {
 
 // addNew opens a ring for each CPU that came online since the last call
 // (hotplug.go) and calls add with it and its perf event.
-func (r *rings) addNew(add func(rb ring, fd int) error) error {
+func (r *rings) addNew(add func(rb ring.Kind, fd int) error) error {
 	return r.addNewCPUs(func(i int) error { return add(r.ring[i], r.fds[i]) })
 }
 
@@ -200,7 +201,7 @@ func (r *rings) addNew(add func(rb ring, fd int) error) error {
 func (r *rings) epollFD() (int, error) { return r.epfd, nil }
 
 // view returns a new reader of ring i's mapping, with positions of its own.
-func (r *rings) view(i int) (ring, error) {
+func (r *rings) view(i int) (ring.Ring, error) {
 	r.mu.RLock()
 	src, cpu := r.src[i], r.cpus[i]
 	r.mu.RUnlock()
@@ -208,16 +209,16 @@ func (r *rings) view(i int) (ring, error) {
 	if err != nil {
 		return nil, err
 	}
-	rb.setIndex(i)
+	rb.Cur().SetIndex(i)
 	return rb, nil
 }
 
-func (s ringSrc) view(cpu int32) (*perfRing, error) {
+func (s ringSrc) view(cpu int32) (*ring.Perf, error) {
 	base, size, err := s.c.ring(s.j)
 	if err != nil {
 		return nil, err
 	}
-	return newPerfRing(int(cpu), base, size)
+	return ring.NewPerf(int(cpu), base, size)
 }
 
 // unlink takes the rings out of the map and waits until no output that

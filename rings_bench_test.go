@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 const (
@@ -108,7 +110,7 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 		b.StopTimer()
 		for _, i := range rings {
 			key++ // timestamps: increasing across the rings
-			binary.NativeEndian.PutUint64(rec[recSampleDataOff:], key)
+			binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
 			if !f.rings[i].write(rec) {
 				b.Fatalf("ring %d full", i)
 			}

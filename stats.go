@@ -4,6 +4,8 @@ package perfbuf
 
 // What is counted per ring: Stats, and the BPF side's failed outputs.
 
+import "github.com/perfbuf/perfbuf/internal/ring"
+
 // Stats counts what was read from one ring. Every mode reports the same
 // fields; those a mode has no use for stay zero.
 //
@@ -68,4 +70,11 @@ type Failures struct {
 // Total is the number of failed calls of every cause.
 func (f Failures) Total() uint64 {
 	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other + f.Full
+}
+
+// setCounts puts what a ring parsed, c, on st: every count but the owner's
+// (Late, Dropped, Left) and the reads' (Fill, Size, Failed).
+func (st *Stats) setCounts(c *ring.Counts) {
+	st.Samples, st.Bytes, st.Lost, st.Other, st.Discarded = c.Samples, c.Bytes, c.Lost, c.Other, c.Discarded
+	st.Corrupt, st.CorruptBytes, st.MaxFill = c.Corrupt, c.CorruptBytes, c.MaxFill
 }

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package ring
 
-// This file is the BPF ring buffer kind (BPF_MAP_TYPE_RINGBUF): one ring shared by every CPU,
-// parsed in place without cgo, with the same methods as the perf ring kind so that one core
-// drives both. The protocol is the kernel's (kernel/bpf/ringbuf.c) as libbpf reads it
+// The BPF ring buffer kind (BPF_MAP_TYPE_RINGBUF): one ring shared by every CPU (or one CPU's,
+// in an array of ring buffers), parsed in place. Its loads and stores of the positions and
+// headers, its parse and its wake rule are here; the cursor over them is cursor.go's. The protocol is the kernel's (kernel/bpf/ringbuf.c) as libbpf reads it
 // (src/ringbuf.c, ringbuf_process_ring).
 //
 // Memory. The map's mmap has three parts: consumer_pos, alone on a page the reader may write
@@ -47,63 +47,38 @@ const (
 	bpfRingHdrRound   = bpfRingHdrSize + 8 - 1 // len + this, &^ 7: round_up(len + 8, 8)
 )
 
-// bpfRing reads one BPF ring buffer map in place. Like the perf ring kind it owns its memory
-// and positions, parses the record at a position and commits; who waits, who closes and which
-// record a policy wants next are the core's.
+// RingBuf reads one BPF ring buffer map in place.
 //
-// Concurrency: one goroutine uses a bpfRing (every method but used, which loads two positions
-// atomically and may run anywhere). The producers are BPF programs on any CPU: they reserve
+// Concurrency: one goroutine uses a RingBuf (every method but Used, Positions and Progress,
+// which load positions atomically and may run anywhere). The producers are BPF programs on any CPU: they reserve
 // space (advancing producer_pos) and commit records (clearing the busy bit) while the reader
-// parses and stores consumer_pos. bpfRing holds no lock and never blocks.
+// parses and stores consumer_pos. RingBuf holds no lock and never blocks.
 //
 // Reading works with a cursor and a head snapshot, as for the perf ring: begin takes both
 // (cursor = consumer_pos, head = producer_pos), next and each parse from the cursor up to the
 // snapshot and never beyond it, commit stores consumer_pos. A record still busy ends the
 // parse like the end of the snapshot does. After a *CorruptError, parsing keeps returning it
 // until skipCorrupt.
-type bpfRing struct {
-	index    int // the owner's buffer index, for Record.Ring and errors
-	cpu      int
+type RingBuf struct {
+	Cursor
 	consumer *uint64 // consumer_pos: ours to write, the kernel reads it
 	producer *uint64 // producer_pos: the kernel's, read-only to us
 	data     []byte  // the data area mapped twice: len is 2*size, cap too
 	mask     uint64  // size-1
 
-	// Positions, free-running (see the invariants at the top of the file).
-	tail   uint64 // consumer_pos as last loaded (begin) or stored (commit)
-	cursor uint64 // next record to parse
-	head   uint64 // producer_pos snapshot
-
-	// counted is the position up to which records were counted, so that records read again
-	// after begin are not counted twice. It lags: the records up to the cursor are counted
-	// too, so it is max(counted, cursor) that counts, and begin, which moves the cursor back,
-	// brings it up to date first (the parse loops need not store it per record).
-	counted uint64
-
-	corrupt *CorruptError // sticky until skipCorrupt
-	badPos  bool          // corrupt is about the positions, not a record: it stops parsing everywhere
-	// ignored is an unaligned producer_pos that skipCorrupt passed over: snapshots see nothing
-	// new while producer_pos keeps that value.
-	ignored  uint64
-	ignoring bool
-
-	stats Stats // Discarded: records the programs discarded (bpf_ringbuf_discard), skipped
-
-	// maps are the two mmaps of newBPFRing, unmapped by close; nil for Go memory.
+	// maps are the two mmaps of NewRingBuf, unmapped by Close; nil for Go memory.
 	maps [2][]byte
 
-	// settleHook, if set, runs in settle between the store of consumer_pos and the second
+	// SettleHook, if set, runs in Settle between the store of consumer_pos and the second
 	// look at the ring: tests put a producer there.
-	settleHook func()
+	SettleHook func()
 }
-
-var _ ring = (*bpfRing)(nil) // the contract of ring.go
 
 // newBPFRingFromParts builds a reader over positions and a data area given separately; tests
 // use it with Go memory. data is the area mapped twice, len(data) == 2*size, size a power of
 // two >= 8; data's first half must be mirrored in its second as the double mapping does.
 // data must be 8-aligned. Errors wrap os.ErrInvalid.
-func newBPFRingFromParts(cpu int, consumer *uint64, producer *uint64, data []byte) (*bpfRing, error) {
+func NewRingBufFromParts(cpu int, consumer *uint64, producer *uint64, data []byte) (*RingBuf, error) {
 	if consumer == nil || producer == nil {
 		return nil, fmt.Errorf("new BPF ring buffer: nil position: %w", os.ErrInvalid)
 	}
@@ -119,17 +94,18 @@ func newBPFRingFromParts(cpu int, consumer *uint64, producer *uint64, data []byt
 	if uintptr(unsafe.Pointer(unsafe.SliceData(data)))%8 != 0 {
 		return nil, fmt.Errorf("new BPF ring buffer: data not 8-aligned: %w", os.ErrInvalid)
 	}
-	r := &bpfRing{
-		cpu:      cpu,
+	r := &RingBuf{
 		consumer: consumer,
 		producer: producer,
 		data:     data[:len(data):len(data)],
 		mask:     uint64(size - 1),
-		stats:    Stats{CPU: cpu},
+	}
+	name := "BPF ring buffer"
+	if cpu >= 0 {
+		name = fmt.Sprintf("BPF ring buffer cpu %d", cpu)
 	}
 	// Our own position: pairs with our stores in commit (the kernel only reads it).
-	r.tail = atomic.LoadUint64(consumer)
-	r.cursor, r.head, r.counted = r.tail, r.tail, r.tail
+	r.init(cpu, uint64(size), name, r, atomic.LoadUint64(consumer))
 	// Positions that cannot be valid now are the first read's to report: once the kernel
 	// wrote past a consumer_pos ahead of producer_pos, nothing would tell that the reader
 	// starts in the middle of a record.
@@ -147,7 +123,7 @@ func newBPFRingFromParts(cpu int, consumer *uint64, producer *uint64, data []byt
 //
 // Errors wrap os.ErrInvalid for a size that is not a power-of-two multiple of the page size,
 // and the mmap's errno (unix.Errno) when the kernel refuses.
-func newBPFRing(cpu int, mapFD int, size int) (*bpfRing, error) {
+func NewRingBuf(cpu int, mapFD int, size int) (*RingBuf, error) {
 	page := os.Getpagesize()
 	if size < page || size&(size-1) != 0 || size > (math.MaxInt-page)/2 {
 		return nil, fmt.Errorf("new BPF ring buffer: size %d is not a power-of-two multiple of the %d-byte page: %w", size, page, os.ErrInvalid)
@@ -163,7 +139,7 @@ func newBPFRing(cpu int, mapFD int, size int) (*bpfRing, error) {
 	}
 	// consumer_pos and producer_pos are the first words of their pages (struct bpf_ringbuf
 	// keeps each page-aligned).
-	r, err := newBPFRingFromParts(cpu, (*uint64)(unsafe.Pointer(&cons[0])), (*uint64)(unsafe.Pointer(&prod[0])), prod[page:])
+	r, err := NewRingBufFromParts(cpu, (*uint64)(unsafe.Pointer(&cons[0])), (*uint64)(unsafe.Pointer(&prod[0])), prod[page:])
 	if err != nil {
 		_ = unix.Munmap(prod)
 		_ = unix.Munmap(cons)
@@ -173,11 +149,11 @@ func newBPFRing(cpu int, mapFD int, size int) (*bpfRing, error) {
 	return r, nil
 }
 
-// close unmaps the ring mapped by newBPFRing and points the ring at memory of its own, an
+// Close unmaps the ring mapped by NewRingBuf and points the ring at memory of its own, an
 // empty ring, so that a late call reads no freed mapping. No other method may run during
 // close; every Record read from the ring is invalid after it. close is idempotent, and does
 // nothing for Go memory but the same switch.
-func (r *bpfRing) close() error {
+func (r *RingBuf) Close() error {
 	var err error
 	for i := len(r.maps) - 1; i >= 0; i-- {
 		if r.maps[i] != nil {
@@ -189,28 +165,17 @@ func (r *bpfRing) close() error {
 	}
 	pos := new([2]uint64) // consumer and producer at 0: empty
 	r.consumer, r.producer = &pos[0], &pos[1]
-	r.data, r.mask = make([]byte, 16), 7
+	r.data, r.mask, r.size = make([]byte, 16), 7, 8
 	r.tail, r.cursor, r.head, r.counted = 0, 0, 0, 0
 	r.corrupt, r.badPos, r.ignoring = nil, false, false
 	return err
 }
 
-// name is the ring's name in errors.
-func (r *bpfRing) name() string {
-	if r.cpu < 0 {
-		return "BPF ring buffer"
-	}
-	return fmt.Sprintf("BPF ring buffer cpu %d", r.cpu)
-}
-
-// size returns the data area's size: the map's max_entries.
-func (r *bpfRing) size() int { return len(r.data) / 2 }
-
 // loadProducer loads producer_pos. Acquire: pairs with the kernel's smp_store_release of
 // producer_pos in __bpf_ringbuf_reserve, which follows its write of the new record's busy
 // header, so the headers below the returned position are written once it returns (libbpf:
 // smp_load_acquire(r->producer_pos) in ringbuf_process_ring).
-func (r *bpfRing) loadProducer() uint64 { return atomic.LoadUint64(r.producer) }
+func (r *RingBuf) loadProducer() uint64 { return atomic.LoadUint64(r.producer) }
 
 // loadHeader loads the len word of the record header at pos, which the invariants place in
 // the first copy of the data area (pos&mask <= size-8). Acquire: pairs with the kernel's
@@ -218,36 +183,24 @@ func (r *bpfRing) loadProducer() uint64 { return atomic.LoadUint64(r.producer) }
 // sample), so a header without the busy bit comes with its sample written (libbpf:
 // smp_load_acquire(len_ptr) in ringbuf_process_ring). The kernel writes it in its own byte
 // order: a plain 32-bit load reads it so.
-func (r *bpfRing) loadHeader(pos uint64) uint32 {
+func (r *RingBuf) loadHeader(pos uint64) uint32 {
 	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[pos&r.mask])))
 }
 
-// store publishes consumer_pos = pos. Go's atomic store is sequentially consistent: it
+// storeConsumer publishes consumer_pos = pos. Go's atomic store is sequentially consistent: it
 // releases our reads of the records before pos to the kernel's smp_load_acquire of
 // consumer_pos in __bpf_ringbuf_reserve (which then reuses their space), and it is the full
 // barrier that settle's wake rule needs against the kernel's xchg + smp_load_acquire in
 // bpf_ringbuf_commit (libbpf: smp_store_release(r->consumer_pos) in ringbuf_process_ring).
-func (r *bpfRing) store(pos uint64) {
-	r.tail = pos
+func (r *RingBuf) storeConsumer(pos uint64) {
 	atomic.StoreUint64(r.consumer, pos)
 }
 
-// used returns the bytes between consumer_pos and producer_pos, loaded afresh, clamped to
-// [0, size()]. It may run on any goroutine.
-func (r *bpfRing) used() int {
-	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
-	d := r.loadProducer() - c
-	if int64(d) < 0 {
-		return 0
-	}
-	return int(min(d, uint64(r.size())))
-}
-
-// begin starts a read: tail and cursor = consumer_pos loaded afresh, head = producer_pos.
+// Begin starts a read: tail and cursor = consumer_pos loaded afresh, head = producer_pos.
 // Records read but not committed are read again (and not counted again). A consumer_pos
 // that someone else wrote, or positions that cannot be valid, make parsing return a
 // *CorruptError.
-func (r *bpfRing) begin() {
+func (r *RingBuf) Begin() {
 	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
 	if c != r.tail {
 		// Only this reader stores consumer_pos: another consumer, or a stray write.
@@ -262,12 +215,12 @@ func (r *bpfRing) begin() {
 	}
 }
 
-// refresh takes a new head snapshot and keeps the cursor.
-func (r *bpfRing) refresh() { r.snapshot() }
+// Refresh takes a new head snapshot and keeps the cursor.
+func (r *RingBuf) Refresh() { r.snapshot() }
 
 // snapshot loads producer_pos into head if it is valid against tail and the previous head;
 // otherwise it records a position error (unless an error is pending) and leaves head alone.
-func (r *bpfRing) snapshot() bool {
+func (r *RingBuf) snapshot() bool {
 	p := r.loadProducer()
 	if r.ignoring && p == r.ignored && r.corrupt == nil {
 		return false // passed over by skipCorrupt: nothing new
@@ -277,14 +230,14 @@ func (r *bpfRing) snapshot() bool {
 		return false
 	}
 	r.head, r.ignoring = p, false
-	r.stats.MaxFill = max(r.stats.MaxFill, int(p-r.tail))
+	r.counts.MaxFill = max(r.counts.MaxFill, int(p-r.tail))
 	return true
 }
 
 // checkPos says what is wrong with tail and a producer position p, or "" if they can be the
 // kernel's. The kernel's positions are 8-aligned (records are), and __bpf_ringbuf_reserve
 // keeps producer_pos - consumer_pos <= size-1.
-func (r *bpfRing) checkPos(p uint64) string {
+func (r *RingBuf) checkPos(p uint64) string {
 	t, size := r.tail, r.mask+1
 	switch {
 	case t&7 != 0:
@@ -301,34 +254,19 @@ func (r *bpfRing) checkPos(p uint64) string {
 	return ""
 }
 
-// failPos records a position error, unless an error is pending. Pos is the consumer
-// position, Size the producer position.
-func (r *bpfRing) failPos(c, p uint64, reason string) {
-	if r.corrupt == nil {
-		r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: c, Size: p, Reason: reason}
-		r.badPos = true
-	}
-}
-
-// moved reports whether producer_pos p differs from the head snapshot, an ignored value
-// aside.
-func (r *bpfRing) moved(p uint64) bool {
-	return p != r.head && !(r.ignoring && p == r.ignored)
-}
-
-// quiet reports that the cursor is at the head snapshot, no error is pending, producer_pos
+// Quiet reports that the cursor is at the head snapshot, no error is pending, producer_pos
 // has not moved since the snapshot and consumer_pos is still the tail: nothing to parse,
 // and nothing for refresh to do. A consumer_pos that someone else wrote is begin's to
 // report, on the read that meets it.
-func (r *bpfRing) quiet() bool {
+func (r *RingBuf) Quiet() bool {
 	return r.cursor == r.head && r.corrupt == nil && !r.moved(r.loadProducer()) &&
 		atomic.LoadUint64(r.consumer) == r.tail // ours; pairs with store
 }
 
-// stalled reports that the record at the cursor is reserved and not yet submitted (busy):
+// Stalled reports that the record at the cursor is reserved and not yet submitted (busy):
 // the ring is as good as empty until the program commits it, and the kernel's commit will
 // wake the reader once consumer_pos is at it (see settle).
-func (r *bpfRing) stalled() bool {
+func (r *RingBuf) Stalled() bool {
 	if r.corrupt != nil {
 		return false
 	}
@@ -336,37 +274,16 @@ func (r *bpfRing) stalled() bool {
 	return kind == atBusy
 }
 
-// pending returns the bytes between the cursor and the head snapshot.
-func (r *bpfRing) pending() int { return int(r.head - r.cursor) }
-
-// cursorPos returns the cursor: where the next record starts.
-func (r *bpfRing) cursorPos() uint64 { return r.cursor }
-
-// counts returns what the ring parsed: Samples and Bytes (each sample counted once, the
-// first time it is parsed), Corrupt and CorruptBytes (skipCorrupt), MaxFill (the fullest
-// head snapshot). The discarded records are discarded's.
-func (r *bpfRing) counts() *Stats { return &r.stats }
-
-// discarded returns how many records the programs discarded (BPF_RINGBUF_DISCARD_BIT) that
-// parsing skipped, each counted once.
-func (r *bpfRing) discarded() uint64 { return r.stats.Discarded }
-
 // positions loads consumer_pos (ours; pairs with store) and producer_pos (acquire, see
-// loadProducer).
-func (r *bpfRing) positions() (consumer, producer uint64) {
+// loadProducer): the cursor's memory.
+func (r *RingBuf) positions() (consumer, producer uint64) {
 	return atomic.LoadUint64(r.consumer), r.loadProducer()
 }
 
-// setIndex gives the ring its owner's buffer index.
-func (r *bpfRing) setIndex(i int) { r.index, r.stats.Ring = i, i }
+// Cur returns the ring's cursor.
+func (r *RingBuf) Cur() *Cursor { return &r.Cursor }
 
-// cpuNum returns the ring's CPU, or -1 for a ring shared by CPUs.
-func (r *bpfRing) cpuNum() int { return r.cpu }
-
-// loadHead loads producer_pos (see loadProducer).
-func (r *bpfRing) loadHead() uint64 { return r.loadProducer() }
-
-// progress is producer_pos, plus one while the record at consumer_pos is busy: the waiter
+// Progress is producer_pos, plus one while the record at consumer_pos is busy: the waiter
 // sees a change when that record is committed, which moves no position but is what wakes a
 // reader stalled at it (see settle). producer_pos is 8-aligned, so the two cannot be
 // confused (an unaligned one is corrupt). Any goroutine may call it: it loads consumer_pos
@@ -374,7 +291,7 @@ func (r *bpfRing) loadHead() uint64 { return r.loadProducer() }
 // consumer_pos (acquire, see loadHeader; in the area whatever consumer_pos holds), and
 // reads nothing the reader's goroutine writes but the mapping, which close swaps only once
 // no wait runs.
-func (r *bpfRing) progress() uint64 {
+func (r *RingBuf) Progress() uint64 {
 	c := atomic.LoadUint64(r.consumer)
 	p := r.loadProducer()
 	if c != p && c&7 == 0 && r.loadHeader(c)&bpfRingBusyBit != 0 { // (an aligned load only)
@@ -383,23 +300,14 @@ func (r *bpfRing) progress() uint64 {
 	return p
 }
 
-// failed reports whether a CorruptError is pending; isCorrupt whether err is it.
-func (r *bpfRing) failed() bool { return r.corrupt != nil }
-
-func (r *bpfRing) isCorrupt(err error) bool { return r.corrupt != nil && err == error(r.corrupt) }
-
-// headPos and tailPos return the head snapshot and the tail.
-func (r *bpfRing) headPos() uint64 { return r.head }
-func (r *bpfRing) tailPos() uint64 { return r.tail }
-
-// reached reports whether a reader whose oldest record not delivered is at oldest has
+// Reached reports whether a reader whose oldest record not delivered is at oldest has
 // delivered everything below to, an earlier head snapshot: oldest is at or past it, to is
 // an unaligned producer position that skipCorrupt passed over, or the ring is stalled at
 // oldest (a busy record: nothing more to deliver now). Not with an error pending, nor with
 // consumer_pos written by someone else, or producer_pos behind it or behind the head
 // snapshot (which quiet and begin see): the read must meet those and report them.
-func (r *bpfRing) reached(oldest, to uint64) bool {
-	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored || oldest == r.cursor && r.stalled()) {
+func (r *RingBuf) Reached(oldest, to uint64) bool {
+	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored || oldest == r.cursor && r.Stalled()) {
 		return false
 	}
 	// Once per ring and flush (a ring reached is not asked again): the positions as the
@@ -408,17 +316,17 @@ func (r *bpfRing) reached(oldest, to uint64) bool {
 	return c == r.tail && int64(p-c) >= 0 && int64(p-r.head) >= 0
 }
 
-// left counts the committed samples from oldest (or consumer_pos, if it is further) to
+// Left counts the committed samples from oldest (or consumer_pos, if it is further) to
 // producer_pos: what Close leaves unread; and the discarded records among them that were not
 // counted yet (Stats.Discarded then counts every discarded record that reached the ring). A
 // record still busy ends the count (the program has not committed it), as does one that
 // cannot be valid. A ring buffer reports no lost records: lost is 0. It moves nothing.
-func (r *bpfRing) left(oldest uint64) (samples, lost, discarded uint64) {
+func (r *RingBuf) Left(oldest uint64) (samples, lost, discarded uint64) {
 	if c := atomic.LoadUint64(r.consumer); int64(c-oldest) > 0 { // ours; pairs with store
 		oldest = c
 	}
 	p := r.loadProducer()
-	if int64(p-oldest) < 0 || p-oldest >= uint64(r.size()) || (p|oldest)&7 != 0 {
+	if int64(p-oldest) < 0 || p-oldest >= r.size || (p|oldest)&7 != 0 {
 		return 0, 0, 0
 	}
 	// The discarded records before the count's mark were counted when parsed (see counted).
@@ -444,13 +352,6 @@ func (r *bpfRing) left(oldest uint64) (samples, lost, discarded uint64) {
 	return samples, 0, discarded
 }
 
-// blocked reports whether the pending error, if any, stops parsing at the cursor: a
-// position error stops it everywhere, a corrupt record once the cursor reaches it (after
-// begin the cursor can be behind it: the records before it are read again).
-func (r *bpfRing) blocked() bool {
-	return r.corrupt != nil && (r.badPos || int64(r.cursor-r.corrupt.Pos) >= 0)
-}
-
 // What the record at a position is (see at).
 const (
 	atEnd     = iota // the head snapshot: no record
@@ -466,7 +367,7 @@ const (
 // publishes producer_pos past the record, and bpf_ringbuf_commit clears the busy bit in the
 // same exchange that sets the discard bit, so a busy record that runs past the head
 // snapshot, or one busy and discarded at once, cannot be the kernel's.
-func (r *bpfRing) at(pos uint64) (kind int, hdr uint32, size uint64) {
+func (r *RingBuf) at(pos uint64) (kind int, hdr uint32, size uint64) {
 	if pos == r.head {
 		return atEnd, 0, 0
 	}
@@ -486,22 +387,22 @@ func (r *bpfRing) at(pos uint64) (kind int, hdr uint32, size uint64) {
 // fill sets rec to the sample at pos. The payload is one piece: the record ends by the head
 // snapshot, so within size-8 bytes of pos, and the second copy of the area continues the
 // first.
-func (r *bpfRing) fill(rec *Record, pos uint64, hdr uint32, size uint64) {
+func (r *RingBuf) fill(rec *Record, pos uint64, hdr uint32, size uint64) {
 	off := pos&r.mask + bpfRingHdrSize
 	end := off + uint64(hdr&bpfRingLenMask)
-	rec.Type, rec.Ring, rec.CPU, rec.Pos, rec.Next = RecordSample, r.index, r.cpu, pos, pos+size
+	rec.Type, rec.Ring, rec.CPU, rec.Pos, rec.Next = Sample, r.index, r.cpu, pos, pos+size
 	rec.Data, rec.Wrapped, rec.Lost, rec.Key, rec.Late = r.data[off:end:end], nil, 0, 0, false
 }
 
-// next parses the record at the cursor into rec and moves the cursor past it. It returns
+// Next parses the record at the cursor into rec and moves the cursor past it. It returns
 // false, nil at the end of the head snapshot or at a record still busy (call refresh or
-// begin for more), and false with a *CorruptError for a record or positions that cannot be
+// Begin for more), and false with a *CorruptError for a record or positions that cannot be
 // valid; the cursor stays and next keeps returning that error until skipCorrupt. Discarded
 // records are skipped and counted (discarded), never returned. rec is left alone when next
 // returns false.
 //
 // rec.Data aliases ring memory until consumer_pos is committed past rec.Next.
-func (r *bpfRing) next(rec *Record) (bool, error) {
+func (r *RingBuf) Next(rec *Record) (bool, error) {
 	for {
 		if r.blocked() {
 			return false, r.corrupt
@@ -519,21 +420,21 @@ func (r *bpfRing) next(rec *Record) (bool, error) {
 		r.cursor = pos + size
 		if kind == atDiscard {
 			if count {
-				r.stats.Discarded++
+				r.counts.Discarded++
 			}
 			continue
 		}
 		r.fill(rec, pos, hdr, size)
 		if count {
-			r.stats.Samples++
-			r.stats.Bytes += uint64(len(rec.Data))
+			r.counts.Samples++
+			r.counts.Bytes += uint64(len(rec.Data))
 		}
 		return true, nil
 	}
 }
 
 // badRecord records a corrupt record at pos, whose header at found atBad.
-func (r *bpfRing) badRecord(pos uint64, hdr uint32, size uint64) {
+func (r *RingBuf) badRecord(pos uint64, hdr uint32, size uint64) {
 	var reason string
 	if hdr&bpfRingBusyBit != 0 && hdr&bpfRingDiscardBit != 0 {
 		reason = fmt.Sprintf("record header %#x busy and discarded at once", hdr)
@@ -545,17 +446,16 @@ func (r *bpfRing) badRecord(pos uint64, hdr uint32, size uint64) {
 		reason = fmt.Sprintf("%s length %d (%d bytes with header and padding) past producer position %d",
 			what, hdr&bpfRingLenMask, size, r.head)
 	}
-	r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: pos, Size: size, Reason: reason}
-	r.badPos = false
+	r.fail(pos, size, reason)
 }
 
-// peek parses the sample at pos, a record boundary between the cursor and the head
+// Peek parses the sample at pos, a record boundary between the cursor and the head
 // snapshot, into rec without moving the cursor and without counting it: a look ahead.
 // Discarded records are skipped as next skips them, so rec.Pos may lie past pos. It returns
 // false at the end of the snapshot, at a busy record, for a record that cannot be valid
 // (next reports it once the cursor gets there), with an error pending at pos, and for a pos
 // off the record grid between the cursor and the head.
-func (r *bpfRing) peek(pos uint64, rec *Record) bool {
+func (r *RingBuf) Peek(pos uint64, rec *Record) bool {
 	if int64(pos-r.cursor) < 0 || int64(r.head-pos) < 0 || pos&7 != 0 {
 		return false
 	}
@@ -576,7 +476,7 @@ func (r *bpfRing) peek(pos uint64, rec *Record) bool {
 	}
 }
 
-// each is THE loop that delivers samples. It parses records from the cursor and calls fn
+// Each is THE loop that delivers samples. It parses records from the cursor and calls fn
 // with each sample, the cursor already past it, while records start within limit bytes of
 // where it began; discarded records are skipped and counted. It returns how many samples fn
 // received and how many bytes the cursor moved, and stops
@@ -589,7 +489,7 @@ func (r *bpfRing) peek(pos uint64, rec *Record) bool {
 // record, a sample not read before, is parsed in line (the rest goes through next). rec's
 // Data aliases ring memory until consumer_pos is committed past rec.Next; fn must not call
 // the ring's methods.
-func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, uint64, error) {
+func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, uint64, error) {
 	from := r.cursor
 	k := 0
 	// Records read again after begin (counted already) and pending errors: the careful way.
@@ -597,7 +497,7 @@ func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 		if r.cursor-from >= limit {
 			return k, r.cursor - from, nil
 		}
-		ok, err := r.next(rec)
+		ok, err := r.Next(rec)
 		if !ok {
 			return k, r.cursor - from, err
 		}
@@ -611,7 +511,7 @@ func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	}
 	// The fast loop: at, next and fill in line. The invariants hold (no error pending) and
 	// nothing from the cursor on was counted.
-	rec.Type, rec.Ring, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = RecordSample, r.index, r.cpu, nil, 0, 0, false
+	rec.Type, rec.Ring, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = Sample, r.index, r.cpu, nil, 0, 0, false
 	// base is &data[0]: the invariants keep every offset below in the area (pos&mask <=
 	// size-8 for the header; the sample ends by the head, within 2*size), so the loop loads
 	// through it without bounds checks.
@@ -636,13 +536,13 @@ func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 		next := pos + size
 		r.cursor = next // and counted with it (see begin)
 		if hdr&bpfRingDiscardBit != 0 {
-			r.stats.Discarded++
+			r.counts.Discarded++
 			pos = next
 			continue
 		}
 		rec.Data, rec.Pos, rec.Next = unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n), pos, next
-		r.stats.Samples++
-		r.stats.Bytes += n
+		r.counts.Samples++
+		r.counts.Bytes += n
 		k++
 		if err := fn(rec); err != nil {
 			return k, r.cursor - from, err
@@ -655,36 +555,7 @@ func (r *bpfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	return k, r.cursor - from, nil
 }
 
-// commit publishes consumer_pos = pos, handing the space before pos back to the kernel. pos
-// must be a record boundary between the committed tail and the cursor; otherwise commit
-// writes nothing and returns an error matching os.ErrInvalid. Committing the tail is a no-op.
-func (r *bpfRing) commit(pos uint64) error {
-	if pos == r.tail {
-		return nil
-	}
-	var reason string
-	switch d := pos - r.tail; {
-	case int64(d) < 0:
-		reason = fmt.Sprintf("backwards from consumer position %d", r.tail)
-	case d > r.cursor-r.tail:
-		reason = fmt.Sprintf("past the cursor %d", r.cursor)
-	case pos&7 != 0:
-		reason = "not 8-aligned"
-	default:
-		r.store(pos)
-		return nil
-	}
-	return fmt.Errorf("commit %s to %d: %s: %w", r.name(), pos, reason, os.ErrInvalid)
-}
-
-// commitCursor commits everything parsed so far.
-func (r *bpfRing) commitCursor() {
-	if r.cursor != r.tail {
-		r.store(r.cursor)
-	}
-}
-
-// skipCorrupt is the way on after a CorruptError: it gives up everything up to producer_pos
+// SkipCorrupt is the way on after a CorruptError: it gives up everything up to producer_pos
 // (loaded afresh), commits consumer_pos there, clears the error and returns the bytes
 // skipped, counted in Corrupt (one per error) and CorruptBytes. Records parsed but not
 // committed are released too (not counted as skipped). Without a pending error it discards
@@ -694,9 +565,9 @@ func (r *bpfRing) commitCursor() {
 // the kernel's producer_pos is the position to resynchronise with, whichever was wrong. An
 // unaligned producer_pos (which the kernel never writes) cannot be resynchronised with: the
 // ring goes to it rounded down, and snapshots see nothing new while it keeps that value.
-func (r *bpfRing) skipCorrupt() uint64 {
+func (r *RingBuf) SkipCorrupt() uint64 {
 	if r.corrupt != nil {
-		r.stats.Corrupt++
+		r.counts.Corrupt++
 	}
 	p := r.loadProducer()
 	target := p &^ 7
@@ -709,20 +580,20 @@ func (r *bpfRing) skipCorrupt() uint64 {
 	if d := target - from; int64(d) > 0 {
 		skipped = min(d, r.mask+1)
 	}
-	r.stats.CorruptBytes += skipped
+	r.counts.CorruptBytes += skipped
 	r.corrupt, r.badPos = nil, false
 	r.cursor, r.head, r.counted = target, target, target
 	r.store(target)
 	return skipped
 }
 
-// settle is called before the reader sleeps: it reports whether the reader may sleep until
+// Settle is called before the reader sleeps: it reports whether the reader may sleep until
 // the ring's descriptor wakes it, that is whether the kernel will wake it for the next record
 // it can read. The kernel wakes a ring buffer's reader only from bpf_ringbuf_commit, and only
 // when consumer_pos, loaded after the commit's xchg of the header, equals the committed
 // record's position (or with BPF_RB_FORCE_WAKEUP; BPF_RB_NO_WAKEUP wakes no one).
 //
-// settle stores consumer_pos (= tail) again, then loads producer_pos and the header at the
+// Settle stores consumer_pos (= tail) again, then loads producer_pos and the header at the
 // cursor again, and returns true only when all of these hold:
 //   - no error is pending;
 //   - tail == cursor: every record parsed is committed. Otherwise the kernel wakes no one for
@@ -739,7 +610,7 @@ func (r *bpfRing) skipCorrupt() uint64 {
 // moved, for a record reserved after the snapshot) and returns false. Records committed
 // behind a busy one are not missed either: the busy one's commit will wake the reader.
 // With false, the caller parses again (begin or refresh) before it thinks of sleeping.
-func (r *bpfRing) settle() bool {
+func (r *RingBuf) Settle() bool {
 	if r.corrupt != nil || r.tail != r.cursor {
 		return false
 	}
@@ -748,11 +619,24 @@ func (r *bpfRing) settle() bool {
 		return false
 	}
 	r.store(r.tail) // the full barrier before the second look (see above)
-	if r.settleHook != nil {
-		r.settleHook()
+	if r.SettleHook != nil {
+		r.SettleHook()
 	}
 	if r.moved(r.loadProducer()) {
 		return false
 	}
 	return r.cursor == r.head || r.loadHeader(r.cursor)&bpfRingBusyBit != 0
 }
+
+// View returns a new reader of the ring's memory with positions of its own
+// (a raw view beside the owner's reader). It holds no mapping: it is
+// invalid once r is closed.
+func (r *RingBuf) View() (*RingBuf, error) {
+	return NewRingBufFromParts(r.cpu, r.consumer, r.producer, r.data)
+}
+
+// The record header's flag bits, for tests that write headers.
+const (
+	BusyBit    = bpfRingBusyBit
+	DiscardBit = bpfRingDiscardBit
+)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package ring
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"unsafe"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // refBPFRecord is what the reference parser finds: a sample or a discarded record.
@@ -28,7 +30,7 @@ func refBPFParse(ring []byte, cons, prod uint64) (recs []refBPFRecord, at uint64
 		var v uint32
 		for i := range uint64(4) {
 			b := uint32(ring[(pos+i)%size])
-			if hostBigEndian {
+			if ringtest.HostBigEndian {
 				v = v<<8 | b
 			} else {
 				v |= b << (8 * i)
@@ -68,7 +70,7 @@ func refBPFParse(ring []byte, cons, prod uint64) (recs []refBPFRecord, at uint64
 // each op is a payload length, negative for a record left busy, with 1<<20 added for a
 // discarded one. It returns the ring's first copy and producer_pos.
 func fuzzBPFRing(size int, start uint64, ops ...int) ([]byte, uint64) {
-	f := newFakeBPFRingAt(size, start)
+	f := ringtest.NewRingBufAt(size, start)
 	for _, op := range ops {
 		n, discard := op, false
 		if n >= 1<<20 {
@@ -78,28 +80,28 @@ func fuzzBPFRing(size int, start uint64, ops ...int) ([]byte, uint64) {
 		if busy {
 			n = -n
 		}
-		pos, ok := f.reserve(n)
+		pos, ok := f.Reserve(n)
 		if !ok {
 			panic("fuzz seed does not fit")
 		}
-		f.write(pos, fakePattern(n, byte(n)))
+		f.Write(pos, ringtest.Pattern(n, byte(n)))
 		if !busy {
-			f.commit(pos, discard)
+			f.Commit(pos, discard)
 		}
 	}
-	return bytes.Clone(f.data[:size]), f.prod
+	return bytes.Clone(f.Data[:size]), f.Prod
 }
 
 // fuzzBPFReader builds a reader over ring (mirrored into a fresh 2*size area) at the
 // given positions.
-func fuzzBPFReader(t *testing.T, ring []byte, cons, prod uint64) (*bpfRing, *[2]uint64, []byte) {
+func fuzzBPFReader(t *testing.T, ring []byte, cons, prod uint64) (*RingBuf, *[2]uint64, []byte) {
 	size := len(ring)
 	mem := make([]uint64, size/4)
 	data := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(mem))), 2*size)
 	copy(data, ring)
 	copy(data[size:], ring)
 	pos := &[2]uint64{cons, prod}
-	r, err := newBPFRingFromParts(-1, &pos[0], &pos[1], data)
+	r, err := NewRingBufFromParts(-1, &pos[0], &pos[1], data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,10 +146,10 @@ func FuzzBPFRingParse(f *testing.F) {
 	add(make([]byte, 3), 0, 8, 10, 8)
 	ring, prod = fuzzBPFRing(128, 0, 8, -8, 8)
 	busyLen := bytes.Clone(ring)
-	copy(busyLen[16:], u32Bytes(200|bpfRingBusyBit))
+	copy(busyLen[16:], ringtest.U32(200|bpfRingBusyBit))
 	add(busyLen, 0, prod, 1000, 16) // a busy record's length past the producer
 	busyDiscard := bytes.Clone(ring)
-	copy(busyDiscard[16:], u32Bytes(8|bpfRingBusyBit|bpfRingDiscardBit))
+	copy(busyDiscard[16:], ringtest.U32(8|bpfRingBusyBit|bpfRingDiscardBit))
 	add(busyDiscard, 0, prod, 1000, 16) // busy and discarded at once
 	ring, prod = fuzzBPFRing(128, 0, 8, 1<<20+8, 8)
 	addMoved(ring, 0, prod, 0, prod-16)   // producer moved back
@@ -182,7 +184,7 @@ func FuzzBPFRingParse(f *testing.F) {
 
 		// next, record by record.
 		r, pos, data := fuzzBPFReader(t, ring, cons, prod)
-		r.begin()
+		r.Begin()
 		var got []refBPFRecord
 		var nextErr error
 		for i := 0; ; i++ {
@@ -190,7 +192,7 @@ func FuzzBPFRingParse(f *testing.F) {
 				t.Fatalf("more than %d records from a %d-byte ring", i, size)
 			}
 			var rec Record
-			ok, err := r.next(&rec)
+			ok, err := r.Next(&rec)
 			if err != nil {
 				nextErr = err
 				break
@@ -201,22 +203,22 @@ func FuzzBPFRingParse(f *testing.F) {
 			checkFuzzBPFRecord(t, data, &rec)
 			got = append(got, refBPFRecord{rec.Pos, rec.Next, false, bytes.Clone(rec.Data)})
 		}
-		if fmt.Sprint(got) != fmt.Sprint(samples) || int(r.discarded()) != discards {
-			t.Fatalf("next: %v, %d discarded; reference %v, %d discarded", got, r.discarded(), samples, discards)
+		if fmt.Sprint(got) != fmt.Sprint(samples) || int(r.counts.Discarded) != discards {
+			t.Fatalf("next: %v, %d discarded; reference %v, %d discarded", got, r.counts.Discarded, samples, discards)
 		}
-		if (stop == "corrupt") != (nextErr != nil) || r.cursorPos() != at && stop != "corrupt" {
-			t.Fatalf("next stopped at %d with %v; reference at %d: %s", r.cursorPos(), nextErr, at, stop)
+		if (stop == "corrupt") != (nextErr != nil) || r.Pos() != at && stop != "corrupt" {
+			t.Fatalf("next stopped at %d with %v; reference at %d: %s", r.Pos(), nextErr, at, stop)
 		}
-		if st := r.counts(); st.Samples != uint64(len(samples)) {
+		if st := r.Counts(); st.Samples != uint64(len(samples)) {
 			t.Fatalf("stats %+v for %d samples", st, len(samples))
 		}
 
 		// each, within limit: the records that start within limit bytes of cons.
 		r2, _, data2 := fuzzBPFReader(t, ring, cons, prod)
-		r2.begin()
+		r2.Begin()
 		var got2 []refBPFRecord
 		var rec Record
-		n, _, eachErr := r2.each(&rec, uint64(limit), nil, func(rec *Record) error {
+		n, _, eachErr := r2.Each(&rec, uint64(limit), nil, func(rec *Record) error {
 			checkFuzzBPFRecord(t, data2, rec)
 			got2 = append(got2, refBPFRecord{rec.Pos, rec.Next, false, bytes.Clone(rec.Data)})
 			return nil
@@ -234,8 +236,8 @@ func FuzzBPFRingParse(f *testing.F) {
 				within = append(within, w)
 			}
 		}
-		if n != len(got2) || fmt.Sprint(got2) != fmt.Sprint(within) || int(r2.discarded()) != wantDiscards {
-			t.Fatalf("each with limit %d: %d, %v, %d discarded; reference %v, %d discarded", limit, n, got2, r2.discarded(), within, wantDiscards)
+		if n != len(got2) || fmt.Sprint(got2) != fmt.Sprint(within) || int(r2.counts.Discarded) != wantDiscards {
+			t.Fatalf("each with limit %d: %d, %v, %d discarded; reference %v, %d discarded", limit, n, got2, r2.counts.Discarded, within, wantDiscards)
 		}
 		if wantCorrupt != (eachErr != nil) || (eachErr != nil && eachErr.Error() != fmt.Sprint(nextErr)) {
 			t.Fatalf("each with limit %d: %v; next: %v", limit, eachErr, nextErr)
@@ -243,10 +245,10 @@ func FuzzBPFRingParse(f *testing.F) {
 
 		// peek at every record boundary sees the sample next saw there (or the next one).
 		r3, _, _ := fuzzBPFReader(t, ring, cons, prod)
-		r3.begin()
+		r3.Begin()
 		for i, w := range want {
 			var rec Record
-			ok := r3.peek(w.pos, &rec)
+			ok := r3.Peek(w.pos, &rec)
 			j := i
 			for j < len(want) && want[j].discard {
 				j++
@@ -255,7 +257,7 @@ func FuzzBPFRingParse(f *testing.F) {
 				t.Fatalf("peek(%d) = %v %+v; reference %v", w.pos, ok, rec, want[j:])
 			}
 		}
-		if r3.cursorPos() != cons && stop != "corrupt" || r3.counts().Samples != 0 || r3.corrupt != nil && stop != "corrupt" {
+		if r3.Pos() != cons && stop != "corrupt" || r3.Counts().Samples != 0 || r3.corrupt != nil && stop != "corrupt" {
 			t.Fatal("peek moved the cursor, counted or recorded an error")
 		}
 
@@ -264,17 +266,17 @@ func FuzzBPFRingParse(f *testing.F) {
 			if !errors.Is(nextErr, ErrCorrupt) || !errors.As(nextErr, &ce) || ce.Pos != at {
 				t.Fatalf("error %v, reference corrupt at %d", nextErr, at)
 			}
-			if ok, err := r.next(&rec); ok || err != nextErr || r.settle() {
+			if ok, err := r.Next(&rec); ok || err != nextErr || r.Settle() {
 				t.Fatalf("after the error: next = %v, %v", ok, err)
 			}
-			skipped := r.skipCorrupt()
-			if st := r.counts(); st.Corrupt != 1 || st.CorruptBytes != skipped || skipped > uint64(size) ||
-				pos[0] != prod&^7 || r.pending() != 0 {
+			skipped := r.SkipCorrupt()
+			if st := r.Counts(); st.Corrupt != 1 || st.CorruptBytes != skipped || skipped > uint64(size) ||
+				pos[0] != prod&^7 || r.Pending() != 0 {
 				t.Fatalf("after skipCorrupt: skipped %d, consumer_pos %d (producer_pos %d), pending %d, stats %+v",
-					skipped, pos[0], prod, r.pending(), st)
+					skipped, pos[0], prod, r.Pending(), st)
 			}
-			r.begin()
-			if ok, err := r.next(&rec); ok || err != nil || !r.settle() {
+			r.Begin()
+			if ok, err := r.Next(&rec); ok || err != nil || !r.Settle() {
 				t.Fatalf("next after skipCorrupt = %v, %v", ok, err)
 			}
 			return
@@ -282,11 +284,11 @@ func FuzzBPFRingParse(f *testing.F) {
 
 		// settle: true exactly when the reader stopped at the head or at a busy record and
 		// has committed everything.
-		if r.settle() != (r.cursorPos() == cons) {
-			t.Fatalf("settle with the cursor at %d, consumer_pos %d", r.cursorPos(), cons)
+		if r.Settle() != (r.Pos() == cons) {
+			t.Fatalf("settle with the cursor at %d, consumer_pos %d", r.Pos(), cons)
 		}
-		r.commitCursor()
-		if !r.settle() || pos[0] != at {
+		r.CommitCursor()
+		if !r.Settle() || pos[0] != at {
 			t.Fatalf("settle at %d (%s), consumer_pos %d", at, stop, pos[0])
 		}
 		fuzzBPFMoved(t, r, pos, ring, at, prod, stop, cons2, prod2)
@@ -294,16 +296,16 @@ func FuzzBPFRingParse(f *testing.F) {
 		// commit takes positions from cons up to the cursor, 8-aligned; anything else is
 		// refused and leaves consumer_pos alone.
 		r4, pos4, _ := fuzzBPFReader(t, ring, cons, prod)
-		r4.begin()
+		r4.Begin()
 		for {
-			if ok, _ := r4.next(&rec); !ok {
+			if ok, _ := r4.Next(&rec); !ok {
 				break
 			}
 		}
-		err := r4.commit(commit)
-		valid := commit-cons <= r4.cursorPos()-cons && commit%8 == 0 || commit == cons
+		err := r4.Commit(commit)
+		valid := commit-cons <= r4.Pos()-cons && commit%8 == 0 || commit == cons
 		if valid != (err == nil) {
-			t.Fatalf("commit(%d) with consumer %d, cursor %d: %v", commit, cons, r4.cursorPos(), err)
+			t.Fatalf("commit(%d) with consumer %d, cursor %d: %v", commit, cons, r4.Pos(), err)
 		}
 		if err != nil && (!errors.Is(err, os.ErrInvalid) || pos4[0] != cons) {
 			t.Fatalf("refused commit(%d): %v, consumer_pos %d", commit, err, pos4[0])
@@ -321,7 +323,7 @@ func checkFuzzBPFRecord(t *testing.T, data []byte, rec *Record) {
 	size := uint64(len(data) / 2)
 	off := rec.Pos & (size - 1)
 	n := uint64(len(rec.Data))
-	if rec.Pos%8 != 0 || rec.Next-rec.Pos != (n+15)&^7 || rec.Next-rec.Pos >= size || rec.Wrapped != nil || rec.Type != RecordSample {
+	if rec.Pos%8 != 0 || rec.Next-rec.Pos != (n+15)&^7 || rec.Next-rec.Pos >= size || rec.Wrapped != nil || rec.Type != Sample {
 		t.Fatalf("record %+v", rec)
 	}
 	if n > 0 && &rec.Data[0] != &data[off+8] || off+8+n > uint64(len(data)) || uint64(cap(rec.Data)) != n {
@@ -335,25 +337,25 @@ func checkFuzzBPFRecord(t *testing.T, data []byte, rec *Record) {
 // The reader's next look must see every move: quiet is false, a Flush is not reached; a
 // consumer_pos it did not write, or a producer_pos behind the one it saw, is a
 // CorruptError; otherwise it reads what the reference finds from at to prod2.
-func fuzzBPFMoved(t *testing.T, r *bpfRing, pos *[2]uint64, ring []byte, at, prod uint64, stop string, cons2, prod2 uint64) {
+func fuzzBPFMoved(t *testing.T, r *RingBuf, pos *[2]uint64, ring []byte, at, prod uint64, stop string, cons2, prod2 uint64) {
 	t.Helper()
 	if cons2 == ^uint64(0) && prod2 == ^uint64(0) {
 		return
 	}
 	pos[0], pos[1] = cons2, prod2
 	moved := cons2 != at || prod2 != prod
-	if stop == "end" && r.quiet() == moved {
-		t.Fatalf("quiet = %v with the positions moved from %d, %d to %d, %d", r.quiet(), at, prod, cons2, prod2)
+	if stop == "end" && r.Quiet() == moved {
+		t.Fatalf("quiet = %v with the positions moved from %d, %d to %d, %d", r.Quiet(), at, prod, cons2, prod2)
 	}
 	bad := cons2 != at || int64(prod2-prod) < 0
-	if bad && r.reached(r.cursorPos(), prod) {
+	if bad && r.Reached(r.Pos(), prod) {
 		t.Fatalf("reached with the positions moved from %d, %d to %d, %d", at, prod, cons2, prod2)
 	}
 	want, _, stop2 := refBPFParse(ring, cons2, prod2)
 	if bad {
 		want, stop2 = nil, "corrupt"
 	}
-	r.begin()
+	r.Begin()
 	var got []refBPFRecord
 	var err error
 	for i := 0; ; i++ {
@@ -362,7 +364,7 @@ func fuzzBPFMoved(t *testing.T, r *bpfRing, pos *[2]uint64, ring []byte, at, pro
 		}
 		var rec Record
 		var ok bool
-		if ok, err = r.next(&rec); !ok {
+		if ok, err = r.Next(&rec); !ok {
 			break
 		}
 		got = append(got, refBPFRecord{rec.Pos, rec.Next, false, bytes.Clone(rec.Data)})
@@ -377,8 +379,8 @@ func fuzzBPFMoved(t *testing.T, r *bpfRing, pos *[2]uint64, ring []byte, at, pro
 		t.Fatalf("positions moved from %d, %d to %d, %d: %v, %v; reference %v, %s", at, prod, cons2, prod2, got, err, samples, stop2)
 	}
 	if err != nil {
-		r.skipCorrupt()
-		if pos[0] != prod2&^7 || r.failed() {
+		r.SkipCorrupt()
+		if pos[0] != prod2&^7 || r.Failed() {
 			t.Fatalf("after skipCorrupt: consumer_pos %d, producer_pos %d", pos[0], prod2)
 		}
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package ring
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // TestBPFRingRace runs producer goroutines that follow the kernel's protocol against a
@@ -25,16 +27,16 @@ import (
 // counted. A lost wakeup leaves the reader asleep: the test fails after 10 s of it.
 func TestBPFRingRace(t *testing.T) {
 	total := uint64(1_000_000)
-	if raceEnabled() {
+	if ringtest.RaceEnabled() {
 		total = 200_000
 	}
 	if testing.Short() {
 		total /= 10
 	}
-	f := newFakeBPFRing(64 << 10)
-	r := f.reader(t)
+	f := ringtest.NewRingBuf(64 << 10)
+	r := fakeReader(t, f)
 	wake := make(chan struct{}, 1) // the ring's epoll readiness
-	f.onWake = func() {
+	f.OnWake = func() {
 		select {
 		case wake <- struct{}{}:
 		default:
@@ -73,7 +75,7 @@ func TestBPFRingRace(t *testing.T) {
 		spurious  int
 		drains    int
 		rec       Record
-		limit     = uint64(r.size() / 4)
+		limit     = uint64(r.Size() / 4)
 		asleepFor = 10 * time.Second
 	)
 	check := func(rec *Record) error {
@@ -90,38 +92,38 @@ func TestBPFRingRace(t *testing.T) {
 		if seq != want || bpfRaceDiscarded(seq) {
 			return fmt.Errorf("sequence %d, want %d, at %d", seq, want, rec.Pos)
 		}
-		if k > raceMaxBody || len(d) != 12+k {
+		if k > ringtest.RaceMaxBody || len(d) != 12+k {
 			return fmt.Errorf("sequence %d: %d pattern bytes in a %d-byte sample", seq, k, len(d))
 		}
-		off := racePatternOff(seq)
-		if !bytes.Equal(d[12:], racePattern[off:off+uint64(k)]) {
+		off := ringtest.RacePatternOff(seq)
+		if !bytes.Equal(d[12:], ringtest.RacePattern[off:off+uint64(k)]) {
 			return fmt.Errorf("sequence %d: sample differs", seq)
 		}
 		want++
 		received++
 		return nil
 	}
-	for received+r.discarded() < total {
-		r.begin()
-		n, _, err := r.each(&rec, limit, nil, check)
-		r.commitCursor()
+	for received+r.counts.Discarded < total {
+		r.Begin()
+		n, _, err := r.Each(&rec, limit, nil, check)
+		r.CommitCursor()
 		drains++
 		if err != nil {
 			t.Fatalf("after %d samples: %v", received, err)
 		}
-		if n > 0 || !r.settle() {
+		if n > 0 || !r.Settle() {
 			continue
 		}
 		sleeps++
 		start := time.Now()
 		select {
 		case <-wake:
-			if r.used() == 0 {
+			if r.Used() == 0 {
 				spurious++ // a wakeup for a record read before the sleep
 			}
 		case <-time.After(asleepFor):
 			t.Fatalf("lost wakeup: asleep %v after %d samples; consumer_pos %d producer_pos %d, used %d",
-				time.Since(start), received, atomic.LoadUint64(&f.pos[0]), atomic.LoadUint64(&f.pos[1]), r.used())
+				time.Since(start), received, atomic.LoadUint64(&f.Pos[0]), atomic.LoadUint64(&f.Pos[1]), r.Used())
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %d samples", received)
@@ -131,15 +133,15 @@ func TestBPFRingRace(t *testing.T) {
 		want++
 		discards++
 	}
-	if received+discards != total || r.discarded() != discards {
-		t.Fatalf("received %d + discarded %d (counted %d), want %d", received, discards, r.discarded(), total)
+	if received+discards != total || r.counts.Discarded != discards {
+		t.Fatalf("received %d + discarded %d (counted %d), want %d", received, discards, r.counts.Discarded, total)
 	}
-	st := r.counts()
-	if st.Samples != received || st.Corrupt != 0 || st.MaxFill > r.size()-8 {
+	st := r.Counts()
+	if st.Samples != received || st.Corrupt != 0 || st.MaxFill > r.Size()-8 {
 		t.Fatalf("stats %+v; received %d", st, received)
 	}
 	t.Logf("%d samples, %d discarded, %d drains, %d sleeps (%d woken with nothing to read), %d wakeups raised",
-		received, discards, drains, sleeps, spurious, f.wakes.Load())
+		received, discards, drains, sleeps, spurious, f.Wakes.Load())
 }
 
 // bpfRaceDiscarded: the producers discard every eleventh sample.
@@ -149,14 +151,14 @@ func bpfRaceDiscarded(seq uint64) bool { return seq%11 == 5 }
 // reservation order, shared with the other producers) until total are out. It waits for
 // room when the ring is full (the kernel would drop the sample), and sometimes holds a
 // reservation while it reserves another, so commits come out of order.
-func bpfRaceProducer(f *fakeBPFRing, lock *sync.Mutex, nextSeq *uint64, total, id uint64, stop *atomic.Bool, deadline time.Time) error {
+func bpfRaceProducer(f *ringtest.RingBuf, lock *sync.Mutex, nextSeq *uint64, total, id uint64, stop *atomic.Bool, deadline time.Time) error {
 	rng := rand.New(rand.NewPCG(id, total))
 	var held []uint64 // reserved, not committed
-	buf := make([]byte, 12+raceMaxBody)
+	buf := make([]byte, 12+ringtest.RaceMaxBody)
 	commitHeld := func() {
 		for _, pos := range held {
-			seq := binary.NativeEndian.Uint64(f.data[(pos+8)&(f.size-1):])
-			f.commit(pos, bpfRaceDiscarded(seq))
+			seq := binary.NativeEndian.Uint64(f.Data[(pos+8)&(f.Size-1):])
+			f.Commit(pos, bpfRaceDiscarded(seq))
 		}
 		held = held[:0]
 	}
@@ -167,7 +169,7 @@ func bpfRaceProducer(f *fakeBPFRing, lock *sync.Mutex, nextSeq *uint64, total, i
 		if spins%1024 == 0 && time.Now().After(deadline) {
 			return fmt.Errorf("producer %d timed out", id)
 		}
-		k := rng.IntN(raceMaxBody + 1)
+		k := rng.IntN(ringtest.RaceMaxBody + 1)
 		lock.Lock()
 		seq := *nextSeq
 		if seq >= total {
@@ -175,7 +177,7 @@ func bpfRaceProducer(f *fakeBPFRing, lock *sync.Mutex, nextSeq *uint64, total, i
 			commitHeld()
 			return nil
 		}
-		pos, ok := f.reserve(12 + k)
+		pos, ok := f.Reserve(12 + k)
 		if ok {
 			*nextSeq++
 		}
@@ -188,9 +190,9 @@ func bpfRaceProducer(f *fakeBPFRing, lock *sync.Mutex, nextSeq *uint64, total, i
 		d := buf[:12+k]
 		binary.NativeEndian.PutUint64(d, seq)
 		binary.NativeEndian.PutUint32(d[8:], uint32(k))
-		off := racePatternOff(seq)
-		copy(d[12:], racePattern[off:off+uint64(k)])
-		f.write(pos, d)
+		off := ringtest.RacePatternOff(seq)
+		copy(d[12:], ringtest.RacePattern[off:off+uint64(k)])
+		f.Write(pos, d)
 		held = append(held, pos)
 		// Commit now, or after the next reservation (in either order).
 		if len(held) > 1 || rng.IntN(4) != 0 {

@@ -1,16 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package ring
 
-// The perf ring kind: one CPU's perf ring buffer, read in place without cgo.
-// The memory is what libbpf's perf_buffer__buffer() returns: a struct
-// perf_event_mmap_page header page followed by a power-of-two data area.
-//
-// A ring kind owns its memory and its positions, a pure parse of the record
-// at a position, and commit. It does not know who waits, who is closed, or
-// which record a policy wants next: the policies (callback.go, fullest.go,
-// ordered.go) and RawBuffer call its methods, and nothing outside this file
-// reads or writes its positions.
+// The perf ring kind: one CPU's perf ring, read in place. The memory is a
+// struct perf_event_mmap_page header page followed by a power-of-two data
+// area, as libbpf's perf_buffer__buffer() or perfbuf's own opener
+// (internal/kernel) map it. Its loads and stores of data_head and data_tail,
+// its parse and its wake rule are here; the cursor over them is cursor.go's.
 
 import (
 	"encoding/binary"
@@ -30,7 +26,7 @@ const (
 	recLostSize      = recHeaderSize + 8 + 8 // header, u64 id, u64 lost
 )
 
-// perfRing reads one perf ring. One goroutine uses it at a time; the producer is the
+// Perf reads one perf ring. One goroutine uses it at a time; the producer is the
 // kernel, which writes records and data_head while the reader reads them and writes
 // data_tail.
 //
@@ -41,41 +37,25 @@ const (
 //
 // Nothing read from the ring is trusted: a record that cannot be valid gives a
 // *CorruptError, never a panic or an access outside the ring, and stays pending (sticky)
-// until skipCorrupt.
-type perfRing struct {
-	index int // the owner's buffer index, for Record.Ring and errors
-	cpu   int
-	page  *unix.PerfEventMmapPage
-	data  []byte // the data area; len is a power of two
+// until SkipCorrupt.
+//
+// The invariant of the cursor (in ring order, wrap-safe), tail <= cursor <= head <=
+// tail+len(data), is kept by snapshot and SkipCorrupt; parsing relies on it to stay inside
+// data. The counts are exact: counted moves with every record counted.
+type Perf struct {
+	Cursor
+	page *unix.PerfEventMmapPage
+	data []byte // the data area; len is a power of two
 	// base is &data[0], where plainRoom and take start from: loads through it need no
 	// bounds checks beyond plainAt's.
 	base unsafe.Pointer
 	mask uint64 // len(data)-1
 
-	// Positions, free-running like the kernel's. Invariant (in ring order, wrap-safe):
-	// tail <= cursor <= head <= tail+len(data); snapshot and skipCorrupt keep it, and parsing
-	// relies on it to stay inside data.
-	tail   uint64 // last committed data_tail
-	cursor uint64 // next record to parse
-	head   uint64 // head snapshot
-
-	// counted is the position up to which records were counted in st, so that records read
-	// again after begin are not counted twice.
-	counted uint64
-
-	corrupt *CorruptError // sticky until skipCorrupt
-	badHead bool          // corrupt came from the latest head snapshot
-	badPos  uint64        // the invalid head snapshot
-	behind  bool          // it was behind the tail: skipCorrupt resyncs the tail to it
-	// ignored is an invalid data_head that skipCorrupt passed over: snapshots see no new
-	// records while data_head keeps that value, and go on once the kernel writes it again.
-	ignored  uint64
-	ignoring bool
-
-	st Stats // what was parsed: Samples, Bytes, Lost, Other, Corrupt, CorruptBytes, MaxFill
+	// With a position error pending (Cursor.badPos), badAt is the invalid head snapshot, and
+	// behind says it was behind the tail: SkipCorrupt resyncs the tail to it.
+	badAt  uint64
+	behind bool
 }
-
-var _ ring = (*perfRing)(nil) // the contract of ring.go
 
 // newPerfRing builds a reader over a mapped perf ring. base points at the
 // perf_event_mmap_page and dataSize is the size of the data area (what perf_buffer__buffer
@@ -83,7 +63,7 @@ var _ ring = (*perfRing)(nil) // the contract of ring.go
 // leave Data_offset 0. The mapping must outlive the ring and every Record it returned.
 //
 // Errors wrap os.ErrInvalid.
-func newPerfRing(cpu int, base unsafe.Pointer, dataSize int) (*perfRing, error) {
+func NewPerf(cpu int, base unsafe.Pointer, dataSize int) (*Perf, error) {
 	if base == nil {
 		return nil, fmt.Errorf("new perf ring cpu %d: nil base: %w", cpu, os.ErrInvalid)
 	}
@@ -106,28 +86,25 @@ func newPerfRing(cpu int, base unsafe.Pointer, dataSize int) (*perfRing, error) 
 	// The data area is part of the same mapping, off bytes after the header page; the caller
 	// (perf_buffer__buffer) vouches that dataSize bytes are mapped there.
 	data := unsafe.Slice((*byte)(unsafe.Add(base, off)), dataSize)
-	return newPerfRingFromParts(cpu, page, data)
+	return NewPerfFromParts(cpu, page, data)
 }
 
 // newPerfRingFromParts builds a reader over a header page and a data area given separately;
 // tests use it with Go memory. len(data) must be a power of two, at least 8.
-func newPerfRingFromParts(cpu int, page *unix.PerfEventMmapPage, data []byte) (*perfRing, error) {
+func NewPerfFromParts(cpu int, page *unix.PerfEventMmapPage, data []byte) (*Perf, error) {
 	if page == nil {
 		return nil, fmt.Errorf("new perf ring cpu %d: nil header page: %w", cpu, os.ErrInvalid)
 	}
 	if err := checkRingSize(cpu, len(data)); err != nil {
 		return nil, err
 	}
-	r := &perfRing{
-		cpu:  cpu,
+	r := &Perf{
 		page: page,
 		data: data[:len(data):len(data)],
 		base: unsafe.Pointer(unsafe.SliceData(data)),
 		mask: uint64(len(data) - 1),
-		st:   Stats{CPU: cpu},
 	}
-	r.tail = r.loadTail()
-	r.cursor, r.head, r.counted = r.tail, r.tail, r.tail
+	r.init(cpu, uint64(len(data)), fmt.Sprintf("perf ring cpu %d", cpu), r, r.loadTail())
 	return r, nil
 }
 
@@ -138,56 +115,32 @@ func checkRingSize(cpu, n int) error {
 	return nil
 }
 
-// setIndex gives the ring its owner's buffer index.
-func (r *perfRing) setIndex(i int) { r.index, r.st.Ring = i, i }
-
-// cpuNum returns the CPU whose ring it is.
-func (r *perfRing) cpuNum() int { return r.cpu }
-
-// size returns the size of the data area in bytes.
-func (r *perfRing) size() int { return len(r.data) }
-
-// counts returns what the ring parsed: a record is counted once, the first time it is
-// parsed, even if begin makes it read again; MaxFill is the fullest head snapshot.
-func (r *perfRing) counts() *Stats { return &r.st }
-
 // loadHead loads data_head. The load is atomic (acquire): it pairs with the kernel's
 // smp_store_release of data_head in perf_output_put_handle, so the record bytes below the
 // returned head are visible once it returns (libbpf: smp_load_acquire in ring_buffer_read_head).
-func (r *perfRing) loadHead() uint64 {
+func (r *Perf) loadHead() uint64 {
 	return atomic.LoadUint64(&r.page.Data_head)
 }
 
-// progress is data_head, for the waiter.
-func (r *perfRing) progress() uint64 { return r.loadHead() }
+// Cur returns the ring's cursor.
+func (r *Perf) Cur() *Cursor { return &r.Cursor }
+
+// Progress is data_head, for the waiter.
+func (r *Perf) Progress() uint64 { return r.loadHead() }
 
 // loadTail loads data_tail, the position up to which the reader has released the ring.
-func (r *perfRing) loadTail() uint64 {
+func (r *Perf) loadTail() uint64 {
 	// Pairs with our own StoreUint64 in store; the kernel only reads data_tail.
 	return atomic.LoadUint64(&r.page.Data_tail)
 }
 
-// positions loads data_tail and data_head.
-func (r *perfRing) positions() (consumer, producer uint64) { return r.loadTail(), r.loadHead() }
+// positions loads data_tail and data_head (the cursor's memory).
+func (r *Perf) positions() (consumer, producer uint64) { return r.loadTail(), r.loadHead() }
 
-// used returns the ring's fill level: the bytes between data_tail and data_head, clamped to
-// [0, size()]. It loads both afresh and does not move the cursor.
-func (r *perfRing) used() int {
-	tail := r.loadTail()
-	d := r.loadHead() - tail
-	if int64(d) < 0 {
-		return 0
-	}
-	if d > uint64(len(r.data)) {
-		return len(r.data)
-	}
-	return int(d)
-}
-
-// begin starts a read: the cursor goes back to data_tail and the head snapshot is taken
+// Begin starts a read: the cursor goes back to data_tail and the head snapshot is taken
 // afresh. Records read but not committed are read again. An invalid head (behind the tail,
 // moved backwards, unaligned, or more than size() past the tail) is a pending CorruptError.
-func (r *perfRing) begin() {
+func (r *Perf) Begin() {
 	r.tail = r.loadTail()
 	r.cursor = r.tail
 	if !r.snapshot() {
@@ -195,12 +148,12 @@ func (r *perfRing) begin() {
 	}
 }
 
-// refresh takes a new head snapshot and keeps the cursor.
-func (r *perfRing) refresh() { r.snapshot() }
+// Refresh takes a new head snapshot and keeps the cursor.
+func (r *Perf) Refresh() { r.snapshot() }
 
 // snapshot loads data_head into r.head if it is valid; otherwise it records a CorruptError
 // (unless one is pending) and leaves r.head alone.
-func (r *perfRing) snapshot() bool {
+func (r *Perf) snapshot() bool {
 	h := r.loadHead()
 	var reason string
 	switch {
@@ -216,74 +169,61 @@ func (r *perfRing) snapshot() bool {
 		reason = fmt.Sprintf("head %d not 8-aligned", h)
 	default:
 		r.head = h
-		r.badHead, r.ignoring = false, false // the head is sane again
-		r.st.MaxFill = max(r.st.MaxFill, int(h-r.tail))
+		r.badPos, r.ignoring = false, false // the head is sane again
+		r.counts.MaxFill = max(r.counts.MaxFill, int(h-r.tail))
 		return true
 	}
 	if r.corrupt == nil {
-		r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: r.cursor, Size: h, Reason: reason}
-		r.badHead, r.badPos, r.behind = true, h, int64(h-r.tail) < 0
+		r.failPos(r.cursor, h, reason)
+		r.badAt, r.behind = h, int64(h-r.tail) < 0
 	}
 	return false
 }
 
-// quiet reports that the cursor is at the head snapshot, no error is pending and data_head
+// Quiet reports that the cursor is at the head snapshot, no error is pending and data_head
 // has not moved since the snapshot: nothing to parse, and nothing for refresh to do. It is
 // the cheap test that an ordered Reader makes of a quiet ring, once per record for every
 // ring without one.
-func (r *perfRing) quiet() bool {
+func (r *Perf) Quiet() bool {
 	// Acquire; pairs with the kernel's smp_store_release of data_head (see loadHead). A head
 	// that moved, or an invalid one, is left to refresh.
 	return r.cursor == r.head && r.corrupt == nil && atomic.LoadUint64(&r.page.Data_head) == r.head
 }
 
-// pending returns the bytes between the cursor and the head snapshot.
-func (r *perfRing) pending() int { return int(r.head - r.cursor) }
-
-// failed reports whether a CorruptError is pending: the ring must be visited to report and
-// skip it.
-func (r *perfRing) failed() bool { return r.corrupt != nil }
-
-// cursorPos, headPos and tailPos return the positions: the next record to parse, the head
-// snapshot, the committed tail.
-func (r *perfRing) cursorPos() uint64 { return r.cursor }
-func (r *perfRing) headPos() uint64   { return r.head }
-func (r *perfRing) tailPos() uint64   { return r.tail }
-
-// reached reports whether a reader whose oldest record not delivered is at oldest has
+// Reached reports whether a reader whose oldest record not delivered is at oldest has
 // delivered everything below to, a head snapshot taken earlier (a Flush's): oldest is at or
 // past it, or to is an invalid head that skipCorrupt passed over, no record boundary. Not
 // with an error pending, nor with data_head behind data_tail as the memory holds them (to
 // may then lie below oldest without a record delivered): that is recorded as the pending
 // error, as begin would, so that the policy's next look at the ring (quiet is false with an
 // error) meets and reports it.
-func (r *perfRing) reached(oldest, to uint64) bool {
+func (r *Perf) Reached(oldest, to uint64) bool {
 	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored) {
 		return false
 	}
 	// Once per ring and flush (a ring reached is not asked again), not per record.
 	if t, h := r.positions(); int64(h-t) < 0 {
-		r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: r.cursor, Size: h, Reason: fmt.Sprintf("head %d behind tail %d", h, t)}
-		r.badHead, r.badPos, r.behind = true, h, true
+		r.failPos(r.cursor, h, fmt.Sprintf("head %d behind tail %d", h, t))
+		r.badAt, r.behind = h, true
 		return false
 	}
 	return true
 }
 
-// stalled: a perf ring's records below the head are all written.
-func (r *perfRing) stalled() bool { return false }
+// Stalled: a perf ring's records below the head are all written.
+func (r *Perf) Stalled() bool { return false }
 
-// settle is what must hold before the ring's reader sleeps, and reports whether it may.
+// Settle is what must hold before the ring's reader sleeps, and reports whether it may.
 // A perf ring wakes its reader by wakeup_events or the watermark whatever data_tail says,
 // and the waiter compares data_head with what it saw (poller.go): nothing to settle.
-func (r *perfRing) settle() bool { return true }
+func (r *Perf) Settle() bool { return true }
 
-// next parses the record at the cursor into rec and moves the cursor past it. It returns
+// Next parses the record at the cursor into rec and moves the cursor past it. It returns
 // false, nil at the end of the head snapshot, and false with the *CorruptError when the
 // record cannot be valid; then the cursor stays put and next keeps returning that error until
 // skipCorrupt. rec is left alone when next returns false. Records of other types than samples
 // and lost records are skipped (counted in Other).
-func (r *perfRing) next(rec *Record) (bool, error) {
+func (r *Perf) Next(rec *Record) (bool, error) {
 	if r.parse(rec) {
 		return true, nil
 	}
@@ -293,23 +233,10 @@ func (r *perfRing) next(rec *Record) (bool, error) {
 	return false, nil
 }
 
-// isCorrupt reports whether err is the ring's pending CorruptError (and not, say, an error
-// of a policy's function that happens to be one).
-func (r *perfRing) isCorrupt(err error) bool {
-	return r.corrupt != nil && err == error(r.corrupt)
-}
-
-// blocked reports whether the pending error, if any, stops parsing at the cursor: an invalid
-// head stops it everywhere, a corrupt record once the cursor reaches it. (After begin the
-// cursor can be behind a corrupt record: the records before it are read again.)
-func (r *perfRing) blocked() bool {
-	return r.corrupt != nil && (r.badHead || int64(r.cursor-r.corrupt.Pos) >= 0)
-}
-
 // parse is next without the error: false means the end of the snapshot or a pending error
 // (blocked). The common record, a plain sample (plainAt), is taken as each takes it;
 // everything else goes through parseRest.
-func (r *perfRing) parse(rec *Record) bool {
+func (r *Perf) parse(rec *Record) bool {
 	p, room := r.plainRoom()
 	if size, n := plainAt(p, room); size != 0 {
 		rec.CPU, rec.Ring = r.cpu, r.index
@@ -321,7 +248,7 @@ func (r *perfRing) parse(rec *Record) bool {
 
 // parseRest is parse past the plain samples: a sample or lost record parseAny takes,
 // skipping the records of other types.
-func (r *perfRing) parseRest(rec *Record) bool {
+func (r *Perf) parseRest(rec *Record) bool {
 	for r.head != r.cursor && !r.blocked() {
 		if ok, other := r.parseAny(rec); !ok {
 			return false
@@ -332,7 +259,7 @@ func (r *perfRing) parseRest(rec *Record) bool {
 	return false
 }
 
-// each is the loop that delivers records: RawBuffer.Drain and every policy run it. It parses
+// Each is the loop that delivers records: RawBuffer.Drain and every policy run it. It parses
 // records from the cursor up to the head snapshot and calls fn with each, the cursor already
 // past it, while they start within limit bytes of where it began. It returns how many
 // records fn received and how many bytes the cursor moved, and stops
@@ -343,7 +270,7 @@ func (r *perfRing) parseRest(rec *Record) bool {
 //
 // It does not commit. Plain samples (plainAt) are taken in line, loaded through the ring's
 // base pointer, with no call per record but fn's; every other record goes through parseRest.
-func (r *perfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, uint64, error) {
+func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, uint64, error) {
 	from := r.cursor
 	rec.CPU, rec.Ring = r.cpu, r.index
 	k := 0
@@ -392,7 +319,7 @@ func (r *perfRing) each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*R
 // there in one piece, up to the head snapshot or the ring's end, whichever comes first; or
 // nil, 0 when the record is none of plainAt's: re-read after begin (counted already), an
 // error pending, or a cursor off the 8-byte alignment, which parseAny reports.
-func (r *perfRing) plainRoom() (unsafe.Pointer, uint64) {
+func (r *Perf) plainRoom() (unsafe.Pointer, uint64) {
 	pos := r.cursor
 	if r.counted != pos || r.corrupt != nil || pos&7 != 0 {
 		return nil, 0
@@ -427,30 +354,30 @@ func plainAt(p unsafe.Pointer, room uint64) (size, n uint64) {
 // take delivers the plain sample at the cursor, at p, that plainAt checked into rec and moves
 // the cursor past it. It returns the new cursor and where it points in the ring: the next
 // record's p for plainAt.
-func (r *perfRing) take(rec *Record, p unsafe.Pointer, size, n uint64) (uint64, unsafe.Pointer) {
+func (r *Perf) take(rec *Record, p unsafe.Pointer, size, n uint64) (uint64, unsafe.Pointer) {
 	pos := r.cursor
 	next := pos + size
-	rec.Type, rec.Pos, rec.Next, rec.Lost = RecordSample, pos, next, 0
+	rec.Type, rec.Pos, rec.Next, rec.Lost = Sample, pos, next, 0
 	rec.Data, rec.Wrapped = unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n), nil
-	r.st.Samples++
-	r.st.Bytes += n
+	r.counts.Samples++
+	r.counts.Bytes += n
 	r.counted, r.cursor = next, next
 	// From the base: a pointer past the ring's end is not valid Go.
 	return next, unsafe.Add(r.base, next&r.mask)
 }
 
-// peek parses the record at pos, a record boundary between the cursor and the head
+// Peek parses the record at pos, a record boundary between the cursor and the head
 // snapshot, into rec without moving the cursor and without counting it: a look ahead. It
 // returns false at the end of the snapshot, and for a record that cannot be valid, which
-// next reports once the cursor gets there.
-func (r *perfRing) peek(pos uint64, rec *Record) bool {
+// Next reports once the cursor gets there.
+func (r *Perf) Peek(pos uint64, rec *Record) bool {
 	if int64(pos-r.cursor) < 0 || int64(r.head-pos) < 0 {
 		return false // not between the cursor and the head: nothing to trust there
 	}
-	cursor, counted, st, corrupt, badHead := r.cursor, r.counted, r.st, r.corrupt, r.badHead
+	cursor, counted, counts, corrupt, badPos := r.cursor, r.counted, r.counts, r.corrupt, r.badPos
 	r.cursor, r.counted = pos, pos
 	ok := r.parse(rec)
-	r.cursor, r.counted, r.st, r.corrupt, r.badHead = cursor, counted, st, corrupt, badHead
+	r.cursor, r.counted, r.counts, r.corrupt, r.badPos = cursor, counted, counts, corrupt, badPos
 	return ok
 }
 
@@ -458,11 +385,11 @@ func (r *perfRing) peek(pos uint64, rec *Record) bool {
 // that there is a record (head != cursor) and no error pending at the cursor. It reports
 // whether a record was parsed and whether it was of another type (skipped: counted, cursor
 // past it, rec not filled in).
-func (r *perfRing) parseAny(rec *Record) (ok, other bool) {
+func (r *Perf) parseAny(rec *Record) (ok, other bool) {
 	pos := r.cursor
 	avail := r.head - pos
 	if pos&7 != 0 {
-		return r.fail(pos, 0, "cursor not 8-aligned"), false
+		return r.bad(pos, 0, "cursor not 8-aligned"), false
 	}
 	data := r.data
 	// The header never straddles the end: pos is 8-aligned and len(data) a multiple of 8.
@@ -481,7 +408,7 @@ func (r *perfRing) parseAny(rec *Record) (ok, other bool) {
 	switch typ {
 	case unix.PERF_RECORD_SAMPLE:
 		if size < recSampleMinSize {
-			return r.fail(pos, size, fmt.Sprintf("sample record size %d too short for its size field", size)), false
+			return r.bad(pos, size, fmt.Sprintf("sample record size %d too short for its size field", size)), false
 		}
 		// The u32 size is 8-aligned, so it never straddles, but it wraps to the ring's start
 		// when the header ends the ring.
@@ -497,26 +424,26 @@ func (r *perfRing) parseAny(rec *Record) (ok, other bool) {
 		} else {
 			rec.Data, rec.Wrapped = data[start:], data[:end-uint64(len(data)):end-uint64(len(data))]
 		}
-		rec.Type, rec.Lost = RecordSample, 0
+		rec.Type, rec.Lost = Sample, 0
 		if count {
-			r.st.Samples++
-			r.st.Bytes += n
+			r.counts.Samples++
+			r.counts.Bytes += n
 		}
 	case unix.PERF_RECORD_LOST:
 		if size < recLostSize {
-			return r.fail(pos, size, fmt.Sprintf("lost record size %d shorter than %d", size, recLostSize)), false
+			return r.bad(pos, size, fmt.Sprintf("lost record size %d shorter than %d", size, recLostSize)), false
 		}
 		// u64 lost at offset 16: 8-aligned, never straddles.
 		o := (pos + 16) & r.mask
 		lost := binary.NativeEndian.Uint64(data[o : o+8])
-		rec.Type, rec.Lost, rec.Data, rec.Wrapped = RecordLost, lost, nil, nil
+		rec.Type, rec.Lost, rec.Data, rec.Wrapped = Lost, lost, nil, nil
 		if count {
-			r.st.Lost += lost
+			r.counts.Lost += lost
 		}
 	default:
 		other = true
 		if count {
-			r.st.Other++
+			r.counts.Other++
 		}
 	}
 	if count {
@@ -530,7 +457,7 @@ func (r *perfRing) parseAny(rec *Record) (ok, other bool) {
 }
 
 // badSize explains a header size that failed parseAny's combined check.
-func (r *perfRing) badSize(pos, size, avail uint64) bool {
+func (r *Perf) badSize(pos, size, avail uint64) bool {
 	var reason string
 	switch {
 	case size == 0:
@@ -542,66 +469,34 @@ func (r *perfRing) badSize(pos, size, avail uint64) bool {
 	default:
 		reason = fmt.Sprintf("record size %d past the head (%d bytes pending)", size, avail)
 	}
-	return r.fail(pos, size, reason)
+	return r.bad(pos, size, reason)
 }
 
 // badSample explains a sample whose u32 size does not fit its header size.
-func (r *perfRing) badSample(pos, size, n uint64) bool {
+func (r *Perf) badSample(pos, size, n uint64) bool {
 	reason := fmt.Sprintf("sample size %d does not fit record size %d", n, size)
 	if n+recSampleDataOff > 0xffff {
 		// perf_event_header.size is a u16: a bigger sample wraps it (cilium/ebpf#1633).
 		reason += " (sample over 64 KiB overflowed the u16 header size)"
 	}
-	return r.fail(pos, size, reason)
+	return r.bad(pos, size, reason)
 }
 
-// fail records a sticky CorruptError and returns false.
-func (r *perfRing) fail(pos, size uint64, reason string) bool {
-	r.corrupt = &CorruptError{Ring: r.index, CPU: r.cpu, Pos: pos, Size: size, Reason: reason}
-	r.badHead = false
+// bad records a sticky CorruptError and returns false.
+func (r *Perf) bad(pos, size uint64, reason string) bool {
+	r.fail(pos, size, reason)
 	return false
 }
 
-// commit publishes data_tail = pos, handing the bytes before pos back to the kernel. pos
-// must be a record boundary (a Record's Pos or Next) between the committed tail and the
-// cursor; otherwise commit writes nothing and returns an error matching os.ErrInvalid.
-// Committing the current tail is a no-op.
-func (r *perfRing) commit(pos uint64) error {
-	if pos == r.tail {
-		return nil
-	}
-	var reason string
-	switch d := pos - r.tail; {
-	case int64(d) < 0:
-		reason = fmt.Sprintf("backwards from tail %d", r.tail)
-	case d > r.cursor-r.tail:
-		reason = fmt.Sprintf("past the cursor %d", r.cursor)
-	case pos&7 != 0:
-		reason = "not 8-aligned"
-	default:
-		r.store(pos)
-		return nil
-	}
-	return fmt.Errorf("commit perf ring cpu %d to %d: %s: %w", r.cpu, pos, reason, os.ErrInvalid)
-}
-
-// store stores data_tail without checks.
-func (r *perfRing) store(pos uint64) {
-	r.tail = pos
+// storeConsumer stores data_tail (the cursor's memory).
+func (r *Perf) storeConsumer(pos uint64) {
 	// Release; pairs with the kernel's READ_ONCE(data_tail) + smp_mb() in perf_output_begin:
 	// our reads of the records before pos happen before the kernel reuses their space
 	// (libbpf: smp_store_release in ring_buffer_write_tail).
 	atomic.StoreUint64(&r.page.Data_tail, pos)
 }
 
-// commitCursor commits everything parsed so far.
-func (r *perfRing) commitCursor() {
-	if r.cursor != r.tail {
-		r.store(r.cursor)
-	}
-}
-
-// skipCorrupt is the way on after a CorruptError: it gives up everything up to the head
+// SkipCorrupt is the way on after a CorruptError: it gives up everything up to the head
 // snapshot, commits data_tail there, clears the error and returns the number of bytes
 // skipped; the counts take the corruption and the bytes. Records parsed but not committed
 // are released too (not counted as skipped), also those that begin would read again before
@@ -613,26 +508,26 @@ func (r *perfRing) commitCursor() {
 // the reader skip genuine records). A head behind the tail says the tail moved: the reader
 // resynchronises with the head, committing it as the tail; the bytes between count as
 // skipped, as every form of reading reports it.
-func (r *perfRing) skipCorrupt() uint64 {
+func (r *Perf) SkipCorrupt() uint64 {
 	if r.corrupt != nil {
-		r.st.Corrupt++
+		r.counts.Corrupt++
 	}
-	if r.badHead && !r.behind {
-		r.ignored, r.ignoring = r.badPos, true
-		r.corrupt, r.badHead = nil, false
+	if r.badPos && !r.behind {
+		r.ignored, r.ignoring = r.badAt, true
+		r.corrupt, r.badPos = nil, false
 		return 0
 	}
 	target := r.head
-	if r.badHead {
-		target = r.badPos
+	if r.badPos {
+		target = r.badAt
 	}
 	from := r.cursor
-	if r.corrupt != nil && !r.badHead && int64(r.corrupt.Pos-from) > 0 {
+	if r.corrupt != nil && !r.badPos && int64(r.corrupt.Pos-from) > 0 {
 		from = r.corrupt.Pos // the records before it are good (begin went back)
 	}
 	skipped := min(target-from, uint64(len(r.data)))
-	r.st.CorruptBytes += skipped
-	r.corrupt, r.badHead, r.badPos, r.behind = nil, false, 0, false
+	r.counts.CorruptBytes += skipped
+	r.corrupt, r.badPos, r.badAt, r.behind = nil, false, 0, false
 	r.cursor, r.head, r.counted = target, target, target
 	if target != r.tail {
 		r.store(target)
@@ -640,26 +535,26 @@ func (r *perfRing) skipCorrupt() uint64 {
 	return skipped
 }
 
-// left counts the samples and lost samples in the ring from oldest, where the reader's
+// Left counts the samples and lost samples in the ring from oldest, where the reader's
 // undelivered records start, up to data_head: what Close leaves unread. It parses without
 // moving the cursor or counting; a corrupt record ends the count. A perf ring holds no
 // discarded records: discarded is 0.
-func (r *perfRing) left(oldest uint64) (samples, lost, discarded uint64) {
-	tail, cursor, head, counted, st, corrupt, badHead := r.tail, r.cursor, r.head, r.counted, r.st, r.corrupt, r.badHead
+func (r *Perf) Left(oldest uint64) (samples, lost, discarded uint64) {
+	tail, cursor, head, counted, counts, corrupt, badPos := r.tail, r.cursor, r.head, r.counted, r.counts, r.corrupt, r.badPos
 	if t := r.loadTail(); int64(t-oldest) > 0 {
 		oldest = t // a RawBuffer over the ring read further
 	}
-	r.tail, r.cursor, r.head, r.counted, r.corrupt, r.badHead = oldest, oldest, oldest, oldest, nil, false
+	r.tail, r.cursor, r.head, r.counted, r.corrupt, r.badPos = oldest, oldest, oldest, oldest, nil, false
 	if r.snapshot() {
 		var rec Record
 		for r.parse(&rec) {
-			if rec.Type == RecordSample {
+			if rec.Type == Sample {
 				samples++
 			} else {
 				lost += rec.Lost
 			}
 		}
 	}
-	r.tail, r.cursor, r.head, r.counted, r.st, r.corrupt, r.badHead = tail, cursor, head, counted, st, corrupt, badHead
+	r.tail, r.cursor, r.head, r.counted, r.counts, r.corrupt, r.badPos = tail, cursor, head, counted, counts, corrupt, badPos
 	return samples, lost, 0
 }

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package ring
+
+// What a ring gives: a Record parsed in place, its counts, and the error of
+// a record or position that cannot be valid. The root package re-exports
+// Record, RecordType and CorruptError under its own names.
+
+import (
+	"errors"
+	"fmt"
+)
+
+// RecordType classifies a delivered record.
+type RecordType uint8
+
+const (
+	// Sample is a sample: the output of bpf_perf_event_output or a ring
+	// buffer record (PERF_RECORD_SAMPLE).
+	Sample RecordType = iota + 1
+	// Lost is a count of samples the kernel dropped because a perf ring
+	// was full (PERF_RECORD_LOST).
+	Lost
+)
+
+// String returns "sample" or "lost".
+func (t RecordType) String() string {
+	switch t {
+	case Sample:
+		return "sample"
+	case Lost:
+		return "lost"
+	}
+	return fmt.Sprintf("RecordType(%d)", uint8(t))
+}
+
+// Record is one record of a ring, parsed in place: a sample (Data, Wrapped)
+// or a count of lost samples (Lost). Records of other types are never
+// delivered: every way of reading skips them, counted in Other.
+type Record struct {
+	Type RecordType
+	Ring int    // the ring's buffer index
+	CPU  int    // the CPU whose ring holds the record; -1 for a ring shared by CPUs
+	Pos  uint64 // ring position where the record starts
+	Next uint64 // ring position just after the record
+
+	// Data and Wrapped hold a sample's payload, zero-copy. Wrapped is the
+	// part that continues at the ring's start when the payload straddles
+	// a perf ring's end, and is empty otherwise (always, for a ring
+	// buffer). Both are nil for lost records.
+	//
+	// Both alias ring memory: they are valid until the consumer position
+	// is committed past Next; after that the kernel may overwrite them.
+	// Copy what must outlive that, for example with AppendTo.
+	//
+	// A perf ring pads the payload so that records stay 8-byte aligned: an
+	// n-byte bpf_perf_event_output yields round_up(n+4, 8)-4 bytes, the
+	// last ones unspecified. The payload must carry its own length (or be
+	// of a fixed size).
+	Data, Wrapped []byte
+
+	Lost uint64 // samples lost, for a Lost record
+
+	// Key and Late are set by an ordered reader: the key the sample was
+	// ordered by, and whether it came after a sample with a larger key.
+	Key  uint64
+	Late bool
+}
+
+// Len returns the payload's length, len(Data)+len(Wrapped).
+func (r *Record) Len() int { return len(r.Data) + len(r.Wrapped) }
+
+// AppendTo appends the payload to dst as one slice and returns the result;
+// it does not allocate when cap(dst)-len(dst) >= r.Len().
+func (r *Record) AppendTo(dst []byte) []byte {
+	dst = append(dst, r.Data...)
+	if len(r.Wrapped) > 0 {
+		dst = append(dst, r.Wrapped...)
+	}
+	return dst
+}
+
+// Counts is what a ring parsed, each record counted once, the first time it
+// is parsed.
+type Counts struct {
+	Samples      uint64 // samples parsed
+	Bytes        uint64 // their payload bytes
+	Lost         uint64 // samples lost records report (perf rings)
+	Other        uint64 // records of other types, skipped (perf rings)
+	Discarded    uint64 // records the program discarded, skipped (ring buffers)
+	Corrupt      uint64 // corruptions got past (SkipCorrupt)
+	CorruptBytes uint64 // bytes skipped past them
+	MaxFill      int    // the most bytes a snapshot saw waiting
+}
+
+// ErrCorrupt is what every *CorruptError matches.
+var ErrCorrupt = errors.New("corrupt ring record")
+
+// CorruptError describes a ring record, or ring position, that cannot be
+// valid.
+type CorruptError struct {
+	Ring   int    // the ring's buffer index
+	CPU    int    // the ring's CPU, -1 for a ring shared by CPUs
+	Pos    uint64 // the ring position of the bad record (the cursor), or the consumer position
+	Size   uint64 // the record's size, or the bad producer position
+	Reason string // what is wrong
+}
+
+// Error formats the error as "read ring 0 (cpu 1) at 4096: record size 0:
+// corrupt ring record", or "read ring 2 at ..." for a ring shared by CPUs.
+func (e *CorruptError) Error() string {
+	if e.CPU < 0 {
+		return fmt.Sprintf("read ring %d at %d: %s: %v", e.Ring, e.Pos, e.Reason, ErrCorrupt)
+	}
+	return fmt.Sprintf("read ring %d (cpu %d) at %d: %s: %v", e.Ring, e.CPU, e.Pos, e.Reason, ErrCorrupt)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// PerfSampleSize is the space a perf sample of n bytes takes in a perf
+// ring: the 8-byte perf_event_header, the u32 raw size, and the data padded
+// to 8 bytes.
+func PerfSampleSize(n int) int { return recHeaderSize + (n+4+7)&^7 }
+
+// PerfSampleDataOff is where a perf sample's payload starts in its record.
+const PerfSampleDataOff = recSampleDataOff
+
+// PerfLostSize is the space a perf ring's lost record takes.
+const PerfLostSize = recLostSize
+
+// RingBufRecordSize is the space a record of n bytes takes in a ring
+// buffer: its 8-byte header, the data, rounded up to 8 bytes.
+func RingBufRecordSize(n uint64) uint64 { return (n + bpfRingHdrRound) &^ 7 }
