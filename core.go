@@ -15,14 +15,15 @@ import (
 	"sync/atomic"
 
 	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
 // core owns the rings of one map for its PerfBuffer or Reader.
 type core struct {
 	ringSet          // the rings and what the policy shares
 	src     source   // what openCore opened; nil over rings of a test's own
-	w       *waiter  // the wait on every ring, woken by Close
-	life    lifetime // calls in progress; the last one out after Close frees
+	w       *wait.Waiter  // the wait on every ring, woken by Close
+	life    wait.Lifetime // calls in progress; the last one out after Close frees
 	pol     policy
 	fds     []int // the descriptor a wait polls for ring i; grows under statsMu
 	// newCPUs, if set, is the CPU watch's flag of CPUs that came online
@@ -119,27 +120,26 @@ func openCore(m Map, more []Map, ro ringOptions, failures Map) (*core, error) {
 // is readable. It does not close what it was given if it fails.
 func newCore(rings []ring.Kind, fds []int) (*core, error) {
 	c := &core{}
-	w, err := newWaiter()
+	w, err := wait.New()
 	if err != nil {
 		return nil, err
 	}
 	c.w = w
 	for i, rb := range rings {
 		if err := c.addRing(rb, fds[i]); err != nil {
-			w.close()
+			w.Close()
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// start puts c to work with its policy, pol, whose functions that run
-// callbacks are named by callbacks (see reentry.go), and starts watching
-// for CPUs that come online.
-func (c *core) start(pol policy, callbacks []string) {
+// start puts c to work with its policy, pol, whose owner runs callbacks in
+// scope (internal/wait), and starts watching for CPUs that come online.
+func (c *core) start(pol policy, scope wait.Scope) {
 	c.pol = pol
-	c.life.free = c.free
-	c.life.callbacks = callbacks
+	c.life.Free = c.free
+	c.life.Scope = scope
 	if r, ok := c.src.(*rings); ok && r.watch != nil {
 		c.newCPUs = &r.watch.pending
 		r.watch.notify = c.poke
@@ -150,7 +150,7 @@ func (c *core) start(pol policy, callbacks []string) {
 // addRing adds rb, whose perf event is fd, to the set, the wait, the
 // policy and the owner.
 func (c *core) addRing(rb ring.Kind, fd int) error {
-	if err := c.w.addRing(rb, fd); err != nil {
+	if err := c.w.AddRing(rb, fd); err != nil {
 		return err
 	}
 	c.push(rb)
@@ -211,17 +211,17 @@ func (c *core) fd(i int) int {
 	return c.fds[i]
 }
 
-// poke wakes a blocked wait (see waiter.wakeOpen): a CPU came online, a
+// poke wakes a blocked wait (see wait.Waiter.WakeOpen): a CPU came online, a
 // context was cancelled, a deadline or a flush was set.
-func (c *core) poke() { c.w.wakeOpen(&c.life) }
+func (c *core) poke() { c.w.WakeOpen(&c.life) }
 
 // close stops the owner: the rings' loops stop after the record in
 // progress, blocked waits return, and free runs once no call is in
 // progress.
 func (c *core) close() {
-	c.life.close(func() {
+	c.life.Close(func() {
 		c.stop.Store(true)
-		c.w.wake(true)
+		c.w.Wake(true)
 	})
 }
 
@@ -247,7 +247,7 @@ func (c *core) free() {
 	if c.src != nil {
 		c.src.close()
 	}
-	c.w.close()
+	c.w.Close()
 }
 
 // statsNow returns the published counts with what is read at the time of
@@ -260,11 +260,11 @@ func (c *core) statsNow() []Stats {
 	for i := range st {
 		st[i].Size = rings[i].Cur().Size() // fixed when the ring is made
 	}
-	if c.life.enter("") == nil {
+	if c.life.Enter("") == nil {
 		for i := range st {
 			st[i].Fill = rings[i].Cur().Used()
 		}
-		c.life.exit()
+		c.life.Exit()
 	}
 	if c.src == nil {
 		return st

@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
 // Errors returned by this package, each wrapped with context.
@@ -30,7 +31,7 @@ var (
 	// ErrReentrant: a call made from inside a callback (SampleFunc,
 	// LostFunc, an Each or Consume function, an All loop) would wait for a
 	// call in progress, perhaps the one running the callback.
-	ErrReentrant = errors.New("call from inside a callback would wait for a call in progress")
+	ErrReentrant = wait.ErrReentrant
 	// ErrFlushed: a Reader delivered everything that was in the rings when
 	// Flush was called.
 	ErrFlushed = errors.New("reader flushed")

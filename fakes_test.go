@@ -300,7 +300,7 @@ func (f *fakeRings) newPerfBuffer(t testing.TB, src *rings, opts Options) *PerfB
 // what RawBuffer.Release calls.
 func hold(t *testing.T, pb *PerfBuffer, i int) {
 	t.Helper()
-	if err := pb.c.life.enter("hold"); err != nil {
+	if err := pb.c.life.Enter("hold"); err != nil {
 		t.Fatal(err)
 	}
 	pb.drainMu.Lock()

@@ -950,7 +950,7 @@ func TestOrderedTimerKept(t *testing.T) {
 		late = max(late, held-delay)
 	}
 	// Without the slack every wait moves the deadline: about one a sample.
-	sets := o.c.w.sets
+	sets := o.c.w.Sets()
 	if sets > n/2 {
 		t.Errorf("%d deadlines set for %d samples a %v apart", sets, n, gap)
 	}

@@ -44,6 +44,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
 // PerfBuffer is a set of per-CPU perf rings over one perf event array, read
@@ -82,6 +84,13 @@ type PerfBuffer struct {
 	// so rings that epoll reported ready may still hold samples, and their
 	// readiness is spent: the next Poll drains every ring without waiting.
 	cut atomic.Bool
+
+	// drainF (pb.drainTurn, made once) drains ring drainI inside
+	// wait.Drains (see drainRing), giving drainK and drainErr.
+	drainF   func()
+	drainI   int
+	drainK   int
+	drainErr error
 }
 
 // New opens a ring on every online CPU for the perf event array m, stores
@@ -132,7 +141,8 @@ func newPerfBuffer(c *core, opts *Options) *PerfBuffer {
 		pb.cb = newCallback(&c.ringSet, opts.SampleFunc, opts.LostFunc)
 		pol = pb.cb
 	}
-	c.start(pol, drainCallbackFrames)
+	c.start(pol, wait.Drains)
+	pb.drainF = pb.drainTurn
 	return pb
 }
 
@@ -187,7 +197,7 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	if err := pb.enter(op); err != nil {
 		return 0, err
 	}
-	defer pb.c.life.exit()
+	defer pb.c.life.Exit()
 
 	if pb.cut.Swap(false) {
 		return pb.drain(op, -1, false) // see cut
@@ -205,15 +215,15 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	if !settled {
 		return pb.drain(op, -1, false)
 	}
-	event, err := pb.c.w.wait(timeout, 0)
+	event, err := pb.c.w.Wait(timeout, 0)
 	if err != nil {
 		return 0, wrap(op, err)
 	}
-	if pb.c.life.closed() {
+	if pb.c.life.Closed() {
 		return 0, wrap(op, os.ErrClosed)
 	}
-	if pb.c.w.woken.Load() {
-		pb.c.w.clearWake() // a CPU came online (poke): drain sees to it
+	if pb.c.w.Woken() {
+		pb.c.w.ClearWake() // a CPU came online (poke): drain sees to it
 	}
 	if !event {
 		return 0, nil
@@ -229,7 +239,7 @@ func (pb *PerfBuffer) Consume() (int, error) {
 	if err := pb.enter(op); err != nil {
 		return 0, err
 	}
-	defer pb.c.life.exit()
+	defer pb.c.life.Exit()
 	return pb.drain(op, -1, false)
 }
 
@@ -245,7 +255,7 @@ func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 	if err := pb.enter(op); err != nil {
 		return 0, err
 	}
-	defer pb.c.life.exit()
+	defer pb.c.life.Exit()
 	return pb.drain(op, i, false)
 }
 
@@ -254,7 +264,7 @@ func (pb *PerfBuffer) enter(op string) error {
 	if pb.cb == nil {
 		return fmt.Errorf("%s: opened with Raw, no SampleFunc: %w", op, os.ErrInvalid)
 	}
-	return pb.c.life.enter(op)
+	return pb.c.life.Enter(op)
 }
 
 // BufferCount returns the number of rings (perf_buffer__buffer_cnt): one per
@@ -266,12 +276,12 @@ func (pb *PerfBuffer) enter(op string) error {
 // to open is left without one: Wait reports the error). It stays valid
 // after Close.
 func (pb *PerfBuffer) BufferCount() int {
-	if pb.raw && pb.c.life.enter("") == nil {
+	if pb.raw && pb.c.life.Enter("") == nil {
 		if pb.drainMu.TryLock() {
 			_ = pb.c.addNewCPUs() // no error to return: see above
 			pb.drainMu.Unlock()
 		}
-		pb.c.life.exit()
+		pb.c.life.Exit()
 	}
 	return pb.c.count()
 }
@@ -285,10 +295,10 @@ func (pb *PerfBuffer) BufferFD(i int) (int, error) {
 	if err := pb.checkIndex(i); err != nil {
 		return -1, wrap(op, err)
 	}
-	if err := pb.c.life.enter(op); err != nil {
+	if err := pb.c.life.Enter(op); err != nil {
 		return -1, err
 	}
-	defer pb.c.life.exit()
+	defer pb.c.life.Exit()
 	return pb.c.fd(i), nil
 }
 
@@ -300,10 +310,10 @@ func (pb *PerfBuffer) BufferFD(i int) (int, error) {
 // os.ErrClosed (wrapped).
 func (pb *PerfBuffer) EpollFD() (int, error) {
 	op := "epoll fd of " + pb.c.name()
-	if err := pb.c.life.enter(op); err != nil {
+	if err := pb.c.life.Enter(op); err != nil {
 		return -1, err
 	}
-	defer pb.c.life.exit()
+	defer pb.c.life.Exit()
 	return pb.c.src.epollFD()
 }
 
@@ -361,7 +371,7 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 		if nonEmpty && pb.c.rings[i].Cur().Used() == 0 {
 			continue
 		}
-		k, err := pb.cb.drain(i)
+		k, err := pb.drainRing(i)
 		n += k
 		if err != nil && firstErr == nil {
 			firstErr = wrap(op, err)
@@ -371,18 +381,28 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 	return n, firstErr
 }
 
+// drainRing drains ring i inside wait.Drains: a call that its SampleFunc or
+// LostFunc makes fails with ErrReentrant rather than wait for the drain.
+func (pb *PerfBuffer) drainRing(i int) (int, error) {
+	pb.drainI = i
+	wait.Drains.Run(pb.drainF)
+	return pb.drainK, pb.drainErr
+}
+
+func (pb *PerfBuffer) drainTurn() { pb.drainK, pb.drainErr = pb.cb.drain(pb.drainI) }
+
 // isHeld reports whether a RawBuffer holds ring i (drains skip it).
 func (pb *PerfBuffer) isHeld(i int) bool {
 	return pb.nheld.Load() > 0 && pb.held[i].Load()
 }
 
 // lockDrain takes drainMu, unless it would wait from inside a callback:
-// then it fails with ErrReentrant (see reentry.go).
+// then it fails with ErrReentrant (see internal/wait).
 func (pb *PerfBuffer) lockDrain() error {
 	if pb.drainMu.TryLock() {
 		return nil
 	}
-	if inCallback(drainCallbackFrames) {
+	if wait.Drains.Inside() {
 		return ErrReentrant
 	}
 	pb.drainMu.Lock()
@@ -408,21 +428,21 @@ func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
 	}
 	// The reference taken here is what keeps the mapping alive: the
 	// RawBuffer's Release drops it.
-	if err := pb.c.life.enter(op); err != nil {
+	if err := pb.c.life.Enter(op); err != nil {
 		return nil, err
 	}
 	if err := pb.lockDrain(); err != nil {
-		pb.c.life.exit()
+		pb.c.life.Exit()
 		return nil, wrap(op, err)
 	}
 	defer pb.drainMu.Unlock()
 	if pb.held[i].Load() {
-		pb.c.life.exit()
+		pb.c.life.Exit()
 		return nil, wrap(op, ErrBusy)
 	}
 	rb, err := pb.c.src.view(i)
 	if err != nil {
-		pb.c.life.exit()
+		pb.c.life.Exit()
 		return nil, wrap(op, err)
 	}
 	pb.held[i].Store(true)
@@ -439,7 +459,7 @@ func (pb *PerfBuffer) release(i int) {
 	pb.heldMu.Unlock()
 	held.Store(false)
 	pb.nheld.Add(-1)
-	pb.c.life.exit()
+	pb.c.life.Exit()
 }
 
 // Wait is raw mode's wait: it blocks until a ring holds records, timeout
@@ -455,10 +475,10 @@ func (pb *PerfBuffer) release(i int) {
 // callback, a syscall.Errno from epoll or from opening a ring.
 func (pb *PerfBuffer) Wait(timeout time.Duration, dst []int) ([]int, error) {
 	op := pb.opWait
-	if err := pb.c.life.enter(op); err != nil {
+	if err := pb.c.life.Enter(op); err != nil {
 		return dst, err
 	}
-	defer pb.c.life.exit()
+	defer pb.c.life.Exit()
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -488,14 +508,14 @@ func (pb *PerfBuffer) Wait(timeout time.Duration, dst []int) ([]int, error) {
 				return dst, nil
 			}
 		}
-		if _, err := pb.c.w.wait(left, 0); err != nil {
+		if _, err := pb.c.w.Wait(left, 0); err != nil {
 			return dst, wrap(op, err)
 		}
-		if pb.c.life.closed() {
+		if pb.c.life.Closed() {
 			return dst, wrap(op, os.ErrClosed)
 		}
-		if pb.c.w.woken.Load() {
-			pb.c.w.clearWake() // a CPU came online: look again
+		if pb.c.w.Woken() {
+			pb.c.w.ClearWake() // a CPU came online: look again
 		}
 	}
 }

@@ -645,11 +645,11 @@ func TestPerfBufferHeld(t *testing.T) {
 	if _, err := pb.Consume(); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Consume after Close: %v", err)
 	}
-	if d := pb.Stats()[0].Left; d != 0 || pb.c.w.freed {
+	if d := pb.Stats()[0].Left; d != 0 || pb.c.w.Freed() {
 		t.Errorf("freed while a ring was held (left %d)", d)
 	}
 	pb.release(0)
-	if d := pb.Stats()[0].Left; d != 1 || !pb.c.w.freed {
+	if d := pb.Stats()[0].Left; d != 1 || !pb.c.w.Freed() {
 		t.Errorf("not freed at release: left %d, want 1", d)
 	}
 }

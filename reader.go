@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
 // defaultMaxLatency is Options.MaxLatency when it is zero and the rings
@@ -51,6 +53,16 @@ type Reader struct {
 	copyF func(*Record) error
 	batch []Sample
 	got   int
+
+	// The policy's calls that may run a user's function (fn, an Order's
+	// Key), run inside wait.Reads (see polEach): turnF and nextF (r.turn,
+	// r.nextTurn, made once) and what they take and give.
+	turnF, nextF func()
+	turnFn       func(*Record) error
+	turnMore     bool
+	turnErr      error
+	nextRec      *Record
+	nextRing     int
 
 	// The contexts of errors, naming what is read: "read ring buffer
 	// \"events\"", "consume perf event array \"events\"" (made once: a
@@ -89,13 +101,13 @@ func newReader(c *core, opts *Options) *Reader {
 		c.latency = defaultMaxLatency
 	}
 	r := &Reader{c: c, opRead: "read " + c.name(), opConsume: "consume " + c.name()}
-	r.countF, r.copyF = r.countRec, r.copyRec
+	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec, r.turn, r.nextTurn
 	if opts.Order != nil {
 		r.pol = newOrdered(&c.ringSet, opts.Order.config())
 	} else {
 		r.pol = newFullest(&c.ringSet)
 	}
-	c.start(r.pol, readCallbackFrames)
+	c.start(r.pol, wait.Reads)
 	return r
 }
 
@@ -136,12 +148,12 @@ func (r *Reader) SetDeadline(t time.Time) {
 // there yet (docs/failures.md). Reading goes on as before after that. It
 // may be called from any goroutine.
 func (r *Reader) Flush() {
-	if r.c.life.enter("") != nil {
+	if r.c.life.Enter("") != nil {
 		return // closed: the rings are gone
 	}
 	r.c.requestFlush()
-	r.c.w.wake(false)
-	r.c.life.exit()
+	r.c.w.Wake(false)
+	r.c.life.Exit()
 }
 
 // Stats returns per-ring counts in buffer index order. It may be called from
@@ -166,7 +178,7 @@ func (r *Reader) pastDeadline() bool {
 // go on reading; done reports that a non-waiting read is done.
 func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, err error) {
 	c := r.c
-	if c.life.closed() {
+	if c.life.Closed() {
 		return true, fmt.Errorf("%s: %w", op, os.ErrClosed)
 	}
 	if err := r.takeCorrupt(op); err != nil {
@@ -206,13 +218,13 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 	if !c.settled(nil) {
 		return false, nil // a ring's kernel would not wake us: read again
 	}
-	event, err := c.w.wait(timeout, slack)
+	event, err := c.w.Wait(timeout, slack)
 	if err != nil {
 		return true, fmt.Errorf("%s: %w", op, err)
 	}
-	if c.w.woken.Load() {
-		if !c.life.closed() {
-			c.w.clearWake() // Flush, SetDeadline, ctx or a CPU: look again
+	if c.w.Woken() {
+		if !c.life.Closed() {
+			c.w.ClearWake() // Flush, SetDeadline, ctx or a CPU: look again
 		}
 		return false, nil
 	}
@@ -223,7 +235,7 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 		if dl := r.deadline.Load(); dl != 0 {
 			hold = min(hold, time.Until(time.Unix(0, dl)))
 		}
-		if err := c.w.waitEvent(hold); err != nil {
+		if err := c.w.WaitEvent(hold); err != nil {
 			return true, fmt.Errorf("%s: %w", op, err)
 		}
 	}
@@ -244,7 +256,7 @@ func (r *Reader) takeCorrupt(op string) error {
 // and, if ctx can be cancelled, makes its cancellation wake the wait. Pass
 // what it returns to exitRead.
 func (r *Reader) enterRead(ctx context.Context, op string) (stop func() bool, err error) {
-	if err := r.c.life.enterExclusive(op); err != nil {
+	if err := r.c.life.EnterExclusive(op); err != nil {
 		return nil, err
 	}
 	if ctx.Done() != nil {
@@ -260,7 +272,7 @@ func (r *Reader) exitRead(stop func() bool) {
 	if stop != nil {
 		stop()
 	}
-	r.c.life.exitExclusive()
+	r.c.life.ExitExclusive()
 }
 
 // ReadInto blocks until a record is available and copies it into s, reusing
@@ -295,7 +307,7 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 	if len(s) == 0 {
 		return 0, nil
 	}
-	if err := r.c.life.enterExclusive(op); err != nil {
+	if err := r.c.life.EnterExclusive(op); err != nil {
 		return 0, err
 	}
 	defer r.exitBatch() // (a Key function may panic)
@@ -316,13 +328,13 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 		if len(s) == 1 {
 			// One record (ReadInto): the policy's next, which costs
 			// less than setting up the policy's loop for one record.
-			if rec, i := r.pol.next(); i >= 0 {
+			if rec, i := r.polNext(); i >= 0 {
 				copySample(&s[0], rec)
 				r.pol.delivered(i)
 				r.got = 1
 			}
 		} else {
-			more, _ = r.pol.each(r.copyF) // (copyRec's only error is errStop)
+			more, _ = r.polEach(r.copyF) // (copyRec's only error is errStop)
 		}
 		if r.got == len(s) || r.got > 0 && !more {
 			return r.got, nil
@@ -332,7 +344,7 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 				return 0, err
 			}
 		}
-		if r.c.life.closed() {
+		if r.c.life.Closed() {
 			if r.got > 0 {
 				return r.got, nil
 			}
@@ -357,7 +369,7 @@ func (r *Reader) copyRec(rec *Record) error {
 // reader.
 func (r *Reader) exitBatch() {
 	r.batch = nil
-	r.c.life.exitExclusive()
+	r.c.life.ExitExclusive()
 }
 
 // Each calls fn with every record, zero-copy, until ctx is done, the reader
@@ -397,10 +409,10 @@ func (r *Reader) Consume(fn func(rec *Record) error) (int, error) {
 	if fn == nil {
 		return 0, fmt.Errorf("%s: nil function: %w", op, os.ErrInvalid)
 	}
-	if err := r.c.life.enterExclusive(op); err != nil {
+	if err := r.c.life.EnterExclusive(op); err != nil {
 		return 0, err
 	}
-	defer r.c.life.exitExclusive()
+	defer r.c.life.ExitExclusive()
 	r.fn, r.n = fn, 0
 	defer func() { r.fn = nil }()
 	err := r.each(context.Background(), op, r.countF, false)
@@ -417,7 +429,7 @@ func (r *Reader) countRec(rec *Record) error {
 // through the policy, and when there is none, waits (wait) or returns.
 func (r *Reader) each(ctx context.Context, op string, fn func(*Record) error, wait bool) error {
 	for {
-		if r.c.life.closed() {
+		if r.c.life.Closed() {
 			return fmt.Errorf("%s: %w", op, os.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
@@ -426,7 +438,7 @@ func (r *Reader) each(ctx context.Context, op string, fn func(*Record) error, wa
 		if err := r.c.addNewCPUs(); err != nil {
 			return wrap(op, err)
 		}
-		more, err := r.pol.each(fn)
+		more, err := r.polEach(fn)
 		if err != nil {
 			return err
 		}
@@ -441,6 +453,26 @@ func (r *Reader) each(ctx context.Context, op string, fn func(*Record) error, wa
 		}
 	}
 }
+
+// polEach runs the policy's loop with fn inside wait.Reads: a read that fn
+// calls fails with ErrReentrant rather than wait for this one.
+func (r *Reader) polEach(fn func(*Record) error) (bool, error) {
+	r.turnFn = fn
+	wait.Reads.Run(r.turnF)
+	r.turnFn = nil
+	return r.turnMore, r.turnErr
+}
+
+func (r *Reader) turn() { r.turnMore, r.turnErr = r.pol.each(r.turnFn) }
+
+// polNext is the policy's next inside wait.Reads (an Order's Key runs in
+// it).
+func (r *Reader) polNext() (*Record, int) {
+	wait.Reads.Run(r.nextF)
+	return r.nextRec, r.nextRing
+}
+
+func (r *Reader) nextTurn() { r.nextRec, r.nextRing = r.pol.next() }
 
 // errStop ends a policy's loop early: All's when yield returns false,
 // ReadBatch's when the batch is full. It never leaves this file.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf/internal/ringtest"
+	"github.com/perfbuf/perfbuf/internal/wait"
 	"golang.org/x/sys/unix"
 
 	"github.com/perfbuf/perfbuf/internal/ring"
@@ -258,7 +259,7 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 		t.Run(form, func(t *testing.T) {
 			f := newFakeBPFRings(t, 2, 4096)
 			var read func() ([]uint64, error) // waits with no timeout
-			var w *waiter
+			var w *wait.Waiter
 			switch form {
 			case "Reader":
 				r := f.reader(t, Options{MaxLatency: -1})
@@ -305,7 +306,7 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 				done <- result{got, err}
 			}()
 			// Asleep: the read holds the waiter's turn, in the netpoller.
-			for len(w.turn) == 0 {
+			for !w.Waiting() {
 				select {
 				case res := <-done:
 					t.Fatalf("read returned %v, %v before the commit", res.got, res.err)

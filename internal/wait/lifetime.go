@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package wait
 
 // The lifetime protocol: how Close runs while calls are in progress.
 
@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 )
 
-// lifetime lets Close run while calls are in progress on other goroutines
+// Lifetime lets Close run while calls are in progress on other goroutines
 // (or on the same one, from a callback): calls enter and exit, Close marks
 // the object closed, and whoever leaves last runs free. So nothing is
 // unmapped or closed under a call that still uses it. It is lock-free: a
@@ -19,15 +19,16 @@ import (
 //
 // Exclusive calls (a reader's reads) also exclude each other: the first
 // takes busyBit in the same atomic operation, later ones wait for it.
-type lifetime struct {
+type Lifetime struct {
 	state    atomic.Int64 // calls in progress, plus closedBit and busyBit
 	freeOnce sync.Once
-	free     func()
+	// Free is the owner's: called once, by the last call out after Close.
+	Free func()
 
-	// callbacks names the functions that run callbacks during exclusive
-	// calls (see reentry.go): called from under one of them, an exclusive
-	// call fails with ErrReentrant rather than wait.
-	callbacks []string
+	// Scope is where its owner runs callbacks during exclusive calls (see
+	// reentry.go): called from inside it, an exclusive call fails with
+	// ErrReentrant rather than wait.
+	Scope Scope
 
 	waiters atomic.Int32 // exclusive calls waiting for busyBit
 	mu      sync.Mutex   // with cond: where they wait
@@ -39,8 +40,8 @@ const (
 	busyBit   = 1 << 61
 )
 
-// enter registers a call in progress; it fails once closed.
-func (l *lifetime) enter(op string) error {
+// Enter registers a call in progress; it fails once closed.
+func (l *Lifetime) Enter(op string) error {
 	for {
 		s := l.state.Load()
 		if s&closedBit != 0 {
@@ -52,17 +53,17 @@ func (l *lifetime) enter(op string) error {
 	}
 }
 
-// exit ends a call; the last one out after close frees.
-func (l *lifetime) exit() {
+// Exit ends a call; the last one out after close frees.
+func (l *Lifetime) Exit() {
 	if l.state.Add(-1) == closedBit {
-		l.freeOnce.Do(l.free)
+		l.freeOnce.Do(l.Free)
 	}
 }
 
-// enterExclusive is enter for a call that excludes other exclusive calls:
+// EnterExclusive is enter for a call that excludes other exclusive calls:
 // it waits while one is in progress, unless it is called from inside a
-// callback (see callbacks).
-func (l *lifetime) enterExclusive(op string) error {
+// callback (see Scope).
+func (l *Lifetime) EnterExclusive(op string) error {
 	for checked := false; ; {
 		s := l.state.Load()
 		switch {
@@ -72,7 +73,7 @@ func (l *lifetime) enterExclusive(op string) error {
 			if l.state.CompareAndSwap(s, (s+1)|busyBit) {
 				return nil
 			}
-		case !checked && inCallback(l.callbacks):
+		case !checked && l.Scope.Inside():
 			return fmt.Errorf("%s: %w", op, ErrReentrant)
 		default:
 			checked = true
@@ -82,7 +83,7 @@ func (l *lifetime) enterExclusive(op string) error {
 }
 
 // waitNotBusy blocks until busyBit is clear or l is closed.
-func (l *lifetime) waitNotBusy() {
+func (l *Lifetime) waitNotBusy() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cond == nil {
@@ -98,8 +99,8 @@ func (l *lifetime) waitNotBusy() {
 	}
 }
 
-// exitExclusive ends an exclusive call.
-func (l *lifetime) exitExclusive() {
+// ExitExclusive ends an exclusive call.
+func (l *Lifetime) ExitExclusive() {
 	s := l.state.Add(-(1 + busyBit))
 	if l.waiters.Load() > 0 {
 		l.mu.Lock()
@@ -107,16 +108,16 @@ func (l *lifetime) exitExclusive() {
 		l.mu.Unlock()
 	}
 	if s == closedBit {
-		l.freeOnce.Do(l.free)
+		l.freeOnce.Do(l.Free)
 	}
 }
 
-// closed reports whether close was called.
-func (l *lifetime) closed() bool { return l.state.Load()&closedBit != 0 }
+// Closed reports whether close was called.
+func (l *Lifetime) Closed() bool { return l.state.Load()&closedBit != 0 }
 
-// close marks l closed, runs wake (to interrupt blocked calls) and frees at
+// Close marks l closed, runs wake (to interrupt blocked calls) and frees at
 // once if no call is in progress. It reports false if l was closed already.
-func (l *lifetime) close(wake func()) bool {
+func (l *Lifetime) Close(wake func()) bool {
 	for {
 		s := l.state.Load()
 		if s&closedBit != 0 {
@@ -137,6 +138,6 @@ func (l *lifetime) close(wake func()) bool {
 		l.mu.Unlock()
 	}
 	wake()
-	l.exit()
+	l.Exit()
 	return true
 }

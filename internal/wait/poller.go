@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package wait
 
 // The poller: waiting for the rings' wakeups, and waking a wait from
 // another goroutine.
@@ -8,7 +8,7 @@ package perfbuf
 // A waiter's epoll set holds every ring's perf event. The set's own
 // descriptor is pollable, and it is registered with the Go
 // runtime's netpoller (os.NewFile on a non-blocking descriptor): a blocked
-// wait parks its goroutine, the thread and its P go on with other work, and
+// Wait parks its goroutine, the thread and its P go on with other work, and
 // the wait's timeout is the descriptor's read deadline, one runtime timer
 // per waiter. A blocking epoll_wait would hold a thread in the kernel, have
 // the runtime hand its P to another thread, and take it back on wakeup.
@@ -41,9 +41,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// waiter blocks until one of a set of rings signals a wakeup, a timeout
+// Waiter blocks until one of a set of rings signals a wakeup, a timeout
 // passes, or another goroutine wakes it (Close, Flush, a new deadline).
-type waiter struct {
+type Waiter struct {
 	// mu guards rings and seen: rings are added (addRing) by the owner's
 	// drains, which a wait on another goroutine does not exclude.
 	mu    sync.Mutex
@@ -55,7 +55,7 @@ type waiter struct {
 	// ready is wait's function for rc.Read, made once: a func literal
 	// passed there would escape, an allocation a wait.
 	ready func(uintptr) bool
-	woken atomic.Bool // wake was called since the last clearWake
+	woken atomic.Bool // Wake was called since the last ClearWake
 	// turn is held by the goroutine waiting in the netpoller: the set's
 	// read deadline is one, so waits on it take turns (concurrent Polls).
 	turn    chan struct{}
@@ -75,8 +75,8 @@ type waiter struct {
 }
 
 // newWaiter returns a waiter over no ring yet (see addRing).
-func newWaiter() (*waiter, error) {
-	w := &waiter{turn: make(chan struct{}, 1), closing: make(chan struct{})}
+func New() (*Waiter, error) {
+	w := &Waiter{turn: make(chan struct{}, 1), closing: make(chan struct{})}
 	w.ready = func(uintptr) bool { return w.woken.Load() || w.moved() }
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
@@ -90,21 +90,21 @@ func newWaiter() (*waiter, error) {
 	// owns epfd from here on.
 	w.file, w.epfd = os.NewFile(uintptr(epfd), "perfbuf epoll"), epfd
 	if w.rc, err = w.file.SyscallConn(); err != nil {
-		w.close()
+		w.Close()
 		return nil, fmt.Errorf("epoll set: %w", err)
 	}
 	// A descriptor the netpoller took has deadlines; one it refused
 	// (never for epoll) would fail here with os.ErrNoDeadline.
 	if err := w.file.SetReadDeadline(time.Time{}); err != nil {
-		w.close()
+		w.Close()
 		return nil, fmt.Errorf("epoll set in the netpoller: %w", err)
 	}
 	return w, nil
 }
 
-// addRing watches one more ring, whose pollable descriptor is fd (its perf
+// AddRing watches one more ring, whose pollable descriptor is fd (its perf
 // event, or its ring buffer map).
-func (w *waiter) addRing(rb ring.Waker, fd int) error {
+func (w *Waiter) AddRing(rb ring.Waker, fd int) error {
 	if err := w.add(w.epfd, fd); err != nil {
 		return fmt.Errorf("add ring to epoll: %w", err)
 	}
@@ -115,21 +115,21 @@ func (w *waiter) addRing(rb ring.Waker, fd int) error {
 	return nil
 }
 
-func (w *waiter) add(epfd, fd int) error {
+func (w *Waiter) add(epfd, fd int) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
 	return unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 }
 
-// wake makes the current wait return, and every later one until clearWake;
+// Wake makes the current wait return, and every later one until clearWake;
 // for Close (closing), it also ends the waits for a turn, for good.
 //
 // It needs no descriptor of its own: it sets
 // woken, then moves the set's read deadline into the past, which ends a
-// wait parked in the netpoller. A wait sets its own deadline before it
+// Wait parked in the netpoller. A wait sets its own deadline before it
 // looks at woken, and the deadline set last wins (the runtime's pollDesc
 // lock orders them), so either the wait sees woken or the past deadline
 // ends it.
-func (w *waiter) wake(closing bool) {
+func (w *Waiter) Wake(closing bool) {
 	w.woken.Store(true)
 	w.wakes.Add(1)
 	_ = w.file.SetReadDeadline(aLongTimeAgo) // os.ErrClosed after close: nothing waits
@@ -141,21 +141,21 @@ func (w *waiter) wake(closing bool) {
 // aLongTimeAgo is a deadline in the past: it ends a wait at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// wakeOpen is wake(false) unless l, the owner's lifetime, is closed (and
+// WakeOpen is wake(false) unless l, the owner's lifetime, is closed (and
 // the set perhaps gone): for wakes from other goroutines that may come
 // after Close (a CPU coming online, a context's cancellation, a deadline).
-func (w *waiter) wakeOpen(l *lifetime) {
-	if l.enter("") == nil {
-		w.wake(false)
-		l.exit()
+func (w *Waiter) WakeOpen(l *Lifetime) {
+	if l.Enter("") == nil {
+		w.Wake(false)
+		l.Exit()
 	}
 }
 
-// clearWake takes back a wake that was not Close's. (The next wait sets
+// ClearWake takes back a wake that was not Close's. (The next wait sets
 // its deadline afresh.)
-func (w *waiter) clearWake() { w.woken.Store(false) }
+func (w *Waiter) ClearWake() { w.woken.Store(false) }
 
-// wait blocks until a ring's data_head has moved since the waiter last
+// Wait blocks until a ring's data_head has moved since the waiter last
 // looked, or wake was called, or timeout passes (negative: no limit; zero:
 // do not block). With a slack it may end up to slack after the timeout, or
 // before it, at a deadline an earlier wait set (setDeadline). It reports
@@ -164,7 +164,7 @@ func (w *waiter) clearWake() { w.woken.Store(false) }
 //
 // Waits take turns on the set (concurrent Polls): the timeout counts from
 // the call, so a wait for another's turn to end comes out of it.
-func (w *waiter) wait(timeout, slack time.Duration) (bool, error) {
+func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 	if w.woken.Load() {
 		return true, nil
 	}
@@ -236,7 +236,7 @@ func (w *waiter) wait(timeout, slack time.Duration) (bool, error) {
 // sample for a deadline a little later each time (the ordered Reader's
 // rule 3) would move it once a sample. Kept, it fires at most once a slack
 // while samples come.
-func (w *waiter) setDeadline(now, from time.Time, slack time.Duration) {
+func (w *Waiter) setDeadline(now, from time.Time, slack time.Duration) {
 	to := from
 	if !from.IsZero() {
 		to = from.Add(slack)
@@ -251,13 +251,13 @@ func (w *waiter) setDeadline(now, from time.Time, slack time.Duration) {
 	w.sets++
 }
 
-// waitEvent blocks until the next wakeup of a ring after the call (not one
+// WaitEvent blocks until the next wakeup of a ring after the call (not one
 // before it, nor a head that moved without one), a wake, or timeout: a ring
 // buffer's reader holding off its drain below its watermark (see
 // Options.WakeupBytes), which the kernel, whose wakeups it thins, ends with
 // a forced wakeup at the watermark. While another goroutine waits on the
 // set it does not hold off. It takes the heads as they are at its end.
-func (w *waiter) waitEvent(timeout time.Duration) error {
+func (w *Waiter) WaitEvent(timeout time.Duration) error {
 	if w.woken.Load() || timeout <= 0 {
 		return nil
 	}
@@ -293,7 +293,7 @@ func (w *waiter) waitEvent(timeout time.Duration) error {
 // moved reports whether a ring's data_head has moved since the last look,
 // and takes the new heads. Only the goroutine that holds the turn, or the
 // one wait that cannot block, calls it.
-func (w *waiter) moved() bool {
+func (w *Waiter) moved() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	m := false
@@ -305,11 +305,23 @@ func (w *waiter) moved() bool {
 	return m
 }
 
-// close frees the set; no wait may be in progress. A later wake finds the
+// Close frees the set; no wait may be in progress. A later wake finds the
 // file closed and does nothing.
-func (w *waiter) close() {
+func (w *Waiter) Close() {
 	if w.file != nil {
 		w.file.Close()
 	}
 	w.freed = true
 }
+
+// Woken reports whether Wake was called since the last ClearWake.
+func (w *Waiter) Woken() bool { return w.woken.Load() }
+
+// Freed reports whether Close was called; Sets counts the deadlines waits
+// set on the netpoller. Both for tests of the owners above.
+func (w *Waiter) Freed() bool { return w.freed }
+func (w *Waiter) Sets() int   { return w.sets }
+
+// Waiting reports whether a wait holds the turn (is in the netpoller or
+// about to be): for tests.
+func (w *Waiter) Waiting() bool { return len(w.turn) > 0 }

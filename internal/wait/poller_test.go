@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package wait
 
 import (
 	"testing"
@@ -13,11 +13,11 @@ import (
 // would be late, has expired, or a wake moved it, and always without a
 // slack.
 func TestWaiterDeadlineKept(t *testing.T) {
-	w, err := newWaiter()
+	w, err := New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.close()
+	defer w.Close()
 	const slack = 400 * time.Millisecond
 	now := time.Now()
 	at := now.Add(time.Hour) // far from expiry
@@ -43,8 +43,8 @@ func TestWaiterDeadlineKept(t *testing.T) {
 	}
 	for _, st := range steps {
 		if st.wake {
-			w.wake(false)
-			w.clearWake()
+			w.Wake(false)
+			w.ClearWake()
 		}
 		before := w.sets
 		w.setDeadline(st.now, st.from, st.slack)
@@ -65,7 +65,7 @@ func TestWaiterDeadlineKept(t *testing.T) {
 
 	// A wait that times out has its deadline expire: not kept.
 	start := time.Now()
-	if _, err := w.wait(10*time.Millisecond, 20*time.Millisecond); err != nil {
+	if _, err := w.Wait(10*time.Millisecond, 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took < 10*time.Millisecond {
@@ -80,12 +80,12 @@ func TestWaiterDeadlineKept(t *testing.T) {
 
 // A wait allocates nothing: an idle reader wakes often.
 func TestWaiterWaitAllocs(t *testing.T) {
-	w, err := newWaiter()
+	w, err := New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.close()
-	if n := testing.AllocsPerRun(20, func() { w.wait(20*time.Microsecond, 0) }); n != 0 {
+	defer w.Close()
+	if n := testing.AllocsPerRun(20, func() { w.Wait(20*time.Microsecond, 0) }); n != 0 {
 		t.Errorf("%v allocations a wait", n)
 	}
 }

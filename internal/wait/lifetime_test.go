@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package wait
 
 import (
 	"errors"
@@ -11,13 +11,13 @@ import (
 	"time"
 )
 
-// lifetime frees exactly once, never while a call is in progress, and
+// Lifetime frees exactly once, never while a call is in progress, and
 // refuses calls after close, whoever closes and whoever leaves last.
 func TestLifetime(t *testing.T) {
 	for round := 0; round < 200; round++ {
-		var l lifetime
+		var l Lifetime
 		var inside, frees atomic.Int32
-		l.free = func() {
+		l.Free = func() {
 			if inside.Load() != 0 {
 				t.Error("freed while a call was in progress")
 			}
@@ -29,7 +29,7 @@ func TestLifetime(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for {
-					if err := l.enter("op"); err != nil {
+					if err := l.Enter("op"); err != nil {
 						if !errors.Is(err, os.ErrClosed) {
 							t.Error(err)
 						}
@@ -37,15 +37,15 @@ func TestLifetime(t *testing.T) {
 					}
 					inside.Add(1)
 					inside.Add(-1)
-					l.exit()
+					l.Exit()
 				}
 			}()
 		}
 		woken := false
-		if !l.close(func() { woken = true }) || !woken {
+		if !l.Close(func() { woken = true }) || !woken {
 			t.Fatal("first close did not close or wake")
 		}
-		if l.close(func() {}) {
+		if l.Close(func() {}) {
 			t.Fatal("second close closed again")
 		}
 		wg.Wait()
@@ -60,17 +60,17 @@ func TestLifetime(t *testing.T) {
 // runs, and free runs once that one exits. (A waiting call used to wake only
 // when the call in progress exited.)
 func TestLifetimeExclusive(t *testing.T) {
-	var l lifetime
+	var l Lifetime
 	frees := 0
-	l.free = func() { frees++ }
-	if err := l.enterExclusive("first"); err != nil {
+	l.Free = func() { frees++ }
+	if err := l.EnterExclusive("first"); err != nil {
 		t.Fatal(err)
 	}
 	second := make(chan error, 1)
 	go func() {
-		err := l.enterExclusive("second")
+		err := l.EnterExclusive("second")
 		if err == nil {
-			l.exitExclusive()
+			l.ExitExclusive()
 		}
 		second <- err
 	}()
@@ -79,11 +79,11 @@ func TestLifetimeExclusive(t *testing.T) {
 		t.Fatalf("second exclusive call entered (%v) while the first ran", err)
 	case <-time.After(20 * time.Millisecond):
 	}
-	if err := l.enter("shared"); err != nil { // plain calls do not wait
+	if err := l.Enter("shared"); err != nil { // plain calls do not wait
 		t.Fatal(err)
 	}
-	l.exit()
-	l.close(func() {})
+	l.Exit()
+	l.Close(func() {})
 	select {
 	case err := <-second:
 		if !errors.Is(err, os.ErrClosed) {
@@ -95,11 +95,11 @@ func TestLifetimeExclusive(t *testing.T) {
 	if frees != 0 {
 		t.Fatal("freed while an exclusive call was in progress")
 	}
-	l.exitExclusive()
+	l.ExitExclusive()
 	if frees != 1 {
 		t.Fatalf("freed %d times after the last call", frees)
 	}
-	if err := l.enterExclusive("after"); !errors.Is(err, os.ErrClosed) {
+	if err := l.EnterExclusive("after"); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("exclusive call after close: %v", err)
 	}
 }
