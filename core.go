@@ -20,8 +20,8 @@ import (
 
 // core owns the rings of one map for its PerfBuffer or Reader.
 type core struct {
-	ringSet          // the rings and what the policy shares
-	src     source   // what openCore opened; nil over rings of a test's own
+	ringSet               // the rings and what the policy shares
+	src     source        // what openCore opened; nil over rings of a test's own
 	w       *wait.Waiter  // the wait on every ring, woken by Close
 	life    wait.Lifetime // calls in progress; the last one out after Close frees
 	pol     policy
