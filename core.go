@@ -14,18 +14,19 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
 // core owns the rings of one map for its PerfBuffer or Reader.
 type core struct {
-	ringSet               // the rings and what the policy shares
-	src     source        // what openCore opened; nil over rings of a test's own
-	w       *wait.Waiter  // the wait on every ring, woken by Close
-	life    wait.Lifetime // calls in progress; the last one out after Close frees
-	pol     policy
-	fds     []int // the descriptor a wait polls for ring i; grows under statsMu
+	policy.Set               // the rings and what the policy shares
+	src        source        // what openCore opened; nil over rings of a test's own
+	w          *wait.Waiter  // the wait on every ring, woken by Close
+	life       wait.Lifetime // calls in progress; the last one out after Close frees
+	pol        policy.Policy
+	fds        []int // the descriptor a wait polls for ring i; grows under statsMu
 	// newCPUs, if set, is the CPU watch's flag of CPUs that came online
 	// (hotplug.go): the reads' check of it is one load, no call.
 	newCPUs *atomic.Bool
@@ -136,7 +137,7 @@ func newCore(rings []ring.Kind, fds []int) (*core, error) {
 
 // start puts c to work with its policy, pol, whose owner runs callbacks in
 // scope (internal/wait), and starts watching for CPUs that come online.
-func (c *core) start(pol policy, scope wait.Scope) {
+func (c *core) start(pol policy.Policy, scope wait.Scope) {
 	c.pol = pol
 	c.life.Free = c.free
 	c.life.Scope = scope
@@ -153,13 +154,13 @@ func (c *core) addRing(rb ring.Kind, fd int) error {
 	if err := c.w.AddRing(rb, fd); err != nil {
 		return err
 	}
-	c.push(rb)
-	c.statsMu.Lock()
+	c.Push(rb)
+	c.StatsMu.Lock()
 	c.fds = append(c.fds, fd)
-	c.statsMu.Unlock()
-	i := len(c.rings) - 1
+	c.StatsMu.Unlock()
+	i := len(c.Rings) - 1
 	if c.pol != nil {
-		c.pol.addRing(i)
+		c.pol.AddRing(i)
 	}
 	if c.onAdd != nil {
 		c.onAdd(i)
@@ -184,9 +185,9 @@ func (c *core) addNew() error { return c.src.addNew(c.addRing) }
 
 // count returns the number of rings; any goroutine may call it.
 func (c *core) count() int {
-	c.statsMu.Lock()
-	defer c.statsMu.Unlock()
-	return len(c.rings)
+	c.StatsMu.Lock()
+	defer c.StatsMu.Unlock()
+	return len(c.Rings)
 }
 
 // followsCPUs reports whether output on a CPU that comes online is read:
@@ -206,8 +207,8 @@ func (c *core) followsCPUs() bool {
 // fd returns the descriptor a wait polls for ring i (its perf event, or its
 // ring buffer map), i < count().
 func (c *core) fd(i int) int {
-	c.statsMu.Lock()
-	defer c.statsMu.Unlock()
+	c.StatsMu.Lock()
+	defer c.StatsMu.Unlock()
 	return c.fds[i]
 }
 
@@ -220,7 +221,7 @@ func (c *core) poke() { c.w.WakeOpen(&c.life) }
 // progress.
 func (c *core) close() {
 	c.life.Close(func() {
-		c.stop.Store(true)
+		c.Stop.Store(true)
 		c.w.Wake(true)
 	})
 }
@@ -230,20 +231,20 @@ func (c *core) close() {
 // what is left in them, then frees everything. Called once, by lifetime,
 // when no call is in progress.
 func (c *core) free() {
-	for i := range c.rings {
-		c.pol.commitPublish(i)
+	for i := range c.Rings {
+		c.pol.CommitPublish(i)
 	}
 	if c.src != nil {
 		c.src.unlink()
 	}
-	c.statsMu.Lock()
-	for i, rb := range c.rings {
-		samples, lost, discarded := rb.Left(c.pol.oldest(i))
-		c.stats[i].Left += samples
-		c.stats[i].Lost += lost
-		c.stats[i].Discarded += discarded
+	c.StatsMu.Lock()
+	for i, rb := range c.Rings {
+		samples, lost, discarded := rb.Left(c.pol.Oldest(i))
+		c.Tallies[i].Left += samples
+		c.Tallies[i].Lost += lost
+		c.Tallies[i].Discarded += discarded
 	}
-	c.statsMu.Unlock()
+	c.StatsMu.Unlock()
 	if c.src != nil {
 		c.src.close()
 	}
@@ -254,11 +255,14 @@ func (c *core) free() {
 // the call: each ring's fill, while the rings are mapped, and the failure
 // map's counts, which may append entries. Any goroutine may call it.
 func (c *core) statsNow() []Stats {
-	c.statsMu.Lock()
-	st, rings := slices.Clone(c.stats), c.rings
-	c.statsMu.Unlock()
-	for i := range st {
-		st[i].Size = rings[i].Cur().Size() // fixed when the ring is made
+	c.StatsMu.Lock()
+	tallies, rings := slices.Clone(c.Tallies), c.Rings
+	c.StatsMu.Unlock()
+	st := make([]Stats, len(tallies))
+	for i, t := range tallies {
+		cur := rings[i].Cur()
+		st[i] = Stats{Ring: i, CPU: cur.CPU(), Size: cur.Size(), Late: t.Late, Dropped: t.Dropped, Left: t.Left}
+		st[i].setCounts(&t.Counts)
 	}
 	if c.life.Enter("") == nil {
 		for i := range st {
@@ -282,7 +286,7 @@ func wrap(op string, err error) error {
 
 // belowHoldOff reports whether every ring holds less than holdOff bytes.
 func (c *core) belowHoldOff() bool {
-	for _, rb := range c.rings {
+	for _, rb := range c.Rings {
 		if rb.Cur().Used() >= c.holdOff {
 			return false
 		}
@@ -294,7 +298,7 @@ func (c *core) belowHoldOff() bool {
 // be slept on: its kind's wake rule holds for what the reader left in it
 // (ring.settle). The caller owns the rings' read side.
 func (c *core) settled(skip func(i int) bool) bool {
-	for i, rb := range c.rings {
+	for i, rb := range c.Rings {
 		if (skip == nil || !skip(i)) && !rb.Settle() {
 			return false
 		}

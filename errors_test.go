@@ -82,7 +82,7 @@ func TestErrorsNameTheKind(t *testing.T) {
 			pb.held[0].Store(true) // as Buffer(0) holds it
 			_, err = pb.ConsumeBuffer(0)
 			check("ConsumeBuffer of a held ring", err, ErrBusy, "consume ring 0 of "+kind.what+": ring held by a raw reader")
-			raw := newRawBuffer(pb.c.rings[0], func() {})
+			raw := newRawBuffer(pb.c.Rings[0], func() {})
 			raw.Release()
 			_, err = raw.Next(&Record{})
 			check("Next after Release", err, os.ErrClosed, "read "+kind.ring+": released: file already closed")

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"golang.org/x/sys/unix"
 
 	"github.com/perfbuf/perfbuf/internal/ring"
@@ -254,7 +255,7 @@ func (f *fakeRings) ordered(t testing.TB, ord Order) *Reader {
 
 // setBudget sets a fullest-first Reader's turn, in bytes (internal: the
 // default is a quarter of a ring). Call it before the first read.
-func setBudget(r *Reader, n int) { r.pol.(*fullest).budget = n }
+func setBudget(r *Reader, n int) { policy.SetBudget(r.pol, n) }
 
 // payload is a sample carrying a key and a sequence number.
 func payload(key, seq uint64, size int) []byte {

@@ -9,6 +9,8 @@ import (
 	"math"
 	"os"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/policy"
 )
 
 // Options configures New and NewReader. The ring settings apply to both;
@@ -210,20 +212,20 @@ type Order struct {
 
 // config is the Order as the merge takes it, defaults resolved but for
 // those that depend on the ring size.
-func (ord *Order) config() orderConfig {
-	c := orderConfig{
-		keyOffset: ord.KeyOffset,
-		key:       ord.Key,
-		maxDelay:  ord.MaxDelay,
-		window:    ord.KeyWindow,
-		dropLate:  ord.DropLate,
-		highWater: ord.HighWater,
+func (ord *Order) config() policy.OrderConfig {
+	c := policy.OrderConfig{
+		KeyOffset: ord.KeyOffset,
+		Key:       ord.Key,
+		MaxDelay:  ord.MaxDelay,
+		Window:    ord.KeyWindow,
+		DropLate:  ord.DropLate,
+		HighWater: ord.HighWater,
 	}
-	if c.maxDelay == 0 {
-		c.maxDelay = 100 * time.Millisecond
+	if c.MaxDelay == 0 {
+		c.MaxDelay = 100 * time.Millisecond
 	}
-	if c.window == 0 {
-		c.window = uint64(c.maxDelay.Nanoseconds())
+	if c.Window == 0 {
+		c.Window = uint64(c.MaxDelay.Nanoseconds())
 	}
 	return c
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"golang.org/x/sys/unix"
 
 	"github.com/perfbuf/perfbuf/internal/ringtest"
@@ -225,8 +226,8 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i, ring := range o.pol.(*ordered).rs {
-		if k := len(ring.marks); k > maxMarks {
+	for i, k := range policy.Marks(o.pol) {
+		if k > maxMarks {
 			t.Errorf("ring %d holds %d marks", i, k)
 		}
 	}
@@ -238,8 +239,8 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 		}
 		check(s)
 	}
-	for i, ring := range o.pol.(*ordered).rs {
-		if k := len(ring.marks); k > maxMarks {
+	for i, k := range policy.Marks(o.pol) {
+		if k > maxMarks {
 			t.Errorf("ring %d holds %d marks", i, k)
 		}
 	}
@@ -262,7 +263,7 @@ func TestOrderedHighWater(t *testing.T) {
 			t.Fatalf("out of order at %d", j)
 		}
 	}
-	if used := o.c.rings[0].Cur().Used(); used > 2048 {
+	if used := o.c.Rings[0].Cur().Used(); used > 2048 {
 		t.Errorf("ring still holds %d bytes after releasing past high water", used)
 	}
 }

@@ -45,6 +45,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
@@ -63,7 +64,7 @@ import (
 // callback, or another goroutine's): they fail with ErrReentrant.
 type PerfBuffer struct {
 	c   *core
-	cb  *callback // nil with Options.Raw
+	cb  *policy.Callback // nil with Options.Raw
 	raw bool
 
 	drainMu sync.Mutex // serialises drains and ring additions
@@ -127,7 +128,7 @@ func New(m Map, opts Options) (*PerfBuffer, error) {
 func newPerfBuffer(c *core, opts *Options) *PerfBuffer {
 	pb := &PerfBuffer{c: c, raw: opts.Raw,
 		opPoll: "poll " + c.name(), opConsume: "consume " + c.name(), opWait: "wait " + c.name()}
-	pb.held = make([]*atomic.Bool, len(c.rings))
+	pb.held = make([]*atomic.Bool, len(c.Rings))
 	for i := range pb.held {
 		pb.held[i] = new(atomic.Bool)
 	}
@@ -136,23 +137,15 @@ func newPerfBuffer(c *core, opts *Options) *PerfBuffer {
 		pb.held = append(pb.held, new(atomic.Bool))
 		pb.heldMu.Unlock()
 	}
-	var pol policy = rawOnly{&c.ringSet}
+	var pol policy.Policy = policy.Raw{S: &c.Set}
 	if !opts.Raw {
-		pb.cb = newCallback(&c.ringSet, opts.SampleFunc, opts.LostFunc)
+		pb.cb = policy.NewCallback(&c.Set, opts.SampleFunc, opts.LostFunc)
 		pol = pb.cb
 	}
 	c.start(pol, wait.Drains)
 	pb.drainF = pb.drainTurn
 	return pb
 }
-
-// rawOnly is the policy of a PerfBuffer opened with Options.Raw: it
-// delivers nothing (RawBuffers do), and leaves the rings as they are.
-type rawOnly struct{ s *ringSet }
-
-func (rawOnly) addRing(int)           {}
-func (rawOnly) commitPublish(int)     {}
-func (p rawOnly) oldest(i int) uint64 { return p.s.rings[i].Cur().Tail() }
 
 // Close stops the perf buffer: blocked Polls and Waits return an error
 // matching os.ErrClosed, and the rings, their mappings and descriptors are
@@ -347,7 +340,7 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 	}
 	defer pb.drainMu.Unlock()
 	firstErr := wrap(op, pb.c.addNewCPUs())
-	from, to := 0, len(pb.c.rings)
+	from, to := 0, len(pb.c.Rings)
 	if one >= 0 {
 		if pb.held[one].Load() {
 			return 0, wrap(op, ErrBusy)
@@ -362,13 +355,13 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 	}()
 	n := 0
 	for i := from; i < to; i++ {
-		if pb.c.stop.Load() {
+		if pb.c.Stop.Load() {
 			break // Close was called from a callback
 		}
 		if pb.isHeld(i) {
 			continue
 		}
-		if nonEmpty && pb.c.rings[i].Cur().Used() == 0 {
+		if nonEmpty && pb.c.Rings[i].Cur().Used() == 0 {
 			continue
 		}
 		k, err := pb.drainRing(i)
@@ -389,7 +382,7 @@ func (pb *PerfBuffer) drainRing(i int) (int, error) {
 	return pb.drainK, pb.drainErr
 }
 
-func (pb *PerfBuffer) drainTurn() { pb.drainK, pb.drainErr = pb.cb.drain(pb.drainI) }
+func (pb *PerfBuffer) drainTurn() { pb.drainK, pb.drainErr = pb.cb.Drain(pb.drainI) }
 
 // isHeld reports whether a RawBuffer holds ring i (drains skip it).
 func (pb *PerfBuffer) isHeld(i int) bool {
@@ -488,7 +481,7 @@ func (pb *PerfBuffer) Wait(timeout time.Duration, dst []int) ([]int, error) {
 			return dst, wrap(op, err)
 		}
 		err := pb.c.addNewCPUs()
-		rings := pb.c.rings
+		rings := pb.c.Rings
 		pb.drainMu.Unlock()
 		if err != nil {
 			return dst, wrap(op, err)

@@ -513,8 +513,12 @@ func TestPerfBufferReentrant(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	var pb *PerfBuffer
 	var nested map[string]error
+	var then func() // what the SampleFunc does once the nested calls are made
 	pb = f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {
 		if nested != nil {
+			if then != nil {
+				then()
+			}
 			return
 		}
 		nested = map[string]error{}
@@ -540,7 +544,7 @@ func TestPerfBufferReentrant(t *testing.T) {
 	}
 
 	started, release := make(chan struct{}), make(chan struct{})
-	pb.cb.sample = func(int, []byte) {
+	then = func() {
 		close(started)
 		<-release
 	}

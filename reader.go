@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
@@ -39,7 +40,7 @@ const defaultMaxLatency = 100 * time.Millisecond
 // with every ring.
 type Reader struct {
 	c        *core
-	pol      readPolicy
+	pol      policy.Reading
 	deadline atomic.Int64 // unix nanoseconds; 0 means none
 
 	// Consume's count: countF (r.countRec, made once, so that Consume
@@ -96,16 +97,16 @@ func NewReader(m Map, opts Options) (*Reader, error) {
 // newReader builds a Reader over a core (tests pass cores over rings of
 // their own), with opts checked.
 func newReader(c *core, opts *Options) *Reader {
-	c.latency = opts.MaxLatency
-	if c.latency == 0 {
-		c.latency = defaultMaxLatency
+	c.Latency = opts.MaxLatency
+	if c.Latency == 0 {
+		c.Latency = defaultMaxLatency
 	}
 	r := &Reader{c: c, opRead: "read " + c.name(), opConsume: "consume " + c.name()}
 	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec, r.turn, r.nextTurn
 	if opts.Order != nil {
-		r.pol = newOrdered(&c.ringSet, opts.Order.config())
+		r.pol = policy.NewOrdered(&c.Set, opts.Order.config())
 	} else {
-		r.pol = newFullest(&c.ringSet)
+		r.pol = policy.NewFullest(&c.Set)
 	}
 	c.start(r.pol, wait.Reads)
 	return r
@@ -151,7 +152,7 @@ func (r *Reader) Flush() {
 	if r.c.life.Enter("") != nil {
 		return // closed: the rings are gone
 	}
-	r.c.requestFlush()
+	r.c.RequestFlush()
 	r.c.w.Wake(false)
 	r.c.life.Exit()
 }
@@ -184,15 +185,15 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 	if err := r.takeCorrupt(op); err != nil {
 		return true, err
 	}
-	timeout, slack := r.pol.idle()
-	if c.flushing() && c.flushReached(r.pol) {
-		c.flushOn = false
+	timeout, slack := r.pol.Idle()
+	if c.Flushing() && c.FlushReached(r.pol) {
+		c.EndFlush()
 		if !wait {
 			return true, nil
 		}
 		return true, fmt.Errorf("%s: %w", op, ErrFlushed)
 	}
-	if c.flushing() {
+	if c.Flushing() {
 		// The flush is not done: read on without waiting, but not past
 		// the deadline.
 		if r.pastDeadline() {
@@ -228,10 +229,10 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 		}
 		return false, nil
 	}
-	if event && c.holdOff > 0 && c.latency > 0 && c.belowHoldOff() {
+	if event && c.holdOff > 0 && c.Latency > 0 && c.belowHoldOff() {
 		// Woken below a ring buffer's watermark: hold the drain off until
 		// the forced wakeup at the watermark, within the latency bound.
-		hold := c.latency
+		hold := c.Latency
 		if dl := r.deadline.Load(); dl != 0 {
 			hold = min(hold, time.Until(time.Unix(0, dl)))
 		}
@@ -244,11 +245,11 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 
 // takeCorrupt returns the corruption a policy skipped, once.
 func (r *Reader) takeCorrupt(op string) error {
-	if r.c.corrupt == nil {
+	if r.c.Corrupt == nil {
 		return nil
 	}
-	err := r.c.corrupt
-	r.c.corrupt = nil
+	err := r.c.Corrupt
+	r.c.Corrupt = nil
 	return fmt.Errorf("%s: %w", op, err)
 }
 
@@ -315,7 +316,7 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 	// enterExclusive found the reader open: the loop looks again after
 	// each turn and each wait.
 	for {
-		if r.c.corrupt != nil {
+		if r.c.Corrupt != nil {
 			if r.got > 0 {
 				return r.got, nil // the error is the next call's
 			}
@@ -330,7 +331,7 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 			// less than setting up the policy's loop for one record.
 			if rec, i := r.polNext(); i >= 0 {
 				copySample(&s[0], rec)
-				r.pol.delivered(i)
+				r.pol.Delivered(i)
 				r.got = 1
 			}
 		} else {
@@ -463,7 +464,7 @@ func (r *Reader) polEach(fn func(*Record) error) (bool, error) {
 	return r.turnMore, r.turnErr
 }
 
-func (r *Reader) turn() { r.turnMore, r.turnErr = r.pol.each(r.turnFn) }
+func (r *Reader) turn() { r.turnMore, r.turnErr = r.pol.Each(r.turnFn) }
 
 // polNext is the policy's next inside wait.Reads (an Order's Key runs in
 // it).
@@ -472,7 +473,7 @@ func (r *Reader) polNext() (*Record, int) {
 	return r.nextRec, r.nextRing
 }
 
-func (r *Reader) nextTurn() { r.nextRec, r.nextRing = r.pol.next() }
+func (r *Reader) nextTurn() { r.nextRec, r.nextRing = r.pol.Next() }
 
 // errStop ends a policy's loop early: All's when yield returns false,
 // ReadBatch's when the batch is full. It never leaves this file.

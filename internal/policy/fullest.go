@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package policy
 
 // The fullest-first policy, a Reader's default: passes over the rings, the
 // fullest first, each ring's turn bounded by a budget of bytes.
@@ -8,34 +8,36 @@ package perfbuf
 import (
 	"slices"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 // fullest drains the rings in passes: a pass snapshots every ring and
 // orders the non-empty ones by fill, fullest first; each gets a turn of at
 // most budget bytes, committed once at its end.
 type fullest struct {
-	s      *ringSet
-	rec    Record // the record being delivered
-	budget int    // bytes a turn reads from a ring (at least one record)
-	order  []int  // rings of the current pass, in drain order
-	pos    int    // current ring in order
-	left   int    // budget left for it
+	s      *Set
+	rec    ring.Record // the record being delivered
+	budget int         // bytes a turn reads from a ring (at least one record)
+	order  []int       // rings of the current pass, in drain order
+	pos    int         // current ring in order
+	left   int         // budget left for it
 }
 
-func newFullest(s *ringSet) *fullest {
-	return &fullest{s: s, budget: max(s.rings[0].Cur().Size()/4, 1)}
+func NewFullest(s *Set) *fullest {
+	return &fullest{s: s, budget: max(s.Rings[0].Cur().Size()/4, 1)}
 }
 
 // next returns the next record of the pass, starting a pass when the last
 // one ended.
-func (f *fullest) next() (*Record, int) {
+func (f *fullest) Next() (*ring.Record, int) {
 	rec := &f.rec
 	for {
 		if f.pos >= len(f.order) && !f.startPass() {
 			return nil, -1
 		}
 		i := f.order[f.pos]
-		rb := f.s.rings[i]
+		rb := f.s.Rings[i]
 		if f.left > 0 {
 			ok, err := rb.Next(rec)
 			if ok {
@@ -43,32 +45,32 @@ func (f *fullest) next() (*Record, int) {
 				return rec, i
 			}
 			if err != nil {
-				f.s.skipCorrupt(i, err)
+				f.s.SkipCorrupt(i, err)
 			}
 		}
 		f.endTurn(i)
 	}
 }
 
-func (f *fullest) delivered(int) {}
+func (f *fullest) Delivered(int) {}
 
 // addRing: each pass looks at every ring.
-func (f *fullest) addRing(int) {}
+func (f *fullest) AddRing(int) {}
 
 // each runs one turn: ring i's records through the ring's loop, up to the
 // budget. A turn cut short by fn's error goes on at the next read.
-func (f *fullest) each(fn func(*Record) error) (bool, error) {
+func (f *fullest) Each(fn func(*ring.Record) error) (bool, error) {
 	if f.pos >= len(f.order) && !f.startPass() {
 		return false, nil
 	}
 	i := f.order[f.pos]
-	rb := f.s.rings[i]
-	_, used, err := rb.Each(&f.rec, uint64(max(f.left, 0)), &f.s.stop, fn)
+	rb := f.s.Rings[i]
+	_, used, err := rb.Each(&f.rec, uint64(max(f.left, 0)), &f.s.Stop, fn)
 	f.left -= int(used)
-	if _, ok := err.(*CorruptError); ok && rb.Cur().IsCorrupt(err) {
-		f.s.skipCorrupt(i, err) // the read reports it
+	if _, ok := err.(*ring.CorruptError); ok && rb.Cur().IsCorrupt(err) {
+		f.s.SkipCorrupt(i, err) // the read reports it
 		err = nil
-	} else if err != nil || f.s.stop.Load() {
+	} else if err != nil || f.s.Stop.Load() {
 		return true, err // fn's error, or Close from fn: free commits what was delivered
 	}
 	f.endTurn(i)
@@ -77,22 +79,22 @@ func (f *fullest) each(fn func(*Record) error) (bool, error) {
 
 // endTurn commits ring i once for its whole turn and moves to the next.
 func (f *fullest) endTurn(i int) {
-	f.commitPublish(i)
+	f.CommitPublish(i)
 	f.pos++
 	f.left = f.budget
 }
 
 // commitPublish commits ring i up to its cursor: every record before it
 // was delivered.
-func (f *fullest) commitPublish(i int) {
-	rb := f.s.rings[i]
+func (f *fullest) CommitPublish(i int) {
+	rb := f.s.Rings[i]
 	rb.Cur().CommitCursor()
 	st := rb.Cur().Counts()
-	f.s.publish(i, st.Samples, st.Bytes, st.Lost)
+	f.s.Publish(i, st.Samples, st.Bytes, st.Lost)
 }
 
 // oldest: the fullest-first Reader delivers each record as it parses it.
-func (f *fullest) oldest(i int) uint64 { return f.s.rings[i].Cur().Pos() }
+func (f *fullest) Oldest(i int) uint64 { return f.s.Rings[i].Cur().Pos() }
 
 // startPass snapshots every ring and orders the non-empty ones, fullest
 // first; a ring with an error pending gets a turn too, to report and skip
@@ -102,10 +104,10 @@ func (f *fullest) oldest(i int) uint64 { return f.s.rings[i].Cur().Pos() }
 // for (the read then returns ErrFlushed).
 func (f *fullest) startPass() bool {
 	f.order, f.pos, f.left = f.order[:0], 0, f.budget
-	if f.s.flushing() && f.s.flushReached(f) {
+	if f.s.Flushing() && f.s.FlushReached(f) {
 		return false
 	}
-	for i, rb := range f.s.rings {
+	for i, rb := range f.s.Rings {
 		if rb.Quiet() {
 			continue // empty, and nothing new: one load, no snapshot to write
 		}
@@ -115,10 +117,10 @@ func (f *fullest) startPass() bool {
 		}
 	}
 	slices.SortStableFunc(f.order, func(a, b int) int {
-		return f.s.rings[b].Cur().Pending() - f.s.rings[a].Cur().Pending()
+		return f.s.Rings[b].Cur().Pending() - f.s.Rings[a].Cur().Pending()
 	})
 	return len(f.order) > 0
 }
 
 // idle: every turn ended with a commit already; MaxLatency is a bound.
-func (f *fullest) idle() (time.Duration, time.Duration) { return f.s.latency, 0 }
+func (f *fullest) Idle() (time.Duration, time.Duration) { return f.s.Latency, 0 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package policy
 
 // The ordered merge's release rule (see Order): when the smallest key among
 // the rings' fronts may go although some ring shows no record yet. Rule 1
@@ -8,6 +8,8 @@ package perfbuf
 // parsing ahead), rule 3 (held MaxDelay: the marks of when the reader first
 // saw each stretch of a ring), rule 4 (a ring past HighWater), rule 5 (a
 // Flush or Close).
+
+import "github.com/perfbuf/perfbuf/internal/ring"
 
 // mark says that a ring's records below pos were in the reader's view at t.
 type mark struct {
@@ -19,7 +21,7 @@ type mark struct {
 // when some ring shows no record.
 func (o *ordered) releasable(best int) bool {
 	o.pressure = false
-	if o.s.flushing() || o.s.stop.Load() {
+	if o.s.Flushing() || o.s.Stop.Load() {
 		return true // rule 5
 	}
 	key := o.rs[best].key
@@ -37,7 +39,7 @@ func (o *ordered) releasable(best int) bool {
 	if o.windowPassed(key) || o.due(best) {
 		return true // rules 2 and 3
 	}
-	for _, rb := range o.s.rings {
+	for _, rb := range o.s.Rings {
 		if rb.Cur().Used() > o.highWater {
 			o.pressure = true
 			return true // rule 4
@@ -60,7 +62,7 @@ func (o *ordered) windowPassed(key uint64) bool {
 func (o *ordered) scanAhead() {
 	for _, e := range o.heap {
 		i := e.ring
-		r, rb := &o.rs[i], o.s.rings[i]
+		r, rb := &o.rs[i], o.s.Rings[i]
 		pos := rb.Cur().Pos()
 		if int64(r.scanned-pos) > 0 && int64(rb.Cur().Head()-r.scanned) >= 0 {
 			pos = r.scanned // (not past a head that skipCorrupt moved back)
@@ -69,20 +71,20 @@ func (o *ordered) scanAhead() {
 			o.refresh(i)
 		}
 		for rb.Peek(pos, &o.tmp) {
-			if o.tmp.Type == RecordSample {
+			if o.tmp.Type == ring.Sample {
 				o.saw(r, o.key(&o.tmp))
 			}
 			pos = o.tmp.Next
 		}
 		r.scanned = pos
-		o.tmp = Record{}
+		o.tmp = ring.Record{}
 	}
 }
 
 // refresh takes a new head snapshot of ring i and marks the time when it
 // shows new records (rule 3).
 func (o *ordered) refresh(i int) {
-	rb := o.s.rings[i]
+	rb := o.s.Rings[i]
 	old := rb.Cur().Head()
 	rb.Refresh()
 	if h := rb.Cur().Head(); h != old {
@@ -95,7 +97,7 @@ func (o *ordered) refresh(i int) {
 // dropping the marks of records already delivered. Marks closer in time
 // than markGrain are merged.
 func (o *ordered) mark(i int, pos uint64) {
-	r, oldest := &o.rs[i], o.oldest(i)
+	r, oldest := &o.rs[i], o.Oldest(i)
 	k := 0
 	for k < len(r.marks) && int64(r.marks[k].pos-oldest) <= 0 {
 		k++

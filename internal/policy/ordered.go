@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package policy
 
 // The ordered policy (Options.Order): every ring merged in key order, the
 // records kept in the rings until delivered. The merge takes the smallest
@@ -12,6 +12,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 // orderedRing is the merge's state for one ring. Only its front, the next
@@ -19,8 +21,8 @@ import (
 // so the front is the ring's smallest key and the records behind it can
 // wait in the ring unparsed.
 type orderedRing struct {
-	front Record // valid when has; aliases the ring like any Record
-	key   uint64 // front's key, for a sample
+	front ring.Record // valid when has; aliases the ring like any ring.Record
+	key   uint64      // front's key, for a sample
 	has   bool
 
 	newest uint64 // the largest key parsed from the ring, front and look-ahead included
@@ -51,7 +53,7 @@ func (r *orderedRing) saw(key uint64) {
 // changes between two calls of next, by delivering its front, so next
 // begins by putting the root back in place (fixRoot).
 type ordered struct {
-	s         *ringSet
+	s         *Set
 	rs        []orderedRing
 	keyOffset int
 	keyFn     func([]byte) uint64
@@ -74,7 +76,7 @@ type ordered struct {
 	// a ring, found nothing to release, took up a Flush or delivered a lost
 	// record, not once per record.
 	look    bool
-	tmp     Record
+	tmp     ring.Record
 	scratch []byte
 
 	// A run: the ring whose front next released by rule 1, and the
@@ -84,8 +86,8 @@ type ordered struct {
 	// them on to fn.
 	runRing  int
 	runBound uint64
-	runF     func(*Record) error // o.runFn, made once
-	fn       func(*Record) error // the read's function during a run
+	runF     func(*ring.Record) error // o.runFn, made once
+	fn       func(*ring.Record) error // the read's function during a run
 }
 
 // errHeld ends a run at a record it may not deliver: runFn returns it, and
@@ -93,52 +95,52 @@ type ordered struct {
 // this file.
 var errHeld = errors.New("record held")
 
-// orderConfig is what the merge takes of Order (Order.config): the key's
+// OrderConfig is what the merge takes of an Order: the key's
 // offset or function, MaxDelay and the key window (defaults resolved),
 // DropLate, HighWater (zero: three quarters of a ring).
-type orderConfig struct {
-	keyOffset int
-	key       func([]byte) uint64
-	maxDelay  time.Duration
-	window    uint64
-	dropLate  bool
-	highWater int
+type OrderConfig struct {
+	KeyOffset int
+	Key       func([]byte) uint64
+	MaxDelay  time.Duration
+	Window    uint64
+	DropLate  bool
+	HighWater int
 }
 
-func newOrdered(s *ringSet, cfg orderConfig) *ordered {
+func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 	o := &ordered{
 		s:         s,
-		keyOffset: cfg.keyOffset,
-		keyFn:     cfg.key,
-		maxDelay:  cfg.maxDelay,
-		window:    cfg.window,
-		dropLate:  cfg.dropLate,
-		highWater: cfg.highWater,
+		keyOffset: cfg.KeyOffset,
+		keyFn:     cfg.Key,
+		maxDelay:  cfg.MaxDelay,
+		window:    cfg.Window,
+		dropLate:  cfg.DropLate,
+		highWater: cfg.HighWater,
 		start:     time.Now(),
 		runRing:   -1,
 		look:      true,
 	}
 	o.runF = o.runFn
-	size := s.rings[0].Cur().Size()
+	size := s.Rings[0].Cur().Size()
 	if o.highWater == 0 {
 		o.highWater = size * 3 / 4
 	}
 	o.commitAt = max(size/16, 1)
 	o.markGrain = int64(o.maxDelay / 32)
 	o.dueSlack = o.maxDelay / 2
-	o.rs = make([]orderedRing, 0, len(s.rings))
-	o.heap = make(keyHeap, 0, len(s.rings))
-	o.waiting = make([]int, 0, len(s.rings))
-	for i := range s.rings {
-		o.addRing(i)
+	o.rs = make([]orderedRing, 0, len(s.Rings))
+	o.heap = make(keyHeap, 0, len(s.Rings))
+	o.waiting = make([]int, 0, len(s.Rings))
+	for i := range s.Rings {
+		o.AddRing(i)
 	}
 	return o
 }
 
 // addRing takes in ring i, the last: it waits for a front, and what it
 // holds now was first seen now (rule 3).
-func (o *ordered) addRing(i int) {
-	rb := o.s.rings[i]
+func (o *ordered) AddRing(i int) {
+	rb := o.s.Rings[i]
 	rb.Begin()
 	o.rs = append(o.rs, orderedRing{scanned: rb.Cur().Tail(), dueBefore: rb.Cur().Tail()})
 	o.waiting = append(o.waiting, i)
@@ -159,7 +161,7 @@ func (o *ordered) saw(r *orderedRing, key uint64) {
 // key reads a sample's key: the u64 at KeyOffset (0 for a sample too short
 // to hold it; Order.check bounds the offset, so the sum cannot overflow), or
 // Order.Key's.
-func (o *ordered) key(rec *Record) uint64 {
+func (o *ordered) key(rec *ring.Record) uint64 {
 	if o.keyFn != nil {
 		data := rec.Data
 		if len(rec.Wrapped) > 0 {
@@ -197,14 +199,14 @@ func (o *ordered) key(rec *Record) uint64 {
 // Under rule 1 that misses nothing (a waiting ring's next keys are at
 // least its newest); under rules 2 and 3 a record that arrives on an idle
 // ring meanwhile joins at the next look.
-func (o *ordered) next() (*Record, int) {
+func (o *ordered) Next() (*ring.Record, int) {
 	// A run (see run) goes on here too, record by record (ReadInto): while
 	// the run's ring's next record keys within [o.last, o.runBound], rule 1
 	// still releases it and the heap's order holds (the root's key grows
 	// within the bound), so it goes without the merge's look and sift.
-	if i := o.runRing; i >= 0 && !o.s.flushing() {
+	if i := o.runRing; i >= 0 && !o.s.Flushing() {
 		r := &o.rs[i]
-		if (r.has || o.load(i)) && r.front.Type == RecordSample && r.key >= o.last && r.key <= o.runBound {
+		if (r.has || o.load(i)) && r.front.Type == ring.Sample && r.key >= o.last && r.key <= o.runBound {
 			o.heap[0].key = r.key // (heap[0] is ring i's: only next changes the heap)
 			o.last = r.key
 			r.front.Key, r.front.Late = r.key, false
@@ -216,7 +218,7 @@ func (o *ordered) next() (*Record, int) {
 		if o.s.flushReq.Load() {
 			o.look = true // a Flush: what the idle rings hold now goes too
 		}
-		if o.s.flushing() && o.s.flushReached(o) {
+		if o.s.Flushing() && o.s.FlushReached(o) {
 			return nil, -1 // the read returns ErrFlushed
 		}
 		o.fixRoot()
@@ -227,11 +229,11 @@ func (o *ordered) next() (*Record, int) {
 		for k := 0; look && k < len(o.waiting); {
 			i := o.waiting[k]
 			r := &o.rs[i]
-			if !r.has && (o.s.rings[i].Quiet() || !o.load(i)) {
+			if !r.has && (o.s.Rings[i].Quiet() || !o.load(i)) {
 				k++
 				continue
 			}
-			if r.front.Type != RecordSample {
+			if r.front.Type != ring.Sample {
 				return &r.front, i // lost records carry no key: at once
 			}
 			o.waiting = slices.Delete(o.waiting, k, k+1)
@@ -255,8 +257,8 @@ func (o *ordered) next() (*Record, int) {
 			o.last = key
 		} else {
 			o.runRing = -1
-			if o.s.countLate(best, o.dropLate); o.dropLate {
-				o.delivered(best)
+			if o.s.CountLate(best, o.dropLate); o.dropLate {
+				o.Delivered(best)
 				continue
 			}
 		}
@@ -274,10 +276,10 @@ func (o *ordered) fixRoot() {
 	i := o.heap[0].ring
 	r := &o.rs[i]
 	o.newest = max(o.newest, r.newest) // from a run
-	if !r.has && !o.s.rings[i].Quiet() {
+	if !r.has && !o.s.Rings[i].Quiet() {
 		o.load(i)
 	}
-	if r.has && r.front.Type == RecordSample {
+	if r.has && r.front.Type == ring.Sample {
 		o.heap[0].key = r.key
 		o.heap.siftDown()
 	} else {
@@ -292,7 +294,7 @@ func (o *ordered) fixRoot() {
 // snapshot when the last one is used up. It reports whether the ring has a
 // front.
 func (o *ordered) load(i int) bool {
-	rb, r := o.s.rings[i], &o.rs[i]
+	rb, r := o.s.Rings[i], &o.rs[i]
 	if rb.Cur().Pending() == 0 {
 		o.refresh(i)
 	}
@@ -300,7 +302,7 @@ func (o *ordered) load(i int) bool {
 	if err != nil {
 		// Only the front is ever held, and it was delivered: skipping to
 		// the head hands back nothing that is still in use.
-		o.s.skipCorrupt(i, err)
+		o.s.SkipCorrupt(i, err)
 		o.publish(i)
 		o.look = true // look at the ring again past the corruption
 		return false
@@ -315,7 +317,7 @@ func (o *ordered) load(i int) bool {
 // newest key.
 func (o *ordered) parsedFront(r *orderedRing) {
 	r.has = true
-	if r.front.Type != RecordSample {
+	if r.front.Type != ring.Sample {
 		return
 	}
 	r.key = o.key(&r.front)
@@ -324,52 +326,52 @@ func (o *ordered) parsedFront(r *orderedRing) {
 
 // delivered ends the delivery of ring i's front. The ring is committed once
 // a sixteenth of it was delivered, or at once when rule 4 released it.
-func (o *ordered) delivered(i int) {
+func (o *ordered) Delivered(i int) {
 	r := &o.rs[i]
 	r.has = false
-	if r.front.Type != RecordSample {
+	if r.front.Type != ring.Sample {
 		o.look = true // its ring waits: look at it again at once
 	}
 	if r.freed += int(r.front.Next - r.front.Pos); r.freed >= o.commitAt || o.pressure {
-		o.commitPublish(i)
+		o.CommitPublish(i)
 	}
 }
 
 // publish copies ring i's counts into the shared stats: what it parsed
 // but its front, which is not delivered yet.
 func (o *ordered) publish(i int) {
-	st, r := o.s.rings[i].Cur().Counts(), &o.rs[i]
+	st, r := o.s.Rings[i].Cur().Counts(), &o.rs[i]
 	samples, bytes, lost := st.Samples, st.Bytes, st.Lost
 	if r.has {
 		switch r.front.Type {
-		case RecordSample:
+		case ring.Sample:
 			samples--
 			bytes -= uint64(r.front.Len())
-		case RecordLost:
+		case ring.Lost:
 			lost -= r.front.Lost
 		}
 	}
-	o.s.publish(i, samples, bytes, lost)
+	o.s.Publish(i, samples, bytes, lost)
 }
 
-func (o *ordered) commitPublish(i int) {
+func (o *ordered) CommitPublish(i int) {
 	o.commit(i)
 	o.publish(i)
 }
 
 // oldest is ring i's oldest record not delivered: its front, or where its
 // cursor stands if it has none.
-func (o *ordered) oldest(i int) uint64 {
+func (o *ordered) Oldest(i int) uint64 {
 	if r := &o.rs[i]; r.has {
 		return r.front.Pos
 	}
-	return o.s.rings[i].Cur().Pos()
+	return o.s.Rings[i].Cur().Pos()
 }
 
 // commit hands ring i's delivered records back to the kernel: its tail
 // moves to its front, or to its cursor if it has none.
 func (o *ordered) commit(i int) {
-	if err := o.s.rings[i].Cur().Commit(o.oldest(i)); err != nil {
+	if err := o.s.Rings[i].Cur().Commit(o.Oldest(i)); err != nil {
 		panic(err) // the front lies between the tail and the cursor
 	}
 	o.rs[i].freed = 0
@@ -379,10 +381,10 @@ func (o *ordered) commit(i int) {
 // smallest front, the only one that can go next, is due (rule 3), or up to
 // MaxDelay/2 later: while samples come, a wakeup for one of them releases
 // it first, and the timer is not moved once a sample (waiter.setDeadline).
-func (o *ordered) idle() (time.Duration, time.Duration) {
-	timeout, slack := o.s.latency, time.Duration(0)
+func (o *ordered) Idle() (time.Duration, time.Duration) {
+	timeout, slack := o.s.Latency, time.Duration(0)
 	for i := range o.rs {
-		o.commitPublish(i)
+		o.CommitPublish(i)
 	}
 	if len(o.heap) > 0 && o.rs[o.heap[0].ring].has { // next put the root in place
 		due := time.Duration(o.seenAt(o.heap[0].ring) + int64(o.maxDelay) - o.now())
@@ -395,21 +397,21 @@ func (o *ordered) idle() (time.Duration, time.Duration) {
 
 // each delivers up to 256 records in key order, or runs (see run), before
 // it returns for the read to look at its context.
-func (o *ordered) each(fn func(*Record) error) (bool, error) {
+func (o *ordered) Each(fn func(*ring.Record) error) (bool, error) {
 	for n := 0; n < 256; n++ {
-		rec, i := o.next()
+		rec, i := o.Next()
 		if i < 0 {
 			return false, nil
 		}
 		err := fn(rec)
-		o.delivered(i)
-		if err == nil && o.runRing == i && !o.s.stop.Load() {
+		o.Delivered(i)
+		if err == nil && o.runRing == i && !o.s.Stop.Load() {
 			var k int
 			if k, err = o.run(i, fn); k > 0 {
 				return true, err // at most a run apart (see readPolicy.each)
 			}
 		}
-		if err != nil || o.s.stop.Load() {
+		if err != nil || o.s.Stop.Load() {
 			return true, err
 		}
 	}
@@ -422,27 +424,27 @@ func (o *ordered) each(fn func(*Record) error) (bool, error) {
 // through the ring's loop, up to the ring's next commit; the first record
 // the run may not deliver stays the ring's front. It returns how many it
 // delivered.
-func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
-	r, rb := &o.rs[i], o.s.rings[i]
+func (o *ordered) run(i int, fn func(*ring.Record) error) (int, error) {
+	r, rb := &o.rs[i], o.s.Rings[i]
 	// The first record as the ring's front, as next would load it: most
 	// runs end there when the rings' keys interleave record by record, and
 	// the ring's loop would only parse it to hand it back.
 	if !o.load(i) {
 		return 0, nil
 	}
-	if r.front.Type != RecordSample || r.key > o.runBound || r.key < o.last {
+	if r.front.Type != ring.Sample || r.key > o.runBound || r.key < o.last {
 		return 0, nil // next takes the front
 	}
 	o.last = r.key
 	r.front.Key, r.front.Late = r.key, false
 	err := fn(&r.front)
-	o.delivered(i)
-	if err != nil || o.keyFn != nil || o.s.stop.Load() {
+	o.Delivered(i)
+	if err != nil || o.keyFn != nil || o.s.Stop.Load() {
 		return 1, err // (keys only Key can read: next takes each record)
 	}
 	from := rb.Cur().Pos()
 	o.fn = fn
-	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.stop, o.runF)
+	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.Stop, o.runF)
 	o.fn = nil
 	if err == errHeld {
 		k--
@@ -459,7 +461,7 @@ func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
 		err = nil // next's load reports and skips it
 	}
 	if r.freed >= o.commitAt {
-		o.commitPublish(i)
+		o.CommitPublish(i)
 	}
 	return 1 + k, err
 }
@@ -468,9 +470,9 @@ func (o *ordered) run(i int, fn func(*Record) error) (int, error) {
 // whose key lies in [o.last, o.runBound], the key in rec, and holds
 // anything else (errHeld): a lost record, a key out of the run's bounds or
 // straddling the ring's end.
-func (o *ordered) runFn(rec *Record) error {
+func (o *ordered) runFn(rec *ring.Record) error {
 	off := uint64(o.keyOffset)
-	if rec.Type != RecordSample || uint64(len(rec.Data)) < off+8 {
+	if rec.Type != ring.Sample || uint64(len(rec.Data)) < off+8 {
 		return errHeld
 	}
 	key := binary.NativeEndian.Uint64(rec.Data[off:])

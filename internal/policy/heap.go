@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package policy
 
 // The ordered merge's heap: the rings whose next record is a sample, by
 // that sample's key.

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package policy
+
+// Views of a policy's state for the owners' tests.
+
+// SetBudget sets a fullest-first policy's turn, in bytes.
+func SetBudget(p Reading, n int) { p.(*fullest).budget = n }
+
+// Marks returns how many marks (rule 3) an ordered policy holds per ring.
+func Marks(p Reading) []int {
+	o := p.(*ordered)
+	n := make([]int, len(o.rs))
+	for i := range o.rs {
+		n[i] = len(o.rs[i].marks)
+	}
+	return n
+}

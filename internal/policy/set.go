@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package policy holds the delivery policies: which record of which ring
+// goes next. Callback mode drains each ring in turn (callback.go); a
+// Reader drains the fullest ring first (fullest.go) or merges the rings in
+// the order of a key (ordered.go, release.go, heap.go). A policy sees the
+// rings only through internal/ring's contract, and its owner only through
+// a Set, which the owner fills.
+package policy
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+)
+
+// Policy is what an owner asks of every policy.
+type Policy interface {
+	// AddRing takes in ring i, added last to the Set's rings.
+	AddRing(i int)
+	// CommitPublish commits what ring i delivered and publishes its
+	// counts; Close calls it for every ring, so that what is left in the
+	// rings is counted from Oldest.
+	CommitPublish(i int)
+	// Oldest is where ring i's records not yet delivered start.
+	Oldest(i int) uint64
+}
+
+// Reading is a Reader's policy: fullest first or ordered.
+type Reading interface {
+	Policy
+	// Next returns the next record to deliver and its ring's index, or
+	// -1 when there is none to deliver now. The record stays valid until
+	// Delivered(i).
+	Next() (*ring.Record, int)
+	// Delivered is called after the record's consumer returned.
+	Delivered(i int)
+	// Each delivers records to fn, zero-copy, until there is none to
+	// deliver now (false, nil), fn fails (its error), or it stops for the
+	// read to look at its context and the owner's state (true, nil): at
+	// most a turn or a run apart, and when the owner is closed.
+	Each(fn func(*ring.Record) error) (more bool, err error)
+	// Idle commits what was delivered and returns how long to wait at
+	// most (negative: no limit), and how much later than that the wait
+	// may end (a timer moved less often: wait.Waiter.Wait).
+	Idle() (timeout, slack time.Duration)
+}
+
+// Tally is what is published of one ring: what it parsed, with the
+// samples, bytes and lost counts as delivered, and the owner's counts.
+type Tally struct {
+	ring.Counts
+	Late    uint64 // ordered: samples delivered (or dropped) behind a larger key
+	Dropped uint64 // ordered with DropLate: late samples dropped
+	Left    uint64 // samples left in the ring at Close
+}
+
+// Set is what a policy shares with its owner: the rings, the stop flag of
+// Close, the counts published, a corruption to report, and a Flush's
+// progress.
+//
+// The rings grow when a CPU comes online: on the read side, under StatsMu
+// and the flush's lock, which other goroutines take to read them.
+type Set struct {
+	Rings []ring.Kind
+	// Stop is set by Close: the rings' loops stop after the record in
+	// progress, and the ordered merge releases what it holds (rule 5).
+	Stop atomic.Bool
+	// Latency is how long a record may wait for a wakeup (negative: no
+	// limit).
+	Latency time.Duration
+	// Corrupt is a ring's corruption that a policy skipped and the read
+	// has still to report (read side only).
+	Corrupt error
+
+	StatsMu sync.Mutex
+	Tallies []Tally // by buffer index
+
+	// Flush stores every ring's producer position in flushHeads and sets
+	// flushReq; the read that takes it up copies them to flushTo, and the
+	// flush is reached once every ring's undelivered records start at or
+	// past them.
+	flushReq   atomic.Bool
+	flushMu    sync.Mutex // guards flushHeads
+	flushHeads []uint64
+	flushTo    []uint64 // the running flush's heads (read side only)
+	flushOn    bool     // a flush runs
+	flushFrom  int      // the rings before it have reached flushTo
+}
+
+// Push adds ring rb as the last one, with buffer index len(s.Rings).
+func (s *Set) Push(rb ring.Kind) {
+	i := len(s.Rings)
+	rb.Cur().SetIndex(i)
+	s.flushMu.Lock()
+	s.StatsMu.Lock()
+	s.Rings = append(s.Rings, rb)
+	s.flushHeads = append(s.flushHeads, 0)
+	s.flushTo = append(s.flushTo, 0) // the running flush has nothing to wait for here
+	s.Tallies = append(s.Tallies, Tally{})
+	s.StatsMu.Unlock()
+	s.flushMu.Unlock()
+}
+
+// Publish copies ring i's counts into the shared stats; samples, bytes and
+// lost are the policy's, delivered rather than parsed.
+func (s *Set) Publish(i int, samples, bytes, lost uint64) {
+	c := *s.Rings[i].Cur().Counts()
+	c.Samples, c.Bytes, c.Lost = samples, bytes, lost
+	s.StatsMu.Lock()
+	s.Tallies[i].Counts = c
+	s.StatsMu.Unlock()
+}
+
+// CountLate counts a late sample of ring i, dropped or not.
+func (s *Set) CountLate(i int, dropped bool) {
+	s.StatsMu.Lock()
+	s.Tallies[i].Late++
+	if dropped {
+		s.Tallies[i].Dropped++
+	}
+	s.StatsMu.Unlock()
+}
+
+// SkipCorrupt skips ring i to its head after a corruption, counted, and
+// keeps err for the read to report.
+func (s *Set) SkipCorrupt(i int, err error) {
+	s.Rings[i].SkipCorrupt()
+	if s.Corrupt == nil {
+		s.Corrupt = err
+	}
+}
+
+// RequestFlush notes every ring's data_head for a flush (Reader.Flush).
+func (s *Set) RequestFlush() {
+	s.flushMu.Lock()
+	for i, rb := range s.Rings {
+		s.flushHeads[i] = rb.Cur().LoadHead()
+	}
+	s.flushReq.Store(true)
+	s.flushMu.Unlock()
+}
+
+// Flushing reports whether a flush is under way (records must not wait).
+func (s *Set) Flushing() bool { return s.flushOn || s.flushReq.Load() }
+
+// EndFlush ends the running flush, once its owner has reported it.
+func (s *Set) EndFlush() { s.flushOn = false }
+
+// FlushReached takes up a Flush that was requested and reports whether the
+// running flush has delivered everything up to its heads, by pol's oldest
+// records. The policies check it between passes (fullest) or records
+// (ordered), so that a flush ends while a producer keeps writing, and the
+// read checks it when all is read.
+func (s *Set) FlushReached(pol Policy) bool {
+	if s.flushReq.Load() {
+		s.flushMu.Lock()
+		s.flushReq.Store(false)
+		copy(s.flushTo, s.flushHeads)
+		s.flushMu.Unlock()
+		s.flushOn, s.flushFrom = true, 0
+	}
+	if !s.flushOn {
+		return false
+	}
+	// A ring that reached its head stays there (its oldest record only
+	// moves on): the rings before flushFrom are not looked at again, so
+	// that a check per record costs O(1) amortised.
+	for ; s.flushFrom < len(s.Rings); s.flushFrom++ {
+		i := s.flushFrom
+		if !s.Rings[i].Reached(pol.Oldest(i), s.flushTo[i]) {
+			return false
+		}
+	}
+	return true
+}
