@@ -49,9 +49,9 @@ const (
 	PerfEventArray = buflayout.PerfEventArray
 )
 
-// ErrPrepared: the spec's buffer was prepared as a perf event array
-// already, and is asked for a ring buffer of the size it was compiled
-// with, which the spec no longer holds. Give Options.RingBytes, or prepare
+// ErrPrepared is Prepare's error, wrapped, for a buffer prepared as a perf
+// event array already and asked for a ring buffer of the size it was
+// compiled with, which the spec no longer holds. Give Options.RingBytes, or prepare
 // a copy of the spec as it was loaded (CollectionSpec.Copy before the
 // first Prepare).
 var ErrPrepared = errors.New("buffer prepared already")
