@@ -70,10 +70,12 @@ type fullConfig struct {
 // before ebpf.NewCollection (or LoadAndAssign) with spec.
 //
 // It changes only spec: the map mapName, the map <mapName>_scratch and the
-// variable <mapName>_config. Called again, it makes them anew, from the
-// same settings as the first call: the same Options give the same spec.
-// To prepare the object two ways, prepare a copy of the spec as loaded
-// for each (CollectionSpec.Copy).
+// variable <mapName>_config. Called again, it sets them anew from its
+// arguments, whatever it made before: the same want and Options give the
+// same spec (but for ErrPrepared, below). A spec is not loaded itself, so
+// there is no bpfbuffer.ErrLoaded: each ebpf.NewCollection loads a copy.
+// To keep the object prepared two ways, prepare a copy of the spec as
+// loaded for each (CollectionSpec.Copy).
 //
 // It reads two of opts' ring settings, as bpfbuffer.Prepare does, and
 // leaves opts ready for perfbuf.NewReader or perfbuf.New over the
@@ -98,13 +100,13 @@ type fullConfig struct {
 // builds a record, keeps the program's max_sample bytes per CPU. A ring
 // buffer's program never reaches <mapName>_scratch (the verifier drops
 // the perf path), but cilium/ebpf creates every map a program names: its
-// value shrinks to one byte per CPU.
+// value shrinks to one byte (eight a CPU, as the kernel rounds it).
 //
 // Errors (with Any as the kind): os.ErrInvalid for a nil spec, a want
 // that is no Kind, WakeupEvents set, a negative RingBytes or WakeupBytes,
 // a ring buffer's RingBytes above 2 GiB, a WakeupBytes not below the ring
-// buffer's size, or a map or variable named so that PERFBUF_BUFFER did not
-// declare; os.ErrNotExist when the spec has no such map or variable;
+// buffer's size, or a map or variable of that name that PERFBUF_BUFFER
+// did not declare; os.ErrNotExist when the spec has no such map or variable;
 // errors.ErrUnsupported for RingBuf on a kernel without ring buffers;
 // ErrPrepared for a ring buffer of the compiled size after a perf event
 // array; a probe's error (features.HaveMapType). spec is left as it was
