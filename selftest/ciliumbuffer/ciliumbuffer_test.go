@@ -58,20 +58,28 @@ func spec(t *testing.T) *ebpf.CollectionSpec {
 	return s
 }
 
+// privileged raises RLIMIT_MEMLOCK where the kernel charges maps to it
+// (before 5.11; cilium/ebpf raises it only there), and skips the test if
+// err, from creating a map or loading a program, says it lacks the
+// privileges, unless under CI (CI=true), where a privileged test fails.
+func privileged(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		err = rlimit.RemoveMemlock()
+	}
+	if errors.Is(err, os.ErrPermission) && os.Getenv("CI") != "true" {
+		t.Skipf("privileged selftest (needs CAP_BPF, CAP_PERFMON): %v", err)
+	}
+}
+
 // load creates the collection of s, closed at cleanup; it skips without
 // the privileges (fails under CI).
 func load(t *testing.T, s *ebpf.CollectionSpec) *ebpf.Collection {
 	t.Helper()
-	// Before 5.11 the kernel charges maps to RLIMIT_MEMLOCK; this raises
-	// the limit only where it must.
-	if err := rlimit.RemoveMemlock(); err != nil && os.Getenv("CI") != "true" {
-		t.Skipf("raise RLIMIT_MEMLOCK: %v", err)
-	}
+	privileged(t, nil)
 	coll, err := ebpf.NewCollection(s)
 	if err != nil {
-		if errors.Is(err, os.ErrPermission) && os.Getenv("CI") != "true" {
-			t.Skipf("load %s (needs CAP_BPF, CAP_PERFMON): %v", obj, err)
-		}
+		privileged(t, err)
 		t.Fatalf("load %s: %v", obj, err)
 	}
 	t.Cleanup(coll.Close)

@@ -50,12 +50,11 @@ func (c collecting) FileDescriptor() int {
 // and says why, as ciliumbuffer.Map's doc says; with that change it
 // succeeds, and this test checks the Reader it returns.
 func TestMapCollectedDuringNewReader(t *testing.T) {
+	privileged(t, nil)
 	ring := func() *ebpf.Map {
 		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: uint32(unix.Getpagesize())})
 		if err != nil {
-			if errors.Is(err, unix.EPERM) {
-				t.Skip(err)
-			}
+			privileged(t, err)
 			t.Fatal(err)
 		}
 		return m
