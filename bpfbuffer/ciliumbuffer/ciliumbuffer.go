@@ -129,11 +129,17 @@ func Prepare(spec *ebpf.CollectionSpec, mapName string, want Kind, opts *perfbuf
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
 	}
-	if kind == RingBuf && opts.RingBytes == 0 && b.events.Type != ebpf.RingBuf {
+	// A map prepared as another layout no longer holds the ring buffer's
+	// size as compiled.
+	var compiled uint32
+	if b.events.Type == ebpf.RingBuf {
+		compiled = b.events.MaxEntries
+	}
+	plan, err := buflayout.NewPlan(kind, compiled, opts)
+	if errors.Is(err, buflayout.ErrNoSize) {
 		return 0, fmt.Errorf("prepare buffer %q as %v of its compiled size: %w as a %v; give RingBytes, or prepare a copy of the spec as loaded",
 			mapName, kind, ErrPrepared, b.events.Type)
 	}
-	plan, err := buflayout.NewPlan(kind, b.events.MaxEntries, opts)
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
 	}

@@ -104,18 +104,26 @@ type Plan struct {
 	Wakeup int // ring buffer: the BPF side's watermark (config.wakeup_bytes)
 }
 
+// ErrNoSize: a ring's size is to be the one compiled (RingBytes zero),
+// and the loader no longer knows it (compiled zero).
+var ErrNoSize = errors.New("compiled ring size unknown")
+
 // NewPlan returns the plan of a buffer of kind (RingBuf or PerfEventArray)
-// made with opts, which Check accepted. compiled is the map's max_entries
-// as the object declares it: a ring buffer's size when RingBytes is zero.
+// made with opts, which Check accepted. compiled is the ring buffer's size
+// as the object declares it (its max_entries), used when RingBytes is
+// zero; zero if the loader no longer knows it.
 //
 // A ring buffer gets RingBytes rounded up to a power of two pages, as
 // perfbuf rounds a perf event array's rings, at most 2 GiB; WakeupBytes
-// must be below its size. Errors match os.ErrInvalid.
+// must be below its size. Errors match os.ErrInvalid, or ErrNoSize.
 func NewPlan(kind Kind, compiled uint32, opts *perfbuf.Options) (Plan, error) {
 	if kind != RingBuf {
 		return Plan{Kind: kind}, nil
 	}
 	size := int(compiled)
+	if opts.RingBytes == 0 && compiled == 0 {
+		return Plan{}, ErrNoSize
+	}
 	if opts.RingBytes > maxRingBytes {
 		return Plan{}, fmt.Errorf("ring bytes %d above %d: %w", opts.RingBytes, maxRingBytes, os.ErrInvalid)
 	} else if opts.RingBytes != 0 {

@@ -81,6 +81,8 @@ func TestPlan(t *testing.T) {
 		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 1}, Plan{RingBuf, page, 0}, "", MapSettings{}, Config{}, nil},
 		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 1<<31 + 1}, Plan{}, "", MapSettings{}, Config{}, os.ErrInvalid},
 		{RingBuf, 64 << 10, perfbuf.Options{WakeupBytes: 64 << 10}, Plan{}, "", MapSettings{}, Config{}, os.ErrInvalid},
+		{RingBuf, 0, perfbuf.Options{}, Plan{}, "", MapSettings{}, Config{}, ErrNoSize},
+		{RingBuf, 0, perfbuf.Options{RingBytes: page}, Plan{RingBuf, page, 0}, "", MapSettings{}, Config{}, nil},
 		{PerfEventArray, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{Kind: PerfEventArray}, "perf_event_array",
 			MapSettings{Type: unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY, KeySize: 4, ValueSize: 4, MaxEntries: uint32(slices.Max(possible) + 1)}, Config{}, nil},
 	} {
