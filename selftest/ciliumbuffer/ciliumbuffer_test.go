@@ -20,6 +20,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -120,16 +121,11 @@ func (f *fixture) produce(t *testing.T, cpu int, count, size, how, every uint64)
 	}
 }
 
-// outcome mirrors struct outcome: what the program saw on one CPU.
-type outcome struct {
-	Attempts, OK, Discarded, Full, NoSpc, NoEnt, Inval, Other uint64
-}
-
 // outcomes reads the program's own counts, by CPU: the kernel returns one
 // value per possible CPU, in the order of the possible CPUs.
-func (f *fixture) outcomes(t *testing.T) map[int]outcome {
+func (f *fixture) outcomes(t *testing.T) map[int]ledger.Outcome {
 	t.Helper()
-	var vals []outcome
+	var vals []ledger.Outcome
 	if err := f.coll.Maps["outcomes"].Lookup(uint32(0), &vals); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +133,7 @@ func (f *fixture) outcomes(t *testing.T) map[int]outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[int]outcome{}
+	out := map[int]ledger.Outcome{}
 	for k, cpu := range possible {
 		out[cpu] = vals[k]
 	}
@@ -171,34 +167,6 @@ func (f *fixture) consume(t *testing.T, r *perfbuf.Reader, got map[int]uint64) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// byCPU sums the Stats entries of each CPU (a perf event array's rings,
-// every CPU's failure entries of a ring buffer) and returns them with the
-// ring buffer's ring (nil for a perf event array).
-func byCPU(t *testing.T, kind ciliumbuffer.Kind, stats []perfbuf.Stats) (map[int]perfbuf.Stats, *perfbuf.Stats) {
-	t.Helper()
-	per := map[int]perfbuf.Stats{}
-	var ring *perfbuf.Stats
-	for i, s := range stats {
-		if kind == ciliumbuffer.RingBuf && s.Ring >= 0 {
-			if ring != nil || s.CPU != -1 {
-				t.Fatalf("Stats %+v: want one ring, of cpu -1", stats)
-			}
-			ring = &stats[i]
-			continue
-		}
-		p, fl := per[s.CPU], s.Failed
-		p.CPU, p.Samples, p.Lost, p.Left = s.CPU, p.Samples+s.Samples, p.Lost+s.Lost, p.Left+s.Left
-		p.Failed = perfbuf.Failures{NoEntry: p.Failed.NoEntry + fl.NoEntry, TooBig: p.Failed.TooBig + fl.TooBig,
-			Invalid: p.Failed.Invalid + fl.Invalid, NotOnCPU: p.Failed.NotOnCPU + fl.NotOnCPU,
-			Other: p.Failed.Other + fl.Other, Full: p.Failed.Full + fl.Full}
-		per[s.CPU] = p
-	}
-	if kind == ciliumbuffer.RingBuf && ring == nil {
-		t.Fatalf("Stats %+v: no ring", stats)
-	}
-	return per, ring
 }
 
 // The program prepared by ciliumbuffer.Prepare as each kind (Any, which is
@@ -266,7 +234,7 @@ func TestBothKinds(t *testing.T) {
 			if err := r.Close(); err != nil {
 				t.Fatal(err)
 			}
-			account(t, f, got, r.Stats())
+			ledger.Check(t, f.kind == ciliumbuffer.RingBuf, f.cpus, f.outcomes(t), got, r.Stats())
 		})
 	}
 }
@@ -300,54 +268,6 @@ func checkMaps(t *testing.T, f *fixture) {
 				events.Type, events.MaxEntries, scratch.ValueSize, possible[len(possible)-1]+1, sampleMax)
 		}
 	}
-}
-
-// account checks, once the reader is closed, that every attempt is
-// accounted for: what the program saw against the Stats.
-func account(t *testing.T, f *fixture, got map[int]uint64, stats []perfbuf.Stats) {
-	t.Helper()
-	out := f.outcomes(t)
-	per, ring := byCPU(t, f.kind, stats)
-	var sum outcome
-	var failed, delivered uint64
-	for _, cpu := range f.cpus {
-		o, st := out[cpu], per[cpu]
-		fl := st.Failed
-		if o.OK+o.Discarded+o.Full+o.NoSpc+o.NoEnt+o.Inval+o.Other != o.Attempts || o.Other != 0 {
-			t.Errorf("cpu %d: the program's counts do not add up: %+v", cpu, o)
-		}
-		// The failure map, read through its ciliumbuffer.Map, against
-		// what the helpers returned.
-		if fl.Full != o.Full || fl.NoEntry != o.NoEnt || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0 {
-			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d", cpu, fl, o.Full, o.NoEnt, o.Inval)
-		}
-		if o.Inval != 2 || o.NoEnt < 3 || o.Discarded != 2 {
-			t.Errorf("cpu %d: %d reserves too big, %d outputs without a ring, %d discarded; want 2, at least 3, 2", cpu, o.Inval, o.NoEnt, o.Discarded)
-		}
-		if f.kind == ciliumbuffer.PerfEventArray {
-			// A discarded perf record was never written: not an output.
-			if st.Samples+st.Lost+st.Left+fl.Total() != o.Attempts-o.Discarded || st.Lost != o.NoSpc || o.NoSpc == 0 ||
-				got[cpu] != st.Samples || st.Samples+st.Left != o.OK {
-				t.Errorf("cpu %d: the program saw %+v; delivered %d, Stats %+v", cpu, o, got[cpu], st)
-			}
-			t.Logf("cpu %d: attempted %d = discarded by the program %d + delivered %d + lost %d + left %d + failed %d (full %d, noent %d, einval %d)",
-				cpu, o.Attempts, o.Discarded, st.Samples, st.Lost, st.Left, fl.Total(), fl.Full, fl.NoEntry, fl.Invalid)
-		}
-		sum = outcome{sum.Attempts + o.Attempts, sum.OK + o.OK, sum.Discarded + o.Discarded, sum.Full + o.Full,
-			sum.NoSpc + o.NoSpc, sum.NoEnt + o.NoEnt, sum.Inval + o.Inval, sum.Other + o.Other}
-		failed += fl.Total()
-		delivered += got[cpu]
-	}
-	if ring == nil {
-		return
-	}
-	st := *ring
-	if st.Samples+st.Discarded+st.Left+failed != sum.Attempts || sum.Full == 0 || sum.NoSpc != 0 ||
-		st.Samples != delivered || st.Samples+st.Left != sum.OK || st.Discarded != sum.Discarded || st.Left == 0 || st.Lost != 0 {
-		t.Errorf("the program saw %+v; delivered %d, ring %+v, failed %d", sum, delivered, st, failed)
-	}
-	t.Logf("ring: attempted %d = delivered %d + discarded %d + left %d + failed %d (full %d, noent %d, einval %d)",
-		sum.Attempts, st.Samples, st.Discarded, st.Left, failed, sum.Full, sum.NoEnt, sum.Inval)
 }
 
 // A *ebpf.Map passed through ciliumbuffer.Map and then dropped: once
@@ -401,22 +321,19 @@ func TestMapDropped(t *testing.T) {
 			if err := r.Close(); err != nil {
 				t.Fatal(err)
 			}
-			per, _ := byCPU(t, f.kind, r.Stats())
 			after := f.outcomes(t)
-			var samples uint64
+			var samples, invalid uint64
 			for _, st := range r.Stats() {
-				samples += st.Samples
+				samples, invalid = samples+st.Samples, invalid+st.Failed.Invalid
 			}
 			for _, cpu := range f.cpus {
-				if ok := after[cpu].OK - before[cpu].OK; ok != 7 || got[cpu] != 7 {
-					t.Errorf("cpu %d: %d output, %d delivered; want 7 and 7", cpu, ok, got[cpu])
-				}
-				if inval := per[cpu].Failed.Invalid; inval != 2 || after[cpu].Inval != 2 {
-					t.Errorf("cpu %d: Failed.Invalid %d, the program saw %d; want 2", cpu, inval, after[cpu].Inval)
+				if ok := after[cpu].OK - before[cpu].OK; ok != 7 || got[cpu] != 7 || after[cpu].Inval != 2 {
+					t.Errorf("cpu %d: %d output, %d delivered, %d reserves too big; want 7, 7, 2", cpu, ok, got[cpu], after[cpu].Inval)
 				}
 			}
-			if samples != 7*uint64(len(f.cpus)) {
-				t.Errorf("Stats: %d samples, want %d", samples, 7*len(f.cpus))
+			// The failure map, read through its own duplicate.
+			if n := uint64(len(f.cpus)); samples != 7*n || invalid != 2*n {
+				t.Errorf("Stats: %d samples, %d reserves too big; want %d, %d", samples, invalid, 7*n, 2*n)
 			}
 			// Closed, the reader is gone for the program: a ring buffer's
 			// outputs fail as noent (the failure map's reader key), a perf
