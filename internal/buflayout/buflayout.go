@@ -104,8 +104,9 @@ type Plan struct {
 	Wakeup int // ring buffer: the BPF side's watermark (config.wakeup_bytes)
 }
 
-// ErrNoSize is NewPlan's error for a ring whose size is to be the one compiled (RingBytes zero)
-// when the loader no longer knows it (compiled zero).
+// ErrNoSize is NewPlan's error for a ring whose size is to be the one
+// compiled (RingBytes zero) when the loader no longer knows it (compiled
+// zero).
 var ErrNoSize = errors.New("compiled ring size unknown")
 
 // NewPlan returns the plan of a buffer of kind (RingBuf or PerfEventArray)
