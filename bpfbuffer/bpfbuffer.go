@@ -32,50 +32,29 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"sync"
 	"syscall"
 	"weak"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/buflayout"
 )
 
-// Kind is what a buffer is made at load.
-type Kind int
+// Kind is what a buffer is made at load: Any, RingBuf or PerfEventArray.
+// It is ciliumbuffer.Kind: the same values for both loaders.
+type Kind = buflayout.Kind
 
 const (
 	// Any asks Prepare for a ring buffer if the kernel has them (5.8 and
 	// later), else a perf event array. Prepare returns it only with an
 	// error.
-	Any Kind = iota
+	Any = buflayout.Any
 	// RingBuf is a BPF_MAP_TYPE_RINGBUF: one ring that every CPU writes.
-	RingBuf
+	RingBuf = buflayout.RingBuf
 	// PerfEventArray is a BPF_MAP_TYPE_PERF_EVENT_ARRAY: a ring per CPU.
-	PerfEventArray
+	PerfEventArray = buflayout.PerfEventArray
 )
-
-// String returns "any", "ringbuf" or "perf_event_array".
-func (k Kind) String() string {
-	switch k {
-	case Any:
-		return "any"
-	case RingBuf:
-		return "ringbuf"
-	case PerfEventArray:
-		return "perf_event_array"
-	}
-	return fmt.Sprintf("Kind(%d)", int(k))
-}
-
-// config is the part of struct perfbuf_buffer_config (bpf/perfbuf.bpf.h)
-// that Prepare writes: its first two fields. The third, max_sample, is the
-// BPF program's own and is left as compiled.
-type config struct {
-	RingBuf     uint64
-	WakeupBytes uint64
-}
 
 // Errors of Prepare called at the wrong time or twice, wrapped.
 var (
@@ -141,16 +120,11 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 	if opts == nil {
 		opts = &perfbuf.Options{}
 	}
-	switch {
-	case m == nil:
+	if m == nil {
 		return 0, fmt.Errorf("prepare buffer %q: nil module (open the object first, with libbpfgo.NewModuleFromFile): %w", mapName, os.ErrInvalid)
-	case want != Any && want != RingBuf && want != PerfEventArray:
-		return 0, fmt.Errorf("prepare buffer %q: %v: %w", mapName, want, os.ErrInvalid)
-	case opts.WakeupEvents != 0:
-		return 0, fmt.Errorf("prepare buffer %q: WakeupEvents has no ring buffer equivalent; use WakeupBytes: %w", mapName, os.ErrInvalid)
-	case opts.RingBytes < 0 || opts.WakeupBytes < 0:
-		return 0, fmt.Errorf("prepare buffer %q: negative RingBytes (%d) or WakeupBytes (%d): %w",
-			mapName, opts.RingBytes, opts.WakeupBytes, os.ErrInvalid)
+	}
+	if err := buflayout.Check(want, opts); err != nil {
+		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
 	}
 	events, err := m.GetMap(mapName)
 	if err != nil {
@@ -165,25 +139,13 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 	if events.FileDescriptor() >= 0 {
 		return 0, fmt.Errorf("prepare buffer %q: %w (the object is loaded, or the map reuses a descriptor): call Prepare after opening the module and before BPFLoadObject", mapName, ErrLoaded)
 	}
-	kind := want
-	if kind == Any || kind == RingBuf {
-		has, err := hasRingBuf()
-		switch {
-		case err != nil:
-			return 0, fmt.Errorf("prepare buffer %q: probe ring buffers: %w", mapName, err)
-		case has:
-			kind = RingBuf
-		case want == RingBuf:
-			return 0, fmt.Errorf("prepare buffer %q: the kernel has no ring buffers: %w", mapName, errors.ErrUnsupported)
-		default:
-			kind = PerfEventArray
-		}
+	kind, err := buflayout.Choose(want, hasRingBuf)
+	if err != nil {
+		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
 	}
-	p := preparation{kind: kind}
-	if kind == RingBuf {
-		if p.size, p.wakeup, err = ringBufSettings(events, opts); err != nil {
-			return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
-		}
+	p, err := buflayout.NewPlan(kind, events.MaxEntries(), opts)
+	if err != nil {
+		return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
 	}
 
 	key := preparedKey{weak.Make(m), mapName}
@@ -198,7 +160,7 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 		if kind == RingBuf {
 			err = asRingBuf(m, events, scratch, mapName, p)
 		} else {
-			err = asPerfEventArray(m, events, scratch, mapName)
+			err = asPerfEventArray(m, events, scratch, mapName, p)
 		}
 		if errors.Is(err, syscall.EBUSY) {
 			// libbpf's answer to a change of a map it created: a load
@@ -209,14 +171,12 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 			return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
 		}
 		if prepared.m == nil {
-			prepared.m = make(map[preparedKey]preparation)
+			prepared.m = make(map[preparedKey]buflayout.Plan)
 		}
 		prepared.m[key] = p
 		runtime.AddCleanup(m, forget, key)
 	}
-	if kind == RingBuf {
-		opts.RingBytes = 0
-	}
+	p.Finish(opts)
 	return kind, nil
 }
 
@@ -225,33 +185,12 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 // entry goes when its module is garbage.
 var prepared struct {
 	sync.Mutex
-	m map[preparedKey]preparation
+	m map[preparedKey]buflayout.Plan
 }
 
 type preparedKey struct {
 	mod  weak.Pointer[libbpfgo.Module]
 	name string
-}
-
-// preparation is the object Prepare makes: the kind, and for a ring
-// buffer its size and the BPF side's watermark. A perf event array's ring
-// settings are the reader's, not the object's.
-type preparation struct {
-	kind   Kind
-	size   int
-	wakeup int
-}
-
-// String says what p makes: "perf_event_array", "ringbuf of 8192 bytes
-// (wakeup at 1024)".
-func (p preparation) String() string {
-	if p.kind != RingBuf {
-		return p.kind.String()
-	}
-	if p.wakeup == 0 {
-		return fmt.Sprintf("%v of %d bytes", p.kind, p.size)
-	}
-	return fmt.Sprintf("%v of %d bytes (wakeup at %d)", p.kind, p.size, p.wakeup)
 }
 
 // forget drops the entry of a module that is garbage.
@@ -272,71 +211,40 @@ func hasRingBuf() (bool, error) {
 	return false, err
 }
 
-// ringBufSettings returns the size and watermark of a ring buffer made
-// with opts: RingBytes rounded up, or the map's size for zero.
-func ringBufSettings(events *libbpfgo.BPFMap, opts *perfbuf.Options) (size, wakeup int, err error) {
-	size = int(events.MaxEntries())
-	if opts.RingBytes > maxRingBytes {
-		return 0, 0, fmt.Errorf("ring bytes %d above %d: %w", opts.RingBytes, maxRingBytes, os.ErrInvalid)
-	} else if opts.RingBytes != 0 {
-		size = ringSize(opts.RingBytes)
-	}
-	if opts.WakeupBytes >= size {
-		return 0, 0, fmt.Errorf("wakeup bytes %d not below the %d-byte ring: %w", opts.WakeupBytes, size, os.ErrInvalid)
-	}
-	return size, opts.WakeupBytes, nil
-}
-
-func asRingBuf(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string, p preparation) error {
+func asRingBuf(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string, p buflayout.Plan) error {
 	if err := events.SetType(libbpfgo.MapTypeRingbuf); err != nil {
 		return err
 	}
-	if err := events.SetMaxEntries(uint32(p.size)); err != nil {
+	if err := events.SetMaxEntries(uint32(p.Size)); err != nil {
 		return err
 	}
 	if err := scratch.SetAutocreate(false); err != nil {
 		return err
 	}
-	if err := m.InitGlobalVariable(name+"_config", config{RingBuf: 1, WakeupBytes: uint64(p.wakeup)}); err != nil {
+	if err := m.InitGlobalVariable(name+"_config", p.Config()); err != nil {
 		return fmt.Errorf("set %s_config: %w", name, err)
 	}
 	return nil
 }
 
-func asPerfEventArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string) error {
-	// A perf event array is indexed by CPU number: one entry for each
-	// possible CPU, the highest included.
-	possible, err := cpus.Possible()
+func asPerfEventArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string, p buflayout.Plan) error {
+	ms, err := p.Map()
 	if err != nil {
 		return err
 	}
 	for _, set := range []func() error{
-		func() error { return events.SetType(libbpfgo.MapTypePerfEventArray) },
-		func() error { return events.SetKeySize(4) },
-		func() error { return events.SetValueSize(4) },
-		func() error { return events.SetMaxEntries(uint32(slices.Max(possible) + 1)) },
+		func() error { return events.SetType(libbpfgo.MapType(ms.Type)) },
+		func() error { return events.SetKeySize(ms.KeySize) },
+		func() error { return events.SetValueSize(ms.ValueSize) },
+		func() error { return events.SetMaxEntries(ms.MaxEntries) },
 		func() error { return scratch.SetAutocreate(true) },
 	} {
 		if err := set(); err != nil {
 			return err
 		}
 	}
-	if err := m.InitGlobalVariable(name+"_config", config{}); err != nil {
+	if err := m.InitGlobalVariable(name+"_config", p.Config()); err != nil {
 		return fmt.Errorf("set %s_config: %w", name, err)
 	}
 	return nil
-}
-
-// maxRingBytes is the largest ring Prepare makes: max_entries is a
-// __u32, and a ring's size a power of two.
-const maxRingBytes = 1 << 31
-
-// ringSize rounds n up to a power of two pages, as perfbuf rounds
-// Options.RingBytes for a perf event array's rings.
-func ringSize(n int) int {
-	size := os.Getpagesize()
-	for size < n {
-		size <<= 1
-	}
-	return size
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -114,15 +115,10 @@ func (f *fixture) produce(t *testing.T, cpu int, count, size, how, every uint64)
 	}
 }
 
-// outcome mirrors struct outcome: what the program saw on one CPU.
-type outcome struct {
-	Attempts, OK, Discarded, Full, NoSpc, NoEnt, Inval, Other uint64
-}
-
 // outcomes reads the program's own counts, by CPU.
-func (f *fixture) outcomes(t *testing.T) map[int]outcome {
+func (f *fixture) outcomes(t *testing.T) map[int]ledger.Outcome {
 	t.Helper()
-	return bpftest.PerCPU[outcome](t, f.mod, "outcomes")
+	return bpftest.PerCPU[ledger.Outcome](t, f.mod, "outcomes")
 }
 
 // collector counts what a reader delivered, per CPU as the sample says,
@@ -230,7 +226,7 @@ func TestBothKinds(t *testing.T) {
 			if err := r.Close(); err != nil {
 				t.Fatal(err)
 			}
-			account(t, f, c, r.Stats())
+			ledger.Check(t, f.kind == bpfbuffer.RingBuf, f.cpus, f.outcomes(t), c.got, r.Stats())
 		})
 	}
 }
@@ -262,85 +258,6 @@ func checkMaps(t *testing.T, f *fixture) {
 			t.Errorf("events_scratch not created for a perf event array: %v", err)
 		}
 	}
-}
-
-// account checks, once the reader is closed, that every attempt is
-// accounted for: what the program saw against the Stats.
-func account(t *testing.T, f *fixture, c *collector, stats []perfbuf.Stats) {
-	t.Helper()
-	out := f.outcomes(t)
-	byCPU := map[int]perfbuf.Stats{}
-	var ring *perfbuf.Stats
-	for i, s := range stats {
-		if f.kind == bpfbuffer.RingBuf && s.Ring >= 0 {
-			if ring != nil || s.CPU != -1 {
-				t.Fatalf("Stats %+v: want one ring, of cpu -1", stats)
-			}
-			ring = &stats[i]
-			continue
-		}
-		if _, dup := byCPU[s.CPU]; dup {
-			t.Fatalf("Stats %+v: two entries for cpu %d", stats, s.CPU)
-		}
-		byCPU[s.CPU] = s
-	}
-	var sum outcome
-	var failed perfbuf.Failures
-	for _, cpu := range f.cpus {
-		o, st := out[cpu], byCPU[cpu]
-		fl := st.Failed
-		if o.OK+o.Discarded+o.Full+o.NoSpc+o.NoEnt+o.Inval+o.Other != o.Attempts || o.Other != 0 {
-			t.Errorf("cpu %d: the program's counts do not add up: %+v", cpu, o)
-		}
-		// The failure map against what the helpers returned.
-		if fl.Full != o.Full || fl.NoEntry != o.NoEnt || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0 {
-			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d", cpu, fl, o.Full, o.NoEnt, o.Inval)
-		}
-		if o.Inval != 2 || o.NoEnt < 3 {
-			t.Errorf("cpu %d: %d reserves too big, %d outputs without a ring; want 2, at least 3", cpu, o.Inval, o.NoEnt)
-		}
-		if f.kind == bpfbuffer.PerfEventArray {
-			// A discarded perf record was never written: it is not an
-			// output.
-			if got := st.Samples + st.Lost + st.Left + fl.Total(); got != o.Attempts-o.Discarded || st.Lost != o.NoSpc || o.NoSpc == 0 {
-				t.Errorf("cpu %d: attempted %d (discarded %d), Stats %+v; the program saw %d lost", cpu, o.Attempts, o.Discarded, st, o.NoSpc)
-			}
-			if c.got[cpu] != st.Samples || st.Samples+st.Left != o.OK || o.Discarded != 2 {
-				t.Errorf("cpu %d: delivered %d, Stats %+v; the program saw %+v", cpu, c.got[cpu], st, o)
-			}
-			t.Logf("cpu %d: attempted %d = discarded by the program %d + received %d + lost %d + left %d + failed %d (full %d, noent %d, einval %d, other %d)",
-				cpu, o.Attempts, o.Discarded, st.Samples, st.Lost, st.Left, fl.Total(), fl.Full, fl.NoEntry, fl.Invalid, fl.Other)
-		} else {
-			if st.Ring != -1 && fl.Total() > 0 {
-				t.Errorf("cpu %d: failures on entry %+v, want one of Ring -1", cpu, st)
-			}
-			t.Logf("cpu %d: attempted %d = submitted %d + discarded %d + failed %d (full %d, noent %d, einval %d, other %d)",
-				cpu, o.Attempts, o.OK, o.Discarded, fl.Total(), fl.Full, fl.NoEntry, fl.Invalid, fl.Other)
-		}
-		sum = outcome{sum.Attempts + o.Attempts, sum.OK + o.OK, sum.Discarded + o.Discarded, sum.Full + o.Full,
-			sum.NoSpc + o.NoSpc, sum.NoEnt + o.NoEnt, sum.Inval + o.Inval, sum.Other + o.Other}
-		failed = perfbuf.Failures{NoEntry: failed.NoEntry + fl.NoEntry, Invalid: failed.Invalid + fl.Invalid,
-			Other: failed.Other + fl.Other, Full: failed.Full + fl.Full}
-	}
-	if f.kind != bpfbuffer.RingBuf {
-		return
-	}
-	if ring == nil {
-		t.Fatalf("Stats %+v: no ring", stats)
-	}
-	var delivered uint64
-	for _, n := range c.got {
-		delivered += n
-	}
-	st := *ring
-	if got := st.Samples + st.Discarded + st.Left + failed.Total(); got != sum.Attempts || sum.Full == 0 || sum.NoSpc != 0 {
-		t.Errorf("attempted %d, ring %+v, failed %+v: the sum is %d", sum.Attempts, st, failed, got)
-	}
-	if st.Samples != delivered || st.Samples+st.Left != sum.OK || st.Discarded != sum.Discarded || st.Left == 0 || st.Lost != 0 {
-		t.Errorf("ring %+v, delivered %d; the program saw %+v", st, delivered, sum)
-	}
-	t.Logf("ring: attempted %d = delivered %d + discarded %d + left %d + failed %d (full %d, noent %d, einval %d, other %d)",
-		sum.Attempts, st.Samples, st.Discarded, st.Left, failed.Total(), failed.Full, failed.NoEntry, failed.Invalid, failed.Other)
 }
 
 // The BPF side's wakeup watermark (Options.WakeupBytes, set at load): a

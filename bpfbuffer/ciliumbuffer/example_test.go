@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package ciliumbuffer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
+)
+
+// A program whose buffer is declared with PERFBUF_BUFFER(events, ...) of
+// bpf/perfbuf.bpf.h, loaded by cilium/ebpf as a ring buffer where the
+// kernel has them and a perf event array elsewhere, and read the same way
+// either way. It needs root (CAP_BPF, CAP_PERFMON): compiled, not run.
+func ExamplePrepare() {
+	spec, err := ebpf.LoadCollectionSpec("prog.bpf.o")
+	if err != nil {
+		log.Fatal(err)
+	}
+	opts := perfbuf.Options{RingBytes: 256 << 10, MaxLatency: 10 * time.Millisecond}
+	kind, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.Any, &opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer coll.Close()
+	tp, err := link.Tracepoint("syscalls", "sys_enter_openat", coll.Programs["handle_openat"], nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tp.Close()
+
+	opts.FailureMap = ciliumbuffer.Map(coll.Maps["events_failures"])
+	r, err := perfbuf.NewReader(ciliumbuffer.Map(coll.Maps["events"]), opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("reading a %v\n", kind)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err = r.Each(ctx, func(rec *perfbuf.Record) error {
+		if rec.Type == perfbuf.RecordSample {
+			fmt.Printf("%d bytes\n", rec.Len())
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		log.Print(err)
+	}
+	r.Close()
+	// Once closed, every output is accounted for (docs/failures.md).
+	for _, st := range r.Stats() {
+		fmt.Printf("ring %d cpu %d: %d delivered, %d lost, %d left, %d failed\n",
+			st.Ring, st.CPU, st.Samples, st.Lost, st.Left, st.Failed.Total())
+	}
+}
+
+// Any *ebpf.Map that perfbuf reads (a perf event array, a ring buffer, an
+// array of ring buffers; a failure map) is passed through Map, without
+// PERFBUF_BUFFER too. It needs root: compiled, not run.
+func ExampleMap() {
+	coll, err := ebpf.LoadCollection("prog.bpf.o")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer coll.Close()
+	r, err := perfbuf.NewReader(ciliumbuffer.Map(coll.Maps["events"]), perfbuf.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	// The Reader holds a duplicate of the map's descriptor from here on:
+	// coll may be closed, or the *ebpf.Map dropped, while it reads.
+	var s perfbuf.Sample
+	for {
+		if err := r.ReadInto(&s); err != nil {
+			log.Print(err)
+			return
+		}
+		fmt.Printf("cpu %d: %d bytes\n", s.CPU, len(s.Data))
+	}
+}
