@@ -2,19 +2,121 @@
 
 package perfbuf
 
-// The rings' configuration: checked, and its defaults resolved, in one place
-// for New and NewReader.
+// The options' checks and defaults, in one place. Each constructor checks
+// its options first (Options.check, ReaderOptions.check), field by field;
+// then openCore checks what depends on the kind of map against the maps'
+// info (perfConfig for a perf event array's rings, checkRingBuf for each
+// ring buffer), before anything is claimed or mapped.
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
 	"os"
+	"time"
 
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
+
+// check checks the fields alone, whatever the map: one error per field,
+// naming it. Errors match os.ErrInvalid.
+func (o *Options) check() error {
+	switch {
+	case o.RingBytes < 0:
+		return fmt.Errorf("options RingBytes %d is negative: %w", o.RingBytes, os.ErrInvalid)
+	case o.RingBytes > maxRingBytes:
+		return fmt.Errorf("options RingBytes %d too large: a ring holds at most %d bytes: %w", o.RingBytes, maxRingBytes, os.ErrInvalid)
+	// perf_event_attr.wakeup_events is a u32 that the kernel compares as
+	// an int: beyond MaxInt32 it would wake on every sample.
+	case o.WakeupEvents < 0 || o.WakeupEvents > math.MaxInt32:
+		return fmt.Errorf("options WakeupEvents %d outside [0, %d]: %w", o.WakeupEvents, math.MaxInt32, os.ErrInvalid)
+	case o.WakeupBytes < 0 || o.WakeupBytes > math.MaxUint32: // a u32
+		return fmt.Errorf("options WakeupBytes %d outside [0, %d]: %w", o.WakeupBytes, uint32(math.MaxUint32), os.ErrInvalid)
+	case o.WakeupBytes > 0 && o.WakeupEvents > 1:
+		return fmt.Errorf("options WakeupBytes and WakeupEvents both set: %w", os.ErrInvalid)
+	case o.MaxSampleSize < 0:
+		return fmt.Errorf("options MaxSampleSize %d is negative: %w", o.MaxSampleSize, os.ErrInvalid)
+	}
+	for i, m := range o.Maps {
+		if m == nil {
+			return fmt.Errorf("options Maps[%d]: nil map: %w", i, os.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// check checks a Reader's fields: the ring settings' and Order's.
+func (o *ReaderOptions) check() error {
+	if err := o.Options.check(); err != nil {
+		return err
+	}
+	if ord := o.Order; ord != nil {
+		switch {
+		case ord.KeyOffset < 0 || ord.MaxDelay < 0 || ord.HighWater < 0:
+			return fmt.Errorf("options Order: negative KeyOffset, MaxDelay or HighWater: %w", os.ErrInvalid)
+		// KeyOffset+8 would otherwise overflow when it is compared with a
+		// sample's length.
+		case ord.KeyOffset > maxKeyOffset-8:
+			return fmt.Errorf("options Order KeyOffset %d past the largest sample (%d bytes): %w", ord.KeyOffset, maxKeyOffset, os.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// maxKeyOffset bounds Order.KeyOffset: no sample is larger than a record's
+// u16 size.
+const maxKeyOffset = math.MaxUint16
+
+// latency is MaxLatency resolved: how long a blocked read waits at most for
+// a wakeup (negative: no limit). A reader woken for every sample (no
+// WakeupEvents above 1, no WakeupBytes) has no record waiting without a
+// wakeup, and sets no timer.
+func (o *ReaderOptions) latency() time.Duration {
+	switch {
+	case o.MaxLatency < 0:
+		return -1
+	case o.MaxLatency > 0:
+		return o.MaxLatency
+	case o.WakeupEvents <= 1 && o.WakeupBytes == 0:
+		return -1
+	}
+	return defaultMaxLatency
+}
+
+// defaultMaxLatency is MaxLatency when it is zero.
+const defaultMaxLatency = 100 * time.Millisecond
+
+// config is the Order as the merge takes it, defaults resolved but for
+// those that depend on the ring size.
+func (ord *Order) config() policy.OrderConfig {
+	c := policy.OrderConfig{
+		KeyOffset: ord.KeyOffset,
+		Key:       ord.Key,
+		MaxDelay:  ord.MaxDelay,
+		Window:    ord.KeyWindow,
+		DropLate:  ord.DropLate,
+		HighWater: ord.HighWater,
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = 100 * time.Millisecond
+	}
+	if c.Window == 0 {
+		c.Window = uint64(c.MaxDelay.Nanoseconds())
+	}
+	return c
+}
+
+// ring returns the settings that depend on the kind of map, for openCore;
+// ordered says a Reader's Order is set.
+func (o *Options) ring(ordered bool) ringOptions {
+	return ringOptions{ringBytes: o.RingBytes, wakeupEvents: o.WakeupEvents, wakeupBytes: o.WakeupBytes,
+		maxSampleSize: o.MaxSampleSize, ordered: ordered}
+}
 
 // ringOptions are Options' settings that depend on the kind of map, as
 // the caller set them: the ring settings, and whether Order is set.
@@ -48,33 +150,19 @@ func (o ringOptions) hostConfig() (ringConfig, error) {
 	return o.config(os.Getpagesize(), memory)
 }
 
-// config checks o for rings of pages of pageSize bytes on a host with
-// memory bytes of RAM: a ring must be smaller than that (the kernel pins
-// every page of every CPU's ring). Errors match os.ErrInvalid, or
-// ErrSampleTooLarge.
+// config checks o, whose fields check passed, for a perf event array's
+// rings of pages of pageSize bytes on a host with memory bytes of RAM: a
+// ring must be smaller than that (the kernel pins every page of every CPU's
+// ring). Errors match os.ErrInvalid, or ErrSampleTooLarge.
 func (o ringOptions) config(pageSize int, memory uint64) (ringConfig, error) {
-	pages, err := o.pages(pageSize)
-	if err != nil {
-		return ringConfig{}, err
-	}
+	pages := roundPages(cmp.Or(o.ringBytes, defaultRingBytes), pageSize)
 	if uint64(pages*pageSize) >= memory {
 		return ringConfig{}, fmt.Errorf("options RingBytes: a ring of %d pages (%d bytes) does not fit in the host's %d bytes of memory: %w", pages, pages*pageSize, memory, os.ErrInvalid)
 	}
 	c := ringConfig{pages: pages, pageSize: pageSize, wakeupEvents: max(o.wakeupEvents, 1), wakeupBytes: o.wakeupBytes}
 	ringBytes := c.ringBytes()
-	// perf_event_attr.wakeup_events is a u32 that the kernel compares as
-	// an int: beyond MaxInt32 it would wake on every sample.
-	if o.wakeupEvents < 0 || o.wakeupEvents > math.MaxInt32 {
-		return ringConfig{}, fmt.Errorf("options WakeupEvents %d outside [0, %d]: %w", o.wakeupEvents, math.MaxInt32, os.ErrInvalid)
-	}
-	if o.wakeupBytes < 0 || o.wakeupBytes >= ringBytes || o.wakeupBytes > math.MaxUint32 { // a u32
-		return ringConfig{}, fmt.Errorf("options WakeupBytes %d outside [0, %d), the ring's size: %w", o.wakeupBytes, ringBytes, os.ErrInvalid)
-	}
-	if o.wakeupBytes > 0 && o.wakeupEvents > 1 {
-		return ringConfig{}, fmt.Errorf("options WakeupBytes and WakeupEvents both set: %w", os.ErrInvalid)
-	}
-	if o.maxSampleSize < 0 {
-		return ringConfig{}, fmt.Errorf("options MaxSampleSize %d is negative: %w", o.maxSampleSize, os.ErrInvalid)
+	if o.wakeupBytes >= ringBytes {
+		return ringConfig{}, fmt.Errorf("options WakeupBytes %d not below the %d-byte ring: %w", o.wakeupBytes, ringBytes, os.ErrInvalid)
 	}
 	if o.maxSampleSize > 0 {
 		need := ring.PerfSampleSize(min(o.maxSampleSize, maxRecordSize)) // (no overflow)
@@ -93,22 +181,11 @@ func (o ringOptions) config(pageSize int, memory uint64) (ringConfig, error) {
 	return c, nil
 }
 
-// pages resolves the ring size in bytes to a number of pages: a power of
-// two, at most maxRingBytes.
-func (o ringOptions) pages(pageSize int) (int, error) {
-	n := o.ringBytes
-	switch {
-	case n < 0:
-		return 0, fmt.Errorf("options RingBytes %d is negative: %w", n, os.ErrInvalid)
-	case n > maxRingBytes:
-		return 0, fmt.Errorf("options RingBytes %d too large: a ring holds at most %d bytes: %w", n, maxRingBytes, os.ErrInvalid)
-	case n == 0:
-		n = defaultRingBytes
-	}
-	// Whole pages, then the next power of two (the kernel maps 2^n data
-	// pages).
+// roundPages is n bytes as whole pages of pageSize bytes, then the next
+// power of two: the kernel maps 2^n data pages.
+func roundPages(n, pageSize int) int {
 	pages := (n + pageSize - 1) / pageSize
-	return 1 << bits.Len(uint(pages-1)), nil
+	return 1 << bits.Len(uint(pages-1))
 }
 
 // maxRingBytes bounds a ring's data area: far above what a kernel maps
@@ -120,15 +197,27 @@ const maxRingBytes = 1 << 40
 // rounded down to the 8-byte alignment of records.
 const maxRecordSize = 65528
 
-// checkRingBuf checks the options that depend on a ring buffer's size
-// against the map info describes: WakeupBytes below it, and a record of
-// MaxSampleSize within it. Errors: ErrMapType for a map that is not a ring
-// buffer, os.ErrInvalid, ErrSampleTooLarge.
+// checkRingBuf checks the options against a ring buffer, whose info is
+// info: RingBytes its size if set, no WakeupEvents, WakeupBytes below its
+// size, a record of MaxSampleSize within it, and no Order. Errors:
+// ErrMapType for a map that is not a ring buffer, os.ErrInvalid,
+// ErrSampleTooLarge, errors.ErrUnsupported.
 func (o ringOptions) checkRingBuf(info mapDesc) error {
 	size := uint64(info.maxEntries)
+	page := os.Getpagesize()
 	switch {
 	case info.typ != mapTypeRingBuf:
 		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, kernel.MapTypeName(info.typ), info.typ, ErrMapType)
+	case o.ringBytes != 0 && uint64(roundPages(o.ringBytes, page)*page) != size:
+		return fmt.Errorf("options RingBytes %d (%d rounded to pages): %v holds %d bytes, set when its object loaded: %w",
+			o.ringBytes, roundPages(o.ringBytes, page)*page, info, size, os.ErrInvalid)
+	case o.wakeupEvents != 0:
+		return fmt.Errorf("options WakeupEvents does not apply to %v: the program says when it wakes its reader (see WakeupBytes): %w", info, os.ErrInvalid)
+	case o.ordered:
+		// The merge holds records in the rings, and a ring buffer wakes
+		// its reader only once the consumer position reaches the record
+		// committed: nothing behind a held record would wake it.
+		return fmt.Errorf("options Order over %v: a ring buffer's records are in one ring, in the order they were reserved: %w", info, errors.ErrUnsupported)
 	case uint64(o.wakeupBytes) >= size:
 		return fmt.Errorf("options WakeupBytes %d not below the %d-byte ring of %v: %w", o.wakeupBytes, size, info, os.ErrInvalid)
 	}

@@ -23,7 +23,7 @@ import (
 // call.
 func TestReaderConsume(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, Options{MaxLatency: -1})
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
 	var seqs []uint64
 	fn := func(rec *Record) error { seqs = append(seqs, seqOf(rec.Data)); return nil }
 	within(t, "Consume of empty rings", func() {
@@ -74,7 +74,7 @@ func TestReaderConsume(t *testing.T) {
 // and keeps the rest; after Flush it delivers everything, in key order.
 func TestReaderConsumeOrdered(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, Options{MaxLatency: -1, Order: &Order{MaxDelay: time.Hour}})
+	r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: time.Hour}})
 	for k, key := range []uint64{10, 20, 30} {
 		f.emit(t, 0, key, uint64(k), 24)
 	}
@@ -99,7 +99,7 @@ func TestReaderConsumeOrdered(t *testing.T) {
 func TestReaderConsumeAllocs(t *testing.T) {
 	for _, ord := range []*Order{nil, {MaxDelay: time.Nanosecond}} {
 		f := newFakeRings(t, 2, 1<<16)
-		r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+		r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
 		var sum int
 		fn := func(rec *Record) error { sum += rec.Len(); return nil }
 		var recs [8][]byte
@@ -128,18 +128,13 @@ func TestReaderConsumeAllocs(t *testing.T) {
 func TestReaderOptionsRefused(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
 	for _, off := range []int{1<<63 - 8, math.MaxInt, math.MaxInt - 7, maxKeyOffset - 7} {
-		if _, err := f.newReader(t, nil, Options{Order: &Order{KeyOffset: off}}); !errors.Is(err, os.ErrInvalid) {
+		if _, err := f.newReader(t, nil, ReaderOptions{Order: &Order{KeyOffset: off}}); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("KeyOffset %d: %v, want os.ErrInvalid", off, err)
 		}
 	}
-	for _, o := range []Options{{SampleFunc: func(int, []byte) {}}, {LostFunc: func(int, uint64) {}}, {Raw: true}} {
-		if _, err := f.newReader(t, nil, o); !errors.Is(err, os.ErrInvalid) {
-			t.Errorf("NewReader with New's option %+v: %v, want os.ErrInvalid", o, err)
-		}
-	}
-	for _, o := range []Options{{SampleFunc: func(int, []byte) {}, MaxLatency: time.Second}, {Raw: true, Order: &Order{}}} {
-		if err := o.checkNew(); !errors.Is(err, os.ErrInvalid) {
-			t.Errorf("New with a Reader's option %+v: %v, want os.ErrInvalid", o, err)
+	for _, o := range []Options{{Maps: []Map{nil}}, {RingBytes: -1}, {MaxSampleSize: -1}} {
+		if _, err := f.newReader(t, nil, ReaderOptions{Options: o}); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("NewReader with %+v: %v, want os.ErrInvalid", o, err)
 		}
 	}
 
@@ -163,7 +158,7 @@ func TestReaderOptionsRefused(t *testing.T) {
 // behind a Poll(200ms) came back after 200 ms, Poll(200ms) after up to 352.)
 func TestPollTimeoutConcurrent(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
+	pb := f.perfBuffer(t, func(int, []byte) {}, nil)
 	timeouts := []time.Duration{300 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond}
 	took := make([]time.Duration, len(timeouts))
 	var wg sync.WaitGroup
@@ -196,7 +191,7 @@ func TestPollTimeoutConcurrent(t *testing.T) {
 func TestHeadBehindTailEveryForm(t *testing.T) {
 	forms := map[string]func(t *testing.T, f *fakeRings) (func() []Stats, error){
 		"Consume": func(t *testing.T, f *fakeRings) (func() []Stats, error) {
-			pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
+			pb := f.perfBuffer(t, func(int, []byte) {}, nil)
 			_, err := pb.Consume()
 			return pb.Stats, err
 		},
@@ -214,7 +209,7 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 	for _, pol := range []string{"fullest", "ordered", "fullest+Flush", "ordered+Flush"} {
 		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
 			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (func() []Stats, error) {
-				o := Options{MaxLatency: -1}
+				o := ReaderOptions{MaxLatency: -1}
 				if strings.HasPrefix(pol, "ordered") {
 					o.Order = &Order{MaxDelay: time.Nanosecond}
 				}
@@ -254,7 +249,7 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 func TestReaderReadBatch(t *testing.T) {
 	for _, ord := range []*Order{nil, {MaxDelay: time.Nanosecond}} {
 		f := newFakeRings(t, 2, 4096)
-		r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+		r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
 		for seq := range uint64(10) {
 			f.emit(t, int(seq%2), seq, seq, 24)
 		}
@@ -302,7 +297,7 @@ func TestReaderReadBatch(t *testing.T) {
 	}
 	// A corrupt ring after good records: the records first, the error next.
 	f := newFakeRings(t, 1, 4096)
-	r := f.reader(t, Options{MaxLatency: -1})
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
 	f.emit(t, 0, 0, 0, 24)
 	f.rings[0].mustWrite(t, fakeRecord(9, 0, make([]byte, 8)))
 	var batch [4]Sample
@@ -339,7 +334,7 @@ func TestReaderReadBatchOrder(t *testing.T) {
 	}
 	for _, ord := range []*Order{nil, {MaxDelay: time.Hour}} {
 		f := newFakeRings(t, 2, 4096)
-		r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+		r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
 		if ord == nil {
 			setBudget(r, 100) // turns of 3 records
 		}
@@ -356,7 +351,7 @@ func TestReaderReadBatchOrder(t *testing.T) {
 		}
 		for _, n := range []int{1, 2, 3, 5, 64} {
 			f := newFakeRings(t, 2, 4096)
-			r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+			r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
 			if ord == nil {
 				setBudget(r, 100)
 			}
@@ -399,7 +394,7 @@ func TestHeadBehindTailQuietFlush(t *testing.T) {
 		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
 			t.Run(fmt.Sprintf("ordered %v/%s", ord != nil, mode), func(t *testing.T) {
 				f := newFakeRings(t, 1, 4096)
-				r := f.reader(t, Options{MaxLatency: -1, Order: ord})
+				r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
 				f.emit(t, 0, 1, 1, 24)
 				r.SetDeadline(time.Now().Add(5 * time.Second))
 				var s Sample

@@ -8,9 +8,9 @@ package perfbuf
 // policy's (policy.go); the public types on top say when.
 
 import (
-	"cmp"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"sync/atomic"
 
@@ -34,9 +34,6 @@ type core struct {
 	// woken with every ring below it waits up to its latency before it
 	// drains. Zero: drain at once.
 	holdOff int
-	// onAdd, if set, is the owner's own work for a ring new in the set
-	// (PerfBuffer's raw holds).
-	onAdd func(i int)
 	// what names what is read, for errors (see name).
 	what string
 }
@@ -66,29 +63,31 @@ type source interface {
 
 // openCore opens the rings of the map m (a perf event array: a ring on
 // every online CPU; a BPF ring buffer: its one ring; an array of maps: its
-// inner ring buffers'), and of the further ring buffers more, with the ring
-// settings ro, and the failure map failures (nil for none). Errors: as
-// New's.
-func openCore(m Map, more []Map, ro ringOptions, failures Map) (*core, error) {
-	// A perf event array's ring settings; a ring buffer has checks of its
-	// own (openRingBuf). Bad options are reported before a bad map.
-	cfg, cfgErr := ro.hostConfig()
+// inner ring buffers'), and of the further ring buffers of opts.Maps, with
+// opts, whose fields check passed; ordered says a Reader's Order is set.
+// The options that depend on the kind of map are checked against the maps
+// before anything is claimed or mapped (config.go). Errors: as NewReader's.
+func openCore(m Map, opts Options, ordered bool) (*core, error) {
+	// The caller's maps stay reachable until their descriptors are
+	// duplicated: a *ebpf.Map's finalizer would close its descriptor, and
+	// another object could take the number, during the call.
+	defer runtime.KeepAlive(opts.FailureMap)
+	defer runtime.KeepAlive(opts.Maps)
+	defer runtime.KeepAlive(m)
+	ro := opts.ring(ordered)
 	if m == nil {
-		return nil, cmp.Or(cfgErr, fmt.Errorf("nil map: %w", os.ErrInvalid))
+		return nil, fmt.Errorf("nil map: %w", os.ErrInvalid)
 	}
 	fd := m.FileDescriptor()
 	info, err := checkMap(fd)
 	if err != nil {
-		return nil, cmp.Or(cfgErr, err)
+		return nil, err
 	}
 	var src source
 	switch {
 	case info.typ != mapTypePerfEventArray:
 		maps := []mapArg{{fd, info}}
-		for i, mm := range more {
-			if mm == nil {
-				return nil, fmt.Errorf("options Maps[%d]: nil map: %w", i, os.ErrInvalid)
-			}
+		for i, mm := range opts.Maps {
 			fd := mm.FileDescriptor()
 			info, err := checkMap(fd)
 			if err != nil {
@@ -96,13 +95,15 @@ func openCore(m Map, more []Map, ro ringOptions, failures Map) (*core, error) {
 			}
 			maps = append(maps, mapArg{fd, info})
 		}
-		src, err = openRingBufs(maps, ro, failures)
-	case len(more) > 0:
-		return nil, fmt.Errorf("options Maps with a perf event array, which is read alone: %w", os.ErrInvalid)
-	case cfgErr != nil:
-		return nil, fmt.Errorf("%v: %w", info, cfgErr)
+		src, err = openRingBufs(maps, ro, opts.FailureMap)
+	case len(opts.Maps) > 0:
+		return nil, fmt.Errorf("options Maps with %v, which is read alone: %w", info, os.ErrInvalid)
 	default:
-		src, err = openRings(fd, info, cfg, failures)
+		cfg, cfgErr := ro.hostConfig()
+		if cfgErr != nil {
+			return nil, fmt.Errorf("%v: %w", info, cfgErr)
+		}
+		src, err = openRings(fd, info, cfg, opts.FailureMap)
 	}
 	if err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func openCore(m Map, more []Map, ro ringOptions, failures Map) (*core, error) {
 		return nil, err
 	}
 	c.src = src
-	c.what = describeMaps(info, len(more))
+	c.what = describeMaps(info, len(opts.Maps))
 	return c, nil
 }
 
@@ -162,9 +163,6 @@ func (c *core) addRing(rb ring.Kind, fd int) error {
 	if c.pol != nil {
 		c.pol.AddRing(i)
 	}
-	if c.onAdd != nil {
-		c.onAdd(i)
-	}
 	return nil
 }
 
@@ -210,6 +208,37 @@ func (c *core) fd(i int) int {
 	c.StatsMu.Lock()
 	defer c.StatsMu.Unlock()
 	return c.fds[i]
+}
+
+// checkIndex checks a buffer index.
+func (c *core) checkIndex(i int) error {
+	if n := c.count(); i < 0 || i >= n {
+		return fmt.Errorf("index %d not in [0, %d): %w", i, n, os.ErrInvalid)
+	}
+	return nil
+}
+
+// bufferFD is the owners' BufferFD: ring i's descriptor that a wait polls.
+func (c *core) bufferFD(i int) (int, error) {
+	op := fmt.Sprintf("fd of ring %d of %s", i, c.name())
+	if err := c.checkIndex(i); err != nil {
+		return -1, wrap(op, err)
+	}
+	if err := c.life.Enter(op); err != nil {
+		return -1, err
+	}
+	defer c.life.Exit()
+	return c.fd(i), nil
+}
+
+// epollFD is the owners' EpollFD: an epoll set over every ring.
+func (c *core) epollFD() (int, error) {
+	op := "epoll fd of " + c.name()
+	if err := c.life.Enter(op); err != nil {
+		return -1, err
+	}
+	defer c.life.Exit()
+	return c.src.epollFD()
 }
 
 // poke wakes a blocked wait (see wait.Waiter.WakeOpen): a CPU came online, a

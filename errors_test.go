@@ -66,7 +66,7 @@ func TestErrorsNameTheKind(t *testing.T) {
 					t.Errorf("%s over a ring buffer: %q names a perf kind", call, err)
 				}
 			}
-			r := newReader(kindCore(t, kind.typ), &Options{})
+			r := newReader(kindCore(t, kind.typ), &ReaderOptions{})
 			var s Sample
 			r.Flush()
 			check("ReadInto after Flush", r.ReadInto(&s), ErrFlushed, "read "+kind.what+": reader flushed")
@@ -78,10 +78,21 @@ func TestErrorsNameTheKind(t *testing.T) {
 			_, err := r.Consume(func(*Record) error { return nil })
 			check("Reader.Consume after Close", err, os.ErrClosed, "consume "+kind.what+": file already closed")
 
-			pb := newPerfBuffer(kindCore(t, kind.typ), &Options{SampleFunc: func(int, []byte) {}})
-			pb.held[0].Store(true) // as Buffer(0) holds it
-			_, err = pb.ConsumeBuffer(0)
-			check("ConsumeBuffer of a held ring", err, ErrBusy, "consume ring 0 of "+kind.what+": ring held by a raw reader")
+			rw := newRaw(kindCore(t, kind.typ))
+			b, err := rw.Buffer(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = rw.Buffer(0)
+			check("Buffer of a held ring", err, ErrBusy, "raw view of ring 0 of "+kind.what+": ring held by a raw reader")
+			b.Release()
+			rw.Close()
+			_, err = rw.Wait(0, nil)
+			check("Wait after Close", err, os.ErrClosed, "wait "+kind.what+": file already closed")
+			_, err = rw.EpollFD()
+			check("EpollFD after Close", err, os.ErrClosed, "epoll fd of "+kind.what+": file already closed")
+
+			pb := newPerfBuffer(kindCore(t, kind.typ), func(int, []byte) {}, nil)
 			raw := newRawBuffer(pb.c.Rings[0], func() {})
 			raw.Release()
 			_, err = raw.Next(&Record{})
@@ -93,8 +104,6 @@ func TestErrorsNameTheKind(t *testing.T) {
 			check("Poll after Close", err, os.ErrClosed, "poll "+kind.what+": file already closed")
 			_, err = pb.Consume()
 			check("Consume after Close", err, os.ErrClosed, "consume "+kind.what+": file already closed")
-			_, err = pb.Wait(0, nil)
-			check("Wait after Close", err, os.ErrClosed, "wait "+kind.what+": file already closed")
 			_, err = pb.EpollFD()
 			check("EpollFD after Close", err, os.ErrClosed, "epoll fd of "+kind.what+": file already closed")
 		})

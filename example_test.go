@@ -92,7 +92,7 @@ func ExampleNew() {
 
 // Raw mode: read ring 0 in place and commit once.
 func ExamplePerfBuffer_Buffer() {
-	pb, err := perfbuf.New(events(), perfbuf.Options{Raw: true})
+	pb, err := perfbuf.NewRaw(events(), perfbuf.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func ExampleNewReader() {
 // Each is the zero-copy read, meant to keep up with the kernel: a record
 // costs a parse and a call.
 func ExampleReader_Each() {
-	r, err := perfbuf.NewReader(events(), perfbuf.Options{})
+	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -191,9 +191,11 @@ func ExampleReader_Each() {
 // Every CPU merged in the order of a bpf_ktime_get_ns() stamp at the start
 // of each sample.
 func ExampleOrder() {
-	r, err := perfbuf.NewReader(events(), perfbuf.Options{
-		RingBytes: 256 << 12,
-		Order:     &perfbuf.Order{KeyOffset: 0, MaxDelay: 50 * time.Millisecond},
+	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{
+		Options: perfbuf.Options{
+			RingBytes: 256 << 12,
+		},
+		Order: &perfbuf.Order{KeyOffset: 0, MaxDelay: 50 * time.Millisecond},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -34,7 +34,7 @@ func ExampleFailures() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := perfbuf.NewReader(events, perfbuf.Options{FailureMap: failures})
+	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: failures}})
 	if err != nil {
 		log.Fatal(err) // os.ErrInvalid if failures is not a PERFBUF_FAILURE_MAP
 	}

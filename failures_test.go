@@ -258,12 +258,12 @@ func TestFailureMapCounts(t *testing.T) {
 func TestStatsFailures(t *testing.T) {
 	open := map[string]func(t *testing.T, f *fakeRings, fm *failureMap) (stats func() []Stats, close func()){
 		"PerfBuffer": func(t *testing.T, f *fakeRings, fm *failureMap) (func() []Stats, func()) {
-			pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
+			pb := f.perfBuffer(t, func(int, []byte) {}, nil)
 			pb.c.src = &rings{failures: fm} // frees nothing but fm
 			return pb.Stats, func() { pb.Close() }
 		},
 		"Reader": func(t *testing.T, f *fakeRings, fm *failureMap) (func() []Stats, func()) {
-			r := f.reader(t, Options{})
+			r := f.reader(t, ReaderOptions{})
 			r.c.src = &rings{failures: fm} // frees nothing but fm
 			return r.Stats, func() { r.Close() }
 		},

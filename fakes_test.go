@@ -227,7 +227,7 @@ func (f *fakeRings) drainWake(i int) {
 
 // reader returns a Reader over the rings (ordered with opts.Order), closed
 // when the test ends.
-func (f *fakeRings) reader(t testing.TB, opts Options) *Reader {
+func (f *fakeRings) reader(t testing.TB, opts ReaderOptions) *Reader {
 	t.Helper()
 	r, err := f.newReader(t, nil, opts)
 	if err != nil {
@@ -239,9 +239,9 @@ func (f *fakeRings) reader(t testing.TB, opts Options) *Reader {
 
 // newReader is NewReader's work after the rings are open, over the fake
 // rings or src's; the Reader fails if opts do.
-func (f *fakeRings) newReader(t testing.TB, src *rings, opts Options) (*Reader, error) {
+func (f *fakeRings) newReader(t testing.TB, src *rings, opts ReaderOptions) (*Reader, error) {
 	t.Helper()
-	if err := opts.checkReader(); err != nil {
+	if err := opts.check(); err != nil {
 		return nil, err
 	}
 	return newReader(f.core(t, src), &opts), nil
@@ -250,7 +250,7 @@ func (f *fakeRings) newReader(t testing.TB, src *rings, opts Options) (*Reader, 
 // ordered returns a Reader over the rings that merges them with ord.
 func (f *fakeRings) ordered(t testing.TB, ord Order) *Reader {
 	t.Helper()
-	return f.reader(t, Options{Order: &ord})
+	return f.reader(t, ReaderOptions{Order: &ord})
 }
 
 // setBudget sets a fullest-first Reader's turn, in bytes (internal: the
@@ -273,41 +273,37 @@ func (f *fakeRings) emit(t testing.TB, ring int, key, seq uint64, size int) {
 	f.rings[ring].mustWrite(t, fakeSample(payload(key, seq, size)))
 }
 
-// perfBuffer returns what New returns for opts over the fake rings, CPU
-// f.cpus[i] for ring i: newPerfBuffer, New's work after openRings, which
-// needs a kernel.
-// No libbpf perf_buffer stands behind the rings (perf_buffer__free(NULL)
-// does nothing), so EpollFD and Buffer, which ask libbpf, are not for it.
-// Closing it does not free the fake rings.
-func (f *fakeRings) perfBuffer(t testing.TB, opts Options) *PerfBuffer {
+// perfBuffer returns what New returns for sample and lost over the fake
+// rings, CPU f.cpus[i] for ring i: newPerfBuffer, New's work after
+// openRings, which needs a kernel. Closing it does not free the fake rings.
+func (f *fakeRings) perfBuffer(t testing.TB, sample func(int, []byte), lost func(int, uint64)) *PerfBuffer {
 	t.Helper()
-	return f.newPerfBuffer(t, nil, opts)
+	return f.newPerfBuffer(t, nil, sample, lost)
 }
 
 // newPerfBuffer is New's work after the rings are open, over the fake
 // rings or src's, closed when the test ends.
-func (f *fakeRings) newPerfBuffer(t testing.TB, src *rings, opts Options) *PerfBuffer {
+func (f *fakeRings) newPerfBuffer(t testing.TB, src *rings, sample func(int, []byte), lost func(int, uint64)) *PerfBuffer {
 	t.Helper()
-	if err := opts.checkNew(); err != nil {
-		t.Fatal(err)
-	}
-	pb := newPerfBuffer(f.core(t, src), &opts)
+	pb := newPerfBuffer(f.core(t, src), sample, lost)
 	t.Cleanup(func() { pb.Close() })
 	return pb
 }
 
-// hold does to ring i what PerfBuffer.Buffer does, but map it (which asks
-// libbpf): it takes a reference and marks the ring held. pb.release(i) is
-// what RawBuffer.Release calls.
-func hold(t *testing.T, pb *PerfBuffer, i int) {
+// raw returns what NewRaw returns over the fake rings, closed when the test
+// ends.
+func (f *fakeRings) raw(t testing.TB) *Raw {
 	t.Helper()
-	if err := pb.c.life.Enter("hold"); err != nil {
-		t.Fatal(err)
-	}
-	pb.drainMu.Lock()
-	pb.held[i].Store(true)
-	pb.nheld.Add(1)
-	pb.drainMu.Unlock()
+	return f.newRaw(t, nil)
+}
+
+// newRaw is NewRaw's work after the rings are open, over the fake rings or
+// src's, closed when the test ends.
+func (f *fakeRings) newRaw(t testing.TB, src *rings) *Raw {
+	t.Helper()
+	r := newRaw(f.core(t, src))
+	t.Cleanup(func() { r.Close() })
+	return r
 }
 
 // hotRings returns rings over f's fake rings that track CPUs through a

@@ -23,7 +23,7 @@ func TestStatsSizeFollowsCPUs(t *testing.T) {
 		return out
 	}
 	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, Options{})
+	r := f.reader(t, ReaderOptions{})
 	if got := sizes(r.Stats()); !slices.Equal(got, []int{4096, 4096}) {
 		t.Errorf("Stats' sizes = %v, want [4096 4096]", got)
 	}
@@ -36,7 +36,7 @@ func TestStatsSizeFollowsCPUs(t *testing.T) {
 	}
 
 	watched := newFakeRings(t, 1, 8192)
-	pb := watched.newPerfBuffer(t, watched.hotRings(t, 1, newFakeRings(t, 0, 8192)), Options{SampleFunc: func(int, []byte) {}})
+	pb := watched.newPerfBuffer(t, watched.hotRings(t, 1, newFakeRings(t, 0, 8192)), func(int, []byte) {}, nil)
 	if got := sizes(pb.Stats()); !slices.Equal(got, []int{8192}) {
 		t.Errorf("PerfBuffer Stats' sizes = %v, want [8192]", got)
 	}

@@ -61,9 +61,9 @@ func TestHotplugPerfBuffer(t *testing.T) {
 	spare := newFakeRings(t, 2, 4096)
 	spare.cpus = []int{2, 1} // CPU 2 comes online, then CPU 1 comes back
 	var got []string
-	pb := f.newPerfBuffer(t, f.hotRings(t, 4, spare), Options{SampleFunc: func(cpu int, data []byte) {
+	pb := f.newPerfBuffer(t, f.hotRings(t, 4, spare), func(cpu int, data []byte) {
 		got = append(got, fmt.Sprintf("cpu%d:%d", cpu, binary.NativeEndian.Uint64(data[8:])))
-	}})
+	}, nil)
 
 	done := make(chan error)
 	go func() {
@@ -123,7 +123,7 @@ func TestHotplugReader(t *testing.T) {
 			spare := newFakeRings(t, 1, 4096)
 			spare.cpus = []int{3}
 			owner := f.hotRings(t, 4, spare)
-			r, err := f.newReader(t, owner, Options{Order: ord, MaxLatency: -1})
+			r, err := f.newReader(t, owner, ReaderOptions{Order: ord, MaxLatency: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -598,7 +598,7 @@ func TestHotplugOrderedRun(t *testing.T) {
 	spare := newFakeRings(t, 1, 4096)
 	spare.cpus = []int{3}
 	owner := f.hotRings(t, 4, spare)
-	r, err := f.newReader(t, owner, Options{Order: &Order{MaxDelay: time.Hour}, MaxLatency: -1})
+	r, err := f.newReader(t, owner, ReaderOptions{Order: &Order{MaxDelay: time.Hour}, MaxLatency: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

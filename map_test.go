@@ -21,12 +21,12 @@ func TestNewNotAMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	_, err = New(MapFD(f.Fd()), Options{Raw: true})
+	_, err = NewRaw(MapFD(f.Fd()), Options{})
 	var errno syscall.Errno
 	if !errors.As(err, &errno) || !strings.Contains(err.Error(), "is not a BPF map (/dev/null)") {
 		t.Errorf("New over /dev/null: %v; want an errno, not a BPF map", err)
 	}
-	_, err = NewReader(MapFD(f.Fd()), Options{})
+	_, err = NewReader(MapFD(f.Fd()), ReaderOptions{})
 	if !errors.As(err, &errno) || !strings.HasPrefix(err.Error(), "new reader: fd ") {
 		t.Errorf("NewReader over /dev/null: %v; want an errno, not a BPF map", err)
 	}

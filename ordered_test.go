@@ -276,7 +276,7 @@ func TestOrderedRace(t *testing.T) {
 		n = 5000
 	}
 	f := newFakeRings(t, 2, 1<<14)
-	o := f.reader(t, Options{MaxLatency: time.Millisecond, Order: &Order{MaxDelay: 5 * time.Millisecond}})
+	o := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond, Order: &Order{MaxDelay: 5 * time.Millisecond}})
 	epoch := time.Now()
 	var clock sync.Mutex // keys from one clock, as bpf_ktime_get_ns
 	now := func() uint64 {
@@ -751,7 +751,7 @@ func TestOrderedLostCountedWhenDelivered(t *testing.T) {
 func TestOrderedWaitsForTheSmallest(t *testing.T) {
 	f := newFakeRings(t, 3, 4096) // ring 2 stays idle: rule 1 never applies
 	const delay = 200 * time.Millisecond
-	o := f.reader(t, Options{MaxLatency: -1, Order: &Order{MaxDelay: delay, KeyWindow: 1 << 62}})
+	o := f.reader(t, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: delay, KeyWindow: 1 << 62}})
 	start := time.Now()
 	f.emit(t, 1, 20, 0, 16)
 	var s Sample
@@ -906,7 +906,7 @@ func TestOrderedRun(t *testing.T) {
 func TestOrderInvalid(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
 	for _, ord := range []Order{{KeyOffset: -1}, {MaxDelay: -time.Second}, {HighWater: -1}} {
-		if _, err := f.newReader(t, nil, Options{Order: &ord}); !errors.Is(err, os.ErrInvalid) {
+		if _, err := f.newReader(t, nil, ReaderOptions{Order: &ord}); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("%+v: %v, want os.ErrInvalid", ord, err)
 		}
 	}

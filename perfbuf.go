@@ -1,41 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package perfbuf reads what BPF programs emit: perf event arrays
-// (BPF_MAP_TYPE_PERF_EVENT_ARRAY) and BPF ring buffers
-// (BPF_MAP_TYPE_RINGBUF), behind one API.
+// Package perfbuf reads what BPF programs emit, perf event arrays
+// (BPF_MAP_TYPE_PERF_EVENT_ARRAY, a ring per CPU) and BPF ring buffers
+// (BPF_MAP_TYPE_RINGBUF), behind one API, reading the rings' memory in pure
+// Go. Three ways to read:
 //
-// For a perf event array libbpf opens one ring per online CPU
-// (perf_buffer__new_raw); a ring buffer is one ring for every CPU, mapped
-// as libbpf's ring_buffer__add maps it, and a reader may take several
-// (Options.Maps, or an array of maps of ring buffers). perfbuf reads the
-// rings' memory in pure Go, in one of three ways:
+//   - [NewReader]: a [Reader] over every ring, with blocking reads
+//     ([Reader.ReadBatch], [Reader.Each], [Reader.ReadInto], [Reader.All]),
+//     deadlines, [Reader.Flush] and [Reader.Close]; the fullest ring first,
+//     or in the order of a key ([Order]).
+//   - [New]: callback mode under libbpf's names: [PerfBuffer.Poll] hands
+//     each sample to a function, as perf_buffer__poll does.
+//   - [NewRaw]: a [RawBuffer] per ring, for consumers of their own:
+//     zero-copy records, peeking without committing, the fill level.
 //
-//   - NewReader: a Reader over all rings, with blocking reads (ReadInto,
-//     ReadBatch, Each, All), a read of what is there now (Consume),
-//     deadlines, Flush and Close, delivering the fullest ring first or,
-//     with Options.Order, every CPU of a perf event array merged in the
-//     order of a key.
-//   - Callback mode, New: Poll and Consume hand each sample to
-//     Options.SampleFunc and each lost count to Options.LostFunc, with the
-//     CPU it came from, under libbpf's names (perf_buffer__poll is Poll,
-//     perf_buffer__consume is Consume, and so on).
-//   - Raw mode, PerfBuffer.Buffer: a RawBuffer over one ring's memory, for
-//     consumers of their own: zero-copy records, peeking without
-//     committing, the ring's fill level; PerfBuffer.Wait waits for rings.
-//
-// The kernel counts the samples a full ring dropped (Stats.Lost) but not the
-// bpf_perf_event_output calls that failed before reaching a ring (no ring in
-// the CPU's slot, a bad index or flags). A BPF program that outputs through
-// perfbuf_output of bpf/perfbuf.bpf.h counts those per CPU and by errno in a
-// map of its own; given as Options.FailureMap, the map is read into
-// Stats.Failed, so that per CPU what the program output is Samples + Lost +
-// Left + Failed.Total() once the reader is closed (docs/failures.md says
-// when a lost count cannot be known).
+// Every sample the programs output is accounted for in [Stats]: delivered,
+// lost, left at Close, or failed before reaching a ring (with a
+// [Options].FailureMap; docs/failures.md).
 //
 // Errors are wrapped with context and match with errors.Is: the sentinels
 // below, os.ErrInvalid for an argument out of range, os.ErrClosed after
 // Close, os.ErrDeadlineExceeded; an errno from libbpf or the kernel stays a
-// syscall.Errno (and os.ErrPermission matches EPERM and EACCES).
+// syscall.Errno.
 package perfbuf
 
 import (
@@ -49,40 +35,26 @@ import (
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
-// PerfBuffer is a set of per-CPU perf rings over one perf event array, read
-// in callback mode (Poll, Consume, ConsumeBuffer) or raw mode (Buffer, Wait).
+// PerfBuffer reads every ring of a map in callback mode, under libbpf's
+// names (perf_buffer__poll is [PerfBuffer.Poll], and so on): each sample
+// goes to a function, with the CPU it came from.
 //
-// Poll, Consume and ConsumeBuffer may be called from several goroutines:
-// their drains are serialised, and waiting in Poll holds no lock. Close may
-// be called from any goroutine, any number of times, also from a callback;
-// it wakes every blocked Poll and Wait, which return an error matching
-// os.ErrClosed, and frees the rings once the last call in progress has
-// returned and every RawBuffer is released.
-//
-// Poll, Consume, ConsumeBuffer and Buffer called from inside a SampleFunc or
-// LostFunc do not wait for the drain in progress (the one running the
-// callback, or another goroutine's): they fail with ErrReentrant.
+// Its methods may be called from any goroutine: drains are serialised, and
+// a Poll waiting holds no lock. Close may be called from any goroutine,
+// also from a callback. A call from inside a callback that would wait for
+// a drain fails with [ErrReentrant].
 type PerfBuffer struct {
-	c   *core
-	cb  *policy.Callback // nil with Options.Raw
-	raw bool
+	c  *core
+	cb *policy.Callback
 
 	drainMu sync.Mutex // serialises drains and ring additions
 
-	// held[i]: a RawBuffer reads ring i, and drains skip it. Buffer sets
-	// it under drainMu (no drain runs then); Release clears it without the
-	// lock, so that it may be called from a SampleFunc. The slice grows
-	// with the rings (under drainMu and heldMu); Release reads it under
-	// heldMu.
-	heldMu sync.Mutex
-	held   []*atomic.Bool
-	nheld  atomic.Int32
 	// The contexts of errors, naming what is read: "poll ring buffer
 	// \"events\"" (made once: a call formats nothing unless it fails).
-	opPoll, opConsume, opWait string
+	opPoll, opConsume string
 
-	// cut: a drain stopped before its last ring (a SampleFunc panicked),
-	// so rings that epoll reported ready may still hold samples, and their
+	// cut: a drain stopped before its last ring (a callback panicked), so
+	// rings that epoll reported ready may still hold samples, and their
 	// readiness is spent: the next Poll drains every ring without waiting.
 	cut atomic.Bool
 
@@ -94,100 +66,58 @@ type PerfBuffer struct {
 	drainErr error
 }
 
-// New opens a ring on every online CPU for the perf event array m, stores
-// each ring's descriptor in the map at the CPU's index, as perf_buffer__new
-// does, and returns the rings for callback mode (or raw mode only, with
-// Options.Raw).
+// New opens the rings of m, as [NewReader] does, for callback mode: sample
+// receives each sample and lost, if not nil, each count of samples a full
+// perf ring dropped, with the CPU they came from (-1 for a ring shared by
+// CPUs). data aliases ring memory and is valid only during the call.
 //
-// A perf event array has one ring slot per CPU, so one reader: New fails
-// with ErrMapInUse while another PerfBuffer or Reader of this process reads
-// the same map (by kernel map ID, whichever descriptor names it), until
-// that one is closed. Across processes the kernel cannot tell: the last
-// reader opened takes the slots over and receives the samples, and the
-// earlier one receives nothing more.
-//
-// Errors: os.ErrInvalid (an option out of range, no SampleFunc, a Reader's
-// option), ErrSampleTooLarge, ErrMapInUse, ErrMapType, and errnos
-// from the kernel (syscall.EBADF for a closed descriptor, syscall.EINVAL for
-// one that is not a BPF object, syscall.EPERM without CAP_PERFMON and
-// CAP_BPF).
-func New(m Map, opts Options) (*PerfBuffer, error) {
+// Errors: as NewReader's, and os.ErrInvalid for a nil sample.
+func New(m Map, sample func(cpu int, data []byte), lost func(cpu int, count uint64), opts Options) (*PerfBuffer, error) {
 	const op = "new PerfBuffer"
-	if err := opts.checkNew(); err != nil {
+	if err := opts.check(); err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := openCore(m, opts.Maps, opts.ring(), opts.FailureMap)
+	if sample == nil {
+		return nil, fmt.Errorf("%s: nil sample function: %w", op, os.ErrInvalid)
+	}
+	c, err := openCore(m, opts, false)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
-	return newPerfBuffer(c, &opts), nil
+	return newPerfBuffer(c, sample, lost), nil
 }
 
 // newPerfBuffer is New over a core already open (tests pass cores over
 // rings of their own).
-func newPerfBuffer(c *core, opts *Options) *PerfBuffer {
-	pb := &PerfBuffer{c: c, raw: opts.Raw,
-		opPoll: "poll " + c.name(), opConsume: "consume " + c.name(), opWait: "wait " + c.name()}
-	pb.held = make([]*atomic.Bool, len(c.Rings))
-	for i := range pb.held {
-		pb.held[i] = new(atomic.Bool)
-	}
-	c.onAdd = func(int) {
-		pb.heldMu.Lock()
-		pb.held = append(pb.held, new(atomic.Bool))
-		pb.heldMu.Unlock()
-	}
-	var pol policy.Policy = policy.Raw{S: &c.Set}
-	if !opts.Raw {
-		pb.cb = policy.NewCallback(&c.Set, opts.SampleFunc, opts.LostFunc)
-		pol = pb.cb
-	}
-	c.start(pol, wait.Drains)
+func newPerfBuffer(c *core, sample func(int, []byte), lost func(int, uint64)) *PerfBuffer {
+	pb := &PerfBuffer{c: c, opPoll: "poll " + c.name(), opConsume: "consume " + c.name()}
+	pb.cb = policy.NewCallback(&c.Set, sample, lost)
 	pb.drainF = pb.drainTurn
+	c.start(pb.cb, wait.Drains)
 	return pb
 }
 
-// Close stops the perf buffer: blocked Polls and Waits return an error
-// matching os.ErrClosed, and the rings, their mappings and descriptors are
-// freed as soon as no call is in progress and every RawBuffer is released
-// (at once if so). Later calls fail with os.ErrClosed. Close is idempotent
-// and returns nil.
-//
-// Delivery stops with Close: called from SampleFunc or LostFunc, that call is
-// the last; called from another goroutine, a drain in progress stops after
-// the callback it is running (or, when Close falls between two, the one it
-// starts). What is still in the rings is counted in Stats as Left (and the
-// lost records among it in Lost), after the rings are taken out of the map
-// and every output already running into them has finished: to stop without
-// leaving samples, call Consume (after the producers stop), then Close.
+// Close stops the perf buffer: a blocked Poll returns an error matching
+// os.ErrClosed, and the rings are freed once no call is in progress. A
+// drain in progress stops after the callback it runs. What is still in the
+// rings is counted in Stats as Left. Close is idempotent.
 func (pb *PerfBuffer) Close() error {
 	pb.c.close()
 	return nil
 }
 
-// Poll waits up to timeout for a ring's wakeup, drains every ring that holds
-// records and returns the number of records delivered: calls of SampleFunc
-// and of LostFunc (libbpf's perf_buffer__poll drains the rings epoll
-// reported). It waits in the Go runtime's netpoller: a blocked Poll parks
-// its goroutine, not a thread. A negative timeout waits until a ring is
-// ready or Close is called; zero does not wait. A timeout with nothing
-// ready returns 0 and no error.
+// Poll waits up to timeout for a wakeup, then drains every ring that holds
+// records, and returns how many it delivered (perf_buffer__poll). A
+// negative timeout waits until a ring is ready or Close is called; zero
+// does not wait. It waits in the Go runtime's netpoller, parking its
+// goroutine, not a thread; concurrent Polls wait one after another.
 //
-// Poll waits on its own epoll set, so do not also wait on EpollFD: the
-// kernel reports a ring's readiness to whichever waiter looks first.
-// Concurrent Polls wait one after another, each returning within its own
-// timeout, counted from its call.
-//
-// Errors: os.ErrClosed (wrapped) once Close is called, also for a Poll that
-// was blocked when it was; a *CorruptError (ErrCorrupt) for a ring that held
-// a record or head the kernel never writes, which is got past as
-// RawBuffer.SkipCorrupt does and counted, after the ring's good records and
-// the other rings' are delivered (the next call goes on as usual);
-// ErrReentrant (see PerfBuffer); os.ErrInvalid with Options.Raw; a
-// syscall.Errno from epoll.
+// Errors: os.ErrClosed; a *[CorruptError] for a ring that held what the
+// kernel never writes, got past and counted once the other records are
+// delivered; [ErrReentrant]; a syscall.Errno from epoll.
 func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	op := pb.opPoll
-	if err := pb.enter(op); err != nil {
+	if err := pb.c.life.Enter(op); err != nil {
 		return 0, err
 	}
 	defer pb.c.life.Exit()
@@ -203,7 +133,7 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	// committed at the consumer position: one committed while the last
 	// drain was still behind it raised no wakeup (ring.settle). Drain it
 	// rather than wait for a wakeup that will not come.
-	settled := pb.c.settled(pb.isHeld)
+	settled := pb.c.settled(nil)
 	pb.drainMu.Unlock()
 	if !settled {
 		return pb.drain(op, -1, false)
@@ -229,7 +159,7 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 // wait's.
 func (pb *PerfBuffer) Consume() (int, error) {
 	op := pb.opConsume
-	if err := pb.enter(op); err != nil {
+	if err := pb.c.life.Enter(op); err != nil {
 		return 0, err
 	}
 	defer pb.c.life.Exit()
@@ -238,99 +168,44 @@ func (pb *PerfBuffer) Consume() (int, error) {
 
 // ConsumeBuffer drains ring i without waiting and returns the number of
 // records delivered (perf_buffer__consume_buffer). Errors: as Consume's,
-// and os.ErrInvalid for an index out of range, ErrBusy while a RawBuffer
-// holds the ring.
+// and os.ErrInvalid for an index out of range.
 func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 	op := fmt.Sprintf("consume ring %d of %s", i, pb.c.name())
-	if err := pb.checkIndex(i); err != nil {
+	if err := pb.c.checkIndex(i); err != nil {
 		return 0, wrap(op, err)
 	}
-	if err := pb.enter(op); err != nil {
+	if err := pb.c.life.Enter(op); err != nil {
 		return 0, err
 	}
 	defer pb.c.life.Exit()
 	return pb.drain(op, i, false)
 }
 
-// enter starts a callback-mode call.
-func (pb *PerfBuffer) enter(op string) error {
-	if pb.cb == nil {
-		return fmt.Errorf("%s: opened with Raw, no SampleFunc: %w", op, os.ErrInvalid)
-	}
-	return pb.c.life.Enter(op)
-}
+// BufferCount returns the number of rings (perf_buffer__buffer_cnt): one
+// per CPU at New, then one more for each CPU that came online since (a
+// drain opens its ring). It opens nothing, and stays valid after Close.
+func (pb *PerfBuffer) BufferCount() int { return pb.c.count() }
 
-// BufferCount returns the number of rings (perf_buffer__buffer_cnt): one per
-// CPU chosen at New, then one more for each CPU that came online since
-// (buffer indexes stay as they are: the new rings come after). Poll, Consume
-// and ConsumeBuffer open those rings; with Options.Raw, Wait and BufferCount
-// do (BufferCount for a raw consumer that waits on EpollFD), when not called
-// while another goroutine holds a ring's Buffer call (a CPU whose ring fails
-// to open is left without one: Wait reports the error). It stays valid
-// after Close.
-func (pb *PerfBuffer) BufferCount() int {
-	if pb.raw && pb.c.life.Enter("") == nil {
-		if pb.drainMu.TryLock() {
-			_ = pb.c.addNewCPUs() // no error to return: see above
-			pb.drainMu.Unlock()
-		}
-		pb.c.life.Exit()
-	}
-	return pb.c.count()
-}
+// BufferFD returns ring i's perf event descriptor (perf_buffer__buffer_fd),
+// or for a ring buffer its map's. It is the PerfBuffer's: do not close it.
+func (pb *PerfBuffer) BufferFD(i int) (int, error) { return pb.c.bufferFD(i) }
 
-// BufferFD returns ring i's perf event descriptor
-// (perf_buffer__buffer_fd), or for a ring buffer its map's (ring__map_fd).
-// It belongs to the PerfBuffer, or to the caller's map: do not close it.
-// Errors: os.ErrInvalid for an index out of range, os.ErrClosed (wrapped).
-func (pb *PerfBuffer) BufferFD(i int) (int, error) {
-	op := fmt.Sprintf("fd of ring %d of %s", i, pb.c.name())
-	if err := pb.checkIndex(i); err != nil {
-		return -1, wrap(op, err)
-	}
-	if err := pb.c.life.Enter(op); err != nil {
-		return -1, err
-	}
-	defer pb.c.life.Exit()
-	return pb.c.fd(i), nil
-}
+// EpollFD returns an epoll descriptor over every ring
+// (perf_buffer__epoll_fd), for a caller that waits in its own loop and then
+// calls Consume. It is the PerfBuffer's: do not close it.
+func (pb *PerfBuffer) EpollFD() (int, error) { return pb.c.epollFD() }
 
-// EpollFD returns libbpf's epoll descriptor over all rings
-// (perf_buffer__epoll_fd), those of CPUs that came online since New
-// included, for callers that wait in their own event loop and then call
-// Consume (which opens the rings of CPUs that came online), or in raw mode
-// drain the rings. It belongs to the PerfBuffer: do not close it. Errors:
-// os.ErrClosed (wrapped).
-func (pb *PerfBuffer) EpollFD() (int, error) {
-	op := "epoll fd of " + pb.c.name()
-	if err := pb.c.life.Enter(op); err != nil {
-		return -1, err
-	}
-	defer pb.c.life.Exit()
-	return pb.c.src.epollFD()
-}
-
-// Stats returns per-ring counts of what callback mode delivered, in buffer
-// index order (what a RawBuffer reads is in its own Stats). It may be called
-// from any goroutine, also after Close.
+// Stats returns each ring's counts, in buffer index order. It may be
+// called from any goroutine, also after Close.
 func (pb *PerfBuffer) Stats() []Stats { return pb.c.statsNow() }
 
-// FollowsCPUs reports whether samples of CPUs that come online after New
-// are read: always for ring buffers; for a perf event array, if the CPU
-// uevent socket opened (it cannot in a user namespace, see
-// docs/kernels.md). It may be called from any goroutine.
+// FollowsCPUs reports whether samples of CPUs that come online later are
+// read (see [Reader.FollowsCPUs]).
 func (pb *PerfBuffer) FollowsCPUs() bool { return pb.c.followsCPUs() }
 
-func (pb *PerfBuffer) checkIndex(i int) error {
-	if n := pb.c.count(); i < 0 || i >= n {
-		return fmt.Errorf("index %d not in [0, %d): %w", i, n, os.ErrInvalid)
-	}
-	return nil
-}
-
-// drain delivers the records of ring one, or of every ring (-1), skipping
-// the held ones (and, after a wait, those with nothing in them: a wait does
-// not say which ring woke it, see poller.go), and returns the number of
+// drain delivers the records of ring one, or of every ring (-1) (after a
+// wait, those with something in them: a wait does not say which ring woke
+// it, see internal/wait), and returns the number of
 // records delivered and the first ring's corruption. It opens the rings of
 // CPUs that came online first, and reports a failure to after the drain.
 // Drains are serialised; the caller holds a call reference (enter).
@@ -342,9 +217,6 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 	firstErr := wrap(op, pb.c.addNewCPUs())
 	from, to := 0, len(pb.c.Rings)
 	if one >= 0 {
-		if pb.held[one].Load() {
-			return 0, wrap(op, ErrBusy)
-		}
 		from, to = one, one+1
 	}
 	done := false
@@ -357,9 +229,6 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 	for i := from; i < to; i++ {
 		if pb.c.Stop.Load() {
 			break // Close was called from a callback
-		}
-		if pb.isHeld(i) {
-			continue
 		}
 		if nonEmpty && pb.c.Rings[i].Cur().Used() == 0 {
 			continue
@@ -384,11 +253,6 @@ func (pb *PerfBuffer) drainRing(i int) (int, error) {
 
 func (pb *PerfBuffer) drainTurn() { pb.drainK, pb.drainErr = pb.cb.Drain(pb.drainI) }
 
-// isHeld reports whether a RawBuffer holds ring i (drains skip it).
-func (pb *PerfBuffer) isHeld(i int) bool {
-	return pb.nheld.Load() > 0 && pb.held[i].Load()
-}
-
 // lockDrain takes drainMu, unless it would wait from inside a callback:
 // then it fails with ErrReentrant (see internal/wait).
 func (pb *PerfBuffer) lockDrain() error {
@@ -400,115 +264,4 @@ func (pb *PerfBuffer) lockDrain() error {
 	}
 	pb.drainMu.Lock()
 	return nil
-}
-
-// Buffer returns a raw-mode reader over ring i (perf_buffer__buffer): its
-// mapped memory, read in place by pure Go. While the RawBuffer holds the
-// ring, callback mode leaves it alone (Poll and Consume skip it,
-// ConsumeBuffer(i) fails with ErrBusy), since both would move the same
-// data_tail; after Release, either mode may read it. Release the RawBuffer
-// when done: Close frees the rings only once every RawBuffer is released.
-// Called from SampleFunc or LostFunc, Buffer fails with ErrReentrant
-// (Release is fine there).
-//
-// Errors: os.ErrInvalid for an index out of range, ErrBusy if a RawBuffer
-// holds ring i already, os.ErrClosed (wrapped), ErrReentrant, a
-// syscall.Errno from libbpf.
-func (pb *PerfBuffer) Buffer(i int) (*RawBuffer, error) {
-	op := fmt.Sprintf("raw view of ring %d of %s", i, pb.c.name())
-	if err := pb.checkIndex(i); err != nil {
-		return nil, wrap(op, err)
-	}
-	// The reference taken here is what keeps the mapping alive: the
-	// RawBuffer's Release drops it.
-	if err := pb.c.life.Enter(op); err != nil {
-		return nil, err
-	}
-	if err := pb.lockDrain(); err != nil {
-		pb.c.life.Exit()
-		return nil, wrap(op, err)
-	}
-	defer pb.drainMu.Unlock()
-	if pb.held[i].Load() {
-		pb.c.life.Exit()
-		return nil, wrap(op, ErrBusy)
-	}
-	rb, err := pb.c.src.view(i)
-	if err != nil {
-		pb.c.life.Exit()
-		return nil, wrap(op, err)
-	}
-	pb.held[i].Store(true)
-	pb.nheld.Add(1)
-	return newRawBuffer(rb, func() { pb.release(i) }), nil
-}
-
-// release ends RawBuffer i's hold (RawBuffer.Release). It takes no lock but
-// heldMu: a drain in progress (the SampleFunc that calls it, say) has passed
-// ring i already or looks at held before it drains it.
-func (pb *PerfBuffer) release(i int) {
-	pb.heldMu.Lock()
-	held := pb.held[i]
-	pb.heldMu.Unlock()
-	held.Store(false)
-	pb.nheld.Add(-1)
-	pb.c.life.Exit()
-}
-
-// Wait is raw mode's wait: it blocks until a ring holds records, timeout
-// passes (negative: no limit; zero: do not block) or Close is called, and
-// returns dst with the buffer index of every ring that holds records
-// appended, in index order (empty after a timeout). Drain them with
-// Buffer(i) and RawBuffer.Drain (or Next and Commit): a ring with records
-// left in it is ready again at once. It waits in the netpoller, as Poll
-// does, for the rings' wakeups: with WakeupEvents > 1 or WakeupBytes,
-// records below the threshold are found when the timeout passes. It opens
-// the rings of CPUs that came online since the last call (their indexes are
-// new). Errors: os.ErrClosed (wrapped), ErrReentrant from inside a
-// callback, a syscall.Errno from epoll or from opening a ring.
-func (pb *PerfBuffer) Wait(timeout time.Duration, dst []int) ([]int, error) {
-	op := pb.opWait
-	if err := pb.c.life.Enter(op); err != nil {
-		return dst, err
-	}
-	defer pb.c.life.Exit()
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
-	}
-	for {
-		if err := pb.lockDrain(); err != nil {
-			return dst, wrap(op, err)
-		}
-		err := pb.c.addNewCPUs()
-		rings := pb.c.Rings
-		pb.drainMu.Unlock()
-		if err != nil {
-			return dst, wrap(op, err)
-		}
-		n := len(dst)
-		for i, rb := range rings {
-			if rb.Cur().Used() > 0 {
-				dst = append(dst, i)
-			}
-		}
-		if len(dst) > n || timeout == 0 {
-			return dst, nil
-		}
-		left := timeout
-		if timeout > 0 {
-			if left = time.Until(deadline); left <= 0 {
-				return dst, nil
-			}
-		}
-		if _, err := pb.c.w.Wait(left, 0); err != nil {
-			return dst, wrap(op, err)
-		}
-		if pb.c.life.Closed() {
-			return dst, wrap(op, os.ErrClosed)
-		}
-		if pb.c.w.Woken() {
-			pb.c.w.ClearWake() // a CPU came online: look again
-		}
-	}
 }

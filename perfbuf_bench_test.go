@@ -23,7 +23,7 @@ func BenchmarkPerfBufferConsume(b *testing.B) {
 			f := newFakeRings(b, 1, 8)
 			f.rings[0] = ring
 			var sum uint64
-			pb := f.perfBuffer(b, Options{SampleFunc: func(_ int, data []byte) { sum += ringtest.Sum(data) }})
+			pb := f.perfBuffer(b, func(_ int, data []byte) { sum += ringtest.Sum(data) }, nil)
 			size := uint64(len(ring.data))
 			samples := 0
 			var elapsed time.Duration

@@ -36,7 +36,7 @@ func TestRingOptions(t *testing.T) {
 		{RingBytes: 4 * page, WakeupEvents: math.MaxInt32},
 	}
 	for _, o := range good {
-		if _, err := o.ring().config(page, testMemory); err != nil {
+		if _, err := perfConfig(o, page, testMemory); err != nil {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}
@@ -66,18 +66,28 @@ func TestRingOptions(t *testing.T) {
 		{Options{WakeupEvents: 1<<32 + 1}, os.ErrInvalid},
 	}
 	for _, c := range bad {
-		if _, err := c.o.ring().config(page, testMemory); !errors.Is(err, c.want) {
+		if _, err := perfConfig(c.o, page, testMemory); !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want %v", c.o, err, c.want)
 		}
 	}
 	want := ringConfig{pages: defaultRingBytes / page, pageSize: page, wakeupEvents: 1}
-	if c, err := (&Options{}).ring().config(page, testMemory); c != want || err != nil {
+	if c, err := perfConfig(Options{}, page, testMemory); c != want || err != nil {
 		t.Errorf("defaults: %+v, %v; want %+v", c, err, want)
 	}
 	want = ringConfig{pages: 2, pageSize: page, wakeupEvents: 1, wakeupBytes: 4096}
-	if c, err := (&Options{RingBytes: 2 * page, WakeupBytes: 4096}).ring().config(page, testMemory); c != want || err != nil {
+	if c, err := perfConfig(Options{RingBytes: 2 * page, WakeupBytes: 4096}, page, testMemory); c != want || err != nil {
 		t.Errorf("wakeup bytes: %+v, %v; want %+v", c, err, want)
 	}
+}
+
+// perfConfig is what New checks of o for a perf event array's rings of
+// pages of pageSize bytes on a host with memory bytes: the fields, then
+// the rings.
+func perfConfig(o Options, pageSize int, memory uint64) (ringConfig, error) {
+	if err := o.check(); err != nil {
+		return ringConfig{}, err
+	}
+	return o.ring(false).config(pageSize, memory)
 }
 
 // testMemory is the host memory the option tests assume: 16 GiB.
@@ -101,8 +111,8 @@ func TestRingBytes(t *testing.T) {
 		{300 << 10, 65536, 8},
 		{8 << 20, 65536, 128},
 	} {
-		for _, o := range []ringOptions{(&Options{RingBytes: c.bytes}).ring()} {
-			cfg, err := o.config(c.pageSize, testMemory)
+		for _, o := range []Options{{RingBytes: c.bytes}} {
+			cfg, err := perfConfig(o, c.pageSize, testMemory)
 			if err != nil || cfg.pages != c.pages || cfg.pageSize != c.pageSize {
 				t.Errorf("RingBytes %d, %d-byte pages: %+v, %v; want %d pages", c.bytes, c.pageSize, cfg, err, c.pages)
 			}
@@ -110,7 +120,7 @@ func TestRingBytes(t *testing.T) {
 	}
 	// The host's own page size, as New sees it.
 	page := os.Getpagesize()
-	cfg, err := (&Options{RingBytes: 5 * page}).ring().hostConfig()
+	cfg, err := (&Options{RingBytes: 5 * page}).ring(false).hostConfig()
 	if err != nil || cfg.pages != 8 || cfg.pageSize != page || cfg.ringBytes() != 8*page {
 		t.Errorf("RingBytes 5 pages on this host (%d-byte pages): %+v, %v; want 8 pages", page, cfg, err)
 	}
@@ -127,7 +137,7 @@ func TestRingBytes(t *testing.T) {
 		{Options{RingBytes: 16 << 30}, testMemory, "memory"},
 		{Options{RingBytes: 1 << 20}, 1 << 20, "memory"},
 	} {
-		_, err := c.o.ring().config(4096, c.mem)
+		_, err := perfConfig(c.o, 4096, c.mem)
 		if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), c.text) {
 			t.Errorf("%+v on %d bytes: %v, want os.ErrInvalid saying %q", c.o, c.mem, err, c.text)
 		}
@@ -161,27 +171,23 @@ func TestNewChecks(t *testing.T) {
 		want error
 		msg  string
 	}{
-		{"no SampleFunc", func() error { _, err := New(MapFD(-1), Options{}); return err }, os.ErrInvalid, "new PerfBuffer: no SampleFunc"},
-		{"Raw with SampleFunc", func() error { _, err := New(MapFD(-1), Options{Raw: true, SampleFunc: sample}); return err }, os.ErrInvalid, "new PerfBuffer: options Raw with SampleFunc"},
-		{"Raw with LostFunc", func() error {
-			_, err := New(MapFD(-1), Options{Raw: true, LostFunc: func(int, uint64) {}})
+		{"no sample function", func() error { _, err := New(MapFD(-1), nil, nil, Options{}); return err }, os.ErrInvalid, "new PerfBuffer: nil sample function"},
+		{"options first", func() error { _, err := New(MapFD(-1), sample, nil, Options{RingBytes: -3}); return err }, os.ErrInvalid, "new PerfBuffer: options RingBytes -3"},
+		{"raw options first", func() error { _, err := NewRaw(nil, Options{WakeupBytes: 100, WakeupEvents: 2}); return err }, os.ErrInvalid, "new Raw: options WakeupBytes and WakeupEvents both set"},
+		{"nil map", func() error { _, err := New(nil, sample, nil, Options{}); return err }, os.ErrInvalid, "new PerfBuffer: nil map"},
+		{"negative fd", func() error { _, err := New(MapFD(-1), sample, nil, Options{}); return err }, syscall.EBADF, "new PerfBuffer: map fd -1"},
+		{"closed fd", func() error { _, err := NewRaw(MapFD(closed), Options{}); return err }, syscall.EBADF, "new Raw: map fd"},
+		{"nil map in Maps", func() error { _, err := NewRaw(MapFD(-1), Options{Maps: []Map{nil}}); return err }, os.ErrInvalid, "new Raw: options Maps[0]: nil map"},
+		{"reader options", func() error {
+			_, err := NewReader(MapFD(-1), ReaderOptions{Options: Options{RingBytes: -3}})
 			return err
-		}, os.ErrInvalid, "new PerfBuffer: options Raw with SampleFunc or LostFunc"},
-		{"options first", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample, RingBytes: -3}); return err }, os.ErrInvalid, "new PerfBuffer: options RingBytes -3"},
-		{"sample too large", func() error {
-			_, err := New(MapFD(-1), Options{Raw: true, RingBytes: 4096, MaxSampleSize: 5000})
-			return err
-		}, ErrSampleTooLarge, "new PerfBuffer: options MaxSampleSize 5000"},
-		{"nil map", func() error { _, err := New(nil, Options{SampleFunc: sample}); return err }, os.ErrInvalid, "new PerfBuffer: nil map"},
-		{"negative fd", func() error { _, err := New(MapFD(-1), Options{SampleFunc: sample}); return err }, syscall.EBADF, "new PerfBuffer: map fd -1"},
-		{"closed fd", func() error { _, err := New(MapFD(closed), Options{Raw: true}); return err }, syscall.EBADF, "new PerfBuffer: map fd"},
-		{"reader options", func() error { _, err := NewReader(MapFD(-1), Options{RingBytes: -3}); return err }, os.ErrInvalid, "new reader: options RingBytes -3"},
+		}, os.ErrInvalid, "new reader: options RingBytes -3"},
 		{"reader order", func() error {
-			_, err := NewReader(MapFD(-1), Options{Order: &Order{KeyOffset: -1}})
+			_, err := NewReader(MapFD(-1), ReaderOptions{Order: &Order{KeyOffset: -1}})
 			return err
-		}, os.ErrInvalid, "new reader: negative Order field"},
-		{"reader nil map", func() error { _, err := NewReader(nil, Options{}); return err }, os.ErrInvalid, "new reader: nil map"},
-		{"reader negative fd", func() error { _, err := NewReader(MapFD(-1), Options{}); return err }, syscall.EBADF, "new reader: map fd -1"},
+		}, os.ErrInvalid, "new reader: options Order: negative KeyOffset"},
+		{"reader nil map", func() error { _, err := NewReader(nil, ReaderOptions{}); return err }, os.ErrInvalid, "new reader: nil map"},
+		{"reader negative fd", func() error { _, err := NewReader(MapFD(-1), ReaderOptions{}); return err }, syscall.EBADF, "new reader: map fd -1"},
 	}
 	for _, c := range cases {
 		err := c.new()
@@ -225,12 +231,18 @@ type delivery struct {
 // String quotes data alone, so that %q prints a []delivery readably.
 func (d delivery) String() string { return fmt.Sprintf("{cpu %d %q lost %d}", d.cpu, d.data, d.lost) }
 
-// recorder returns Options whose SampleFunc and LostFunc append to *got.
-func recorder(got *[]delivery) Options {
-	return Options{
-		SampleFunc: func(cpu int, data []byte) { *got = append(*got, delivery{cpu: cpu, data: string(data)}) },
-		LostFunc:   func(cpu int, n uint64) { *got = append(*got, delivery{cpu: cpu, lost: n}) },
-	}
+// recording returns a PerfBuffer over the fake rings whose callbacks
+// append what they receive to *got.
+func (f *fakeRings) recording(t testing.TB, got *[]delivery) *PerfBuffer {
+	t.Helper()
+	sample, lost := recorder(got)
+	return f.perfBuffer(t, sample, lost)
+}
+
+// recorder returns callbacks for New that append what they receive to *got.
+func recorder(got *[]delivery) (sample func(int, []byte), lost func(int, uint64)) {
+	return func(cpu int, data []byte) { *got = append(*got, delivery{cpu: cpu, data: string(data)}) },
+		func(cpu int, n uint64) { *got = append(*got, delivery{cpu: cpu, lost: n}) }
 }
 
 // Consume hands every ring's samples to SampleFunc and lost counts to
@@ -250,11 +262,11 @@ func TestPerfBufferConsume(t *testing.T) {
 		f.rings[1].mustWrite(t, fakeSample([]byte("hello, world")))
 		f.rings[1].mustWrite(t, fakeSample(nil))
 		var got []delivery
-		opts := recorder(&got)
+		sample, lost := recorder(&got)
 		if !withLost {
-			opts.LostFunc = nil
+			lost = nil
 		}
-		pb := f.perfBuffer(t, opts)
+		pb := f.perfBuffer(t, sample, lost)
 		// Consume counts the records delivered: the samples and the lost record.
 		if n, err := pb.Consume(); n != 5 || err != nil {
 			t.Fatalf("Consume = %d, %v; want 4 samples and a lost record", n, err)
@@ -297,7 +309,7 @@ func TestPerfBufferConsume(t *testing.T) {
 func TestPerfBufferPoll(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	var got []delivery
-	pb := f.perfBuffer(t, recorder(&got))
+	pb := f.recording(t, &got)
 	start := time.Now()
 	if n, err := pb.Poll(20 * time.Millisecond); n != 0 || err != nil || time.Since(start) < 20*time.Millisecond {
 		t.Fatalf("Poll with nothing ready = %d, %v after %v", n, err, time.Since(start))
@@ -352,7 +364,6 @@ func TestPerfBufferPoll(t *testing.T) {
 		"ConsumeBuffer": func() error { _, err := pb.ConsumeBuffer(0); return err },
 		"BufferFD":      func() error { _, err := pb.BufferFD(0); return err },
 		"EpollFD":       func() error { _, err := pb.EpollFD(); return err },
-		"Buffer":        func() error { _, err := pb.Buffer(0); return err },
 	} {
 		if err := call(); !errors.Is(err, os.ErrClosed) {
 			t.Errorf("%s after Close: %v, want os.ErrClosed", name, err)
@@ -370,16 +381,13 @@ func TestPerfBufferPoll(t *testing.T) {
 func TestPerfBufferIndex(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	f.cpus = []int{1, 3}
-	pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
+	pb := f.perfBuffer(t, func(int, []byte) {}, nil)
 	for _, i := range []int{-1, 2} {
 		if _, err := pb.ConsumeBuffer(i); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("ConsumeBuffer(%d): %v", i, err)
 		}
 		if _, err := pb.BufferFD(i); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("BufferFD(%d): %v", i, err)
-		}
-		if _, err := pb.Buffer(i); !errors.Is(err, os.ErrInvalid) {
-			t.Errorf("Buffer(%d): %v", i, err)
 		}
 	}
 	if st := pb.Stats(); st[1].CPU != 3 || st[1].Ring != 1 {
@@ -390,22 +398,35 @@ func TestPerfBufferIndex(t *testing.T) {
 	}
 }
 
-// In raw mode (Options.Raw) the callback-mode calls are invalid.
-func TestPerfBufferRawOnly(t *testing.T) {
-	f := newFakeRings(t, 1, 4096)
+// Raw's indexes out of range are invalid arguments, a ring has one
+// RawBuffer at a time, and Raw reads nothing itself.
+func TestRawIndex(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
 	f.emit(t, 0, 0, 0, 16)
-	pb := f.perfBuffer(t, Options{Raw: true})
-	for name, call := range map[string]func() error{
-		"Poll":          func() error { _, err := pb.Poll(0); return err },
-		"Consume":       func() error { _, err := pb.Consume(); return err },
-		"ConsumeBuffer": func() error { _, err := pb.ConsumeBuffer(0); return err },
-	} {
-		if err := call(); !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "opened with Raw") {
-			t.Errorf("%s in raw mode: %v, want os.ErrInvalid", name, err)
+	rw := f.raw(t)
+	for _, i := range []int{-1, 2} {
+		if _, err := rw.Buffer(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("Buffer(%d): %v", i, err)
+		}
+		if _, err := rw.BufferFD(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("BufferFD(%d): %v", i, err)
 		}
 	}
+	b, err := rw.Buffer(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Buffer(0); !errors.Is(err, ErrBusy) {
+		t.Errorf("second Buffer(0): %v, want ErrBusy", err)
+	}
+	b.Release()
+	b, err = rw.Buffer(0)
+	if err != nil {
+		t.Fatalf("Buffer(0) after Release: %v", err)
+	}
+	b.Release()
 	if f.rings[0].page.Data_tail != 0 {
-		t.Error("raw mode's Consume read the ring")
+		t.Error("Raw read the ring")
 	}
 }
 
@@ -415,7 +436,7 @@ func TestPerfBufferRawOnly(t *testing.T) {
 func TestPerfBufferCorrupt(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	var got []delivery
-	pb := f.perfBuffer(t, recorder(&got))
+	pb := f.recording(t, &got)
 	f.emit(t, 0, 0, 0, 16)
 	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 32, 16 bytes: size 0
 	f.emit(t, 0, 0, 1, 16)                                                           // skipped with it
@@ -454,7 +475,7 @@ func TestPerfBufferCorrupt(t *testing.T) {
 func TestPerfBufferCloseDiscards(t *testing.T) {
 	for _, consume := range []bool{true, false} {
 		f := newFakeRings(t, 2, 4096)
-		pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {}})
+		pb := f.perfBuffer(t, func(int, []byte) {}, nil)
 		f.emit(t, 0, 0, 0, 16)
 		f.emit(t, 0, 0, 1, 16)
 		f.emit(t, 1, 0, 2, 40)
@@ -482,7 +503,7 @@ func TestPerfBufferCloseFromCallback(t *testing.T) {
 	var pb *PerfBuffer
 	calls, after := 0, 0
 	closed := false
-	pb = f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {
+	pb = f.perfBuffer(t, func(int, []byte) {
 		if closed {
 			after++
 		}
@@ -490,7 +511,7 @@ func TestPerfBufferCloseFromCallback(t *testing.T) {
 			pb.Close()
 			closed = true
 		}
-	}})
+	}, nil)
 	for seq := uint64(0); seq < 3; seq++ {
 		f.emit(t, 0, 0, seq, 16)
 		f.emit(t, 1, 0, seq, 16)
@@ -514,7 +535,7 @@ func TestPerfBufferReentrant(t *testing.T) {
 	var pb *PerfBuffer
 	var nested map[string]error
 	var then func() // what the SampleFunc does once the nested calls are made
-	pb = f.perfBuffer(t, Options{SampleFunc: func(int, []byte) {
+	pb = f.perfBuffer(t, func(int, []byte) {
 		if nested != nil {
 			if then != nil {
 				then()
@@ -525,8 +546,7 @@ func TestPerfBufferReentrant(t *testing.T) {
 		_, nested["Poll"] = pb.Poll(0)
 		_, nested["Consume"] = pb.Consume()
 		_, nested["ConsumeBuffer"] = pb.ConsumeBuffer(1)
-		_, nested["Buffer"] = pb.Buffer(1)
-	}})
+	}, nil)
 	f.emit(t, 0, 0, 0, 16)
 	f.emit(t, 1, 0, 1, 16)
 	within(t, "Consume calling itself", func() {
@@ -534,7 +554,7 @@ func TestPerfBufferReentrant(t *testing.T) {
 			t.Errorf("Consume = %d, %v", n, err)
 		}
 	})
-	if len(nested) != 4 {
+	if len(nested) != 3 {
 		t.Fatalf("nested calls %v", nested)
 	}
 	for name, err := range nested {
@@ -583,13 +603,13 @@ func TestPerfBufferPanic(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	var got []string
 	calls := 0
-	pb := f.perfBuffer(t, Options{SampleFunc: func(cpu int, data []byte) {
+	pb := f.perfBuffer(t, func(cpu int, data []byte) {
 		calls++
 		got = append(got, fmt.Sprintf("%d/%d", cpu, seqOf(data)))
 		if calls == 2 {
 			panic("boom")
 		}
-	}})
+	}, nil)
 	for seq := uint64(0); seq < 4; seq++ {
 		f.emit(t, 0, 0, seq, 16)
 	}
@@ -623,37 +643,25 @@ func TestPerfBufferPanic(t *testing.T) {
 	}
 }
 
-// While a RawBuffer holds a ring, callback mode leaves it alone, and Close
-// frees the rings only once it is released.
-func TestPerfBufferHeld(t *testing.T) {
+// Close frees the rings only once every RawBuffer is released, and counts
+// what is left in them then.
+func TestRawHeld(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	var got []delivery
-	pb := f.perfBuffer(t, recorder(&got))
+	rw := f.raw(t)
 	f.emit(t, 0, 0, 0, 16)
-	f.emit(t, 1, 0, 1, 16)
-	hold(t, pb, 1)
-	if n, err := pb.Consume(); n != 1 || err != nil || got[0].cpu != 0 {
-		t.Errorf("Consume with ring 1 held = %d, %v, %v", n, err, got)
+	b, err := rw.Buffer(0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := pb.ConsumeBuffer(1); !errors.Is(err, ErrBusy) {
-		t.Errorf("ConsumeBuffer of the held ring: %v, want ErrBusy", err)
+	rw.Close()
+	if _, err := rw.Wait(0, nil); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Wait after Close: %v", err)
 	}
-	pb.release(1)
-	if n, err := pb.ConsumeBuffer(1); n != 1 || err != nil {
-		t.Errorf("ConsumeBuffer after release = %d, %v", n, err)
-	}
-
-	f.emit(t, 0, 0, 2, 16)
-	hold(t, pb, 0)
-	pb.Close()
-	if _, err := pb.Consume(); !errors.Is(err, os.ErrClosed) {
-		t.Errorf("Consume after Close: %v", err)
-	}
-	if d := pb.Stats()[0].Left; d != 0 || pb.c.w.Freed() {
+	if d := rw.Stats()[0].Left; d != 0 || rw.c.w.Freed() {
 		t.Errorf("freed while a ring was held (left %d)", d)
 	}
-	pb.release(0)
-	if d := pb.Stats()[0].Left; d != 1 || !pb.c.w.Freed() {
+	b.Release()
+	if d := rw.Stats()[0].Left; d != 1 || !rw.c.w.Freed() {
 		t.Errorf("not freed at release: left %d, want 1", d)
 	}
 }
@@ -677,7 +685,7 @@ func TestPerfBufferCorruptCases(t *testing.T) {
 			}
 			f.rings[0].publish()
 			var got []delivery
-			pb := f.perfBuffer(t, recorder(&got))
+			pb := f.recording(t, &got)
 			n, err := pb.Consume()
 			var ce *CorruptError
 			if !errors.As(err, &ce) || ce.Pos != bad || !strings.Contains(ce.Reason, c.reason) {

@@ -2,26 +2,184 @@
 
 package perfbuf
 
-// RawBuffer: the exported raw view of one ring (PerfBuffer.Buffer), for
-// consumers of their own. It is a thin shell over the ring kind
-// (perfring.go): the shell holds only the hand-back to the ring's owner.
+// Raw mode: Raw holds a map's rings for consumers of their own, and
+// RawBuffer reads one of them in place, a thin shell over the ring kind
+// (internal/ring) that holds only the hand-back to its Raw.
 
 import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/wait"
 	"golang.org/x/sys/unix"
 )
 
-// RawBuffer reads one ring in place (raw mode: see PerfBuffer.Buffer): a CPU's perf ring,
+// Raw holds every ring of a map for raw views: [Raw.Buffer] returns a
+// [RawBuffer] over one ring, and [Raw.Wait] waits for rings with records.
+// Nothing is read but what the RawBuffers read. Its methods may be called
+// from any goroutine.
+type Raw struct {
+	c      *core
+	mu     sync.Mutex // serialises Buffer, release and ring additions
+	held   []bool     // held[i]: a RawBuffer reads ring i
+	opWait string
+}
+
+// NewRaw opens the rings of m, as [NewReader] does, for raw views.
+// Errors: as NewReader's.
+func NewRaw(m Map, opts Options) (*Raw, error) {
+	const op = "new Raw"
+	if err := opts.check(); err != nil {
+		return nil, wrap(op, err)
+	}
+	c, err := openCore(m, opts, false)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	return newRaw(c), nil
+}
+
+// newRaw is NewRaw over a core already open (tests pass cores over rings of
+// their own).
+func newRaw(c *core) *Raw {
+	r := &Raw{c: c, opWait: "wait " + c.name()}
+	c.start(policy.Raw{S: &c.Set}, wait.Scope{})
+	return r
+}
+
+// Close stops r: a blocked Wait returns an error matching os.ErrClosed, and
+// the rings are freed once every RawBuffer is released. What is in them
+// is counted in Stats as Left. Close is idempotent.
+func (r *Raw) Close() error {
+	r.c.close()
+	return nil
+}
+
+// Buffer returns a RawBuffer over ring i (perf_buffer__buffer), to read
+// until its Release. Errors: os.ErrInvalid for an index out of range,
+// [ErrBusy] if a RawBuffer holds ring i already, os.ErrClosed.
+func (r *Raw) Buffer(i int) (*RawBuffer, error) {
+	op := fmt.Sprintf("raw view of ring %d of %s", i, r.c.name())
+	if err := r.c.checkIndex(i); err != nil {
+		return nil, wrap(op, err)
+	}
+	// The reference taken here keeps the mapping alive: Release drops it.
+	if err := r.c.life.Enter(op); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i < len(r.held) && r.held[i] {
+		r.c.life.Exit()
+		return nil, wrap(op, ErrBusy)
+	}
+	rb, err := r.c.src.view(i)
+	if err != nil {
+		r.c.life.Exit()
+		return nil, wrap(op, err)
+	}
+	if i >= len(r.held) {
+		r.held = append(r.held, make([]bool, i+1-len(r.held))...)
+	}
+	r.held[i] = true
+	return newRawBuffer(rb, func() { r.release(i) }), nil
+}
+
+// release ends RawBuffer i's hold (RawBuffer.Release).
+func (r *Raw) release(i int) {
+	r.mu.Lock()
+	r.held[i] = false
+	r.mu.Unlock()
+	r.c.life.Exit()
+}
+
+// Wait blocks until a ring holds records, timeout passes (negative: no
+// limit; zero: do not block) or Close is called, and returns dst with the
+// buffer index of every ring that holds records appended (none after a
+// timeout). Records below WakeupEvents or WakeupBytes raise no wakeup:
+// they are found when the timeout passes. Wait opens the rings of CPUs that
+// came online since its last call, at new indexes: a caller that waits on
+// EpollFD calls Wait(0, nil) to take them in.
+//
+// Errors: os.ErrClosed, a syscall.Errno from epoll or from opening a ring.
+func (r *Raw) Wait(timeout time.Duration, dst []int) ([]int, error) {
+	op := r.opWait
+	if err := r.c.life.Enter(op); err != nil {
+		return dst, err
+	}
+	defer r.c.life.Exit()
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	for {
+		r.mu.Lock()
+		err := r.c.addNewCPUs()
+		rings := r.c.Rings
+		r.mu.Unlock()
+		if err != nil {
+			return dst, wrap(op, err)
+		}
+		n := len(dst)
+		for i, rb := range rings {
+			if rb.Cur().Used() > 0 {
+				dst = append(dst, i)
+			}
+		}
+		if len(dst) > n || timeout == 0 {
+			return dst, nil
+		}
+		left := timeout
+		if timeout > 0 {
+			if left = time.Until(deadline); left <= 0 {
+				return dst, nil
+			}
+		}
+		if _, err := r.c.w.Wait(left, 0); err != nil {
+			return dst, wrap(op, err)
+		}
+		if r.c.life.Closed() {
+			return dst, wrap(op, os.ErrClosed)
+		}
+		if r.c.w.Woken() {
+			r.c.w.ClearWake() // a CPU came online: look again
+		}
+	}
+}
+
+// BufferCount returns the number of rings: one per CPU at NewRaw, then one
+// more for each CPU that came online since (Wait opens its ring). It opens
+// nothing, and stays valid after Close.
+func (r *Raw) BufferCount() int { return r.c.count() }
+
+// BufferFD returns ring i's perf event descriptor, or for a ring buffer its
+// map's. It is r's: do not close it.
+func (r *Raw) BufferFD(i int) (int, error) { return r.c.bufferFD(i) }
+
+// EpollFD returns an epoll descriptor over every ring, for a caller that
+// waits in its own loop. It is r's: do not close it.
+func (r *Raw) EpollFD() (int, error) { return r.c.epollFD() }
+
+// Stats returns each ring's counts, in buffer index order: what was left
+// in the rings at Close (what a RawBuffer reads is in its own Stats).
+func (r *Raw) Stats() []Stats { return r.c.statsNow() }
+
+// FollowsCPUs reports whether samples of CPUs that come online later are
+// read (see [Reader.FollowsCPUs]).
+func (r *Raw) FollowsCPUs() bool { return r.c.followsCPUs() }
+
+// RawBuffer reads one ring in place (raw mode: see [Raw.Buffer]): a CPU's perf ring,
 // or a BPF ring buffer.
 //
 // Concurrency: one goroutine reads a RawBuffer (all its methods, Stats included); the producer
 // is the kernel, which writes records and data_head while the reader reads and writes
-// data_tail. RawBuffer holds no lock and never blocks; PerfBuffer.Wait waits for its ring.
+// data_tail. RawBuffer holds no lock and never blocks; Raw.Wait waits for its ring.
 //
 // Reading works with a cursor and a head snapshot. Begin takes both (cursor = data_tail,
 // snapshot = data_head); Next parses records from the cursor up to the snapshot and never
@@ -36,7 +194,7 @@ import (
 // the reader for a committed record only when the published consumer position (Commit)
 // has caught up with it, unless the program forces the wakeup. A raw consumer that keeps
 // records uncommitted (peeks) gets no wakeup for what comes behind them: commit before
-// waiting (PerfBuffer.Wait), or wait with a timeout.
+// waiting (Raw.Wait), or wait with a timeout.
 //
 // The ring is memory that the kernel (or, in tests, anyone) writes, so nothing read from it is
 // trusted: a record that cannot be valid gives a *CorruptError, never a panic or an access
@@ -166,8 +324,8 @@ func (b *RawBuffer) Stats() Stats {
 	return st
 }
 
-// Release hands the ring back to its PerfBuffer (see PerfBuffer.Buffer): callback mode drains
-// it again, and Close can unmap it. Every Record read from b is invalid afterwards. Next, Drain
+// Release hands the ring back to its Raw: another Buffer call may read it,
+// and Close can unmap it. Every Record read from b is invalid afterwards. Next, Drain
 // and Commit fail with an error matching os.ErrClosed then; Begin, Refresh, SkipCorrupt and
 // Used see an empty ring, and CPU, Size and Stats keep their values. Release is idempotent.
 func (b *RawBuffer) Release() {

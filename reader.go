@@ -20,10 +20,6 @@ import (
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
-// defaultMaxLatency is Options.MaxLatency when it is zero and the rings
-// wake by a threshold.
-const defaultMaxLatency = 100 * time.Millisecond
-
 // Reader reads every ring of a perf event array in pure Go and owns them:
 // NewReader opens them, Close frees them.
 //
@@ -71,36 +67,38 @@ type Reader struct {
 	opRead, opConsume string
 }
 
-// NewReader opens the rings of m, as New does, and returns a Reader over
-// them: a ring on every online CPU for a perf event array, the one ring of a
-// BPF ring buffer (BPF_MAP_TYPE_RINGBUF), whose records carry CPU -1.
-// Errors: as New's, os.ErrInvalid for Options or Order fields out of range
-// or New's, and errors.ErrUnsupported for Order over a ring buffer.
-func NewReader(m Map, opts Options) (*Reader, error) {
+// NewReader opens every ring of m and returns a Reader over them: a ring
+// on every online CPU for a perf event array (and, later, on each CPU that
+// comes online), the ring of a BPF ring buffer (its records carry CPU -1),
+// the ring buffers in an array of maps, and those of opts.Maps.
+//
+// A map has one reader in a process: NewReader fails with [ErrMapInUse]
+// while another reads it. (A perf event array has a ring slot per CPU:
+// across processes, the last reader opened takes the slots over.)
+//
+// Errors: os.ErrInvalid for an option out of range, naming it;
+// [ErrSampleTooLarge], [ErrMapInUse], [ErrMapType]; errors.ErrUnsupported
+// for Order over ring buffers; and the kernel's errno (EBADF for a closed
+// descriptor, EPERM without CAP_BPF and CAP_PERFMON).
+func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	const op = "new reader"
-	if err := opts.checkReader(); err != nil {
+	if err := opts.check(); err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := openCore(m, opts.Maps, opts.ring(), opts.FailureMap)
+	c, err := openCore(m, opts.Options, opts.Order != nil)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
 	if _, ringBufs := c.src.(*ringBufSource); ringBufs {
 		c.holdOff = opts.WakeupBytes
 	}
-	if opts.MaxLatency == 0 && max(opts.WakeupEvents, 1) == 1 && opts.WakeupBytes == 0 {
-		opts.MaxLatency = -1 // a wakeup on every sample: nothing waits without one
-	}
 	return newReader(c, &opts), nil
 }
 
 // newReader builds a Reader over a core (tests pass cores over rings of
 // their own), with opts checked.
-func newReader(c *core, opts *Options) *Reader {
-	c.Latency = opts.MaxLatency
-	if c.Latency == 0 {
-		c.Latency = defaultMaxLatency
-	}
+func newReader(c *core, opts *ReaderOptions) *Reader {
+	c.Latency = opts.latency()
 	r := &Reader{c: c, opRead: "read " + c.name(), opConsume: "consume " + c.name()}
 	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec, r.turn, r.nextTurn
 	if opts.Order != nil {

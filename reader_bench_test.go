@@ -70,7 +70,7 @@ func BenchmarkReaderReadInto(b *testing.B) {
 		for _, size := range []int{16, 64} {
 			b.Run(fmt.Sprintf("%s/size=%d", mode, size), func(b *testing.B) {
 				f := newFakeRings(b, 2, benchRingSize)
-				r := f.reader(b, Options{MaxLatency: -1})
+				r := f.reader(b, ReaderOptions{MaxLatency: -1})
 				rec := fakeSample(payload(0, 0, size))
 				per := (benchRingSize - 4096) / len(rec)
 				var s Sample

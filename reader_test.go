@@ -134,7 +134,7 @@ func within(t *testing.T, what string, fn func()) {
 func TestReaderFullestFirst(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	recSize := len(fakeSample(payload(0, 0, 32)))
-	r := f.reader(t, Options{})
+	r := f.reader(t, ReaderOptions{})
 	setBudget(r, 4*recSize) // four records a turn
 	for _, fuller := range []int{1, 0} {
 		other := 1 - fuller
@@ -169,7 +169,7 @@ func TestReaderFullestFirst(t *testing.T) {
 // ReadInto reuses the Sample: no allocation per record.
 func TestReaderReadIntoAllocs(t *testing.T) {
 	f := newFakeRings(t, 2, 1<<16)
-	r := f.reader(t, Options{})
+	r := f.reader(t, ReaderOptions{})
 	var s Sample
 	seq := uint64(0)
 	rec := fakeSample(payload(0, 0, 64))
@@ -189,7 +189,7 @@ func TestReaderReadIntoAllocs(t *testing.T) {
 // deadline, and a read after Close fails at once.
 func TestReaderCloseAndDeadline(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, Options{MaxLatency: -1})
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
 
 	r.SetDeadline(time.Now().Add(20 * time.Millisecond))
 	var s Sample
@@ -232,7 +232,7 @@ func TestReaderCloseEndsQueuedRead(t *testing.T) {
 		if ordered {
 			r = f.ordered(t, Order{MaxDelay: time.Hour})
 		} else {
-			r = f.reader(t, Options{MaxLatency: -1})
+			r = f.reader(t, ReaderOptions{MaxLatency: -1})
 		}
 		f.emit(t, 0, 1, 1, 16)
 		f.emit(t, 1, 2, 2, 16)
@@ -280,7 +280,7 @@ func TestReaderCloseEndsQueuedRead(t *testing.T) {
 func TestReaderMaxLatency(t *testing.T) {
 	for _, latency := range []time.Duration{5 * time.Millisecond, -1} {
 		f := newFakeRings(t, 2, 4096)
-		r := f.reader(t, Options{MaxLatency: latency})
+		r := f.reader(t, ReaderOptions{MaxLatency: latency})
 		start := time.Now()
 		r.SetDeadline(start.Add(300 * time.Millisecond))
 		written := make(chan struct{})
@@ -308,7 +308,7 @@ func TestReaderMaxLatency(t *testing.T) {
 // is left as Discarded.
 func TestReaderFlushAndDiscard(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, Options{MaxLatency: -1})
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
 	for i := 0; i < 5; i++ {
 		f.emit(t, i%2, 0, uint64(i), 40)
 	}
@@ -338,7 +338,7 @@ func TestCloseDiscardsUndelivered(t *testing.T) {
 			f := newFakeRings(t, 2, 4096)
 			var r *Reader
 			if policy == "fullest" {
-				r = f.reader(t, Options{MaxLatency: -1})
+				r = f.reader(t, ReaderOptions{MaxLatency: -1})
 			} else {
 				r = f.ordered(t, Order{MaxDelay: time.Hour})
 			}
@@ -370,7 +370,7 @@ func TestCloseDiscardsUndelivered(t *testing.T) {
 func TestReaderEachAndAll(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	f.cpus = []int{3, 7} // buffer indexes are not CPU numbers
-	r := f.reader(t, Options{MaxLatency: -1})
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
 	for i := 0; i < 4; i++ {
 		f.emit(t, i%2, 0, uint64(i), 24)
 	}
@@ -423,7 +423,7 @@ func TestReaderLost(t *testing.T) {
 		f.rings[0].write(fakeSample(payload(0, seq, 40)))
 	}
 	f.rings[0].publish()
-	r := f.reader(t, Options{})
+	r := f.reader(t, ReaderOptions{})
 	var got, lost uint64
 	var s Sample
 	for got < 5 || lost == 0 { // 4 fit, 6 are lost, then the one written below
@@ -460,7 +460,7 @@ func TestReaderRace(t *testing.T) {
 		n = 20000
 	}
 	f := newFakeRings(t, rings, 1<<14)
-	r := f.reader(t, Options{MaxLatency: time.Millisecond})
+	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for i := 0; i < rings; i++ {
@@ -518,7 +518,7 @@ func TestReaderRace(t *testing.T) {
 // and Close wakes a read blocked in the wait and the reads queued behind it.
 func TestReaderConcurrentReads(t *testing.T) {
 	f := newFakeRings(t, 2, 1<<16)
-	r := f.reader(t, Options{MaxLatency: time.Millisecond})
+	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
 	const n = 3000
 	for seq := uint64(0); seq < n; seq++ {
 		f.rings[seq%2].write(fakeSample(payload(0, seq, 24)))
@@ -575,7 +575,7 @@ func TestReaderConcurrentReads(t *testing.T) {
 // closes the reader.
 func TestReaderEachCorruptAndClose(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
-	r := f.reader(t, Options{MaxLatency: -1})
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
 	f.emit(t, 0, 0, 0, 32)                                                            // 48 bytes
 	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8))) // size not a multiple of 8
 	r.SetDeadline(time.Now().Add(50 * time.Millisecond))
@@ -624,7 +624,7 @@ func TestReaderCorruptReportedOnce(t *testing.T) {
 				if policy == "ordered" {
 					r = f.ordered(t, Order{MaxDelay: time.Hour})
 				} else {
-					r = f.reader(t, Options{MaxLatency: -1})
+					r = f.reader(t, ReaderOptions{MaxLatency: -1})
 				}
 				f.emit(t, 0, 1, 0, 16) // 32 bytes each
 				f.emit(t, 0, 2, 1, 16)
@@ -681,7 +681,7 @@ func TestReaderCloseFromEach(t *testing.T) {
 					if policy == "ordered" {
 						r = f.ordered(t, Order{MaxDelay: time.Hour})
 					} else {
-						r = f.reader(t, Options{MaxLatency: -1})
+						r = f.reader(t, ReaderOptions{MaxLatency: -1})
 					}
 					const n = 40
 					for seq := uint64(0); seq < n; seq++ {
@@ -736,7 +736,7 @@ func TestReaderCloseFromEach(t *testing.T) {
 // the wait return at once, forever.)
 func TestReaderEachCloseWhileBlocked(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	r := f.reader(t, Options{MaxLatency: -1})
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // ends the spinning Each (it does check ctx)
 	done := make(chan error, 1)
@@ -768,7 +768,7 @@ func TestFlushEndsUnderSteadyProducer(t *testing.T) {
 			if ordered {
 				r = f.ordered(t, Order{MaxDelay: time.Hour})
 			} else {
-				r = f.reader(t, Options{MaxLatency: -1})
+				r = f.reader(t, ReaderOptions{MaxLatency: -1})
 			}
 			f.emit(t, 0, 1, 0, 16) // the only record there at Flush time
 			r.Flush()
@@ -798,7 +798,7 @@ func TestReaderBadHead(t *testing.T) {
 	f := newFakeRings(t, 1, 1024)
 	f.emit(t, 0, 0, 0, 16)
 	atomic.StoreUint64(&f.rings[0].page.Data_head, 4096) // tail 0: more than the ring
-	r := f.reader(t, Options{MaxLatency: time.Millisecond})
+	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
 	r.SetDeadline(time.Now().Add(30 * time.Millisecond))
 	var s Sample
 	err := r.ReadInto(&s)
@@ -857,7 +857,7 @@ func TestEachCtxCancelRacesClose(t *testing.T) {
 	}
 	for k := 0; k < 200; k++ {
 		f := newFakeRings(t, 1, 4096)
-		r := f.reader(t, Options{MaxLatency: -1})
+		r := f.reader(t, ReaderOptions{MaxLatency: -1})
 		ctx, cancel := context.WithCancel(context.Background())
 		go cancel()
 		_ = r.Each(ctx, func(*Record) error { return nil })
@@ -924,7 +924,7 @@ func TestReaderMatchesReference(t *testing.T) {
 					}
 				}
 			}
-			r := f.reader(t, Options{MaxLatency: -1})
+			r := f.reader(t, ReaderOptions{MaxLatency: -1})
 			if budget := []int{0, 1, 24, 100, 700}[seed%5]; budget > 0 {
 				setBudget(r, budget) // 0: the default, a quarter of the ring
 			}
@@ -1003,7 +1003,7 @@ func TestReaderTurnsAcrossPauses(t *testing.T) {
 				f.rings[0].mustWrite(t, rec)
 				f.rings[1].mustWrite(t, rec)
 			}
-			r := f.reader(t, Options{MaxLatency: -1})
+			r := f.reader(t, ReaderOptions{MaxLatency: -1})
 			setBudget(r, 3*len(rec)-1)
 			r.Flush()
 			var cpus []int
@@ -1043,7 +1043,7 @@ func TestReadFromCallbackReentrant(t *testing.T) {
 			if ordered {
 				return f.ordered(t, Order{})
 			}
-			return f.reader(t, Options{})
+			return f.reader(t, ReaderOptions{})
 		}
 		f := newFakeRings(t, 2, 4096)
 		r := newR(f)
@@ -1121,7 +1121,7 @@ func TestEachNilFunc(t *testing.T) {
 		if ordered {
 			r = f.ordered(t, Order{})
 		} else {
-			r = f.reader(t, Options{})
+			r = f.reader(t, ReaderOptions{})
 		}
 		if err := r.Each(context.Background(), nil); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("ordered %v: Each(nil): %v, want os.ErrInvalid", ordered, err)
@@ -1139,7 +1139,7 @@ func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
 		if ordered {
 			r = f.ordered(t, Order{MaxDelay: time.Hour})
 		} else {
-			r = f.reader(t, Options{})
+			r = f.reader(t, ReaderOptions{})
 		}
 		f.emit(t, 0, 5, 1, 16)
 		f.emit(t, 0, 7, 2, 16)
@@ -1171,7 +1171,7 @@ func TestReadersSkipOtherRecords(t *testing.T) {
 		if ordered {
 			r = f.ordered(t, Order{})
 		} else {
-			r = f.reader(t, Options{})
+			r = f.reader(t, ReaderOptions{})
 		}
 		f.emit(t, 0, 1, 0, 16)
 		f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8)))

@@ -67,9 +67,9 @@ func (f *fakeBPFRings) core(t testing.TB) *core {
 }
 
 // reader returns a Reader over the rings, closed when the test ends.
-func (f *fakeBPFRings) reader(t testing.TB, opts Options) *Reader {
+func (f *fakeBPFRings) reader(t testing.TB, opts ReaderOptions) *Reader {
 	t.Helper()
-	if err := opts.checkReader(); err != nil {
+	if err := opts.check(); err != nil {
 		t.Fatal(err)
 	}
 	r := newReader(f.core(t), &opts)
@@ -79,12 +79,9 @@ func (f *fakeBPFRings) reader(t testing.TB, opts Options) *Reader {
 
 // perfBuffer returns a callback-mode PerfBuffer over the rings, closed when
 // the test ends.
-func (f *fakeBPFRings) perfBuffer(t testing.TB, opts Options) *PerfBuffer {
+func (f *fakeBPFRings) perfBuffer(t testing.TB, sample func(int, []byte), lost func(int, uint64)) *PerfBuffer {
 	t.Helper()
-	if err := opts.checkNew(); err != nil {
-		t.Fatal(err)
-	}
-	pb := newPerfBuffer(f.core(t), &opts)
+	pb := newPerfBuffer(f.core(t), sample, lost)
 	t.Cleanup(func() { pb.Close() })
 	return pb
 }
@@ -120,7 +117,7 @@ func ringBufForms(wait time.Duration) []*ringBufForm {
 	forms := []*ringBufForm{
 		{name: "callback/Poll", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
 			var got []uint64
-			pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, seq8(data)) }})
+			pb := f.perfBuffer(t, func(_ int, data []byte) { got = append(got, seq8(data)) }, nil)
 			return func() ([]uint64, error) {
 				got = nil
 				_, err := pb.Poll(wait)
@@ -129,7 +126,7 @@ func ringBufForms(wait time.Duration) []*ringBufForm {
 		}},
 		{name: "callback/Consume", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
 			var got []uint64
-			pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, seq8(data)) }})
+			pb := f.perfBuffer(t, func(_ int, data []byte) { got = append(got, seq8(data)) }, nil)
 			return func() ([]uint64, error) {
 				got = nil
 				_, err := pb.Consume()
@@ -154,7 +151,7 @@ func ringBufForms(wait time.Duration) []*ringBufForm {
 	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
 		form := &ringBufForm{name: "reader/" + mode}
 		form.open = func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
-			r := f.reader(t, Options{MaxLatency: -1})
+			r := f.reader(t, ReaderOptions{MaxLatency: -1})
 			form.reader = r
 			return func() ([]uint64, error) {
 				r.SetDeadline(time.Now().Add(wait))
@@ -262,7 +259,7 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 			var w *wait.Waiter
 			switch form {
 			case "Reader":
-				r := f.reader(t, Options{MaxLatency: -1})
+				r := f.reader(t, ReaderOptions{MaxLatency: -1})
 				read = func() ([]uint64, error) {
 					var s Sample
 					err := r.ReadInto(&s)
@@ -271,7 +268,7 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 				w = r.c.w
 			case "callback":
 				var got []uint64
-				pb := f.perfBuffer(t, Options{SampleFunc: func(_ int, data []byte) { got = append(got, seq8(data)) }})
+				pb := f.perfBuffer(t, func(_ int, data []byte) { got = append(got, seq8(data)) }, nil)
 				read = func() ([]uint64, error) {
 					got = nil
 					for len(got) == 0 {
@@ -494,7 +491,7 @@ func TestRingBufCloseLedger(t *testing.T) {
 				got := 0
 				switch form {
 				case "reader":
-					r := f.reader(t, Options{MaxLatency: -1})
+					r := f.reader(t, ReaderOptions{MaxLatency: -1})
 					setBudget(r, 7*16) // turns that end between records
 					r.SetDeadline(time.Now().Add(time.Second))
 					var s Sample
@@ -506,7 +503,7 @@ func TestRingBufCloseLedger(t *testing.T) {
 					}
 					stats, closer = r.Stats, r.Close
 				case "callback":
-					pb := f.perfBuffer(t, Options{SampleFunc: func(int, []byte) { got++ }})
+					pb := f.perfBuffer(t, func(int, []byte) { got++ }, nil)
 					if read > 0 {
 						if _, err := pb.Consume(); err != nil {
 							t.Fatal(err)
@@ -550,7 +547,7 @@ func TestPollRingBufMissedWakeup(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []byte
-	pb := newPerfBuffer(c, &Options{SampleFunc: func(_ int, data []byte) { got = append(got, data[0]) }})
+	pb := newPerfBuffer(c, func(_ int, data []byte) { got = append(got, data[0]) }, nil)
 	defer pb.Close()
 
 	f.Output(t, []byte{1, 0, 0, 0, 0, 0, 0, 0}) // wakes: consumer_pos is at it

@@ -43,35 +43,13 @@ type mapArg struct {
 
 // openRingBufs opens the ring buffers of maps: each a ring buffer, or an
 // array of maps whose slots hold ring buffers (every slot that holds one,
-// in slot order; empty slots are passed over). Of the ring settings
-// MaxSampleSize and WakeupBytes apply (the latter below every ring's
-// size): a ring buffer's size is its max_entries, fixed when its object
-// loads, and when it wakes its reader is the BPF program's choice
-// (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP, PERFBUF_BUFFER's watermark).
-// Every option is checked against every ring buffer, those in the slots
-// too, before any is claimed or mapped; the failure map's reader mark is
-// written last.
+// in slot order; empty slots are passed over). The options are checked
+// against every ring buffer, those in the slots too (checkRingBuf), before
+// any is claimed or mapped; the failure map's reader mark is written last.
 //
-// Errors: os.ErrInvalid for the other settings, errors.ErrUnsupported for
-// Order, ErrSampleTooLarge, ErrMapInUse, ErrMapType for an inner map that
-// is not a ring buffer, the failure map's, EPERM to open an inner map
-// without CAP_SYS_ADMIN, and the mmap's errno.
+// Errors: checkRingBuf's, ErrMapInUse, the failure map's, EPERM to open an
+// inner map without CAP_SYS_ADMIN, and the mmap's errno.
 func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource, err error) {
-	switch {
-	case ro.ringBytes != 0:
-		return nil, fmt.Errorf("options RingBytes does not apply to %v: its size is the map's max_entries, set before the object loads: %w", maps[0].info, os.ErrInvalid)
-	case ro.wakeupEvents != 0:
-		return nil, fmt.Errorf("options WakeupEvents does not apply to %v: the BPF program's flags say when it wakes its reader (see WakeupBytes): %w", maps[0].info, os.ErrInvalid)
-	case ro.wakeupBytes < 0:
-		return nil, fmt.Errorf("options WakeupBytes %d is negative: %w", ro.wakeupBytes, os.ErrInvalid)
-	case ro.maxSampleSize < 0:
-		return nil, fmt.Errorf("options MaxSampleSize %d is negative: %w", ro.maxSampleSize, os.ErrInvalid)
-	case ro.ordered:
-		// The merge holds records in the rings, and a ring buffer wakes
-		// its reader only once the consumer position reaches the record
-		// committed: nothing behind a held record would wake it.
-		return nil, fmt.Errorf("options Order over %v: a ring buffer's records are in one ring, in the order they were reserved: %w", maps[0].info, errors.ErrUnsupported)
-	}
 	s := &ringBufSource{epfd: -1}
 	defer func() {
 		if err != nil {

@@ -70,7 +70,7 @@ func BenchmarkReaderRings(b *testing.B) {
 
 func benchRings(b *testing.B, pol, form, dist string, n int) {
 	f := newFakeRings(b, n, manyRingSize)
-	var opts Options
+	var opts ReaderOptions
 	switch pol {
 	case "fullest":
 		opts.MaxLatency = -1

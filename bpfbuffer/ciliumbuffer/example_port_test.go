@@ -60,7 +60,7 @@ func traceCilium(ctx context.Context, events *ebpf.Map) error {
 // closed, its Stats account for every sample (and, with a FailureMap,
 // every output that failed in the program).
 func tracePerfbuf(ctx context.Context, events *ebpf.Map) error {
-	r, err := perfbuf.NewReader(ciliumbuffer.Map(events), perfbuf.Options{RingBytes: 64 * os.Getpagesize()})
+	r, err := perfbuf.NewReader(ciliumbuffer.Map(events), perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 64 * os.Getpagesize()}})
 	if err != nil {
 		return fmt.Errorf("open reader: %w", err)
 	}

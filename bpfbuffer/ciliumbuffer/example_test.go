@@ -77,7 +77,7 @@ func ExampleMap() {
 		log.Fatal(err)
 	}
 	defer coll.Close()
-	r, err := perfbuf.NewReader(ciliumbuffer.Map(coll.Maps["events"]), perfbuf.Options{})
+	r, err := perfbuf.NewReader(ciliumbuffer.Map(coll.Maps["events"]), perfbuf.ReaderOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -549,7 +549,7 @@ func TestReaderOptionsFirst(t *testing.T) {
 			}
 			// Refused past the options (the map in use by a Reader
 			// without the failure map), the same.
-			other, err := perfbuf.NewReader(f.events, perfbuf.Options{})
+			other, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -599,7 +599,7 @@ func TestErrorsNameTheKind(t *testing.T) {
 			_, err = perfbuf.NewReader(f.events, opts)
 			check("a second NewReader", err, perfbuf.ErrMapInUse, tc.what+" (id ")
 			check("a second NewReader", err, perfbuf.ErrMapInUse, ": map read by another reader")
-			_, err = perfbuf.New(f.events, perfbuf.Options{Raw: true})
+			_, err = perfbuf.NewRaw(f.events, perfbuf.Options{})
 			check("New beside a Reader", err, perfbuf.ErrMapInUse, tc.what+" (id ")
 			var s perfbuf.Sample
 			r.Flush()
@@ -636,7 +636,7 @@ func TestWithoutPrepare(t *testing.T) {
 	if typ, n := events.Type(), events.MaxEntries(); typ != libbpfgo.MapTypeRingbuf || n != ringSize {
 		t.Fatalf("events: %v of %d bytes, want the ring buffer of %d compiled", typ, n, ringSize)
 	}
-	r, err := perfbuf.NewReader(events, perfbuf.Options{FailureMap: bpftest.Map(t, m, "events_failures")})
+	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: bpftest.Map(t, m, "events_failures")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestHandover(t *testing.T) {
 	failedBefore := bpftest.PerCPU[perfbuf.Failures](t, f.mod, "events_failures")
 
 	// The old process's reader (this one).
-	old, err := perfbuf.NewReader(f.events, perfbuf.Options{FailureMap: f.failures})
+	old, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: f.failures}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestHandoverChild(t *testing.T) {
 		fail(err)
 	}
 	defer failures.Close()
-	r, err := perfbuf.NewReader(perfbuf.MapFD(events.FD()), perfbuf.Options{FailureMap: perfbuf.MapFD(failures.FD())})
+	r, err := perfbuf.NewReader(perfbuf.MapFD(events.FD()), perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: perfbuf.MapFD(failures.FD())}})
 	if err != nil {
 		fail(err)
 	}

@@ -187,7 +187,7 @@ func TestLargestSample(t *testing.T) {
 		t.Fatalf("%d-byte pages: the emitter's samples (at most %d bytes, EMIT_MAX_SIZE in bpf/callback.bpf.c) cannot fill a page", bpftest.Page, emitMaxSize)
 	}
 	for _, n := range []int{largest + 1, wedge} {
-		if _, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(1), MaxSampleSize: n, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
+		if _, err := perfbuf.New(f.Events, discard, nil, perfbuf.Options{RingBytes: bpftest.RingBytes(1), MaxSampleSize: n}); !errors.Is(err, perfbuf.ErrSampleTooLarge) {
 			t.Fatalf("New with MaxSampleSize %d: %v, want ErrSampleTooLarge", n, err)
 		}
 	}
@@ -317,7 +317,7 @@ func TestCloseWhilePolling(t *testing.T) {
 	}
 	var worst time.Duration
 	for i := 0; i < rounds; i++ {
-		pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard})
+		pb, err := perfbuf.New(f.Events, discard, nil, perfbuf.Options{RingBytes: 1 << 12})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +400,7 @@ func TestNewCloseLeaks(t *testing.T) {
 	}
 	cycles := map[string]func(){
 		"New": func() {
-			pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2), SampleFunc: discard})
+			pb, err := perfbuf.New(f.Events, discard, nil, perfbuf.Options{RingBytes: bpftest.RingBytes(2)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -410,7 +410,7 @@ func TestNewCloseLeaks(t *testing.T) {
 			pb.Close()
 		},
 		"NewReader": func() {
-			r, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2)})
+			r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: bpftest.RingBytes(2)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -440,7 +440,7 @@ func TestNewCloseLeaks(t *testing.T) {
 func TestErrors(t *testing.T) {
 	f := setup(t)
 
-	_, err := perfbuf.New(bpftest.Map(t, f.Mod, "not_perf"), perfbuf.Options{SampleFunc: discard})
+	_, err := perfbuf.New(bpftest.Map(t, f.Mod, "not_perf"), discard, nil, perfbuf.Options{})
 	if !errors.Is(err, perfbuf.ErrMapType) || !strings.Contains(err.Error(), "hash") {
 		t.Errorf("hash map: %v; want ErrMapType naming the type", err)
 	}
@@ -450,7 +450,7 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	syscall.Close(dup)
-	_, err = perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{SampleFunc: discard})
+	_, err = perfbuf.New(perfbuf.MapFD(dup), discard, nil, perfbuf.Options{})
 	if !errors.Is(err, syscall.EBADF) {
 		t.Errorf("closed fd: %v; want EBADF", err)
 	}
@@ -464,7 +464,7 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer null.Close()
-	if _, err = perfbuf.New(perfbuf.MapFD(null.Fd()), perfbuf.Options{SampleFunc: discard}); !errors.Is(err, syscall.EINVAL) {
+	if _, err = perfbuf.New(perfbuf.MapFD(null.Fd()), discard, nil, perfbuf.Options{}); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("non-BPF fd: %v; want EINVAL", err)
 	}
 
@@ -475,22 +475,22 @@ func TestErrors(t *testing.T) {
 	// EINVAL later.
 	progs := map[string]int{"raw_tp program": f.Prog, "sched_act program": loadProg(t, 4)}
 	for name, fd := range progs {
-		_, err := perfbuf.New(perfbuf.MapFD(fd), perfbuf.Options{SampleFunc: discard})
+		_, err := perfbuf.New(perfbuf.MapFD(fd), discard, nil, perfbuf.Options{})
 		if !errors.Is(err, perfbuf.ErrMapType) || !strings.Contains(err.Error(), "not a BPF map") {
 			t.Errorf("%s fd: %v; want ErrMapType saying it is not a BPF map", name, err)
 		}
 	}
 
 	for _, bytes := range []int{-1, -4096, 1<<40 + 1, 1 << 62} {
-		if _, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bytes, SampleFunc: discard}); !errors.Is(err, os.ErrInvalid) {
+		if _, err := perfbuf.New(f.Events, discard, nil, perfbuf.Options{RingBytes: bytes}); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("RingBytes %d: %v; want os.ErrInvalid", bytes, err)
 		}
-		if _, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: bytes}); !errors.Is(err, os.ErrInvalid) {
+		if _, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: bytes}}); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("NewReader with RingBytes %d: %v; want os.ErrInvalid", bytes, err)
 		}
 	}
 
-	pb, err := perfbuf.New(perfbuf.MapFD(f.Events.FileDescriptor()), perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard})
+	pb, err := perfbuf.New(perfbuf.MapFD(f.Events.FileDescriptor()), discard, nil, perfbuf.Options{RingBytes: 1 << 12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -755,7 +755,7 @@ func TestPollAfterPanicDeliversRest(t *testing.T) {
 func TestWakeupEventsLarge(t *testing.T) {
 	f := setup(t)
 	try := func(wakeup int) int {
-		pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(4), WakeupEvents: wakeup, SampleFunc: discard})
+		pb, err := perfbuf.New(f.Events, discard, nil, perfbuf.Options{RingBytes: bpftest.RingBytes(4), WakeupEvents: wakeup})
 		if err != nil {
 			t.Logf("WakeupEvents %d: New: %v", wakeup, err)
 			return -1
@@ -801,7 +801,7 @@ func TestWakeupEventsLarge(t *testing.T) {
 	if try(math.MaxInt32) != 0 {
 		t.Errorf("WakeupEvents MaxInt32: a sample woke Poll before its timeout")
 	}
-	if _, err := perfbuf.New(f.Events, perfbuf.Options{WakeupEvents: math.MaxInt32 + 1, SampleFunc: discard}); !errors.Is(err, os.ErrInvalid) {
+	if _, err := perfbuf.New(f.Events, discard, nil, perfbuf.Options{WakeupEvents: math.MaxInt32 + 1}); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("WakeupEvents MaxInt32+1: New: %v, want os.ErrInvalid", err)
 	}
 }
@@ -848,17 +848,17 @@ func TestReleaseFromSampleFunc(t *testing.T) {
 func TestReaderReopen(t *testing.T) {
 	f := setup(t)
 	cpu := f.CPUs[0]
-	r, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: 1 << 12})
+	r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r2, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: 1 << 12}); !errors.Is(err, perfbuf.ErrMapInUse) {
+	if r2, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}}); !errors.Is(err, perfbuf.ErrMapInUse) {
 		t.Errorf("second NewReader on the map: %v; want ErrMapInUse", err)
 		if r2 != nil {
 			r2.Close()
 		}
 	}
-	if pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard}); !errors.Is(err, perfbuf.ErrMapInUse) {
+	if pb, err := perfbuf.New(f.Events, discard, nil, perfbuf.Options{RingBytes: 1 << 12}); !errors.Is(err, perfbuf.ErrMapInUse) {
 		t.Errorf("New on the map a Reader reads: %v; want ErrMapInUse", err)
 		if pb != nil {
 			pb.Close()
@@ -866,7 +866,7 @@ func TestReaderReopen(t *testing.T) {
 	}
 	r.Close()
 
-	r, err = perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: 1 << 12})
+	r, err = perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}})
 	if err != nil {
 		t.Fatalf("NewReader after the first Reader was closed: %v", err)
 	}
@@ -1008,14 +1008,14 @@ func TestSecondReaderOfMapRefused(t *testing.T) {
 	}
 	defer syscall.Close(dup)
 	for name, m := range map[string]perfbuf.Map{"same fd": f.Events, "dup fd": perfbuf.MapFD(dup)} {
-		pb2, err := perfbuf.New(m, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard})
+		pb2, err := perfbuf.New(m, discard, nil, perfbuf.Options{RingBytes: 1 << 12})
 		if !errors.Is(err, perfbuf.ErrMapInUse) {
 			t.Errorf("second New on the %s: %v; want ErrMapInUse", name, err)
 		}
 		if pb2 != nil {
 			pb2.Close()
 		}
-		r, err := perfbuf.NewReader(m, perfbuf.Options{RingBytes: 1 << 12})
+		r, err := perfbuf.NewReader(m, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}})
 		if !errors.Is(err, perfbuf.ErrMapInUse) {
 			t.Errorf("NewReader on the %s: %v; want ErrMapInUse", name, err)
 		}
@@ -1029,7 +1029,7 @@ func TestSecondReaderOfMapRefused(t *testing.T) {
 		t.Errorf("first PerfBuffer after the second New: Consume = %d, %v; want 3 samples", n, err)
 	}
 	pb.Close()
-	pb3, err := perfbuf.New(perfbuf.MapFD(dup), perfbuf.Options{RingBytes: 1 << 12, SampleFunc: discard})
+	pb3, err := perfbuf.New(perfbuf.MapFD(dup), discard, nil, perfbuf.Options{RingBytes: 1 << 12})
 	if err != nil {
 		t.Fatalf("New after the first was closed: %v", err)
 	}

@@ -71,8 +71,12 @@ func TestMapCollectedDuringNewReader(t *testing.T) {
 	m := ciliumbuffer.Map(first)
 	first = nil // m is all that references it
 	var closed bool
-	r, err := perfbuf.NewReader(m, perfbuf.Options{Maps: []perfbuf.Map{
-		collecting{Map: ciliumbuffer.Map(second), t: t, watch: fd, taker: taker, closed: &closed}}})
+	r, err := perfbuf.NewReader(m, perfbuf.ReaderOptions{
+		Options: perfbuf.Options{
+			Maps: []perfbuf.Map{
+				collecting{Map: ciliumbuffer.Map(second), t: t, watch: fd, taker: taker, closed: &closed}},
+		},
+	})
 	if closed {
 		defer unix.Close(fd) // the taker's duplicate
 	}

@@ -158,7 +158,7 @@ func callbackMode(t *testing.T, events perfbuf.Map, opts perfbuf.Options, c *col
 // readerMode opens a Reader on events with the failure map.
 func readerMode(t *testing.T, events perfbuf.Map, opts perfbuf.Options, c *collector) mode {
 	t.Helper()
-	r, err := perfbuf.NewReader(events, perfbuf.Options{RingBytes: opts.RingBytes, FailureMap: opts.FailureMap})
+	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: opts.RingBytes, FailureMap: opts.FailureMap}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,18 +405,18 @@ func TestBadFailureMaps(t *testing.T) {
 	}
 	// A reader opened and closed first: what the process opens once (the
 	// runtime's netpoller) is open before the count.
-	pb, err := perfbuf.New(f.events, perfbuf.Options{Raw: true, FailureMap: f.failures})
+	pb, err := perfbuf.NewRaw(f.events, perfbuf.Options{FailureMap: f.failures})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pb.Close()
 	fds := bpftest.OpenFDs(t)
 	for _, c := range cases {
-		_, err := perfbuf.New(f.events, perfbuf.Options{Raw: true, FailureMap: c.m})
+		_, err := perfbuf.NewRaw(f.events, perfbuf.Options{FailureMap: c.m})
 		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("New, %s: %v; want %v, %q", c.name, err, c.want, c.msg)
 		}
-		_, err = perfbuf.NewReader(f.events, perfbuf.Options{FailureMap: c.m})
+		_, err = perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: c.m}})
 		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("NewReader, %s: %v; want %v, %q", c.name, err, c.want, c.msg)
 		}
@@ -433,7 +433,7 @@ func TestBadFailureMaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pb, err = perfbuf.New(f.events, perfbuf.Options{Raw: true, FailureMap: perfbuf.MapFD(own)})
+	pb, err = perfbuf.NewRaw(f.events, perfbuf.Options{FailureMap: perfbuf.MapFD(own)})
 	if err != nil {
 		t.Fatalf("New after the failures (the map must not stay claimed): %v", err)
 	}
@@ -655,7 +655,7 @@ func added(a, b map[string]int) map[string]int {
 func TestOwnerDescriptors(t *testing.T) {
 	f := setup(t)
 	before := fdKinds(t)
-	r, err := perfbuf.NewReader(f.events, perfbuf.Options{RingBytes: 1 << 12, FailureMap: f.failures})
+	r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12, FailureMap: f.failures}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -667,7 +667,7 @@ func TestOwnerDescriptors(t *testing.T) {
 	}
 
 	mid := fdKinds(t)
-	pb, err := perfbuf.New(f.events1, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {}})
+	pb, err := perfbuf.New(f.events1, func(int, []byte) {}, nil, perfbuf.Options{RingBytes: 1 << 12})
 	if err != nil {
 		t.Fatal(err)
 	}

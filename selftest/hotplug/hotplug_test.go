@@ -111,7 +111,7 @@ func TestHotplugCallback(t *testing.T) {
 	f, cpu := setup(t)
 	setOnline(t, cpu, false)
 	c := bpftest.NewCollector()
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{SampleFunc: c.Sample, LostFunc: c.LostFn})
+	pb, err := perfbuf.New(f.Events, c.Sample, c.LostFn, perfbuf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestHotplugCallback(t *testing.T) {
 func TestHotplugRaw(t *testing.T) {
 	f, cpu := setup(t)
 	setOnline(t, cpu, false)
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{Raw: true})
+	pb, err := perfbuf.NewRaw(f.Events, perfbuf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestHotplugReaders(t *testing.T) {
 		t.Run(fmt.Sprintf("ordered=%v", ord != nil), func(t *testing.T) {
 			f, cpu := setup(t)
 			setOnline(t, cpu, false)
-			r, err := perfbuf.NewReader(f.Events, perfbuf.Options{Order: ord})
+			r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Order: ord})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -270,7 +270,7 @@ func TestHotplugBack(t *testing.T) {
 			var consume func()
 			switch mode {
 			case "callback":
-				pb, err := perfbuf.New(f.Events, perfbuf.Options{SampleFunc: c.Sample, LostFunc: c.LostFn})
+				pb, err := perfbuf.New(f.Events, c.Sample, c.LostFn, perfbuf.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -282,7 +282,7 @@ func TestHotplugBack(t *testing.T) {
 				}
 				stats = func() []perfbuf.Stats { consume(); return pb.Stats() }
 			case "ordered":
-				r, err := perfbuf.NewReader(f.Events, perfbuf.Options{Order: &perfbuf.Order{KeyOffset: 8}})
+				r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Order: &perfbuf.Order{KeyOffset: 8}})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -153,14 +153,14 @@ func TestOpenerClose(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	// A first New and Close opens what the process keeps (the runtime's
 	// netpoller, which the uevent socket starts).
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{Raw: true})
+	pb, err := perfbuf.NewRaw(f.Events, perfbuf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pb.Close()
 	fds := bpftest.OpenFDs(t)
 	before := kernel.OpenedPerfRings()
-	pb, err = perfbuf.New(f.Events, perfbuf.Options{Raw: true})
+	pb, err = perfbuf.NewRaw(f.Events, perfbuf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

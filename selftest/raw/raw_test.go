@@ -95,7 +95,7 @@ func TestRawMatchesCallback(t *testing.T) {
 
 	// Phase 1: callback mode.
 	cb := bpftest.NewCollector()
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2), SampleFunc: cb.Sample, LostFunc: cb.LostFn})
+	pb, err := perfbuf.New(f.Events, cb.Sample, cb.LostFn, perfbuf.Options{RingBytes: bpftest.RingBytes(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestRawMatchesCallback(t *testing.T) {
 
 	// Phase 2: raw mode over fresh rings of the same size.
 	raw := bpftest.NewCollector()
-	pb, err = perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2), Raw: true})
+	pb, err = perfbuf.NewRaw(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestRawMatchesCallback(t *testing.T) {
 // ring 0, released and closed at cleanup.
 func rawRing0(t *testing.T, f *bpftest.Fixture) *perfbuf.RawBuffer {
 	t.Helper()
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, Raw: true})
+	pb, err := perfbuf.NewRaw(f.Events, perfbuf.Options{RingBytes: 1 << 12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestRawPeekCommit(t *testing.T) {
 func TestRawHold(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	c := bpftest.NewCollector()
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: c.Sample, LostFunc: c.LostFn})
+	pb, err := perfbuf.New(f.Events, c.Sample, c.LostFn, perfbuf.Options{RingBytes: 1 << 12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestRawRingBytes(t *testing.T) {
 		{3*page - 1, 4 * page},
 		{5 * page, 8 * page},
 	} {
-		pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: c.bytes, Raw: true})
+		pb, err := perfbuf.NewRaw(f.Events, perfbuf.Options{RingBytes: c.bytes})
 		if err != nil {
 			t.Fatalf("RingBytes %d: %v", c.bytes, err)
 		}
@@ -386,7 +386,7 @@ func TestRawRingBytes(t *testing.T) {
 		}
 		pb.Close()
 	}
-	_, err := perfbuf.NewReader(f.Events, perfbuf.Options{RingBytes: -page})
+	_, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: -page}})
 	if !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("negative RingBytes: %v, want os.ErrInvalid", err)
 	}
@@ -398,7 +398,7 @@ func TestRawRingBytes(t *testing.T) {
 // the rings it names accounts for every sample, on every CPU.
 func TestRawWait(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	pb, err := perfbuf.New(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(4), Raw: true})
+	pb, err := perfbuf.NewRaw(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(4)})
 	if err != nil {
 		t.Fatal(err)
 	}

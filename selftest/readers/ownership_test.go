@@ -54,14 +54,14 @@ func openOwned(t *testing.T, ctor string, m perfbuf.Map) *ownedReader {
 	o := &ownedReader{samples: func() int { return int(n.Load()) }}
 	switch ctor {
 	case "New":
-		pb, err := perfbuf.New(m, perfbuf.Options{SampleFunc: func(int, []byte) { n.Add(1) }})
+		pb, err := perfbuf.New(m, func(int, []byte) { n.Add(1) }, nil, perfbuf.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		o.pb, o.close = pb, pb.Close
 		o.drain = func() error { _, err := pb.Consume(); return err }
 	case "NewReader":
-		r, err := perfbuf.NewReader(m, perfbuf.Options{})
+		r, err := perfbuf.NewReader(m, perfbuf.ReaderOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -70,7 +70,7 @@ func flushAndRead(t *testing.T, f *bpftest.Fixture, r *perfbuf.Reader, c *bpftes
 // A Reader over overloaded rings accounts for every sample.
 func TestReaderAccounting(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	r := newReader(t, f, perfbuf.Options{RingBytes: 1 << 12})
+	r := newReader(t, f, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}})
 	c := bpftest.NewCollector()
 	for round := 0; round < 10; round++ {
 		for _, cpu := range f.CPUs {
@@ -158,7 +158,7 @@ func TestReaderCloseDiscards(t *testing.T) {
 func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	for _, latency := range []time.Duration{-1, 10 * time.Millisecond} {
-		r := newReader(t, f, perfbuf.Options{RingBytes: bpftest.RingBytes(4), WakeupEvents: 64, MaxLatency: latency})
+		r := newReader(t, f, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: bpftest.RingBytes(4), WakeupEvents: 64}, MaxLatency: latency})
 		got := make(chan error, 1)
 		go func() {
 			var s perfbuf.Sample
@@ -192,7 +192,7 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 // CPU.
 func skewed(t *testing.T, f *bpftest.Fixture) map[int]uint64 {
 	t.Helper()
-	r := newReader(t, f, perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupEvents: 8})
+	r := newReader(t, f, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupEvents: 8}})
 	defer r.Close() // the next run reads the map: one reader at a time
 	before := f.Stats(t)
 	c := bpftest.NewCollector()
@@ -261,8 +261,13 @@ func TestFullestFirstSkewed(t *testing.T) {
 // in timestamp order, each once, none lost; late ones are counted.
 func TestOrderedRealTimestamps(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	o := newReader(t, f, perfbuf.Options{RingBytes: bpftest.RingBytes(256), WakeupEvents: 16,
-		Order: &perfbuf.Order{KeyOffset: 8, MaxDelay: 20 * time.Millisecond}})
+	o := newReader(t, f, perfbuf.ReaderOptions{
+		Options: perfbuf.Options{
+			RingBytes:    bpftest.RingBytes(256),
+			WakeupEvents: 16,
+		},
+		Order: &perfbuf.Order{KeyOffset: 8, MaxDelay: 20 * time.Millisecond},
+	})
 	c := bpftest.NewCollector()
 	var mu sync.Mutex
 	var last uint64

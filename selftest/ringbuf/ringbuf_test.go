@@ -188,7 +188,7 @@ func TestRingBufForms(t *testing.T) {
 	f := setup(t)
 	forms := map[string]func(t *testing.T, c *collector) (stats func() []perfbuf.Stats, closeFn func()){
 		"ReadInto": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
-			r := newReader(t, f.events, perfbuf.Options{})
+			r := newReader(t, f.events, perfbuf.ReaderOptions{})
 			load(t, f, 0)
 			r.Flush()
 			var s perfbuf.Sample
@@ -205,7 +205,7 @@ func TestRingBufForms(t *testing.T) {
 			return r.Stats, func() { r.Close() }
 		},
 		"Each": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
-			r := newReader(t, f.events, perfbuf.Options{})
+			r := newReader(t, f.events, perfbuf.ReaderOptions{})
 			load(t, f, 0)
 			r.Flush()
 			err := r.Each(context.Background(), func(rec *perfbuf.Record) error {
@@ -218,7 +218,7 @@ func TestRingBufForms(t *testing.T) {
 			return r.Stats, func() { r.Close() }
 		},
 		"Consume": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
-			r := newReader(t, f.events, perfbuf.Options{})
+			r := newReader(t, f.events, perfbuf.ReaderOptions{})
 			load(t, f, 0)
 			if _, err := r.Consume(func(rec *perfbuf.Record) error {
 				c.sample(rec.CPU, rec.Data)
@@ -229,7 +229,7 @@ func TestRingBufForms(t *testing.T) {
 			return r.Stats, func() { r.Close() }
 		},
 		"callback": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
-			pb, err := perfbuf.New(f.events, perfbuf.Options{SampleFunc: c.sample})
+			pb, err := perfbuf.New(f.events, c.sample, nil, perfbuf.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,7 +243,7 @@ func TestRingBufForms(t *testing.T) {
 			return pb.Stats, func() { pb.Close() }
 		},
 		"raw": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
-			pb, err := perfbuf.New(f.events, perfbuf.Options{Raw: true})
+			pb, err := perfbuf.NewRaw(f.events, perfbuf.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +301,7 @@ func TestRingBufFullAndLeft(t *testing.T) {
 	f := setup(t)
 	before := f.outcomes(t)
 	c := newCollector(t)
-	r := newReader(t, f.events, perfbuf.Options{})
+	r := newReader(t, f.events, perfbuf.ReaderOptions{})
 	cpu := f.cpus[len(f.cpus)-1]
 	f.produce(t, cpu, 400, 256, viaReserve, 0, 1, 0) // 264 bytes each: 248 fit in 64 KiB
 	d := f.outcomes(t)[cpu].minus(before[cpu])
@@ -348,7 +348,7 @@ func TestRingBufWakeups(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := f.outcomes(t)
 			c := newCollector(t)
-			r := newReader(t, f.events, perfbuf.Options{MaxLatency: tc.latency})
+			r := newReader(t, f.events, perfbuf.ReaderOptions{MaxLatency: tc.latency})
 			cpu := f.cpus[0]
 			got := make(chan error, 1)
 			var s perfbuf.Sample
@@ -436,11 +436,11 @@ func TestRingBufOptions(t *testing.T) {
 			}
 		}
 	}
-	r := newReader(t, f.events, perfbuf.Options{MaxSampleSize: ringSize - 16}) // the largest record the kernel reserves
-	if _, err := perfbuf.NewReader(f.events, perfbuf.Options{}); !errors.Is(err, perfbuf.ErrMapInUse) {
+	r := newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{MaxSampleSize: ringSize - 16}}) // the largest record the kernel reserves
+	if _, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{}); !errors.Is(err, perfbuf.ErrMapInUse) {
 		t.Errorf("a second reader of the ring buffer: %v, want ErrMapInUse", err)
 	}
-	r2 := newReader(t, f.events2, perfbuf.Options{})
+	r2 := newReader(t, f.events2, perfbuf.ReaderOptions{})
 	before := f.outcomes(t)
 	c1, c2 := newCollector(t), newCollector(t)
 	load(t, f, 0)
@@ -460,7 +460,7 @@ func TestRingBufOptions(t *testing.T) {
 		}
 	}
 	r.Close()
-	r = newReader(t, f.events, perfbuf.Options{}) // free again after Close
+	r = newReader(t, f.events, perfbuf.ReaderOptions{}) // free again after Close
 	r.Close()
 }
 
@@ -468,7 +468,7 @@ func TestRingBufOptions(t *testing.T) {
 // until Commit hands them back, and Used tells the fill.
 func TestRingBufRawPeek(t *testing.T) {
 	f := setup(t)
-	pb, err := perfbuf.New(f.events, perfbuf.Options{Raw: true})
+	pb, err := perfbuf.NewRaw(f.events, perfbuf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,9 +521,9 @@ func TestRingBufSeveral(t *testing.T) {
 	outer := bpftest.Map(t, f.mod, "rings")
 	inner := []*libbpfgo.BPFMap{bpftest.Map(t, f.mod, "inner0"), bpftest.Map(t, f.mod, "inner1")}
 	for name, open := range map[string]func() (*perfbuf.Reader, error){
-		"array of maps": func() (*perfbuf.Reader, error) { return perfbuf.NewReader(outer, perfbuf.Options{}) },
+		"array of maps": func() (*perfbuf.Reader, error) { return perfbuf.NewReader(outer, perfbuf.ReaderOptions{}) },
 		"Maps": func() (*perfbuf.Reader, error) {
-			return perfbuf.NewReader(inner[0], perfbuf.Options{Maps: []perfbuf.Map{inner[1]}})
+			return perfbuf.NewReader(inner[0], perfbuf.ReaderOptions{Options: perfbuf.Options{Maps: []perfbuf.Map{inner[1]}}})
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -572,18 +572,18 @@ func TestRingBufSeveral(t *testing.T) {
 					t.Errorf("ring %d: Stats %+v", i, s)
 				}
 			}
-			if _, err := perfbuf.NewReader(inner[1], perfbuf.Options{}); !errors.Is(err, perfbuf.ErrMapInUse) {
+			if _, err := perfbuf.NewReader(inner[1], perfbuf.ReaderOptions{}); !errors.Is(err, perfbuf.ErrMapInUse) {
 				t.Errorf("another reader of an inner ring: %v, want ErrMapInUse", err)
 			}
 		})
 	}
-	if _, err := perfbuf.NewReader(f.events, perfbuf.Options{Maps: []perfbuf.Map{bpftest.Map(t, f.mod, "outcomes")}}); !errors.Is(err, perfbuf.ErrMapType) {
+	if _, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{Maps: []perfbuf.Map{bpftest.Map(t, f.mod, "outcomes")}}}); !errors.Is(err, perfbuf.ErrMapType) {
 		t.Errorf("a per-CPU array among the maps: %v, want ErrMapType", err)
 	}
-	if _, err := perfbuf.NewReader(f.events, perfbuf.Options{Maps: []perfbuf.Map{f.events}}); !errors.Is(err, perfbuf.ErrMapInUse) {
+	if _, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{Maps: []perfbuf.Map{f.events}}}); !errors.Is(err, perfbuf.ErrMapInUse) {
 		t.Errorf("the same ring twice: %v, want ErrMapInUse", err)
 	}
-	if r, err := perfbuf.NewReader(f.events, perfbuf.Options{}); err != nil {
+	if r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{}); err != nil {
 		t.Errorf("the ring after the refusals: %v (a claim left behind?)", err)
 	} else {
 		r.Close()
@@ -594,7 +594,7 @@ func TestRingBufSeveral(t *testing.T) {
 // the ring's pages hold, before and after a commit.
 func TestRingBufPositions(t *testing.T) {
 	f := setup(t)
-	pb, err := perfbuf.New(f.events, perfbuf.Options{Raw: true})
+	pb, err := perfbuf.NewRaw(f.events, perfbuf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -640,7 +640,7 @@ func TestRingBufHoldOff(t *testing.T) {
 		return n, took
 	}
 
-	r := newReader(t, f.events, perfbuf.Options{WakeupBytes: 4096, MaxLatency: 300 * time.Millisecond})
+	r := newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 4096}, MaxLatency: 300 * time.Millisecond})
 	n, took := read(r)
 	time.Sleep(20 * time.Millisecond)            // the read blocks
 	f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0) // wakes the reader: it caught up
@@ -654,7 +654,7 @@ func TestRingBufHoldOff(t *testing.T) {
 	}
 	r.Close()
 
-	r = newReader(t, f.events, perfbuf.Options{WakeupBytes: 4096, MaxLatency: 10 * time.Second})
+	r = newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 4096}, MaxLatency: 10 * time.Second})
 	n, took = read(r)
 	time.Sleep(20 * time.Millisecond)
 	f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0)
@@ -680,11 +680,11 @@ func TestRingBufCloseLedgerDiscarded(t *testing.T) {
 	}
 	forms := map[string]func(t *testing.T, c *collector) opened{
 		"Reader/none": func(t *testing.T, c *collector) opened {
-			r := newReader(t, f.events, perfbuf.Options{})
+			r := newReader(t, f.events, perfbuf.ReaderOptions{})
 			return opened{func() {}, r.Stats, func() { r.Close() }}
 		},
 		"Reader/some": func(t *testing.T, c *collector) opened {
-			r := newReader(t, f.events, perfbuf.Options{})
+			r := newReader(t, f.events, perfbuf.ReaderOptions{})
 			return opened{func() {
 				n := 0
 				_, err := r.Consume(func(rec *perfbuf.Record) error {
@@ -700,7 +700,7 @@ func TestRingBufCloseLedgerDiscarded(t *testing.T) {
 			}, r.Stats, func() { r.Close() }}
 		},
 		"callback/none": func(t *testing.T, c *collector) opened {
-			pb, err := perfbuf.New(f.events, perfbuf.Options{SampleFunc: c.sample})
+			pb, err := perfbuf.New(f.events, c.sample, nil, perfbuf.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -708,7 +708,7 @@ func TestRingBufCloseLedgerDiscarded(t *testing.T) {
 			return opened{func() {}, pb.Stats, func() { pb.Close() }}
 		},
 		"callback/all": func(t *testing.T, c *collector) opened {
-			pb, err := perfbuf.New(f.events, perfbuf.Options{SampleFunc: c.sample})
+			pb, err := perfbuf.New(f.events, c.sample, nil, perfbuf.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -723,7 +723,7 @@ func TestRingBufCloseLedgerDiscarded(t *testing.T) {
 	for name, open := range forms {
 		t.Run(name, func(t *testing.T) {
 			// What an earlier run left in the ring is not this one's.
-			drain := newReader(t, f.events, perfbuf.Options{})
+			drain := newReader(t, f.events, perfbuf.ReaderOptions{})
 			if _, err := drain.Consume(func(*perfbuf.Record) error { return nil }); err != nil {
 				t.Fatal(err)
 			}

@@ -254,8 +254,9 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return &cDrain{fillOne: base, r: r, both: cfg.Mode == ModeC2CPU}, nil
 	case ModeCallback:
 		d := &callbackDrain{fillOne: base}
-		pb, err := perfbuf.New(e.Events, perfbuf.Options{RingBytes: RingBytes(cfg.Pages),
-			SampleFunc: func(_ int, data []byte) { d.total += cref.ReadAll(data) }})
+		pb, err := perfbuf.New(e.Events, func(_ int, data []byte) { d.total += cref.ReadAll(data) }, nil, perfbuf.Options{
+			RingBytes: RingBytes(cfg.Pages),
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +265,7 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 	case ModeRawZeroCopy, ModeRawCopy:
 		return openRaw(base, cfg)
 	case ModeReader, ModeReaderEach, ModeReaderBatch:
-		r, err := perfbuf.NewReader(e.Events, perfbuf.Options{RingBytes: RingBytes(cfg.Pages)})
+		r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: RingBytes(cfg.Pages)}})
 		if err != nil {
 			return nil, err
 		}
@@ -350,7 +351,7 @@ type rawDrain struct {
 }
 
 func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
-	pb, err := perfbuf.New(base.e.Events, perfbuf.Options{RingBytes: RingBytes(cfg.Pages), Raw: true})
+	pb, err := perfbuf.NewRaw(base.e.Events, perfbuf.Options{RingBytes: RingBytes(cfg.Pages)})
 	if err != nil {
 		return nil, err
 	}

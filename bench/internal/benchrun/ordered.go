@@ -48,9 +48,11 @@ type orderedDrain struct {
 }
 
 func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
-	r, err := perfbuf.NewReader(e.Events, perfbuf.Options{
-		RingBytes:    RingBytes(cfg.Pages),
-		WakeupEvents: orderedWakeup,
+	r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{
+		Options: perfbuf.Options{
+			RingBytes:    RingBytes(cfg.Pages),
+			WakeupEvents: orderedWakeup,
+		},
 		Order: &perfbuf.Order{
 			KeyOffset: 8,
 			MaxDelay:  time.Millisecond,

@@ -87,15 +87,14 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return &rbCDrain{fillOne: base, r: r}, nil
 	case ModeCallback:
 		d := &callbackDrain{fillOne: base}
-		pb, err := perfbuf.New(e.Events, perfbuf.Options{
-			SampleFunc: func(_ int, data []byte) { d.total += cref.ReadAll(data) }})
+		pb, err := perfbuf.New(e.Events, func(_ int, data []byte) { d.total += cref.ReadAll(data) }, nil, perfbuf.Options{})
 		if err != nil {
 			return nil, err
 		}
 		d.pb = pb
 		return d, nil
 	case ModeRawZeroCopy:
-		pb, err := perfbuf.New(e.Events, perfbuf.Options{Raw: true})
+		pb, err := perfbuf.NewRaw(e.Events, perfbuf.Options{})
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +109,7 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		}
 		return d, nil
 	case ModeReader, ModeReaderEach, ModeReaderConsume, ModeReaderBatch:
-		r, err := perfbuf.NewReader(e.Events, perfbuf.Options{})
+		r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{})
 		if err != nil {
 			return nil, err
 		}

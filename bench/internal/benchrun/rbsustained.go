@@ -135,17 +135,17 @@ func openRBConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (rbConsumer, error) 
 		return &rbCConsumer{r: r}, nil
 	case ModeCallback:
 		c := &rbCallbackConsumer{}
-		pb, err := perfbuf.New(e.Events, perfbuf.Options{SampleFunc: func(_ int, data []byte) {
+		pb, err := perfbuf.New(e.Events, func(_ int, data []byte) {
 			c.total += cref.ReadAll(data)
 			c.n++
-		}})
+		}, nil, perfbuf.Options{})
 		if err != nil {
 			return nil, err
 		}
 		c.pb = pb
 		return c, nil
 	case ModeReader, ModeReaderEach, ModeReaderBatch:
-		r, err := perfbuf.NewReader(e.Events, perfbuf.Options{})
+		r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{})
 		if err != nil {
 			return nil, err
 		}

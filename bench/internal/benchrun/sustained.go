@@ -335,14 +335,12 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 	switch cfg.Mode {
 	case ModeCallback:
 		c := &callbackConsumer{}
-		pb, err := perfbuf.New(e.Events, perfbuf.Options{
+		pb, err := perfbuf.New(e.Events, func(_ int, data []byte) {
+			c.total += cref.ReadAll(data)
+			c.received++
+		}, func(_ int, n uint64) { c.lost += n }, perfbuf.Options{
 			RingBytes:    RingBytes(cfg.Pages),
 			WakeupEvents: cfg.WakeupEvents,
-			SampleFunc: func(_ int, data []byte) {
-				c.total += cref.ReadAll(data)
-				c.received++
-			},
-			LostFunc: func(_ int, n uint64) { c.lost += n },
 		})
 		if err != nil {
 			return nil, err
