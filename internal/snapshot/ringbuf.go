@@ -211,16 +211,17 @@ func BPF(r BPFRing, buf []byte, recs []Record, o BPFOptions) (Snapshot, error) {
 	for cut < len(list) && after(over2, list[cut].Pos) {
 		cut++
 	}
-	if after(over2, start) {
-		if after(walkEnd, over2) && (cut == len(list) || list[cut].Pos != over2) {
-			cut = len(list) // the walk left the records' chain: it read an overwritten header
-		}
-		if s.Corrupt && after(over2, walkEnd) {
-			s.Corrupt = false // the bad header was a new record's bytes
-		}
-		if !after(walkEnd, over2) {
-			cut = len(list)
-		}
+	switch {
+	case !after(over2, start):
+		// Nothing walked was overwritten.
+	case after(over2, walkEnd):
+		cut, s.Corrupt = len(list), false // a bad header there was a new record's bytes
+	case over2 == walkEnd:
+		cut = len(list)
+	case cut == len(list) || list[cut].Pos != over2:
+		// The walk left the records' chain: it read an overwritten header, and what
+		// it found from there on (a bad header included) is a new record's bytes.
+		cut, s.Corrupt = len(list), false
 	}
 	out := list[:0]
 	for i, rec := range list {
