@@ -84,11 +84,20 @@ func (f *fakePerf) sample(p []byte) {
 	f.record(PerfRecordSample, body)
 }
 
-// lost writes a PERF_RECORD_LOST of n samples.
+// lost writes a PERF_RECORD_LOST of n samples, alone. (The kernel writes one only with
+// the next output: lostThen.)
 func (f *fakePerf) lost(n uint64) {
 	body := make([]byte, 16)
 	binary.NativeEndian.PutUint64(body[8:], n)
 	f.record(PerfRecordLost, body)
+}
+
+// lostThen writes a PERF_RECORD_LOST of n samples and a sample p, as the kernel writes
+// them after refused outputs: one reservation, the lost record at its start, below the
+// sample (__perf_output_begin with backward).
+func (f *fakePerf) lostThen(n uint64, p []byte) {
+	f.sample(p)
+	f.lost(n)
 }
 
 // perfSampleSize is the ring bytes a sample of n bytes takes.

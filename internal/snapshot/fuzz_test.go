@@ -52,7 +52,8 @@ func FuzzPerf(f *testing.F) {
 			if r.Pos-head >= 256 {
 				t.Fatalf("record %d at %d, outside the window from head %d", i, r.Pos, head)
 			}
-			if i > 0 && !after(s.Records[i-1].Pos, r.Pos) {
+			lostPair := i > 0 && s.Records[i-1].Type == PerfRecordLost && r.Pos == s.Records[i-1].Pos+24
+			if i > 0 && !after(s.Records[i-1].Pos, r.Pos) && !lostPair {
 				t.Fatalf("record %d at %d after one at %d: not oldest first", i, r.Pos, s.Records[i-1].Pos)
 			}
 			if r.Type != PerfRecordSample && r.Type != PerfRecordLost {

@@ -37,7 +37,8 @@ type PerfOptions struct {
 const perfHeaderSize = 8
 
 // Perf copies the whole records of a backward perf ring into buf and returns them, oldest
-// first, appended to recs[:0] (which it reuses). The newest records are kept when buf
+// first (a lost record before the output it was written with, as the kernel writes
+// them), appended to recs[:0] (which it reuses). The newest records are kept when buf
 // cannot hold them all (the older ones are counted in NoRoom); when the newest alone does
 // not fit, the error is a *ShortBufferError. Samples and lost records are returned;
 // records of other types are counted in Other.
@@ -166,6 +167,16 @@ func Perf(r PerfRing, buf []byte, recs []Record, o PerfOptions) (Snapshot, error
 	// Oldest first.
 	for i, j := 0, len(s.Records)-1; i < j; i, j = i+1, j-1 {
 		s.Records[i], s.Records[j] = s.Records[j], s.Records[i]
+	}
+	// The kernel writes a lost record with the output that follows the refused ones, in
+	// one reservation, the lost record first: in a backward ring, below the output
+	// (__perf_output_begin). Each such pair is put back in the order it was written.
+	for i := 1; i < len(s.Records); i++ {
+		r := &s.Records[i]
+		if r.Type == PerfRecordLost && s.Records[i-1].Pos == r.Pos+uint64(r.size) {
+			s.Records[i-1], s.Records[i] = s.Records[i], s.Records[i-1]
+			i++
+		}
 	}
 	return s, nil
 }

@@ -67,8 +67,7 @@ func TestPerfRecords(t *testing.T) {
 	if s.End != f.head || s.Records[0].Pos != f.head {
 		t.Errorf("end %d, record at %d; want data_head %d", s.End, s.Records[0].Pos, f.head)
 	}
-	f.lost(7)
-	f.sample(payload(1, 9))
+	f.lostThen(7, payload(1, 9))
 	f.sample(payload(2, 64))
 	s, err = Perf(f.ring(), make([]byte, 512), nil, PerfOptions{})
 	if err != nil {
