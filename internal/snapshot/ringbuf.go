@@ -36,15 +36,21 @@ const (
 
 // The record header's bits (include/uapi/linux/bpf.h) and its size.
 const (
-	busyBit      = 1 << 31 // BPF_RINGBUF_BUSY_BIT
-	discardBit   = 1 << 30 // BPF_RINGBUF_DISCARD_BIT
-	lenMask      = discardBit - 1
-	bpfHdrSize   = 8 // BPF_RINGBUF_HDR_SZ: u32 len, u32 pg_off
-	kindRecord   = 0
-	kindBusy     = 1
-	kindDiscard  = 2
-	maxPosReload = 8
+	busyBit    = 1 << 31 // BPF_RINGBUF_BUSY_BIT
+	discardBit = 1 << 30 // BPF_RINGBUF_DISCARD_BIT
+	lenMask    = discardBit - 1
+	bpfHdrSize = 8 // BPF_RINGBUF_HDR_SZ: u32 len, u32 pg_off
 )
+
+// What the walk found at a position (Record.kind).
+const (
+	kindRecord  = iota // committed
+	kindBusy           // reserved, not committed
+	kindDiscard        // discarded
+)
+
+// maxPosReload is how many times BPF loads producer_pos again when overwrite_pos is past it.
+const maxPosReload = 8
 
 // BPFRing is a BPF ring buffer's memory.
 type BPFRing struct {
@@ -154,14 +160,14 @@ func BPF(r BPFRing, buf []byte, recs []Record, o BPFOptions) (Snapshot, error) {
 			s.Corrupt = true
 			break
 		}
-		kind := uint8(kindRecord)
+		var kind uint8 = kindRecord
 		switch {
 		case hdr&busyBit != 0:
 			kind = kindBusy
 		case hdr&discardBit != 0:
 			kind = kindDiscard
 		}
-		s.Records = append(s.Records, Record{Pos: pos, size: uint32(n), Type: uint32(kind)})
+		s.Records = append(s.Records, Record{Pos: pos, size: uint32(n), kind: kind})
 		pos += rsize
 	}
 	walkEnd := pos
@@ -170,7 +176,7 @@ func BPF(r BPFRing, buf []byte, recs []Record, o BPFOptions) (Snapshot, error) {
 	// The newest records that fit.
 	first, used := len(list), 0
 	for i := len(list) - 1; i >= 0; i-- {
-		if list[i].Type != kindRecord {
+		if list[i].kind != kindRecord {
 			continue
 		}
 		n := int(list[i].size)
@@ -187,7 +193,7 @@ func BPF(r BPFRing, buf []byte, recs []Record, o BPFOptions) (Snapshot, error) {
 	off := 0
 	for i := first; i < len(list); i++ {
 		rec := &list[i]
-		if rec.Type != kindRecord {
+		if rec.kind != kindRecord {
 			continue
 		}
 		dst := buf[off : off+int(rec.size) : off+int(rec.size)]
@@ -227,17 +233,16 @@ func BPF(r BPFRing, buf []byte, recs []Record, o BPFOptions) (Snapshot, error) {
 	for i, rec := range list {
 		switch {
 		case i < cut:
-			if rec.Type == kindRecord {
+			if rec.kind == kindRecord {
 				s.Overwritten++
 			}
-		case rec.Type == kindBusy:
+		case rec.kind == kindBusy:
 			s.Busy++
-		case rec.Type == kindDiscard:
+		case rec.kind == kindDiscard:
 			s.Discarded++
 		case i < first:
 			s.NoRoom++
 		default:
-			rec.Type = 0
 			out = append(out, rec)
 		}
 	}

@@ -48,7 +48,8 @@ type Record struct {
 	// Lost is a PERF_RECORD_LOST's count of samples the kernel refused.
 	Lost uint64
 
-	size uint32 // the payload's bytes in the ring, until the copy
+	size uint32 // the payload's bytes in the ring (perf: the whole record's)
+	kind uint8  // a ring buffer walk's: kindRecord, kindBusy, kindDiscard
 }
 
 // The perf record types a snapshot returns (include/uapi/linux/perf_event.h).
