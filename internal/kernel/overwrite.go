@@ -87,8 +87,8 @@ const MapFlagRBOverwrite = 1 << 19
 // map_flags); the kernel reads the rest of its union as zero.
 type mapCreateAttr struct {
 	mapType    uint32
-	keySize    uint32
-	valueSize  uint32
+	_          uint32 // key_size: 0 for a ring buffer
+	_          uint32 // value_size: 0 for a ring buffer
 	maxEntries uint32
 	mapFlags   uint32
 }

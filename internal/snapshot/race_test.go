@@ -115,9 +115,11 @@ func TestPerfRace(t *testing.T) {
 	var recs []Record
 	returned := 0
 	for range 2000 {
-		paused.Store(true) // PERF_EVENT_IOC_PAUSE_OUTPUT
-		inWrite.Lock()     // WaitWriters
-		inWrite.Unlock()   //nolint:staticcheck // an empty critical section: the wait is the point
+		// PERF_EVENT_IOC_PAUSE_OUTPUT, then WaitWriters: once the lock is ours, no
+		// write is in flight, and every later one sees the pause.
+		inWrite.Lock()
+		paused.Store(true)
+		inWrite.Unlock()
 		s, err := Perf(f.ring(), buf, recs, PerfOptions{})
 		paused.Store(false)
 		if err != nil {
