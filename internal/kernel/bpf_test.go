@@ -30,6 +30,8 @@ func TestAttrLayout(t *testing.T) {
 		{"info info", unsafe.Offsetof(objInfoAttr{}.info), 8},
 		{"get_id size", unsafe.Sizeof(getIDAttr{}), 12},
 		{"get_id open_flags", unsafe.Offsetof(getIDAttr{}.openFlags), 8},
+		{"map_create size", unsafe.Sizeof(mapCreateAttr{}), 20},
+		{"map_create map_flags", unsafe.Offsetof(mapCreateAttr{}.mapFlags), 16},
 		{"bpf_map_info head size", unsafe.Sizeof(mapInfo{}), 40},
 		{"bpf_map_info id", unsafe.Offsetof(mapInfo{}.id), 4},
 		{"bpf_map_info max_entries", unsafe.Offsetof(mapInfo{}.maxEntries), 16},

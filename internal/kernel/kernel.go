@@ -6,6 +6,8 @@
 // ID) and its own opener of perf rings (OpenPerfRings), for builds without
 // cgo and hosts where libbpf's perf_buffer refuses to open them.
 //
-// Nothing here reads a ring: it opens, maps, publishes and closes. The
-// rings' reader is perfbuf's (perfring.go).
+// Nothing here reads a ring: it opens, maps, publishes, pauses and closes.
+// The rings' reader is perfbuf's (perfring.go); overwritable rings (backward
+// perf rings, ring buffers in overwrite mode: overwrite.go) are parsed by
+// internal/snapshot.
 package kernel

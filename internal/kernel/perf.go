@@ -100,7 +100,12 @@ func OpenedPerfRings() uint64 { return opened.Load() }
 // descriptor that is not a perf event array, E2BIG for a key past its
 // max_entries, ENODEV for an offline CPU, EACCES or EPERM without
 // CAP_PERFMON or CAP_BPF) or os.ErrInvalid for a bad c or no CPU.
-func OpenPerfRings(mapFD int, c PerfConfig, cpus []int32) (_ *PerfRings, err error) {
+func OpenPerfRings(mapFD int, c PerfConfig, cpus []int32) (*PerfRings, error) {
+	return openRings(mapFD, c, cpus, BPFOutputAttr(c), unix.PROT_READ|unix.PROT_WRITE)
+}
+
+// openRings opens OpenPerfRings' rings with attr, mapped with prot.
+func openRings(mapFD int, c PerfConfig, cpus []int32, attr unix.PerfEventAttr, prot int) (_ *PerfRings, err error) {
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
@@ -120,9 +125,8 @@ func OpenPerfRings(mapFD int, c PerfConfig, cpus []int32) (_ *PerfRings, err err
 			p.Close()
 		}
 	}()
-	attr := BPFOutputAttr(c)
 	for _, cpu := range cpus {
-		if err := p.open(mapFD, &attr, cpu, c.Pages, c.PageSize); err != nil {
+		if err := p.open(mapFD, &attr, prot, cpu, c.Pages, c.PageSize); err != nil {
 			return nil, fmt.Errorf("open perf ring on cpu %d: %w", cpu, err)
 		}
 	}
@@ -130,14 +134,15 @@ func OpenPerfRings(mapFD int, c PerfConfig, cpus []int32) (_ *PerfRings, err err
 }
 
 // open opens cpu's ring and appends it, or closes what it opened.
-func (p *PerfRings) open(mapFD int, attr *unix.PerfEventAttr, cpu int32, pages, pageSize int) error {
+func (p *PerfRings) open(mapFD int, attr *unix.PerfEventAttr, prot int, cpu int32, pages, pageSize int) error {
 	fd, err := unix.PerfEventOpen(attr, -1, int(cpu), -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("perf_event_open: %w", err)
 	}
-	// The header page, then the data pages, writable: the reader stores
-	// data_tail there.
-	mem, err := unix.Mmap(fd, 0, (1+pages)*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	// The header page, then the data pages: writable for a reader that stores
+	// data_tail there; read-only for an overwritable ring (the kernel decides
+	// which by the mapping, perf_mmap's RING_BUFFER_WRITABLE).
+	mem, err := unix.Mmap(fd, 0, (1+pages)*pageSize, prot, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("mmap: %w", err)
