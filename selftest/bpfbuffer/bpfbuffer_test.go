@@ -82,10 +82,10 @@ type fixture struct {
 
 // setup opens the object, prepares its buffer as want with opts, and loads
 // it.
-func setup(t *testing.T, want bpfbuffer.Kind, opts *perfbuf.Options) *fixture {
+func setup(t *testing.T, want bpfbuffer.Kind, opts *perfbuf.Options, more ...bpfbuffer.Option) *fixture {
 	t.Helper()
 	m := open(t)
-	kind, err := bpfbuffer.Prepare(m, "events", want, opts)
+	kind, err := bpfbuffer.Prepare(m, "events", want, opts, more...)
 	if err != nil {
 		t.Fatal(err)
 	}
