@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"golang.org/x/sys/unix"
 )
 
 // perCPU is a fixture loaded as an array of ring buffers, n CPUs a ring,
@@ -568,4 +570,77 @@ func TestRingPerCPUPrepare(t *testing.T) {
 	if _, _, err := bpfbuffer.Maps(nil, "events", perfbuf.Options{}); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("Maps(nil): %v, want os.ErrInvalid", err)
 	}
+}
+
+// A Reader over the rings that Maps hands over opens without
+// CAP_SYS_ADMIN; over the array itself it needs it to open the slots'
+// rings by ID (EPERM). The capability is dropped from the effective set of
+// one locked thread, which NewReader's calls run on and which goes when
+// its goroutine ends.
+func TestRingPerCPUWithoutSysAdmin(t *testing.T) {
+	p := setupPerCPU(t, 1)
+	f := p.fixture
+	type result struct {
+		r        *perfbuf.Reader
+		err      error
+		arrayErr error
+	}
+	done := make(chan result)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := dropEffective(unix.CAP_SYS_ADMIN); err != nil {
+			done <- result{err: err}
+			return
+		}
+		var res result
+		opts := p.opts
+		opts.Maps = nil
+		if r, err := perfbuf.NewReader(f.events, opts); err == nil {
+			r.Close()
+		} else {
+			res.arrayErr = err
+		}
+		res.r, res.err = perfbuf.NewReader(p.m, p.opts)
+		done <- res
+	}()
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("NewReader over the rings without CAP_SYS_ADMIN: %v", res.err)
+	}
+	defer res.r.Close()
+	if !errors.Is(res.arrayErr, os.ErrPermission) {
+		t.Errorf("NewReader over the array without CAP_SYS_ADMIN: %v, want EPERM (was the capability dropped?)", res.arrayErr)
+	} else {
+		t.Logf("over the array: %v", res.arrayErr)
+	}
+	c := newRingCollector(t, p)
+	for _, cpu := range f.cpus {
+		f.produce(t, cpu, 10, 48, viaOutput, 1)
+	}
+	if _, err := res.r.Consume(func(rec *perfbuf.Record) error {
+		c.sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cpu := range f.cpus {
+		if c.got[cpu] != 10 {
+			t.Errorf("cpu %d: delivered %d, want 10", cpu, c.got[cpu])
+		}
+	}
+}
+
+// dropEffective clears capability cp from the calling thread's effective
+// set (capset(2) acts on one thread).
+func dropEffective(cp int) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[cp/32].Effective &^= 1 << (cp % 32)
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
 }
