@@ -140,7 +140,7 @@ func memlockHint(err error, rings, size int) error {
 	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) != nil {
 		return err
 	}
-	return fmt.Errorf("%w (kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK, %s here, and %d rings of %d bytes need %d bytes more: raise it with ulimit -l or setrlimit, which needs CAP_SYS_RESOURCE above the hard limit; on later kernels EPERM is a missing CAP_BPF)",
+	return fmt.Errorf("%w (kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK, %s here, and %d rings of %d bytes take %d bytes of it: raise it with ulimit -l or setrlimit, which needs CAP_SYS_RESOURCE above the hard limit; on later kernels EPERM is a missing CAP_BPF)",
 		err, limitString(lim.Cur), rings, size, rings*size)
 }
 

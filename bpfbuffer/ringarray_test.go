@@ -59,7 +59,7 @@ func TestMemlockHint(t *testing.T) {
 	if !errors.Is(err, syscall.EPERM) || !errors.Is(err, os.ErrPermission) {
 		t.Errorf("%v: not an EPERM", err)
 	}
-	for _, want := range []string{"RLIMIT_MEMLOCK", "before 5.11", "256 rings of 1048576 bytes need 268435456 bytes", "CAP_BPF"} {
+	for _, want := range []string{"RLIMIT_MEMLOCK", "before 5.11", "256 rings of 1048576 bytes take 268435456 bytes of it", "CAP_BPF"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%v: does not say %q", err, want)
 		}
