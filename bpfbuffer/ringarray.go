@@ -53,6 +53,12 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 			closeRings(rings)
 		}
 	}()
+	// Kernels before 5.11 charge each ring to RLIMIT_MEMLOCK. Prepare's
+	// probe (libbpf_probe_bpf_map_type) went through libbpf's
+	// bpf_map_create, which raises the limit to unlimited where the
+	// kernel needs it and the process may; an EPERM here says what is
+	// left (memlockHint).
+	//
 	// The template's flags (BPF_F_NUMA_NODE is the only one a ring
 	// buffer takes; the kernel refuses the others with EINVAL).
 	flags := uint32(events.MapFlags())
