@@ -31,6 +31,7 @@ func TestAttrLayout(t *testing.T) {
 		{"get_id size", unsafe.Sizeof(getIDAttr{}), 12},
 		{"get_id open_flags", unsafe.Offsetof(getIDAttr{}.openFlags), 8},
 		{"map_create size", unsafe.Sizeof(mapCreateAttr{}), 44},
+		{"map_create map_flags", unsafe.Offsetof(mapCreateAttr{}.mapFlags), 16},
 		{"map_create inner_map_fd", unsafe.Offsetof(mapCreateAttr{}.innerMapFD), 20},
 		{"map_create map_name", unsafe.Offsetof(mapCreateAttr{}.mapName), 28},
 		{"bpf_map_info head size", unsafe.Sizeof(mapInfo{}), 40},

@@ -22,7 +22,7 @@ type mapCreateAttr struct {
 	maxEntries uint32
 	mapFlags   uint32
 	innerMapFD uint32
-	numaNode   uint32
+	_          uint32 // numa_node
 	mapName    [unix.BPF_OBJ_NAME_LEN]byte
 }
 

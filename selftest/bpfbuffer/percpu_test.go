@@ -129,13 +129,6 @@ func (c *ringCollector) sample(ring, recCPU int, data []byte) {
 	c.ring[ring]++
 }
 
-func (c *ringCollector) total() (n uint64) {
-	for _, v := range c.got {
-		n += v
-	}
-	return n
-}
-
 // A ring per CPU, and per 2 CPUs (one ring for two: on a 2-CPU host, one
 // ring in all), read by a Reader over the rings Maps handed over. On each
 // CPU: outputs and reserves that reach its ring, discards, reserves above
