@@ -72,7 +72,7 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	// The inner map template: the kernel checks every slot's map against
 	// it (type, flags) and the verifier types a lookup's result by it.
 	outer, err := kernel.CreateArrayOfMaps(name, keys[len(keys)-1]+1, rings[0].fd)
-	if errors.Is(err, syscall.EINVAL) {
+	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errNotSupp) {
 		return nil, fmt.Errorf("the kernel takes no ring buffer in an array of maps (5.10 and later do): %w: %w", errors.ErrUnsupported, err)
 	}
 	if err != nil {
@@ -97,6 +97,11 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	}
 	return rings, nil
 }
+
+// errNotSupp is the kernel's ENOTSUPP (524, include/linux/errno.h), which
+// x/sys/unix does not name: what bpf_map_meta_alloc answers for an inner
+// map type without map_meta_equal.
+const errNotSupp = syscall.Errno(524)
 
 // ringKeys returns the slots of the rings for the possible CPUs, n CPUs a
 // ring (CPU c writes slot c/n), in order.
