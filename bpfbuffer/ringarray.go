@@ -73,7 +73,7 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	// it (type, flags) and the verifier types a lookup's result by it.
 	outer, err := kernel.CreateArrayOfMaps(name, keys[len(keys)-1]+1, rings[0].fd)
 	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errNotSupp) {
-		return nil, fmt.Errorf("the kernel takes no ring buffer in an array of maps (5.10 and later do): %w: %w", errors.ErrUnsupported, err)
+		return nil, fmt.Errorf("the kernel takes no ring buffer in an array of maps: %w: %w", errors.ErrUnsupported, err)
 	}
 	if err != nil {
 		return nil, memlockHint(err, len(keys), p.size)
