@@ -30,24 +30,28 @@ const floodFor = time.Second
 // BenchmarkFlood reports, per round: records delivered a second
 // (records/s), the share of attempts refused as full (loss%), and the
 // attempts a second (attempts/s). Each ring per CPU has 256 KiB; the
-// shared ring has as much as all of them.
+// shared ring has as much as all of them. "all" floods from every online
+// CPU; "one" from the last online CPU only, which leaves the reader the
+// others (and a shared ring no contention).
 func BenchmarkFlood(b *testing.B) {
-	for _, layout := range []struct {
-		name string
-		kind bpfbuffer.Kind
-	}{
-		{"shared", bpfbuffer.RingBuf},
-		{"percpu", bpfbuffer.RingBufPerCPU},
-	} {
-		b.Run(layout.name, func(b *testing.B) {
-			for range b.N {
-				flood(b, layout.kind)
-			}
-		})
+	for _, producers := range []string{"all", "one"} {
+		for _, layout := range []struct {
+			name string
+			kind bpfbuffer.Kind
+		}{
+			{"shared", bpfbuffer.RingBuf},
+			{"percpu", bpfbuffer.RingBufPerCPU},
+		} {
+			b.Run(producers+"/"+layout.name, func(b *testing.B) {
+				for range b.N {
+					flood(b, layout.kind, producers == "all")
+				}
+			})
+		}
 	}
 }
 
-func flood(b *testing.B, kind bpfbuffer.Kind) {
+func flood(b *testing.B, kind bpfbuffer.Kind, all bool) {
 	const perRing = 256 << 10
 	b.StopTimer()
 	online, err := cpus.Online()
@@ -78,12 +82,16 @@ func flood(b *testing.B, kind bpfbuffer.Kind) {
 			return nil
 		})
 	}()
+	producers := online
+	if !all {
+		producers = online[len(online)-1:]
+	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	errs := make(chan error, len(online))
 	b.StartTimer()
 	start := time.Now()
-	for _, cpu := range online {
+	for _, cpu := range producers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
