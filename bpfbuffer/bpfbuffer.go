@@ -243,7 +243,13 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 	}
 	p := preparation{kind: kind}
 	if kind == RingBuf || kind == RingBufPerCPU {
-		if p.size, p.wakeup, err = ringBufSettings(events, opts); err != nil {
+		// The ring's size now: the map's, as declared or prepared; once
+		// the map is the array Prepare made, its rings'.
+		now := int(events.MaxEntries())
+		if ok && was.p.kind == RingBufPerCPU {
+			now = was.p.size
+		}
+		if p.size, p.wakeup, err = ringBufSettings(now, opts); err != nil {
 			return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
 		}
 	}
@@ -369,9 +375,9 @@ func hasRingBuf() (bool, error) {
 }
 
 // ringBufSettings returns the size and watermark of a ring buffer made
-// with opts: RingBytes rounded up, or the map's size for zero.
-func ringBufSettings(events *libbpfgo.BPFMap, opts *perfbuf.Options) (size, wakeup int, err error) {
-	size = int(events.MaxEntries())
+// with opts: RingBytes rounded up, or for zero size, the size of the
+// map's ring now.
+func ringBufSettings(size int, opts *perfbuf.Options) (_, wakeup int, err error) {
 	if opts.RingBytes > maxRingBytes {
 		return 0, 0, fmt.Errorf("ring bytes %d above %d: %w", opts.RingBytes, maxRingBytes, os.ErrInvalid)
 	} else if opts.RingBytes != 0 {

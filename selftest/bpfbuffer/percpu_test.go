@@ -511,6 +511,10 @@ func TestRingPerCPUPrepare(t *testing.T) {
 			t.Fatalf("Prepare #%d = %v, %v, Options %+v", i+1, kind, err, o)
 		}
 	}
+	// The same again: RingBytes 0 keeps the rings' size.
+	if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.RingBufPerCPU, nil, bpfbuffer.CPUsPerRing(2)); kind != bpfbuffer.RingBufPerCPU || err != nil {
+		t.Errorf("Prepare the same way with RingBytes 0 = %v, %v", kind, err)
+	}
 	possible, err := cpus.Possible()
 	if err != nil {
 		t.Fatal(err)
