@@ -29,9 +29,10 @@
  *   - perfbuf_ringbuf_output, perfbuf_ringbuf_reserve: the same for a ring
  *     buffer of your own (an inner map of a map-in-map too);
  *   - PERFBUF_BUFFER and perfbuf_buffer_output, _reserve, _submit,
- *     _discard: one buffer that perfbuf's Go side makes a ring buffer or a
- *     perf event array before the object loads (package bpfbuffer), with
- *     its failure map declared alongside.
+ *     _discard: one buffer that perfbuf's Go side makes a ring buffer, an
+ *     array of ring buffers (a ring per CPU or per N CPUs) or a perf event
+ *     array before the object loads (package bpfbuffer), with its failure
+ *     map declared alongside.
  *
  * docs/failures.md and docs/bpfbuffer.md say more. */
 #ifndef PERFBUF_BPF_H
@@ -208,35 +209,46 @@ static __always_inline void *perfbuf_ringbuf_reserve(void *rb, void *failures, _
 	return p;
 }
 
-/* One buffer, its kind chosen at load.
+/* One buffer, its layout chosen at load.
  *
  * PERFBUF_BUFFER(name, ring_bytes, sample_max) declares:
  *
  *   name           the buffer: a BPF_MAP_TYPE_RINGBUF of ring_bytes (a
  *                  power of two, a multiple of the page size), which the Go
- *                  side may turn into a BPF_MAP_TYPE_PERF_EVENT_ARRAY;
+ *                  side may turn into a BPF_MAP_TYPE_PERF_EVENT_ARRAY, or
+ *                  into a BPF_MAP_TYPE_ARRAY_OF_MAPS of ring buffers, a
+ *                  ring per CPU or per cpus_per_ring CPUs;
  *   name_failures  its PERFBUF_FAILURE_MAP, for Options.FailureMap;
  *   name_scratch   a per-CPU array of one sample_max-byte value, where
  *                  perfbuf_buffer_reserve builds a record on the perf path
- *                  (not created on the ring buffer path);
+ *                  (not created on the ring buffer paths);
  *   name_config    its struct perfbuf_buffer_config, in read-only data.
  *
  * Without the Go side the object loads as compiled: a ring buffer, with
  * libbpf's wakeups. perfbuf's bpfbuffer.Prepare, called after the object
  * is opened and before it loads, probes the kernel and sets the map's
- * type and sizes and name_config to match. name_config is const volatile:
- * once the object is loaded it is frozen, the verifier reads it as a
- * constant, and the branch of the kind not chosen is dead code that it
- * never checks and removes (so a perf event array program loads on a
- * kernel without ring buffer helpers, and the perf path may use
- * name_scratch although the ring buffer path never creates it). A
+ * type and sizes and name_config to match (for the array of ring buffers
+ * it creates the array and its rings itself, and has libbpf use them).
+ * name_config is const volatile: once the object is loaded it is frozen,
+ * the verifier reads it as a constant, and the branches of the layouts
+ * not chosen are dead code that it never checks and removes (so a perf
+ * event array program loads on a kernel without ring buffer helpers, the
+ * perf path may use name_scratch although the ring buffer paths never
+ * create it, and the shared ring's helpers never see an array of maps). A
  * bpf_core_type_exists(struct bpf_ringbuf) test in the program would be a
  * second decision, which could disagree with the Go side's and cannot be
  * forced off for a test. */
+
+/* The layouts, in perfbuf_buffer_config.ringbuf. */
+#define PERFBUF_LAYOUT_PERF_ARRAY 0    /* a perf event array: a perf ring per CPU */
+#define PERFBUF_LAYOUT_RINGBUF 1       /* one ring buffer, every CPU's */
+#define PERFBUF_LAYOUT_RINGBUF_ARRAY 2 /* an array of ring buffers: slot cpu / cpus_per_ring */
+
 struct perfbuf_buffer_config {
-	__u64 ringbuf;      /* 1: name is a ring buffer; 0: a perf event array. Set by Prepare. */
-	__u64 wakeup_bytes; /* ring buffer: force a wakeup at this much unread data (0: never). Set by Prepare. */
-	__u64 max_sample;   /* the largest record perfbuf_buffer_reserve makes. Set here, kept by Prepare. */
+	__u64 ringbuf;       /* the layout, a PERFBUF_LAYOUT_*; nonzero: ring buffers. Set by Prepare. */
+	__u64 wakeup_bytes;  /* ring buffer: force a wakeup at this much unread data in the ring (0: never). Set by Prepare. */
+	__u64 max_sample;    /* the largest record perfbuf_buffer_reserve makes. Set here, kept by Prepare. */
+	__u64 cpus_per_ring; /* array of ring buffers: CPUs per ring; CPU c writes slot c / cpus_per_ring. Set by Prepare. */
 };
 
 #define PERFBUF_BUFFER(name, ring_bytes, sample_max)                          \
@@ -252,7 +264,21 @@ struct perfbuf_buffer_config {
 		__uint(value_size, sample_max);                               \
 	} name##_scratch SEC(".maps");                                        \
 	const volatile struct perfbuf_buffer_config name##_config = {         \
-		.ringbuf = 1, .wakeup_bytes = 0, .max_sample = (sample_max)}
+		.ringbuf = PERFBUF_LAYOUT_RINGBUF,                            \
+		.wakeup_bytes = 0,                                            \
+		.max_sample = (sample_max),                                   \
+		.cpus_per_ring = 1}
+
+/* This CPU's ring of the array of ring buffers buf, or NULL for an empty
+ * slot (Prepare fills every slot of a possible CPU; user space may empty
+ * one) or a slot past the array. A BPF program does not migrate while it
+ * runs, so a reserve and its submit look up the same slot. */
+static __always_inline void *__perfbuf_cpu_ring(void *buf, const volatile struct perfbuf_buffer_config *cfg)
+{
+	__u32 key = bpf_get_smp_processor_id() / (__u32)cfg->cpus_per_ring;
+
+	return bpf_map_lookup_elem(buf, &key);
+}
 
 /* The flags of a ring buffer record that makes `adding` more bytes
  * available: BPF_RB_FORCE_WAKEUP once the unread data reaches the
@@ -270,15 +296,42 @@ static __always_inline __u64 __perfbuf_rb_flags(void *rb, const volatile struct 
 	return 0;
 }
 
+/* The flags of a ring buffer record of buf (the PERFBUF_BUFFER's map)
+ * that makes `adding` more bytes available: __perfbuf_rb_flags on the one
+ * ring buffer, or on this CPU's ring of an array of them. With no
+ * watermark the verifier drops the lookup with the query. */
+static __always_inline __u64 __perfbuf_buffer_flags(void *buf, const volatile struct perfbuf_buffer_config *cfg,
+						    __u64 adding)
+{
+	void *rb;
+
+	if (!cfg->wakeup_bytes)
+		return 0;
+	if (cfg->ringbuf != PERFBUF_LAYOUT_RINGBUF_ARRAY)
+		return __perfbuf_rb_flags(buf, cfg, adding);
+	rb = __perfbuf_cpu_ring(buf, cfg);
+	return rb ? __perfbuf_rb_flags(rb, cfg, adding) : 0;
+}
+
 static __always_inline long __perfbuf_buffer_output(void *ctx, void *buf, void *failures,
 						    const volatile struct perfbuf_buffer_config *cfg,
 						    void *data, __u64 size)
 {
-	if (cfg->ringbuf) {
-		__u64 rec = (size + __PERFBUF_RB_HDR + 7) & ~7ULL;
+	__u64 rec = (size + __PERFBUF_RB_HDR + 7) & ~7ULL;
 
-		return perfbuf_ringbuf_output(buf, failures, data, size, __perfbuf_rb_flags(buf, cfg, rec));
+	if (cfg->ringbuf == PERFBUF_LAYOUT_RINGBUF_ARRAY) {
+		void *rb = __perfbuf_cpu_ring(buf, cfg);
+
+		/* An empty slot: noent, as a perf event array's (and the
+		 * query below needs a ring). */
+		if (!rb) {
+			__perfbuf_fail(failures, -ENOENT);
+			return -ENOENT;
+		}
+		return perfbuf_ringbuf_output(rb, failures, data, size, __perfbuf_rb_flags(rb, cfg, rec));
 	}
+	if (cfg->ringbuf)
+		return perfbuf_ringbuf_output(buf, failures, data, size, __perfbuf_rb_flags(buf, cfg, rec));
 	return perfbuf_output(ctx, buf, failures, BPF_F_CURRENT_CPU, data, size);
 }
 
@@ -293,6 +346,8 @@ static __always_inline void *__perfbuf_buffer_reserve(void *buf, void *scratch, 
 		__perfbuf_fail(failures, -EINVAL);
 		return (void *)0;
 	}
+	if (cfg->ringbuf == PERFBUF_LAYOUT_RINGBUF_ARRAY)
+		return perfbuf_ringbuf_reserve(__perfbuf_cpu_ring(buf, cfg), failures, size);
 	if (cfg->ringbuf)
 		return perfbuf_ringbuf_reserve(buf, failures, size);
 	p = bpf_map_lookup_elem(scratch, &zero);
@@ -306,7 +361,7 @@ static __always_inline long __perfbuf_buffer_submit(void *ctx, void *buf, void *
 						    void *data, __u64 size)
 {
 	if (cfg->ringbuf) {
-		bpf_ringbuf_submit(data, __perfbuf_rb_flags(buf, cfg, 0));
+		bpf_ringbuf_submit(data, __perfbuf_buffer_flags(buf, cfg, 0));
 		return 0;
 	}
 	return perfbuf_output(ctx, buf, failures, BPF_F_CURRENT_CPU, data, size);
@@ -316,21 +371,23 @@ static __always_inline void __perfbuf_buffer_discard(void *buf, const volatile s
 						     void *data)
 {
 	if (cfg->ringbuf)
-		bpf_ringbuf_discard(data, __perfbuf_rb_flags(buf, cfg, 0));
+		bpf_ringbuf_discard(data, __perfbuf_buffer_flags(buf, cfg, 0));
 }
 
 /* perfbuf_buffer_output(ctx, name, data, size) outputs size bytes at data
  * to the PERFBUF_BUFFER `name` (the name itself, not its address), counting
  * a failure in name_failures: bpf_ringbuf_output with the flags of the
- * buffer's wakeup watermark, or bpf_perf_event_output to the current CPU's
- * ring. It returns the helper's result. */
+ * buffer's wakeup watermark (to the current CPU's ring of an array of ring
+ * buffers; an empty slot is noent, -ENOENT), or bpf_perf_event_output to
+ * the current CPU's ring. It returns the helper's result. */
 #define perfbuf_buffer_output(ctx, name, data, size) \
 	__perfbuf_buffer_output(ctx, &name, &name##_failures, &name##_config, data, size)
 
 /* perfbuf_buffer_reserve(name, size) returns size bytes to fill, or NULL
  * (counted in name_failures: full, or einval for a size above the
- * buffer's max_sample). size must be a constant. On the ring buffer path
- * it is a record in the ring; on the perf path this CPU's scratch value,
+ * buffer's max_sample; noent for an empty slot of an array of ring
+ * buffers). size must be a constant. On the ring buffer paths it is a
+ * record in the ring (the current CPU's); on the perf path this CPU's scratch value,
  * which another program that runs on this CPU meanwhile (an irq, an NMI)
  * and reserves from the same buffer overwrites: the perf path copies at
  * submit. Follow it with perfbuf_buffer_submit or perfbuf_buffer_discard

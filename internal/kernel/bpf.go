@@ -68,7 +68,7 @@ func bpf[A attr](cmd uintptr, a *A) (int, error) {
 
 // UpdateSlot stores the descriptor value at key of the array map fd
 // (BPF_MAP_UPDATE_ELEM, BPF_ANY): for a perf event array, the perf event
-// the kernel's outputs at key go to. The error is the kernel's errno,
+// the kernel's outputs at key go to; for an array of maps, the inner map. The error is the kernel's errno,
 // wrapped.
 func UpdateSlot(fd int, key uint32, value int) error {
 	v := uint32(value)

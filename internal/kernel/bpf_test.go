@@ -30,8 +30,10 @@ func TestAttrLayout(t *testing.T) {
 		{"info info", unsafe.Offsetof(objInfoAttr{}.info), 8},
 		{"get_id size", unsafe.Sizeof(getIDAttr{}), 12},
 		{"get_id open_flags", unsafe.Offsetof(getIDAttr{}.openFlags), 8},
-		{"map_create size", unsafe.Sizeof(mapCreateAttr{}), 20},
+		{"map_create size", unsafe.Sizeof(mapCreateAttr{}), 44},
 		{"map_create map_flags", unsafe.Offsetof(mapCreateAttr{}.mapFlags), 16},
+		{"map_create inner_map_fd", unsafe.Offsetof(mapCreateAttr{}.innerMapFD), 20},
+		{"map_create map_name", unsafe.Offsetof(mapCreateAttr{}.mapName), 28},
 		{"bpf_map_info head size", unsafe.Sizeof(mapInfo{}), 40},
 		{"bpf_map_info id", unsafe.Offsetof(mapInfo{}.id), 4},
 		{"bpf_map_info max_entries", unsafe.Offsetof(mapInfo{}.maxEntries), 16},
@@ -219,6 +221,54 @@ func TestInnerMapID(t *testing.T) {
 	}
 	if _, err := MapFDByID(0); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("MapFDByID(0): %v, want ENOENT", err)
+	}
+}
+
+// CreateRingBuf and CreateArrayOfMaps make what they say, as the kernel
+// reports it; a ring buffer fills a slot of the array (UpdateSlot), whose
+// lookup gives its ID; a size that is no power of two pages is the
+// kernel's EINVAL. Needs CAP_BPF.
+func TestCreateRingBufArray(t *testing.T) {
+	page := uint32(os.Getpagesize())
+	rb, err := CreateRingBuf("pb_ring_with_a_long_name", 2*page, 0)
+	if err != nil {
+		if os.Getenv("CI") != "true" && errors.Is(err, syscall.EPERM) {
+			t.Skipf("needs CAP_BPF: %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer unix.Close(rb)
+	info, err := GetMapInfo(rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Type != unix.BPF_MAP_TYPE_RINGBUF || info.MaxEntries != 2*page || info.Name != "pb_ring_with_a_" {
+		t.Errorf("ring buffer: %+v, want a ringbuf of %d bytes named %q", info, 2*page, "pb_ring_with_a_")
+	}
+	outer, err := CreateArrayOfMaps("pb_rings", 3, rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(outer)
+	oi, err := GetMapInfo(outer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oi.Type != unix.BPF_MAP_TYPE_ARRAY_OF_MAPS || oi.MaxEntries != 3 || oi.KeySize != 4 || oi.ValueSize != 4 || oi.Name != "pb_rings" {
+		t.Errorf("array of maps: %+v", oi)
+	}
+	if _, err := InnerMapID(outer, 2); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("a new array's slot: %v, want ENOENT (empty)", err)
+	}
+	if err := UpdateSlot(outer, 2, rb); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := InnerMapID(outer, 2); err != nil || id != info.ID {
+		t.Errorf("slot 2 holds map %d, %v; want the ring's %d", id, err, info.ID)
+	}
+	if fd, err := CreateRingBuf("pb_bad", 3*page, 0); !errors.Is(err, syscall.EINVAL) {
+		unix.Close(fd)
+		t.Errorf("a ring of 3 pages: %v, want EINVAL", err)
 	}
 }
 

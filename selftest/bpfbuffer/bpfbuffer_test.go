@@ -53,7 +53,7 @@ const (
 var quiet sync.Once
 
 // open opens the object without loading it, closed at cleanup.
-func open(t *testing.T) *libbpfgo.Module {
+func open(t testing.TB) *libbpfgo.Module {
 	t.Helper()
 	bpftest.RequirePrivileges(t)
 	if _, err := os.Stat(obj); err != nil {
@@ -83,10 +83,10 @@ type fixture struct {
 
 // setup opens the object, prepares its buffer as want with opts, and loads
 // it.
-func setup(t *testing.T, want bpfbuffer.Kind, opts *perfbuf.Options) *fixture {
+func setup(t testing.TB, want bpfbuffer.Kind, opts *perfbuf.Options, more ...bpfbuffer.Option) *fixture {
 	t.Helper()
 	m := open(t)
-	kind, err := bpfbuffer.Prepare(m, "events", want, opts)
+	kind, err := bpfbuffer.Prepare(m, "events", want, opts, more...)
 	if err != nil {
 		t.Fatal(err)
 	}
