@@ -292,6 +292,7 @@ func (c *core) statsNow() []Stats {
 		cur := rings[i].Cur()
 		st[i] = Stats{Ring: i, CPU: cur.CPU(), Size: cur.Size(), Late: t.Late, Dropped: t.Dropped, Left: t.Left}
 		st[i].setCounts(&t.Counts)
+		st[i].Samples -= t.Dropped // parsed, but dropped rather than delivered
 	}
 	if c.life.Enter("") == nil {
 		for i := range st {

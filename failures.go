@@ -15,6 +15,7 @@ package perfbuf
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -334,14 +335,18 @@ func (r *rings) failureCounters() *failureMap {
 // mergeFailures puts each CPU's failures (counts[k] is CPU cpus[k]'s, in
 // increasing CPU order) on st, one entry per ring in buffer index order:
 // on the entry of the CPU's latest ring (the highest index with that CPU),
-// as a CPU that came back online writes to its new ring; and for a CPU with
-// no ring but failures, on an entry of its own, appended after the rings'
-// in CPU order, with Ring -1 and only CPU and Failed set. A ring buffer's
-// one ring is every CPU's (CPU -1), so each CPU's failures come in such
-// entries after it. It returns st, grown.
+// as a CPU that came back online writes to its new ring; the failures of
+// the CPUs without a ring of their own on the first ring shared by CPUs
+// (CPU -1), every CPU's ring buffer; and where there is none, each on an
+// entry of its own, appended after the rings' in CPU order, with Ring -1
+// and only CPU and Failed set. It returns st, grown.
 func mergeFailures(st []Stats, cpus []int, counts []Failures) []Stats {
 	if len(counts) == 0 {
 		return st
+	}
+	shared := slices.IndexFunc(st, func(s Stats) bool { return s.CPU < 0 })
+	if shared >= 0 {
+		st[shared].Failed = Failures{}
 	}
 	latest := make(map[int]int, len(st)) // CPU -> its latest ring's index
 	for i := range st {
@@ -350,6 +355,8 @@ func mergeFailures(st []Stats, cpus []int, counts []Failures) []Stats {
 	for k, c := range counts {
 		if i, ok := latest[cpus[k]]; ok {
 			st[i].Failed = c
+		} else if shared >= 0 {
+			st[shared].Failed.add(c)
 		} else if c != (Failures{}) {
 			st = append(st, Stats{Ring: -1, CPU: cpus[k], Failed: c})
 		}
