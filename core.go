@@ -48,9 +48,6 @@ type source interface {
 	// addNew opens the rings of CPUs that came online (a perf event
 	// array's; see newCPUs) and calls add with each.
 	addNew(add func(rb ring.Kind, fd int) error) error
-	// view returns a new reader of ring i, with positions of its own
-	// (RawBuffer).
-	view(i int) (ring.Ring, error)
 	// epollFD is an epoll set over every ring, for a caller's own loop.
 	epollFD() (int, error)
 	// unlink stops new output into the rings, as far as the kind can,

@@ -157,11 +157,20 @@ func TestMergeFailures(t *testing.T) {
 			[]Stats{withFailed(ring(0, 5), f(1)), withFailed(ring(4, 6), f(2)), {Ring: -1, CPU: 8, Failed: f(3)}},
 		},
 		{
-			// A ring buffer's one ring is every CPU's (CPU -1): each
-			// CPU's failures, a full ring's among them, come after it.
-			"ring buffer", []Stats{{Ring: 0, CPU: -1, Samples: 9, Discarded: 2}}, []int{0, 1, 2},
+			// A ring buffer's one ring is every CPU's (CPU -1): every
+			// CPU's failures, a full ring's among them, are its own, so
+			// that its entry adds up alone; read again, they are not
+			// counted twice.
+			"ring buffer", []Stats{{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Failed: Failures{Full: 99}}}, []int{0, 1, 2},
 			[]Failures{{Full: 4}, {}, {Full: 1, NoEntry: 2}},
-			[]Stats{{Ring: 0, CPU: -1, Samples: 9, Discarded: 2}, {Ring: -1, CPU: 0, Failed: Failures{Full: 4}}, {Ring: -1, CPU: 2, Failed: Failures{Full: 1, NoEntry: 2}}},
+			[]Stats{{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Failed: Failures{Full: 5, NoEntry: 2}}},
+		},
+		{
+			// Several ring buffers that share their CPUs: the first takes
+			// the failures; a ring that is one CPU's takes that CPU's.
+			"ring buffers", []Stats{{Ring: 0, CPU: -1}, {Ring: 1, CPU: -1}, {Ring: 2, CPU: 1}}, []int{0, 1, 2},
+			[]Failures{{Full: 4}, {Full: 7}, {NoEntry: 2}},
+			[]Stats{{Ring: 0, CPU: -1, Failed: Failures{Full: 4, NoEntry: 2}}, {Ring: 1, CPU: -1}, {Ring: 2, CPU: 1, Failed: Failures{Full: 7}}},
 		},
 	}
 	for _, c := range cases {

@@ -162,17 +162,6 @@ func (s *ringBufSource) opened() ([]ring.Kind, []int) {
 // A ring buffer is every CPU's: no CPU coming online needs a ring.
 func (s *ringBufSource) addNew(func(ring.Kind, int) error) error { return nil }
 
-// view returns a new reader over ring i's mapping, with positions of its own.
-func (s *ringBufSource) view(i int) (ring.Ring, error) {
-	r := s.rings[i]
-	v, err := r.View()
-	if err != nil {
-		return nil, err
-	}
-	v.Cur().SetIndex(i)
-	return v, nil
-}
-
 // epollFD returns an epoll set over the maps' descriptors (libbpf's
 // ring_buffer__epoll_fd), made on the first call and closed with the
 // source: an owner that never asks holds none.

@@ -200,19 +200,6 @@ func (r *rings) addNew(add func(rb ring.Kind, fd int) error) error {
 // epollFD is the first opening's epoll set, over every ring.
 func (r *rings) epollFD() (int, error) { return r.epfd, nil }
 
-// view returns a new reader of ring i's mapping, with positions of its own.
-func (r *rings) view(i int) (ring.Ring, error) {
-	r.mu.RLock()
-	src, cpu := r.src[i], r.cpus[i]
-	r.mu.RUnlock()
-	rb, err := src.view(cpu)
-	if err != nil {
-		return nil, err
-	}
-	rb.Cur().SetIndex(i)
-	return rb, nil
-}
-
 func (s ringSrc) view(cpu int32) (*ring.Perf, error) {
 	base, size, err := s.c.ring(s.j)
 	if err != nil {

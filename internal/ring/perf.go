@@ -125,6 +125,16 @@ func (r *Perf) loadHead() uint64 {
 // Cur returns the ring's cursor.
 func (r *Perf) Cur() *Cursor { return &r.Cursor }
 
+// View returns a new reader of the ring's memory (see Kind).
+func (r *Perf) View() (Ring, error) {
+	v, err := NewPerfFromParts(r.cpu, r.page, r.data)
+	if err != nil {
+		return nil, err
+	}
+	v.SetIndex(r.index)
+	return v, nil
+}
+
 // Progress is data_head, for the waiter.
 func (r *Perf) Progress() uint64 { return r.loadHead() }
 

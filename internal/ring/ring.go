@@ -88,6 +88,10 @@ type Kind interface {
 	// consumer position, if someone read further) to the producer's: what
 	// Close leaves. It moves nothing.
 	Left(oldest uint64) (samples, lost, discarded uint64)
+	// View returns a new reader of the ring's memory, with positions of
+	// its own (a raw view beside the owner's reader). It holds no mapping:
+	// it is invalid once the ring is closed.
+	View() (Ring, error)
 }
 
 var (

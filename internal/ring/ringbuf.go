@@ -628,11 +628,14 @@ func (r *RingBuf) Settle() bool {
 	return r.cursor == r.head || r.loadHeader(r.cursor)&bpfRingBusyBit != 0
 }
 
-// View returns a new reader of the ring's memory with positions of its own
-// (a raw view beside the owner's reader). It holds no mapping: it is
-// invalid once r is closed.
-func (r *RingBuf) View() (*RingBuf, error) {
-	return NewRingBufFromParts(r.cpu, r.consumer, r.producer, r.data)
+// View returns a new reader of the ring's memory (see Kind).
+func (r *RingBuf) View() (Ring, error) {
+	v, err := NewRingBufFromParts(r.cpu, r.consumer, r.producer, r.data)
+	if err != nil {
+		return nil, err
+	}
+	v.SetIndex(r.index)
+	return v, nil
 }
 
 // The record header's flag bits, for tests that write headers.
