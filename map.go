@@ -16,15 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Map is what New and NewReader read from: a perf event array's file
-// descriptor. *libbpfgo.BPFMap satisfies it; MapFD wraps a bare descriptor.
-//
-// New and NewReader use the descriptor only during the call: the owner
-// keeps a duplicate of every map it reads (and of Options.FailureMap),
-// which Close closes. The caller may close its own descriptor while the
-// owner is open (closing a libbpfgo module does; so does the garbage
-// collector for a dropped *ebpf.Map whose FD was passed as MapFD), and the
-// owner reads on and never touches what later gets that number.
+// Map is a BPF map to read: *libbpfgo.BPFMap satisfies it, as does
+// ciliumbuffer.Map of a *ebpf.Map, and [MapFD] wraps a descriptor. The
+// readers keep a duplicate of its descriptor: the caller's may be closed
+// once the constructor returns.
 type Map interface {
 	FileDescriptor() int
 }

@@ -174,31 +174,18 @@ func (r *Raw) Stats() []Stats { return r.c.statsNow() }
 // read (see [Reader.FollowsCPUs]).
 func (r *Raw) FollowsCPUs() bool { return r.c.followsCPUs() }
 
-// RawBuffer reads one ring in place (raw mode: see [Raw.Buffer]): a CPU's perf ring,
-// or a BPF ring buffer.
+// RawBuffer reads one ring in place, for consumers of their own (see
+// [Raw.Buffer]): a CPU's perf ring or a BPF ring buffer.
 //
-// Concurrency: one goroutine reads a RawBuffer (all its methods, Stats included); the producer
-// is the kernel, which writes records and data_head while the reader reads and writes
-// data_tail. RawBuffer holds no lock and never blocks; Raw.Wait waits for its ring.
+// One goroutine uses a RawBuffer; it holds no lock and never blocks. It
+// reads with a cursor and a snapshot of the producer's position: [RawBuffer.Begin]
+// takes both, [RawBuffer.Next] parses up to the snapshot, [RawBuffer.Commit]
+// hands the space back to the kernel; [RawBuffer.Drain] does all three.
 //
-// Reading works with a cursor and a head snapshot. Begin takes both (cursor = data_tail,
-// snapshot = data_head); Next parses records from the cursor up to the snapshot and never
-// beyond it, so a fast producer cannot keep a reader busy forever; Commit publishes data_tail,
-// handing the space back to the kernel. Drain does all three, committing once. Records of
-// types other than samples and lost records are skipped (counted in Stats.Other), as in
-// every other way of reading.
-//
-// A BPF ring buffer's records never wrap (the kernel maps its data twice), so Wrapped is
-// always empty, and Next stops at a record the program reserved but has not committed yet,
-// as at the end of the snapshot. Its wake rule differs from a perf ring's: the kernel wakes
-// the reader for a committed record only when the published consumer position (Commit)
-// has caught up with it, unless the program forces the wakeup. A raw consumer that keeps
-// records uncommitted (peeks) gets no wakeup for what comes behind them: commit before
-// waiting (Raw.Wait), or wait with a timeout.
-//
-// The ring is memory that the kernel (or, in tests, anyone) writes, so nothing read from it is
-// trusted: a record that cannot be valid gives a *CorruptError, never a panic or an access
-// outside the ring. After a CorruptError, Next keeps returning it until SkipCorrupt is called.
+// Nothing read is trusted: a record or position that cannot be valid gives
+// a *[CorruptError], returned until [RawBuffer.SkipCorrupt]. A ring buffer's
+// kernel wakes a reader only once the committed position reaches the record
+// committed: commit before [Raw.Wait], or wait with a timeout.
 type RawBuffer struct {
 	r     ring.Ring
 	rec   Record      // Drain's record, kept here so that Drain does not allocate
@@ -215,38 +202,31 @@ func newRawBuffer(r ring.Ring, hand func()) *RawBuffer {
 	return &RawBuffer{r: r, hand: hand, size: r.Cur().Size()}
 }
 
-// CPU returns the CPU whose ring this is.
+// CPU returns the ring's CPU, or -1 for a ring shared by CPUs.
 func (b *RawBuffer) CPU() int { return b.r.Cur().CPU() }
 
-// Size returns the size of the data area in bytes.
+// Size returns the ring's size in bytes.
 func (b *RawBuffer) Size() int { return b.size }
 
-// Positions returns the consumer position (data_tail of a perf ring, consumer_pos of a ring
-// buffer: what Commit publishes) and the producer's (data_head, producer_pos), loaded
-// afresh: libbpf's ring__consumer_pos and ring__producer_pos. It does not move the cursor.
+// Positions loads the consumer and producer positions afresh (libbpf's
+// ring__consumer_pos and ring__producer_pos). It moves nothing.
 func (b *RawBuffer) Positions() (consumer, producer uint64) { return b.r.Cur().Positions() }
 
-// Used returns the ring's fill level: the bytes between data_tail and data_head, clamped to
-// [0, Size()]. It loads both afresh and does not move the cursor.
+// Used loads the fill afresh: the bytes between the consumer and producer
+// positions, in [0, Size()]. It moves nothing.
 func (b *RawBuffer) Used() int { return b.r.Cur().Used() }
 
-// Begin starts a read: the cursor goes back to data_tail and the head snapshot is taken
-// afresh. Records read but not committed are read again. An invalid head (behind the tail,
-// moved backwards, unaligned, or more than Size() past the tail) makes the next Next return a
-// CorruptError.
+// Begin moves the cursor back to the consumer position and takes a new
+// snapshot: records read but not committed are read again.
 func (b *RawBuffer) Begin() { b.r.Begin() }
 
-// Refresh takes a new head snapshot and keeps the cursor, so that Next goes on with the
-// records written since Begin.
+// Refresh takes a new snapshot and keeps the cursor.
 func (b *RawBuffer) Refresh() { b.r.Refresh() }
 
-// Next parses the record at the cursor into rec and moves the cursor past it. It returns
-// false, nil when the cursor reached the head snapshot (call Refresh or Begin for more), and
-// false with a *CorruptError when the record cannot be valid; then the cursor stays put and
-// Next keeps returning that error until SkipCorrupt. rec is left alone when Next returns false.
-//
-// A sample's Data and Wrapped alias ring memory until the tail is committed past rec.Next.
-// After Release, Next returns false with an error matching os.ErrClosed.
+// Next parses the record at the cursor into rec and moves past it. It
+// returns false, nil at the snapshot's end, and false with the pending
+// *[CorruptError] at a record that cannot be valid. rec's Data aliases ring
+// memory until Commit passes rec.Next.
 func (b *RawBuffer) Next(rec *Record) (bool, error) {
 	if b.done {
 		return false, b.errReleased("read")
@@ -259,11 +239,9 @@ func (b *RawBuffer) errReleased(verb string) error {
 	return fmt.Errorf("%s %s: released: %w", verb, b.name, os.ErrClosed)
 }
 
-// Commit publishes data_tail = pos, handing the bytes before pos back to the kernel. pos
-// must be a record boundary (a Record's Pos or Next) between the committed tail and the
-// cursor; otherwise Commit writes nothing and returns an error matching os.ErrInvalid.
-// Committing the current tail is a no-op. After Release it returns an error matching
-// os.ErrClosed.
+// Commit hands the space before pos back to the kernel. pos must be a record
+// boundary (a Record's Pos or Next) between the last commit and the cursor;
+// otherwise Commit writes nothing and returns an error matching os.ErrInvalid.
 func (b *RawBuffer) Commit(pos uint64) error {
 	if b.done {
 		return b.errReleased("commit")
@@ -271,18 +249,11 @@ func (b *RawBuffer) Commit(pos uint64) error {
 	return b.r.Cur().Commit(pos)
 }
 
-// Drain reads every sample and lost record from data_tail up to a fresh head snapshot,
-// calling fn for each, then commits once, up to the end of the last record fn received, and
-// returns how many it received. fn returning an error stops the drain: Drain returns that
-// error, and the record fn failed on counts as received. Records written after the snapshot
-// wait for the next Drain.
-//
-// rec and its Data and Wrapped are valid only during the call to fn; fn must copy what it
-// keeps, and must not call b's methods other than CPU, Size and Stats.
-//
-// A record that cannot be valid stops the drain with a *CorruptError; the records before it
-// are received and committed. Call SkipCorrupt to go on. A nil fn is an error matching
-// os.ErrInvalid; after Release, Drain fails with an error matching os.ErrClosed.
+// Drain calls fn with every record up to a new snapshot, then commits once,
+// past the last record fn received, and returns how many it received. fn's
+// error stops it and is returned. rec is valid only during the call, and fn
+// may call only CPU, Size and Stats. A record that cannot be valid ends it
+// with a *[CorruptError], the records before it committed.
 func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 	if b.done {
 		return 0, b.errReleased("drain")
@@ -297,23 +268,14 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 	return n, err
 }
 
-// SkipCorrupt is the way on after a CorruptError: it gives up everything up to the head
-// snapshot, commits data_tail there, clears the error and returns the number of bytes
-// skipped; Stats counts the corruption and the bytes. Records already returned by Next but
-// not committed are released too (not counted as skipped), also those that Begin would read
-// again before the corrupt one. Without a pending error it discards what is pending,
-// counted as skipped.
-//
-// An invalid head snapshot is the header page's, not the records': SkipCorrupt passes over
-// that data_head value, skipping nothing, and reading goes on once the kernel writes
-// data_head again (a head too far ahead, unaligned or moved backwards would otherwise make
-// the reader skip genuine records). A head behind the tail says the tail moved: the reader
-// resynchronises with the head, committing it as the tail.
+// SkipCorrupt gets past a *[CorruptError]: it gives up what is left up to the
+// snapshot, commits there, and returns the bytes skipped, counted in Stats.
+// A producer position that cannot be valid is passed over, skipping
+// nothing, until the kernel writes it again; one behind the consumer
+// position makes the reader go on from it.
 func (b *RawBuffer) SkipCorrupt() uint64 { return b.r.SkipCorrupt() }
 
-// Stats returns what this RawBuffer parsed: a record is counted once, the first time it is
-// parsed, even if Begin makes it read again; MaxFill is the fullest head snapshot. Late,
-// Dropped and Left stay zero.
+// Stats returns what b parsed, each record counted once.
 func (b *RawBuffer) Stats() Stats {
 	if b.done {
 		return b.final
@@ -324,10 +286,9 @@ func (b *RawBuffer) Stats() Stats {
 	return st
 }
 
-// Release hands the ring back to its Raw: another Buffer call may read it,
-// and Close can unmap it. Every Record read from b is invalid afterwards. Next, Drain
-// and Commit fail with an error matching os.ErrClosed then; Begin, Refresh, SkipCorrupt and
-// Used see an empty ring, and CPU, Size and Stats keep their values. Release is idempotent.
+// Release hands the ring back to its Raw; records read from b are invalid
+// afterwards. Next, Drain and Commit then fail with os.ErrClosed; the other
+// methods see an empty ring. Release is idempotent.
 func (b *RawBuffer) Release() {
 	hand := b.hand
 	if hand == nil {

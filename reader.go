@@ -20,20 +20,17 @@ import (
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
-// Reader reads every ring of a perf event array in pure Go and owns them:
-// NewReader opens them, Close frees them.
+// Reader reads every ring of a map. [NewReader] opens them, [Reader.Close]
+// frees them.
 //
-// One read (ReadInto, Each, Consume, an All loop) runs at a time: reads from
-// several goroutines are serialised. Close, SetDeadline, Flush and Stats may
-// be called from any goroutine. A read called from inside an Each or
-// Consume function or an All loop (of any Reader) does not wait for a read
-// in progress, the one running it or another goroutine's: it fails with
-// ErrReentrant.
+// Reads run one at a time: reads from several goroutines are serialised.
+// Close, SetDeadline, Flush and Stats may be called from any goroutine. A
+// read called from inside a read's function (of any Reader) fails with
+// [ErrReentrant] rather than wait for itself.
 //
-// A read reports a corrupt ring (a record or head the kernel never writes)
-// once, as a *CorruptError matching ErrCorrupt, after getting past it as
-// RawBuffer.SkipCorrupt does and counting it in Stats; the next read goes on
-// with every ring.
+// A corrupt ring (a record or position the kernel never writes) is got
+// past, counted, and reported once, as a *[CorruptError]; the next read goes
+// on with every ring.
 type Reader struct {
 	c        *core
 	pol      policy.Reading
@@ -110,26 +107,19 @@ func newReader(c *core, opts *ReaderOptions) *Reader {
 	return r
 }
 
-// Close stops the reader: a blocked read returns an error matching
-// os.ErrClosed at once, later reads fail with it, and the rings are freed
-// once the read in progress, if any, has returned. Records still in the
-// rings are not delivered: once the rings are out of the map and every
-// output already running into them has finished, they are counted in Stats
-// as Left (and lost records among them in Lost). To deliver them first,
-// call Flush and Consume, then Close. Close may be called from any
-// goroutine, also from a callback, any number of times, and returns nil.
+// Close stops the reader: a blocked read returns os.ErrClosed at once, and
+// the rings are freed once the read in progress returns. What is still in
+// them is counted in Stats as Left; to deliver it first, call Flush and
+// Consume. Close may be called from any goroutine, also from a read's
+// function, any number of times.
 func (r *Reader) Close() error {
 	r.c.close()
 	return nil
 }
 
-// SetDeadline makes reads blocked at or after t return an error matching
-// os.ErrDeadlineExceeded. Past the deadline a read still delivers what it
-// can without waiting, and fails once it would wait: the fullest-first
-// Reader returns every record in the rings first; an ordered one those its
-// release rule lets go (a record it holds back for an earlier one is waited
-// for, so the read fails). The zero time means no deadline. It may be called
-// from any goroutine; a read blocked at the time sees the new deadline.
+// SetDeadline makes reads that would block at or after t fail with
+// os.ErrDeadlineExceeded; until they would block, they deliver what they
+// can. The zero time means none. A read blocked at the call sees it.
 func (r *Reader) SetDeadline(t time.Time) {
 	var ns int64
 	if !t.IsZero() {
@@ -139,13 +129,11 @@ func (r *Reader) SetDeadline(t time.Time) {
 	r.c.poke()
 }
 
-// Flush makes the reader deliver every record that is in the rings now
-// without waiting for a wakeup (the ordered Reader releases what it holds);
-// once they are all delivered, a blocking read returns ErrFlushed (records
-// written since may come before it), and Consume returns. A ring buffer's
-// records from one a program reserved and has not submitted yet on are not
-// there yet (docs/failures.md). Reading goes on as before after that. It
-// may be called from any goroutine.
+// Flush makes the reader deliver what is in the rings now without waiting
+// for a wakeup (an ordered Reader releases what it holds). Once it is
+// delivered, a blocking read returns [ErrFlushed] and Consume returns; then
+// reading goes on. A ring buffer's records behind one not yet submitted are
+// not in it yet.
 func (r *Reader) Flush() {
 	if r.c.life.Enter("") != nil {
 		return // closed: the rings are gone
@@ -155,14 +143,13 @@ func (r *Reader) Flush() {
 	r.c.life.Exit()
 }
 
-// Stats returns per-ring counts in buffer index order. It may be called from
-// any goroutine, also after Close.
+// Stats returns each ring's counts (see [Stats]). It may be called from any
+// goroutine, also after Close.
 func (r *Reader) Stats() []Stats { return r.c.statsNow() }
 
 // FollowsCPUs reports whether samples of CPUs that come online after
-// NewReader are read: always for ring buffers; for a perf event array, if
-// the CPU uevent socket opened (it cannot in a user namespace, see
-// docs/kernels.md). It may be called from any goroutine.
+// NewReader are read: always for ring buffers; for a perf event array, when
+// the CPU uevent socket opened (not in a user namespace: docs/kernels.md).
 func (r *Reader) FollowsCPUs() bool { return r.c.followsCPUs() }
 
 // pastDeadline reports whether the deadline has passed.
@@ -274,16 +261,11 @@ func (r *Reader) exitRead(stop func() bool) {
 	r.c.life.ExitExclusive()
 }
 
-// ReadInto blocks until a record is available and copies it into s, reusing
-// s.Data's capacity: no allocation once it is large enough. It is
-// ReadBatch of one Sample, and enters the reader once a record: a consumer
-// that must keep up with a kernel that keeps the rings busy reads with
-// ReadBatch or Each.
+// ReadInto blocks until a record is there and copies it into s, reusing
+// s.Data's memory. It is [Reader.ReadBatch] of one Sample.
 //
-// Errors (wrapped): os.ErrClosed after Close, os.ErrDeadlineExceeded past
-// the deadline, ErrFlushed once a Flush completed, a *CorruptError (see
-// Reader), ErrReentrant from inside an Each function or All loop,
-// os.ErrInvalid for a nil s.
+// Errors (wrapped): os.ErrClosed, os.ErrDeadlineExceeded, [ErrFlushed], a
+// *[CorruptError], [ErrReentrant], os.ErrInvalid for a nil s.
 func (r *Reader) ReadInto(s *Sample) error {
 	if s == nil {
 		return fmt.Errorf("%s: nil sample: %w", r.opRead, os.ErrInvalid)
@@ -292,15 +274,11 @@ func (r *Reader) ReadInto(s *Sample) error {
 	return err
 }
 
-// ReadBatch blocks until a record is available, then copies up to len(s)
-// records into s without waiting for more, each reusing its Sample's Data
-// capacity, and returns how many. A call costs one entry into the reader
-// (a pair of atomic operations) however many records it copies: the
-// copying form for a consumer that must keep up with a busy kernel.
-//
-// Errors: as ReadInto's; an error met after records were copied is
-// returned by the next call, with the records before it delivered.
-// ReadBatch of an empty s returns 0, nil at once.
+// ReadBatch blocks until a record is there, then copies up to len(s)
+// records into s without waiting for more, reusing each Data's memory, and
+// returns how many: the copying form for a consumer that must keep up.
+// Errors: as ReadInto's; one met after records were copied is the next
+// call's.
 func (r *Reader) ReadBatch(s []Sample) (int, error) {
 	op := r.opRead
 	if len(s) == 0 {
@@ -371,15 +349,11 @@ func (r *Reader) exitBatch() {
 	r.c.life.ExitExclusive()
 }
 
-// Each calls fn with every record, zero-copy, until ctx is done, the reader
-// is closed, the deadline passes, a Flush completes, a ring is found
-// corrupt, or fn returns an error, and returns that error (ctx.Err()
-// wrapped for ctx). rec aliases ring memory and is valid only during the
-// call. This is the form meant to keep up with the kernel: a record costs a
-// parse and a call of fn. ctx is checked between turns (a quarter of a ring
-// at most) and whenever nothing can be delivered.
-//
-// Errors: as ReadInto's, and os.ErrInvalid for a nil ctx or fn.
+// Each calls fn with every record, zero-copy, until ctx is done, the
+// deadline passes, a Flush completes, a ring is corrupt, fn fails, or the
+// reader is closed, and returns that error. rec is valid only during the
+// call: the form that keeps up with the kernel at the cost of a call per
+// record. Errors: as ReadInto's, os.ErrInvalid for a nil ctx or fn.
 func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 	op := r.opRead
 	if ctx == nil || fn == nil {
@@ -393,16 +367,9 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 	return r.each(ctx, op, fn, true)
 }
 
-// Consume calls fn with every record the reader can deliver now, zero-copy
-// as Each does, without waiting, and returns how many it delivered: what is
-// in the rings (the fullest-first Reader), or what the release rule lets go
-// now (an ordered one; after Flush, everything). It allocates nothing, so
-// a loop that reads on its own schedule pays only for its records.
-//
-// Errors: os.ErrClosed, a *CorruptError (see Reader; the records before it
-// are delivered and counted), fn's error, ErrReentrant from inside a
-// callback, os.ErrInvalid for a nil fn. Past the deadline it still delivers
-// what is there.
+// Consume calls fn with every record that can be delivered now, as Each
+// does, without waiting, and returns how many it delivered. It allocates
+// nothing. Errors: as Each's, but for the wait's.
 func (r *Reader) Consume(fn func(rec *Record) error) (int, error) {
 	op := r.opConsume
 	if fn == nil {
@@ -477,10 +444,9 @@ func (r *Reader) nextTurn() { r.nextRec, r.nextRing = r.pol.Next() }
 // ReadBatch's when the batch is full. It never leaves this file.
 var errStop = errors.New("stop")
 
-// All returns an iterator over the records, copied into one reused Sample
-// (valid until the next iteration). It ends when ctx is done or the reader
-// is closed, yielding that error last; other errors (deadline, ErrFlushed,
-// a *CorruptError) are yielded and reading goes on.
+// All returns an iterator over the records, copied into one Sample reused
+// by the next iteration. It ends when ctx is done or the reader is closed,
+// yielding that error last; it yields other errors and reads on.
 func (r *Reader) All(ctx context.Context) iter.Seq2[*Sample, error] {
 	op := r.opRead
 	return func(yield func(*Sample, error) bool) {

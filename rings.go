@@ -266,9 +266,8 @@ func (r *rings) close() {
 	r.failures.close()
 }
 
-// CloseExact reports whether the kernel grants the RCU grace period that
-// Close waits for before it counts what is left (refused on nohz_full
-// kernels; Left may then miss an output still writing, docs/failures.md).
+// CloseExact reports whether Close can wait for outputs still running when
+// it counts what is left (not on nohz_full kernels: docs/failures.md).
 func CloseExact() bool { return graceGranted() }
 
 // graceGranted asks membarrier once whether rcuGrace's command is
