@@ -140,9 +140,9 @@ func (c *core) start(pol policy.Policy, scope wait.Scope) {
 	c.life.Free = c.free
 	c.life.Scope = scope
 	if r, ok := c.src.(*rings); ok && r.watch != nil {
-		c.newCPUs = &r.watch.pending
-		r.watch.notify = c.poke
-		r.watch.start()
+		c.newCPUs = &r.watch.Pending
+		r.watch.Notify = c.poke
+		r.watch.Start()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/internal/policy"
 	"golang.org/x/sys/unix"
 
@@ -307,12 +308,12 @@ func (f *fakeRings) newRaw(t testing.TB, src *rings) *Raw {
 }
 
 // hotRings returns rings over f's fake rings that track CPUs through a
-// test's cpuWatch (no socket: watch.note plays the kernel's uevent), with
+// test's CPUWatch (no socket: watch.Note plays the kernel's uevent), with
 // CPUs below limit allowed a ring. A CPU that comes online gets the next
 // ring of spare, whose CPUs must match.
 func (f *fakeRings) hotRings(t testing.TB, limit int, spare *fakeRings) *rings {
 	t.Helper()
-	r := &rings{limit: limit, watch: &cpuWatch{}}
+	r := &rings{limit: limit, watch: &kernel.CPUWatch{}}
 	for i, rb := range f.perf(t) {
 		r.push(int32(f.cpus[i]), rb, f.fds[i], ringSrc{})
 	}

@@ -41,7 +41,7 @@ type rings struct {
 	cfg   ringConfig   // their configuration
 	mapID uint32       // claimed in claims until close
 	limit int          // CPUs below it may have a ring (possible CPUs, max_entries)
-	watch *cpuWatch    // CPUs coming online; nil if not tracked
+	watch *kernel.CPUWatch    // CPUs coming online; nil if not tracked
 	cs    []perfEvents // cs[0] from New, then one per ring opened later
 	epfd  int          // cs[0]'s epoll set (EpollFD), over every ring
 	// openCPU opens a ring on a CPU that came online: openOne, but in
@@ -74,13 +74,13 @@ func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, er
 	if err != nil {
 		return nil, err
 	}
-	watch := newCPUWatch() // before the online list: see newCPUWatch
+	watch := kernel.NewCPUWatch() // before the online list: see newCPUWatch
 	var r *rings
 	defer func() {
 		if err != nil && r == nil { // from r on, r.close closes them
 			fails.close()
 			if watch != nil {
-				watch.close()
+				watch.Close()
 			}
 		}
 	}()
@@ -253,7 +253,7 @@ func rcuGrace() {
 // Then it closes the map's descriptor, which the frees used.
 func (r *rings) close() {
 	if r.watch != nil {
-		r.watch.close()
+		r.watch.Close()
 	}
 	for _, c := range slices.Backward(r.cs) {
 		c.close()
@@ -290,7 +290,7 @@ const (
 // ring. Each comes once, in increasing order; CPUs past the map's entries
 // are left out.
 func (r *rings) takeNewCPUs() ([]int, error) {
-	online, rescan := r.watch.take()
+	online, rescan := r.watch.Take()
 	if rescan {
 		now, err := cpus.Online()
 		if err != nil {

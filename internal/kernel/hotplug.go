@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package kernel
 
-// CPUs that come online after New. libbpf opens rings on the CPUs online at
-// New; a CPU brought online later has no ring in the map, and
+// CPUs that come online after a reader opened its rings. libbpf opens rings
+// on the CPUs online then; a CPU brought online later has no ring in the map, and
 // bpf_perf_event_output fails there with ENOENT. A CPU taken offline and
 // brought back has its old ring, but the kernel detached that ring's event
 // when the CPU went down (perf_event_exit_cpu_context), and it stays
@@ -12,11 +12,11 @@ package perfbuf
 //
 // The kernel announces both with a uevent ("online@/devices/system/cpu/cpuN")
 // on NETLINK_KOBJECT_UEVENT. One such socket serves the whole process
-// (uevents): it is opened when the first owner subscribes (newCPUWatch) and
+// (uevents): it is opened when the first owner subscribes (NewCPUWatch) and
 // closed when the last one's watch closes, so a process with no owner holds
 // none, and 200 owners hold one, not 200. One goroutine, parked in the
 // netpoller while nothing happens, reads it, notes each CPU in every
-// subscriber's cpuWatch and wakes each owner (notify). The owner then opens
+// subscriber's CPUWatch and wakes each owner (Notify). The owner then opens
 // the rings, on its reading goroutine, under the lock its drains hold
 // (PerfBuffer: Poll, Consume; Reader: its reads), so that no drain sees the
 // ring set change under it. The old ring of a CPU that came back stays: it
@@ -28,9 +28,9 @@ package perfbuf
 // socket cannot be opened (a user namespace), CPUs are not tracked and
 // samples on a CPU that comes online are counted only BPF-side (FailureMap).
 //
-// Locks: uevents.mu and cpuWatch.mu are never held together, and neither
-// while a notify runs: a notify may end in its owner's free, which closes
-// the watch (lifetime.exit after Close), and so takes both.
+// Locks: uevents.mu and CPUWatch.mu are never held together, and neither
+// while a Notify runs: a Notify may end in its owner's free, which closes
+// the watch (wait.Lifetime.Exit after Close), and so takes both.
 
 import (
 	"bytes"
@@ -50,7 +50,7 @@ import (
 type uevents struct {
 	mu   sync.Mutex
 	file *os.File // the socket, in the netpoller; nil with no subscriber
-	subs map[*cpuWatch]struct{}
+	subs map[*CPUWatch]struct{}
 }
 
 // hub is the process's one uevents.
@@ -78,7 +78,7 @@ func openUeventSocket() (*os.File, error) {
 // subscribe adds w to the subscribers, opening the socket and starting its
 // reader if w is the first. From its return, every uevent the kernel sends
 // reaches w.
-func (h *uevents) subscribe(w *cpuWatch) error {
+func (h *uevents) subscribe(w *CPUWatch) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.file == nil {
@@ -86,7 +86,7 @@ func (h *uevents) subscribe(w *cpuWatch) error {
 		if err != nil {
 			return err
 		}
-		h.file, h.subs = f, make(map[*cpuWatch]struct{})
+		h.file, h.subs = f, make(map[*CPUWatch]struct{})
 		go h.read(f)
 	}
 	h.subs[w] = struct{}{}
@@ -95,7 +95,7 @@ func (h *uevents) subscribe(w *cpuWatch) error {
 
 // unsubscribe removes w, and closes the socket if w was the last. Its
 // reader, blocked in Read or about to deliver, then stops.
-func (h *uevents) unsubscribe(w *cpuWatch) {
+func (h *uevents) unsubscribe(w *CPUWatch) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.subs[w]; !ok {
@@ -132,7 +132,7 @@ func (h *uevents) feed(f *os.File, msg []byte, err error) bool {
 		return false // closed
 	default:
 		var ok bool
-		if cpu, ok = parseCPUOnline(msg); !ok {
+		if cpu, ok = ParseCPUOnline(msg); !ok {
 			return true
 		}
 	}
@@ -141,7 +141,7 @@ func (h *uevents) feed(f *os.File, msg []byte, err error) bool {
 		h.mu.Unlock()
 		return false
 	}
-	subs := make([]*cpuWatch, 0, len(h.subs))
+	subs := make([]*CPUWatch, 0, len(h.subs))
 	for w := range h.subs {
 		subs = append(subs, w)
 	}
@@ -149,15 +149,15 @@ func (h *uevents) feed(f *os.File, msg []byte, err error) bool {
 	// Without h.mu: see the lock rule above. A watch closed since is
 	// skipped by note.
 	for _, w := range subs {
-		w.note(cpu)
+		w.Note(cpu)
 	}
 	return true
 }
 
-// cpuWatch collects, for one owner, the CPUs the kernel brought online.
-type cpuWatch struct {
-	pending atomic.Bool // CPUs to take (a cheap check for the readers)
-	notify  func()      // wakes the owner's wait; set before start
+// CPUWatch collects, for one owner, the CPUs the kernel brought online.
+type CPUWatch struct {
+	Pending atomic.Bool // CPUs to take (a cheap check for the readers)
+	Notify  func()      // wakes the owner's wait; set before Start
 
 	mu      sync.Mutex
 	online  []int // CPUs announced online since the last take
@@ -166,36 +166,36 @@ type cpuWatch struct {
 	closed  bool  // note does nothing
 }
 
-// newCPUWatch subscribes a watch to the process's uevent socket; it reports
+// NewCPUWatch subscribes a watch to the process's uevent socket; it reports
 // nil if the socket cannot be opened (see above). Call it before reading the
 // online list, so that a CPU that comes online in between is announced:
 // from its return, every CPU that comes online is noted (before start
 // too; start then wakes the owner).
-func newCPUWatch() *cpuWatch {
-	w := new(cpuWatch)
+func NewCPUWatch() *CPUWatch {
+	w := new(CPUWatch)
 	if hub.subscribe(w) != nil {
 		return nil
 	}
 	return w
 }
 
-// start lets note wake the owner through notify, which must be set, and
+// Start lets Note wake the owner through Notify, which must be set, and
 // wakes it at once if CPUs were noted before.
-func (w *cpuWatch) start() {
+func (w *CPUWatch) Start() {
 	w.mu.Lock()
 	w.started = true
-	wake := w.pending.Load() && !w.closed
+	wake := w.Pending.Load() && !w.closed
 	w.mu.Unlock()
 	if wake {
-		w.notify()
+		w.Notify()
 	}
 }
 
-// note records that cpu came online (-1: uevents were lost) and wakes the
+// Note records that cpu came online (-1: uevents were lost) and wakes the
 // owner once started. It does nothing once closed; a note under way when
-// close is called may still call notify after close returns, so notify
+// Close is called may still call notify after close returns, so notify
 // must be safe then (the owners' poke is: it wakes only an open one).
-func (w *cpuWatch) note(cpu int) {
+func (w *CPUWatch) Note(cpu int) {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -206,38 +206,38 @@ func (w *cpuWatch) note(cpu int) {
 	} else {
 		w.online = append(w.online, cpu)
 	}
-	w.pending.Store(true)
+	w.Pending.Store(true)
 	started := w.started
 	w.mu.Unlock()
 	if started {
-		w.notify()
+		w.Notify()
 	}
 }
 
-// take returns the CPUs announced online since the last take, and whether
+// Take returns the CPUs announced online since the last take, and whether
 // the online list must be compared too.
-func (w *cpuWatch) take() (online []int, rescan bool) {
+func (w *CPUWatch) Take() (online []int, rescan bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.pending.Store(false)
+	w.Pending.Store(false)
 	online, rescan = w.online, w.rescan
 	w.online, w.rescan = nil, false
 	return online, rescan
 }
 
-// close unsubscribes w; the last watch to close closes the socket. It is
+// Close unsubscribes w; the last watch to close closes the socket. It is
 // idempotent, may run from any goroutine, notify included, and leaves the
 // other watches as they are.
-func (w *cpuWatch) close() {
+func (w *CPUWatch) Close() {
 	w.mu.Lock()
 	w.closed = true
 	w.mu.Unlock()
 	hub.unsubscribe(w)
 }
 
-// parseCPUOnline reads a kernel uevent, "ACTION@DEVPATH\0KEY=VALUE\0...",
+// ParseCPUOnline reads a kernel uevent, "ACTION@DEVPATH\0KEY=VALUE\0...",
 // and reports the CPU of an "online" or "add" (hot-added) CPU device.
-func parseCPUOnline(msg []byte) (int, bool) {
+func ParseCPUOnline(msg []byte) (int, bool) {
 	head, _, _ := bytes.Cut(msg, []byte{0})
 	action, path, ok := bytes.Cut(head, []byte("@"))
 	if !ok || (string(action) != "online" && string(action) != "add") {
