@@ -85,7 +85,7 @@ func ueventSockets(t *testing.T) int {
 // ueventReaders counts the goroutines reading a uevent socket.
 func ueventReaders() int {
 	buf := make([]byte, 1<<20)
-	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "kernel.(*uevents).read("))
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "kernel.(*uevents).read(")
 }
 
 // waitUeventReaders waits until want goroutines read a uevent socket.
