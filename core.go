@@ -332,3 +332,22 @@ func (c *core) settled(skip func(i int) bool) bool {
 	}
 	return true
 }
+
+// describeMaps names what a reader of the map info describes, and of more
+// maps beside it (Options.Maps), reads: `perf event array "events"`,
+// `ring buffer "events"`, `ring buffer "a" and 2 more maps`.
+func describeMaps(info mapDesc, more int) string {
+	if more == 0 {
+		return info.String()
+	}
+	return fmt.Sprintf("%v and %d more maps", info, more)
+}
+
+// name names what c reads, for errors: describeMaps', or "rings" over
+// rings of a test's own.
+func (c *core) name() string {
+	if c.what == "" {
+		return "rings"
+	}
+	return c.what
+}

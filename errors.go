@@ -2,13 +2,12 @@
 
 package perfbuf
 
-// The package's errors: the sentinels, the error of a corrupt ring, and
-// the names of what is read that errors carry. A sentinel's text fits
-// either kind of map; the context names the kind and the map.
+// The package's errors: the sentinels and the error of a corrupt ring. A
+// sentinel's text fits either kind of map; the context names the kind and
+// the map (core.name).
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/wait"
@@ -47,22 +46,3 @@ var ErrCorrupt = ring.ErrCorrupt
 // consumer position), Size (the record's size, or the bad producer
 // position) and Reason. It matches [ErrCorrupt].
 type CorruptError = ring.CorruptError
-
-// describeMaps names what a reader of the map info describes, and of more
-// maps beside it (Options.Maps), reads: `perf event array "events"`,
-// `ring buffer "events"`, `ring buffer "a" and 2 more maps`.
-func describeMaps(info mapDesc, more int) string {
-	if more == 0 {
-		return info.String()
-	}
-	return fmt.Sprintf("%v and %d more maps", info, more)
-}
-
-// name names what c reads, for errors: describeMaps', or "rings" over
-// rings of a test's own.
-func (c *core) name() string {
-	if c.what == "" {
-		return "rings"
-	}
-	return c.what
-}

@@ -323,15 +323,6 @@ func (f *failureMap) addTo(st []Stats) []Stats {
 	return mergeFailures(st, f.cpus, f.counts())
 }
 
-// failureCounters returns r's failure map: nil without one, and for a nil
-// r (a Reader over rings of a test's own).
-func (r *rings) failureCounters() *failureMap {
-	if r == nil {
-		return nil
-	}
-	return r.failures
-}
-
 // mergeFailures puts each CPU's failures (counts[k] is CPU cpus[k]'s, in
 // increasing CPU order) on st, one entry per ring in buffer index order:
 // on the entry of the CPU's latest ring (the highest index with that CPU),

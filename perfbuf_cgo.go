@@ -33,14 +33,15 @@ func errnoErr(ret C.int) error {
 	return syscall.Errno(-ret)
 }
 
-// openLibbpfEvents opens rings through libbpf's perf_buffer (openC).
-// Tests replace it.
-var openLibbpfEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
-	c, err := openC(fd, cfg, cpus)
-	if err != nil {
-		return nil, err // (not a nil *cBuffer in an interface)
+// init gives perfevents.go libbpf's opener (openC).
+func init() {
+	openLibbpfEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+		c, err := openC(fd, cfg, cpus)
+		if err != nil {
+			return nil, err // (not a nil *cBuffer in an interface)
+		}
+		return c, nil
 	}
-	return c, nil
 }
 
 var _ perfEvents = (*cBuffer)(nil)

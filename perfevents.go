@@ -38,9 +38,13 @@ type perfEvents interface {
 
 var _ perfEvents = goEvents{}
 
+// openLibbpfEvents opens rings through libbpf's perf_buffer: perfbuf_cgo.go
+// sets it, and a build without cgo, which has no libbpf, leaves it nil.
+// Tests replace it.
+var openLibbpfEvents func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error)
+
 // openGoEvents opens rings through perfbuf's own opener; tests replace
-// it. Its peer, openLibbpfEvents, is perfbuf_cgo.go's, and nil in a build
-// without cgo (perfbuf_nocgo.go).
+// it.
 var openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
 	p, err := kernel.OpenPerfRings(fd, cfg.kernel(), cpus)
 	if err != nil {

@@ -38,12 +38,12 @@ type rings struct {
 	mapFD    int
 	mapOwned bool
 
-	cfg   ringConfig   // their configuration
-	mapID uint32       // claimed in claims until close
-	limit int          // CPUs below it may have a ring (possible CPUs, max_entries)
-	watch *kernel.CPUWatch    // CPUs coming online; nil if not tracked
-	cs    []perfEvents // cs[0] from New, then one per ring opened later
-	epfd  int          // cs[0]'s epoll set (EpollFD), over every ring
+	cfg   ringConfig       // their configuration
+	mapID uint32           // claimed in claims until close
+	limit int              // CPUs below it may have a ring (possible CPUs, max_entries)
+	watch *kernel.CPUWatch // CPUs coming online; nil if not tracked
+	cs    []perfEvents     // cs[0] from New, then one per ring opened later
+	epfd  int              // cs[0]'s epoll set (EpollFD), over every ring
 	// openCPU opens a ring on a CPU that came online: openOne, but in
 	// tests.
 	openCPU func(cpu int32) (*ring.Perf, int, ringSrc, error)
@@ -331,4 +331,13 @@ func (r *rings) addNewCPUs(added func(i int) error) error {
 		}
 	}
 	return nil
+}
+
+// failureCounters returns r's failure map: nil without one, and for a nil
+// r (a Reader over rings of a test's own).
+func (r *rings) failureCounters() *failureMap {
+	if r == nil {
+		return nil
+	}
+	return r.failures
 }
