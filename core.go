@@ -19,14 +19,18 @@ import (
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
-// core owns the rings of one map for its PerfBuffer or Reader.
+// core owns the rings of one map for its Reader, PerfBuffer or Raw.
 type core struct {
 	policy.Set               // the rings and what the policy shares
 	src        source        // what openCore opened; nil over rings of a test's own
 	w          *wait.Waiter  // the wait on every ring, woken by Close
 	life       wait.Lifetime // calls in progress; the last one out after Close frees
 	pol        policy.Policy
-	fds        []int // the descriptor a wait polls for ring i; grows under statsMu
+	fds        []int // the descriptor a wait polls for ring i; grows under StatsMu
+	// kinds[i] is Rings[i] as its owner sees it (waited on, counted at
+	// Close, viewed raw); the policies see only its ring.Ring. It grows
+	// with Rings, under StatsMu.
+	kinds []ring.Kind
 	// newCPUs, if set, is the CPU watch's flag of CPUs that came online
 	// (hotplug.go): the reads' check of it is one load, no call.
 	newCPUs *atomic.Bool
@@ -155,6 +159,7 @@ func (c *core) addRing(rb ring.Kind, fd int) error {
 	c.Push(rb)
 	c.StatsMu.Lock()
 	c.fds = append(c.fds, fd)
+	c.kinds = append(c.kinds, rb)
 	c.StatsMu.Unlock()
 	i := len(c.Rings) - 1
 	if c.pol != nil {
@@ -264,7 +269,7 @@ func (c *core) free() {
 		c.src.unlink()
 	}
 	c.StatsMu.Lock()
-	for i, rb := range c.Rings {
+	for i, rb := range c.kinds {
 		samples, lost, discarded := rb.Left(c.pol.Oldest(i))
 		c.Tallies[i].Left += samples
 		c.Tallies[i].Lost += lost
@@ -325,7 +330,7 @@ func (c *core) belowHoldOff() bool {
 // be slept on: its kind's wake rule holds for what the reader left in it
 // (ring.settle). The caller owns the rings' read side.
 func (c *core) settled(skip func(i int) bool) bool {
-	for i, rb := range c.Rings {
+	for i, rb := range c.kinds {
 		if (skip == nil || !skip(i)) && !rb.Settle() {
 			return false
 		}

@@ -79,7 +79,7 @@ func (r *Raw) Buffer(i int) (*RawBuffer, error) {
 		r.c.life.Exit()
 		return nil, wrap(op, ErrBusy)
 	}
-	rb, err := r.c.Rings[i].View()
+	rb, err := r.c.kinds[i].View()
 	if err != nil {
 		r.c.life.Exit()
 		return nil, wrap(op, err)

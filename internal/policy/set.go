@@ -64,7 +64,7 @@ type Tally struct {
 // The rings grow when a CPU comes online: on the read side, under StatsMu
 // and the flush's lock, which other goroutines take to read them.
 type Set struct {
-	Rings []ring.Kind
+	Rings []ring.Ring
 	// Stop is set by Close: the rings' loops stop after the record in
 	// progress, and the ordered merge releases what it holds (rule 5).
 	Stop atomic.Bool
@@ -91,7 +91,7 @@ type Set struct {
 }
 
 // Push adds ring rb as the last one, with buffer index len(s.Rings).
-func (s *Set) Push(rb ring.Kind) {
+func (s *Set) Push(rb ring.Ring) {
 	i := len(s.Rings)
 	rb.Cur().SetIndex(i)
 	s.flushMu.Lock()
