@@ -25,10 +25,10 @@ var (
 	// map (a perf event array has one ring slot per CPU, so one reader;
 	// a ring buffer one consumer position).
 	ErrMapInUse = errors.New("map read by another reader")
-	// ErrBusy: the ring is held by a RawBuffer (see PerfBuffer.Buffer).
+	// ErrBusy: the ring is held by a RawBuffer (see Raw.Buffer).
 	ErrBusy = errors.New("ring held by a raw reader")
-	// ErrReentrant: a call made from inside a callback (SampleFunc,
-	// LostFunc, an Each or Consume function, an All loop) would wait for a
+	// ErrReentrant: a call made from inside a callback (New's sample or
+	// lost function, an Each or Consume function, an All loop) would wait for a
 	// call in progress, perhaps the one running the callback.
 	ErrReentrant = wait.ErrReentrant
 	// ErrFlushed: a Reader delivered everything that was in the rings when

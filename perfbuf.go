@@ -243,8 +243,8 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 	return n, firstErr
 }
 
-// drainRing drains ring i inside wait.Drains: a call that its SampleFunc or
-// LostFunc makes fails with ErrReentrant rather than wait for the drain.
+// drainRing drains ring i inside wait.Drains: a call that its sample or
+// lost function makes fails with ErrReentrant rather than wait for the drain.
 func (pb *PerfBuffer) drainRing(i int) (int, error) {
 	pb.drainI = i
 	wait.Drains.Run(pb.drainF)

@@ -10,7 +10,7 @@ package perfbuf
 // with every other one offline: 201 bytes), whichever CPUs it is asked
 // for. Both open the same event (kernel.BPFOutputAttr), map it, store it in
 // the map at the CPU's key and enable it; the rings are read the same way
-// (perfring.go) whichever opened them.
+// (internal/ring) whichever opened them.
 
 import (
 	"errors"

@@ -3,8 +3,8 @@
 package perfbuf
 
 // The Reader: its read methods and what they share (waiting, deadlines,
-// Flush). How the next record is chosen is the policy's: fullest.go or
-// ordered.go; the rings, Close and Stats are the owner core's (core.go).
+// Flush). How the next record is chosen is the policy's (internal/policy);
+// the rings, Close and Stats are the owner core's (core.go).
 
 import (
 	"context"

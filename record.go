@@ -44,7 +44,7 @@ type Sample struct {
 	// its capacity.
 	Data []byte
 	Lost uint64 // for RecordLost
-	// Key and Late are set with Options.Order: see Record.
+	// Key and Late are set with ReaderOptions.Order: see Record.
 	Key  uint64
 	Late bool
 }

@@ -5,7 +5,7 @@ package perfbuf
 // Opening the rings of a perf event array: the checks on the map, the claim
 // that makes one reader per map in this process, the perf events
 // (perfevents.go: libbpf's perf_buffer, or perfbuf's own opener where
-// libbpf refuses), and the ring kind over each ring's memory (perfring.go).
+// libbpf refuses), and the ring kind over each ring's memory (internal/ring).
 // The owner core (core.go) owns a rings.
 
 import (
@@ -24,7 +24,7 @@ import (
 
 // rings are the per-CPU rings of one perf event array, opened
 // (openPerfEvents) on the CPUs perf_buffer__new would choose, and later on
-// CPUs that come online (hotplug.go), each in an opening of its own.
+// CPUs that come online (internal/kernel's CPUWatch), each in an opening of its own.
 //
 // Rings are only added, by the owner's reading goroutine under its drain
 // lock, which therefore reads cpus, ring and fds without mu; other goroutines
@@ -192,7 +192,7 @@ func (r *rings) opened() ([]ring.Kind, []int) {
 }
 
 // addNew opens a ring for each CPU that came online since the last call
-// (hotplug.go) and calls add with it and its perf event.
+// (internal/kernel's CPUWatch) and calls add with it and its perf event.
 func (r *rings) addNew(add func(rb ring.Kind, fd int) error) error {
 	return r.addNewCPUs(func(i int) error { return add(r.ring[i], r.fds[i]) })
 }

@@ -7,7 +7,7 @@
 // cgo and hosts where libbpf's perf_buffer refuses to open them.
 //
 // Nothing here reads a ring: it opens, maps, publishes, pauses and closes.
-// The rings' reader is perfbuf's (perfring.go); overwritable rings (backward
+// The rings' reader is perfbuf's (internal/ring); overwritable rings (backward
 // perf rings, ring buffers in overwrite mode: overwrite.go) are parsed by
 // internal/snapshot.
 package kernel

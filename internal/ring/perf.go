@@ -135,7 +135,7 @@ func (r *Perf) View() (Ring, error) {
 	return v, nil
 }
 
-// Progress is data_head, for the waiter.
+// Progress is data_head, for the wait.
 func (r *Perf) Progress() uint64 { return r.loadHead() }
 
 // loadTail loads data_tail, the position up to which the reader has released the ring.
@@ -225,7 +225,7 @@ func (r *Perf) Stalled() bool { return false }
 
 // Settle is what must hold before the ring's reader sleeps, and reports whether it may.
 // A perf ring wakes its reader by wakeup_events or the watermark whatever data_tail says,
-// and the waiter compares data_head with what it saw (poller.go): nothing to settle.
+// and the wait compares data_head with what it saw (internal/wait): nothing to settle.
 func (r *Perf) Settle() bool { return true }
 
 // Next parses the record at the cursor into rec and moves the cursor past it. It returns
