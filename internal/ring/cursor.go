@@ -27,7 +27,7 @@ type Cursor struct {
 	name  string // "perf ring cpu 1", "BPF ring buffer": for errors
 	mem   memory // the kind's loads and store of the positions
 
-	tail   uint64 // the consumer position as last loaded (begin) or stored (commit)
+	tail   uint64 // the consumer position as last loaded (Begin) or stored (commit)
 	cursor uint64 // the next record to parse
 	head   uint64 // the producer's position at the last snapshot
 

@@ -30,7 +30,7 @@ const (
 // kernel, which writes records and data_head while the reader reads them and writes
 // data_tail.
 //
-// Reading works with a cursor and a head snapshot: begin takes both (cursor = data_tail,
+// Reading works with a cursor and a head snapshot: Begin takes both (cursor = data_tail,
 // head = data_head); parsing goes from the cursor up to the snapshot and never beyond it, so
 // a fast producer cannot keep a reader busy forever; commit publishes data_tail, handing the
 // space back to the kernel.
@@ -168,7 +168,7 @@ func (r *Perf) snapshot() bool {
 	var reason string
 	switch {
 	case r.ignoring && h == r.ignored && r.corrupt == nil:
-		return false // passed over already (skipCorrupt): nothing new
+		return false // passed over already (SkipCorrupt): nothing new
 	case int64(h-r.tail) < 0:
 		reason = fmt.Sprintf("head %d behind tail %d", h, r.tail)
 	case int64(h-r.head) < 0:
@@ -191,21 +191,21 @@ func (r *Perf) snapshot() bool {
 }
 
 // Quiet reports that the cursor is at the head snapshot, no error is pending and data_head
-// has not moved since the snapshot: nothing to parse, and nothing for refresh to do. It is
+// has not moved since the snapshot: nothing to parse, and nothing for Refresh to do. It is
 // the cheap test that an ordered Reader makes of a quiet ring, once per record for every
 // ring without one.
 func (r *Perf) Quiet() bool {
 	// Acquire; pairs with the kernel's smp_store_release of data_head (see loadHead). A head
-	// that moved, or an invalid one, is left to refresh.
+	// that moved, or an invalid one, is left to Refresh.
 	return r.cursor == r.head && r.corrupt == nil && atomic.LoadUint64(&r.page.Data_head) == r.head
 }
 
 // Reached reports whether a reader whose oldest record not delivered is at oldest has
 // delivered everything below to, a head snapshot taken earlier (a Flush's): oldest is at or
-// past it, or to is an invalid head that skipCorrupt passed over, no record boundary. Not
+// past it, or to is an invalid head that SkipCorrupt passed over, no record boundary. Not
 // with an error pending, nor with data_head behind data_tail as the memory holds them (to
 // may then lie below oldest without a record delivered): that is recorded as the pending
-// error, as begin would, so that the policy's next look at the ring (quiet is false with an
+// error, as Begin would, so that the policy's next look at the ring (quiet is false with an
 // error) meets and reports it.
 func (r *Perf) Reached(oldest, to uint64) bool {
 	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored) {
@@ -231,7 +231,7 @@ func (r *Perf) Settle() bool { return true }
 // Next parses the record at the cursor into rec and moves the cursor past it. It returns
 // false, nil at the end of the head snapshot, and false with the *CorruptError when the
 // record cannot be valid; then the cursor stays put and next keeps returning that error until
-// skipCorrupt. rec is left alone when next returns false. Records of other types than samples
+// SkipCorrupt. rec is left alone when next returns false. Records of other types than samples
 // and lost records are skipped (counted in Other).
 func (r *Perf) Next(rec *Record) (bool, error) {
 	if r.parse(rec) {
@@ -327,7 +327,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 
 // plainRoom returns where the record at the cursor starts and how many bytes follow from
 // there in one piece, up to the head snapshot or the ring's end, whichever comes first; or
-// nil, 0 when the record is none of plainAt's: re-read after begin (counted already), an
+// nil, 0 when the record is none of plainAt's: re-read after Begin (counted already), an
 // error pending, or a cursor off the 8-byte alignment, which parseAny reports.
 func (r *Perf) plainRoom() (unsafe.Pointer, uint64) {
 	pos := r.cursor
@@ -509,10 +509,10 @@ func (r *Perf) storeConsumer(pos uint64) {
 // SkipCorrupt is the way on after a CorruptError: it gives up everything up to the head
 // snapshot, commits data_tail there, clears the error and returns the number of bytes
 // skipped; the counts take the corruption and the bytes. Records parsed but not committed
-// are released too (not counted as skipped), also those that begin would read again before
+// are released too (not counted as skipped), also those that Begin would read again before
 // the corrupt one. Without a pending error it discards what is pending, counted as skipped.
 //
-// An invalid head snapshot is the header page's, not the records': skipCorrupt passes over
+// An invalid head snapshot is the header page's, not the records': SkipCorrupt passes over
 // that data_head value, skipping nothing, and reading goes on once the kernel writes
 // data_head again (a head too far ahead, unaligned or moved backwards would otherwise make
 // the reader skip genuine records). A head behind the tail says the tail moved: the reader
@@ -533,7 +533,7 @@ func (r *Perf) SkipCorrupt() uint64 {
 	}
 	from := r.cursor
 	if r.corrupt != nil && !r.badPos && int64(r.corrupt.Pos-from) > 0 {
-		from = r.corrupt.Pos // the records before it are good (begin went back)
+		from = r.corrupt.Pos // the records before it are good (Begin went back)
 	}
 	skipped := min(target-from, uint64(len(r.data)))
 	r.counts.CorruptBytes += skipped

@@ -19,12 +19,12 @@ package ring
 // takes round_up(len+8, 8) bytes, len being the low 30 bits: the kernel keeps records below
 // RINGBUF_MAX_RECORD_SZ (UINT_MAX/4). Bit 31 (BPF_RINGBUF_BUSY_BIT) says the record is
 // reserved but not yet committed: the reader stops there, since records are consumed in
-// order, and treats the ring as empty meanwhile (stalled), however long the program holds
+// order, and treats the ring as empty meanwhile (Stalled), however long the program holds
 // it; its length is checked as any other's (at). Bit 30 (BPF_RINGBUF_DISCARD_BIT) says the program discarded it: skipped and counted.
 //
 // Invariants (positions in ring order, wrap-safe): tail <= cursor <= head, head - tail < size,
 // and all three 8-aligned, while no position error is pending. snapshot establishes them for
-// head, begin and skipCorrupt for tail, commit keeps them; every read of the data area relies
+// head, Begin and SkipCorrupt for tail, commit keeps them; every read of the data area relies
 // on them (a record read at pos < head ends by head, so by pos&mask + size < 2*size). Nothing
 // read from the memory is trusted before it is checked against them.
 
@@ -54,11 +54,11 @@ const (
 // space (advancing producer_pos) and commit records (clearing the busy bit) while the reader
 // parses and stores consumer_pos. RingBuf holds no lock and never blocks.
 //
-// Reading works with a cursor and a head snapshot, as for the perf ring: begin takes both
+// Reading works with a cursor and a head snapshot, as for the perf ring: Begin takes both
 // (cursor = consumer_pos, head = producer_pos), next and each parse from the cursor up to the
 // snapshot and never beyond it, commit stores consumer_pos. A record still busy ends the
 // parse like the end of the snapshot does. After a *CorruptError, parsing keeps returning it
-// until skipCorrupt.
+// until SkipCorrupt.
 type RingBuf struct {
 	Cursor
 	consumer *uint64 // consumer_pos: ours to write, the kernel reads it
@@ -190,7 +190,7 @@ func (r *RingBuf) loadHeader(pos uint64) uint32 {
 // storeConsumer publishes consumer_pos = pos. Go's atomic store is sequentially consistent: it
 // releases our reads of the records before pos to the kernel's smp_load_acquire of
 // consumer_pos in __bpf_ringbuf_reserve (which then reuses their space), and it is the full
-// barrier that settle's wake rule needs against the kernel's xchg + smp_load_acquire in
+// barrier that Settle's wake rule needs against the kernel's xchg + smp_load_acquire in
 // bpf_ringbuf_commit (libbpf: smp_store_release(r->consumer_pos) in ringbuf_process_ring).
 func (r *RingBuf) storeConsumer(pos uint64) {
 	atomic.StoreUint64(r.consumer, pos)
@@ -223,7 +223,7 @@ func (r *RingBuf) Refresh() { r.snapshot() }
 func (r *RingBuf) snapshot() bool {
 	p := r.loadProducer()
 	if r.ignoring && p == r.ignored && r.corrupt == nil {
-		return false // passed over by skipCorrupt: nothing new
+		return false // passed over by SkipCorrupt: nothing new
 	}
 	if reason := r.checkPos(p); reason != "" {
 		r.failPos(r.tail, p, reason)
@@ -256,7 +256,7 @@ func (r *RingBuf) checkPos(p uint64) string {
 
 // Quiet reports that the cursor is at the head snapshot, no error is pending, producer_pos
 // has not moved since the snapshot and consumer_pos is still the tail: nothing to parse,
-// and nothing for refresh to do. A consumer_pos that someone else wrote is begin's to
+// and nothing for Refresh to do. A consumer_pos that someone else wrote is Begin's to
 // report, on the read that meets it.
 func (r *RingBuf) Quiet() bool {
 	return r.cursor == r.head && r.corrupt == nil && !r.moved(r.loadProducer()) &&
@@ -265,7 +265,7 @@ func (r *RingBuf) Quiet() bool {
 
 // Stalled reports that the record at the cursor is reserved and not yet submitted (busy):
 // the ring is as good as empty until the program commits it, and the kernel's commit will
-// wake the reader once consumer_pos is at it (see settle).
+// wake the reader once consumer_pos is at it (see Settle).
 func (r *RingBuf) Stalled() bool {
 	if r.corrupt != nil {
 		return false
@@ -285,7 +285,7 @@ func (r *RingBuf) Cur() *Cursor { return &r.Cursor }
 
 // Progress is producer_pos, plus one while the record at consumer_pos is busy: the waiter
 // sees a change when that record is committed, which moves no position but is what wakes a
-// reader stalled at it (see settle). producer_pos is 8-aligned, so the two cannot be
+// reader stalled at it (see Settle). producer_pos is 8-aligned, so the two cannot be
 // confused (an unaligned one is corrupt). Any goroutine may call it: it loads consumer_pos
 // (ours; pairs with store), producer_pos (acquire, see loadProducer) and the header at
 // consumer_pos (acquire, see loadHeader; in the area whatever consumer_pos holds), and
@@ -302,10 +302,10 @@ func (r *RingBuf) Progress() uint64 {
 
 // Reached reports whether a reader whose oldest record not delivered is at oldest has
 // delivered everything below to, an earlier head snapshot: oldest is at or past it, to is
-// an unaligned producer position that skipCorrupt passed over, or the ring is stalled at
+// an unaligned producer position that SkipCorrupt passed over, or the ring is stalled at
 // oldest (a busy record: nothing more to deliver now). Not with an error pending, nor with
 // consumer_pos written by someone else, or producer_pos behind it or behind the head
-// snapshot (which quiet and begin see): the read must meet those and report them.
+// snapshot (which quiet and Begin see): the read must meet those and report them.
 func (r *RingBuf) Reached(oldest, to uint64) bool {
 	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored || oldest == r.cursor && r.Stalled()) {
 		return false
@@ -395,9 +395,9 @@ func (r *RingBuf) fill(rec *Record, pos uint64, hdr uint32, size uint64) {
 }
 
 // Next parses the record at the cursor into rec and moves the cursor past it. It returns
-// false, nil at the end of the head snapshot or at a record still busy (call refresh or
+// false, nil at the end of the head snapshot or at a record still busy (call Refresh or
 // Begin for more), and false with a *CorruptError for a record or positions that cannot be
-// valid; the cursor stays and next keeps returning that error until skipCorrupt. Discarded
+// valid; the cursor stays and next keeps returning that error until SkipCorrupt. Discarded
 // records are skipped and counted (discarded), never returned. rec is left alone when next
 // returns false.
 //
@@ -492,7 +492,7 @@ func (r *RingBuf) Peek(pos uint64, rec *Record) bool {
 func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, uint64, error) {
 	from := r.cursor
 	k := 0
-	// Records read again after begin (counted already) and pending errors: the careful way.
+	// Records read again after Begin (counted already) and pending errors: the careful way.
 	for int64(r.counted-r.cursor) > 0 || r.corrupt != nil {
 		if r.cursor-from >= limit {
 			return k, r.cursor - from, nil
@@ -534,7 +534,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			return k, r.cursor - from, r.corrupt
 		}
 		next := pos + size
-		r.cursor = next // and counted with it (see begin)
+		r.cursor = next // and counted with it (see Begin)
 		if hdr&bpfRingDiscardBit != 0 {
 			r.counts.Discarded++
 			pos = next
@@ -574,7 +574,7 @@ func (r *RingBuf) SkipCorrupt() uint64 {
 	r.ignored, r.ignoring = p, p&7 != 0
 	from := r.cursor
 	if r.corrupt != nil && !r.badPos && int64(r.corrupt.Pos-from) > 0 {
-		from = r.corrupt.Pos // the records before it are good (begin went back)
+		from = r.corrupt.Pos // the records before it are good (Begin went back)
 	}
 	var skipped uint64
 	if d := target - from; int64(d) > 0 {
@@ -606,10 +606,10 @@ func (r *RingBuf) SkipCorrupt() uint64 {
 // Why a commit cannot be missed: the store of consumer_pos and the kernel's xchg of the
 // header are both full barriers, each followed by a load of the other's word (Dekker's
 // pattern). So either the commit's load sees consumer_pos equal to the record's position and
-// wakes the reader, or settle's load sees the header without its busy bit (or producer_pos
+// wakes the reader, or Settle's load sees the header without its busy bit (or producer_pos
 // moved, for a record reserved after the snapshot) and returns false. Records committed
 // behind a busy one are not missed either: the busy one's commit will wake the reader.
-// With false, the caller parses again (begin or refresh) before it thinks of sleeping.
+// With false, the caller parses again (Begin or Refresh) before it thinks of sleeping.
 func (r *RingBuf) Settle() bool {
 	if r.corrupt != nil || r.tail != r.cursor {
 		return false
