@@ -343,7 +343,7 @@ func (d *callbackDrain) close()      { d.pb.Close() }
 // rawDrain: RawBuffer.Drain over FillCPU's ring.
 type rawDrain struct {
 	fillOne
-	pb    *perfbuf.PerfBuffer
+	pb    *perfbuf.Raw
 	rb    *perfbuf.RawBuffer
 	fn    func(*perfbuf.Record) error
 	buf   []byte
