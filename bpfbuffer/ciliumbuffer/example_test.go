@@ -26,8 +26,11 @@ func ExamplePrepare() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	opts := perfbuf.Options{RingBytes: 256 << 10, MaxLatency: 10 * time.Millisecond}
-	kind, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.Any, &opts)
+	opts := perfbuf.ReaderOptions{
+		Options:    perfbuf.Options{RingBytes: 256 << 10},
+		MaxLatency: 10 * time.Millisecond,
+	}
+	kind, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.Any, &opts.Options)
 	if err != nil {
 		log.Fatal(err)
 	}
