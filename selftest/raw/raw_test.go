@@ -313,6 +313,45 @@ func TestRawHold(t *testing.T) {
 	}
 }
 
+// RawBuffer.Release hands back its own ring, and only that one: ring 0,
+// still held, stays busy. (Release used to release ring 0, whatever its
+// own: it overwrote the RawBuffer, index included, before it told the
+// PerfBuffer which ring.)
+func TestReleaseHandsBackItsOwnRing(t *testing.T) {
+	f := bpftest.Setup(t, obj)
+	if len(f.CPUs) < 2 {
+		t.Skip("needs two CPUs")
+	}
+	raw, err := perfbuf.NewRaw(f.Events, perfbuf.Options{RingBytes: 1 << 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	rb0, err := raw.Buffer(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb0.Release()
+	rb1, err := raw.Buffer(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Emit(t, rb0.CPU(), 5, 32, 0)
+	rb1.Release()
+	if rb, err := raw.Buffer(1); err != nil {
+		t.Errorf("Buffer(1) after releasing ring 1: %v", err)
+	} else {
+		rb.Release()
+	}
+	if _, err := raw.Buffer(0); !errors.Is(err, perfbuf.ErrBusy) {
+		t.Errorf("Buffer(0) while a RawBuffer holds ring 0: %v; want ErrBusy", err)
+	}
+	got := 0
+	if _, err := rb0.Drain(func(*perfbuf.Record) error { got++; return nil }); err != nil || got != 5 {
+		t.Errorf("ring 0's RawBuffer after ring 1's Release: %d records, %v; want 5", got, err)
+	}
+}
+
 // Drain stops at the first error its function returns and returns it; the
 // record the function failed on counts as received and is committed, the
 // rest stay in the ring for the next Drain.
