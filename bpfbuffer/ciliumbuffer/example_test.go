@@ -26,11 +26,8 @@ func ExamplePrepare() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	opts := perfbuf.ReaderOptions{
-		Options:    perfbuf.Options{RingBytes: 256 << 10},
-		MaxLatency: 10 * time.Millisecond,
-	}
-	kind, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.Any, &opts.Options)
+	opts := perfbuf.Options{RingBytes: 256 << 10, MaxLatency: 10 * time.Millisecond}
+	kind, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.Any, &opts)
 	if err != nil {
 		log.Fatal(err)
 	}
