@@ -434,7 +434,7 @@ func TestRawRingBytes(t *testing.T) {
 	}
 }
 
-// Raw mode waits with PerfBuffer.Wait: it names the rings that hold
+// Raw mode waits with Raw.Wait: it names the rings that hold
 // records, blocks until a sample wakes it (emitted while it waits), times
 // out with none, and returns os.ErrClosed once Close is called; draining
 // the rings it names accounts for every sample, on every CPU.
