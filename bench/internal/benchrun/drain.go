@@ -70,7 +70,7 @@ func Reference(mode string) string {
 	return ModeC
 }
 
-// isOrdered reports whether mode reads with Options.Order.
+// isOrdered reports whether mode reads with ReaderOptions.Order.
 func isOrdered(mode string) bool {
 	return mode == ModeOrdered || mode == ModeOrderedEach || mode == ModeOrderedBatch
 }

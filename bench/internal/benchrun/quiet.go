@@ -61,7 +61,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ModeReaderNoLatency is the Reader with Options.MaxLatency -1: it
+// ModeReaderNoLatency is the Reader with ReaderOptions.MaxLatency -1: it
 // wakes for wakeups only. With a wakeup on every sample that is the
 // Reader's default too; the mode is kept so that the quiet table's rows
 // stay comparable with earlier runs.
