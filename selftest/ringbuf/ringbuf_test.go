@@ -436,6 +436,12 @@ func TestRingBufOptions(t *testing.T) {
 			}
 		}
 	}
+	// A RingBytes that agrees with the ring buffer's size is taken.
+	if r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: ringSize}}); err != nil {
+		t.Errorf("RingBytes %d, the ring buffer's size: %v", ringSize, err)
+	} else {
+		r.Close()
+	}
 	r := newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{MaxSampleSize: ringSize - 16}}) // the largest record the kernel reserves
 	if _, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{}); !errors.Is(err, perfbuf.ErrMapInUse) {
 		t.Errorf("a second reader of the ring buffer: %v, want ErrMapInUse", err)
