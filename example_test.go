@@ -44,16 +44,16 @@ func events() *libbpfgo.BPFMap {
 // Callback mode, as perf_buffer__new and perf_buffer__poll: a goroutine
 // polls, and the lossless stop is Consume, then Close.
 func ExampleNew() {
-	pb, err := perfbuf.New(events(), perfbuf.Options{
+	sample := func(cpu int, data []byte) {
+		// data is valid during the call only.
+		fmt.Printf("cpu %d: %d bytes\n", cpu, len(data))
+	}
+	lost := func(cpu int, n uint64) {
+		fmt.Printf("cpu %d: lost %d\n", cpu, n)
+	}
+	pb, err := perfbuf.New(events(), sample, lost, perfbuf.Options{
 		RingBytes:     64 << 12,
 		MaxSampleSize: 256, // fail now, not at run time, if it cannot fit
-		SampleFunc: func(cpu int, data []byte) {
-			// data is valid during the call only.
-			fmt.Printf("cpu %d: %d bytes\n", cpu, len(data))
-		},
-		LostFunc: func(cpu int, n uint64) {
-			fmt.Printf("cpu %d: lost %d\n", cpu, n)
-		},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -91,13 +91,13 @@ func ExampleNew() {
 }
 
 // Raw mode: read ring 0 in place and commit once.
-func ExamplePerfBuffer_Buffer() {
-	pb, err := perfbuf.NewRaw(events(), perfbuf.Options{})
+func ExampleRaw_Buffer() {
+	raw, err := perfbuf.NewRaw(events(), perfbuf.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer pb.Close()
-	rb, err := pb.Buffer(0)
+	defer raw.Close()
+	rb, err := raw.Buffer(0)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -124,9 +124,9 @@ func ExamplePerfBuffer_Buffer() {
 // A Reader over every CPU's ring, the fullest first: a ReadInto loop, and a
 // Flush to deliver what the rings hold before Close.
 func ExampleNewReader() {
-	r, err := perfbuf.NewReader(events(), perfbuf.Options{
-		WakeupEvents: 32,                    // fewer wakeups for the producer
-		MaxLatency:   20 * time.Millisecond, // what raises none is read this often
+	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{
+		Options:    perfbuf.Options{WakeupEvents: 32}, // fewer wakeups for the producer
+		MaxLatency: 20 * time.Millisecond,             // what raises none is read this often
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -147,11 +147,13 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 // (the C tool's PERF_BUFFER_PAGES, in pages of the host's size: 64 << 12
 // was 16 pages on 16 KiB pages) that fit the largest event, merged in
 // timestamp order.
-func readerOptions() perfbuf.Options {
-	return perfbuf.Options{
-		RingBytes:     64 * os.Getpagesize(),
-		MaxSampleSize: eventMaxSize,
-		Order:         &perfbuf.Order{KeyOffset: offTS, MaxDelay: maxDelay},
+func readerOptions() perfbuf.ReaderOptions {
+	return perfbuf.ReaderOptions{
+		Options: perfbuf.Options{
+			RingBytes:     64 * os.Getpagesize(),
+			MaxSampleSize: eventMaxSize,
+		},
+		Order: &perfbuf.Order{KeyOffset: offTS, MaxDelay: maxDelay},
 	}
 }
 

@@ -61,12 +61,12 @@ const ringBytes = 256 << 10
 // read by the default Reader, which drains the fullest ring first. A ring
 // buffer's records come in the order they were reserved; a perf event
 // array's CPUs are not merged by time, as the C tool does not merge them
-// (an ordered Reader, Options.Order, would hold each event back for
+// (an ordered Reader, ReaderOptions.Order, would hold each event back for
 // another CPU's: on this workload it cost 2.9 context switches an event
 // against 1, for mounts, which one thread seldom makes on two CPUs at
 // once).
-func readerOptions() perfbuf.Options {
-	return perfbuf.Options{RingBytes: ringBytes, MaxSampleSize: eventSize}
+func readerOptions() perfbuf.ReaderOptions {
+	return perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: ringBytes, MaxSampleSize: eventSize}}
 }
 
 // tracepoints are the programs of mountsnoop.bpf.c and the syscalls:
@@ -107,7 +107,7 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	}
 	// Prepare chooses the kind and sizes the map; it leaves in opts what
 	// NewReader takes for that kind (for a ring buffer it moves RingBytes
-	// into the map's size, and clears it).
+	// into the map's size).
 	opts := perfbuf.Options{RingBytes: ringBytes}
 	if t.kind, err = bpfbuffer.Prepare(mod, "events", cfg.buffer, &opts); err != nil {
 		return nil, err

@@ -33,11 +33,12 @@ const emitMaxSize = 16384
 
 func setup(t *testing.T) *bpftest.Fixture { return bpftest.Setup(t, obj) }
 
-func opts(c *bpftest.Collector, pages int) perfbuf.Options {
-	return perfbuf.Options{RingBytes: bpftest.RingBytes(pages), SampleFunc: c.Sample, LostFunc: c.LostFn}
+// ringOpts are rings of pages pages.
+func ringOpts(pages int) perfbuf.Options {
+	return perfbuf.Options{RingBytes: bpftest.RingBytes(pages)}
 }
 
-// discard is a SampleFunc for tests that do not look at the samples.
+// discard is a sample function for tests that do not look at the samples.
 func discard(int, []byte) {}
 
 // checkAccounting checks the collector against the emitter, and the
@@ -64,9 +65,9 @@ func finishes(d time.Duration, fn func()) bool {
 	}
 }
 
-func newPB(t *testing.T, f *bpftest.Fixture, opts perfbuf.Options) *perfbuf.PerfBuffer {
+func newPB(t *testing.T, f *bpftest.Fixture, sample func(int, []byte), lost func(int, uint64), opts perfbuf.Options) *perfbuf.PerfBuffer {
 	t.Helper()
-	pb, err := perfbuf.New(f.Events, opts)
+	pb, err := perfbuf.New(f.Events, sample, lost, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -101,7 +102,7 @@ func flush(t *testing.T, f *bpftest.Fixture, pb *perfbuf.PerfBuffer) {
 func TestAccountingOverload(t *testing.T) {
 	f := setup(t)
 	c := bpftest.NewCollector()
-	pb := newPB(t, f, opts(c, 1))
+	pb := newPB(t, f, c.Sample, c.LostFn, ringOpts(1))
 	for round := 0; round < 20; round++ {
 		for _, cpu := range f.CPUs {
 			f.Emit(t, cpu, 300, 40, 64) // 40..103 bytes, overflows 4 KiB
@@ -121,7 +122,7 @@ func TestAccountingOverload(t *testing.T) {
 	}
 }
 
-// Lost counts reach LostFunc with the CPU that lost them.
+// Lost counts reach the lost function with the CPU that lost them.
 func TestLostCarriesCPU(t *testing.T) {
 	f := setup(t)
 	if len(f.CPUs) < 2 {
@@ -129,7 +130,7 @@ func TestLostCarriesCPU(t *testing.T) {
 	}
 	quiet, busy := f.CPUs[0], f.CPUs[1]
 	c := bpftest.NewCollector()
-	pb := newPB(t, f, opts(c, 1))
+	pb := newPB(t, f, c.Sample, c.LostFn, ringOpts(1))
 	f.Emit(t, busy, 1000, 64, 0) // only the busy CPU overflows
 	f.Emit(t, quiet, 10, 64, 0)
 	flush(t, f, pb)
@@ -144,7 +145,7 @@ func TestLostCarriesCPU(t *testing.T) {
 func TestSizes(t *testing.T) {
 	f := setup(t)
 	c := bpftest.NewCollector()
-	pb := newPB(t, f, opts(c, 2)) // 8 KiB: most records straddle the end at some point
+	pb := newPB(t, f, c.Sample, c.LostFn, ringOpts(2)) // 8 KiB: most records straddle the end at some point
 	for size := uint64(1); size <= 700; size += 10 {
 		for _, cpu := range f.CPUs {
 			f.Emit(t, cpu, 10, size, 10) // sizes size..size+9, < 8 KiB in all
@@ -197,11 +198,11 @@ func TestLargestSample(t *testing.T) {
 	// lost count in front of it. wedge shows the wedge the check prevents.
 	for _, size := range []uint64{uint64(largest), uint64(wedge)} {
 		c := bpftest.NewCollector()
-		o := opts(c, 1)
+		o := ringOpts(1)
 		if size == uint64(largest) {
 			o.MaxSampleSize = largest
 		}
-		pb, err := perfbuf.New(f.Events, o)
+		pb, err := perfbuf.New(f.Events, c.Sample, c.LostFn, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,21 +228,20 @@ func TestLargestSample(t *testing.T) {
 	}
 }
 
-// A panic in SampleFunc reaches the caller; the rest of the batch is
+// A panic in the sample function reaches the caller; the rest of the batch is
 // delivered by the next call, nothing twice.
 func TestPanicInSampleFunc(t *testing.T) {
 	f := setup(t)
 	c := bpftest.NewCollector()
 	n := 0
-	o := opts(c, 4)
-	o.SampleFunc = func(cpu int, data []byte) {
+	sample := func(cpu int, data []byte) {
 		n++
 		c.Sample(cpu, data)
 		if n == 3 || n == 7 {
 			panic("boom")
 		}
 	}
-	pb := newPB(t, f, o)
+	pb := newPB(t, f, sample, c.LostFn, ringOpts(4))
 	for _, cpu := range f.CPUs {
 		f.Emit(t, cpu, 10, 64, 0)
 	}
@@ -270,7 +270,7 @@ func TestPanicInSampleFunc(t *testing.T) {
 func TestConcurrentPollConsume(t *testing.T) {
 	f := setup(t)
 	c := bpftest.NewCollector()
-	pb := newPB(t, f, opts(c, 8))
+	pb := newPB(t, f, c.Sample, c.LostFn, ringOpts(8))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := 0; g < 3; g++ {
@@ -502,9 +502,6 @@ func TestErrors(t *testing.T) {
 		if _, err := pb.BufferFD(i); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("BufferFD(%d): %v; want os.ErrInvalid", i, err)
 		}
-		if _, err := pb.Buffer(i); !errors.Is(err, os.ErrInvalid) {
-			t.Errorf("Buffer(%d): %v; want os.ErrInvalid", i, err)
-		}
 	}
 	if fd, err := pb.BufferFD(0); err != nil || fd < 0 {
 		t.Errorf("BufferFD(0) = %d, %v", fd, err)
@@ -528,22 +525,45 @@ func TestErrors(t *testing.T) {
 	if err := pb.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+
+	// The same of a Raw, whose Buffer takes the index too.
+	raw, err := perfbuf.NewRaw(perfbuf.MapFD(f.Events.FileDescriptor()), perfbuf.Options{RingBytes: 1 << 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = raw.BufferCount()
+	for _, i := range []int{-1, n, n + 100} {
+		if _, err := raw.Buffer(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("Raw.Buffer(%d): %v; want os.ErrInvalid", i, err)
+		}
+		if _, err := raw.BufferFD(i); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("Raw.BufferFD(%d): %v; want os.ErrInvalid", i, err)
+		}
+	}
+	raw.Close()
+	rawCalls := map[string]func() error{
+		"Buffer":   func() error { _, err := raw.Buffer(0); return err },
+		"Wait":     func() error { _, err := raw.Wait(0, nil); return err },
+		"BufferFD": func() error { _, err := raw.BufferFD(0); return err },
+		"EpollFD":  func() error { _, err := raw.EpollFD(); return err },
+	}
+	for name, call := range rawCalls {
+		if err := call(); !errors.Is(err, os.ErrClosed) {
+			t.Errorf("Raw.%s after Close: %v; want os.ErrClosed", name, err)
+		}
+	}
+	if err := raw.Close(); err != nil {
+		t.Errorf("second Raw.Close: %v", err)
+	}
 }
 
-// New needs a SampleFunc, unless Options.Raw asks for raw mode only; Raw
-// takes no callbacks, and callback-mode calls fail with it. A refused New
-// leaves the map free.
+// New needs a sample function; lost may be nil. A refused New leaves the
+// map free.
 func TestNewNeedsSampleFunc(t *testing.T) {
 	f := setup(t)
 	lost := func(int, uint64) {}
-	bad := map[string]perfbuf.Options{
-		"no SampleFunc":       {RingBytes: 1 << 12},
-		"LostFunc only":       {RingBytes: 1 << 12, LostFunc: lost},
-		"Raw with SampleFunc": {RingBytes: 1 << 12, Raw: true, SampleFunc: discard},
-		"Raw with LostFunc":   {RingBytes: 1 << 12, Raw: true, LostFunc: lost},
-	}
-	for name, o := range bad {
-		pb, err := perfbuf.New(f.Events, o)
+	for name, l := range map[string]func(int, uint64){"no functions": nil, "lost only": lost} {
+		pb, err := perfbuf.New(f.Events, nil, l, perfbuf.Options{RingBytes: 1 << 12})
 		if !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("New with %s: %v; want os.ErrInvalid", name, err)
 		}
@@ -551,28 +571,12 @@ func TestNewNeedsSampleFunc(t *testing.T) {
 			pb.Close()
 		}
 	}
-
-	pb := newPB(t, f, perfbuf.Options{RingBytes: 1 << 12, Raw: true})
-	calls := map[string]func() error{
-		"Poll":          func() error { _, err := pb.Poll(0); return err },
-		"Consume":       func() error { _, err := pb.Consume(); return err },
-		"ConsumeBuffer": func() error { _, err := pb.ConsumeBuffer(0); return err },
+	c := bpftest.NewCollector()
+	pb := newPB(t, f, c.Sample, nil, ringOpts(1))
+	f.Emit(t, f.CPUs[0], 3, 32, 0)
+	if n, err := pb.Consume(); n != 3 || err != nil {
+		t.Errorf("Consume after the refused News: %d samples, %v; want 3", n, err)
 	}
-	for name, call := range calls {
-		if err := call(); !errors.Is(err, os.ErrInvalid) {
-			t.Errorf("%s with Raw: %v; want os.ErrInvalid", name, err)
-		}
-	}
-	rb, err := pb.Buffer(0)
-	if err != nil {
-		t.Fatalf("Buffer(0) with Raw: %v", err)
-	}
-	f.Emit(t, rb.CPU(), 3, 32, 0)
-	got := 0
-	if _, err := rb.Drain(func(*perfbuf.Record) error { got++; return nil }); err != nil || got != 3 {
-		t.Errorf("Drain with Raw: %d records, %v; want 3", got, err)
-	}
-	rb.Release()
 }
 
 // Close counts what callback mode left in the rings as Discarded, in bytes:
@@ -593,7 +597,7 @@ func TestCloseDiscards(t *testing.T) {
 		{"full", 300, 40, 0, false}, // 56-byte records: 73 fit, the rest are lost
 	} {
 		c := bpftest.NewCollector()
-		pb, err := perfbuf.New(f.Events, opts(c, 1))
+		pb, err := perfbuf.New(f.Events, c.Sample, c.LostFn, ringOpts(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -635,17 +639,17 @@ func TestCloseDiscards(t *testing.T) {
 	}
 }
 
-// Close called from inside SampleFunc stops delivery at once: that call is
+// Close called from inside the sample function stops delivery at once: that call is
 // the last, and the rings are freed when the Consume running it returns; no
 // deadlock. The samples left in the ring are counted as Discarded.
 func TestCloseFromCallback(t *testing.T) {
 	f := setup(t)
 	var pb *perfbuf.PerfBuffer
 	calls := 0
-	pb = newPB(t, f, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {
+	pb = newPB(t, f, func(int, []byte) {
 		calls++
 		pb.Close()
-	}})
+	}, nil, ringOpts(1))
 	const size = 32
 	f.Emit(t, f.CPUs[0], 5, size, 0)
 	if !finishes(5*time.Second, func() {
@@ -653,13 +657,13 @@ func TestCloseFromCallback(t *testing.T) {
 			t.Errorf("Consume: %v", err)
 		}
 	}) {
-		t.Fatal("Consume deadlocked after Close from SampleFunc")
+		t.Fatal("Consume deadlocked after Close from the sample function")
 	}
 	if _, err := pb.Consume(); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Consume after Close: %v", err)
 	}
 	if calls != 1 {
-		t.Errorf("SampleFunc ran %d times; want once, then Close", calls)
+		t.Errorf("the sample function ran %d times; want once, then Close", calls)
 	}
 	st := pb.Stats()[0]
 	if st.Samples != 1 || st.Left != 4 {
@@ -667,53 +671,14 @@ func TestCloseFromCallback(t *testing.T) {
 	}
 }
 
-// RawBuffer.Release hands its own ring back to callback mode, and only
-// that one: a ring another RawBuffer holds stays out of callback mode's
-// reach, since both would move its data_tail. (Release used to release
-// ring 0, whatever its own: it overwrote the RawBuffer, index included,
-// before it told the PerfBuffer which ring.)
-func TestReleaseHandsBackItsOwnRing(t *testing.T) {
-	f := setup(t)
-	if len(f.CPUs) < 2 {
-		t.Skip("needs two CPUs")
-	}
-	c := bpftest.NewCollector()
-	pb := newPB(t, f, opts(c, 1))
-	rb0, err := pb.Buffer(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rb0.Release()
-	rb1, err := pb.Buffer(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Emit(t, f.CPUs[0], 5, 32, 0)
-	rb1.Release()
-	if _, err := pb.ConsumeBuffer(1); err != nil {
-		t.Errorf("ConsumeBuffer(1) after releasing ring 1: %v", err)
-	}
-	if rb, err := pb.Buffer(1); err != nil {
-		t.Errorf("Buffer(1) after releasing ring 1: %v", err)
-	} else {
-		rb.Release()
-	}
-	if n, err := pb.ConsumeBuffer(0); !errors.Is(err, perfbuf.ErrBusy) {
-		t.Errorf("ConsumeBuffer(0) while a RawBuffer holds ring 0: %d, %v; want ErrBusy", n, err)
-	}
-	if n, err := pb.Consume(); n != 0 || err != nil {
-		t.Errorf("Consume delivered %d samples (err %v) from ring 0, which a RawBuffer holds", n, err)
-	}
-}
-
-// After a SampleFunc panicked in Poll, the next Poll delivers the rest
+// After the sample function panicked in Poll, the next Poll delivers the rest
 // without waiting: they are in rings whose readiness epoll has reported
 // already. (Poll(-1) used to wait for a wakeup that would not come.)
 func TestPollAfterPanicDeliversRest(t *testing.T) {
 	f := setup(t)
 	var mu sync.Mutex
 	calls := 0
-	pb := newPB(t, f, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {
+	pb := newPB(t, f, func(int, []byte) {
 		mu.Lock()
 		calls++
 		n := calls
@@ -721,7 +686,7 @@ func TestPollAfterPanicDeliversRest(t *testing.T) {
 		if n == 1 {
 			panic("boom")
 		}
-	}})
+	}, nil, ringOpts(1))
 	f.Emit(t, f.CPUs[0], 10, 32, 0)
 	func() {
 		defer func() { recover() }()
@@ -820,28 +785,6 @@ func parkedInPoll(d time.Duration) bool {
 	return false
 }
 
-// RawBuffer.Release may be called from a SampleFunc. (It used to take the
-// lock that the drain calling the SampleFunc holds: a deadlock.)
-func TestReleaseFromSampleFunc(t *testing.T) {
-	f := setup(t)
-	if len(f.CPUs) < 2 {
-		t.Skip("needs two CPUs")
-	}
-	var rb *perfbuf.RawBuffer
-	var once sync.Once
-	pb := newPB(t, f, perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {
-		once.Do(func() { rb.Release() })
-	}})
-	var err error
-	if rb, err = pb.Buffer(1); err != nil {
-		t.Fatal(err)
-	}
-	f.Emit(t, f.CPUs[0], 1, 32, 0)
-	if !finishes(3*time.Second, func() { pb.ConsumeBuffer(0) }) {
-		t.Errorf("ConsumeBuffer deadlocked: RawBuffer.Release called from SampleFunc")
-	}
-}
-
 // A Reader holds the map until Close, as a PerfBuffer does: a second Reader
 // or a PerfBuffer on it is refused meanwhile, and once it is closed the map
 // can be read again, by either.
@@ -891,7 +834,7 @@ func TestReaderReopen(t *testing.T) {
 	}
 	c.Check(t)
 
-	pb := newPB(t, f, opts(c, 1))
+	pb := newPB(t, f, c.Sample, c.LostFn, ringOpts(1))
 	f.Emit(t, cpu, 3, 32, 0)
 	if n, err := pb.Consume(); n != 3 || err != nil {
 		t.Errorf("PerfBuffer after the Reader was closed: Consume = %d, %v; want 3 samples", n, err)
@@ -927,7 +870,7 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 		t.Fatalf("emitter cpus %v, online %v", f.CPUs, online)
 	}
 	c := bpftest.NewCollector()
-	pb := newPB(t, f, opts(c, 1)) // checks BufferCount and Stats' CPUs against online
+	pb := newPB(t, f, c.Sample, c.LostFn, ringOpts(1)) // checks BufferCount and Stats' CPUs against online
 	var statCPUs []int
 	for _, s := range pb.Stats() {
 		statCPUs = append(statCPUs, s.CPU)
@@ -935,8 +878,13 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 	if !slices.Equal(statCPUs, online) {
 		t.Errorf("Stats CPUs %v, want %v", statCPUs, online)
 	}
+	pb.Close()
+	raw, err := perfbuf.NewRaw(f.Events, ringOpts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, cpu := range online {
-		rb, err := pb.Buffer(i)
+		rb, err := raw.Buffer(i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -945,12 +893,12 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 		}
 		rb.Release()
 	}
-	pb.Close()
+	raw.Close()
 
 	// Each Reader, fullest-first and ordered: one sample per online CPU,
 	// each delivered with its CPU.
 	for _, ordered := range []bool{false, true} {
-		ro := perfbuf.Options{RingBytes: 1 << 12}
+		ro := perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}}
 		if ordered {
 			ro.Order = &perfbuf.Order{KeyOffset: 8}
 		}
@@ -1001,7 +949,7 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 func TestSecondReaderOfMapRefused(t *testing.T) {
 	f := setup(t)
 	c := bpftest.NewCollector()
-	pb := newPB(t, f, opts(c, 1))
+	pb := newPB(t, f, c.Sample, c.LostFn, ringOpts(1))
 	dup, err := syscall.Dup(f.Events.FileDescriptor())
 	if err != nil {
 		t.Fatal(err)
@@ -1040,8 +988,8 @@ func TestSecondReaderOfMapRefused(t *testing.T) {
 	}
 }
 
-// Poll, Consume, ConsumeBuffer and Buffer called from inside SampleFunc or
-// LostFunc fail with ErrReentrant: they used to wait for the drain running
+// Poll, Consume and ConsumeBuffer called from inside the sample or lost
+// function fail with ErrReentrant: they used to wait for the drain running
 // the callback, forever.
 func TestCallFromCallbackReentrant(t *testing.T) {
 	f := setup(t)
@@ -1049,13 +997,6 @@ func TestCallFromCallbackReentrant(t *testing.T) {
 		"Poll":          func(pb *perfbuf.PerfBuffer) error { _, err := pb.Poll(-1); return err },
 		"Consume":       func(pb *perfbuf.PerfBuffer) error { _, err := pb.Consume(); return err },
 		"ConsumeBuffer": func(pb *perfbuf.PerfBuffer) error { _, err := pb.ConsumeBuffer(0); return err },
-		"Buffer": func(pb *perfbuf.PerfBuffer) error {
-			rb, err := pb.Buffer(0)
-			if err == nil {
-				rb.Release()
-			}
-			return err
-		},
 	}
 	for name, call := range calls {
 		for _, lost := range []bool{false, true} {
@@ -1068,13 +1009,13 @@ func TestCallFromCallbackReentrant(t *testing.T) {
 					once.Do(func() { got = call(pb) })
 				}
 			}
-			o := perfbuf.Options{RingBytes: 1 << 12, SampleFunc: func(int, []byte) {
+			sample := func(int, []byte) {
 				if !lost {
 					in()
 				}
-			}, LostFunc: func(int, uint64) { in() }}
+			}
 			var err error
-			if pb, err = perfbuf.New(f.Events, o); err != nil {
+			if pb, err = perfbuf.New(f.Events, sample, func(int, uint64) { in() }, ringOpts(1)); err != nil {
 				t.Fatal(err)
 			}
 			cpu := pb.Stats()[0].CPU

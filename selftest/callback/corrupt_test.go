@@ -96,12 +96,12 @@ func corruptCase(t *testing.T, corrupt func(*unix.PerfEventMmapPage, uint64, uin
 	f := setup(t)
 	cpu := f.CPUs[0]
 	var got int
-	pb := newPB(t, f, perfbuf.Options{RingBytes: bpftest.RingBytes(2), SampleFunc: func(c int, data []byte) {
+	pb := newPB(t, f, func(c int, data []byte) {
 		if c != cpu {
 			t.Errorf("sample from cpu %d", c)
 		}
 		got++
-	}})
+	}, nil, ringOpts(2))
 	fd, err := pb.BufferFD(0)
 	if err != nil {
 		t.Fatal(err)

@@ -137,8 +137,7 @@ type mode struct {
 // callbackMode opens a PerfBuffer on events with the failure map.
 func callbackMode(t *testing.T, events perfbuf.Map, opts perfbuf.Options, c *collector) mode {
 	t.Helper()
-	opts.SampleFunc, opts.LostFunc = c.sample, c.lostFn
-	pb, err := perfbuf.New(events, opts)
+	pb, err := perfbuf.New(events, c.sample, c.lostFn, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,8 +497,7 @@ func closeDuringProduction(t *testing.T, f *fixture, form string, delay time.Dur
 	var read func() error
 	policy, how, _ := strings.Cut(form, "/")
 	if policy == "callback" {
-		opts.SampleFunc = func(cpu int, _ []byte) { count(cpu) }
-		pb, err := perfbuf.New(f.events, opts)
+		pb, err := perfbuf.New(f.events, func(cpu int, _ []byte) { count(cpu) }, nil, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -512,10 +510,11 @@ func closeDuringProduction(t *testing.T, f *fixture, form string, delay time.Dur
 			}
 		}
 	} else {
+		ropts := perfbuf.ReaderOptions{Options: opts}
 		if policy == "ordered" {
-			opts.Order = &perfbuf.Order{KeyOffset: 0, MaxDelay: time.Millisecond}
+			ropts.Order = &perfbuf.Order{KeyOffset: 0, MaxDelay: time.Millisecond}
 		}
-		r, err := perfbuf.NewReader(f.events, opts)
+		r, err := perfbuf.NewReader(f.events, ropts)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -153,7 +153,8 @@ func TestHotplugCallback(t *testing.T) {
 	}
 }
 
-// TestHotplugRaw: in raw mode BufferCount opens the new CPU's ring.
+// TestHotplugRaw: in raw mode Wait opens the new CPU's ring (Wait(0, nil),
+// as a caller that waits on EpollFD does); BufferCount opens nothing.
 func TestHotplugRaw(t *testing.T) {
 	f, cpu := setup(t)
 	setOnline(t, cpu, false)
@@ -167,6 +168,9 @@ func TestHotplugRaw(t *testing.T) {
 	for start := time.Now(); pb.BufferCount() == before; time.Sleep(5 * time.Millisecond) {
 		if time.Since(start) > notice {
 			t.Fatalf("no ring for cpu %d %v after it came online", cpu, notice)
+		}
+		if _, err := pb.Wait(0, nil); err != nil {
+			t.Fatal(err)
 		}
 	}
 	emitAll(t, f, count)

@@ -175,7 +175,7 @@ type reader struct {
 }
 
 // form opens a reader of one form over m, delivering to c.
-type form func(t *testing.T, m perfbuf.Map, opts perfbuf.Options, c *tally) reader
+type form func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader
 
 // flushRead drains a Reader through read, a loop that stops at ErrFlushed.
 func flushRead(t *testing.T, r *perfbuf.Reader, read func() error) {
@@ -196,7 +196,7 @@ func flushRead(t *testing.T, r *perfbuf.Reader, read func() error) {
 // Consume, All), callback mode's (Poll, Consume) and raw mode's (Wait,
 // Buffer, Drain).
 var forms = map[string]form{
-	"ReadInto": func(t *testing.T, m perfbuf.Map, opts perfbuf.Options, c *tally) reader {
+	"ReadInto": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
 		r := newReader(t, m, opts)
 		var s perfbuf.Sample
 		return reader{
@@ -213,7 +213,7 @@ var forms = map[string]form{
 			rings:   len(r.Stats()),
 		}
 	},
-	"ReadBatch": func(t *testing.T, m perfbuf.Map, opts perfbuf.Options, c *tally) reader {
+	"ReadBatch": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
 		r := newReader(t, m, opts)
 		batch := make([]perfbuf.Sample, 16)
 		return reader{
@@ -230,7 +230,7 @@ var forms = map[string]form{
 			rings:   len(r.Stats()),
 		}
 	},
-	"Each": func(t *testing.T, m perfbuf.Map, opts perfbuf.Options, c *tally) reader {
+	"Each": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
 		r := newReader(t, m, opts)
 		return reader{
 			drain: func(t *testing.T) {
@@ -243,7 +243,7 @@ var forms = map[string]form{
 			rings:   len(r.Stats()),
 		}
 	},
-	"Consume": func(t *testing.T, m perfbuf.Map, opts perfbuf.Options, c *tally) reader {
+	"Consume": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
 		r := newReader(t, m, opts)
 		return reader{
 			drain: func(t *testing.T) {
@@ -255,7 +255,7 @@ var forms = map[string]form{
 			rings:   len(r.Stats()),
 		}
 	},
-	"All": func(t *testing.T, m perfbuf.Map, opts perfbuf.Options, c *tally) reader {
+	"All": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
 		r := newReader(t, m, opts)
 		return reader{
 			drain: func(t *testing.T) {
@@ -275,9 +275,8 @@ var forms = map[string]form{
 			rings:   len(r.Stats()),
 		}
 	},
-	"callback": func(t *testing.T, m perfbuf.Map, opts perfbuf.Options, c *tally) reader {
-		opts.SampleFunc, opts.LostFunc = c.sample, c.lostFn
-		pb := newPerfBuffer(t, m, opts)
+	"callback": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
+		pb := newPerfBuffer(t, m, c.sample, c.lostFn, opts.Options)
 		return reader{
 			drain: func(t *testing.T) {
 				// Something was written: Poll returns for it at once.
@@ -292,11 +291,14 @@ var forms = map[string]form{
 			rings:   pb.BufferCount(),
 		}
 	},
-	"raw": func(t *testing.T, m perfbuf.Map, opts perfbuf.Options, c *tally) reader {
-		opts.Raw = true
-		pb := newPerfBuffer(t, m, opts)
+	"raw": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
+		pb, err := perfbuf.NewRaw(m, opts.Options)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pb.Close() })
 		// One RawBuffer a ring for the whole test: what it reads is in its
-		// own Stats, added to the PerfBuffer's (Left, at Close) below.
+		// own Stats, added to the Raw's (Left, at Close) below.
 		bufs := make([]*perfbuf.RawBuffer, pb.BufferCount())
 		for i := range bufs {
 			b, err := pb.Buffer(i)
@@ -336,7 +338,7 @@ var forms = map[string]form{
 	},
 }
 
-func newReader(t *testing.T, m perfbuf.Map, opts perfbuf.Options) *perfbuf.Reader {
+func newReader(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions) *perfbuf.Reader {
 	t.Helper()
 	r, err := perfbuf.NewReader(m, opts)
 	if err != nil {
@@ -346,9 +348,9 @@ func newReader(t *testing.T, m perfbuf.Map, opts perfbuf.Options) *perfbuf.Reade
 	return r
 }
 
-func newPerfBuffer(t *testing.T, m perfbuf.Map, opts perfbuf.Options) *perfbuf.PerfBuffer {
+func newPerfBuffer(t *testing.T, m perfbuf.Map, sample func(int, []byte), lost func(int, uint64), opts perfbuf.Options) *perfbuf.PerfBuffer {
 	t.Helper()
-	pb, err := perfbuf.New(m, opts)
+	pb, err := perfbuf.New(m, sample, lost, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +396,7 @@ func TestRingBufNoCgo(t *testing.T) {
 				}
 				return cpu, binary.NativeEndian.Uint64(data), true, nil
 			})
-			r := open(t, perfbuf.MapFD(events.FD()), perfbuf.Options{}, c)
+			r := open(t, perfbuf.MapFD(events.FD()), perfbuf.ReaderOptions{}, c)
 			for range 3 {
 				produce(t, 20, 48, 0, 1)  // bpf_ringbuf_output
 				produce(t, 10, 256, 1, 1) // reserve, submit
@@ -455,7 +457,7 @@ func TestPerfEventArrayNoCgo(t *testing.T) {
 		}
 	}
 	all := maps.Clone(forms)
-	all["ordered"] = func(t *testing.T, m perfbuf.Map, opts perfbuf.Options, c *tally) reader {
+	all["ordered"] = func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
 		opts.Order = &perfbuf.Order{KeyOffset: 8} // emit_hdr.ts
 		return forms["ReadInto"](t, m, opts, c)
 	}
@@ -474,7 +476,7 @@ func TestPerfEventArrayNoCgo(t *testing.T) {
 				}
 				return recCPU, binary.NativeEndian.Uint64(data), true, nil
 			})
-			r := open(t, perfbuf.MapFD(events.FD()), perfbuf.Options{RingBytes: 1 << 12}, c)
+			r := open(t, perfbuf.MapFD(events.FD()), perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}}, c)
 			if !cgo {
 				if n := kernel.OpenedPerfRings() - opened; n != uint64(r.rings) {
 					t.Fatalf("perfbuf's opener opened %d rings of the reader's %d: without cgo, it opens them all", n, r.rings)

@@ -72,9 +72,7 @@ func TestOpenerCallback(t *testing.T) {
 			before := force(t)
 			f := bpftest.Setup(t, obj)
 			c := bpftest.NewCollector()
-			opts := tc.opts
-			opts.SampleFunc, opts.LostFunc = c.Sample, c.LostFn
-			pb, err := perfbuf.New(f.Events, opts)
+			pb, err := perfbuf.New(f.Events, c.Sample, c.LostFn, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,10 +102,10 @@ func TestOpenerCallback(t *testing.T) {
 func TestOpenerReaders(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts perfbuf.Options
+		opts perfbuf.ReaderOptions
 	}{
-		{"fullest", perfbuf.Options{RingBytes: 1 << 12}},
-		{"ordered", perfbuf.Options{RingBytes: 1 << 12, Order: &perfbuf.Order{KeyOffset: 8}}}, // emit_hdr.ts
+		{"fullest", perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}}},
+		{"ordered", perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}, Order: &perfbuf.Order{KeyOffset: 8}}}, // emit_hdr.ts
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := force(t)

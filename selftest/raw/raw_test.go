@@ -111,20 +111,20 @@ func TestRawMatchesCallback(t *testing.T) {
 
 	// Phase 2: raw mode over fresh rings of the same size.
 	raw := bpftest.NewCollector()
-	pb, err = perfbuf.NewRaw(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2)})
+	rp, err := perfbuf.NewRaw(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pb.Close()
+	defer rp.Close()
 	var bufs []*perfbuf.RawBuffer
 	byCPU := map[int]*perfbuf.RawBuffer{} // buffer indexes are not CPU numbers
-	for i := 0; i < pb.BufferCount(); i++ {
-		rb, err := pb.Buffer(i)
+	for i := 0; i < rp.BufferCount(); i++ {
+		rb, err := rp.Buffer(i)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rb.Release()
-		if cpu := pb.Stats()[i].CPU; rb.CPU() != cpu {
+		if cpu := rp.Stats()[i].CPU; rb.CPU() != cpu {
 			t.Errorf("buffer %d: RawBuffer says cpu %d, Stats cpu %d", i, rb.CPU(), cpu)
 		}
 		if rb.Size() != 2*os.Getpagesize() {
@@ -242,71 +242,113 @@ func TestRawPeekCommit(t *testing.T) {
 	}
 }
 
-// A RawBuffer holds its ring: callback mode leaves it alone until Release,
-// Buffer twice is ErrBusy, and Close waits for Release to unmap.
+// A RawBuffer holds its ring: Buffer twice is ErrBusy until Release, what
+// it leaves in the ring is the next RawBuffer's, and Close waits for
+// Release to unmap.
 func TestRawHold(t *testing.T) {
 	f := bpftest.Setup(t, obj)
-	c := bpftest.NewCollector()
-	pb, err := perfbuf.New(f.Events, c.Sample, c.LostFn, perfbuf.Options{RingBytes: 1 << 12})
+	raw, err := perfbuf.NewRaw(f.Events, perfbuf.Options{RingBytes: 1 << 12})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pb.Close()
-	n := pb.BufferCount()
+	defer raw.Close()
+	n := raw.BufferCount()
 	for _, i := range []int{-1, n} {
-		if _, err := pb.Buffer(i); !errors.Is(err, os.ErrInvalid) {
+		if _, err := raw.Buffer(i); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("Buffer(%d): %v, want os.ErrInvalid", i, err)
 		}
 	}
-	rb, err := pb.Buffer(0)
+	rb, err := raw.Buffer(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pb.Buffer(0); !errors.Is(err, perfbuf.ErrBusy) {
+	if _, err := raw.Buffer(0); !errors.Is(err, perfbuf.ErrBusy) {
 		t.Errorf("Buffer(0) twice: %v, want ErrBusy", err)
-	}
-	if _, err := pb.ConsumeBuffer(0); !errors.Is(err, perfbuf.ErrBusy) {
-		t.Errorf("ConsumeBuffer on a held ring: %v, want ErrBusy", err)
 	}
 	cpu0 := rb.CPU()
 	f.Emit(t, cpu0, 3, 32, 0)
-	if got, err := pb.Consume(); err != nil || got != 0 {
-		t.Errorf("Consume with ring 0 held: %d samples, %v; want 0", got, err)
-	}
 	if rb.Used() == 0 {
-		t.Error("ring 0 empty: callback mode drained a held ring")
+		t.Error("ring 0 empty after 3 samples")
 	}
 	rb.Release()
 	rb.Release() // idempotent
 	if rb.Used() != 0 {
 		t.Error("a released RawBuffer still reads the ring")
 	}
-	if got, err := pb.Consume(); err != nil || got != 3 {
-		t.Errorf("Consume after Release: %d samples, %v; want 3", got, err)
+	drain := func(rb *perfbuf.RawBuffer) (int, error) {
+		got := 0
+		_, err := rb.Drain(func(*perfbuf.Record) error { got++; return nil })
+		return got, err
 	}
+	rb, err = raw.Buffer(0)
+	if err != nil {
+		t.Fatalf("Buffer(0) after Release: %v", err)
+	}
+	if got, err := drain(rb); err != nil || got != 3 {
+		t.Errorf("drain by a second RawBuffer: %d samples, %v; want the 3 the first left", got, err)
+	}
+	rb.Release()
 
 	// Close with a RawBuffer held: the mapping stays until Release.
-	rb, err = pb.Buffer(0)
+	rb, err = raw.Buffer(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Emit(t, cpu0, 2, 32, 0)
-	pb.Close()
-	if _, err := pb.Buffer(0); !errors.Is(err, os.ErrClosed) {
+	raw.Close()
+	if _, err := raw.Buffer(0); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Buffer after Close: %v", err)
 	}
-	got := 0
-	if _, err := rb.Drain(func(*perfbuf.Record) error { got++; return nil }); err != nil || got != 2 {
+	if got, err := drain(rb); err != nil || got != 2 {
 		t.Errorf("drain after Close: %d records, %v; want 2", got, err)
 	}
 	rb.Release()
 	// The rings were freed at Release, with nothing left in them: what
-	// the RawBuffer read is not callback mode's, nor left.
-	if st := pb.Stats()[0]; st.Samples != 3 || st.Left != 0 {
-		t.Errorf("stats after Release %+v; want the 3 samples callback mode read, none left", st)
+	// the RawBuffers read is in their own Stats, not the Raw's, nor left.
+	if st := raw.Stats()[0]; st.Samples != 0 || st.Left != 0 {
+		t.Errorf("stats after Release %+v; want no samples (the RawBuffers read them), none left", st)
 	}
 	if _, err := rb.Drain(func(*perfbuf.Record) error { return nil }); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("drain after Release: %v; want os.ErrClosed", err)
+	}
+}
+
+// RawBuffer.Release hands back its own ring, and only that one: ring 0,
+// still held, stays busy. (Release used to release ring 0, whatever its
+// own: it overwrote the RawBuffer, index included, before it told the
+// PerfBuffer which ring.)
+func TestReleaseHandsBackItsOwnRing(t *testing.T) {
+	f := bpftest.Setup(t, obj)
+	if len(f.CPUs) < 2 {
+		t.Skip("needs two CPUs")
+	}
+	raw, err := perfbuf.NewRaw(f.Events, perfbuf.Options{RingBytes: 1 << 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	rb0, err := raw.Buffer(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb0.Release()
+	rb1, err := raw.Buffer(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Emit(t, rb0.CPU(), 5, 32, 0)
+	rb1.Release()
+	if rb, err := raw.Buffer(1); err != nil {
+		t.Errorf("Buffer(1) after releasing ring 1: %v", err)
+	} else {
+		rb.Release()
+	}
+	if _, err := raw.Buffer(0); !errors.Is(err, perfbuf.ErrBusy) {
+		t.Errorf("Buffer(0) while a RawBuffer holds ring 0: %v; want ErrBusy", err)
+	}
+	got := 0
+	if _, err := rb0.Drain(func(*perfbuf.Record) error { got++; return nil }); err != nil || got != 5 {
+		t.Errorf("ring 0's RawBuffer after ring 1's Release: %d records, %v; want 5", got, err)
 	}
 }
 
@@ -392,7 +434,7 @@ func TestRawRingBytes(t *testing.T) {
 	}
 }
 
-// Raw mode waits with PerfBuffer.Wait: it names the rings that hold
+// Raw mode waits with Raw.Wait: it names the rings that hold
 // records, blocks until a sample wakes it (emitted while it waits), times
 // out with none, and returns os.ErrClosed once Close is called; draining
 // the rings it names accounts for every sample, on every CPU.

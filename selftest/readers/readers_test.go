@@ -22,7 +22,7 @@ const obj = "bpf/readers.bpf.o"
 
 // newReader opens a Reader on f's map, closed at cleanup if not before. Its
 // deadline, a minute away, bounds every read of the tests.
-func newReader(t *testing.T, f *bpftest.Fixture, opts perfbuf.Options) *perfbuf.Reader {
+func newReader(t *testing.T, f *bpftest.Fixture, opts perfbuf.ReaderOptions) *perfbuf.Reader {
 	t.Helper()
 	r, err := perfbuf.NewReader(f.Events, opts)
 	if err != nil {
@@ -105,7 +105,7 @@ func TestReaderCloseDiscards(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		for _, each := range []bool{false, true} {
 			name := fmt.Sprintf("ordered %v, each %v", ordered, each)
-			opts := perfbuf.Options{RingBytes: 1 << 12}
+			opts := perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}}
 			if ordered {
 				opts.Order = &perfbuf.Order{KeyOffset: 8, MaxDelay: time.Millisecond}
 			}

@@ -284,7 +284,7 @@ func TestRingBufForms(t *testing.T) {
 	}
 }
 
-func newReader(t *testing.T, m perfbuf.Map, opts perfbuf.Options) *perfbuf.Reader {
+func newReader(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions) *perfbuf.Reader {
 	t.Helper()
 	r, err := perfbuf.NewReader(m, opts)
 	if err != nil {
@@ -420,14 +420,14 @@ func TestRingBufWakeups(t *testing.T) {
 func TestRingBufOptions(t *testing.T) {
 	f := setup(t)
 	for name, c := range map[string]struct {
-		opts perfbuf.Options
+		opts perfbuf.ReaderOptions
 		want error
 	}{
-		"Order":         {perfbuf.Options{Order: &perfbuf.Order{}}, errors.ErrUnsupported},
-		"RingBytes":     {perfbuf.Options{RingBytes: 4096}, os.ErrInvalid},
-		"WakeupEvents":  {perfbuf.Options{WakeupEvents: 8}, os.ErrInvalid},
-		"WakeupBytes":   {perfbuf.Options{WakeupBytes: ringSize}, os.ErrInvalid},
-		"MaxSampleSize": {perfbuf.Options{MaxSampleSize: ringSize - 15}, perfbuf.ErrSampleTooLarge},
+		"Order":         {perfbuf.ReaderOptions{Order: &perfbuf.Order{}}, errors.ErrUnsupported},
+		"RingBytes":     {perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 4096}}, os.ErrInvalid},
+		"WakeupEvents":  {perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupEvents: 8}}, os.ErrInvalid},
+		"WakeupBytes":   {perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: ringSize}}, os.ErrInvalid},
+		"MaxSampleSize": {perfbuf.ReaderOptions{Options: perfbuf.Options{MaxSampleSize: ringSize - 15}}, perfbuf.ErrSampleTooLarge},
 	} {
 		if r, err := perfbuf.NewReader(f.events, c.opts); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
@@ -435,6 +435,12 @@ func TestRingBufOptions(t *testing.T) {
 				r.Close()
 			}
 		}
+	}
+	// A RingBytes that agrees with the ring buffer's size is taken.
+	if r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: ringSize}}); err != nil {
+		t.Errorf("RingBytes %d, the ring buffer's size: %v", ringSize, err)
+	} else {
+		r.Close()
 	}
 	r := newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{MaxSampleSize: ringSize - 16}}) // the largest record the kernel reserves
 	if _, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{}); !errors.Is(err, perfbuf.ErrMapInUse) {

@@ -70,7 +70,7 @@ func Reference(mode string) string {
 	return ModeC
 }
 
-// isOrdered reports whether mode reads with Options.Order.
+// isOrdered reports whether mode reads with ReaderOptions.Order.
 func isOrdered(mode string) bool {
 	return mode == ModeOrdered || mode == ModeOrderedEach || mode == ModeOrderedBatch
 }
@@ -343,7 +343,7 @@ func (d *callbackDrain) close()      { d.pb.Close() }
 // rawDrain: RawBuffer.Drain over FillCPU's ring.
 type rawDrain struct {
 	fillOne
-	pb    *perfbuf.PerfBuffer
+	pb    *perfbuf.Raw
 	rb    *perfbuf.RawBuffer
 	fn    func(*perfbuf.Record) error
 	buf   []byte

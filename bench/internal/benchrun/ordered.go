@@ -11,7 +11,7 @@ import (
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 )
 
-// orderedDrain measures the ordered Reader's merge (Options.Order),
+// orderedDrain measures the ordered Reader's merge (ReaderOptions.Order),
 // not its waits.
 //
 // Filled on one CPU only, the rings would never release a record by rule 1

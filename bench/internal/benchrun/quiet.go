@@ -61,7 +61,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ModeReaderNoLatency is the Reader with Options.MaxLatency -1: it
+// ModeReaderNoLatency is the Reader with ReaderOptions.MaxLatency -1: it
 // wakes for wakeups only. With a wakeup on every sample that is the
 // Reader's default too; the mode is kept so that the quiet table's rows
 // stay comparable with earlier runs.
@@ -520,9 +520,8 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	}
 	switch cfg.Mode {
 	case ModeCallback:
-		opts.SampleFunc = func(_ int, data []byte) { c.sample(data) }
-		opts.LostFunc = func(_ int, n uint64) { c.lost += n }
-		pb, err := perfbuf.New(m, opts)
+		pb, err := perfbuf.New(m, func(_ int, data []byte) { c.sample(data) },
+			func(_ int, n uint64) { c.lost += n }, opts)
 		if err != nil {
 			return fmt.Errorf("quiet consumer: %w", err)
 		}
@@ -544,13 +543,14 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 			return nil
 		}
 	default:
+		ropts := perfbuf.ReaderOptions{Options: opts}
 		switch cfg.Mode {
 		case ModeReaderNoLatency:
-			opts.MaxLatency = -1
+			ropts.MaxLatency = -1
 		case ModeOrdered:
-			opts.Order = &perfbuf.Order{KeyOffset: quietKeyOffset}
+			ropts.Order = &perfbuf.Order{KeyOffset: quietKeyOffset}
 		}
-		r, err := perfbuf.NewReader(m, opts)
+		r, err := perfbuf.NewReader(m, ropts)
 		if err != nil {
 			return fmt.Errorf("quiet consumer: %w", err)
 		}

@@ -331,17 +331,15 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 		}
 		return &cConsumer{r: r}, nil
 	}
-	ropts := perfbuf.Options{RingBytes: RingBytes(cfg.Pages), WakeupEvents: cfg.WakeupEvents, MaxLatency: SustainedLatency}
+	opts := perfbuf.Options{RingBytes: RingBytes(cfg.Pages), WakeupEvents: cfg.WakeupEvents}
+	ropts := perfbuf.ReaderOptions{Options: opts, MaxLatency: SustainedLatency}
 	switch cfg.Mode {
 	case ModeCallback:
 		c := &callbackConsumer{}
 		pb, err := perfbuf.New(e.Events, func(_ int, data []byte) {
 			c.total += cref.ReadAll(data)
 			c.received++
-		}, func(_ int, n uint64) { c.lost += n }, perfbuf.Options{
-			RingBytes:    RingBytes(cfg.Pages),
-			WakeupEvents: cfg.WakeupEvents,
-		})
+		}, func(_ int, n uint64) { c.lost += n }, opts)
 		if err != nil {
 			return nil, err
 		}
