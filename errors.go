@@ -21,7 +21,7 @@ var (
 	ErrMapType = errors.New("map is neither a perf event array nor a BPF ring buffer")
 	// ErrSampleTooLarge: MaxSampleSize cannot fit in a ring.
 	ErrSampleTooLarge = errors.New("sample does not fit in the ring")
-	// ErrMapInUse: another PerfBuffer or Reader of this process reads the
+	// ErrMapInUse: another Reader, PerfBuffer or Raw of this process reads the
 	// map (a perf event array has one ring slot per CPU, so one reader;
 	// a ring buffer one consumer position).
 	ErrMapInUse = errors.New("map read by another reader")
