@@ -12,8 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 	"github.com/perfbuf/perfbuf/internal/cpus"
-	"github.com/perfbuf/perfbuf/internal/tool"
 	"golang.org/x/sys/unix"
 )
 

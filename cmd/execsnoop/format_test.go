@@ -24,7 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/internal/tool"
+	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 )
 
 // encodeEvent lays ev out as struct event in execsnoop.bpf.c does, and pads

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/tool"
+	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 	"golang.org/x/sys/unix"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/internal/tool"
+	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 	"golang.org/x/sys/unix"
 )
 

@@ -26,8 +26,8 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 	"github.com/perfbuf/perfbuf/internal/stdio"
-	"github.com/perfbuf/perfbuf/internal/tool"
 )
 
 const usageHead = `Trace mount and umount syscalls.
