@@ -347,7 +347,7 @@ func mergeFailures(st []Stats, cpus []int, counts []Failures) []Stats {
 		if i, ok := latest[cpus[k]]; ok {
 			st[i].Failed = c
 		} else if shared >= 0 {
-			st[shared].Failed.add(c)
+			st[shared].Failed = st[shared].Failed.Add(c)
 		} else if c != (Failures{}) {
 			st = append(st, Stats{Ring: -1, CPU: cpus[k], Failed: c})
 		}

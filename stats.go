@@ -57,14 +57,10 @@ func (f Failures) Total() uint64 {
 	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other + f.Full
 }
 
-// add adds g's counts to f's.
-func (f *Failures) add(g Failures) {
-	f.NoEntry += g.NoEntry
-	f.TooBig += g.TooBig
-	f.Invalid += g.Invalid
-	f.NotOnCPU += g.NotOnCPU
-	f.Other += g.Other
-	f.Full += g.Full
+// Add returns the sum of f's and g's counts, cause by cause.
+func (f Failures) Add(g Failures) Failures {
+	return Failures{NoEntry: f.NoEntry + g.NoEntry, TooBig: f.TooBig + g.TooBig, Invalid: f.Invalid + g.Invalid,
+		NotOnCPU: f.NotOnCPU + g.NotOnCPU, Other: f.Other + g.Other, Full: f.Full + g.Full}
 }
 
 // setCounts puts what a ring parsed, c, on st: every count but the owner's

@@ -11,18 +11,11 @@ import (
 	"github.com/perfbuf/perfbuf"
 )
 
-// SumFailures adds up the failed outputs of every Stats entry: for a ring
-// buffer, the CPUs' entries after the ring's.
+// SumFailures adds up the failed outputs of every Stats entry.
 func SumFailures(stats []perfbuf.Stats) perfbuf.Failures {
 	var sum perfbuf.Failures
 	for _, s := range stats {
-		f := s.Failed
-		sum.NoEntry += f.NoEntry
-		sum.TooBig += f.TooBig
-		sum.Invalid += f.Invalid
-		sum.NotOnCPU += f.NotOnCPU
-		sum.Other += f.Other
-		sum.Full += f.Full
+		sum = sum.Add(s.Failed)
 	}
 	return sum
 }
