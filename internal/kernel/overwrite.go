@@ -83,16 +83,6 @@ func WaitWriters() error {
 // map flag of a BPF ring buffer in overwrite mode: MapInfo.Flags carries it.
 const MapFlagRBOverwrite = 1 << 19
 
-// mapCreateAttr: BPF_MAP_CREATE's head (map_type, key_size, value_size, max_entries,
-// map_flags); the kernel reads the rest of its union as zero.
-type mapCreateAttr struct {
-	mapType    uint32
-	_          uint32 // key_size: 0 for a ring buffer
-	_          uint32 // value_size: 0 for a ring buffer
-	maxEntries uint32
-	mapFlags   uint32
-}
-
 // ProbeRingOverwrite reports whether this kernel makes BPF ring buffers in overwrite
 // mode: it creates one of a page and closes it. On kernels before 6.19 the kernel refuses
 // the flag with EINVAL: the error wraps errors.ErrUnsupported and the errno. Other
@@ -103,7 +93,7 @@ func ProbeRingOverwrite() error {
 		maxEntries: uint32(os.Getpagesize()),
 		mapFlags:   MapFlagRBOverwrite,
 	}
-	fd, err := bpf(unix.BPF_MAP_CREATE, &a)
+	fd, err := createMap(a, "")
 	if errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("create ring buffer in overwrite mode (BPF_F_RB_OVERWRITE needs kernel 6.19 or later): %w: %w", errors.ErrUnsupported, err)
 	}
