@@ -107,7 +107,8 @@ func newRingCollector(t *testing.T, p *perCPU) *ringCollector {
 	return &ringCollector{t: t, p: p, got: map[int]uint64{}, ring: map[int]uint64{}}
 }
 
-// anyRing is the ring of a sample delivered without one (SampleFunc).
+// anyRing is the ring of a sample delivered without one (perfbuf.New's
+// sample function).
 const anyRing = -2
 
 // sample counts a sample read from ring, delivered for recCPU.
@@ -142,7 +143,7 @@ func TestRingPerCPU(t *testing.T) {
 		t.Run(fmt.Sprintf("%d CPUs a ring", n), func(t *testing.T) {
 			p := setupPerCPU(t, n)
 			f := p.fixture
-			r, err := perfbuf.NewReader(p.m, p.opts)
+			r, err := perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -371,10 +372,9 @@ func TestRingPerCPUForms(t *testing.T) {
 			return r.Stats, func() { r.Close() }
 		},
 		"callback": func(t *testing.T, c *ringCollector) (func() []perfbuf.Stats, func()) {
-			opts := p.opts
-			// SampleFunc says no ring: the sample's CPU says which.
-			opts.SampleFunc = func(cpu int, data []byte) { c.sample(anyRing, cpu, data) }
-			pb, err := perfbuf.New(p.m, opts)
+			// The sample function is told no ring: the sample's CPU says
+			// which.
+			pb, err := perfbuf.New(p.m, func(cpu int, data []byte) { c.sample(anyRing, cpu, data) }, nil, p.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -388,9 +388,7 @@ func TestRingPerCPUForms(t *testing.T) {
 			return pb.Stats, func() { pb.Close() }
 		},
 		"raw": func(t *testing.T, c *ringCollector) (func() []perfbuf.Stats, func()) {
-			opts := p.opts
-			opts.Raw = true
-			pb, err := perfbuf.New(p.m, opts)
+			pb, err := perfbuf.NewRaw(p.m, p.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -441,7 +439,7 @@ func TestRingPerCPUForms(t *testing.T) {
 
 func newReader(t *testing.T, p *perCPU) *perfbuf.Reader {
 	t.Helper()
-	r, err := perfbuf.NewReader(p.m, p.opts)
+	r, err := perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,11 +455,11 @@ func TestRingPerCPUArrayReader(t *testing.T) {
 	f := p.fixture
 	opts := p.opts
 	opts.Maps = nil
-	r, err := perfbuf.NewReader(f.events, opts)
+	r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := perfbuf.NewReader(p.m, p.opts); !errors.Is(err, perfbuf.ErrMapInUse) {
+	if _, err := perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts}); !errors.Is(err, perfbuf.ErrMapInUse) {
 		t.Errorf("a second reader of the rings: %v, want ErrMapInUse", err)
 	}
 	c := newRingCollector(t, p)
@@ -592,12 +590,12 @@ func TestRingPerCPUWithoutSysAdmin(t *testing.T) {
 		var res result
 		opts := p.opts
 		opts.Maps = nil
-		if r, err := perfbuf.NewReader(f.events, opts); err == nil {
+		if r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts}); err == nil {
 			r.Close()
 		} else {
 			res.arrayErr = err
 		}
-		res.r, res.err = perfbuf.NewReader(p.m, p.opts)
+		res.r, res.err = perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts})
 		done <- res
 	}()
 	res := <-done

@@ -89,8 +89,7 @@ func (m *manyReader) collect(rec *perfbuf.Record) error {
 // openCallback opens a callback-mode PerfBuffer polled by a goroutine.
 func openCallback(t *testing.T, opts perfbuf.Options) *manyReader {
 	m := newManyReader(t, "callback")
-	opts.SampleFunc, opts.LostFunc = m.c.Sample, m.lostFn
-	pb, err := perfbuf.New(m.f.Events, opts)
+	pb, err := perfbuf.New(m.f.Events, m.c.Sample, m.lostFn, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,7 @@ func openCallback(t *testing.T, opts perfbuf.Options) *manyReader {
 }
 
 // openReader opens a Reader read by Each on a goroutine.
-func openReader(t *testing.T, name string, opts perfbuf.Options) *manyReader {
+func openReader(t *testing.T, name string, opts perfbuf.ReaderOptions) *manyReader {
 	m := newManyReader(t, name)
 	r, err := perfbuf.NewReader(m.f.Events, opts)
 	if err != nil {
@@ -228,8 +227,8 @@ func TestHotplugManyCPUs(t *testing.T) {
 	opts := perfbuf.Options{RingBytes: 64 << 10}
 	readers := []*manyReader{
 		openCallback(t, opts),
-		openReader(t, "fullest", opts),
-		openReader(t, "ordered", perfbuf.Options{RingBytes: opts.RingBytes, Order: &perfbuf.Order{KeyOffset: 8}}), // emit_hdr.ts
+		openReader(t, "fullest", perfbuf.ReaderOptions{Options: opts}),
+		openReader(t, "ordered", perfbuf.ReaderOptions{Options: opts, Order: &perfbuf.Order{KeyOffset: 8}}), // emit_hdr.ts
 	}
 	for _, m := range readers {
 		m.first = len(m.stats())
@@ -484,8 +483,8 @@ func TestLongOnlineList(t *testing.T) {
 	opts := perfbuf.Options{RingBytes: 64 << 10}
 	readers := []*manyReader{
 		openCallback(t, opts),
-		openReader(t, "fullest", opts),
-		openReader(t, "ordered", perfbuf.Options{RingBytes: opts.RingBytes, Order: &perfbuf.Order{KeyOffset: 8}}),
+		openReader(t, "fullest", perfbuf.ReaderOptions{Options: opts}),
+		openReader(t, "ordered", perfbuf.ReaderOptions{Options: opts, Order: &perfbuf.Order{KeyOffset: 8}}),
 	}
 	if n := kernel.OpenedPerfRings() - before; n != uint64(len(readers)*len(online)) {
 		t.Errorf("perfbuf's opener opened %d rings, want every ring of the %d readers on %d cpus", n, len(readers), len(online))
