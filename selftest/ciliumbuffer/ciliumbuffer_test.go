@@ -93,11 +93,12 @@ type fixture struct {
 	cpus []int
 }
 
-// setup prepares the buffer as want with opts and loads the object.
-func setup(t *testing.T, want ciliumbuffer.Kind, opts *perfbuf.Options) *fixture {
+// setup prepares the buffer as want with opts and more, and loads the
+// object.
+func setup(t *testing.T, want ciliumbuffer.Kind, opts *perfbuf.Options, more ...ciliumbuffer.Option) *fixture {
 	t.Helper()
 	s := spec(t)
-	kind, err := ciliumbuffer.Prepare(s, "events", want, opts)
+	kind, err := ciliumbuffer.Prepare(s, "events", want, opts, more...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestBothKinds(t *testing.T) {
 				f.produce(t, cpu, 3, 48, viaOutput, 1) // before the reader: perf slots are empty
 			}
 			opts.FailureMap = ciliumbuffer.Map(f.coll.Maps["events_failures"])
-			r, err := perfbuf.NewReader(ciliumbuffer.Map(f.coll.Maps["events"]), opts)
+			r, err := perfbuf.NewReader(ciliumbuffer.Map(f.coll.Maps["events"]), perfbuf.ReaderOptions{Options: opts})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -284,7 +285,7 @@ func TestMapDropped(t *testing.T) {
 			events, failures := f.coll.DetachMap("events"), f.coll.DetachMap("events_failures")
 			fds := []int{events.FD(), failures.FD()}
 			opts.FailureMap = ciliumbuffer.Map(failures)
-			r, err := perfbuf.NewReader(ciliumbuffer.Map(events), opts)
+			r, err := perfbuf.NewReader(ciliumbuffer.Map(events), perfbuf.ReaderOptions{Options: opts})
 			// Reachable until NewReader has returned (ciliumbuffer.Map).
 			runtime.KeepAlive(events)
 			runtime.KeepAlive(failures)
