@@ -209,3 +209,46 @@ func TestForgottenConfig(t *testing.T) {
 		})
 	}
 }
+
+// An object built with a perfbuf.bpf.h older than the array of ring
+// buffers has a 24-byte events_config (no cpus_per_ring): it is prepared
+// as a ring buffer or a perf event array as before, writing its three
+// fields, and RingBufPerCPU is refused, the spec left as it was. (The
+// spec's variable cut to 24 bytes stands for such an object.)
+func TestPrepareOldConfig(t *testing.T) {
+	s := spec(t)
+	v := s.Variables["events_config"]
+	v.Value = v.Value[:24]
+	type old struct{ RingBuf, WakeupBytes, MaxSample uint64 }
+	get := func() old {
+		t.Helper()
+		var c old
+		if err := v.Get(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if kind, err := ciliumbuffer.Prepare(s, "events", ciliumbuffer.PerfEventArray, nil); kind != ciliumbuffer.PerfEventArray || err != nil {
+		t.Fatalf("Prepare as a perf event array: %v, %v", kind, err)
+	}
+	if c := get(); c != (old{0, 0, sampleMax}) || s.Maps["events"].Type != ebpf.PerfEventArray {
+		t.Errorf("prepared as a perf event array: config %+v, map %v", c, s.Maps["events"].Type)
+	}
+	opts := perfbuf.Options{RingBytes: os.Getpagesize(), WakeupBytes: 100}
+	if kind, err := ciliumbuffer.Prepare(s, "events", ciliumbuffer.RingBuf, &opts); kind != ciliumbuffer.RingBuf || err != nil {
+		t.Fatalf("Prepare as a ring buffer: %v, %v", kind, err)
+	}
+	if c := get(); c != (old{1, 100, sampleMax}) {
+		t.Errorf("prepared as a ring buffer: config %+v", c)
+	}
+	before := s.Maps["events"].Copy()
+	opts = perfbuf.Options{RingBytes: os.Getpagesize()}
+	kind, err := ciliumbuffer.Prepare(s, "events", ciliumbuffer.RingBufPerCPU, &opts)
+	if kind != 0 || !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "cpus_per_ring") {
+		t.Errorf("Prepare as a ring per CPU: %v, %v; want os.ErrInvalid naming cpus_per_ring", kind, err)
+	}
+	t.Log(err)
+	if c := get(); c != (old{1, 100, sampleMax}) || !reflect.DeepEqual(s.Maps["events"], before) || opts.RingBytes == 0 {
+		t.Errorf("refused, Prepare changed the spec or the Options: config %+v, map %+v", c, s.Maps["events"])
+	}
+}
