@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package bpfbuffer makes a BPF program's buffer a ring buffer or a perf
-// event array when its object loads, whichever the kernel has: the choice
+// Package bpfbuffer makes a BPF program's buffer a ring buffer, an array of
+// ring buffers (a ring per CPU, or per N CPUs) or a perf event array when
+// its object loads, as the user asks or as the kernel allows: the choice
 // libbpf-tools' bpf_buffer__new makes, in one call, with the BPF side
 // following it exactly.
 //
@@ -10,19 +11,17 @@
 // bpf/perfbuf.bpf.h. Between opening the object and loading it, Prepare
 // probes the kernel, sets the map's type and sizes, and writes the choice
 // into the buffer's read-only settings (<map>_config), where the verifier
-// reads it as a constant and drops the code of the other kind. The same
-// perfbuf.NewReader (or perfbuf.New) then reads the map, whichever it
-// became:
+// reads it as a constant and drops the code of the other layouts. Once the
+// object is loaded, Maps says what to read and the same perfbuf.NewReader
+// (or perfbuf.New) reads it, whichever layout it became:
 //
 //	m, _ := libbpfgo.NewModuleFromFile("prog.bpf.o")
 //	opts := perfbuf.Options{RingBytes: 256 << 10}
 //	kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.Any, &opts)
 //	...
 //	err = m.BPFLoadObject()
-//	events, _ := m.GetMap("events")
-//	failures, _ := m.GetMap("events_failures")
-//	opts.FailureMap = failures
-//	r, err := perfbuf.NewReader(events, opts)
+//	events, opts, err := bpfbuffer.Maps(m, "events", opts)
+//	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: opts})
 //
 // docs/bpfbuffer.md says more.
 package bpfbuffer
@@ -41,8 +40,9 @@ import (
 	"github.com/perfbuf/perfbuf/internal/buflayout"
 )
 
-// Kind is what a buffer is made at load: Any, RingBuf or PerfEventArray.
-// It is ciliumbuffer.Kind: the same values for both loaders.
+// Kind is what a buffer is made at load: Any, RingBuf, PerfEventArray or
+// RingBufPerCPU. It is ciliumbuffer.Kind: the same values for both
+// loaders.
 type Kind = buflayout.Kind
 
 const (
@@ -54,7 +54,23 @@ const (
 	RingBuf = buflayout.RingBuf
 	// PerfEventArray is a BPF_MAP_TYPE_PERF_EVENT_ARRAY: a ring per CPU.
 	PerfEventArray = buflayout.PerfEventArray
+	// RingBufPerCPU is a BPF_MAP_TYPE_ARRAY_OF_MAPS of
+	// BPF_MAP_TYPE_RINGBUF: a ring buffer per CPU, or per CPUsPerRing
+	// CPUs, which Prepare makes; the BPF side writes the ring of the CPU
+	// it runs on. Any never chooses it (docs/bpfbuffer.md says why).
+	RingBufPerCPU = buflayout.RingBufPerCPU
 )
+
+// Option is a setting of Prepare beyond perfbuf.Options. It is
+// ciliumbuffer.Option.
+type Option = buflayout.Option
+
+// CPUsPerRing makes each ring of RingBufPerCPU the ring of n CPUs: CPU c
+// writes ring c/n (Falco's modern probe shares a ring between 2 CPUs by
+// default). The default is 1, a ring per CPU. Fewer rings cost less memory
+// and fewer wakeups; more CPUs on one ring contend for its lock. Prepare
+// refuses it for another kind, and an n below 1 (os.ErrInvalid).
+func CPUsPerRing(n int) Option { return buflayout.CPUsPerRing(n) }
 
 // Errors of Prepare called at the wrong time or twice, wrapped.
 var (
@@ -71,9 +87,19 @@ var (
 
 // Prepare makes the PERFBUF_BUFFER mapName of m, an object opened and not
 // yet loaded, the kind want: Any chooses a ring buffer when the kernel
-// has them (libbpf_probe_bpf_map_type), else a perf event array; RingBuf
-// or PerfEventArray forces that kind. It returns the kind chosen. Call it
-// after the module is opened and before BPFLoadObject.
+// has them (libbpf_probe_bpf_map_type), else a perf event array; RingBuf,
+// PerfEventArray or RingBufPerCPU forces that kind. It returns the kind
+// chosen. Call it after the module is opened and before BPFLoadObject;
+// once it is loaded, read the buffer with what Maps returns.
+//
+// For RingBufPerCPU, Prepare makes the array of maps and its rings itself,
+// now: a ring of RingBytes for every slot that holds a possible CPU (a
+// CPU that comes online later has its ring already), each with the map
+// flags PERFBUF_BUFFER declared, in the slots before any program can
+// run, and has libbpf use that array for the map (bpf_map__reuse_fd). It
+// keeps a descriptor of each ring for the module's life (they are closed
+// when the module is garbage), so that a Reader over them needs no
+// CAP_SYS_ADMIN: Maps hands them over. more may hold CPUsPerRing.
 //
 // Called again for the same buffer of the same module, it does nothing
 // more if the object would be the same (the same kind, and for a ring
@@ -99,9 +125,12 @@ var (
 //     kinds: a Reader over the ring buffer, woken below it, waits up to
 //     its MaxLatency before it drains (Options.WakeupBytes).
 //
-// For a ring buffer it clears RingBytes in opts, as the size is settled
-// at load and New refuses it for a ring buffer. WakeupEvents has no ring
-// buffer equivalent and must be zero. A nil opts is the zero Options.
+// RingBytes is each ring's size for RingBufPerCPU, not a total: the rings
+// take RingBytes times their number (docs/bpfbuffer.md).
+//
+// For ring buffers it clears RingBytes in opts, as the size is settled at
+// load. WakeupEvents has no ring buffer equivalent and must be zero. A nil
+// opts is the zero Options.
 //
 // For a perf event array, the map gets 4-byte keys and values and an
 // entry for each possible CPU, and <map>_scratch, where
@@ -111,19 +140,24 @@ var (
 // Errors (with Any as the kind): os.ErrInvalid for a nil m, a want that
 // is no Kind, WakeupEvents set, a negative RingBytes or WakeupBytes, a
 // ring buffer's RingBytes above 2 GiB, or a WakeupBytes not below the
-// ring buffer's size; errors.ErrUnsupported for RingBuf on a kernel
-// without ring buffers; ErrLoaded once the object is loaded; ErrPrepared
-// for a second call that asks for another object; for a map that
-// PERFBUF_BUFFER did not declare, libbpfgo's error, wrapped. After
-// another error the module may be partly changed: close it.
-func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Options) (Kind, error) {
+// ring buffer's size, CPUsPerRing below 1 or with another kind than
+// RingBufPerCPU; errors.ErrUnsupported for RingBuf or RingBufPerCPU on a
+// kernel without ring buffers, or RingBufPerCPU on one that takes none in
+// an array of maps; ErrLoaded once the object is loaded; ErrPrepared for
+// a second call that asks for another object; for a map that
+// PERFBUF_BUFFER did not declare, libbpfgo's error, wrapped; for
+// RingBufPerCPU, the kernel's errno creating the maps (EPERM, saying
+// whether RLIMIT_MEMLOCK is the cause), wrapped. After another error the
+// module may be partly changed: close it.
+func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Options, more ...Option) (Kind, error) {
 	if opts == nil {
 		opts = &perfbuf.Options{}
 	}
 	if m == nil {
 		return 0, fmt.Errorf("prepare buffer %q: nil module (open the object first, with libbpfgo.NewModuleFromFile): %w", mapName, os.ErrInvalid)
 	}
-	if err := buflayout.Check(want, opts); err != nil {
+	set := buflayout.Apply(more)
+	if err := buflayout.Check(want, set, opts); err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
 	}
 	events, err := m.GetMap(mapName)
@@ -134,32 +168,53 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: not a PERFBUF_BUFFER: %w", mapName, err)
 	}
+	key := preparedKey{weak.Make(m), mapName}
+	prepared.Lock()
+	defer prepared.Unlock()
+	was, ok := prepared.m[key]
 	// libbpf gives a map a descriptor when it creates it (at load), or
-	// when it reuses one; its type and size are settled then.
-	if events.FileDescriptor() >= 0 {
+	// when it reuses one; its type and size are settled then. Prepare
+	// has libbpf reuse the array of ring buffers it made: that map has
+	// its descriptor from the first call on.
+	if events.FileDescriptor() >= 0 && (!ok || was.p.Kind != RingBufPerCPU) {
 		return 0, fmt.Errorf("prepare buffer %q: %w (the object is loaded, or the map reuses a descriptor): call Prepare after opening the module and before BPFLoadObject", mapName, ErrLoaded)
 	}
 	kind, err := buflayout.Choose(want, hasRingBuf)
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
 	}
-	p, err := buflayout.NewPlan(kind, events.MaxEntries(), opts)
+	// The ring's size now: the map's, as declared or prepared; once the
+	// map is the array Prepare made, its rings'.
+	now := events.MaxEntries()
+	if ok && was.p.Kind == RingBufPerCPU {
+		now = uint32(was.p.Size)
+	}
+	p, err := buflayout.NewPlan(kind, now, set, opts)
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
 	}
 
-	key := preparedKey{weak.Make(m), mapName}
-	prepared.Lock()
-	defer prepared.Unlock()
-	if was, ok := prepared.m[key]; ok {
-		if was != p {
+	if ok {
+		if was.p != p {
 			return 0, fmt.Errorf("prepare buffer %q as %v: %w as %v; open the module again to prepare it another way",
-				mapName, p, ErrPrepared, was)
+				mapName, p, ErrPrepared, was.p)
+		}
+		// The array's descriptor cannot tell a loaded object from one
+		// prepared: the read-only settings can (libbpfgo refuses them
+		// once loaded). They are written again as they are.
+		if kind == RingBufPerCPU {
+			if err := setArrayConfig(m, scratch, mapName, p); err != nil {
+				return 0, fmt.Errorf("prepare buffer %q: %w (the object is loaded): call Prepare after opening the module and before BPFLoadObject: %w", mapName, ErrLoaded, err)
+			}
 		}
 	} else {
-		if kind == RingBuf {
+		var rings []ringFD
+		switch kind {
+		case RingBuf:
 			err = asRingBuf(m, events, scratch, mapName, p)
-		} else {
+		case RingBufPerCPU:
+			rings, err = asRingBufArray(m, events, scratch, mapName, p)
+		default:
 			err = asPerfEventArray(m, events, scratch, mapName, p)
 		}
 		if errors.Is(err, syscall.EBUSY) {
@@ -171,9 +226,9 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 			return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, kind, err)
 		}
 		if prepared.m == nil {
-			prepared.m = make(map[preparedKey]buflayout.Plan)
+			prepared.m = make(map[preparedKey]*entry)
 		}
-		prepared.m[key] = p
+		prepared.m[key] = &entry{p: p, rings: rings}
 		runtime.AddCleanup(m, forget, key)
 	}
 	p.Finish(opts)
@@ -181,11 +236,19 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 }
 
 // prepared holds what Prepare made of each buffer, by module and map
-// name, so that a second call can tell the same object from another. An
-// entry goes when its module is garbage.
+// name, so that a second call can tell the same object from another, and
+// Maps finds the rings of an array. An entry goes, and its rings'
+// descriptors are closed, when its module is garbage.
 var prepared struct {
 	sync.Mutex
-	m map[preparedKey]buflayout.Plan
+	m map[preparedKey]*entry
+}
+
+// entry is what Prepare made of one buffer: the object, and for
+// RingBufPerCPU the descriptors of its rings, in slot order.
+type entry struct {
+	p     buflayout.Plan
+	rings []ringFD
 }
 
 type preparedKey struct {
@@ -193,11 +256,16 @@ type preparedKey struct {
 	name string
 }
 
-// forget drops the entry of a module that is garbage.
+// forget drops the entry of a module that is garbage, and closes its
+// rings' descriptors.
 func forget(key preparedKey) {
 	prepared.Lock()
+	e := prepared.m[key]
 	delete(prepared.m, key)
 	prepared.Unlock()
+	if e != nil {
+		closeRings(e.rings)
+	}
 }
 
 // hasRingBuf says whether the kernel creates ring buffers. libbpf answers

@@ -15,7 +15,7 @@ import (
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/buflayout"
 	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
@@ -27,26 +27,16 @@ type ringFD struct {
 	fd  int
 }
 
-// arrayConfig is struct perfbuf_buffer_config whole, as Prepare writes it
-// for an array of ring buffers.
-type arrayConfig struct {
-	RingBuf     uint64 // layoutRingBufArray
-	WakeupBytes uint64
-	MaxSample   uint64
-	CPUsPerRing uint64
-}
-
 // asRingBufArray makes the map an array of ring buffers of p: it creates
 // a ring for every slot that holds a possible CPU and the array with them
 // in their slots, and has libbpf reuse that array at load, so that the
 // program's first run finds its rings. It returns the rings' descriptors,
 // which the caller keeps; on an error it closes what it made.
-func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string, p preparation) (_ []ringFD, err error) {
-	possible, err := cpus.Possible()
+func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string, p buflayout.Plan) (_ []ringFD, err error) {
+	keys, err := p.Slots()
 	if err != nil {
 		return nil, err
 	}
-	keys := ringKeys(possible, p.cpusPerRing)
 	var rings []ringFD
 	defer func() {
 		if err != nil {
@@ -63,9 +53,9 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	// buffer takes; the kernel refuses the others with EINVAL).
 	flags := uint32(events.MapFlags())
 	for _, k := range keys {
-		fd, err := kernel.CreateRingBuf(ringName(name, k), uint32(p.size), flags)
+		fd, err := kernel.CreateRingBuf(buflayout.RingName(name, k), uint32(p.Size), flags)
 		if err != nil {
-			return nil, memlockHint(err, len(keys), p.size)
+			return nil, memlockHint(err, len(keys), p.Size)
 		}
 		rings = append(rings, ringFD{k, fd})
 	}
@@ -76,7 +66,7 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 		return nil, fmt.Errorf("the kernel takes no ring buffer in an array of maps: %w: %w", errors.ErrUnsupported, err)
 	}
 	if err != nil {
-		return nil, memlockHint(err, len(keys), p.size)
+		return nil, memlockHint(err, len(keys), p.Size)
 	}
 	defer unix.Close(outer) // libbpf keeps a duplicate
 	for _, r := range rings {
@@ -103,38 +93,13 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 // map type without map_meta_equal.
 const errNotSupp = syscall.Errno(524)
 
-// ringKeys returns the slots of the rings for the possible CPUs, n CPUs a
-// ring (CPU c writes slot c/n), in order.
-func ringKeys(possible []int, n int) []uint32 {
-	var keys []uint32
-	for _, c := range possible {
-		if k := uint32(c / n); !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
-
-// ringName names the ring of slot key: the buffer's name and the slot,
-// "events_3", within the kernel's 15 characters (the slot kept whole).
-func ringName(name string, key uint32) string {
-	suffix := fmt.Sprintf("_%d", key)
-	return name[:min(len(name), unix.BPF_OBJ_NAME_LEN-1-len(suffix))] + suffix
-}
-
 // setArrayConfig writes <name>_config for the array of ring buffers p. The
 // whole struct is written: max_sample as compiled, which is the value size
 // PERFBUF_BUFFER gave <name>_scratch. An object built with a perfbuf.bpf.h
 // older than the array's layout has a shorter struct, which libbpfgo
 // refuses.
-func setArrayConfig(m *libbpfgo.Module, scratch *libbpfgo.BPFMap, name string, p preparation) error {
-	c := arrayConfig{
-		RingBuf:     layoutRingBufArray,
-		WakeupBytes: uint64(p.wakeup),
-		MaxSample:   uint64(scratch.ValueSize()),
-		CPUsPerRing: uint64(p.cpusPerRing),
-	}
-	if err := m.InitGlobalVariable(name+"_config", c); err != nil {
+func setArrayConfig(m *libbpfgo.Module, scratch *libbpfgo.BPFMap, name string, p buflayout.Plan) error {
+	if err := m.InitGlobalVariable(name+"_config", p.FullConfig(uint64(scratch.ValueSize()))); err != nil {
 		return fmt.Errorf("set %s_config: %w", name, err)
 	}
 	return nil

@@ -6,50 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 )
-
-// The slots of the rings: one for each group of n CPUs holding a possible
-// CPU, gaps in the possible CPUs left empty.
-func TestRingKeys(t *testing.T) {
-	for _, tc := range []struct {
-		possible []int
-		n        int
-		want     []uint32
-	}{
-		{[]int{0, 1}, 1, []uint32{0, 1}},
-		{[]int{0, 1}, 2, []uint32{0}},
-		{[]int{0, 1, 2, 3, 4}, 2, []uint32{0, 1, 2}},
-		{[]int{0, 1, 6, 7}, 2, []uint32{0, 3}},
-		{[]int{0, 1, 2}, 8, []uint32{0}},
-	} {
-		if got := ringKeys(tc.possible, tc.n); !slices.Equal(got, tc.want) {
-			t.Errorf("ringKeys(%v, %d) = %v, want %v", tc.possible, tc.n, got, tc.want)
-		}
-	}
-}
-
-// A ring's name is the buffer's and its slot, within 15 characters, the
-// slot kept whole.
-func TestRingName(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		key  uint32
-		want string
-	}{
-		{"events", 3, "events_3"},
-		{"a_very_long_buffer", 3, "a_very_long_b_3"},
-		{"a_very_long_buffer", 255, "a_very_long_255"},
-		{"fifteen_chars_x", 3, "fifteen_chars_3"},
-	} {
-		if got := ringName(tc.name, tc.key); got != tc.want || len(got) > 15 {
-			t.Errorf("ringName(%q, %d) = %q, want %q", tc.name, tc.key, got, tc.want)
-		}
-	}
-}
 
 // An EPERM creating the rings names RLIMIT_MEMLOCK, its value and what the
 // rings need, and stays an EPERM; another error is left as it is.

@@ -26,7 +26,7 @@ func ExamplePrepare() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	opts := perfbuf.Options{RingBytes: 256 << 10, MaxLatency: 10 * time.Millisecond}
+	opts := perfbuf.Options{RingBytes: 256 << 10}
 	kind, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.Any, &opts)
 	if err != nil {
 		log.Fatal(err)
@@ -42,8 +42,11 @@ func ExamplePrepare() {
 	}
 	defer tp.Close()
 
-	opts.FailureMap = ciliumbuffer.Map(coll.Maps["events_failures"])
-	r, err := perfbuf.NewReader(ciliumbuffer.Map(coll.Maps["events"]), opts)
+	events, opts, err := ciliumbuffer.Maps(coll, "events", opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: opts, MaxLatency: 10 * time.Millisecond})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -65,6 +68,42 @@ func ExamplePrepare() {
 	for _, st := range r.Stats() {
 		fmt.Printf("ring %d cpu %d: %d delivered, %d lost, %d left, %d failed\n",
 			st.Ring, st.CPU, st.Samples, st.Lost, st.Left, st.Failed.Total())
+	}
+}
+
+// The same buffer as a ring buffer per 2 CPUs: an array of ring buffers
+// whose rings cilium/ebpf makes with the collection and puts in their
+// slots before NewCollection returns. Maps hands the Reader the rings
+// themselves, so it needs no CAP_SYS_ADMIN. It needs root (CAP_BPF):
+// compiled, not run.
+func ExamplePrepare_ringPerCPU() {
+	spec, err := ebpf.LoadCollectionSpec("prog.bpf.o")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// 64 KiB a ring, not in all.
+	opts := perfbuf.Options{RingBytes: 64 << 10}
+	if _, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.RingBufPerCPU, &opts, ciliumbuffer.CPUsPerRing(2)); err != nil {
+		log.Fatal(err)
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer coll.Close()
+	events, opts, err := ciliumbuffer.Maps(coll, "events", opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: opts})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	fmt.Printf("reading %d rings\n", 1+len(opts.Maps))
+	var s perfbuf.Sample
+	for r.ReadInto(&s) == nil {
+		fmt.Printf("ring %d: %d bytes\n", s.Ring, len(s.Data))
 	}
 }
 

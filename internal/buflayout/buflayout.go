@@ -35,9 +35,15 @@ const (
 	RingBuf
 	// PerfEventArray is a BPF_MAP_TYPE_PERF_EVENT_ARRAY: a ring per CPU.
 	PerfEventArray
+	// RingBufPerCPU is a BPF_MAP_TYPE_ARRAY_OF_MAPS of
+	// BPF_MAP_TYPE_RINGBUF: a ring buffer per CPU, or per CPUsPerRing
+	// CPUs, in the slot of its CPUs (CPU c writes slot c/CPUsPerRing).
+	// Any never chooses it.
+	RingBufPerCPU
 )
 
-// String returns "any", "ringbuf" or "perf_event_array".
+// String returns "any", "ringbuf", "perf_event_array" or
+// "ringbuf_per_cpu".
 func (k Kind) String() string {
 	switch k {
 	case Any:
@@ -46,26 +52,81 @@ func (k Kind) String() string {
 		return "ringbuf"
 	case PerfEventArray:
 		return "perf_event_array"
+	case RingBufPerCPU:
+		return "ringbuf_per_cpu"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
 // Config is the part of struct perfbuf_buffer_config (bpf/perfbuf.bpf.h)
-// that Prepare writes: its first two fields, in this order. The third,
-// max_sample, is the BPF program's own and is left as compiled.
+// that Prepare writes for a ring buffer or a perf event array: its first
+// two fields, in this order. The third, max_sample, is the BPF program's
+// own and is left as compiled; an object built with a perfbuf.bpf.h older
+// than the array of ring buffers has no fourth.
 type Config struct {
-	RingBuf     uint64
+	RingBuf     uint64 // the layout: a PERFBUF_LAYOUT_* (layoutPerfArray, ...)
 	WakeupBytes uint64
 }
 
+// FullConfig is struct perfbuf_buffer_config whole, as perfbuf.bpf.h has
+// declared it since the array of ring buffers: what Prepare writes for
+// RingBufPerCPU, whose CPUsPerRing the older, shorter struct
+// (OldConfigSize bytes) has no room for.
+type FullConfig struct {
+	Config
+	MaxSample   uint64 // the program's, kept as compiled
+	CPUsPerRing uint64
+}
+
+// OldConfigSize is the size of struct perfbuf_buffer_config in objects
+// built with a perfbuf.bpf.h older than the array of ring buffers: three
+// __u64, no cpus_per_ring.
+const OldConfigSize = 24
+
+// The layouts of perfbuf_buffer_config.ringbuf (PERFBUF_LAYOUT_*).
+const (
+	layoutPerfArray    = 0
+	layoutRingBuf      = 1
+	layoutRingBufArray = 2
+)
+
+// Option is a setting of Prepare beyond perfbuf.Options, for either
+// loader.
+type Option func(*Settings)
+
+// Settings are the Options of one Prepare call.
+type Settings struct {
+	CPUsPerRing int
+}
+
+// CPUsPerRing makes each ring of RingBufPerCPU the ring of n CPUs: CPU c
+// writes ring c/n. The default is 1, a ring per CPU.
+func CPUsPerRing(n int) Option {
+	return func(s *Settings) { s.CPUsPerRing = n }
+}
+
+// Apply returns the Settings of more, defaults first.
+func Apply(more []Option) Settings {
+	s := Settings{CPUsPerRing: 1}
+	for _, o := range more {
+		o(&s)
+	}
+	return s
+}
+
 // Check refuses what Prepare cannot do the same way for every kind, before
-// anything is looked up: want that is no Kind, WakeupEvents (no ring
-// buffer equivalent), a negative RingBytes or WakeupBytes. Errors match
+// anything is looked up: want that is no Kind, CPUsPerRing below 1 or
+// with another kind than RingBufPerCPU, WakeupEvents (no ring buffer
+// equivalent), a negative RingBytes or WakeupBytes. Errors match
 // os.ErrInvalid; the caller adds which buffer.
-func Check(want Kind, opts *perfbuf.Options) error {
+func Check(want Kind, set Settings, opts *perfbuf.Options) error {
 	switch {
-	case want != Any && want != RingBuf && want != PerfEventArray:
+	case want != Any && want != RingBuf && want != PerfEventArray && want != RingBufPerCPU:
 		return fmt.Errorf("%v: %w", want, os.ErrInvalid)
+	case set.CPUsPerRing < 1:
+		return fmt.Errorf("CPUsPerRing %d below 1: %w", set.CPUsPerRing, os.ErrInvalid)
+	case set.CPUsPerRing != 1 && want != RingBufPerCPU:
+		return fmt.Errorf("CPUsPerRing with %v, not %v: %w", want, RingBufPerCPU, os.ErrInvalid)
 	case opts.WakeupEvents != 0:
 		return fmt.Errorf("WakeupEvents has no ring buffer equivalent; use WakeupBytes: %w", os.ErrInvalid)
 	case opts.RingBytes < 0 || opts.WakeupBytes < 0:
@@ -76,32 +137,38 @@ func Check(want Kind, opts *perfbuf.Options) error {
 
 // Choose returns the kind a buffer becomes for want: a forced kind as it
 // is, Any as RingBuf where hasRingBuf (the loader's probe) says the kernel
-// creates ring buffers, else PerfEventArray. RingBuf on a kernel without
-// them is errors.ErrUnsupported; a probe that fails, its error.
+// creates ring buffers, else PerfEventArray. RingBuf or RingBufPerCPU on
+// a kernel without them is errors.ErrUnsupported; a probe that fails, its
+// error. Whether the kernel takes ring buffers in an array of maps is
+// known when the array is made.
 func Choose(want Kind, hasRingBuf func() (bool, error)) (Kind, error) {
-	if want != Any && want != RingBuf {
+	if want == PerfEventArray {
 		return want, nil
 	}
 	has, err := hasRingBuf()
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("probe ring buffers: %w", err)
-	case has:
+	case has && want == Any:
 		return RingBuf, nil
-	case want == RingBuf:
+	case has:
+		return want, nil
+	case want != Any:
 		return 0, fmt.Errorf("the kernel has no ring buffers: %w", errors.ErrUnsupported)
 	}
 	return PerfEventArray, nil
 }
 
-// Plan is the object a buffer becomes: the kind, and for a ring buffer its
-// size and the BPF side's watermark. A perf event array's ring settings
-// are the reader's (Options, at New), not the object's. Two Plans are the
-// same object when they are equal.
+// Plan is the object a buffer becomes: the kind, for ring buffers each
+// ring's size and the BPF side's watermark, and for RingBufPerCPU the
+// CPUs a ring. A perf event array's ring settings are the reader's
+// (Options, at New), not the object's. Two Plans are the same object when
+// they are equal.
 type Plan struct {
-	Kind   Kind
-	Size   int // ring buffer: the ring's bytes (max_entries)
-	Wakeup int // ring buffer: the BPF side's watermark (config.wakeup_bytes)
+	Kind        Kind
+	Size        int // ring buffers: each ring's bytes (its max_entries)
+	Wakeup      int // ring buffers: the BPF side's watermark (config.wakeup_bytes)
+	CPUsPerRing int // RingBufPerCPU: CPU c writes slot c/CPUsPerRing
 }
 
 // ErrNoSize is NewPlan's error for a ring whose size is to be the one
@@ -109,16 +176,17 @@ type Plan struct {
 // zero).
 var ErrNoSize = errors.New("compiled ring size unknown")
 
-// NewPlan returns the plan of a buffer of kind (RingBuf or PerfEventArray)
-// made with opts, which Check accepted. compiled is the ring buffer's size
-// as the object declares it (its max_entries), used when RingBytes is
-// zero; zero if the loader no longer knows it.
+// NewPlan returns the plan of a buffer of kind (RingBuf, PerfEventArray
+// or RingBufPerCPU) made with set and opts, which Check accepted. compiled
+// is the ring buffer's size as the object declares it (its max_entries),
+// used when RingBytes is zero; zero if the loader no longer knows it.
 //
-// A ring buffer gets RingBytes rounded up to a power of two pages, as
-// perfbuf rounds a perf event array's rings, at most 2 GiB; WakeupBytes
-// must be below its size. Errors match os.ErrInvalid, or ErrNoSize.
-func NewPlan(kind Kind, compiled uint32, opts *perfbuf.Options) (Plan, error) {
-	if kind != RingBuf {
+// A ring buffer, and each ring of RingBufPerCPU, gets RingBytes rounded up
+// to a power of two pages, as perfbuf rounds a perf event array's rings,
+// at most 2 GiB; WakeupBytes must be below its size. RingBytes is each
+// ring's size, not a total. Errors match os.ErrInvalid, or ErrNoSize.
+func NewPlan(kind Kind, compiled uint32, set Settings, opts *perfbuf.Options) (Plan, error) {
+	if kind != RingBuf && kind != RingBufPerCPU {
 		return Plan{Kind: kind}, nil
 	}
 	size := int(compiled)
@@ -133,19 +201,30 @@ func NewPlan(kind Kind, compiled uint32, opts *perfbuf.Options) (Plan, error) {
 	if opts.WakeupBytes >= size {
 		return Plan{}, fmt.Errorf("wakeup bytes %d not below the %d-byte ring: %w", opts.WakeupBytes, size, os.ErrInvalid)
 	}
-	return Plan{Kind: kind, Size: size, Wakeup: opts.WakeupBytes}, nil
+	p := Plan{Kind: kind, Size: size, Wakeup: opts.WakeupBytes}
+	if kind == RingBufPerCPU {
+		p.CPUsPerRing = set.CPUsPerRing
+	}
+	return p, nil
 }
 
 // String says what p makes: "perf_event_array", "ringbuf of 8192 bytes
-// (wakeup at 1024)".
+// (wakeup at 1024)", "ringbuf_per_cpu of 8192 bytes a ring, 2 CPUs a
+// ring".
 func (p Plan) String() string {
-	if p.Kind != RingBuf {
+	var s string
+	switch p.Kind {
+	case RingBuf:
+		s = fmt.Sprintf("%v of %d bytes", p.Kind, p.Size)
+	case RingBufPerCPU:
+		s = fmt.Sprintf("%v of %d bytes a ring, %d CPUs a ring", p.Kind, p.Size, p.CPUsPerRing)
+	default:
 		return p.Kind.String()
 	}
-	if p.Wakeup == 0 {
-		return fmt.Sprintf("%v of %d bytes", p.Kind, p.Size)
+	if p.Wakeup != 0 {
+		s += fmt.Sprintf(" (wakeup at %d)", p.Wakeup)
 	}
-	return fmt.Sprintf("%v of %d bytes (wakeup at %d)", p.Kind, p.Size, p.Wakeup)
+	return s
 }
 
 // MapSettings is the buffer map's type and sizes, in the kernel's terms
@@ -155,13 +234,27 @@ type MapSettings struct {
 	KeySize    uint32
 	ValueSize  uint32
 	MaxEntries uint32
+	// Inner is an array of maps' inner map: the template the kernel
+	// checks each slot's map against and the verifier types a lookup
+	// by. Zero for the other kinds.
+	Inner InnerMap
+}
+
+// InnerMap is the inner map of an array of maps: a ring buffer of
+// MaxEntries bytes, with no keys or values. Its flags are the buffer's
+// as PERFBUF_BUFFER declared them.
+type InnerMap struct {
+	Type       uint32
+	MaxEntries uint32
 }
 
 // Map returns the buffer map's settings for p. A ring buffer has no keys
 // or values and max_entries of its size; a perf event array 4-byte keys
 // and values (a CPU number, a perf event's descriptor) and an entry for
 // each possible CPU, the highest one's included (the map is indexed by
-// CPU number).
+// CPU number); an array of ring buffers 4-byte keys and values (a slot, a
+// map) and a slot for each group of CPUsPerRing CPUs up to the highest
+// possible CPU's, its inner map a ring buffer of Size bytes.
 func (p Plan) Map() (MapSettings, error) {
 	if p.Kind == RingBuf {
 		return MapSettings{Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: uint32(p.Size)}, nil
@@ -170,26 +263,80 @@ func (p Plan) Map() (MapSettings, error) {
 	if err != nil {
 		return MapSettings{}, err
 	}
+	if p.Kind == RingBufPerCPU {
+		keys := RingKeys(possible, p.CPUsPerRing)
+		return MapSettings{Type: unix.BPF_MAP_TYPE_ARRAY_OF_MAPS, KeySize: 4, ValueSize: 4, MaxEntries: keys[len(keys)-1] + 1,
+			Inner: InnerMap{Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: uint32(p.Size)}}, nil
+	}
 	return MapSettings{Type: unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY, KeySize: 4, ValueSize: 4, MaxEntries: uint32(slices.Max(possible) + 1)}, nil
+}
+
+// Slots returns the slots of p's rings (RingBufPerCPU): one for each
+// group of CPUsPerRing CPUs that holds a possible CPU, in order; none for
+// the other kinds. A ring for every possible CPU, online or not, so that a
+// CPU that comes online later has its ring already.
+func (p Plan) Slots() ([]uint32, error) {
+	if p.Kind != RingBufPerCPU {
+		return nil, nil
+	}
+	possible, err := cpus.Possible()
+	if err != nil {
+		return nil, err
+	}
+	return RingKeys(possible, p.CPUsPerRing), nil
+}
+
+// RingKeys returns the slots of the rings for the possible CPUs, n CPUs a
+// ring (CPU c writes slot c/n), in order: gaps in the possible CPUs leave
+// their slots empty.
+func RingKeys(possible []int, n int) []uint32 {
+	var keys []uint32
+	for _, c := range possible {
+		if k := uint32(c / n); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// RingName names the ring of slot key of the buffer name: "events_3",
+// within the kernel's 15 characters (the slot kept whole).
+func RingName(name string, key uint32) string {
+	suffix := fmt.Sprintf("_%d", key)
+	return name[:min(len(name), unix.BPF_OBJ_NAME_LEN-1-len(suffix))] + suffix
 }
 
 // Scratch reports whether p uses <map>_scratch, where
 // perfbuf_buffer_reserve builds a record on the perf path.
-func (p Plan) Scratch() bool { return p.Kind != RingBuf }
+func (p Plan) Scratch() bool { return p.Kind == PerfEventArray }
 
-// Config returns the BPF side's config for p.
+// Config returns the BPF side's config for p: its first two fields.
 func (p Plan) Config() Config {
-	if p.Kind == RingBuf {
-		return Config{RingBuf: 1, WakeupBytes: uint64(p.Wakeup)}
+	switch p.Kind {
+	case RingBuf:
+		return Config{RingBuf: layoutRingBuf, WakeupBytes: uint64(p.Wakeup)}
+	case RingBufPerCPU:
+		return Config{RingBuf: layoutRingBufArray, WakeupBytes: uint64(p.Wakeup)}
 	}
-	return Config{}
+	return Config{RingBuf: layoutPerfArray}
+}
+
+// FullConfig returns the BPF side's config for p whole, maxSample kept as
+// the program compiled it; CPUsPerRing is 1 but for RingBufPerCPU, as
+// PERFBUF_BUFFER declares it.
+func (p Plan) FullConfig(maxSample uint64) FullConfig {
+	c := FullConfig{Config: p.Config(), MaxSample: maxSample, CPUsPerRing: 1}
+	if p.Kind == RingBufPerCPU {
+		c.CPUsPerRing = uint64(p.CPUsPerRing)
+	}
+	return c
 }
 
 // Finish leaves opts ready for perfbuf.NewReader or perfbuf.New over the
-// loaded map: a ring buffer's size is settled at load (and New refuses
-// RingBytes for one), so it clears RingBytes; the rest stays.
+// loaded map: a ring buffer's size is settled at load, so it clears
+// RingBytes for ring buffers; the rest stays.
 func (p Plan) Finish(opts *perfbuf.Options) {
-	if p.Kind == RingBuf {
+	if p.Kind == RingBuf || p.Kind == RingBufPerCPU {
 		opts.RingBytes = 0
 	}
 }

@@ -4,6 +4,7 @@ package buflayout
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"syscall"
@@ -19,15 +20,21 @@ func TestCheck(t *testing.T) {
 		want Kind
 		opts perfbuf.Options
 		err  error
+		set  Settings
 	}{
-		"any":                    {Any, perfbuf.Options{RingBytes: 1 << 20, WakeupBytes: 4096}, nil},
-		"no such kind":           {Kind(7), perfbuf.Options{}, os.ErrInvalid},
-		"WakeupEvents":           {PerfEventArray, perfbuf.Options{WakeupEvents: 2}, os.ErrInvalid},
-		"negative RingBytes":     {RingBuf, perfbuf.Options{RingBytes: -1}, os.ErrInvalid},
-		"negative WakeupBytes":   {RingBuf, perfbuf.Options{WakeupBytes: -1}, os.ErrInvalid},
-		"perf's options checked": {PerfEventArray, perfbuf.Options{RingBytes: -1}, os.ErrInvalid},
+		"any":                    {Any, perfbuf.Options{RingBytes: 1 << 20, WakeupBytes: 4096}, nil, Apply(nil)},
+		"no such kind":           {Kind(7), perfbuf.Options{}, os.ErrInvalid, Apply(nil)},
+		"WakeupEvents":           {PerfEventArray, perfbuf.Options{WakeupEvents: 2}, os.ErrInvalid, Apply(nil)},
+		"negative RingBytes":     {RingBuf, perfbuf.Options{RingBytes: -1}, os.ErrInvalid, Apply(nil)},
+		"negative WakeupBytes":   {RingBuf, perfbuf.Options{WakeupBytes: -1}, os.ErrInvalid, Apply(nil)},
+		"perf's options checked": {PerfEventArray, perfbuf.Options{RingBytes: -1}, os.ErrInvalid, Apply(nil)},
+		"ring per CPU":           {RingBufPerCPU, perfbuf.Options{RingBytes: 4096}, nil, Apply(nil)},
+		"2 CPUs a ring":          {RingBufPerCPU, perfbuf.Options{}, nil, Settings{CPUsPerRing: 2}},
+		"no CPU a ring":          {RingBufPerCPU, perfbuf.Options{}, os.ErrInvalid, Settings{CPUsPerRing: 0}},
+		"CPUsPerRing, RingBuf":   {RingBuf, perfbuf.Options{}, os.ErrInvalid, Settings{CPUsPerRing: 2}},
+		"CPUsPerRing, Any":       {Any, perfbuf.Options{}, os.ErrInvalid, Settings{CPUsPerRing: 2}},
 	} {
-		if err := Check(c.want, &c.opts); !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
+		if err := Check(c.want, c.set, &c.opts); !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
 			t.Errorf("%s: %v, want %v", name, err, c.err)
 		}
 	}
@@ -50,6 +57,9 @@ func TestChoose(t *testing.T) {
 		{RingBuf, no, 0, errors.ErrUnsupported},
 		{PerfEventArray, never, PerfEventArray, nil},
 		{Any, fails, 0, syscall.EPERM},
+		{RingBufPerCPU, yes, RingBufPerCPU, nil},
+		{RingBufPerCPU, no, 0, errors.ErrUnsupported},
+		{RingBufPerCPU, fails, 0, syscall.EPERM},
 	} {
 		got, err := Choose(c.want, c.probe)
 		if got != c.got || !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
@@ -74,19 +84,26 @@ func TestPlan(t *testing.T) {
 		cfg      Config
 		err      error
 	}{
-		{RingBuf, 64 << 10, perfbuf.Options{}, Plan{RingBuf, 64 << 10, 0}, "ringbuf of 65536 bytes",
+		{RingBuf, 64 << 10, perfbuf.Options{}, Plan{RingBuf, 64 << 10, 0, 0}, "ringbuf of 65536 bytes",
 			MapSettings{Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: 64 << 10}, Config{RingBuf: 1}, nil},
-		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{RingBuf, 4 * page, 100}, "",
+		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{RingBuf, 4 * page, 100, 0}, "",
 			MapSettings{Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: uint32(4 * page)}, Config{RingBuf: 1, WakeupBytes: 100}, nil},
-		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 1}, Plan{RingBuf, page, 0}, "", MapSettings{}, Config{}, nil},
+		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 1}, Plan{RingBuf, page, 0, 0}, "", MapSettings{}, Config{}, nil},
 		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 1<<31 + 1}, Plan{}, "", MapSettings{}, Config{}, os.ErrInvalid},
 		{RingBuf, 64 << 10, perfbuf.Options{WakeupBytes: 64 << 10}, Plan{}, "", MapSettings{}, Config{}, os.ErrInvalid},
 		{RingBuf, 0, perfbuf.Options{}, Plan{}, "", MapSettings{}, Config{}, ErrNoSize},
-		{RingBuf, 0, perfbuf.Options{RingBytes: page}, Plan{RingBuf, page, 0}, "", MapSettings{}, Config{}, nil},
+		{RingBuf, 0, perfbuf.Options{RingBytes: page}, Plan{RingBuf, page, 0, 0}, "", MapSettings{}, Config{}, nil},
 		{PerfEventArray, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{Kind: PerfEventArray}, "perf_event_array",
 			MapSettings{Type: unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY, KeySize: 4, ValueSize: 4, MaxEntries: uint32(slices.Max(possible) + 1)}, Config{}, nil},
+		{RingBufPerCPU, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{RingBufPerCPU, 4 * page, 100, 1},
+			fmt.Sprintf("ringbuf_per_cpu of %d bytes a ring, 1 CPUs a ring (wakeup at 100)", 4*page),
+			MapSettings{Type: unix.BPF_MAP_TYPE_ARRAY_OF_MAPS, KeySize: 4, ValueSize: 4, MaxEntries: uint32(slices.Max(possible) + 1),
+				Inner: InnerMap{Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: uint32(4 * page)}}, Config{RingBuf: 2, WakeupBytes: 100}, nil},
+		{RingBufPerCPU, 64 << 10, perfbuf.Options{}, Plan{RingBufPerCPU, 64 << 10, 0, 1}, "", MapSettings{}, Config{}, nil},
+		{RingBufPerCPU, 0, perfbuf.Options{}, Plan{}, "", MapSettings{}, Config{}, ErrNoSize},
+		{RingBufPerCPU, 64 << 10, perfbuf.Options{WakeupBytes: 64 << 10}, Plan{}, "", MapSettings{}, Config{}, os.ErrInvalid},
 	} {
-		p, err := NewPlan(c.kind, c.compiled, &c.opts)
+		p, err := NewPlan(c.kind, c.compiled, Apply(nil), &c.opts)
 		if p != c.plan || !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
 			t.Errorf("NewPlan(%v, %d, %+v) = %+v, %v; want %+v, %v", c.kind, c.compiled, c.opts, p, err, c.plan, c.err)
 			continue
@@ -110,11 +127,74 @@ func TestPlan(t *testing.T) {
 		}
 		opts := c.opts
 		p.Finish(&opts)
-		if want := map[bool]int{true: 0, false: c.opts.RingBytes}[c.kind == RingBuf]; opts.RingBytes != want || opts.WakeupBytes != c.opts.WakeupBytes {
+		if want := map[bool]int{true: 0, false: c.opts.RingBytes}[c.kind != PerfEventArray]; opts.RingBytes != want || opts.WakeupBytes != c.opts.WakeupBytes {
 			t.Errorf("%v: Finish left %+v, want RingBytes %d and WakeupBytes kept", p, opts, want)
 		}
 	}
-	if s := (Plan{RingBuf, 8192, 1024}).String(); s != "ringbuf of 8192 bytes (wakeup at 1024)" {
+	if s := (Plan{RingBuf, 8192, 1024, 0}).String(); s != "ringbuf of 8192 bytes (wakeup at 1024)" {
 		t.Errorf("String %q", s)
+	}
+}
+
+// A ring per CPU, or per 2: the array's slots, the CPUs' groups holding a
+// possible CPU, gaps left empty; the whole config with max_sample kept.
+func TestRingPerCPUPlan(t *testing.T) {
+	for _, tc := range []struct {
+		possible []int
+		n        int
+		want     []uint32
+	}{
+		{[]int{0, 1}, 1, []uint32{0, 1}},
+		{[]int{0, 1}, 2, []uint32{0}},
+		{[]int{0, 1, 2, 3, 4}, 2, []uint32{0, 1, 2}},
+		{[]int{0, 1, 6, 7}, 2, []uint32{0, 3}},
+		{[]int{0, 1, 2}, 8, []uint32{0}},
+	} {
+		if got := RingKeys(tc.possible, tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("RingKeys(%v, %d) = %v, want %v", tc.possible, tc.n, got, tc.want)
+		}
+	}
+	possible, err := cpus.Possible()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlan(RingBufPerCPU, 4096, Settings{CPUsPerRing: 2}, &perfbuf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, err := p.Slots()
+	if want := RingKeys(possible, 2); err != nil || !slices.Equal(slots, want) {
+		t.Errorf("Slots = %v, %v; want %v", slots, err, want)
+	}
+	if m, err := p.Map(); err != nil || m.MaxEntries != slots[len(slots)-1]+1 {
+		t.Errorf("Map = %+v, %v; want %d slots", m, err, slots[len(slots)-1]+1)
+	}
+	if c := p.FullConfig(256); c != (FullConfig{Config{2, 0}, 256, 2}) {
+		t.Errorf("FullConfig = %+v", c)
+	}
+	if c := (Plan{Kind: PerfEventArray}).FullConfig(256); c != (FullConfig{Config{0, 0}, 256, 1}) {
+		t.Errorf("perf FullConfig = %+v", c)
+	}
+	if s, err := (Plan{Kind: RingBuf, Size: 4096}).Slots(); s != nil || err != nil {
+		t.Errorf("a shared ring's Slots = %v, %v", s, err)
+	}
+}
+
+// A ring's name is the buffer's and its slot, within 15 characters, the
+// slot kept whole.
+func TestRingName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  uint32
+		want string
+	}{
+		{"events", 3, "events_3"},
+		{"a_very_long_buffer", 3, "a_very_long_b_3"},
+		{"a_very_long_buffer", 255, "a_very_long_255"},
+		{"fifteen_chars_x", 3, "fifteen_chars_3"},
+	} {
+		if got := RingName(tc.name, tc.key); got != tc.want || len(got) > 15 {
+			t.Errorf("RingName(%q, %d) = %q, want %q", tc.name, tc.key, got, tc.want)
+		}
 	}
 }

@@ -194,7 +194,7 @@ func TestBothKinds(t *testing.T) {
 				f.produce(t, cpu, 3, 48, viaOutput, 1) // before the reader: perf slots are empty
 			}
 			opts.FailureMap = f.failures
-			r, err := perfbuf.NewReader(f.events, opts)
+			r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -477,36 +477,36 @@ func TestReaderOptionsFirst(t *testing.T) {
 		want  bpfbuffer.Kind
 		what  string
 		cases map[string]struct {
-			opts  perfbuf.Options
+			opts  perfbuf.ReaderOptions
 			err   error
 			field string
 		}
 	}{
 		{bpfbuffer.RingBuf, `ring buffer "events"`, map[string]struct {
-			opts  perfbuf.Options
+			opts  perfbuf.ReaderOptions
 			err   error
 			field string
 		}{
-			"Order":         {perfbuf.Options{Order: &perfbuf.Order{}}, errors.ErrUnsupported, "Order"},
-			"WakeupBytes":   {perfbuf.Options{WakeupBytes: ringSize}, os.ErrInvalid, "WakeupBytes"},
-			"MaxSampleSize": {perfbuf.Options{MaxSampleSize: ringSize - 15}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
-			"RingBytes":     {perfbuf.Options{RingBytes: 4096}, os.ErrInvalid, "RingBytes"},
-			"WakeupEvents":  {perfbuf.Options{WakeupEvents: 2}, os.ErrInvalid, "WakeupEvents"},
+			"Order":         {perfbuf.ReaderOptions{Order: &perfbuf.Order{}}, errors.ErrUnsupported, "Order"},
+			"WakeupBytes":   {perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: ringSize}}, os.ErrInvalid, "WakeupBytes"},
+			"MaxSampleSize": {perfbuf.ReaderOptions{Options: perfbuf.Options{MaxSampleSize: ringSize - 15}}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
+			"RingBytes":     {perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 4096}}, os.ErrInvalid, "RingBytes"},
+			"WakeupEvents":  {perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupEvents: 2}}, os.ErrInvalid, "WakeupEvents"},
 		}},
 		{bpfbuffer.PerfEventArray, `perf event array "events"`, map[string]struct {
-			opts  perfbuf.Options
+			opts  perfbuf.ReaderOptions
 			err   error
 			field string
 		}{
-			"WakeupBytes":   {perfbuf.Options{RingBytes: bpftest.Page, WakeupBytes: bpftest.Page}, os.ErrInvalid, "WakeupBytes"},
-			"MaxSampleSize": {perfbuf.Options{RingBytes: bpftest.Page, MaxSampleSize: bpftest.Page}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
+			"WakeupBytes":   {perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: bpftest.Page, WakeupBytes: bpftest.Page}}, os.ErrInvalid, "WakeupBytes"},
+			"MaxSampleSize": {perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: bpftest.Page, MaxSampleSize: bpftest.Page}}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
 		}},
 	} {
 		t.Run(tc.want.String(), func(t *testing.T) {
 			opts := perfbuf.Options{}
 			f := setup(t, tc.want, &opts)
 			opts.FailureMap = f.failures
-			r, err := perfbuf.NewReader(f.events, opts)
+			r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -554,7 +554,7 @@ func TestReaderOptionsFirst(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer other.Close()
-			if r2, err := perfbuf.NewReader(f.events, opts); !errors.Is(err, perfbuf.ErrMapInUse) {
+			if r2, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts}); !errors.Is(err, perfbuf.ErrMapInUse) {
 				if err == nil {
 					r2.Close()
 				}
@@ -592,11 +592,11 @@ func TestErrorsNameTheKind(t *testing.T) {
 				}
 				t.Logf("%s: %v", call, err)
 			}
-			r, err := perfbuf.NewReader(f.events, opts)
+			r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = perfbuf.NewReader(f.events, opts)
+			_, err = perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
 			check("a second NewReader", err, perfbuf.ErrMapInUse, tc.what+" (id ")
 			check("a second NewReader", err, perfbuf.ErrMapInUse, ": map read by another reader")
 			_, err = perfbuf.NewRaw(f.events, perfbuf.Options{})
@@ -609,18 +609,22 @@ func TestErrorsNameTheKind(t *testing.T) {
 			_, err = r.Consume(func(*perfbuf.Record) error { return nil })
 			check("Consume after Close", err, os.ErrClosed, "consume "+tc.what+": ")
 
-			o := perfbuf.Options{SampleFunc: func(int, []byte) {}, MaxSampleSize: 1 << 20}
-			_, err = perfbuf.New(f.events, o)
+			sample := func(int, []byte) {}
+			_, err = perfbuf.New(f.events, sample, nil, perfbuf.Options{MaxSampleSize: 1 << 20})
 			check("New with MaxSampleSize too large", err, perfbuf.ErrSampleTooLarge, tc.what)
-			o.MaxSampleSize = 0
-			pb, err := perfbuf.New(f.events, o)
+			pb, err := perfbuf.New(f.events, sample, nil, perfbuf.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			pb.Close()
 			_, err = pb.Poll(0)
 			check("Poll after Close", err, os.ErrClosed, "poll "+tc.what+": ")
-			_, err = pb.Wait(0, nil)
+			raw, err := perfbuf.NewRaw(f.events, perfbuf.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw.Close()
+			_, err = raw.Wait(0, nil)
 			check("Wait after Close", err, os.ErrClosed, "wait "+tc.what+": ")
 		})
 	}
@@ -683,7 +687,7 @@ func TestRingBufCloseLedger(t *testing.T) {
 	var carried uint64 // left by the previous reader: the next one reads it first
 	for it, delay := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 8 * time.Millisecond} {
 		before := f.outcomes(t)
-		r, err := perfbuf.NewReader(f.events, opts)
+		r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -742,7 +746,7 @@ func TestRingBufCloseLedger(t *testing.T) {
 			t.Errorf("iteration %d: no output refused after Close: the program did not see the reader gone", it)
 		}
 	}
-	r, err := perfbuf.NewReader(f.events, opts)
+	r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

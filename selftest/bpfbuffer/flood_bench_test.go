@@ -22,6 +22,7 @@ import (
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
 )
 
 // floodFor is how long the producers run in a round.
@@ -67,7 +68,7 @@ func flood(b *testing.B, kind bpfbuffer.Kind, all bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := perfbuf.NewReader(m, opts)
+	r, err := perfbuf.NewReader(m, perfbuf.ReaderOptions{Options: opts})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func flood(b *testing.B, kind bpfbuffer.Kind, all bool) {
 		b.Fatal(err)
 	}
 	var attempts, full, ok uint64
-	for _, o := range bpftest.PerCPU[outcome](b, f.mod, "outcomes") {
+	for _, o := range bpftest.PerCPU[ledger.Outcome](b, f.mod, "outcomes") {
 		attempts += o.Attempts
 		full += o.Full
 		ok += o.OK

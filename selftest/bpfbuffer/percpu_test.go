@@ -8,7 +8,6 @@ package bpfbuffer
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +23,7 @@ import (
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,8 +31,7 @@ import (
 // with the map and Options that bpfbuffer.Maps returned.
 type perCPU struct {
 	*fixture
-	n    int
-	keys []uint32 // ring i's slot
+	ledger.Rings
 	m    perfbuf.Map
 	opts perfbuf.Options
 }
@@ -51,23 +50,18 @@ func setupPerCPU(t *testing.T, n int) *perCPU {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &perCPU{fixture: f, n: n}
-	for _, c := range possible {
-		if k := uint32(c / n); !slices.Contains(p.keys, k) {
-			p.keys = append(p.keys, k)
-		}
-	}
-	if typ, entries := f.events.Type(), f.events.MaxEntries(); typ != libbpfgo.MapTypeArrayOfMaps || entries != p.keys[len(p.keys)-1]+1 {
-		t.Fatalf("events: %v of %d slots, want an array of maps of %d", typ, entries, p.keys[len(p.keys)-1]+1)
+	p := &perCPU{fixture: f, Rings: ledger.NewRings(possible, n)}
+	if typ, entries := f.events.Type(), f.events.MaxEntries(); typ != libbpfgo.MapTypeArrayOfMaps || entries != p.Keys[len(p.Keys)-1]+1 {
+		t.Fatalf("events: %v of %d slots, want an array of maps of %d", typ, entries, p.Keys[len(p.Keys)-1]+1)
 	}
 	p.m, p.opts, err = bpfbuffer.Maps(f.mod, "events", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.opts.FailureMap == nil || len(p.opts.Maps) != len(p.keys)-1 {
-		t.Fatalf("Maps: %d further rings, failure map %v; want %d, events_failures", len(p.opts.Maps), p.opts.FailureMap, len(p.keys)-1)
+	if p.opts.FailureMap == nil || len(p.opts.Maps) != len(p.Keys)-1 {
+		t.Fatalf("Maps: %d further rings, failure map %v; want %d, events_failures", len(p.opts.Maps), p.opts.FailureMap, len(p.Keys)-1)
 	}
-	for i, k := range p.keys {
+	for i, k := range p.Keys {
 		info, err := kernel.GetMapInfo(p.ring(i).FileDescriptor())
 		if err != nil {
 			t.Fatal(err)
@@ -91,44 +85,6 @@ func (p *perCPU) ring(i int) perfbuf.Map {
 	return p.opts.Maps[i-1]
 }
 
-// ringOf returns the index of the ring that cpu writes.
-func (p *perCPU) ringOf(cpu int) int { return slices.Index(p.keys, uint32(cpu/p.n)) }
-
-// ringCollector counts what a reader delivered, by ring and by the CPU the
-// sample says, and checks that each went to its CPU's ring.
-type ringCollector struct {
-	t    *testing.T
-	p    *perCPU
-	got  map[int]uint64 // by CPU
-	ring map[int]uint64 // by ring
-}
-
-func newRingCollector(t *testing.T, p *perCPU) *ringCollector {
-	return &ringCollector{t: t, p: p, got: map[int]uint64{}, ring: map[int]uint64{}}
-}
-
-// anyRing is the ring of a sample delivered without one (SampleFunc).
-const anyRing = -2
-
-// sample counts a sample read from ring, delivered for recCPU.
-func (c *ringCollector) sample(ring, recCPU int, data []byte) {
-	if len(data) < 16 {
-		c.t.Errorf("%d-byte sample", len(data))
-		return
-	}
-	cpu := int(binary.NativeEndian.Uint32(data[8:]))
-	if recCPU != -1 {
-		c.t.Errorf("a ring buffer's record delivered for cpu %d, want -1", recCPU)
-	}
-	if want := c.p.ringOf(cpu); ring == anyRing {
-		ring = want
-	} else if ring != want {
-		c.t.Errorf("a sample written on cpu %d read from ring %d, want its ring %d", cpu, ring, want)
-	}
-	c.got[cpu]++
-	c.ring[ring]++
-}
-
 // A ring per CPU, and per 2 CPUs (one ring for two: on a 2-CPU host, one
 // ring in all), read by a Reader over the rings Maps handed over. On each
 // CPU: outputs and reserves that reach its ring, discards, reserves above
@@ -142,17 +98,17 @@ func TestRingPerCPU(t *testing.T) {
 		t.Run(fmt.Sprintf("%d CPUs a ring", n), func(t *testing.T) {
 			p := setupPerCPU(t, n)
 			f := p.fixture
-			r, err := perfbuf.NewReader(p.m, p.opts)
+			r, err := perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			c := newRingCollector(t, p)
+			c := ledger.NewRingCollector(t, p.Rings)
 			consume := func() {
 				t.Helper()
 				if _, err := r.Consume(func(rec *perfbuf.Record) error {
 					if rec.Type == perfbuf.RecordSample {
-						c.sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
+						c.Sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
 					}
 					return nil
 				}); err != nil {
@@ -173,7 +129,7 @@ func TestRingPerCPU(t *testing.T) {
 			// those of the CPUs sharing its ring) fail as noent, the
 			// others' go on. The slot is filled again with its ring.
 			first := f.cpus[0]
-			emptied := p.keys[p.ringOf(first)]
+			emptied := p.Keys[p.Of(first)]
 			if err := kernel.DeleteSlot(f.events.FileDescriptor(), emptied); err != nil {
 				t.Fatal(err)
 			}
@@ -181,7 +137,7 @@ func TestRingPerCPU(t *testing.T) {
 				f.produce(t, cpu, 3, 48, viaOutput, 1)
 				f.produce(t, cpu, 2, 32, viaReserve, 1)
 			}
-			if err := kernel.UpdateSlot(f.events.FileDescriptor(), emptied, p.ring(p.ringOf(first)).FileDescriptor()); err != nil {
+			if err := kernel.UpdateSlot(f.events.FileDescriptor(), emptied, p.ring(p.Of(first)).FileDescriptor()); err != nil {
 				t.Fatal(err)
 			}
 			consume()
@@ -196,79 +152,8 @@ func TestRingPerCPU(t *testing.T) {
 			if err := r.Close(); err != nil {
 				t.Fatal(err)
 			}
-			accountPerRing(t, p, c, r.Stats(), emptied)
+			ledger.CheckRings(t, p.Rings, f.cpus, f.outcomes(t), c, r.Stats(), emptied)
 		})
-	}
-}
-
-// accountPerRing checks, once the reader is closed, that every attempt is
-// accounted for, per ring, with the failures of the CPUs that write it.
-func accountPerRing(t *testing.T, p *perCPU, c *ringCollector, stats []perfbuf.Stats, emptied uint32) {
-	t.Helper()
-	out := p.outcomes(t)
-	rings := map[int]perfbuf.Stats{}
-	failed := map[int]perfbuf.Failures{}
-	for _, s := range stats {
-		switch {
-		case s.Ring >= 0 && s.CPU == -1:
-			rings[s.Ring] = s
-		case s.Ring == -1 && s.CPU >= 0:
-			failed[s.CPU] = s.Failed
-		default:
-			t.Fatalf("Stats entry %+v: want a ring's (cpu -1) or a CPU's failures (ring -1)", s)
-		}
-	}
-	if len(rings) != len(p.keys) {
-		t.Fatalf("Stats %+v: %d rings, want %d", stats, len(rings), len(p.keys))
-	}
-	type sum struct{ attempts, ok, discarded, full, failed, noent uint64 }
-	by := map[int]*sum{}
-	for _, cpu := range p.cpus {
-		o, fl := out[cpu], failed[cpu]
-		if o.OK+o.Discarded+o.Full+o.NoSpc+o.NoEnt+o.Inval+o.Other != o.Attempts || o.Other != 0 || o.NoSpc != 0 {
-			t.Errorf("cpu %d: the program's counts do not add up: %+v", cpu, o)
-		}
-		// 3 to the other map's empty slot, and, for the CPUs of the ring
-		// whose slot was emptied, 3 outputs and 2 reserves: the program
-		// counts a reserve that gets nothing as full, which the failure
-		// map tells apart.
-		wantNoEnt, reserves := uint64(3), uint64(0)
-		if uint32(cpu/p.n) == emptied {
-			wantNoEnt, reserves = 3+3, 2
-		}
-		if o.Inval != 2 || o.NoEnt != wantNoEnt || c.got[cpu] == 0 {
-			t.Errorf("cpu %d: einval %d, noent %d, delivered %d; want 2, %d, some", cpu, o.Inval, o.NoEnt, c.got[cpu], wantNoEnt)
-		}
-		if fl.Full != o.Full-reserves || fl.NoEntry != o.NoEnt+reserves || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0 {
-			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d, with %d reserves in an empty slot", cpu, fl, o.Full, o.NoEnt, o.Inval, reserves)
-		}
-		i := p.ringOf(cpu)
-		if by[i] == nil {
-			by[i] = &sum{}
-		}
-		s := by[i]
-		s.attempts += o.Attempts
-		s.ok += o.OK
-		s.discarded += o.Discarded
-		s.full += fl.Full
-		s.failed += fl.Total()
-		s.noent += fl.NoEntry
-	}
-	first := p.ringOf(p.cpus[0])
-	for i, s := range by {
-		st := rings[i]
-		if got := st.Samples + st.Discarded + st.Left + s.failed; got != s.attempts {
-			t.Errorf("ring %d: attempted %d, Stats %+v, failed %d: the sum is %d", i, s.attempts, st, s.failed, got)
-		}
-		if st.Samples != c.ring[i] || st.Samples+st.Left != s.ok || st.Discarded != s.discarded || st.Lost != 0 || st.Corrupt != 0 {
-			t.Errorf("ring %d: Stats %+v, delivered %d; its CPUs saw %+v", i, st, c.ring[i], *s)
-		}
-		// Only the ring filled refused records.
-		if (s.full != 0) != (i == first) || st.Left == 0 {
-			t.Errorf("ring %d: %d refused as full, %d left; want refusals in ring %d only, some left", i, s.full, st.Left, first)
-		}
-		t.Logf("ring %d (slot %d): attempted %d = delivered %d + discarded %d + left %d + failed %d (full %d, noent %d)",
-			i, p.keys[i], s.attempts, st.Samples, st.Discarded, st.Left, s.failed, s.full, s.noent)
 	}
 }
 
@@ -302,8 +187,8 @@ func TestRingPerCPUForms(t *testing.T) {
 			}
 		}
 	}
-	forms := map[string]func(t *testing.T, c *ringCollector) (stats func() []perfbuf.Stats, closeFn func()){
-		"ReadInto": func(t *testing.T, c *ringCollector) (func() []perfbuf.Stats, func()) {
+	forms := map[string]func(t *testing.T, c *ledger.RingCollector) (stats func() []perfbuf.Stats, closeFn func()){
+		"ReadInto": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()
 			var s perfbuf.Sample
@@ -311,30 +196,30 @@ func TestRingPerCPUForms(t *testing.T) {
 				if err := r.ReadInto(&s); err != nil {
 					return err
 				}
-				c.sample(s.Ring, s.CPU, s.Data)
+				c.Sample(s.Ring, s.CPU, s.Data)
 				return nil
 			})
 			return r.Stats, func() { r.Close() }
 		},
-		"ReadBatch": func(t *testing.T, c *ringCollector) (func() []perfbuf.Stats, func()) {
+		"ReadBatch": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()
 			batch := make([]perfbuf.Sample, 7)
 			readFlushed(t, r, func() error {
 				n, err := r.ReadBatch(batch)
 				for _, s := range batch[:n] {
-					c.sample(s.Ring, s.CPU, s.Data)
+					c.Sample(s.Ring, s.CPU, s.Data)
 				}
 				return err
 			})
 			return r.Stats, func() { r.Close() }
 		},
-		"Each": func(t *testing.T, c *ringCollector) (func() []perfbuf.Stats, func()) {
+		"Each": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()
 			r.Flush()
 			err := r.Each(context.Background(), func(rec *perfbuf.Record) error {
-				c.sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
+				c.Sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
 				return nil
 			})
 			if !errors.Is(err, perfbuf.ErrFlushed) {
@@ -342,7 +227,7 @@ func TestRingPerCPUForms(t *testing.T) {
 			}
 			return r.Stats, func() { r.Close() }
 		},
-		"All": func(t *testing.T, c *ringCollector) (func() []perfbuf.Stats, func()) {
+		"All": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -355,26 +240,25 @@ func TestRingPerCPUForms(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				c.sample(s.Ring, s.CPU, s.Data)
+				c.Sample(s.Ring, s.CPU, s.Data)
 			}
 			return r.Stats, func() { r.Close() }
 		},
-		"Consume": func(t *testing.T, c *ringCollector) (func() []perfbuf.Stats, func()) {
+		"Consume": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()
 			if _, err := r.Consume(func(rec *perfbuf.Record) error {
-				c.sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
+				c.Sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
 				return nil
 			}); err != nil {
 				t.Fatal(err)
 			}
 			return r.Stats, func() { r.Close() }
 		},
-		"callback": func(t *testing.T, c *ringCollector) (func() []perfbuf.Stats, func()) {
-			opts := p.opts
-			// SampleFunc says no ring: the sample's CPU says which.
-			opts.SampleFunc = func(cpu int, data []byte) { c.sample(anyRing, cpu, data) }
-			pb, err := perfbuf.New(p.m, opts)
+		"callback": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
+			// The sample function is told no ring: the sample's CPU says
+			// which.
+			pb, err := perfbuf.New(p.m, func(cpu int, data []byte) { c.Sample(ledger.AnyRing, cpu, data) }, nil, p.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -387,22 +271,20 @@ func TestRingPerCPUForms(t *testing.T) {
 			}
 			return pb.Stats, func() { pb.Close() }
 		},
-		"raw": func(t *testing.T, c *ringCollector) (func() []perfbuf.Stats, func()) {
-			opts := p.opts
-			opts.Raw = true
-			pb, err := perfbuf.New(p.m, opts)
+		"raw": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
+			pb, err := perfbuf.NewRaw(p.m, p.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			load()
 			var st []perfbuf.Stats
-			for i := range p.keys {
+			for i := range p.Keys {
 				rb, err := pb.Buffer(i)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if _, err := rb.Drain(func(rec *perfbuf.Record) error {
-					c.sample(i, rec.CPU, rec.Data)
+					c.Sample(i, rec.CPU, rec.Data)
 					return nil
 				}); err != nil {
 					t.Fatal(err)
@@ -415,20 +297,20 @@ func TestRingPerCPUForms(t *testing.T) {
 	}
 	for name, read := range forms {
 		t.Run(name, func(t *testing.T) {
-			c := newRingCollector(t, p)
+			c := ledger.NewRingCollector(t, p.Rings)
 			stats, closeFn := read(t, c)
 			var samples uint64
 			for _, s := range stats() {
 				if s.Ring >= 0 {
 					samples += s.Samples
-					if s.Samples != c.ring[s.Ring] {
-						t.Errorf("ring %d: Stats %+v, delivered %d", s.Ring, s, c.ring[s.Ring])
+					if s.Samples != c.Ring[s.Ring] {
+						t.Errorf("ring %d: Stats %+v, delivered %d", s.Ring, s, c.Ring[s.Ring])
 					}
 				}
 			}
 			for _, cpu := range f.cpus {
-				if c.got[cpu] != each {
-					t.Errorf("cpu %d: delivered %d, want %d", cpu, c.got[cpu], each)
+				if c.Got[cpu] != each {
+					t.Errorf("cpu %d: delivered %d, want %d", cpu, c.Got[cpu], each)
 				}
 			}
 			if samples != want {
@@ -441,7 +323,7 @@ func TestRingPerCPUForms(t *testing.T) {
 
 func newReader(t *testing.T, p *perCPU) *perfbuf.Reader {
 	t.Helper()
-	r, err := perfbuf.NewReader(p.m, p.opts)
+	r, err := perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,26 +339,26 @@ func TestRingPerCPUArrayReader(t *testing.T) {
 	f := p.fixture
 	opts := p.opts
 	opts.Maps = nil
-	r, err := perfbuf.NewReader(f.events, opts)
+	r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := perfbuf.NewReader(p.m, p.opts); !errors.Is(err, perfbuf.ErrMapInUse) {
+	if _, err := perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts}); !errors.Is(err, perfbuf.ErrMapInUse) {
 		t.Errorf("a second reader of the rings: %v, want ErrMapInUse", err)
 	}
-	c := newRingCollector(t, p)
+	c := ledger.NewRingCollector(t, p.Rings)
 	for _, cpu := range f.cpus {
 		f.produce(t, cpu, 10, 48, viaOutput, 1)
 	}
 	if _, err := r.Consume(func(rec *perfbuf.Record) error {
-		c.sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
+		c.Sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, cpu := range f.cpus {
-		if c.got[cpu] != 10 {
-			t.Errorf("cpu %d: delivered %d, want 10", cpu, c.got[cpu])
+		if c.Got[cpu] != 10 {
+			t.Errorf("cpu %d: delivered %d, want 10", cpu, c.Got[cpu])
 		}
 	}
 	r.Close()
@@ -592,12 +474,12 @@ func TestRingPerCPUWithoutSysAdmin(t *testing.T) {
 		var res result
 		opts := p.opts
 		opts.Maps = nil
-		if r, err := perfbuf.NewReader(f.events, opts); err == nil {
+		if r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts}); err == nil {
 			r.Close()
 		} else {
 			res.arrayErr = err
 		}
-		res.r, res.err = perfbuf.NewReader(p.m, p.opts)
+		res.r, res.err = perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts})
 		done <- res
 	}()
 	res := <-done
@@ -610,19 +492,19 @@ func TestRingPerCPUWithoutSysAdmin(t *testing.T) {
 	} else {
 		t.Logf("over the array: %v", res.arrayErr)
 	}
-	c := newRingCollector(t, p)
+	c := ledger.NewRingCollector(t, p.Rings)
 	for _, cpu := range f.cpus {
 		f.produce(t, cpu, 10, 48, viaOutput, 1)
 	}
 	if _, err := res.r.Consume(func(rec *perfbuf.Record) error {
-		c.sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
+		c.Sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, cpu := range f.cpus {
-		if c.got[cpu] != 10 {
-			t.Errorf("cpu %d: delivered %d, want 10", cpu, c.got[cpu])
+		if c.Got[cpu] != 10 {
+			t.Errorf("cpu %d: delivered %d, want 10", cpu, c.Got[cpu])
 		}
 	}
 }

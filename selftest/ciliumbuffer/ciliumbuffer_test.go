@@ -93,11 +93,12 @@ type fixture struct {
 	cpus []int
 }
 
-// setup prepares the buffer as want with opts and loads the object.
-func setup(t *testing.T, want ciliumbuffer.Kind, opts *perfbuf.Options) *fixture {
+// setup prepares the buffer as want with opts and more, and loads the
+// object.
+func setup(t *testing.T, want ciliumbuffer.Kind, opts *perfbuf.Options, more ...ciliumbuffer.Option) *fixture {
 	t.Helper()
 	s := spec(t)
-	kind, err := ciliumbuffer.Prepare(s, "events", want, opts)
+	kind, err := ciliumbuffer.Prepare(s, "events", want, opts, more...)
 	if err != nil {
 		t.Fatal(err)
 	}

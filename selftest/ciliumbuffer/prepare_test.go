@@ -4,8 +4,10 @@ package ciliumbuffer
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,17 +15,22 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
 )
 
 // config mirrors struct perfbuf_buffer_config.
-type config struct{ RingBuf, WakeupBytes, MaxSample uint64 }
+type config struct{ RingBuf, WakeupBytes, MaxSample, CPUsPerRing uint64 }
 
-// prepared is what Prepare set in a spec.
+// prepared is what Prepare set in a spec: for an array of ring buffers,
+// the size of its inner map and of its rings, and the slots its Contents
+// fill with them.
 type prepared struct {
 	Type                           ebpf.MapType
 	KeySize, ValueSize, MaxEntries uint32
 	ScratchValue                   uint32
 	Config                         config
+	Inner                          uint32 // the inner map's max_entries
+	Rings                          string // the rings' slots and sizes: "0:8192 1:8192"
 }
 
 func preparedOf(t *testing.T, s *ebpf.CollectionSpec) prepared {
@@ -33,6 +40,25 @@ func preparedOf(t *testing.T, s *ebpf.CollectionSpec) prepared {
 	if err := s.Variables["events_config"].Get(&p.Config); err != nil {
 		t.Fatal(err)
 	}
+	if m.InnerMap != nil {
+		p.Inner = m.InnerMap.MaxEntries
+	}
+	var rings []string
+	for _, kv := range m.Contents {
+		name, _ := kv.Value.(string)
+		r := s.Maps[name]
+		if r == nil || r.Type != ebpf.RingBuf || name != fmt.Sprintf("events_%d", kv.Key) {
+			t.Fatalf("slot %v names %q, a %v", kv.Key, name, r)
+		}
+		rings = append(rings, fmt.Sprintf("%v:%d", kv.Key, r.MaxEntries))
+	}
+	// Rings the Contents do not name: left over.
+	for name, ms := range s.Maps {
+		if strings.HasPrefix(name, "events_") && ms.Type == ebpf.RingBuf && !slices.ContainsFunc(m.Contents, func(kv ebpf.MapKV) bool { return kv.Value == name }) {
+			t.Fatalf("ring %q left in the spec", name)
+		}
+	}
+	p.Rings = strings.Join(rings, " ")
 	return p
 }
 
@@ -46,10 +72,18 @@ func TestPrepareSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compiled := prepared{Type: ebpf.RingBuf, MaxEntries: ringSize, ScratchValue: sampleMax, Config: config{1, 0, sampleMax}}
-	ring := prepared{Type: ebpf.RingBuf, MaxEntries: uint32(2 * page), ScratchValue: 1, Config: config{1, 100, sampleMax}}
+	compiled := prepared{Type: ebpf.RingBuf, MaxEntries: ringSize, ScratchValue: sampleMax, Config: config{1, 0, sampleMax, 1}}
+	ring := prepared{Type: ebpf.RingBuf, MaxEntries: uint32(2 * page), ScratchValue: 1, Config: config{1, 100, sampleMax, 1}}
 	perf := prepared{Type: ebpf.PerfEventArray, KeySize: 4, ValueSize: 4, MaxEntries: uint32(possible[len(possible)-1] + 1),
-		ScratchValue: sampleMax, Config: config{0, 0, sampleMax}}
+		ScratchValue: sampleMax, Config: config{0, 0, sampleMax, 1}}
+	// A ring of 4 pages per 2 CPUs, a slot for each pair holding a
+	// possible CPU.
+	var slots []string
+	for _, k := range ledger.NewRings(possible, 2).Keys {
+		slots = append(slots, fmt.Sprintf("%d:%d", k, 4*page))
+	}
+	perCPU := prepared{Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: uint32(possible[len(possible)-1]/2 + 1),
+		ScratchValue: 1, Config: config{2, 0, sampleMax, 2}, Inner: uint32(4 * page), Rings: strings.Join(slots, " ")}
 
 	s := spec(t)
 	if got := preparedOf(t, s); got != compiled {
@@ -60,17 +94,23 @@ func TestPrepareSpec(t *testing.T) {
 		opts perfbuf.Options
 		got  prepared
 		err  error
+		more []ciliumbuffer.Option
 	}{
-		{ciliumbuffer.PerfEventArray, perfbuf.Options{RingBytes: 3 * page}, perf, nil},
-		{ciliumbuffer.PerfEventArray, perfbuf.Options{RingBytes: 3 * page}, perf, nil},
-		{ciliumbuffer.RingBuf, perfbuf.Options{}, perf, ciliumbuffer.ErrPrepared},
-		{ciliumbuffer.RingBuf, perfbuf.Options{RingBytes: 2 * page, WakeupBytes: 100}, ring, nil},
-		{ciliumbuffer.RingBuf, perfbuf.Options{RingBytes: 2 * page, WakeupBytes: 100}, ring, nil},
-		{ciliumbuffer.RingBuf, perfbuf.Options{WakeupBytes: 4 * page}, ring, os.ErrInvalid}, // not below the ring's 2 pages
-		{ciliumbuffer.PerfEventArray, perfbuf.Options{}, perf, nil},
+		{ciliumbuffer.PerfEventArray, perfbuf.Options{RingBytes: 3 * page}, perf, nil, nil},
+		{ciliumbuffer.PerfEventArray, perfbuf.Options{RingBytes: 3 * page}, perf, nil, nil},
+		{ciliumbuffer.RingBuf, perfbuf.Options{}, perf, ciliumbuffer.ErrPrepared, nil},
+		{ciliumbuffer.RingBuf, perfbuf.Options{RingBytes: 2 * page, WakeupBytes: 100}, ring, nil, nil},
+		{ciliumbuffer.RingBuf, perfbuf.Options{RingBytes: 2 * page, WakeupBytes: 100}, ring, nil, nil},
+		{ciliumbuffer.RingBuf, perfbuf.Options{WakeupBytes: 4 * page}, ring, os.ErrInvalid, nil}, // not below the ring's 2 pages
+		{ciliumbuffer.PerfEventArray, perfbuf.Options{}, perf, nil, nil},
+		{ciliumbuffer.RingBufPerCPU, perfbuf.Options{RingBytes: 4 * page}, perCPU, nil, []ciliumbuffer.Option{ciliumbuffer.CPUsPerRing(2)}},
+		{ciliumbuffer.RingBufPerCPU, perfbuf.Options{RingBytes: 4 * page}, perCPU, nil, []ciliumbuffer.Option{ciliumbuffer.CPUsPerRing(2)}},
+		{ciliumbuffer.RingBufPerCPU, perfbuf.Options{}, perCPU, ciliumbuffer.ErrPrepared, nil},
+		{ciliumbuffer.RingBufPerCPU, perfbuf.Options{RingBytes: 4 * page}, perCPU, os.ErrInvalid, []ciliumbuffer.Option{ciliumbuffer.CPUsPerRing(0)}},
+		{ciliumbuffer.RingBuf, perfbuf.Options{RingBytes: 2 * page, WakeupBytes: 100}, ring, nil, nil},
 	} {
 		opts := step.opts
-		kind, err := ciliumbuffer.Prepare(s, "events", step.want, &opts)
+		kind, err := ciliumbuffer.Prepare(s, "events", step.want, &opts, step.more...)
 		if !errors.Is(err, step.err) || (err == nil) != (step.err == nil) {
 			t.Fatalf("step %d: Prepare %v = %v, %v; want %v", i, step.want, kind, err, step.err)
 		}
@@ -85,7 +125,7 @@ func TestPrepareSpec(t *testing.T) {
 			}
 		case kind != step.want:
 			t.Errorf("step %d: kind %v, want %v", i, kind, step.want)
-		case kind == ciliumbuffer.RingBuf && (opts.RingBytes != 0 || opts.WakeupBytes != step.opts.WakeupBytes),
+		case kind != ciliumbuffer.PerfEventArray && (opts.RingBytes != 0 || opts.WakeupBytes != step.opts.WakeupBytes),
 			kind == ciliumbuffer.PerfEventArray && !reflect.DeepEqual(opts, step.opts):
 			t.Errorf("step %d: Options %+v after Prepare as %v", i, opts, kind)
 		}
@@ -147,7 +187,7 @@ func TestForgottenConfig(t *testing.T) {
 			m.Type, m.KeySize, m.ValueSize, m.MaxEntries = ebpf.PerfEventArray, 4, 4, 0
 		}, "cannot pass map_type 4 into func bpf_ringbuf_output#130"},
 		{"ring buffer, config of a perf event array", func(s *ebpf.CollectionSpec) {
-			if err := s.Variables["events_config"].Set(config{0, 0, sampleMax}); err != nil {
+			if err := s.Variables["events_config"].Set(config{0, 0, sampleMax, 1}); err != nil {
 				t.Fatal(err)
 			}
 		}, "cannot pass map_type 27 into func bpf_perf_event_output#25"},
@@ -167,5 +207,48 @@ func TestForgottenConfig(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// An object built with a perfbuf.bpf.h older than the array of ring
+// buffers has a 24-byte events_config (no cpus_per_ring): it is prepared
+// as a ring buffer or a perf event array as before, writing its three
+// fields, and RingBufPerCPU is refused, the spec left as it was. (The
+// spec's variable cut to 24 bytes stands for such an object.)
+func TestPrepareOldConfig(t *testing.T) {
+	s := spec(t)
+	v := s.Variables["events_config"]
+	v.Value = v.Value[:24]
+	type old struct{ RingBuf, WakeupBytes, MaxSample uint64 }
+	get := func() old {
+		t.Helper()
+		var c old
+		if err := v.Get(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if kind, err := ciliumbuffer.Prepare(s, "events", ciliumbuffer.PerfEventArray, nil); kind != ciliumbuffer.PerfEventArray || err != nil {
+		t.Fatalf("Prepare as a perf event array: %v, %v", kind, err)
+	}
+	if c := get(); c != (old{0, 0, sampleMax}) || s.Maps["events"].Type != ebpf.PerfEventArray {
+		t.Errorf("prepared as a perf event array: config %+v, map %v", c, s.Maps["events"].Type)
+	}
+	opts := perfbuf.Options{RingBytes: os.Getpagesize(), WakeupBytes: 100}
+	if kind, err := ciliumbuffer.Prepare(s, "events", ciliumbuffer.RingBuf, &opts); kind != ciliumbuffer.RingBuf || err != nil {
+		t.Fatalf("Prepare as a ring buffer: %v, %v", kind, err)
+	}
+	if c := get(); c != (old{1, 100, sampleMax}) {
+		t.Errorf("prepared as a ring buffer: config %+v", c)
+	}
+	before := s.Maps["events"].Copy()
+	opts = perfbuf.Options{RingBytes: os.Getpagesize()}
+	kind, err := ciliumbuffer.Prepare(s, "events", ciliumbuffer.RingBufPerCPU, &opts)
+	if kind != 0 || !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "cpus_per_ring") {
+		t.Errorf("Prepare as a ring per CPU: %v, %v; want os.ErrInvalid naming cpus_per_ring", kind, err)
+	}
+	t.Log(err)
+	if c := get(); c != (old{1, 100, sampleMax}) || !reflect.DeepEqual(s.Maps["events"], before) || opts.RingBytes == 0 {
+		t.Errorf("refused, Prepare changed the spec or the Options: config %+v, map %+v", c, s.Maps["events"])
 	}
 }

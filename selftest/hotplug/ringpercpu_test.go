@@ -61,7 +61,7 @@ func TestHotplugRingPerCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := perfbuf.NewReader(events, ropts)
+	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: ropts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@
 package ledger
 
 import (
+	"encoding/binary"
+	"slices"
 	"testing"
 
 	"github.com/perfbuf/perfbuf"
@@ -104,4 +106,142 @@ func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered m
 	}
 	t.Logf("ring: attempted %d = delivered %d + discarded %d + left %d + failed %d (full %d, noent %d, einval %d, other %d)",
 		sum.Attempts, st.Samples, st.Discarded, st.Left, failed.Total(), failed.Full, failed.NoEntry, failed.Invalid, failed.Other)
+}
+
+// Rings are the rings of an array of ring buffers, n CPUs a ring: Keys[i]
+// is ring i's slot, which CPU c writes when c/N is it.
+type Rings struct {
+	N    int
+	Keys []uint32
+}
+
+// NewRings returns the rings of an array of ring buffers over the
+// possible CPUs, n CPUs a ring: a slot for each group that holds one.
+func NewRings(possible []int, n int) Rings {
+	r := Rings{N: n}
+	for _, c := range possible {
+		if k := uint32(c / n); !slices.Contains(r.Keys, k) {
+			r.Keys = append(r.Keys, k)
+		}
+	}
+	return r
+}
+
+// Of returns the index of the ring that cpu writes.
+func (r Rings) Of(cpu int) int { return slices.Index(r.Keys, uint32(cpu/r.N)) }
+
+// AnyRing is the ring of a sample delivered without one (perfbuf.New's
+// sample function): the sample's CPU says which.
+const AnyRing = -2
+
+// RingCollector counts what a reader of an array of ring buffers
+// delivered, by ring and by the CPU the sample says, and checks that each
+// went to its CPU's ring.
+type RingCollector struct {
+	t     testing.TB
+	rings Rings
+	Got   map[int]uint64 // by CPU
+	Ring  map[int]uint64 // by ring
+}
+
+// NewRingCollector returns a collector of samples read from rings.
+func NewRingCollector(t testing.TB, rings Rings) *RingCollector {
+	return &RingCollector{t: t, rings: rings, Got: map[int]uint64{}, Ring: map[int]uint64{}}
+}
+
+// Sample counts a sample read from ring (AnyRing: the sample's CPU's),
+// delivered for recCPU, which a ring buffer's record says is -1.
+func (c *RingCollector) Sample(ring, recCPU int, data []byte) {
+	if len(data) < 16 {
+		c.t.Errorf("%d-byte sample", len(data))
+		return
+	}
+	cpu := int(binary.NativeEndian.Uint32(data[8:]))
+	if recCPU != -1 {
+		c.t.Errorf("a ring buffer's record delivered for cpu %d, want -1", recCPU)
+	}
+	if want := c.rings.Of(cpu); ring == AnyRing {
+		ring = want
+	} else if ring != want {
+		c.t.Errorf("a sample written on cpu %d read from ring %d, want its ring %d", cpu, ring, want)
+	}
+	c.Got[cpu]++
+	c.Ring[ring]++
+}
+
+// CheckRings checks, once the reader of an array of ring buffers is
+// closed, that every attempt is accounted for, per ring, with the
+// failures of the CPUs that write it, after TestRingPerCPU's script (on
+// each CPU 2 reserves too big and 3 outputs to an empty map-in-map slot;
+// the slot emptied, 3 outputs and 2 reserves of its CPUs; the first CPU's
+// ring filled; records left at Close): attempted == delivered + discarded
+// + left + the CPUs' failures. cpus are the CPUs the program ran on (the
+// first one's ring filled), out what it saw on each, c what the reader
+// delivered, stats the closed reader's Stats.
+func CheckRings(t testing.TB, rings Rings, cpus []int, out map[int]Outcome, c *RingCollector, stats []perfbuf.Stats, emptied uint32) {
+	t.Helper()
+	byRing := map[int]perfbuf.Stats{}
+	failed := map[int]perfbuf.Failures{}
+	for _, s := range stats {
+		switch {
+		case s.Ring >= 0 && s.CPU == -1:
+			byRing[s.Ring] = s
+		case s.Ring == -1 && s.CPU >= 0:
+			failed[s.CPU] = s.Failed
+		default:
+			t.Fatalf("Stats entry %+v: want a ring's (cpu -1) or a CPU's failures (ring -1)", s)
+		}
+	}
+	if len(byRing) != len(rings.Keys) {
+		t.Fatalf("Stats %+v: %d rings, want %d", stats, len(byRing), len(rings.Keys))
+	}
+	type sum struct{ attempts, ok, discarded, full, failed, noent uint64 }
+	by := map[int]*sum{}
+	for _, cpu := range cpus {
+		o, fl := out[cpu], failed[cpu]
+		if o.OK+o.Discarded+o.Full+o.NoSpc+o.NoEnt+o.Inval+o.Other != o.Attempts || o.Other != 0 || o.NoSpc != 0 {
+			t.Errorf("cpu %d: the program's counts do not add up: %+v", cpu, o)
+		}
+		// 3 to the other map's empty slot, and, for the CPUs of the ring
+		// whose slot was emptied, 3 outputs and 2 reserves: the program
+		// counts a reserve that gets nothing as full, which the failure
+		// map tells apart.
+		wantNoEnt, reserves := uint64(3), uint64(0)
+		if uint32(cpu/rings.N) == emptied {
+			wantNoEnt, reserves = 3+3, 2
+		}
+		if o.Inval != 2 || o.NoEnt != wantNoEnt || c.Got[cpu] == 0 {
+			t.Errorf("cpu %d: einval %d, noent %d, delivered %d; want 2, %d, some", cpu, o.Inval, o.NoEnt, c.Got[cpu], wantNoEnt)
+		}
+		if fl.Full != o.Full-reserves || fl.NoEntry != o.NoEnt+reserves || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0 {
+			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d, with %d reserves in an empty slot", cpu, fl, o.Full, o.NoEnt, o.Inval, reserves)
+		}
+		i := rings.Of(cpu)
+		if by[i] == nil {
+			by[i] = &sum{}
+		}
+		s := by[i]
+		s.attempts += o.Attempts
+		s.ok += o.OK
+		s.discarded += o.Discarded
+		s.full += fl.Full
+		s.failed += fl.Total()
+		s.noent += fl.NoEntry
+	}
+	first := rings.Of(cpus[0])
+	for i, s := range by {
+		st := byRing[i]
+		if got := st.Samples + st.Discarded + st.Left + s.failed; got != s.attempts {
+			t.Errorf("ring %d: attempted %d, Stats %+v, failed %d: the sum is %d", i, s.attempts, st, s.failed, got)
+		}
+		if st.Samples != c.Ring[i] || st.Samples+st.Left != s.ok || st.Discarded != s.discarded || st.Lost != 0 || st.Corrupt != 0 {
+			t.Errorf("ring %d: Stats %+v, delivered %d; its CPUs saw %+v", i, st, c.Ring[i], *s)
+		}
+		// Only the ring filled refused records.
+		if (s.full != 0) != (i == first) || st.Left == 0 {
+			t.Errorf("ring %d: %d refused as full, %d left; want refusals in ring %d only, some left", i, s.full, st.Left, first)
+		}
+		t.Logf("ring %d (slot %d): attempted %d = delivered %d + discarded %d + left %d + failed %d (full %d, noent %d)",
+			i, rings.Keys[i], s.attempts, st.Samples, st.Discarded, st.Left, s.failed, s.full, s.noent)
+	}
 }
