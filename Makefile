@@ -136,7 +136,7 @@ test: build
 # -race: the race detector needs cgo.
 test-nocgo: bpf
 	@echo "no cgo: the package, internal/kernel, ciliumbuffer, selftest/nocgo and selftest/ciliumbuffer with CGO_ENABLED=0"
-	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/kernel ./internal/buflayout ./bpfbuffer/ciliumbuffer ./selftest/nocgo ./selftest/ciliumbuffer
+	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/kernel ./bpfbuffer/internal/buflayout ./bpfbuffer/ciliumbuffer ./selftest/nocgo ./selftest/ciliumbuffer
 
 # The package's tests that need no cgo (the parser, the readers over fake
 # rings, the fuzz corpora) on a big-endian host: built for s390x and run under

@@ -37,7 +37,7 @@ import (
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/internal/buflayout"
+	"github.com/perfbuf/perfbuf/bpfbuffer/internal/buflayout"
 )
 
 // Kind is what a buffer is made at load: Any, RingBuf, PerfEventArray or

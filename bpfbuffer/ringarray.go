@@ -15,7 +15,7 @@ import (
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/internal/buflayout"
+	"github.com/perfbuf/perfbuf/bpfbuffer/internal/buflayout"
 	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )

@@ -34,7 +34,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/internal/buflayout"
+	"github.com/perfbuf/perfbuf/bpfbuffer/internal/buflayout"
 )
 
 // Kind is what a buffer is made at load: Any, RingBuf, PerfEventArray or
