@@ -15,7 +15,6 @@ package perfbuf
 import (
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"syscall"
 
@@ -326,18 +325,20 @@ func (f *failureMap) addTo(st []Stats) []Stats {
 // mergeFailures puts each CPU's failures (counts[k] is CPU cpus[k]'s, in
 // increasing CPU order) on st, one entry per ring in buffer index order:
 // on the entry of the CPU's latest ring (the highest index with that CPU),
-// as a CPU that came back online writes to its new ring; the failures of
-// the CPUs without a ring of their own on the first ring shared by CPUs
-// (CPU -1), every CPU's ring buffer; and where there is none, each on an
-// entry of its own, appended after the rings' in CPU order, with Ring -1
-// and only CPU and Failed set. It returns st, grown.
+// as a CPU that came back online writes to its new ring; every CPU's on a
+// ring buffer read alone (one entry, CPU -1), which every CPU writes; and
+// otherwise, for a CPU without a ring of its own, on an entry of its own,
+// appended after the rings' in CPU order, with Ring -1 and only CPU and
+// Failed set (several ring buffers that CPUs share: which one a failed
+// output was for cannot be told). It returns st, grown.
 func mergeFailures(st []Stats, cpus []int, counts []Failures) []Stats {
 	if len(counts) == 0 {
 		return st
 	}
-	shared := slices.IndexFunc(st, func(s Stats) bool { return s.CPU < 0 })
-	if shared >= 0 {
-		st[shared].Failed = Failures{}
+	shared := -1
+	if len(st) == 1 && st[0].CPU < 0 {
+		shared = 0
+		st[0].Failed = Failures{}
 	}
 	latest := make(map[int]int, len(st)) // CPU -> its latest ring's index
 	for i := range st {

@@ -166,11 +166,13 @@ func TestMergeFailures(t *testing.T) {
 			[]Stats{{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Failed: Failures{Full: 5, NoEntry: 2}}},
 		},
 		{
-			// Several ring buffers that share their CPUs: the first takes
-			// the failures; a ring that is one CPU's takes that CPU's.
+			// Several ring buffers that share their CPUs: which one a
+			// failed output was for cannot be told, so each CPU's come in
+			// an entry of its own; a ring that is one CPU's takes that
+			// CPU's.
 			"ring buffers", []Stats{{Ring: 0, CPU: -1}, {Ring: 1, CPU: -1}, {Ring: 2, CPU: 1}}, []int{0, 1, 2},
 			[]Failures{{Full: 4}, {Full: 7}, {NoEntry: 2}},
-			[]Stats{{Ring: 0, CPU: -1, Failed: Failures{Full: 4, NoEntry: 2}}, {Ring: 1, CPU: -1}, {Ring: 2, CPU: 1, Failed: Failures{Full: 7}}},
+			[]Stats{{Ring: 0, CPU: -1}, {Ring: 1, CPU: -1}, {Ring: 2, CPU: 1, Failed: Failures{Full: 7}}, {Ring: -1, CPU: 0, Failed: Failures{Full: 4}}, {Ring: -1, CPU: 2, Failed: Failures{NoEntry: 2}}},
 		},
 	}
 	for _, c := range cases {

@@ -8,16 +8,17 @@ import "github.com/perfbuf/perfbuf/internal/ring"
 
 // Stats counts one ring's records. The owners' Stats return an entry per
 // ring, in buffer index order; with a FailureMap, a CPU without a ring of
-// its own gets an entry too (Ring -1), for its failures.
+// its own may get an entry too (Ring -1), for its failures.
 //
 // Once the owner is closed, what the programs output is
 //
 //	Samples + Dropped + Lost + Discarded + Left + Failed.Total()
 //
 // summed over the entries of a CPU for a perf event array (a CPU that came
-// back online has two rings), and per entry for a ring buffer (several ring
-// buffers that share their CPUs give their failures to the first). A perf
-// ring has no Discarded; a ring buffer no Lost (a full ring is Failed.Full).
+// back online has two rings), in its one entry for a ring buffer read
+// alone, and over every entry for several ring buffers (each CPU's failures
+// come in an entry of its own). A perf ring has no Discarded; a ring buffer
+// no Lost (a full ring is Failed.Full).
 type Stats struct {
 	Ring int // the ring's buffer index, or -1
 	CPU  int // the ring's CPU, or -1 for a ring shared by CPUs

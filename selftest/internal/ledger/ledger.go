@@ -29,8 +29,8 @@ func (o Outcome) add(p Outcome) Outcome {
 // Check checks, once the reader is closed, that every attempt is accounted
 // for, after TestBothKinds' script (2 reserves too big and 2 discards per
 // CPU, at least 3 outputs without a ring, a full ring, records left at
-// Close): per CPU for a perf event array, per ring (the CPUs' failures
-// summed) for a ring buffer (ring). cpus are the CPUs the program ran on,
+// Close): per CPU for a perf event array, and for a ring buffer (ring) in
+// its one entry, which holds every CPU's failures. cpus are the CPUs the program ran on,
 // out what it saw on each, delivered the samples the reader delivered by
 // the CPU each says it was written on, stats the closed reader's Stats.
 func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered map[int]uint64, stats []perfbuf.Stats) {
@@ -38,8 +38,10 @@ func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered m
 	byCPU := map[int]perfbuf.Stats{}
 	var rb *perfbuf.Stats
 	for i, s := range stats {
-		if ring && s.Ring >= 0 {
-			if rb != nil || s.CPU != -1 {
+		if ring {
+			// A ring buffer read alone: one entry, every CPU's failures
+			// on it.
+			if rb != nil || s.Ring != 0 || s.CPU != -1 {
 				t.Fatalf("Stats %+v: want one ring, of cpu -1", stats)
 			}
 			rb = &stats[i]
@@ -51,15 +53,15 @@ func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered m
 		byCPU[s.CPU] = s
 	}
 	var sum Outcome
-	var failed perfbuf.Failures
 	for _, cpu := range cpus {
 		o, st := out[cpu], byCPU[cpu]
 		fl := st.Failed
 		if o.OK+o.Discarded+o.Full+o.NoSpc+o.NoEnt+o.Inval+o.Other != o.Attempts || o.Other != 0 {
 			t.Errorf("cpu %d: the program's counts do not add up: %+v", cpu, o)
 		}
-		// The failure map against what the helpers returned.
-		if fl.Full != o.Full || fl.NoEntry != o.NoEnt || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0 {
+		// The failure map against what the helpers returned (a ring
+		// buffer's: the sum, on the ring's entry, below).
+		if !ring && (fl.Full != o.Full || fl.NoEntry != o.NoEnt || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0) {
 			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d", cpu, fl, o.Full, o.NoEnt, o.Inval)
 		}
 		if o.Inval != 2 || o.NoEnt < 3 || o.Discarded != 2 {
@@ -77,21 +79,20 @@ func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered m
 			t.Logf("cpu %d: attempted %d = discarded by the program %d + received %d + lost %d + left %d + failed %d (full %d, noent %d, einval %d, other %d)",
 				cpu, o.Attempts, o.Discarded, st.Samples, st.Lost, st.Left, fl.Total(), fl.Full, fl.NoEntry, fl.Invalid, fl.Other)
 		} else {
-			if st.Ring != -1 && fl.Total() > 0 {
-				t.Errorf("cpu %d: failures on entry %+v, want one of Ring -1", cpu, st)
-			}
-			t.Logf("cpu %d: attempted %d = submitted %d + discarded %d + failed %d (full %d, noent %d, einval %d, other %d)",
-				cpu, o.Attempts, o.OK, o.Discarded, fl.Total(), fl.Full, fl.NoEntry, fl.Invalid, fl.Other)
+			t.Logf("cpu %d: attempted %d = submitted %d + discarded %d + failed %d (full %d, noent %d, einval %d)",
+				cpu, o.Attempts, o.OK, o.Discarded, o.Full+o.NoEnt+o.Inval, o.Full, o.NoEnt, o.Inval)
 		}
 		sum = sum.add(o)
-		failed = perfbuf.Failures{NoEntry: failed.NoEntry + fl.NoEntry, Invalid: failed.Invalid + fl.Invalid,
-			Other: failed.Other + fl.Other, Full: failed.Full + fl.Full}
 	}
 	if !ring {
 		return
 	}
 	if rb == nil {
 		t.Fatalf("Stats %+v: no ring", stats)
+	}
+	failed := rb.Failed
+	if failed.Full != sum.Full || failed.NoEntry != sum.NoEnt || failed.Invalid != sum.Inval || failed.TooBig+failed.NotOnCPU+failed.Other != 0 {
+		t.Errorf("ring: Failed %+v; the program saw full %d, noent %d, einval %d", failed, sum.Full, sum.NoEnt, sum.Inval)
 	}
 	var all uint64
 	for _, n := range delivered {
@@ -195,6 +196,10 @@ func CheckRings(t testing.TB, rings Rings, cpus []int, out map[int]Outcome, c *R
 	if len(byRing) != len(rings.Keys) {
 		t.Fatalf("Stats %+v: %d rings, want %d", stats, len(byRing), len(rings.Keys))
 	}
+	// One ring, every CPU's: the failures are all on its entry (Stats),
+	// checked against the CPUs' sum below.
+	alone := len(byRing) == 1 && len(failed) == 0
+	var want perfbuf.Failures
 	type sum struct{ attempts, ok, discarded, full, failed, noent uint64 }
 	by := map[int]*sum{}
 	for _, cpu := range cpus {
@@ -213,7 +218,12 @@ func CheckRings(t testing.TB, rings Rings, cpus []int, out map[int]Outcome, c *R
 		if o.Inval != 2 || o.NoEnt != wantNoEnt || c.Got[cpu] == 0 {
 			t.Errorf("cpu %d: einval %d, noent %d, delivered %d; want 2, %d, some", cpu, o.Inval, o.NoEnt, c.Got[cpu], wantNoEnt)
 		}
-		if fl.Full != o.Full-reserves || fl.NoEntry != o.NoEnt+reserves || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0 {
+		cpuWant := perfbuf.Failures{Full: o.Full - reserves, NoEntry: o.NoEnt + reserves, Invalid: o.Inval}
+		want = want.Add(cpuWant)
+		if alone {
+			fl = cpuWant // checked in sum against the ring's entry below
+		}
+		if fl != cpuWant {
 			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d, with %d reserves in an empty slot", cpu, fl, o.Full, o.NoEnt, o.Inval, reserves)
 		}
 		i := rings.Of(cpu)
@@ -227,6 +237,13 @@ func CheckRings(t testing.TB, rings Rings, cpus []int, out map[int]Outcome, c *R
 		s.full += fl.Full
 		s.failed += fl.Total()
 		s.noent += fl.NoEntry
+	}
+	if alone {
+		for i := range byRing {
+			if got := byRing[i].Failed; got != want {
+				t.Errorf("ring %d alone: Failed %+v; its CPUs saw %+v", i, got, want)
+			}
+		}
 	}
 	first := rings.Of(cpus[0])
 	for i, s := range by {
