@@ -41,7 +41,7 @@ LLVM_STRIP ?= llvm-strip-19
 BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 BUILD := $(CURDIR)/build
 # Fuzzing budgets, in executions (about 30 s each here): scripts/fuzz.sh.
-FUZZ_BUDGETS ?= FuzzRawParse=2000000x FuzzOrderedModel=5000x FuzzBPFRingParse=1200000x
+FUZZ_BUDGETS ?= FuzzRawParse=2000000x FuzzOrderedModel=5000x FuzzBPFRingParse=1200000x FuzzPerf=1000000x FuzzBPF=1000000x
 export FUZZ_BUDGETS
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -144,8 +144,8 @@ test-nocgo: bpf
 # parser must read them so, and the fake rings must be written so.
 test-bigendian:
 	@bash scripts/deps.sh qemu-user
-	@echo "big-endian: the package's tests for s390x (no cgo), under qemu-s390x"
-	@CGO_ENABLED=0 GOARCH=s390x bash scripts/gotest.sh -exec qemu-s390x -count=1 .
+	@echo "big-endian: the package's, the ring kinds', the wait's and the snapshots' tests for s390x (no cgo), under qemu-s390x"
+	@CGO_ENABLED=0 GOARCH=s390x bash scripts/gotest.sh -exec qemu-s390x -count=1 . ./internal/ring ./internal/wait ./internal/snapshot
 
 # The same tests for arm64, under qemu-user: the parsers' and the wake rule's
 # atomics as the arm64 compiler emits them, the race tests' producers running
@@ -160,8 +160,8 @@ test-bigendian:
 # allows are not produced here (docs/kernels.md, "arm64").
 test-arm64:
 	@bash scripts/deps.sh qemu-user
-	@echo "arm64: the package's tests for arm64 (no cgo), under qemu-aarch64 on one CPU"
-	@CGO_ENABLED=0 GOARCH=arm64 bash scripts/gotest.sh -exec 'taskset -c 0 qemu-aarch64' -count=1 .
+	@echo "arm64: the package's, the ring kinds', the wait's and the snapshots' tests for arm64 (no cgo), under qemu-aarch64 on one CPU"
+	@CGO_ENABLED=0 GOARCH=arm64 bash scripts/gotest.sh -exec 'taskset -c 0 qemu-aarch64' -count=1 . ./internal/ring ./internal/wait ./internal/snapshot
 
 unit: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 .

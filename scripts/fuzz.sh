@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Bounded fuzzing of every fuzz target in the root package.
+# Bounded fuzzing of every fuzz target of the packages that have them
+# (FUZZ_PACKAGES: the root package, the ring kinds, the snapshot parsers).
 #
 #   scripts/fuzz.sh [go test flags...]
 #
@@ -23,17 +24,22 @@ budget_of() {
 	done
 }
 
-targets=$("${GO:-go}" test "$@" -list '^Fuzz' . | grep '^Fuzz' || true)
-if [ -z "$targets" ]; then
+packages=${FUZZ_PACKAGES:-". ./internal/ring ./internal/snapshot"}
+found=0
+for pkg in $packages; do
+	targets=$("${GO:-go}" test "$@" -list '^Fuzz' "$pkg" | grep '^Fuzz' || true)
+	for f in $targets; do
+		found=1
+		budget=${FUZZTIME:-$(budget_of "$f")}
+		if [ -z "$budget" ]; then
+			echo "fuzz: $f has no budget in FUZZ_BUDGETS (Makefile)" >&2
+			exit 1
+		fi
+		echo "fuzz: $pkg $f for $budget"
+		"${GO:-go}" test "$@" -run '^$' -fuzz "^$f\$" -fuzztime "$budget" "$pkg"
+	done
+done
+if [ "$found" = 0 ]; then
 	echo "fuzz: no fuzz targets found" >&2
 	exit 1
 fi
-for f in $targets; do
-	budget=${FUZZTIME:-$(budget_of "$f")}
-	if [ -z "$budget" ]; then
-		echo "fuzz: $f has no budget in FUZZ_BUDGETS (Makefile)" >&2
-		exit 1
-	fi
-	echo "fuzz: $f for $budget"
-	"${GO:-go}" test "$@" -run '^$' -fuzz "^$f\$" -fuzztime "$budget" .
-done
