@@ -36,8 +36,8 @@ var (
 	ErrFlushed = errors.New("reader flushed")
 )
 
-// ErrCorrupt: a ring held a record or position the kernel never writes
-// (see [CorruptError]).
+// ErrCorrupt is what a *[CorruptError] matches: a ring held a record or
+// position the kernel never writes.
 var ErrCorrupt = ring.ErrCorrupt
 
 // CorruptError describes a ring record, or ring position, that cannot be

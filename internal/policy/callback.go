@@ -28,7 +28,7 @@ func NewCallback(s *Set, sample func(int, []byte), lost func(int, uint64)) *Call
 	return c
 }
 
-// drain delivers ring i's records up to its head and commits them, also
+// Drain delivers ring i's records up to its head and commits them, also
 // when a callback panics. A corrupt ring is got past (skipCorrupt) and its
 // *ring.CorruptError returned. It returns the number of records delivered.
 func (c *Callback) Drain(i int) (int, error) {
@@ -60,7 +60,7 @@ func (c *Callback) deliverRecord(rec *ring.Record) error {
 	return nil
 }
 
-// commitPublish commits ring i up to its cursor (every record before it
+// CommitPublish commits ring i up to its cursor (every record before it
 // was delivered) and publishes its counts.
 func (c *Callback) CommitPublish(i int) {
 	rb := c.s.Rings[i]
@@ -70,10 +70,11 @@ func (c *Callback) CommitPublish(i int) {
 	c.s.Publish(i, st.Samples, st.Bytes, st.Lost)
 }
 
-// oldest: callback mode delivers each record as it parses it.
+// Oldest is ring i's cursor: callback mode delivers each record as it
+// parses it.
 func (c *Callback) Oldest(i int) uint64 { return c.s.Rings[i].Cur().Pos() }
 
-// addRing: each drain looks at every ring.
+// AddRing does nothing: each drain looks at every ring.
 func (c *Callback) AddRing(int) {}
 
 // Raw is the policy of an owner whose rings only raw views read: it

@@ -28,7 +28,7 @@ func NewFullest(s *Set) *fullest {
 	return &fullest{s: s, budget: max(s.Rings[0].Cur().Size()/4, 1)}
 }
 
-// next returns the next record of the pass, starting a pass when the last
+// Next returns the next record of the pass, starting a pass when the last
 // one ended.
 func (f *fullest) Next() (*ring.Record, int) {
 	rec := &f.rec
@@ -54,10 +54,10 @@ func (f *fullest) Next() (*ring.Record, int) {
 
 func (f *fullest) Delivered(int) {}
 
-// addRing: each pass looks at every ring.
+// AddRing: each pass looks at every ring.
 func (f *fullest) AddRing(int) {}
 
-// each runs one turn: ring i's records through the ring's loop, up to the
+// Each runs one turn: ring i's records through the ring's loop, up to the
 // budget. A turn cut short by fn's error goes on at the next read.
 func (f *fullest) Each(fn func(*ring.Record) error) (bool, error) {
 	if f.pos >= len(f.order) && !f.startPass() {
@@ -84,7 +84,7 @@ func (f *fullest) endTurn(i int) {
 	f.left = f.budget
 }
 
-// commitPublish commits ring i up to its cursor: every record before it
+// CommitPublish commits ring i up to its cursor: every record before it
 // was delivered.
 func (f *fullest) CommitPublish(i int) {
 	rb := f.s.Rings[i]
@@ -93,7 +93,7 @@ func (f *fullest) CommitPublish(i int) {
 	f.s.Publish(i, st.Samples, st.Bytes, st.Lost)
 }
 
-// oldest: the fullest-first Reader delivers each record as it parses it.
+// Oldest: the fullest-first Reader delivers each record as it parses it.
 func (f *fullest) Oldest(i int) uint64 { return f.s.Rings[i].Cur().Pos() }
 
 // startPass snapshots every ring and orders the non-empty ones, fullest
@@ -122,5 +122,5 @@ func (f *fullest) startPass() bool {
 	return len(f.order) > 0
 }
 
-// idle: every turn ended with a commit already; MaxLatency is a bound.
+// Idle: every turn ended with a commit already; MaxLatency is a bound.
 func (f *fullest) Idle() (time.Duration, time.Duration) { return f.s.Latency, 0 }

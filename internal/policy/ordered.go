@@ -137,7 +137,7 @@ func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 	return o
 }
 
-// addRing takes in ring i, the last: it waits for a front, and what it
+// AddRing takes in ring i, the last: it waits for a front, and what it
 // holds now was first seen now (rule 3).
 func (o *ordered) AddRing(i int) {
 	rb := o.s.Rings[i]
@@ -188,7 +188,7 @@ func (o *ordered) key(rec *ring.Record) uint64 {
 	return binary.NativeEndian.Uint64(b[:])
 }
 
-// next returns the front that goes next and its ring, or -1 when none may
+// Next returns the front that goes next and its ring, or -1 when none may
 // go yet. A late record that DropLate drops is counted and passed over.
 //
 // Per record it costs a sift of the heap, O(log rings). The rings without
@@ -324,7 +324,7 @@ func (o *ordered) parsedFront(r *orderedRing) {
 	o.saw(r, r.key)
 }
 
-// delivered ends the delivery of ring i's front. The ring is committed once
+// Delivered ends the delivery of ring i's front. The ring is committed once
 // a sixteenth of it was delivered, or at once when rule 4 released it.
 func (o *ordered) Delivered(i int) {
 	r := &o.rs[i]
@@ -359,7 +359,7 @@ func (o *ordered) CommitPublish(i int) {
 	o.publish(i)
 }
 
-// oldest is ring i's oldest record not delivered: its front, or where its
+// Oldest is ring i's oldest record not delivered: its front, or where its
 // cursor stands if it has none.
 func (o *ordered) Oldest(i int) uint64 {
 	if r := &o.rs[i]; r.has {
@@ -377,7 +377,7 @@ func (o *ordered) commit(i int) {
 	o.rs[i].freed = 0
 }
 
-// idle commits every ring and waits at most MaxLatency, and until the
+// Idle commits every ring and waits at most MaxLatency, and until the
 // smallest front, the only one that can go next, is due (rule 3), or up to
 // MaxDelay/2 later: while samples come, a wakeup for one of them releases
 // it first, and the timer is not moved once a sample (waiter.setDeadline).
@@ -395,7 +395,7 @@ func (o *ordered) Idle() (time.Duration, time.Duration) {
 	return timeout, slack
 }
 
-// each delivers up to 256 records in key order, or runs (see run), before
+// Each delivers up to 256 records in key order, or runs (see run), before
 // it returns for the read to look at its context.
 func (o *ordered) Each(fn func(*ring.Record) error) (bool, error) {
 	for n := 0; n < 256; n++ {

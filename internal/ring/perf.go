@@ -57,7 +57,7 @@ type Perf struct {
 	behind bool
 }
 
-// newPerfRing builds a reader over a mapped perf ring. base points at the
+// NewPerf builds a reader over a mapped perf ring. base points at the
 // perf_event_mmap_page and dataSize is the size of the data area (what perf_buffer__buffer
 // reports). The data area starts at base+Data_offset, or one page after base on kernels that
 // leave Data_offset 0. The mapping must outlive the ring and every Record it returned.
@@ -89,7 +89,7 @@ func NewPerf(cpu int, base unsafe.Pointer, dataSize int) (*Perf, error) {
 	return NewPerfFromParts(cpu, page, data)
 }
 
-// newPerfRingFromParts builds a reader over a header page and a data area given separately;
+// NewPerfFromParts builds a reader over a header page and a data area given separately;
 // tests use it with Go memory. len(data) must be a power of two, at least 8.
 func NewPerfFromParts(cpu int, page *unix.PerfEventMmapPage, data []byte) (*Perf, error) {
 	if page == nil {
@@ -220,7 +220,7 @@ func (r *Perf) Reached(oldest, to uint64) bool {
 	return true
 }
 
-// Stalled: a perf ring's records below the head are all written.
+// Stalled is false: a perf ring's records below the head are all written.
 func (r *Perf) Stalled() bool { return false }
 
 // Settle is what must hold before the ring's reader sleeps, and reports whether it may.

@@ -74,7 +74,7 @@ type RingBuf struct {
 	SettleHook func()
 }
 
-// newBPFRingFromParts builds a reader over positions and a data area given separately; tests
+// NewRingBufFromParts builds a reader over positions and a data area given separately; tests
 // use it with Go memory. data is the area mapped twice, len(data) == 2*size, size a power of
 // two >= 8; data's first half must be mirrored in its second as the double mapping does.
 // data must be 8-aligned. Errors wrap os.ErrInvalid.
@@ -115,7 +115,7 @@ func NewRingBufFromParts(cpu int, consumer *uint64, producer *uint64, data []byt
 	return r, nil
 }
 
-// newBPFRing maps the BPF ring buffer map mapFD, whose max_entries is size, as libbpf's
+// NewRingBuf maps the BPF ring buffer map mapFD, whose max_entries is size, as libbpf's
 // ring_buffer__add does: the consumer page read-write at offset 0, the producer page and the
 // data area twice read-only at offset one page. cpu is the CPU whose ring it is, or -1 for a
 // ring shared by every CPU (the usual case). close unmaps. Checking that mapFD is a ring

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Package wait holds what the owners of rings share to wait and to stop:
+// the wait on the rings' wakeups in the netpoller (poller.go), the
+// lifetime that lets Close run while calls are in progress (lifetime.go),
+// and the finding of a call from inside a callback that would wait for
+// itself (reentry.go).
 package wait
 
 // The poller: waiting for the rings' wakeups, and waking a wait from
@@ -74,7 +79,7 @@ type Waiter struct {
 	sets    int // deadlines set by waits (for tests)
 }
 
-// newWaiter returns a waiter over no ring yet (see addRing).
+// New returns a Waiter over no ring yet (see AddRing).
 func New() (*Waiter, error) {
 	w := &Waiter{turn: make(chan struct{}, 1), closing: make(chan struct{})}
 	w.ready = func(uintptr) bool { return w.woken.Load() || w.moved() }

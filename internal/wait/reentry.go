@@ -21,8 +21,8 @@ import (
 	"runtime"
 )
 
-// ErrReentrant: a call made from inside a callback would wait for a call in
-// progress, perhaps the one running the callback.
+// ErrReentrant is the error of a call made from inside a callback that
+// would wait for a call in progress, perhaps the one running the callback.
 var ErrReentrant = errors.New("call from inside a callback would wait for a call in progress")
 
 // Scope is where callbacks run: the reads of Readers, or the drains of
