@@ -129,7 +129,7 @@ func fdKind(fd int) string {
 // The BPF map types a reader checks for.
 const (
 	mapTypePerfEventArray = unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY
-	mapTypePerCPUArray    = unix.BPF_MAP_TYPE_PERCPU_ARRAY // a failure map's (failures.go)
+	mapTypePerCPUArray    = unix.BPF_MAP_TYPE_PERCPU_ARRAY // a failure map's (failuremap.go)
 	mapTypeArrayOfMaps    = unix.BPF_MAP_TYPE_ARRAY_OF_MAPS
 	mapTypeRingBuf        = unix.BPF_MAP_TYPE_RINGBUF
 )

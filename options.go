@@ -3,7 +3,7 @@
 package perfbuf
 
 // What the constructors take: Options, the ring settings of every mode, and
-// ReaderOptions, a Reader's. Checked in config.go.
+// ReaderOptions, a Reader's. Checked in checks.go.
 
 import "time"
 

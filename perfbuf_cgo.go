@@ -33,7 +33,7 @@ func errnoErr(ret C.int) error {
 	return syscall.Errno(-ret)
 }
 
-// init gives perfevents.go libbpf's opener (openC).
+// init gives perfopen.go libbpf's opener (openC).
 func init() {
 	openLibbpfEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
 		c, err := openC(fd, cfg, cpus)

@@ -4,7 +4,7 @@ package perfbuf
 
 // The Reader: its read methods and what they share (waiting, deadlines,
 // Flush). How the next record is chosen is the policy's (internal/policy);
-// the rings, Close and Stats are the owner core's (core.go).
+// the rings, Close and Stats are the owner core's (owner.go).
 
 import (
 	"context"

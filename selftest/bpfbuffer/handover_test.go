@@ -282,7 +282,7 @@ func TestHandoverChild(t *testing.T) {
 	fail(errors.New("stdin closed"))
 }
 
-// The reader key's lock (see failures.go) holds across processes: two
+// The reader key's lock (see failuremap.go) holds across processes: two
 // descriptors of one map, opened separately (as two processes open a
 // pinned map), lock each other out with flock(2).
 func TestReaderKeyLock(t *testing.T) {

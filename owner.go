@@ -2,7 +2,7 @@
 
 package perfbuf
 
-// The owner core, written once for PerfBuffer and Reader: opening the rings
+// The owner core, written once for Reader, PerfBuffer and Raw: opening the rings
 // (and those of CPUs that come online), the lifetime and Close protocol,
 // the wait, the failure map, Stats. What it delivers and how is its
 // policy's (policy.go); the public types on top say when.
@@ -43,8 +43,8 @@ type core struct {
 }
 
 // source is what opened an owner's rings, and what of them is its kind's:
-// a perf event array's rings (rings.go), or a BPF ring buffer map's
-// (ringbufs.go).
+// a perf event array's rings (perfarray.go), or a BPF ring buffer map's
+// (ringbufmaps.go).
 type source interface {
 	// opened returns the rings opened, with the descriptor a wait polls
 	// for each.
@@ -67,7 +67,7 @@ type source interface {
 // inner ring buffers'), and of the further ring buffers of opts.Maps, with
 // opts, whose fields check passed; ordered says a Reader's Order is set.
 // The options that depend on the kind of map are checked against the maps
-// before anything is claimed or mapped (config.go). Errors: as NewReader's.
+// before anything is claimed or mapped (checks.go). Errors: as NewReader's.
 func openCore(m Map, opts Options, ordered bool) (*core, error) {
 	// The caller's maps stay reachable until their descriptors are
 	// duplicated: a *ebpf.Map's finalizer would close its descriptor, and

@@ -6,7 +6,7 @@ package perfbuf
 // or an array of maps whose inner maps are ring buffers; each ring mapped
 // in pure Go (ringbuf.go). With the checks on the options that apply to
 // ring buffers, and the claim that makes one reader per map in this
-// process. The owner core (core.go) owns a ringBufSource as it owns a perf
+// process. The owner core (owner.go) owns a ringBufSource as it owns a perf
 // event array's rings.
 
 import (
