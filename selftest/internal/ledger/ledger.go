@@ -64,7 +64,10 @@ func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered m
 		if !ring && (fl.Full != o.Full || fl.NoEntry != o.NoEnt || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0) {
 			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d", cpu, fl, o.Full, o.NoEnt, o.Inval)
 		}
-		if o.Inval != 2 || o.NoEnt < 3 || o.Discarded != 2 {
+		// A perf ring takes every discard (the record is built apart); a
+		// ring buffer that every CPU fills may refuse a discard's reserve
+		// as full, as on 8 CPUs.
+		if o.Inval != 2 || o.NoEnt < 3 || !ring && o.Discarded != 2 {
 			t.Errorf("cpu %d: %d reserves too big, %d outputs without a ring, %d discarded; want 2, at least 3, 2", cpu, o.Inval, o.NoEnt, o.Discarded)
 		}
 		if !ring {
