@@ -72,12 +72,21 @@ type Waiter struct {
 	armedAt uint64
 	wakes   atomic.Uint64
 	sets    int // deadlines set by waits (for tests)
+
+	// looks counts the calls of ready in the turn's netpoller read: past
+	// the first, the wait had parked. wakeups counts the parked waits a
+	// ring's event ended (Wakeups).
+	looks   int
+	wakeups atomic.Uint64
 }
 
 // newWaiter returns a waiter over no ring yet (see addRing).
 func New() (*Waiter, error) {
 	w := &Waiter{turn: make(chan struct{}, 1), closing: make(chan struct{})}
-	w.ready = func(uintptr) bool { return w.woken.Load() || w.moved() }
+	w.ready = func(uintptr) bool {
+		w.looks++
+		return w.woken.Load() || w.moved()
+	}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("create epoll: %w", err)
@@ -212,6 +221,7 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 	}
 	w.setDeadline(now, deadline, slack) // the zero time for no timeout
 	// The function runs at once, then after each event on the set.
+	w.looks = 0
 	err := w.rc.Read(w.ready)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// A wake, or the timeout: what came below the wakeup threshold
@@ -221,6 +231,9 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 	}
 	if err != nil {
 		return false, fmt.Errorf("wait on epoll: %w", err)
+	}
+	if w.looks > 1 && !w.woken.Load() {
+		w.wakeups.Add(1) // parked, and a ring moved
 	}
 	return true, nil
 }
@@ -281,6 +294,9 @@ func (w *Waiter) WaitEvent(timeout time.Duration) error {
 		return ready
 	})
 	w.moved()
+	if err == nil && !w.woken.Load() {
+		w.wakeups.Add(1) // the ring's event after the call
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		w.armedOK = false
 	}
@@ -313,6 +329,11 @@ func (w *Waiter) Close() {
 	}
 	w.freed = true
 }
+
+// Wakeups counts the waits (Wait, WaitEvent) that blocked and were ended
+// by a ring's event: not by a timeout or a wake (Close, Flush, a deadline,
+// a CPU coming online). Any goroutine may call it, also after Close.
+func (w *Waiter) Wakeups() uint64 { return w.wakeups.Load() }
 
 // Woken reports whether Wake was called since the last ClearWake.
 func (w *Waiter) Woken() bool { return w.woken.Load() }
