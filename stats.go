@@ -4,7 +4,11 @@ package perfbuf
 
 // What is counted per ring: Stats, and the BPF side's failed outputs.
 
-import "github.com/perfbuf/perfbuf/internal/ring"
+import (
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+)
 
 // Stats counts one ring's records. The owners' Stats return an entry per
 // ring, in buffer index order; with a FailureMap, a CPU without a ring of
@@ -18,6 +22,11 @@ import "github.com/perfbuf/perfbuf/internal/ring"
 // back online has two rings), and per entry for a ring buffer (several ring
 // buffers that share their CPUs give their failures to the first). A perf
 // ring has no Discarded; a ring buffer no Lost (a full ring is Failed.Full).
+//
+// Records carry no time: Waiting is an upper bound, the time since the
+// reader (at a commit) or a Stats call last saw the ring with no record
+// written before then still undelivered; records already in a ring at
+// opening count from the opening.
 type Stats struct {
 	Ring int // the ring's buffer index, or -1
 	CPU  int // the ring's CPU, or -1 for a ring shared by CPUs
@@ -37,6 +46,9 @@ type Stats struct {
 	MaxFill      int    // the most bytes seen waiting in the ring
 	Fill         int    // bytes waiting in the ring at the call (0 after Close)
 	Size         int    // the ring's size in bytes
+
+	Waiting time.Duration // at most how long the oldest record not delivered has waited (0: none)
+	Held    time.Duration // Order: how long the reader holds the record it holds back (0: none)
 }
 
 // Failures counts the outputs that failed before reaching a ring, by

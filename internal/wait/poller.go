@@ -76,7 +76,7 @@ type Waiter struct {
 	// looks counts the calls of ready in the turn's netpoller read: past
 	// the first, the wait had parked. wakeups counts the parked waits a
 	// ring's event ended (Wakeups).
-	looks   int
+	looks   atomic.Int32 // (atomic for Parked; one add a look, not a record)
 	wakeups atomic.Uint64
 }
 
@@ -84,7 +84,7 @@ type Waiter struct {
 func New() (*Waiter, error) {
 	w := &Waiter{turn: make(chan struct{}, 1), closing: make(chan struct{})}
 	w.ready = func(uintptr) bool {
-		w.looks++
+		w.looks.Add(1)
 		return w.woken.Load() || w.moved()
 	}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -206,7 +206,10 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 			timeout = max(time.Until(deadline), 0)
 		}
 	}
-	defer func() { <-w.turn }()
+	defer func() {
+		w.looks.Store(0)
+		<-w.turn
+	}()
 	if w.moved() {
 		return true, nil
 	}
@@ -221,7 +224,6 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 	}
 	w.setDeadline(now, deadline, slack) // the zero time for no timeout
 	// The function runs at once, then after each event on the set.
-	w.looks = 0
 	err := w.rc.Read(w.ready)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// A wake, or the timeout: what came below the wakeup threshold
@@ -232,7 +234,7 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("wait on epoll: %w", err)
 	}
-	if w.looks > 1 && !w.woken.Load() {
+	if w.looks.Load() > 1 && !w.woken.Load() {
 		w.wakeups.Add(1) // parked, and a ring moved
 	}
 	return true, nil
@@ -342,6 +344,10 @@ func (w *Waiter) Woken() bool { return w.woken.Load() }
 // set on the netpoller. Both for tests of the owners above.
 func (w *Waiter) Freed() bool { return w.freed }
 func (w *Waiter) Sets() int   { return w.sets }
+
+// Parked reports whether a Wait looked at the rings in the netpoller: a
+// ring's event from then on ends it as a wakeup. For tests.
+func (w *Waiter) Parked() bool { return w.looks.Load() > 0 }
 
 // Waiting reports whether a wait holds the turn (is in the netpoller or
 // about to be): for tests.
