@@ -48,7 +48,7 @@ type Stats struct {
 	Size         int    // the ring's size in bytes
 
 	Waiting time.Duration // at most how long the oldest record not delivered has waited (0: none)
-	Held    time.Duration // Order: how long the reader holds the record it holds back (0: none)
+	Held    time.Duration // Order: how long the reader has held back the record it holds (0: none)
 }
 
 // Failures counts the outputs that failed before reaching a ring, by
