@@ -2,7 +2,7 @@
 
 // Package prom exports the counts of a perfbuf reader as Prometheus
 // metrics: NewCollector returns a prometheus.Collector over anything with
-// a Stats method, a *perfbuf.PerfBuffer or a *perfbuf.Reader.
+// a Stats method: a *perfbuf.Reader, *perfbuf.PerfBuffer or *perfbuf.Raw.
 //
 // It is a package of its own so that perfbuf itself does not depend on the
 // Prometheus client.
@@ -35,8 +35,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Source is what a Collector reads: *perfbuf.PerfBuffer and *perfbuf.Reader
-// satisfy it. Stats must be safe to call from any goroutine (a registry
+// Source is what a Collector reads: *perfbuf.Reader, *perfbuf.PerfBuffer
+// and *perfbuf.Raw satisfy it. Stats must be safe to call from any goroutine (a registry
 // collects concurrently with the reader's work, and scrapes may overlap),
 // also after the reader is closed, as theirs are.
 //

@@ -17,10 +17,24 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Both readers are Sources.
+// Every owner is a Source, with both optional methods.
 var (
 	_ Source = (*perfbuf.PerfBuffer)(nil)
 	_ Source = (*perfbuf.Reader)(nil)
+	_ Source = (*perfbuf.Raw)(nil)
+
+	_ interface {
+		cpuFollower
+		waker
+	} = (*perfbuf.Reader)(nil)
+	_ interface {
+		cpuFollower
+		waker
+	} = (*perfbuf.PerfBuffer)(nil)
+	_ interface {
+		cpuFollower
+		waker
+	} = (*perfbuf.Raw)(nil)
 )
 
 // fakeSource returns stats, and counts the calls; fakeReader adds the
