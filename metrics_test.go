@@ -187,3 +187,31 @@ func TestStatsHeld(t *testing.T) {
 		t.Errorf("delivered: Held %v", h)
 	}
 }
+
+// Waiting over ring buffers: per ring, from the consumer and producer
+// positions; a record reserved and not yet submitted waits too.
+func TestStatsWaitingRingBuf(t *testing.T) {
+	f := newFakeBPFRings(t, 2, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	f.rings[1].Output(t, bpfPayload(1))
+	written := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	age := time.Since(written)
+	st := r.Stats()
+	if st[0].Waiting != 0 || st[1].Waiting < age {
+		t.Errorf("Waiting %v and %v; want 0 and at least %v", st[0].Waiting, st[1].Waiting, age)
+	}
+	r.Flush()
+	if n := readFlushed(t, r); n != 1 {
+		t.Fatalf("%d records read, want 1", n)
+	}
+	if w := r.Stats()[1].Waiting; w != 0 {
+		t.Errorf("delivered: Waiting %v", w)
+	}
+	if _, ok := f.rings[0].Reserve(8); !ok {
+		t.Fatal("no room to reserve")
+	}
+	if w := r.Stats()[0].Waiting; w == 0 {
+		t.Error("a reserved record: Waiting 0")
+	}
+}
