@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
@@ -283,11 +284,23 @@ func (c *core) free() {
 }
 
 // statsNow returns the published counts with what is read at the time of
-// the call: each ring's fill, while the rings are mapped, and the failure
+// the call, while the rings are mapped: each ring's fill, and its positions,
+// which it observes (policy.Tally.Observe) for Waiting; and the failure
 // map's counts, which may append entries. Any goroutine may call it.
 func (c *core) statsNow() []Stats {
+	now := policy.Now() // before the positions are loaded: see Observe
+	mapped := c.life.Enter("") == nil
 	c.StatsMu.Lock()
-	tallies, rings := slices.Clone(c.Tallies), c.Rings
+	rings := c.Rings
+	waiting := make([]bool, len(rings))
+	if mapped {
+		for i, rb := range rings {
+			tail, head := rb.Cur().Positions()
+			c.Tallies[i].Observe(tail, head, now)
+			waiting[i] = tail != head
+		}
+	}
+	tallies := slices.Clone(c.Tallies)
 	c.StatsMu.Unlock()
 	st := make([]Stats, len(tallies))
 	for i, t := range tallies {
@@ -295,8 +308,14 @@ func (c *core) statsNow() []Stats {
 		st[i] = Stats{Ring: i, CPU: cur.CPU(), Size: cur.Size(), Late: t.Late, Dropped: t.Dropped, Left: t.Left}
 		st[i].setCounts(&t.Counts)
 		st[i].Samples -= t.Dropped // parsed, but dropped rather than delivered
+		if waiting[i] {
+			st[i].Waiting = time.Duration(max(now-t.Clear, 0))
+		}
+		if mapped && t.HeldSince >= 0 {
+			st[i].Held = time.Duration(max(now-t.HeldSince, 0))
+		}
 	}
-	if c.life.Enter("") == nil {
+	if mapped {
 		for i := range st {
 			st[i].Fill = rings[i].Cur().Used()
 		}

@@ -203,6 +203,10 @@ func (pb *PerfBuffer) Stats() []Stats { return pb.c.statsNow() }
 // read (see [Reader.FollowsCPUs]).
 func (pb *PerfBuffer) FollowsCPUs() bool { return pb.c.followsCPUs() }
 
+// Wakeups counts the blocked waits that a ring's wakeup ended (see
+// [Reader.Wakeups]).
+func (pb *PerfBuffer) Wakeups() uint64 { return pb.c.w.Wakeups() }
+
 // drain delivers the records of ring one, or of every ring (-1) (after a
 // wait, those with something in them: a wait does not say which ring woke
 // it, see internal/wait), and returns the number of

@@ -174,6 +174,10 @@ func (r *Raw) Stats() []Stats { return r.c.statsNow() }
 // read (see [Reader.FollowsCPUs]).
 func (r *Raw) FollowsCPUs() bool { return r.c.followsCPUs() }
 
+// Wakeups counts the blocked waits that a ring's wakeup ended (see
+// [Reader.Wakeups]).
+func (r *Raw) Wakeups() uint64 { return r.c.w.Wakeups() }
+
 // RawBuffer reads one ring in place, for consumers of their own (see
 // [Raw.Buffer]): a CPU's perf ring or a BPF ring buffer.
 //

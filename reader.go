@@ -152,6 +152,10 @@ func (r *Reader) Stats() []Stats { return r.c.statsNow() }
 // the CPU uevent socket opened (not in a user namespace: docs/kernels.md).
 func (r *Reader) FollowsCPUs() bool { return r.c.followsCPUs() }
 
+// Wakeups counts the blocked reads that a ring's wakeup ended (not a
+// timeout, Close, Flush or a deadline). Any goroutine may call it.
+func (r *Reader) Wakeups() uint64 { return r.c.w.Wakeups() }
+
 // pastDeadline reports whether the deadline has passed.
 func (r *Reader) pastDeadline() bool {
 	dl := r.deadline.Load()

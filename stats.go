@@ -4,7 +4,11 @@ package perfbuf
 
 // What is counted per ring: Stats, and the BPF side's failed outputs.
 
-import "github.com/perfbuf/perfbuf/internal/ring"
+import (
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+)
 
 // Stats counts one ring's records. The owners' Stats return an entry per
 // ring, in buffer index order; with a FailureMap, a CPU without a ring of
@@ -19,6 +23,11 @@ import "github.com/perfbuf/perfbuf/internal/ring"
 // alone, and over every entry for several ring buffers (each CPU's failures
 // come in an entry of its own). A perf ring has no Discarded; a ring buffer
 // no Lost (a full ring is Failed.Full).
+//
+// Records carry no time: Waiting is an upper bound, the time since the
+// reader (at a commit) or a Stats call last saw the ring with no record
+// written before then still undelivered; records already in a ring at
+// opening count from the opening.
 type Stats struct {
 	Ring int // the ring's buffer index, or -1
 	CPU  int // the ring's CPU, or -1 for a ring shared by CPUs
@@ -38,6 +47,9 @@ type Stats struct {
 	MaxFill      int    // the most bytes seen waiting in the ring
 	Fill         int    // bytes waiting in the ring at the call (0 after Close)
 	Size         int    // the ring's size in bytes
+
+	Waiting time.Duration // at most how long the oldest record not delivered has waited (0: none)
+	Held    time.Duration // Order: how long the reader has held back the record it holds (0: none)
 }
 
 // Failures counts the outputs that failed before reaching a ring, by

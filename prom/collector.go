@@ -2,7 +2,7 @@
 
 // Package prom exports the counts of a perfbuf reader as Prometheus
 // metrics: NewCollector returns a prometheus.Collector over anything with
-// a Stats method, a *perfbuf.PerfBuffer or a *perfbuf.Reader.
+// a Stats method: a *perfbuf.Reader, *perfbuf.PerfBuffer or *perfbuf.Raw.
 //
 // It is a package of its own so that perfbuf itself does not depend on the
 // Prometheus client.
@@ -18,9 +18,11 @@
 //
 // Fill levels are ratios of a ring's size, never bytes summed over rings:
 // perfbuf_ring_fill_ratio is the fullest ring's of a series' rings, with
-// perfbuf_ring_size_bytes beside it. Two gauges without labels say whether
-// CPUs that come online are read (perfbuf_cpu_hotplug_followed) and
-// whether Close can count what is left exactly (perfbuf_close_exact).
+// perfbuf_ring_size_bytes beside it. The ages (perfbuf_oldest_record_age_seconds,
+// perfbuf_held_record_age_seconds) are a series' oldest ring's. Without
+// labels: the reader's wakeups (perfbuf_wakeups_total), and two gauges that
+// say whether CPUs that come online are read (perfbuf_cpu_hotplug_followed)
+// and whether Close can count what is left exactly (perfbuf_close_exact).
 package prom
 
 import (
@@ -33,20 +35,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Source is what a Collector reads: *perfbuf.PerfBuffer and *perfbuf.Reader
-// satisfy it. Stats must be safe to call from any goroutine (a registry
+// Source is what a Collector reads: *perfbuf.Reader, *perfbuf.PerfBuffer
+// and *perfbuf.Raw satisfy it. Stats must be safe to call from any goroutine (a registry
 // collects concurrently with the reader's work, and scrapes may overlap),
 // also after the reader is closed, as theirs are.
 //
-// A Source may also have the method FollowsCPUs() bool
-// (perfbuf_cpu_hotplug_followed), as the readers do. The fill ratios and
-// ring sizes are exported for the entries whose Stats.Size is known.
+// A Source may also have the methods FollowsCPUs() bool
+// (perfbuf_cpu_hotplug_followed) and Wakeups() uint64
+// (perfbuf_wakeups_total), as the readers do. The fill ratios and ring
+// sizes are exported for the entries whose Stats.Size is known.
 type Source interface {
 	Stats() []perfbuf.Stats
 }
 
-// cpuFollower is the optional method of a Source.
-type cpuFollower interface{ FollowsCPUs() bool }
+// cpuFollower and waker are the optional methods of a Source.
+type (
+	cpuFollower interface{ FollowsCPUs() bool }
+	waker       interface{ Wakeups() uint64 }
+)
 
 // Options configures NewCollector. The zero value is fine for one reader
 // per registry.
@@ -63,8 +69,8 @@ type Options struct {
 
 	// PerCPU adds a cpu label: a perf event array's counts are then per
 	// CPU (a CPU's rings summed, its fullest ring's fill), and every
-	// reader's output failures too, about 20 series a CPU where the
-	// default exports about 20 a reader (and 13 a ring of a ring buffer).
+	// reader's output failures too, about 21 series a CPU where the
+	// default exports about 24 a reader (and 15 a ring of a ring buffer).
 	// A ring buffer's counts stay per ring, with cpu="" (a ring is no
 	// CPU's). Collectors in one registry must agree on PerCPU: the
 	// registry refuses a metric name with two label sets.
@@ -72,7 +78,7 @@ type Options struct {
 }
 
 // NewCollector returns a collector of src's Stats. Each collection calls
-// src.Stats once (and FollowsCPUs once, if src has it), so
+// src.Stats once (and FollowsCPUs and Wakeups once, if src has them), so
 // the metrics of one scrape are one snapshot. An invalid Namespace or
 // ConstLabels is reported by the registry's Register, as for the
 // collectors of the Prometheus client.
@@ -98,10 +104,10 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 			" Per ring of a ring buffer; of a perf event array's rings by CPU.", " Per CPU."
 	}
 	counter("samples_total",
-		"Samples delivered (with DropLate, late samples dropped too)."+rings,
+		"Samples delivered (not those dropped_late_samples_total counts)."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Samples })
 	counter("sample_bytes_total",
-		"Payload bytes of the samples counted in samples_total, as the kernel padded them (to 8-byte records)."+rings,
+		"Payload bytes of the samples counted in samples_total and dropped_late_samples_total, as the kernel padded them (to 8-byte records)."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Bytes })
 	counter("lost_samples_total",
 		"Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits)."+rings,
@@ -119,7 +125,7 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 		"Ordered Reader: samples delivered (or dropped, with DropLate) after a sample with a larger key."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Late })
 	counter("dropped_late_samples_total",
-		"Ordered Reader with DropLate: late samples dropped, not delivered (also in samples_total and late_samples_total)."+rings,
+		"Ordered Reader with DropLate: late samples dropped, not delivered (also in late_samples_total)."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Dropped })
 	counter("discarded_records_total",
 		"Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped."+rings,
@@ -136,6 +142,15 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 	c.size = desc("ring_size_bytes",
 		"Size of a ring's data area: the largest ring's (a perf event array's rings are all one size)."+fullest,
 		ringLabels)
+	c.waiting = desc("oldest_record_age_seconds",
+		"At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits."+fullest,
+		ringLabels)
+	c.held = desc("held_record_age_seconds",
+		"Ordered Reader: how long the reader has held back the record it holds from a ring, since it first saw it, as of its last commit; 0 when it holds none."+fullest,
+		ringLabels)
+	c.wakeups = desc("wakeups_total",
+		"Blocked waits of the reader that a ring's wakeup ended (not a timeout, Close, Flush or a deadline).",
+		nil)
 	c.failures = desc("output_failures_total",
 		"Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full."+failed,
 		failLabels)
@@ -155,6 +170,9 @@ type collector struct {
 	fill     *prometheus.Desc
 	maxFill  *prometheus.Desc
 	size     *prometheus.Desc
+	waiting  *prometheus.Desc
+	held     *prometheus.Desc
+	wakeups  *prometheus.Desc
 	failures *prometheus.Desc
 	followed *prometheus.Desc
 	exact    *prometheus.Desc // the host's, perfbuf.CloseExact
@@ -188,6 +206,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.fill
 	ch <- c.maxFill
 	ch <- c.size
+	ch <- c.waiting
+	ch <- c.held
+	ch <- c.wakeups
 	ch <- c.failures
 	ch <- c.followed
 	ch <- c.exact
@@ -208,6 +229,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			send(ch, c.maxFill, prometheus.GaugeValue, g.maxFill, labels...)
 			send(ch, c.size, prometheus.GaugeValue, float64(g.size), labels...)
 		}
+		send(ch, c.waiting, prometheus.GaugeValue, g.sum.Waiting.Seconds(), labels...)
+		send(ch, c.held, prometheus.GaugeValue, g.sum.Held.Seconds(), labels...)
 	}
 	for _, f := range c.failed(stats) {
 		for _, cause := range causes {
@@ -218,6 +241,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				send(ch, c.failures, prometheus.CounterValue, v, cause.name)
 			}
 		}
+	}
+	if w, ok := c.src.(waker); ok {
+		send(ch, c.wakeups, prometheus.CounterValue, float64(w.Wakeups()))
 	}
 	if cf, ok := c.src.(cpuFollower); ok {
 		send(ch, c.followed, prometheus.GaugeValue, gauge(cf.FollowsCPUs()))
@@ -342,8 +368,10 @@ func (c *collector) failed(stats []perfbuf.Stats) []cpuFailures {
 }
 
 // add adds b's counts to a's, but MaxFill and Fill, which are of one ring
-// (see group).
+// (see group), and the ages, of which a keeps the oldest.
 func add(a, b *perfbuf.Stats) {
+	a.Waiting = max(a.Waiting, b.Waiting)
+	a.Held = max(a.Held, b.Held)
 	a.Samples += b.Samples
 	a.Bytes += b.Bytes
 	a.Lost += b.Lost

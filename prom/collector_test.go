@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,14 +17,28 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Both readers are Sources.
+// Every owner is a Source, with both optional methods.
 var (
 	_ Source = (*perfbuf.PerfBuffer)(nil)
 	_ Source = (*perfbuf.Reader)(nil)
+	_ Source = (*perfbuf.Raw)(nil)
+
+	_ interface {
+		cpuFollower
+		waker
+	} = (*perfbuf.Reader)(nil)
+	_ interface {
+		cpuFollower
+		waker
+	} = (*perfbuf.PerfBuffer)(nil)
+	_ interface {
+		cpuFollower
+		waker
+	} = (*perfbuf.Raw)(nil)
 )
 
 // fakeSource returns stats, and counts the calls; fakeReader adds the
-// rings' sizes to them and is a cpuFollower.
+// rings' sizes to them and is a cpuFollower and a waker.
 type fakeSource struct {
 	stats []perfbuf.Stats
 	calls atomic.Int32
@@ -39,6 +54,7 @@ type fakeReader struct {
 	fakeSource
 	sizes   []int
 	follows bool
+	wakeups uint64
 }
 
 // Stats returns the stats with each ring's Size from sizes, as a reader's.
@@ -52,6 +68,7 @@ func (f *fakeReader) Stats() []perfbuf.Stats {
 	return st
 }
 func (f *fakeReader) FollowsCPUs() bool { return f.follows }
+func (f *fakeReader) Wakeups() uint64   { return f.wakeups }
 
 // fakeStats is what a Reader over a perf event array with a FailureMap
 // could report: CPU 2 has two rings (it went offline and came back, the
@@ -59,11 +76,11 @@ func (f *fakeReader) FollowsCPUs() bool { return f.follows }
 func fakeStats() []perfbuf.Stats {
 	return []perfbuf.Stats{
 		{Ring: 0, CPU: 2, Samples: 10, Bytes: 640, Lost: 3, Other: 1, Corrupt: 1, CorruptBytes: 48,
-			Late: 2, Dropped: 1, Left: 0, MaxFill: 4096, Fill: 0},
+			Late: 2, Dropped: 1, Left: 0, MaxFill: 4096, Fill: 0, Waiting: 3 * time.Second, Held: 1500 * time.Millisecond},
 		{Ring: 1, CPU: 0, Samples: 7, Bytes: 448, Late: 1, MaxFill: 512, Fill: 128,
 			Failed: perfbuf.Failures{Invalid: 2}},
 		{Ring: 2, CPU: 2, Samples: 5, Bytes: 320, Lost: 4, Late: 1, Left: 2, MaxFill: 1024, Fill: 256,
-			Failed: perfbuf.Failures{NotOnCPU: 6, Other: 1}},
+			Failed: perfbuf.Failures{NotOnCPU: 6, Other: 1}, Waiting: 250 * time.Millisecond},
 		{Ring: -1, CPU: 3, Failed: perfbuf.Failures{NoEntry: 5, TooBig: 2, Full: 4}},
 	}
 }
@@ -84,9 +101,12 @@ perfbuf_cpu_hotplug_followed 1
 # HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_discarded_records_total counter
 perfbuf_discarded_records_total{ring=""} 0
-# HELP perfbuf_dropped_late_samples_total Ordered Reader with DropLate: late samples dropped, not delivered (also in samples_total and late_samples_total). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_dropped_late_samples_total Ordered Reader with DropLate: late samples dropped, not delivered (also in late_samples_total). Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_dropped_late_samples_total counter
 perfbuf_dropped_late_samples_total{ring=""} 1
+# HELP perfbuf_held_record_age_seconds Ordered Reader: how long the reader has held back the record it holds from a ring, since it first saw it, as of its last commit; 0 when it holds none. Per ring of a ring buffer; of a perf event array's rings.
+# TYPE perfbuf_held_record_age_seconds gauge
+perfbuf_held_record_age_seconds{ring=""} 1.5
 # HELP perfbuf_late_samples_total Ordered Reader: samples delivered (or dropped, with DropLate) after a sample with a larger key. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_late_samples_total counter
 perfbuf_late_samples_total{ring=""} 4
@@ -96,6 +116,9 @@ perfbuf_left_samples_total{ring=""} 2
 # HELP perfbuf_lost_samples_total Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits). Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_lost_samples_total counter
 perfbuf_lost_samples_total{ring=""} 7
+# HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer; of a perf event array's rings.
+# TYPE perfbuf_oldest_record_age_seconds gauge
+perfbuf_oldest_record_age_seconds{ring=""} 3
 # HELP perfbuf_other_records_total Records that were neither samples nor lost records, skipped. Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_other_records_total counter
 perfbuf_other_records_total{ring=""} 1
@@ -116,12 +139,15 @@ perfbuf_ring_fill_ratio{ring=""} 0.03125
 # HELP perfbuf_ring_size_bytes Size of a ring's data area: the largest ring's (a perf event array's rings are all one size). Per ring of a ring buffer; of a perf event array's rings.
 # TYPE perfbuf_ring_size_bytes gauge
 perfbuf_ring_size_bytes{ring=""} 8192
-# HELP perfbuf_sample_bytes_total Payload bytes of the samples counted in samples_total, as the kernel padded them (to 8-byte records). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_sample_bytes_total Payload bytes of the samples counted in samples_total and dropped_late_samples_total, as the kernel padded them (to 8-byte records). Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_sample_bytes_total counter
 perfbuf_sample_bytes_total{ring=""} 1408
-# HELP perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{ring=""} 22
+# HELP perfbuf_wakeups_total Blocked waits of the reader that a ring's wakeup ended (not a timeout, Close, Flush or a deadline).
+# TYPE perfbuf_wakeups_total counter
+perfbuf_wakeups_total 42
 `
 
 // The exposition of fakeStats by default, exactly: the rings summed into
@@ -129,7 +155,7 @@ perfbuf_samples_total{ring=""} 22
 // first ring: 4096 of 8192 at most, its second 256 now), the failures
 // summed by cause, one call of each method per collection.
 func TestCollect(t *testing.T) {
-	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes, follows: true}
+	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes, follows: true, wakeups: 42}
 	c := NewCollector(src, Options{})
 	exact := fmt.Sprintf(`# HELP perfbuf_close_exact 1 if the kernel grants the RCU grace period Close waits for before it counts what is left, so that the counts add up exactly at Close (a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h); 0 on nohz_full kernels, which refuse it.
 # TYPE perfbuf_close_exact gauge
@@ -148,7 +174,7 @@ perfbuf_close_exact %v
 func TestCollectPerCPU(t *testing.T) {
 	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes}
 	const want = `
-# HELP perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed by CPU.
+# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed by CPU.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{cpu="0",ring=""} 7
 perfbuf_samples_total{cpu="2",ring=""} 15
@@ -156,6 +182,10 @@ perfbuf_samples_total{cpu="2",ring=""} 15
 # TYPE perfbuf_lost_samples_total counter
 perfbuf_lost_samples_total{cpu="0",ring=""} 0
 perfbuf_lost_samples_total{cpu="2",ring=""} 7
+# HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer; of a perf event array's rings by CPU.
+# TYPE perfbuf_oldest_record_age_seconds gauge
+perfbuf_oldest_record_age_seconds{cpu="0",ring=""} 0
+perfbuf_oldest_record_age_seconds{cpu="2",ring=""} 3
 # HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's. Per ring of a ring buffer; of a perf event array's rings by CPU.
 # TYPE perfbuf_ring_fill_max_ratio gauge
 perfbuf_ring_fill_max_ratio{cpu="0",ring=""} 0.0625
@@ -190,12 +220,13 @@ perfbuf_output_failures_total{cause="other",cpu="3"} 0
 `
 	c := NewCollector(src, Options{PerCPU: true})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "perfbuf_samples_total", "perfbuf_lost_samples_total",
-		"perfbuf_ring_fill_max_ratio", "perfbuf_ring_fill_ratio", "perfbuf_cpu_hotplug_followed", "perfbuf_output_failures_total"); err != nil {
+		"perfbuf_ring_fill_max_ratio", "perfbuf_ring_fill_ratio", "perfbuf_cpu_hotplug_followed", "perfbuf_output_failures_total",
+		"perfbuf_oldest_record_age_seconds"); err != nil {
 		t.Error(err)
 	}
-	// 13 series for each of the 2 CPUs with rings, 6 for each of the 3
-	// with failures, 1 for hotplug, 1 for an exact Close.
-	if n, want := testutil.CollectAndCount(c), 2*13+3*len(causes)+2; n != want {
+	// 15 series for each of the 2 CPUs with rings, 6 for each of the 3
+	// with failures, 1 for hotplug, 1 for wakeups, 1 for an exact Close.
+	if n, want := testutil.CollectAndCount(c), 2*15+3*len(causes)+3; n != want {
 		t.Errorf("%d metrics collected, want %d", n, want)
 	}
 }
@@ -205,12 +236,16 @@ perfbuf_output_failures_total{cause="other",cpu="3"} 0
 // failures (Ring -1) summed exactly, or by CPU with PerCPU.
 func TestCollectRingBuffer(t *testing.T) {
 	src := &fakeReader{fakeSource: fakeSource{stats: []perfbuf.Stats{
-		{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Fill: 1024, MaxFill: 2048},
+		{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Fill: 1024, MaxFill: 2048, Waiting: 2 * time.Second},
 		{Ring: 1, CPU: -1, Samples: 4, Fill: 1024, MaxFill: 1024},
 		{Ring: -1, CPU: 0, Failed: perfbuf.Failures{Full: 3}},
 		{Ring: -1, CPU: 1, Failed: perfbuf.Failures{Full: 1, NoEntry: 2}},
 	}}, sizes: []int{4096, 65536}, follows: true}
 	const want = `
+# HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer; of a perf event array's rings.
+# TYPE perfbuf_oldest_record_age_seconds gauge
+perfbuf_oldest_record_age_seconds{ring="0"} 2
+perfbuf_oldest_record_age_seconds{ring="1"} 0
 # HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. The reader's total.
 # TYPE perfbuf_output_failures_total counter
 perfbuf_output_failures_total{cause="e2big"} 0
@@ -223,7 +258,7 @@ perfbuf_output_failures_total{cause="other"} 0
 # TYPE perfbuf_discarded_records_total counter
 perfbuf_discarded_records_total{ring="0"} 2
 perfbuf_discarded_records_total{ring="1"} 0
-# HELP perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{ring="0"} 9
 perfbuf_samples_total{ring="1"} 4
@@ -238,7 +273,7 @@ perfbuf_ring_size_bytes{ring="1"} 65536
 `
 	if err := testutil.CollectAndCompare(NewCollector(src, Options{}), strings.NewReader(want),
 		"perfbuf_output_failures_total", "perfbuf_discarded_records_total", "perfbuf_samples_total",
-		"perfbuf_ring_fill_ratio", "perfbuf_ring_size_bytes"); err != nil {
+		"perfbuf_ring_fill_ratio", "perfbuf_ring_size_bytes", "perfbuf_oldest_record_age_seconds"); err != nil {
 		t.Error(err)
 	}
 	const wantPerCPU = `
@@ -256,7 +291,7 @@ perfbuf_output_failures_total{cause="full",cpu="0"} 3
 perfbuf_output_failures_total{cause="full",cpu="1"} 1
 perfbuf_output_failures_total{cause="other",cpu="0"} 0
 perfbuf_output_failures_total{cause="other",cpu="1"} 0
-# HELP perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed by CPU.
+# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed by CPU.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{cpu="",ring="0"} 9
 perfbuf_samples_total{cpu="",ring="1"} 4
@@ -307,7 +342,7 @@ func TestOptions(t *testing.T) {
 		t.Error("a collector with PerCPU registered beside collectors without")
 	}
 	const want = `
-# HELP agent_perfbuf_samples_total Samples delivered (with DropLate, late samples dropped too). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP agent_perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed.
 # TYPE agent_perfbuf_samples_total counter
 agent_perfbuf_samples_total{map="events",ring=""} 7
 agent_perfbuf_samples_total{map="other",ring="0"} 9
@@ -320,17 +355,17 @@ agent_perfbuf_samples_total{map="other",ring="1"} 1
 
 // A const label that clashes with a variable one is refused at Register;
 // a collection through no registry reports the metrics it makes invalid,
-// without a panic. (fakeSources Stats have no Size: 10 ring metrics a
-// series.)
+// without a panic. (fakeSources Stats have no Size: 12 ring metrics a
+// series, 10 counters and 2 ages.)
 func TestBadConstLabel(t *testing.T) {
 	for _, tc := range []struct {
 		label       string
 		perCPU      bool
 		wantInvalid int
 	}{
-		{"ring", false, 10},                 // one series of the rings
+		{"ring", false, 12},                 // one series of the rings
 		{"cause", false, len(causes)},       // the reader's failures
-		{"cpu", true, 2*10 + 3*len(causes)}, // CPUs 0 and 2 with rings, 0, 2 and 3 with failures
+		{"cpu", true, 2*12 + 3*len(causes)}, // CPUs 0 and 2 with rings, 0, 2 and 3 with failures
 	} {
 		c := NewCollector(&fakeSource{stats: fakeStats()}, Options{ConstLabels: prometheus.Labels{tc.label: "x"}, PerCPU: tc.perCPU})
 		if err := prometheus.NewRegistry().Register(c); err == nil {
@@ -375,7 +410,7 @@ func fill(v reflect.Value, n int64) {
 		switch f := v.Field(i); f.Kind() {
 		case reflect.Struct:
 			fill(f, n)
-		case reflect.Int:
+		case reflect.Int, reflect.Int64:
 			f.SetInt(n)
 		case reflect.Uint64:
 			f.SetUint(uint64(n))
@@ -387,7 +422,7 @@ func fill(v reflect.Value, n int64) {
 
 // check wants every field of v, the sum of 3 and 5, but CPU, Ring, MaxFill,
 // Fill and Size (a's: a group's fill is its fullest ring's over that ring's
-// size, not a sum).
+// size, not a sum), and Waiting and Held (the larger: a group's oldest).
 func check(t *testing.T, prefix string, v reflect.Value) {
 	for i := range v.NumField() {
 		name := prefix + v.Type().Field(i).Name
@@ -395,11 +430,13 @@ func check(t *testing.T, prefix string, v reflect.Value) {
 		switch name {
 		case "CPU", "Ring", "MaxFill", "Fill", "Size":
 			want = 3
+		case "Waiting", "Held":
+			want = 5
 		}
 		switch f := v.Field(i); f.Kind() {
 		case reflect.Struct:
 			check(t, name+".", f)
-		case reflect.Int:
+		case reflect.Int, reflect.Int64:
 			if f.Int() != want {
 				t.Errorf("%s: %d, want %d", name, f.Int(), want)
 			}

@@ -67,7 +67,7 @@ func (c *Callback) CommitPublish(i int) {
 	rb.Cur().CommitCursor()
 	c.rec = ring.Record{} // drop the references to ring memory
 	st := rb.Cur().Counts()
-	c.s.Publish(i, st.Samples, st.Bytes, st.Lost)
+	c.s.Publish(i, rb.Cur().Pos(), st.Samples, st.Bytes, st.Lost, -1)
 }
 
 // Oldest is ring i's cursor: callback mode delivers each record as it

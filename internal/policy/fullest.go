@@ -90,7 +90,7 @@ func (f *fullest) CommitPublish(i int) {
 	rb := f.s.Rings[i]
 	rb.Cur().CommitCursor()
 	st := rb.Cur().Counts()
-	f.s.Publish(i, st.Samples, st.Bytes, st.Lost)
+	f.s.Publish(i, rb.Cur().Pos(), st.Samples, st.Bytes, st.Lost, -1)
 }
 
 // Oldest: the fullest-first Reader delivers each record as it parses it.

@@ -55,6 +55,42 @@ type Tally struct {
 	Late    uint64 // ordered: samples delivered (or dropped) behind a larger key
 	Dropped uint64 // ordered with DropLate: late samples dropped
 	Left    uint64 // samples left in the ring at Close
+
+	// Clear is a time (Now's) when no record the ring holds undelivered
+	// had been written yet: the oldest one's age is at most Now() - Clear
+	// (see Observe).
+	Clear int64
+	// HeldSince is when the ordered merge first saw the record it holds
+	// as the ring's front, as of its last commit; -1: none held.
+	HeldSince int64
+	// mark, if markOn: the ring's records from markPos on were written
+	// after markAt. The first mark not yet reached is kept.
+	markPos uint64
+	markAt  int64
+	markOn  bool
+}
+
+// Now is the clock of Clear and HeldSince: monotonic nanoseconds.
+func Now() int64 { return int64(time.Since(epoch)) }
+
+var epoch = time.Now()
+
+// Observe notes what the reader or a look at the ring's memory saw: at
+// time at, read before head was loaded, the producer position was head
+// and the ring's oldest record not delivered started at or after oldest.
+// Records from head on were written after at: once oldest reaches head,
+// Clear becomes at. So Clear moves at most one observation behind a reader
+// that keeps up, also when the ring never empties. Under StatsMu.
+func (t *Tally) Observe(oldest, head uint64, at int64) {
+	switch {
+	case oldest == head:
+		t.Clear, t.markOn = max(t.Clear, at), false
+	case t.markOn && int64(oldest-t.markPos) >= 0:
+		t.Clear = max(t.Clear, t.markAt)
+		t.markPos, t.markAt = head, at
+	case !t.markOn:
+		t.markPos, t.markAt, t.markOn = head, at, true
+	}
 }
 
 // Set is what a policy shares with its owner: the rings, the stop flag of
@@ -77,6 +113,9 @@ type Set struct {
 
 	StatsMu sync.Mutex
 	Tallies []Tally // by buffer index
+	// observed is where each ring's oldest record not delivered started
+	// at its last observation by Publish (read side only).
+	observed []uint64
 
 	// Flush stores every ring's producer position in flushHeads and sets
 	// flushReq; the read that takes it up copies them to flushTo, and the
@@ -99,18 +138,35 @@ func (s *Set) Push(rb ring.Ring) {
 	s.Rings = append(s.Rings, rb)
 	s.flushHeads = append(s.flushHeads, 0)
 	s.flushTo = append(s.flushTo, 0) // the running flush has nothing to wait for here
-	s.Tallies = append(s.Tallies, Tally{})
+	s.Tallies = append(s.Tallies, Tally{Clear: Now(), HeldSince: -1})
+	s.observed = append(s.observed, rb.Cur().Tail())
 	s.StatsMu.Unlock()
 	s.flushMu.Unlock()
 }
 
 // Publish copies ring i's counts into the shared stats; samples, bytes and
-// lost are the policy's, delivered rather than parsed.
-func (s *Set) Publish(i int, samples, bytes, lost uint64) {
+// lost are the policy's, delivered rather than parsed. oldest is where the
+// ring's oldest record not delivered starts (Policy.Oldest): when it moved
+// since the last Publish, the ring is observed (Tally.Observe): a clock
+// read and a load of the producer position a commit that delivered.
+// heldSince is the ordered merge's (Tally.HeldSince); -1 for the others.
+func (s *Set) Publish(i int, oldest, samples, bytes, lost uint64, heldSince int64) {
 	c := *s.Rings[i].Cur().Counts()
 	c.Samples, c.Bytes, c.Lost = samples, bytes, lost
+	var at int64
+	var head uint64
+	observe := oldest != s.observed[i]
+	if observe {
+		s.observed[i] = oldest
+		at = Now()
+		head = s.Rings[i].Cur().LoadHead() // after the clock: see Observe
+	}
 	s.StatsMu.Lock()
-	s.Tallies[i].Counts = c
+	t := &s.Tallies[i]
+	t.Counts, t.HeldSince = c, heldSince
+	if observe {
+		t.Observe(oldest, head, at)
+	}
 	s.StatsMu.Unlock()
 }
 

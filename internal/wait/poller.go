@@ -77,12 +77,21 @@ type Waiter struct {
 	armedAt uint64
 	wakes   atomic.Uint64
 	sets    int // deadlines set by waits (for tests)
+
+	// looks counts the calls of ready in the turn's netpoller read: past
+	// the first, the wait had parked. wakeups counts the parked waits a
+	// ring's event ended (Wakeups).
+	looks   atomic.Int32 // (atomic for Parked; one add a look, not a record)
+	wakeups atomic.Uint64
 }
 
 // New returns a Waiter over no ring yet (see AddRing).
 func New() (*Waiter, error) {
 	w := &Waiter{turn: make(chan struct{}, 1), closing: make(chan struct{})}
-	w.ready = func(uintptr) bool { return w.woken.Load() || w.moved() }
+	w.ready = func(uintptr) bool {
+		w.looks.Add(1)
+		return w.woken.Load() || w.moved()
+	}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("create epoll: %w", err)
@@ -202,7 +211,10 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 			timeout = max(time.Until(deadline), 0)
 		}
 	}
-	defer func() { <-w.turn }()
+	defer func() {
+		w.looks.Store(0)
+		<-w.turn
+	}()
 	if w.moved() {
 		return true, nil
 	}
@@ -226,6 +238,9 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 	}
 	if err != nil {
 		return false, fmt.Errorf("wait on epoll: %w", err)
+	}
+	if w.looks.Load() > 1 && !w.woken.Load() {
+		w.wakeups.Add(1) // parked, and a ring moved
 	}
 	return true, nil
 }
@@ -286,6 +301,9 @@ func (w *Waiter) WaitEvent(timeout time.Duration) error {
 		return ready
 	})
 	w.moved()
+	if err == nil && !w.woken.Load() {
+		w.wakeups.Add(1) // the ring's event after the call
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		w.armedOK = false
 	}
@@ -319,6 +337,11 @@ func (w *Waiter) Close() {
 	w.freed = true
 }
 
+// Wakeups counts the waits (Wait, WaitEvent) that blocked and were ended
+// by a ring's event: not by a timeout or a wake (Close, Flush, a deadline,
+// a CPU coming online). Any goroutine may call it, also after Close.
+func (w *Waiter) Wakeups() uint64 { return w.wakeups.Load() }
+
 // Woken reports whether Wake was called since the last ClearWake.
 func (w *Waiter) Woken() bool { return w.woken.Load() }
 
@@ -326,6 +349,10 @@ func (w *Waiter) Woken() bool { return w.woken.Load() }
 // set on the netpoller. Both for tests of the owners above.
 func (w *Waiter) Freed() bool { return w.freed }
 func (w *Waiter) Sets() int   { return w.sets }
+
+// Parked reports whether a Wait looked at the rings in the netpoller: a
+// ring's event from then on ends it as a wakeup. For tests.
+func (w *Waiter) Parked() bool { return w.looks.Load() > 0 }
 
 // Waiting reports whether a wait holds the turn (is in the netpoller or
 // about to be): for tests.
