@@ -68,6 +68,27 @@ func (o *ReaderOptions) check() error {
 	return nil
 }
 
+// readerPlan is a Reader's options checked and resolved, once, at
+// NewReader's door: what its rings, its wait and its policy take.
+type readerPlan struct {
+	ring    ringOptions
+	latency time.Duration       // MaxLatency resolved (negative: no bound)
+	order   *policy.OrderConfig // nil: the fullest ring first
+}
+
+// plan checks o and resolves every setting a Reader takes.
+func (o *ReaderOptions) plan() (readerPlan, error) {
+	if err := o.check(); err != nil {
+		return readerPlan{}, err
+	}
+	p := readerPlan{ring: o.ring(o.Order != nil), latency: o.latency()}
+	if o.Order != nil {
+		c := o.Order.config()
+		p.order = &c
+	}
+	return p, nil
+}
+
 // maxKeyOffset bounds Order.KeyOffset: no sample is larger than a record's
 // u16 size.
 const maxKeyOffset = math.MaxUint16

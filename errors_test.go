@@ -66,7 +66,7 @@ func TestErrorsNameTheKind(t *testing.T) {
 					t.Errorf("%s over a ring buffer: %q names a perf kind", call, err)
 				}
 			}
-			r := newReader(kindCore(t, kind.typ), &ReaderOptions{})
+			r := newReader(kindCore(t, kind.typ), readerPlan{latency: -1})
 			var s Sample
 			r.Flush()
 			check("ReadInto after Flush", r.ReadInto(&s), ErrFlushed, "read "+kind.what+": reader flushed")

@@ -242,10 +242,11 @@ func (f *fakeRings) reader(t testing.TB, opts ReaderOptions) *Reader {
 // rings or src's; the Reader fails if opts do.
 func (f *fakeRings) newReader(t testing.TB, src *rings, opts ReaderOptions) (*Reader, error) {
 	t.Helper()
-	if err := opts.check(); err != nil {
+	p, err := opts.plan()
+	if err != nil {
 		return nil, err
 	}
-	return newReader(f.core(t, src), &opts), nil
+	return newReader(f.core(t, src), p), nil
 }
 
 // ordered returns a Reader over the rings that merges them with ord.

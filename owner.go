@@ -65,18 +65,18 @@ type source interface {
 
 // openCore opens the rings of the map m (a perf event array: a ring on
 // every online CPU; a BPF ring buffer: its one ring; an array of maps: its
-// inner ring buffers'), and of the further ring buffers of opts.Maps, with
-// opts, whose fields check passed; ordered says a Reader's Order is set.
-// The options that depend on the kind of map are checked against the maps
-// before anything is claimed or mapped (checks.go). Errors: as NewReader's.
-func openCore(m Map, opts Options, ordered bool) (*core, error) {
+// inner ring buffers'), and of the further ring buffers more, with the
+// ring settings ro (whose fields were checked) and the failure map
+// failures (nil for none). The settings that depend on the kind of map are
+// checked against the maps before anything is claimed or mapped
+// (checks.go). Errors: as NewReader's.
+func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 	// The caller's maps stay reachable until their descriptors are
 	// duplicated: a *ebpf.Map's finalizer would close its descriptor, and
 	// another object could take the number, during the call.
-	defer runtime.KeepAlive(opts.FailureMap)
-	defer runtime.KeepAlive(opts.Maps)
+	defer runtime.KeepAlive(failures)
+	defer runtime.KeepAlive(more)
 	defer runtime.KeepAlive(m)
-	ro := opts.ring(ordered)
 	if m == nil {
 		return nil, fmt.Errorf("nil map: %w", os.ErrInvalid)
 	}
@@ -89,7 +89,7 @@ func openCore(m Map, opts Options, ordered bool) (*core, error) {
 	switch {
 	case info.typ != mapTypePerfEventArray:
 		maps := []mapArg{{fd, info}}
-		for i, mm := range opts.Maps {
+		for i, mm := range more {
 			fd := mm.FileDescriptor()
 			info, err := checkMap(fd)
 			if err != nil {
@@ -97,15 +97,15 @@ func openCore(m Map, opts Options, ordered bool) (*core, error) {
 			}
 			maps = append(maps, mapArg{fd, info})
 		}
-		src, err = openRingBufs(maps, ro, opts.FailureMap)
-	case len(opts.Maps) > 0:
+		src, err = openRingBufs(maps, ro, failures)
+	case len(more) > 0:
 		return nil, fmt.Errorf("options Maps with %v, which is read alone: %w", info, os.ErrInvalid)
 	default:
 		cfg, cfgErr := ro.hostConfig()
 		if cfgErr != nil {
 			return nil, fmt.Errorf("%v: %w", info, cfgErr)
 		}
-		src, err = openRings(fd, info, cfg, opts.FailureMap)
+		src, err = openRings(fd, info, cfg, failures)
 	}
 	if err != nil {
 		return nil, err
@@ -116,7 +116,7 @@ func openCore(m Map, opts Options, ordered bool) (*core, error) {
 		return nil, err
 	}
 	c.src = src
-	c.what = describeMaps(info, len(opts.Maps))
+	c.what = describeMaps(info, len(more))
 	return c, nil
 }
 

@@ -79,27 +79,28 @@ type Reader struct {
 // descriptor, EPERM without CAP_BPF and CAP_PERFMON).
 func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	const op = "new reader"
-	if err := opts.check(); err != nil {
+	p, err := opts.plan()
+	if err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := openCore(m, opts.Options, opts.Order != nil)
+	c, err := openCore(m, p.ring, opts.Maps, opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
 	if _, ringBufs := c.src.(*ringBufSource); ringBufs {
-		c.holdOff = opts.WakeupBytes
+		c.holdOff = p.ring.wakeupBytes
 	}
-	return newReader(c, &opts), nil
+	return newReader(c, p), nil
 }
 
 // newReader builds a Reader over a core (tests pass cores over rings of
-// their own), with opts checked.
-func newReader(c *core, opts *ReaderOptions) *Reader {
-	c.Latency = opts.latency()
+// their own) with its plan.
+func newReader(c *core, p readerPlan) *Reader {
+	c.Latency = p.latency
 	r := &Reader{c: c, opRead: "read " + c.name(), opConsume: "consume " + c.name()}
 	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec, r.turn, r.nextTurn
-	if opts.Order != nil {
-		r.pol = policy.NewOrdered(&c.Set, opts.Order.config())
+	if p.order != nil {
+		r.pol = policy.NewOrdered(&c.Set, *p.order)
 	} else {
 		r.pol = policy.NewFullest(&c.Set)
 	}

@@ -69,10 +69,11 @@ func (f *fakeBPFRings) core(t testing.TB) *core {
 // reader returns a Reader over the rings, closed when the test ends.
 func (f *fakeBPFRings) reader(t testing.TB, opts ReaderOptions) *Reader {
 	t.Helper()
-	if err := opts.check(); err != nil {
+	p, err := opts.plan()
+	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReader(f.core(t), &opts)
+	r := newReader(f.core(t), p)
 	t.Cleanup(func() { r.Close() })
 	return r
 }
