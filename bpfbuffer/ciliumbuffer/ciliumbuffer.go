@@ -330,11 +330,8 @@ func hasRingBuf() (bool, error) {
 // The reader keeps a duplicate of m's descriptor, which its Close closes:
 // once New or NewReader has returned, m may be closed, or dropped and its
 // descriptor closed by the garbage collector, and the reader reads on.
-// During the call m must stay open and reachable (keep a reference used
-// after the call, or call runtime.KeepAlive(m) after it): a descriptor the
-// garbage collector closed under the call fails it with syscall.EBADF, and
-// is never read as another map. A nil m has no descriptor: the call fails
-// with syscall.EBADF.
+// During the call the constructors keep m reachable. A nil m has no
+// descriptor: the call fails with syscall.EBADF.
 func Map(m *ebpf.Map) perfbuf.Map { return (*ebpfMap)(m) }
 
 // ebpfMap is a *ebpf.Map with perfbuf.Map's method.
