@@ -99,7 +99,9 @@ func newReader(c *core, p readerPlan) *Reader {
 	c.Latency = p.latency
 	r := &Reader{c: c, opRead: "read " + c.name(), opConsume: "consume " + c.name()}
 	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec, r.turn, r.nextTurn
-	if p.order != nil {
+	if p.order != nil && c.ringBufs() {
+		r.pol = policy.NewWindow(&c.Set, c.windowConfig(*p.order))
+	} else if p.order != nil {
 		r.pol = policy.NewOrdered(&c.Set, *p.order)
 	} else {
 		r.pol = policy.NewFullest(&c.Set)
