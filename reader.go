@@ -74,9 +74,8 @@ type Reader struct {
 // across processes, the last reader opened takes the slots over.)
 //
 // Errors: os.ErrInvalid for an option out of range, naming it;
-// [ErrSampleTooLarge], [ErrMapInUse], [ErrMapType]; errors.ErrUnsupported
-// for Order over ring buffers; and the kernel's errno (EBADF for a closed
-// descriptor, EPERM without CAP_BPF and CAP_PERFMON).
+// [ErrSampleTooLarge], [ErrMapInUse], [ErrMapType]; and the kernel's errno
+// (EBADF for a closed descriptor, EPERM without CAP_BPF and CAP_PERFMON).
 func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	const op = "new reader"
 	p, err := opts.plan()
