@@ -13,8 +13,11 @@ import (
 	"math/rand"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // ordered returns an ordered Reader over the fake ring buffers, closed when
@@ -301,5 +304,79 @@ func TestOrderedRingBufModel(t *testing.T) {
 				seen[sq] = true
 			}
 		}
+	}
+}
+
+// Producers that follow the kernel's protocol write two ring buffers of one
+// CPU each, keys from one clock, while an ordered Reader reads them and is
+// closed at a random point once they are done: each ring's records come in
+// its order, keys never fall but for those marked Late (counted), and
+// delivered + left == written.
+func TestOrderedRingBufRace(t *testing.T) {
+	n := 20000
+	if testing.Short() || ringtest.RaceEnabled() {
+		n = 3000
+	}
+	for round := range 3 {
+		f := newFakeBPFRings(t, 2, 1<<12)
+		o := f.ordered(t, Order{MaxDelay: 5 * time.Millisecond}, true, true)
+		epoch := time.Now()
+		var clock sync.Mutex // keys from one clock, as bpf_ktime_get_ns
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for seq := uint64(0); seq < uint64(n); {
+					clock.Lock()
+					key := uint64(time.Since(epoch))
+					pos, ok := f.rings[i].Reserve(24)
+					clock.Unlock()
+					if !ok {
+						time.Sleep(20 * time.Microsecond)
+						continue
+					}
+					f.rings[i].Write(pos, payload(key, seq, 24))
+					f.rings[i].Commit(pos, false)
+					seq++
+				}
+			}()
+		}
+		read := make(chan int)
+		var next [2]uint64
+		late := 0
+		go func() {
+			var last uint64
+			var s Sample
+			got := 0
+			for o.ReadInto(&s) == nil {
+				got++
+				if seq := binary.NativeEndian.Uint64(s.Data[8:]); seq != next[s.Ring] {
+					t.Errorf("ring %d: seq %d, want %d", s.Ring, seq, next[s.Ring])
+				}
+				next[s.Ring]++
+				if s.Late {
+					late++
+				} else if s.Key < last {
+					t.Errorf("key %d after %d, not marked late", s.Key, last)
+				} else {
+					last = s.Key
+				}
+			}
+			read <- got
+		}()
+		wg.Wait()
+		time.Sleep(time.Duration(rand.Intn(5000)) * time.Microsecond)
+		o.Close()
+		got := <-read
+		var samples, left, lateStats uint64
+		for _, st := range o.Stats() {
+			samples, left, lateStats = samples+st.Samples, left+st.Left, lateStats+st.Late
+		}
+		if samples != uint64(got) || samples+left != uint64(2*n) || lateStats != uint64(late) {
+			t.Fatalf("round %d: read %d; stats %d delivered + %d left of %d written, %d late (%d seen)",
+				round, got, samples, left, 2*n, lateStats, late)
+		}
+		t.Logf("round %d: %d read, %d left at Close, %d late", round, got, left, late)
 	}
 }
