@@ -47,7 +47,7 @@ type WindowConfig struct {
 //     record is busy holds back the keys above its newest);
 //  2. a key Window larger has been copied from any ring;
 //  3. the record was copied MaxDelay ago;
-//  4. the window is full;
+//  4. the window is full (and until it is down to three quarters);
 //  5. a Flush or Close is under way.
 type window struct {
 	s         *Set
@@ -72,6 +72,7 @@ type window struct {
 	shared  int    // rings written by several CPUs
 	minSeen uint64 // the smallest newest key over the rings (rule 1); valid when allSeen
 	allSeen bool
+	full    bool // rule 4 releases: the window filled and is still above three quarters
 	look    bool // take in the rings before the next release
 	drain   bool // a Flush took in every ring: deliver the window, take nothing more
 	start   time.Time
@@ -187,7 +188,7 @@ func (w *window) front(i int) (copyID, bool) {
 func (w *window) takeIn(i int) {
 	rb := w.s.Rings[i]
 	rb.Refresh()
-	if rb.Cur().Pending() == 0 || w.bytes >= w.limit {
+	if rb.Cur().Pending() == 0 || w.isFull() {
 		return
 	}
 	w.in = i
@@ -310,7 +311,19 @@ func (w *window) releasable() bool {
 	case w.now()-w.slots[e.ref].at >= int64(w.maxDelay): // rule 3
 		return true
 	}
-	return w.bytes >= w.limit // rule 4
+	return w.isFull() // rule 4
+}
+
+// isFull reports rule 4, with a low-water mark: once full, the window
+// releases down to three quarters before it takes in again, so that under
+// a flood it takes in runs of records, not one record a release.
+func (w *window) isFull() bool {
+	if w.bytes >= w.limit {
+		w.full = true
+	} else if w.bytes <= w.limit/4*3 {
+		w.full = false
+	}
+	return w.full
 }
 
 // Next returns the copy that goes next and its ring, or -1 when none may
