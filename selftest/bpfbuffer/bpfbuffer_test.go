@@ -775,7 +775,11 @@ func testRingBufCloseLedger(t *testing.T, kind bpfbuffer.Kind, more []bpfbuffer.
 		if err := <-readDone; !errors.Is(err, os.ErrClosed) {
 			t.Errorf("read ended with %v", err)
 		}
-		time.Sleep(2 * time.Millisecond) // outputs after Close
+		// Outputs after Close: the producers' for a while, and one made
+		// here, so that there is one however the producers were
+		// scheduled (a loaded host ran none in 2 ms).
+		time.Sleep(2 * time.Millisecond)
+		f.produce(t, f.cpus[0], 1, 48, viaOutput, 1)
 		close(stop)
 		producers.Wait()
 		after := f.outcomes(t)
