@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 )
 
@@ -46,7 +47,13 @@ func TestReopenPinned(t *testing.T) {
 		{"perf event array", bpfbuffer.PerfEventArray, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := perfbuf.Options{RingBytes: bpftest.RingBytes(4)}
+			// Room for what every CPU writes, twice over (a shared ring
+			// buffer takes every CPU's): 2 KiB a CPU at most.
+			online, err := cpus.Online()
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := perfbuf.Options{RingBytes: bpftest.RingBytes(4 + len(online))}
 			f := setup(t, tc.kind, &opts, tc.more...)
 			if f.kind != tc.kind {
 				t.Fatalf("Prepare chose %v, want %v", f.kind, tc.kind)
