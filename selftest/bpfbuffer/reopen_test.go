@@ -17,6 +17,7 @@ import (
 	"github.com/perfbuf/perfbuf/bpfbuffer"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"github.com/perfbuf/perfbuf/selftest/internal/pins"
 )
 
 // A Reader reads a third of what the programs wrote and closes; outputs
@@ -59,7 +60,7 @@ func TestReopenPinned(t *testing.T) {
 				t.Fatalf("Prepare chose %v, want %v", f.kind, tc.kind)
 			}
 			ringBufs := tc.kind != bpfbuffer.PerfEventArray
-			dir := pinDir(t)
+			dir := pins.Dir(t)
 			for name, m := range map[string]*pinner{"events": {f.events.Pin}, "events_failures": {f.failures.Pin}} {
 				if err := m.pin(filepath.Join(dir, name)); err != nil {
 					t.Fatal(err)
