@@ -163,12 +163,21 @@ func (c *core) addRing(rb ring.Kind, fd int) error {
 	if err := c.w.AddRing(rb, fd); err != nil {
 		return err
 	}
+	// What a ring buffer holds at opening: a pinned one opened again goes
+	// on from the consumer position in its map, which the last reader
+	// left (Stats.Found). A perf ring is new, so empty.
+	var found uint64
+	if b, ok := rb.(*ring.RingBuf); ok {
+		samples, _, discarded := b.Left(b.Cur().Tail())
+		found = samples + discarded
+	}
 	c.Push(rb)
 	c.StatsMu.Lock()
 	c.fds = append(c.fds, fd)
 	c.kinds = append(c.kinds, rb)
-	c.StatsMu.Unlock()
 	i := len(c.Rings) - 1
+	c.Tallies[i].Found = found
+	c.StatsMu.Unlock()
 	if c.pol != nil {
 		c.pol.AddRing(i)
 	}
@@ -315,7 +324,7 @@ func (c *core) statsNow() []Stats {
 	st := make([]Stats, len(tallies))
 	for i, t := range tallies {
 		cur := rings[i].Cur()
-		st[i] = Stats{Ring: i, CPU: cur.CPU(), Size: cur.Size(), Late: t.Late, Dropped: t.Dropped, Left: t.Left}
+		st[i] = Stats{Ring: i, CPU: cur.CPU(), Size: cur.Size(), Late: t.Late, Dropped: t.Dropped, Left: t.Left, Found: t.Found}
 		st[i].setCounts(&t.Counts)
 		st[i].Samples -= t.Dropped // parsed, but dropped rather than delivered
 		if waiting[i] {

@@ -114,6 +114,16 @@ func newReader(c *core, p readerPlan) *Reader {
 // them is counted in Stats as Left; to deliver it first, call Flush and
 // Consume. Close may be called from any goroutine, also from a read's
 // function, any number of times.
+//
+// Close commits every record the reader delivered (a record given to a
+// function counts, whatever the function returned) and nothing else: a
+// Reader opened again over a pinned ring buffer goes on with the first
+// record not delivered, none twice, none skipped, and counts what it finds
+// there as Stats.Found. A process that ends without Close leaves the
+// consumer position at the last commit (the end of a ring's turn, at most a
+// quarter of the ring, or a wait): the next reader delivers those records
+// again. A perf event array's rings are the reader's own: what is in them
+// at Close goes with them, and a new reader starts with empty rings.
 func (r *Reader) Close() error {
 	r.c.close()
 	return nil

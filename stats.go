@@ -24,6 +24,22 @@ import (
 // come in an entry of its own). A perf ring has no Discarded; a ring buffer
 // no Lost (a full ring is Failed.Full).
 //
+// A reader of a pinned ring buffer opened after another one closed goes on
+// where that one stopped (see [Reader.Close]): it finds what the last
+// reader left (its Left, and the discarded records among them, which that
+// one counted in Discarded) and counts it as Found, and delivers it as its
+// own Samples. For readers of one map opened one after another, what the
+// programs output is then
+//
+//	Failed.Total() + the first reader's Found + the sum over the readers of
+//	    (Samples + Dropped + Discarded + Left - Found)
+//
+// with the Failed of the last one (the failure map counts since the
+// programs loaded): each reader's term is what reached the ring while it
+// was open, the first one's Found what reached it before. A perf event array's Found is always 0: its rings are the
+// reader's own, made empty at NewReader and freed at Close with what was in
+// them (counted as Left), so that a reader opened again starts empty.
+//
 // Records carry no time: Waiting is an upper bound, the time since the
 // reader (at a commit) or a Stats call last saw the ring with no record
 // written before then still undelivered; records already in a ring at
@@ -37,6 +53,7 @@ type Stats struct {
 	Lost      uint64   // samples a full perf ring dropped, as its lost records report
 	Discarded uint64   // records the programs discarded (bpf_ringbuf_discard)
 	Left      uint64   // samples left in the ring at Close
+	Found     uint64   // records (samples and discarded) in a ring buffer when the reader opened it
 	Failed    Failures // outputs that failed before reaching the ring (with a FailureMap)
 
 	Bytes        uint64 // the payload bytes of Samples and Dropped

@@ -10,8 +10,11 @@
 // By default the series are few whatever the CPU count: a perf event
 // array's rings are summed into the reader's totals (ring="", which
 // Prometheus reads as no label), a ring buffer's counts are per ring
-// (label ring, the ring's buffer index), and the output failures are the
-// reader's totals by cause. Options.PerCPU labels
+// (label ring, the ring's buffer index) for a reader of at most
+// Options.MaxRingSeries ring buffers (16 by default) and summed as a perf
+// event array's are for more (an array of ring buffers, a ring per CPU on
+// a big host), and the output failures are the reader's totals by cause.
+// Options.PerCPU labels
 // a perf event array's counts and every reader's failures by CPU too. The
 // collector's ConstLabels name the reader (map="events"). The counters
 // count from the reader's opening; they never go down while it lives.
@@ -69,13 +72,25 @@ type Options struct {
 
 	// PerCPU adds a cpu label: a perf event array's counts are then per
 	// CPU (a CPU's rings summed, its fullest ring's fill), and every
-	// reader's output failures too, about 21 series a CPU where the
-	// default exports about 24 a reader (and 15 a ring of a ring buffer).
+	// reader's output failures too, about 22 series a CPU where the
+	// default exports about 25 a reader (and 16 a ring of a ring buffer).
 	// A ring buffer's counts stay per ring, with cpu="" (a ring is no
 	// CPU's). Collectors in one registry must agree on PerCPU: the
 	// registry refuses a metric name with two label sets.
 	PerCPU bool
+
+	// MaxRingSeries is the most ring buffers a reader may have for their
+	// counts to be per ring (label ring); a reader with more has them
+	// summed (ring=""), as a perf event array's rings are: an array of
+	// 256 ring buffers, a ring per CPU, would otherwise export 16 series
+	// a ring, 4,096 in all. 0 means 16; negative, no limit. The count of
+	// a reader's rings is fixed at NewReader (a ring buffer is no CPU's),
+	// so its series do not change while it lives.
+	MaxRingSeries int
 }
+
+// defaultMaxRingSeries is MaxRingSeries' 0.
+const defaultMaxRingSeries = 16
 
 // NewCollector returns a collector of src's Stats. Each collection calls
 // src.Stats once (and FollowsCPUs and Wakeups once, if src has them), so
@@ -83,7 +98,10 @@ type Options struct {
 // ConstLabels is reported by the registry's Register, as for the
 // collectors of the Prometheus client.
 func NewCollector(src Source, opts Options) prometheus.Collector {
-	c := &collector{src: src, perCPU: opts.PerCPU}
+	c := &collector{src: src, perCPU: opts.PerCPU, maxRings: opts.MaxRingSeries}
+	if c.maxRings == 0 {
+		c.maxRings = defaultMaxRingSeries
+	}
 	ringLabels, failLabels := []string{"ring"}, []string{"cause"}
 	if opts.PerCPU {
 		ringLabels, failLabels = []string{"cpu", "ring"}, []string{"cause", "cpu"}
@@ -97,11 +115,11 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 	}
 	// The help texts say what each field of perfbuf.Stats counts, and
 	// what the labels tell apart.
-	rings, fullest, failed := " Per ring of a ring buffer; a perf event array's rings summed.",
-		" Per ring of a ring buffer; of a perf event array's rings.", " The reader's total."
+	rings, fullest, failed := " Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.",
+		" Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.", " The reader's total."
 	if opts.PerCPU {
-		rings, fullest, failed = " Per ring of a ring buffer; a perf event array's rings summed by CPU.",
-			" Per ring of a ring buffer; of a perf event array's rings by CPU.", " Per CPU."
+		rings, fullest, failed = " Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.",
+			" Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings by CPU.", " Per CPU."
 	}
 	counter("samples_total",
 		"Samples delivered (not those dropped_late_samples_total counts)."+rings,
@@ -133,6 +151,9 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 	counter("left_samples_total",
 		"Samples left unread in the rings when the reader was closed."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Left })
+	counter("found_records_total",
+		"Ring buffers: records (samples and discarded) in the ring when the reader opened it; for a pinned ring buffer opened again, what the last reader left, which this one delivers."+rings,
+		func(s *perfbuf.Stats) uint64 { return s.Found })
 	c.fill = desc("ring_fill_ratio",
 		"Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed)."+fullest,
 		ringLabels)
@@ -166,6 +187,7 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 type collector struct {
 	src      Source
 	perCPU   bool
+	maxRings int // MaxRingSeries, negative for no limit
 	counters []counter
 	fill     *prometheus.Desc
 	maxFill  *prometheus.Desc
@@ -285,6 +307,13 @@ type group struct {
 // groups, in label order.
 func (c *collector) groups(stats []perfbuf.Stats) []group {
 	byKey := map[[2]string]*group{}
+	ringBufs := 0
+	for i := range stats {
+		if stats[i].Ring >= 0 && stats[i].CPU < 0 {
+			ringBufs++
+		}
+	}
+	perRing := c.maxRings < 0 || ringBufs <= c.maxRings
 	for i := range stats {
 		s := &stats[i]
 		if s.Ring < 0 {
@@ -293,7 +322,9 @@ func (c *collector) groups(stats []perfbuf.Stats) []group {
 		var key [2]string // ring, cpu
 		switch {
 		case s.CPU < 0: // a ring buffer's ring
-			key[0] = strconv.Itoa(s.Ring)
+			if perRing {
+				key[0] = strconv.Itoa(s.Ring)
+			}
 		case c.perCPU:
 			key[1] = strconv.Itoa(s.CPU)
 		}
@@ -381,6 +412,7 @@ func add(a, b *perfbuf.Stats) {
 	a.Late += b.Late
 	a.Dropped += b.Dropped
 	a.Left += b.Left
+	a.Found += b.Found
 	a.Discarded += b.Discarded
 	addFailures(&a.Failed, &b.Failed)
 }

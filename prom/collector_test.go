@@ -89,37 +89,40 @@ func fakeStats() []perfbuf.Stats {
 var fakeSizes = []int{8192, 8192, 8192}
 
 const wantText = `
-# HELP perfbuf_corrupt_skipped_bytes_total Bytes of the rings skipped, unread, to get past corruptions. Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_corrupt_skipped_bytes_total Bytes of the rings skipped, unread, to get past corruptions. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_corrupt_skipped_bytes_total counter
 perfbuf_corrupt_skipped_bytes_total{ring=""} 48
-# HELP perfbuf_corruptions_total Records or ring heads the kernel never writes, found in the rings; reading went on past each. Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_corruptions_total Records or ring heads the kernel never writes, found in the rings; reading went on past each. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_corruptions_total counter
 perfbuf_corruptions_total{ring=""} 1
 # HELP perfbuf_cpu_hotplug_followed 1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.
 # TYPE perfbuf_cpu_hotplug_followed gauge
 perfbuf_cpu_hotplug_followed 1
-# HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_discarded_records_total counter
 perfbuf_discarded_records_total{ring=""} 0
-# HELP perfbuf_dropped_late_samples_total Ordered Reader with DropLate: late samples dropped, not delivered (also in late_samples_total). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_dropped_late_samples_total Ordered Reader with DropLate: late samples dropped, not delivered (also in late_samples_total). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_dropped_late_samples_total counter
 perfbuf_dropped_late_samples_total{ring=""} 1
-# HELP perfbuf_held_record_age_seconds Ordered Reader: how long the reader has held back the record it holds from a ring, since it first saw it, as of its last commit; 0 when it holds none. Per ring of a ring buffer; of a perf event array's rings.
+# HELP perfbuf_held_record_age_seconds Ordered Reader: how long the reader has held back the record it holds from a ring, since it first saw it, as of its last commit; 0 when it holds none. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_held_record_age_seconds gauge
 perfbuf_held_record_age_seconds{ring=""} 1.5
-# HELP perfbuf_late_samples_total Ordered Reader: samples delivered (or dropped, with DropLate) after a sample with a larger key. Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_late_samples_total Ordered Reader: samples delivered (or dropped, with DropLate) after a sample with a larger key. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_late_samples_total counter
 perfbuf_late_samples_total{ring=""} 4
-# HELP perfbuf_left_samples_total Samples left unread in the rings when the reader was closed. Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_left_samples_total Samples left unread in the rings when the reader was closed. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_left_samples_total counter
 perfbuf_left_samples_total{ring=""} 2
-# HELP perfbuf_lost_samples_total Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_found_records_total Ring buffers: records (samples and discarded) in the ring when the reader opened it; for a pinned ring buffer opened again, what the last reader left, which this one delivers. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# TYPE perfbuf_found_records_total counter
+perfbuf_found_records_total{ring=""} 0
+# HELP perfbuf_lost_samples_total Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_lost_samples_total counter
 perfbuf_lost_samples_total{ring=""} 7
-# HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer; of a perf event array's rings.
+# HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_oldest_record_age_seconds gauge
 perfbuf_oldest_record_age_seconds{ring=""} 3
-# HELP perfbuf_other_records_total Records that were neither samples nor lost records, skipped. Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_other_records_total Records that were neither samples nor lost records, skipped. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_other_records_total counter
 perfbuf_other_records_total{ring=""} 1
 # HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. The reader's total.
@@ -130,19 +133,19 @@ perfbuf_output_failures_total{cause="enoent"} 5
 perfbuf_output_failures_total{cause="eopnotsupp"} 6
 perfbuf_output_failures_total{cause="full"} 4
 perfbuf_output_failures_total{cause="other"} 1
-# HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's. Per ring of a ring buffer; of a perf event array's rings.
+# HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_ring_fill_max_ratio gauge
 perfbuf_ring_fill_max_ratio{ring=""} 0.5
-# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed). Per ring of a ring buffer; of a perf event array's rings.
+# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed). Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_ring_fill_ratio gauge
 perfbuf_ring_fill_ratio{ring=""} 0.03125
-# HELP perfbuf_ring_size_bytes Size of a ring's data area: the largest ring's (a perf event array's rings are all one size). Per ring of a ring buffer; of a perf event array's rings.
+# HELP perfbuf_ring_size_bytes Size of a ring's data area: the largest ring's (a perf event array's rings are all one size). Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_ring_size_bytes gauge
 perfbuf_ring_size_bytes{ring=""} 8192
-# HELP perfbuf_sample_bytes_total Payload bytes of the samples counted in samples_total and dropped_late_samples_total, as the kernel padded them (to 8-byte records). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_sample_bytes_total Payload bytes of the samples counted in samples_total and dropped_late_samples_total, as the kernel padded them (to 8-byte records). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_sample_bytes_total counter
 perfbuf_sample_bytes_total{ring=""} 1408
-# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{ring=""} 22
 # HELP perfbuf_wakeups_total Blocked waits of the reader that a ring's wakeup ended (not a timeout, Close, Flush or a deadline).
@@ -174,23 +177,23 @@ perfbuf_close_exact %v
 func TestCollectPerCPU(t *testing.T) {
 	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes}
 	const want = `
-# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed by CPU.
+# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{cpu="0",ring=""} 7
 perfbuf_samples_total{cpu="2",ring=""} 15
-# HELP perfbuf_lost_samples_total Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits). Per ring of a ring buffer; a perf event array's rings summed by CPU.
+# HELP perfbuf_lost_samples_total Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
 # TYPE perfbuf_lost_samples_total counter
 perfbuf_lost_samples_total{cpu="0",ring=""} 0
 perfbuf_lost_samples_total{cpu="2",ring=""} 7
-# HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer; of a perf event array's rings by CPU.
+# HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings by CPU.
 # TYPE perfbuf_oldest_record_age_seconds gauge
 perfbuf_oldest_record_age_seconds{cpu="0",ring=""} 0
 perfbuf_oldest_record_age_seconds{cpu="2",ring=""} 3
-# HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's. Per ring of a ring buffer; of a perf event array's rings by CPU.
+# HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings by CPU.
 # TYPE perfbuf_ring_fill_max_ratio gauge
 perfbuf_ring_fill_max_ratio{cpu="0",ring=""} 0.0625
 perfbuf_ring_fill_max_ratio{cpu="2",ring=""} 0.5
-# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed). Per ring of a ring buffer; of a perf event array's rings by CPU.
+# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed). Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings by CPU.
 # TYPE perfbuf_ring_fill_ratio gauge
 perfbuf_ring_fill_ratio{cpu="0",ring=""} 0.015625
 perfbuf_ring_fill_ratio{cpu="2",ring=""} 0.03125
@@ -224,9 +227,9 @@ perfbuf_output_failures_total{cause="other",cpu="3"} 0
 		"perfbuf_oldest_record_age_seconds"); err != nil {
 		t.Error(err)
 	}
-	// 15 series for each of the 2 CPUs with rings, 6 for each of the 3
+	// 16 series for each of the 2 CPUs with rings, 6 for each of the 3
 	// with failures, 1 for hotplug, 1 for wakeups, 1 for an exact Close.
-	if n, want := testutil.CollectAndCount(c), 2*15+3*len(causes)+3; n != want {
+	if n, want := testutil.CollectAndCount(c), 2*16+3*len(causes)+3; n != want {
 		t.Errorf("%d metrics collected, want %d", n, want)
 	}
 }
@@ -242,7 +245,7 @@ func TestCollectRingBuffer(t *testing.T) {
 		{Ring: -1, CPU: 1, Failed: perfbuf.Failures{Full: 1, NoEntry: 2}},
 	}}, sizes: []int{4096, 65536}, follows: true}
 	const want = `
-# HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer; of a perf event array's rings.
+# HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_oldest_record_age_seconds gauge
 perfbuf_oldest_record_age_seconds{ring="0"} 2
 perfbuf_oldest_record_age_seconds{ring="1"} 0
@@ -254,19 +257,19 @@ perfbuf_output_failures_total{cause="enoent"} 2
 perfbuf_output_failures_total{cause="eopnotsupp"} 0
 perfbuf_output_failures_total{cause="full"} 4
 perfbuf_output_failures_total{cause="other"} 0
-# HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_discarded_records_total counter
 perfbuf_discarded_records_total{ring="0"} 2
 perfbuf_discarded_records_total{ring="1"} 0
-# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{ring="0"} 9
 perfbuf_samples_total{ring="1"} 4
-# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed). Per ring of a ring buffer; of a perf event array's rings.
+# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed). Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_ring_fill_ratio gauge
 perfbuf_ring_fill_ratio{ring="0"} 0.25
 perfbuf_ring_fill_ratio{ring="1"} 0.015625
-# HELP perfbuf_ring_size_bytes Size of a ring's data area: the largest ring's (a perf event array's rings are all one size). Per ring of a ring buffer; of a perf event array's rings.
+# HELP perfbuf_ring_size_bytes Size of a ring's data area: the largest ring's (a perf event array's rings are all one size). Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_ring_size_bytes gauge
 perfbuf_ring_size_bytes{ring="0"} 4096
 perfbuf_ring_size_bytes{ring="1"} 65536
@@ -291,7 +294,7 @@ perfbuf_output_failures_total{cause="full",cpu="0"} 3
 perfbuf_output_failures_total{cause="full",cpu="1"} 1
 perfbuf_output_failures_total{cause="other",cpu="0"} 0
 perfbuf_output_failures_total{cause="other",cpu="1"} 0
-# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed by CPU.
+# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{cpu="",ring="0"} 9
 perfbuf_samples_total{cpu="",ring="1"} 4
@@ -299,6 +302,50 @@ perfbuf_samples_total{cpu="",ring="1"} 4
 	if err := testutil.CollectAndCompare(NewCollector(src, Options{PerCPU: true}), strings.NewReader(wantPerCPU),
 		"perfbuf_output_failures_total", "perfbuf_samples_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// More ring buffers than MaxRingSeries (a ring per CPU on a big host):
+// their counts summed into one series (ring=""), as a perf event array's
+// rings are, the fill the fullest ring's over its own size, the size the
+// largest, the age the oldest ring's, Found summed.
+func TestCollectRingBufferSummed(t *testing.T) {
+	src := &fakeReader{fakeSource: fakeSource{stats: []perfbuf.Stats{
+		{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Found: 3, Fill: 1024, MaxFill: 2048, Waiting: 2 * time.Second},
+		{Ring: 1, CPU: -1, Samples: 4, Found: 5, Fill: 1024, MaxFill: 1024},
+		{Ring: 2, CPU: -1, Samples: 1, Left: 6, Fill: 0, MaxFill: 4096},
+		{Ring: -1, CPU: 0, Failed: perfbuf.Failures{Full: 3}},
+	}}, sizes: []int{4096, 65536, 8192}, follows: true}
+	const help = " Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed."
+	const fullest = " Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings."
+	want := `
+# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts).` + help + `
+# TYPE perfbuf_samples_total counter
+perfbuf_samples_total{ring=""} 14
+# HELP perfbuf_found_records_total Ring buffers: records (samples and discarded) in the ring when the reader opened it; for a pinned ring buffer opened again, what the last reader left, which this one delivers.` + help + `
+# TYPE perfbuf_found_records_total counter
+perfbuf_found_records_total{ring=""} 8
+# HELP perfbuf_left_samples_total Samples left unread in the rings when the reader was closed.` + help + `
+# TYPE perfbuf_left_samples_total counter
+perfbuf_left_samples_total{ring=""} 6
+# HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed).` + fullest + `
+# TYPE perfbuf_ring_fill_ratio gauge
+perfbuf_ring_fill_ratio{ring=""} 0.25
+# HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's.` + fullest + `
+# TYPE perfbuf_ring_fill_max_ratio gauge
+perfbuf_ring_fill_max_ratio{ring=""} 0.5
+# HELP perfbuf_ring_size_bytes Size of a ring's data area: the largest ring's (a perf event array's rings are all one size).` + fullest + `
+# TYPE perfbuf_ring_size_bytes gauge
+perfbuf_ring_size_bytes{ring=""} 65536
+`
+	names := []string{"perfbuf_samples_total", "perfbuf_found_records_total", "perfbuf_left_samples_total",
+		"perfbuf_ring_fill_ratio", "perfbuf_ring_fill_max_ratio", "perfbuf_ring_size_bytes"}
+	if err := testutil.CollectAndCompare(NewCollector(src, Options{MaxRingSeries: 2}), strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	// At the limit, a series per ring.
+	if n, want := testutil.CollectAndCount(NewCollector(src, Options{MaxRingSeries: 3}), "perfbuf_samples_total"), 3; n != want {
+		t.Errorf("MaxRingSeries 3 over 3 rings: %d series of samples, want %d", n, want)
 	}
 }
 
@@ -342,7 +389,7 @@ func TestOptions(t *testing.T) {
 		t.Error("a collector with PerCPU registered beside collectors without")
 	}
 	const want = `
-# HELP agent_perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed.
+# HELP agent_perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE agent_perfbuf_samples_total counter
 agent_perfbuf_samples_total{map="events",ring=""} 7
 agent_perfbuf_samples_total{map="other",ring="0"} 9
@@ -355,17 +402,17 @@ agent_perfbuf_samples_total{map="other",ring="1"} 1
 
 // A const label that clashes with a variable one is refused at Register;
 // a collection through no registry reports the metrics it makes invalid,
-// without a panic. (fakeSources Stats have no Size: 12 ring metrics a
-// series, 10 counters and 2 ages.)
+// without a panic. (fakeSources Stats have no Size: 13 ring metrics a
+// series, 11 counters and 2 ages.)
 func TestBadConstLabel(t *testing.T) {
 	for _, tc := range []struct {
 		label       string
 		perCPU      bool
 		wantInvalid int
 	}{
-		{"ring", false, 12},                 // one series of the rings
+		{"ring", false, 13},                 // one series of the rings
 		{"cause", false, len(causes)},       // the reader's failures
-		{"cpu", true, 2*12 + 3*len(causes)}, // CPUs 0 and 2 with rings, 0, 2 and 3 with failures
+		{"cpu", true, 2*13 + 3*len(causes)}, // CPUs 0 and 2 with rings, 0, 2 and 3 with failures
 	} {
 		c := NewCollector(&fakeSource{stats: fakeStats()}, Options{ConstLabels: prometheus.Labels{tc.label: "x"}, PerCPU: tc.perCPU})
 		if err := prometheus.NewRegistry().Register(c); err == nil {

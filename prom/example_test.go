@@ -40,7 +40,7 @@ func ExampleNewCollector() {
 		}
 	}
 	// Output:
-	// # HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer; a perf event array's rings summed.
+	// # HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 	// # TYPE perfbuf_samples_total counter
 	// perfbuf_samples_total{map="events",ring=""} 8
 	// perfbuf_samples_total{map="logs",ring="0"} 7

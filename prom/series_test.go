@@ -51,24 +51,33 @@ func ringBufArray256() []perfbuf.Stats {
 // -run TestSeries256). Before the default aggregated, every count was per
 // CPU: 4608, 4626 and 4626 series (the ring buffers' rings in cpu="-1").
 // Before the ages and wakeups: 21, 21 and 3336 by default; 4866, 1551 and
-// 4866 with PerCPU.
+// 4866 with PerCPU. Before MaxRingSeries, an array of 256 ring buffers
+// exported a series set per ring by default: 3849 (15 a ring).
 func TestSeries256(t *testing.T) {
-	const rings = 15 // 10 counters, 2 fill ratios, the size and 2 ages
+	const rings = 16 // 11 counters, 2 fill ratios, the size and 2 ages
 	for _, tc := range []struct {
 		name          string
 		stats         []perfbuf.Stats
 		size          int
+		max           int // Options.MaxRingSeries
 		want, wantCPU int
 	}{
 		// One series of the rings, the failures by cause, 3 series of
 		// the reader (wakeups, hotplug, an exact Close).
-		{"perf event array", perfArray256(), 64 << 10,
+		{"perf event array", perfArray256(), 64 << 10, 0,
 			rings + len(causes) + 3, hostCPUs*(rings+len(causes)) + 3},
-		{"ring buffer", ringBuf256(), 16 << 20,
+		{"ring buffer", ringBuf256(), 16 << 20, 0,
 			rings + len(causes) + 3, rings + hostCPUs*len(causes) + 3},
-		// A series per ring.
-		{"array of ring buffers", ringBufArray256(), 256 << 10,
+		// More rings than MaxRingSeries: summed, as a perf event array's.
+		{"array of ring buffers", ringBufArray256(), 256 << 10, 0,
+			rings + len(causes) + 3, rings + hostCPUs*len(causes) + 3},
+		// A series per ring, asked for.
+		{"array of ring buffers, no limit", ringBufArray256(), 256 << 10, -1,
 			hostCPUs*rings + len(causes) + 3, hostCPUs*(rings+len(causes)) + 3},
+		{"array of ring buffers, a series per ring up to 256", ringBufArray256(), 256 << 10, hostCPUs,
+			hostCPUs*rings + len(causes) + 3, hostCPUs*(rings+len(causes)) + 3},
+		{"array of ring buffers, a series per ring up to 255", ringBufArray256(), 256 << 10, hostCPUs - 1,
+			rings + len(causes) + 3, rings + hostCPUs*len(causes) + 3},
 	} {
 		src := &fakeReader{fakeSource: fakeSource{stats: tc.stats}, follows: true}
 		for _, st := range tc.stats {
@@ -76,8 +85,8 @@ func TestSeries256(t *testing.T) {
 				src.sizes = append(src.sizes, tc.size)
 			}
 		}
-		n := testutil.CollectAndCount(NewCollector(src, Options{}))
-		nCPU := testutil.CollectAndCount(NewCollector(src, Options{PerCPU: true}))
+		n := testutil.CollectAndCount(NewCollector(src, Options{MaxRingSeries: tc.max}))
+		nCPU := testutil.CollectAndCount(NewCollector(src, Options{PerCPU: true, MaxRingSeries: tc.max}))
 		t.Logf("%s, %d CPUs: %d series, %d with PerCPU", tc.name, hostCPUs, n, nCPU)
 		if n != tc.want || nCPU != tc.wantCPU {
 			t.Errorf("%s: %d series, %d with PerCPU; want %d, %d", tc.name, n, nCPU, tc.want, tc.wantCPU)

@@ -232,6 +232,9 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || o.tracer.pid != 7 || o.tracer.buffer != bpfbuffer.RingBuf || !o.tracer.verbose || o.tracer.objPath != "" {
 		t.Errorf("parsed %+v, %v", o, err)
 	}
+	if o, err = parseFlags([]string{"--buffer", "ringbuf_per_cpu"}, nil); err != nil || o.tracer.buffer != bpfbuffer.RingBufPerCPU {
+		t.Errorf("parsed %+v, %v", o, err)
+	}
 	if o, err = parseFlags(nil, nil); err != nil || o.tracer.buffer != bpfbuffer.Any || o.tracer.pid != 0 {
 		t.Errorf("defaults %+v, %v", o, err)
 	}
@@ -322,5 +325,21 @@ func TestSummary(t *testing.T) {
 `
 	if b.String() != want {
 		t.Errorf("perf event array:\n got %q\nwant %q", b.String(), want)
+	}
+	b.Reset()
+	stats = []perfbuf.Stats{
+		{Ring: 0, CPU: -1, Samples: 29, MaxFill: 254736},
+		{Ring: 1, CPU: -1, Samples: 3, Left: 1},
+		{Ring: -1, CPU: 0, Failed: perfbuf.Failures{Full: 12}},
+	}
+	writeSummary(&b, bpfbuffer.RingBufPerCPU, counts{events: 32}, stats, time.Second)
+	want = `
+32 calls traced, 0 lost, 12 failed outputs (ring full 12) in 1.0s, from a BPF ring buffer per CPU
+  ring 0      29 events  ring peak 254736 bytes
+  ring 1       3 events  1 unread at exit
+  cpu 0   12 failed outputs (ring full 12)
+`
+	if b.String() != want {
+		t.Errorf("ring buffer per CPU:\n got %q\nwant %q", b.String(), want)
 	}
 }

@@ -3,9 +3,10 @@
 // Command mountsnoop traces mount() and umount() system-wide and prints one
 // line per call: a Go port of mountsnoop from libbpf-tools (bcc). Like the
 // C tool, which is built on libbpf-tools' bpf_buffer, its BPF program
-// writes to a BPF ring buffer when the kernel has them and to a perf event
-// array elsewhere: perfbuf's PERFBUF_BUFFER on the BPF side,
-// bpfbuffer.Prepare at load, and one perfbuf.Reader for either.
+// writes to BPF ring buffers when the kernel has them, one per CPU (the C
+// tool's is one ring shared by every CPU: --buffer ringbuf), and to a perf
+// event array elsewhere: perfbuf's PERFBUF_BUFFER on the BPF side,
+// bpfbuffer.Prepare at load, and one perfbuf.Reader for each layout.
 //
 // It needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) and kernel BTF. Its
 // BPF object is built into the executable (run `make bpf` before building);
@@ -41,6 +42,7 @@ EXAMPLES:
     mountsnoop -p 1216 # only trace PID 1216
     mountsnoop --buffer perf_event_array  # a perf event array, even where
                        # the kernel has BPF ring buffers
+    mountsnoop --buffer ringbuf  # one ring buffer for every CPU, as the C tool
 
 OPTIONS (short flags may be grouped: -td):
 `
@@ -198,6 +200,8 @@ func kindText(k bpfbuffer.Kind) string {
 	switch k {
 	case bpfbuffer.RingBuf:
 		return "a BPF ring buffer"
+	case bpfbuffer.RingBufPerCPU:
+		return "a BPF ring buffer per CPU"
 	case bpfbuffer.PerfEventArray:
 		return "a perf event array"
 	}
@@ -223,6 +227,8 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 		case s.Ring < 0: // a CPU's failures, without a ring of its own
 			fmt.Fprintf(w, "  cpu %-3d %s\n", s.CPU, tool.FailuresText(s.Failed))
 			continue
+		case s.CPU < 0 && kind == bpfbuffer.RingBufPerCPU: // the ring of CPU s.Ring
+			fmt.Fprintf(w, "  ring %-3d%6d events", s.Ring, s.Samples)
 		case s.CPU < 0: // the ring buffer: every CPU's
 			fmt.Fprintf(w, "  ring    %6d events", s.Samples)
 		default:
@@ -292,7 +298,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	boolean(&o.tracer.verbose, "verbose debug output (and the buffer's kind)", "v", "verbose")
 	value(tool.SecondsValue{P: &o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "duration")
 	value(kindValue{&o.tracer.buffer}, "KIND",
-		"any (a ring buffer where the kernel has them, the default), ringbuf or perf_event_array", "buffer")
+		"any (a ring buffer per CPU where the kernel has them, the default), ringbuf_per_cpu, ringbuf (one shared, as the C tool's) or perf_event_array", "buffer")
 	value(tool.StringValue{P: &o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
 	boolean(&wantHelp, "show this help", "h", "help")
 
@@ -328,8 +334,8 @@ func (v pidValue) Set(s string) error {
 	return nil
 }
 
-// kindValue parses --buffer: any, ringbuf or perf_event_array (perf for
-// short).
+// kindValue parses --buffer: any, ringbuf_per_cpu, ringbuf or
+// perf_event_array (perf for short).
 type kindValue struct{ p *bpfbuffer.Kind }
 
 func (v kindValue) String() string {
@@ -340,7 +346,7 @@ func (v kindValue) String() string {
 }
 
 func (v kindValue) Set(s string) error {
-	for _, k := range []bpfbuffer.Kind{bpfbuffer.Any, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray} {
+	for _, k := range []bpfbuffer.Kind{bpfbuffer.Any, bpfbuffer.RingBufPerCPU, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray} {
 		if s == k.String() {
 			*v.p = k
 			return nil
@@ -350,5 +356,5 @@ func (v kindValue) Set(s string) error {
 		*v.p = bpfbuffer.PerfEventArray
 		return nil
 	}
-	return fmt.Errorf("invalid buffer kind %q, should be any, ringbuf or perf_event_array", s)
+	return fmt.Errorf("invalid buffer kind %q, should be any, ringbuf_per_cpu, ringbuf or perf_event_array", s)
 }

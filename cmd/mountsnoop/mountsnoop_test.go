@@ -49,9 +49,9 @@ func requirePrivileges(t *testing.T) {
 }
 
 // kinds are the buffer kinds every privileged test runs with: what the
-// kernel allows (a ring buffer from Linux 5.8), and a perf event array
-// forced.
-var kinds = []bpfbuffer.Kind{bpfbuffer.Any, bpfbuffer.PerfEventArray}
+// kernel allows (a ring buffer per CPU from Linux 5.8), one ring buffer
+// shared by every CPU (the C tool's), and a perf event array forced.
+var kinds = []bpfbuffer.Kind{bpfbuffer.Any, bpfbuffer.RingBuf, bpfbuffer.PerfEventArray}
 
 func openTestTracer(t *testing.T, cfg tracerConfig) *tracer {
 	t.Helper()
@@ -90,7 +90,7 @@ func collect(t *testing.T, tr *tracer) []event {
 			t.Errorf("cpu %d lost %d events", s.CPU, s.Lost)
 			continue
 		}
-		if tr.kind == bpfbuffer.RingBuf && s.CPU != -1 {
+		if tr.kind != bpfbuffer.PerfEventArray && s.CPU != -1 {
 			t.Errorf("a ring buffer's record with cpu %d, want -1", s.CPU)
 		}
 		var ev event
@@ -124,6 +124,25 @@ func inPrivateMountNS(t *testing.T, calls ...func() error) nsThread {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
 		var r result
 		defer func() { ch <- r }()
+		// On one CPU, the first it may run on: with a ring per CPU, the
+		// thread's events go to one ring, as with a ring shared by every
+		// CPU.
+		var set unix.CPUSet
+		if r.err = unix.SchedGetaffinity(0, &set); r.err != nil {
+			r.err = fmt.Errorf("sched_getaffinity: %w", r.err)
+			return
+		}
+		for cpu := 0; ; cpu++ {
+			if set.IsSet(cpu) {
+				set.Zero()
+				set.Set(cpu)
+				break
+			}
+		}
+		if r.err = unix.SchedSetaffinity(0, &set); r.err != nil {
+			r.err = fmt.Errorf("sched_setaffinity: %w", r.err)
+			return
+		}
 		if r.err = unix.Unshare(unix.CLONE_NEWNS); r.err != nil {
 			r.err = fmt.Errorf("unshare(CLONE_NEWNS): %w", r.err)
 			return
@@ -289,7 +308,7 @@ func TestFullRing(t *testing.T) {
 					len(got), samples, lost, left, f.Total(), calls)
 			}
 			perRing := uint64(ringBytes / (eventSize + 8)) // a ring buffer record's header
-			if tr.kind == bpfbuffer.RingBuf && (samples != perRing || f.Full != calls-perRing) {
+			if tr.kind != bpfbuffer.PerfEventArray && (samples != perRing || f.Full != calls-perRing) {
 				t.Errorf("ring buffer: %d samples, %d full, want %d and %d", samples, f.Full, perRing, calls-perRing)
 			}
 			var summary bytes.Buffer
@@ -306,7 +325,7 @@ func TestFullRing(t *testing.T) {
 	}
 }
 
-// The whole command, in-process, on both kinds: mounts made until it ends
+// The whole command, in-process, on every kind: mounts made until it ends
 // are printed, and the summary names the buffer's kind.
 func TestRun(t *testing.T) {
 	requirePrivileges(t)
@@ -355,9 +374,9 @@ func TestRun(t *testing.T) {
 			if n == 0 {
 				t.Errorf("no mount traced\nstdout:\n%s", stdout.String())
 			}
-			wantKind := "from a perf event array"
+			wantKind := "from " + kindText(kind)
 			if kind == bpfbuffer.Any {
-				wantKind = "from a "
+				wantKind = "from a " // a ring buffer per CPU, or a perf event array on an old kernel
 			}
 			if !strings.Contains(stderr.String(), " calls traced, 0 lost") || !strings.Contains(stderr.String(), wantKind) {
 				t.Errorf("summary:\n%s", stderr.String())

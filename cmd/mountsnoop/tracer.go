@@ -41,7 +41,7 @@ type tracerConfig struct {
 	// own PID namespace numbers them (the same on the host), and tasks
 	// outside it show PID 0.
 	kernelPIDs bool
-	buffer     bpfbuffer.Kind // what `events` becomes: Any (a ring buffer if the kernel has them), or forced
+	buffer     bpfbuffer.Kind // what `events` becomes: Any (a ring buffer per CPU if the kernel has them), or forced
 	verbose    bool           // libbpf debug messages
 }
 
@@ -53,8 +53,9 @@ type tracer struct {
 	clock clock          // set just before the programs were attached
 }
 
-// ringBytes is the ring buffer's size, as the C tool's (256 KiB: 29 events
-// of 8776 bytes), and each CPU's ring on the perf path.
+// ringBytes is the size of each ring: the C tool's one ring buffer's
+// (256 KiB: 29 events of 8776 bytes), and each CPU's ring on the perf path
+// and with a ring buffer per CPU.
 const ringBytes = 256 << 10
 
 // readerOptions are the reader's options: rings the size of the C tool's,
@@ -106,26 +107,24 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 		return nil, fmt.Errorf("set pidns_ino in %s: %w", path, err)
 	}
 	// Prepare chooses the kind and sizes the map; it leaves in opts what
-	// NewReader takes for that kind (for a ring buffer it moves RingBytes
-	// into the map's size).
+	// NewReader takes for that kind (for ring buffers it moves RingBytes
+	// into the maps' sizes).
 	opts := perfbuf.Options{RingBytes: ringBytes}
-	if t.kind, err = bpfbuffer.Prepare(mod, "events", cfg.buffer, &opts); err != nil {
+	if t.kind, err = prepareEvents(mod, cfg.buffer, &opts); err != nil {
 		return nil, err
 	}
 	if err := mod.BPFLoadObject(); err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
-	events, err := mod.GetMap("events")
+	// The map to read and the rest of the options: the buffer's own map,
+	// or the first of the rings Prepare made and the others in Maps, and
+	// events_failures.
+	events, mopts, err := bpfbuffer.Maps(mod, "events", opts)
 	if err != nil {
-		return nil, fmt.Errorf("map events in %s: %w", path, err)
-	}
-	failures, err := mod.GetMap("events_failures")
-	if err != nil {
-		return nil, fmt.Errorf("map events_failures in %s: %w", path, err)
+		return nil, fmt.Errorf("maps of events in %s: %w", path, err)
 	}
 	ropts := readerOptions()
-	ropts.RingBytes = opts.RingBytes
-	ropts.FailureMap = failures
+	ropts.RingBytes, ropts.FailureMap, ropts.Maps = mopts.RingBytes, mopts.FailureMap, mopts.Maps
 	// Open the reader before attaching, so that no event is written to a
 	// CPU without a ring.
 	if t.rd, err = perfbuf.NewReader(events, ropts); err != nil {
@@ -151,6 +150,24 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	}
 	ok = true
 	return t, nil
+}
+
+// prepareEvents makes `events` the kind want asks for. Any is a ring
+// buffer per CPU where the kernel has ring buffers (Linux 5.8), ringBytes
+// each, as each CPU's perf ring is: every CPU reserves in its own ring,
+// taking no lock that another CPU takes, and a burst of calls on one CPU
+// fills its ring only. Elsewhere, a perf event array. (The C tool's
+// bpf_buffer makes one ring buffer shared by every CPU: --buffer ringbuf.)
+func prepareEvents(mod *libbpfgo.Module, want bpfbuffer.Kind, opts *perfbuf.Options) (bpfbuffer.Kind, error) {
+	if want != bpfbuffer.Any {
+		return bpfbuffer.Prepare(mod, "events", want, opts)
+	}
+	kind, err := bpfbuffer.Prepare(mod, "events", bpfbuffer.RingBufPerCPU, opts)
+	if errors.Is(err, errors.ErrUnsupported) {
+		// No ring buffers in this kernel: Prepare changed nothing.
+		return bpfbuffer.Prepare(mod, "events", bpfbuffer.PerfEventArray, opts)
+	}
+	return kind, err
 }
 
 // perfFull returns the events that a full perf ring dropped, summed over

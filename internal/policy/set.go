@@ -62,6 +62,7 @@ type Tally struct {
 	Late    uint64 // ordered: samples delivered (or dropped) behind a larger key
 	Dropped uint64 // ordered with DropLate: late samples dropped
 	Left    uint64 // samples left in the ring at Close
+	Found   uint64 // records in the ring at its opening (the owner's, once)
 
 	// Clear is a time (Now's) when no record the ring holds undelivered
 	// had been written yet: the oldest one's age is at most Now() - Clear

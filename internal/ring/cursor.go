@@ -65,8 +65,14 @@ func (c *Cursor) init(cpu int, size uint64, name string, mem memory, tail uint64
 }
 
 // SetIndex gives the ring its owner's buffer index (Record.Ring,
-// CorruptError.Ring).
-func (c *Cursor) SetIndex(i int) { c.index = i }
+// CorruptError.Ring), also to an error pending since the ring was made
+// (positions that cannot be valid at opening).
+func (c *Cursor) SetIndex(i int) {
+	c.index = i
+	if c.corrupt != nil {
+		c.corrupt.Ring = i
+	}
+}
 
 // Index is the ring's buffer index.
 func (c *Cursor) Index() int { return c.index }

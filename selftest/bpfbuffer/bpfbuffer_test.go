@@ -674,22 +674,72 @@ func TestWithoutPrepare(t *testing.T) {
 // count, as for perf event arrays: Close marks the reader closed in the
 // failure map, which PERFBUF_BUFFER's outputs check, waits for an RCU grace
 // period, and then counts what is left; outputs after that fail in the
-// program (noent). Every record that got into the ring is delivered,
-// discarded or left, exactly; a reader that opens again is written to.
+// program (noent). Every record that got into the rings is delivered,
+// discarded or left, exactly; a reader that opens again finds what the last
+// one left, ring by ring (Stats.Found), delivers it and is written to. A
+// shared ring buffer, and a ring per CPU (the rings that bpfbuffer.Maps
+// hands over, every CPU's producer on its own ring).
 func TestRingBufCloseLedger(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind bpfbuffer.Kind
+		more []bpfbuffer.Option
+	}{
+		{"ring buffer", bpfbuffer.RingBuf, nil},
+		{"ring per CPU", bpfbuffer.RingBufPerCPU, []bpfbuffer.Option{bpfbuffer.CPUsPerRing(1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRingBufCloseLedger(t, tc.kind, tc.more) })
+	}
+}
+
+func testRingBufCloseLedger(t *testing.T, kind bpfbuffer.Kind, more []bpfbuffer.Option) {
 	opts := perfbuf.Options{}
-	f := setup(t, bpfbuffer.RingBuf, &opts)
-	if f.kind != bpfbuffer.RingBuf {
+	if kind == bpfbuffer.RingBufPerCPU {
+		opts.RingBytes = bpftest.RingBytes(16)
+	}
+	f := setup(t, kind, &opts, more...)
+	if f.kind != kind {
 		t.Fatalf("the buffer became a %v", f.kind)
 	}
-	opts.FailureMap = f.failures
-	var carried uint64 // left by the previous reader: the next one reads it first
+	m, opts, err := bpfbuffer.Maps(f.mod, "events", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sums adds up the entries of the rings (Ring >= 0) of stats, and
+	// returns each ring's Left.
+	sums := func(stats []perfbuf.Stats) (sum perfbuf.Stats, left map[int]uint64) {
+		left = map[int]uint64{}
+		for _, e := range stats {
+			if e.Ring < 0 {
+				continue
+			}
+			sum.Samples += e.Samples
+			sum.Discarded += e.Discarded
+			sum.Left += e.Left
+			sum.Found += e.Found
+			left[e.Ring] = e.Left
+		}
+		return sum, left
+	}
+	// checkFound checks that each ring of stats found what the last reader
+	// left in it (no discards here).
+	checkFound := func(it int, stats []perfbuf.Stats, carried map[int]uint64) {
+		t.Helper()
+		for _, e := range stats {
+			if e.Ring >= 0 && e.Found != carried[e.Ring] {
+				t.Errorf("iteration %d: ring %d found %d, the last reader left %d", it, e.Ring, e.Found, carried[e.Ring])
+			}
+		}
+	}
+	carried := map[int]uint64{} // left by the previous reader, per ring: the next one reads it first
+	var carriedAll uint64
 	for it, delay := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 8 * time.Millisecond} {
 		before := f.outcomes(t)
-		r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
+		r, err := perfbuf.NewReader(m, perfbuf.ReaderOptions{Options: opts})
 		if err != nil {
 			t.Fatal(err)
 		}
+		checkFound(it, r.Stats(), carried)
 		stop := make(chan struct{})
 		var producers sync.WaitGroup
 		for _, cpu := range f.cpus {
@@ -724,7 +774,11 @@ func TestRingBufCloseLedger(t *testing.T) {
 		if err := <-readDone; !errors.Is(err, os.ErrClosed) {
 			t.Errorf("read ended with %v", err)
 		}
-		time.Sleep(2 * time.Millisecond) // outputs after Close
+		// Outputs after Close: the producers' for a while, and one made
+		// here, so that there is one however the producers were
+		// scheduled (a loaded host ran none in 2 ms).
+		time.Sleep(2 * time.Millisecond)
+		f.produce(t, f.cpus[0], 1, 48, viaOutput, 1)
 		close(stop)
 		producers.Wait()
 		after := f.outcomes(t)
@@ -734,24 +788,27 @@ func TestRingBufCloseLedger(t *testing.T) {
 			ok += d.OK - before[cpu].OK
 			noent += d.NoEnt - before[cpu].NoEnt
 		}
-		st := r.Stats()[0]
-		t.Logf("Close after %v: %d output into the ring + %d left before = delivered %d + discarded %d + left %d; %d refused after Close (noent)",
-			delay, ok, carried, st.Samples, st.Discarded, st.Left, noent)
-		if st.Samples+st.Discarded+st.Left != ok+carried {
-			t.Errorf("iteration %d: delivered %d + discarded %d + left %d != %d output into the ring + %d left before", it, st.Samples, st.Discarded, st.Left, ok, carried)
+		stats := r.Stats()
+		checkFound(it, stats, carried)
+		st, left := sums(stats)
+		t.Logf("Close after %v: %d output into the rings + %d left before (found %d) = delivered %d + discarded %d + left %d; %d refused after Close (noent)",
+			delay, ok, carriedAll, st.Found, st.Samples, st.Discarded, st.Left, noent)
+		if st.Samples+st.Discarded+st.Left != ok+carriedAll || st.Found != carriedAll {
+			t.Errorf("iteration %d: delivered %d + discarded %d + left %d != %d output into the rings + %d left before (found %d)", it, st.Samples, st.Discarded, st.Left, ok, carriedAll, st.Found)
 		}
-		carried = st.Left
+		carried, carriedAll = left, st.Left
 		if noent == 0 {
 			t.Errorf("iteration %d: no output refused after Close: the program did not see the reader gone", it)
 		}
 	}
-	r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
+	r, err := perfbuf.NewReader(m, perfbuf.ReaderOptions{Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if n, err := r.Consume(func(*perfbuf.Record) error { return nil }); uint64(n) != carried || err != nil {
-		t.Errorf("a reader opened again: Consume = %d, %v; want the %d left", n, err, carried)
+	checkFound(4, r.Stats(), carried)
+	if n, err := r.Consume(func(*perfbuf.Record) error { return nil }); uint64(n) != carriedAll || err != nil {
+		t.Errorf("a reader opened again: Consume = %d, %v; want the %d left", n, err, carriedAll)
 	}
 	f.produce(t, f.cpus[0], 3, 48, viaOutput, 1)
 	if n, err := r.Consume(func(*perfbuf.Record) error { return nil }); n != 3 || err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"github.com/perfbuf/perfbuf/selftest/internal/pins"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +41,7 @@ func TestHandover(t *testing.T) {
 	if f.kind != bpfbuffer.RingBuf {
 		t.Fatalf("the buffer became a %v", f.kind)
 	}
-	dir := pinDir(t)
+	dir := pins.Dir(t)
 	for name, m := range map[string]interface{ Pin(string) error }{"events": f.events, "events_failures": f.failures} {
 		if err := m.Pin(filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
@@ -129,26 +130,6 @@ func TestHandover(t *testing.T) {
 	if want := fmt.Sprintf("samples %d left 0", newGot); closed != want {
 		t.Errorf("the new reader at Close: %s, want %s", closed, want)
 	}
-}
-
-// pinDir returns a new directory in the bpffs at /sys/fs/bpf, mounting one
-// there if there is none; both go at cleanup.
-func pinDir(t *testing.T) string {
-	t.Helper()
-	const root = "/sys/fs/bpf"
-	var st unix.Statfs_t
-	if err := unix.Statfs(root, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
-		if err := unix.Mount("bpf", root, "bpf", 0, ""); err != nil {
-			t.Fatalf("mount bpffs at %s: %v", root, err)
-		}
-		t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
-	}
-	dir, err := os.MkdirTemp(root, "perfbuf-handover-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 // child is a reader in another process: this test binary running

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package perfbuf
+
+// Fuzzing a Reader over several ring buffers (an array of ring buffers, a
+// ring per CPU: issue 30, item 9): one ring of arbitrary bytes and
+// positions among rings that a producer following the kernel's protocol
+// wrote, some of them empty.
+
+import (
+	"errors"
+	"testing"
+	"unsafe"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
+)
+
+// FuzzReaderRingBufs reads rings 0..n-1 with one Reader; ring bad holds
+// arbitrary bytes at arbitrary positions, each other ring counts[i]
+// records (0: an empty ring), every third discarded. Consume must never
+// panic, loop or hand out memory outside a ring; the only errors are
+// *CorruptErrors of ring bad; every other ring's samples arrive once, in
+// order, and its Stats after Close say so exactly (no corruption, nothing
+// left, its discards counted). The bad ring's Stats count what it
+// delivered.
+func FuzzReaderRingBufs(f *testing.F) {
+	f.Add([]byte{}, uint8(2), uint8(0), uint64(0), uint64(0), []byte{3, 5})
+	f.Add(make([]byte, 64), uint8(4), uint8(3), uint64(4), uint64(64), []byte{0, 7, 1, 9})
+	f.Add([]byte{8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}, uint8(3), uint8(1), uint64(0), uint64(16), []byte{2, 0, 4})
+	f.Add([]byte{0xff, 0xff, 0xff, 0x7f}, uint8(2), uint8(1), uint64(4096), uint64(8192), []byte{1, 1})
+	f.Fuzz(func(t *testing.T, mem []byte, n, bad uint8, cons, prod uint64, counts []byte) {
+		const size = 4096
+		rings := int(n%4) + 1
+		badRing := int(bad) % rings
+		fr := newFakeBPFRings(t, rings, size)
+		want := make([][]uint64, rings)
+		discards := make([]uint64, rings)
+		for i, rb := range fr.rings {
+			if i == badRing {
+				rb.Put(0, mem[:min(len(mem), size)])
+				rb.Pos[0], rb.Pos[1], rb.Prod = cons, prod, prod
+				continue
+			}
+			var c int
+			if i < len(counts) {
+				c = int(counts[i] % 40)
+			}
+			for j := range c {
+				seq := uint64(i)<<32 | uint64(j)
+				p, ok := rb.Reserve(8)
+				if !ok {
+					t.Fatal("no room")
+				}
+				rb.Write(p, bpfPayload(seq))
+				discard := j%3 == 2
+				rb.Commit(p, discard)
+				if discard {
+					discards[i]++
+				} else {
+					want[i] = append(want[i], seq)
+				}
+			}
+		}
+		r := fr.reader(t, ReaderOptions{MaxLatency: -1})
+		setBudget(r, 5*16) // turns that end between records
+		got := make([][]uint64, rings)
+		for call := 0; ; call++ {
+			if call > 64 {
+				t.Fatal("Consume still delivering or failing after 64 calls")
+			}
+			k, err := r.Consume(func(rec *Record) error {
+				i := rec.Ring
+				if i < 0 || i >= rings {
+					t.Fatalf("record of ring %d", i)
+				}
+				checkInRing(t, fr.rings[i], rec.Data)
+				got[i] = append(got[i], seq8(rec.Data))
+				return nil
+			})
+			var ce *CorruptError
+			if err != nil && (!errors.As(err, &ce) || ce.Ring != badRing) {
+				t.Fatalf("Consume: %v; only ring %d may be corrupt", err, badRing)
+			}
+			if err == nil && k == 0 {
+				break
+			}
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range r.Stats() {
+			i := st.Ring
+			if i == badRing {
+				if st.Samples != uint64(len(got[i])) {
+					t.Errorf("ring %d (arbitrary): delivered %d, Stats %+v", i, len(got[i]), st)
+				}
+				continue
+			}
+			if len(got[i]) != len(want[i]) {
+				t.Fatalf("ring %d: delivered %v, want %v", i, got[i], want[i])
+			}
+			for j := range want[i] {
+				if got[i][j] != want[i][j] {
+					t.Fatalf("ring %d: delivered %v, want %v", i, got[i], want[i])
+				}
+			}
+			if st.Samples != uint64(len(want[i])) || st.Discarded != discards[i] || st.Left != 0 || st.Corrupt != 0 || st.Found != uint64(len(want[i]))+discards[i] {
+				t.Errorf("ring %d: Stats %+v; want %d samples, %d discarded, all found at opening, nothing left or corrupt", i, st, len(want[i]), discards[i])
+			}
+		}
+	})
+}
+
+// checkInRing checks that data lies in rb's data area (both copies).
+func checkInRing(t *testing.T, rb *ringtest.RingBuf, data []byte) {
+	t.Helper()
+	if len(data) == 0 {
+		return
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(rb.Data)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+	if p < lo || p+uintptr(len(data)) > lo+uintptr(len(rb.Data)) {
+		t.Fatalf("a record of %d bytes at %#x, outside the ring's area [%#x, %#x)", len(data), p, lo, lo+uintptr(len(rb.Data)))
+	}
+}
