@@ -60,7 +60,14 @@ type window struct {
 	limit     int // Bytes
 
 	rs    []windowRing
-	heap  keyHeap // the copies: tie their seq, ref their slot
+	// The copies, in runs of keys that do not fall (a ring's records
+	// mostly come in key order: a ring of one CPU is one run), and a heap
+	// of the runs by their first copy's key (tie its seq, ref the run).
+	runs    []copyRun
+	idle    []int // runs with no copy, not in the heap
+	heap    keyHeap
+	lastRun int // the run the last copy went to; -1: none
+	held    int // copies in the window
 	slots []copySlot
 	free  []int32 // slots not in use
 	pools [maxClass + 1][][]byte
@@ -123,6 +130,7 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		dropLate:  cfg.DropLate,
 		limit:     max(cfg.Bytes, 1),
 		outAt:     -1,
+		lastRun:   -1,
 		look:      true,
 		start:     time.Now(),
 	}
@@ -225,7 +233,7 @@ func (w *window) stage(rec *ring.Record) error {
 		w.slots = append(w.slots, copySlot{})
 	}
 	w.slots[slot] = copySlot{data: buf, pos: rec.Pos, next: rec.Next, at: w.now(), ring: int32(w.in), seq: w.seq}
-	w.heap.push(heapEntry{key: key, tie: w.seq, ref: int(slot)})
+	w.add(heapEntry{key: key, tie: w.seq, ref: int(slot)})
 	r := &w.rs[w.in]
 	r.order = append(r.order, copyID{slot, w.seq})
 	r.staged++
@@ -300,7 +308,7 @@ func (w *window) takeInAll() {
 
 // releasable reports whether the smallest copy may go (rules 1 to 5).
 func (w *window) releasable() bool {
-	e := w.heap[0]
+	e := w.min()
 	switch {
 	case w.drain || w.s.Flushing() || w.s.Stop.Load(): // rule 5
 		return true
@@ -345,18 +353,18 @@ func (w *window) Next() (*ring.Record, int) {
 			w.takeInAll()
 			took = true
 		}
-		if len(w.heap) == 0 && w.drain && !w.s.FlushReached(w) {
+		if w.held == 0 && w.drain && !w.s.FlushReached(w) {
 			w.takeInAll() // the window had no room for all of it
 			continue
 		}
-		if len(w.heap) == 0 || !w.releasable() {
+		if w.held == 0 || !w.releasable() {
 			w.look = true // take in before the next release
 			if took || w.drain {
 				return nil, -1
 			}
 			continue
 		}
-		e := w.heap.pop()
+		e := w.popMin()
 		sl := &w.slots[e.ref]
 		i := int(sl.ring)
 		late := e.key < w.last
@@ -400,8 +408,8 @@ func (w *window) Idle() (time.Duration, time.Duration) {
 	for i := range w.rs {
 		w.CommitPublish(i)
 	}
-	if len(w.heap) > 0 {
-		due := time.Duration(w.slots[w.heap[0].ref].at + int64(w.maxDelay) - w.now())
+	if w.held > 0 {
+		due := time.Duration(w.slots[w.min().ref].at + int64(w.maxDelay) - w.now())
 		if timeout < 0 || due+w.dueSlack < timeout {
 			timeout, slack = max(due, 0), w.dueSlack
 		}
@@ -424,4 +432,81 @@ func (w *window) Each(fn func(*ring.Record) error) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// copyRun is a run of copies whose keys do not fall, oldest first: q[head:].
+type copyRun struct {
+	q    []heapEntry // key, seq (tie), slot (ref)
+	head int
+	tail uint64 // the last key added
+}
+
+// maxRunScan bounds how many runs add looks at for one that takes a key,
+// beyond the last one used: a key that fits none of them starts a run.
+const maxRunScan = 8
+
+// add puts a copy in a run: the run the last copy went to if the key does
+// not fall below its last, else the first of a few others that takes it,
+// else a new run. Copies in key order (a ring of one CPU, or a shared
+// ring's records reserved in key order) cost no sift: the heap holds runs,
+// and only a run's first copy is in it.
+func (w *window) add(e heapEntry) {
+	w.held++
+	j := w.lastRun
+	if j < 0 || w.runs[j].tail > e.key || w.runs[j].head == len(w.runs[j].q) {
+		j = -1
+		for k, scanned := 0, 0; k < len(w.heap) && scanned < maxRunScan; k, scanned = k+1, scanned+1 {
+			if r := &w.runs[w.heap[k].ref]; r.tail <= e.key {
+				j = w.heap[k].ref
+				break
+			}
+		}
+	}
+	if j < 0 {
+		if k := len(w.idle); k > 0 {
+			j, w.idle = w.idle[k-1], w.idle[:k-1]
+		} else {
+			j = len(w.runs)
+			w.runs = append(w.runs, copyRun{})
+		}
+		r := &w.runs[j]
+		r.q, r.head, r.tail = append(r.q[:0], e), 0, e.key
+		w.heap.push(heapEntry{key: e.key, tie: e.tie, ref: j})
+	} else {
+		r := &w.runs[j]
+		r.q, r.tail = append(r.q, e), e.key
+	}
+	w.lastRun = j
+}
+
+// min returns the smallest copy: the first of the heap's first run.
+func (w *window) min() heapEntry {
+	r := &w.runs[w.heap[0].ref]
+	return r.q[r.head]
+}
+
+// popMin removes the smallest copy and returns it.
+func (w *window) popMin() heapEntry {
+	w.held--
+	j := w.heap[0].ref
+	r := &w.runs[j]
+	e := r.q[r.head]
+	r.head++
+	if r.head == len(r.q) {
+		w.heap.pop()
+		r.q, r.head = r.q[:0], 0
+		w.idle = append(w.idle, j)
+		if w.lastRun == j {
+			w.lastRun = -1
+		}
+		return e
+	}
+	if r.head >= 1024 && r.head*2 >= len(r.q) {
+		r.q = r.q[:copy(r.q, r.q[r.head:])] // (a long run keeps its array)
+		r.head = 0
+	}
+	next := r.q[r.head]
+	w.heap[0].key, w.heap[0].tie = next.key, next.tie
+	w.heap.siftDown()
+	return e
 }
