@@ -52,6 +52,15 @@ type Record struct {
 	kind uint8  // a ring buffer walk's: kindRecord, kindBusy, kindDiscard
 }
 
+// Next is the ring position just after the record: a perf record's Pos plus its size, a
+// ring buffer record's Pos plus its header and payload rounded up to 8 bytes.
+func (r *Record) Next() uint64 {
+	if r.Type != 0 {
+		return r.Pos + uint64(r.size)
+	}
+	return r.Pos + (uint64(r.size)+bpfHdrSize+7)&^7
+}
+
 // The perf record types a snapshot returns (include/uapi/linux/perf_event.h).
 const (
 	PerfRecordLost   = 2 // PERF_RECORD_LOST

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package perfbuf
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/snapshot"
+)
+
+// fakeBackward is a backward perf ring in Go memory, written as the kernel
+// writes one: each record below the last, data_head going down from 0.
+type fakeBackward struct {
+	head uint64
+	data []byte
+}
+
+func newFakeBackward(size int) *fakeBackward {
+	words := make([]uint64, size/8)
+	return &fakeBackward{data: unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size)}
+}
+
+// sample writes a PERF_RECORD_SAMPLE of payload p (a multiple of 8 bytes
+// minus 4, as the kernel pads it).
+func (f *fakeBackward) sample(p []byte) {
+	rsize := uint64(8 + 4 + len(p))
+	f.head -= rsize
+	mask := uint64(len(f.data) - 1)
+	var rec []byte
+	rec = binary.NativeEndian.AppendUint32(rec, snapshot.PerfRecordSample)
+	rec = binary.NativeEndian.AppendUint16(rec, 0)
+	rec = binary.NativeEndian.AppendUint16(rec, uint16(rsize))
+	rec = binary.NativeEndian.AppendUint32(rec, uint32(len(p)))
+	rec = append(rec, p...)
+	for i, b := range rec {
+		f.data[(f.head+uint64(i))&mask] = b
+	}
+}
+
+func (f *fakeBackward) ring() snapshot.PerfRing {
+	return snapshot.PerfRing{Head: &f.head, Data: f.data}
+}
+
+// recPayload is a 12-byte sample payload holding n.
+func recPayload(n byte) []byte { return []byte{n, n, n, n, n, n, n, n, n, n, n, n} }
+
+// fakeRecorder is a Recorder over fake perf rings (nothing to pause).
+func fakeRecorder(rings ...*fakeBackward) *Recorder {
+	r := &Recorder{mapFD: -1, what: "fake"}
+	for i, f := range rings {
+		r.rings = append(r.rings, recRing{perf: f.ring(), stats: Stats{Ring: i, CPU: i, Size: len(f.data)}})
+	}
+	return r
+}
+
+// A snapshot returns every ring's newest records, ring after ring, oldest
+// first; the buffer is shared out, what a ring leaves going to the next;
+// onlyNew leaves out what the last snapshot read; what does not fit is
+// counted in Skipped.
+func TestRecorderSnapshot(t *testing.T) {
+	a, b := newFakeBackward(256), newFakeBackward(256)
+	for n := range byte(30) { // 30 records of 24 bytes: the newest 10 whole in 256
+		a.sample(recPayload(n))
+	}
+	b.sample(recPayload(100))
+	r := fakeRecorder(a, b)
+	defer r.Close()
+
+	check := func(recs []Record, want ...byte) {
+		t.Helper()
+		var got []byte
+		for _, rec := range recs {
+			if rec.Type != RecordSample || len(rec.Data) != 12 || rec.CPU != rec.Ring {
+				t.Fatalf("record %+v", rec)
+			}
+			got = append(got, rec.Data[0])
+		}
+		if string(got) != string(want) {
+			t.Fatalf("records %v, want %v", got, want)
+		}
+	}
+	// A record takes 24 bytes in its ring, 16 in buf. Ring 1 holds less
+	// than half of 160 bytes and gets what it holds (24), ring 0 the rest
+	// (136: its newest 8).
+	buf := make([]byte, 160)
+	recs, err := r.Snapshot(buf, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(recs, 22, 23, 24, 25, 26, 27, 28, 29, 100)
+	st := r.Stats()
+	if st[0].Samples != 8 || st[0].Skipped != 2 || st[1].Samples != 1 || st[0].Bytes != 8*12 {
+		t.Errorf("stats %+v", st)
+	}
+	// A buffer of ring 0's records and ring 1's window holds them all.
+	recs, err = r.Snapshot(make([]byte, 10*16+24), recs[:0], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(recs, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 100)
+
+	a.sample(recPayload(30))
+	recs, err = r.Snapshot(buf, recs[:0], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(recs, 30)
+
+	// No room for one record: io.ErrShortBuffer, and the other ring's.
+	b.sample(recPayload(101))
+	recs, err = r.Snapshot(make([]byte, 2*16-8), recs[:0], false)
+	if !errors.Is(err, io.ErrShortBuffer) || !strings.Contains(err.Error(), "ring 0") {
+		t.Fatalf("short buffer: %v", err)
+	}
+	check(recs, 101)
+
+	r.Close()
+	if _, err := r.Snapshot(buf, nil, false); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("after Close: %v", err)
+	}
+	if err := r.Pause(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Pause after Close: %v", err)
+	}
+}
+
+// Ring buffers: a Recorder reads only those in overwrite mode, and the
+// other owners refuse them.
+func TestCheckRingBufOverwrite(t *testing.T) {
+	over := mapDesc{typ: mapTypeRingBuf, maxEntries: 4096, flags: kernel.MapFlagRBOverwrite, name: "rec"}
+	plain := over
+	plain.flags = 0
+	err := ringOptions{}.checkRingBuf(over)
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `ring buffer "rec" is in overwrite mode`) {
+		t.Errorf("reader over an overwrite-mode ring buffer: %v", err)
+	}
+	if err := (ringOptions{recorder: true}).checkRingBuf(over); err != nil {
+		t.Errorf("recorder: %v", err)
+	}
+	err = ringOptions{recorder: true}.checkRingBuf(plain)
+	if !errors.Is(err, os.ErrInvalid) && !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `ring buffer "rec"`) {
+		t.Errorf("recorder over a ring buffer not in overwrite mode: %v", err)
+	}
+	if errors.Is(err, errors.ErrUnsupported) && !strings.Contains(err.Error(), "6.19") {
+		t.Errorf("unsupported without naming 6.19: %v", err)
+	}
+	t.Log(err)
+}
+
+// The Recorder's options: wakeups do not apply; the fields are checked
+// before the map is looked at.
+func TestRecorderOptions(t *testing.T) {
+	for _, o := range []Options{{WakeupEvents: 2}, {WakeupBytes: 64}, {RingBytes: -1}} {
+		_, err := NewRecorder(MapFD(-1), o)
+		if !errors.Is(err, os.ErrInvalid) || !strings.HasPrefix(err.Error(), "new Recorder: options ") {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+}
