@@ -200,11 +200,11 @@ func (r *Recorder) openRingBufs(maps []mapArg, ro ringOptions, failures Map) err
 // Snapshot copies the newest whole records of every ring into buf and
 // returns them appended to dst: ring after ring, in buffer index order,
 // each ring's oldest first. Data aliases buf. Each ring is read as it was
-// at its own instant: a perf ring when its output was paused (every ring
-// is paused before any is read, and resumed after; see [Recorder.Pause]),
-// a ring buffer when its producer position was loaded, while its programs
-// write on. With onlyNew, a ring's records written before the previous
-// Snapshot read it are left out.
+// at its own instant, when its newest position was loaded, while the
+// programs write on (or at [Recorder.Pause]); records overwritten while
+// they were copied are left out. Each ring waits for an RCU grace period
+// (milliseconds; none while paused). With onlyNew, a ring's records
+// written before the previous Snapshot read it are left out.
 //
 // buf is shared out among the rings: a ring that holds less than an equal
 // part gets what it holds, the others share the rest equally; a ring keeps
@@ -212,23 +212,19 @@ func (r *Recorder) openRingBufs(maps []mapArg, ro ringOptions, failures Map) err
 // snapshot leaves out is counted in [Stats] (Skipped). If a ring's newest
 // record does not fit in its part, the error wraps io.ErrShortBuffer; the
 // records returned are valid with it. Other errors: os.ErrClosed, the
-// kernel's errno from the pause or the wait for writers.
-func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) (_ []Record, err error) {
+// kernel's errno from the wait for writers.
+func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) ([]Record, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	op := "snapshot " + r.what
 	if r.closed {
 		return dst, fmt.Errorf("%s: %w", op, os.ErrClosed)
 	}
-	if r.perf != nil && !r.paused {
-		if err := r.pause(true); err != nil {
-			return dst, wrap(op, err)
-		}
-		defer func() {
-			if rerr := r.pause(false); rerr != nil {
-				err = errors.Join(err, wrap(op, rerr))
-			}
-		}()
+	// Paused, the perf rings are still (Pause waited for their writers);
+	// otherwise each parse waits for the writers in flight after its copy.
+	settle := kernel.WaitWriters
+	if r.paused {
+		settle = nil
 	}
 	var recs []snapshot.Record
 	var short error
@@ -250,7 +246,7 @@ func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) (_ []Record,
 		if rr.bpf.Data != nil {
 			s, err = snapshot.BPF(rr.bpf, buf[:part], recs, snapshot.BPFOptions{From: from, Settle: kernel.WaitWriters})
 		} else {
-			s, err = snapshot.Perf(rr.perf, buf[len(buf)-part:], recs, snapshot.PerfOptions{From: from})
+			s, err = snapshot.Perf(rr.perf, buf[len(buf)-part:], recs, snapshot.PerfOptions{From: from, Settle: settle})
 		}
 		recs = s.Records
 		if errors.Is(err, io.ErrShortBuffer) {
@@ -364,7 +360,8 @@ func (r *Recorder) count(i int, c *snapshot.Counts) {
 
 // Pause stops the output to every perf ring (PERF_EVENT_IOC_PAUSE_OUTPUT)
 // and returns once the outputs in progress have finished: until
-// [Recorder.Resume], snapshots return the same records. The kernel refuses
+// [Recorder.Resume], snapshots return the same records and do not wait.
+// The kernel refuses
 // and counts the outputs while paused (bpf_perf_event_output returns
 // ENOSPC); a ring's first record after Resume is a lost record with that
 // count, which a snapshot returns and [Stats] counts in Lost. Ring buffers:
