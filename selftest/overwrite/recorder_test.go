@@ -3,15 +3,20 @@
 package overwrite
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"golang.org/x/sys/unix"
 )
 
 // ledger follows one CPU's samples across snapshots taken with onlyNew:
@@ -246,4 +251,96 @@ func TestRecorderPerfRacing(t *testing.T) {
 		t.Logf("cpu %d: %d written: %d returned, %d overwritten", cpu, d.Seq, g.samples, d.Emitted-g.samples)
 	}
 	t.Logf("%d snapshots in %v; %d records overwritten while a snapshot copied them (Skipped)", snapshots+1, took, skipped)
+}
+
+// A Recorder over a ring buffer in overwrite mode (kernel 6.19: the 7.3
+// guest) returns the newest records exactly, from overwrite_pos on, while
+// a Reader refuses the map. On older kernels, and over a ring buffer not in
+// overwrite mode, NewRecorder says why.
+func TestRecorderRingBuf(t *testing.T) {
+	bpftest.RequirePrivileges(t)
+	plain, err := kernel.CreateRingBuf("pb_plain", uint32(bpftest.Page), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(plain)
+	_, err = perfbuf.NewRecorder(perfbuf.MapFD(plain), perfbuf.Options{})
+	if kernel.ProbeRingOverwrite() != nil {
+		if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "6.19") || !strings.Contains(err.Error(), `ring buffer "pb_plain"`) {
+			t.Fatalf("recorder over a ring buffer, kernel without overwrite mode: %v; want errors.ErrUnsupported naming 6.19 and the map", err)
+		}
+		t.Logf("no overwrite mode: %v", err)
+		return
+	}
+	if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "not in overwrite mode") {
+		t.Fatalf("recorder over a ring buffer not in overwrite mode: %v; want os.ErrInvalid", err)
+	}
+	m := bpftest.Load(t, rbObj)
+	rb := bpftest.Map(t, m, "rb")
+	_, err = perfbuf.NewReader(rb, perfbuf.ReaderOptions{})
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `ring buffer "rb" is in overwrite mode`) {
+		t.Fatalf("reader over a ring buffer in overwrite mode: %v; want errors.ErrUnsupported naming the map and the mode", err)
+	}
+	rec, err := perfbuf.NewRecorder(rb, perfbuf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	if err := rec.Pause(); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Pause over a ring buffer: %v, want errors.ErrUnsupported", err)
+	}
+	prog := bpftest.Prog(t, m, "fill")
+	const (
+		size  = 100 // a 112-byte record
+		batch = 256
+		runs  = 8 // 2048 records: 3.5 rings
+	)
+	recSize := uint64((size + 8 + 7) &^ 7)
+	for r := range uint64(runs) {
+		bpftest.Run(t, prog, 0, batch, size, r*batch)
+	}
+	buf := make([]byte, rbSize)
+	recs, err := rec.Snapshot(buf, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := uint64(runs * batch)
+	// The kernel moves overwrite_pos record by record until the new one
+	// fits: what is left is the newest whole records within the ring.
+	keep := (rbSize - recSize) / recSize
+	if uint64(len(recs)) < keep || uint64(len(recs)) > rbSize/recSize {
+		t.Fatalf("%d records, want the newest %d or %d", len(recs), keep, rbSize/recSize)
+	}
+	for i, r := range recs {
+		seq := binary.NativeEndian.Uint64(r.Data)
+		if want := written - uint64(len(recs)-i); seq != want || len(r.Data) != size || r.CPU != -1 || r.Type != perfbuf.RecordSample {
+			t.Fatalf("record %d: seq %d, %d bytes, cpu %d; want seq %d, %d bytes, cpu -1", i, seq, len(r.Data), r.CPU, want, size)
+		}
+	}
+	// Written = returned + overwritten, and the kernel tells the
+	// overwritten: overwrite_pos is their bytes.
+	over := recs[0].Pos / recSize
+	if over+uint64(len(recs)) != written {
+		t.Errorf("%d returned + %d overwritten (overwrite_pos %d) != %d written", len(recs), over, recs[0].Pos, written)
+	}
+	st := rec.Stats()
+	if len(st) != 1 || st[0].Samples != uint64(len(recs)) || st[0].Skipped != 0 || st[0].Size != rbSize || st[0].CPU != -1 {
+		t.Errorf("stats %+v", st)
+	}
+	// onlyNew: nothing, then exactly the batch written since.
+	if recs, err = rec.Snapshot(buf, recs[:0], true); err != nil || len(recs) != 0 {
+		t.Fatalf("nothing new: %d records, %v", len(recs), err)
+	}
+	bpftest.Run(t, prog, 0, batch, size, written)
+	if recs, err = rec.Snapshot(buf, recs[:0], true); err != nil || len(recs) != batch {
+		t.Fatalf("one batch since: %d records, %v; want %d", len(recs), err, batch)
+	}
+	if seq := binary.NativeEndian.Uint64(recs[0].Data); seq != written {
+		t.Errorf("first record since: seq %d, want %d", seq, written)
+	}
+	// A buffer too small for one record.
+	if _, err := rec.Snapshot(make([]byte, size-1), nil, false); !errors.Is(err, io.ErrShortBuffer) {
+		t.Errorf("%d-byte buffer: %v, want io.ErrShortBuffer", size-1, err)
+	}
+	t.Logf("%d written, the newest %d returned (%d overwritten)", written, len(recs), over)
 }
