@@ -203,8 +203,10 @@ func (r *Recorder) openRingBufs(maps []mapArg, ro ringOptions, failures Map) err
 // at its own instant, when its newest position was loaded, while the
 // programs write on (or at [Recorder.Pause]); records overwritten while
 // they were copied are left out. Each ring waits for an RCU grace period
-// (milliseconds; none while paused). With onlyNew, a ring's records
-// written before the previous Snapshot read it are left out.
+// (milliseconds; none while paused): programs that rewrite a ring within it
+// leave little to return, and a snapshot taken under Pause returns the
+// whole ring. With onlyNew, a ring's records written before the previous
+// Snapshot read it are left out.
 //
 // buf is shared out among the rings: a ring that holds less than an equal
 // part gets what it holds, the others share the rest equally; a ring keeps
@@ -364,7 +366,8 @@ func (r *Recorder) count(i int, c *snapshot.Counts) {
 // The kernel refuses
 // and counts the outputs while paused (bpf_perf_event_output returns
 // ENOSPC); a ring's first record after Resume is a lost record with that
-// count, which a snapshot returns and [Stats] counts in Lost. Ring buffers:
+// count, which a snapshot returns, unless overwritten in turn, and [Stats]
+// counts in Lost. Ring buffers:
 // errors.ErrUnsupported. Pausing a paused Recorder does nothing.
 func (r *Recorder) Pause() error {
 	r.mu.Lock()

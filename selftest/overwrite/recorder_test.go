@@ -323,6 +323,7 @@ func TestRecorderRingBuf(t *testing.T) {
 	if over+uint64(len(recs)) != written {
 		t.Errorf("%d returned + %d overwritten (overwrite_pos %d) != %d written", len(recs), over, recs[0].Pos, written)
 	}
+	t.Logf("%d written, the newest %d returned, %d overwritten", written, len(recs), over)
 	st := rec.Stats()
 	if len(st) != 1 || st[0].Samples != uint64(len(recs)) || st[0].Skipped != 0 || st[0].Size != rbSize || st[0].CPU != -1 {
 		t.Errorf("stats %+v", st)
@@ -342,5 +343,4 @@ func TestRecorderRingBuf(t *testing.T) {
 	if _, err := rec.Snapshot(make([]byte, size-1), nil, false); !errors.Is(err, io.ErrShortBuffer) {
 		t.Errorf("%d-byte buffer: %v, want io.ErrShortBuffer", size-1, err)
 	}
-	t.Logf("%d written, the newest %d returned (%d overwritten)", written, len(recs), over)
 }
