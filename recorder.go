@@ -37,6 +37,7 @@ type Recorder struct {
 	closed bool
 	paused bool
 	rings  []recRing
+	recs   []snapshot.Record // the parsers' scratch, reused by each Snapshot
 
 	// A perf event array: its backward rings, its slots (cpus) and the
 	// Recorder's own descriptor of it.
@@ -228,7 +229,7 @@ func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) ([]Record, e
 	if r.paused {
 		settle = nil
 	}
-	var recs []snapshot.Record
+	recs := r.recs
 	var short error
 	shares := r.shares(len(buf), onlyNew)
 	later := 0 // what the rings after i are given
@@ -251,6 +252,7 @@ func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) ([]Record, e
 			s, err = snapshot.Perf(rr.perf, buf[len(buf)-part:], recs, snapshot.PerfOptions{From: from, Settle: settle})
 		}
 		recs = s.Records
+		r.recs = recs[:0]
 		if errors.Is(err, io.ErrShortBuffer) {
 			if short == nil {
 				short = fmt.Errorf("%s: ring %d: %w", op, i, err)
