@@ -13,8 +13,9 @@
 // positions, copies the records with atomic loads, then loads a position again and drops
 // every record whose bytes a producer may have reused meanwhile (counted in
 // Counts.Overwritten). What the check needs from the producer differs by kind, and each
-// parser's comment says it: a perf ring must be paused and its writers settled; a BPF ring
-// buffer may go on being written, with the settle step on weakly ordered hosts.
+// parser's comment says it: a perf ring's writers must be settled, paused before the copy
+// or waited for after it (PerfOptions.Settle); a BPF ring buffer may go on being written,
+// with the settle step on weakly ordered hosts.
 //
 // Why atomic loads for the copy: the check is a load that must not be performed before
 // the copy's loads. Go's atomic loads are acquire loads (LDAR on arm64, plain MOVs on x86,
