@@ -211,11 +211,11 @@ func (r *Recorder) openRingBufs(maps []mapArg, ro ringOptions, failures Map) err
 //
 // buf is shared out among the rings: a ring that holds less than an equal
 // part gets what it holds, the others share the rest equally; a ring keeps
-// its newest records that fit. What a
-// snapshot leaves out is counted in [Stats] (Skipped). If a ring's newest
-// record does not fit in its part, the error wraps io.ErrShortBuffer; the
-// records returned are valid with it. Other errors: os.ErrClosed, the
-// kernel's errno from the wait for writers.
+// its newest records that fit. What a snapshot leaves out is counted in
+// [Stats] (Skipped). If a ring's newest record does not fit in its part,
+// the error wraps io.ErrShortBuffer; the records returned are valid with
+// it. Other errors: os.ErrClosed, the kernel's errno from the wait for
+// writers.
 func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) ([]Record, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
