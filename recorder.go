@@ -448,8 +448,8 @@ func (r *Recorder) Stats() []Stats {
 	return r.failures.addTo(st)
 }
 
-// Close frees the rings; a perf event array's slots are emptied first.
-// Close is idempotent.
+// Close frees the rings, once a Snapshot in progress returns; a perf event
+// array's slots are emptied first. Close is idempotent.
 func (r *Recorder) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
