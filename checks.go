@@ -3,10 +3,11 @@
 package perfbuf
 
 // The options' checks and defaults, in one place. Each constructor checks
-// its options first (Options.check, ReaderOptions.check), field by field;
-// then openCore checks what depends on the kind of map against the maps'
-// info (perfConfig for a perf event array's rings, checkRingBuf for each
-// ring buffer), before anything is claimed or mapped.
+// its options first, field by field (Options.check; NewReader's
+// ReaderOptions.plan, which also resolves them); then openCore checks what
+// depends on the kind of map against the maps' info (ringOptions.hostConfig
+// for a perf event array's rings, checkRingBuf for each ring buffer),
+// before anything is claimed or mapped.
 
 import (
 	"cmp"

@@ -341,10 +341,10 @@ func TestRingBufBadBusyEveryForm(t *testing.T) {
 		hdr    uint32
 		reason string
 	}{
-		{"length past the producer", 64 | ring.BusyBit, "busy record length 64 (72 bytes with header and padding) past producer position 32"},
-		{"busy and discarded", 8 | ring.BusyBit | ring.DiscardBit, "busy and discarded at once"},
+		{"length past the producer", 64 | ringtest.BusyBit, "busy record length 64 (72 bytes with header and padding) past producer position 32"},
+		{"busy and discarded", 8 | ringtest.BusyBit | ringtest.DiscardBit, "busy and discarded at once"},
 		{"committed, length past the producer", 64, "record length 64 (72 bytes with header and padding) past producer position 32"},
-		{"discarded, length past the producer", 64 | ring.DiscardBit, "record length 64 (72 bytes with header and padding) past producer position 32"},
+		{"discarded, length past the producer", 64 | ringtest.DiscardBit, "record length 64 (72 bytes with header and padding) past producer position 32"},
 	} {
 		for _, form := range ringBufForms(50 * time.Millisecond) {
 			t.Run(bad.name+"/"+form.name, func(t *testing.T) {

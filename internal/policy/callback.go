@@ -3,7 +3,7 @@
 package policy
 
 // The callback policy (PerfBuffer's Poll and Consume): each ring drained to
-// its head snapshot in turn, every record handed to SampleFunc or LostFunc,
+// its head snapshot in turn, every record handed to the sample or lost function,
 // the ring committed once at the end of its drain.
 
 import (
@@ -42,7 +42,7 @@ func (c *Callback) Drain(i int) (int, error) {
 	return n, err
 }
 
-// deliverRecord hands a record to SampleFunc or LostFunc: the ring loop's
+// deliverRecord hands a record to the sample or lost function: the ring loop's
 // function for callback mode.
 func (c *Callback) deliverRecord(rec *ring.Record) error {
 	if rec.Type == ring.Lost {

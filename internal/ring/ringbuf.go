@@ -637,9 +637,3 @@ func (r *RingBuf) View() (Ring, error) {
 	v.SetIndex(r.index)
 	return v, nil
 }
-
-// The record header's flag bits, for tests that write headers.
-const (
-	BusyBit    = bpfRingBusyBit
-	DiscardBit = bpfRingDiscardBit
-)

@@ -2,7 +2,7 @@
 
 package wait
 
-// Calls from inside callbacks. A user's function (a SampleFunc, an Each
+// Calls from inside callbacks. A user's function (New's sample function, an Each
 // function, an All loop's body, an Order's Key) runs while its owner holds
 // a drain or a read: a call from inside it that waits for either would wait
 // for itself. Telling that call from one on another goroutine, which must

@@ -44,7 +44,7 @@ type Timer interface {
 const (
 	ModeC            = "C"             // libbpf from C: bench/internal/cref
 	ModeC2CPU        = "C-2cpu"        // the same, over the ordered modes' fill
-	ModeCallback     = "callback"      // PerfBuffer.Consume with SampleFunc
+	ModeCallback     = "callback"      // PerfBuffer.Consume with a sample function
 	ModeRawZeroCopy  = "raw-zerocopy"  // RawBuffer.Drain, reading in place
 	ModeRawCopy      = "raw-copy"      // RawBuffer.Drain, copying each record out
 	ModeReader       = "reader"        // Reader.ReadInto
@@ -323,7 +323,7 @@ func (d *cDrain) drain(k int) error {
 func (d *cDrain) sum() uint64 { return d.r.Sum() }
 func (d *cDrain) close()      { d.r.Close() }
 
-// callbackDrain: PerfBuffer.Consume with a SampleFunc, which receives a
+// callbackDrain: PerfBuffer.Consume with a sample function, which receives a
 // sample that straddles the ring's end copied into one buffer, as libbpf's
 // callback does.
 type callbackDrain struct {

@@ -204,7 +204,7 @@ func pollUntilDone(done <-chan struct{}, deadline time.Time, poll, consume func(
 	}
 }
 
-// rbCallbackConsumer: PerfBuffer.Poll with a SampleFunc, then Consume.
+// rbCallbackConsumer: PerfBuffer.Poll with a sample function, then Consume.
 type rbCallbackConsumer struct {
 	pb       *perfbuf.PerfBuffer
 	n, total uint64

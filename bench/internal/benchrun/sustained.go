@@ -382,7 +382,7 @@ func (c *cConsumer) counts() (uint64, uint64, uint64) { return c.r.Samples(), c.
 func (c *cConsumer) maxFill() int                     { return 0 }
 func (c *cConsumer) close()                           { c.r.Close() }
 
-// callbackConsumer: PerfBuffer.Poll with SampleFunc and LostFunc.
+// callbackConsumer: PerfBuffer.Poll with sample and lost functions.
 type callbackConsumer struct {
 	pb                    *perfbuf.PerfBuffer
 	received, lost, total uint64

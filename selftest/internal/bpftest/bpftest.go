@@ -10,7 +10,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
@@ -204,9 +206,16 @@ func RingBytes(pages int) int { return pages * Page }
 func Scale() int { return max(Page/4096, 1) }
 
 // OpenFDs returns how many descriptors this process holds: a test compares
-// the counts before and after to find a descriptor left open.
+// the counts before and after to find a descriptor left open. It first
+// lets the garbage collector finalize what earlier tests dropped (a
+// *ebpf.Map or a libbpfgo module closes its descriptors then), so that
+// those closes do not land between the two counts.
 func OpenFDs(tb testing.TB) int {
 	tb.Helper()
+	for range 3 {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond) // the finalizers run on a goroutine of their own
+	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		tb.Fatal(err)
