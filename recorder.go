@@ -204,10 +204,10 @@ func (r *Recorder) openRingBufs(maps []mapArg, ro ringOptions, failures Map) err
 // at its own instant, when its newest position was loaded, while the
 // programs write on (or at [Recorder.Pause]); records overwritten while
 // they were copied are left out. Each ring waits for an RCU grace period
-// (milliseconds; none while paused): programs that rewrite a ring within it
-// leave little to return, and a snapshot taken under Pause returns the
-// whole ring. With onlyNew, a ring's records written before the previous
-// Snapshot read it are left out.
+// (milliseconds; none for a paused perf ring): programs that rewrite a
+// ring within it leave little to return, and a snapshot taken under Pause
+// returns the whole ring. With onlyNew, a ring's records written before
+// the previous Snapshot read it are left out.
 //
 // buf is shared out among the rings: a ring that holds less than an equal
 // part gets what it holds, the others share the rest equally; a ring keeps
@@ -362,15 +362,25 @@ func (r *Recorder) count(i int, c *snapshot.Counts) {
 	}
 }
 
-// Pause stops the output to every perf ring (PERF_EVENT_IOC_PAUSE_OUTPUT)
-// and returns once the outputs in progress have finished: until
-// [Recorder.Resume], snapshots return the same records and do not wait.
-// The kernel refuses
-// and counts the outputs while paused (bpf_perf_event_output returns
+// Pause stops the output to every ring and returns once the outputs in
+// progress have finished: until [Recorder.Resume], snapshots return the
+// same records. Pausing a paused Recorder does nothing.
+//
+// Perf rings are paused by the kernel (PERF_EVENT_IOC_PAUSE_OUTPUT), which
+// refuses and counts the outputs meanwhile (bpf_perf_event_output returns
 // ENOSPC); a ring's first record after Resume is a lost record with that
 // count, which a snapshot returns, unless overwritten in turn, and [Stats]
-// counts in Lost. Ring buffers:
-// errors.ErrUnsupported. Pausing a paused Recorder does nothing.
+// counts in Lost.
+//
+// Ring buffers have no such switch: Pause marks the reader key of
+// Options.FailureMap closed, as the last reader's Close does, and the
+// outputs of bpf/perfbuf.bpf.h (perfbuf_ringbuf_output, _reserve,
+// perfbuf_buffer_*) then fail in the program, counted in [Stats]
+// Failed.NoEntry. Outputs that do not go through those functions are not
+// stopped: snapshots of ring buffers still check what they copied.
+// Without a FailureMap whose reader key counts this Recorder, the error
+// wraps errors.ErrUnsupported; if another process's reader holds the key
+// open, ErrMapInUse.
 func (r *Recorder) Pause() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -378,8 +388,8 @@ func (r *Recorder) Pause() error {
 	switch {
 	case r.closed:
 		return fmt.Errorf("%s: %w", op, os.ErrClosed)
-	case r.perf == nil:
-		return fmt.Errorf("%s: ring buffers cannot be paused: %w", op, errors.ErrUnsupported)
+	case r.perf == nil && (r.failures == nil || !r.failures.reader):
+		return fmt.Errorf("%s: %w", op, errRingBufPause)
 	case r.paused:
 		return nil
 	}
@@ -390,8 +400,9 @@ func (r *Recorder) Pause() error {
 	return nil
 }
 
-// Resume undoes Pause. Resuming a Recorder not paused does nothing.
-// Errors: as Pause's.
+// Resume undoes Pause: the perf rings' output resumes, the reader key is
+// open again. Resuming a Recorder not paused does nothing. Errors: as
+// Pause's.
 func (r *Recorder) Resume() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -399,8 +410,8 @@ func (r *Recorder) Resume() error {
 	switch {
 	case r.closed:
 		return fmt.Errorf("%s: %w", op, os.ErrClosed)
-	case r.perf == nil:
-		return fmt.Errorf("%s: ring buffers cannot be paused: %w", op, errors.ErrUnsupported)
+	case r.perf == nil && (r.failures == nil || !r.failures.reader):
+		return fmt.Errorf("%s: %w", op, errRingBufPause)
 	case !r.paused:
 		return nil
 	}
@@ -411,9 +422,16 @@ func (r *Recorder) Resume() error {
 	return nil
 }
 
-// pause pauses (and waits for the writers in flight) or resumes every perf
-// ring. A failed pause resumes the rings it paused.
+// errRingBufPause is Pause's error over ring buffers it cannot pause.
+var errRingBufPause = fmt.Errorf("ring buffers pause only through the reader key of Options.FailureMap, for programs that write through bpf/perfbuf.bpf.h: %w", errors.ErrUnsupported)
+
+// pause pauses (and waits for the writers in flight) or resumes every
+// ring: the perf rings one by one, ring buffers all at once through the
+// reader key. A failed pause resumes what it paused.
 func (r *Recorder) pause(on bool) error {
+	if r.perf == nil {
+		return r.pauseRingBufs(on)
+	}
 	for j := range r.perf.Count() {
 		if err := r.perf.Pause(j, on); err != nil {
 			for k := range j {
@@ -430,6 +448,36 @@ func (r *Recorder) pause(on bool) error {
 	// preemption off), and snapshot.Perf needs the ring still.
 	if err := kernel.WaitWriters(); err != nil {
 		_ = r.pause(false)
+		return err
+	}
+	return nil
+}
+
+// pauseRingBufs marks the reader key closed (on) or open: this Recorder
+// leaves the key's count of readers, as a Close does, and must be the
+// last reader for the key to close; it joins the count again to resume.
+func (r *Recorder) pauseRingBufs(on bool) error {
+	f := r.failures
+	if !on {
+		return f.openReader()
+	}
+	last, err := f.closeReader()
+	if err != nil {
+		return err
+	}
+	if !last {
+		// Another process's reader holds the key open: rejoin.
+		if err := f.openReader(); err != nil {
+			return err
+		}
+		return fmt.Errorf("failure map %q: the reader key counts another reader: %w", f.name, ErrMapInUse)
+	}
+	// An output past its test of the mark (__perfbuf_closed) may still
+	// reserve and commit: BPF programs run within an RCU read-side
+	// section (the sleepable ones within RCU tasks trace, which this does
+	// not wait for), and a grace period outlasts them.
+	if err := kernel.WaitWriters(); err != nil {
+		_ = f.openReader()
 		return err
 	}
 	return nil

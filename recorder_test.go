@@ -234,3 +234,73 @@ func TestRecorderSnapshotRingBufs(t *testing.T) {
 		t.Errorf("Pause over ring buffers: %v", err)
 	}
 }
+
+// Ring buffers pause through the reader key of the FailureMap: Pause
+// marks it closed when the Recorder is its only reader, Resume opens it
+// again, and a key that another reader holds open is left open
+// (ErrMapInUse). Without a reader key, errors.ErrUnsupported.
+func TestRecorderPauseRingBuf(t *testing.T) {
+	cpus := []int{0, 1, 3}
+	key := &fakeReaderKey{words: make([]uint64, failuresWords*len(cpus))}
+	recorder := func() *Recorder {
+		f, _ := fakeFailureMap(cpus)
+		f.reader, f.readerKey = true, key.access
+		rb := newFakeRingBuf(512)
+		r := &Recorder{mapFD: -1, what: "fake", failures: f}
+		r.rings = []recRing{{bpf: snapshot.BPFRingAt(unsafe.Pointer(&rb.cons), unsafe.Pointer(&rb.prod), rb.data), stats: Stats{CPU: -1, Size: 512}}}
+		if err := f.openReader(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	want := func(step string, closed, readers uint64) {
+		t.Helper()
+		if c, n := key.state(t); c != closed || n != readers {
+			t.Errorf("%s: key closed %d with %d readers, want closed %d with %d", step, c, n, closed, readers)
+		}
+	}
+	r := recorder()
+	want("open", 0, 1)
+	for range 2 { // the second does nothing
+		if err := r.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		want("paused", 1, 0)
+	}
+	for range 2 {
+		if err := r.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		want("resumed", 0, 1)
+	}
+	// Paused, Close leaves the key closed.
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	want("closed while paused", 1, 0)
+
+	// Another reader counted: the key stays open.
+	r, other := recorder(), recorder()
+	want("two readers", 0, 2)
+	if err := r.Pause(); !errors.Is(err, ErrMapInUse) {
+		t.Errorf("Pause with another reader: %v, want ErrMapInUse", err)
+	}
+	want("pause refused", 0, 2)
+	other.Close()
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	want("paused alone", 1, 0)
+	r.Close()
+
+	// No reader key (no FailureMap, or a map of one entry).
+	r = recorder()
+	r.failures.reader = false
+	if err := r.Pause(); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "FailureMap") {
+		t.Errorf("Pause without a reader key: %v, want errors.ErrUnsupported naming FailureMap", err)
+	}
+	if err := r.Resume(); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Resume without a reader key: %v, want errors.ErrUnsupported", err)
+	}
+}

@@ -344,3 +344,81 @@ func TestRecorderRingBuf(t *testing.T) {
 		t.Errorf("%d-byte buffer: %v, want io.ErrShortBuffer", size-1, err)
 	}
 }
+
+// A Recorder pauses a ring buffer in overwrite mode through the reader key
+// of its FailureMap (kernel 6.19: the 7.3 guest): the outputs of
+// perfbuf.bpf.h while paused fail in the program and are counted exactly
+// in Failed.NoEntry, snapshots return the records from before the pause,
+// and after Resume the outputs land again. Without a FailureMap, Pause is
+// errors.ErrUnsupported.
+func TestRecorderRingBufPause(t *testing.T) {
+	bpftest.RequirePrivileges(t)
+	if err := kernel.ProbeRingOverwrite(); err != nil {
+		if !errors.Is(err, errors.ErrUnsupported) {
+			t.Fatal(err)
+		}
+		t.Logf("no overwrite mode (TestRecorderRingBuf checks the error): %v", err)
+		return
+	}
+	m := bpftest.Load(t, rbObj)
+	rbc, failures := bpftest.Map(t, m, "rbc"), bpftest.Map(t, m, "failures")
+	prog := bpftest.Prog(t, m, "fill_counted")
+	rec, err := perfbuf.NewRecorder(rbc, perfbuf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Pause(); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Pause without a FailureMap: %v, want errors.ErrUnsupported", err)
+	}
+	rec.Close()
+
+	rec, err = perfbuf.NewRecorder(rbc, perfbuf.Options{FailureMap: failures})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	// 16-byte records: 4096 fit in the ring, none is overwritten.
+	const before, during, after = 100, 256, 50
+	seqs := func(recs []perfbuf.Record, from, n uint64) {
+		t.Helper()
+		if uint64(len(recs)) != n {
+			t.Fatalf("%d records, want %d", len(recs), n)
+		}
+		for i, r := range recs {
+			if seq := binary.NativeEndian.Uint64(r.Data); seq != from+uint64(i) || len(r.Data) != 8 {
+				t.Fatalf("record %d: seq %d (%d bytes), want %d", i, seq, len(r.Data), from+uint64(i))
+			}
+		}
+	}
+	bpftest.Run(t, prog, 0, before, 0)
+	if err := rec.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	bpftest.Run(t, prog, 0, during, before)
+	buf := make([]byte, rbSize)
+	for range 2 { // paused: the same records each time
+		recs, err := rec.Snapshot(buf, nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs(recs, 0, before)
+	}
+	if st := rec.Stats(); len(st) != 1 || st[0].Failed.NoEntry != during || st[0].Failed.Total() != during {
+		t.Fatalf("paused: stats %+v; want %d outputs refused (Failed.NoEntry)", st, during)
+	}
+	if err := rec.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	bpftest.Run(t, prog, 0, after, before+during)
+	recs, err := rec.Snapshot(buf, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs(recs, before+during, after)
+	// Every output is returned or refused: 100 + 50 returned, 256 refused.
+	st := rec.Stats()
+	if st[0].Failed.NoEntry != during || st[0].Samples != 2*before+after || st[0].Skipped != 0 {
+		t.Errorf("stats %+v; want %d refused, %d returned (the first %d twice)", st, during, 2*before+after, before)
+	}
+	t.Logf("%d written, %d refused while paused (Failed.NoEntry), %d after Resume", before, during, after)
+}
