@@ -33,7 +33,7 @@ import (
 const usageHead = `Trace mount and umount syscalls.
 
 USAGE: mountsnoop [-h] [-t] [-d] [-p PID] [-v] [--duration SECONDS]
-                  [--buffer KIND] [--bpf-obj PATH]
+                  [--buffer KIND] [--recorder MIB] [--bpf-obj PATH]
 
 EXAMPLES:
     mountsnoop         # trace mount and umount syscalls
@@ -41,6 +41,8 @@ EXAMPLES:
     mountsnoop -p 1216 # only trace PID 1216
     mountsnoop --buffer perf_event_array  # a perf event array, even where
                        # the kernel has BPF ring buffers
+    mountsnoop --recorder 4  # keep the newest 4 MiB of calls, print them
+                       # on SIGUSR1 and at exit
 
 OPTIONS (short flags may be grouped: -td):
 `
@@ -79,6 +81,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.printer.clock = t.clock
 	if o.tracer.verbose {
 		fmt.Fprintf(stderr, "mountsnoop: events is a %v\n", t.kind)
+	}
+	if t.rec != nil {
+		return record(o, t, out, stderr)
 	}
 
 	// SIGINT, SIGTERM or the end of --duration flush the reader: it
@@ -293,6 +298,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	value(tool.SecondsValue{P: &o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "duration")
 	value(kindValue{&o.tracer.buffer}, "KIND",
 		"any (a ring buffer where the kernel has them, the default), ringbuf or perf_event_array", "buffer")
+	value(mibValue{&o.tracer.recorder}, "MIB",
+		"flight recorder: keep the newest MIB MiB of calls (rings in overwrite mode), print them on SIGUSR1 and at exit", "recorder")
 	value(tool.StringValue{P: &o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
 	boolean(&wantHelp, "show this help", "h", "help")
 
@@ -325,6 +332,25 @@ func (v pidValue) Set(s string) error {
 		return fmt.Errorf("invalid PID: %s", s)
 	}
 	*v.p = int(n)
+	return nil
+}
+
+// mibValue parses --recorder: a size in MiB, 1 to 1024.
+type mibValue struct{ p *int }
+
+func (v mibValue) String() string {
+	if v.p == nil || *v.p == 0 {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v mibValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 1024 {
+		return fmt.Errorf("invalid recorder size: %s (MiB, 1 to 1024)", s)
+	}
+	*v.p = n
 	return nil
 }
 
