@@ -490,7 +490,14 @@ func (r *Recorder) Stats() []Stats {
 	r.mu.Lock()
 	st := make([]Stats, len(r.rings))
 	for i := range r.rings {
-		st[i] = r.rings[i].stats
+		rr := &r.rings[i]
+		st[i] = rr.stats
+		if rr.bpf.Data != nil {
+			// Acquire loads, as snapshot.BPF's: what the positions
+			// say now (the kernel stores them with a release).
+			over, cons := atomic.LoadUint64(rr.bpf.Overwrite), atomic.LoadUint64(rr.bpf.Consumer)
+			st[i].Overwritten = uint64(max(int64(over-cons), 0))
+		}
 	}
 	r.mu.Unlock()
 	return r.failures.addTo(st)

@@ -41,6 +41,10 @@ type Stats struct {
 	Left      uint64   // samples left in the ring at Close
 	Failed    Failures // outputs that failed before reaching the ring (with a FailureMap)
 	Skipped   uint64   // Recorder: records a snapshot left out (no room, overwritten while copied, not committed)
+	// Overwritten is, for a Recorder's ring buffer, the bytes (headers
+	// included) the kernel has overwritten unread, as its overwrite
+	// position tells; 0 for a perf ring, which does not tell.
+	Overwritten uint64
 
 	Bytes        uint64 // the payload bytes of Samples and Dropped
 	Late         uint64 // samples delivered or dropped after a larger key (Order)

@@ -2,7 +2,8 @@
 
 // Package prom exports the counts of a perfbuf reader as Prometheus
 // metrics: NewCollector returns a prometheus.Collector over anything with
-// a Stats method: a *perfbuf.Reader, *perfbuf.PerfBuffer or *perfbuf.Raw.
+// a Stats method: a *perfbuf.Reader, *perfbuf.PerfBuffer, *perfbuf.Raw or
+// *perfbuf.Recorder (whose snapshots' counts it adds).
 //
 // It is a package of its own so that perfbuf itself does not depend on the
 // Prometheus client.
@@ -42,7 +43,9 @@ import (
 //
 // A Source may also have the methods FollowsCPUs() bool
 // (perfbuf_cpu_hotplug_followed) and Wakeups() uint64
-// (perfbuf_wakeups_total), as the readers do. The fill ratios and ring
+// (perfbuf_wakeups_total), as the readers do. A Source with a Snapshot
+// method, as *perfbuf.Recorder's, has its snapshots' counts exported too
+// (perfbuf_snapshot_skipped_records_total, perfbuf_overwritten_bytes_total). The fill ratios and ring
 // sizes are exported for the entries whose Stats.Size is known.
 type Source interface {
 	Stats() []perfbuf.Stats
@@ -52,6 +55,9 @@ type Source interface {
 type (
 	cpuFollower interface{ FollowsCPUs() bool }
 	waker       interface{ Wakeups() uint64 }
+	recorder    interface {
+		Snapshot(buf []byte, dst []perfbuf.Record, onlyNew bool) ([]perfbuf.Record, error)
+	}
 )
 
 // Options configures NewCollector. The zero value is fine for one reader
@@ -133,6 +139,14 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 	counter("left_samples_total",
 		"Samples left unread in the rings when the reader was closed."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Left })
+	if _, ok := src.(recorder); ok {
+		counter("snapshot_skipped_records_total",
+			"Recorder: records a snapshot left out (no room in its buffer, overwritten while it copied them, not yet committed)."+rings,
+			func(s *perfbuf.Stats) uint64 { return s.Skipped })
+		counter("overwritten_bytes_total",
+			"Recorder: bytes of a ring buffer in overwrite mode that the kernel overwrote unread, headers included; 0 for perf rings, which do not tell."+rings,
+			func(s *perfbuf.Stats) uint64 { return s.Overwritten })
+	}
 	c.fill = desc("ring_fill_ratio",
 		"Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed)."+fullest,
 		ringLabels)
@@ -382,6 +396,8 @@ func add(a, b *perfbuf.Stats) {
 	a.Dropped += b.Dropped
 	a.Left += b.Left
 	a.Discarded += b.Discarded
+	a.Skipped += b.Skipped
+	a.Overwritten += b.Overwritten
 	addFailures(&a.Failed, &b.Failed)
 }
 

@@ -79,10 +79,11 @@ func wakeups(tb testing.TB) int64 {
 //     two snapshots. Reported: task-ms/s, the process's CPU milliseconds a
 //     second of wall time (the Go runtime's included), its context
 //     switches a second, and the producers' samples a second.
+//
 //   - snapshot: an op is one Snapshot of every ring, whole. Reported: its
 //     task-ms, the records and MiB it returned.
 //
-//	go test -run '^$' -bench RecorderCost -benchtime 5x ./selftest/overwrite/
+//     go test -run '^$' -bench RecorderCost -benchtime 5x ./selftest/overwrite/
 func BenchmarkRecorderCost(b *testing.B) {
 	f := bpftest.Setup(b, backwardObj)
 	const ringBytes = 4 << 20

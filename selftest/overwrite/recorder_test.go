@@ -325,8 +325,9 @@ func TestRecorderRingBuf(t *testing.T) {
 	}
 	t.Logf("%d written, the newest %d returned, %d overwritten", written, len(recs), over)
 	st := rec.Stats()
-	if len(st) != 1 || st[0].Samples != uint64(len(recs)) || st[0].Skipped != 0 || st[0].Size != rbSize || st[0].CPU != -1 {
-		t.Errorf("stats %+v", st)
+	if len(st) != 1 || st[0].Samples != uint64(len(recs)) || st[0].Skipped != 0 || st[0].Size != rbSize || st[0].CPU != -1 ||
+		st[0].Overwritten != recs[0].Pos {
+		t.Errorf("stats %+v; want Overwritten %d (overwrite_pos)", st, recs[0].Pos)
 	}
 	// onlyNew: nothing, then exactly the batch written since.
 	if recs, err = rec.Snapshot(buf, recs[:0], true); err != nil || len(recs) != 0 {
