@@ -112,7 +112,8 @@ var (
 // run, and has libbpf use that array for the map (bpf_map__reuse_fd). It
 // keeps a descriptor of each ring for the module's life (they are closed
 // when the module is garbage), so that a Reader over them needs no
-// CAP_SYS_ADMIN: Maps hands them over. more may hold CPUsPerRing.
+// CAP_SYS_ADMIN: Maps hands them over. more may hold CPUsPerRing and
+// Overwrite.
 //
 // Called again for the same buffer of the same module, it does nothing
 // more if the object would be the same (the same kind, and for a ring

@@ -101,7 +101,7 @@ type oldConfig struct {
 // ebpf.NewCollection makes the rings with the collection, and fills the
 // slots before it returns, before any program can be attached. Each
 // collection made from spec has rings of its own, in its Maps, and closes
-// them with the rest. more may hold CPUsPerRing.
+// them with the rest. more may hold CPUsPerRing and Overwrite.
 //
 // It changes only spec: the map mapName, the map <mapName>_scratch, the
 // variable <mapName>_config, and for RingBufPerCPU the rings' maps. Called again, it sets them anew from its

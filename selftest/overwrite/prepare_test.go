@@ -81,6 +81,24 @@ func TestPrepareOverwrite(t *testing.T) {
 		}
 	} else if err != nil || kind != bpfbuffer.RingBufPerCPU || cerr != nil || ckind != ciliumbuffer.RingBufPerCPU {
 		t.Fatalf("Prepare(RingBufPerCPU, Overwrite): bpfbuffer %v, %v; ciliumbuffer %v, %v", kind, err, ckind, cerr)
+	} else {
+		// One ring buffer: libbpfgo sets no map flags, Prepare makes the
+		// ring and has libbpf reuse it; prepared twice the same way, it
+		// loads in overwrite mode.
+		one := openBuffer(t)
+		for i := range 2 {
+			o := perfbuf.Options{RingBytes: 8192}
+			if kind, err := bpfbuffer.Prepare(one, "events", bpfbuffer.Any, &o, bpfbuffer.Overwrite()); kind != bpfbuffer.RingBuf || err != nil {
+				t.Fatalf("Prepare #%d (Any, Overwrite) = %v, %v; want a ring buffer", i+1, kind, err)
+			}
+		}
+		if err := one.BPFLoadObject(); err != nil {
+			t.Fatal(err)
+		}
+		rb := bpftest.Map(t, one, "events")
+		if info, err := kernel.GetMapInfo(rb.FileDescriptor()); err != nil || info.Flags&kernel.MapFlagRBOverwrite == 0 || info.MaxEntries != 8192 {
+			t.Errorf("the ring buffer: %+v, %v; want 8192 bytes in overwrite mode", info, err)
+		}
 	}
 	if err := m.BPFLoadObject(); err != nil {
 		t.Fatal(err)
