@@ -82,7 +82,7 @@ func (o *ReaderOptions) plan() (readerPlan, error) {
 	if err := o.check(); err != nil {
 		return readerPlan{}, err
 	}
-	p := readerPlan{ring: o.ring(o.Order != nil), latency: o.latency()}
+	p := readerPlan{ring: o.ring(), latency: o.latency()}
 	if o.Order != nil {
 		c := o.Order.config()
 		p.order = &c
@@ -133,18 +133,16 @@ func (ord *Order) config() policy.OrderConfig {
 	return c
 }
 
-// ring returns the settings that depend on the kind of map, for openCore;
-// ordered says a Reader's Order is set.
-func (o *Options) ring(ordered bool) ringOptions {
+// ring returns the settings that depend on the kind of map, for openCore.
+func (o *Options) ring() ringOptions {
 	return ringOptions{ringBytes: o.RingBytes, wakeupEvents: o.WakeupEvents, wakeupBytes: o.WakeupBytes,
-		maxSampleSize: o.MaxSampleSize, ordered: ordered}
+		maxSampleSize: o.MaxSampleSize}
 }
 
 // ringOptions are Options' settings that depend on the kind of map, as
-// the caller set them: the ring settings, and whether Order is set.
+// the caller set them.
 type ringOptions struct {
 	ringBytes, wakeupEvents, wakeupBytes, maxSampleSize int
-	ordered                                             bool
 	recorder                                            bool // a Recorder's: ring buffers in overwrite mode only
 }
 
@@ -221,11 +219,11 @@ const maxRingBytes = 1 << 40
 const maxRecordSize = 65528
 
 // checkRingBuf checks the options against a ring buffer, whose info is
-// info: the overwrite mode for a Recorder and no other owner (ErrUnsupported
-// naming 6.19 on an older kernel), RingBytes its size if set, no WakeupEvents, WakeupBytes below its
-// size, a record of MaxSampleSize within it, and no Order. Errors:
-// ErrMapType for a map that is not a ring buffer, os.ErrInvalid,
-// ErrSampleTooLarge, errors.ErrUnsupported.
+// info: the overwrite mode for a Recorder and no other owner
+// (errors.ErrUnsupported naming 6.19 on an older kernel), RingBytes its
+// size if set, no WakeupEvents, WakeupBytes below its size, and a record
+// of MaxSampleSize within it. Errors: ErrMapType for a map that is not a
+// ring buffer, os.ErrInvalid, ErrSampleTooLarge, errors.ErrUnsupported.
 func (o ringOptions) checkRingBuf(info mapDesc) error {
 	size := uint64(info.maxEntries)
 	page := os.Getpagesize()
@@ -246,11 +244,6 @@ func (o ringOptions) checkRingBuf(info mapDesc) error {
 			o.ringBytes, roundPages(o.ringBytes, page)*page, info, size, os.ErrInvalid)
 	case o.wakeupEvents != 0:
 		return fmt.Errorf("options WakeupEvents does not apply to %v: the program says when it wakes its reader (see WakeupBytes): %w", info, os.ErrInvalid)
-	case o.ordered:
-		// The merge holds records in the rings, and a ring buffer wakes
-		// its reader only once the consumer position reaches the record
-		// committed: nothing behind a held record would wake it.
-		return fmt.Errorf("options Order over %v: a ring buffer's records are in one ring, in the order they were reserved: %w", info, errors.ErrUnsupported)
 	case uint64(o.wakeupBytes) >= size:
 		return fmt.Errorf("options WakeupBytes %d not below the %d-byte ring of %v: %w", o.wakeupBytes, size, info, os.ErrInvalid)
 	}

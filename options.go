@@ -77,7 +77,25 @@ type ReaderOptions struct {
 // A sample released by rules 2 to 4 ahead of a smaller key that came later
 // is delivered with Late set (or dropped, with DropLate), and counted in
 // [Stats]. Lost records carry no key and go as soon as they are reached.
-// Records stay in the rings until delivered.
+// Over a perf event array, records stay in the rings until delivered.
+//
+// Over BPF ring buffers, the records are copied out of the rings into a
+// window and the rings' space is handed back at once: a ring buffer wakes
+// its reader only for a record committed at the consumer position, so a
+// record held in place would silence the wakeups, and the ring would fill
+// behind it. The window sorts what it holds, so that a ring written by
+// several CPUs, whose records come in the order they were reserved, is
+// ordered too. Rule 1 applies to rings written by one CPU each: an array
+// of ring buffers with a slot for every possible CPU (bpfbuffer's
+// RingBufPerCPU, one CPU a ring). A ring buffer shared by CPUs (one map,
+// or a ring per N CPUs) cannot tell a slow writer from none: while one is
+// read, records go by rules 2 to 5 only, so set KeyWindow or MaxDelay to
+// the disorder the programs make (the time between a key's stamp and the
+// ring's reservation on another CPU), and Late marks what comes later
+// than that. A busy record holds back its own ring only, as an empty ring
+// does. HighWater bounds the window's memory (rule 4: the window full).
+// Stats.Held is the age of the oldest copy held; at Close, the copies not
+// delivered count as Left.
 type Order struct {
 	// KeyOffset is where the key sits in each sample: a u64 in the
 	// host's byte order. A sample too short to hold it has key 0.
@@ -97,6 +115,9 @@ type Order struct {
 	DropLate bool
 
 	// HighWater is rule 4's fill, in bytes. Zero means three quarters of
-	// a ring.
+	// a ring. Over ring buffers it bounds the window instead: the bytes
+	// of the copies held, each rounded up to a power of two (a copy takes
+	// about 64 bytes more, and one copy may pass the bound); zero means
+	// the rings' total size, what they would hold in place.
 	HighWater int
 }

@@ -39,6 +39,9 @@ type core struct {
 	// woken with every ring below it waits up to its latency before it
 	// drains. Zero: drain at once.
 	holdOff int
+	// oneWriter[i] says that one CPU alone writes ring buffer i (an
+	// ordered Reader's rule 1: policy.WindowConfig).
+	oneWriter []bool
 	// what names what is read, for errors (see name).
 	what string
 }
@@ -116,6 +119,9 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 		return nil, err
 	}
 	c.src = src
+	if s, ok := src.(*ringBufSource); ok {
+		c.oneWriter = s.oneWriter
+	}
 	c.what = describeMaps(info, len(more))
 	return c, nil
 }
@@ -270,8 +276,12 @@ func (c *core) free() {
 		c.src.unlink()
 	}
 	c.StatsMu.Lock()
+	held, _ := c.pol.(policy.Holder)
 	for i, rb := range c.kinds {
 		samples, lost, discarded := rb.Left(c.pol.Oldest(i))
+		if held != nil {
+			samples += held.Held(i) // taken from the ring, never delivered
+		}
 		c.Tallies[i].Left += samples
 		c.Tallies[i].Lost += lost
 		c.Tallies[i].Discarded += discarded

@@ -80,7 +80,7 @@ func New(m Map, sample func(cpu int, data []byte), lost func(cpu int, count uint
 	if sample == nil {
 		return nil, fmt.Errorf("%s: nil sample function: %w", op, os.ErrInvalid)
 	}
-	c, err := openCore(m, opts.ring(false), opts.Maps, opts.FailureMap)
+	c, err := openCore(m, opts.ring(), opts.Maps, opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

@@ -87,7 +87,7 @@ func perfConfig(o Options, pageSize int, memory uint64) (ringConfig, error) {
 	if err := o.check(); err != nil {
 		return ringConfig{}, err
 	}
-	return o.ring(false).config(pageSize, memory)
+	return o.ring().config(pageSize, memory)
 }
 
 // testMemory is the host memory the option tests assume: 16 GiB.
@@ -120,7 +120,7 @@ func TestRingBytes(t *testing.T) {
 	}
 	// The host's own page size, as New sees it.
 	page := os.Getpagesize()
-	cfg, err := (&Options{RingBytes: 5 * page}).ring(false).hostConfig()
+	cfg, err := (&Options{RingBytes: 5 * page}).ring().hostConfig()
 	if err != nil || cfg.pages != 8 || cfg.pageSize != page || cfg.ringBytes() != 8*page {
 		t.Errorf("RingBytes 5 pages on this host (%d-byte pages): %+v, %v; want 8 pages", page, cfg, err)
 	}

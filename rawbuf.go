@@ -38,7 +38,7 @@ func NewRaw(m Map, opts Options) (*Raw, error) {
 	if err := opts.check(); err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := openCore(m, opts.ring(false), opts.Maps, opts.FailureMap)
+	c, err := openCore(m, opts.ring(), opts.Maps, opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

@@ -74,9 +74,8 @@ type Reader struct {
 // across processes, the last reader opened takes the slots over.)
 //
 // Errors: os.ErrInvalid for an option out of range, naming it;
-// [ErrSampleTooLarge], [ErrMapInUse], [ErrMapType]; errors.ErrUnsupported
-// for Order over ring buffers; and the kernel's errno (EBADF for a closed
-// descriptor, EPERM without CAP_BPF and CAP_PERFMON).
+// [ErrSampleTooLarge], [ErrMapInUse], [ErrMapType]; and the kernel's errno
+// (EBADF for a closed descriptor, EPERM without CAP_BPF and CAP_PERFMON).
 func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	const op = "new reader"
 	p, err := opts.plan()
@@ -99,7 +98,9 @@ func newReader(c *core, p readerPlan) *Reader {
 	c.Latency = p.latency
 	r := &Reader{c: c, opRead: "read " + c.name(), opConsume: "consume " + c.name()}
 	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec, r.turn, r.nextTurn
-	if p.order != nil {
+	if p.order != nil && c.ringBufs() {
+		r.pol = policy.NewWindow(&c.Set, c.windowConfig(*p.order))
+	} else if p.order != nil {
 		r.pol = policy.NewOrdered(&c.Set, *p.order)
 	} else {
 		r.pol = policy.NewFullest(&c.Set)

@@ -78,7 +78,7 @@ func NewRecorder(m Map, opts Options) (*Recorder, error) {
 	if m == nil {
 		return nil, wrap(op, fmt.Errorf("nil map: %w", os.ErrInvalid))
 	}
-	ro := opts.ring(false)
+	ro := opts.ring()
 	ro.recorder = true
 	fd := m.FileDescriptor()
 	info, err := checkMap(fd)

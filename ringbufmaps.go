@@ -17,19 +17,23 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
 
 // ringBufSource is a set of BPF ring buffers opened for one reader.
 type ringBufSource struct {
-	rings    []*ring.RingBuf
-	fds      []int    // ring i's map descriptor, one in owned: a wait polls it
-	names    []string // ring i's map name
-	ids      []uint32 // claimed until close
-	owned    []int    // descriptors opened here (maps' duplicates, inner maps), closed at close
-	failures *failureMap
+	rings []*ring.RingBuf
+	fds   []int    // ring i's map descriptor, one in owned: a wait polls it
+	names []string // ring i's map name
+	// oneWriter[i]: ring i is the ring of one CPU (ordered reads, rule 1)
+	oneWriter []bool
+	ids       []uint32 // claimed until close
+	owned     []int    // descriptors opened here (maps' duplicates, inner maps), closed at close
+	failures  *failureMap
 
 	epMu sync.Mutex
 	epfd int // EpollFD's set, made when first asked for; -1 before
@@ -68,6 +72,7 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 			}
 			s.owned = append(s.owned, fd)
 			bufs = append(bufs, mapArg{fd, m.info})
+			s.oneWriter = append(s.oneWriter, false)
 			continue
 		}
 		inner, err := s.inner(m, ro)
@@ -75,6 +80,10 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 			return nil, err
 		}
 		bufs = append(bufs, inner...)
+		one := oneCPUPerSlot(m.info)
+		for range inner {
+			s.oneWriter = append(s.oneWriter, one)
+		}
 	}
 	if len(bufs) == 0 {
 		return nil, fmt.Errorf("no ring buffer in the maps given (an array of maps with every slot empty?): %w", os.ErrInvalid)
@@ -93,6 +102,16 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 		return nil, err
 	}
 	return s, nil
+}
+
+// oneCPUPerSlot reports whether an array of ring buffers has a slot for
+// every possible CPU: then, laid out as bpf/perfbuf.bpf.h lays out a ring
+// per CPU (CPU c writes slot c / cpus_per_ring), each ring is one CPU's.
+// A ring buffer map alone, or an array with fewer slots, is taken as
+// written by several CPUs. Unknown possible CPUs: several.
+func oneCPUPerSlot(info mapDesc) bool {
+	possible, err := cpus.Possible()
+	return err == nil && len(possible) > 0 && uint64(info.maxEntries) > uint64(slices.Max(possible))
 }
 
 // add maps the ring buffer fd, a descriptor in s.owned, and claims it.
@@ -220,3 +239,24 @@ func (s *ringBufSource) close() {
 }
 
 func (s *ringBufSource) failureCounters() *failureMap { return s.failures }
+
+// ringBufs reports whether c reads BPF ring buffers (an ordered Reader
+// over them merges copies: policy.NewWindow).
+func (c *core) ringBufs() bool {
+	_, ok := c.kinds[0].(*ring.RingBuf)
+	return ok
+}
+
+// windowConfig is the ordered merge's over c's ring buffers: the Order's,
+// the window's size (HighWater, or the rings' total size), and which rings
+// one CPU writes.
+func (c *core) windowConfig(ord policy.OrderConfig) policy.WindowConfig {
+	wc := policy.WindowConfig{OrderConfig: ord, Bytes: ord.HighWater}
+	if wc.Bytes == 0 {
+		for _, rb := range c.Rings {
+			wc.Bytes += rb.Cur().Size()
+		}
+	}
+	wc.OneWriter = c.oneWriter
+	return wc
+}

@@ -85,19 +85,7 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 		r.SetDeadline(time.Now().Add(-time.Hour)) // read what is released, then return
 	}
 
-	// The round's records, in the order they are written, and their rings.
-	var rings []int
-	if dist == "even" {
-		for j := 0; j < manyPerRing; j++ {
-			for i := 0; i < n; i++ {
-				rings = append(rings, i)
-			}
-		}
-	} else {
-		for j := 0; j < manySkewed; j++ {
-			rings = append(rings, n-1)
-		}
-	}
+	rings := roundRings(dist, n)
 	rec := fakeSample(payload(0, 0, manyPayload))
 
 	var s Sample
@@ -132,6 +120,81 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 			r.Each(context.Background(), count)
 		}
 		if flush && delivered-before != len(rings) {
+			b.Fatalf("delivered %d records of %d", delivered-before, len(rings))
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(delivered), "ns/record")
+}
+
+// roundRings returns the rings of a round's records, in the order they are
+// written: even or skewed (see BenchmarkReaderRings).
+func roundRings(dist string, n int) []int {
+	var rings []int
+	if dist == "even" {
+		for j := 0; j < manyPerRing; j++ {
+			for i := 0; i < n; i++ {
+				rings = append(rings, i)
+			}
+		}
+	} else {
+		for j := 0; j < manySkewed; j++ {
+			rings = append(rings, n-1)
+		}
+	}
+	return rings
+}
+
+// BenchmarkReaderRingBufs measures the ordered Reader over fake BPF ring
+// buffers of one writer each (the window: policy.NewWindow), ns per record
+// by ring count, rounds as BenchmarkReaderRings' ordered ReadInto and Each
+// (a Flush each round), even and skewed. The records are copied into the
+// window and out again: a copy more than over perf rings.
+func BenchmarkReaderRingBufs(b *testing.B) {
+	for _, form := range []string{"ReadInto", "Each"} {
+		for _, dist := range []string{"even", "skewed"} {
+			for _, n := range []int{2, 8, 32, 128, 512} {
+				name := fmt.Sprintf("ordered/%s/%s/rings=%d", form, dist, n)
+				b.Run(name, func(b *testing.B) { benchRingBufs(b, form, dist, n) })
+			}
+		}
+	}
+}
+
+func benchRingBufs(b *testing.B, form, dist string, n int) {
+	f := newFakeBPFRings(b, n, manyRingSize)
+	one := make([]bool, n)
+	for i := range one {
+		one[i] = true
+	}
+	r := f.ordered(b, Order{MaxDelay: time.Hour}, one...)
+	rings := roundRings(dist, n)
+	p := payload(0, 0, manyPayload)
+	var s Sample
+	delivered := 0
+	count := func(*Record) error { delivered++; return nil }
+	key := uint64(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for delivered < b.N {
+		b.StopTimer()
+		for _, i := range rings {
+			key++
+			binary.NativeEndian.PutUint64(p, key)
+			f.rings[i].Output(b, p)
+		}
+		r.Flush()
+		before := delivered
+		b.StartTimer()
+		switch form {
+		case "ReadInto":
+			for r.ReadInto(&s) == nil {
+				delivered++
+			}
+		case "Each":
+			r.Each(context.Background(), count)
+		}
+		if delivered-before != len(rings) {
 			b.Fatalf("delivered %d records of %d", delivered-before, len(rings))
 		}
 	}

@@ -107,6 +107,53 @@ func ExamplePrepare_ringPerCPU() {
 	}
 }
 
+// A buffer read in the order of its records' timestamps, whichever of the
+// three layouts the kernel takes: a ring buffer per CPU where ring buffers
+// go into arrays of maps, else the kind Any chooses (one ring buffer, or a
+// perf event array on a kernel before 5.8). The same Order reads all
+// three: a perf event array's CPUs merged in place, ring buffers through
+// the Reader's window of copies. It needs root: compiled, not run.
+func ExamplePrepare_ordered() {
+	spec, err := ebpf.LoadCollectionSpec("prog.bpf.o")
+	if err != nil {
+		log.Fatal(err)
+	}
+	opts := perfbuf.Options{RingBytes: 256 << 10}
+	kind, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.RingBufPerCPU, &opts)
+	if errors.Is(err, errors.ErrUnsupported) {
+		kind, err = ciliumbuffer.Prepare(spec, "events", ciliumbuffer.Any, &opts)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer coll.Close()
+	events, opts, err := ciliumbuffer.Maps(coll, "events", opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{
+		Options: opts,
+		// The event's bpf_ktime_get_ns() stamp, its first field; a record
+		// waits at most 10 ms for a smaller key from another CPU.
+		Order: &perfbuf.Order{KeyOffset: 0, MaxDelay: 10 * time.Millisecond},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	fmt.Printf("reading %v in order\n", kind)
+	for s, err := range r.All(context.Background()) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%d: %d bytes (late %v)\n", s.Key, len(s.Data), s.Late)
+	}
+}
+
 // Any *ebpf.Map that perfbuf reads (a perf event array, a ring buffer, an
 // array of ring buffers; a failure map) is passed through Map, without
 // PERFBUF_BUFFER too. It needs root: compiled, not run.

@@ -2,22 +2,28 @@
 
 package policy
 
-// The ordered merge's heap: the rings whose next record is a sample, by
-// that sample's key.
+// The merges' heap: the ordered merge's rings whose next record is a
+// sample, by that sample's key (ordered.go); the window's copies by key
+// (window.go).
 
 import "math"
 
-// keyHeap is a binary min-heap of (key, ring), smallest key first and, for
-// equal keys, the lower ring index, so that the merge is deterministic.
+// keyHeap is a binary min-heap of entries, smallest key first and, for
+// equal keys, the smaller tie, so that the merge is deterministic.
 type keyHeap []heapEntry
 
+// heapEntry is a key (a copy, so that a sift reads only the heap), its tie
+// break and what it stands for: for the ordered merge a ring, whose index
+// is both the tie and ref; for the window a copy, in arrival order (tie)
+// and in its slot (ref).
 type heapEntry struct {
-	key  uint64 // the ring's front key (a copy, so that a sift reads only the heap)
-	ring int
+	key uint64
+	tie uint64
+	ref int
 }
 
 func (a heapEntry) before(b heapEntry) bool {
-	return a.key < b.key || a.key == b.key && a.ring < b.ring
+	return a.key < b.key || a.key == b.key && a.tie < b.tie
 }
 
 // push adds an entry.
@@ -34,14 +40,14 @@ func (h *keyHeap) push(e heapEntry) {
 	*h = s
 }
 
-// popRoot removes the root and returns its ring.
-func (h *keyHeap) popRoot() int {
+// pop removes the root and returns it.
+func (h *keyHeap) pop() heapEntry {
 	s := *h
-	i, n := s[0].ring, len(s)-1
+	top, n := s[0], len(s)-1
 	s[0] = s[n]
 	*h = s[:n]
 	h.siftDown()
-	return i
+	return top
 }
 
 // siftDown moves the root down to its place (after its key grew).

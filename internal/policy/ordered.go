@@ -239,13 +239,13 @@ func (o *ordered) Next() (*ring.Record, int) {
 				return &r.front, i // lost records carry no key: at once
 			}
 			o.waiting = slices.Delete(o.waiting, k, k+1)
-			o.heap.push(heapEntry{key: r.key, ring: i})
+			o.heap.push(heapEntry{key: r.key, tie: uint64(i), ref: i})
 		}
 		if len(o.heap) == 0 {
 			o.look = true
 			return nil, -1
 		}
-		best, key := o.heap[0].ring, o.heap[0].key
+		best, key := o.heap[0].ref, o.heap[0].key
 		if len(o.waiting) == 0 {
 			o.pressure = false // rule 1: every other front is at least as large
 			o.runRing, o.runBound = best, o.heap.second()
@@ -275,7 +275,7 @@ func (o *ordered) fixRoot() {
 	if len(o.heap) == 0 {
 		return
 	}
-	i := o.heap[0].ring
+	i := o.heap[0].ref
 	r := &o.rs[i]
 	o.newest = max(o.newest, r.newest) // from a run
 	if !r.has && !o.s.Rings[i].Quiet() {
@@ -288,7 +288,7 @@ func (o *ordered) fixRoot() {
 		if r.has {
 			o.look = true // a lost record: next delivers it at once
 		}
-		o.waiting = append(o.waiting, o.heap.popRoot())
+		o.waiting = append(o.waiting, o.heap.pop().ref)
 	}
 }
 
@@ -391,8 +391,8 @@ func (o *ordered) Idle() (time.Duration, time.Duration) {
 	for i := range o.rs {
 		o.CommitPublish(i)
 	}
-	if len(o.heap) > 0 && o.rs[o.heap[0].ring].has { // next put the root in place
-		due := time.Duration(o.seenAt(o.heap[0].ring) + int64(o.maxDelay) - o.now())
+	if len(o.heap) > 0 && o.rs[o.heap[0].ref].has { // next put the root in place
+		due := time.Duration(o.seenAt(o.heap[0].ref) + int64(o.maxDelay) - o.now())
 		if timeout < 0 || due+o.dueSlack < timeout {
 			timeout, slack = max(due, 0), o.dueSlack
 		}

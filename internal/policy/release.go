@@ -61,7 +61,7 @@ func (o *ordered) windowPassed(key uint64) bool {
 // place in the merge, not be passed over.
 func (o *ordered) scanAhead() {
 	for _, e := range o.heap {
-		i := e.ring
+		i := e.ref
 		r, rb := &o.rs[i], o.s.Rings[i]
 		pos := rb.Cur().Pos()
 		if int64(r.scanned-pos) > 0 && int64(rb.Cur().Head()-r.scanned) >= 0 {

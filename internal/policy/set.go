@@ -28,6 +28,13 @@ type Policy interface {
 	Oldest(i int) uint64
 }
 
+// Holder is a policy that keeps copies of records it took from the rings
+// (the window over ring buffers): Held(i) counts ring i's samples it holds
+// and has not delivered, left undelivered at Close like those in the ring.
+type Holder interface {
+	Held(i int) uint64
+}
+
 // Reading is a Reader's policy: fullest first or ordered.
 type Reading interface {
 	Policy

@@ -487,7 +487,6 @@ func TestReaderOptionsFirst(t *testing.T) {
 			err   error
 			field string
 		}{
-			"Order":         {perfbuf.ReaderOptions{Order: &perfbuf.Order{}}, errors.ErrUnsupported, "Order"},
 			"WakeupBytes":   {perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: ringSize}}, os.ErrInvalid, "WakeupBytes"},
 			"MaxSampleSize": {perfbuf.ReaderOptions{Options: perfbuf.Options{MaxSampleSize: ringSize - 15}}, perfbuf.ErrSampleTooLarge, "MaxSampleSize"},
 			"RingBytes":     {perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 4096}}, os.ErrInvalid, "RingBytes"},

@@ -8,6 +8,7 @@ package bpfbuffer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -522,4 +523,62 @@ func dropEffective(cp int) error {
 		return fmt.Errorf("capset: %w", err)
 	}
 	return nil
+}
+
+// An ordered Reader over a ring per CPU, and over one ring for 2 CPUs,
+// keyed by each CPU's attempt number: every CPU writes rounds of outputs,
+// interleaved with the other CPUs' (one CPU's records follow another's in
+// a shared ring, their keys starting over), and the Reader delivers every
+// record once, keys never falling, none late; then every attempt is
+// accounted for per ring.
+func TestRingPerCPUOrdered(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d CPUs a ring", n), func(t *testing.T) {
+			p := setupPerCPU(t, n)
+			f := p.fixture
+			r, err := perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts,
+				Order: &perfbuf.Order{KeyOffset: 0, MaxDelay: 20 * time.Millisecond}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			c := ledger.NewRingCollector(t, p.Rings)
+			const rounds, each = 4, 5 // 20 records of 56 bytes a CPU: 2 CPUs' in a page
+			for range rounds {
+				for _, cpu := range f.cpus {
+					f.produce(t, cpu, each, 48, viaOutput, 1)
+				}
+			}
+			want := rounds * each * len(f.cpus)
+			r.SetDeadline(time.Now().Add(10 * time.Second))
+			last := uint64(0)
+			for got := 0; got < want; got++ {
+				var s perfbuf.Sample
+				if err := r.ReadInto(&s); err != nil {
+					t.Fatalf("read %d of %d: %v", got, want, err)
+				}
+				if s.Late || s.Key < last || s.Key != binary.NativeEndian.Uint64(s.Data) {
+					t.Fatalf("record %d: key %d after %d, late %v", got, s.Key, last, s.Late)
+				}
+				last = s.Key
+				c.Sample(s.Ring, s.CPU, s.Data)
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var attempts, ok uint64
+			for _, o := range f.outcomes(t) {
+				attempts, ok = attempts+o.Attempts, ok+o.OK
+			}
+			var st perfbuf.Stats
+			for _, s := range r.Stats() {
+				st.Samples, st.Left, st.Late = st.Samples+s.Samples, st.Left+s.Left, st.Late+s.Late
+				st.Failed = st.Failed.Add(s.Failed)
+			}
+			if attempts != uint64(want) || ok != attempts || st.Samples != ok || st.Left != 0 || st.Late != 0 || st.Failed.Total() != 0 {
+				t.Errorf("%d attempts, %d ok; stats: %d delivered, %d left, %d late, %d failed",
+					attempts, ok, st.Samples, st.Left, st.Late, st.Failed.Total())
+			}
+		})
+	}
 }

@@ -423,7 +423,6 @@ func TestRingBufOptions(t *testing.T) {
 		opts perfbuf.ReaderOptions
 		want error
 	}{
-		"Order":         {perfbuf.ReaderOptions{Order: &perfbuf.Order{}}, errors.ErrUnsupported},
 		"RingBytes":     {perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 4096}}, os.ErrInvalid},
 		"WakeupEvents":  {perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupEvents: 8}}, os.ErrInvalid},
 		"WakeupBytes":   {perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: ringSize}}, os.ErrInvalid},

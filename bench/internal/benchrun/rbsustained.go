@@ -18,7 +18,7 @@ import (
 
 // RBSustainedModes are the consumers the ring buffer saturation
 // measurement compares, the reference (ring_buffer__poll from C) first.
-var RBSustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderBatch, ModeReaderEach, ModeCilium, ModeLibbpfgo}
+var RBSustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered, ModeOrderedBatch, ModeOrderedEach, ModeCilium, ModeLibbpfgo}
 
 // RBSustained is Sustained over a BPF ring buffer: one producer per CPU,
 // each locked to its CPU, emits its share of cfg.Samples (cfg.Size bytes,
@@ -144,12 +144,19 @@ func openRBConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (rbConsumer, error) 
 		}
 		c.pb = pb
 		return c, nil
-	case ModeReader, ModeReaderEach, ModeReaderBatch:
-		r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{})
+	case ModeReader, ModeReaderEach, ModeReaderBatch, ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
+		var ropts perfbuf.ReaderOptions
+		if isOrdered(cfg.Mode) {
+			// One ring buffer, every CPU's: ordered by rules 2 to 5
+			// (perfbuf.Order), the records held a millisecond.
+			ropts.Order = &perfbuf.Order{KeyOffset: 8, MaxDelay: time.Millisecond} // the sample's ktime
+		}
+		r, err := perfbuf.NewReader(e.Events, ropts)
 		if err != nil {
 			return nil, err
 		}
-		return &rbReaderConsumer{r: r, each: cfg.Mode == ModeReaderEach, s: samplesFor(cfg.Mode)}, nil
+		each := cfg.Mode == ModeReaderEach || cfg.Mode == ModeOrderedEach
+		return &rbReaderConsumer{r: r, each: each, s: samplesFor(cfg.Mode)}, nil
 	case ModeCilium:
 		r, err := openCilium(fd)
 		if err != nil {

@@ -1,0 +1,414 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package policy
+
+// The ordered merge over BPF ring buffers (Options.Order): the records are
+// copied out of the rings into a window of bounded size, and their space is
+// handed back at once; the window delivers them in key order.
+//
+// Why copies, where perf rings are merged in place (ordered.go): a ring
+// buffer wakes its reader only when the record committed is the one at the
+// consumer position, so a record held in place would silence the wakeups
+// for everything behind it, and the ring would fill while the reader
+// sleeps; and a ring written by several CPUs (one ring buffer, a ring per
+// N CPUs) holds its records in the order they were reserved, not in the
+// order of their keys, so that only a window that sees several of them can
+// sort them.
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/bits"
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+)
+
+// WindowConfig is what the window takes beside an Order.
+type WindowConfig struct {
+	OrderConfig
+	// Bytes bounds the window: the bytes its copies take (each rounded up
+	// to a power of two, at least 16), beside about 64 bytes of
+	// bookkeeping a record. The copy that fills it is the last taken in
+	// until the smallest key went (rule 4): the window holds at most Bytes
+	// and one record.
+	Bytes int
+	// OneWriter says, for each ring, whether one CPU alone writes it: its
+	// keys then only grow (rule 1). A ring buffer shared by CPUs does not
+	// count for rule 1, and while one is read rule 1 releases nothing.
+	OneWriter []bool
+}
+
+// window is the ordered merge over ring buffers. Its rules are the Order's,
+// over the copies:
+//
+//  1. every ring is written by one CPU and has shown a key at least as
+//     large (its newest key copied; an empty ring or one whose next
+//     record is busy holds back the keys above its newest);
+//  2. a key Window larger has been copied from any ring;
+//  3. the record was copied MaxDelay ago;
+//  4. the window is full;
+//  5. a Flush or Close is under way.
+type window struct {
+	s         *Set
+	keyOffset int
+	keyFn     func([]byte) uint64
+	keyWindow uint64
+	maxDelay  time.Duration
+	dueSlack  time.Duration
+	dropLate  bool
+	limit     int // Bytes
+
+	rs    []windowRing
+	heap  keyHeap // the copies: tie their seq, ref their slot
+	slots []copySlot
+	free  []int32 // slots not in use
+	pools [maxClass + 1][][]byte
+	bytes int // the copies' capacity, against limit
+
+	seq     uint64 // copies made: the heap's tie break, arrival order
+	newest  uint64 // the largest key copied
+	last    uint64 // the largest key delivered
+	shared  int    // rings written by several CPUs
+	minSeen uint64 // the smallest newest key over the rings (rule 1); valid when allSeen
+	allSeen bool
+	look    bool // take in the rings before the next release
+	drain   bool // a Flush took in every ring: deliver the window, take nothing more
+	start   time.Time
+
+	out   ring.Record // the record being delivered
+	outAt int32       // its slot; -1: none
+	tmp   ring.Record
+	in    int // the ring being taken in, for stage
+}
+
+// windowRing is what the window keeps of one ring.
+type windowRing struct {
+	oneWriter bool
+	newest    uint64 // the largest key copied from it
+	seen      bool
+	staged    uint64   // samples copied and not delivered
+	bytes     uint64   // their payloads' bytes
+	order     []copyID // its copies in arrival order; delivered ones dropped from the front
+}
+
+// copyID names a copy: its slot and the seq it was made with.
+type copyID struct {
+	slot int32
+	seq  uint64
+}
+
+type copySlot struct {
+	data []byte // a pooled buffer, len the payload's
+	pos  uint64 // where the record was in its ring
+	next uint64
+	at   int64 // when it was copied (window.now)
+	ring int32
+	seq  uint64 // 0: free
+}
+
+// maxClass is the largest pooled buffer, 1 MiB; larger payloads are
+// allocated and dropped.
+const maxClass = 20
+
+func NewWindow(s *Set, cfg WindowConfig) *window {
+	w := &window{
+		s:         s,
+		keyOffset: cfg.KeyOffset,
+		keyFn:     cfg.Key,
+		keyWindow: cfg.Window,
+		maxDelay:  cfg.MaxDelay,
+		dueSlack:  cfg.MaxDelay / 2,
+		dropLate:  cfg.DropLate,
+		limit:     max(cfg.Bytes, 1),
+		outAt:     -1,
+		look:      true,
+		start:     time.Now(),
+	}
+	for i := range s.Rings {
+		one := i < len(cfg.OneWriter) && cfg.OneWriter[i]
+		w.rs = append(w.rs, windowRing{oneWriter: one})
+		if !one {
+			w.shared++
+		}
+		s.Rings[i].Begin()
+	}
+	return w
+}
+
+func (w *window) now() int64 { return int64(time.Since(w.start)) }
+
+// AddRing: ring buffers do not come and go with CPUs.
+func (w *window) AddRing(int) {}
+
+// Oldest is where ring i's records not copied start: the window's copies
+// are no longer the ring's (Held counts them at Close).
+func (w *window) Oldest(i int) uint64 { return w.s.Rings[i].Cur().Pos() }
+
+// Held returns the samples of ring i copied and not delivered: at Close,
+// they are left undelivered like those in the ring.
+func (w *window) Held(i int) uint64 { return w.rs[i].staged }
+
+// CommitPublish hands ring i's space back up to its cursor and publishes
+// its counts: what it parsed but the copies held.
+func (w *window) CommitPublish(i int) {
+	cur := w.s.Rings[i].Cur()
+	if err := cur.Commit(cur.Pos()); err != nil {
+		panic(err) // the cursor is always a record boundary past the tail
+	}
+	w.publish(i)
+}
+
+func (w *window) publish(i int) {
+	st, r := w.s.Rings[i].Cur().Counts(), &w.rs[i]
+	held := int64(-1)
+	if id, ok := w.front(i); ok {
+		held = w.slots[id.slot].at + int64(w.start.Sub(epoch))
+	}
+	w.s.Publish(i, w.Oldest(i), st.Samples-r.staged, st.Bytes-r.bytes, st.Lost, held)
+}
+
+// front returns ring i's oldest copy not delivered.
+func (w *window) front(i int) (copyID, bool) {
+	r := &w.rs[i]
+	for len(r.order) > 0 {
+		id := r.order[0]
+		if w.slots[id.slot].seq == id.seq {
+			return id, true
+		}
+		r.order = r.order[1:]
+	}
+	r.order = r.order[:0:0] // (let the emptied backing array go)
+	return copyID{}, false
+}
+
+// takeIn copies what ring i holds now into the window, as far as it has
+// room, and hands the space back.
+func (w *window) takeIn(i int) {
+	rb := w.s.Rings[i]
+	rb.Refresh()
+	if rb.Cur().Pending() == 0 || w.bytes >= w.limit {
+		return
+	}
+	w.in = i
+	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stage)
+	w.tmp = ring.Record{}
+	if err != nil && err != errWindowFull {
+		// A record that cannot be valid: nothing is held in the ring, so
+		// skipping to its head hands back nothing still in use.
+		w.s.SkipCorrupt(i, err)
+	}
+	w.CommitPublish(i)
+}
+
+// errWindowFull ends a ring's intake once the window is full; the record
+// stage returned it for is in the window. It never leaves this file.
+var errWindowFull = errors.New("window full")
+
+// stage copies one record of ring w.in into the window; errWindowFull
+// once that filled it.
+func (w *window) stage(rec *ring.Record) error {
+	if rec.Type != ring.Sample {
+		return nil // (ring buffers have no other records)
+	}
+	n := rec.Len()
+	buf := w.alloc(n)
+	rec.AppendTo(buf[:0])
+	key := w.keyOf(buf)
+	w.seq++
+	var slot int32
+	if k := len(w.free); k > 0 {
+		slot, w.free = w.free[k-1], w.free[:k-1]
+	} else {
+		slot = int32(len(w.slots))
+		w.slots = append(w.slots, copySlot{})
+	}
+	w.slots[slot] = copySlot{data: buf, pos: rec.Pos, next: rec.Next, at: w.now(), ring: int32(w.in), seq: w.seq}
+	w.heap.push(heapEntry{key: key, tie: w.seq, ref: int(slot)})
+	r := &w.rs[w.in]
+	r.order = append(r.order, copyID{slot, w.seq})
+	r.staged++
+	r.bytes += uint64(n)
+	if !r.seen || key > r.newest {
+		r.newest, r.seen = key, true
+	}
+	w.newest = max(w.newest, key)
+	if w.bytes >= w.limit {
+		return errWindowFull
+	}
+	return nil
+}
+
+// keyOf reads a copy's key: the u64 at KeyOffset (0 for a sample too short
+// to hold it), or Order.Key's.
+func (w *window) keyOf(data []byte) uint64 {
+	if w.keyFn != nil {
+		return w.keyFn(data)
+	}
+	if w.keyOffset+8 > len(data) {
+		return 0
+	}
+	return binary.NativeEndian.Uint64(data[w.keyOffset:])
+}
+
+// alloc returns a buffer of n bytes from the pools, counted in w.bytes by
+// its capacity.
+func (w *window) alloc(n int) []byte {
+	c := max(bits.Len(uint(n-1)), 4)
+	if n == 0 {
+		c = 4
+	}
+	w.bytes += 1 << c
+	if c > maxClass {
+		return make([]byte, n, 1<<c)
+	}
+	p := w.pools[c]
+	if k := len(p); k > 0 {
+		b := p[k-1]
+		w.pools[c] = p[:k-1]
+		return b[:n]
+	}
+	return make([]byte, n, 1<<c)
+}
+
+// release returns a copy's buffer to its pool.
+func (w *window) release(b []byte) {
+	c := bits.Len(uint(cap(b) - 1))
+	w.bytes -= cap(b)
+	if c <= maxClass {
+		w.pools[c] = append(w.pools[c], b[:0])
+	}
+}
+
+// takeInAll takes in every ring and recomputes rule 1's bound.
+func (w *window) takeInAll() {
+	for i := range w.rs {
+		w.takeIn(i)
+	}
+	w.allSeen = w.shared == 0
+	w.minSeen = ^uint64(0)
+	for i := range w.rs {
+		r := &w.rs[i]
+		if !r.seen {
+			w.allSeen = false
+			break
+		}
+		w.minSeen = min(w.minSeen, r.newest)
+	}
+}
+
+// releasable reports whether the smallest copy may go (rules 1 to 5).
+func (w *window) releasable() bool {
+	e := w.heap[0]
+	switch {
+	case w.drain || w.s.Flushing() || w.s.Stop.Load(): // rule 5
+		return true
+	case w.allSeen && e.key <= w.minSeen: // rule 1
+		return true
+	case w.newest >= w.keyWindow && e.key <= w.newest-w.keyWindow: // rule 2
+		return true
+	case w.now()-w.slots[e.ref].at >= int64(w.maxDelay): // rule 3
+		return true
+	}
+	return w.bytes >= w.limit // rule 4
+}
+
+// Next returns the copy that goes next and its ring, or -1 when none may
+// go yet. A late record that DropLate drops is counted and passed over.
+func (w *window) Next() (*ring.Record, int) {
+	took := false // whether this call took the rings in
+	for {
+		if w.s.Flushing() && !w.drain {
+			// A Flush: every ring taken in up to its head now (past the
+			// flush's), then the window delivered, with nothing more
+			// taken in, so that the flush ends while producers go on.
+			w.takeInAll()
+			w.drain = true
+		} else if !w.s.Flushing() {
+			w.drain = false
+		}
+		if w.look && !w.drain {
+			w.look = false
+			w.takeInAll()
+			took = true
+		}
+		if len(w.heap) == 0 && w.drain && !w.s.FlushReached(w) {
+			w.takeInAll() // the window had no room for all of it
+			continue
+		}
+		if len(w.heap) == 0 || !w.releasable() {
+			w.look = true // take in before the next release
+			if took || w.drain {
+				return nil, -1
+			}
+			continue
+		}
+		e := w.heap.pop()
+		sl := &w.slots[e.ref]
+		i := int(sl.ring)
+		late := e.key < w.last
+		if !late {
+			w.last = e.key
+		} else if w.s.CountLate(i, w.dropLate); w.dropLate {
+			w.outAt = int32(e.ref)
+			w.Delivered(i)
+			continue
+		}
+		w.out = ring.Record{Type: ring.Sample, Ring: i, CPU: w.s.Rings[i].Cur().CPU(), Pos: sl.pos, Next: sl.next,
+			Data: sl.data, Key: e.key, Late: late}
+		w.outAt = int32(e.ref)
+		return &w.out, i
+	}
+}
+
+// Delivered ends the delivery of the record Next returned: its copy goes
+// back to the pool.
+func (w *window) Delivered(i int) {
+	if w.outAt < 0 {
+		return
+	}
+	sl := &w.slots[w.outAt]
+	r := &w.rs[i]
+	r.staged--
+	r.bytes -= uint64(len(sl.data))
+	w.release(sl.data)
+	*sl = copySlot{}
+	w.free = append(w.free, w.outAt)
+	w.outAt = -1
+	w.out = ring.Record{}
+}
+
+// Idle publishes every ring and waits at most MaxLatency, and until the
+// smallest copy is due (rule 3), or up to MaxDelay/2 later. The rings are
+// committed as they are taken in: the kernel wakes the reader for the
+// next record of each.
+func (w *window) Idle() (time.Duration, time.Duration) {
+	timeout, slack := w.s.Latency, time.Duration(0)
+	for i := range w.rs {
+		w.CommitPublish(i)
+	}
+	if len(w.heap) > 0 {
+		due := time.Duration(w.slots[w.heap[0].ref].at + int64(w.maxDelay) - w.now())
+		if timeout < 0 || due+w.dueSlack < timeout {
+			timeout, slack = max(due, 0), w.dueSlack
+		}
+	}
+	return timeout, slack
+}
+
+// Each delivers up to 256 copies in key order before it returns for the
+// read to look at its context.
+func (w *window) Each(fn func(*ring.Record) error) (bool, error) {
+	for n := 0; n < 256; n++ {
+		rec, i := w.Next()
+		if i < 0 {
+			return false, nil
+		}
+		err := fn(rec)
+		w.Delivered(i)
+		if err != nil || w.s.Stop.Load() {
+			return true, err
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package perfbuf
+
+// Tests of the ordered Reader over BPF ring buffers (policy.NewWindow): the
+// records copied out into a window and the rings handed back at once; the
+// release rules over copies; the ledger with records held.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
+)
+
+// ordered returns an ordered Reader over the fake ring buffers, closed when
+// the test ends; oneWriter[i] says ring i is one CPU's (rule 1).
+func (f *fakeBPFRings) ordered(t testing.TB, ord Order, oneWriter ...bool) *Reader {
+	t.Helper()
+	p, err := (&ReaderOptions{Order: &ord}).plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.core(t)
+	c.oneWriter = oneWriter
+	r := newReader(c, p)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// emit outputs a sample with key and seq (16 bytes, then size-16 more) to
+// ring i.
+func (f *fakeBPFRings) emit(t testing.TB, i int, key, seq uint64, size int) {
+	t.Helper()
+	f.rings[i].Output(t, payload(key, seq, size))
+}
+
+// keys returns the samples' keys.
+func keys(got []Sample) []uint64 {
+	var k []uint64
+	for _, s := range got {
+		k = append(k, s.Key)
+	}
+	return k
+}
+
+// A ring buffer written by several CPUs holds its records in the order they
+// were reserved: the window sorts them (here released by rule 3).
+func TestOrderedRingBufSorts(t *testing.T) {
+	f := newFakeBPFRings(t, 1, 4096)
+	o := f.ordered(t, Order{MaxDelay: 20 * time.Millisecond})
+	for seq, key := range []uint64{50, 30, 40, 10, 20} {
+		f.emit(t, 0, key, uint64(seq), 16)
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	got := readN(t, o, 5)
+	if fmt.Sprint(keys(got)) != "[10 20 30 40 50]" {
+		t.Fatalf("keys %v", keys(got))
+	}
+	for _, s := range got {
+		if s.Late || s.Key != keyOf(s) {
+			t.Fatalf("sample %+v", s)
+		}
+	}
+}
+
+// Rule 1 over rings of one CPU each: a key goes as soon as every ring has
+// shown one at least as large, without waiting for MaxDelay; over a shared
+// ring it does not apply.
+func TestOrderedRingBufOneWriter(t *testing.T) {
+	for _, one := range []bool{true, false} {
+		t.Run(fmt.Sprintf("oneWriter=%v", one), func(t *testing.T) {
+			f := newFakeBPFRings(t, 2, 4096)
+			o := f.ordered(t, Order{MaxDelay: time.Hour}, one, one)
+			for seq, key := range []uint64{1, 3, 5} {
+				f.emit(t, 0, key, uint64(seq), 16)
+			}
+			for seq, key := range []uint64{2, 4} {
+				f.emit(t, 1, key, uint64(10+seq), 16)
+			}
+			o.SetDeadline(time.Now().Add(100 * time.Millisecond))
+			var got []Sample
+			for {
+				var s Sample
+				err := o.ReadInto(&s)
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, s)
+			}
+			want := "[1 2 3 4]" // 5 waits for ring 1 to show a key >= 5
+			if !one {
+				want = "[]"
+			}
+			if fmt.Sprint(keys(got)) != want {
+				t.Fatalf("keys %v, want %s", keys(got), want)
+			}
+			if !one {
+				return
+			}
+			f.emit(t, 1, 6, 20, 16)
+			o.SetDeadline(time.Now().Add(10 * time.Second))
+			if got := readN(t, o, 1); got[0].Key != 5 {
+				t.Fatalf("then key %d", got[0].Key)
+			}
+		})
+	}
+}
+
+// The records the window holds are no longer in the ring: its consumer
+// position reaches the producer's, so the kernel's next commit wakes the
+// reader (a record held in place would have silenced it), and the ring
+// never fills behind a held record.
+func TestOrderedRingBufHandsSpaceBack(t *testing.T) {
+	f := newFakeBPFRings(t, 1, 4096)
+	o := f.ordered(t, Order{MaxDelay: time.Hour})
+	// Twice the ring's size in all, every record held (one shared ring:
+	// only rule 3, an hour, or the window's room would release one).
+	const n = 2 * 4096 / 32
+	for seq := range uint64(n) {
+		if seq%32 == 0 {
+			o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+			var s Sample
+			if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read: %v, %+v", err, s)
+			}
+			if c, p := f.rings[0].Pos[0], f.rings[0].Pos[1]; c != p {
+				t.Fatalf("after the read: consumer_pos %d, producer_pos %d", c, p)
+			}
+		}
+		wakes := f.rings[0].Wakes.Load()
+		f.emit(t, 0, n-seq, seq, 16) // (keys falling: all of them held)
+		if seq%32 == 0 && f.rings[0].Wakes.Load() != wakes+1 {
+			t.Fatalf("output %d raised no wakeup", seq)
+		}
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	o.Flush()
+	got := make([]Sample, 0, n)
+	for {
+		var s Sample
+		err := o.ReadInto(&s)
+		if errors.Is(err, ErrFlushed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	if len(got) != n || !slices.IsSortedFunc(got, func(a, b Sample) int { return int(a.Key) - int(b.Key) }) {
+		t.Fatalf("flushed %d of %d, keys %v", len(got), n, keys(got))
+	}
+}
+
+// A full window releases its smallest key early rather than lose a record
+// (rule 4): a record that comes later with a smaller key is Late, counted,
+// and delivered; the ledger is exact.
+func TestOrderedRingBufWindowFull(t *testing.T) {
+	f := newFakeBPFRings(t, 1, 4096)
+	// 16-byte payloads take 16 bytes of the window each: 4 fit.
+	o := f.ordered(t, Order{MaxDelay: time.Hour, HighWater: 64})
+	for seq, key := range []uint64{10, 20, 30, 40, 50, 5} {
+		f.emit(t, 0, key, uint64(seq), 16)
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	got := readN(t, o, 2)
+	if fmt.Sprint(keys(got)) != "[10 20]" || got[0].Late || got[1].Late {
+		t.Fatalf("early: %v", got)
+	}
+	o.Flush()
+	n := readFlushed(t, o)
+	st := o.Stats()[0]
+	if n != 4 || st.Samples != 6 || st.Late != 1 || st.Left != 0 {
+		t.Fatalf("flushed %d, stats %+v", n, st)
+	}
+}
+
+// Close counts the records the window holds as Left: delivered + left ==
+// emitted, for any number read first.
+func TestOrderedRingBufCloseLedger(t *testing.T) {
+	const outputs = 20
+	for _, read := range []int{0, 1, 7, outputs} {
+		t.Run(fmt.Sprintf("read %d", read), func(t *testing.T) {
+			f := newFakeBPFRings(t, 2, 4096)
+			o := f.ordered(t, Order{MaxDelay: time.Hour}, true, true)
+			for seq := range uint64(outputs) {
+				f.emit(t, int(seq%2), seq, seq, 24)
+			}
+			// Rule 1 releases all but ring 1's last key, 19; a Flush the rest.
+			if read == outputs {
+				o.Flush()
+			}
+			o.SetDeadline(time.Now().Add(10 * time.Second))
+			readN(t, o, read)
+			o.Close()
+			var samples, left uint64
+			for _, st := range o.Stats() {
+				samples, left = samples+st.Samples, left+st.Left
+			}
+			if samples != uint64(read) || samples+left != outputs {
+				t.Fatalf("read %d: samples %d + left %d, %d outputs", read, samples, left, outputs)
+			}
+		})
+	}
+}
+
+// A busy record (reserved, not committed) holds back only its own ring, as
+// an empty one does: the other ring's keys above the busy ring's newest
+// wait for its commit, or MaxDelay.
+func TestOrderedRingBufBusy(t *testing.T) {
+	f := newFakeBPFRings(t, 2, 4096)
+	o := f.ordered(t, Order{MaxDelay: time.Hour}, true, true)
+	f.emit(t, 0, 1, 0, 16)
+	busy, ok := f.rings[0].Reserve(16)
+	if !ok {
+		t.Fatal("no room")
+	}
+	f.rings[0].Write(busy, payload(3, 1, 16))
+	f.emit(t, 1, 2, 2, 16)
+	f.emit(t, 1, 4, 3, 16)
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	if got := readN(t, o, 1); got[0].Key != 1 {
+		t.Fatalf("first %d", got[0].Key)
+	}
+	o.SetDeadline(time.Now().Add(50 * time.Millisecond))
+	var s Sample
+	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("with ring 0 busy: %v, key %d", err, s.Key)
+	}
+	f.rings[0].Commit(busy, false) // wakes the reader: consumer_pos is at it
+	f.emit(t, 0, 5, 4, 16)
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	if got := readN(t, o, 3); fmt.Sprint(keys(got)) != "[2 3 4]" {
+		t.Fatalf("then %v", keys(got))
+	}
+}
+
+// A model check: random keys on rings of one writer, every form of read,
+// delivered in key order within what rule 1 allows, each exactly once.
+func TestOrderedRingBufModel(t *testing.T) {
+	for seed := range int64(20) {
+		rng := rand.New(rand.NewSource(seed))
+		rings := 1 + rng.Intn(4)
+		f := newFakeBPFRings(t, rings, 1<<14)
+		one := make([]bool, rings)
+		for i := range one {
+			one[i] = true
+		}
+		o := f.ordered(t, Order{MaxDelay: time.Hour}, one...)
+		o.SetDeadline(time.Now().Add(10 * time.Second))
+		next := make([]uint64, rings)
+		var seq uint64
+		var got []Sample
+		for round := 0; round < 20; round++ {
+			for k := rng.Intn(30); k > 0; k-- {
+				i := rng.Intn(rings)
+				next[i] += uint64(rng.Intn(5))
+				f.emit(t, i, next[i], seq, 16+8*rng.Intn(4))
+				seq++
+			}
+			// Every ring shows the round's bound: rule 1 releases all
+			// keys below it.
+			bound := uint64(round+1) * 1000
+			for i := range rings {
+				next[i] = bound
+				f.emit(t, i, bound, seq, 16)
+				seq++
+			}
+			for {
+				o.SetDeadline(time.Now().Add(5 * time.Millisecond))
+				var s Sample
+				err := o.ReadInto(&s)
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, s)
+			}
+			if n := len(got); n == 0 || got[n-1].Key != bound {
+				t.Fatalf("seed %d round %d: %d delivered, not up to %d", seed, round, n, bound)
+			}
+		}
+		seen := map[uint64]bool{}
+		for j, s := range got {
+			if j > 0 && s.Key < got[j-1].Key || s.Late {
+				t.Fatalf("seed %d: key %d after %d", seed, s.Key, got[j-1].Key)
+			}
+			if sq := binary.NativeEndian.Uint64(s.Data[8:]); seen[sq] {
+				t.Fatalf("seed %d: seq %d twice", seed, sq)
+			} else {
+				seen[sq] = true
+			}
+		}
+	}
+}
+
+// Producers that follow the kernel's protocol write two ring buffers of one
+// CPU each, keys from one clock, while an ordered Reader reads them and is
+// closed at a random point once they are done: each ring's records come in
+// its order, keys never fall but for those marked Late (counted), and
+// delivered + left == written.
+func TestOrderedRingBufRace(t *testing.T) {
+	n := 20000
+	if testing.Short() || ringtest.RaceEnabled() {
+		n = 3000
+	}
+	for round := range 3 {
+		f := newFakeBPFRings(t, 2, 1<<12)
+		o := f.ordered(t, Order{MaxDelay: 5 * time.Millisecond}, true, true)
+		epoch := time.Now()
+		var clock sync.Mutex // keys from one clock, as bpf_ktime_get_ns
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for seq := uint64(0); seq < uint64(n); {
+					clock.Lock()
+					key := uint64(time.Since(epoch))
+					pos, ok := f.rings[i].Reserve(24)
+					clock.Unlock()
+					if !ok {
+						time.Sleep(20 * time.Microsecond)
+						continue
+					}
+					f.rings[i].Write(pos, payload(key, seq, 24))
+					f.rings[i].Commit(pos, false)
+					seq++
+				}
+			}()
+		}
+		read := make(chan int)
+		var next [2]uint64
+		late := 0
+		go func() {
+			var last uint64
+			var s Sample
+			got := 0
+			for o.ReadInto(&s) == nil {
+				got++
+				if seq := binary.NativeEndian.Uint64(s.Data[8:]); seq != next[s.Ring] {
+					t.Errorf("ring %d: seq %d, want %d", s.Ring, seq, next[s.Ring])
+				}
+				next[s.Ring]++
+				if s.Late {
+					late++
+				} else if s.Key < last {
+					t.Errorf("key %d after %d, not marked late", s.Key, last)
+				} else {
+					last = s.Key
+				}
+			}
+			read <- got
+		}()
+		wg.Wait()
+		time.Sleep(time.Duration(rand.Intn(5000)) * time.Microsecond)
+		o.Close()
+		got := <-read
+		var samples, left, lateStats uint64
+		for _, st := range o.Stats() {
+			samples, left, lateStats = samples+st.Samples, left+st.Left, lateStats+st.Late
+		}
+		if samples != uint64(got) || samples+left != uint64(2*n) || lateStats != uint64(late) {
+			t.Fatalf("round %d: read %d; stats %d delivered + %d left of %d written, %d late (%d seen)",
+				round, got, samples, left, 2*n, lateStats, late)
+		}
+		t.Logf("round %d: %d read, %d left at Close, %d late", round, got, left, late)
+	}
+}
