@@ -89,7 +89,7 @@ func record(o *options, t *tracer, out *stdio.Writer, stderr io.Writer) int {
 	for _, st := range stats {
 		skipped += st.Skipped
 	}
-	fmt.Fprintf(stderr, "\n%d snapshots, %d calls printed, %d lost, %d overwritten while copied", snapshots, c.events, c.lost, skipped)
+	fmt.Fprintf(stderr, "\n%d snapshots, %d calls printed, %d lost, %d left out of snapshots (Stats.Skipped)", snapshots, c.events, c.lost, skipped)
 	if f := tool.SumFailures(stats); f.Total() > 0 {
 		fmt.Fprintf(stderr, ", %s", tool.FailuresText(f))
 	}
