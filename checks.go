@@ -11,6 +11,7 @@ package perfbuf
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -142,6 +143,7 @@ func (o *Options) ring() ringOptions {
 // the caller set them.
 type ringOptions struct {
 	ringBytes, wakeupEvents, wakeupBytes, maxSampleSize int
+	recorder                                            bool // a Recorder's: ring buffers in overwrite mode only
 }
 
 // ringConfig is ringOptions checked, with the defaults resolved: what
@@ -217,15 +219,26 @@ const maxRingBytes = 1 << 40
 const maxRecordSize = 65528
 
 // checkRingBuf checks the options against a ring buffer, whose info is
-// info: RingBytes its size if set, no WakeupEvents, WakeupBytes below its
-// size, and a record of MaxSampleSize within it. Errors: ErrMapType for a
-// map that is not a ring buffer, os.ErrInvalid, ErrSampleTooLarge.
+// info: the overwrite mode for a Recorder and no other owner
+// (errors.ErrUnsupported naming 6.19 on an older kernel), RingBytes its
+// size if set, no WakeupEvents, WakeupBytes below its size, and a record
+// of MaxSampleSize within it. Errors: ErrMapType for a map that is not a
+// ring buffer, os.ErrInvalid, ErrSampleTooLarge, errors.ErrUnsupported.
 func (o ringOptions) checkRingBuf(info mapDesc) error {
 	size := uint64(info.maxEntries)
 	page := os.Getpagesize()
 	switch {
 	case info.typ != mapTypeRingBuf:
 		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, kernel.MapTypeName(info.typ), info.typ, ErrMapType)
+	case !o.recorder && info.flags&kernel.MapFlagRBOverwrite != 0:
+		// The kernel moves past the oldest records without regard for the
+		// consumer position: a reader would parse overwritten bytes.
+		return fmt.Errorf("%v is in overwrite mode (BPF_F_RB_OVERWRITE), which only a Recorder reads: %w", info, errors.ErrUnsupported)
+	case o.recorder && info.flags&kernel.MapFlagRBOverwrite == 0:
+		if err := kernel.ProbeRingOverwrite(); errors.Is(err, errors.ErrUnsupported) {
+			return fmt.Errorf("recorder over %v: %w", info, err)
+		}
+		return fmt.Errorf("recorder over %v: not in overwrite mode (map flag BPF_F_RB_OVERWRITE): %w", info, os.ErrInvalid)
 	case o.ringBytes != 0 && uint64(roundPages(o.ringBytes, page)*page) != size:
 		return fmt.Errorf("options RingBytes %d (%d rounded to pages): %v holds %d bytes, set when its object loaded: %w",
 			o.ringBytes, roundPages(o.ringBytes, page)*page, info, size, os.ErrInvalid)
@@ -240,6 +253,18 @@ func (o ringOptions) checkRingBuf(info mapDesc) error {
 	if n := uint64(o.maxSampleSize); n > 0 && ring.RingBufRecordSize(n) > size-8 {
 		return fmt.Errorf("options MaxSampleSize %d does not fit the %d-byte ring of %v with its 8-byte header: %w",
 			n, size, info, ErrSampleTooLarge)
+	}
+	return nil
+}
+
+// checkRecorder checks a Recorder's fields: the ring settings', and no
+// wakeup, since nothing waits for one.
+func (o *Options) checkRecorder() error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	if o.WakeupEvents != 0 || o.WakeupBytes != 0 {
+		return fmt.Errorf("options WakeupEvents and WakeupBytes do not apply to a Recorder, which is never woken: %w", os.ErrInvalid)
 	}
 	return nil
 }

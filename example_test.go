@@ -9,9 +9,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/aquasecurity/libbpfgo"
@@ -217,5 +219,28 @@ func ExampleOrder() {
 	}
 	for _, st := range r.Stats() {
 		fmt.Printf("cpu %d: %d samples, %d late\n", st.CPU, st.Samples, st.Late)
+	}
+}
+
+// A flight recorder: the kernel keeps each CPU's newest records, and a
+// signal prints them. Nothing is read in between.
+func ExampleRecorder() {
+	rec, err := perfbuf.NewRecorder(events(), perfbuf.Options{RingBytes: 1 << 20})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rec.Close()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	buf := make([]byte, 4<<20)
+	var recs []perfbuf.Record
+	for range sig {
+		recs, err = rec.Snapshot(buf, recs[:0], false)
+		if err != nil && !errors.Is(err, io.ErrShortBuffer) {
+			log.Fatal(err)
+		}
+		for _, r := range recs { // each CPU's oldest first
+			fmt.Printf("cpu %d: %d bytes\n", r.CPU, len(r.Data))
+		}
 	}
 }

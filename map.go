@@ -112,7 +112,7 @@ func mapInfo(fd int) (mapDesc, error) {
 	if err != nil {
 		return mapDesc{}, err
 	}
-	return mapDesc{id: i.ID, typ: i.Type, keySize: i.KeySize, valueSize: i.ValueSize, maxEntries: i.MaxEntries, name: i.Name}, nil
+	return mapDesc{id: i.ID, typ: i.Type, keySize: i.KeySize, valueSize: i.ValueSize, maxEntries: i.MaxEntries, flags: i.Flags, name: i.Name}, nil
 }
 
 // fdKind returns what fd refers to as /proc/self/fd shows it
@@ -140,6 +140,7 @@ type mapDesc struct {
 	keySize    uint32
 	valueSize  uint32
 	maxEntries uint32
+	flags      uint32 // map_flags: kernel.MapFlagRBOverwrite for a ring buffer in overwrite mode
 	name       string
 }
 

@@ -14,7 +14,8 @@ import (
 // ring, in buffer index order; with a FailureMap, a CPU without a ring of
 // its own may get an entry too (Ring -1), for its failures.
 //
-// Once the owner is closed, what the programs output is
+// Once a [Reader], [PerfBuffer] or [Raw] is closed, what the programs
+// output is
 //
 //	Samples + Dropped + Lost + Discarded + Left + Failed.Total()
 //
@@ -22,7 +23,8 @@ import (
 // back online has two rings), in its one entry for a ring buffer read
 // alone, and over every entry for several ring buffers (each CPU's failures
 // come in an entry of its own). A perf ring has no Discarded; a ring buffer
-// no Lost (a full ring is Failed.Full).
+// no Lost (a full ring is Failed.Full). A [Recorder] counts what its
+// snapshots returned and left out; what the kernel overwrote is not counted.
 //
 // A reader of a pinned ring buffer opened after another one closed goes on
 // where that one stopped (see [Reader.Close]): it finds what the last
@@ -55,6 +57,11 @@ type Stats struct {
 	Left      uint64   // samples left in the ring at Close
 	Found     uint64   // records (samples and discarded) in a ring buffer when the reader opened it
 	Failed    Failures // outputs that failed before reaching the ring (with a FailureMap)
+	Skipped   uint64   // Recorder: records a snapshot left out (no room, overwritten while copied, not committed)
+	// Overwritten is, for a Recorder's ring buffer, the bytes (headers
+	// included) the kernel has overwritten unread, as its overwrite
+	// position tells; 0 for a perf ring, which does not tell.
+	Overwritten uint64
 
 	Bytes        uint64 // the payload bytes of Samples and Dropped
 	Late         uint64 // samples delivered or dropped after a larger key (Order)

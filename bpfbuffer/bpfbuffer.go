@@ -38,6 +38,8 @@ import (
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer/internal/buflayout"
+	"github.com/perfbuf/perfbuf/internal/kernel"
+	"golang.org/x/sys/unix"
 )
 
 // Kind is what a buffer is made at load: Any, RingBuf, PerfEventArray or
@@ -72,6 +74,17 @@ type Option = buflayout.Option
 // refuses it for another kind, and an n below 1 (os.ErrInvalid).
 func CPUsPerRing(n int) Option { return buflayout.CPUsPerRing(n) }
 
+// Overwrite makes the ring buffers, the one of RingBuf or each of
+// RingBufPerCPU, in overwrite mode (map flag BPF_F_RB_OVERWRITE, kernel
+// 6.19), for a perfbuf.Recorder: the kernel overwrites the oldest records
+// rather than refuse new ones. A perf event array needs nothing at load
+// (the Recorder opens backward rings); Any chooses a ring buffer only where
+// the kernel has overwrite mode, else a perf event array. A buffer whose
+// map flags carry BPF_F_RB_OVERWRITE is made so without it. RingBuf or
+// RingBufPerCPU on a kernel without the mode: errors.ErrUnsupported,
+// naming 6.19. WakeupBytes must be zero.
+func Overwrite() Option { return buflayout.Overwrite() }
+
 // Errors of Prepare called at the wrong time or twice, wrapped.
 var (
 	// ErrLoaded: the buffer's map exists already (the object was loaded,
@@ -99,7 +112,8 @@ var (
 // run, and has libbpf use that array for the map (bpf_map__reuse_fd). It
 // keeps a descriptor of each ring for the module's life (they are closed
 // when the module is garbage), so that a Reader over them needs no
-// CAP_SYS_ADMIN: Maps hands them over. more may hold CPUsPerRing.
+// CAP_SYS_ADMIN: Maps hands them over. more may hold CPUsPerRing and
+// Overwrite.
 //
 // Called again for the same buffer of the same module, it does nothing
 // more if the object would be the same (the same kind, and for a ring
@@ -174,12 +188,18 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 	was, ok := prepared.m[key]
 	// libbpf gives a map a descriptor when it creates it (at load), or
 	// when it reuses one; its type and size are settled then. Prepare
-	// has libbpf reuse the array of ring buffers it made: that map has
-	// its descriptor from the first call on.
-	if events.FileDescriptor() >= 0 && (!ok || was.p.Kind != RingBufPerCPU) {
+	// has libbpf reuse the array of ring buffers it made, and a ring
+	// buffer in overwrite mode: that map has its descriptor from the
+	// first call on.
+	if events.FileDescriptor() >= 0 && (!ok || !reuses(was.p)) {
 		return 0, fmt.Errorf("prepare buffer %q: %w (the object is loaded, or the map reuses a descriptor): call Prepare after opening the module and before BPFLoadObject", mapName, ErrLoaded)
 	}
-	kind, err := buflayout.Choose(want, hasRingBuf)
+	if ok && reuses(was.p) {
+		set.Declared(was.p.MapFlags(0)) // the map is Prepare's now
+	} else {
+		set.Declared(uint32(events.MapFlags()))
+	}
+	kind, err := buflayout.ChooseFor(want, set, hasRingBuf)
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
 	}
@@ -202,8 +222,8 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 		// The array's descriptor cannot tell a loaded object from one
 		// prepared: the read-only settings can (libbpfgo refuses them
 		// once loaded). They are written again as they are.
-		if kind == RingBufPerCPU {
-			if err := setArrayConfig(m, scratch, mapName, p); err != nil {
+		if reuses(p) {
+			if err := setConfig(m, scratch, mapName, p); err != nil {
 				return 0, fmt.Errorf("prepare buffer %q: %w (the object is loaded): call Prepare after opening the module and before BPFLoadObject: %w", mapName, ErrLoaded, err)
 			}
 		}
@@ -279,7 +299,45 @@ func hasRingBuf() (bool, error) {
 	return false, err
 }
 
+// reuses says whether Prepare makes p's map itself, and has libbpf reuse
+// it: an array of ring buffers, or a ring buffer in overwrite mode (whose
+// flag libbpfgo cannot set).
+func reuses(p buflayout.Plan) bool {
+	return p.Kind == RingBufPerCPU || p.Kind == RingBuf && p.Overwrite
+}
+
+// setConfig writes <name>_config for p, a plan that reuses a map.
+func setConfig(m *libbpfgo.Module, scratch *libbpfgo.BPFMap, name string, p buflayout.Plan) error {
+	if p.Kind == RingBufPerCPU {
+		return setArrayConfig(m, scratch, name, p)
+	}
+	if err := m.InitGlobalVariable(name+"_config", p.Config()); err != nil {
+		return fmt.Errorf("set %s_config: %w", name, err)
+	}
+	return nil
+}
+
 func asRingBuf(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string, p buflayout.Plan) error {
+	if p.Overwrite {
+		// libbpfgo sets no map flags: the ring is made here, with the
+		// flags declared and BPF_F_RB_OVERWRITE, and libbpf keeps a
+		// duplicate of it.
+		fd, err := kernel.CreateRingBuf(name, uint32(p.Size), p.MapFlags(uint32(events.MapFlags())))
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := setConfig(m, scratch, name, p); err != nil {
+			return err
+		}
+		if err := scratch.SetAutocreate(false); err != nil {
+			return err
+		}
+		if err := events.ReuseFD(fd); err != nil {
+			return fmt.Errorf("have libbpf use the ring buffer: %w", err)
+		}
+		return nil
+	}
 	if err := events.SetType(libbpfgo.MapTypeRingbuf); err != nil {
 		return err
 	}

@@ -49,9 +49,10 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	// kernel needs it and the process may; an EPERM here says what is
 	// left (memlockHint).
 	//
-	// The template's flags (BPF_F_NUMA_NODE is the only one a ring
-	// buffer takes; the kernel refuses the others with EINVAL).
-	flags := uint32(events.MapFlags())
+	// The template's flags (BPF_F_NUMA_NODE and, in overwrite mode,
+	// BPF_F_RB_OVERWRITE are those a ring buffer takes; the kernel
+	// refuses the others with EINVAL).
+	flags := p.MapFlags(uint32(events.MapFlags()))
 	for _, k := range keys {
 		fd, err := kernel.CreateRingBuf(buflayout.RingName(name, k), uint32(p.Size), flags)
 		if err != nil {

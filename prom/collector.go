@@ -2,7 +2,8 @@
 
 // Package prom exports the counts of a perfbuf reader as Prometheus
 // metrics: NewCollector returns a prometheus.Collector over anything with
-// a Stats method: a *perfbuf.Reader, *perfbuf.PerfBuffer or *perfbuf.Raw.
+// a Stats method: a *perfbuf.Reader, *perfbuf.PerfBuffer, *perfbuf.Raw or
+// *perfbuf.Recorder (whose snapshots' counts it adds).
 //
 // It is a package of its own so that perfbuf itself does not depend on the
 // Prometheus client.
@@ -45,7 +46,9 @@ import (
 //
 // A Source may also have the methods FollowsCPUs() bool
 // (perfbuf_cpu_hotplug_followed) and Wakeups() uint64
-// (perfbuf_wakeups_total), as the readers do. The fill ratios and ring
+// (perfbuf_wakeups_total), as the readers do. A Source with a Snapshot
+// method, as *perfbuf.Recorder's, has its snapshots' counts exported too
+// (perfbuf_snapshot_skipped_records_total, perfbuf_overwritten_bytes_total). The fill ratios and ring
 // sizes are exported for the entries whose Stats.Size is known.
 type Source interface {
 	Stats() []perfbuf.Stats
@@ -55,6 +58,9 @@ type Source interface {
 type (
 	cpuFollower interface{ FollowsCPUs() bool }
 	waker       interface{ Wakeups() uint64 }
+	recorder    interface {
+		Snapshot(buf []byte, dst []perfbuf.Record, onlyNew bool) ([]perfbuf.Record, error)
+	}
 )
 
 // Options configures NewCollector. The zero value is fine for one reader
@@ -154,6 +160,14 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 	counter("found_records_total",
 		"Ring buffers: records (samples and discarded) in the ring when the reader opened it; for a pinned ring buffer opened again, what the last reader left, which this one delivers."+rings,
 		func(s *perfbuf.Stats) uint64 { return s.Found })
+	if _, ok := src.(recorder); ok {
+		counter("snapshot_skipped_records_total",
+			"Recorder: records a snapshot left out (no room in its buffer, overwritten while it copied them, not yet committed)."+rings,
+			func(s *perfbuf.Stats) uint64 { return s.Skipped })
+		counter("overwritten_bytes_total",
+			"Recorder: bytes of a ring buffer in overwrite mode that the kernel overwrote unread, headers included; 0 for perf rings, which do not tell."+rings,
+			func(s *perfbuf.Stats) uint64 { return s.Overwritten })
+	}
 	c.fill = desc("ring_fill_ratio",
 		"Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed)."+fullest,
 		ringLabels)
@@ -414,6 +428,8 @@ func add(a, b *perfbuf.Stats) {
 	a.Left += b.Left
 	a.Found += b.Found
 	a.Discarded += b.Discarded
+	a.Skipped += b.Skipped
+	a.Overwritten += b.Overwritten
 	addFailures(&a.Failed, &b.Failed)
 }
 

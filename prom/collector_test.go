@@ -349,6 +349,46 @@ perfbuf_ring_size_bytes{ring=""} 65536
 	}
 }
 
+// fakeRecorder is a fakeSource with a Recorder's Snapshot.
+type fakeRecorder struct{ fakeSource }
+
+func (f *fakeRecorder) Snapshot(buf []byte, dst []perfbuf.Record, onlyNew bool) ([]perfbuf.Record, error) {
+	return dst, nil
+}
+
+// A Recorder's snapshots' counts are exported, a perf event array's rings
+// summed as for the other counts; a reader has no such series.
+func TestCollectRecorder(t *testing.T) {
+	rec := &fakeRecorder{fakeSource{stats: []perfbuf.Stats{
+		{Ring: 0, CPU: 0, Samples: 5, Skipped: 2},
+		{Ring: 1, CPU: 1, Samples: 7, Skipped: 1},
+	}}}
+	const want = `
+# HELP perfbuf_overwritten_bytes_total Recorder: bytes of a ring buffer in overwrite mode that the kernel overwrote unread, headers included; 0 for perf rings, which do not tell. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# TYPE perfbuf_overwritten_bytes_total counter
+perfbuf_overwritten_bytes_total{ring=""} 0
+# HELP perfbuf_snapshot_skipped_records_total Recorder: records a snapshot left out (no room in its buffer, overwritten while it copied them, not yet committed). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# TYPE perfbuf_snapshot_skipped_records_total counter
+perfbuf_snapshot_skipped_records_total{ring=""} 3
+`
+	names := []string{"perfbuf_overwritten_bytes_total", "perfbuf_snapshot_skipped_records_total"}
+	if err := testutil.CollectAndCompare(NewCollector(rec, Options{}), strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	rec.stats = []perfbuf.Stats{{Ring: 0, CPU: -1, Samples: 5, Overwritten: 4096}}
+	const wantRingBuf = `
+# HELP perfbuf_overwritten_bytes_total Recorder: bytes of a ring buffer in overwrite mode that the kernel overwrote unread, headers included; 0 for perf rings, which do not tell. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# TYPE perfbuf_overwritten_bytes_total counter
+perfbuf_overwritten_bytes_total{ring="0"} 4096
+`
+	if err := testutil.CollectAndCompare(NewCollector(rec, Options{}), strings.NewReader(wantRingBuf), names[0]); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.CollectAndCompare(NewCollector(&rec.fakeSource, Options{}), strings.NewReader(""), names...); err != nil {
+		t.Errorf("a reader: %v", err)
+	}
+}
+
 // The names, types, units and help texts pass the Prometheus linter.
 func TestLint(t *testing.T) {
 	for _, perCPU := range []bool{false, true} {

@@ -66,6 +66,12 @@ type Option = buflayout.Option
 // for another kind, and an n below 1 (os.ErrInvalid).
 func CPUsPerRing(n int) Option { return buflayout.CPUsPerRing(n) }
 
+// Overwrite makes the ring buffers in overwrite mode, for a
+// perfbuf.Recorder, as bpfbuffer.Overwrite: RingBuf or RingBufPerCPU on a
+// kernel without the mode (before 6.19) is errors.ErrUnsupported, naming
+// 6.19; Any chooses a perf event array there.
+func Overwrite() Option { return buflayout.Overwrite() }
+
 // ErrPrepared is Prepare's error, wrapped, for a buffer prepared as
 // another layout already (a perf event array, an array of ring buffers)
 // and asked for ring buffers of the size it was compiled with, which the
@@ -95,7 +101,7 @@ type oldConfig struct {
 // ebpf.NewCollection makes the rings with the collection, and fills the
 // slots before it returns, before any program can be attached. Each
 // collection made from spec has rings of its own, in its Maps, and closes
-// them with the rest. more may hold CPUsPerRing.
+// them with the rest. more may hold CPUsPerRing and Overwrite.
 //
 // It changes only spec: the map mapName, the map <mapName>_scratch, the
 // variable <mapName>_config, and for RingBufPerCPU the rings' maps. Called again, it sets them anew from its
@@ -161,7 +167,8 @@ func Prepare(spec *ebpf.CollectionSpec, mapName string, want Kind, opts *perfbuf
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
 	}
-	kind, err := buflayout.Choose(want, hasRingBuf)
+	set.Declared(b.flags())
+	kind, err := buflayout.ChooseFor(want, set, hasRingBuf)
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
 	}
@@ -231,6 +238,15 @@ func find(spec *ebpf.CollectionSpec, name string) (*buffer, error) {
 	return b, nil
 }
 
+// flags returns the map flags PERFBUF_BUFFER declared: the ring buffer's,
+// kept by the template of an array of them.
+func (b *buffer) flags() uint32 {
+	if b.isRingArray() {
+		return b.events.InnerMap.Flags
+	}
+	return b.events.Flags
+}
+
 // isRingArray reports whether b's map is an array of ring buffers, as
 // Prepare makes it.
 func (b *buffer) isRingArray() bool {
@@ -270,12 +286,7 @@ func (b *buffer) apply(plan buflayout.Plan) error {
 			return fmt.Errorf("the spec has a map %q, the name of the ring of slot %d: %w", n, k, os.ErrExist)
 		}
 	}
-	// The map flags PERFBUF_BUFFER declared: the ring buffer's, kept by
-	// the template of an array of them.
-	flags := b.events.Flags
-	if b.isRingArray() {
-		flags = b.events.InnerMap.Flags
-	}
+	flags := plan.MapFlags(b.flags())
 	cfg := plan.FullConfig(b.cfg.MaxSample)
 	if b.old {
 		err = b.config.Set(oldConfig{cfg.Config, cfg.MaxSample})

@@ -34,7 +34,7 @@ import (
 const usageHead = `Trace mount and umount syscalls.
 
 USAGE: mountsnoop [-h] [-t] [-d] [-p PID] [-v] [--duration SECONDS]
-                  [--buffer KIND] [--bpf-obj PATH]
+                  [--buffer KIND] [--recorder MIB] [--bpf-obj PATH]
 
 EXAMPLES:
     mountsnoop         # trace mount and umount syscalls
@@ -43,6 +43,8 @@ EXAMPLES:
     mountsnoop --buffer perf_event_array  # a perf event array, even where
                        # the kernel has BPF ring buffers
     mountsnoop --buffer ringbuf  # one ring buffer for every CPU, as the C tool
+    mountsnoop --recorder 4  # keep the newest 4 MiB of calls, print them
+                       # on SIGUSR1 and at exit
 
 OPTIONS (short flags may be grouped: -td):
 `
@@ -81,6 +83,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.printer.clock = t.clock
 	if o.tracer.verbose {
 		fmt.Fprintf(stderr, "mountsnoop: events is a %v\n", t.kind)
+	}
+	if t.rec != nil {
+		return record(o, t, out, stderr)
 	}
 
 	// SIGINT, SIGTERM or the end of --duration flush the reader: it
@@ -299,6 +304,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	value(tool.SecondsValue{P: &o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "duration")
 	value(kindValue{&o.tracer.buffer}, "KIND",
 		"any (a ring buffer per CPU where the kernel has them, the default), ringbuf_per_cpu, ringbuf (one shared, as the C tool's) or perf_event_array", "buffer")
+	value(mibValue{&o.tracer.recorder}, "MIB",
+		"flight recorder: keep the newest MIB MiB of calls (rings in overwrite mode), print them on SIGUSR1 and at exit", "recorder")
 	value(tool.StringValue{P: &o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")
 	boolean(&wantHelp, "show this help", "h", "help")
 
@@ -331,6 +338,25 @@ func (v pidValue) Set(s string) error {
 		return fmt.Errorf("invalid PID: %s", s)
 	}
 	*v.p = int(n)
+	return nil
+}
+
+// mibValue parses --recorder: a size in MiB, 1 to 1024.
+type mibValue struct{ p *int }
+
+func (v mibValue) String() string {
+	if v.p == nil || *v.p == 0 {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v mibValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 1024 {
+		return fmt.Errorf("invalid recorder size: %s (MiB, 1 to 1024)", s)
+	}
+	*v.p = n
 	return nil
 }
 

@@ -42,15 +42,17 @@ type tracerConfig struct {
 	// outside it show PID 0.
 	kernelPIDs bool
 	buffer     bpfbuffer.Kind // what `events` becomes: Any (a ring buffer per CPU if the kernel has them), or forced
+	recorder   int            // MiB: a flight recorder (a Recorder over rings in overwrite mode) of that size; 0: a Reader
 	verbose    bool           // libbpf debug messages
 }
 
 // tracer is the BPF program, attached, and the reader of its events.
 type tracer struct {
 	mod   *libbpfgo.Module
-	rd    *perfbuf.Reader
-	kind  bpfbuffer.Kind // what `events` became
-	clock clock          // set just before the programs were attached
+	rd    *perfbuf.Reader   // or, in flight-recorder mode,
+	rec   *perfbuf.Recorder // nil otherwise
+	kind  bpfbuffer.Kind    // what `events` became
+	clock clock             // set just before the programs were attached
 }
 
 // ringBytes is the size of each ring: the C tool's one ring buffer's
@@ -110,11 +112,38 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	// NewReader takes for that kind (for ring buffers it moves RingBytes
 	// into the maps' sizes).
 	opts := perfbuf.Options{RingBytes: ringBytes}
-	if t.kind, err = prepareEvents(mod, cfg.buffer, &opts); err != nil {
+	var more []bpfbuffer.Option
+	if cfg.recorder > 0 {
+		// In overwrite mode: ring buffers only where the kernel has
+		// the mode (6.19), else a perf event array.
+		opts.RingBytes = cfg.recorder << 20
+		more = append(more, bpfbuffer.Overwrite())
+	}
+	if t.kind, err = prepareEvents(mod, cfg.buffer, &opts, more...); err != nil {
 		return nil, err
+	}
+	if cfg.recorder > 0 && t.kind == bpfbuffer.PerfEventArray {
+		if opts.RingBytes, err = perCPUShare(cfg.recorder); err != nil {
+			return nil, err
+		}
 	}
 	if err := mod.BPFLoadObject(); err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	if cfg.recorder > 0 {
+		events, ropts, err := bpfbuffer.Maps(mod, "events", opts)
+		if err != nil {
+			return nil, fmt.Errorf("maps of events in %s: %w", path, err)
+		}
+		ropts.MaxSampleSize = eventSize
+		if t.rec, err = perfbuf.NewRecorder(events, ropts); err != nil {
+			return nil, fmt.Errorf("open %v recorder: %w", t.kind, err)
+		}
+		if err := t.attach(mod, path); err != nil {
+			return nil, err
+		}
+		ok = true
+		return t, nil
 	}
 	// The map to read and the rest of the options: the buffer's own map,
 	// or the first of the rings Prepare made and the others in Maps, and
@@ -131,25 +160,34 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 		return nil, fmt.Errorf("open %v reader: %w", t.kind, err)
 	}
 
-	if err := tool.EnsureTracefs("mountsnoop"); err != nil {
+	if err := t.attach(mod, path); err != nil {
 		return nil, err
+	}
+	ok = true
+	return t, nil
+}
+
+// attach reads the clocks and attaches the programs of mod (at path, for
+// errors).
+func (t *tracer) attach(mod *libbpfgo.Module, path string) error {
+	if err := tool.EnsureTracefs("mountsnoop"); err != nil {
+		return err
 	}
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return nil, fmt.Errorf("read monotonic clock: %w", err)
+		return fmt.Errorf("read monotonic clock: %w", err)
 	}
 	t.clock = clock{monoStart: uint64(ts.Nano()), wallStart: time.Now()}
 	for _, a := range tracepoints {
 		prog, err := mod.GetProgram(a.prog)
 		if err != nil {
-			return nil, fmt.Errorf("program %s in %s: %w", a.prog, path, err)
+			return fmt.Errorf("program %s in %s: %w", a.prog, path, err)
 		}
 		if _, err := prog.AttachTracepoint("syscalls", a.tp); err != nil {
-			return nil, fmt.Errorf("attach tracepoint syscalls:%s: %w", a.tp, err)
+			return fmt.Errorf("attach tracepoint syscalls:%s: %w", a.tp, err)
 		}
 	}
-	ok = true
-	return t, nil
+	return nil
 }
 
 // prepareEvents makes `events` the kind want asks for. Any is a ring
@@ -158,14 +196,15 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 // taking no lock that another CPU takes, and a burst of calls on one CPU
 // fills its ring only. Elsewhere, a perf event array. (The C tool's
 // bpf_buffer makes one ring buffer shared by every CPU: --buffer ringbuf.)
-func prepareEvents(mod *libbpfgo.Module, want bpfbuffer.Kind, opts *perfbuf.Options) (bpfbuffer.Kind, error) {
+func prepareEvents(mod *libbpfgo.Module, want bpfbuffer.Kind, opts *perfbuf.Options, more ...bpfbuffer.Option) (bpfbuffer.Kind, error) {
 	if want != bpfbuffer.Any {
-		return bpfbuffer.Prepare(mod, "events", want, opts)
+		return bpfbuffer.Prepare(mod, "events", want, opts, more...)
 	}
-	kind, err := bpfbuffer.Prepare(mod, "events", bpfbuffer.RingBufPerCPU, opts)
+	kind, err := bpfbuffer.Prepare(mod, "events", bpfbuffer.RingBufPerCPU, opts, more...)
 	if errors.Is(err, errors.ErrUnsupported) {
-		// No ring buffers in this kernel: Prepare changed nothing.
-		return bpfbuffer.Prepare(mod, "events", bpfbuffer.PerfEventArray, opts)
+		// No ring buffers in this kernel (or none in overwrite mode):
+		// Prepare changed nothing.
+		return bpfbuffer.Prepare(mod, "events", bpfbuffer.PerfEventArray, opts, more...)
 	}
 	return kind, err
 }
@@ -185,6 +224,9 @@ func (t *tracer) perfFull() (uint64, error) {
 func (t *tracer) close() {
 	if t.rd != nil {
 		t.rd.Close()
+	}
+	if t.rec != nil {
+		t.rec.Close()
 	}
 	if t.mod != nil {
 		t.mod.Close()

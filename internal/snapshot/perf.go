@@ -15,6 +15,7 @@ package snapshot
 
 import (
 	"encoding/binary"
+	"fmt"
 	"sync/atomic"
 )
 
@@ -31,6 +32,11 @@ type PerfOptions struct {
 	// From leaves out the records at positions from From on: a previous snapshot's End
 	// returns only the records written since. 0: every record in the ring.
 	From uint64
+	// Settle, if set, runs between the copy and the check, and must return only once
+	// every writer that was writing when it was called has published data_head:
+	// internal/kernel's WaitWriters. With it, the ring need not be paused (see Perf).
+	// An error from it ends the snapshot.
+	Settle func() error
 }
 
 // perfHeaderSize is sizeof(struct perf_event_header): u32 type, u16 misc, u16 size.
@@ -51,13 +57,15 @@ const perfHeaderSize = 8
 //
 // Consistency: the kernel publishes data_head only after the record's bytes are written
 // (perf_output_put_handle: smp_wmb, then the store of data_head), so a writer in flight
-// is invisible to data_head while it writes. The caller must therefore have stopped the
-// writers before the call: PERF_EVENT_IOC_PAUSE_OUTPUT, then a wait for the writers that
-// had passed the pause check (internal/kernel's WaitWriters: an RCU grace period, which
-// perf_output_begin..end, run with preemption off, cannot span). Perf then checks that
-// data_head did not move while it copied, and drops the records whose bytes a writer that
-// published meanwhile reused (Overwritten). The copy's atomic loads keep the check's load
-// of data_head after them (see the package comment).
+// is invisible to data_head while it writes. Either the caller stops the writers before
+// the call (PERF_EVENT_IOC_PAUSE_OUTPUT, then a wait for the writers that had passed the
+// pause check: internal/kernel's WaitWriters, an RCU grace period, which
+// perf_output_begin..end, run with preemption off, cannot span), or o.Settle waits for
+// them after the copy: a writer that wrote any byte the copy loaded was writing when
+// Settle began, so it has published its data_head when Settle returns. Perf then loads
+// data_head again and drops the records whose bytes a writer that published meanwhile
+// reused (Overwritten). The copy's atomic loads keep the check's load of data_head after
+// them (see the package comment); Settle's system call is a full barrier besides.
 func Perf(r PerfRing, buf []byte, recs []Record, o PerfOptions) (Snapshot, error) {
 	if err := checkData(r.Data); err != nil {
 		return Snapshot{}, err
@@ -140,7 +148,13 @@ func Perf(r PerfRing, buf []byte, recs []Record, o PerfOptions) (Snapshot, error
 		s.Records = append(s.Records, rec)
 		pos += rsize
 	}
-	// The check: data_head again, after the copy's atomic loads. A writer that published
+	if o.Settle != nil {
+		if err := o.Settle(); err != nil {
+			s.Records = s.Records[:0]
+			return s, fmt.Errorf("settle perf ring writers: %w", err)
+		}
+	}
+	// The check: data_head again, after the copy's atomic loads (and Settle). A writer that published
 	// a record since wrote from head2 up to head, the same ring bytes as from
 	// head2+size up to head+size: drop the records reaching past head2+size (a suffix,
 	// the oldest), and any corruption seen past it was that writer's bytes.

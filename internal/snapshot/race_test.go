@@ -3,9 +3,11 @@
 package snapshot
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -141,4 +143,83 @@ func TestPerfRace(t *testing.T) {
 		runtime.Gosched()
 	}
 	t.Logf("2000 snapshots returned %d records; %d writes refused while paused", returned, refused.Load())
+}
+
+// A perf ring read while a producer goes on writing, with Settle waiting for the writer
+// in flight (what WaitWriters does) instead of a pause: every record returned is whole
+// and in order, and nothing is refused. Run with -race.
+func TestPerfRaceSettle(t *testing.T) {
+	const size = 2048
+	f := newFakePerf(size)
+	var (
+		stop    atomic.Bool
+		inWrite sync.Mutex // held by each write: what Settle waits for
+		wg      sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for seq := uint64(0); !stop.Load(); seq++ {
+			inWrite.Lock()
+			f.sample(payload(seq, 9+int(seq*31%150)))
+			inWrite.Unlock()
+			runtime.Gosched()
+		}
+	}()
+	defer wg.Wait()
+	defer stop.Store(true)
+	settles := 0
+	settle := func() error {
+		inWrite.Lock() // once it is ours, the write in flight has published its head
+		settles++
+		inWrite.Unlock()
+		return nil
+	}
+
+	buf := make([]byte, size)
+	var recs []Record
+	returned, overwritten := 0, uint64(0)
+	for range 2000 {
+		s, err := Perf(f.ring(), buf, recs, PerfOptions{Settle: settle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = s.Records
+		if s.Corrupt {
+			t.Fatalf("corrupt: %+v", s.Counts)
+		}
+		last := int64(-1)
+		for _, r := range s.Records {
+			seq, ok := checkPayload(r.Data)
+			if !ok || int64(seq) != last+1 && last >= 0 {
+				t.Fatalf("record at %d: seq %d (intact %v) after %d", r.Pos, seq, ok, last)
+			}
+			last = int64(seq)
+		}
+		returned += len(s.Records)
+		overwritten += s.Overwritten
+		runtime.Gosched()
+	}
+	t.Logf("%d snapshots returned %d records; %d dropped as overwritten while copied", settles, returned, overwritten)
+}
+
+// A writer that publishes during Settle reused the oldest records' bytes: they are
+// dropped, the newer ones kept.
+func TestPerfSettleDrops(t *testing.T) {
+	f := newFakePerf(128)
+	for i := range uint64(8) {
+		f.sample(payload(i, 12)) // 24 bytes each: the window holds 3..7 (120 bytes)
+	}
+	settle := func() error { f.sample(payload(8, 12)); return nil } // reuses 3's bytes
+	s, err := Perf(f.ring(), make([]byte, 256), nil, PerfOptions{Settle: settle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSamples(t, s, []uint64{4, 5, 6, 7})
+	if s.Overwritten != 1 {
+		t.Errorf("counts %+v, want 1 overwritten", s.Counts)
+	}
+	if _, err := Perf(f.ring(), make([]byte, 256), nil, PerfOptions{Settle: func() error { return syscall.EINTR }}); !errors.Is(err, syscall.EINTR) {
+		t.Errorf("settle error: %v", err)
+	}
 }

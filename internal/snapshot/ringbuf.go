@@ -182,6 +182,16 @@ func BPF(r BPFRing, buf []byte, recs []Record, o BPFOptions) (Snapshot, error) {
 		n := int(list[i].size)
 		if used+n > len(buf) {
 			if used == 0 {
+				for _, rec := range list {
+					switch rec.kind {
+					case kindBusy:
+						s.Busy++
+					case kindDiscard:
+						s.Discarded++
+					default:
+						s.NoRoom++
+					}
+				}
 				s.Records = list[:0]
 				return s, &ShortBufferError{Need: n, Have: len(buf)}
 			}

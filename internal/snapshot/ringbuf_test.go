@@ -118,10 +118,14 @@ func TestBPFNoRoom(t *testing.T) {
 	if s.NoRoom != 3 || s.Busy != 1 {
 		t.Errorf("counts %+v, want 3 with no room, 1 busy", s.Counts)
 	}
-	_, err = BPF(f.ring(), make([]byte, 39), nil, BPFOptions{})
+	s, err = BPF(f.ring(), make([]byte, 39), nil, BPFOptions{})
 	var short *ShortBufferError
 	if !errors.As(err, &short) || !errors.Is(err, io.ErrShortBuffer) || short.Need != 40 {
 		t.Errorf("39-byte buffer: %v, want a *ShortBufferError needing 40", err)
+	}
+	// Every record was left out, and is counted: as Perf counts them.
+	if len(s.Records) != 0 || s.NoRoom != 6 || s.Busy != 1 {
+		t.Errorf("39-byte buffer: %d records, counts %+v; want none, 6 with no room, 1 busy", len(s.Records), s.Counts)
 	}
 }
 

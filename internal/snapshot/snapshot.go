@@ -13,8 +13,9 @@
 // positions, copies the records with atomic loads, then loads a position again and drops
 // every record whose bytes a producer may have reused meanwhile (counted in
 // Counts.Overwritten). What the check needs from the producer differs by kind, and each
-// parser's comment says it: a perf ring must be paused and its writers settled; a BPF ring
-// buffer may go on being written, with the settle step on weakly ordered hosts.
+// parser's comment says it: a perf ring's writers must be settled, paused before the copy
+// or waited for after it (PerfOptions.Settle); a BPF ring buffer may go on being written,
+// with the settle step on weakly ordered hosts.
 //
 // Why atomic loads for the copy: the check is a load that must not be performed before
 // the copy's loads. Go's atomic loads are acquire loads (LDAR on arm64, plain MOVs on x86,
@@ -50,6 +51,15 @@ type Record struct {
 
 	size uint32 // the payload's bytes in the ring (perf: the whole record's)
 	kind uint8  // a ring buffer walk's: kindRecord, kindBusy, kindDiscard
+}
+
+// Next is the ring position just after the record: a perf record's Pos plus its size, a
+// ring buffer record's Pos plus its header and payload rounded up to 8 bytes.
+func (r *Record) Next() uint64 {
+	if r.Type != 0 {
+		return r.Pos + uint64(r.size)
+	}
+	return r.Pos + (uint64(r.size)+bpfHdrSize+7)&^7
 }
 
 // The perf record types a snapshot returns (include/uapi/linux/perf_event.h).

@@ -21,6 +21,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -97,12 +98,30 @@ type Option func(*Settings)
 // Settings are the Options of one Prepare call.
 type Settings struct {
 	CPUsPerRing int
+	Overwrite   bool
 }
 
 // CPUsPerRing makes each ring of RingBufPerCPU the ring of n CPUs: CPU c
 // writes ring c/n. The default is 1, a ring per CPU.
 func CPUsPerRing(n int) Option {
 	return func(s *Settings) { s.CPUsPerRing = n }
+}
+
+// Overwrite makes ring buffers in overwrite mode (map flag
+// BPF_F_RB_OVERWRITE, kernel 6.19), for a perfbuf.Recorder: the ring
+// buffer, or each ring of RingBufPerCPU. A perf event array needs nothing
+// at load (the Recorder opens backward rings); Any chooses a ring buffer
+// only where the kernel has overwrite mode, else a perf event array.
+func Overwrite() Option {
+	return func(s *Settings) { s.Overwrite = true }
+}
+
+// Declared notes the map flags the buffer was declared with: a buffer
+// declared in overwrite mode is made as if Overwrite were given.
+func (s *Settings) Declared(flags uint32) {
+	if flags&kernel.MapFlagRBOverwrite != 0 {
+		s.Overwrite = true
+	}
 }
 
 // Apply returns the Settings of more, defaults first.
@@ -131,6 +150,8 @@ func Check(want Kind, set Settings, opts *perfbuf.Options) error {
 		return fmt.Errorf("WakeupEvents has no ring buffer equivalent; use WakeupBytes: %w", os.ErrInvalid)
 	case opts.RingBytes < 0 || opts.WakeupBytes < 0:
 		return fmt.Errorf("negative RingBytes (%d) or WakeupBytes (%d): %w", opts.RingBytes, opts.WakeupBytes, os.ErrInvalid)
+	case set.Overwrite && opts.WakeupBytes != 0:
+		return fmt.Errorf("WakeupBytes %d in overwrite mode, which wakes no reader: %w", opts.WakeupBytes, os.ErrInvalid)
 	}
 	return nil
 }
@@ -159,6 +180,27 @@ func Choose(want Kind, hasRingBuf func() (bool, error)) (Kind, error) {
 	return PerfEventArray, nil
 }
 
+// ChooseFor is Choose for set: in overwrite mode, ring buffers count only
+// where the kernel makes them in that mode (ProbeOverwrite): Any chooses a
+// perf event array elsewhere, and RingBuf or RingBufPerCPU fails with the
+// probe's error (errors.ErrUnsupported, naming 6.19).
+func ChooseFor(want Kind, set Settings, hasRingBuf func() (bool, error)) (Kind, error) {
+	kind, err := Choose(want, hasRingBuf)
+	if err != nil || !set.Overwrite || kind == PerfEventArray {
+		return kind, err
+	}
+	if err := ProbeOverwrite(); err != nil {
+		if want == Any && errors.Is(err, errors.ErrUnsupported) {
+			return PerfEventArray, nil
+		}
+		return 0, fmt.Errorf("%v in overwrite mode: %w", kind, err)
+	}
+	return kind, nil
+}
+
+// ProbeOverwrite is kernel.ProbeRingOverwrite; tests replace it.
+var ProbeOverwrite = kernel.ProbeRingOverwrite
+
 // Plan is the object a buffer becomes: the kind, for ring buffers each
 // ring's size and the BPF side's watermark, and for RingBufPerCPU the
 // CPUs a ring. A perf event array's ring settings are the reader's
@@ -166,9 +208,10 @@ func Choose(want Kind, hasRingBuf func() (bool, error)) (Kind, error) {
 // they are equal.
 type Plan struct {
 	Kind        Kind
-	Size        int // ring buffers: each ring's bytes (its max_entries)
-	Wakeup      int // ring buffers: the BPF side's watermark (config.wakeup_bytes)
-	CPUsPerRing int // RingBufPerCPU: CPU c writes slot c/CPUsPerRing
+	Size        int  // ring buffers: each ring's bytes (its max_entries)
+	Wakeup      int  // ring buffers: the BPF side's watermark (config.wakeup_bytes)
+	CPUsPerRing int  // RingBufPerCPU: CPU c writes slot c/CPUsPerRing
+	Overwrite   bool // ring buffers: in overwrite mode (BPF_F_RB_OVERWRITE)
 }
 
 // ErrNoSize is NewPlan's error for a ring whose size is to be the one
@@ -201,7 +244,7 @@ func NewPlan(kind Kind, compiled uint32, set Settings, opts *perfbuf.Options) (P
 	if opts.WakeupBytes >= size {
 		return Plan{}, fmt.Errorf("wakeup bytes %d not below the %d-byte ring: %w", opts.WakeupBytes, size, os.ErrInvalid)
 	}
-	p := Plan{Kind: kind, Size: size, Wakeup: opts.WakeupBytes}
+	p := Plan{Kind: kind, Size: size, Wakeup: opts.WakeupBytes, Overwrite: set.Overwrite}
 	if kind == RingBufPerCPU {
 		p.CPUsPerRing = set.CPUsPerRing
 	}
@@ -224,7 +267,20 @@ func (p Plan) String() string {
 	if p.Wakeup != 0 {
 		s += fmt.Sprintf(" (wakeup at %d)", p.Wakeup)
 	}
+	if p.Overwrite {
+		s += " in overwrite mode"
+	}
 	return s
+}
+
+// MapFlags returns the flags of the buffer's ring buffers (the map's, or
+// each ring's of RingBufPerCPU) from those it was declared with: with
+// BPF_F_RB_OVERWRITE in overwrite mode; a perf event array's without it.
+func (p Plan) MapFlags(declared uint32) uint32 {
+	if p.Overwrite && (p.Kind == RingBuf || p.Kind == RingBufPerCPU) {
+		return declared | kernel.MapFlagRBOverwrite
+	}
+	return declared &^ kernel.MapFlagRBOverwrite
 }
 
 // MapSettings is the buffer map's type and sizes, in the kernel's terms

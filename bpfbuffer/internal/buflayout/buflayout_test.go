@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -84,22 +86,22 @@ func TestPlan(t *testing.T) {
 		cfg      Config
 		err      error
 	}{
-		{RingBuf, 64 << 10, perfbuf.Options{}, Plan{RingBuf, 64 << 10, 0, 0}, "ringbuf of 65536 bytes",
+		{RingBuf, 64 << 10, perfbuf.Options{}, Plan{RingBuf, 64 << 10, 0, 0, false}, "ringbuf of 65536 bytes",
 			MapSettings{Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: 64 << 10}, Config{RingBuf: 1}, nil},
-		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{RingBuf, 4 * page, 100, 0}, "",
+		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{RingBuf, 4 * page, 100, 0, false}, "",
 			MapSettings{Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: uint32(4 * page)}, Config{RingBuf: 1, WakeupBytes: 100}, nil},
-		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 1}, Plan{RingBuf, page, 0, 0}, "", MapSettings{}, Config{}, nil},
+		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 1}, Plan{RingBuf, page, 0, 0, false}, "", MapSettings{}, Config{}, nil},
 		{RingBuf, 64 << 10, perfbuf.Options{RingBytes: 1<<31 + 1}, Plan{}, "", MapSettings{}, Config{}, os.ErrInvalid},
 		{RingBuf, 64 << 10, perfbuf.Options{WakeupBytes: 64 << 10}, Plan{}, "", MapSettings{}, Config{}, os.ErrInvalid},
 		{RingBuf, 0, perfbuf.Options{}, Plan{}, "", MapSettings{}, Config{}, ErrNoSize},
-		{RingBuf, 0, perfbuf.Options{RingBytes: page}, Plan{RingBuf, page, 0, 0}, "", MapSettings{}, Config{}, nil},
+		{RingBuf, 0, perfbuf.Options{RingBytes: page}, Plan{RingBuf, page, 0, 0, false}, "", MapSettings{}, Config{}, nil},
 		{PerfEventArray, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{Kind: PerfEventArray}, "perf_event_array",
 			MapSettings{Type: unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY, KeySize: 4, ValueSize: 4, MaxEntries: uint32(slices.Max(possible) + 1)}, Config{}, nil},
-		{RingBufPerCPU, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{RingBufPerCPU, 4 * page, 100, 1},
+		{RingBufPerCPU, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{RingBufPerCPU, 4 * page, 100, 1, false},
 			fmt.Sprintf("ringbuf_per_cpu of %d bytes a ring, 1 CPUs a ring (wakeup at 100)", 4*page),
 			MapSettings{Type: unix.BPF_MAP_TYPE_ARRAY_OF_MAPS, KeySize: 4, ValueSize: 4, MaxEntries: uint32(slices.Max(possible) + 1),
 				Inner: InnerMap{Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: uint32(4 * page)}}, Config{RingBuf: 2, WakeupBytes: 100}, nil},
-		{RingBufPerCPU, 64 << 10, perfbuf.Options{}, Plan{RingBufPerCPU, 64 << 10, 0, 1}, "", MapSettings{}, Config{}, nil},
+		{RingBufPerCPU, 64 << 10, perfbuf.Options{}, Plan{RingBufPerCPU, 64 << 10, 0, 1, false}, "", MapSettings{}, Config{}, nil},
 		{RingBufPerCPU, 0, perfbuf.Options{}, Plan{}, "", MapSettings{}, Config{}, ErrNoSize},
 		{RingBufPerCPU, 64 << 10, perfbuf.Options{WakeupBytes: 64 << 10}, Plan{}, "", MapSettings{}, Config{}, os.ErrInvalid},
 	} {
@@ -131,7 +133,7 @@ func TestPlan(t *testing.T) {
 			t.Errorf("%v: Finish left %+v, want RingBytes %d and WakeupBytes kept", p, opts, want)
 		}
 	}
-	if s := (Plan{RingBuf, 8192, 1024, 0}).String(); s != "ringbuf of 8192 bytes (wakeup at 1024)" {
+	if s := (Plan{RingBuf, 8192, 1024, 0, false}).String(); s != "ringbuf of 8192 bytes (wakeup at 1024)" {
 		t.Errorf("String %q", s)
 	}
 }
@@ -196,5 +198,63 @@ func TestRingName(t *testing.T) {
 		if got := RingName(tc.name, tc.key); got != tc.want || len(got) > 15 {
 			t.Errorf("RingName(%q, %d) = %q, want %q", tc.name, tc.key, got, tc.want)
 		}
+	}
+}
+
+// Overwrite mode: ring buffers only where the kernel makes them in it (a
+// forced kind fails with the probe's error, naming 6.19; Any falls back
+// to a perf event array), the flag on the rings and never on a perf event
+// array, and no watermark.
+func TestOverwrite(t *testing.T) {
+	yes := func() (bool, error) { return true, nil }
+	old := ProbeOverwrite
+	defer func() { ProbeOverwrite = old }()
+	set := Apply([]Option{Overwrite()})
+	for _, c := range []struct {
+		want  Kind
+		probe error
+		got   Kind
+		err   error
+	}{
+		{Any, nil, RingBuf, nil},
+		{RingBufPerCPU, nil, RingBufPerCPU, nil},
+		{PerfEventArray, nil, PerfEventArray, nil},
+		{Any, fmt.Errorf("needs kernel 6.19: %w", errors.ErrUnsupported), PerfEventArray, nil},
+		{RingBuf, fmt.Errorf("needs kernel 6.19: %w", errors.ErrUnsupported), 0, errors.ErrUnsupported},
+		{RingBufPerCPU, fmt.Errorf("needs kernel 6.19: %w", errors.ErrUnsupported), 0, errors.ErrUnsupported},
+		{Any, syscall.EPERM, 0, syscall.EPERM},
+	} {
+		ProbeOverwrite = func() error { return c.probe }
+		got, err := ChooseFor(c.want, set, yes)
+		if got != c.got || !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
+			t.Errorf("ChooseFor(%v) with probe %v = %v, %v; want %v, %v", c.want, c.probe, got, err, c.got, c.err)
+		}
+		if c.err == errors.ErrUnsupported && !strings.Contains(err.Error(), "6.19") {
+			t.Errorf("ChooseFor(%v): %v does not name 6.19", c.want, err)
+		}
+	}
+	ProbeOverwrite = func() error { t.Error("probed without Overwrite"); return nil }
+	if got, err := ChooseFor(RingBuf, Apply(nil), yes); got != RingBuf || err != nil {
+		t.Errorf("ChooseFor(RingBuf) = %v, %v", got, err)
+	}
+	var declared Settings
+	declared.Declared(kernel.MapFlagRBOverwrite | unix.BPF_F_NUMA_NODE)
+	if !declared.Overwrite {
+		t.Error("a map declared in overwrite mode is not made in it")
+	}
+	opts := perfbuf.Options{RingBytes: 8192}
+	p, err := NewPlan(RingBufPerCPU, 0, set, &opts)
+	if err != nil || !p.Overwrite || !strings.HasSuffix(p.String(), " in overwrite mode") {
+		t.Fatalf("NewPlan = %v, %v", p, err)
+	}
+	if f := p.MapFlags(unix.BPF_F_NUMA_NODE); f != kernel.MapFlagRBOverwrite|unix.BPF_F_NUMA_NODE {
+		t.Errorf("ring flags %#x", f)
+	}
+	perf, _ := NewPlan(PerfEventArray, 0, set, &opts)
+	if f := perf.MapFlags(kernel.MapFlagRBOverwrite); f != 0 {
+		t.Errorf("perf event array flags %#x", f)
+	}
+	if err := Check(Any, set, &perfbuf.Options{WakeupBytes: 64}); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("WakeupBytes in overwrite mode: %v", err)
 	}
 }

@@ -6,6 +6,7 @@
  * object loads only where the kernel knows the flag. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "perfbuf.bpf.h"
 
 /* Not in a 6.18 vmlinux.h (include/uapi/linux/bpf.h, 6.19). */
 #define PB_F_RB_OVERWRITE (1U << 19)	/* BPF_F_RB_OVERWRITE */
@@ -74,6 +75,32 @@ int fill(struct bpf_raw_tracepoint_args *ctx)
 	pos->producer = bpf_ringbuf_query(&rb, BPF_RB_PROD_POS);
 	pos->consumer = bpf_ringbuf_query(&rb, BPF_RB_CONS_POS);
 	pos->avail = bpf_ringbuf_query(&rb, BPF_RB_AVAIL_DATA);
+	return 0;
+}
+
+/* A second ring in overwrite mode that `fill_counted` writes through
+ * perfbuf.bpf.h, its failures counted in `failures`: a Recorder pauses it
+ * through the failure map's reader key (recorder_test.go). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, RING_SIZE);
+	__uint(map_flags, PB_F_RB_OVERWRITE);
+} rbc SEC(".maps");
+
+PERFBUF_FAILURE_MAP(failures);
+
+/* args: count (at most BATCH), seq of the first record. Record: u64 seq. */
+SEC("raw_tp")
+int fill_counted(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 count = ctx->args[0], seq = ctx->args[1];
+	__u32 i;
+
+	for (i = 0; i < BATCH && i < count; i++) {
+		__u64 v = seq + i;
+
+		perfbuf_ringbuf_output(&rbc, &failures, &v, sizeof(v), 0);
+	}
 	return 0;
 }
 
