@@ -122,8 +122,12 @@ func newReader(c *core, p readerPlan) *Reader {
 // there as Stats.Found. A process that ends without Close leaves the
 // consumer position at the last commit (the end of a ring's turn, at most a
 // quarter of the ring, or a wait): the next reader delivers those records
-// again. A perf event array's rings are the reader's own: what is in them
-// at Close goes with them, and a new reader starts with empty rings.
+// again. An ordered Reader over ring buffers commits the records it copies
+// into its window (see [Order]): the copies not delivered at Close count
+// as Left and are not in the ring for the next reader (Flush and read them
+// first to hand none over). A perf event array's rings are the reader's
+// own: what is in them at Close goes with them, and a new reader starts
+// with empty rings.
 func (r *Reader) Close() error {
 	r.c.close()
 	return nil
