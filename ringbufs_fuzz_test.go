@@ -10,6 +10,7 @@ package perfbuf
 import (
 	"errors"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/perfbuf/perfbuf/internal/ringtest"
@@ -22,12 +23,16 @@ import (
 // *CorruptErrors of ring bad; every other ring's samples arrive once, in
 // order, and its Stats after Close say so exactly (no corruption, nothing
 // left, its discards counted). The bad ring's Stats count what it
-// delivered.
+// delivered. With n's top bit, the Reader is ordered (the window of
+// copies: each good ring's keys, its seqs, rise), and each Consume
+// follows a Flush.
 func FuzzReaderRingBufs(f *testing.F) {
 	f.Add([]byte{}, uint8(2), uint8(0), uint64(0), uint64(0), []byte{3, 5})
 	f.Add(make([]byte, 64), uint8(4), uint8(3), uint64(4), uint64(64), []byte{0, 7, 1, 9})
 	f.Add([]byte{8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}, uint8(3), uint8(1), uint64(0), uint64(16), []byte{2, 0, 4})
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f}, uint8(2), uint8(1), uint64(4096), uint64(8192), []byte{1, 1})
+	f.Add(make([]byte, 64), uint8(0x84), uint8(3), uint64(4), uint64(64), []byte{0, 7, 1, 9})
+	f.Add([]byte{8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}, uint8(0x83), uint8(1), uint64(0), uint64(16), []byte{2, 0, 4})
 	f.Fuzz(func(t *testing.T, mem []byte, n, bad uint8, cons, prod uint64, counts []byte) {
 		const size = 4096
 		rings := int(n%4) + 1
@@ -61,19 +66,30 @@ func FuzzReaderRingBufs(f *testing.F) {
 				}
 			}
 		}
-		r := fr.reader(t, ReaderOptions{MaxLatency: -1})
-		setBudget(r, 5*16) // turns that end between records
+		ordered := n&0x80 != 0
+		var r *Reader
+		if ordered {
+			r = fr.ordered(t, Order{MaxDelay: time.Hour})
+		} else {
+			r = fr.reader(t, ReaderOptions{MaxLatency: -1})
+			setBudget(r, 5*16) // turns that end between records
+		}
 		got := make([][]uint64, rings)
 		for call := 0; ; call++ {
 			if call > 64 {
 				t.Fatal("Consume still delivering or failing after 64 calls")
+			}
+			if ordered {
+				r.Flush() // (the window releases nothing else: shared rings, MaxDelay an hour)
 			}
 			k, err := r.Consume(func(rec *Record) error {
 				i := rec.Ring
 				if i < 0 || i >= rings {
 					t.Fatalf("record of ring %d", i)
 				}
-				checkInRing(t, fr.rings[i], rec.Data)
+				if !ordered { // (the window hands out copies)
+					checkInRing(t, fr.rings[i], rec.Data)
+				}
 				got[i] = append(got[i], seq8(rec.Data))
 				return nil
 			})

@@ -59,7 +59,7 @@ type window struct {
 	dropLate  bool
 	limit     int // Bytes
 
-	rs    []windowRing
+	rs []windowRing
 	// The copies, in runs of keys that do not fall (a ring's records
 	// mostly come in key order: a ring of one CPU is one run), and a heap
 	// of the runs by their first copy's key (tie its seq, ref the run).
@@ -68,10 +68,10 @@ type window struct {
 	heap    keyHeap
 	lastRun int // the run the last copy went to; -1: none
 	held    int // copies in the window
-	slots []copySlot
-	free  []int32 // slots not in use
-	pools [maxClass + 1][][]byte
-	bytes int // the copies' capacity, against limit
+	slots   []copySlot
+	free    []int32 // slots not in use
+	pools   [maxClass + 1][][]byte
+	bytes   int // the copies' capacity, against limit
 
 	seq     uint64 // copies made: the heap's tie break, arrival order
 	newest  uint64 // the largest key copied
@@ -196,8 +196,8 @@ func (w *window) front(i int) (copyID, bool) {
 func (w *window) takeIn(i int) {
 	rb := w.s.Rings[i]
 	rb.Refresh()
-	if rb.Cur().Pending() == 0 || w.isFull() {
-		return
+	if rb.Cur().Pending() == 0 && !rb.Cur().Failed() || w.isFull() {
+		return // (a pending corruption: Each returns it, to be skipped and reported)
 	}
 	w.in = i
 	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stage)
@@ -354,8 +354,12 @@ func (w *window) Next() (*ring.Record, int) {
 			took = true
 		}
 		if w.held == 0 && w.drain && !w.s.FlushReached(w) {
-			w.takeInAll() // the window had no room for all of it
-			continue
+			// The window had no room for all of it: take in the rest.
+			// If nothing comes (a ring corrupt, its error pending), the
+			// read reports it.
+			if w.takeInAll(); w.held > 0 {
+				continue
+			}
 		}
 		if w.held == 0 || !w.releasable() {
 			w.look = true // take in before the next release
