@@ -43,7 +43,7 @@ type Reader struct {
 	fn     func(*Record) error
 	n      int
 
-	// ReadBatch's copy: copyF (r.copyRec, made once) copies the records
+	// ReadBatch's copy: copyF (r.copyRec(), made once) copies the records
 	// the policy's loop delivers into batch, got of them so far; room is
 	// what is left of the call's batchBytes.
 	copyF func(*Record) error
@@ -101,7 +101,7 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 func newReader(c *core, p readerPlan) *Reader {
 	c.Latency = p.latency
 	r := &Reader{c: c, opRead: "read " + c.name(), opConsume: "consume " + c.name()}
-	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec, r.turn, r.nextTurn
+	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec(), r.turn, r.nextTurn
 	if p.order != nil {
 		r.pol = policy.NewOrdered(&c.Set, *p.order)
 	} else {
@@ -401,17 +401,20 @@ func (r *Reader) copyOut(s []Sample) (int, bool) {
 // ReadBatch was slower than ReadInto at 1 KiB (issue 31).
 const batchBytes = 8 << 10
 
-// copyRec is ReadBatch's function for the policy's loop: it copies rec into
-// the batch's next Sample, and ends the loop (errStop) once the batch is
-// full or its bytes reach batchBytes.
-func (r *Reader) copyRec(rec *Record) error {
-	copySample(&r.batch[r.got], rec)
-	r.got++
-	r.room -= len(rec.Data) + len(rec.Wrapped)
-	if r.got == len(r.batch) || r.room <= 0 {
-		return errStop
+// copyRec returns ReadBatch's function for the policy's loop: it copies a
+// record into the batch's next Sample, and ends the loop (errStop) once the
+// batch is full or its bytes reach batchBytes. (A closure over r rather than
+// a method value, whose wrapper would be one more call a record.)
+func (r *Reader) copyRec() func(*Record) error {
+	return func(rec *Record) error {
+		copySample(&r.batch[r.got], rec)
+		r.got++
+		r.room -= len(rec.Data) + len(rec.Wrapped)
+		if r.got == len(r.batch) || r.room <= 0 {
+			return errStop
+		}
+		return nil
 	}
-	return nil
 }
 
 // Each calls fn with every record, zero-copy, until ctx is done, the
