@@ -279,33 +279,26 @@ func (r *Reader) ReadInto(s *Sample) error {
 	if s == nil {
 		return fmt.Errorf("%s: nil sample: %w", r.opRead, os.ErrInvalid)
 	}
-	if r.full != nil && r.readNext(s) {
-		return nil
+	// The common case over the fullest-first policy, a record there, in
+	// line: enter without waiting, the policy's Next, copy, exit. Anything
+	// else (another read in progress, closed, a corruption to report, CPUs
+	// to add, nothing to deliver now, a flush) is ReadBatch's, for one
+	// Sample; the policy's Next, if it found nothing, is asked again there
+	// at no cost but its look at the rings.
+	if f, l := r.full, &r.c.life; f != nil && l.TryEnterExclusive() {
+		rec := (*Record)(nil)
+		if c := r.c; c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load()) { // (addNewCPUs's check)
+			if rec, _ = f.Next(); rec != nil {
+				copySample(s, rec) // (cannot panic: nothing to undo)
+			}
+		}
+		l.ExitExclusive()
+		if rec != nil {
+			return nil
+		}
 	}
 	_, err := r.ReadBatch(unsafe.Slice(s, 1))
 	return err
-}
-
-// readNext is ReadInto's common case over the fullest-first policy, a
-// record there to copy, without ReadBatch's loop: it reports whether it
-// copied one. Otherwise (closed, a corruption to report, CPUs to add,
-// nothing to deliver now) ReadBatch does what it does for one Sample; the
-// policy's Next, which found nothing, is asked again there at no cost but
-// its look at the rings.
-func (r *Reader) readNext(s *Sample) bool {
-	l := &r.c.life
-	if l.EnterExclusive(r.opRead) != nil {
-		return false
-	}
-	rec := (*Record)(nil)
-	if c := r.c; c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load()) { // (addNewCPUs's check)
-		rec, _ = r.full.Next()
-		if rec != nil {
-			copySample(s, rec) // (cannot panic: nothing to undo)
-		}
-	}
-	l.ExitExclusive()
-	return rec != nil
 }
 
 // ReadBatch blocks until a record is there, then copies up to len(s)
