@@ -397,7 +397,11 @@ const batchBytes = 8 << 10
 // copyRec returns ReadBatch's function for the policy's loop: it copies a
 // record into the batch's next Sample, and ends the loop (errStop) once the
 // batch is full or its bytes reach batchBytes. (A closure over r rather than
-// a method value, whose wrapper would be one more call a record.)
+// a method value, whose wrapper would be one more call a record. Not
+// inlined into newReader: the closure's copy made there would call
+// copySample rather than inline it.)
+//
+//go:noinline
 func (r *Reader) copyRec() func(*Record) error {
 	return func(rec *Record) error {
 		copySample(&r.batch[r.got], rec)

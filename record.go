@@ -49,22 +49,10 @@ type Sample struct {
 	Late bool
 }
 
-// appendPayload is rec.AppendTo(dst), out of line so that copySample inlines.
-//
-//go:noinline
-func appendPayload(dst []byte, rec *Record) []byte { return rec.AppendTo(dst) }
-
 // copySample fills s with rec, copying the payload into the memory s.Data already has when
 // it is large enough. (Field by field: a composite literal is built on the stack and copied
 // in wide loads that stall on the narrow stores before them.)
 func copySample(s *Sample, rec *Record) {
-	if n := len(rec.Data); len(rec.Wrapped) == 0 && n <= cap(s.Data) {
-		// The common case: a reslice of s.Data stores its length alone (no pointer, so no
-		// write barrier), and one copy.
-		s.Data = s.Data[:n]
-		copy(s.Data, rec.Data)
-	} else {
-		s.Data = appendPayload(s.Data[:0], rec)
-	}
+	s.Data = rec.AppendTo(s.Data[:0])
 	s.Ring, s.CPU, s.Type, s.Lost, s.Key, s.Late = rec.Ring, rec.CPU, rec.Type, rec.Lost, rec.Key, rec.Late
 }
