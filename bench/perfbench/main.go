@@ -68,6 +68,9 @@ type config struct {
 	sustained int // per CPU, per sustained measurement
 	csv, svg  string
 	only      []string // measurements to run, of measurements
+	// threadClock: the drains count their thread's CPU time, not the time
+	// that passed (-clock thread; benchrun.Stopwatch.Thread).
+	threadClock bool
 
 	cquiet        string        // the C consumer of the quiet measurement
 	quietDuration time.Duration // of each quiet run
@@ -108,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.sustained, "sustained", 1000000, "samples per CPU per sustained measurement (perf and ring buffer)")
 	fs.StringVar(&c.csv, "csv", "build/perfbench.csv", "CSV output (empty: none)")
 	fs.StringVar(&c.svg, "svg", "docs/perfbench.svg", "SVG chart output (empty: none; drawn when drain and sustained run)")
+	clock := fs.String("clock", "wall", "drain and rbdrain: wall (the time that passed) or thread (the draining thread's CPU time, for a machine shared with busy processes; no libbpfgo row)")
 	only := fs.String("only", strings.Join(measurements, ","), "the measurements to run, of "+strings.Join(measurements, ","))
 	fs.StringVar(&c.cquiet, "cquiet", "build/perfbench-cquiet", "the C consumer of quiet and rbquiet, built by make bench (missing: no C rows)")
 	fs.DurationVar(&c.quietDuration, "quiet-duration", benchrun.QuietDuration, "quiet and rbquiet: how long each consumer is fed (or left idle)")
@@ -126,6 +130,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.rounds < 1 || c.samples < 1 || c.sustained < 1 || c.quietDuration <= 0 {
 		return c, errors.New("-rounds, -samples, -sustained and -quiet-duration must be positive")
+	}
+	switch *clock {
+	case "wall":
+	case "thread":
+		c.threadClock = true
+	default:
+		return c, fmt.Errorf("-clock: %q is neither wall nor thread", *clock)
 	}
 	for _, m := range strings.Split(*only, ",") {
 		m = strings.TrimSpace(m)
@@ -189,7 +200,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer rb.Close()
 	}
 
-	r := &results{env: environment(len(e.CPUs)), rounds: c.rounds, samples: c.samples, sustainedPerCPU: c.sustained,
+	r := &results{env: environment(len(e.CPUs)), rounds: c.rounds, samples: c.samples, threadClock: c.threadClock, sustainedPerCPU: c.sustained,
 		quietDuration: c.quietDuration}
 	if c.runs(onlyQuiet) || c.runs(onlyRBQuiet) {
 		if why := cquietMissing(c.cquiet); why != "" {
@@ -286,12 +297,7 @@ func measure(e, rb *bpfrun.Emitter, c config, r *results, stderr io.Writer) erro
 func measureDrains(e *bpfrun.Emitter, c config, r *results, round int, sink *uint64, stderr io.Writer) error {
 	for _, size := range benchrun.Sizes {
 		modes := benchrun.DrainModes
-		sws := make([]*benchrun.Stopwatch, len(modes))
-		timers := make([]benchrun.Timer, len(modes))
-		for i := range sws {
-			sws[i] = new(benchrun.Stopwatch)
-			timers[i] = sws[i]
-		}
+		sws, timers := c.stopwatches(len(modes))
 		res, err := benchrun.DrainCompare(e, benchrun.DrainConfig{Size: size, Samples: c.samples}, modes, timers)
 		if err != nil {
 			return err
@@ -312,17 +318,27 @@ func measureDrains(e *bpfrun.Emitter, c config, r *results, round int, sink *uin
 	return nil
 }
 
+// stopwatches returns n Stopwatches for a drain round, counting the clock
+// -clock chose, and the same as Timers.
+func (c config) stopwatches(n int) ([]*benchrun.Stopwatch, []benchrun.Timer) {
+	sws, timers := make([]*benchrun.Stopwatch, n), make([]benchrun.Timer, n)
+	for i := range sws {
+		sws[i] = &benchrun.Stopwatch{Thread: c.threadClock}
+		timers[i] = sws[i]
+	}
+	return sws, timers
+}
+
 // measureRBDrains runs one round of ring buffer drains at every size,
 // summing what they read into sink.
 func measureRBDrains(rb *bpfrun.Emitter, c config, r *results, round int, sink *uint64, stderr io.Writer) error {
 	for _, size := range benchrun.Sizes {
 		modes := benchrun.RBDrainModes
-		sws := make([]*benchrun.Stopwatch, len(modes))
-		timers := make([]benchrun.Timer, len(modes))
-		for i := range sws {
-			sws[i] = new(benchrun.Stopwatch)
-			timers[i] = sws[i]
+		if c.threadClock {
+			// libbpfgo's records are received on a goroutine of their own.
+			modes = slices.DeleteFunc(slices.Clone(modes), func(m string) bool { return m == benchrun.ModeLibbpfgo })
 		}
+		sws, timers := c.stopwatches(len(modes))
 		res, err := benchrun.RBDrainCompare(rb, benchrun.DrainConfig{Size: size, Samples: c.samples}, modes, timers)
 		if err != nil {
 			return err

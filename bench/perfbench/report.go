@@ -17,7 +17,11 @@ import (
 // writeTable prints the results for people.
 func writeTable(w io.Writer, r *results) {
 	fmt.Fprintf(w, "perfbench: %s\n", r.env)
-	fmt.Fprintf(w, "median of %d rounds; spread = (max - min) / median of the first figure over the rounds\n\n", r.rounds)
+	fmt.Fprintf(w, "median of %d rounds; spread = (max - min) / median of the first figure over the rounds\n", r.rounds)
+	if r.threadClock {
+		fmt.Fprintf(w, "drains: ns are the draining thread's CPU time (-clock thread), not the time that passed\n")
+	}
+	fmt.Fprintln(w)
 
 	if len(r.drain) > 0 {
 		fmt.Fprintf(w, "Drain of pre-filled %s rings, %d samples per measurement (lower ns/sample is better;\n", ringSize(benchrun.DrainPages), r.samples)

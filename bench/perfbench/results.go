@@ -88,6 +88,7 @@ type results struct {
 	env             env
 	rounds          int
 	samples         int
+	threadClock     bool // the drains' ns are the draining thread's CPU time (-clock thread)
 	sustainedPerCPU int
 	quietDuration   time.Duration
 	quietNoC        string           // why the quiet measurement ran without C, or ""

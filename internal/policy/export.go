@@ -5,7 +5,7 @@ package policy
 // Views of a policy's state for the owners' tests.
 
 // SetBudget sets a fullest-first policy's turn, in bytes.
-func SetBudget(p Reading, n int) { p.(*fullest).budget = n }
+func SetBudget(p Reading, n int) { p.(*Fullest).budget = n }
 
 // Marks returns how many marks (rule 3) an ordered policy holds per ring.
 func Marks(p Reading) []int {

@@ -12,25 +12,47 @@ import (
 	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
-// fullest drains the rings in passes: a pass snapshots every ring and
+// Fullest drains the rings in passes: a pass snapshots every ring and
 // orders the non-empty ones by fill, fullest first; each gets a turn of at
 // most budget bytes, committed once at its end.
-type fullest struct {
+//
+// It runs no user function of its own (Next runs none at all; Each only
+// fn): a read may call it outside wait.Reads, and a copying read calls it
+// directly rather than through the Reading interface.
+type Fullest struct {
 	s      *Set
 	rec    ring.Record // the record being delivered
 	budget int         // bytes a turn reads from a ring (at least one record)
 	order  []int       // rings of the current pass, in drain order
 	pos    int         // current ring in order
 	left   int         // budget left for it
+	// turn is the ring of the turn Next is in, Rings[turnI]; nil when a
+	// turn ended.
+	turn  ring.Ring
+	turnI int
 }
 
-func NewFullest(s *Set) *fullest {
-	return &fullest{s: s, budget: max(s.Rings[0].Cur().Size()/4, 1)}
+// NewFullest returns the fullest-first policy over s's rings.
+func NewFullest(s *Set) *Fullest {
+	return &Fullest{s: s, budget: max(s.Rings[0].Cur().Size()/4, 1)}
 }
 
 // Next returns the next record of the pass, starting a pass when the last
 // one ended.
-func (f *fullest) Next() (*ring.Record, int) {
+func (f *Fullest) Next() (*ring.Record, int) {
+	// Within a turn (ReadInto's common case): the turn's ring, kept, so
+	// that a record costs no lookup of it.
+	if rb := f.turn; rb != nil && f.left > 0 {
+		if ok, _ := rb.Next(&f.rec); ok {
+			f.left -= int(f.rec.Next - f.rec.Pos)
+			return &f.rec, f.turnI
+		}
+	}
+	return f.next() // (the end of the turn, or an error: looked at again there)
+}
+
+// next is Next past a turn's records: the ends of turns and passes.
+func (f *Fullest) next() (*ring.Record, int) {
 	rec := &f.rec
 	for {
 		if f.pos >= len(f.order) && !f.startPass() {
@@ -42,6 +64,7 @@ func (f *fullest) Next() (*ring.Record, int) {
 			ok, err := rb.Next(rec)
 			if ok {
 				f.left -= int(rec.Next - rec.Pos)
+				f.turn, f.turnI = rb, i
 				return rec, i
 			}
 			if err != nil {
@@ -52,14 +75,14 @@ func (f *fullest) Next() (*ring.Record, int) {
 	}
 }
 
-func (f *fullest) Delivered(int) {}
+func (f *Fullest) Delivered(int) {}
 
 // AddRing: each pass looks at every ring.
-func (f *fullest) AddRing(int) {}
+func (f *Fullest) AddRing(int) {}
 
 // Each runs one turn: ring i's records through the ring's loop, up to the
 // budget. A turn cut short by fn's error goes on at the next read.
-func (f *fullest) Each(fn func(*ring.Record) error) (bool, error) {
+func (f *Fullest) Each(fn func(*ring.Record) error) (bool, error) {
 	if f.pos >= len(f.order) && !f.startPass() {
 		return false, nil
 	}
@@ -78,7 +101,8 @@ func (f *fullest) Each(fn func(*ring.Record) error) (bool, error) {
 }
 
 // endTurn commits ring i once for its whole turn and moves to the next.
-func (f *fullest) endTurn(i int) {
+func (f *Fullest) endTurn(i int) {
+	f.turn = nil
 	f.CommitPublish(i)
 	f.pos++
 	f.left = f.budget
@@ -86,7 +110,7 @@ func (f *fullest) endTurn(i int) {
 
 // CommitPublish commits ring i up to its cursor: every record before it
 // was delivered.
-func (f *fullest) CommitPublish(i int) {
+func (f *Fullest) CommitPublish(i int) {
 	rb := f.s.Rings[i]
 	rb.Cur().CommitCursor()
 	st := rb.Cur().Counts()
@@ -94,7 +118,7 @@ func (f *fullest) CommitPublish(i int) {
 }
 
 // Oldest: the fullest-first Reader delivers each record as it parses it.
-func (f *fullest) Oldest(i int) uint64 { return f.s.Rings[i].Cur().Pos() }
+func (f *Fullest) Oldest(i int) uint64 { return f.s.Rings[i].Cur().Pos() }
 
 // startPass snapshots every ring and orders the non-empty ones, fullest
 // first; a ring with an error pending gets a turn too, to report and skip
@@ -102,8 +126,8 @@ func (f *fullest) Oldest(i int) uint64 { return f.s.Rings[i].Cur().Pos() }
 // that gave it a turn would deliver nothing, and the passes would spin. It
 // reports false when all are empty, or a flush has delivered what it was
 // for (the read then returns ErrFlushed).
-func (f *fullest) startPass() bool {
-	f.order, f.pos, f.left = f.order[:0], 0, f.budget
+func (f *Fullest) startPass() bool {
+	f.order, f.pos, f.left, f.turn = f.order[:0], 0, f.budget, nil
 	if f.s.Flushing() && f.s.FlushReached(f) {
 		return false
 	}
@@ -123,4 +147,4 @@ func (f *fullest) startPass() bool {
 }
 
 // Idle: every turn ended with a commit already; MaxLatency is a bound.
-func (f *fullest) Idle() (time.Duration, time.Duration) { return f.s.Latency, 0 }
+func (f *Fullest) Idle() (time.Duration, time.Duration) { return f.s.Latency, 0 }

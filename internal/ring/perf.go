@@ -233,8 +233,17 @@ func (r *Perf) Settle() bool { return true }
 // record cannot be valid; then the cursor stays put and next keeps returning that error until
 // SkipCorrupt. rec is left alone when next returns false. Records of other types than samples
 // and lost records are skipped (counted in Other).
+//
+// The common record, a plain sample (plainAt), is taken as Each takes it; everything else
+// goes through parseRest.
 func (r *Perf) Next(rec *Record) (bool, error) {
-	if r.parse(rec) {
+	p, room := r.plainRoom()
+	if size, n := plainAt(p, room); size != 0 {
+		rec.CPU, rec.Ring = r.cpu, r.index
+		r.take(rec, p, size, n)
+		return true, nil
+	}
+	if r.parseRest(rec) {
 		return true, nil
 	}
 	if r.blocked() {
@@ -243,20 +252,7 @@ func (r *Perf) Next(rec *Record) (bool, error) {
 	return false, nil
 }
 
-// parse is next without the error: false means the end of the snapshot or a pending error
-// (blocked). The common record, a plain sample (plainAt), is taken as each takes it;
-// everything else goes through parseRest.
-func (r *Perf) parse(rec *Record) bool {
-	p, room := r.plainRoom()
-	if size, n := plainAt(p, room); size != 0 {
-		rec.CPU, rec.Ring = r.cpu, r.index
-		r.take(rec, p, size, n)
-		return true
-	}
-	return r.parseRest(rec)
-}
-
-// parseRest is parse past the plain samples: a sample or lost record parseAny takes,
+// parseRest is Next past the plain samples: a sample or lost record parseAny takes,
 // skipping the records of other types.
 func (r *Perf) parseRest(rec *Record) bool {
 	for r.head != r.cursor && !r.blocked() {
@@ -386,7 +382,7 @@ func (r *Perf) Peek(pos uint64, rec *Record) bool {
 	}
 	cursor, counted, counts, corrupt, badPos := r.cursor, r.counted, r.counts, r.corrupt, r.badPos
 	r.cursor, r.counted = pos, pos
-	ok := r.parse(rec)
+	ok, _ := r.Next(rec)
 	r.cursor, r.counted, r.counts, r.corrupt, r.badPos = cursor, counted, counts, corrupt, badPos
 	return ok
 }
@@ -557,7 +553,7 @@ func (r *Perf) Left(oldest uint64) (samples, lost, discarded uint64) {
 	r.tail, r.cursor, r.head, r.counted, r.corrupt, r.badPos = oldest, oldest, oldest, oldest, nil, false
 	if r.snapshot() {
 		var rec Record
-		for r.parse(&rec) {
+		for ok, _ := r.Next(&rec); ok; ok, _ = r.Next(&rec) {
 			if rec.Type == Sample {
 				samples++
 			} else {

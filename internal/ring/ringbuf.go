@@ -403,6 +403,20 @@ func (r *RingBuf) fill(rec *Record, pos uint64, hdr uint32, size uint64) {
 //
 // rec.Data aliases ring memory until consumer_pos is committed past rec.Next.
 func (r *RingBuf) Next(rec *Record) (bool, error) {
+	// The common record, a committed sample not counted yet, as Each's loop takes it.
+	if pos := r.cursor; pos != r.head && r.corrupt == nil && int64(pos-r.counted) >= 0 {
+		if p, n, size := r.plainAt(unsafe.Pointer(unsafe.SliceData(r.data)), pos, r.head); size != 0 {
+			r.cursor = pos + size
+			rec.Type, rec.Ring, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = Sample, r.index, r.cpu, nil, 0, 0, false
+			r.take(rec, p, pos, n, size)
+			return true, nil
+		}
+	}
+	return r.next(rec)
+}
+
+// next is Next for every record: the careful way.
+func (r *RingBuf) next(rec *Record) (bool, error) {
 	for {
 		if r.blocked() {
 			return false, r.corrupt
@@ -431,6 +445,32 @@ func (r *RingBuf) Next(rec *Record) (bool, error) {
 		}
 		return true, nil
 	}
+}
+
+// plainAt is the fast parse of the record at pos, a position in [cursor, head) on the record
+// grid with no error pending, base being &data[0]: where it starts in the area, its payload's
+// length and its size with header and padding, for a committed sample (neither busy nor
+// discarded) that ends by head; size 0 for any other record, which next and at parse the
+// careful way. It loads through base without bounds checks: the invariants keep pos&mask <=
+// size-8 for the header, and a sample that ends by head ends within 2*size.
+func (r *RingBuf) plainAt(base unsafe.Pointer, pos, head uint64) (p unsafe.Pointer, n, size uint64) {
+	p = unsafe.Add(base, pos&r.mask)
+	// Acquire: pairs with the xchg of hdr->len in bpf_ringbuf_commit (see loadHeader).
+	hdr := atomic.LoadUint32((*uint32)(p))
+	n = uint64(hdr & bpfRingLenMask)
+	size = (n + bpfRingHdrRound) &^ 7
+	if hdr&(bpfRingBusyBit|bpfRingDiscardBit) != 0 || size > head-pos {
+		return p, 0, 0
+	}
+	return p, n, size
+}
+
+// take delivers the sample at pos, at p in the area, that plainAt checked, into rec (whose
+// Type, Ring, CPU and the rest are set already), and counts it; the cursor is past it.
+func (r *RingBuf) take(rec *Record, p unsafe.Pointer, pos, n, size uint64) {
+	rec.Data, rec.Pos, rec.Next = unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n), pos, pos+size
+	r.counts.Samples++
+	r.counts.Bytes += n
 }
 
 // badRecord records a corrupt record at pos, whose header at found atBad.
@@ -509,40 +549,26 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			return k, r.cursor - from, nil
 		}
 	}
-	// The fast loop: at, next and fill in line. The invariants hold (no error pending) and
-	// nothing from the cursor on was counted.
+	// The fast loop: plainAt for each record, at for the others (busy, discarded, corrupt).
+	// The invariants hold (no error pending) and nothing from the cursor on was counted.
 	rec.Type, rec.Ring, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = Sample, r.index, r.cpu, nil, 0, 0, false
-	// base is &data[0]: the invariants keep every offset below in the area (pos&mask <=
-	// size-8 for the header; the sample ends by the head, within 2*size), so the loop loads
-	// through it without bounds checks.
-	base, mask, head := unsafe.Pointer(unsafe.SliceData(r.data)), r.mask, r.head
-	for pos := r.cursor; pos != head && pos-from < limit; {
-		p := unsafe.Add(base, pos&mask)
-		// Acquire: pairs with the xchg of hdr->len in bpf_ringbuf_commit (see loadHeader).
-		hdr := atomic.LoadUint32((*uint32)(p))
-		if hdr&bpfRingBusyBit != 0 {
-			if kind, hdr, size := r.at(pos); kind == atBad { // (see at; r.cursor is pos)
+	base, head := unsafe.Pointer(unsafe.SliceData(r.data)), r.head
+	for pos := r.cursor; pos != head && pos-from < limit; pos = r.cursor {
+		p, n, size := r.plainAt(base, pos, head)
+		if size == 0 {
+			switch kind, hdr, size := r.at(pos); kind { // (not atEnd: pos != head)
+			case atDiscard:
+				r.cursor = pos + size // and counted with it
+				r.counts.Discarded++
+				continue
+			case atBad:
 				r.badRecord(pos, hdr, size)
 				return k, r.cursor - from, r.corrupt
 			}
 			return k, r.cursor - from, nil // not committed yet: records are consumed in order
 		}
-		n := uint64(hdr & bpfRingLenMask)
-		size := (n + bpfRingHdrRound) &^ 7
-		if size > head-pos {
-			r.badRecord(pos, hdr, size)
-			return k, r.cursor - from, r.corrupt
-		}
-		next := pos + size
-		r.cursor = next // and counted with it (see Begin)
-		if hdr&bpfRingDiscardBit != 0 {
-			r.counts.Discarded++
-			pos = next
-			continue
-		}
-		rec.Data, rec.Pos, rec.Next = unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n), pos, next
-		r.counts.Samples++
-		r.counts.Bytes += n
+		r.cursor = pos + size // and counted with it (see Begin)
+		r.take(rec, p, pos, n, size)
 		k++
 		if err := fn(rec); err != nil {
 			return k, r.cursor - from, err
@@ -550,7 +576,6 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 		if stop != nil && stop.Load() {
 			return k, r.cursor - from, nil
 		}
-		pos = next
 	}
 	return k, r.cursor - from, nil
 }

@@ -82,6 +82,15 @@ func (l *Lifetime) EnterExclusive(op string) error {
 	}
 }
 
+// TryEnterExclusive is EnterExclusive's common case, small enough to inline
+// into a read: it reports whether it entered, l open and no call in
+// progress. Otherwise the caller calls EnterExclusive.
+func (l *Lifetime) TryEnterExclusive() bool {
+	// No call in progress, the common case: one CAS, as sync.Mutex's Lock.
+	// (Any other state: EnterExclusive's look first.)
+	return l.state.CompareAndSwap(0, 1|busyBit)
+}
+
 // waitNotBusy blocks until busyBit is clear or l is closed.
 func (l *Lifetime) waitNotBusy() {
 	l.mu.Lock()

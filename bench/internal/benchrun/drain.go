@@ -476,6 +476,9 @@ func read(r *perfbuf.Reader, s []perfbuf.Sample) (int, error) {
 // it. check, if set, sees each sample. A lost record is an error: the rings
 // were sized not to lose.
 func readSamples(r *perfbuf.Reader, s []perfbuf.Sample, limit int, total *uint64, check func(*perfbuf.Sample) error) (int, error) {
+	if len(s) == 1 && check == nil {
+		return readInto(r, &s[0], limit, total)
+	}
 	n := 0
 	for n != limit {
 		if limit >= 0 {
@@ -497,6 +500,22 @@ func readSamples(r *perfbuf.Reader, s []perfbuf.Sample, limit int, total *uint64
 		if err != nil {
 			return n, err
 		}
+	}
+	return n, nil
+}
+
+// readInto is readSamples with ReadInto into one Sample and no check: the
+// loop a consumer of ReadInto writes, as ciliumDrain's is cilium/ebpf's.
+func readInto(r *perfbuf.Reader, s *perfbuf.Sample, limit int, total *uint64) (int, error) {
+	n := 0
+	for ; n != limit; n++ {
+		if err := r.ReadInto(s); err != nil {
+			return n, err
+		}
+		if s.Type != perfbuf.RecordSample {
+			return n, notSample(s.CPU, s.Type, s.Lost)
+		}
+		*total += cref.ReadAll(s.Data)
 	}
 	return n, nil
 }
