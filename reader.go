@@ -179,7 +179,8 @@ func (r *Reader) FollowsCPUs() bool { return r.c.followsCPUs() }
 // meanwhile opens paused). It refuses the outputs (bpf_perf_event_output
 // returns ENOSPC) and counts them: a ring's next output after Resume comes
 // after a lost record of that count, delivered as a [RecordLost] and
-// counted in [Stats] Lost.
+// counted in [Stats] Lost. The kernel reports that count only then: on a
+// ring closed paused, or not written again, it is counted nowhere.
 //
 // Ring buffers have no such switch: Pause marks the reader key of
 // Options.FailureMap closed, as the last reader's Close does. Outputs
