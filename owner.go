@@ -44,6 +44,9 @@ type core struct {
 	oneWriter []bool
 	// what names what is read, for errors (see name).
 	what string
+	// pause is Pause's state (pause.go); a perf event array's rings
+	// take its lock to add a CPU's ring.
+	pause pauser
 }
 
 // source is what opened an owner's rings, and what of them is its kind's:
@@ -150,6 +153,9 @@ func (c *core) start(pol policy.Policy, scope wait.Scope) {
 	c.pol = pol
 	c.life.Free = c.free
 	c.life.Scope = scope
+	if r, ok := c.src.(*rings); ok {
+		r.pause = &c.pause
+	}
 	if r, ok := c.src.(*rings); ok && r.watch != nil {
 		c.newCPUs = &r.watch.Pending
 		r.watch.Notify = c.poke

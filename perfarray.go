@@ -56,6 +56,10 @@ type rings struct {
 	src  []ringSrc    // where ring i is in its opening
 
 	failures *failureMap // Options.FailureMap, or nil; closed with the rings
+
+	// pause is the owner's pause state (pause.go), set when the owner
+	// starts: add holds its lock, and opens a ring paused while paused.
+	pause *pauser
 }
 
 // ringSrc is a ring's opening and index in it.
@@ -142,6 +146,11 @@ func (r *rings) push(cpu int32, rb *ring.Perf, fd int, src ringSrc) int {
 // add opens a ring on cpu, which came online after New, and returns its
 // buffer index. The caller holds the owner's drain lock.
 func (r *rings) add(cpu int) (int, error) {
+	if r.pause != nil {
+		// A Pause meanwhile goes through this ring, or it opens paused.
+		r.pause.mu.Lock()
+		defer r.pause.mu.Unlock()
+	}
 	rb, fd, src, err := r.openCPU(int32(cpu))
 	if err != nil {
 		return 0, err
@@ -155,9 +164,14 @@ func (r *rings) add(cpu int) (int, error) {
 // perf_buffer__poll, the one reader of a libbpf set's event data). If it
 // fails once the ring is stored, it empties the CPU's slot and closes the
 // ring: outputs there then fail (ENOENT) rather than fill a ring nobody
-// reads.
+// reads. While the owner is paused, perfbuf's own opener opens it paused
+// (openPausedEvents).
 func (r *rings) openOne(cpu int32) (_ *ring.Perf, _ int, _ ringSrc, err error) {
-	c, err := openPerfEvents(r.mapFD, r.cfg, []int32{cpu})
+	open := openPerfEvents
+	if r.pause != nil && r.pause.paused { // (add holds its lock)
+		open = openPausedEvents
+	}
+	c, err := open(r.mapFD, r.cfg, []int32{cpu})
 	if err != nil {
 		return nil, 0, ringSrc{}, err
 	}
@@ -196,6 +210,13 @@ func (r *rings) opened() ([]ring.Kind, []int) {
 // (internal/kernel's CPUWatch) and calls add with it and its perf event.
 func (r *rings) addNew(add func(rb ring.Kind, fd int) error) error {
 	return r.addNewCPUs(func(i int) error { return add(r.ring[i], r.fds[i]) })
+}
+
+// eventFDs returns every ring's perf event, in buffer index order.
+func (r *rings) eventFDs() []int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Clone(r.fds)
 }
 
 // epollFD is the first opening's epoll set, over every ring.

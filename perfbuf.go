@@ -203,6 +203,14 @@ func (pb *PerfBuffer) Stats() []Stats { return pb.c.statsNow() }
 // read (see [Reader.FollowsCPUs]).
 func (pb *PerfBuffer) FollowsCPUs() bool { return pb.c.followsCPUs() }
 
+// Pause stops the output into every ring until [PerfBuffer.Resume], as
+// [Reader.Pause] does; Poll and Consume still deliver what is in the
+// rings.
+func (pb *PerfBuffer) Pause() error { return pb.c.setPaused("pause "+pb.c.name(), true) }
+
+// Resume undoes Pause, as [Reader.Resume] does.
+func (pb *PerfBuffer) Resume() error { return pb.c.setPaused("resume "+pb.c.name(), false) }
+
 // Wakeups counts the blocked waits that a ring's wakeup ended (see
 // [Reader.Wakeups]).
 func (pb *PerfBuffer) Wakeups() uint64 { return pb.c.w.Wakeups() }

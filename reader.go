@@ -172,6 +172,33 @@ func (r *Reader) Stats() []Stats { return r.c.statsNow() }
 // the CPU uevent socket opened (not in a user namespace: docs/kernels.md).
 func (r *Reader) FollowsCPUs() bool { return r.c.followsCPUs() }
 
+// Pause stops the output into every ring and returns once the outputs in
+// progress have finished, until [Reader.Resume]. Reads while paused still
+// deliver what is in the rings, then block. Pausing a paused Reader does
+// nothing, as does resuming one not paused; after Close both fail with
+// os.ErrClosed. Any goroutine may call them.
+//
+// A perf event array's rings are paused by the kernel
+// (PERF_EVENT_IOC_PAUSE_OUTPUT; the ring of a CPU that comes online
+// meanwhile opens paused). It refuses the outputs (bpf_perf_event_output
+// returns ENOSPC) and counts them: a ring's next output after Resume comes
+// after a lost record of that count, delivered as a [RecordLost] and
+// counted in [Stats] Lost. The kernel reports that count only then: on a
+// ring closed paused, or not written again, it is counted nowhere.
+//
+// Ring buffers have no such switch: Pause marks the reader key of
+// Options.FailureMap closed, as the last reader's Close does. Outputs
+// through bpf/perfbuf.bpf.h then fail in the program, counted in [Stats]
+// Failed.NoEntry; other outputs are not stopped. Without a FailureMap
+// whose reader key counts this Reader, the error wraps
+// errors.ErrUnsupported; while another process's reader holds the key
+// open, [ErrMapInUse].
+func (r *Reader) Pause() error { return r.c.setPaused("pause "+r.c.name(), true) }
+
+// Resume undoes Pause: the outputs reach the rings again. Errors: as
+// Pause's.
+func (r *Reader) Resume() error { return r.c.setPaused("resume "+r.c.name(), false) }
+
 // Wakeups counts the blocked reads that a ring's wakeup ended (not a
 // timeout, Close, Flush or a deadline). Any goroutine may call it.
 func (r *Reader) Wakeups() uint64 { return r.c.w.Wakeups() }

@@ -35,7 +35,7 @@ type Recorder struct {
 	mu     sync.Mutex
 	what   string
 	closed bool
-	paused bool
+	pause  pauser // Pause's state (pause.go), set under mu
 	rings  []recRing
 	recs   []snapshot.Record // the parsers' scratch, reused by each Snapshot
 
@@ -226,7 +226,7 @@ func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) ([]Record, e
 	// Paused, the perf rings are still (Pause waited for their writers);
 	// otherwise each parse waits for the writers in flight after its copy.
 	settle := kernel.WaitWriters
-	if r.paused {
+	if r.pause.paused {
 		settle = nil
 	}
 	recs := r.recs
@@ -381,106 +381,33 @@ func (r *Recorder) count(i int, c *snapshot.Counts) {
 // Without a FailureMap whose reader key counts this Recorder, the error
 // wraps errors.ErrUnsupported; if another process's reader holds the key
 // open, ErrMapInUse.
-func (r *Recorder) Pause() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	op := "pause " + r.what
-	switch {
-	case r.closed:
-		return fmt.Errorf("%s: %w", op, os.ErrClosed)
-	case r.perf == nil && (r.failures == nil || !r.failures.reader):
-		return fmt.Errorf("%s: %w", op, errRingBufPause)
-	case r.paused:
-		return nil
-	}
-	if err := r.pause(true); err != nil {
-		return wrap(op, err)
-	}
-	r.paused = true
-	return nil
-}
+func (r *Recorder) Pause() error { return r.setPaused("pause", true) }
 
 // Resume undoes Pause: the perf rings' output resumes, the reader key is
 // open again. Resuming a Recorder not paused does nothing. Errors: as
 // Pause's.
-func (r *Recorder) Resume() error {
+func (r *Recorder) Resume() error { return r.setPaused("resume", false) }
+
+// setPaused is Pause (on) and Resume: pauser.set, over the perf rings or
+// the ring buffers' reader key.
+func (r *Recorder) setPaused(verb string, on bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	op := "resume " + r.what
-	switch {
-	case r.closed:
+	op := verb + " " + r.what
+	if r.closed {
 		return fmt.Errorf("%s: %w", op, os.ErrClosed)
-	case r.perf == nil && (r.failures == nil || !r.failures.reader):
-		return fmt.Errorf("%s: %w", op, errRingBufPause)
-	case !r.paused:
-		return nil
 	}
-	if err := r.pause(false); err != nil {
-		return wrap(op, err)
-	}
-	r.paused = false
-	return nil
-}
-
-// errRingBufPause is Pause's error over ring buffers it cannot pause.
-var errRingBufPause = fmt.Errorf("ring buffers pause only through the reader key of Options.FailureMap, for programs that write through bpf/perfbuf.bpf.h: %w", errors.ErrUnsupported)
-
-// pause pauses (and waits for the writers in flight) or resumes every
-// ring: the perf rings one by one, ring buffers all at once through the
-// reader key. A failed pause resumes what it paused.
-func (r *Recorder) pause(on bool) error {
-	if r.perf == nil {
-		return r.pauseRingBufs(on)
-	}
-	for j := range r.perf.Count() {
-		if err := r.perf.Pause(j, on); err != nil {
-			for k := range j {
-				_ = r.perf.Pause(k, !on)
+	var fds func() []int
+	if r.perf != nil {
+		fds = func() []int {
+			out := make([]int, r.perf.Count())
+			for j := range out {
+				out[j] = r.perf.FD(j)
 			}
-			return fmt.Errorf("ring %d: %w", j, err)
+			return out
 		}
 	}
-	if !on {
-		return nil
-	}
-	// The pause check is passed by outputs already writing: they end
-	// within an RCU grace period (perf_output_begin..end runs with
-	// preemption off), and snapshot.Perf needs the ring still.
-	if err := kernel.WaitWriters(); err != nil {
-		_ = r.pause(false)
-		return err
-	}
-	return nil
-}
-
-// pauseRingBufs marks the reader key closed (on) or open: this Recorder
-// leaves the key's count of readers, as a Close does, and must be the
-// last reader for the key to close; it joins the count again to resume.
-func (r *Recorder) pauseRingBufs(on bool) error {
-	f := r.failures
-	if !on {
-		return f.openReader()
-	}
-	last, err := f.closeReader()
-	if err != nil {
-		return err
-	}
-	if !last {
-		// Another process's reader holds the key open: rejoin.
-		if err := f.openReader(); err != nil {
-			return err
-		}
-		return fmt.Errorf("failure map %q: the reader key counts another reader: %w", f.name, ErrMapInUse)
-	}
-	// An output past its test of the mark (__perfbuf_closed) may still
-	// reserve and commit: BPF programs run within an RCU read-side
-	// section (the sleepable ones within RCU tasks trace, which this does
-	// not wait for), and a grace period outlasts them.
-	if err := kernel.WaitWriters(); err != nil {
-		_ = f.openReader()
-		return err
-	}
-	return nil
+	return wrap(op, r.pause.set(on, fds, r.failures))
 }
 
 // Stats returns each ring's counts (see [Stats]): what the snapshots

@@ -28,6 +28,9 @@ type PerfConfig struct {
 	PageSize     int // the host's page size
 	WakeupEvents int // samples per wakeup, >= 1; ignored when WakeupBytes is set
 	WakeupBytes  int // bytes per wakeup (a watermark); 0: wake by events
+	// Paused opens each ring with its output paused (PauseOutput), before
+	// it is stored in the map: no output reaches it unpaused.
+	Paused bool
 }
 
 // Check reports the first field of c the kernel would refuse, or would
@@ -126,7 +129,7 @@ func openRings(mapFD int, c PerfConfig, cpus []int32, attr unix.PerfEventAttr, p
 		}
 	}()
 	for _, cpu := range cpus {
-		if err := p.open(mapFD, &attr, prot, cpu, c.Pages, c.PageSize); err != nil {
+		if err := p.open(mapFD, &attr, prot, cpu, c); err != nil {
 			return nil, fmt.Errorf("open perf ring on cpu %d: %w", cpu, err)
 		}
 	}
@@ -134,7 +137,7 @@ func openRings(mapFD int, c PerfConfig, cpus []int32, attr unix.PerfEventAttr, p
 }
 
 // open opens cpu's ring and appends it, or closes what it opened.
-func (p *PerfRings) open(mapFD int, attr *unix.PerfEventAttr, prot int, cpu int32, pages, pageSize int) error {
+func (p *PerfRings) open(mapFD int, attr *unix.PerfEventAttr, prot int, cpu int32, c PerfConfig) error {
 	fd, err := unix.PerfEventOpen(attr, -1, int(cpu), -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("perf_event_open: %w", err)
@@ -142,12 +145,18 @@ func (p *PerfRings) open(mapFD int, attr *unix.PerfEventAttr, prot int, cpu int3
 	// The header page, then the data pages: writable for a reader that stores
 	// data_tail there; read-only for an overwritable ring (the kernel decides
 	// which by the mapping, perf_mmap's RING_BUFFER_WRITABLE).
-	mem, err := unix.Mmap(fd, 0, (1+pages)*pageSize, prot, unix.MAP_SHARED)
+	mem, err := unix.Mmap(fd, 0, (1+c.Pages)*c.PageSize, prot, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("mmap: %w", err)
 	}
 	r := perfRing{fd: fd, mem: mem}
+	if c.Paused { // (the ioctl needs the mapping: the ring it pauses)
+		if err := PauseOutput(fd, true); err != nil {
+			r.close()
+			return err
+		}
+	}
 	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
 		r.close()
 		return fmt.Errorf("enable: %w", err)

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package perfbuf
+
+// Pause and Resume of the owner core, over fake rings and a fake reader
+// key: what each call does to the key, reads while paused, Pause and
+// Resume racing reads, Close while paused, and the errors. The kernel's
+// side is selftest/bpfbuffer's (TestReaderPause).
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// pausable returns an owner core over a fake ring whose source is ring
+// buffers with a failure map of a reader key (key), counted open as
+// openRingBufs counts it.
+func pausable(t *testing.T, key *fakeReaderKey) (*core, *fakeRings) {
+	t.Helper()
+	f, _ := fakeFailureMap([]int{0, 1})
+	f.reader, f.readerKey = true, key.access
+	if err := f.openReader(); err != nil {
+		t.Fatal(err)
+	}
+	rings := newFakeRings(t, 1, 4096)
+	c := rings.core(t, nil)
+	c.src = &ringBufSource{epfd: -1, failures: f}
+	return c, rings
+}
+
+// A Reader over ring buffers pauses through the reader key: Pause marks
+// it closed, a second Pause does nothing, reads while paused deliver what
+// is in the rings, Resume opens the key again (a second does nothing), and
+// Close while paused leaves it closed. After Close, os.ErrClosed.
+func TestReaderPauseKey(t *testing.T) {
+	key := &fakeReaderKey{words: make([]uint64, failuresWords*2)}
+	want := func(step string, closed, readers uint64) {
+		t.Helper()
+		if c, n := key.state(t); c != closed || n != readers {
+			t.Errorf("%s: key closed %d with %d readers, want closed %d with %d", step, c, n, closed, readers)
+		}
+	}
+	c, rings := pausable(t, key)
+	var opts ReaderOptions
+	p, err := opts.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReader(c, p)
+	defer r.Close()
+	want("open", 0, 1)
+	rings.emit(t, 0, 0, 1, 16)
+	for range 2 {
+		if err := r.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		want("paused", 1, 0)
+	}
+	if n, err := r.Consume(func(*Record) error { return nil }); n != 1 || err != nil {
+		t.Errorf("Consume while paused: %d, %v; want the record in the ring", n, err)
+	}
+	for range 2 {
+		if err := r.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		want("resumed", 0, 1)
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	want("closed while paused", 1, 0)
+	for _, call := range []func() error{r.Pause, r.Resume} {
+		if err := call(); !errors.Is(err, os.ErrClosed) {
+			t.Errorf("after Close: %v, want os.ErrClosed", err)
+		}
+	}
+}
+
+// Pause and Resume from one goroutine while another reads and a third
+// reads Stats (run with -race): each call is whole, and the key ends as the
+// last call left it.
+func TestPerfBufferPauseRace(t *testing.T) {
+	key := &fakeReaderKey{words: make([]uint64, failuresWords*2)}
+	c, rings := pausable(t, key)
+	var got int
+	pb := newPerfBuffer(c, func(int, []byte) { got++ }, nil)
+	defer pb.Close()
+	const n = 50
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for range n {
+			if err := pb.Pause(); err != nil {
+				t.Error(err)
+			}
+			if err := pb.Resume(); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range n {
+			pb.Stats()
+		}
+	}()
+	for i := range n {
+		rings.emit(t, 0, 0, uint64(i), 16)
+		if _, err := pb.Consume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if closed, readers := key.state(t); got != n || closed != 0 || readers != 1 {
+		t.Errorf("%d delivered, key closed %d with %d readers; want %d, open with 1", got, closed, readers, n)
+	}
+}
+
+// Rings that are neither a perf event array's nor ring buffers with a
+// reader key cannot be paused: errors.ErrUnsupported, naming the
+// FailureMap, for both calls.
+func TestPauseUnsupported(t *testing.T) {
+	r := newFakeRings(t, 1, 4096).reader(t, ReaderOptions{})
+	for _, call := range []func() error{r.Pause, r.Resume} {
+		if err := call(); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "FailureMap") {
+			t.Errorf("%v, want errors.ErrUnsupported naming FailureMap", err)
+		}
+	}
+	key := &fakeReaderKey{words: make([]uint64, failuresWords*2)}
+	c, _ := pausable(t, key)
+	c.src.(*ringBufSource).failures.reader = false // a map of one entry: no reader key
+	var opts ReaderOptions
+	p, _ := opts.plan()
+	r = newReader(c, p)
+	defer r.Close()
+	if err := r.Pause(); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("a failure map without a reader key: %v, want errors.ErrUnsupported", err)
+	}
+}

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpfbuffer
+
+// Reader.Pause and Resume on the three layouts of one buffer: a perf
+// event array (the kernel's pause: refused outputs come back as a lost
+// record), a ring buffer and a ring per CPU (the failure map's reader
+// key: refused outputs fail in the program, Failed.NoEntry). Every
+// attempt is accounted for, exactly, on every CPU.
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+)
+
+// On each CPU: n outputs, Pause (twice: the second does nothing), m
+// outputs, all refused, a read that still delivers the n, Resume (twice),
+// k outputs. The Reader delivers n+k samples of each CPU and nothing else
+// but, for a perf ring, one lost record of m; the program saw m refused
+// (ENOSPC from a paused perf ring, ENOENT from perfbuf.bpf.h's closed
+// reader key) and n+k written; Stats count the m in Lost (perf) or
+// Failed.NoEntry (ring buffers). After Close, Pause and Resume fail with
+// os.ErrClosed.
+func TestReaderPause(t *testing.T) {
+	const n, m, k = 5, 7, 3
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) (*fixture, perfbuf.Map, perfbuf.Options)
+	}{
+		{"perf event array", func(t *testing.T) (*fixture, perfbuf.Map, perfbuf.Options) {
+			opts := perfbuf.Options{RingBytes: bpftest.RingBytes(1)}
+			f := setup(t, bpfbuffer.PerfEventArray, &opts)
+			opts.FailureMap = f.failures
+			return f, f.events, opts
+		}},
+		{"ring buffer", func(t *testing.T) (*fixture, perfbuf.Map, perfbuf.Options) {
+			opts := perfbuf.Options{RingBytes: bpftest.RingBytes(1)}
+			f := setup(t, bpfbuffer.RingBuf, &opts)
+			opts.FailureMap = f.failures
+			return f, f.events, opts
+		}},
+		{"ring per CPU", func(t *testing.T) (*fixture, perfbuf.Map, perfbuf.Options) {
+			p := setupPerCPU(t, 1)
+			return p.fixture, p.m, p.opts
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, events, opts := tc.open(t)
+			perf := f.kind == bpfbuffer.PerfEventArray
+			if !perf {
+				// Without the failure map, a ring buffer cannot be paused.
+				bare := opts
+				bare.FailureMap = nil
+				r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: bare})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Pause(); !errors.Is(err, errors.ErrUnsupported) {
+					t.Errorf("Pause without a FailureMap: %v, want errors.ErrUnsupported", err)
+				}
+				r.Close()
+			}
+			r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			got, lost := map[int]uint64{}, map[int]uint64{}
+			consume := func() {
+				t.Helper()
+				if _, err := r.Consume(func(rec *perfbuf.Record) error {
+					if rec.Type == perfbuf.RecordLost {
+						lost[rec.CPU] += rec.Lost
+						return nil
+					}
+					data := rec.AppendTo(nil)
+					got[int(binary.NativeEndian.Uint32(data[8:]))]++ // the CPU it was written on
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			produce := func(count uint64) {
+				for _, cpu := range f.cpus {
+					f.produce(t, cpu, count, 48, viaOutput, 1)
+				}
+			}
+			start := f.outcomes(t)
+			produce(n)
+			for range 2 {
+				if err := r.Pause(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			produce(m)
+			consume() // paused: what is in the rings is still delivered
+			for _, cpu := range f.cpus {
+				if got[cpu] != n || lost[cpu] != 0 {
+					t.Errorf("cpu %d, paused: %d samples, %d lost delivered; want %d, 0", cpu, got[cpu], lost[cpu], n)
+				}
+			}
+			for range 2 {
+				if err := r.Resume(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			produce(k)
+			consume()
+			end := f.outcomes(t)
+			st := r.Stats()
+			var noent, failed, statLost uint64
+			for _, s := range st {
+				noent += s.Failed.NoEntry
+				failed += s.Failed.Total()
+				statLost += s.Lost
+			}
+			for _, cpu := range f.cpus {
+				o, o0 := end[cpu], start[cpu]
+				refused := o.NoEnt - o0.NoEnt
+				if perf {
+					refused = o.NoSpc - o0.NoSpc
+				}
+				if ok := o.OK - o0.OK; ok != n+k || refused != m || o.Attempts-o0.Attempts != n+m+k {
+					t.Errorf("cpu %d: the program wrote %d, was refused %d of %d; want %d, %d of %d", cpu, ok, refused, o.Attempts-o0.Attempts, n+k, m, n+m+k)
+				}
+				if got[cpu] != n+k {
+					t.Errorf("cpu %d: %d samples delivered, want %d", cpu, got[cpu], n+k)
+				}
+				wantLost := uint64(0)
+				if perf {
+					wantLost = m
+				}
+				if lost[cpu] != wantLost {
+					t.Errorf("cpu %d: lost records of %d delivered, want %d", cpu, lost[cpu], wantLost)
+				}
+			}
+			ncpu := uint64(len(f.cpus))
+			if perf {
+				if statLost != m*ncpu || failed != 0 {
+					t.Errorf("stats: Lost %d, Failed %d; want %d, 0", statLost, failed, m*ncpu)
+				}
+				for _, s := range st {
+					if s.Lost != m {
+						t.Errorf("ring %d (cpu %d): Lost %d, want %d", s.Ring, s.CPU, s.Lost, m)
+					}
+				}
+			} else if noent != m*ncpu || failed != noent || statLost != 0 {
+				t.Errorf("stats: Failed.NoEntry %d of %d failed, Lost %d; want %d, 0 lost", noent, failed, statLost, m*ncpu)
+			}
+			t.Logf("%s, %d cpus: each wrote %d, %d refused while paused, %d after Resume; delivered %d each", f.kind, ncpu, n, m, k, n+k)
+
+			r.Close()
+			if err := r.Pause(); !errors.Is(err, os.ErrClosed) {
+				t.Errorf("Pause after Close: %v, want os.ErrClosed", err)
+			}
+			if err := r.Resume(); !errors.Is(err, os.ErrClosed) {
+				t.Errorf("Resume after Close: %v, want os.ErrClosed", err)
+			}
+		})
+	}
+}
+
+// A ring opened paused (what a Reader does for a CPU that comes online
+// while paused: kernel.PerfConfig.Paused) refuses every output from its
+// first: none reaches it before the pause, as it is paused before its slot
+// is stored. Resumed, it takes them.
+func TestOpenPaused(t *testing.T) {
+	opts := perfbuf.Options{}
+	f := setup(t, bpfbuffer.PerfEventArray, &opts)
+	cpu := f.cpus[len(f.cpus)-1]
+	cfg := kernel.PerfConfig{Pages: 1, PageSize: bpftest.Page, WakeupEvents: 1, Paused: true}
+	p, err := kernel.OpenPerfRings(f.events.FileDescriptor(), cfg, []int32{int32(cpu)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	defer kernel.DeleteSlot(f.events.FileDescriptor(), uint32(cpu))
+	const m, k = 4, 2
+	o0 := f.outcomes(t)[cpu]
+	f.produce(t, cpu, m, 48, viaOutput, 1)
+	o1 := f.outcomes(t)[cpu]
+	if nospc, ok := o1.NoSpc-o0.NoSpc, o1.OK-o0.OK; nospc != m || ok != 0 {
+		t.Fatalf("a ring opened paused: %d outputs refused, %d written; want %d, 0", nospc, ok, m)
+	}
+	if err := kernel.PauseOutput(p.FD(0), false); err != nil {
+		t.Fatal(err)
+	}
+	f.produce(t, cpu, k, 48, viaOutput, 1)
+	if o2 := f.outcomes(t)[cpu]; o2.OK-o1.OK != k || o2.NoSpc != o1.NoSpc {
+		t.Errorf("resumed: %d written, %d refused; want %d, 0", o2.OK-o1.OK, o2.NoSpc-o1.NoSpc, k)
+	}
+}
