@@ -329,14 +329,14 @@ func TestSummary(t *testing.T) {
 	b.Reset()
 	stats = []perfbuf.Stats{
 		{Ring: 0, CPU: -1, Samples: 29, MaxFill: 254736},
-		{Ring: 1, CPU: -1, Samples: 3, Left: 1},
+		{Ring: 1, CPU: -1, Samples: 3, Late: 2, Left: 1},
 		{Ring: -1, CPU: 0, Failed: perfbuf.Failures{Full: 12}},
 	}
 	writeSummary(&b, bpfbuffer.RingBufPerCPU, counts{events: 32}, stats, time.Second)
 	want = `
-32 calls traced, 0 lost, 12 failed outputs (ring full 12) in 1.0s, from a BPF ring buffer per CPU
+32 calls traced, 0 lost, 12 failed outputs (ring full 12), 2 late (printed after a later call) in 1.0s, from a BPF ring buffer per CPU
   ring 0      29 events  ring peak 254736 bytes
-  ring 1       3 events  1 unread at exit
+  ring 1       3 events  2 late  1 unread at exit
   cpu 0   12 failed outputs (ring full 12)
 `
 	if b.String() != want {

@@ -6,7 +6,11 @@
 // writes to BPF ring buffers when the kernel has them, one per CPU (the C
 // tool's is one ring shared by every CPU: --buffer ringbuf), and to a perf
 // event array elsewhere: perfbuf's PERFBUF_BUFFER on the BPF side,
-// bpfbuffer.Prepare at load, and one perfbuf.Reader for each layout.
+// bpfbuffer.Prepare at load, and one perfbuf.Reader for each layout. The
+// reader delivers the calls in the order of their time (perfbuf.Order by
+// the event's ts), the CPUs' rings merged: a call waits at most 10 ms for
+// an earlier one from another ring; one that comes later still is printed
+// anyway, when it comes, and counted as late in the summary.
 //
 // It needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) and kernel BTF. Its
 // BPF object is built into the executable (run `make bpf` before building);
@@ -45,6 +49,11 @@ EXAMPLES:
     mountsnoop --buffer ringbuf  # one ring buffer for every CPU, as the C tool
     mountsnoop --recorder 4  # keep the newest 4 MiB of calls, print them
                        # on SIGUSR1 and at exit
+
+Calls are printed in the order of their time, every CPU's merged: a call
+waits at most 10 ms for an earlier one from another CPU. A call that comes
+later still is printed anyway, when it comes, and counted as late in the
+summary on stderr.
 
 OPTIONS (short flags may be grouped: -td):
 `
@@ -220,6 +229,13 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 	if f := tool.SumFailures(stats); f.Total() > 0 {
 		fmt.Fprintf(w, ", %s", tool.FailuresText(f))
 	}
+	var late uint64
+	for _, s := range stats {
+		late += s.Late
+	}
+	if late > 0 {
+		fmt.Fprintf(w, ", %d late (printed after a later call)", late)
+	}
 	if c.bad > 0 {
 		fmt.Fprintf(w, ", %d malformed", c.bad)
 	}
@@ -244,6 +260,9 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 		}
 		if s.Discarded > 0 {
 			fmt.Fprintf(w, "  %d discarded", s.Discarded)
+		}
+		if s.Late > 0 {
+			fmt.Fprintf(w, "  %d late", s.Late)
 		}
 		if s.Corrupt > 0 {
 			fmt.Fprintf(w, "  %d corrupt (%d bytes skipped)", s.Corrupt, s.CorruptBytes)

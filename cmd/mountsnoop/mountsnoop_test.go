@@ -10,7 +10,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -89,6 +88,9 @@ func collect(t *testing.T, tr *tracer) []event {
 		if s.Type == perfbuf.RecordLost {
 			t.Errorf("cpu %d lost %d events", s.CPU, s.Lost)
 			continue
+		}
+		if s.Late {
+			t.Errorf("ring %d: a late event (key %d) in a flush of what the rings held", s.Ring, s.Key)
 		}
 		if tr.kind != bpfbuffer.PerfEventArray && s.CPU != -1 {
 			t.Errorf("a ring buffer's record with cpu %d, want -1", s.CPU)
@@ -223,9 +225,6 @@ func TestTraceMounts(t *testing.T) {
 			}
 
 			got := ofThread(collect(t, tr), th.tid)
-			if tr.kind != bpfbuffer.RingBuf { // the CPUs' rings are not merged
-				slices.SortStableFunc(got, func(a, b event) int { return cmp.Compare(a.TS, b.TS) })
-			}
 			pid, comm := uint32(os.Getpid()), ownComm(t)
 			want := []event{
 				{Op: opMount, Flags: unix.MS_REC | unix.MS_PRIVATE, Src: "none", Dest: "/"}, // inPrivateMountNS's
@@ -247,7 +246,7 @@ func TestTraceMounts(t *testing.T) {
 				if ev.Delta == 0 || ev.Delta > uint64(10*time.Second) {
 					t.Errorf("event %d: latency %d ns", i, ev.Delta)
 				}
-				if i > 0 && ev.TS < got[i-1].TS { // a ring buffer's: reserve order
+				if i > 0 && ev.TS < got[i-1].TS { // delivered in ts order (Order)
 					t.Errorf("event %d at %d after event %d at %d", i, ev.TS, i-1, got[i-1].TS)
 				}
 			}
@@ -261,6 +260,79 @@ func TestTraceMounts(t *testing.T) {
 			if evs := ofThread(collect(t, other), th.tid); len(evs) != 0 {
 				t.Errorf("-p 1 traced the test's calls: %+v", evs)
 			}
+		})
+	}
+}
+
+// Calls made on two CPUs in turn (one thread, moved between them), read
+// after the last: the reader delivers them in the order they were made, the
+// CPUs' rings merged by the events' ts, on every kind (with a ring per CPU
+// or a perf event array they are in two rings; the default Reader, without
+// Order, drained one ring, then the other). With one CPU allowed, the calls
+// are all on it.
+func TestOrderAcrossCPUs(t *testing.T) {
+	const umounts = 20 // 10 a CPU; with inPrivateMountNS's mount, 21 fit in one 256 KiB ring
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatalf("sched_getaffinity: %v", err)
+	}
+	var cpus []int
+	for cpu := 0; len(cpus) < 2 && cpu < 1024; cpu++ {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	if len(cpus) < 2 {
+		t.Logf("one CPU allowed (%v): every call on it", cpus)
+		cpus = append(cpus, cpus[0])
+	}
+	for _, kind := range kinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			tr := openTestTracer(t, tracerConfig{buffer: kind, pid: os.Getpid()})
+			dir := t.TempDir()
+			var fns []func() error
+			for i := range umounts {
+				cpu := cpus[i%2]
+				path := filepath.Join(dir, fmt.Sprintf("missing-%02d-cpu%d", i, cpu))
+				fns = append(fns, func() error {
+					var on unix.CPUSet
+					on.Set(cpu)
+					// The calling thread moves to cpu before this returns.
+					if err := unix.SchedSetaffinity(0, &on); err != nil {
+						return fmt.Errorf("sched_setaffinity to cpu %d: %w", cpu, err)
+					}
+					if err := unix.Unmount(path, 0); err != unix.ENOENT {
+						return fmt.Errorf("umount %s: %v, want ENOENT", path, err)
+					}
+					return nil
+				})
+			}
+			th := inPrivateMountNS(t, fns...)
+			for i, err := range th.errs {
+				if err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+			}
+			var got []string
+			for _, ev := range ofThread(collect(t, tr), th.tid) {
+				if ev.Op == opUmount {
+					got = append(got, filepath.Base(ev.Dest))
+				}
+			}
+			var want []string
+			for i := range umounts {
+				want = append(want, fmt.Sprintf("missing-%02d-cpu%d", i, cpus[i%2]))
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("umounts in the order\n%v\nwant the order they were made in\n%v", got, want)
+			}
+			var rings []string
+			for _, s := range tr.rd.Stats() {
+				if s.Samples > 0 {
+					rings = append(rings, fmt.Sprintf("ring %d (cpu %d): %d", s.Ring, s.CPU, s.Samples))
+				}
+			}
+			t.Logf("%v: %d umounts on cpus %v; %s", tr.kind, len(got), cpus, strings.Join(rings, ", "))
 		})
 	}
 }

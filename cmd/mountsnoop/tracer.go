@@ -60,16 +60,29 @@ type tracer struct {
 // and with a ring buffer per CPU.
 const ringBytes = 256 << 10
 
+// maxDelay is how long an event may wait for an older one from another
+// ring (Order.MaxDelay, and its KeyWindow in ns): short, so that the
+// output stays live. An event that comes later than that after a newer one
+// is printed anyway, at once, and counted as late in the summary.
+const maxDelay = 10 * time.Millisecond
+
 // readerOptions are the reader's options: rings the size of the C tool's,
-// read by the default Reader, which drains the fullest ring first. A ring
-// buffer's records come in the order they were reserved; a perf event
-// array's CPUs are not merged by time, as the C tool does not merge them
-// (an ordered Reader, ReaderOptions.Order, would hold each event back for
-// another CPU's: on this workload it cost 2.9 context switches an event
-// against 1, for mounts, which one thread seldom makes on two CPUs at
-// once).
+// and the events delivered in the order of their ts (bpf_ktime_get_ns() at
+// the call's exit, the first field of struct event), whichever ring they
+// came from. Over a ring buffer per CPU, or a perf event array's CPUs, an
+// event goes once every CPU's ring has shown a later one, or maxDelay after
+// it was read; over one shared ring buffer (--buffer ringbuf), whose
+// records come in the order they were reserved, maxDelay after it was read
+// or once one maxDelay newer has come. The C tool prints its one ring's
+// reservation order, the same for calls that one thread makes. Over ring
+// buffers the reader copies the events out of the rings (16 KiB a copy
+// here) into a window of at most the rings' total size, and hands the
+// rings' space back at once (perfbuf.Order).
 func readerOptions() perfbuf.ReaderOptions {
-	return perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: ringBytes, MaxSampleSize: eventSize}}
+	return perfbuf.ReaderOptions{
+		Options: perfbuf.Options{RingBytes: ringBytes, MaxSampleSize: eventSize},
+		Order:   &perfbuf.Order{KeyOffset: offTS, MaxDelay: maxDelay},
+	}
 }
 
 // tracepoints are the programs of mountsnoop.bpf.c and the syscalls:
