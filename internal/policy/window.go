@@ -18,7 +18,6 @@ package policy
 import (
 	"encoding/binary"
 	"errors"
-	"math/bits"
 	"time"
 
 	"github.com/perfbuf/perfbuf/internal/ring"
@@ -28,10 +27,10 @@ import (
 type WindowConfig struct {
 	OrderConfig
 	// Bytes bounds the window: the bytes its copies take (each rounded up
-	// to a power of two, at least 16), beside about 64 bytes of
-	// bookkeeping a record. The copy that fills it is the last taken in
-	// until the smallest key went (rule 4): the window holds at most Bytes
-	// and one record.
+	// to 8), beside about 64 bytes of bookkeeping a record. The copy that
+	// fills it is the last taken in until the smallest key went (rule 4):
+	// the copies take at most Bytes and one record, in chunks of 64 KiB
+	// that take at most twice Bytes and two chunks more.
 	Bytes int
 	// OneWriter says, for each ring, whether one CPU alone writes it: its
 	// keys then only grow (rule 1). A ring buffer shared by CPUs does not
@@ -70,8 +69,7 @@ type window struct {
 	held    int // copies in the window
 	slots   []copySlot
 	free    []int32 // slots not in use
-	pools   [maxClass + 1][][]byte
-	bytes   int // the copies' capacity, against limit
+	arena   arena
 
 	seq     uint64 // copies made: the heap's tie break, arrival order
 	newest  uint64 // the largest key copied
@@ -81,13 +79,19 @@ type window struct {
 	allSeen bool
 	full    bool // rule 4 releases: the window filled and is still above three quarters
 	look    bool // take in the rings before the next release
-	drain   bool // a Flush took in every ring: deliver the window, take nothing more
-	start   time.Time
+	// Under a flood the window always has records to release: it takes
+	// the rings in again once it delivered a quarter of the smallest
+	// ring's bytes since it last did (as a turn of the fullest-first
+	// policy commits), so that the rings do not fill meanwhile.
+	sinceTake, takeEvery int
+	drain                bool // a Flush took in every ring: deliver the window, take nothing more
+	start                time.Time
 
 	out   ring.Record // the record being delivered
 	outAt int32       // its slot; -1: none
 	tmp   ring.Record
-	in    int // the ring being taken in, for stage
+	in    int   // the ring being taken in, for stage
+	inAt  int64 // and when (one clock read a ring's intake)
 }
 
 // windowRing is what the window keeps of one ring.
@@ -95,29 +99,20 @@ type windowRing struct {
 	oneWriter bool
 	newest    uint64 // the largest key copied from it
 	seen      bool
-	staged    uint64   // samples copied and not delivered
-	bytes     uint64   // their payloads' bytes
-	order     []copyID // its copies in arrival order; delivered ones dropped from the front
+	staged    uint64 // samples copied and not delivered
+	bytes     uint64 // their payloads' bytes
 }
 
-// copyID names a copy: its slot and the seq it was made with.
-type copyID struct {
-	slot int32
-	seq  uint64
-}
-
+// copySlot is a copy: where its payload is in the arena, and what the
+// record said. It holds no pointer, so that the slots cost the garbage
+// collector nothing.
 type copySlot struct {
-	data []byte // a pooled buffer, len the payload's
+	at   arenaRef
 	pos  uint64 // where the record was in its ring
 	next uint64
-	at   int64 // when it was copied (window.now)
+	seen int64 // when it was copied (window.now)
 	ring int32
-	seq  uint64 // 0: free
 }
-
-// maxClass is the largest pooled buffer, 1 MiB; larger payloads are
-// allocated and dropped.
-const maxClass = 20
 
 func NewWindow(s *Set, cfg WindowConfig) *window {
 	w := &window{
@@ -134,7 +129,9 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		look:      true,
 		start:     time.Now(),
 	}
+	w.takeEvery = s.Rings[0].Cur().Size()
 	for i := range s.Rings {
+		w.takeEvery = min(w.takeEvery, s.Rings[i].Cur().Size())
 		one := i < len(cfg.OneWriter) && cfg.OneWriter[i]
 		w.rs = append(w.rs, windowRing{oneWriter: one})
 		if !one {
@@ -142,6 +139,7 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		}
 		s.Rings[i].Begin()
 	}
+	w.takeEvery = max(w.takeEvery/4, 1)
 	return w
 }
 
@@ -171,24 +169,15 @@ func (w *window) CommitPublish(i int) {
 func (w *window) publish(i int) {
 	st, r := w.s.Rings[i].Cur().Counts(), &w.rs[i]
 	held := int64(-1)
-	if id, ok := w.front(i); ok {
-		held = w.slots[id.slot].at + int64(w.start.Sub(epoch))
+	if w.held > 0 {
+		// The copy that goes next, if it is this ring's: the window
+		// releases its copies in key order, about the order of their
+		// age.
+		if sl := &w.slots[w.min().ref]; int(sl.ring) == i {
+			held = sl.seen + int64(w.start.Sub(epoch))
+		}
 	}
 	w.s.Publish(i, w.Oldest(i), st.Samples-r.staged, st.Bytes-r.bytes, st.Lost, held)
-}
-
-// front returns ring i's oldest copy not delivered.
-func (w *window) front(i int) (copyID, bool) {
-	r := &w.rs[i]
-	for len(r.order) > 0 {
-		id := r.order[0]
-		if w.slots[id.slot].seq == id.seq {
-			return id, true
-		}
-		r.order = r.order[1:]
-	}
-	r.order = r.order[:0:0] // (let the emptied backing array go)
-	return copyID{}, false
 }
 
 // takeIn copies what ring i holds now into the window, as far as it has
@@ -199,7 +188,7 @@ func (w *window) takeIn(i int) {
 	if rb.Cur().Pending() == 0 && !rb.Cur().Failed() || w.isFull() {
 		return // (a pending corruption: Each returns it, to be skipped and reported)
 	}
-	w.in = i
+	w.in, w.inAt = i, w.now()
 	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stage)
 	w.tmp = ring.Record{}
 	if err != nil && err != errWindowFull {
@@ -221,7 +210,7 @@ func (w *window) stage(rec *ring.Record) error {
 		return nil // (ring buffers have no other records)
 	}
 	n := rec.Len()
-	buf := w.alloc(n)
+	at, buf := w.arena.alloc(n)
 	rec.AppendTo(buf[:0])
 	key := w.keyOf(buf)
 	w.seq++
@@ -232,17 +221,16 @@ func (w *window) stage(rec *ring.Record) error {
 		slot = int32(len(w.slots))
 		w.slots = append(w.slots, copySlot{})
 	}
-	w.slots[slot] = copySlot{data: buf, pos: rec.Pos, next: rec.Next, at: w.now(), ring: int32(w.in), seq: w.seq}
+	w.slots[slot] = copySlot{at: at, pos: rec.Pos, next: rec.Next, seen: w.inAt, ring: int32(w.in)}
 	w.add(heapEntry{key: key, tie: w.seq, ref: int(slot)})
 	r := &w.rs[w.in]
-	r.order = append(r.order, copyID{slot, w.seq})
 	r.staged++
 	r.bytes += uint64(n)
 	if !r.seen || key > r.newest {
 		r.newest, r.seen = key, true
 	}
 	w.newest = max(w.newest, key)
-	if w.bytes >= w.limit {
+	if w.over() {
 		return errWindowFull
 	}
 	return nil
@@ -260,37 +248,9 @@ func (w *window) keyOf(data []byte) uint64 {
 	return binary.NativeEndian.Uint64(data[w.keyOffset:])
 }
 
-// alloc returns a buffer of n bytes from the pools, counted in w.bytes by
-// its capacity.
-func (w *window) alloc(n int) []byte {
-	c := max(bits.Len(uint(n-1)), 4)
-	if n == 0 {
-		c = 4
-	}
-	w.bytes += 1 << c
-	if c > maxClass {
-		return make([]byte, n, 1<<c)
-	}
-	p := w.pools[c]
-	if k := len(p); k > 0 {
-		b := p[k-1]
-		w.pools[c] = p[:k-1]
-		return b[:n]
-	}
-	return make([]byte, n, 1<<c)
-}
-
-// release returns a copy's buffer to its pool.
-func (w *window) release(b []byte) {
-	c := bits.Len(uint(cap(b) - 1))
-	w.bytes -= cap(b)
-	if c <= maxClass {
-		w.pools[c] = append(w.pools[c], b[:0])
-	}
-}
-
 // takeInAll takes in every ring and recomputes rule 1's bound.
 func (w *window) takeInAll() {
+	w.sinceTake = 0
 	for i := range w.rs {
 		w.takeIn(i)
 	}
@@ -316,19 +276,26 @@ func (w *window) releasable() bool {
 		return true
 	case w.newest >= w.keyWindow && e.key <= w.newest-w.keyWindow: // rule 2
 		return true
-	case w.now()-w.slots[e.ref].at >= int64(w.maxDelay): // rule 3
+	case w.now()-w.slots[e.ref].seen >= int64(w.maxDelay): // rule 3
 		return true
 	}
 	return w.isFull() // rule 4
+}
+
+// over reports that the window holds Bytes: its copies' bytes, or its
+// chunks' twice that (copies held long, each keeping a chunk) and two
+// chunks more.
+func (w *window) over() bool {
+	return w.arena.used >= w.limit || w.arena.bytes >= 2*w.limit+2*chunkSize
 }
 
 // isFull reports rule 4, with a low-water mark: once full, the window
 // releases down to three quarters before it takes in again, so that under
 // a flood it takes in runs of records, not one record a release.
 func (w *window) isFull() bool {
-	if w.bytes >= w.limit {
+	if w.over() {
 		w.full = true
-	} else if w.bytes <= w.limit/4*3 {
+	} else if w.arena.used <= w.limit/4*3 && w.arena.bytes <= 2*w.limit+chunkSize {
 		w.full = false
 	}
 	return w.full
@@ -348,7 +315,7 @@ func (w *window) Next() (*ring.Record, int) {
 		} else if !w.s.Flushing() {
 			w.drain = false
 		}
-		if w.look && !w.drain {
+		if (w.look || w.sinceTake >= w.takeEvery) && !w.drain {
 			w.look = false
 			w.takeInAll()
 			took = true
@@ -380,7 +347,7 @@ func (w *window) Next() (*ring.Record, int) {
 			continue
 		}
 		w.out = ring.Record{Type: ring.Sample, Ring: i, CPU: w.s.Rings[i].Cur().CPU(), Pos: sl.pos, Next: sl.next,
-			Data: sl.data, Key: e.key, Late: late}
+			Data: w.arena.bytesOf(sl.at), Key: e.key, Late: late}
 		w.outAt = int32(e.ref)
 		return &w.out, i
 	}
@@ -395,8 +362,9 @@ func (w *window) Delivered(i int) {
 	sl := &w.slots[w.outAt]
 	r := &w.rs[i]
 	r.staged--
-	r.bytes -= uint64(len(sl.data))
-	w.release(sl.data)
+	r.bytes -= uint64(sl.at.n)
+	w.sinceTake += int(sl.at.n) + 8 // (as in the ring: the header's 8 bytes)
+	w.arena.release(sl.at)
 	*sl = copySlot{}
 	w.free = append(w.free, w.outAt)
 	w.outAt = -1
@@ -413,7 +381,7 @@ func (w *window) Idle() (time.Duration, time.Duration) {
 		w.CommitPublish(i)
 	}
 	if w.held > 0 {
-		due := time.Duration(w.slots[w.min().ref].at + int64(w.maxDelay) - w.now())
+		due := time.Duration(w.slots[w.min().ref].seen + int64(w.maxDelay) - w.now())
 		if timeout < 0 || due+w.dueSlack < timeout {
 			timeout, slack = max(due, 0), w.dueSlack
 		}
@@ -513,4 +481,97 @@ func (w *window) popMin() heapEntry {
 	w.heap[0].key, w.heap[0].tie = next.key, next.tie
 	w.heap.siftDown()
 	return e
+}
+
+// arena holds the copies' payloads: chunks filled in the order the copies
+// are made, each freed for reuse once its last copy is released. The
+// window releases its copies in key order, about the order they came in,
+// so that chunks empty in turn; a copy held long (rule 3 bounds how long)
+// keeps only its chunk.
+type arena struct {
+	chunks [][]byte
+	live   []int32 // copies not released, per chunk
+	spare  []int32 // empty chunks of chunkSize, for reuse
+	cur    int32   // the chunk being filled; -1: none
+	off    int     // where its free space starts
+	bytes  int     // the chunks' bytes, but the spare ones'
+	used   int     // the payloads' bytes, each rounded up to 8
+}
+
+// chunkSize is an arena chunk's size; a larger payload gets a chunk of
+// its own.
+const chunkSize = 64 << 10
+
+// arenaRef is where a payload lies: its chunk, offset and length.
+type arenaRef struct {
+	chunk int32
+	off   int32
+	n     int32
+}
+
+// alloc returns room for n bytes and where it lies.
+func (a *arena) alloc(n int) (arenaRef, []byte) {
+	if len(a.chunks) == 0 {
+		a.cur = -1
+	}
+	if a.cur < 0 || a.off+n > len(a.chunks[a.cur]) {
+		a.next(n)
+	}
+	ref := arenaRef{chunk: a.cur, off: int32(a.off), n: int32(n)}
+	a.live[a.cur]++
+	a.off += (n + 7) &^ 7
+	a.used += (n + 7) &^ 7
+	return ref, a.chunks[a.cur][ref.off : int(ref.off)+n : int(ref.off)+n]
+}
+
+// next starts a chunk with room for n bytes.
+func (a *arena) next(n int) {
+	old := a.cur
+	switch k := len(a.spare); {
+	case n <= chunkSize && k > 0:
+		a.cur, a.spare = a.spare[k-1], a.spare[:k-1]
+	default:
+		a.cur = int32(len(a.chunks))
+		for i, c := range a.chunks {
+			if c == nil { // a slot freed by a large chunk
+				a.cur = int32(i)
+				break
+			}
+		}
+		mem := make([]byte, max(n, chunkSize))
+		if int(a.cur) == len(a.chunks) {
+			a.chunks, a.live = append(a.chunks, mem), append(a.live, 0)
+		} else {
+			a.chunks[a.cur] = mem
+		}
+	}
+	a.off = 0
+	a.bytes += len(a.chunks[a.cur])
+	if old >= 0 && a.live[old] == 0 {
+		a.drop(old) // (emptied while it was being filled)
+	}
+}
+
+// bytesOf returns the payload at ref.
+func (a *arena) bytesOf(ref arenaRef) []byte {
+	return a.chunks[ref.chunk][ref.off : ref.off+ref.n : ref.off+ref.n]
+}
+
+// release frees the payload at ref; its chunk, once empty and no longer
+// being filled, is kept for reuse (or dropped, if larger than chunkSize).
+func (a *arena) release(ref arenaRef) {
+	a.used -= (int(ref.n) + 7) &^ 7
+	if a.live[ref.chunk]--; a.live[ref.chunk] == 0 && ref.chunk != a.cur {
+		a.drop(ref.chunk)
+	}
+}
+
+// drop takes empty chunk c out of use.
+func (a *arena) drop(c int32) {
+	a.bytes -= len(a.chunks[c])
+	if len(a.chunks[c]) == chunkSize {
+		a.spare = append(a.spare, c)
+	} else {
+		a.chunks[c] = nil
+	}
 }
