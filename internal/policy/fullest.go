@@ -77,7 +77,7 @@ func (f *Fullest) next() (*ring.Record, int) {
 
 func (f *Fullest) Delivered(int) {}
 
-// AddRing: each pass looks at every ring.
+// AddRing does nothing: each pass looks at every ring.
 func (f *Fullest) AddRing(int) {}
 
 // Each runs one turn: ring i's records through the ring's loop, up to the
@@ -117,7 +117,8 @@ func (f *Fullest) CommitPublish(i int) {
 	f.s.Publish(i, rb.Cur().Pos(), st.Samples, st.Bytes, st.Lost, -1)
 }
 
-// Oldest: the fullest-first Reader delivers each record as it parses it.
+// Oldest is the cursor: the fullest-first Reader delivers each record as
+// it parses it.
 func (f *Fullest) Oldest(i int) uint64 { return f.s.Rings[i].Cur().Pos() }
 
 // startPass snapshots every ring and orders the non-empty ones, fullest
@@ -146,5 +147,5 @@ func (f *Fullest) startPass() bool {
 	return len(f.order) > 0
 }
 
-// Idle: every turn ended with a commit already; MaxLatency is a bound.
+// Idle returns MaxLatency: every turn ended with a commit already.
 func (f *Fullest) Idle() (time.Duration, time.Duration) { return f.s.Latency, 0 }
