@@ -13,7 +13,7 @@
 #   make bench-execsnoop  cmd/execsnoop beside libbpf-tools' C execsnoop on one workload
 #                 (300 execs/s for 20 s), CPU and context switches of each (table;
 #                 build/execsnoop-vs-c.csv). Needs root; about 25 s.
-#   make bench-mountsnoop  cmd/mountsnoop (a BPF ring buffer, through bpfbuffer)
+#   make bench-mountsnoop  cmd/mountsnoop (a ring buffer per CPU, in order)
 #                 beside libbpf-tools' C mountsnoop (bpf_buffer) on one workload (200
 #                 mount+umount pairs/s for 20 s), CPU and context switches of each
 #                 (table; build/mountsnoop-vs-c.csv). Needs root; about 25 s.
