@@ -42,6 +42,25 @@ func (f *fakeBPFRings) emit(t testing.TB, i int, key, seq uint64, size int) {
 	f.rings[i].Output(t, payload(key, seq, size))
 }
 
+// flushAll flushes o and returns what it reads until ErrFlushed.
+func flushAll(t *testing.T, o *Reader) []Sample {
+	t.Helper()
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	o.Flush()
+	var got []Sample
+	for {
+		var s Sample
+		err := o.ReadInto(&s)
+		if errors.Is(err, ErrFlushed) {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+}
+
 // keys returns the samples' keys.
 func keys(got []Sample) []uint64 {
 	var k []uint64
@@ -144,20 +163,7 @@ func TestOrderedRingBufHandsSpaceBack(t *testing.T) {
 			t.Fatalf("output %d raised no wakeup", seq)
 		}
 	}
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	o.Flush()
-	got := make([]Sample, 0, n)
-	for {
-		var s Sample
-		err := o.ReadInto(&s)
-		if errors.Is(err, ErrFlushed) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, s)
-	}
+	got := flushAll(t, o)
 	if len(got) != n || !slices.IsSortedFunc(got, func(a, b Sample) int { return int(a.Key) - int(b.Key) }) {
 		t.Fatalf("flushed %d of %d, keys %v", len(got), n, keys(got))
 	}
@@ -402,20 +408,7 @@ func TestOrderedRingBufRuns(t *testing.T) {
 				}
 				f.emit(t, 0, key, seq, 16)
 			}
-			o.SetDeadline(time.Now().Add(10 * time.Second))
-			o.Flush()
-			var got []Sample
-			for {
-				var s Sample
-				err := o.ReadInto(&s)
-				if errors.Is(err, ErrFlushed) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, s)
-			}
+			got := flushAll(t, o)
 			seen := map[uint64]bool{}
 			for j, s := range got {
 				if j > 0 && s.Key < got[j-1].Key {

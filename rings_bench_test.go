@@ -88,9 +88,7 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 	rings := roundRings(dist, n)
 	rec := fakeSample(payload(0, 0, manyPayload))
 
-	var s Sample
 	delivered := 0
-	count := func(*Record) error { delivered++; return nil }
 	key := uint64(0)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -109,18 +107,11 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 		if flush {
 			r.Flush()
 		}
-		before := delivered
 		b.StartTimer()
-		switch form {
-		case "ReadInto":
-			for r.ReadInto(&s) == nil {
-				delivered++
-			}
-		case "Each":
-			r.Each(context.Background(), count)
-		}
-		if flush && delivered-before != len(rings) {
-			b.Fatalf("delivered %d records of %d", delivered-before, len(rings))
+		n := drainRound(r, form)
+		delivered += n
+		if flush && n != len(rings) {
+			b.Fatalf("delivered %d records of %d", n, len(rings))
 		}
 	}
 	b.StopTimer()
@@ -170,9 +161,7 @@ func benchRingBufs(b *testing.B, form, dist string, n int) {
 	r := f.ordered(b, Order{MaxDelay: time.Hour}, one...)
 	rings := roundRings(dist, n)
 	p := payload(0, 0, manyPayload)
-	var s Sample
 	delivered := 0
-	count := func(*Record) error { delivered++; return nil }
 	key := uint64(0)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -184,20 +173,29 @@ func benchRingBufs(b *testing.B, form, dist string, n int) {
 			f.rings[i].Output(b, p)
 		}
 		r.Flush()
-		before := delivered
 		b.StartTimer()
-		switch form {
-		case "ReadInto":
-			for r.ReadInto(&s) == nil {
-				delivered++
-			}
-		case "Each":
-			r.Each(context.Background(), count)
-		}
-		if delivered-before != len(rings) {
-			b.Fatalf("delivered %d records of %d", delivered-before, len(rings))
+		n := drainRound(r, form)
+		delivered += n
+		if n != len(rings) {
+			b.Fatalf("delivered %d records of %d", n, len(rings))
 		}
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(delivered), "ns/record")
+}
+
+// drainRound reads a round with form, ReadInto or Each, until the read
+// returns (ErrFlushed, or the deadline), and returns the records delivered.
+func drainRound(r *Reader, form string) int {
+	n := 0
+	switch form {
+	case "ReadInto":
+		var s Sample
+		for r.ReadInto(&s) == nil {
+			n++
+		}
+	case "Each":
+		r.Each(context.Background(), func(*Record) error { n++; return nil })
+	}
+	return n
 }
