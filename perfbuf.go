@@ -3,7 +3,7 @@
 // Package perfbuf reads what BPF programs emit, perf event arrays
 // (BPF_MAP_TYPE_PERF_EVENT_ARRAY, a ring per CPU) and BPF ring buffers
 // (BPF_MAP_TYPE_RINGBUF), behind one API, reading the rings' memory in pure
-// Go. Three ways to read:
+// Go. Four ways to read:
 //
 //   - [NewReader]: a [Reader] over every ring, with blocking reads
 //     ([Reader.ReadBatch], [Reader.Each], [Reader.ReadInto], [Reader.All]),
@@ -13,6 +13,9 @@
 //     each sample to a function, as perf_buffer__poll does.
 //   - [NewRaw]: a [RawBuffer] per ring, for consumers of their own:
 //     zero-copy records, peeking without committing, the fill level.
+//   - [NewRecorder]: a flight recorder over rings that the kernel
+//     overwrites (backward perf rings, ring buffers in overwrite mode):
+//     nothing is read until [Recorder.Snapshot] copies the newest records.
 //
 // Every sample the programs output is accounted for in [Stats]: delivered,
 // lost, left at Close, or failed before reaching a ring (with a
