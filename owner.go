@@ -329,8 +329,7 @@ func (c *core) statsNow() []Stats {
 	c.StatsMu.Unlock()
 	st := make([]Stats, len(tallies))
 	for i, t := range tallies {
-		cur := rings[i].Cur()
-		st[i] = Stats{Ring: i, CPU: cur.CPU(), Size: cur.Size(), Late: t.Late, Dropped: t.Dropped, Left: t.Left, Found: t.Found}
+		st[i] = Stats{Ring: i, CPU: t.CPU, Size: t.Size, Late: t.Late, Dropped: t.Dropped, Left: t.Left, Found: t.Found}
 		st[i].setCounts(&t.Counts)
 		st[i].Samples -= t.Dropped // parsed, but dropped rather than delivered
 		if waiting[i] {

@@ -62,6 +62,9 @@ type Tally struct {
 	Late    uint64 // ordered: samples delivered (or dropped) behind a larger key
 	Dropped uint64 // ordered with DropLate: late samples dropped
 	Left    uint64 // samples left in the ring at Close
+	// CPU and Size are the ring's, kept from when it was added: Stats
+	// reads them after Close, which points the ring at memory of its own.
+	CPU, Size int
 	Found   uint64 // records in the ring at its opening (the owner's, once)
 
 	// Clear is a time (Now's) when no record the ring holds undelivered
@@ -146,7 +149,7 @@ func (s *Set) Push(rb ring.Ring) {
 	s.Rings = append(s.Rings, rb)
 	s.flushHeads = append(s.flushHeads, 0)
 	s.flushTo = append(s.flushTo, 0) // the running flush has nothing to wait for here
-	s.Tallies = append(s.Tallies, Tally{Clear: Now(), HeldSince: -1})
+	s.Tallies = append(s.Tallies, Tally{Clear: Now(), HeldSince: -1, CPU: rb.Cur().CPU(), Size: rb.Cur().Size()})
 	s.observed = append(s.observed, rb.Cur().Tail())
 	s.StatsMu.Unlock()
 	s.flushMu.Unlock()

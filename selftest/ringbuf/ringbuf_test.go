@@ -758,3 +758,35 @@ func TestRingBufCloseLedgerDiscarded(t *testing.T) {
 		})
 	}
 }
+
+// Stats after Close, once the read in progress has unmapped the ring at
+// its end (the last call out frees), says the ring's size as it was, not
+// that of the empty ring Close points it at; and a Stats while the ring
+// is unmapped does not race with the unmap (mountsnoop's Stats and a Flush
+// that freed the ring did, under the race detector).
+func TestStatsAfterClose(t *testing.T) {
+	f := setup(t)
+	for round := range 10 {
+		r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := make(chan error)
+		go func() {
+			var s perfbuf.Sample
+			read <- r.ReadInto(&s) // blocks: nothing to read
+		}()
+		time.Sleep(time.Millisecond)
+		during := make(chan []perfbuf.Stats)
+		go func() { during <- r.Stats() }()
+		r.Close()
+		<-read
+		for _, sts := range [][]perfbuf.Stats{<-during, r.Stats()} {
+			for _, st := range sts {
+				if st.Size != ringSize {
+					t.Fatalf("round %d, after Close: size %d, want %d", round, st.Size, ringSize)
+				}
+			}
+		}
+	}
+}
