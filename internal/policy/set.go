@@ -65,7 +65,7 @@ type Tally struct {
 	// CPU and Size are the ring's, kept from when it was added: Stats
 	// reads them after Close, which points the ring at memory of its own.
 	CPU, Size int
-	Found   uint64 // records in the ring at its opening (the owner's, once)
+	Found     uint64 // records in the ring at its opening (the owner's, once)
 
 	// Clear is a time (Now's) when no record the ring holds undelivered
 	// had been written yet: the oldest one's age is at most Now() - Clear
