@@ -61,6 +61,25 @@ func flushAll(t *testing.T, o *Reader) []Sample {
 	}
 }
 
+// readReleased reads what o releases, each read given wait to deliver,
+// until one delivers nothing.
+func readReleased(t *testing.T, o *Reader, wait time.Duration) []Sample {
+	t.Helper()
+	var got []Sample
+	for {
+		o.SetDeadline(time.Now().Add(wait))
+		var s Sample
+		err := o.ReadInto(&s)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+}
+
 // keys returns the samples' keys.
 func keys(got []Sample) []uint64 {
 	var k []uint64
@@ -104,19 +123,7 @@ func TestOrderedRingBufOneWriter(t *testing.T) {
 			for seq, key := range []uint64{2, 4} {
 				f.emit(t, 1, key, uint64(10+seq), 16)
 			}
-			o.SetDeadline(time.Now().Add(100 * time.Millisecond))
-			var got []Sample
-			for {
-				var s Sample
-				err := o.ReadInto(&s)
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, s)
-			}
+			got := readReleased(t, o, 100*time.Millisecond)
 			want := "[1 2 3 4]" // 5 waits for ring 1 to show a key >= 5
 			if !one {
 				want = "[]"
@@ -283,18 +290,7 @@ func TestOrderedRingBufModel(t *testing.T) {
 				f.emit(t, i, bound, seq, 16)
 				seq++
 			}
-			for {
-				o.SetDeadline(time.Now().Add(5 * time.Millisecond))
-				var s Sample
-				err := o.ReadInto(&s)
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, s)
-			}
+			got = append(got, readReleased(t, o, 5*time.Millisecond)...)
 			if n := len(got); n == 0 || got[n-1].Key != bound {
 				t.Fatalf("seed %d round %d: %d delivered, not up to %d", seed, round, n, bound)
 			}
