@@ -92,10 +92,12 @@ type window struct {
 	tmp   ring.Record
 	in    int   // the ring being taken in, for stage
 	inAt  int64 // and when (one clock read a ring's intake)
+	clock int64 // the last clock read (window.now) of rule 3
 }
 
 // windowRing is what the window keeps of one ring.
 type windowRing struct {
+	cpu       int // the ring's CPU (ring.Record.CPU)
 	oneWriter bool
 	newest    uint64 // the largest key copied from it
 	seen      bool
@@ -107,11 +109,11 @@ type windowRing struct {
 // record said. It holds no pointer, so that the slots cost the garbage
 // collector nothing.
 type copySlot struct {
-	at   arenaRef
 	pos  uint64 // where the record was in its ring
 	next uint64
 	seen int64 // when it was copied (window.now)
-	ring int32
+	at   arenaRef
+	ring int32 // (40 bytes in all)
 }
 
 func NewWindow(s *Set, cfg WindowConfig) *window {
@@ -133,13 +135,14 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 	for i := range s.Rings {
 		w.takeEvery = min(w.takeEvery, s.Rings[i].Cur().Size())
 		one := i < len(cfg.OneWriter) && cfg.OneWriter[i]
-		w.rs = append(w.rs, windowRing{oneWriter: one})
+		w.rs = append(w.rs, windowRing{cpu: s.Rings[i].Cur().CPU(), oneWriter: one})
 		if !one {
 			w.shared++
 		}
 		s.Rings[i].Begin()
 	}
 	w.takeEvery = max(w.takeEvery/4, 1)
+	w.out.Type = ring.Sample
 	return w
 }
 
@@ -189,6 +192,7 @@ func (w *window) takeIn(i int) {
 		return // (a pending corruption: Each returns it, to be skipped and reported)
 	}
 	w.in, w.inAt = i, w.now()
+	w.clock = w.inAt
 	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stage)
 	w.tmp = ring.Record{}
 	if err != nil && err != errWindowFull {
@@ -211,7 +215,11 @@ func (w *window) stage(rec *ring.Record) error {
 	}
 	n := rec.Len()
 	at, buf := w.arena.alloc(n)
-	rec.AppendTo(buf[:0])
+	if len(rec.Wrapped) == 0 {
+		copy(buf, rec.Data) // (always, for a ring buffer)
+	} else {
+		rec.AppendTo(buf[:0])
+	}
 	key := w.keyOf(buf)
 	w.seq++
 	var slot int32
@@ -276,10 +284,21 @@ func (w *window) releasable() bool {
 		return true
 	case w.newest >= w.keyWindow && e.key <= w.newest-w.keyWindow: // rule 2
 		return true
-	case w.now()-w.slots[e.ref].seen >= int64(w.maxDelay): // rule 3
-		return true
+	case w.due(w.slots[e.ref].seen):
+		return true // rule 3
 	}
 	return w.isFull() // rule 4
+}
+
+// due reports rule 3 for a copy made at seen. It reads the clock only
+// when the last reading does not already show it due: under a flood, not
+// once a record.
+func (w *window) due(seen int64) bool {
+	if w.clock-seen >= int64(w.maxDelay) {
+		return true // (the clock only goes forward)
+	}
+	w.clock = w.now()
+	return w.clock-seen >= int64(w.maxDelay)
 }
 
 // over reports that the window holds Bytes: its copies' bytes, or its
@@ -346,8 +365,10 @@ func (w *window) Next() (*ring.Record, int) {
 			w.Delivered(i)
 			continue
 		}
-		w.out = ring.Record{Type: ring.Sample, Ring: i, CPU: w.s.Rings[i].Cur().CPU(), Pos: sl.pos, Next: sl.next,
-			Data: w.arena.bytesOf(sl.at), Key: e.key, Late: late}
+		// (w.out is a sample with no Wrapped part: only these change)
+		out := &w.out
+		out.Ring, out.CPU, out.Pos, out.Next = i, w.rs[i].cpu, sl.pos, sl.next
+		out.Data, out.Key, out.Late = w.arena.bytesOf(sl.at), e.key, late
 		w.outAt = int32(e.ref)
 		return &w.out, i
 	}
@@ -365,10 +386,8 @@ func (w *window) Delivered(i int) {
 	r.bytes -= uint64(sl.at.n)
 	w.sinceTake += int(sl.at.n) + 8 // (as in the ring: the header's 8 bytes)
 	w.arena.release(sl.at)
-	*sl = copySlot{}
 	w.free = append(w.free, w.outAt)
 	w.outAt = -1
-	w.out = ring.Record{}
 }
 
 // Idle publishes every ring and waits at most MaxLatency, and until the
