@@ -961,3 +961,49 @@ func TestOrderedTimerKept(t *testing.T) {
 	}
 	t.Logf("%d samples, %d deadlines set, released at most %v after MaxDelay", n, sets, late)
 }
+
+// A read called from inside an Order's Key, on the goroutine whose read
+// runs it, fails with ErrReentrant, on both kinds and whatever the outer
+// read's form: the policy's Next runs a Key inside the reads' scope. (A
+// ReadInto that skipped that scope for every ordered policy, not only for
+// those without a Key, would wait for itself here.)
+func TestOrderKeyReentrant(t *testing.T) {
+	for _, kind := range []string{"perf", "ringbuf"} {
+		for _, outer := range []string{"ReadInto", "ReadBatch", "Each"} {
+			var r *Reader
+			var nested error
+			calls := 0
+			ord := Order{MaxDelay: time.Nanosecond, Key: func(data []byte) uint64 {
+				if calls++; calls == 1 {
+					var s Sample
+					nested = r.ReadInto(&s)
+				}
+				return binary.NativeEndian.Uint64(data)
+			}}
+			if kind == "perf" {
+				f := newFakeRings(t, 2, 4096)
+				r = f.ordered(t, ord)
+				f.emit(t, 0, 1, 1, 16)
+			} else {
+				f := newFakeBPFRings(t, 1, 4096)
+				r = f.ordered(t, ord, false)
+				f.emit(t, 0, 1, 1, 16)
+			}
+			r.Flush()
+			within(t, kind+" "+outer, func() {
+				switch outer {
+				case "ReadInto":
+					var s Sample
+					r.ReadInto(&s)
+				case "ReadBatch":
+					r.ReadBatch(make([]Sample, 4))
+				case "Each":
+					r.Each(context.Background(), func(*Record) error { return errStop })
+				}
+			})
+			if !errors.Is(nested, ErrReentrant) {
+				t.Errorf("%s, %s: ReadInto inside Key: %v, want ErrReentrant", kind, outer, nested)
+			}
+		}
+	}
+}

@@ -35,6 +35,9 @@ type Reader struct {
 	c        *core
 	pol      policy.Reading
 	full     *policy.Fullest // pol, when it is the fullest-first policy: called directly
+	// bare: pol runs no user function (no Order.Key), so that its Next
+	// needs no wait.Reads frame.
+	bare bool
 	deadline atomic.Int64    // unix nanoseconds; 0 means none
 
 	// Consume's count: countF (r.countRec, made once, so that Consume
@@ -109,6 +112,7 @@ func newReader(c *core, p readerPlan) *Reader {
 		r.full = policy.NewFullest(&c.Set)
 		r.pol = r.full
 	}
+	r.bare = p.order == nil || p.order.Key == nil
 	c.start(r.pol, wait.Reads)
 	return r
 }
@@ -415,7 +419,14 @@ func (r *Reader) copyOut(s []Sample) (int, bool) {
 		return n, more
 	}
 	if len(s) == 1 {
-		if rec, i := r.polNext(); i >= 0 {
+		var rec *Record
+		i := -1
+		if r.bare {
+			rec, i = r.pol.Next()
+		} else {
+			rec, i = r.polNext()
+		}
+		if i >= 0 {
 			copySample(&s[0], rec)
 			r.pol.Delivered(i)
 			return 1, true

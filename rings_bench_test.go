@@ -202,34 +202,67 @@ func drainRound(r *Reader, form string) int {
 	return n
 }
 
-// BenchmarkReaderRingBufFlood measures the ordered window over one ring
-// buffer shared by CPUs, as under a flood: no rule 1 (several writers),
-// MaxDelay a nanosecond, so that every copy is due (rule 3) once taken
-// in, keys in the order of the records; the rings are written between the
-// reads, each read takes what is there (deadline in the past). Plain is
-// the fullest-first Reader over the same ring, for the ratio. Besides
-// ns/record (wall) it reports cpu-ns/record: the reading thread's CPU time,
-// which a host busy with other work moves less.
-func BenchmarkReaderRingBufFlood(b *testing.B) {
-	for _, pol := range []string{"plain", "ordered"} {
-		for _, form := range []string{"ReadInto", "Each"} {
-			b.Run(pol+"/"+form, func(b *testing.B) { benchRingBufFlood(b, pol, form) })
+// BenchmarkReaderFlood measures a Reader's cost per record under a flood,
+// ordered beside fullest-first ("plain"), as the CPU time of the reading
+// thread (cpu-ns/record; a host busy with other work moves it less than
+// ns/record). Each round writes 4,096 records of 64 bytes, then reads
+// what may go (a deadline in the past); what an ordered read holds back
+// goes in a later round.
+//
+//   - perf: two perf rings, one writer each, keys going round the rings one
+//     record at a time as two CPUs' timestamps do: rule 1 releases, record
+//     by record (the in-place merge, ordered.go).
+//   - ringbuf: one ring buffer shared by CPUs, keys in the order of the
+//     records, MaxDelay a nanosecond: rule 3 releases every copy once taken
+//     in (the window, window.go).
+func BenchmarkReaderFlood(b *testing.B) {
+	for _, kind := range []string{"perf", "ringbuf"} {
+		for _, pol := range []string{"plain", "ordered"} {
+			for _, form := range []string{"ReadInto", "Each"} {
+				b.Run(kind+"/"+pol+"/"+form, func(b *testing.B) { benchFlood(b, kind, pol, form) })
+			}
 		}
 	}
 }
 
-func benchRingBufFlood(b *testing.B, pol, form string) {
+func benchFlood(b *testing.B, kind, pol, form string) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	f := newFakeBPFRings(b, 1, 1<<20)
-	var r *Reader
-	if pol == "ordered" {
-		r = f.ordered(b, Order{MaxDelay: time.Nanosecond}, false)
-	} else {
-		r = f.reader(b, ReaderOptions{})
-	}
 	const perRound = 4096 // 320 KiB of 80-byte records
+	var (
+		r     *Reader
+		write func(key uint64)
+	)
 	p := payload(0, 0, manyPayload)
+	if kind == "perf" {
+		f := newFakeRings(b, 2, 1<<20)
+		var opts ReaderOptions
+		if pol == "ordered" {
+			opts.Order = &Order{MaxDelay: time.Hour}
+		}
+		r = f.reader(b, opts)
+		rec := fakeSample(p)
+		write = func(key uint64) {
+			binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
+			if w := f.rings[key%2]; !w.write(rec) {
+				b.Fatal("ring full")
+			} else if key%perRound == 0 {
+				f.rings[0].publish()
+				f.rings[1].publish()
+			}
+		}
+	} else {
+		f := newFakeBPFRings(b, 1, 1<<20)
+		if pol == "ordered" {
+			r = f.ordered(b, Order{MaxDelay: time.Nanosecond}, false)
+		} else {
+			r = f.reader(b, ReaderOptions{})
+		}
+		write = func(key uint64) {
+			binary.NativeEndian.PutUint64(p, key)
+			f.rings[0].Output(b, p)
+		}
+	}
 	key := uint64(0)
 	delivered := 0
 	var cpu time.Duration
@@ -239,8 +272,7 @@ func benchRingBufFlood(b *testing.B, pol, form string) {
 		b.StopTimer()
 		for range perRound {
 			key++
-			binary.NativeEndian.PutUint64(p, key)
-			f.rings[0].Output(b, p)
+			write(key)
 		}
 		r.SetDeadline(time.Unix(1, 0))
 		b.StartTimer()
@@ -248,8 +280,6 @@ func benchRingBufFlood(b *testing.B, pol, form string) {
 		n := drainRound(r, form)
 		cpu += threadCPU() - c0
 		b.StopTimer()
-		// (the window may hold back the last records read: taken in,
-		// not yet due; they go in the next round)
 		delivered += n
 		if n == 0 {
 			b.Fatal("delivered nothing")
