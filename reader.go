@@ -325,17 +325,26 @@ func (r *Reader) ReadInto(s *Sample) error {
 	if s == nil {
 		return fmt.Errorf("%s: nil sample: %w", r.opRead, os.ErrInvalid)
 	}
-	// The common case over the fullest-first policy, a record there, in
-	// line: enter without waiting, the policy's Next, copy, exit. Anything
-	// else (another read in progress, closed, a corruption to report, CPUs
-	// to add, nothing to deliver now, a flush) is ReadBatch's, for one
-	// Sample; the policy's Next, if it found nothing, is asked again there
-	// at no cost but its look at the rings.
-	if f, l := r.full, &r.c.life; f != nil && l.TryEnterExclusive() {
+	// The common case, a record there, in line: enter without waiting, the
+	// policy's Next, copy, exit; over the fullest-first policy (called
+	// directly) or an ordered one without a Key (bare: no user function
+	// runs). Anything else (another read in progress, closed, a corruption
+	// to report, CPUs to add, nothing to deliver now, a flush) is
+	// ReadBatch's, for one Sample; the policy's Next, if it found nothing,
+	// is asked again there at no cost but its look at the rings.
+	if f, l := r.full, &r.c.life; r.bare && l.TryEnterExclusive() {
 		rec := (*Record)(nil)
 		if c := r.c; c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load()) { // (addNewCPUs's check)
-			if rec, _ = f.Next(); rec != nil {
-				copySample(s, rec) // (cannot panic: nothing to undo)
+			if f != nil {
+				if rec, _ = f.Next(); rec != nil {
+					copySample(s, rec) // (cannot panic: nothing to undo)
+				}
+			} else {
+				var i int
+				if rec, i = r.pol.Next(); rec != nil {
+					copySample(s, rec)
+					r.pol.Delivered(i)
+				}
 			}
 		}
 		l.ExitExclusive()
