@@ -41,9 +41,19 @@ func NewFullest(s *Set) *Fullest {
 // one ended.
 func (f *Fullest) Next() (*ring.Record, int) {
 	// Within a turn (ReadInto's common case): the turn's ring, kept, so
-	// that a record costs no lookup of it.
-	if rb := f.turn; rb != nil && f.left > 0 {
-		if ok, _ := rb.Next(&f.rec); ok {
+	// that a record costs no lookup of it, and called as its kind, so that
+	// it costs a direct call rather than the interface's.
+	if f.turn != nil && f.left > 0 {
+		var ok bool
+		switch rb := f.turn.(type) {
+		case *ring.RingBuf:
+			ok, _ = rb.Next(&f.rec)
+		case *ring.Perf:
+			ok, _ = rb.Next(&f.rec)
+		default:
+			ok, _ = rb.Next(&f.rec)
+		}
+		if ok {
 			f.left -= int(f.rec.Next - f.rec.Pos)
 			return &f.rec, f.turnI
 		}

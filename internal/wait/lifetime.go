@@ -30,8 +30,12 @@ type Lifetime struct {
 	// ErrReentrant rather than wait.
 	Scope Scope
 
-	waiters atomic.Int32 // exclusive calls waiting for busyBit
-	mu      sync.Mutex   // with cond: where they wait
+	// waiters counts the exclusive calls waiting for busyBit (atomic: a
+	// plain int32 with atomic.AddInt32 and LoadInt32, which leave
+	// ExitExclusive small enough to inline, where atomic.Int32's methods
+	// do not).
+	waiters int32
+	mu      sync.Mutex // with cond: where they wait
 	cond    *sync.Cond
 }
 
@@ -98,9 +102,9 @@ func (l *Lifetime) waitNotBusy() {
 	if l.cond == nil {
 		l.cond = sync.NewCond(&l.mu)
 	}
-	l.waiters.Add(1)
-	defer l.waiters.Add(-1)
-	// exitExclusive clears busyBit before it looks at waiters, and
+	atomic.AddInt32(&l.waiters, 1)
+	defer atomic.AddInt32(&l.waiters, -1)
+	// ExitExclusive clears busyBit before it looks at waiters, and
 	// broadcasts under mu: either it sees this waiter, or this loop sees
 	// the bit clear.
 	for s := l.state.Load(); s&busyBit != 0 && s&closedBit == 0; s = l.state.Load() {
@@ -108,15 +112,28 @@ func (l *Lifetime) waitNotBusy() {
 	}
 }
 
-// ExitExclusive ends an exclusive call.
+// ExitExclusive ends an exclusive call. Its common case (l open, no call
+// waiting) is an atomic add and a load, inlined into the read.
 func (l *Lifetime) ExitExclusive() {
-	s := l.state.Add(-(1 + busyBit))
-	if l.waiters.Load() > 0 {
+	// busyBit is cleared before waiters is loaded (see waitNotBusy).
+	if l.state.Add(-(1+busyBit)) == closedBit || atomic.LoadInt32(&l.waiters) != 0 {
+		l.exitSlow()
+	}
+}
+
+// exitSlow is ExitExclusive's rest: it wakes the exclusive calls waiting,
+// and frees if no call is left after Close. (It loads the state again
+// rather than take the one the exit left, which would not leave
+// ExitExclusive inlinable: once closed with no call in progress, the state
+// never changes, so the last call out sees it; another that sees it too
+// frees through the same freeOnce.)
+func (l *Lifetime) exitSlow() {
+	if atomic.LoadInt32(&l.waiters) > 0 {
 		l.mu.Lock()
 		l.cond.Broadcast()
 		l.mu.Unlock()
 	}
-	if s == closedBit {
+	if l.state.Load() == closedBit {
 		l.freeOnce.Do(l.Free)
 	}
 }
@@ -139,9 +156,9 @@ func (l *Lifetime) Close(wake func()) bool {
 		}
 	}
 	// Exclusive calls waiting for busyBit return once closed: wake them
-	// (waitNotBusy; as in exitExclusive, either this sees a waiter or the
+	// (waitNotBusy; as in ExitExclusive, either this sees a waiter or the
 	// waiter sees closedBit).
-	if l.waiters.Load() > 0 {
+	if atomic.LoadInt32(&l.waiters) > 0 {
 		l.mu.Lock()
 		l.cond.Broadcast()
 		l.mu.Unlock()
