@@ -120,7 +120,7 @@ func writeQuietTables(w io.Writer, r *results) {
 	fmt.Fprintf(w, "Quiet: one %d-byte sample per wakeup (WakeupEvents 1, %s rings), emitted on CPU %d at a steady rate\n",
 		benchrun.QuietSize, ringSize(benchrun.QuietPages), benchrun.QuietCPU)
 	fmt.Fprintf(w, "for %v, or none (idle); each consumer is a process of its own, unpinned, measured from its first wait\n", r.quietDuration)
-	fmt.Fprintf(w, "to its last sample (getrusage: CPU and context switches of all its threads). Modes: C = perf_buffer__poll,\n")
+	fmt.Fprintf(w, "to its last sample (CPU: the task clock of all its threads, as perf stat counts it; context switches: getrusage). Modes: C = perf_buffer__poll,\n")
 	fmt.Fprintf(w, "callback = PerfBuffer.Poll, reader = Reader.ReadInto (MaxLatency 100 ms), reader-nolatency = the same with\n")
 	fmt.Fprintf(w, "MaxLatency -1, reader-each = Reader.Each, ordered = Reader with Order (KeyOffset 8), ReadInto.\n")
 	writeQuietRows(w, r, r.quiet, "(WakeupEvents 1)")
