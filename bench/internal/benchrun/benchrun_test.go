@@ -128,15 +128,11 @@ func TestQuietModes(t *testing.T) {
 			t.Errorf("IsQuietGoMode(%q) = %v", m, got)
 		}
 	}
-	// Over a ring buffer: the modes that read one; the ordered Reader is
-	// refused there.
+	// Over a ring buffer: the modes that read one.
 	for _, m := range append(slices.Clone(RBQuietModes), RBQuietIdleModes...) {
 		if got, want := IsQuietGoMode(m, true), m != ModeC; got != want {
 			t.Errorf("IsQuietGoMode(%q, ring buffer) = %v", m, got)
 		}
-	}
-	if IsQuietGoMode(ModeOrdered, true) || slices.Contains(RBQuietModes, ModeOrdered) || slices.Contains(RBQuietIdleModes, ModeOrdered) {
-		t.Error("the ordered Reader is a quiet mode over a ring buffer")
 	}
 	for _, list := range [][]string{QuietModes, QuietIdleModes, RBQuietModes, RBQuietIdleModes} {
 		if list[0] != ModeC {
@@ -147,7 +143,7 @@ func TestQuietModes(t *testing.T) {
 		{Mode: ModeC, Count: 1, Timeout: time.Second},
 		{Mode: ModeReader, Count: -1, Timeout: time.Second},
 		{Mode: ModeReader, Count: 1},
-		{Mode: ModeOrdered, RingBuf: true, Count: 1, Timeout: time.Second},
+		{Mode: ModeC2CPU, RingBuf: true, Count: 1, Timeout: time.Second},
 	} {
 		if err := QuietConsume(cfg, io.Discard); err == nil {
 			t.Errorf("QuietConsume(%+v) accepted it", cfg)

@@ -71,7 +71,7 @@ const ModeReaderNoLatency = "reader-nolatency"
 
 // QuietModes are the consumers the quiet measurement compares at each of
 // QuietRates, the reference first.
-var QuietModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach, ModeOrdered}
+var QuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered}
 
 // QuietIdleModes are the consumers it compares while idle: the Reader also
 // without MaxLatency. (reader-each waits as reader does.)
@@ -79,9 +79,8 @@ var QuietIdleModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderNoLaten
 
 // RBQuietModes are the consumers the quiet measurement compares over a
 // BPF ring buffer at each of QuietRates, the reference
-// (ring_buffer__poll) first. The ordered Reader is refused over ring
-// buffers.
-var RBQuietModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach}
+// (ring_buffer__poll) first.
+var RBQuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered}
 
 // RBQuietIdleModes are those it compares over a ring buffer while idle.
 var RBQuietIdleModes = []string{ModeC, ModeCallback, ModeReader}
@@ -533,6 +532,21 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		opts = perfbuf.Options{RingBytes: RingBytes(QuietPages), WakeupEvents: 1}
 	}
 	switch cfg.Mode {
+	case ModeRawZeroCopy:
+		raw, err := perfbuf.NewRaw(m, opts)
+		if err != nil {
+			return fmt.Errorf("quiet consumer: %w", err)
+		}
+		defer raw.Close()
+		var bufs []*perfbuf.RawBuffer
+		defer func() {
+			for _, b := range bufs {
+				if b != nil {
+					b.Release()
+				}
+			}
+		}()
+		run = func(deadline time.Time) error { return c.raw(raw, &bufs, deadline) }
 	case ModeCallback:
 		pb, err := perfbuf.New(m, func(_ int, data []byte) { c.sample(data) },
 			func(_ int, n uint64) { c.lost += n }, opts)
@@ -570,9 +584,12 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		}
 		defer r.Close()
 		setDeadline = r.SetDeadline
-		if cfg.Mode == ModeReaderEach {
+		switch cfg.Mode {
+		case ModeReaderEach:
 			run = func(time.Time) error { return c.each(r) }
-		} else {
+		case ModeReaderBatch:
+			run = func(time.Time) error { return c.readBatch(r) }
+		default:
 			run = func(time.Time) error { return c.readInto(r) }
 		}
 	}
@@ -648,6 +665,65 @@ func (c *quietCounter) readInto(r *perfbuf.Reader) error {
 			return err
 		}
 		c.record(s.Type, s.Lost, s.Data)
+	}
+	return nil
+}
+
+// readBatch reads with ReadBatch, 64 Samples a call, until done or the
+// deadline.
+func (c *quietCounter) readBatch(r *perfbuf.Reader) error {
+	s := make([]perfbuf.Sample, 64)
+	for !c.done() {
+		n, err := r.ReadBatch(s)
+		for i := range s[:n] {
+			c.record(s[i].Type, s[i].Lost, s[i].Data)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// raw waits with Raw.Wait and drains, in place, each ring it names (a
+// RawBuffer a ring, taken when first named, in *bufs) until done or the
+// deadline.
+func (c *quietCounter) raw(raw *perfbuf.Raw, bufs *[]*perfbuf.RawBuffer, deadline time.Time) error {
+	var ready []int
+	fn := func(rec *perfbuf.Record) error {
+		if rec.Type == perfbuf.RecordSample {
+			c.sum += readRecord(rec)
+			c.received++
+		} else {
+			c.record(rec.Type, rec.Lost, nil)
+		}
+		return nil
+	}
+	for !c.done() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		var err error
+		if ready, err = raw.Wait(left, ready[:0]); err != nil {
+			return err
+		}
+		for _, i := range ready {
+			for len(*bufs) <= i {
+				*bufs = append(*bufs, nil)
+			}
+			if (*bufs)[i] == nil {
+				if (*bufs)[i], err = raw.Buffer(i); err != nil {
+					return err
+				}
+			}
+			if _, err := (*bufs)[i].Drain(fn); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
