@@ -46,6 +46,7 @@ package wait
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,7 @@ type Waiter struct {
 	parked  atomic.Bool
 	wakeups atomic.Uint64
 	polls   atomic.Uint64
+	yielded time.Time // the turn's holder's last runtime.Gosched
 }
 
 // eventfdOne is what Wake writes: 1, as eventfd's native-endian uint64.
@@ -290,6 +292,13 @@ func (w *Waiter) epollWait() (n int, expired bool, err error) {
 		msec = int(min((left+time.Millisecond-1)/time.Millisecond, 1<<30))
 	}
 	w.parked.Store(true)
+	// A pass through the scheduler (schedtick) every 5 ms, without which
+	// sysmon takes the P of a goroutine that goes from one system call to
+	// the next for 10 ms as a long runner's, and every wakeup after.
+	if now := time.Now(); now.Sub(w.yielded) > 5*time.Millisecond {
+		w.yielded = now
+		runtime.Gosched()
+	}
 	n, err = unix.EpollWait(w.epfd, w.events, msec)
 	w.polls.Add(1)
 	if err == unix.EINTR {
