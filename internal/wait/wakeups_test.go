@@ -72,8 +72,9 @@ func TestWaiterWakeups(t *testing.T) {
 	}
 	check("a timeout", 0)
 	done := make(chan error)
+	from := rb.looks.Load()
 	go func() { _, err := w.Wait(-1, 0); done <- err }()
-	waitParked(t, w)
+	waitLooks(t, rb, from+2) // its look before the netpoller, and the netpoller's first
 	w.Wake(false)
 	if err := waitDone(t, done); err != nil {
 		t.Fatal(err)
@@ -83,8 +84,9 @@ func TestWaiterWakeups(t *testing.T) {
 
 	// A blocked wait the ring's event ends: one wakeup, each time.
 	for n := uint64(1); n <= 3; n++ {
+		from := rb.looks.Load()
 		go func() { _, err := w.Wait(-1, 0); done <- err }()
-		waitParked(t, w)
+		waitLooks(t, rb, from+2)
 		event()
 		if err := waitDone(t, done); err != nil {
 			t.Fatal(err)
@@ -94,13 +96,13 @@ func TestWaiterWakeups(t *testing.T) {
 	}
 }
 
-// waitParked waits, within a timeout, until a wait is about to block in
-// epoll_wait, or blocks there: a ring's event from then on ends it.
-func waitParked(t *testing.T, w *Waiter) {
+// waitLooks waits, within a timeout, until rb was looked at n times in
+// all: a wait's second look is the netpoller's first, after which it parks.
+func waitLooks(t *testing.T, rb *fakeWaker, n int64) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !w.Parked(); time.Sleep(time.Millisecond) {
+	for end := time.Now().Add(10 * time.Second); rb.looks.Load() < n; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatal("the wait never blocked")
+			t.Fatal("the wait never looked at the ring")
 		}
 	}
 }
