@@ -15,10 +15,28 @@ package wait
 // runtime's netpoller (os.NewFile on a non-blocking descriptor): a blocked
 // Wait parks its goroutine, the thread and its P go on with other work, and
 // the wait's timeout is the descriptor's read deadline, one runtime timer
-// per waiter. A blocking epoll_wait would hold a thread in the kernel, have
-// the runtime hand its P to another thread, and take it back on wakeup.
+// per waiter. A wakeup costs the thread that polls the netpoller one
+// switch, as C's epoll_wait does.
+//
+// A wait blocked in epoll_wait on its own thread (libbpf's way, and
+// cilium/ebpf's) was built and measured beside it (docs/performance.md,
+// "A quiet reader"): 2.5-5 context switches a wakeup. A goroutine that
+// goes from one system call to the next never passes the scheduler, so
+// after 10 ms sysmon takes it for a long runner and retakes its P at every
+// wait, and each wakeup then wakes sysmon as well (exitsyscall). With a
+// runtime.Gosched every 5 ms it made 1.1 switches a wakeup at 3,000 a
+// second but 2.1 at 300 (the Gosched wakes another thread, and sysmon,
+// awake while a P is in a system call, ticks every 10 ms).
 // (A timerfd in the set, for the timeout, was tried: re-arming it woke the
 // set, a wasted wakeup on every wait; docs/performance.md.)
+//
+// A ring buffer's poll is level-triggered: its map is readable while the
+// producer position differs from the consumer's, so also while a reader
+// holds records without committing them (the ordered Reader's window, a
+// raw view between Next and Commit). That does not make a wait spin: the
+// runtime's epoll holds the set edge-triggered, so only a ring's wakeup
+// raises a new event, and a wait ends by the rings' progress, not their
+// readiness (TestWaiterHeldRecordNoSpin).
 //
 // The set's readiness cannot say which ring, nor even that one is ready by
 // the time a waiter looks: perf_poll clears a ring's readiness when it is
