@@ -190,7 +190,8 @@ func (w *Waiter) ClearWake() { w.woken.Store(false) }
 // Wait blocks until a ring's data_head has moved since the waiter last
 // looked, or wake was called, or timeout passes (negative: no limit; zero:
 // do not block). With a slack it may end up to slack after the timeout, or
-// before it, at a deadline an earlier wait set (setDeadline). It reports
+// before it, at a deadline an earlier wait set (setDeadline); without
+// one, up to sameDeadline (100 µs) either side of it. It reports
 // whether it ended for the rings or a wake, or timed out with a head moved
 // (records below the wakeup threshold).
 //
