@@ -277,7 +277,7 @@ func TestCSV(t *testing.T) {
 		{idle, "cpu_ms_per_s", "0.3333", "1 ms in 3 s"},
 		{rbquiet[0], "kind", "rbquiet", "kind"},
 		{rbquiet[0], "mode", benchrun.ModeC, "C first"},
-		{rbquiet[len(benchrun.RBQuietModes)-1], "mode", benchrun.ModeReaderEach, "its last mode"},
+		{rbquiet[len(benchrun.RBQuietModes)-1], "mode", benchrun.ModeOrdered, "its last mode"},
 		{rbc3000, "samples_per_s", "3000", "rate"},
 		{rbc3000, "samples_per_poll", "1.500", "the worst round's"},
 		{rbquiet[len(rbquiet)-1], "samples_per_s", "0", "idle last"},

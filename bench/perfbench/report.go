@@ -120,9 +120,10 @@ func writeQuietTables(w io.Writer, r *results) {
 	fmt.Fprintf(w, "Quiet: one %d-byte sample per wakeup (WakeupEvents 1, %s rings), emitted on CPU %d at a steady rate\n",
 		benchrun.QuietSize, ringSize(benchrun.QuietPages), benchrun.QuietCPU)
 	fmt.Fprintf(w, "for %v, or none (idle); each consumer is a process of its own, unpinned, measured from its first wait\n", r.quietDuration)
-	fmt.Fprintf(w, "to its last sample (getrusage: CPU and context switches of all its threads). Modes: C = perf_buffer__poll,\n")
-	fmt.Fprintf(w, "callback = PerfBuffer.Poll, reader = Reader.ReadInto (MaxLatency 100 ms), reader-nolatency = the same with\n")
-	fmt.Fprintf(w, "MaxLatency -1, reader-each = Reader.Each, ordered = Reader with Order (KeyOffset 8), ReadInto.\n")
+	fmt.Fprintf(w, "to its last sample (CPU: the task clock of all its threads, as perf stat counts it; context switches: getrusage). Modes: C = perf_buffer__poll,\n")
+	fmt.Fprintf(w, "callback = PerfBuffer.Poll, raw-zerocopy = Raw.Wait and RawBuffer.Drain, reader = Reader.ReadInto (MaxLatency\n")
+	fmt.Fprintf(w, "100 ms), reader-nolatency = the same with MaxLatency -1, reader-batch = Reader.ReadBatch (64 Samples a call),\n")
+	fmt.Fprintf(w, "reader-each = Reader.Each, ordered = Reader with Order (KeyOffset 8), ReadInto.\n")
 	writeQuietRows(w, r, r.quiet, "(WakeupEvents 1)")
 }
 
@@ -133,7 +134,8 @@ func writeRBQuietTables(w io.Writer, r *results) {
 		benchrun.QuietSize, benchrun.RBBytes>>20)
 	fmt.Fprintf(w, "no flags: the kernel wakes the reader at each commit that finds it caught up), emitted on CPU %d at a steady\n", benchrun.QuietCPU)
 	fmt.Fprintf(w, "rate for %v, or none (idle); each consumer is measured as in the quiet measurement. Modes:\n", r.quietDuration)
-	fmt.Fprintf(w, "C = ring_buffer__poll, callback = PerfBuffer.Poll, reader = Reader.ReadInto, reader-each = Reader.Each.\n")
+	fmt.Fprintf(w, "C = ring_buffer__poll, callback = PerfBuffer.Poll, raw-zerocopy = Raw.Wait and RawBuffer.Drain, reader =\n")
+	fmt.Fprintf(w, "Reader.ReadInto, reader-batch = Reader.ReadBatch, reader-each = Reader.Each, ordered = Reader with Order, ReadInto.\n")
 	writeQuietRows(w, r, r.rbQuiet, "(at these rates the reader has caught up)")
 }
 

@@ -15,10 +15,28 @@ package wait
 // runtime's netpoller (os.NewFile on a non-blocking descriptor): a blocked
 // Wait parks its goroutine, the thread and its P go on with other work, and
 // the wait's timeout is the descriptor's read deadline, one runtime timer
-// per waiter. A blocking epoll_wait would hold a thread in the kernel, have
-// the runtime hand its P to another thread, and take it back on wakeup.
+// per waiter. A wakeup costs the thread that polls the netpoller one
+// switch, as C's epoll_wait does.
+//
+// A wait blocked in epoll_wait on its own thread (libbpf's way, and
+// cilium/ebpf's) was built and measured beside it (docs/performance.md,
+// "A quiet reader"): 2.5-5 context switches a wakeup. A goroutine that
+// goes from one system call to the next never passes the scheduler, so
+// after 10 ms sysmon takes it for a long runner and retakes its P at every
+// wait, and each wakeup then wakes sysmon as well (exitsyscall). With a
+// runtime.Gosched every 5 ms it made 1.1 switches a wakeup at 3,000 a
+// second but 2.1 at 300 (the Gosched wakes another thread, and sysmon,
+// awake while a P is in a system call, ticks every 10 ms).
 // (A timerfd in the set, for the timeout, was tried: re-arming it woke the
 // set, a wasted wakeup on every wait; docs/performance.md.)
+//
+// A ring buffer's poll is level-triggered: its map is readable while the
+// producer position differs from the consumer's, so also while a reader
+// holds records without committing them (the ordered Reader's window, a
+// raw view between Next and Commit). That does not make a wait spin: the
+// runtime's epoll holds the set edge-triggered, so only a ring's wakeup
+// raises a new event, and a wait ends by the rings' progress, not their
+// readiness (TestWaiterHeldRecordNoSpin).
 //
 // The set's readiness cannot say which ring, nor even that one is ready by
 // the time a waiter looks: perf_poll clears a ring's readiness when it is
@@ -172,7 +190,8 @@ func (w *Waiter) ClearWake() { w.woken.Store(false) }
 // Wait blocks until a ring's data_head has moved since the waiter last
 // looked, or wake was called, or timeout passes (negative: no limit; zero:
 // do not block). With a slack it may end up to slack after the timeout, or
-// before it, at a deadline an earlier wait set (setDeadline). It reports
+// before it, at a deadline an earlier wait set (setDeadline); without
+// one, up to sameDeadline (100 µs) either side of it. It reports
 // whether it ended for the rings or a wake, or timed out with a head moved
 // (records below the wakeup threshold).
 //
@@ -182,10 +201,12 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 	if w.woken.Load() {
 		return true, nil
 	}
-	var deadline time.Time
+	var start, deadline time.Time
 	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
+		start = time.Now()
+		deadline = start.Add(timeout)
 	}
+	now := start
 	select {
 	case w.turn <- struct{}{}:
 	default:
@@ -208,7 +229,8 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 			return true, nil
 		}
 		if timeout > 0 {
-			timeout = max(time.Until(deadline), 0)
+			now = time.Now() // the wait for a turn took some
+			timeout = max(deadline.Sub(now), 0)
 		}
 	}
 	defer func() {
@@ -223,10 +245,6 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 	}
 	// Set before woken is looked at again: a wake moves it into the
 	// past (see wake).
-	var now time.Time // (not the call's: the wait for a turn took some)
-	if timeout > 0 {
-		now = time.Now()
-	}
 	w.setDeadline(now, deadline, slack) // the zero time for no timeout
 	// The function runs at once, then after each event on the set.
 	err := w.rc.Read(w.ready)
@@ -256,20 +274,35 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 // sample for a deadline a little later each time (the ordered Reader's
 // rule 3) would move it once a sample. Kept, it fires at most once a slack
 // while samples come.
+//
+// Without a slack it keeps a deadline within sameDeadline of from: the
+// same deadline, which the caller turned into a timeout and the wait back
+// into a time (a Reader's SetDeadline, a Poll until a time), each wait a
+// few hundred ns later. Setting it again cost every wakeup about 3 % of the
+// reader's CPU (os.File.SetReadDeadline, the runtime timer's modify).
 func (w *Waiter) setDeadline(now, from time.Time, slack time.Duration) {
 	to := from
 	if !from.IsZero() {
 		to = from.Add(slack)
 	}
 	wakes := w.wakes.Load()
-	if w.armedOK && w.armedAt == wakes && w.armed.IsZero() == from.IsZero() &&
-		(from.IsZero() || slack > 0 && w.armed.After(now) && !w.armed.After(to)) {
+	keep := w.armedOK && w.armedAt == wakes && w.armed.IsZero() == from.IsZero()
+	if keep && !from.IsZero() {
+		late := w.armed.Sub(to) // how much later than wanted the armed one is
+		keep = w.armed.After(now) && (slack > 0 && late <= 0 || late.Abs() <= sameDeadline)
+	}
+	if keep {
 		return
 	}
 	w.file.SetReadDeadline(to)
 	w.armed, w.armedOK, w.armedAt = to, true, wakes
 	w.sets++
 }
+
+// sameDeadline is how far apart two deadlines may be and be the same one
+// (setDeadline): far above the time between a caller's clock reading and
+// the wait's, far below any timeout a reader sets.
+const sameDeadline = 100 * time.Microsecond
 
 // WaitEvent blocks until the next wakeup of a ring after the call (not one
 // before it, nor a head that moved without one), a wake, or timeout: a ring

@@ -89,3 +89,35 @@ func TestWaiterWaitAllocs(t *testing.T) {
 		t.Errorf("%v allocations a wait", n)
 	}
 }
+
+// Without a slack, a deadline within sameDeadline of the one armed is the
+// same deadline recomputed from a timeout (a Reader's SetDeadline): kept,
+// on either side; one further away is set.
+func TestWaiterSameDeadlineKept(t *testing.T) {
+	w, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	now := time.Now()
+	at := now.Add(time.Hour)
+	w.setDeadline(now, at, 0)
+	for _, st := range []struct {
+		name string
+		from time.Time
+		set  bool
+	}{
+		{"a little later", at.Add(3 * time.Microsecond), false},
+		{"a little earlier", at.Add(-3 * time.Microsecond), false},
+		{"at the limit", at.Add(sameDeadline), false},
+		{"later", at.Add(sameDeadline + time.Microsecond), true},
+		{"earlier", at.Add(-time.Millisecond), true},
+	} {
+		w.armed, w.armedOK = at, true
+		before := w.sets
+		w.setDeadline(now, st.from, 0)
+		if got := w.sets > before; got != st.set {
+			t.Errorf("%s: deadline set %v, want %v", st.name, got, st.set)
+		}
+	}
+}

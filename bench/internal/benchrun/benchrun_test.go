@@ -52,32 +52,33 @@ func TestSustainedResult(t *testing.T) {
 }
 
 func TestQuietResultLine(t *testing.T) {
-	line := formatQuietResult(900, 2, 1500*time.Microsecond, 2500*time.Microsecond, 950, 30, 3*time.Second, 899, 12345)
+	line := formatQuietResult(900, 2, 3*time.Millisecond, 1500*time.Microsecond, 2500*time.Microsecond, 950, 30, 3*time.Second, 899, 12345)
 	rep, err := ParseQuietResult(line)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := QuietReport{Received: 900, Lost: 2, Polls: 899,
-		Usage: Usage{CPU: 4 * time.Millisecond, Voluntary: 950, Involuntary: 30, Wall: 3 * time.Second}}
+		Usage: Usage{CPU: 3 * time.Millisecond, Charged: 4 * time.Millisecond, Voluntary: 950, Involuntary: 30, Wall: 3 * time.Second}}
 	if rep != want {
 		t.Errorf("parsed %+v from %q; want %+v", rep, line, want)
 	}
 	// A consumer that does not count its polls leaves them out: 0.
-	line = formatQuietResult(900, 2, 0, 0, 0, 0, time.Second, 0, 1)
+	line = formatQuietResult(900, 2, 0, 0, 0, 0, 0, time.Second, 0, 1)
 	if rep, err := ParseQuietResult(line); err != nil || rep.Polls != 0 || strings.Contains(line, "polls") {
 		t.Errorf("no polls: %q parsed as %+v, %v", line, rep, err)
 	}
 	// The C consumer prints the same fields; unknown ones are ignored.
-	if _, err := ParseQuietResult("result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=5 polls=1 extra=6"); err != nil {
+	if _, err := ParseQuietResult("result received=1 lost=0 task_clock_ns=7 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=5 polls=1 extra=6"); err != nil {
 		t.Errorf("extra field: %v", err)
 	}
 	for _, bad := range []string{
 		"",
 		"ready",
-		"result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4",           // no wall_us
-		"result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=x", // not a number
-		"result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=-4 wall_us=5",
+		"result received=1 lost=0 task_clock_ns=7 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4",           // no wall_us
+		"result received=1 lost=0 task_clock_ns=7 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=x", // not a number
+		"result received=1 lost=0 task_clock_ns=7 utime_us=1 stime_us=2 nvcsw=3 nivcsw=-4 wall_us=5",
 		"result received lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=5",
+		"result received=1 lost=0 utime_us=1 stime_us=2 nvcsw=3 nivcsw=4 wall_us=5", // no task_clock_ns
 	} {
 		if _, err := ParseQuietResult(bad); err == nil {
 			t.Errorf("ParseQuietResult(%q) accepted it", bad)
@@ -127,15 +128,11 @@ func TestQuietModes(t *testing.T) {
 			t.Errorf("IsQuietGoMode(%q) = %v", m, got)
 		}
 	}
-	// Over a ring buffer: the modes that read one; the ordered Reader is
-	// refused there.
+	// Over a ring buffer: the modes that read one.
 	for _, m := range append(slices.Clone(RBQuietModes), RBQuietIdleModes...) {
 		if got, want := IsQuietGoMode(m, true), m != ModeC; got != want {
 			t.Errorf("IsQuietGoMode(%q, ring buffer) = %v", m, got)
 		}
-	}
-	if IsQuietGoMode(ModeOrdered, true) || slices.Contains(RBQuietModes, ModeOrdered) || slices.Contains(RBQuietIdleModes, ModeOrdered) {
-		t.Error("the ordered Reader is a quiet mode over a ring buffer")
 	}
 	for _, list := range [][]string{QuietModes, QuietIdleModes, RBQuietModes, RBQuietIdleModes} {
 		if list[0] != ModeC {
@@ -146,7 +143,7 @@ func TestQuietModes(t *testing.T) {
 		{Mode: ModeC, Count: 1, Timeout: time.Second},
 		{Mode: ModeReader, Count: -1, Timeout: time.Second},
 		{Mode: ModeReader, Count: 1},
-		{Mode: ModeOrdered, RingBuf: true, Count: 1, Timeout: time.Second},
+		{Mode: ModeC2CPU, RingBuf: true, Count: 1, Timeout: time.Second},
 	} {
 		if err := QuietConsume(cfg, io.Discard); err == nil {
 			t.Errorf("QuietConsume(%+v) accepted it", cfg)

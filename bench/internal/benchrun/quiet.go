@@ -14,12 +14,14 @@ package benchrun
 // as a consumer (QuietConsume). Both speak the same protocol on stdout:
 //
 //	ready
-//	result received=N lost=N utime_us=N stime_us=N nvcsw=N nivcsw=N wall_us=N [polls=N] [other=N...]
+//	result received=N lost=N task_clock_ns=N utime_us=N stime_us=N nvcsw=N nivcsw=N wall_us=N [polls=N] [other=N...]
 //
 // "ready" comes once the rings are open, and the window measured starts
-// there: the consumer takes getrusage(RUSAGE_SELF) (every thread of the
-// process) before it prints it, and again after its last sample (idle: when
-// its timeout is up), and "result" reports the difference. The process's
+// there: the consumer reads its task clock (taskclock.go: every thread's,
+// counted as perf stat counts it) and getrusage(RUSAGE_SELF) (every thread
+// of the process: the switches, and the CPU time the scheduler charged)
+// before it prints it, and again after its last sample (idle: when its
+// timeout is up), and "result" reports the differences. The process's
 // whole rusage, as wait4 returns it, is kept beside it (QuietResult.Process)
 // but not used for the figures: it holds the start-up (the Go runtime's,
 // libbpf's perf_event_open and mmap per CPU) and the exit, which over a few
@@ -69,7 +71,7 @@ const ModeReaderNoLatency = "reader-nolatency"
 
 // QuietModes are the consumers the quiet measurement compares at each of
 // QuietRates, the reference first.
-var QuietModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach, ModeOrdered}
+var QuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered}
 
 // QuietIdleModes are the consumers it compares while idle: the Reader also
 // without MaxLatency. (reader-each waits as reader does.)
@@ -77,9 +79,8 @@ var QuietIdleModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderNoLaten
 
 // RBQuietModes are the consumers the quiet measurement compares over a
 // BPF ring buffer at each of QuietRates, the reference
-// (ring_buffer__poll) first. The ordered Reader is refused over ring
-// buffers.
-var RBQuietModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderEach}
+// (ring_buffer__poll) first.
+var RBQuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered}
 
 // RBQuietIdleModes are those it compares over a ring buffer while idle.
 var RBQuietIdleModes = []string{ModeC, ModeCallback, ModeReader}
@@ -119,12 +120,17 @@ type QuietConfig struct {
 	Command  QuietCommand
 }
 
-// Usage is what a process used over a window: from getrusage, so over all
-// its threads.
+// Usage is what a process used over a window, over all its threads.
 type Usage struct {
-	CPU         time.Duration // user + system
-	Voluntary   int64         // context switches: the process blocked
-	Involuntary int64         // context switches: it was preempted
+	// CPU is the task clock in a consumer's window (taskclock.go); in a
+	// process's whole life (QuietResult.Process), user + system time.
+	CPU time.Duration
+	// Charged is the user + system time getrusage reports for the window:
+	// the scheduler's sum_exec_runtime, which on this VM charges a thread
+	// several times its task clock around its sleeps (taskclock.go).
+	Charged     time.Duration
+	Voluntary   int64 // context switches: the process blocked
+	Involuntary int64 // context switches: it was preempted
 	Wall        time.Duration
 }
 
@@ -169,6 +175,12 @@ func (r QuietResult) Check() error {
 // sample per wakeup), or 0 if it received none.
 func (r QuietResult) CPUPerWakeup() float64 {
 	return perUnit(float64(r.Window.CPU.Nanoseconds())/1e3, float64(r.Received))
+}
+
+// ChargedPerWakeup is the CPU time getrusage charged it per sample
+// received, in µs (Usage.Charged), or 0 if it received none.
+func (r QuietResult) ChargedPerWakeup() float64 {
+	return perUnit(float64(r.Window.Charged.Nanoseconds())/1e3, float64(r.Received))
 }
 
 // SwitchesPerWakeup is its context switches per sample received.
@@ -446,7 +458,7 @@ func ParseQuietResult(line string) (QuietReport, error) {
 		}
 		vals[k] = n
 	}
-	for _, k := range []string{"received", "lost", "utime_us", "stime_us", "nvcsw", "nivcsw", "wall_us"} {
+	for _, k := range []string{"received", "lost", "task_clock_ns", "utime_us", "stime_us", "nvcsw", "nivcsw", "wall_us"} {
 		if _, ok := vals[k]; !ok {
 			return rep, fmt.Errorf("parse consumer result %q: no %s", line, k)
 		}
@@ -456,7 +468,8 @@ func ParseQuietResult(line string) (QuietReport, error) {
 		Lost:     vals["lost"],
 		Polls:    vals["polls"],
 		Usage: Usage{
-			CPU:         time.Duration(vals["utime_us"]+vals["stime_us"]) * time.Microsecond,
+			CPU:         time.Duration(vals["task_clock_ns"]),
+			Charged:     time.Duration(vals["utime_us"]+vals["stime_us"]) * time.Microsecond,
 			Voluntary:   int64(vals["nvcsw"]),
 			Involuntary: int64(vals["nivcsw"]),
 			Wall:        time.Duration(vals["wall_us"]) * time.Microsecond,
@@ -468,13 +481,13 @@ func ParseQuietResult(line string) (QuietReport, error) {
 // consumer prints it; polls 0 (not counted) is left out; sum is the sum of
 // the bytes read (so that the reads cannot be elided), reported and not
 // checked.
-func formatQuietResult(received, lost uint64, user, sys time.Duration, nvcsw, nivcsw int64, wall time.Duration, polls, sum uint64) string {
+func formatQuietResult(received, lost uint64, taskClock, user, sys time.Duration, nvcsw, nivcsw int64, wall time.Duration, polls, sum uint64) string {
 	p := ""
 	if polls > 0 {
 		p = fmt.Sprintf(" polls=%d", polls)
 	}
-	return fmt.Sprintf("result received=%d lost=%d utime_us=%d stime_us=%d nvcsw=%d nivcsw=%d wall_us=%d%s sum=%d",
-		received, lost, user.Microseconds(), sys.Microseconds(), nvcsw, nivcsw, wall.Microseconds(), p, sum)
+	return fmt.Sprintf("result received=%d lost=%d task_clock_ns=%d utime_us=%d stime_us=%d nvcsw=%d nivcsw=%d wall_us=%d%s sum=%d",
+		received, lost, taskClock.Nanoseconds(), user.Microseconds(), sys.Microseconds(), nvcsw, nivcsw, wall.Microseconds(), p, sum)
 }
 
 // QuietConsumerConfig is what a Go consumer is told.
@@ -519,6 +532,21 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		opts = perfbuf.Options{RingBytes: RingBytes(QuietPages), WakeupEvents: 1}
 	}
 	switch cfg.Mode {
+	case ModeRawZeroCopy:
+		raw, err := perfbuf.NewRaw(m, opts)
+		if err != nil {
+			return fmt.Errorf("quiet consumer: %w", err)
+		}
+		defer raw.Close()
+		var bufs []*perfbuf.RawBuffer
+		defer func() {
+			for _, b := range bufs {
+				if b != nil {
+					b.Release()
+				}
+			}
+		}()
+		run = func(deadline time.Time) error { return c.raw(raw, &bufs, deadline) }
 	case ModeCallback:
 		pb, err := perfbuf.New(m, func(_ int, data []byte) { c.sample(data) },
 			func(_ int, n uint64) { c.lost += n }, opts)
@@ -556,9 +584,12 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		}
 		defer r.Close()
 		setDeadline = r.SetDeadline
-		if cfg.Mode == ModeReaderEach {
+		switch cfg.Mode {
+		case ModeReaderEach:
 			run = func(time.Time) error { return c.each(r) }
-		} else {
+		case ModeReaderBatch:
+			run = func(time.Time) error { return c.readBatch(r) }
+		default:
 			run = func(time.Time) error { return c.readInto(r) }
 		}
 	}
@@ -569,24 +600,37 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	if setDeadline != nil {
 		setDeadline(deadline)
 	}
+	tc, err := OpenTaskClock()
+	if err != nil {
+		return fmt.Errorf("quiet consumer: %w", err)
+	}
+	defer tc.Close()
 	var r0 unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &r0); err != nil {
 		return fmt.Errorf("quiet consumer: getrusage: %w", err)
+	}
+	c0, err := tc.Read()
+	if err != nil {
+		return fmt.Errorf("quiet consumer: %w", err)
 	}
 	t0 := time.Now()
 	if _, err := io.WriteString(w, "ready\n"); err != nil {
 		return err
 	}
-	err := run(deadline)
+	err = run(deadline)
+	c1, cerr := tc.Read()
 	var r1 unix.Rusage
 	if gerr := unix.Getrusage(unix.RUSAGE_SELF, &r1); gerr != nil && err == nil {
 		err = fmt.Errorf("getrusage: %w", gerr)
 	}
 	wall := time.Since(t0)
+	if err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return fmt.Errorf("quiet consumer %s: %w", cfg.Mode, err)
 	}
-	_, err = fmt.Fprintln(w, formatQuietResult(c.received, c.lost,
+	_, err = fmt.Fprintln(w, formatQuietResult(c.received, c.lost, time.Duration(c1-c0),
 		time.Duration(r1.Utime.Nano()-r0.Utime.Nano()), time.Duration(r1.Stime.Nano()-r0.Stime.Nano()),
 		r1.Nvcsw-r0.Nvcsw, r1.Nivcsw-r0.Nivcsw, wall, c.polls, c.sum))
 	return err
@@ -621,6 +665,65 @@ func (c *quietCounter) readInto(r *perfbuf.Reader) error {
 			return err
 		}
 		c.record(s.Type, s.Lost, s.Data)
+	}
+	return nil
+}
+
+// readBatch reads with ReadBatch, 64 Samples a call, until done or the
+// deadline.
+func (c *quietCounter) readBatch(r *perfbuf.Reader) error {
+	s := make([]perfbuf.Sample, 64)
+	for !c.done() {
+		n, err := r.ReadBatch(s)
+		for i := range s[:n] {
+			c.record(s[i].Type, s[i].Lost, s[i].Data)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// raw waits with Raw.Wait and drains, in place, each ring it names (a
+// RawBuffer a ring, taken when first named, in *bufs) until done or the
+// deadline.
+func (c *quietCounter) raw(raw *perfbuf.Raw, bufs *[]*perfbuf.RawBuffer, deadline time.Time) error {
+	var ready []int
+	fn := func(rec *perfbuf.Record) error {
+		if rec.Type == perfbuf.RecordSample {
+			c.sum += readRecord(rec)
+			c.received++
+		} else {
+			c.record(rec.Type, rec.Lost, nil)
+		}
+		return nil
+	}
+	for !c.done() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		var err error
+		if ready, err = raw.Wait(left, ready[:0]); err != nil {
+			return err
+		}
+		for _, i := range ready {
+			for len(*bufs) <= i {
+				*bufs = append(*bufs, nil)
+			}
+			if (*bufs)[i] == nil {
+				if (*bufs)[i], err = raw.Buffer(i); err != nil {
+					return err
+				}
+			}
+			if _, err := (*bufs)[i].Drain(fn); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -13,16 +13,22 @@
  * perf_buffer__poll (ring_buffer__poll) until COUNT samples are accounted
  * for (read or lost) or TIMEOUT_MS is up (COUNT 0: until then); prints the
  * "result" line with what it read, the polls that delivered a sample, and
- * the getrusage(RUSAGE_SELF) difference over that window. The sample
+ * the differences over that window of its task clock (a perf software
+ * counter on each of its threads, as benchrun's taskclock.go counts a Go
+ * consumer) and of getrusage(RUSAGE_SELF). The sample
  * callbacks read every byte, as every mode's does.
  *
  * Built by `make bench` into build/perfbench-cquiet. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/perf_event.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 #include <bpf/libbpf.h>
 
@@ -92,6 +98,63 @@ static int open_consumer(struct consumer *k, int ringbuf, int fd, struct counts 
 	return k->buf ? 0 : -errno;
 }
 
+#define MAX_THREADS 64
+
+/* The task clock of the process's threads: a counter per thread that exists
+ * when task_clock_open runs, inherited by the threads it starts. */
+struct task_clock {
+	int fds[MAX_THREADS];
+	int n;
+};
+
+/* task_clock_open opens the counters; 0, or a negative errno. */
+static int task_clock_open(struct task_clock *tc)
+{
+	struct perf_event_attr attr = {
+		.type = PERF_TYPE_SOFTWARE,
+		.size = sizeof(attr),
+		.config = PERF_COUNT_SW_TASK_CLOCK,
+		.inherit = 1,
+	};
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int fd;
+
+	if (!d)
+		return -errno;
+	tc->n = 0;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (tc->n == MAX_THREADS) {
+			closedir(d);
+			return -E2BIG;
+		}
+		fd = syscall(SYS_perf_event_open, &attr, atoi(e->d_name), -1, -1, PERF_FLAG_FD_CLOEXEC);
+		if (fd < 0 && errno != ESRCH) {
+			closedir(d);
+			return -errno;
+		}
+		if (fd >= 0)
+			tc->fds[tc->n++] = fd;
+	}
+	closedir(d);
+	return 0;
+}
+
+/* task_clock_read returns the task clock so far in ns, or -1. */
+static int64_t task_clock_read(struct task_clock *tc)
+{
+	uint64_t v, sum = 0;
+
+	for (int i = 0; i < tc->n; i++) {
+		if (read(tc->fds[i], &v, sizeof(v)) != sizeof(v))
+			return -1;
+		sum += v;
+	}
+	return (int64_t)sum;
+}
+
 static int64_t now_ns(void)
 {
 	struct timespec ts;
@@ -121,6 +184,8 @@ int main(int argc, char **argv)
 	struct counts c = {0};
 	struct consumer k;
 	struct rusage r0, r1;
+	struct task_clock tc;
+	int64_t c0, c1;
 	int64_t t0, deadline, left;
 	uint64_t polls = 0, before;
 	int ringbuf = argc > 1 && strcmp(argv[1], "-ringbuf") == 0;
@@ -140,7 +205,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	err = task_clock_open(&tc);
+	if (err) {
+		fprintf(stderr, "perfbench-cquiet: open task clock: %s\n", strerror(-err));
+		k.free(k.buf);
+		return 1;
+	}
 	getrusage(RUSAGE_SELF, &r0);
+	c0 = task_clock_read(&tc);
 	t0 = now_ns();
 	deadline = t0 + (int64_t)timeout_ms * 1000000;
 	printf("ready\n");
@@ -158,14 +230,20 @@ int main(int argc, char **argv)
 		err = 0;
 		polls += c.received + c.lost > before;
 	}
+	c1 = task_clock_read(&tc);
 	getrusage(RUSAGE_SELF, &r1);
+	if (err == 0 && (c0 < 0 || c1 < 0)) {
+		fprintf(stderr, "perfbench-cquiet: read task clock: %s\n", strerror(errno));
+		k.free(k.buf);
+		return 1;
+	}
 	if (err < 0) {
 		fprintf(stderr, "perfbench-cquiet: %s: %s\n", k.poll_name, strerror(-err));
 		k.free(k.buf);
 		return 1;
 	}
-	printf("result received=%llu lost=%llu utime_us=%lld stime_us=%lld nvcsw=%ld nivcsw=%ld wall_us=%lld polls=%llu sum=%llu\n",
-	       (unsigned long long)c.received, (unsigned long long)c.lost,
+	printf("result received=%llu lost=%llu task_clock_ns=%lld utime_us=%lld stime_us=%lld nvcsw=%ld nivcsw=%ld wall_us=%lld polls=%llu sum=%llu\n",
+	       (unsigned long long)c.received, (unsigned long long)c.lost, (long long)(c1 - c0),
 	       (long long)(tv_us(r1.ru_utime) - tv_us(r0.ru_utime)),
 	       (long long)(tv_us(r1.ru_stime) - tv_us(r0.ru_stime)),
 	       r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw,
