@@ -189,7 +189,7 @@ func (w *window) takeIn(i int) {
 		return // (a pending corruption: Each returns it, to be skipped and reported)
 	}
 	w.in, w.inAt = i, w.now()
-	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stage)
+	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stage, nil)
 	w.tmp = ring.Record{}
 	if err != nil && err != errWindowFull {
 		// A record that cannot be valid: nothing is held in the ring, so
