@@ -448,11 +448,8 @@ const batchBytes = 8 << 10
 //go:noinline
 func (r *Reader) copyRec() func(*Record) error {
 	return func(rec *Record) error {
-		k := &r.sink
-		copySample(&k.Into[k.N], rec)
-		k.N++
-		k.Room -= len(rec.Data) + len(rec.Wrapped)
-		if k.Full() {
+		copySample(&r.sink.Into[r.sink.N], rec)
+		if r.sink.Took(rec.Len()) {
 			return errStop
 		}
 		return nil

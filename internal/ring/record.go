@@ -134,8 +134,15 @@ func (s *Sink) copyPlain(index, cpu int, data []byte) (stop bool) {
 	c := &s.Into[s.N]
 	c.Data = append(c.Data[:0], data...)
 	c.Ring, c.CPU, c.Type, c.Lost, c.Key, c.Late = index, cpu, Sample, 0, 0, false
+	return s.Took(len(data))
+}
+
+// Took counts a copy of n payload bytes made into Into[N], and reports
+// whether Into is full after it: for the loops' copies, and a policy's
+// function that copies (ReadBatch over an ordered policy).
+func (s *Sink) Took(n int) bool {
 	s.N++
-	s.Room -= len(data)
+	s.Room -= n
 	return s.N == len(s.Into) || s.Room <= 0
 }
 
@@ -148,9 +155,7 @@ func (s *Sink) put(rec *Record, fn func(*Record) error) (stop bool, err error) {
 		return false, fn(rec)
 	case s.Into != nil:
 		SetCopy(&s.Into[s.N], rec)
-		s.N++
-		s.Room -= rec.Len()
-		return s.N == len(s.Into) || s.Room <= 0, nil
+		return s.Took(rec.Len()), nil
 	}
 	s.Sample(rec.CPU, rec.Data)
 	return false, nil
