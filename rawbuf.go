@@ -266,7 +266,7 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 		return 0, fmt.Errorf("drain %s: nil function: %w", b.r.Cur().Name(), os.ErrInvalid)
 	}
 	b.r.Begin()
-	n, _, err := b.r.Each(&b.rec, math.MaxUint64, &b.stop, fn)
+	n, _, err := b.r.Each(&b.rec, math.MaxUint64, &b.stop, fn, nil)
 	b.r.Cur().CommitCursor()
 	b.rec = Record{} // drop the references to ring memory
 	return n, err

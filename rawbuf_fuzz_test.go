@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -200,6 +202,55 @@ func FuzzRawParse(f *testing.F) {
 		if fmt.Sprint(drained) != fmt.Sprint(want) || (drainErr != nil) != corrupt {
 			t.Fatalf("Drain: %v, %v; reference %v, corrupt %v", drained, drainErr, want, corrupt)
 		}
+		// The ring's loop into sinks: copies, as ReadBatch makes them, in batches of 1 to 7
+		// copies and up to ~100 bytes of room, each call going on where the last stopped;
+		// and a libbpf-style sample function, which takes the samples in one piece (the
+		// loop's function gets the others). The same records, then the same error.
+		sinkRun := func(s *ring.Sink, fn func(*Record) error) ([]refRecord, error) {
+			pr, _ := ring.NewPerfFromParts(0, &unix.PerfEventMmapPage{Data_tail: tail, Data_head: head}, mem)
+			pr.Begin()
+			var out []refRecord
+			var stop atomic.Bool
+			for calls := 0; ; calls++ {
+				if calls > size/8+2 {
+					t.Fatalf("more than %d calls of the loop into a sink from a %d-byte mem", calls, size)
+				}
+				s.N, s.Room = 0, 1+int(commit%97)
+				k, _, err := pr.Each(new(Record), math.MaxUint64, &stop, fn, s)
+				for _, c := range s.Into[:s.N] {
+					out = append(out, refRecord{c.Type, 0, 0, bytes.Clone(c.Data), c.Lost})
+				}
+				if s.Into != nil && k != s.N {
+					t.Fatalf("the loop into a sink: %d records, %d copies", k, s.N)
+				}
+				if err != nil || !s.Full() {
+					return out, err
+				}
+			}
+		}
+		noPos := make([]refRecord, len(want))
+		for i, w := range want {
+			noPos[i] = refRecord{w.typ, 0, 0, w.payload, w.lost}
+		}
+		copies, copyErr := sinkRun(&ring.Sink{Into: make([]Sample, 1+commit%7)}, nil)
+		if fmt.Sprint(copies) != fmt.Sprint(noPos) || fmt.Sprint(copyErr) != fmt.Sprint(nextErr) {
+			t.Fatalf("copies: %v, %v; reference %v, %v", copies, copyErr, noPos, nextErr)
+		}
+		var viaSample []refRecord
+		sampleSink := &ring.Sink{Sample: func(cpu int, data []byte) {
+			viaSample = append(viaSample, refRecord{RecordSample, 0, 0, bytes.Clone(data), 0})
+		}}
+		rest, sampleErr := sinkRun(sampleSink, func(r *Record) error {
+			if r.Type == RecordSample && len(r.Wrapped) == 0 {
+				t.Fatalf("a sample in one piece at %d passed to the function, not the sink's Sample", r.Pos)
+			}
+			viaSample = append(viaSample, refRecord{r.Type, 0, 0, r.AppendTo([]byte{}), r.Lost})
+			return nil
+		})
+		if fmt.Sprint(viaSample) != fmt.Sprint(noPos) || rest != nil || fmt.Sprint(sampleErr) != fmt.Sprint(nextErr) {
+			t.Fatalf("sample function: %v, %v; reference %v, %v", viaSample, sampleErr, noPos, nextErr)
+		}
+
 		end := head
 		if corrupt {
 			end = corruptAt

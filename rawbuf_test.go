@@ -897,7 +897,7 @@ func TestRawEach(t *testing.T) {
 			b.Begin()
 			pos = pos[:0]
 			var rec Record
-			k, used, err := b.perf().Each(&rec, c.limit, &b.stop, fn)
+			k, used, err := b.perf().Each(&rec, c.limit, &b.stop, fn, nil)
 			if fmt.Sprint(pos) != c.want || k != len(pos) || err != nil {
 				t.Errorf("limit %d (again %v): %d records at %v, %v; want %s", c.limit, again, k, pos, err, c.want)
 			}
@@ -920,10 +920,11 @@ func TestRawEach(t *testing.T) {
 	k, _, err := b.perf().Each(new(Record), math.MaxUint64, &stop, func(r *Record) error {
 		pos = append(pos, r.Pos)
 		if r.Pos == 32 {
-			stop.Store(true) // what Close does
+			stop.Store(true)
 		}
 		return nil
-	})
+	}, nil)
+
 	if k != 2 || err != nil || fmt.Sprint(pos) != "[0 32]" || b.perf().Cur().Pos() != 64 {
 		t.Errorf("closed during the second record: %d records at %v, %v, cursor %d; want 2, cursor 64", k, pos, err, b.perf().Cur().Pos())
 	}

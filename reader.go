@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/perfbuf/perfbuf/internal/policy"
+	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
@@ -46,13 +47,13 @@ type Reader struct {
 	fn     func(*Record) error
 	n      int
 
-	// ReadBatch's copy: copyF (r.copyRec(), made once) copies the records
-	// the policy's loop delivers into batch, got of them so far; room is
-	// what is left of the call's batchBytes.
+	// ReadBatch's copy: over the fullest-first policy, the ring's loop
+	// copies into sink (sink.Into: the caller's Samples; sink.Room: what
+	// is left of the call's batchBytes); over another policy, copyF
+	// (r.copyRec(), made once) copies what the policy's loop delivers into
+	// sink.Into, sink.N of them so far.
+	sink  ring.Sink
 	copyF func(*Record) error
-	batch []Sample
-	got   int
-	room  int
 
 	// The policy's calls that may run a user's function (fn, an Order's
 	// Key), run inside wait.Reads (see polEach): turnF and nextF (r.turn,
@@ -372,7 +373,7 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 		return 0, err
 	}
 	defer r.c.life.ExitExclusive() // (a Key function may panic)
-	r.room = batchBytes
+	r.sink.Room = batchBytes
 	// enterExclusive found the reader open: the loop looks again after
 	// each turn and each wait.
 	for got := 0; ; {
@@ -387,7 +388,7 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 		}
 		n, more := r.copyOut(s[got:])
 		got += n
-		if got == len(s) || got > 0 && (!more || r.room <= 0) {
+		if got == len(s) || got > 0 && (!more || r.sink.Room <= 0) {
 			return got, nil
 		}
 		if !more {
@@ -411,7 +412,8 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 // One record (ReadInto) is the policy's next, which costs less than setting
 // up the policy's loop for one record. The fullest-first policy is called
 // directly: it runs no user function, so it needs neither the interface
-// nor wait.Reads, and its Delivered does nothing.
+// nor wait.Reads, and its Delivered does nothing; its ring's loop copies
+// in line (ring.Sink), with no call a record but the copy's.
 func (r *Reader) copyOut(s []Sample) (int, bool) {
 	if f := r.full; f != nil {
 		if len(s) == 1 {
@@ -421,10 +423,10 @@ func (r *Reader) copyOut(s []Sample) (int, bool) {
 			}
 			return 0, false
 		}
-		r.batch, r.got = s, 0
-		more, _ := f.Each(r.copyF) // (copyRec's only error is errStop)
-		n := r.got
-		r.batch = nil // drop the caller's Samples
+		r.sink.Into, r.sink.N = s, 0
+		more := f.CopyInto(&r.sink)
+		n := r.sink.N
+		r.sink.Into = nil // drop the caller's Samples
 		return n, more
 	}
 	if len(s) == 1 {
@@ -442,10 +444,10 @@ func (r *Reader) copyOut(s []Sample) (int, bool) {
 		}
 		return 0, false
 	}
-	r.batch, r.got = s, 0
+	r.sink.Into, r.sink.N = s, 0
 	more, _ := r.polEach(r.copyF)
-	n := r.got
-	r.batch = nil
+	n := r.sink.N
+	r.sink.Into = nil
 	return n, more
 }
 
@@ -456,20 +458,18 @@ func (r *Reader) copyOut(s []Sample) (int, bool) {
 // ReadBatch was slower than ReadInto at 1 KiB (issue 31).
 const batchBytes = 8 << 10
 
-// copyRec returns ReadBatch's function for the policy's loop: it copies a
-// record into the batch's next Sample, and ends the loop (errStop) once the
-// batch is full or its bytes reach batchBytes. (A closure over r rather than
-// a method value, whose wrapper would be one more call a record. Not
-// inlined into newReader: the closure's copy made there would call
-// copySample rather than inline it.)
+// copyRec returns ReadBatch's function for a policy's loop other than the
+// fullest-first one's: it copies a record into the batch's next Sample, and
+// ends the loop (errStop) once the batch is full or its bytes reach
+// batchBytes. (A closure over r rather than a method value, whose wrapper
+// would be one more call a record. Not inlined into newReader: the
+// closure's copy made there would call copySample rather than inline it.)
 //
 //go:noinline
 func (r *Reader) copyRec() func(*Record) error {
 	return func(rec *Record) error {
-		copySample(&r.batch[r.got], rec)
-		r.got++
-		r.room -= len(rec.Data) + len(rec.Wrapped)
-		if r.got == len(r.batch) || r.room <= 0 {
+		copySample(&r.sink.Into[r.sink.N], rec)
+		if r.sink.Took(rec.Len()) {
 			return errStop
 		}
 		return nil

@@ -36,23 +36,15 @@ const (
 type Record = ring.Record
 
 // Sample is a copy of a record, as ReadInto, ReadBatch and All deliver it.
-type Sample struct {
-	Ring int
-	CPU  int
-	Type RecordType // RecordSample or RecordLost
-	// Data is a copy of the payload (padded as Record's). ReadInto reuses
-	// its capacity.
-	Data []byte
-	Lost uint64 // for RecordLost
-	// Key and Late are set with ReaderOptions.Order: see Record.
-	Key  uint64
-	Late bool
-}
+//
+//	Ring, CPU  as Record's
+//	Type       RecordSample or RecordLost
+//	Data       a copy of the payload (padded as Record's); ReadInto and
+//	           ReadBatch reuse its capacity
+//	Lost       the samples lost, for RecordLost
+//	Key, Late  with Order: see Record
+type Sample = ring.Copy
 
-// copySample fills s with rec, copying the payload into the memory s.Data already has when
-// it is large enough. (Field by field: a composite literal is built on the stack and copied
-// in wide loads that stall on the narrow stores before them.)
-func copySample(s *Sample, rec *Record) {
-	s.Data = rec.AppendTo(s.Data[:0])
-	s.Ring, s.CPU, s.Type, s.Lost, s.Key, s.Late = rec.Ring, rec.CPU, rec.Type, rec.Lost, rec.Key, rec.Late
-}
+// copySample fills s with rec, copying the payload into the memory s.Data
+// already has when it is large enough.
+func copySample(s *Sample, rec *Record) { ring.SetCopy(s, rec) }

@@ -19,11 +19,14 @@ type Callback struct {
 	lost    func(cpu int, count uint64)
 	rec     ring.Record // the record being delivered
 	wrapped []byte      // a sample that straddles the ring's end, made contiguous
+	// The ring's loop hands a sample in one piece to sample itself (sink),
+	// in line: deliver, the rest.
+	sink    ring.Sink
 	deliver func(*ring.Record) error
 }
 
 func NewCallback(s *Set, sample func(int, []byte), lost func(int, uint64)) *Callback {
-	c := &Callback{s: s, sample: sample, lost: lost}
+	c := &Callback{s: s, sample: sample, lost: lost, sink: ring.Sink{Sample: sample}}
 	c.deliver = c.deliverRecord
 	return c
 }
@@ -35,7 +38,7 @@ func (c *Callback) Drain(i int) (int, error) {
 	rb := c.s.Rings[i]
 	defer c.CommitPublish(i) // commits, and counts what was delivered
 	rb.Begin()
-	n, _, err := rb.Each(&c.rec, math.MaxUint64, &c.s.Stop, c.deliver)
+	n, _, err := rb.Each(&c.rec, math.MaxUint64, &c.s.Stop, c.deliver, &c.sink)
 	if err != nil {
 		rb.SkipCorrupt() // counted; the ring goes on past it
 	}
@@ -43,7 +46,8 @@ func (c *Callback) Drain(i int) (int, error) {
 }
 
 // deliverRecord hands a record to the sample or lost function: the ring loop's
-// function for callback mode.
+// function for callback mode, for the records its sink does not take (lost
+// records, a sample that straddles the ring's end).
 func (c *Callback) deliverRecord(rec *ring.Record) error {
 	if rec.Type == ring.Lost {
 		if c.lost != nil {

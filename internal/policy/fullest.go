@@ -92,19 +92,31 @@ func (f *Fullest) AddRing(int) {}
 
 // Each runs one turn: ring i's records through the ring's loop, up to the
 // budget. A turn cut short by fn's error goes on at the next read.
-func (f *Fullest) Each(fn func(*ring.Record) error) (bool, error) {
+func (f *Fullest) Each(fn func(*ring.Record) error) (bool, error) { return f.each(fn, nil) }
+
+// CopyInto runs one turn as Each does, the ring's loop copying the records
+// into s.Into (see ring.Sink) rather than calling a function. A turn cut
+// short because s is full goes on at the next call. It reports whether
+// there may be more to deliver without a wait (Each's more).
+func (f *Fullest) CopyInto(s *ring.Sink) bool {
+	more, _ := f.each(nil, s) // (no function: no error but a corruption, reported by the read)
+	return more
+}
+
+// each is Each and CopyInto: one turn into fn or s.
+func (f *Fullest) each(fn func(*ring.Record) error, s *ring.Sink) (bool, error) {
 	if f.pos >= len(f.order) && !f.startPass() {
 		return false, nil
 	}
 	i := f.order[f.pos]
 	rb := f.s.Rings[i]
-	_, used, err := rb.Each(&f.rec, uint64(max(f.left, 0)), &f.s.Stop, fn)
+	_, used, err := rb.Each(&f.rec, uint64(max(f.left, 0)), &f.s.Stop, fn, s)
 	f.left -= int(used)
 	if _, ok := err.(*ring.CorruptError); ok && rb.Cur().IsCorrupt(err) {
 		f.s.SkipCorrupt(i, err) // the read reports it
 		err = nil
-	} else if err != nil || f.s.Stop.Load() {
-		return true, err // fn's error, or Close from fn: free commits what was delivered
+	} else if err != nil || f.s.Stop.Load() || s.Full() {
+		return true, err // fn's error, Close from fn, or a full batch: free commits what was delivered
 	}
 	f.endTurn(i)
 	return true, nil

@@ -449,7 +449,7 @@ func (o *ordered) run(i int, fn func(*ring.Record) error) (int, error) {
 	}
 	from := rb.Cur().Pos()
 	o.fn = fn
-	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.Stop, o.runF)
+	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.Stop, o.runF, nil)
 	o.fn = nil
 	if err == errHeld {
 		k--

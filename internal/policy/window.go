@@ -193,7 +193,7 @@ func (w *window) takeIn(i int) {
 	}
 	w.in, w.inAt = i, w.now()
 	w.clock = w.inAt
-	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stage)
+	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stage, nil)
 	w.tmp = ring.Record{}
 	if err != nil && err != errWindowFull {
 		// A record that cannot be valid: nothing is held in the ring, so

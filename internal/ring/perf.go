@@ -266,17 +266,20 @@ func (r *Perf) parseRest(rec *Record) bool {
 }
 
 // Each is the loop that delivers records: RawBuffer.Drain and every policy run it. It parses
-// records from the cursor up to the head snapshot and calls fn with each, the cursor already
-// past it, while they start within limit bytes of where it began. It returns how many
-// records fn received and how many bytes the cursor moved, and stops
+// records from the cursor up to the head snapshot and delivers each, the cursor already past
+// it, while they start within limit bytes of where it began: to fn, or with a sink (not nil)
+// to the sink, which passes on to fn only what it does not take (see Sink). It returns how
+// many records it delivered and how many bytes the cursor moved, and stops
 //   - at the end of the snapshot, or past limit: nil;
-//   - when fn returns an error: that error (the record counts as received);
+//   - when fn returns an error: that error (the record counts as delivered);
+//   - after the copy that fills the sink's Into (Sink.Full): nil;
 //   - at a corrupt record: the *CorruptError (the cursor stays on it);
 //   - after the record during which stop became true (its owner was closed): nil.
 //
 // It does not commit. Plain samples (plainAt) are taken in line, loaded through the ring's
-// base pointer, with no call per record but fn's; every other record goes through parseRest.
-func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, uint64, error) {
+// base pointer, and copied in line into a sink's Into, with no call per record but fn's (or
+// the sink's Sample, or the copy's memmove); every other record goes through parseRest.
+func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error, s *Sink) (int, uint64, error) {
 	from := r.cursor
 	rec.CPU, rec.Ring = r.cpu, r.index
 	k := 0
@@ -295,8 +298,14 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 			}
 			pos, p = r.take(rec, p, size, n)
 			k++
-			if err := fn(rec); err != nil {
-				return k, r.cursor - from, err
+			if s == nil {
+				if err := fn(rec); err != nil {
+					return k, r.cursor - from, err
+				}
+			} else if s.Sample != nil {
+				s.Sample(r.cpu, rec.Data)
+			} else if s.copyPlain(r.index, r.cpu, rec.Data) {
+				return k, r.cursor - from, nil
 			}
 			if stop.Load() {
 				return k, r.cursor - from, nil
@@ -312,7 +321,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 			return k, r.cursor - from, nil
 		}
 		k++
-		if err := fn(rec); err != nil {
+		if full, err := s.put(rec, fn); err != nil || full {
 			return k, r.cursor - from, err
 		}
 		if stop.Load() {

@@ -80,6 +80,87 @@ func (r *Record) AppendTo(dst []byte) []byte {
 	return dst
 }
 
+// Copy is a record copied out of the ring: the root package's Sample.
+type Copy struct {
+	Ring int
+	CPU  int
+	Type RecordType // Sample or Lost
+	// Data is a copy of the payload (padded as Record's); a copy into a
+	// Copy reuses its capacity.
+	Data []byte
+	Lost uint64 // for a Lost record
+	// Key and Late are set by an ordered reader: see Record.
+	Key  uint64
+	Late bool
+}
+
+// SetCopy fills c with rec, copying the payload into the memory c.Data
+// already has when it is large enough. (Field by field: a composite literal
+// is built on the stack and copied in wide loads that stall on the narrow
+// stores before them. A function, not a method: the root package's Sample
+// is a Copy, and gains no method.)
+func SetCopy(c *Copy, rec *Record) {
+	c.Data = rec.AppendTo(c.Data[:0])
+	c.Ring, c.CPU, c.Type, c.Lost, c.Key, c.Late = rec.Ring, rec.CPU, rec.Type, rec.Lost, rec.Key, rec.Late
+}
+
+// Sink is where a ring's loop (Ring.Each) puts the records when it is not
+// a function of the caller's: copies into a batch (Into), or a plain
+// sample's payload handed to a libbpf-style sample function (Sample). The
+// loop does it in line, with no call a record but Sample's: a function per
+// record is one more call, and a Go call spills every register the loop
+// keeps (issue 31). One of Into and Sample is set.
+type Sink struct {
+	// Into receives copies, from Into[N] on; the loop stops after the copy
+	// that fills it or brings Room to 0 or below.
+	Into []Copy
+	N    int // copies made
+	Room int // payload bytes still to copy: at least one record is
+
+	// Sample receives each sample whose payload is one piece, with the
+	// ring's CPU; the loop's function gets every other record (lost
+	// records, a payload that straddles a perf ring's end).
+	Sample func(cpu int, data []byte)
+}
+
+// Full reports whether the loop stopped because Into is full, or Room
+// used up.
+func (s *Sink) Full() bool { return s != nil && s.Into != nil && (s.N == len(s.Into) || s.Room <= 0) }
+
+// copyPlain copies a plain sample's payload (one piece) of ring index's
+// CPU cpu into Into[N]: the copy of the kinds' fast loops. It reports
+// whether the loop stops after it (Into full).
+func (s *Sink) copyPlain(index, cpu int, data []byte) (stop bool) {
+	c := &s.Into[s.N]
+	c.Data = append(c.Data[:0], data...)
+	c.Ring, c.CPU, c.Type, c.Lost, c.Key, c.Late = index, cpu, Sample, 0, 0, false
+	return s.Took(len(data))
+}
+
+// Took counts a copy of n payload bytes made into Into[N], and reports
+// whether Into is full after it: for the loops' copies, and a policy's
+// function that copies (ReadBatch over an ordered policy).
+func (s *Sink) Took(n int) bool {
+	s.N++
+	s.Room -= n
+	return s.N == len(s.Into) || s.Room <= 0
+}
+
+// put delivers rec, not a plain sample of the kind's fast loop, to the
+// sink, or to fn when the sink takes no such record. It returns fn's error,
+// and whether the loop stops after it (Into full).
+func (s *Sink) put(rec *Record, fn func(*Record) error) (stop bool, err error) {
+	switch {
+	case s == nil || s.Into == nil && (s.Sample == nil || rec.Type != Sample || len(rec.Wrapped) > 0):
+		return false, fn(rec)
+	case s.Into != nil:
+		SetCopy(&s.Into[s.N], rec)
+		return s.Took(rec.Len()), nil
+	}
+	s.Sample(rec.CPU, rec.Data)
+	return false, nil
+}
+
 // Counts is what a ring parsed, each record counted once, the first time it
 // is parsed.
 type Counts struct {

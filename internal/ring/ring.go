@@ -42,12 +42,14 @@ type Ring interface {
 	Next(rec *Record) (bool, error)
 	// Each is the kind's fast loop: Next and fn for each record from the
 	// cursor, while records start within limit bytes of where it began,
-	// until fn's error (returned, the record counted as received), a
+	// until fn's error (returned, the record counted as delivered), a
 	// corrupt record (its error), the end of what may be read now, or
-	// after the record during which stop became true. It returns how many
-	// records fn received and how far the cursor moved. It does not
+	// after the record during which stop became true. With a sink, the
+	// records go to the sink, and to fn only those it does not take, and
+	// the loop also stops once the sink is full (Sink.Full). It returns how
+	// many records it delivered and how far the cursor moved. It does not
 	// commit.
-	Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (k int, used uint64, err error)
+	Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error, s *Sink) (k int, used uint64, err error)
 	// Peek parses the record at pos, a record boundary between the cursor
 	// and the snapshot, without moving the cursor or counting it.
 	Peek(pos uint64, rec *Record) bool

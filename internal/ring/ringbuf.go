@@ -516,20 +516,22 @@ func (r *RingBuf) Peek(pos uint64, rec *Record) bool {
 	}
 }
 
-// Each is THE loop that delivers samples. It parses records from the cursor and calls fn
-// with each sample, the cursor already past it, while records start within limit bytes of
-// where it began; discarded records are skipped and counted. It returns how many samples fn
-// received and how many bytes the cursor moved, and stops
+// Each is THE loop that delivers samples. It parses records from the cursor and delivers
+// each sample, the cursor already past it, while records start within limit bytes of where it
+// began: to fn, or with a sink (not nil) to the sink, which passes on to fn only what it does
+// not take (see Sink); discarded records are skipped and counted. It returns how many samples
+// it delivered and how many bytes the cursor moved, and stops
 //   - at the end of the head snapshot, at a record still busy, or at limit: nil;
-//   - when fn returns an error: that error (the record counts as received);
+//   - when fn returns an error: that error (the record counts as delivered);
+//   - after the copy that fills the sink's Into (Sink.Full): nil;
 //   - at a corrupt record or positions: the *CorruptError (the cursor stays on the record);
 //   - after the record during which stop (if not nil) became true: nil.
 //
-// It does not commit, allocates nothing and makes no call per record but fn's: the common
-// record, a sample not read before, is parsed in line (the rest goes through next). rec's
-// Data aliases ring memory until consumer_pos is committed past rec.Next; fn must not call
-// the ring's methods.
-func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error) (int, uint64, error) {
+// It does not commit, allocates nothing and makes no call per record but fn's (or the sink's
+// Sample, or the copy's memmove): the common record, a sample not read before, is parsed and
+// copied in line (the rest goes through next). rec's Data aliases ring memory until
+// consumer_pos is committed past rec.Next; fn must not call the ring's methods.
+func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error, s *Sink) (int, uint64, error) {
 	from := r.cursor
 	k := 0
 	// Records read again after Begin (counted already) and pending errors: the careful way.
@@ -542,7 +544,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			return k, r.cursor - from, err
 		}
 		k++
-		if err := fn(rec); err != nil {
+		if full, err := s.put(rec, fn); err != nil || full {
 			return k, r.cursor - from, err
 		}
 		if stop != nil && stop.Load() {
@@ -570,8 +572,14 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 		r.cursor = pos + size // and counted with it (see Begin)
 		r.take(rec, p, pos, n, size)
 		k++
-		if err := fn(rec); err != nil {
-			return k, r.cursor - from, err
+		if s == nil {
+			if err := fn(rec); err != nil {
+				return k, r.cursor - from, err
+			}
+		} else if s.Sample != nil {
+			s.Sample(r.cpu, rec.Data)
+		} else if s.copyPlain(r.index, r.cpu, rec.Data) {
+			return k, r.cursor - from, nil
 		}
 		if stop != nil && stop.Load() {
 			return k, r.cursor - from, nil

@@ -222,7 +222,8 @@ func FuzzBPFRingParse(f *testing.F) {
 			checkFuzzBPFRecord(t, data2, rec)
 			got2 = append(got2, refBPFRecord{rec.Pos, rec.Next, false, bytes.Clone(rec.Data)})
 			return nil
-		})
+		}, nil)
+
 		var within []refBPFRecord
 		wantDiscards, wantCorrupt := 0, stop == "corrupt" && at-cons < uint64(limit)
 		for _, w := range want {
@@ -241,6 +242,47 @@ func FuzzBPFRingParse(f *testing.F) {
 		}
 		if wantCorrupt != (eachErr != nil) || (eachErr != nil && eachErr.Error() != fmt.Sprint(nextErr)) {
 			t.Fatalf("each with limit %d: %v; next: %v", limit, eachErr, nextErr)
+		}
+
+		// each into a sink, within limit, as ReadBatch copies: the same samples, copied, in
+		// batches of 1 to 7 copies and a few bytes to ~100 of room; each call stops after the
+		// copy that fills the batch, and the next goes on from there.
+		r5, _, _ := fuzzBPFReader(t, ring, cons, prod)
+		r5.Begin()
+		sink := Sink{Into: make([]Copy, 1+int(limit)%7)}
+		var copied []refBPFRecord
+		var copyErr error
+		for calls := 0; ; calls++ {
+			if calls > size/8+2 {
+				t.Fatalf("more than %d copying calls from a %d-byte ring", calls, size)
+			}
+			if r5.Pos()-cons >= uint64(limit) {
+				break
+			}
+			sink.N, sink.Room = 0, 1+int(limit)%97
+			k, _, err := r5.Each(&rec, uint64(limit)-(r5.Pos()-cons), nil, nil, &sink)
+			if k != sink.N {
+				t.Fatalf("copying each: %d records, %d copies", k, sink.N)
+			}
+			for _, c := range sink.Into[:sink.N] {
+				if c.Type != Sample || c.CPU != -1 || c.Lost != 0 || c.Key != 0 || c.Late {
+					t.Fatalf("copy %+v", c)
+				}
+				copied = append(copied, refBPFRecord{0, 0, false, bytes.Clone(c.Data)})
+			}
+			if copyErr = err; err != nil || !sink.Full() {
+				break
+			}
+		}
+		var wantCopies []refBPFRecord
+		for _, w := range within {
+			wantCopies = append(wantCopies, refBPFRecord{0, 0, false, w.payload})
+		}
+		if fmt.Sprint(copied) != fmt.Sprint(wantCopies) || int(r5.counts.Discarded) != wantDiscards {
+			t.Fatalf("copying each with limit %d: %v, %d discarded; reference %v, %d discarded", limit, copied, r5.counts.Discarded, wantCopies, wantDiscards)
+		}
+		if wantCorrupt != (copyErr != nil) || (copyErr != nil && copyErr.Error() != fmt.Sprint(nextErr)) {
+			t.Fatalf("copying each with limit %d: %v; next: %v", limit, copyErr, nextErr)
 		}
 
 		// peek at every record boundary sees the sample next saw there (or the next one).

@@ -105,7 +105,7 @@ func TestBPFRingRace(t *testing.T) {
 	}
 	for received+r.counts.Discarded < total {
 		r.Begin()
-		n, _, err := r.Each(&rec, limit, nil, check)
+		n, _, err := r.Each(&rec, limit, nil, check, nil)
 		r.CommitCursor()
 		drains++
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -88,7 +87,7 @@ func TestBPFRingEmpty(t *testing.T) {
 	if ok, err := r.Next(&rec); ok || err != nil {
 		t.Fatalf("next on an empty ring = %v, %v", ok, err)
 	}
-	n, _, err := r.Each(&rec, ^uint64(0), nil, func(*Record) error { t.Fatal("fn on an empty ring"); return nil })
+	n, _, err := r.Each(&rec, ^uint64(0), nil, func(*Record) error { t.Fatal("fn on an empty ring"); return nil }, nil)
 	if n != 0 || err != nil {
 		t.Fatalf("each = %d, %v", n, err)
 	}
@@ -190,7 +189,7 @@ func TestBPFRingMany(t *testing.T) {
 					return nil
 				}
 				if useEach {
-					if _, _, err := r.Each(&Record{}, ^uint64(0), nil, check); err != nil {
+					if _, _, err := r.Each(&Record{}, ^uint64(0), nil, check, nil); err != nil {
 						t.Fatal(err)
 					}
 				} else {
@@ -260,7 +259,7 @@ func TestBPFRingBusy(t *testing.T) {
 	if r.Peek(a, &rec) || r.Peek(b, &rec) == false {
 		t.Fatal("peek: the busy record, or the committed one behind it")
 	}
-	n, _, err := r.Each(&rec, ^uint64(0), nil, func(*Record) error { t.Fatal("fn at a busy record"); return nil })
+	n, _, err := r.Each(&rec, ^uint64(0), nil, func(*Record) error { t.Fatal("fn at a busy record"); return nil }, nil)
 	if n != 0 || err != nil {
 		t.Fatalf("each at a busy record = %d, %v", n, err)
 	}
@@ -296,7 +295,7 @@ func TestBPFRingDiscard(t *testing.T) {
 	}
 	// Read again (not committed): not counted again.
 	r.Begin()
-	if n, _, err := r.Each(&rec, ^uint64(0), nil, func(*Record) error { return nil }); n != 2 || err != nil {
+	if n, _, err := r.Each(&rec, ^uint64(0), nil, func(*Record) error { return nil }, nil); n != 2 || err != nil {
 		t.Fatalf("each again = %d, %v", n, err)
 	}
 	if s := r.Counts(); s.Samples != 2 || s.Bytes != 11 || r.counts.Discarded != 5 {
@@ -329,7 +328,8 @@ func TestBPFRingReadAgain(t *testing.T) {
 	n, _, err := r.Each(&rec, ^uint64(0), nil, func(rec *Record) error {
 		got = append(got, len(rec.Data))
 		return nil
-	})
+	}, nil)
+
 	if n != 4 || err != nil || fmt.Sprint(got) != "[12 13 14 15]" {
 		t.Fatalf("each = %d, %v: %v", n, err, got)
 	}
@@ -415,19 +415,20 @@ func TestBPFRingEachLimitStop(t *testing.T) {
 	var rec Record
 	count := func(*Record) error { return nil }
 	// Records that start within 40 bytes: at 0, 16, 32.
-	if n, used, err := r.Each(&rec, 40, nil, count); n != 3 || used != 48 || err != nil || r.Pos() != 48 {
+	if n, used, err := r.Each(&rec, 40, nil, count, nil); n != 3 || used != 48 || err != nil || r.Pos() != 48 {
 		t.Fatalf("limit 40: %d, %d bytes, %v, cursor %d", n, used, err, r.Pos())
 	}
-	if n, _, err := r.Each(&rec, 0, nil, count); n != 0 || err != nil {
+	if n, _, err := r.Each(&rec, 0, nil, count, nil); n != 0 || err != nil {
 		t.Fatalf("limit 0: %d, %v", n, err)
 	}
 	var stop atomic.Bool
 	n, _, err := r.Each(&rec, ^uint64(0), &stop, func(rec *Record) error {
 		if rec.Pos == 64 {
-			stop.Store(true) // stops after this record
+			stop.Store(true)
 		}
 		return nil
-	})
+	}, nil)
+
 	if n != 2 || err != nil || r.Pos() != 80 {
 		t.Fatalf("stop: %d, %v, cursor %d", n, err, r.Pos())
 	}
@@ -438,7 +439,8 @@ func TestBPFRingEachLimitStop(t *testing.T) {
 			return boom
 		}
 		return nil
-	})
+	}, nil)
+
 	if n != 3 || err != boom || r.Pos() != 128 {
 		t.Fatalf("fn error: %d, %v, cursor %d", n, err, r.Pos())
 	}
@@ -448,15 +450,15 @@ func TestBPFRingEachLimitStop(t *testing.T) {
 	// The same on the careful path (records read again after begin).
 	r.Begin()
 	stop.Store(false)
-	n, _, err = r.Each(&rec, 40, &stop, count)
+	n, _, err = r.Each(&rec, 40, &stop, count, nil)
 	if n != 3 || err != nil {
 		t.Fatalf("careful path, limit 40: %d, %v", n, err)
 	}
-	n, _, err = r.Each(&rec, ^uint64(0), &stop, func(rec *Record) error { stop.Store(rec.Pos == 64); return nil })
+	n, _, err = r.Each(&rec, ^uint64(0), &stop, func(rec *Record) error { stop.Store(rec.Pos == 64); return nil }, nil)
 	if n != 2 || err != nil {
 		t.Fatalf("careful path, stop: %d, %v", n, err)
 	}
-	n, _, err = r.Each(&rec, ^uint64(0), nil, func(rec *Record) error { return boom })
+	n, _, err = r.Each(&rec, ^uint64(0), nil, func(rec *Record) error { return boom }, nil)
 	if n != 1 || err != boom || r.Pos() != 96 {
 		t.Fatalf("careful path, fn error: %d, %v", n, err)
 	}
@@ -514,7 +516,7 @@ func TestBPFRingCorrupt(t *testing.T) {
 				var err error
 				good := 0
 				if useEach {
-					good, _, err = r.Each(&rec, ^uint64(0), nil, func(*Record) error { return nil })
+					good, _, err = r.Each(&rec, ^uint64(0), nil, func(*Record) error { return nil }, nil)
 				} else {
 					for {
 						var ok bool
@@ -533,7 +535,7 @@ func TestBPFRingCorrupt(t *testing.T) {
 				if ok, err2 := r.Next(&rec); ok || err2 != err {
 					t.Fatalf("next after the error = %v, %v", ok, err2)
 				}
-				if n, _, err2 := r.Each(&rec, ^uint64(0), nil, func(*Record) error { return nil }); n != 0 || err2 != err {
+				if n, _, err2 := r.Each(&rec, ^uint64(0), nil, func(*Record) error { return nil }, nil); n != 0 || err2 != err {
 					t.Fatalf("each after the error = %d, %v", n, err2)
 				}
 				r.Begin()
@@ -618,7 +620,7 @@ func TestBPFRingSettle(t *testing.T) {
 	}
 	drain := func(x ring) {
 		x.r.Begin()
-		if _, _, err := x.r.Each(&Record{}, ^uint64(0), nil, func(*Record) error { return nil }); err != nil && !errors.Is(err, ErrCorrupt) {
+		if _, _, err := x.r.Each(&Record{}, ^uint64(0), nil, func(*Record) error { return nil }, nil); err != nil && !errors.Is(err, ErrCorrupt) {
 			t.Fatal(err)
 		}
 		x.r.CommitCursor()
@@ -808,12 +810,12 @@ func (m wakeModel) run(k []int) (error, bool) {
 		interleave()
 		r.Begin()
 		if _, _, err := r.Each(&Record{}, ^uint64(0), nil, func(rec *Record) error {
-			if rec.Pos >= delivered { // not a held record read again
+			if rec.Pos >= delivered {
 				got = append(got, int(rec.Data[0]))
 				delivered = rec.Next
 			}
 			return nil
-		}); err != nil {
+		}, nil); err != nil {
 			return err, true
 		}
 		interleave()
@@ -1023,45 +1025,69 @@ func bpfBenchRing(b *testing.B, payload int) (*ringtest.RingBuf, int) {
 	return f, n
 }
 
+// BenchmarkBPFRingEach drains fake ring buffers with Each: a function that
+// reads every byte (fn), or a Sink that copies 64 records at a time and a
+// second pass over the copies that reads every byte (copy: ReadBatch's
+// loop).
 func BenchmarkBPFRingEach(b *testing.B) {
-	for _, payload := range []int{16, 64, 256, 1024} {
-		b.Run(strconv.Itoa(payload), func(b *testing.B) {
-			f, perHalf := bpfBenchRing(b, payload)
-			r := fakeReader(b, f)
-			var sum uint64
-			fn := func(rec *Record) error {
-				sum += ringtest.Sum(rec.Data)
-				return nil
-			}
-			half := uint64(r.Size() / 2)
-			var rec Record
-			samples := 0
-			var elapsed time.Duration
-			b.ReportAllocs()
-			b.ResetTimer()
-			for samples < b.N {
-				// The next half ring: a release store of producer_pos, as __bpf_ringbuf_reserve's.
-				atomic.StoreUint64(&f.Pos[1], r.tail+half)
-				start := time.Now()
-				r.Begin()
-				n, _, err := r.Each(&rec, ^uint64(0), nil, fn)
-				r.CommitCursor()
-				elapsed += time.Since(start)
-				if err != nil || n != perHalf {
-					b.Fatalf("each = %d, %v; want %d", n, err, perHalf)
-				}
-				samples += n
-			}
-			b.StopTimer()
-			ringtest.Sink += sum
-			st := r.Counts()
-			if st.Samples != uint64(samples) {
-				b.Fatalf("stats: %d samples, want %d", st.Samples, samples)
-			}
-			b.ReportMetric(float64(elapsed.Nanoseconds())/float64(samples), "ns/record")
-			b.ReportMetric(float64(st.Bytes)/elapsed.Seconds()/1e6, "MB/s")
-		})
+	for _, mode := range []string{"fn", "copy"} {
+		for _, payload := range []int{16, 64, 256, 1024} {
+			b.Run(fmt.Sprintf("%s/%d", mode, payload), func(b *testing.B) {
+				benchBPFRingEach(b, payload, mode == "copy")
+			})
+		}
 	}
+}
+
+func benchBPFRingEach(b *testing.B, payload int, copying bool) {
+	f, perHalf := bpfBenchRing(b, payload)
+	r := fakeReader(b, f)
+	var sum uint64
+	fn := func(rec *Record) error {
+		sum += ringtest.Sum(rec.Data)
+		return nil
+	}
+	sink := Sink{Into: make([]Copy, 64)}
+	half := uint64(r.Size() / 2)
+	var rec Record
+	samples := 0
+	var elapsed time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for samples < b.N {
+		// The next half ring: a release store of producer_pos, as __bpf_ringbuf_reserve's.
+		atomic.StoreUint64(&f.Pos[1], r.tail+half)
+		start := time.Now()
+		r.Begin()
+		n := 0
+		var err error
+		if copying {
+			for k := -1; k != 0 && err == nil; {
+				sink.N, sink.Room = 0, 8<<10
+				k, _, err = r.Each(&rec, ^uint64(0), nil, nil, &sink)
+				for i := range sink.Into[:sink.N] {
+					sum += ringtest.Sum(sink.Into[i].Data)
+				}
+				n += k
+			}
+		} else {
+			n, _, err = r.Each(&rec, ^uint64(0), nil, fn, nil)
+		}
+		r.CommitCursor()
+		elapsed += time.Since(start)
+		if err != nil || n != perHalf {
+			b.Fatalf("each = %d, %v; want %d", n, err, perHalf)
+		}
+		samples += n
+	}
+	b.StopTimer()
+	ringtest.Sink += sum
+	st := r.Counts()
+	if st.Samples != uint64(samples) {
+		b.Fatalf("stats: %d samples, want %d", st.Samples, samples)
+	}
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(samples), "ns/record")
+	b.ReportMetric(float64(st.Bytes)/elapsed.Seconds()/1e6, "MB/s")
 }
 
 // TestBPFRingMmap maps a real BPF ring buffer map (root or CAP_BPF): the offsets, lengths

@@ -370,7 +370,7 @@ func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
 	}
 	if cfg.Mode == ModeRawZeroCopy {
 		d.fn = func(rec *perfbuf.Record) error {
-			d.total += readRecord(rec)
+			d.total += cref.ReadAll(rec.Data) + readWrapped(rec)
 			return nil
 		}
 	} else {
@@ -426,7 +426,7 @@ func (d *readerDrain) drain(k int) error {
 			if rec.Type != perfbuf.RecordSample {
 				return notSample(rec.CPU, rec.Type, rec.Lost)
 			}
-			d.total += readRecord(rec)
+			d.total += cref.ReadAll(rec.Data) + readWrapped(rec)
 			n++
 			return nil
 		})
@@ -528,11 +528,23 @@ func notSample(cpu int, typ perfbuf.RecordType, lost uint64) error {
 
 // readRecord reads every byte of a zero-copy record: Data, and Wrapped when
 // the payload straddles the ring's end (libbpf hands its callback such a
-// record copied into one buffer, so the C reference makes one call).
-func readRecord(rec *perfbuf.Record) uint64 {
-	s := cref.ReadAll(rec.Data)
-	if len(rec.Wrapped) > 0 {
-		s += cref.ReadAll(rec.Wrapped)
+// record copied into one buffer, so the C reference makes one call). The
+// drains' functions write it out, cref.ReadAll(rec.Data) + readWrapped(rec),
+// so that the read is inlined into them as the C reference's
+// cref_read_all is into its callback (readRecord is too large to be
+// inlined: one more call a record, which C does not make).
+func readRecord(rec *perfbuf.Record) uint64 { return cref.ReadAll(rec.Data) + readWrapped(rec) }
+
+// readWrapped reads rec.Wrapped, empty but for a payload that straddles a
+// perf ring's end: out of line (readAll).
+func readWrapped(rec *perfbuf.Record) uint64 {
+	if len(rec.Wrapped) == 0 {
+		return 0
 	}
-	return s
+	return readAll(rec.Wrapped)
 }
+
+// readAll is cref.ReadAll out of line.
+//
+//go:noinline
+func readAll(p []byte) uint64 { return cref.ReadAll(p) }

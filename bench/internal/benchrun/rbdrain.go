@@ -104,7 +104,7 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 			return nil, err
 		}
 		d.fn = func(rec *perfbuf.Record) error {
-			d.total += readRecord(rec)
+			d.total += cref.ReadAll(rec.Data) + readWrapped(rec)
 			return nil
 		}
 		return d, nil
@@ -119,7 +119,7 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 				if rec.Type != perfbuf.RecordSample {
 					return notSample(rec.CPU, rec.Type, rec.Lost)
 				}
-				d.total += readRecord(rec)
+				d.total += cref.ReadAll(rec.Data) + readWrapped(rec)
 				return nil
 			}
 			return d, nil
