@@ -208,11 +208,18 @@ func (o *ordered) Next() (*ring.Record, int) {
 	// within the bound), so it goes without the merge's look and sift.
 	if i := o.runRing; i >= 0 && !o.s.Flushing() {
 		r := &o.rs[i]
-		if (r.has || o.load(i)) && r.front.Type == ring.Sample && r.key >= o.last && r.key <= o.runBound {
-			o.heap[0].key = r.key // (heap[0] is ring i's: only next changes the heap)
-			o.last = r.key
-			r.front.Key, r.front.Late = r.key, false
-			return &r.front, i
+		if (r.has || o.load(i)) && r.front.Type == ring.Sample && r.key >= o.last {
+			if r.key <= o.runBound {
+				o.heap[0].key = r.key // (heap[0] is ring i's: only next changes the heap)
+				o.last = r.key
+				r.front.Key, r.front.Late = r.key, false
+				return &r.front, i
+			}
+			// The run ended at a sample above its bound (the rings' keys
+			// interleave): every ring still shows a sample, so rule 1
+			// releases the new root's, as the loop below would, without
+			// its look, flush and release checks.
+			return o.nextRoot(r)
 		}
 	}
 	for {
@@ -266,6 +273,24 @@ func (o *ordered) Next() (*ring.Record, int) {
 		}
 		return front, best
 	}
+}
+
+// nextRoot is Next when the run's ring r, the root, shows a sample above
+// the run's bound and every ring is in the heap (a run is on): the root goes
+// down to its place, and the new root's front goes by rule 1 and starts a
+// run. It is not late: its key is the run's bound, the smallest of the other
+// fronts when the run began, and the run delivered keys up to it only.
+func (o *ordered) nextRoot(r *orderedRing) (*ring.Record, int) {
+	o.newest = max(o.newest, r.newest) // from a run
+	o.look = false                     // (no ring waits: nothing to look at)
+	o.pressure = false
+	o.heap[0].key = r.key
+	o.heap.siftDown()
+	best, key := o.heap[0].ref, o.heap[0].key
+	o.runRing, o.runBound, o.last = best, o.heap.second(), key
+	front := &o.rs[best].front
+	front.Key, front.Late = key, false
+	return front, best
 }
 
 // fixRoot loads the root's next front if it has none, and sifts it down to
