@@ -10,6 +10,7 @@ package policy
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 // so the front is the ring's smallest key and the records behind it can
 // wait in the ring unparsed.
 type orderedRing struct {
+	cur *ring.Cursor // the ring's Cur, kept: load asks it for every record
+
 	front ring.Record // valid when has; aliases the ring like any ring.Record
 	key   uint64      // front's key, for a sample
 	has   bool
@@ -56,6 +59,7 @@ type ordered struct {
 	s         *Set
 	rs        []orderedRing
 	keyOffset int
+	keyEnd    int // KeyOffset+8, where key reads in line; MaxInt with a Key
 	keyFn     func([]byte) uint64
 	window    uint64
 	maxDelay  time.Duration
@@ -122,6 +126,10 @@ func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 		look:      true,
 	}
 	o.runF = o.runFn
+	o.keyEnd = o.keyOffset + 8
+	if o.keyFn != nil {
+		o.keyEnd = math.MaxInt
+	}
 	o.startAt = int64(o.start.Sub(epoch))
 	size := s.Rings[0].Cur().Size()
 	if o.highWater == 0 {
@@ -144,7 +152,7 @@ func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 func (o *ordered) AddRing(i int) {
 	rb := o.s.Rings[i]
 	rb.Begin()
-	o.rs = append(o.rs, orderedRing{scanned: rb.Cur().Tail(), dueBefore: rb.Cur().Tail()})
+	o.rs = append(o.rs, orderedRing{cur: rb.Cur(), scanned: rb.Cur().Tail(), dueBefore: rb.Cur().Tail()})
 	o.waiting = append(o.waiting, i)
 	o.runRing = -1 // rule 1 waits for this ring too: no run goes on past it
 	if rb.Cur().Pending() > 0 {
@@ -164,6 +172,15 @@ func (o *ordered) saw(r *orderedRing, key uint64) {
 // to hold it; Order.check bounds the offset, so the sum cannot overflow), or
 // Order.Key's.
 func (o *ordered) key(rec *ring.Record) uint64 {
+	if o.keyEnd <= len(rec.Data) {
+		return binary.NativeEndian.Uint64(rec.Data[o.keyOffset:]) // (in line: the common case)
+	}
+	return o.keyOther(rec)
+}
+
+// keyOther is key for Order.Key's keys, and for a key at KeyOffset that a
+// short sample or the ring's end cuts.
+func (o *ordered) keyOther(rec *ring.Record) uint64 {
 	if o.keyFn != nil {
 		data := rec.Data
 		if len(rec.Wrapped) > 0 {
@@ -173,9 +190,6 @@ func (o *ordered) key(rec *ring.Record) uint64 {
 		return o.keyFn(data)
 	}
 	off := o.keyOffset
-	if off+8 <= len(rec.Data) {
-		return binary.NativeEndian.Uint64(rec.Data[off:])
-	}
 	if off+8 > rec.Len() {
 		return 0
 	}
@@ -321,11 +335,11 @@ func (o *ordered) fixRoot() {
 // snapshot when the last one is used up. It reports whether the ring has a
 // front.
 func (o *ordered) load(i int) bool {
-	rb, r := o.s.Rings[i], &o.rs[i]
-	if rb.Cur().Pending() == 0 {
+	r := &o.rs[i]
+	if r.cur.Pending() == 0 {
 		o.refresh(i)
 	}
-	ok, err := rb.Next(&r.front)
+	ok, err := o.s.Rings[i].Next(&r.front)
 	if err != nil {
 		// Only the front is ever held, and it was delivered: skipping to
 		// the head hands back nothing that is still in use.
