@@ -298,8 +298,13 @@ func (o *ordered) nextRoot(r *orderedRing) (*ring.Record, int) {
 	o.newest = max(o.newest, r.newest) // from a run
 	o.look = false                     // (no ring waits: nothing to look at)
 	o.pressure = false
-	o.heap[0].key = r.key
-	o.heap.siftDown()
+	if h := o.heap; len(h) == 2 {
+		h[0], h[1] = h[1], h[0] // (r's key is above the other's: it goes down)
+		h[1].key = r.key
+	} else {
+		h[0].key = r.key
+		h.siftDown()
+	}
 	best, key := o.heap[0].ref, o.heap[0].key
 	o.runRing, o.runBound, o.last = best, o.heap.second(), key
 	front := &o.rs[best].front
