@@ -454,11 +454,12 @@ func (o *ordered) Each(fn func(*ring.Record) error) (bool, error) {
 		}
 		err := fn(rec)
 		o.Delivered(i)
-		if err == nil && o.runRing == i && !o.s.Stop.Load() {
-			var k int
-			if k, err = o.run(i, fn); k > 0 {
-				return true, err // at most a run apart (see readPolicy.each)
-			}
+		// A run: its first record loaded here as the ring's front, as next
+		// would load it; most runs end there when the rings' keys
+		// interleave record by record, and the ring's loop would only
+		// parse it to hand it back.
+		if err == nil && o.runRing == i && !o.s.Stop.Load() && o.load(i) && o.inRun(&o.rs[i]) {
+			return true, o.run(i, fn) // at most a run apart (see readPolicy.each)
 		}
 		if err != nil || o.s.Stop.Load() {
 			return true, err
@@ -467,29 +468,25 @@ func (o *ordered) Each(fn func(*ring.Record) error) (bool, error) {
 	return true, nil
 }
 
-// run delivers ring i's next records at once while their keys stay within
-// [o.last, o.runBound], without another look at the other rings: rule 1
-// holds for them. The first is loaded as the ring's front; the rest go
-// through the ring's loop, up to the ring's next commit; the first record
-// the run may not deliver stays the ring's front. It returns how many it
-// delivered.
-func (o *ordered) run(i int, fn func(*ring.Record) error) (int, error) {
+// inRun reports whether r's front, loaded, is a sample that a run on its
+// ring delivers: its key within [o.last, o.runBound].
+func (o *ordered) inRun(r *orderedRing) bool {
+	return r.front.Type == ring.Sample && r.key >= o.last && r.key <= o.runBound
+}
+
+// run delivers ring i's front, which the run may deliver (inRun), and the
+// ring's next records at once while their keys stay within [o.last,
+// o.runBound], without another look at the other rings: rule 1 holds for
+// them. They go through the ring's loop, up to the ring's next commit; the
+// first record the run may not deliver stays the ring's front.
+func (o *ordered) run(i int, fn func(*ring.Record) error) error {
 	r, rb := &o.rs[i], o.s.Rings[i]
-	// The first record as the ring's front, as next would load it: most
-	// runs end there when the rings' keys interleave record by record, and
-	// the ring's loop would only parse it to hand it back.
-	if !o.load(i) {
-		return 0, nil
-	}
-	if r.front.Type != ring.Sample || r.key > o.runBound || r.key < o.last {
-		return 0, nil // next takes the front
-	}
 	o.last = r.key
 	r.front.Key, r.front.Late = r.key, false
 	err := fn(&r.front)
 	o.Delivered(i)
 	if err != nil || o.keyFn != nil || o.s.Stop.Load() {
-		return 1, err // (keys only Key can read: next takes each record)
+		return err // (keys only Key can read: next takes each record)
 	}
 	from := rb.Cur().Pos()
 	o.fn = fn
@@ -512,7 +509,7 @@ func (o *ordered) run(i int, fn func(*ring.Record) error) (int, error) {
 	if r.freed >= o.commitAt {
 		o.CommitPublish(i)
 	}
-	return 1 + k, err
+	return err
 }
 
 // runFn is the ring loop's function during a run: it passes on a sample
