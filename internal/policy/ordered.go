@@ -207,7 +207,9 @@ func (o *ordered) keyOther(rec *ring.Record) uint64 {
 // Next returns the front that goes next and its ring, or -1 when none may
 // go yet. A late record that DropLate drops is counted and passed over.
 //
-// Per record it costs a sift of the heap, O(log rings). The rings without
+// Per record it costs a sift of the heap, O(log rings), and none within a
+// run (rule 1 over the records of one ring below the other fronts). The
+// rings without
 // a front (idle CPUs' rings, whose next record could come first) are looked
 // at (ring.quiet: a load of their head) when look says the view moved: a
 // new head snapshot of any ring, nothing to release, a Flush, a lost or
@@ -236,6 +238,12 @@ func (o *ordered) Next() (*ring.Record, int) {
 			return o.nextRoot(r)
 		}
 	}
+	return o.merge()
+}
+
+// merge is Next past a run: it puts the root in place, looks at the
+// waiting rings if look says so, and applies the release rule.
+func (o *ordered) merge() (*ring.Record, int) {
 	for {
 		o.runRing = -1
 		if o.s.flushReq.Load() {
