@@ -209,9 +209,9 @@ func (o *ordered) keyOther(rec *ring.Record) uint64 {
 //
 // Per record it costs a sift of the heap, O(log rings), and none within a
 // run (rule 1 over the records of one ring below the other fronts). The
-// rings without
-// a front (idle CPUs' rings, whose next record could come first) are looked
-// at (ring.quiet: a load of their head) when look says the view moved: a
+// rings without a front (idle CPUs' rings, whose next record could come
+// first) are looked at (ring.quiet: a load of their head) when look says
+// the view moved: a
 // new head snapshot of any ring, nothing to release, a Flush, a lost or
 // corrupt record; so once per snapshot's records, not once per record.
 // Under rule 1 that misses nothing (a waiting ring's next keys are at
