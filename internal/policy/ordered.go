@@ -211,9 +211,9 @@ func (o *ordered) keyOther(rec *ring.Record) uint64 {
 // run (rule 1 over the records of one ring below the other fronts). The
 // rings without a front (idle CPUs' rings, whose next record could come
 // first) are looked at (ring.quiet: a load of their head) when look says
-// the view moved: a
-// new head snapshot of any ring, nothing to release, a Flush, a lost or
-// corrupt record; so once per snapshot's records, not once per record.
+// the view moved: a new head snapshot of any ring, nothing to release, a
+// Flush, a lost or corrupt record; so once per snapshot's records, not once
+// per record.
 // Under rule 1 that misses nothing (a waiting ring's next keys are at
 // least its newest); under rules 2 and 3 a record that arrives on an idle
 // ring meanwhile joins at the next look.
@@ -233,8 +233,8 @@ func (o *ordered) Next() (*ring.Record, int) {
 			}
 			// The run ended at a sample above its bound (the rings' keys
 			// interleave): every ring still shows a sample, so rule 1
-			// releases the new root's, as the loop below would, without
-			// its look, flush and release checks.
+			// releases the new root's, as merge would, without its look,
+			// flush and release checks.
 			return o.nextRoot(r)
 		}
 	}
