@@ -33,13 +33,13 @@ import (
 // past, counted, and reported once, as a *[CorruptError]; the next read goes
 // on with every ring.
 type Reader struct {
-	c        *core
-	pol      policy.Reading
-	full     *policy.Fullest // pol, when it is the fullest-first policy: called directly
+	c    *core
+	pol  policy.Reading
+	full *policy.Fullest // pol, when it is the fullest-first policy: called directly
 	// bare: pol runs no user function (no Order.Key), so that its Next
 	// needs no wait.Reads frame.
-	bare bool
-	deadline atomic.Int64    // unix nanoseconds; 0 means none
+	bare     bool
+	deadline atomic.Int64 // unix nanoseconds; 0 means none
 
 	// Consume's count: countF (r.countRec, made once, so that Consume
 	// does not allocate) counts the records it passes on to fn.

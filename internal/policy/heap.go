@@ -71,9 +71,11 @@ func (h keyHeap) siftDown() {
 // second returns the smallest key after the root's (a child of the root),
 // or the largest key if the root is alone.
 func (h keyHeap) second() uint64 {
-	key := uint64(math.MaxUint64)
-	for _, c := range h[1:min(3, len(h))] {
-		key = min(key, c.key)
+	switch len(h) {
+	case 0, 1:
+		return math.MaxUint64
+	case 2:
+		return h[1].key
 	}
-	return key
+	return min(h[1].key, h[2].key)
 }

@@ -10,6 +10,7 @@ package policy
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 // so the front is the ring's smallest key and the records behind it can
 // wait in the ring unparsed.
 type orderedRing struct {
+	cur *ring.Cursor // the ring's Cur, kept: load asks it for every record
+
 	front ring.Record // valid when has; aliases the ring like any ring.Record
 	key   uint64      // front's key, for a sample
 	has   bool
@@ -56,6 +59,7 @@ type ordered struct {
 	s         *Set
 	rs        []orderedRing
 	keyOffset int
+	keyEnd    int // KeyOffset+8, where key reads in line; MaxInt with a Key
 	keyFn     func([]byte) uint64
 	window    uint64
 	maxDelay  time.Duration
@@ -122,6 +126,10 @@ func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 		look:      true,
 	}
 	o.runF = o.runFn
+	o.keyEnd = o.keyOffset + 8
+	if o.keyFn != nil {
+		o.keyEnd = math.MaxInt
+	}
 	o.startAt = int64(o.start.Sub(epoch))
 	size := s.Rings[0].Cur().Size()
 	if o.highWater == 0 {
@@ -144,7 +152,7 @@ func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 func (o *ordered) AddRing(i int) {
 	rb := o.s.Rings[i]
 	rb.Begin()
-	o.rs = append(o.rs, orderedRing{scanned: rb.Cur().Tail(), dueBefore: rb.Cur().Tail()})
+	o.rs = append(o.rs, orderedRing{cur: rb.Cur(), scanned: rb.Cur().Tail(), dueBefore: rb.Cur().Tail()})
 	o.waiting = append(o.waiting, i)
 	o.runRing = -1 // rule 1 waits for this ring too: no run goes on past it
 	if rb.Cur().Pending() > 0 {
@@ -164,6 +172,15 @@ func (o *ordered) saw(r *orderedRing, key uint64) {
 // to hold it; Order.check bounds the offset, so the sum cannot overflow), or
 // Order.Key's.
 func (o *ordered) key(rec *ring.Record) uint64 {
+	if o.keyEnd <= len(rec.Data) {
+		return binary.NativeEndian.Uint64(rec.Data[o.keyOffset:]) // (in line: the common case)
+	}
+	return o.keyOther(rec)
+}
+
+// keyOther is key for Order.Key's keys, and for a key at KeyOffset that a
+// short sample or the ring's end cuts.
+func (o *ordered) keyOther(rec *ring.Record) uint64 {
 	if o.keyFn != nil {
 		data := rec.Data
 		if len(rec.Wrapped) > 0 {
@@ -173,9 +190,6 @@ func (o *ordered) key(rec *ring.Record) uint64 {
 		return o.keyFn(data)
 	}
 	off := o.keyOffset
-	if off+8 <= len(rec.Data) {
-		return binary.NativeEndian.Uint64(rec.Data[off:])
-	}
 	if off+8 > rec.Len() {
 		return 0
 	}
@@ -193,11 +207,13 @@ func (o *ordered) key(rec *ring.Record) uint64 {
 // Next returns the front that goes next and its ring, or -1 when none may
 // go yet. A late record that DropLate drops is counted and passed over.
 //
-// Per record it costs a sift of the heap, O(log rings). The rings without
-// a front (idle CPUs' rings, whose next record could come first) are looked
-// at (ring.quiet: a load of their head) when look says the view moved: a
-// new head snapshot of any ring, nothing to release, a Flush, a lost or
-// corrupt record; so once per snapshot's records, not once per record.
+// Per record it costs a sift of the heap, O(log rings), and none within a
+// run (rule 1 over the records of one ring below the other fronts). The
+// rings without a front (idle CPUs' rings, whose next record could come
+// first) are looked at (ring.quiet: a load of their head) when look says
+// the view moved: a new head snapshot of any ring, nothing to release, a
+// Flush, a lost or corrupt record; so once per snapshot's records, not once
+// per record.
 // Under rule 1 that misses nothing (a waiting ring's next keys are at
 // least its newest); under rules 2 and 3 a record that arrives on an idle
 // ring meanwhile joins at the next look.
@@ -208,13 +224,26 @@ func (o *ordered) Next() (*ring.Record, int) {
 	// within the bound), so it goes without the merge's look and sift.
 	if i := o.runRing; i >= 0 && !o.s.Flushing() {
 		r := &o.rs[i]
-		if (r.has || o.load(i)) && r.front.Type == ring.Sample && r.key >= o.last && r.key <= o.runBound {
-			o.heap[0].key = r.key // (heap[0] is ring i's: only next changes the heap)
-			o.last = r.key
-			r.front.Key, r.front.Late = r.key, false
-			return &r.front, i
+		if (r.has || o.load(i)) && r.front.Type == ring.Sample && r.key >= o.last {
+			if r.key <= o.runBound {
+				o.heap[0].key = r.key // (heap[0] is ring i's: only next changes the heap)
+				o.last = r.key
+				r.front.Key, r.front.Late = r.key, false
+				return &r.front, i
+			}
+			// The run ended at a sample above its bound (the rings' keys
+			// interleave): every ring still shows a sample, so rule 1
+			// releases the new root's, as merge would, without its look,
+			// flush and release checks.
+			return o.nextRoot(r)
 		}
 	}
+	return o.merge()
+}
+
+// merge is Next past a run: it puts the root in place, looks at the
+// waiting rings if look says so, and applies the release rule.
+func (o *ordered) merge() (*ring.Record, int) {
 	for {
 		o.runRing = -1
 		if o.s.flushReq.Load() {
@@ -268,6 +297,29 @@ func (o *ordered) Next() (*ring.Record, int) {
 	}
 }
 
+// nextRoot is Next when the run's ring r, the root, shows a sample above
+// the run's bound and every ring is in the heap (a run is on): the root goes
+// down to its place, and the new root's front goes by rule 1 and starts a
+// run. It is not late: its key is the run's bound, the smallest of the other
+// fronts when the run began, and the run delivered keys up to it only.
+func (o *ordered) nextRoot(r *orderedRing) (*ring.Record, int) {
+	o.newest = max(o.newest, r.newest) // from a run
+	o.look = false                     // (no ring waits: nothing to look at)
+	o.pressure = false
+	if h := o.heap; len(h) == 2 {
+		h[0], h[1] = h[1], h[0] // (r's key is above the other's: it goes down)
+		h[1].key = r.key
+	} else {
+		h[0].key = r.key
+		h.siftDown()
+	}
+	best, key := o.heap[0].ref, o.heap[0].key
+	o.runRing, o.runBound, o.last = best, o.heap.second(), key
+	front := &o.rs[best].front
+	front.Key, front.Late = key, false
+	return front, best
+}
+
 // fixRoot loads the root's next front if it has none, and sifts it down to
 // its place, or moves it to the waiting rings when its ring has no sample
 // to show.
@@ -296,11 +348,11 @@ func (o *ordered) fixRoot() {
 // snapshot when the last one is used up. It reports whether the ring has a
 // front.
 func (o *ordered) load(i int) bool {
-	rb, r := o.s.Rings[i], &o.rs[i]
-	if rb.Cur().Pending() == 0 {
+	r := &o.rs[i]
+	if r.cur.Pending() == 0 {
 		o.refresh(i)
 	}
-	ok, err := rb.Next(&r.front)
+	ok, err := o.s.Rings[i].Next(&r.front)
 	if err != nil {
 		// Only the front is ever held, and it was delivered: skipping to
 		// the head hands back nothing that is still in use.
@@ -410,11 +462,12 @@ func (o *ordered) Each(fn func(*ring.Record) error) (bool, error) {
 		}
 		err := fn(rec)
 		o.Delivered(i)
-		if err == nil && o.runRing == i && !o.s.Stop.Load() {
-			var k int
-			if k, err = o.run(i, fn); k > 0 {
-				return true, err // at most a run apart (see readPolicy.each)
-			}
+		// A run: its first record loaded here as the ring's front, as next
+		// would load it; most runs end there when the rings' keys
+		// interleave record by record, and the ring's loop would only
+		// parse it to hand it back.
+		if err == nil && o.runRing == i && !o.s.Stop.Load() && o.load(i) && o.inRun(&o.rs[i]) {
+			return true, o.run(i, fn) // at most a run apart (see readPolicy.each)
 		}
 		if err != nil || o.s.Stop.Load() {
 			return true, err
@@ -423,29 +476,25 @@ func (o *ordered) Each(fn func(*ring.Record) error) (bool, error) {
 	return true, nil
 }
 
-// run delivers ring i's next records at once while their keys stay within
-// [o.last, o.runBound], without another look at the other rings: rule 1
-// holds for them. The first is loaded as the ring's front; the rest go
-// through the ring's loop, up to the ring's next commit; the first record
-// the run may not deliver stays the ring's front. It returns how many it
-// delivered.
-func (o *ordered) run(i int, fn func(*ring.Record) error) (int, error) {
+// inRun reports whether r's front, loaded, is a sample that a run on its
+// ring delivers: its key within [o.last, o.runBound].
+func (o *ordered) inRun(r *orderedRing) bool {
+	return r.front.Type == ring.Sample && r.key >= o.last && r.key <= o.runBound
+}
+
+// run delivers ring i's front, which the run may deliver (inRun), and the
+// ring's next records at once while their keys stay within [o.last,
+// o.runBound], without another look at the other rings: rule 1 holds for
+// them. They go through the ring's loop, up to the ring's next commit; the
+// first record the run may not deliver stays the ring's front.
+func (o *ordered) run(i int, fn func(*ring.Record) error) error {
 	r, rb := &o.rs[i], o.s.Rings[i]
-	// The first record as the ring's front, as next would load it: most
-	// runs end there when the rings' keys interleave record by record, and
-	// the ring's loop would only parse it to hand it back.
-	if !o.load(i) {
-		return 0, nil
-	}
-	if r.front.Type != ring.Sample || r.key > o.runBound || r.key < o.last {
-		return 0, nil // next takes the front
-	}
 	o.last = r.key
 	r.front.Key, r.front.Late = r.key, false
 	err := fn(&r.front)
 	o.Delivered(i)
 	if err != nil || o.keyFn != nil || o.s.Stop.Load() {
-		return 1, err // (keys only Key can read: next takes each record)
+		return err // (keys only Key can read: next takes each record)
 	}
 	from := rb.Cur().Pos()
 	o.fn = fn
@@ -468,7 +517,7 @@ func (o *ordered) run(i int, fn func(*ring.Record) error) (int, error) {
 	if r.freed >= o.commitAt {
 		o.CommitPublish(i)
 	}
-	return 1 + k, err
+	return err
 }
 
 // runFn is the ring loop's function during a run: it passes on a sample
