@@ -3,8 +3,6 @@
 package perfbuf
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -33,23 +31,7 @@ func TestOrderedInterleaved(t *testing.T) {
 					f.emit(t, i, 1<<40, uint64(n+1+i), 16)
 				}
 				o := f.ordered(t, Order{MaxDelay: time.Hour})
-				o.SetDeadline(time.Now().Add(10 * time.Second)) // nothing may wait on MaxDelay
-				var got []Sample
-				if mode == "ReadInto" {
-					got = readN(t, o, n)
-				} else {
-					stop := errors.New("enough")
-					err := o.Each(context.Background(), func(rec *Record) error {
-						s := Sample{CPU: rec.CPU, Data: rec.AppendTo(nil), Key: rec.Key, Late: rec.Late}
-						if got = append(got, s); len(got) == n {
-							return stop
-						}
-						return nil
-					})
-					if err != stop {
-						t.Fatalf("Each: %v after %d records", err, len(got))
-					}
-				}
+				got := readOrdered(t, o, mode, n)
 				for j, s := range got {
 					k := uint64(j + 1)
 					if s.Key != k || keyOf(s) != k || seqOf(s.Data) != k || s.Late {

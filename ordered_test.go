@@ -48,23 +48,7 @@ func TestOrderedMerge(t *testing.T) {
 				f.emit(t, i, 1<<40, uint64(n+i), 16)
 			}
 			o := f.ordered(t, Order{MaxDelay: time.Hour})
-			o.SetDeadline(time.Now().Add(10 * time.Second)) // nothing may wait on MaxDelay
-			var got []Sample
-			if mode == "ReadInto" {
-				got = readN(t, o, n)
-			} else {
-				stop := errors.New("enough")
-				err := o.Each(context.Background(), func(rec *Record) error {
-					s := Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(nil), Key: rec.Key, Late: rec.Late}
-					if got = append(got, s); len(got) == n {
-						return stop
-					}
-					return nil
-				})
-				if err != stop {
-					t.Fatalf("Each: %v after %d records", err, len(got))
-				}
-			}
+			got := readOrdered(t, o, mode, n)
 			seen := map[uint64]bool{}
 			for j, s := range got {
 				if j > 0 && (s.Key < got[j-1].Key || s.Late) {
@@ -1006,4 +990,28 @@ func TestOrderKeyReentrant(t *testing.T) {
 			}
 		}
 	}
+}
+
+// readOrdered reads n samples from o with mode, ReadInto or Each (copied
+// out of the records), within 10 s: nothing the tests write may wait on
+// MaxDelay.
+func readOrdered(t *testing.T, o *Reader, mode string, n int) []Sample {
+	t.Helper()
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	if mode == "ReadInto" {
+		return readN(t, o, n)
+	}
+	var got []Sample
+	stop := errors.New("enough")
+	err := o.Each(context.Background(), func(rec *Record) error {
+		s := Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(nil), Key: rec.Key, Late: rec.Late}
+		if got = append(got, s); len(got) == n {
+			return stop
+		}
+		return nil
+	})
+	if err != stop {
+		t.Fatalf("Each: %v after %d records", err, len(got))
+	}
+	return got
 }

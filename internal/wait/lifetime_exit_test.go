@@ -46,16 +46,7 @@ func TestExitExclusiveSlowPath(t *testing.T) {
 			name = "exclusive call last out"
 		}
 		t.Run(name, func(t *testing.T) {
-			var l Lifetime
-			var freed atomic.Int32
-			l.Free = func() { freed.Add(1) }
-			if err := l.EnterExclusive("read"); err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Enter("flush"); err != nil {
-				t.Fatal(err)
-			}
-			l.Close(func() {})
+			l, freed := closedWithTwoCalls(t)
 			if exclusiveLast {
 				l.Exit()
 			} else {
@@ -76,16 +67,7 @@ func TestExitExclusiveSlowPath(t *testing.T) {
 	}
 	t.Run("exits racing", func(t *testing.T) {
 		for range 1000 {
-			var l Lifetime
-			var freed atomic.Int32
-			l.Free = func() { freed.Add(1) }
-			if err := l.EnterExclusive("read"); err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Enter("flush"); err != nil {
-				t.Fatal(err)
-			}
-			l.Close(func() {})
+			l, freed := closedWithTwoCalls(t)
 			var wg sync.WaitGroup
 			wg.Add(2)
 			go func() { defer wg.Done(); l.ExitExclusive() }()
@@ -96,4 +78,20 @@ func TestExitExclusiveSlowPath(t *testing.T) {
 			}
 		}
 	})
+}
+
+// closedWithTwoCalls returns a Lifetime closed while an exclusive call and
+// a plain one are in progress, and the count of its frees.
+func closedWithTwoCalls(t *testing.T) (*Lifetime, *atomic.Int32) {
+	t.Helper()
+	l, freed := new(Lifetime), new(atomic.Int32)
+	l.Free = func() { freed.Add(1) }
+	if err := l.EnterExclusive("read"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Enter("flush"); err != nil {
+		t.Fatal(err)
+	}
+	l.Close(func() {})
+	return l, freed
 }
