@@ -430,14 +430,7 @@ func (r *Reader) copyOut(s []Sample) (int, bool) {
 		return n, more
 	}
 	if len(s) == 1 {
-		var rec *Record
-		i := -1
-		if r.bare {
-			rec, i = r.pol.Next()
-		} else {
-			rec, i = r.polNext()
-		}
-		if i >= 0 {
+		if rec, i := r.polNext(); i >= 0 {
 			copySample(&s[0], rec)
 			r.pol.Delivered(i)
 			return 1, true
@@ -558,9 +551,12 @@ func (r *Reader) polEach(fn func(*Record) error) (bool, error) {
 
 func (r *Reader) turn() { r.turnMore, r.turnErr = r.pol.Each(r.turnFn) }
 
-// polNext is the policy's next inside wait.Reads (an Order's Key runs in
-// it).
+// polNext is the policy's next: inside wait.Reads, where an Order's Key
+// runs, or directly for a policy that runs no user function (bare).
 func (r *Reader) polNext() (*Record, int) {
+	if r.bare {
+		return r.pol.Next()
+	}
 	wait.Reads.Run(r.nextF)
 	return r.nextRec, r.nextRing
 }
