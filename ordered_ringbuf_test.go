@@ -7,6 +7,7 @@ package perfbuf
 // release rules over copies; the ledger with records held.
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -196,6 +197,106 @@ func TestOrderedRingBufWindowFull(t *testing.T) {
 	st := o.Stats()[0]
 	if n != 4 || st.Samples != 6 || st.Late != 1 || st.Left != 0 {
 		t.Fatalf("flushed %d, stats %+v", n, st)
+	}
+}
+
+// A ring found more than half full is read in place (rule 4, the window's
+// hot ring): its records go at once, merged with the window's copies, the
+// smaller key first; a record that comes later with a smaller key than one
+// delivered is Late and counted. Once a look finds an eighth of the ring or
+// less, the window holds records again. Without the hot ring, MaxDelay (an
+// hour) would hold every record: the window has room for them all.
+func TestOrderedRingBufHot(t *testing.T) {
+	for _, form := range []string{"ReadInto", "Each"} {
+		t.Run(form, func(t *testing.T) {
+			f := newFakeBPFRings(t, 1, 4096)
+			o := f.ordered(t, Order{MaxDelay: time.Hour})
+			// Two copies held in the window (a sixteenth of the ring).
+			f.emit(t, 0, 300, 0, 64)
+			f.emit(t, 0, 100, 1, 64)
+			if got := readReleased(t, o, 20*time.Millisecond); len(got) != 0 {
+				t.Fatalf("held: %v", keys(got))
+			}
+			// Then 30 records of 72 bytes, 2,160 of the ring's 4,096; the
+			// seventh one's key, 120, comes after 150 to 200.
+			want := []uint64{50, 100, 150, 160, 170, 180, 190, 200, 120}
+			hot := []uint64{50, 150, 160, 170, 180, 190, 200, 120}
+			for k := uint64(210); len(hot) < 30; k += 10 {
+				if k == 300 {
+					want = append(want, 300) // the window's other copy
+				}
+				hot, want = append(hot, k), append(want, k)
+			}
+			for seq, key := range hot {
+				f.emit(t, 0, key, uint64(2+seq), 64)
+			}
+			var got []Sample
+			switch form {
+			case "ReadInto":
+				got = readReleased(t, o, 20*time.Millisecond)
+			case "Each":
+				o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+				err := o.Each(context.Background(), func(rec *Record) error {
+					got = append(got, Sample{Key: rec.Key, Late: rec.Late, Data: slices.Clone(rec.Data)})
+					return nil
+				})
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatal(err)
+				}
+			}
+			// The last eighth of the ring, at most 7 records, may be
+			// copied in and held.
+			if len(got) < len(want)-7 || fmt.Sprint(keys(got)) != fmt.Sprint(want[:len(got)]) {
+				t.Fatalf("keys %v\nwant %v", keys(got), want)
+			}
+			rest := want[len(got):]
+			for _, s := range got {
+				if s.Key != keyOf(s) || s.Late != (s.Key == 120) {
+					t.Fatalf("sample key %d (payload's %d), late %v", s.Key, keyOf(s), s.Late)
+				}
+			}
+			if st := o.Stats()[0]; st.Samples != uint64(len(got)) || st.Late != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+			// Below an eighth: the window holds again, until a Flush.
+			f.emit(t, 0, 700, 40, 64)
+			f.emit(t, 0, 600, 41, 64)
+			if got := readReleased(t, o, 20*time.Millisecond); len(got) != 0 {
+				t.Fatalf("held: %v", keys(got))
+			}
+			rest = append(rest, 600, 700)
+			if got := flushAll(t, o); fmt.Sprint(keys(got)) != fmt.Sprint(rest) {
+				t.Fatalf("flushed %v, want %v", keys(got), rest)
+			}
+			o.Close()
+			if st := o.Stats()[0]; st.Samples != 34 || st.Left != 0 || st.Late != 1 {
+				t.Fatalf("after Close: %+v", st)
+			}
+		})
+	}
+}
+
+// Close while a hot ring's next record is parsed and a copy went before
+// it: the record parsed is still the ring's, counted Left, not delivered.
+func TestOrderedRingBufHotCloseLedger(t *testing.T) {
+	f := newFakeBPFRings(t, 1, 4096)
+	o := f.ordered(t, Order{MaxDelay: time.Hour})
+	f.emit(t, 0, 100, 0, 64)
+	if got := readReleased(t, o, 20*time.Millisecond); len(got) != 0 {
+		t.Fatalf("held: %v", keys(got))
+	}
+	const hot = 30 // 2,160 bytes of 4,096
+	for seq := range uint64(hot) {
+		f.emit(t, 0, 150+seq, 1+seq, 64)
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	if got := readN(t, o, 1); got[0].Key != 100 {
+		t.Fatalf("first %d", got[0].Key)
+	}
+	o.Close()
+	st := o.Stats()[0]
+	if st.Samples != 1 || st.Left != hot || st.Bytes != 64 {
+		t.Fatalf("after Close: samples %d (%d bytes), left %d; %d emitted", st.Samples, st.Bytes, st.Left, 1+hot)
 	}
 }
 

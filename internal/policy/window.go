@@ -46,7 +46,8 @@ type WindowConfig struct {
 //     record is busy holds back the keys above its newest);
 //  2. a key Window larger has been copied from any ring;
 //  3. the record was copied MaxDelay ago;
-//  4. the window is full (and until it is down to three quarters);
+//  4. the window is full (and until it is down to three quarters), or a
+//     ring is more than half full (see hot);
 //  5. a Flush or Close is under way.
 type window struct {
 	s         *Set
@@ -93,6 +94,20 @@ type window struct {
 	in    int   // the ring being taken in, for stage
 	inAt  int64 // and when (one clock read a ring's intake)
 	clock int64 // the last clock read (window.now) of rule 3
+
+	// hot is the ring found more than half full at an intake, or -1: the
+	// reader is behind it, and copying costs more a record than reading in
+	// place. Its records are not copied but delivered from the ring at
+	// once, merged with the window's smallest copy, the smaller key first
+	// (rule 4: what comes later with a smaller key is Late), until a look
+	// at it finds an eighth of it or less (the rest is copied in). Only a
+	// record being delivered is held in place, so the kernel's wakeups are
+	// not silenced: the reader is busy, and every intake commits the ring.
+	hot   int
+	hrec  ring.Record // ring hot's next record, parsed and not delivered, if hhave
+	hkey  uint64      // its key
+	hhave bool
+	hout  bool // the record out is hrec
 }
 
 // windowRing is what the window keeps of one ring.
@@ -128,6 +143,7 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		limit:     max(cfg.Bytes, 1),
 		outAt:     -1,
 		lastRun:   -1,
+		hot:       -1,
 		look:      true,
 		start:     time.Now(),
 	}
@@ -151,26 +167,35 @@ func (w *window) now() int64 { return int64(time.Since(w.start)) }
 // AddRing: ring buffers do not come and go with CPUs.
 func (w *window) AddRing(int) {}
 
-// Oldest is where ring i's records not copied start: the window's copies
-// are no longer the ring's (Held counts them at Close).
-func (w *window) Oldest(i int) uint64 { return w.s.Rings[i].Cur().Pos() }
+// Oldest is where ring i's records not copied and not delivered start:
+// the window's copies are no longer the ring's (Held counts them at
+// Close); a hot ring's next record is parsed and still the ring's.
+func (w *window) Oldest(i int) uint64 {
+	if i == w.hot && w.hhave {
+		return w.hrec.Pos
+	}
+	return w.s.Rings[i].Cur().Pos()
+}
 
 // Held returns the samples of ring i copied and not delivered: at Close,
 // they are left undelivered like those in the ring.
 func (w *window) Held(i int) uint64 { return w.rs[i].staged }
 
-// CommitPublish hands ring i's space back up to its cursor and publishes
-// its counts: what it parsed but the copies held.
+// CommitPublish hands ring i's space back up to Oldest and publishes its
+// counts: what it parsed but the copies held and a hot ring's next record.
 func (w *window) CommitPublish(i int) {
-	cur := w.s.Rings[i].Cur()
-	if err := cur.Commit(cur.Pos()); err != nil {
-		panic(err) // the cursor is always a record boundary past the tail
+	if err := w.s.Rings[i].Cur().Commit(w.Oldest(i)); err != nil {
+		panic(err) // the cursor, or a record parsed: a record boundary past the tail
 	}
 	w.publish(i)
 }
 
 func (w *window) publish(i int) {
 	st, r := w.s.Rings[i].Cur().Counts(), &w.rs[i]
+	samples, bytes := st.Samples-r.staged, st.Bytes-r.bytes
+	if i == w.hot && w.hhave {
+		samples, bytes = samples-1, bytes-uint64(len(w.hrec.Data))
+	}
 	held := int64(-1)
 	if w.held > 0 {
 		// The copy that goes next, if it is this ring's: the window
@@ -180,15 +205,30 @@ func (w *window) publish(i int) {
 			held = sl.seen + int64(w.start.Sub(epoch))
 		}
 	}
-	w.s.Publish(i, w.Oldest(i), st.Samples-r.staged, st.Bytes-r.bytes, st.Lost, held)
+	w.s.Publish(i, w.Oldest(i), samples, bytes, st.Lost, held)
 }
 
 // takeIn copies what ring i holds now into the window, as far as it has
-// room, and hands the space back.
+// room, and hands the space back; a ring more than half full becomes hot
+// instead, and the hot ring stays so while more than an eighth full.
 func (w *window) takeIn(i int) {
 	rb := w.s.Rings[i]
+	if i == w.hot {
+		w.CommitPublish(i) // what was delivered in place
+	}
 	rb.Refresh()
-	if rb.Cur().Pending() == 0 && !rb.Cur().Failed() || w.isFull() {
+	cur := rb.Cur()
+	hurry := !w.drain && !w.s.Flushing() && !w.s.Stop.Load() && !cur.Failed()
+	switch {
+	case i == w.hot && hurry && cur.Pending() > cur.Size()/8:
+		return
+	case i == w.hot:
+		w.coolDown()
+	case w.hot < 0 && hurry && cur.Pending() > cur.Size()/2:
+		w.hot = i
+		return
+	}
+	if cur.Pending() == 0 && !cur.Failed() || w.isFull() {
 		return // (a pending corruption: Each returns it, to be skipped and reported)
 	}
 	w.in, w.inAt = i, w.now()
@@ -201,6 +241,58 @@ func (w *window) takeIn(i int) {
 		w.s.SkipCorrupt(i, err)
 	}
 	w.CommitPublish(i)
+}
+
+// pullHot parses the hot ring's next record into hrec, or ends the hot
+// ring's turn (reporting false) when a look finds an eighth of it or less
+// beyond its cursor, its next record busy, or a corruption (skipped, for
+// the read to report).
+func (w *window) pullHot() bool {
+	i := w.hot
+	rb := w.s.Rings[i]
+	for tries := 0; ; tries++ {
+		var ok bool
+		var err error
+		if r, is := rb.(*ring.RingBuf); is {
+			ok, err = r.Next(&w.hrec) // (a direct call: the window reads ring buffers)
+		} else {
+			ok, err = rb.Next(&w.hrec)
+		}
+		switch {
+		case ok:
+			key := w.keyOf(w.hrec.Data) // (a ring buffer's record is one piece)
+			w.hkey, w.hhave = key, true
+			if r := &w.rs[i]; key > r.newest || !r.seen {
+				r.newest, r.seen = key, true // (rules 1 and 2 as for a copy)
+			}
+			w.newest = max(w.newest, key)
+			return true
+		case err != nil:
+			w.s.SkipCorrupt(i, err)
+		case tries == 0:
+			rb.Refresh()
+			if rb.Cur().Pending() > rb.Cur().Size()/8 {
+				continue
+			}
+		}
+		w.coolDown()
+		w.CommitPublish(i)
+		w.look = true // the rest is copied in
+		return false
+	}
+}
+
+// coolDown ends the hot ring's turn: its record parsed and not delivered,
+// if any, is copied into the window.
+func (w *window) coolDown() {
+	i := w.hot
+	w.hot = -1
+	if w.hhave {
+		w.hhave = false
+		w.in, w.inAt = i, w.now()
+		w.stage(&w.hrec) // (errWindowFull: the copy is in, which may pass the bound by one)
+		w.hrec = ring.Record{}
+	}
 }
 
 // errWindowFull ends a ring's intake once the window is full; the record
@@ -339,7 +431,15 @@ func (w *window) Next() (*ring.Record, int) {
 			w.takeInAll()
 			took = true
 		}
-		if w.held == 0 && w.drain && !w.s.FlushReached(w) {
+		if w.hot >= 0 && (w.hhave || w.pullHot()) {
+			if w.held == 0 || w.hkey < w.min().key {
+				if rec := w.fromHot(); rec != nil {
+					return rec, w.hot
+				}
+				continue // late, and dropped
+			}
+			// The window's smallest goes first, due or not.
+		} else if w.held == 0 && w.drain && !w.s.FlushReached(w) {
 			// The window had no room for all of it: take in the rest.
 			// If nothing comes (a ring corrupt, its error pending), the
 			// read reports it.
@@ -347,7 +447,7 @@ func (w *window) Next() (*ring.Record, int) {
 				continue
 			}
 		}
-		if w.held == 0 || !w.releasable() {
+		if w.hot < 0 && (w.held == 0 || !w.releasable()) {
 			w.look = true // take in before the next release
 			if took || w.drain {
 				return nil, -1
@@ -374,9 +474,29 @@ func (w *window) Next() (*ring.Record, int) {
 	}
 }
 
+// fromHot returns the hot ring's record parsed, to be delivered in place,
+// or nil when it is late and DropLate dropped it.
+func (w *window) fromHot() *ring.Record {
+	late := w.hkey < w.last
+	if !late {
+		w.last = w.hkey
+	} else if w.s.CountLate(w.hot, w.dropLate); w.dropLate {
+		w.hout = true
+		w.Delivered(w.hot)
+		return nil
+	}
+	w.hrec.Key, w.hrec.Late, w.hout = w.hkey, late, true
+	return &w.hrec
+}
+
 // Delivered ends the delivery of the record Next returned: its copy goes
-// back to the pool.
+// back to the pool, or the hot ring's cursor is past it.
 func (w *window) Delivered(i int) {
+	if w.hout {
+		w.hout, w.hhave = false, false
+		w.sinceTake += int(w.hrec.Next - w.hrec.Pos)
+		return
+	}
 	if w.outAt < 0 {
 		return
 	}
