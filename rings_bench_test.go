@@ -215,9 +215,15 @@ func drainRound(r *Reader, form string) int {
 //   - ringbuf: one ring buffer shared by CPUs, keys in the order of the
 //     records, MaxDelay a nanosecond: rule 3 releases every copy once taken
 //     in (the window, window.go).
+//   - ringbuf, ordered-behind: as ringbuf, ordered, on a ring of 512 KiB
+//     that each round fills past half: the window's hot ring, read in
+//     place (rule 4), but for the last eighth, copied in.
 func BenchmarkReaderFlood(b *testing.B) {
 	for _, kind := range []string{"perf", "ringbuf"} {
-		for _, pol := range []string{"plain", "ordered"} {
+		for _, pol := range []string{"plain", "ordered", "ordered-behind"} {
+			if pol == "ordered-behind" && kind != "ringbuf" {
+				continue
+			}
 			for _, form := range []string{"ReadInto", "Each"} {
 				b.Run(kind+"/"+pol+"/"+form, func(b *testing.B) { benchFlood(b, kind, pol, form) })
 			}
@@ -252,8 +258,12 @@ func benchFlood(b *testing.B, kind, pol, form string) {
 			}
 		}
 	} else {
-		f := newFakeBPFRings(b, 1, 1<<20)
-		if pol == "ordered" {
+		size := 1 << 20
+		if pol == "ordered-behind" {
+			size = 512 << 10
+		}
+		f := newFakeBPFRings(b, 1, size)
+		if pol != "plain" {
 			r = f.ordered(b, Order{MaxDelay: time.Nanosecond}, false)
 		} else {
 			r = f.reader(b, ReaderOptions{})
