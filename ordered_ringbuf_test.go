@@ -152,10 +152,12 @@ func TestOrderedRingBufHandsSpaceBack(t *testing.T) {
 	f := newFakeBPFRings(t, 1, 4096)
 	o := f.ordered(t, Order{MaxDelay: time.Hour})
 	// Twice the ring's size in all, every record held (one shared ring:
-	// only rule 3, an hour, or the window's room would release one).
+	// only rule 3, an hour, or the window's room would release one), and
+	// read every 16 records, 384 bytes, before the ring is an eighth full
+	// (rule 4's hot ring).
 	const n = 2 * 4096 / 32
 	for seq := range uint64(n) {
-		if seq%32 == 0 {
+		if seq%16 == 0 {
 			o.SetDeadline(time.Now().Add(20 * time.Millisecond))
 			var s Sample
 			if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -167,7 +169,7 @@ func TestOrderedRingBufHandsSpaceBack(t *testing.T) {
 		}
 		wakes := f.rings[0].Wakes.Load()
 		f.emit(t, 0, n-seq, seq, 16) // (keys falling: all of them held)
-		if seq%32 == 0 && f.rings[0].Wakes.Load() != wakes+1 {
+		if seq%16 == 0 && f.rings[0].Wakes.Load() != wakes+1 {
 			t.Fatalf("output %d raised no wakeup", seq)
 		}
 	}
@@ -200,11 +202,11 @@ func TestOrderedRingBufWindowFull(t *testing.T) {
 	}
 }
 
-// A ring found more than half full is read in place (rule 4, the window's
-// hot ring): its records go at once, merged with the window's copies, the
-// smaller key first; a record that comes later with a smaller key than one
-// delivered is Late and counted. Once a look finds an eighth of the ring or
-// less, the window holds records again. Without the hot ring, MaxDelay (an
+// A ring found more than an eighth full is read in place (rule 4, the
+// window's hot ring): its records go at once, merged with the window's
+// copies, the smaller key first; a record that comes later with a smaller
+// key than one delivered is Late and counted. Once a look finds the ring
+// empty, the window holds records again. Without the hot ring, MaxDelay (an
 // hour) would hold every record: the window has room for them all.
 func TestOrderedRingBufHot(t *testing.T) {
 	for _, form := range []string{"ReadInto", "Each"} {
@@ -218,7 +220,7 @@ func TestOrderedRingBufHot(t *testing.T) {
 				t.Fatalf("held: %v", keys(got))
 			}
 			// Then 30 records of 72 bytes, 2,160 of the ring's 4,096; the
-			// seventh one's key, 120, comes after 150 to 200.
+			// eighth one's key, 120, comes after 150 to 200.
 			want := []uint64{50, 100, 150, 160, 170, 180, 190, 200, 120}
 			hot := []uint64{50, 150, 160, 170, 180, 190, 200, 120}
 			for k := uint64(210); len(hot) < 30; k += 10 {
@@ -244,29 +246,25 @@ func TestOrderedRingBufHot(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// The last eighth of the ring, at most 7 records, may be
-			// copied in and held.
-			if len(got) < len(want)-7 || fmt.Sprint(keys(got)) != fmt.Sprint(want[:len(got)]) {
+			if fmt.Sprint(keys(got)) != fmt.Sprint(want) {
 				t.Fatalf("keys %v\nwant %v", keys(got), want)
 			}
-			rest := want[len(got):]
 			for _, s := range got {
 				if s.Key != keyOf(s) || s.Late != (s.Key == 120) {
 					t.Fatalf("sample key %d (payload's %d), late %v", s.Key, keyOf(s), s.Late)
 				}
 			}
-			if st := o.Stats()[0]; st.Samples != uint64(len(got)) || st.Late != 1 {
+			if st := o.Stats()[0]; st.Samples != 32 || st.Late != 1 {
 				t.Fatalf("stats %+v", st)
 			}
-			// Below an eighth: the window holds again, until a Flush.
+			// The ring emptied: the window holds again, until a Flush.
 			f.emit(t, 0, 700, 40, 64)
 			f.emit(t, 0, 600, 41, 64)
 			if got := readReleased(t, o, 20*time.Millisecond); len(got) != 0 {
 				t.Fatalf("held: %v", keys(got))
 			}
-			rest = append(rest, 600, 700)
-			if got := flushAll(t, o); fmt.Sprint(keys(got)) != fmt.Sprint(rest) {
-				t.Fatalf("flushed %v, want %v", keys(got), rest)
+			if got := flushAll(t, o); fmt.Sprint(keys(got)) != "[600 700]" {
+				t.Fatalf("flushed %v", keys(got))
 			}
 			o.Close()
 			if st := o.Stats()[0]; st.Samples != 34 || st.Left != 0 || st.Late != 1 {

@@ -37,7 +37,7 @@ func FuzzReaderRingBufs(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f}, uint8(0xc2), uint8(2), uint64(0), uint64(1000), []byte{37, 39, 0})
 	f.Fuzz(func(t *testing.T, mem []byte, n, bad uint8, cons, prod uint64, counts []byte) {
 		// n: rings-1 in bits 0-1; bit 7 ordered; bit 6, rings of 1 KiB,
-		// which 33 records or more fill past half, and an ordered read
+		// which 9 records or more fill past an eighth, and an ordered read
 		// first without a Flush (the window's hot ring).
 		size := 4096
 		if n&0x40 != 0 {

@@ -215,9 +215,10 @@ func drainRound(r *Reader, form string) int {
 //   - ringbuf: one ring buffer shared by CPUs, keys in the order of the
 //     records, MaxDelay a nanosecond: rule 3 releases every copy once taken
 //     in (the window, window.go).
-//   - ringbuf, ordered-behind: as ringbuf, ordered, on a ring of 512 KiB
-//     that each round fills past half: the window's hot ring, read in
-//     place (rule 4), but for the last eighth, copied in.
+//     The ring, 4 MiB, is never more than an eighth full.
+//   - ringbuf, ordered-behind: as ringbuf, ordered, on a ring of 1 MiB
+//     that each round fills past an eighth: the window's hot ring, read
+//     in place (rule 4).
 func BenchmarkReaderFlood(b *testing.B) {
 	for _, kind := range []string{"perf", "ringbuf"} {
 		for _, pol := range []string{"plain", "ordered", "ordered-behind"} {
@@ -258,9 +259,9 @@ func benchFlood(b *testing.B, kind, pol, form string) {
 			}
 		}
 	} else {
-		size := 1 << 20
+		size := 4 << 20
 		if pol == "ordered-behind" {
-			size = 512 << 10
+			size = 1 << 20
 		}
 		f := newFakeBPFRings(b, 1, size)
 		if pol != "plain" {

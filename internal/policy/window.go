@@ -47,7 +47,7 @@ type WindowConfig struct {
 //  2. a key Window larger has been copied from any ring;
 //  3. the record was copied MaxDelay ago;
 //  4. the window is full (and until it is down to three quarters), or a
-//     ring is more than half full (see hot);
+//     ring is more than an eighth full at an intake (see hot);
 //  5. a Flush or Close is under way.
 type window struct {
 	s         *Set
@@ -95,14 +95,15 @@ type window struct {
 	inAt  int64 // and when (one clock read a ring's intake)
 	clock int64 // the last clock read (window.now) of rule 3
 
-	// hot is the ring found more than half full at an intake, or -1: the
-	// reader is behind it, and copying costs more a record than reading in
-	// place. Its records are not copied but delivered from the ring at
-	// once, merged with the window's smallest copy, the smaller key first
-	// (rule 4: what comes later with a smaller key is Late), until a look
-	// at it finds an eighth of it or less (the rest is copied in). Only a
-	// record being delivered is held in place, so the kernel's wakeups are
-	// not silenced: the reader is busy, and every intake commits the ring.
+	// hot is a ring found more than an eighth full at an intake, or -1:
+	// the reader fell behind it, and copying costs several times more a
+	// record than reading in place (docs/performance.md, "Ordered reading
+	// under a flood"). Its records are not copied but delivered from the
+	// ring at once, merged with the window's smallest copy, the smaller
+	// key first (rule 4: what comes later with a smaller key is Late),
+	// until a look finds it empty or its next record busy. Only the record
+	// being delivered is held in place, so the kernel's wakeups are not
+	// silenced: the reader is busy, and every intake commits the ring.
 	hot   int
 	hrec  ring.Record // ring hot's next record, parsed and not delivered, if hhave
 	hkey  uint64      // its key
@@ -209,8 +210,8 @@ func (w *window) publish(i int) {
 }
 
 // takeIn copies what ring i holds now into the window, as far as it has
-// room, and hands the space back; a ring more than half full becomes hot
-// instead, and the hot ring stays so while more than an eighth full.
+// room, and hands the space back; a ring more than an eighth full becomes
+// hot instead, and the hot ring stays so while it holds records.
 func (w *window) takeIn(i int) {
 	rb := w.s.Rings[i]
 	if i == w.hot {
@@ -220,11 +221,11 @@ func (w *window) takeIn(i int) {
 	cur := rb.Cur()
 	hurry := !w.drain && !w.s.Flushing() && !w.s.Stop.Load() && !cur.Failed()
 	switch {
-	case i == w.hot && hurry && cur.Pending() > cur.Size()/8:
+	case i == w.hot && hurry && cur.Pending() > 0:
 		return
 	case i == w.hot:
 		w.coolDown()
-	case w.hot < 0 && hurry && cur.Pending() > cur.Size()/2:
+	case w.hot < 0 && hurry && cur.Pending() > cur.Size()/8:
 		w.hot = i
 		return
 	}
@@ -244,9 +245,8 @@ func (w *window) takeIn(i int) {
 }
 
 // pullHot parses the hot ring's next record into hrec, or ends the hot
-// ring's turn (reporting false) when a look finds an eighth of it or less
-// beyond its cursor, its next record busy, or a corruption (skipped, for
-// the read to report).
+// ring's turn (reporting false) when a look finds it empty, its next
+// record busy, or a corruption (skipped, for the read to report).
 func (w *window) pullHot() bool {
 	i := w.hot
 	rb := w.s.Rings[i]
@@ -271,13 +271,13 @@ func (w *window) pullHot() bool {
 			w.s.SkipCorrupt(i, err)
 		case tries == 0:
 			rb.Refresh()
-			if rb.Cur().Pending() > rb.Cur().Size()/8 {
+			if rb.Cur().Pending() > 0 {
 				continue
 			}
 		}
 		w.coolDown()
 		w.CommitPublish(i)
-		w.look = true // the rest is copied in
+		w.look = true // what comes next is copied in
 		return false
 	}
 }
