@@ -93,9 +93,13 @@ type ReaderOptions struct {
 // the disorder the programs make (the time between a key's stamp and the
 // ring's reservation on another CPU), and Late marks what comes later
 // than that. A busy record holds back its own ring only, as an empty ring
-// does. HighWater bounds the window's memory (rule 4: the window full).
-// Stats.Held is the age of the oldest copy held; at Close, the copies not
-// delivered count as Left.
+// does. Rule 4 over ring buffers: the window is full (HighWater bounds its
+// memory), or the reader fell behind a ring, which it found more than an
+// eighth full. That ring is then read in place, as the fullest-first Reader
+// reads, at about its cost: each record goes at once, after the window's
+// copies with smaller keys, until a look finds the ring empty or its next
+// record busy. Stats.Held is the age of the oldest copy held; at Close, the
+// copies not delivered count as Left.
 type Order struct {
 	// KeyOffset is where the key sits in each sample: a u64 in the
 	// host's byte order. A sample too short to hold it has key 0.
