@@ -274,6 +274,53 @@ func TestOrderedRingBufHot(t *testing.T) {
 	}
 }
 
+// Each over a hot ring with no copy in the window runs the ring's own loop
+// (eachHot): keys and Late as record by record, a late record dropped with
+// DropLate, counted either way; the ledger exact.
+func TestOrderedRingBufHotEach(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DropLate=%v", drop), func(t *testing.T) {
+			f := newFakeBPFRings(t, 1, 4096)
+			o := f.ordered(t, Order{MaxDelay: time.Hour, DropLate: drop})
+			var want []uint64
+			for seq := range uint64(30) { // 2,160 bytes of 4,096
+				key := 100 + seq*10
+				if seq == 20 {
+					key = 105 // after 290: late
+				}
+				f.emit(t, 0, key, seq, 64)
+				if key != 105 || !drop {
+					want = append(want, key)
+				}
+			}
+			var got []uint64
+			o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+			err := o.Each(context.Background(), func(rec *Record) error {
+				if rec.Key != binary.NativeEndian.Uint64(rec.Data) || rec.Late != (rec.Key == 105) {
+					t.Fatalf("record key %d, late %v", rec.Key, rec.Late)
+				}
+				got = append(got, rec.Key)
+				return nil
+			})
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("keys %v\nwant %v", got, want)
+			}
+			o.Close()
+			st := o.Stats()[0]
+			dropped := uint64(0)
+			if drop {
+				dropped = 1
+			}
+			if st.Samples+st.Dropped != 30 || st.Late != 1 || st.Dropped != dropped || st.Left != 0 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
 // Close while a hot ring's next record is parsed and a copy went before
 // it: the record parsed is still the ring's, counted Left, not delivered.
 func TestOrderedRingBufHotCloseLedger(t *testing.T) {

@@ -109,6 +109,11 @@ type window struct {
 	hkey  uint64      // its key
 	hhave bool
 	hout  bool // the record out is hrec
+	// Each's loop over the hot ring (eachHot): the ring's own loop calls
+	// hotF (w.hotRec, made once), which calls hfn.
+	hloop ring.Record
+	hotF  func(*ring.Record) error
+	hfn   func(*ring.Record) error
 }
 
 // windowRing is what the window keeps of one ring.
@@ -160,6 +165,7 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 	}
 	w.takeEvery = max(w.takeEvery/4, 1)
 	w.out.Type = ring.Sample
+	w.hotF = w.hotRec
 	return w
 }
 
@@ -529,9 +535,15 @@ func (w *window) Idle() (time.Duration, time.Duration) {
 }
 
 // Each delivers up to 256 copies in key order before it returns for the
-// read to look at its context.
+// read to look at its context; or, while a ring is hot and the window holds
+// no copy, that ring's records through the ring's own loop (eachHot).
 func (w *window) Each(fn func(*ring.Record) error) (bool, error) {
 	for n := 0; n < 256; n++ {
+		if w.hot >= 0 && w.held == 0 && !w.hhave && w.sinceTake < w.takeEvery && !w.drain && !w.s.Flushing() {
+			if ran, err := w.eachHot(fn); ran {
+				return true, err
+			}
+		}
 		rec, i := w.Next()
 		if i < 0 {
 			return false, nil
@@ -543,6 +555,48 @@ func (w *window) Each(fn func(*ring.Record) error) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// eachHot runs the hot ring's records through the ring's loop, in place,
+// up to the next intake (takeEvery): the fullest-first Reader's loop, with
+// a key and a comparison a record (hotRec). The window holds no copy, so
+// each record is the smallest there is. It reports false when the ring's
+// snapshot had no record: its end, a busy record and the intake are Next's
+// to look at.
+func (w *window) eachHot(fn func(*ring.Record) error) (ran bool, err error) {
+	i := w.hot
+	rb := w.s.Rings[i]
+	w.hfn = fn
+	n, used, err := rb.Each(&w.hloop, uint64(w.takeEvery-w.sinceTake), &w.s.Stop, w.hotF, nil)
+	w.hfn, w.hloop = nil, ring.Record{}
+	w.sinceTake += int(used)
+	if _, ok := err.(*ring.CorruptError); ok && rb.Cur().IsCorrupt(err) {
+		w.s.SkipCorrupt(i, err) // the read reports it
+		w.coolDown()
+		w.CommitPublish(i)
+		w.look = true
+		return true, nil
+	}
+	return n > 0 || err != nil, err
+}
+
+// hotRec is eachHot's function for each record of the hot ring: its key,
+// Late, rules 1 and 2's bookkeeping, then the read's function. A late
+// record DropLate drops is counted and passed over.
+func (w *window) hotRec(rec *ring.Record) error {
+	key := w.keyOf(rec.Data) // (a ring buffer's record is one piece)
+	late := key < w.last
+	if !late {
+		w.last = key
+	} else if w.s.CountLate(w.hot, w.dropLate); w.dropLate {
+		return nil
+	}
+	if r := &w.rs[w.hot]; key > r.newest || !r.seen {
+		r.newest, r.seen = key, true
+	}
+	w.newest = max(w.newest, key)
+	rec.Key, rec.Late = key, late
+	return w.hfn(rec)
 }
 
 // copyRun is a run of copies whose keys do not fall, oldest first: q[head:].
