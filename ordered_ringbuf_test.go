@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
@@ -206,13 +207,15 @@ func TestOrderedRingBufWindowFull(t *testing.T) {
 // window's hot ring): its records go at once, merged with the window's
 // copies, the smaller key first; a record that comes later with a smaller
 // key than one delivered is Late and counted. Once a look finds the ring
-// empty, the window holds records again. Without the hot ring, MaxDelay (an
+// empty, past a hold (10 ms) after it was last found an eighth full, the
+// window holds records again. Without the hot ring, MaxDelay (an
 // hour) would hold every record: the window has room for them all.
 func TestOrderedRingBufHot(t *testing.T) {
 	for _, form := range []string{"ReadInto", "Each"} {
 		t.Run(form, func(t *testing.T) {
 			f := newFakeBPFRings(t, 1, 4096)
 			o := f.ordered(t, Order{MaxDelay: time.Hour})
+			policy.SetHotHold(o.pol, time.Hour) // (10 ms: a slow host could pass it)
 			// Two copies held in the window (a sixteenth of the ring).
 			f.emit(t, 0, 300, 0, 64)
 			f.emit(t, 0, 100, 1, 64)
@@ -257,7 +260,19 @@ func TestOrderedRingBufHot(t *testing.T) {
 			if st := o.Stats()[0]; st.Samples != 32 || st.Late != 1 {
 				t.Fatalf("stats %+v", st)
 			}
-			// The ring emptied: the window holds again, until a Flush.
+			// Within the hold after the ring was last an eighth full, it
+			// stays hot: what comes goes at once.
+			f.emit(t, 0, 500, 38, 64)
+			f.emit(t, 0, 510, 39, 64)
+			if got := readReleased(t, o, 20*time.Millisecond); fmt.Sprint(keys(got)) != "[500 510]" {
+				t.Fatalf("within the hold: %v", keys(got))
+			}
+			// A look that finds the ring empty past the hold cools it:
+			// the window holds again, until a Flush.
+			policy.SetHotHold(o.pol, 0)
+			if got := readReleased(t, o, time.Millisecond); len(got) != 0 {
+				t.Fatalf("more: %v", keys(got))
+			}
 			f.emit(t, 0, 700, 40, 64)
 			f.emit(t, 0, 600, 41, 64)
 			if got := readReleased(t, o, 20*time.Millisecond); len(got) != 0 {
@@ -267,7 +282,7 @@ func TestOrderedRingBufHot(t *testing.T) {
 				t.Fatalf("flushed %v", keys(got))
 			}
 			o.Close()
-			if st := o.Stats()[0]; st.Samples != 34 || st.Left != 0 || st.Late != 1 {
+			if st := o.Stats()[0]; st.Samples != 36 || st.Left != 0 || st.Late != 1 {
 				t.Fatalf("after Close: %+v", st)
 			}
 		})

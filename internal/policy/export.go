@@ -4,6 +4,8 @@ package policy
 
 // Views of a policy's state for the owners' tests.
 
+import "time"
+
 // SetBudget sets a fullest-first policy's turn, in bytes.
 func SetBudget(p Reading, n int) { p.(*Fullest).budget = n }
 
@@ -16,3 +18,7 @@ func Marks(p Reading) []int {
 	}
 	return n
 }
+
+// SetHotHold sets how long an ordered window's hot ring stays hot after a
+// look found it more than an eighth full (hotHold).
+func SetHotHold(p Reading, d time.Duration) { p.(*window).hold = d }
