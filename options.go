@@ -98,7 +98,8 @@ type ReaderOptions struct {
 // eighth full. That ring is then read in place, as the fullest-first Reader
 // reads, at about its cost: each record goes at once, after the window's
 // copies with smaller keys, until a look finds the ring empty or its next
-// record busy. Stats.Held is the age of the oldest copy held; at Close, the
+// record busy, 10 ms or more after a look last found it an eighth full.
+// Stats.Held is the age of the oldest copy held; at Close, the
 // copies not delivered count as Left.
 type Order struct {
 	// KeyOffset is where the key sits in each sample: a u64 in the
