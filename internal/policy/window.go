@@ -278,12 +278,8 @@ func (w *window) pullHot() bool {
 		}
 		switch {
 		case ok:
-			key := w.keyOf(w.hrec.Data) // (a ring buffer's record is one piece)
-			w.hkey, w.hhave = key, true
-			if r := &w.rs[i]; key > r.newest || !r.seen {
-				r.newest, r.seen = key, true // (rules 1 and 2 as for a copy)
-			}
-			w.newest = max(w.newest, key)
+			w.hkey, w.hhave = w.keyOf(w.hrec.Data), true // (a ring buffer's record is one piece)
+			w.saw(i, w.hkey)
 			return true
 		case err == nil && tries == 0:
 			rb.Refresh()
@@ -357,10 +353,7 @@ func (w *window) stage(rec *ring.Record) error {
 	r := &w.rs[w.in]
 	r.staged++
 	r.bytes += uint64(n)
-	if !r.seen || key > r.newest {
-		r.newest, r.seen = key, true
-	}
-	w.newest = max(w.newest, key)
+	w.saw(w.in, key)
 	if w.over() {
 		return errWindowFull
 	}
@@ -462,8 +455,8 @@ func (w *window) Next() (*ring.Record, int) {
 			w.takeInAll()
 			took = true
 		}
-		hotRec := w.hot >= 0 && (w.hhave || w.pullHot())
-		if hotRec {
+		inPlace := w.hot >= 0 && (w.hhave || w.pullHot())
+		if inPlace {
 			if w.held == 0 || w.hkey < w.min().key {
 				if rec := w.fromHot(); rec != nil {
 					return rec, w.hot
@@ -479,7 +472,7 @@ func (w *window) Next() (*ring.Record, int) {
 				continue
 			}
 		}
-		if !hotRec && (w.held == 0 || !w.releasable()) {
+		if !inPlace && (w.held == 0 || !w.releasable()) {
 			w.look = true // take in before the next release
 			if took || w.drain {
 				return nil, -1
@@ -489,10 +482,8 @@ func (w *window) Next() (*ring.Record, int) {
 		e := w.popMin()
 		sl := &w.slots[e.ref]
 		i := int(sl.ring)
-		late := e.key < w.last
-		if !late {
-			w.last = e.key
-		} else if w.s.CountLate(i, w.dropLate); w.dropLate {
+		late, drop := w.order(i, e.key)
+		if drop {
 			w.outAt = int32(e.ref)
 			w.Delivered(i)
 			continue
@@ -509,10 +500,8 @@ func (w *window) Next() (*ring.Record, int) {
 // fromHot returns the hot ring's record parsed, to be delivered in place,
 // or nil when it is late and DropLate dropped it.
 func (w *window) fromHot() *ring.Record {
-	late := w.hkey < w.last
-	if !late {
-		w.last = w.hkey
-	} else if w.s.CountLate(w.hot, w.dropLate); w.dropLate {
+	late, drop := w.order(w.hot, w.hkey)
+	if drop {
 		w.hout = true
 		w.Delivered(w.hot)
 		return nil
@@ -611,18 +600,34 @@ func (w *window) eachHot(fn func(*ring.Record) error) (ran bool, err error) {
 // record DropLate drops is counted and passed over.
 func (w *window) hotRec(rec *ring.Record) error {
 	key := w.keyOf(rec.Data) // (a ring buffer's record is one piece)
-	late := key < w.last
-	if !late {
-		w.last = key
-	} else if w.s.CountLate(w.hot, w.dropLate); w.dropLate {
+	w.saw(w.hot, key)
+	late, drop := w.order(w.hot, key)
+	if drop {
 		return nil
 	}
-	if r := &w.rs[w.hot]; key > r.newest || !r.seen {
+	rec.Key, rec.Late = key, late
+	return w.hfn(rec)
+}
+
+// saw notes a key taken from ring i, copied or read in place: the ring's
+// newest (rule 1) and the newest of all (rule 2).
+func (w *window) saw(i int, key uint64) {
+	if r := &w.rs[i]; !r.seen || key > r.newest {
 		r.newest, r.seen = key, true
 	}
 	w.newest = max(w.newest, key)
-	rec.Key, rec.Late = key, late
-	return w.hfn(rec)
+}
+
+// order checks a key about to go from ring i against the last delivered:
+// in order, it becomes the last; late, it is counted, and drop reports
+// that DropLate drops it.
+func (w *window) order(i int, key uint64) (late, drop bool) {
+	if key >= w.last {
+		w.last = key
+		return false, false
+	}
+	w.s.CountLate(i, w.dropLate)
+	return true, w.dropLate
 }
 
 // copyRun is a run of copies whose keys do not fall, oldest first: q[head:].
