@@ -94,11 +94,13 @@ type ReaderOptions struct {
 // ring's reservation on another CPU), and Late marks what comes later
 // than that. A busy record holds back its own ring only, as an empty ring
 // does. Rule 4 over ring buffers: the window is full (HighWater bounds its
-// memory), or the reader fell behind a ring, which it found more than an
-// eighth full. That ring is then read in place, as the fullest-first Reader
-// reads, at about its cost: each record goes at once, after the window's
-// copies with smaller keys, until a look finds the ring empty or its next
-// record busy, 10 ms or more after a look last found it an eighth full.
+// memory), or the reader fell behind a ring: it found it more than an
+// eighth full while delivering, or more than three quarters full after a
+// wait (a burst below that is copied and ordered). That ring is then read
+// in place, as the fullest-first Reader reads, at about its cost: each
+// record goes at once, after the window's copies with smaller keys, until a
+// look finds the ring empty or its next record busy, 10 ms or more after a
+// look last found it an eighth full.
 // Stats.Held is the age of the oldest copy held; at Close, the
 // copies not delivered count as Left.
 type Order struct {

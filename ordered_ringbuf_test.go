@@ -203,37 +203,37 @@ func TestOrderedRingBufWindowFull(t *testing.T) {
 	}
 }
 
-// A ring found more than an eighth full is read in place (rule 4, the
-// window's hot ring): its records go at once, merged with the window's
-// copies, the smaller key first; a record that comes later with a smaller
-// key than one delivered is Late and counted. Once a look finds the ring
-// empty, past a hold (10 ms) after it was last found an eighth full, the
-// window holds records again. Without the hot ring, MaxDelay (an
-// hour) would hold every record: the window has room for them all.
+// A ring found more than an eighth full at an intake made while the reader
+// was delivering (rule 4, the window's hot ring) is read in place: its
+// records go at once, merged with the window's copies, the smaller key
+// first; a record that comes later with a smaller key than one delivered is
+// Late and counted. Within the hold it stays hot; a look that finds it empty
+// past the hold cools it, and the window holds records again. Without the
+// hot ring, rule 2 (KeyWindow 1,000) would hold every key above 100.
 func TestOrderedRingBufHot(t *testing.T) {
 	for _, form := range []string{"ReadInto", "Each"} {
 		t.Run(form, func(t *testing.T) {
 			f := newFakeBPFRings(t, 1, 4096)
-			o := f.ordered(t, Order{MaxDelay: time.Hour})
+			o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1000})
 			policy.SetHotHold(o.pol, time.Hour) // (10 ms: a slow host could pass it)
-			// Two copies held in the window (a sixteenth of the ring).
-			f.emit(t, 0, 300, 0, 64)
-			f.emit(t, 0, 100, 1, 64)
-			if got := readReleased(t, o, 20*time.Millisecond); len(got) != 0 {
-				t.Fatalf("held: %v", keys(got))
+			// 10 goes by rule 2; 300 and 1,100 stay in the window.
+			for seq, key := range []uint64{10, 1100, 300} {
+				f.emit(t, 0, key, uint64(seq), 64)
 			}
-			// Then 30 records of 72 bytes, 2,160 of the ring's 4,096; the
-			// eighth one's key, 120, comes after 150 to 200.
-			want := []uint64{50, 100, 150, 160, 170, 180, 190, 200, 120}
-			hot := []uint64{50, 150, 160, 170, 180, 190, 200, 120}
-			for k := uint64(210); len(hot) < 30; k += 10 {
-				if k == 300 {
-					want = append(want, 300) // the window's other copy
-				}
+			o.SetDeadline(time.Now().Add(10 * time.Second))
+			if got := readN(t, o, 1); got[0].Key != 10 {
+				t.Fatalf("first %d", got[0].Key)
+			}
+			// Then, while the reader is busy (no wait since its intake),
+			// 30 records of 72 bytes, 2,160 of the ring's 4,096; the
+			// seventh one's key, 200, comes after 250 to 390.
+			hot := []uint64{250, 350, 360, 370, 380, 390, 200}
+			want := []uint64{250, 300, 350, 360, 370, 380, 390, 200}
+			for k := uint64(400); len(hot) < 30; k += 10 {
 				hot, want = append(hot, k), append(want, k)
 			}
 			for seq, key := range hot {
-				f.emit(t, 0, key, uint64(2+seq), 64)
+				f.emit(t, 0, key, uint64(3+seq), 64)
 			}
 			var got []Sample
 			switch form {
@@ -253,18 +253,18 @@ func TestOrderedRingBufHot(t *testing.T) {
 				t.Fatalf("keys %v\nwant %v", keys(got), want)
 			}
 			for _, s := range got {
-				if s.Key != keyOf(s) || s.Late != (s.Key == 120) {
+				if s.Key != keyOf(s) || s.Late != (s.Key == 200) {
 					t.Fatalf("sample key %d (payload's %d), late %v", s.Key, keyOf(s), s.Late)
 				}
 			}
 			if st := o.Stats()[0]; st.Samples != 32 || st.Late != 1 {
 				t.Fatalf("stats %+v", st)
 			}
-			// Within the hold after the ring was last an eighth full, it
-			// stays hot: what comes goes at once.
-			f.emit(t, 0, 500, 38, 64)
-			f.emit(t, 0, 510, 39, 64)
-			if got := readReleased(t, o, 20*time.Millisecond); fmt.Sprint(keys(got)) != "[500 510]" {
+			// Within the hold, the ring stays hot: what comes goes at
+			// once, before the window's 1,100.
+			f.emit(t, 0, 700, 40, 64)
+			f.emit(t, 0, 710, 41, 64)
+			if got := readReleased(t, o, 20*time.Millisecond); fmt.Sprint(keys(got)) != "[700 710]" {
 				t.Fatalf("within the hold: %v", keys(got))
 			}
 			// A look that finds the ring empty past the hold cools it:
@@ -273,19 +273,46 @@ func TestOrderedRingBufHot(t *testing.T) {
 			if got := readReleased(t, o, time.Millisecond); len(got) != 0 {
 				t.Fatalf("more: %v", keys(got))
 			}
-			f.emit(t, 0, 700, 40, 64)
-			f.emit(t, 0, 600, 41, 64)
+			f.emit(t, 0, 900, 42, 64)
+			f.emit(t, 0, 800, 43, 64)
 			if got := readReleased(t, o, 20*time.Millisecond); len(got) != 0 {
 				t.Fatalf("held: %v", keys(got))
 			}
-			if got := flushAll(t, o); fmt.Sprint(keys(got)) != "[600 700]" {
+			if got := flushAll(t, o); fmt.Sprint(keys(got)) != "[800 900 1100]" {
 				t.Fatalf("flushed %v", keys(got))
 			}
 			o.Close()
-			if st := o.Stats()[0]; st.Samples != 36 || st.Left != 0 || st.Late != 1 {
+			if st := o.Stats()[0]; st.Samples != 37 || st.Left != 0 || st.Late != 1 {
 				t.Fatalf("after Close: %+v", st)
 			}
 		})
+	}
+}
+
+// A burst that came while the reader waited is copied and ordered, however
+// full it left the ring: the hot ring is for a reader the producers outpace.
+func TestOrderedRingBufBurstOrdered(t *testing.T) {
+	f := newFakeBPFRings(t, 1, 4096)
+	o := f.ordered(t, Order{MaxDelay: 20 * time.Millisecond})
+	var want []uint64
+	for seq := range uint64(40) { // 2,880 bytes of 4,096: two CPUs' keys interleaved late
+		key := 100 + seq*10
+		if seq%2 == 1 {
+			key -= 15
+		}
+		f.emit(t, 0, key, seq, 64)
+		want = append(want, key)
+	}
+	slices.Sort(want)
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	got := readN(t, o, len(want))
+	for _, s := range got {
+		if s.Late {
+			t.Fatalf("late: %v", keys(got))
+		}
+	}
+	if fmt.Sprint(keys(got)) != fmt.Sprint(want) {
+		t.Fatalf("keys %v\nwant %v", keys(got), want)
 	}
 }
 
@@ -296,22 +323,28 @@ func TestOrderedRingBufHotEach(t *testing.T) {
 	for _, drop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("DropLate=%v", drop), func(t *testing.T) {
 			f := newFakeBPFRings(t, 1, 4096)
-			o := f.ordered(t, Order{MaxDelay: time.Hour, DropLate: drop})
-			var want []uint64
+			o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1000, DropLate: drop})
+			f.emit(t, 0, 10, 0, 64) // goes by rule 2
+			f.emit(t, 0, 1100, 1, 64)
+			o.SetDeadline(time.Now().Add(10 * time.Second))
+			if got := readN(t, o, 1); got[0].Key != 10 {
+				t.Fatalf("first %d", got[0].Key)
+			}
+			want := []uint64{1100}        // the window's copy, then the ring's records
 			for seq := range uint64(30) { // 2,160 bytes of 4,096
-				key := 100 + seq*10
+				key := 1200 + seq*10
 				if seq == 20 {
-					key = 105 // after 290: late
+					key = 1150 // after 1,390: late
 				}
-				f.emit(t, 0, key, seq, 64)
-				if key != 105 || !drop {
+				f.emit(t, 0, key, 2+seq, 64)
+				if key != 1150 || !drop {
 					want = append(want, key)
 				}
 			}
 			var got []uint64
 			o.SetDeadline(time.Now().Add(20 * time.Millisecond))
 			err := o.Each(context.Background(), func(rec *Record) error {
-				if rec.Key != binary.NativeEndian.Uint64(rec.Data) || rec.Late != (rec.Key == 105) {
+				if rec.Key != binary.NativeEndian.Uint64(rec.Data) || rec.Late != (rec.Key == 1150) {
 					t.Fatalf("record key %d, late %v", rec.Key, rec.Late)
 				}
 				got = append(got, rec.Key)
@@ -329,7 +362,7 @@ func TestOrderedRingBufHotEach(t *testing.T) {
 			if drop {
 				dropped = 1
 			}
-			if st.Samples+st.Dropped != 30 || st.Late != 1 || st.Dropped != dropped || st.Left != 0 {
+			if st.Samples+st.Dropped != 32 || st.Late != 1 || st.Dropped != dropped || st.Left != 0 {
 				t.Fatalf("stats %+v", st)
 			}
 		})
@@ -340,23 +373,25 @@ func TestOrderedRingBufHotEach(t *testing.T) {
 // it: the record parsed is still the ring's, counted Left, not delivered.
 func TestOrderedRingBufHotCloseLedger(t *testing.T) {
 	f := newFakeBPFRings(t, 1, 4096)
-	o := f.ordered(t, Order{MaxDelay: time.Hour})
-	f.emit(t, 0, 100, 0, 64)
-	if got := readReleased(t, o, 20*time.Millisecond); len(got) != 0 {
-		t.Fatalf("held: %v", keys(got))
+	o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1000})
+	for seq, key := range []uint64{10, 1100, 600} { // 10 goes by rule 2
+		f.emit(t, 0, key, uint64(seq), 64)
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	if got := readN(t, o, 1); got[0].Key != 10 {
+		t.Fatalf("first %d", got[0].Key)
 	}
 	const hot = 30 // 2,160 bytes of 4,096
 	for seq := range uint64(hot) {
-		f.emit(t, 0, 150+seq, 1+seq, 64)
+		f.emit(t, 0, 700+seq, 3+seq, 64)
 	}
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	if got := readN(t, o, 1); got[0].Key != 100 {
-		t.Fatalf("first %d", got[0].Key)
+	if got := readN(t, o, 1); got[0].Key != 600 { // the copy before 700, parsed
+		t.Fatalf("second %d", got[0].Key)
 	}
 	o.Close()
 	st := o.Stats()[0]
-	if st.Samples != 1 || st.Left != hot || st.Bytes != 64 {
-		t.Fatalf("after Close: samples %d (%d bytes), left %d; %d emitted", st.Samples, st.Bytes, st.Left, 1+hot)
+	if st.Samples != 2 || st.Left != hot+1 || st.Bytes != 128 {
+		t.Fatalf("after Close: samples %d (%d bytes), left %d; %d emitted", st.Samples, st.Bytes, st.Left, 3+hot)
 	}
 }
 

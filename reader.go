@@ -258,8 +258,10 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 		}
 	}
 	if !c.settled(nil) {
+		r.noWait()
 		return false, nil // a ring's kernel would not wake us: read again
 	}
+	parked := c.w.Wakeups()
 	event, err := c.w.Wait(timeout, slack)
 	if err != nil {
 		return true, fmt.Errorf("%s: %w", op, err)
@@ -269,6 +271,9 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 			c.w.ClearWake() // Flush, SetDeadline, ctx or a CPU: look again
 		}
 		return false, nil
+	}
+	if event && c.w.Wakeups() == parked {
+		r.noWait() // the rings had moved: the wait returned at once
 	}
 	if event && c.holdOff > 0 && c.Latency > 0 && c.belowHoldOff() {
 		// Woken below a ring buffer's watermark: hold the drain off until
@@ -282,6 +287,14 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 		}
 	}
 	return false, nil
+}
+
+// noWait tells a policy that cares (policy.Waits) that the read went on
+// after Idle without waiting.
+func (r *Reader) noWait() {
+	if p, ok := r.pol.(policy.Waits); ok {
+		p.NoWait()
+	}
 }
 
 // takeCorrupt returns the corruption a policy skipped, once.

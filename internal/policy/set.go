@@ -55,6 +55,13 @@ type Reading interface {
 	Idle() (timeout, slack time.Duration)
 }
 
+// Waits is a Reading that cares whether the read waited after Idle: NoWait
+// says it did not, the rings having moved (the ordered window: a reader
+// that never waits is behind the producers).
+type Waits interface {
+	NoWait()
+}
+
 // Tally is what is published of one ring: what it parsed, with the
 // samples, bytes and lost counts as delivered, and the owner's counts.
 type Tally struct {

@@ -47,7 +47,8 @@ type WindowConfig struct {
 //  2. a key Window larger has been copied from any ring;
 //  3. the record was copied MaxDelay ago;
 //  4. the window is full (and until it is down to three quarters), or a
-//     ring is more than an eighth full at an intake (see hot);
+//     ring is more than an eighth full at an intake while the reader
+//     delivers, or three quarters after a wait (see hot);
 //  5. a Flush or Close is under way.
 type window struct {
 	s         *Set
@@ -95,9 +96,14 @@ type window struct {
 	inAt  int64 // and when (one clock read a ring's intake)
 	clock int64 // the last clock read (window.now) of rule 3
 
-	// hot is a ring found more than an eighth full at an intake, or -1:
-	// the reader fell behind it, and copying costs several times more a
-	// record than reading in place (docs/performance.md, "The hot ring").
+	// hot is a ring found more than an eighth full at an intake made
+	// while the reader was delivering, not after a wait (waited; a wait
+	// that returned at once because the rings had moved is none), or -1:
+	// the producers outpace the reader, and copying costs several times
+	// more a record than reading in place (docs/performance.md, "The hot
+	// ring"); or more than three quarters full after a wait (Order's
+	// HighWater default over perf rings). A smaller burst that came while
+	// the reader waited is copied and ordered.
 	// Its records are not copied but delivered from the ring at once,
 	// merged with the window's smallest copy, the smaller key first (rule
 	// 4: what comes later with a smaller key is Late), until a look finds
@@ -108,10 +114,13 @@ type window struct {
 	hot   int
 	hotAt int64         // (window.now)
 	hold  time.Duration // hotHold (tests: SetHotHold)
-	hrec  ring.Record   // ring hot's next record, parsed and not delivered, if hhave
-	hkey  uint64        // its key
-	hhave bool
-	hout  bool // the record out is hrec
+	// waited: the reader waited since the last intake (Idle, and no
+	// NoWait after it), or none was made.
+	waited bool
+	hrec   ring.Record // ring hot's next record, parsed and not delivered, if hhave
+	hkey   uint64      // its key
+	hhave  bool
+	hout   bool // the record out is hrec
 	// Each's loop over the hot ring (eachHot): the ring's own loop calls
 	// hotF (w.hotRec, made once), which calls hfn.
 	hloop ring.Record
@@ -154,6 +163,7 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		lastRun:   -1,
 		hot:       -1,
 		hold:      hotHold,
+		waited:    true,
 		look:      true,
 		start:     time.Now(),
 	}
@@ -220,8 +230,10 @@ func (w *window) publish(i int) {
 }
 
 // takeIn copies what ring i holds now into the window, as far as it has
-// room, and hands the space back; a ring more than an eighth full becomes
-// hot instead, and the hot ring stays so while it holds records.
+// room, and hands the space back; a ring more than an eighth full at an
+// intake not after a wait, or three quarters after one, becomes hot
+// instead, and the hot ring stays so while it holds records or within the
+// hold.
 func (w *window) takeIn(i int) {
 	rb := w.s.Rings[i]
 	if i == w.hot {
@@ -238,7 +250,10 @@ func (w *window) takeIn(i int) {
 		return
 	case i == w.hot:
 		w.coolDown()
-	case w.hot < 0 && hurry && cur.Pending() > cur.Size()/8:
+	case w.hot < 0 && hurry && cur.Pending() > cur.Size()/8 && (!w.waited || cur.Pending() > cur.Size()/4*3):
+		// (Behind at an eighth: entering at half lost 4-15 % in the
+		// median flood round, at three quarters 7-42 %, at an eighth
+		// 0-2.5 %.)
 		w.hot, w.hotAt = i, w.now()
 		return
 	}
@@ -378,6 +393,7 @@ func (w *window) takeInAll() {
 	for i := range w.rs {
 		w.takeIn(i)
 	}
+	w.waited = false
 	w.allSeen = w.shared == 0
 	w.minSeen = ^uint64(0)
 	for i := range w.rs {
@@ -536,6 +552,7 @@ func (w *window) Delivered(i int) {
 // committed as they are taken in: the kernel wakes the reader for the
 // next record of each.
 func (w *window) Idle() (time.Duration, time.Duration) {
+	w.waited = true
 	timeout, slack := w.s.Latency, time.Duration(0)
 	for i := range w.rs {
 		w.CommitPublish(i)
@@ -548,6 +565,9 @@ func (w *window) Idle() (time.Duration, time.Duration) {
 	}
 	return timeout, slack
 }
+
+// NoWait: the read went on after Idle without waiting.
+func (w *window) NoWait() { w.waited = false }
 
 // Each delivers up to 256 copies in key order before it returns for the
 // read to look at its context; or, while a ring is hot and the window holds
