@@ -332,9 +332,9 @@ func (w *window) coolDown() {
 // hotHold is how long a ring stays hot at least after a look found it
 // more than an eighth full. Under a flood, each return to copying takes
 // in a millisecond or more of records and delivers them cold while the
-// ring fills again: leaving the hot ring at once lost samples in most
-// rounds where C lost none (a median of 1.4-5 %), staying 10 ms in a few
-// (0-1.3 %; docs/performance.md, "The hot ring").
+// ring fills again: leaving the hot ring at once lost 1.4-5.3 % in the
+// median round, staying 10 ms 0-1.3 % (docs/performance.md, "The hot
+// ring").
 const hotHold = 10 * time.Millisecond
 
 // errWindowFull ends a ring's intake once the window is full; the record
