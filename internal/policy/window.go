@@ -96,14 +96,14 @@ type window struct {
 	inAt  int64 // and when (one clock read a ring's intake)
 	clock int64 // the last clock read (window.now) of rule 3
 
-	// hot is a ring found more than an eighth full at an intake made
-	// while the reader was delivering, not after a wait (waited; a wait
-	// that returned at once because the rings had moved is none), or -1:
-	// the producers outpace the reader, and copying costs several times
-	// more a record than reading in place (docs/performance.md, "The hot
-	// ring"); or more than three quarters full after a wait (Order's
-	// HighWater default over perf rings). A smaller burst that came while
-	// the reader waited is copied and ordered.
+	// hot is the ring the reader fell behind, or -1: an intake found it
+	// more than an eighth full while the reader was delivering (not after
+	// a wait: waited; a wait that returned at once because the rings had
+	// moved is none), or more than three quarters full after a wait
+	// (Order's HighWater default over perf rings). The producers outpace
+	// the reader, and copying costs several times more a record than
+	// reading in place (docs/performance.md, "The hot ring"); a smaller
+	// burst that came while the reader waited is copied and ordered.
 	// Its records are not copied but delivered from the ring at once,
 	// merged with the window's smallest copy, the smaller key first (rule
 	// 4: what comes later with a smaller key is Late), until a look finds
