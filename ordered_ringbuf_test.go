@@ -316,6 +316,68 @@ func TestOrderedRingBufBurstOrdered(t *testing.T) {
 	}
 }
 
+// A burst that came below the ring's wakeup threshold while the reader was
+// parked (commits that raised no wakeup), found when the wait timed out:
+// the reader waited, so the burst is copied and ordered, not read hot. A
+// wait that returned at once because the ring had moved would have made
+// the ring hot.
+func TestOrderedRingBufBurstWithoutWakeup(t *testing.T) {
+	f := newFakeBPFRings(t, 1, 4096)
+	o := f.ordered(t, Order{MaxDelay: 20 * time.Millisecond})
+	type result struct {
+		s   Sample
+		err error
+	}
+	done := make(chan result, 1)
+	o.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	go func() {
+		var s Sample
+		err := o.ReadInto(&s)
+		done <- result{s, err}
+	}()
+	for w := o.c.w; !w.Parked(); time.Sleep(time.Millisecond) {
+		select {
+		case res := <-done:
+			t.Fatalf("read returned %v before the burst", res.err)
+		default:
+		}
+	}
+	var want []uint64
+	for seq := range uint64(40) { // 2,880 bytes of 4,096, no wakeup
+		key := 100 + seq*10
+		if seq%2 == 1 {
+			key -= 15
+		}
+		p := payload(key, seq, 64)
+		pos, ok := f.rings[0].Reserve(len(p))
+		if !ok {
+			t.Fatal("no room")
+		}
+		f.rings[0].Write(pos, p)
+		f.rings[0].CommitMissed(pos)
+		want = append(want, key)
+	}
+	slices.Sort(want)
+	var got []Sample
+	res := <-done
+	switch {
+	case res.err == nil:
+		got = append(got, res.s)
+	case !errors.Is(res.err, os.ErrDeadlineExceeded):
+		t.Fatal(res.err)
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	got = append(got, readN(t, o, len(want)-len(got))...)
+	for _, s := range got {
+		if s.Late {
+			t.Fatalf("late: %v", keys(got))
+		}
+	}
+	if fmt.Sprint(keys(got)) != fmt.Sprint(want) {
+		t.Fatalf("keys %v\nwant %v", keys(got), want)
+	}
+}
+
 // Each over a hot ring with no copy in the window runs the ring's own loop
 // (eachHot): keys and Late as record by record, a late record dropped with
 // DropLate, counted either way; the ledger exact.

@@ -261,7 +261,7 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 		r.noWait()
 		return false, nil // a ring's kernel would not wake us: read again
 	}
-	parked := c.w.Wakeups()
+	quick := c.w.AtOnce()
 	event, err := c.w.Wait(timeout, slack)
 	if err != nil {
 		return true, fmt.Errorf("%s: %w", op, err)
@@ -272,7 +272,7 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 		}
 		return false, nil
 	}
-	if event && c.w.Wakeups() == parked {
+	if c.w.AtOnce() != quick {
 		r.noWait() // the rings had moved: the wait returned at once
 	}
 	if event && c.holdOff > 0 && c.Latency > 0 && c.belowHoldOff() {

@@ -98,9 +98,11 @@ type Waiter struct {
 
 	// looks counts the calls of ready in the turn's netpoller read: past
 	// the first, the wait had parked. wakeups counts the parked waits a
-	// ring's event ended (Wakeups).
+	// ring's event ended (Wakeups); atOnce the waits that found a ring
+	// moved and did not park (AtOnce).
 	looks   atomic.Int32 // (atomic for Parked; one add a look, not a record)
 	wakeups atomic.Uint64
+	atOnce  atomic.Uint64
 }
 
 // New returns a Waiter over no ring yet (see AddRing).
@@ -238,6 +240,7 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 		<-w.turn
 	}()
 	if w.moved() {
+		w.atOnce.Add(1)
 		return true, nil
 	}
 	if timeout == 0 || w.woken.Load() {
@@ -257,8 +260,12 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("wait on epoll: %w", err)
 	}
-	if w.looks.Load() > 1 && !w.woken.Load() {
+	switch {
+	case w.woken.Load():
+	case w.looks.Load() > 1:
 		w.wakeups.Add(1) // parked, and a ring moved
+	default:
+		w.atOnce.Add(1) // the netpoller's first look found a ring moved
 	}
 	return true, nil
 }
@@ -374,6 +381,11 @@ func (w *Waiter) Close() {
 // by a ring's event: not by a timeout or a wake (Close, Flush, a deadline,
 // a CPU coming online). Any goroutine may call it, also after Close.
 func (w *Waiter) Wakeups() uint64 { return w.wakeups.Load() }
+
+// AtOnce counts the waits (Wait) that returned at once because a ring had
+// moved: they did not park. A wait that parked and then timed out, a ring
+// having moved below its wakeup threshold meanwhile, is not one.
+func (w *Waiter) AtOnce() uint64 { return w.atOnce.Load() }
 
 // Woken reports whether Wake was called since the last ClearWake.
 func (w *Waiter) Woken() bool { return w.woken.Load() }

@@ -118,3 +118,61 @@ func waitDone(t *testing.T, done chan error) error {
 		return nil
 	}
 }
+
+// AtOnce counts the waits that found a ring moved and did not park; a wait
+// that parked, and timed out after a ring moved with no event (below its
+// wakeup threshold), reports the move but is not one.
+func TestWaiterAtOnce(t *testing.T) {
+	w, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	rb := new(fakeWaker)
+	if err := w.AddRing(rb, efd); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, atOnce, wakeups uint64) {
+		t.Helper()
+		if got := w.AtOnce(); got != atOnce {
+			t.Errorf("%s: %d at once, want %d", what, got, atOnce)
+		}
+		if got := w.Wakeups(); got != wakeups {
+			t.Errorf("%s: %d wakeups, want %d", what, got, wakeups)
+		}
+	}
+
+	rb.head.Add(8) // moved before the wait, no event
+	if ev, err := w.Wait(time.Minute, 0); err != nil || !ev {
+		t.Fatalf("wait: %v, %v", ev, err)
+	}
+	check("a ring moved before", 1, 0)
+
+	// Parked, then the ring moves with no event: the timeout ends the
+	// wait, which reports the move.
+	done := make(chan error)
+	var ev bool
+	from := rb.looks.Load()
+	go func() {
+		var err error
+		ev, err = w.Wait(200*time.Millisecond, 0)
+		done <- err
+	}()
+	waitLooks(t, rb, from+2)
+	rb.head.Add(8)
+	if err := waitDone(t, done); err != nil || !ev {
+		t.Fatalf("wait: %v, %v", ev, err)
+	}
+	check("a ring moved while parked", 1, 0)
+
+	// A timeout with nothing moved: neither.
+	if ev, err := w.Wait(time.Millisecond, 0); err != nil || ev {
+		t.Fatalf("wait: %v, %v", ev, err)
+	}
+	check("a timeout", 1, 0)
+}
