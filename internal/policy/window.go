@@ -168,8 +168,10 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		start:     time.Now(),
 	}
 	w.takeEvery = s.Rings[0].Cur().Size()
+	largest := 0
 	for i := range s.Rings {
 		w.takeEvery = min(w.takeEvery, s.Rings[i].Cur().Size())
+		largest = max(largest, s.Rings[i].Cur().Size())
 		one := i < len(cfg.OneWriter) && cfg.OneWriter[i]
 		w.rs = append(w.rs, windowRing{cpu: s.Rings[i].Cur().CPU(), oneWriter: one})
 		if !one {
@@ -178,9 +180,28 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		s.Rings[i].Begin()
 	}
 	w.takeEvery = max(w.takeEvery/4, 1)
+	w.reserve(min(w.limit, largest))
 	w.out.Type = ring.Sample
 	w.hotF = w.hotRec
 	return w
+}
+
+// reserve makes room for n bytes of copies before the first intake: the
+// arena's chunks, and slots and a run for copies of 64 bytes. NewWindow
+// reserves a full ring's worth (at most Bytes), so that a flood's first
+// intake, which may copy a whole ring, does not grow the heap: grown
+// there, 2 to 4 MiB of copies started up to four garbage collections,
+// which held that intake, and the ring's space, for 10 to 40 ms while the
+// ring filled (docs/performance.md, "The window made at NewReader"). The
+// slices' memory is the OS's fresh zero pages until used; beyond n the
+// window grows on demand, up to Bytes.
+func (w *window) reserve(n int) {
+	w.arena.reserve(n)
+	copies := n / 64
+	w.slots = make([]copySlot, 0, copies)
+	w.free = make([]int32, 0, copies)
+	w.runs = append(w.runs, copyRun{q: make([]heapEntry, 0, copies)})
+	w.idle = append(w.idle, len(w.runs)-1)
 }
 
 func (w *window) now() int64 { return int64(time.Since(w.start)) }
@@ -753,11 +774,18 @@ type arenaRef struct {
 	n     int32
 }
 
+// reserve adds spare chunks for n bytes (rounded down). It makes the
+// arena: it is called once, before the first alloc.
+func (a *arena) reserve(n int) {
+	a.cur = -1
+	for range n / chunkSize {
+		a.spare = append(a.spare, int32(len(a.chunks)))
+		a.chunks, a.live = append(a.chunks, make([]byte, chunkSize)), append(a.live, 0)
+	}
+}
+
 // alloc returns room for n bytes and where it lies.
 func (a *arena) alloc(n int) (arenaRef, []byte) {
-	if len(a.chunks) == 0 {
-		a.cur = -1
-	}
 	if a.cur < 0 || a.off+n > len(a.chunks[a.cur]) {
 		a.next(n)
 	}
