@@ -382,39 +382,56 @@ func TestOrderedRingBufBurstWithoutWakeup(t *testing.T) {
 // The window is made at NewReader with room for a full ring's copies: the
 // first intake of a flood, here two thirds of a 256 KiB ring in 64-byte
 // samples, allocates nothing, where growing the window started garbage
-// collections that held the intake, and the ring, for milliseconds.
-func TestOrderedRingBufFirstIntakeAllocates(t *testing.T) {
+// collections that held the intake, and the ring, for milliseconds. Nor
+// do the intakes after it (each made a method value).
+func TestOrderedRingBufIntakesAllocate(t *testing.T) {
+	if raceDetector {
+		t.Skip("allocations are counted without -race (make test-nocgo)")
+	}
 	const size = 256 << 10
 	f := newFakeBPFRings(t, 1, size)
-	o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1 << 40})
-	n := 0
-	for ; (n+1)*72 < size*2/3; n++ { // (a 64-byte sample takes 72 bytes)
-		f.emit(t, 0, uint64(1000+n), uint64(n), 64)
-	}
+	ord := Order{MaxDelay: time.Hour, KeyWindow: 1 << 40} // nothing released
+	o := f.ordered(t, ord)
+	empty := newFakeBPFRings(t, 1, size).ordered(t, ord)
 	// A read that does not wait (its deadline past) takes the ring in and
-	// releases nothing (rules 2 and 3); beside it, the same read of an
-	// empty ring: its error's allocations.
-	mallocs := func(o *Reader) uint64 {
+	// releases nothing; beside it, the same reads of an empty ring: their
+	// errors' allocations.
+	mallocs := func(o *Reader, reads int, fill func()) uint64 {
 		o.SetDeadline(time.Unix(1, 0))
 		s := Sample{Data: make([]byte, 0, 64)}
 		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		err := o.ReadInto(&s)
-		runtime.ReadMemStats(&after)
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("read: %v, key %d", err, s.Key)
+		m := uint64(0)
+		for range reads {
+			fill()
+			runtime.ReadMemStats(&before)
+			err := o.ReadInto(&s)
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read: %v, key %d", err, s.Key)
+			}
+			m += after.Mallocs - before.Mallocs
 		}
-		return after.Mallocs - before.Mallocs
+		return m
 	}
-	empty := newFakeBPFRings(t, 1, size).ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1 << 40})
-	base := mallocs(empty)
-	m := mallocs(o)
-	if st := o.Stats()[0]; st.Held == 0 {
-		t.Fatalf("nothing taken in: %+v", st)
+	n := 0
+	emit := func(k int) {
+		for range k {
+			f.emit(t, 0, uint64(1000+n), uint64(n), 64)
+			n++
+		}
 	}
 	// (An allocation of the runtime's or the test's may fall between.)
-	if m > base+2 {
+	base := mallocs(empty, 1, func() {})
+	if m := mallocs(o, 1, func() { emit((size * 2 / 3) / 72) }); m > base+2 {
 		t.Errorf("the first intake of %d samples made %d allocations, a read of an empty ring %d", n, m, base)
+	}
+	if st := o.Stats()[0]; st.Fill != 0 || st.Samples != 0 || st.Held == 0 {
+		t.Fatalf("not all taken in and held: %+v", st)
+	}
+	const reads = 50
+	base = mallocs(empty, reads, func() {})
+	if m := mallocs(o, reads, func() { emit(10) }); m > base+2 {
+		t.Errorf("%d intakes of 10 samples made %d allocations, %d reads of an empty ring %d", reads, m, reads, base)
 	}
 	if got := flushAll(t, o); len(got) != n || got[0].Key != 1000 {
 		t.Fatalf("flushed %d samples, want %d", len(got), n)

@@ -126,6 +126,9 @@ type window struct {
 	hloop ring.Record
 	hotF  func(*ring.Record) error
 	hfn   func(*ring.Record) error
+	// stageF is w.stage, made once: a method value made at each intake
+	// was an allocation an intake.
+	stageF func(*ring.Record) error
 }
 
 // windowRing is what the window keeps of one ring.
@@ -182,7 +185,7 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 	w.takeEvery = max(w.takeEvery/4, 1)
 	w.reserve(min(w.limit, largest))
 	w.out.Type = ring.Sample
-	w.hotF = w.hotRec
+	w.hotF, w.stageF = w.hotRec, w.stage
 	return w
 }
 
@@ -283,7 +286,7 @@ func (w *window) takeIn(i int) {
 	}
 	w.in, w.inAt = i, w.now()
 	w.clock = w.inAt
-	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stage, nil)
+	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stageF, nil)
 	w.tmp = ring.Record{}
 	if err != nil && err != errWindowFull {
 		// A record that cannot be valid: nothing is held in the ring, so
