@@ -233,10 +233,14 @@ func drainWriting(r *Reader, form string, more int, write func()) int {
 //     of 1 MiB. The writes' cost is in the figure, alike for both. The
 //     ordered Reader finds the ring past an eighth at an intake while it
 //     delivers: the window's hot ring, read in place (rule 4).
+//   - ringbuf, plain-full and ordered-full: each round fills a ring of
+//     1 MiB to seven eighths, then reads it: the ordered Reader finds it
+//     past three quarters after a wait and reads it hot, with no writer
+//     in the figure.
 func BenchmarkReaderFlood(b *testing.B) {
 	for _, kind := range []string{"perf", "ringbuf"} {
-		for _, pol := range []string{"plain", "ordered", "plain-behind", "ordered-behind"} {
-			if strings.HasSuffix(pol, "-behind") && kind != "ringbuf" {
+		for _, pol := range []string{"plain", "ordered", "plain-behind", "ordered-behind", "plain-full", "ordered-full"} {
+			if strings.Contains(pol, "-") && kind != "ringbuf" {
 				continue
 			}
 			for _, form := range []string{"ReadInto", "Each"} {
@@ -249,7 +253,10 @@ func BenchmarkReaderFlood(b *testing.B) {
 func benchFlood(b *testing.B, kind, pol, form string) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	const perRound = 4096 // 320 KiB of 80-byte records
+	perRound := 4096 // 320 KiB of 80-byte records
+	if strings.HasSuffix(pol, "-full") {
+		perRound = (1 << 20) / 8 * 7 / 80
+	}
 	var (
 		r     *Reader
 		write func(key uint64)
@@ -267,14 +274,14 @@ func benchFlood(b *testing.B, kind, pol, form string) {
 			binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
 			if w := f.rings[key%2]; !w.write(rec) {
 				b.Fatal("ring full")
-			} else if key%perRound == 0 {
+			} else if key%uint64(perRound) == 0 {
 				f.rings[0].publish()
 				f.rings[1].publish()
 			}
 		}
 	} else {
 		size := 4 << 20
-		if strings.HasSuffix(pol, "-behind") {
+		if strings.Contains(pol, "-") {
 			size = 1 << 20
 		}
 		f := newFakeBPFRings(b, 1, size)
