@@ -295,25 +295,40 @@ func TestOrderedRingBufHot(t *testing.T) {
 func TestOrderedRingBufBurstOrdered(t *testing.T) {
 	f := newFakeBPFRings(t, 1, 4096)
 	o := f.ordered(t, Order{MaxDelay: 20 * time.Millisecond})
-	var want []uint64
-	for seq := range uint64(40) { // 2,880 bytes of 4,096: two CPUs' keys interleaved late
+	want := burstKeys(40) // 2,880 bytes of 4,096
+	for seq, key := range want {
+		f.emit(t, 0, key, uint64(seq), 64)
+	}
+	o.SetDeadline(time.Now().Add(10 * time.Second))
+	inOrder(t, readN(t, o, len(want)), want)
+}
+
+// burstKeys returns n keys as two CPUs' records come in one ring buffer,
+// each second one 15 below its place: 100, 95, 120, 115, ...
+func burstKeys(n int) []uint64 {
+	var k []uint64
+	for seq := range uint64(n) {
 		key := 100 + seq*10
 		if seq%2 == 1 {
 			key -= 15
 		}
-		f.emit(t, 0, key, seq, 64)
-		want = append(want, key)
+		k = append(k, key)
 	}
-	slices.Sort(want)
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	got := readN(t, o, len(want))
+	return k
+}
+
+// inOrder fails the test unless got holds the keys of want sorted, none
+// Late.
+func inOrder(t *testing.T, got []Sample, want []uint64) {
+	t.Helper()
 	for _, s := range got {
 		if s.Late {
 			t.Fatalf("late: %v", keys(got))
 		}
 	}
-	if fmt.Sprint(keys(got)) != fmt.Sprint(want) {
-		t.Fatalf("keys %v\nwant %v", keys(got), want)
+	sorted := slices.Sorted(slices.Values(want))
+	if fmt.Sprint(keys(got)) != fmt.Sprint(sorted) {
+		t.Fatalf("keys %v\nwant %v", keys(got), sorted)
 	}
 }
 
@@ -343,22 +358,16 @@ func TestOrderedRingBufBurstWithoutWakeup(t *testing.T) {
 		default:
 		}
 	}
-	var want []uint64
-	for seq := range uint64(40) { // 2,880 bytes of 4,096, no wakeup
-		key := 100 + seq*10
-		if seq%2 == 1 {
-			key -= 15
-		}
-		p := payload(key, seq, 64)
+	want := burstKeys(40) // 2,880 bytes of 4,096, no wakeup
+	for seq, key := range want {
+		p := payload(key, uint64(seq), 64)
 		pos, ok := f.rings[0].Reserve(len(p))
 		if !ok {
 			t.Fatal("no room")
 		}
 		f.rings[0].Write(pos, p)
 		f.rings[0].CommitMissed(pos)
-		want = append(want, key)
 	}
-	slices.Sort(want)
 	var got []Sample
 	res := <-done
 	switch {
@@ -368,15 +377,7 @@ func TestOrderedRingBufBurstWithoutWakeup(t *testing.T) {
 		t.Fatal(res.err)
 	}
 	o.SetDeadline(time.Now().Add(10 * time.Second))
-	got = append(got, readN(t, o, len(want)-len(got))...)
-	for _, s := range got {
-		if s.Late {
-			t.Fatalf("late: %v", keys(got))
-		}
-	}
-	if fmt.Sprint(keys(got)) != fmt.Sprint(want) {
-		t.Fatalf("keys %v\nwant %v", keys(got), want)
-	}
+	inOrder(t, append(got, readN(t, o, len(want)-len(got))...), want)
 }
 
 // The window is made at NewReader with room for a full ring's copies: the

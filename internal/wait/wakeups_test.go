@@ -24,23 +24,31 @@ func (f *fakeWaker) Progress() uint64 {
 
 func (f *fakeWaker) Settle() bool { return true }
 
-// Wakeups counts the waits that blocked and a ring's event ended: not a
-// ring that moved before the wait, nor a timeout, nor a wake.
-func TestWaiterWakeups(t *testing.T) {
+// newWakerSet returns a Waiter over one fakeWaker, whose wakeup is an
+// eventfd; all closed when the test ends.
+func newWakerSet(t *testing.T) (*Waiter, int, *fakeWaker) {
+	t.Helper()
 	w, err := New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
+	t.Cleanup(w.Close)
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(efd)
+	t.Cleanup(func() { unix.Close(efd) })
 	rb := new(fakeWaker)
 	if err := w.AddRing(rb, efd); err != nil {
 		t.Fatal(err)
 	}
+	return w, efd, rb
+}
+
+// Wakeups counts the waits that blocked and a ring's event ended: not a
+// ring that moved before the wait, nor a timeout, nor a wake.
+func TestWaiterWakeups(t *testing.T) {
+	w, efd, rb := newWakerSet(t)
 	clear := func() { // the eventfd read: the set is not readable any more
 		var b [8]byte
 		unix.Read(efd, b[:])
@@ -123,20 +131,7 @@ func waitDone(t *testing.T, done chan error) error {
 // that parked, and timed out after a ring moved with no event (below its
 // wakeup threshold), reports the move but is not one.
 func TestWaiterAtOnce(t *testing.T) {
-	w, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(efd)
-	rb := new(fakeWaker)
-	if err := w.AddRing(rb, efd); err != nil {
-		t.Fatal(err)
-	}
+	w, _, rb := newWakerSet(t)
 	check := func(what string, atOnce, wakeups uint64) {
 		t.Helper()
 		if got := w.AtOnce(); got != atOnce {
