@@ -192,12 +192,13 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 // reserve makes room for n bytes of copies before the first intake: the
 // arena's chunks, and slots and a run for copies of 64 bytes. NewWindow
 // reserves a full ring's worth (at most Bytes), so that a flood's first
-// intake, which may copy a whole ring, does not grow the heap: grown
+// intake, which may copy most of a ring, does not grow the heap: grown
 // there, 2 to 4 MiB of copies started up to four garbage collections,
 // which held that intake, and the ring's space, for 10 to 40 ms while the
-// ring filled (docs/performance.md, "The window made at NewReader"). The
-// slices' memory is the OS's fresh zero pages until used; beyond n the
-// window grows on demand, up to Bytes.
+// ring filled (docs/performance.md, "The window made at NewReader").
+// Allocations this large, from memory the heap has not used before, are
+// the OS's untouched zero pages until used; beyond n the window grows on
+// demand, up to Bytes.
 func (w *window) reserve(n int) {
 	w.arena.reserve(n)
 	copies := n / 64
