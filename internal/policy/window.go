@@ -331,12 +331,7 @@ func (w *window) pullHot() bool {
 			w.CommitPublish(i) // empty, or its next record busy: hot still
 			return false
 		}
-		if err != nil {
-			w.s.SkipCorrupt(i, err)
-		}
-		w.coolDown()
-		w.CommitPublish(i)
-		w.look = true // what comes next is copied in
+		w.leaveHot(err)
 		return false
 	}
 }
@@ -352,6 +347,20 @@ func (w *window) coolDown() {
 		w.stage(&w.hrec) // (errWindowFull: the copy is in, which may pass the bound by one)
 		w.hrec = ring.Record{}
 	}
+}
+
+// leaveHot ends the hot ring's turn from a look at it (pullHot, eachHot):
+// a corruption it met, if err is one, is skipped for the read to report;
+// its record parsed, if any, is copied in (coolDown); the ring is
+// committed, and what comes next is copied in at the next intake.
+func (w *window) leaveHot(err error) {
+	i := w.hot
+	if err != nil {
+		w.s.SkipCorrupt(i, err)
+	}
+	w.coolDown()
+	w.CommitPublish(i)
+	w.look = true
 }
 
 // hotHold is how long a ring stays hot at least after a look found it
@@ -631,10 +640,7 @@ func (w *window) eachHot(fn func(*ring.Record) error) (ran bool, err error) {
 	w.hfn, w.hloop = nil, ring.Record{}
 	w.sinceTake += int(used)
 	if _, ok := err.(*ring.CorruptError); ok && rb.Cur().IsCorrupt(err) {
-		w.s.SkipCorrupt(i, err) // the read reports it
-		w.coolDown()
-		w.CommitPublish(i)
-		w.look = true
+		w.leaveHot(err)
 		return true, nil
 	}
 	return n > 0 || err != nil, err

@@ -261,7 +261,7 @@ func (w *Waiter) Wait(timeout, slack time.Duration) (bool, error) {
 		return false, fmt.Errorf("wait on epoll: %w", err)
 	}
 	switch {
-	case w.woken.Load():
+	case w.woken.Load(): // a wake: neither
 	case w.looks.Load() > 1:
 		w.wakeups.Add(1) // parked, and a ring moved
 	default:
