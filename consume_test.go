@@ -336,7 +336,7 @@ func TestReaderReadBatchOrder(t *testing.T) {
 		f := newFakeRings(t, 2, 4096)
 		r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
 		if ord == nil {
-			setBudget(r, 100) // turns of 3 records
+			setBudget(r, 100, 100) // turns of 3 records
 		}
 		fill(f)
 		r.Flush()
@@ -353,7 +353,7 @@ func TestReaderReadBatchOrder(t *testing.T) {
 			f := newFakeRings(t, 2, 4096)
 			r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
 			if ord == nil {
-				setBudget(r, 100)
+				setBudget(r, 100, 100)
 			}
 			fill(f)
 			r.Flush()

@@ -255,9 +255,10 @@ func (f *fakeRings) ordered(t testing.TB, ord Order) *Reader {
 	return f.reader(t, ReaderOptions{Order: &ord})
 }
 
-// setBudget sets a fullest-first Reader's turn, in bytes (internal: the
-// default is a quarter of a ring). Call it before the first read.
-func setBudget(r *Reader, n int) { policy.SetBudget(r.pol, n) }
+// setBudget sets a fullest-first Reader's turn and the bytes it reads
+// between two commits (internal: the defaults are a quarter of a ring and
+// commitChunk). Call it before the first read.
+func setBudget(r *Reader, n, chunk int) { policy.SetBudget(r.pol, n, chunk) }
 
 // payload is a sample carrying a key and a sequence number.
 func payload(key, seq uint64, size int) []byte {

@@ -36,6 +36,9 @@ type Reader struct {
 	c    *core
 	pol  policy.Reading
 	full *policy.Fullest // pol, when it is the fullest-first policy: called directly
+	// inPlace is pol, when it can hand out a record read in place in one
+	// call, and runs no user function (bare): ReadInto's first try.
+	inPlace policy.InPlace
 	// bare: pol runs no user function (no Order.Key), so that its Next
 	// needs no wait.Reads frame.
 	bare     bool
@@ -114,6 +117,9 @@ func newReader(c *core, p readerPlan) *Reader {
 		r.pol = r.full
 	}
 	r.bare = p.order == nil || p.order.Key == nil
+	if ip, ok := r.pol.(policy.InPlace); ok && r.bare {
+		r.inPlace = ip
+	}
 	c.start(r.pol, wait.Reads)
 	return r
 }
@@ -353,6 +359,8 @@ func (r *Reader) ReadInto(s *Sample) error {
 				if rec, _ = f.Next(); rec != nil {
 					copySample(s, rec) // (cannot panic: nothing to undo)
 				}
+			} else if ip := r.inPlace; ip != nil && func() bool { rec = ip.NextInPlace(); return rec != nil }() {
+				copySample(s, rec)
 			} else {
 				var i int
 				if rec, i = r.pol.Next(); rec != nil {

@@ -135,7 +135,7 @@ func TestReaderFullestFirst(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	recSize := len(fakeSample(payload(0, 0, 32)))
 	r := f.reader(t, ReaderOptions{})
-	setBudget(r, 4*recSize) // four records a turn
+	setBudget(r, 4*recSize, 4*recSize) // four records a turn
 	for _, fuller := range []int{1, 0} {
 		other := 1 - fuller
 		for i := 0; i < 2; i++ {
@@ -926,7 +926,7 @@ func TestReaderMatchesReference(t *testing.T) {
 			}
 			r := f.reader(t, ReaderOptions{MaxLatency: -1})
 			if budget := []int{0, 1, 24, 100, 700}[seed%5]; budget > 0 {
-				setBudget(r, budget) // 0: the default, a quarter of the ring
+				setBudget(r, budget, max(budget/3, 1)) // 0: the defaults
 			}
 			got := make([][]refRecord, 2)
 			add := func(cpu int, typ RecordType, rec *Record, data []byte, lost uint64) {
@@ -1004,7 +1004,7 @@ func TestReaderTurnsAcrossPauses(t *testing.T) {
 				f.rings[1].mustWrite(t, rec)
 			}
 			r := f.reader(t, ReaderOptions{MaxLatency: -1})
-			setBudget(r, 3*len(rec)-1)
+			setBudget(r, 3*len(rec)-1, 3*len(rec)-1)
 			r.Flush()
 			var cpus []int
 			var err error

@@ -52,7 +52,7 @@ func TestRingBufReopen(t *testing.T) {
 				got := map[uint64]int{}
 
 				r1 := f.reader(t, ReaderOptions{MaxLatency: -1})
-				setBudget(r1, 5*16) // turns that end between records
+				setBudget(r1, 5*16, 2*16) // turns that end between records
 				n := 0
 				switch form {
 				case "ReadInto":

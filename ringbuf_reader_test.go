@@ -493,7 +493,7 @@ func TestRingBufCloseLedger(t *testing.T) {
 				switch form {
 				case "reader":
 					r := f.reader(t, ReaderOptions{MaxLatency: -1})
-					setBudget(r, 7*16) // turns that end between records
+					setBudget(r, 7*16, 3*16) // turns that end between records
 					r.SetDeadline(time.Now().Add(time.Second))
 					var s Sample
 					for got < read {

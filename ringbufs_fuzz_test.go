@@ -105,7 +105,7 @@ func FuzzReaderRingBufs(f *testing.F) {
 			r = fr.ordered(t, Order{MaxDelay: time.Hour})
 		default:
 			r = fr.reader(t, ReaderOptions{MaxLatency: -1})
-			setBudget(r, 5*16) // turns that end between records
+			setBudget(r, 5*16, 2*16) // turns that end between records
 		}
 		got := make([][]uint64, rings)
 		for call := 0; ; call++ {

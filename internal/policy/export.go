@@ -6,8 +6,9 @@ package policy
 
 import "time"
 
-// SetBudget sets a fullest-first policy's turn, in bytes.
-func SetBudget(p Reading, n int) { p.(*Fullest).budget = n }
+// SetBudget sets a fullest-first policy's turn, in bytes, and the bytes
+// between its commits (at most the turn's).
+func SetBudget(p Reading, n, chunk int) { p.(*Fullest).setBudget(n, chunk) }
 
 // Marks returns how many marks (rule 3) an ordered policy holds per ring.
 func Marks(p Reading) []int {
@@ -22,3 +23,7 @@ func Marks(p Reading) []int {
 // SetHotHold sets how long an ordered window's hot ring stays hot after a
 // look found it more than an eighth full (hotHold).
 func SetHotHold(p Reading, d time.Duration) { p.(*window).hold = d }
+
+// CommitChunk is how many bytes of a ring of size bytes a read delivers
+// or copies between two commits (commitChunk).
+func CommitChunk(size int) int { return commitChunk(size) }

@@ -14,7 +14,8 @@ import (
 
 // Fullest drains the rings in passes: a pass snapshots every ring and
 // orders the non-empty ones by fill, fullest first; each gets a turn of at
-// most budget bytes, committed once at its end.
+// most budget bytes, committed at its end and every chunk bytes within it
+// (commitChunk), so that a long turn hands the space back as it goes.
 //
 // It runs no user function of its own (Next runs none at all; Each only
 // fn): a read may call it outside wait.Reads, and a copying read calls it
@@ -23,9 +24,11 @@ type Fullest struct {
 	s      *Set
 	rec    ring.Record // the record being delivered
 	budget int         // bytes a turn reads from a ring (at least one record)
+	chunk  int         // bytes a turn reads between two commits
 	order  []int       // rings of the current pass, in drain order
 	pos    int         // current ring in order
 	left   int         // budget left for it
+	due    int         // left at or below which the turn commits before it reads on
 	// turn is the ring of the turn Next is in, Rings[turnI]; nil when a
 	// turn ended.
 	turn  ring.Ring
@@ -34,7 +37,37 @@ type Fullest struct {
 
 // NewFullest returns the fullest-first policy over s's rings.
 func NewFullest(s *Set) *Fullest {
-	return &Fullest{s: s, budget: max(s.Rings[0].Cur().Size()/4, 1)}
+	size := s.Rings[0].Cur().Size()
+	f := &Fullest{s: s}
+	f.setBudget(max(size/4, 1), commitChunk(size))
+	return f
+}
+
+// setBudget sets a turn's bytes and the bytes between two commits in a
+// turn (at most the turn's).
+func (f *Fullest) setBudget(budget, chunk int) {
+	f.budget, f.chunk = budget, min(chunk, budget)
+	f.left, f.due = budget, budget-f.chunk
+}
+
+// commitChunk is how many bytes of a ring of size bytes a read delivers
+// (or copies) before it commits them: a thirty-second of the ring, or a
+// sixteenth up to 16 KiB. The kernel's producers see the ring full up to
+// the committed position: a turn committed only at its end, a quarter of
+// the ring, left them up to a quarter less room under a flood, where
+// libbpf's C consumer and cilium/ebpf commit each record. A commit (a
+// store, and the counts published under a mutex) costs 50-100 ns: at 16
+// KiB, under half a nanosecond a 64-byte record (docs/performance.md,
+// "Space handed back as it is read").
+func commitChunk(size int) int { return max(size/32, min(size/16, 16<<10), 1) }
+
+// commitDue commits ring i's turn so far once it read a chunk since the
+// last commit: every record before the cursor was delivered.
+func (f *Fullest) commitDue(i int) {
+	if f.left <= f.due {
+		f.CommitPublish(i)
+		f.due = f.left - f.chunk
+	}
 }
 
 // Next returns the next record of the pass, starting a pass when the last
@@ -44,6 +77,7 @@ func (f *Fullest) Next() (*ring.Record, int) {
 	// that a record costs no lookup of it, and called as its kind, so that
 	// it costs a direct call rather than the interface's.
 	if f.turn != nil && f.left > 0 {
+		f.commitDue(f.turnI) // (the records Next returned before were delivered)
 		var ok bool
 		switch rb := f.turn.(type) {
 		case *ring.RingBuf:
@@ -110,13 +144,20 @@ func (f *Fullest) each(fn func(*ring.Record) error, s *ring.Sink) (bool, error) 
 	}
 	i := f.order[f.pos]
 	rb := f.s.Rings[i]
-	_, used, err := rb.Each(&f.rec, uint64(max(f.left, 0)), &f.s.Stop, fn, s)
-	f.left -= int(used)
-	if _, ok := err.(*ring.CorruptError); ok && rb.Cur().IsCorrupt(err) {
-		f.s.SkipCorrupt(i, err) // the read reports it
-		err = nil
-	} else if err != nil || f.s.Stop.Load() || s.Full() {
-		return true, err // fn's error, Close from fn, or a full batch: free commits what was delivered
+	for {
+		f.commitDue(i)
+		limit := max(min(f.left, f.left-f.due), 0) // (0: one record)
+		_, used, err := rb.Each(&f.rec, uint64(limit), &f.s.Stop, fn, s)
+		f.left -= int(used)
+		if _, ok := err.(*ring.CorruptError); ok && rb.Cur().IsCorrupt(err) {
+			f.s.SkipCorrupt(i, err) // the read reports it
+			break
+		} else if err != nil || f.s.Stop.Load() || s.Full() {
+			return true, err // fn's error, Close from fn, or a full batch: free commits what was delivered
+		}
+		if int(used) < limit || f.left <= 0 {
+			break // the ring's snapshot ended, or the turn's budget
+		}
 	}
 	f.endTurn(i)
 	return true, nil
@@ -127,7 +168,7 @@ func (f *Fullest) endTurn(i int) {
 	f.turn = nil
 	f.CommitPublish(i)
 	f.pos++
-	f.left = f.budget
+	f.left, f.due = f.budget, f.budget-f.chunk
 }
 
 // CommitPublish commits ring i up to its cursor: every record before it
@@ -150,7 +191,7 @@ func (f *Fullest) Oldest(i int) uint64 { return f.s.Rings[i].Cur().Pos() }
 // reports false when all are empty, or a flush has delivered what it was
 // for (the read then returns ErrFlushed).
 func (f *Fullest) startPass() bool {
-	f.order, f.pos, f.left, f.turn = f.order[:0], 0, f.budget, nil
+	f.order, f.pos, f.left, f.due, f.turn = f.order[:0], 0, f.budget, f.budget-f.chunk, nil
 	if f.s.Flushing() && f.s.FlushReached(f) {
 		return false
 	}

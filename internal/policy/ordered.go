@@ -135,7 +135,7 @@ func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 	if o.highWater == 0 {
 		o.highWater = size * 3 / 4
 	}
-	o.commitAt = max(size/16, 1)
+	o.commitAt = commitChunk(size)
 	o.markGrain = int64(o.maxDelay / 32)
 	o.dueSlack = o.maxDelay / 2
 	o.rs = make([]orderedRing, 0, len(s.Rings))
@@ -379,7 +379,8 @@ func (o *ordered) parsedFront(r *orderedRing) {
 }
 
 // Delivered ends the delivery of ring i's front. The ring is committed once
-// a sixteenth of it was delivered, or at once when rule 4 released it.
+// a chunk of it (commitChunk) was delivered, or at once when rule 4
+// released it.
 func (o *ordered) Delivered(i int) {
 	r := &o.rs[i]
 	r.has = false

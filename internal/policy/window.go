@@ -86,8 +86,12 @@ type window struct {
 	// ring's bytes since it last did (as a turn of the fullest-first
 	// policy commits), so that the rings do not fill meanwhile.
 	sinceTake, takeEvery int
-	drain                bool // a Flush took in every ring: deliver the window, take nothing more
-	start                time.Time
+	// A ring's copies, and the hot ring's records, are committed every
+	// chunk bytes (commitChunk of the smallest ring), not only at the
+	// intake: the hot ring when sinceTake reaches hotDue.
+	chunk, hotDue int
+	drain         bool // a Flush took in every ring: deliver the window, take nothing more
+	start         time.Time
 
 	out   ring.Record // the record being delivered
 	outAt int32       // its slot; -1: none
@@ -170,10 +174,9 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		look:      true,
 		start:     time.Now(),
 	}
-	w.takeEvery = s.Rings[0].Cur().Size()
-	largest := 0
+	smallest, largest := s.Rings[0].Cur().Size(), 0
 	for i := range s.Rings {
-		w.takeEvery = min(w.takeEvery, s.Rings[i].Cur().Size())
+		smallest = min(smallest, s.Rings[i].Cur().Size())
 		largest = max(largest, s.Rings[i].Cur().Size())
 		one := i < len(cfg.OneWriter) && cfg.OneWriter[i]
 		w.rs = append(w.rs, windowRing{cpu: s.Rings[i].Cur().CPU(), oneWriter: one})
@@ -182,7 +185,9 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		}
 		s.Rings[i].Begin()
 	}
-	w.takeEvery = max(w.takeEvery/4, 1)
+	w.takeEvery = max(smallest/4, 1)
+	w.chunk = min(commitChunk(smallest), w.takeEvery)
+	w.hotDue = w.chunk
 	w.reserve(min(w.limit, largest))
 	w.out.Type = ring.Sample
 	w.hotF, w.stageF = w.hotRec, w.stage
@@ -287,13 +292,21 @@ func (w *window) takeIn(i int) {
 	}
 	w.in, w.inAt = i, w.now()
 	w.clock = w.inAt
-	_, _, err := rb.Each(&w.tmp, uint64(rb.Cur().Size()), nil, w.stageF, nil)
-	w.tmp = ring.Record{}
-	if err != nil && err != errWindowFull {
-		// A record that cannot be valid: nothing is held in the ring, so
-		// skipping to its head hands back nothing still in use.
-		w.s.SkipCorrupt(i, err)
+	for {
+		// (The snapshot's records, a chunk at a time: what was copied is
+		// the window's, and its space goes back at once.)
+		_, used, err := rb.Each(&w.tmp, uint64(w.chunk), nil, w.stageF, nil)
+		if err != nil && err != errWindowFull {
+			// A record that cannot be valid: nothing is held in the ring, so
+			// skipping to its head hands back nothing still in use.
+			w.s.SkipCorrupt(i, err)
+		}
+		if err != nil || int(used) < w.chunk {
+			break
+		}
+		w.CommitPublish(i)
 	}
+	w.tmp = ring.Record{}
 	w.CommitPublish(i)
 }
 
@@ -423,7 +436,7 @@ func (w *window) keyOf(data []byte) uint64 {
 
 // takeInAll takes in every ring and recomputes rule 1's bound.
 func (w *window) takeInAll() {
-	w.sinceTake = 0
+	w.sinceTake, w.hotDue = 0, w.chunk
 	for i := range w.rs {
 		w.takeIn(i)
 	}
@@ -547,6 +560,41 @@ func (w *window) Next() (*ring.Record, int) {
 	}
 }
 
+// NextInPlace is Next's common case under a flood, in one call: the hot
+// ring's next record, when the window holds no copy, no intake or flush is
+// due, the ring has a record parsed at once, and its key is not late;
+// delivered as it returns (Delivered's count; its commit at a later call).
+// Nil: Next's way, which looks again and may find the record this did not
+// take (parsed, in hrec, when late).
+func (w *window) NextInPlace() *ring.Record {
+	i := w.hot
+	if i < 0 || w.held != 0 || w.hhave || w.look || w.drain || w.sinceTake >= w.takeEvery || w.keyFn != nil || w.s.Flushing() {
+		return nil
+	}
+	w.commitHot(i) // (the record handed out last was delivered)
+	rb, ok := w.s.Rings[i].(*ring.RingBuf)
+	if !ok {
+		return nil
+	}
+	rec := &w.hrec
+	if ok, _ := rb.Next(rec); !ok {
+		return nil // (empty, busy or corrupt: Next looks again)
+	}
+	key := uint64(0)
+	if w.keyOffset+8 <= len(rec.Data) {
+		key = binary.NativeEndian.Uint64(rec.Data[w.keyOffset:])
+	}
+	w.saw(i, key)
+	if key < w.last {
+		w.hkey, w.hhave = key, true // late: Next counts it, and DropLate drops it
+		return nil
+	}
+	w.last = key
+	rec.Key, rec.Late = key, false
+	w.sinceTake += int(rec.Next - rec.Pos)
+	return rec
+}
+
 // fromHot returns the hot ring's record parsed, to be delivered in place,
 // or nil when it is late and DropLate dropped it.
 func (w *window) fromHot() *ring.Record {
@@ -566,6 +614,7 @@ func (w *window) Delivered(i int) {
 	if w.hout {
 		w.hout, w.hhave = false, false
 		w.sinceTake += int(w.hrec.Next - w.hrec.Pos)
+		w.commitHot(i)
 		return
 	}
 	if w.outAt < 0 {
@@ -636,14 +685,24 @@ func (w *window) eachHot(fn func(*ring.Record) error) (ran bool, err error) {
 	i := w.hot
 	rb := w.s.Rings[i]
 	w.hfn = fn
-	n, used, err := rb.Each(&w.hloop, uint64(w.takeEvery-w.sinceTake), &w.s.Stop, w.hotF, nil)
+	n, used, err := rb.Each(&w.hloop, uint64(min(w.takeEvery, w.hotDue)-w.sinceTake), &w.s.Stop, w.hotF, nil)
 	w.hfn, w.hloop = nil, ring.Record{}
 	w.sinceTake += int(used)
+	w.commitHot(i)
 	if _, ok := err.(*ring.CorruptError); ok && rb.Cur().IsCorrupt(err) {
 		w.leaveHot(err)
 		return true, nil
 	}
 	return n > 0 || err != nil, err
+}
+
+// commitHot commits hot ring i up to its records delivered, once a chunk
+// was delivered since the last commit.
+func (w *window) commitHot(i int) {
+	if w.sinceTake >= w.hotDue {
+		w.CommitPublish(i)
+		w.hotDue = w.sinceTake + w.chunk
+	}
 }
 
 // hotRec is eachHot's function for each record of the hot ring: its key,
