@@ -187,7 +187,7 @@ func benchRingBufs(b *testing.B, form, dist string, n int) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(delivered), "ns/record")
 }
 
-// drainRound reads a round with form, ReadInto or Each, until the read
+// drainRound reads a round with form, ReadInto, ReadBatch (64) or Each, until the read
 // returns (ErrFlushed, or the deadline), and returns the records delivered.
 func drainRound(r *Reader, form string) int { return drainWriting(r, form, 0, nil) }
 
@@ -203,6 +203,19 @@ func drainWriting(r *Reader, form string, more int, write func()) int {
 				write()
 			}
 		}
+	case "ReadBatch":
+		batch := make([]Sample, 64)
+		for {
+			k, err := r.ReadBatch(batch)
+			if err != nil {
+				break
+			}
+			for range k {
+				if n++; n <= more {
+					write()
+				}
+			}
+		}
 	case "Each":
 		r.Each(context.Background(), func(*Record) error {
 			if n++; n <= more {
@@ -215,7 +228,8 @@ func drainWriting(r *Reader, form string, more int, write func()) int {
 }
 
 // BenchmarkReaderFlood measures a Reader's cost per record under a flood,
-// ordered beside fullest-first ("plain"), as the CPU time of the reading
+// ordered beside fullest-first ("plain"), in each copying form and Each,
+// as the CPU time of the reading
 // thread (cpu-ns/record; a host busy with other work moves it less than
 // ns/record). Each round writes 4,096 records of 64 bytes, then reads
 // what may go (a deadline in the past); what an ordered read holds back
@@ -243,7 +257,7 @@ func BenchmarkReaderFlood(b *testing.B) {
 			if strings.Contains(pol, "-") && kind != "ringbuf" {
 				continue
 			}
-			for _, form := range []string{"ReadInto", "Each"} {
+			for _, form := range []string{"ReadInto", "ReadBatch", "Each"} {
 				b.Run(kind+"/"+pol+"/"+form, func(b *testing.B) { benchFlood(b, kind, pol, form) })
 			}
 		}
