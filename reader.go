@@ -354,10 +354,13 @@ func (r *Reader) ReadInto(s *Sample) error {
 	// is asked again there at no cost but its look at the rings.
 	if f, l := r.full, &r.c.life; r.bare && l.TryEnterExclusive() {
 		rec := (*Record)(nil)
+		copied := false
 		if c := r.c; c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load()) { // (addNewCPUs's check)
 			if f != nil {
-				if rec, _ = f.Next(); rec != nil {
-					copySample(s, rec) // (cannot panic: nothing to undo)
+				if copied = f.NextCopy(s); !copied {
+					if rec, _ = f.Next(); rec != nil {
+						copySample(s, rec) // (cannot panic: nothing to undo)
+					}
 				}
 			} else if ip := r.inPlace; ip != nil && func() bool { rec = ip.NextInPlace(); return rec != nil }() {
 				copySample(s, rec)
@@ -370,7 +373,7 @@ func (r *Reader) ReadInto(s *Sample) error {
 			}
 		}
 		l.ExitExclusive()
-		if rec != nil {
+		if rec != nil || copied {
 			return nil
 		}
 	}

@@ -95,6 +95,27 @@ func (f *Fullest) Next() (*ring.Record, int) {
 	return f.next() // (the end of the turn, or an error: looked at again there)
 }
 
+// NextCopy is Next's common case for a copying read (ReadInto): within a
+// turn, the turn's next plain sample copied straight into c, with no
+// Record between (the ring kinds' NextCopy). It reports false for
+// anything else, Next's: a turn's end, another record, a ring of another
+// kind.
+func (f *Fullest) NextCopy(c *ring.Copy) bool {
+	if f.turn == nil || f.left <= 0 {
+		return false
+	}
+	f.commitDue(f.turnI) // (the records before were delivered)
+	var n uint64
+	switch rb := f.turn.(type) {
+	case *ring.RingBuf:
+		n = rb.NextCopy(c)
+	case *ring.Perf:
+		n = rb.NextCopy(c)
+	}
+	f.left -= int(n)
+	return n != 0
+}
+
 // next is Next past a turn's records: the ends of turns and passes.
 func (f *Fullest) next() (*ring.Record, int) {
 	rec := &f.rec

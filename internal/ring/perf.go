@@ -252,6 +252,25 @@ func (r *Perf) Next(rec *Record) (bool, error) {
 	return false, nil
 }
 
+// NextCopy is Next's plain sample copied straight into c (as SetCopy would
+// copy it), without a Record between: it returns the bytes the record took
+// in the ring, or 0 for any other record (Next's). The cursor is past the
+// record: it is delivered once c holds it.
+func (r *Perf) NextCopy(c *Copy) uint64 {
+	p, room := r.plainRoom()
+	size, n := plainAt(p, room)
+	if size == 0 {
+		return 0
+	}
+	next := r.cursor + size
+	r.counts.Samples++
+	r.counts.Bytes += n
+	r.counted, r.cursor = next, next
+	c.Data = append(c.Data[:0], unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n)...)
+	c.Ring, c.CPU, c.Type, c.Lost, c.Key, c.Late = r.index, r.cpu, Sample, 0, 0, false
+	return size
+}
+
 // parseRest is Next past the plain samples: a sample or lost record parseAny takes,
 // skipping the records of other types.
 func (r *Perf) parseRest(rec *Record) bool {

@@ -415,6 +415,28 @@ func (r *RingBuf) Next(rec *Record) (bool, error) {
 	return r.next(rec)
 }
 
+// NextCopy is Next's common record copied straight into c (as SetCopy
+// would copy it), without a Record between: it returns the bytes the
+// record took in the ring, or 0 when the next record is not a committed
+// sample not counted yet (Next's to parse, the careful way). The cursor
+// is past the record: it is delivered once c holds it.
+func (r *RingBuf) NextCopy(c *Copy) uint64 {
+	pos := r.cursor
+	if pos == r.head || r.corrupt != nil || int64(pos-r.counted) < 0 {
+		return 0
+	}
+	p, n, size := r.plainAt(unsafe.Pointer(unsafe.SliceData(r.data)), pos, r.head)
+	if size == 0 {
+		return 0
+	}
+	r.cursor = pos + size
+	r.counts.Samples++
+	r.counts.Bytes += n
+	c.Data = append(c.Data[:0], unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n)...)
+	c.Ring, c.CPU, c.Type, c.Lost, c.Key, c.Late = r.index, r.cpu, Sample, 0, 0, false
+	return size
+}
+
 // next is Next for every record: the careful way.
 func (r *RingBuf) next(rec *Record) (bool, error) {
 	for {
