@@ -213,6 +213,33 @@ func FuzzBPFRingParse(f *testing.F) {
 			t.Fatalf("stats %+v for %d samples", st, len(samples))
 		}
 
+		// NextCopy first, then Next where it takes nothing, as ReadInto reads: the same
+		// samples, copies, positions and counts as Next alone.
+		r6, _, _ := fuzzBPFReader(t, ring, cons, prod)
+		r6.Begin()
+		var got6 []refBPFRecord
+		var err6 error
+		for i := 0; i <= size/8+1; i++ {
+			from := r6.Pos()
+			var c Copy
+			if n := r6.NextCopy(&c); n != 0 {
+				if r6.Pos() != from+n || c.Type != Sample || c.CPU != -1 || c.Lost != 0 || c.Key != 0 || c.Late {
+					t.Fatalf("copy %+v of %d bytes from %d, now at %d", c, n, from, r6.Pos())
+				}
+				got6 = append(got6, refBPFRecord{from, from + n, false, bytes.Clone(c.Data)})
+				continue
+			}
+			var rec Record
+			ok, err := r6.Next(&rec)
+			if err6 = err; !ok {
+				break
+			}
+			got6 = append(got6, refBPFRecord{rec.Pos, rec.Next, false, bytes.Clone(rec.Data)})
+		}
+		if fmt.Sprint(got6) != fmt.Sprint(got) || *r6.Counts() != *r.Counts() || fmt.Sprint(err6) != fmt.Sprint(nextErr) || r6.Pos() != r.Pos() {
+			t.Fatalf("next after copies: %v, %+v, %v at %d; next alone %v, %+v, %v at %d", got6, *r6.Counts(), err6, r6.Pos(), got, *r.Counts(), nextErr, r.Pos())
+		}
+
 		// each, within limit: the records that start within limit bytes of cons.
 		r2, _, data2 := fuzzBPFReader(t, ring, cons, prod)
 		r2.Begin()
