@@ -290,6 +290,50 @@ func TestOrderedRingBufHot(t *testing.T) {
 	}
 }
 
+// A hot ring with no copy in the window goes straight from the ring into
+// the Sample (the window's NextCopy): a record with a smaller key than one
+// delivered goes as Next sends it, marked Late and counted, or dropped and
+// counted (DropLate).
+func TestOrderedRingBufHotLateCopied(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		t.Run(fmt.Sprint("DropLate=", drop), func(t *testing.T) {
+			f := newFakeBPFRings(t, 1, 4096)
+			o := f.ordered(t, Order{MaxDelay: time.Hour, DropLate: drop})
+			policy.SetHotHold(o.pol, time.Hour)
+			// 50 records of 72 bytes, 3,600 of the ring's 4,096: hot at the
+			// first intake; the 20th key, 5, comes after 10 to 190.
+			var ring, want []uint64
+			for k := uint64(10); len(ring) < 50; k += 10 {
+				if len(ring) == 19 {
+					ring = append(ring, 5)
+				}
+				ring = append(ring, k)
+			}
+			for _, k := range ring {
+				if k != 5 || !drop {
+					want = append(want, k)
+				}
+			}
+			for seq, key := range ring {
+				f.emit(t, 0, key, uint64(seq), 64)
+			}
+			got := readReleased(t, o, 20*time.Millisecond)
+			if fmt.Sprint(keys(got)) != fmt.Sprint(want) {
+				t.Fatalf("keys %v\nwant %v", keys(got), want)
+			}
+			for _, s := range got {
+				if s.Key != keyOf(s) || s.Late != (s.Key == 5) {
+					t.Fatalf("sample key %d (payload's %d), late %v", s.Key, keyOf(s), s.Late)
+				}
+			}
+			st := o.Stats()[0]
+			if st.Late != 1 || st.Held != 0 || st.Samples != uint64(len(want)) || drop != (st.Dropped == 1) {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
 // A burst that came while the reader waited is copied and ordered, however
 // full it left the ring: the hot ring is for a reader the producers outpace.
 func TestOrderedRingBufBurstOrdered(t *testing.T) {

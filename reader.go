@@ -36,9 +36,9 @@ type Reader struct {
 	c    *core
 	pol  policy.Reading
 	full *policy.Fullest // pol, when it is the fullest-first policy: called directly
-	// inPlace is pol, when it can hand out a record read in place in one
-	// call, and runs no user function (bare): ReadInto's first try.
-	inPlace policy.InPlace
+	// copier is pol, when it can copy a record straight into a Sample and
+	// runs no user function (bare): ReadInto's first try.
+	copier policy.Copier
 	// bare: pol runs no user function (no Order.Key), so that its Next
 	// needs no wait.Reads frame.
 	bare     bool
@@ -117,8 +117,8 @@ func newReader(c *core, p readerPlan) *Reader {
 		r.pol = r.full
 	}
 	r.bare = p.order == nil || p.order.Key == nil
-	if ip, ok := r.pol.(policy.InPlace); ok && r.bare {
-		r.inPlace = ip
+	if cp, ok := r.pol.(policy.Copier); ok && r.bare {
+		r.copier = cp
 	}
 	c.start(r.pol, wait.Reads)
 	return r
@@ -346,7 +346,8 @@ func (r *Reader) ReadInto(s *Sample) error {
 		return fmt.Errorf("%s: nil sample: %w", r.opRead, os.ErrInvalid)
 	}
 	// The common case, a record there, in line: enter without waiting, the
-	// policy's Next, copy, exit; over the fullest-first policy (called
+	// record copied straight from the ring (the policy's NextCopy) or the
+	// policy's Next and a copy, exit; over the fullest-first policy (called
 	// directly) or an ordered one without a Key (bare: no user function
 	// runs). Anything else (another read in progress, closed, a corruption
 	// to report, CPUs to add, nothing to deliver now, a flush) is
@@ -362,8 +363,8 @@ func (r *Reader) ReadInto(s *Sample) error {
 						copySample(s, rec) // (cannot panic: nothing to undo)
 					}
 				}
-			} else if ip := r.inPlace; ip != nil && func() bool { rec = ip.NextInPlace(); return rec != nil }() {
-				copySample(s, rec)
+			} else if cp := r.copier; cp != nil && cp.NextCopy(s) {
+				copied = true
 			} else {
 				var i int
 				if rec, i = r.pol.Next(); rec != nil {

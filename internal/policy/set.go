@@ -55,13 +55,12 @@ type Reading interface {
 	Idle() (timeout, slack time.Duration)
 }
 
-// InPlace is a Reading that can hand out the next record read in place and
-// already counted as delivered, when nothing else is due first (the
-// ordered window's hot ring): one call a record where Next and Delivered
-// are two. The record stays valid until the policy's next call; the space
-// it takes is committed at a later one. Nil: Next's way.
-type InPlace interface {
-	NextInPlace() *ring.Record
+// Copier is a Reading that can copy its next record straight into a
+// Sample when nothing else is due first (the ordered window's hot ring),
+// delivered as it returns: one call a record where Next and Delivered are
+// two, with no Record between. False: Next's way.
+type Copier interface {
+	NextCopy(c *ring.Copy) bool
 }
 
 // Waits is a Reading that cares whether the read waited after Idle: NoWait

@@ -560,39 +560,36 @@ func (w *window) Next() (*ring.Record, int) {
 	}
 }
 
-// NextInPlace is Next's common case under a flood, in one call: the hot
-// ring's next record, when the window holds no copy, no intake or flush is
-// due, the ring has a record parsed at once, and its key is not late;
-// delivered as it returns (Delivered's count; its commit at a later call).
-// Nil: Next's way, which looks again and may find the record this did not
-// take (parsed, in hrec, when late).
-func (w *window) NextInPlace() *ring.Record {
+// NextCopy is Next's common case under a flood for a copying read, in one
+// call: the hot ring's next record copied straight into c
+// (ring.RingBuf.NextCopy) and delivered, when the window holds no copy, no
+// intake or flush is due, and the ring's next record is a committed
+// sample. A late key goes as Next would send it: marked Late and counted,
+// or dropped (DropLate), and then NextCopy reports false. False: Next's
+// way, which looks again.
+func (w *window) NextCopy(c *ring.Copy) bool {
 	i := w.hot
 	if i < 0 || w.held != 0 || w.hhave || w.look || w.drain || w.sinceTake >= w.takeEvery || w.keyFn != nil || w.s.Flushing() {
-		return nil
+		return false
 	}
-	w.commitHot(i) // (the record handed out last was delivered)
+	w.commitHot(i) // (the record copied last was delivered)
 	rb, ok := w.s.Rings[i].(*ring.RingBuf)
 	if !ok {
-		return nil
+		return false
 	}
-	rec := &w.hrec
-	if ok, _ := rb.Next(rec); !ok {
-		return nil // (empty, busy or corrupt: Next looks again)
+	n := rb.NextCopy(c)
+	if n == 0 {
+		return false // (empty, busy or corrupt: Next looks again)
 	}
+	w.sinceTake += int(n)
 	key := uint64(0)
-	if w.keyOffset+8 <= len(rec.Data) {
-		key = binary.NativeEndian.Uint64(rec.Data[w.keyOffset:])
+	if w.keyOffset+8 <= len(c.Data) {
+		key = binary.NativeEndian.Uint64(c.Data[w.keyOffset:])
 	}
 	w.saw(i, key)
-	if key < w.last {
-		w.hkey, w.hhave = key, true // late: Next counts it, and DropLate drops it
-		return nil
-	}
-	w.last = key
-	rec.Key, rec.Late = key, false
-	w.sinceTake += int(rec.Next - rec.Pos)
-	return rec
+	late, drop := w.order(i, key)
+	c.Key, c.Late = key, late
+	return !drop
 }
 
 // fromHot returns the hot ring's record parsed, to be delivered in place,
