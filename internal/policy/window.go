@@ -428,6 +428,11 @@ func (w *window) keyOf(data []byte) uint64 {
 	if w.keyFn != nil {
 		return w.keyFn(data)
 	}
+	return w.keyAt(data)
+}
+
+// keyAt reads the u64 at KeyOffset, 0 for a sample too short to hold it.
+func (w *window) keyAt(data []byte) uint64 {
 	if w.keyOffset+8 > len(data) {
 		return 0
 	}
@@ -582,10 +587,7 @@ func (w *window) NextCopy(c *ring.Copy) bool {
 		return false // (empty, busy or corrupt: Next looks again)
 	}
 	w.sinceTake += int(n)
-	key := uint64(0)
-	if w.keyOffset+8 <= len(c.Data) {
-		key = binary.NativeEndian.Uint64(c.Data[w.keyOffset:])
-	}
+	key := w.keyAt(c.Data) // (no Key: NextCopy's condition)
 	w.saw(i, key)
 	late, drop := w.order(i, key)
 	c.Key, c.Late = key, late

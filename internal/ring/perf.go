@@ -266,8 +266,7 @@ func (r *Perf) NextCopy(c *Copy) uint64 {
 	r.counts.Samples++
 	r.counts.Bytes += n
 	r.counted, r.cursor = next, next
-	c.Data = append(c.Data[:0], unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n)...)
-	c.Ring, c.CPU, c.Type, c.Lost, c.Key, c.Late = r.index, r.cpu, Sample, 0, 0, false
+	c.setPlain(r.index, r.cpu, unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n))
 	return size
 }
 

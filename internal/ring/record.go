@@ -131,10 +131,16 @@ func (s *Sink) Full() bool { return s != nil && s.Into != nil && (s.N == len(s.I
 // CPU cpu into Into[N]: the copy of the kinds' fast loops. It reports
 // whether the loop stops after it (Into full).
 func (s *Sink) copyPlain(index, cpu int, data []byte) (stop bool) {
-	c := &s.Into[s.N]
+	s.Into[s.N].setPlain(index, cpu, data)
+	return s.Took(len(data))
+}
+
+// setPlain makes c a copy of a plain sample's payload (one piece) of ring
+// index's CPU cpu: the copy of the kinds' fast loops (copyPlain) and of
+// their NextCopy.
+func (c *Copy) setPlain(index, cpu int, data []byte) {
 	c.Data = append(c.Data[:0], data...)
 	c.Ring, c.CPU, c.Type, c.Lost, c.Key, c.Late = index, cpu, Sample, 0, 0, false
-	return s.Took(len(data))
 }
 
 // Took counts a copy of n payload bytes made into Into[N], and reports

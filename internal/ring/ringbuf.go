@@ -432,8 +432,7 @@ func (r *RingBuf) NextCopy(c *Copy) uint64 {
 	r.cursor = pos + size
 	r.counts.Samples++
 	r.counts.Bytes += n
-	c.Data = append(c.Data[:0], unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n)...)
-	c.Ring, c.CPU, c.Type, c.Lost, c.Key, c.Late = r.index, r.cpu, Sample, 0, 0, false
+	c.setPlain(r.index, r.cpu, unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n))
 	return size
 }
 
