@@ -190,6 +190,14 @@ func (c *core) addRing(rb ring.Kind, fd int) error {
 	return nil
 }
 
+// readsNow reports whether a read in line may take a record at once:
+// no corruption to report and no CPUs to add (addNewCPUs's check). A
+// read that finds otherwise leaves both to ReadBatch's loop. On the read
+// side, under the owner's drain lock.
+func (c *core) readsNow() bool {
+	return c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load())
+}
+
 // addNewCPUs gives the CPUs that came online since the last call their
 // rings (hotplug.go): a check of one atomic when none did. On the read
 // side, under the owner's drain lock.

@@ -342,26 +342,39 @@ func (r *Reader) exitRead(stop func() bool) {
 // Errors (wrapped): os.ErrClosed, os.ErrDeadlineExceeded, [ErrFlushed], a
 // *[CorruptError], [ErrReentrant], os.ErrInvalid for a nil s.
 func (r *Reader) ReadInto(s *Sample) error {
+	// The common case over the fullest-first policy, in one small frame:
+	// enter without waiting, the turn's next sample copied straight from
+	// the ring (Fullest.NextCopy), exit. Anything else is readInto's.
+	if f, l := r.full, &r.c.life; f != nil && s != nil && l.TryEnterExclusive() {
+		copied := r.c.readsNow() && f.NextCopy(s)
+		l.ExitExclusive()
+		if copied {
+			return nil
+		}
+	}
+	return r.readInto(s)
+}
+
+// readInto is ReadInto past its common case. A record there, in line:
+// enter without waiting, the policy's Next and a copy (or, over an
+// ordered policy, the record copied straight from the ring: the policy's
+// NextCopy), exit; over the fullest-first policy or an ordered one without
+// a Key (bare: no user function runs). Anything else (another read in
+// progress, closed, a corruption to report, CPUs to add, nothing to
+// deliver now, a flush) is ReadBatch's, for one Sample; the policy's Next,
+// if it found nothing, is asked again there at no cost but its look at the
+// rings.
+func (r *Reader) readInto(s *Sample) error {
 	if s == nil {
 		return fmt.Errorf("%s: nil sample: %w", r.opRead, os.ErrInvalid)
 	}
-	// The common case, a record there, in line: enter without waiting, the
-	// record copied straight from the ring (the policy's NextCopy) or the
-	// policy's Next and a copy, exit; over the fullest-first policy (called
-	// directly) or an ordered one without a Key (bare: no user function
-	// runs). Anything else (another read in progress, closed, a corruption
-	// to report, CPUs to add, nothing to deliver now, a flush) is
-	// ReadBatch's, for one Sample; the policy's Next, if it found nothing,
-	// is asked again there at no cost but its look at the rings.
-	if f, l := r.full, &r.c.life; r.bare && l.TryEnterExclusive() {
+	if l := &r.c.life; r.bare && l.TryEnterExclusive() {
 		rec := (*Record)(nil)
 		copied := false
-		if c := r.c; c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load()) { // (addNewCPUs's check)
-			if f != nil {
-				if copied = f.NextCopy(s); !copied {
-					if rec, _ = f.Next(); rec != nil {
-						copySample(s, rec) // (cannot panic: nothing to undo)
-					}
+		if r.c.readsNow() {
+			if f := r.full; f != nil {
+				if rec, _ = f.Next(); rec != nil {
+					copySample(s, rec) // (cannot panic: nothing to undo)
 				}
 			} else if cp := r.copier; cp != nil && cp.NextCopy(s) {
 				copied = true
