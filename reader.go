@@ -342,11 +342,27 @@ func (r *Reader) exitRead(stop func() bool) {
 // Errors (wrapped): os.ErrClosed, os.ErrDeadlineExceeded, [ErrFlushed], a
 // *[CorruptError], [ErrReentrant], os.ErrInvalid for a nil s.
 func (r *Reader) ReadInto(s *Sample) error {
-	// The common case over the fullest-first policy, in one small frame:
-	// enter without waiting, the turn's next sample copied straight from
-	// the ring (Fullest.NextCopy), exit. Anything else is readInto's.
-	if f, l := r.full, &r.c.life; f != nil && s != nil && l.TryEnterExclusive() {
-		copied := r.c.readsNow() && f.NextCopy(s)
+	// The common case, in one small frame: a record there, over a policy
+	// that runs no user function (bare). Enter without waiting, copy the
+	// next record straight from the ring (the policy's NextCopy; the
+	// fullest-first policy's called directly) or else take the policy's
+	// Next and copy it (nextInto), exit. Anything else (another read in
+	// progress, closed, a corruption to report, CPUs to add, nothing to
+	// deliver now, a flush) is ReadBatch's, for one Sample (readInto); the
+	// policy's Next, if it found nothing, is asked again there at no cost
+	// but its look at the rings.
+	if l := &r.c.life; r.bare && s != nil && l.TryEnterExclusive() {
+		copied := false
+		if r.c.readsNow() {
+			if f := r.full; f != nil {
+				copied = f.NextCopy(s)
+			} else if cp := r.copier; cp != nil {
+				copied = cp.NextCopy(s)
+			}
+			if !copied {
+				copied = r.nextInto(s)
+			}
+		}
 		l.ExitExclusive()
 		if copied {
 			return nil
@@ -355,41 +371,31 @@ func (r *Reader) ReadInto(s *Sample) error {
 	return r.readInto(s)
 }
 
-// readInto is ReadInto past its common case. A record there, in line:
-// enter without waiting, the policy's Next and a copy (or, over an
-// ordered policy, the record copied straight from the ring: the policy's
-// NextCopy), exit; over the fullest-first policy or an ordered one without
-// a Key (bare: no user function runs). Anything else (another read in
-// progress, closed, a corruption to report, CPUs to add, nothing to
-// deliver now, a flush) is ReadBatch's, for one Sample; the policy's Next,
-// if it found nothing, is asked again there at no cost but its look at the
-// rings.
+// nextInto copies the policy's next record into s and reports whether
+// there was one: ReadInto's way past the policy's NextCopy. Inside the
+// reader, over a bare policy (no user function runs: nothing to undo).
+func (r *Reader) nextInto(s *Sample) bool {
+	if f := r.full; f != nil {
+		rec, _ := f.Next()
+		if rec == nil {
+			return false
+		}
+		copySample(s, rec)
+		return true
+	}
+	rec, i := r.pol.Next()
+	if rec == nil {
+		return false
+	}
+	copySample(s, rec)
+	r.pol.Delivered(i)
+	return true
+}
+
+// readInto is ReadInto past its common case: ReadBatch of one Sample.
 func (r *Reader) readInto(s *Sample) error {
 	if s == nil {
 		return fmt.Errorf("%s: nil sample: %w", r.opRead, os.ErrInvalid)
-	}
-	if l := &r.c.life; r.bare && l.TryEnterExclusive() {
-		rec := (*Record)(nil)
-		copied := false
-		if r.c.readsNow() {
-			if f := r.full; f != nil {
-				if rec, _ = f.Next(); rec != nil {
-					copySample(s, rec) // (cannot panic: nothing to undo)
-				}
-			} else if cp := r.copier; cp != nil && cp.NextCopy(s) {
-				copied = true
-			} else {
-				var i int
-				if rec, i = r.pol.Next(); rec != nil {
-					copySample(s, rec)
-					r.pol.Delivered(i)
-				}
-			}
-		}
-		l.ExitExclusive()
-		if rec != nil || copied {
-			return nil
-		}
 	}
 	_, err := r.ReadBatch(unsafe.Slice(s, 1))
 	return err
