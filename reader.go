@@ -372,8 +372,8 @@ func (r *Reader) ReadInto(s *Sample) error {
 }
 
 // nextInto copies the policy's next record into s and reports whether
-// there was one: ReadInto's way past the policy's NextCopy. Inside the
-// reader, over a bare policy (no user function runs: nothing to undo).
+// there was one: ReadInto's way past the policy's NextCopy, and a
+// ReadBatch of one Sample's (copyOut). Inside the reader.
 func (r *Reader) nextInto(s *Sample) bool {
 	if f := r.full; f != nil {
 		rec, _ := f.Next()
@@ -383,8 +383,8 @@ func (r *Reader) nextInto(s *Sample) bool {
 		copySample(s, rec)
 		return true
 	}
-	rec, i := r.pol.Next()
-	if rec == nil {
+	rec, i := r.polNext()
+	if i < 0 {
 		return false
 	}
 	copySample(s, rec)
@@ -459,27 +459,18 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 // nor wait.Reads, and its Delivered does nothing; its ring's loop copies
 // in line (ring.Sink), with no call a record but the copy's.
 func (r *Reader) copyOut(s []Sample) (int, bool) {
-	if f := r.full; f != nil {
-		if len(s) == 1 {
-			if rec, _ := f.Next(); rec != nil {
-				copySample(&s[0], rec)
-				return 1, true
-			}
-			return 0, false
+	if len(s) == 1 {
+		if r.nextInto(&s[0]) {
+			return 1, true
 		}
+		return 0, false
+	}
+	if f := r.full; f != nil {
 		r.sink.Into, r.sink.N = s, 0
 		more := f.CopyInto(&r.sink)
 		n := r.sink.N
 		r.sink.Into = nil // drop the caller's Samples
 		return n, more
-	}
-	if len(s) == 1 {
-		if rec, i := r.polNext(); i >= 0 {
-			copySample(&s[0], rec)
-			r.pol.Delivered(i)
-			return 1, true
-		}
-		return 0, false
 	}
 	r.sink.Into, r.sink.N = s, 0
 	more, _ := r.polEach(r.copyF)
