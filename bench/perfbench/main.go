@@ -421,8 +421,9 @@ func measureSaturationRound(m saturation, c config, round int, stderr io.Writer)
 			if res.MaxFill > 0 {
 				fill = fmt.Sprintf("  max ring fill %d KiB", res.MaxFill>>10)
 			}
-			fmt.Fprintf(stderr, "round %d/%d  %s %-13s batch %4d  %6.2f M samples/s  lost %d (%.2f%%)  late %d  wall %v%s\n",
-				round+1, c.rounds, m.name, mode, batch, res.Rate()/1e6, res.Lost, 100*lostFraction(res), res.Late, res.Wall.Round(time.Millisecond), fill)
+			fmt.Fprintf(stderr, "round %d/%d  %s %-13s batch %4d  %6.2f M samples/s  lost %d (%.2f%%)  late %d  wall %v  consumer ran %v, waited %v%s\n",
+				round+1, c.rounds, m.name, mode, batch, res.Rate()/1e6, res.Lost, 100*lostFraction(res), res.Late, res.Wall.Round(time.Millisecond),
+				res.ConsumerRan.Round(time.Millisecond), res.ConsumerWaited.Round(time.Millisecond), fill)
 			if err := res.Check(); err != nil {
 				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
 			}

@@ -85,15 +85,23 @@ func RBSustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResu
 		c.flush()
 	}()
 
+	sched0, err := readSched()
+	if err != nil {
+		return res, err
+	}
 	t.StartTimer()
 	t0 := time.Now()
 	close(start)
 	err = c.run(done, &target, t0.Add(cfg.Timeout))
 	res.Wall = time.Since(t0)
 	t.StopTimer()
+	sched1, serr := readSched()
 	<-watched
 	if err == nil {
 		err = p.err()
+	}
+	if err == nil {
+		err = serr
 	}
 	if err != nil {
 		return res, fmt.Errorf("ring buffer sustained %s: %w", cfg.Mode, err)
@@ -109,6 +117,8 @@ func RBSustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResu
 	}
 	res.Lost = res.Failed
 	res.Received = c.received()
+	d := schedDelta(sched0, sched1, p.threads())
+	res.ConsumerRan, res.ConsumerWaited = d.ran, d.waited
 	return res, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
+	"golang.org/x/sys/unix"
 )
 
 // SustainedModes are the consumers the sustained measurement compares, the
@@ -70,6 +72,10 @@ type SustainedResult struct {
 	Late     uint64        // ordered Reader: records delivered out of order
 	MaxFill  int           // Reader: the most bytes seen waiting in a ring
 	Wall     time.Duration // from the producers' start to the last record read
+	// ConsumerRan and ConsumerWaited are what the process's threads but
+	// the producers' (the consumer's, and the Go runtime's beside it) ran
+	// and waited runnable for a CPU over the run (schedstat.go).
+	ConsumerRan, ConsumerWaited time.Duration
 }
 
 // Rate is samples received per second of wall time.
@@ -141,6 +147,10 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 		return res, err
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), ncpu+2)))
+	sched0, err := readSched()
+	if err != nil {
+		return res, err
+	}
 
 	start := make(chan struct{})
 	var p producers
@@ -211,10 +221,14 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 	}
 	res.Wall = time.Since(t0)
 	t.StopTimer()
+	sched1, serr := readSched()
 	close(finished)
 	<-watchdog
 	if err == nil {
 		err = p.err()
+	}
+	if err == nil {
+		err = serr
 	}
 	if err != nil {
 		return res, fmt.Errorf("sustained %s: %w", cfg.Mode, err)
@@ -230,6 +244,8 @@ func Sustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResult
 	}
 	res.Received, res.Lost, res.Late = c.counts()
 	res.MaxFill = c.maxFill()
+	d := schedDelta(sched0, sched1, p.threads())
+	res.ConsumerRan, res.ConsumerWaited = d.ran, d.waited
 	return res, nil
 }
 
@@ -241,6 +257,7 @@ type producers struct {
 	failed atomic.Bool
 	mu     sync.Mutex
 	first  error
+	tids   []int // the producers' threads (mu)
 }
 
 // start starts the producers: each waits for start to close, then calls
@@ -262,6 +279,9 @@ func (p *producers) start(e *bpfrun.Emitter, samples int, start <-chan struct{},
 				return
 			}
 			defer unpin()
+			p.mu.Lock()
+			p.tids = append(p.tids, unix.Gettid())
+			p.mu.Unlock()
 			<-start
 			if err := emit(cpu, n); err != nil {
 				p.fail(err)
@@ -296,6 +316,13 @@ func (p *producers) fail(err error) {
 	}
 	p.mu.Unlock()
 	p.failed.Store(true)
+}
+
+// threads returns the producers' thread IDs.
+func (p *producers) threads() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.tids)
 }
 
 // err returns the first error fail recorded.
