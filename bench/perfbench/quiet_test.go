@@ -109,7 +109,7 @@ func TestQuietCommand(t *testing.T) {
 
 func TestQuietModeLists(t *testing.T) {
 	all := allQuietModes()
-	if want := []string{"C", "callback", "raw-zerocopy", "reader", "reader-nolatency", "reader-batch", "reader-each", "ordered"}; !slices.Equal(all, want) {
+	if want := []string{"C", "callback", "raw-zerocopy", "reader", "reader-nolatency", "reader-batch", "reader-each", "cilium", "ordered"}; !slices.Equal(all, want) {
 		t.Errorf("allQuietModes = %q, want %q", all, want)
 	}
 	var c config
@@ -314,7 +314,8 @@ func TestRBQuietTable(t *testing.T) {
 		{"300/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.00", "0"},
 		{"3000/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.50", "0"},
 		{"3000/s", "reader-each", "35.5", `\S+`, `\S+`, `\S+`, "-", "0"},
-		{"3000/s", "ordered", "40.5", `\S+`, `\S+`, `\S+`, "-", "1"},
+		{"3000/s", "cilium", "40.5", `\S+`, `\S+`, `\S+`, "-", "0"},
+		{"3000/s", "ordered", "45.5", `\S+`, `\S+`, `\S+`, "-", "1"},
 	} {
 		if !regexp.MustCompile(`(?m)^ *` + strings.Join(want, ` +`) + ` `).MatchString(out[rb:]) {
 			t.Errorf("the ring buffer quiet section lacks a line %q:\n%s", want, out[rb:])

@@ -123,7 +123,7 @@ func writeQuietTables(w io.Writer, r *results) {
 	fmt.Fprintf(w, "to its last sample (CPU: the task clock of all its threads, as perf stat counts it; context switches: getrusage). Modes: C = perf_buffer__poll,\n")
 	fmt.Fprintf(w, "callback = PerfBuffer.Poll, raw-zerocopy = Raw.Wait and RawBuffer.Drain, reader = Reader.ReadInto (MaxLatency\n")
 	fmt.Fprintf(w, "100 ms), reader-nolatency = the same with MaxLatency -1, reader-batch = Reader.ReadBatch (64 Samples a call),\n")
-	fmt.Fprintf(w, "reader-each = Reader.Each, ordered = Reader with Order (KeyOffset 8), ReadInto.\n")
+	fmt.Fprintf(w, "reader-each = Reader.Each, cilium = cilium/ebpf's perf.Reader.ReadInto (WakeupEvents 1), ordered = Reader with Order (KeyOffset 8), ReadInto.\n")
 	writeQuietRows(w, r, r.quiet, "(WakeupEvents 1)")
 }
 
@@ -135,7 +135,8 @@ func writeRBQuietTables(w io.Writer, r *results) {
 	fmt.Fprintf(w, "no flags: the kernel wakes the reader at each commit that finds it caught up), emitted on CPU %d at a steady\n", benchrun.QuietCPU)
 	fmt.Fprintf(w, "rate for %v, or none (idle); each consumer is measured as in the quiet measurement. Modes:\n", r.quietDuration)
 	fmt.Fprintf(w, "C = ring_buffer__poll, callback = PerfBuffer.Poll, raw-zerocopy = Raw.Wait and RawBuffer.Drain, reader =\n")
-	fmt.Fprintf(w, "Reader.ReadInto, reader-batch = Reader.ReadBatch, reader-each = Reader.Each, ordered = Reader with Order, ReadInto.\n")
+	fmt.Fprintf(w, "Reader.ReadInto, reader-batch = Reader.ReadBatch, reader-each = Reader.Each, cilium = cilium/ebpf's ringbuf.Reader.ReadInto,\n")
+	fmt.Fprintf(w, "ordered = Reader with Order, ReadInto.\n")
 	writeQuietRows(w, r, r.rbQuiet, "(at these rates the reader has caught up)")
 }
 

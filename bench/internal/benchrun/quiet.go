@@ -57,6 +57,9 @@ import (
 	"time"
 
 	"github.com/aquasecurity/libbpfgo"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/perf"
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
@@ -71,7 +74,7 @@ const ModeReaderNoLatency = "reader-nolatency"
 
 // QuietModes are the consumers the quiet measurement compares at each of
 // QuietRates, the reference first.
-var QuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered}
+var QuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeCilium, ModeOrdered}
 
 // QuietIdleModes are the consumers it compares while idle: the Reader also
 // without MaxLatency. (reader-each waits as reader does.)
@@ -80,7 +83,7 @@ var QuietIdleModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderNoLaten
 // RBQuietModes are the consumers the quiet measurement compares over a
 // BPF ring buffer at each of QuietRates, the reference
 // (ring_buffer__poll) first.
-var RBQuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered}
+var RBQuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeCilium, ModeOrdered}
 
 // RBQuietIdleModes are those it compares over a ring buffer while idle.
 var RBQuietIdleModes = []string{ModeC, ModeCallback, ModeReader}
@@ -570,6 +573,15 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 			}
 			return nil
 		}
+	case ModeCilium:
+		// The peer: cilium/ebpf's reader, whose wait blocks its thread in
+		// epoll_wait (with an eventfd for its deadline and Close).
+		cr, err := openCiliumQuiet(cfg.MapFD, cfg.RingBuf)
+		if err != nil {
+			return fmt.Errorf("quiet consumer: %w", err)
+		}
+		defer cr.close()
+		setDeadline, run = cr.setDeadline, func(time.Time) error { return cr.read(c) }
 	default:
 		ropts := perfbuf.ReaderOptions{Options: opts}
 		switch cfg.Mode {
@@ -758,4 +770,78 @@ func (c *quietCounter) record(typ perfbuf.RecordType, lost uint64, data []byte) 
 	case perfbuf.RecordLost:
 		c.lost += lost
 	}
+}
+
+// ciliumQuiet is cilium/ebpf's reader over the quiet map: its ring buffer
+// reader, or its perf reader with the quiet rings' size and a wakeup a
+// sample, as the other modes have.
+type ciliumQuiet struct {
+	m    *ebpf.Map
+	rb   *ringbuf.Reader
+	perf *perf.Reader
+}
+
+func openCiliumQuiet(mapFD int, ringBuf bool) (*ciliumQuiet, error) {
+	m, err := ciliumMap(mapFD)
+	if err != nil {
+		return nil, err
+	}
+	c := &ciliumQuiet{m: m}
+	if ringBuf {
+		c.rb, err = ringbuf.NewReader(m)
+	} else {
+		c.perf, err = perf.NewReaderWithOptions(m, RingBytes(QuietPages), perf.ReaderOptions{WakeupEvents: 1})
+	}
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("cilium/ebpf reader: %w", err)
+	}
+	return c, nil
+}
+
+func (c *ciliumQuiet) setDeadline(t time.Time) {
+	if c.rb != nil {
+		c.rb.SetDeadline(t)
+	} else {
+		c.perf.SetDeadline(t)
+	}
+}
+
+// read reads with ReadInto into one reused record until q is done or the
+// deadline.
+func (c *ciliumQuiet) read(q *quietCounter) error {
+	var (
+		rrec ringbuf.Record
+		prec perf.Record
+		err  error
+	)
+	for !q.done() {
+		if c.rb != nil {
+			if err = c.rb.ReadInto(&rrec); err == nil {
+				q.sample(rrec.RawSample)
+			}
+		} else if err = c.perf.ReadInto(&prec); err == nil {
+			if prec.LostSamples > 0 {
+				q.lost += prec.LostSamples
+			} else {
+				q.sample(prec.RawSample)
+			}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *ciliumQuiet) close() {
+	if c.rb != nil {
+		c.rb.Close()
+	} else {
+		c.perf.Close()
+	}
+	c.m.Close()
 }

@@ -169,9 +169,23 @@ func (d *consumeDrain) sum() uint64 { return d.total }
 func (d *consumeDrain) close()      { d.r.Close() }
 
 // openCilium opens cilium/ebpf's ringbuf.Reader over the ring buffer
-// mapFD, through a duplicate of the descriptor (ebpf.NewMapFromFD takes
-// ownership of the one it is given; the reader keeps the map open).
+// mapFD (the reader keeps the map open).
 func openCilium(mapFD int) (*ciliumReader, error) {
+	m, err := ciliumMap(mapFD)
+	if err != nil {
+		return nil, err
+	}
+	r, err := ringbuf.NewReader(m)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("cilium/ebpf ringbuf reader: %w", err)
+	}
+	return &ciliumReader{m: m, r: r}, nil
+}
+
+// ciliumMap is mapFD as cilium/ebpf's map, through a duplicate of the
+// descriptor: ebpf.NewMapFromFD takes ownership of the one it is given.
+func ciliumMap(mapFD int) (*ebpf.Map, error) {
 	fd, err := unix.FcntlInt(uintptr(mapFD), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("dup map fd: %w", err)
@@ -181,12 +195,7 @@ func openCilium(mapFD int) (*ciliumReader, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("cilium/ebpf map: %w", err)
 	}
-	r, err := ringbuf.NewReader(m)
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("cilium/ebpf ringbuf reader: %w", err)
-	}
-	return &ciliumReader{m: m, r: r}, nil
+	return m, nil
 }
 
 // ciliumReader is cilium/ebpf's reader and the map it reads.
