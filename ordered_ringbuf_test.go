@@ -347,6 +347,47 @@ func TestOrderedRingBufBurstOrdered(t *testing.T) {
 	inOrder(t, readN(t, o, len(want)), want)
 }
 
+// A burst that came while the reader waited, with the producers still
+// writing as fast as its intake copies (a chunk or more while it copied
+// one): that is a flood, and the ring is read in place from there (hot),
+// as for a reader the producers outpace; copying the rest would let the
+// ring fill. Without the writes the burst is copied and held (above).
+func TestOrderedRingBufFloodAfterWait(t *testing.T) {
+	f := newFakeBPFRings(t, 1, 4096)
+	chunk := policy.CommitChunk(4096)
+	var extra []uint64 // written during the intake
+	for k := uint64(1000); len(extra)*72 < chunk; k += 10 {
+		extra = append(extra, k)
+	}
+	wrote := false
+	o := f.ordered(t, Order{MaxDelay: time.Hour, Key: func(data []byte) uint64 {
+		if !wrote { // at the intake's first copy
+			wrote = true
+			for seq, key := range extra {
+				f.emit(t, 0, key, uint64(100+seq), 64)
+			}
+		}
+		return binary.NativeEndian.Uint64(data)
+	}})
+	policy.SetHotHold(o.pol, time.Hour) // (10 ms: a slow host could pass it)
+	// 20 records of 72 bytes: 1,440 of 4,096.
+	var want []uint64
+	for key := uint64(100); len(want) < 20; key += 10 {
+		want = append(want, key)
+	}
+	for seq, key := range want {
+		f.emit(t, 0, key, uint64(seq), 64)
+	}
+	got := readReleased(t, o, 20*time.Millisecond)
+	if policy.Hot(o.pol) != 0 {
+		t.Errorf("ring not hot after a flood's intake")
+	}
+	inOrder(t, got, append(want, extra...))
+	if st := o.Stats()[0]; st.Samples != uint64(len(want)+len(extra)) || st.Held != 0 || st.Late != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
 // burstKeys returns n keys as two CPUs' records come in one ring buffer,
 // each second one 15 below its place: 100, 95, 120, 115, ...
 func burstKeys(n int) []uint64 {

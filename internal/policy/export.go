@@ -24,6 +24,9 @@ func Marks(p Reading) []int {
 // look found it more than an eighth full (hotHold).
 func SetHotHold(p Reading, d time.Duration) { p.(*window).hold = d }
 
+// Hot is the ordered window's hot ring, or -1 (window.hot).
+func Hot(p Reading) int { return p.(*window).hot }
+
 // CommitChunk is how many bytes of a ring of size bytes a read delivers
 // or copies between two commits (commitChunk).
 func CommitChunk(size int) int { return commitChunk(size) }

@@ -48,7 +48,8 @@ type WindowConfig struct {
 //  3. the record was copied MaxDelay ago;
 //  4. the window is full (and until it is down to three quarters), or a
 //     ring is more than an eighth full at an intake while the reader
-//     delivers, or three quarters after a wait (see hot);
+//     delivers, or three quarters after a wait, or its producers wrote a
+//     chunk while an intake copied one (see hot);
 //  5. a Flush or Close is under way.
 type window struct {
 	s         *Set
@@ -104,10 +105,13 @@ type window struct {
 	// more than an eighth full while the reader was delivering (not after
 	// a wait: waited; a wait that returned at once because the rings had
 	// moved is none), or more than three quarters full after a wait
-	// (Order's HighWater default over perf rings). The producers outpace
+	// (Order's HighWater default over perf rings), or whose producers
+	// wrote a chunk while an intake copied one. The producers outpace
 	// the reader, and copying costs several times more a record than
 	// reading in place (docs/performance.md, "The hot ring"); a smaller
-	// burst that came while the reader waited is copied and ordered.
+	// burst that came while the reader waited is copied and ordered, and
+	// so is a larger one if it is over by the time the reader copies it
+	// (docs/performance.md, "A flood after a wait").
 	// Its records are not copied but delivered from the ring at once,
 	// merged with the window's smallest copy, the smaller key first (rule
 	// 4: what comes later with a smaller key is Late), until a look finds
@@ -262,8 +266,9 @@ func (w *window) publish(i int) {
 // takeIn copies what ring i holds now into the window, as far as it has
 // room, and hands the space back; a ring more than an eighth full at an
 // intake not after a wait, or three quarters after one, becomes hot
-// instead, and the hot ring stays so while it holds records or within the
-// hold.
+// instead, and so does one whose producers wrote a chunk while the intake
+// copied one (the rest is then read in place); the hot ring stays so
+// while it holds records or within the hold.
 func (w *window) takeIn(i int) {
 	rb := w.s.Rings[i]
 	if i == w.hot {
@@ -292,6 +297,7 @@ func (w *window) takeIn(i int) {
 	}
 	w.in, w.inAt = i, w.now()
 	w.clock = w.inAt
+	head := cur.Head()
 	for {
 		// (The snapshot's records, a chunk at a time: what was copied is
 		// the window's, and its space goes back at once.)
@@ -305,6 +311,13 @@ func (w *window) takeIn(i int) {
 			break
 		}
 		w.CommitPublish(i)
+		if w.hot < 0 && hurry && cur.LoadHead()-head >= uint64(w.chunk) {
+			// The producers wrote a chunk while this intake copied: not a
+			// burst that came while the reader waited but a flood, which
+			// copying would let fill the ring. The rest is read in place.
+			w.hot, w.hotAt = i, w.now()
+			break
+		}
 	}
 	w.tmp = ring.Record{}
 	w.CommitPublish(i)
