@@ -479,7 +479,7 @@ launch() {
 
 # The longest boots first, so that none is left to run alone at the end:
 # the most vCPUs first, and of those the newest kernel (7.3 takes the
-# longest), then the big boot (about a minute and a half).
+# longest), then the big boot (about a minute).
 for run in $(printf '%s\n' $RUNS | sort -t: -k2,2nr -k1,1Vr); do
 	launch amd64 "${run%:*}" "${run#*:}"
 done
