@@ -81,6 +81,10 @@ CACHE=${VMTEST_CACHE:-/var/cache/perfbuf-vmtest}
 MEM=${VMTEST_MEM:-2G}
 TIMEOUT=${VMTEST_TIMEOUT:-900}
 JOBS=${VMTEST_JOBS:-$(nproc)}
+if ! [[ $JOBS =~ ^[1-9][0-9]*$ ]]; then
+	echo "vmtest: VMTEST_JOBS must be a count of boots, 1 or more (it is '$JOBS')" >&2
+	exit 2
+fi
 GO=${GO:-go}
 OUT=$PWD/build/vmtest
 
