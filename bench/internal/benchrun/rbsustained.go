@@ -55,6 +55,10 @@ func RBSustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResu
 		return res, err
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), ncpu+2)))
+	sched0, err := readSched() // (before the producers start: an error leaves none waiting)
+	if err != nil {
+		return res, err
+	}
 
 	start := make(chan struct{})
 	var p producers
@@ -85,10 +89,6 @@ func RBSustained(e *bpfrun.Emitter, cfg SustainedConfig, t Timer) (SustainedResu
 		c.flush()
 	}()
 
-	sched0, err := readSched()
-	if err != nil {
-		return res, err
-	}
 	t.StartTimer()
 	t0 := time.Now()
 	close(start)
