@@ -266,7 +266,8 @@ func (r *Perf) NextCopy(c *Copy) uint64 {
 	r.counts.Samples++
 	r.counts.Bytes += n
 	r.counted, r.cursor = next, next
-	c.setPlain(r.index, r.cpu, unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n))
+	c.Data = copyData(c.Data, unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n))
+	c.setPlain(r.index, r.cpu)
 	return size
 }
 
@@ -316,14 +317,25 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 			}
 			pos, p = r.take(rec, p, size, n)
 			k++
+			// fn's way goes back to the loop's head on its own: joined with
+			// the copy's (which makes no call) before one look at stop, it
+			// reloaded six spilled values after fn's call in place of two,
+			// and raw Drain took 5-10 % longer a 16-byte record (issue 31).
 			if s == nil {
-				if err := fn(rec); err != nil {
+				if err := fn(rec); err != nil || stop.Load() {
 					return k, r.cursor - from, err
 				}
-			} else if s.Sample != nil {
+				continue
+			}
+			if s.Sample != nil {
 				s.Sample(r.cpu, rec.Data)
-			} else if s.copyPlain(r.index, r.cpu, rec.Data) {
-				return k, r.cursor - from, nil
+			} else {
+				c := &s.Into[s.N]
+				c.Data = copyData(c.Data, rec.Data)
+				c.setPlain(r.index, r.cpu)
+				if s.Took(len(rec.Data)) {
+					return k, r.cursor - from, nil
+				}
 			}
 			if stop.Load() {
 				return k, r.cursor - from, nil

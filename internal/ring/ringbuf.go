@@ -432,7 +432,8 @@ func (r *RingBuf) NextCopy(c *Copy) uint64 {
 	r.cursor = pos + size
 	r.counts.Samples++
 	r.counts.Bytes += n
-	c.setPlain(r.index, r.cpu, unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n))
+	c.Data = copyData(c.Data, unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n))
+	c.setPlain(r.index, r.cpu)
 	return size
 }
 
@@ -599,8 +600,13 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			}
 		} else if s.Sample != nil {
 			s.Sample(r.cpu, rec.Data)
-		} else if s.copyPlain(r.index, r.cpu, rec.Data) {
-			return k, r.cursor - from, nil
+		} else {
+			c := &s.Into[s.N]
+			c.Data = copyData(c.Data, rec.Data)
+			c.setPlain(r.index, r.cpu)
+			if s.Took(len(rec.Data)) {
+				return k, r.cursor - from, nil
+			}
 		}
 		if stop != nil && stop.Load() {
 			return k, r.cursor - from, nil
