@@ -474,6 +474,21 @@ func TestOrderedRingBufIntakesAllocate(t *testing.T) {
 	if raceDetector {
 		t.Skip("allocations are counted without -race (make test-nocgo)")
 	}
+	// The counts are the process's: an allocation of the runtime's or of
+	// another test's goroutine may fall between (once in about twenty
+	// runs of the package). An intake that allocates does in every try.
+	var failed string
+	for try := 0; try < 3; try++ {
+		if failed = intakeAllocations(t); failed == "" {
+			return
+		}
+	}
+	t.Error(failed)
+}
+
+// intakeAllocations is a try of TestOrderedRingBufIntakesAllocate: what it
+// found wrong, or "".
+func intakeAllocations(t *testing.T) string {
 	const size = 256 << 10
 	f := newFakeBPFRings(t, 1, size)
 	ord := Order{MaxDelay: time.Hour, KeyWindow: 1 << 40} // nothing released
@@ -506,22 +521,23 @@ func TestOrderedRingBufIntakesAllocate(t *testing.T) {
 			n++
 		}
 	}
-	// (An allocation of the runtime's or the test's may fall between.)
+	failed := ""
 	base := mallocs(empty, 1, func() {})
 	if m := mallocs(o, 1, func() { emit((size * 2 / 3) / 72) }); m > base+2 {
-		t.Errorf("the first intake of %d samples made %d allocations, a read of an empty ring %d", n, m, base)
+		failed = fmt.Sprintf("the first intake of %d samples made %d allocations, a read of an empty ring %d", n, m, base)
 	}
 	if st := o.Stats()[0]; st.Fill != 0 || st.Samples != 0 || st.Held == 0 {
 		t.Fatalf("not all taken in and held: %+v", st)
 	}
 	const reads = 50
 	base = mallocs(empty, reads, func() {})
-	if m := mallocs(o, reads, func() { emit(10) }); m > base+2 {
-		t.Errorf("%d intakes of 10 samples made %d allocations, %d reads of an empty ring %d", reads, m, reads, base)
+	if m := mallocs(o, reads, func() { emit(10) }); m > base+2 && failed == "" {
+		failed = fmt.Sprintf("%d intakes of 10 samples made %d allocations, %d reads of an empty ring %d", reads, m, reads, base)
 	}
 	if got := flushAll(t, o); len(got) != n || got[0].Key != 1000 {
 		t.Fatalf("flushed %d samples, want %d", len(got), n)
 	}
+	return failed
 }
 
 // Each over a hot ring with no copy in the window runs the ring's own loop
