@@ -297,7 +297,8 @@ func (r *Perf) parseRest(rec *Record) bool {
 //
 // It does not commit. Plain samples (plainAt) are taken in line, loaded through the ring's
 // base pointer, and copied in line into a sink's Into, with no call per record but fn's (or
-// the sink's Sample, or the copy's memmove); every other record goes through parseRest.
+// the sink's Sample, or memmove for a payload past 32 bytes: copyData); every other record
+// goes through parseRest.
 func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error, s *Sink) (int, uint64, error) {
 	from := r.cursor
 	rec.CPU, rec.Ring = r.cpu, r.index
