@@ -295,9 +295,9 @@ func (r *Perf) parseRest(rec *Record) bool {
 //   - at a corrupt record: the *CorruptError (the cursor stays on it);
 //   - after the record during which stop became true (its owner was closed): nil.
 //
-// It does not commit. Plain samples (plainAt) are taken in line, loaded through the ring's
-// base pointer, and copied in line into a sink's Into, with no call per record but fn's (or
-// the sink's Sample, or memmove for a payload past 32 bytes: copyData); every other record
+// It does not commit. Plain samples (plainAt) are taken in line, loaded through the ring's base
+// pointer, and copied in line into a sink's Into, with no call per record but fn's (or the
+// sink's Sample, or memmove for a payload not of 16 to 64 bytes: copyData); every other record
 // goes through parseRest.
 func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error, s *Sink) (int, uint64, error) {
 	from := r.cursor

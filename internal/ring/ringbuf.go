@@ -550,10 +550,10 @@ func (r *RingBuf) Peek(pos uint64, rec *Record) bool {
 //   - after the record during which stop (if not nil) became true: nil.
 //
 // It does not commit, allocates nothing and makes no call per record but fn's (or the sink's
-// Sample, or memmove for a payload past 32 bytes: copyData): the common record, a sample not
-// read before, is parsed and copied in line (the rest goes through next). rec's Data aliases
-// ring memory until consumer_pos is committed past rec.Next; fn must not call the ring's
-// methods.
+// Sample, or memmove for a payload not of 16 to 64 bytes: copyData): the common record, a
+// sample not read before, is parsed and copied in line (the rest goes through next). rec's Data
+// aliases ring memory until consumer_pos is committed past rec.Next; fn must not call the
+// ring's methods.
 func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error, s *Sink) (int, uint64, error) {
 	from := r.cursor
 	k := 0
