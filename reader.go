@@ -68,10 +68,28 @@ type Reader struct {
 	nextRec      *Record
 	nextRing     int
 
-	// The contexts of errors, naming what is read: "read ring buffer
-	// \"events\"", "consume perf event array \"events\"" (made once: a
-	// read formats nothing unless it fails).
-	opRead, opConsume string
+	// The contexts of errors, naming what is read (made once: see readOp).
+	opRead, opConsume *readOp
+}
+
+// readOp is the context of a read's errors: its name ("read ring buffer
+// \"events\"", "consume perf event array \"events\""), and the errors that
+// end reads in the normal course, wrapped once at NewReader. A read
+// formats nothing unless it fails: fmt.Errorf, on a path the CPU's caches
+// had left, took a read that ended a flush 4-6 µs (docs/performance.md,
+// "A read that ends a flush").
+type readOp struct {
+	name     string
+	flushed  error // ErrFlushed
+	deadline error // os.ErrDeadlineExceeded
+}
+
+func newReadOp(name string) *readOp {
+	return &readOp{
+		name:     name,
+		flushed:  fmt.Errorf("%s: %w", name, ErrFlushed),
+		deadline: fmt.Errorf("%s: %w", name, os.ErrDeadlineExceeded),
+	}
 }
 
 // NewReader opens every ring of m and returns a Reader over them: a ring
@@ -106,7 +124,7 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 // their own) with its plan.
 func newReader(c *core, p readerPlan) *Reader {
 	c.Latency = p.latency
-	r := &Reader{c: c, opRead: "read " + c.name(), opConsume: "consume " + c.name()}
+	r := &Reader{c: c, opRead: newReadOp("read " + c.name()), opConsume: newReadOp("consume " + c.name())}
 	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec(), r.turn, r.nextTurn
 	if p.order != nil && c.ringBufs() {
 		r.pol = policy.NewWindow(&c.Set, c.windowConfig(*p.order))
@@ -224,10 +242,10 @@ func (r *Reader) pastDeadline() bool {
 // corruption, commit, end a completed Flush, or wait (unless wait is
 // false: Consume). It returns the error the read should return, or nil to
 // go on reading; done reports that a non-waiting read is done.
-func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, err error) {
+func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, err error) {
 	c := r.c
 	if c.life.Closed() {
-		return true, fmt.Errorf("%s: %w", op, os.ErrClosed)
+		return true, fmt.Errorf("%s: %w", op.name, os.ErrClosed)
 	}
 	if err := r.takeCorrupt(op); err != nil {
 		return true, err
@@ -238,13 +256,13 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 		if !wait {
 			return true, nil
 		}
-		return true, fmt.Errorf("%s: %w", op, ErrFlushed)
+		return true, op.flushed
 	}
 	if c.Flushing() {
 		// The flush is not done: read on without waiting, but not past
 		// the deadline.
 		if r.pastDeadline() {
-			return true, fmt.Errorf("%s: %w", op, os.ErrDeadlineExceeded)
+			return true, op.deadline
 		}
 		return false, nil
 	}
@@ -252,12 +270,12 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 		return true, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return true, fmt.Errorf("%s: %w", op, err)
+		return true, fmt.Errorf("%s: %w", op.name, err)
 	}
 	if dl := r.deadline.Load(); dl != 0 {
 		left := time.Until(time.Unix(0, dl))
 		if left <= 0 {
-			return true, fmt.Errorf("%s: %w", op, os.ErrDeadlineExceeded)
+			return true, op.deadline
 		}
 		if timeout < 0 || left < timeout+slack {
 			timeout, slack = left, 0
@@ -270,7 +288,7 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 	quick := c.w.AtOnce()
 	event, err := c.w.Wait(timeout, slack)
 	if err != nil {
-		return true, fmt.Errorf("%s: %w", op, err)
+		return true, fmt.Errorf("%s: %w", op.name, err)
 	}
 	if c.w.Woken() {
 		if !c.life.Closed() {
@@ -289,7 +307,7 @@ func (r *Reader) block(ctx context.Context, op string, wait bool) (done bool, er
 			hold = min(hold, time.Until(time.Unix(0, dl)))
 		}
 		if err := c.w.WaitEvent(hold); err != nil {
-			return true, fmt.Errorf("%s: %w", op, err)
+			return true, fmt.Errorf("%s: %w", op.name, err)
 		}
 	}
 	return false, nil
@@ -304,20 +322,20 @@ func (r *Reader) noWait() {
 }
 
 // takeCorrupt returns the corruption a policy skipped, once.
-func (r *Reader) takeCorrupt(op string) error {
+func (r *Reader) takeCorrupt(op *readOp) error {
 	if r.c.Corrupt == nil {
 		return nil
 	}
 	err := r.c.Corrupt
 	r.c.Corrupt = nil
-	return fmt.Errorf("%s: %w", op, err)
+	return fmt.Errorf("%s: %w", op.name, err)
 }
 
 // enterRead starts a read: it takes the reader (reads run one at a time)
 // and, if ctx can be cancelled, makes its cancellation wake the wait. Pass
 // what it returns to exitRead.
-func (r *Reader) enterRead(ctx context.Context, op string) (stop func() bool, err error) {
-	if err := r.c.life.EnterExclusive(op); err != nil {
+func (r *Reader) enterRead(ctx context.Context, op *readOp) (stop func() bool, err error) {
+	if err := r.c.life.EnterExclusive(op.name); err != nil {
 		return nil, err
 	}
 	if ctx.Done() != nil {
@@ -395,7 +413,7 @@ func (r *Reader) nextInto(s *Sample) bool {
 // readInto is ReadInto past its common case: ReadBatch of one Sample.
 func (r *Reader) readInto(s *Sample) error {
 	if s == nil {
-		return fmt.Errorf("%s: nil sample: %w", r.opRead, os.ErrInvalid)
+		return fmt.Errorf("%s: nil sample: %w", r.opRead.name, os.ErrInvalid)
 	}
 	_, err := r.ReadBatch(unsafe.Slice(s, 1))
 	return err
@@ -413,7 +431,7 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 	if len(s) == 0 {
 		return 0, nil
 	}
-	if err := r.c.life.EnterExclusive(op); err != nil {
+	if err := r.c.life.EnterExclusive(op.name); err != nil {
 		return 0, err
 	}
 	defer r.c.life.ExitExclusive() // (a Key function may panic)
@@ -428,7 +446,7 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 			return 0, r.takeCorrupt(op)
 		}
 		if err := r.c.addNewCPUs(); err != nil {
-			return 0, wrap(op, err)
+			return 0, wrap(op.name, err)
 		}
 		n, more := r.copyOut(s[got:])
 		got += n
@@ -444,7 +462,7 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) {
 			if got > 0 {
 				return got, nil
 			}
-			return 0, fmt.Errorf("%s: %w", op, os.ErrClosed)
+			return 0, fmt.Errorf("%s: %w", op.name, os.ErrClosed)
 		}
 	}
 }
@@ -512,7 +530,7 @@ func (r *Reader) copyRec() func(*Record) error {
 func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 	op := r.opRead
 	if ctx == nil || fn == nil {
-		return fmt.Errorf("%s: nil context or function: %w", op, os.ErrInvalid)
+		return fmt.Errorf("%s: nil context or function: %w", op.name, os.ErrInvalid)
 	}
 	stop, err := r.enterRead(ctx, op)
 	if err != nil {
@@ -528,9 +546,9 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 func (r *Reader) Consume(fn func(rec *Record) error) (int, error) {
 	op := r.opConsume
 	if fn == nil {
-		return 0, fmt.Errorf("%s: nil function: %w", op, os.ErrInvalid)
+		return 0, fmt.Errorf("%s: nil function: %w", op.name, os.ErrInvalid)
 	}
-	if err := r.c.life.EnterExclusive(op); err != nil {
+	if err := r.c.life.EnterExclusive(op.name); err != nil {
 		return 0, err
 	}
 	defer r.c.life.ExitExclusive()
@@ -548,16 +566,16 @@ func (r *Reader) countRec(rec *Record) error {
 
 // each is the loop of Each, Consume and All: it delivers records to fn
 // through the policy, and when there is none, waits (wait) or returns.
-func (r *Reader) each(ctx context.Context, op string, fn func(*Record) error, wait bool) error {
+func (r *Reader) each(ctx context.Context, op *readOp, fn func(*Record) error, wait bool) error {
 	for {
 		if r.c.life.Closed() {
-			return fmt.Errorf("%s: %w", op, os.ErrClosed)
+			return fmt.Errorf("%s: %w", op.name, os.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%s: %w", op, err)
+			return fmt.Errorf("%s: %w", op.name, err)
 		}
 		if err := r.c.addNewCPUs(); err != nil {
-			return wrap(op, err)
+			return wrap(op.name, err)
 		}
 		more, err := r.polEach(fn)
 		if err != nil {
@@ -629,7 +647,7 @@ func (r *Reader) All(ctx context.Context) iter.Seq2[*Sample, error] {
 }
 
 // allRead is one read of All's: Each without its checks.
-func (r *Reader) allRead(ctx context.Context, op string, fn func(*Record) error) error {
+func (r *Reader) allRead(ctx context.Context, op *readOp, fn func(*Record) error) error {
 	stop, err := r.enterRead(ctx, op)
 	if err != nil {
 		return err

@@ -195,3 +195,55 @@ func TestReadIntoCloseRace(t *testing.T) {
 		}
 	}
 }
+
+// A read that ends a flush, or finds its deadline past, is how reads end
+// in the normal course (a drain at shutdown, a poll with a deadline): it
+// returns an error made once, which allocates nothing and says what was
+// read, where fmt.Errorf took 3 allocations and 4-6 µs of CPU a read.
+func TestReadIntoEndsAllocateNothing(t *testing.T) {
+	for _, k := range readIntoKinds {
+		t.Run(k.name, func(t *testing.T) {
+			r, put, _ := k.open(t)
+			var s Sample
+			seq := uint64(0)
+			flushRound := func() error {
+				for range 4 {
+					if !put(seq) {
+						t.Fatalf("ring full at %d", seq)
+					}
+					seq++
+				}
+				r.Flush()
+				for range 4 {
+					if err := r.ReadInto(&s); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return r.ReadInto(&s)
+			}
+			err := flushRound() // (s.Data grows here)
+			if !errors.Is(err, ErrFlushed) || !strings.HasPrefix(err.Error(), "read ") {
+				t.Fatalf("the read after a flush: %v, want ErrFlushed in the read's context", err)
+			}
+			if allocs := testing.AllocsPerRun(50, func() {
+				if err := flushRound(); !errors.Is(err, ErrFlushed) {
+					t.Fatal(err)
+				}
+			}); allocs != 0 {
+				t.Errorf("a flush's round, its ending read included: %v allocations, want 0", allocs)
+			}
+
+			r.SetDeadline(time.Now().Add(-time.Second))
+			if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) || !strings.HasPrefix(err.Error(), "read ") {
+				t.Fatalf("a read past its deadline: %v, want os.ErrDeadlineExceeded in the read's context", err)
+			}
+			if allocs := testing.AllocsPerRun(50, func() {
+				if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatal(err)
+				}
+			}); allocs != 0 {
+				t.Errorf("a read past its deadline: %v allocations, want 0", allocs)
+			}
+		})
+	}
+}
