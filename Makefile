@@ -145,7 +145,7 @@ test-nocgo: bpf
 test-bigendian:
 	@bash scripts/deps.sh qemu-user
 	@echo "big-endian: the package's, the ring kinds', the wait's and the snapshots' tests for s390x (no cgo), under qemu-s390x"
-	@CGO_ENABLED=0 GOARCH=s390x bash scripts/gotest.sh -exec qemu-s390x -count=1 . ./internal/ring ./internal/wait ./internal/snapshot
+	@PERFBUF_TEST_EMULATOR=qemu-s390x CGO_ENABLED=0 GOARCH=s390x bash scripts/gotest.sh -exec qemu-s390x -count=1 . ./internal/ring ./internal/wait ./internal/snapshot
 
 # The same tests for arm64, under qemu-user: the parsers' and the wake rule's
 # atomics as the arm64 compiler emits them, the race tests' producers running
@@ -161,7 +161,7 @@ test-bigendian:
 test-arm64:
 	@bash scripts/deps.sh qemu-user
 	@echo "arm64: the package's, the ring kinds', the wait's and the snapshots' tests for arm64 (no cgo), under qemu-aarch64 on one CPU"
-	@CGO_ENABLED=0 GOARCH=arm64 bash scripts/gotest.sh -exec 'taskset -c 0 qemu-aarch64' -count=1 . ./internal/ring ./internal/wait ./internal/snapshot
+	@PERFBUF_TEST_EMULATOR=qemu-aarch64 CGO_ENABLED=0 GOARCH=arm64 bash scripts/gotest.sh -exec 'taskset -c 0 qemu-aarch64' -count=1 . ./internal/ring ./internal/wait ./internal/snapshot
 
 unit: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 .

@@ -561,11 +561,9 @@ func TestPollRingBufMissedWakeup(t *testing.T) {
 		t.Fatalf("first Poll = %d, %v; want the first record", n, err)
 	}
 	f.CommitMissed(busy)
-	const timeout = 500 * time.Millisecond
-	start := time.Now()
-	n, err := pb.Poll(timeout)
-	if took := time.Since(start); n != 1 || err != nil || took >= timeout {
-		t.Fatalf("second Poll = %d, %v after %v; want the second record at once", n, err, took)
+	// A Poll that waited for nothing to wake it would time out with 0.
+	if n, err := pb.Poll(5 * time.Second); n != 1 || err != nil {
+		t.Fatalf("second Poll = %d, %v; want the second record", n, err)
 	}
 	if fmt.Sprint(got) != "[1 2]" {
 		t.Errorf("delivered %v, want [1 2]", got)
