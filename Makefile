@@ -17,7 +17,8 @@
 #                 beside libbpf-tools' C mountsnoop (bpf_buffer) on one workload (200
 #                 mount+umount pairs/s for 20 s), CPU and context switches of each
 #                 (table; build/mountsnoop-vs-c.csv). Needs root; about 25 s.
-#   make lint     gofmt, go vet, staticcheck
+#   make lint     gofmt, go vet, staticcheck, and scripts/lint: the packages' layering,
+#                 cgo in perfbuf_cgo.go alone, no comment naming a file that is gone
 #   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12, 7.3 kernels with
 #                 8 CPUs, 5.10 and 7.3 with 2 as well, then the hotplug tests on 64 CPUs
 #                 (6.12), most offline at boot
@@ -245,6 +246,8 @@ lint: deps
 		out=$$(gofmt -l $$files); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet $(GOTAGS) ./...
 	$(GO) run $(STATICCHECK) $(GOTAGS) ./...
+	@# The packages' layering, cgo in one file, the files comments name (scripts/lint).
+	$(GO) run ./scripts/lint
 	@# Every source file names its license (README, License): Apache-2.0, or
 	@# GPL-2.0-only OR BSD-2-Clause for the BPF C.
 	@out=$$(git ls-files '*.go' '*.c' '*.h' '*.sh' Makefile Dockerfile.build .ci/run | \

@@ -5,7 +5,7 @@ package perfbuf
 // The owner core, written once for Reader, PerfBuffer and Raw: opening the rings
 // (and those of CPUs that come online), the lifetime and Close protocol,
 // the wait, the failure map, Stats. What it delivers and how is its
-// policy's (policy.go); the public types on top say when.
+// policy's (internal/policy); the public types on top say when.
 
 import (
 	"fmt"

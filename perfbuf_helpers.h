@@ -15,7 +15,7 @@
 struct perf_buffer;
 
 /* The rings' configuration, checked and with its defaults resolved on the
- * Go side (config.go). */
+ * Go side (checks.go). */
 struct perfbuf_config {
 	size_t page_cnt;        /* data pages per ring, a power of two */
 	uint64_t wakeup_events; /* >= 1; ignored when wakeup_bytes is set */

@@ -4,7 +4,7 @@ package policy
 
 // The ordered policy (Options.Order): every ring merged in key order, the
 // records kept in the rings until delivered. The merge takes the smallest
-// front from a heap (orderheap.go); when a ring shows no record, the
+// front from a heap (heap.go); when a ring shows no record, the
 // release rule (release.go) says whether the smallest may go anyway.
 
 import (
