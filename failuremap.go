@@ -48,9 +48,13 @@ type failureMap struct {
 	// reads key 0's: kernel.LookupPerCPU or kernel.UpdatePerCPU at key
 	// 1, or a test's fake.
 	readerKey func(fd int, words []uint64, update bool) error
-	// counted says this owner is one of the readers that key 1 counts:
-	// from openReader to closeReader.
-	counted bool
+	// id is the map's ID, which names its lock file in lockDir
+	// (presence.go).
+	id      uint32
+	lockDir string
+	// presence is this owner's lock as a reader alive: from openReader to
+	// closeReader.
+	presence *presence
 
 	// mu serialises reads and close: Stats may run on any goroutine, also
 	// while the rings are freed.
@@ -123,6 +127,8 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 	n := len(possible)
 	f := &failureMap{
 		name:      info.name,
+		id:        info.id,
+		lockDir:   defaultLockDir,
 		fd:        fd,
 		cpus:      possible,
 		lookup:    func(fd int, out []uint64) error { return kernel.LookupPerCPU(fd, 0, out) },
@@ -142,104 +148,108 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 // The reader key, key 1 of a PERFBUF_FAILURE_MAP, says whether a ring
 // buffer's reader is open, to the ring buffer outputs of bpf/perfbuf.bpf.h,
 // which test its first word on their CPU: not 0, no reader (closed), and
-// they fail (counted as noent). Every CPU's copy holds the same two words:
+// they fail (counted as noent). Every CPU's copy holds the same words:
 //
-//	word 0 (noent): 1 while no reader is open, once one was
-//	word 1 (e2big): how many readers are open, in every process
+//	word 0 (noent): 1 while no reader is alive, once one was
+//	the others: 0
 //
-// Each reader adds itself when it opens (openReader) and takes itself out
-// when it closes (closeReader); the last one out marks the key closed. So a
-// Close marks closed only what no other reader holds open: when a new
-// process opens its reader on a pinned map and then the old one closes
-// (an agent's upgrade), or the other way round, the outputs keep coming to
-// the reader that stays.
+// Which readers are alive, in every process, is the kernel's to keep:
+// each holds a lock on a lock file of the failure map's (presence.go),
+// which the kernel drops when the reader closes or its process ends. A
+// reader marks the key open once it holds its lock (openReader); one that
+// leaves marks it closed only if it is the last (closeReader). So a Close
+// marks closed only what no other reader holds open: when a new process
+// opens its reader on a pinned map and then the old one closes (an agent's
+// upgrade), or the other way round, the outputs keep coming to the reader
+// that stays; and a reader killed without Close is not counted as alive.
 //
-// Each change is a lookup and an update of the whole key; two of them at
-// once, in two processes, would lose one. They are serialised: in this
-// process by readerKeyMu, across processes by flock(2) on the map's
-// descriptor, which locks the descriptor's inode. Every descriptor of a BPF
-// map, from any process and any opening (a pin, an ID), shares its inode:
-// the kernel's one anonymous inode, which every map's shares too, so the
-// lock is the whole host's (TestReaderKeyLock checks it on each kernel),
-// held for one lookup and one update.
-//
-// What remains: a reader that ends without Close (its process killed)
-// leaves its count, and the key then stays open for good, as if it were
-// still there: outputs keep landing in the ring for the next reader, and
-// the last Close counts what it saw as left, not exactly. It errs towards
-// delivering: no output is refused while a reader is open. A map created
-// anew (the program reloaded, the pin removed) starts from zero. A process
-// with a perfbuf older than this count writes the key whole (0 or 1, no
-// count), as before.
+// What remains: while every reader is dead and none has opened since, the
+// key stays open: outputs land in the ring, for the next reader. A map
+// created anew (the program reloaded, the pin removed) starts open.
 
-// readerKeyMu serialises this process's changes of reader keys (see above).
-var readerKeyMu sync.Mutex
-
-// openReader counts this owner as a reader of the ring buffers that f's
+// openReader marks this owner as a reader of the ring buffers that f's
 // outputs write: the key is open from its return. A map without the key
 // (an older PERFBUF_FAILURE_MAP, a nil f) is left alone.
 func (f *failureMap) openReader() error {
-	if f == nil || !f.reader || f.counted {
+	if f == nil || !f.reader || f.presence != nil {
 		return nil
 	}
-	if _, err := f.changeReaders(+1); err != nil {
+	p, err := joinPresence(f.lockDir, f.id)
+	if err != nil {
 		return fmt.Errorf("failure map %q: mark a reader open: %w", f.name, err)
 	}
-	f.counted = true
+	if err := f.markKey(false); err != nil {
+		p.leave()
+		return fmt.Errorf("failure map %q: mark a reader open: %w", f.name, err)
+	}
+	f.presence = p
 	return nil
 }
 
-// closeReader takes this owner out of the count that openReader added it
-// to; last reports that it was the last reader, whose leaving marked the
+// closeReader takes this owner out of the readers that openReader added
+// it to; last reports that it was the last reader alive, and marked the
 // key closed: outputs through bpf/perfbuf.bpf.h then fail in the program.
-// It does nothing, and reports false, unless openReader counted f.
+// It does nothing, and reports false, unless openReader added f.
 func (f *failureMap) closeReader() (last bool, err error) {
-	if f == nil || !f.counted {
+	if f == nil || f.presence == nil {
 		return false, nil
 	}
-	f.counted = false
-	n, err := f.changeReaders(-1)
-	if err != nil {
+	p := f.presence
+	f.presence = nil
+	defer p.leave()
+	if last, err = f.closeIfLast(p); err != nil {
 		return false, fmt.Errorf("failure map %q: mark a reader closed: %w", f.name, err)
 	}
-	return n == 0, nil
+	return last, nil
 }
 
-// changeReaders adds delta (+1 or -1) to the readers the key counts, under
-// the locks above, and returns the new count. A key marked closed counts
-// none, whatever its word 1 holds.
-func (f *failureMap) changeReaders(delta int) (uint64, error) {
-	readerKeyMu.Lock()
-	defer readerKeyMu.Unlock()
-	if f.fd >= 0 {
-		if err := flockRetry(f.fd, unix.LOCK_EX); err != nil {
-			return 0, fmt.Errorf("lock: %w", err)
-		}
-		defer flockRetry(f.fd, unix.LOCK_UN)
+// pauseReader marks the key closed if this owner is the only reader alive
+// (ErrMapInUse otherwise), and stays a reader: resumeReader marks the key
+// open again. A reader that opens meanwhile marks it open too.
+func (f *failureMap) pauseReader() error {
+	if f.presence == nil {
+		return fmt.Errorf("failure map %q: pause: not a reader: %w", f.name, os.ErrClosed)
 	}
-	words := make([]uint64, failuresWords*len(f.cpus))
-	if err := f.readerKey(f.fd, words, false); err != nil {
-		return 0, err
-	}
-	n := words[1] // the first CPU's copy: every CPU's is the same
-	if words[0] != 0 {
-		n = 0
+	last, err := f.closeIfLast(f.presence)
+	if err == nil {
+		err = f.presence.share()
 	}
 	switch {
-	case delta > 0:
-		n++
-	case n > 0:
-		n--
+	case err != nil:
+		return fmt.Errorf("failure map %q: pause: %w", f.name, err)
+	case !last:
+		return fmt.Errorf("failure map %q: another reader of the ring buffers is open: %w", f.name, ErrMapInUse)
 	}
-	closed := uint64(0)
-	if n == 0 {
-		closed = 1
+	return nil
+}
+
+// resumeReader marks the key open again after pauseReader.
+func (f *failureMap) resumeReader() error {
+	if err := f.markKey(false); err != nil {
+		return fmt.Errorf("failure map %q: resume: %w", f.name, err)
 	}
-	clear(words)
-	for k := range f.cpus {
-		words[k*failuresWords], words[k*failuresWords+1] = closed, n
+	return nil
+}
+
+// closeIfLast marks the key closed if p's reader is the only one alive,
+// and reports whether it was; p then holds the write lock.
+func (f *failureMap) closeIfLast(p *presence) (bool, error) {
+	alone, err := p.alone()
+	if err != nil || !alone {
+		return false, err
 	}
-	return n, f.readerKey(f.fd, words, true)
+	return true, f.markKey(true)
+}
+
+// markKey writes the reader key, closed or open, on every CPU.
+func (f *failureMap) markKey(closed bool) error {
+	words := make([]uint64, failuresWords*len(f.cpus))
+	if closed {
+		for k := range f.cpus {
+			words[k*failuresWords] = 1
+		}
+	}
+	return f.readerKey(f.fd, words, true)
 }
 
 // readerKeyPerCPU reads or writes key 1 of the per-CPU array fd: every
@@ -249,15 +259,6 @@ func readerKeyPerCPU(fd int, words []uint64, update bool) error {
 		return kernel.UpdatePerCPU(fd, 1, words)
 	}
 	return kernel.LookupPerCPU(fd, 1, words)
-}
-
-// flockRetry is flock(2), again when a signal interrupts it.
-func flockRetry(fd, how int) error {
-	for {
-		if err := unix.Flock(fd, how); err != unix.EINTR {
-			return err
-		}
-	}
 }
 
 // counts returns each CPU's failures, as f.cpus: what the map holds now,

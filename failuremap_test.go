@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -340,10 +341,22 @@ func TestFailureMapBadFD(t *testing.T) {
 }
 
 // fakeReaderKey stands for key 1 of the kernel's failure map: every CPU's
-// copy of the two words the reader key uses.
+// copy of the words the reader key uses; and the folder of its lock file.
 type fakeReaderKey struct {
 	mu    sync.Mutex
 	words []uint64
+	dir   string
+}
+
+func newFakeReaderKey(t *testing.T, cpus int) *fakeReaderKey {
+	return &fakeReaderKey{words: make([]uint64, failuresWords*cpus), dir: t.TempDir()}
+}
+
+// attach makes f a failure map with the reader key k: each failureMap
+// attached stands for a reader's own open of the map, as in a process of
+// its own.
+func (k *fakeReaderKey) attach(f *failureMap) {
+	f.reader, f.readerKey, f.lockDir, f.id = true, k.access, k.dir, 1
 }
 
 func (k *fakeReaderKey) access(fd int, words []uint64, update bool) error {
@@ -357,37 +370,39 @@ func (k *fakeReaderKey) access(fd int, words []uint64, update bool) error {
 	return nil
 }
 
-// state returns the closed word and the count, checking that every CPU's
-// copy holds them alike.
-func (k *fakeReaderKey) state(t *testing.T) (closed, readers uint64) {
+// closed returns the closed word, checking that every CPU's copy holds it
+// and nothing else.
+func (k *fakeReaderKey) closed(t *testing.T) bool {
 	t.Helper()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	closed, readers = k.words[0], k.words[1]
-	for c := 1; c < len(k.words)/failuresWords; c++ {
-		if w := k.words[c*failuresWords:]; w[0] != closed || w[1] != readers {
-			t.Errorf("cpu %d's copy holds %d, %d; cpu 0's %d, %d", c, w[0], w[1], closed, readers)
+	closed := k.words[0]
+	for c := 0; c < len(k.words)/failuresWords; c++ {
+		w := k.words[c*failuresWords : (c+1)*failuresWords]
+		if w[0] != closed || slices.ContainsFunc(w[1:], func(x uint64) bool { return x != 0 }) {
+			t.Errorf("cpu %d's copy holds %v; cpu 0's closed word %d and zeros", c, w, closed)
 		}
 	}
-	return closed, readers
+	return closed != 0
 }
 
-// A Close marks the reader key closed only when no other reader holds it
-// open: readers that overlap, in either order, leave it open to the one
-// that stays (an agent's upgrade: the new one opens, then the old one
-// closes; or the new one gives up first).
-func TestReaderKeyCount(t *testing.T) {
+// A Close marks the reader key closed only when no other reader is alive:
+// readers that overlap, in either order, leave it open to the one that
+// stays (an agent's upgrade: the new one opens, then the old one closes;
+// or the new one gives up first). Each fake stands for a reader of its own
+// open of the lock file, as in another process.
+func TestReaderKeyReaders(t *testing.T) {
 	cpus := []int{0, 1, 3}
-	key := &fakeReaderKey{words: make([]uint64, failuresWords*len(cpus))}
+	key := newFakeReaderKey(t, len(cpus))
 	reader := func() *failureMap {
 		f, _ := fakeFailureMap(cpus)
-		f.reader, f.readerKey = true, key.access
+		key.attach(f)
 		return f
 	}
-	want := func(step string, closed, readers uint64) {
+	want := func(step string, closed bool) {
 		t.Helper()
-		if c, n := key.state(t); c != closed || n != readers {
-			t.Errorf("%s: key closed %d with %d readers, want closed %d with %d", step, c, n, closed, readers)
+		if c := key.closed(t); c != closed {
+			t.Errorf("%s: key closed %v, want %v", step, c, closed)
 		}
 	}
 	closeReader := func(f *failureMap, wantLast bool) {
@@ -397,45 +412,115 @@ func TestReaderKeyCount(t *testing.T) {
 			t.Errorf("closeReader = %v, %v; want %v", last, err, wantLast)
 		}
 	}
+	key.access(-1, []uint64{1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0}, true)
 	old, upgraded := reader(), reader()
 	if err := old.openReader(); err != nil {
 		t.Fatal(err)
 	}
-	want("old open", 0, 1)
+	want("old open", false)
 	if err := upgraded.openReader(); err != nil {
 		t.Fatal(err)
 	}
-	want("new open", 0, 2)
 	closeReader(old, false)
-	want("old closed", 0, 1)
+	want("old closed", false)
 	closeReader(old, false) // once only
-	want("old closed again", 0, 1)
 	tried := reader()
 	if err := tried.openReader(); err != nil {
 		t.Fatal(err)
 	}
 	closeReader(tried, false)
-	want("another opened and closed", 0, 1)
-	closeReader(upgraded, true)
-	want("the last closed", 1, 0)
+	want("another opened and closed", false)
 
-	// A key marked closed counts no reader, whatever word 1 says.
-	key.access(-1, []uint64{1, 7, 0, 0, 0, 0, 1, 7, 0, 0, 0, 0, 1, 7, 0, 0, 0, 0}, true)
-	again := reader()
-	if err := again.openReader(); err != nil {
+	// Pause: only the last reader alive may, and stays a reader.
+	other := reader()
+	if err := other.openReader(); err != nil {
 		t.Fatal(err)
 	}
-	want("open after a closed mark", 0, 1)
-	// An owner that fails to open gives its count back as it closes.
-	failed := reader()
-	if err := failed.openReader(); err != nil {
+	if err := upgraded.pauseReader(); !errors.Is(err, ErrMapInUse) {
+		t.Errorf("pause beside another reader: %v, want ErrMapInUse", err)
+	}
+	want("pause refused", false)
+	other.close() // an owner that fails to open leaves as it closes
+	if err := upgraded.pauseReader(); err != nil {
 		t.Fatal(err)
 	}
-	failed.close()
-	want("an owner that failed to open closed", 0, 1)
-	// A process with an older perfbuf wrote the key open and no count:
-	// the last Close here still marks it closed.
-	key.access(-1, make([]uint64, failuresWords*len(cpus)), true)
-	closeReader(again, true)
-	want("closed after an older writer", 1, 0)
+	want("paused", true)
+	joined := reader() // a reader that opens while paused marks it open
+	if err := joined.openReader(); err != nil {
+		t.Fatal(err)
+	}
+	want("opened while paused", false)
+	closeReader(joined, false)
+	if err := upgraded.resumeReader(); err != nil {
+		t.Fatal(err)
+	}
+	want("resumed", false)
+	closeReader(upgraded, true)
+	want("the last closed", true)
+}
+
+// A reader that ends without Close (its process killed) is not alive: the
+// kernel dropped its lock with its file. The next reader's Pause works,
+// and its Close is the last. (The old count in the key stayed up for ever:
+// Pause failed with ErrMapInUse, and the key never closed.)
+func TestReaderKeyDeadReader(t *testing.T) {
+	cpus := []int{0, 1}
+	key := newFakeReaderKey(t, len(cpus))
+	reader := func() *failureMap {
+		f, _ := fakeFailureMap(cpus)
+		key.attach(f)
+		return f
+	}
+	dead := reader()
+	if err := dead.openReader(); err != nil {
+		t.Fatal(err)
+	}
+	dead.presence.file.Close() // what the kernel does at a process's end
+	next := reader()
+	if err := next.openReader(); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.pauseReader(); err != nil {
+		t.Fatalf("pause after a reader died: %v", err)
+	}
+	if err := next.resumeReader(); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := next.closeReader(); !last || err != nil {
+		t.Errorf("close after a reader died: last %v, %v; want the last", last, err)
+	}
+	if !key.closed(t) {
+		t.Error("the key stayed open after the last live reader closed")
+	}
+}
+
+// A reader opening while the last one marks the key closed waits for the
+// mark (its write lock) and marks the key open after it: never the other
+// way round, which would leave the key closed under an open reader.
+func TestReaderKeyOpenDuringClose(t *testing.T) {
+	cpus := []int{0}
+	key := newFakeReaderKey(t, 1)
+	reader := func() *failureMap {
+		f, _ := fakeFailureMap(cpus)
+		key.attach(f)
+		return f
+	}
+	for range 200 {
+		last, opening := reader(), reader()
+		if err := last.openReader(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error)
+		go func() { done <- opening.openReader() }()
+		if _, err := last.closeReader(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if key.closed(t) {
+			t.Fatal("a reader is open and the key is closed")
+		}
+		opening.close()
+	}
 }

@@ -81,31 +81,21 @@ func pausePerf(fds []int, on bool) error {
 	return nil
 }
 
-// pauseRingBufs marks f's reader key closed (on) or open: the owner
-// leaves the key's count of readers, as a Close does, and must be the
-// last reader for the key to close (otherwise ErrMapInUse, and it joins
-// the count again); it joins the count again to resume.
+// pauseRingBufs marks f's reader key closed (on), which only the last
+// reader alive may do (otherwise ErrMapInUse), or open again.
 func pauseRingBufs(f *failureMap, on bool) error {
 	if !on {
-		return f.openReader()
+		return f.resumeReader()
 	}
-	last, err := f.closeReader()
-	if err != nil {
+	if err := f.pauseReader(); err != nil {
 		return err
-	}
-	if !last {
-		// Another process's reader holds the key open: rejoin.
-		if err := f.openReader(); err != nil {
-			return err
-		}
-		return fmt.Errorf("failure map %q: the reader key counts another reader: %w", f.name, ErrMapInUse)
 	}
 	// An output past its test of the mark (__perfbuf_closed) may still
 	// reserve and commit: BPF programs run within an RCU read-side
 	// section (the sleepable ones within RCU tasks trace, which this does
 	// not wait for), and a grace period outlasts them.
 	if err := kernel.WaitWriters(); err != nil {
-		_ = f.openReader()
+		_ = f.resumeReader()
 		return err
 	}
 	return nil

@@ -21,7 +21,7 @@ import (
 func pausable(t *testing.T, key *fakeReaderKey) (*core, *fakeRings) {
 	t.Helper()
 	f, _ := fakeFailureMap([]int{0, 1})
-	f.reader, f.readerKey = true, key.access
+	key.attach(f)
 	if err := f.openReader(); err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +36,11 @@ func pausable(t *testing.T, key *fakeReaderKey) (*core, *fakeRings) {
 // is in the rings, Resume opens the key again (a second does nothing), and
 // Close while paused leaves it closed. After Close, os.ErrClosed.
 func TestReaderPauseKey(t *testing.T) {
-	key := &fakeReaderKey{words: make([]uint64, failuresWords*2)}
-	want := func(step string, closed, readers uint64) {
+	key := newFakeReaderKey(t, 2)
+	want := func(step string, closed bool) {
 		t.Helper()
-		if c, n := key.state(t); c != closed || n != readers {
-			t.Errorf("%s: key closed %d with %d readers, want closed %d with %d", step, c, n, closed, readers)
+		if c := key.closed(t); c != closed {
+			t.Errorf("%s: key closed %v, want %v", step, c, closed)
 		}
 	}
 	c, rings := pausable(t, key)
@@ -51,13 +51,13 @@ func TestReaderPauseKey(t *testing.T) {
 	}
 	r := newReader(c, p)
 	defer r.Close()
-	want("open", 0, 1)
+	want("open", false)
 	rings.emit(t, 0, 0, 1, 16)
 	for range 2 {
 		if err := r.Pause(); err != nil {
 			t.Fatal(err)
 		}
-		want("paused", 1, 0)
+		want("paused", true)
 	}
 	if n, err := r.Consume(func(*Record) error { return nil }); n != 1 || err != nil {
 		t.Errorf("Consume while paused: %d, %v; want the record in the ring", n, err)
@@ -66,13 +66,13 @@ func TestReaderPauseKey(t *testing.T) {
 		if err := r.Resume(); err != nil {
 			t.Fatal(err)
 		}
-		want("resumed", 0, 1)
+		want("resumed", false)
 	}
 	if err := r.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
-	want("closed while paused", 1, 0)
+	want("closed while paused", true)
 	for _, call := range []func() error{r.Pause, r.Resume} {
 		if err := call(); !errors.Is(err, os.ErrClosed) {
 			t.Errorf("after Close: %v, want os.ErrClosed", err)
@@ -84,7 +84,7 @@ func TestReaderPauseKey(t *testing.T) {
 // reads Stats (run with -race): each call is whole, and the key ends as the
 // last call left it.
 func TestPerfBufferPauseRace(t *testing.T) {
-	key := &fakeReaderKey{words: make([]uint64, failuresWords*2)}
+	key := newFakeReaderKey(t, 2)
 	c, rings := pausable(t, key)
 	var got int
 	pb := newPerfBuffer(c, func(int, []byte) { got++ }, nil)
@@ -116,8 +116,8 @@ func TestPerfBufferPauseRace(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if closed, readers := key.state(t); got != n || closed != 0 || readers != 1 {
-		t.Errorf("%d delivered, key closed %d with %d readers; want %d, open with 1", got, closed, readers, n)
+	if closed := key.closed(t); got != n || closed {
+		t.Errorf("%d delivered, key closed %v; want %d, open", got, closed, n)
 	}
 }
 
@@ -131,7 +131,7 @@ func TestPauseUnsupported(t *testing.T) {
 			t.Errorf("%v, want errors.ErrUnsupported naming FailureMap", err)
 		}
 	}
-	key := &fakeReaderKey{words: make([]uint64, failuresWords*2)}
+	key := newFakeReaderKey(t, 2)
 	c, _ := pausable(t, key)
 	c.src.(*ringBufSource).failures.reader = false // a map of one entry: no reader key
 	var opts ReaderOptions

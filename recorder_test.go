@@ -249,10 +249,10 @@ func TestRecorderSnapshotRingBufs(t *testing.T) {
 // (ErrMapInUse). Without a reader key, errors.ErrUnsupported.
 func TestRecorderPauseRingBuf(t *testing.T) {
 	cpus := []int{0, 1, 3}
-	key := &fakeReaderKey{words: make([]uint64, failuresWords*len(cpus))}
+	key := newFakeReaderKey(t, len(cpus))
 	recorder := func() *Recorder {
 		f, _ := fakeFailureMap(cpus)
-		f.reader, f.readerKey = true, key.access
+		key.attach(f)
 		rb := newFakeRingBuf(512)
 		r := &Recorder{mapFD: -1, what: "fake", failures: f}
 		r.rings = []recRing{{bpf: snapshot.BPFRingAt(unsafe.Pointer(&rb.cons), unsafe.Pointer(&rb.prod), rb.data), stats: Stats{CPU: -1, Size: 512}}}
@@ -261,45 +261,45 @@ func TestRecorderPauseRingBuf(t *testing.T) {
 		}
 		return r
 	}
-	want := func(step string, closed, readers uint64) {
+	want := func(step string, closed bool) {
 		t.Helper()
-		if c, n := key.state(t); c != closed || n != readers {
-			t.Errorf("%s: key closed %d with %d readers, want closed %d with %d", step, c, n, closed, readers)
+		if c := key.closed(t); c != closed {
+			t.Errorf("%s: key closed %v, want %v", step, c, closed)
 		}
 	}
 	r := recorder()
-	want("open", 0, 1)
+	want("open", false)
 	for range 2 { // the second does nothing
 		if err := r.Pause(); err != nil {
 			t.Fatal(err)
 		}
-		want("paused", 1, 0)
+		want("paused", true)
 	}
 	for range 2 {
 		if err := r.Resume(); err != nil {
 			t.Fatal(err)
 		}
-		want("resumed", 0, 1)
+		want("resumed", false)
 	}
 	// Paused, Close leaves the key closed.
 	if err := r.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
-	want("closed while paused", 1, 0)
+	want("closed while paused", true)
 
 	// Another reader counted: the key stays open.
 	r, other := recorder(), recorder()
-	want("two readers", 0, 2)
+	want("two readers", false)
 	if err := r.Pause(); !errors.Is(err, ErrMapInUse) {
 		t.Errorf("Pause with another reader: %v, want ErrMapInUse", err)
 	}
-	want("pause refused", 0, 2)
+	want("pause refused", false)
 	other.Close()
 	if err := r.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	want("paused alone", 1, 0)
+	want("paused alone", true)
 	r.Close()
 
 	// No reader key (no FailureMap, or a map of one entry).

@@ -54,9 +54,10 @@ struct perfbuf_failures {
 /* Declares the failure map `name`: a per-CPU array of struct
  * perfbuf_failures, which perfbuf checks at New (type, key and value sizes,
  * max_entries). Key 0 holds the counts. Key 1 is the readers': perfbuf
- * sets its first word (on every CPU) to 1 when the last open reader of a
- * ring buffer closes, and back to 0 when one opens (its second word counts
- * the readers open, in every process), so that ring buffer outputs after
+ * sets its first word (on every CPU) to 1 when the last reader alive of a
+ * ring buffer closes, and back to 0 when one opens (which readers are
+ * alive, in every process, perfbuf keeps outside the map), so that ring
+ * buffer outputs after
  * that Close fail in the program, counted as noent (no reader, as a perf
  * event array's slot with no ring), rather than land in a ring that nobody
  * reads: Close can then count what is left in the ring exactly. */

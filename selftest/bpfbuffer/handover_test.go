@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/perfbuf/perfbuf"
@@ -129,6 +130,81 @@ func TestHandover(t *testing.T) {
 	}
 	if want := fmt.Sprintf("samples %d left 0", newGot); closed != want {
 		t.Errorf("the new reader at Close: %s, want %s", closed, want)
+	}
+}
+
+// A reader killed with SIGKILL (the OOM killer's way) leaves nothing that
+// changes what the next reader or the programs see: the next agent's Pause
+// works, and its Close, the last of a live reader, makes the programs'
+// outputs fail, counted. Every output is accounted for, exactly. (The dead
+// reader's count stayed in the reader key: Pause failed with ErrMapInUse,
+// and outputs after the last Close landed in a ring nobody read.)
+func TestReaderKilled(t *testing.T) {
+	opts := perfbuf.Options{}
+	f := setup(t, bpfbuffer.RingBuf, &opts)
+	dir := pins.Dir(t)
+	for name, m := range map[string]interface{ Pin(string) error }{"events": f.events, "events_failures": f.failures} {
+		if err := m.Pin(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const perCPU = 10
+	n := uint64(len(f.cpus))
+	produce := func() {
+		t.Helper()
+		for _, cpu := range f.cpus {
+			f.produce(t, cpu, perCPU, 48, viaOutput, 1)
+		}
+	}
+	before := f.outcomes(t)
+	failedBefore := bpftest.PerCPU[perfbuf.Failures](t, f.mod, "events_failures")
+
+	killed := startChild(t, dir)
+	produce() // into the ring, for the next reader
+	if err := killed.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed.cmd.Wait()
+
+	r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: f.failures}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Pause(); err != nil {
+		t.Fatalf("Pause after the other reader was killed: %v", err)
+	}
+	produce() // refused: paused
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	produce()
+	var got uint64
+	if _, err := r.Consume(func(rec *perfbuf.Record) error {
+		if rec.Type == perfbuf.RecordSample {
+			got++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	produce() // refused: no reader alive
+	after := f.outcomes(t)
+	failedAfter := bpftest.PerCPU[perfbuf.Failures](t, f.mod, "events_failures")
+	var attempts, noent, failed uint64
+	for _, cpu := range f.cpus {
+		attempts += after[cpu].Attempts - before[cpu].Attempts
+		noent += after[cpu].NoEnt - before[cpu].NoEnt
+		failed += failedAfter[cpu].Total() - failedBefore[cpu].Total()
+	}
+	st := r.Stats()[0]
+	t.Logf("%d output = received %d + failed %d (noent %d) + left %d", attempts, got, failed, noent, st.Left)
+	if got != 2*perCPU*n || noent != 2*perCPU*n || failed != noent || st.Left != 0 || attempts != got+failed {
+		t.Errorf("received %d, failed %d (noent %d), left %d of %d output; want %d received (before the kill and after Resume) and %d failed as noent (paused, and after the last Close)",
+			got, failed, noent, st.Left, attempts, 2*perCPU*n, 2*perCPU*n)
 	}
 }
 
@@ -263,31 +339,37 @@ func TestHandoverChild(t *testing.T) {
 	fail(errors.New("stdin closed"))
 }
 
-// The reader key's lock (see failuremap.go) holds across processes: two
-// descriptors of one map, opened separately (as two processes open a
-// pinned map), lock each other out with flock(2).
-func TestReaderKeyLock(t *testing.T) {
-	bpftest.RequirePrivileges(t)
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 48, MaxEntries: 2})
+// The readers' locks (presence.go) are perfbuf's own: a program that holds
+// an flock(2) on a descriptor of the kernel's anonymous inode (an eventfd
+// here; every BPF map, epoll set and timerfd shares it) stalls no reader's
+// open, Pause or Close. (The reader key was locked with flock on the map's
+// descriptor, and all three waited for such a lock, without a bound.)
+func TestReaderKeyUnrelatedLock(t *testing.T) {
+	opts := perfbuf.Options{}
+	f := setup(t, bpfbuffer.RingBuf, &opts)
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	info, err := m.Info()
-	if err != nil {
+	defer unix.Close(efd)
+	if err := unix.Flock(efd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		t.Fatal(err)
 	}
-	id, _ := info.ID()
-	other, err := ebpf.NewMapFromID(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if err := unix.Flock(m.FD(), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Flock(m.FD(), unix.LOCK_UN)
-	if err := unix.Flock(other.FD(), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
-		t.Errorf("flock of another descriptor of the locked map: %v, want EWOULDBLOCK", err)
+	defer unix.Flock(efd, unix.LOCK_UN)
+	done := make(chan error, 1)
+	go func() {
+		r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: f.failures}})
+		if err == nil {
+			err = errors.Join(r.Pause(), r.Resume(), r.Close())
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // a detector of the stall, not a bound on speed
+		t.Fatal("NewReader, Pause, Resume and Close still waiting after 30 s beside an flock on an eventfd")
 	}
 }
