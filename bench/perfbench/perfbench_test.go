@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf/bench/internal/benchrun"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 )
 
 func TestSeries(t *testing.T) {
@@ -115,7 +116,8 @@ func sample() *results {
 
 // quietSample is one round of quiet runs at rate, over a ring buffer with
 // ringBuf: C costs 10 µs a wakeup, each mode after it 5 µs more, plus round
-// µs; the last mode loses 1; C counts its polls, a sample each but in round
+// µs, and the program 200 ns a sample, 1 µs more each mode; the last mode
+// loses 1; C counts its polls, a sample each but in round
 // 1 at 3000/s, 1.5.
 func quietSample(ringBuf bool, rate, round int) []benchrun.QuietResult {
 	modes := quietModes(config{}, ringBuf, rate, true)
@@ -126,6 +128,8 @@ func quietSample(ringBuf bool, rate, round int) []benchrun.QuietResult {
 		res := benchrun.QuietResult{Mode: mode, Rate: rate, Emitted: n, Received: n,
 			Window: benchrun.Usage{Voluntary: int64(k+1) * 30, Involuntary: 3, Wall: 3 * time.Second}}
 		res.Window.CPU = time.Duration(n) * time.Duration(10+5*k+round) * time.Microsecond
+		// The program's own time: 200 ns a sample plus 1 µs a mode.
+		res.Prog = kernel.ProgStats{Runs: n, RunTime: time.Duration(n) * time.Duration(200+1000*k) * time.Nanosecond}
 		if rate == 0 {
 			res.Window.CPU = time.Duration(k+1) * time.Millisecond
 		}
@@ -277,9 +281,10 @@ func TestCSV(t *testing.T) {
 		{idle, "cpu_ms_per_s", "0.3333", "1 ms in 3 s"},
 		{rbquiet[0], "kind", "rbquiet", "kind"},
 		{rbquiet[0], "mode", benchrun.ModeC, "C first"},
-		{rbquiet[len(benchrun.RBQuietModes)-1], "mode", benchrun.ModeOrdered, "its last mode"},
+		{rbquiet[len(benchrun.RBQuietModes)-1], "mode", benchrun.ModeReaderHoldOff, "its last mode"},
 		{rbc3000, "samples_per_s", "3000", "rate"},
 		{rbc3000, "samples_per_poll", "1.500", "the worst round's"},
+		{rbc3000, "prog_ns_per_sample", "200.0", "the program's own time a sample"},
 		{rbquiet[len(rbquiet)-1], "samples_per_s", "0", "idle last"},
 	} {
 		if got := tc.row[col[tc.col]]; got != tc.want {

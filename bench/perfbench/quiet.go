@@ -185,8 +185,8 @@ func measureQuiet(e *bpfrun.Emitter, ringBuf bool, c config, r *results, round i
 				if q.Polls > 0 {
 					polls = fmt.Sprintf(" in %d polls", q.Polls)
 				}
-				fmt.Fprintf(stderr, "%s  %6.1f us CPU/wakeup (%.1f charged)  %5.2f csw/wakeup (%.2f voluntary)  received %d of %d%s, lost %d  late %d, by %v at most  (%s)\n",
-					prefix, q.CPUPerWakeup(), q.ChargedPerWakeup(), q.SwitchesPerWakeup(), q.VoluntaryPerWakeup(), q.Received, q.Emitted, polls, q.Lost,
+				fmt.Fprintf(stderr, "%s  %6.1f us CPU/wakeup (%.1f charged)  %5.2f csw/wakeup (%.2f voluntary)  prog %.0f ns/sample  received %d of %d%s, lost %d  late %d, by %v at most  (%s)\n",
+					prefix, q.CPUPerWakeup(), q.ChargedPerWakeup(), q.SwitchesPerWakeup(), q.VoluntaryPerWakeup(), q.ProgPerSample(), q.Received, q.Emitted, polls, q.Lost,
 					q.Late, q.MaxLag.Round(time.Microsecond), process)
 			}
 			if err := q.Check(); err != nil {

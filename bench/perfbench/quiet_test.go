@@ -109,7 +109,7 @@ func TestQuietCommand(t *testing.T) {
 
 func TestQuietModeLists(t *testing.T) {
 	all := allQuietModes()
-	if want := []string{"C", "callback", "raw-zerocopy", "reader", "reader-nolatency", "reader-batch", "reader-each", "cilium", "ordered"}; !slices.Equal(all, want) {
+	if want := []string{"C", "callback", "raw-zerocopy", "reader", "reader-nolatency", "reader-batch", "reader-each", "cilium", "ordered", "reader-holdoff"}; !slices.Equal(all, want) {
 		t.Errorf("allQuietModes = %q, want %q", all, want)
 	}
 	var c config
@@ -311,11 +311,12 @@ func TestRBQuietTable(t *testing.T) {
 		}
 	}
 	for _, want := range [][]string{
-		{"300/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.00", "0"},
-		{"3000/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.50", "0"},
-		{"3000/s", "reader-each", "35.5", `\S+`, `\S+`, `\S+`, "-", "0"},
-		{"3000/s", "cilium", "40.5", `\S+`, `\S+`, `\S+`, "-", "0"},
-		{"3000/s", "ordered", "45.5", `\S+`, `\S+`, `\S+`, "-", "1"},
+		{"300/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.00", "200", "0"},
+		{"3000/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.50", "200", "0"},
+		{"3000/s", "reader-each", "35.5", `\S+`, `\S+`, `\S+`, "-", "5200", "0"},
+		{"3000/s", "cilium", "40.5", `\S+`, `\S+`, `\S+`, "-", "6200", "0"},
+		{"3000/s", "ordered", "45.5", `\S+`, `\S+`, `\S+`, "-", "7200", "0"},
+		{"3000/s", "reader-holdoff", "50.5", `\S+`, `\S+`, `\S+`, "-", "8200", "1"},
 	} {
 		if !regexp.MustCompile(`(?m)^ *` + strings.Join(want, ` +`) + ` `).MatchString(out[rb:]) {
 			t.Errorf("the ring buffer quiet section lacks a line %q:\n%s", want, out[rb:])

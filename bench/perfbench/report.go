@@ -123,7 +123,8 @@ func writeQuietTables(w io.Writer, r *results) {
 	fmt.Fprintf(w, "to its last sample (CPU: the task clock of all its threads, as perf stat counts it; context switches: getrusage). Modes: C = perf_buffer__poll,\n")
 	fmt.Fprintf(w, "callback = PerfBuffer.Poll, raw-zerocopy = Raw.Wait and RawBuffer.Drain, reader = Reader.ReadInto (MaxLatency\n")
 	fmt.Fprintf(w, "100 ms), reader-nolatency = the same with MaxLatency -1, reader-batch = Reader.ReadBatch (64 Samples a call),\n")
-	fmt.Fprintf(w, "reader-each = Reader.Each, cilium = cilium/ebpf's perf.Reader.ReadInto (WakeupEvents 1), ordered = Reader with Order (KeyOffset 8), ReadInto.\n")
+	fmt.Fprintf(w, "reader-each = Reader.Each, cilium = cilium/ebpf's perf.Reader.ReadInto (WakeupEvents 1), ordered = Reader with Order (KeyOffset 8), ReadInto,\n")
+	fmt.Fprintf(w, "reader-holdoff = Reader.ReadBatch with WakeupEvents above the run's samples and MaxLatency 10 ms.\n")
 	writeQuietRows(w, r, r.quiet, "(WakeupEvents 1)")
 }
 
@@ -136,7 +137,8 @@ func writeRBQuietTables(w io.Writer, r *results) {
 	fmt.Fprintf(w, "rate for %v, or none (idle); each consumer is measured as in the quiet measurement. Modes:\n", r.quietDuration)
 	fmt.Fprintf(w, "C = ring_buffer__poll, callback = PerfBuffer.Poll, raw-zerocopy = Raw.Wait and RawBuffer.Drain, reader =\n")
 	fmt.Fprintf(w, "Reader.ReadInto, reader-batch = Reader.ReadBatch, reader-each = Reader.Each, cilium = cilium/ebpf's ringbuf.Reader.ReadInto,\n")
-	fmt.Fprintf(w, "ordered = Reader with Order, ReadInto.\n")
+	fmt.Fprintf(w, "ordered = Reader with Order, ReadInto, reader-holdoff = Reader.ReadBatch with WakeupBytes half the ring and\n")
+	fmt.Fprintf(w, "MaxLatency 10 ms (the reader commits nothing after a wakeup, so the kernel raises none until its timer).\n")
 	writeQuietRows(w, r, r.rbQuiet, "(at these rates the reader has caught up)")
 }
 
@@ -159,13 +161,15 @@ func writeQuietRows(w io.Writer, r *results, list []*quietStat, why string) {
 		fmt.Fprintf(w, "\nPer wakeup, which is per sample: every sample raises a wakeup of its own %s,\n", why)
 		fmt.Fprintf(w, "and the figures are divided by the samples received (lower is better; x C = CPU per wakeup over C's in the\n")
 		fmt.Fprintf(w, "same round; samples/poll = samples per poll that delivered any, worst round, for the consumers that count\n")
-		fmt.Fprintf(w, "their polls, C and callback: 1.00 is a sample a wakeup; lost: worst round):\n")
+		fmt.Fprintf(w, "their polls, C and callback: 1.00 is a sample a wakeup; lost: worst round; prog ns/sample: the producing\n")
+		fmt.Fprintf(w, "program's own time a sample, BPF_ENABLE_STATS, the wakeup it raises included; %s wakes on its\n", benchrun.ModeReaderHoldOff)
+		fmt.Fprintf(w, "timer, so its figures are per sample, not per wakeup):\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "rate\tmode\tus CPU/wakeup\tcsw/wakeup\tvoluntary\tx C\tsamples/poll\tlost\tspread\taccounting\t")
+		fmt.Fprintln(tw, "rate\tmode\tus CPU/wakeup\tcsw/wakeup\tvoluntary\tx C\tsamples/poll\tprog ns/sample\tlost\tspread\taccounting\t")
 		for _, q := range active {
-			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.2f\t%s\t%s\t%d\t%.0f%%\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%d\t%.0f%%\t%s\t\n",
 				benchrun.RateName(q.rate), q.mode, q.cpu.median(), q.csw.median(), q.vcsw.median(),
-				ratioText(q.ratio()), perPollText(q.perPoll), maxU(q.lost), 100*q.cpu.spread(), accounting(q.check))
+				ratioText(q.ratio()), perPollText(q.perPoll), q.prog.median(), maxU(q.lost), 100*q.cpu.spread(), accounting(q.check))
 		}
 		tw.Flush()
 	}
@@ -228,7 +232,9 @@ func ringSize(pages int) string {
 // rbquiet rows, over a BPF ring buffer, fill the quiet rows' columns, their
 // lost counts being the program's failed outputs; a quiet or rbquiet row
 // of a consumer that counts its polls fills samples_per_poll (the worst
-// round's samples per poll that delivered any). ratio_to_c is the median
+// round's samples per poll that delivered any), and at a rate
+// prog_ns_per_sample (the producing program's own time a sample, the
+// wakeup it raises included). ratio_to_c is the median
 // of the rounds' ratios:
 // ns over the C reference's (benchrun.Reference) for a drain, rate over
 // C's for a sustained run, CPU per wakeup over C's for a quiet one (empty
@@ -240,7 +246,7 @@ var csvHeader = []string{
 	"ratio_to_c",
 	"cpu_us_per_wakeup", "csw_per_wakeup", "vcsw_per_wakeup", "wakeups_per_s", "csw_per_s", "cpu_ms_per_s",
 	"batch", "lost_frac_max",
-	"samples_per_poll",
+	"samples_per_poll", "prog_ns_per_sample",
 }
 
 // writeCSV writes one row per measurement, with medians over the rounds.
@@ -258,7 +264,7 @@ func writeCSV(w io.Writer, r *results) error {
 				"", "", "", "", "", "", "",
 				f(d.ratio(), 3),
 				"", "", "", "", "", "",
-				"", "", ""}
+				"", "", "", ""}
 			if err := cw.Write(row); err != nil {
 				return err
 			}
@@ -276,7 +282,7 @@ func writeCSV(w io.Writer, r *results) error {
 				f(s.rate.median(), 0), f(s.rate.min(), 0), f(s.rate.max(), 0), u(maxU(s.lost)), u(sumU(s.lost)), u(maxU(s.late)), f(s.wall.median(), 1),
 				f(s.ratio(), 3),
 				"", "", "", "", "", "",
-				batch, lostFrac, ""}
+				batch, lostFrac, "", ""}
 			if err := cw.Write(row); err != nil {
 				return err
 			}
@@ -323,9 +329,12 @@ func quietRow(kind string, q *quietStat) []string {
 			xc = csvFloat(x, 3)
 		}
 	}
-	perPoll := ""
+	perPoll, prog := "", ""
 	if len(q.perPoll) > 0 {
 		perPoll = csvFloat(q.perPoll.max(), 3)
+	}
+	if q.rate > 0 {
+		prog = csvFloat(q.prog.median(), 1)
 	}
 	row := []string{kind, q.mode, strconv.Itoa(benchrun.QuietSize), strconv.Itoa(len(q.wall)),
 		"", "", "", "", "",
@@ -333,7 +342,7 @@ func quietRow(kind string, q *quietStat) []string {
 		xc}
 	row = append(row, perWakeup...)
 	return append(row, csvFloat(q.wakeups.median(), 2), csvFloat(q.cswSec.median(), 2), csvFloat(q.cpuSec.median(), 4),
-		"", "", perPoll)
+		"", "", perPoll, prog)
 }
 
 func csvFloat(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }

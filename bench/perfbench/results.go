@@ -71,6 +71,7 @@ type quietStat struct {
 	csw  series // context switches, voluntary and involuntary
 	vcsw series // voluntary ones
 	xc   series // cpu over C's in the same round; empty without C
+	prog series // ns of the producing program's own time a sample
 	// Samples per poll that delivered any, for a consumer that counts its
 	// polls (C, callback); empty for the others.
 	perPoll series
@@ -272,6 +273,7 @@ func addQuietRound(list *[]*quietStat, rate int, round []benchrun.QuietResult) {
 			q.cpu = append(q.cpu, res.CPUPerWakeup())
 			q.csw = append(q.csw, res.SwitchesPerWakeup())
 			q.vcsw = append(q.vcsw, res.VoluntaryPerWakeup())
+			q.prog = append(q.prog, res.ProgPerSample())
 			if c > 0 {
 				q.xc = append(q.xc, res.CPUPerWakeup()/c)
 			}

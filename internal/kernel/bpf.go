@@ -51,7 +51,7 @@ var _ [unsafe.Sizeof(unsafe.Pointer(nil)) - 8]struct{}
 
 // attr is the union bpf_attr parts that bpf takes.
 type attr interface {
-	mapElemAttr | objInfoAttr | getIDAttr | mapCreateAttr
+	mapElemAttr | objInfoAttr | getIDAttr | mapCreateAttr | enableStatsAttr
 }
 
 // bpf makes the bpf(2) command cmd on a and returns what the kernel

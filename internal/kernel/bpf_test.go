@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 )
 
@@ -284,4 +285,65 @@ func newMap(t *testing.T, spec *ebpf.MapSpec) *ebpf.Map {
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
+}
+
+// EnableRunStats makes the kernel count a program's runs and run time,
+// while its descriptor is open, and GetProgStats reads them at the
+// layout's offsets.
+func TestEnableRunStats(t *testing.T) {
+	if got := unsafe.Offsetof(progInfo{}.runTimeNs); got != 192 {
+		t.Errorf("bpf_prog_info run_time_ns at %d, want 192", got)
+	}
+	if got := unsafe.Offsetof(progInfo{}.recursionMisses); got != 208 {
+		t.Errorf("bpf_prog_info recursion_misses at %d, want 208", got)
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.SocketFilter,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		License:      "GPL",
+	})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("privileged test under CI: load a program: %v", err)
+		}
+		t.Skipf("load a program (needs CAP_BPF): %v", err)
+	}
+	defer prog.Close()
+	run := func() {
+		t.Helper()
+		if _, err := prog.Run(&ebpf.RunOptions{Data: make([]byte, 64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() ProgStats {
+		t.Helper()
+		s, err := GetProgStats(prog.FD())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	run()
+	s0 := read()
+	fd, err := EnableRunStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		run()
+	}
+	s1 := read()
+	unix.Close(fd)
+	run()
+	s2 := read()
+	if d := s1.Sub(s0); d.Runs != 5 || d.RunTime <= 0 {
+		t.Errorf("with stats on: %d runs in %v, want 5 runs in some time", d.Runs, d.RunTime)
+	}
+	// Off again, unless another holder (a process of its own, or the
+	// sysctl) keeps the count on.
+	if on, _ := os.ReadFile("/proc/sys/kernel/bpf_stats_enabled"); string(on) == "0\n" {
+		if d := s2.Sub(s1); d.Runs != 0 {
+			t.Errorf("with stats off again: %d runs counted, want none", d.Runs)
+		}
+	}
 }

@@ -63,6 +63,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -72,9 +73,21 @@ import (
 // stay comparable with earlier runs.
 const ModeReaderNoLatency = "reader-nolatency"
 
+// ModeReaderHoldOff is the Reader (ReadBatch) with its wakeups held off
+// by hand: over a perf event array WakeupEvents above the run's samples,
+// over a ring buffer WakeupBytes half the ring (the reader stops
+// committing after a wakeup, so the kernel wakes it no more), and
+// MaxLatency holdOffLatency: the reader drains on its timer. It shows what
+// the producing program saves (QuietResult.Prog) when the reader does not
+// ask to be woken for each sample.
+const ModeReaderHoldOff = "reader-holdoff"
+
+// holdOffLatency is ModeReaderHoldOff's MaxLatency.
+const holdOffLatency = 10 * time.Millisecond
+
 // QuietModes are the consumers the quiet measurement compares at each of
 // QuietRates, the reference first.
-var QuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeCilium, ModeOrdered}
+var QuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeCilium, ModeOrdered, ModeReaderHoldOff}
 
 // QuietIdleModes are the consumers it compares while idle: the Reader also
 // without MaxLatency. (reader-each waits as reader does.)
@@ -83,7 +96,7 @@ var QuietIdleModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderNoLaten
 // RBQuietModes are the consumers the quiet measurement compares over a
 // BPF ring buffer at each of QuietRates, the reference
 // (ring_buffer__poll) first.
-var RBQuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeCilium, ModeOrdered}
+var RBQuietModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeCilium, ModeOrdered, ModeReaderHoldOff}
 
 // RBQuietIdleModes are those it compares over a ring buffer while idle.
 var RBQuietIdleModes = []string{ModeC, ModeCallback, ModeReader}
@@ -162,6 +175,16 @@ type QuietResult struct {
 	// wakeup with the next one).
 	MaxLag time.Duration
 	Late   int
+	// Prog is what the kernel counted of the emit program's runs while it
+	// emitted (BPF_ENABLE_STATS): one run a sample, the wakeup it raised
+	// included.
+	Prog kernel.ProgStats
+}
+
+// ProgPerSample is the emit program's own time a run, in ns: what the
+// producer pays a sample, the wakeup it raises for the consumer included.
+func (r QuietResult) ProgPerSample() float64 {
+	return perUnit(float64(r.Prog.RunTime.Nanoseconds()), float64(r.Prog.Runs))
 }
 
 // Check reports an accounting mismatch: the consumer must have received
@@ -307,11 +330,24 @@ func Quiet(e *bpfrun.Emitter, cfg QuietConfig) (QuietResult, error) {
 	if err != nil {
 		return stop(err)
 	}
-	if count > 0 {
-		if res.MaxLag, res.Late, err = pace(e, count, cfg.Rate); err != nil {
-			return stop(err)
-		}
+	// The program's own time, counted only while statsFD is open.
+	statsFD, err := kernel.EnableRunStats()
+	if err != nil {
+		return stop(err)
 	}
+	prog0, err := kernel.GetProgStats(e.Prog)
+	if err == nil && count > 0 {
+		res.MaxLag, res.Late, err = pace(e, count, cfg.Rate)
+	}
+	var prog1 kernel.ProgStats
+	if err == nil {
+		prog1, err = kernel.GetProgStats(e.Prog)
+	}
+	unix.Close(statsFD)
+	if err != nil {
+		return stop(err)
+	}
+	res.Prog = prog1.Sub(prog0)
 	after, err := e.Stats()
 	if err != nil {
 		return stop(err)
@@ -587,6 +623,13 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		switch cfg.Mode {
 		case ModeReaderNoLatency:
 			ropts.MaxLatency = -1
+		case ModeReaderHoldOff:
+			if cfg.RingBuf {
+				ropts.WakeupBytes = RBBytes / 2
+			} else {
+				ropts.WakeupEvents = max(cfg.Count+1, 2)
+			}
+			ropts.MaxLatency = holdOffLatency
 		case ModeOrdered:
 			ropts.Order = &perfbuf.Order{KeyOffset: quietKeyOffset}
 		}
@@ -599,7 +642,7 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		switch cfg.Mode {
 		case ModeReaderEach:
 			run = func(time.Time) error { return c.each(r) }
-		case ModeReaderBatch:
+		case ModeReaderBatch, ModeReaderHoldOff:
 			run = func(time.Time) error { return c.readBatch(r) }
 		default:
 			run = func(time.Time) error { return c.readInto(r) }
