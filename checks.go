@@ -236,9 +236,9 @@ func (o ringOptions) checkRingBuf(info mapDesc) error {
 		return fmt.Errorf("%v is in overwrite mode (BPF_F_RB_OVERWRITE), which only a Recorder reads: %w", info, errors.ErrUnsupported)
 	case o.recorder && info.flags&kernel.MapFlagRBOverwrite == 0:
 		if err := kernel.ProbeRingOverwrite(); errors.Is(err, errors.ErrUnsupported) {
-			return fmt.Errorf("recorder over %v: %w", info, err)
+			return fmt.Errorf("recorder over %v: a Recorder reads a ring buffer only in overwrite mode; prepare the buffer with Prepare(..., Any, Overwrite()) (bpfbuffer or ciliumbuffer), which makes a perf event array on this kernel: %w", info, err)
 		}
-		return fmt.Errorf("recorder over %v: not in overwrite mode (map flag BPF_F_RB_OVERWRITE): %w", info, os.ErrInvalid)
+		return fmt.Errorf("recorder over %v: not in overwrite mode (map flag BPF_F_RB_OVERWRITE): prepare the buffer with Prepare(..., Overwrite()) (bpfbuffer or ciliumbuffer), or declare the map with BPF_F_RB_OVERWRITE: %w", info, os.ErrInvalid)
 	case o.ringBytes != 0 && uint64(roundPages(o.ringBytes, page)*page) != size:
 		return fmt.Errorf("options RingBytes %d (%d rounded to pages): %v holds %d bytes, set when its object loaded: %w",
 			o.ringBytes, roundPages(o.ringBytes, page)*page, info, size, os.ErrInvalid)

@@ -35,7 +35,9 @@ func (fd MapFD) FileDescriptor() int { return int(fd) }
 // info.
 func checkMap(fd int) (mapDesc, error) {
 	if fd < 0 {
-		return mapDesc{}, fmt.Errorf("map fd %d: %w", fd, syscall.EBADF)
+		// What a nil *ebpf.Map (coll.Maps of a name it does not hold) or a
+		// libbpf map not yet created returns.
+		return mapDesc{}, fmt.Errorf("map fd %d: no map (a name the collection or module does not hold, or an object not loaded yet): %w", fd, syscall.EBADF)
 	}
 	// The kernel answers a closed fd with EBADFD in BPF_OBJ_GET_INFO_BY_FD
 	// (since 6.x); ask fcntl first so that it is EBADF on every kernel.

@@ -187,7 +187,7 @@ func TestNewChecks(t *testing.T) {
 			return err
 		}, os.ErrInvalid, "new reader: options Order: negative KeyOffset"},
 		{"reader nil map", func() error { _, err := NewReader(nil, ReaderOptions{}); return err }, os.ErrInvalid, "new reader: nil map"},
-		{"reader negative fd", func() error { _, err := NewReader(MapFD(-1), ReaderOptions{}); return err }, syscall.EBADF, "new reader: map fd -1"},
+		{"reader negative fd", func() error { _, err := NewReader(MapFD(-1), ReaderOptions{}); return err }, syscall.EBADF, "new reader: map fd -1: no map (a name the collection or module does not hold"},
 	}
 	for _, c := range cases {
 		err := c.new()

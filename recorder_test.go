@@ -148,6 +148,11 @@ func TestCheckRingBufOverwrite(t *testing.T) {
 	if !errors.Is(err, os.ErrInvalid) && !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `ring buffer "rec"`) {
 		t.Errorf("recorder over a ring buffer not in overwrite mode: %v", err)
 	}
+	// The error names the fix: bpfbuffer's or ciliumbuffer's Overwrite
+	// option (Any with it where the kernel has no overwrite mode).
+	if !strings.Contains(err.Error(), "Overwrite()") {
+		t.Errorf("recorder over a ring buffer not in overwrite mode: %v; want it naming Prepare(..., Overwrite())", err)
+	}
 	// (Under qemu-user, as make test-bigendian runs this, bpf(2) itself
 	// is ENOSYS: no kernel to name.)
 	if errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, syscall.ENOSYS) && !strings.Contains(err.Error(), "6.19") {
