@@ -64,6 +64,11 @@ func (o *ReaderOptions) check() error {
 		// sample's length.
 		case ord.KeyOffset > maxKeyOffset-8:
 			return fmt.Errorf("options Order KeyOffset %d past the largest sample (%d bytes): %w", ord.KeyOffset, maxKeyOffset, os.ErrInvalid)
+		// Every sample would have key 0. Without MaxSampleSize, each ring
+		// is checked when it is opened (ringOptions.keyEnd).
+		case ord.Key == nil && o.MaxSampleSize > 0 && ord.KeyOffset+8 > o.MaxSampleSize:
+			return fmt.Errorf("options Order KeyOffset %d: the 8-byte key ends at %d, past MaxSampleSize %d, the largest sample: %w",
+				ord.KeyOffset, ord.KeyOffset+8, o.MaxSampleSize, os.ErrInvalid)
 		}
 	}
 	return nil
@@ -86,6 +91,9 @@ func (o *ReaderOptions) plan() (readerPlan, error) {
 	if o.Order != nil {
 		c := o.Order.config()
 		p.order = &c
+		if o.Order.Key == nil {
+			p.ring.keyEnd = o.Order.KeyOffset + 8
+		}
 	}
 	return p, nil
 }
@@ -144,6 +152,9 @@ func (o *Options) ring() ringOptions {
 type ringOptions struct {
 	ringBytes, wakeupEvents, wakeupBytes, maxSampleSize int
 	recorder                                            bool // a Recorder's: ring buffers in overwrite mode only
+	// keyEnd is an ordered Reader's KeyOffset+8, where its key ends: a
+	// ring must hold a sample that long. Zero: no key read at an offset.
+	keyEnd int
 }
 
 // ringConfig is ringOptions checked, with the defaults resolved: what
@@ -184,6 +195,12 @@ func (o ringOptions) config(pageSize int, memory uint64) (ringConfig, error) {
 	ringBytes := c.ringBytes()
 	if o.wakeupBytes >= ringBytes {
 		return ringConfig{}, fmt.Errorf("options WakeupBytes %d not below the %d-byte ring: %w", o.wakeupBytes, ringBytes, os.ErrInvalid)
+	}
+	// A sample's record is its 8-byte header, its u32 size and the
+	// sample, 8-aligned, beside a lost record (below).
+	if largest := min(ringBytes-8-ring.PerfLostSize, maxRecordSize)&^7 - 12; o.keyEnd > largest {
+		return ringConfig{}, fmt.Errorf("options Order KeyOffset %d: the 8-byte key ends at %d, past the largest sample a ring of %d bytes holds (%d bytes): %w",
+			o.keyEnd-8, o.keyEnd, ringBytes, largest, os.ErrInvalid)
 	}
 	if o.maxSampleSize > 0 {
 		need := ring.PerfSampleSize(min(o.maxSampleSize, maxRecordSize)) // (no overflow)
@@ -246,6 +263,10 @@ func (o ringOptions) checkRingBuf(info mapDesc) error {
 		return fmt.Errorf("options WakeupEvents does not apply to %v: the program says when it wakes its reader (see WakeupBytes): %w", info, os.ErrInvalid)
 	case uint64(o.wakeupBytes) >= size:
 		return fmt.Errorf("options WakeupBytes %d not below the %d-byte ring of %v: %w", o.wakeupBytes, size, info, os.ErrInvalid)
+	// The largest record (below) holds a sample of size-16 bytes.
+	case o.keyEnd > 0 && uint64(o.keyEnd) > size-16:
+		return fmt.Errorf("options Order KeyOffset %d: the 8-byte key ends at %d, past the largest sample the %d-byte ring of %v holds (%d bytes): %w",
+			o.keyEnd-8, o.keyEnd, size, info, size-16, os.ErrInvalid)
 	}
 	// __bpf_ringbuf_reserve keeps a record (its 8-byte header included,
 	// rounded up to 8 bytes) and everything unread below the ring's size:

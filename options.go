@@ -106,6 +106,8 @@ type ReaderOptions struct {
 type Order struct {
 	// KeyOffset is where the key sits in each sample: a u64 in the
 	// host's byte order. A sample too short to hold it has key 0.
+	// NewReader refuses a key that ends past MaxSampleSize, or past the
+	// largest sample a ring holds.
 	KeyOffset int
 	// Key, if set, computes the key instead, from the whole payload
 	// (valid during the call).

@@ -80,6 +80,56 @@ func TestRingOptions(t *testing.T) {
 	}
 }
 
+// An ordered Reader's key must fit in the largest sample: MaxSampleSize
+// when it is set (at the door), else the largest a ring holds (each ring,
+// as it is opened). A key computed by Order.Key has no offset to check.
+func TestOrderKeyFits(t *testing.T) {
+	const page = 4096
+	ringBuf := mapDesc{typ: mapTypeRingBuf, maxEntries: page, name: "events"}
+	for _, c := range []struct {
+		name string
+		o    ReaderOptions
+		says string // "": accepted
+	}{
+		{"past MaxSampleSize", ReaderOptions{Options: Options{MaxSampleSize: 56}, Order: &Order{KeyOffset: 200}},
+			"options Order KeyOffset 200: the 8-byte key ends at 208, past MaxSampleSize 56"},
+		{"one byte past MaxSampleSize", ReaderOptions{Options: Options{MaxSampleSize: 56}, Order: &Order{KeyOffset: 49}},
+			"past MaxSampleSize 56"},
+		{"ending at MaxSampleSize", ReaderOptions{Options: Options{MaxSampleSize: 56}, Order: &Order{KeyOffset: 48}}, ""},
+		{"with Key", ReaderOptions{Options: Options{MaxSampleSize: 56}, Order: &Order{KeyOffset: 200, Key: func([]byte) uint64 { return 0 }}}, ""},
+	} {
+		_, err := c.o.plan()
+		if c.says == "" && err != nil || c.says != "" && (!errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), c.says)) {
+			t.Errorf("%s: %v; want %q", c.name, err, c.says)
+		}
+	}
+	// Without MaxSampleSize: a one-page perf ring holds a sample of 4052
+	// bytes beside a lost record (TestRingOptions), a one-page ring buffer
+	// one of 4080 bytes with its 8-byte header, in a record of at most
+	// 4088.
+	for _, c := range []struct {
+		off        int
+		perf, rbuf bool // accepted
+	}{
+		{0, true, true}, {4044, true, true}, {4045, false, true}, {4072, false, true}, {4073, false, false}, {65000, false, false},
+	} {
+		o := ReaderOptions{Options: Options{RingBytes: page}, Order: &Order{KeyOffset: c.off}}
+		p, err := o.plan()
+		if err != nil {
+			t.Fatalf("KeyOffset %d: %v", c.off, err)
+		}
+		_, err = p.ring.config(page, testMemory)
+		if c.perf != (err == nil) || err != nil && (!errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "past the largest sample a ring of 4096 bytes holds (4052 bytes)")) {
+			t.Errorf("KeyOffset %d, perf ring of a page: %v; accepted %v", c.off, err, c.perf)
+		}
+		p.ring.ringBytes = 0 // a ring buffer's size is its own
+		err = p.ring.checkRingBuf(ringBuf)
+		if c.rbuf != (err == nil) || err != nil && (!errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), `past the largest sample the 4096-byte ring of ring buffer "events" holds (4080 bytes)`)) {
+			t.Errorf("KeyOffset %d, ring buffer of a page: %v; accepted %v", c.off, err, c.rbuf)
+		}
+	}
+}
+
 // perfConfig is what New checks of o for a perf event array's rings of
 // pages of pageSize bytes on a host with memory bytes: the fields, then
 // the rings.
