@@ -157,7 +157,8 @@ var (
 // ring buffer's size, CPUsPerRing below 1 or with another kind than
 // RingBufPerCPU; errors.ErrUnsupported for RingBuf or RingBufPerCPU on a
 // kernel without ring buffers, or RingBufPerCPU on one that takes none in
-// an array of maps; ErrLoaded once the object is loaded; ErrPrepared for
+// an array of maps; the probe's EPERM or EACCES (os.ErrPermission), naming
+// CAP_BPF, without the privilege to create a map, with Any too; ErrLoaded once the object is loaded; ErrPrepared for
 // a second call that asks for another object; for a map that
 // PERFBUF_BUFFER did not declare, libbpfgo's error, wrapped; for
 // RingBufPerCPU, the kernel's errno creating the maps (EPERM, saying
@@ -289,14 +290,24 @@ func forget(key preparedKey) {
 }
 
 // hasRingBuf says whether the kernel creates ring buffers. libbpf answers
-// 0 for "no" (and for a failure it cannot tell apart), which libbpfgo
-// returns as the error Errno(0).
+// 0 for "no", and for a failure it cannot tell apart (EPERM without
+// CAP_BPF among them), which libbpfgo returns as the error Errno(0): a
+// "no" is asked again of the kernel, whose errno tells them apart (EINVAL
+// for a map type it does not know).
 func hasRingBuf() (bool, error) {
 	has, err := libbpfgo.BPFMapTypeIsSupported(libbpfgo.MapTypeRingbuf)
-	if errno, ok := err.(syscall.Errno); has || ok && errno == 0 {
-		return has, nil
+	if errno, ok := err.(syscall.Errno); has || !ok || errno != 0 {
+		return has, err
 	}
-	return false, err
+	fd, err := kernel.CreateRingBuf("perfbuf_probe", uint32(os.Getpagesize()), 0)
+	if errors.Is(err, syscall.EINVAL) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	unix.Close(fd)
+	return true, nil
 }
 
 // reuses says whether Prepare makes p's map itself, and has libbpf reuse

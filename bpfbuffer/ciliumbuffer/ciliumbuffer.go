@@ -149,7 +149,8 @@ type oldConfig struct {
 // variable; os.ErrExist when spec has a map of its own by a ring's name;
 // errors.ErrUnsupported for RingBuf or RingBufPerCPU on a kernel without
 // ring buffers; ErrPrepared for ring buffers of the compiled size after
-// another layout; a probe's error (features.HaveMapType). spec is left as
+// another layout; a probe's error (features.HaveMapType), naming CAP_BPF
+// for an EPERM or EACCES (os.ErrPermission), with Any too. spec is left as
 // it was after an error. A kernel that takes no ring buffer in an array
 // of maps (before 5.8) fails ebpf.NewCollection.
 func Prepare(spec *ebpf.CollectionSpec, mapName string, want Kind, opts *perfbuf.Options, more ...Option) (Kind, error) {

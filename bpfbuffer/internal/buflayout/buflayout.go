@@ -160,8 +160,10 @@ func Check(want Kind, set Settings, opts *perfbuf.Options) error {
 // is, Any as RingBuf where hasRingBuf (the loader's probe) says the kernel
 // creates ring buffers, else PerfEventArray. RingBuf or RingBufPerCPU on
 // a kernel without them is errors.ErrUnsupported; a probe that fails, its
-// error. Whether the kernel takes ring buffers in an array of maps is
-// known when the array is made.
+// error, which for a probe refused for want of privilege (EPERM, EACCES)
+// names CAP_BPF (NameCapBPF): Any fails with it rather than choose a
+// perf event array, as the kernel's answer is unknown. Whether the kernel
+// takes ring buffers in an array of maps is known when the array is made.
 func Choose(want Kind, hasRingBuf func() (bool, error)) (Kind, error) {
 	if want == PerfEventArray {
 		return want, nil
@@ -169,7 +171,7 @@ func Choose(want Kind, hasRingBuf func() (bool, error)) (Kind, error) {
 	has, err := hasRingBuf()
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("probe ring buffers: %w", err)
+		return 0, fmt.Errorf("probe ring buffers: %w", NameCapBPF(err))
 	case has && want == Any:
 		return RingBuf, nil
 	case has:
@@ -193,9 +195,20 @@ func ChooseFor(want Kind, set Settings, hasRingBuf func() (bool, error)) (Kind, 
 		if want == Any && errors.Is(err, errors.ErrUnsupported) {
 			return PerfEventArray, nil
 		}
-		return 0, fmt.Errorf("%v in overwrite mode: %w", kind, err)
+		return 0, fmt.Errorf("%v in overwrite mode: %w", kind, NameCapBPF(err))
 	}
 	return kind, nil
+}
+
+// NameCapBPF returns err, from creating a BPF map, saying what it lacks
+// when the kernel refused it for want of privilege (EPERM or EACCES, which
+// match os.ErrPermission): a probe that says no more about the kernel.
+// Other errors come back as they are; the errno stays wrapped.
+func NameCapBPF(err error) error {
+	if !errors.Is(err, os.ErrPermission) {
+		return err
+	}
+	return fmt.Errorf("not permitted to create BPF maps, which needs CAP_BPF (CAP_SYS_ADMIN before 5.8; a reader of perf event arrays needs CAP_PERFMON too): run as root or grant them: %w", err)
 }
 
 // ProbeOverwrite is kernel.ProbeRingOverwrite; tests replace it.

@@ -46,6 +46,7 @@ func TestChoose(t *testing.T) {
 	yes := func() (bool, error) { return true, nil }
 	no := func() (bool, error) { return false, nil }
 	fails := func() (bool, error) { return false, syscall.EPERM }
+	denied := func() (bool, error) { return false, syscall.EACCES }
 	never := func() (bool, error) { t.Error("probed for a forced perf event array"); return false, nil }
 	for _, c := range []struct {
 		want  Kind
@@ -62,10 +63,16 @@ func TestChoose(t *testing.T) {
 		{RingBufPerCPU, yes, RingBufPerCPU, nil},
 		{RingBufPerCPU, no, 0, errors.ErrUnsupported},
 		{RingBufPerCPU, fails, 0, syscall.EPERM},
+		{Any, denied, 0, syscall.EACCES},
+		{RingBuf, denied, 0, syscall.EACCES},
 	} {
 		got, err := Choose(c.want, c.probe)
 		if got != c.got || !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
 			t.Errorf("Choose(%v) = %v, %v; want %v, %v", c.want, got, err, c.got, c.err)
+		}
+		// A probe refused for want of privilege says which.
+		if errors.Is(c.err, os.ErrPermission) && (!errors.Is(err, os.ErrPermission) || !strings.Contains(err.Error(), "CAP_BPF")) {
+			t.Errorf("Choose(%v) = %v; want it naming CAP_BPF", c.want, err)
 		}
 	}
 }
