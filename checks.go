@@ -20,6 +20,7 @@ import (
 
 	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/internal/policy"
+	"github.com/perfbuf/perfbuf/internal/prepared"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
@@ -144,7 +145,7 @@ func (ord *Order) config() policy.OrderConfig {
 // ring returns the settings that depend on the kind of map, for openCore.
 func (o *Options) ring() ringOptions {
 	return ringOptions{ringBytes: o.RingBytes, wakeupEvents: o.WakeupEvents, wakeupBytes: o.WakeupBytes,
-		maxSampleSize: o.MaxSampleSize}
+		maxSampleSize: o.MaxSampleSize, prepared: o.prepared}
 }
 
 // ringOptions are Options' settings that depend on the kind of map, as
@@ -155,6 +156,28 @@ type ringOptions struct {
 	// keyEnd is an ordered Reader's KeyOffset+8, where its key ends: a
 	// ring must hold a sample that long. Zero: no key read at an offset.
 	keyEnd int
+	// prepared, if set, is the buffer a loader's Prepare made: the map
+	// given must be it (checkPrepared).
+	prepared *prepared.Buffer
+}
+
+// checkPrepared checks the map given, whose info is info, against what
+// Prepare made of the buffer, if Prepare completed the Options: a map
+// of another type, size or overwrite mode, or a ring buffer that is not
+// one of a ring per CPU's, is refused naming the fix (os.ErrInvalid).
+func (o ringOptions) checkPrepared(info mapDesc) error {
+	err := o.prepared.Check(info.typ, info.maxEntries, info.flags, info.name)
+	if err == nil {
+		return nil
+	}
+	what := info.String()
+	if info.typ == mapTypeRingBuf {
+		what += fmt.Sprintf(" of %d bytes", info.maxEntries)
+		if info.flags&kernel.MapFlagRBOverwrite != 0 {
+			what += " in overwrite mode"
+		}
+	}
+	return fmt.Errorf("%s is %w", what, err)
 }
 
 // ringConfig is ringOptions checked, with the defaults resolved: what

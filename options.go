@@ -5,7 +5,11 @@ package perfbuf
 // What the constructors take: Options, the ring settings of every mode, and
 // ReaderOptions, a Reader's. Checked in checks.go.
 
-import "time"
+import (
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/prepared"
+)
 
 // Options are the ring settings, the same for every mode: [NewReader] (in
 // [ReaderOptions]), [New] and [NewRaw]. The zero value suits most maps. They
@@ -45,6 +49,14 @@ type Options struct {
 	// which [Stats] reports in Failed (docs/failures.md). Over ring
 	// buffers it also tells the programs when the last reader is gone.
 	FailureMap Map
+
+	// prepared is what bpfbuffer's or ciliumbuffer's Prepare made of the
+	// buffer, which completed these Options: the map given must be it.
+	prepared *prepared.Buffer
+}
+
+func init() {
+	prepared.Set = func(opts any, b *prepared.Buffer) { opts.(*Options).prepared = b }
 }
 
 // ReaderOptions configures [NewReader].

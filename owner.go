@@ -91,6 +91,9 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ro.checkPrepared(info); err != nil {
+		return nil, err
+	}
 	var src source
 	switch {
 	case info.typ != mapTypePerfEventArray:

@@ -101,7 +101,9 @@ func newReadOp(name string) *readOp {
 // while another reads it. (A perf event array has a ring slot per CPU:
 // across processes, the last reader opened takes the slots over.)
 //
-// Errors: os.ErrInvalid for an option out of range, naming it;
+// Errors: os.ErrInvalid for an option out of range, naming it, or for a
+// map that is not what bpfbuffer's or ciliumbuffer's Prepare made, when
+// it completed opts (a collection made before Prepare);
 // [ErrSampleTooLarge], [ErrMapInUse], [ErrMapType]; and the kernel's errno
 // (EBADF for a closed descriptor, EPERM without CAP_BPF and CAP_PERFMON).
 func NewReader(m Map, opts ReaderOptions) (*Reader, error) {

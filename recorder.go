@@ -82,6 +82,9 @@ func NewRecorder(m Map, opts Options) (*Recorder, error) {
 	ro.recorder = true
 	fd := m.FileDescriptor()
 	info, err := checkMap(fd)
+	if err == nil {
+		err = ro.checkPrepared(info)
+	}
 	if err != nil {
 		return nil, wrap(op, err)
 	}

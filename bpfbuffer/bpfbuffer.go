@@ -252,7 +252,7 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 		prepared.m[key] = &entry{p: p, rings: rings}
 		runtime.AddCleanup(m, forget, key)
 	}
-	p.Finish(opts)
+	p.Finish(opts, mapName, "call bpfbuffer.Prepare after opening the module and before BPFLoadObject, and read what bpfbuffer.Maps returns")
 	return kind, nil
 }
 

@@ -107,7 +107,11 @@ type oldConfig struct {
 // variable <mapName>_config, and for RingBufPerCPU the rings' maps. Called again, it sets them anew from its
 // arguments, whatever it made before: the same want and Options give the
 // same spec (but for ErrPrepared, below). A spec is not loaded itself, so
-// there is no bpfbuffer.ErrLoaded: each ebpf.NewCollection loads a copy.
+// there is no bpfbuffer.ErrLoaded: each ebpf.NewCollection loads a copy,
+// and a collection made before Prepare holds the buffer as compiled. opts
+// notes what Prepare made: a reader given with it a map that is not that
+// (the collection's, made before Prepare) refuses it with os.ErrInvalid,
+// naming the fix.
 // To keep the object prepared two ways, prepare a copy of the spec as
 // loaded for each (CollectionSpec.Copy).
 //
@@ -194,7 +198,7 @@ func Prepare(spec *ebpf.CollectionSpec, mapName string, want Kind, opts *perfbuf
 	if err := b.apply(plan); err != nil {
 		return 0, fmt.Errorf("prepare buffer %q as %v: %w", mapName, plan, err)
 	}
-	plan.Finish(opts)
+	plan.Finish(opts, mapName, "call ciliumbuffer.Prepare before ebpf.NewCollection or LoadAndAssign, and read the collection made after it (ciliumbuffer.Maps)")
 	return kind, nil
 }
 

@@ -38,16 +38,18 @@ var layers = map[string][]string{
 	"internal/ring":     nil,
 	"internal/snapshot": nil,
 	"internal/stdio":    nil,
+	// What a loader's Prepare made of a buffer, which the reader checks.
+	"internal/prepared": nil,
 	// The fakes of the ring kinds, for tests.
 	"internal/ringtest": nil,
 	// The wait and the delivery policies, over the ring kinds.
 	"internal/wait":   {"internal/ring"},
 	"internal/policy": {"internal/ring"},
 	// The public package, over every layer of the reader.
-	".": {"internal/cpus", "internal/kernel", "internal/policy", "internal/ring", "internal/snapshot", "internal/wait"},
+	".": {"internal/cpus", "internal/kernel", "internal/policy", "internal/prepared", "internal/ring", "internal/snapshot", "internal/wait"},
 	// Above the public package: the loaders' layouts and the metrics.
 	"prom":                         {"."},
-	"bpfbuffer/internal/buflayout": {".", "internal/cpus", "internal/kernel"},
+	"bpfbuffer/internal/buflayout": {".", "internal/cpus", "internal/kernel", "internal/prepared"},
 	"bpfbuffer":                    {".", "bpfbuffer/internal/buflayout", "internal/kernel"},
 	"bpfbuffer/ciliumbuffer":       {".", "bpfbuffer/internal/buflayout"},
 	"internal/bpfrun":              {"internal/cpus"}, // loads the tests' and benchmarks' BPF objects

@@ -22,6 +22,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/prepared"
 	"golang.org/x/sys/unix"
 )
 
@@ -402,12 +403,25 @@ func (p Plan) FullConfig(maxSample uint64) FullConfig {
 }
 
 // Finish leaves opts ready for perfbuf.NewReader or perfbuf.New over the
-// loaded map: a ring buffer's size is settled at load, so it clears
-// RingBytes for ring buffers; the rest stays.
-func (p Plan) Finish(opts *perfbuf.Options) {
+// loaded map of the buffer name: a ring buffer's size is settled at load,
+// so it clears RingBytes for ring buffers; the rest stays. It notes in
+// opts the map p makes, which the reader checks the map it is given
+// against, and fix, what to do about a map that is not it (one loaded
+// before Prepare).
+func (p Plan) Finish(opts *perfbuf.Options, name, fix string) {
 	if p.Kind == RingBuf || p.Kind == RingBufPerCPU {
 		opts.RingBytes = 0
 	}
+	b := &prepared.Buffer{Name: name, Plan: p.String(), Size: uint32(p.Size), Overwrite: p.Overwrite, Fix: fix}
+	// Map and Slots failed no earlier, when the loader applied p.
+	if m, err := p.Map(); err == nil {
+		b.Type = m.Type
+	}
+	slots, _ := p.Slots()
+	for _, k := range slots {
+		b.Rings = append(b.Rings, RingName(name, k))
+	}
+	prepared.Set(opts, b)
 }
 
 // maxRingBytes is the largest ring a plan makes: max_entries is a __u32,

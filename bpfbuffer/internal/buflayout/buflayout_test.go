@@ -135,7 +135,7 @@ func TestPlan(t *testing.T) {
 			t.Errorf("%v: Scratch %v", p, p.Scratch())
 		}
 		opts := c.opts
-		p.Finish(&opts)
+		p.Finish(&opts, "events", "call Prepare first")
 		if want := map[bool]int{true: 0, false: c.opts.RingBytes}[c.kind != PerfEventArray]; opts.RingBytes != want || opts.WakeupBytes != c.opts.WakeupBytes {
 			t.Errorf("%v: Finish left %+v, want RingBytes %d and WakeupBytes kept", p, opts, want)
 		}
