@@ -747,9 +747,12 @@ func TestOrderedWaitsForTheSmallest(t *testing.T) {
 	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatal(err) // ring 1's 20 seen at ~0
 	}
-	time.Sleep(100*time.Millisecond - time.Since(start))
-	f.emit(t, 0, 10, 1, 16) // a smaller key, seen at ~100 ms: due at ~300 ms
-	o.SetDeadline(start.Add(290 * time.Millisecond))
+	// The read below spins, with the bug, from the 20's due time (~200 ms)
+	// to its deadline (275 ms), and the 10 is due 75 ms after it: room for
+	// a loaded host's delays either side.
+	time.Sleep(150*time.Millisecond - time.Since(start))
+	f.emit(t, 0, 10, 1, 16) // a smaller key, seen at ~150 ms or later: due at ~350 ms
+	o.SetDeadline(start.Add(275 * time.Millisecond))
 	runtime.LockOSThread() // the read runs on this thread: its CPU time is the read's
 	defer runtime.UnlockOSThread()
 	cpu0 := threadCPU()
