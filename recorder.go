@@ -18,6 +18,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"github.com/perfbuf/perfbuf/internal/kernel"
@@ -463,7 +464,9 @@ func (r *Recorder) free() {
 		}
 	}
 	if r.mapFD >= 0 {
+		syscall.ForkLock.RLock() // (see rings.release)
 		unix.Close(r.mapFD)
+		syscall.ForkLock.RUnlock()
 		r.mapFD = -1
 	}
 	if r.perf != nil {
