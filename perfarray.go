@@ -32,11 +32,11 @@ import (
 // take mu.
 type rings struct {
 	// mapFD is the perf event array as the rings fill its slots
-	// (slotFile): a map file of the reader's own, or where there is none
-	// (byKey), a duplicate of the caller's descriptor. Every opening stores its
-	// rings through it, and libbpf keeps it to delete its slots in
-	// perf_buffer__free. release puts a descriptor of no map in its place
-	// (released), and close closes that, when mapOwned.
+	// (slotFile): a map file of the reader's own, or where there is
+	// none (byKey), a duplicate of the caller's descriptor. Every opening
+	// stores its rings through it, and libbpf keeps it to delete its
+	// slots in perf_buffer__free. release puts a descriptor of no map in
+	// its place (released), and close closes that, when mapOwned.
 	mapFD    int
 	mapOwned bool
 	byKey    bool // release deletes the slots by key
