@@ -20,6 +20,14 @@ import (
 // ciliumbuffer.Map of a *ebpf.Map, and [MapFD] wraps a descriptor. The
 // readers keep a duplicate of its descriptor: the caller's may be closed
 // once the constructor returns.
+//
+// A reader of a perf event array fills its slots through a map file of
+// its own, opened from the map's pin when the Map has a PinPath() string
+// method that names it (libbpfgo's *BPFMap has), else from the map's ID
+// (which needs CAP_SYS_ADMIN), so that its Close empties only the slots it
+// filled: a reader of the same map in another process, opened since, keeps
+// its own. Without such a file, its Close deletes its CPUs' slots, whoever
+// filled them ([Stats].DeletesSlot; docs/failures.md).
 type Map interface {
 	FileDescriptor() int
 }
@@ -85,6 +93,55 @@ func ownMap(fd int, info mapDesc) (int, error) {
 		return -1, fmt.Errorf("map fd %d: no longer map %q (id %d), closed during the call: %w", fd, info.name, info.id, syscall.EBADF)
 	}
 	return own, nil
+}
+
+// slotFile returns the descriptor through which a reader fills the slots
+// of the perf event array behind fd (info), and whether it is a map file
+// of the reader's own. The kernel ties each slot to the map file that
+// filled it, and when that file is released empties the slots it filled
+// that still hold what it put there (perf_event_fd_array_release): a
+// reader that fills its slots through a file of its own, and releases it
+// at Close, empties its own slots and no other's. A duplicate of fd shares
+// the caller's file, so the file comes from the map's pin (pin, as the
+// Map's PinPath gives it: BPF_OBJ_GET needs only the pin's permissions),
+// or from its ID (BPF_MAP_GET_FD_BY_ID needs CAP_SYS_ADMIN). Where
+// neither opens the map, or the map has BPF_F_PRESERVE_ELEMS (the kernel
+// then empties nothing at release), it is ownMap's duplicate, and the
+// reader deletes its slots by key at Close (Stats.DeletesSlot).
+func slotFile(fd int, info mapDesc, pin string) (_ int, own bool, _ error) {
+	if info.flags&unix.BPF_F_PRESERVE_ELEMS == 0 {
+		if pin != "" {
+			if f, err := kernel.ObjGet(pin); err == nil {
+				if sameMap(f, info) {
+					return f, true, nil
+				}
+				unix.Close(f) // pinned anew since: another map
+			}
+		}
+		if f, err := kernel.MapFDByID(info.id); err == nil {
+			if sameMap(f, info) {
+				return f, true, nil
+			}
+			unix.Close(f)
+		}
+	}
+	f, err := ownMap(fd, info)
+	return f, false, err
+}
+
+// sameMap reports whether fd is the map info describes.
+func sameMap(fd int, info mapDesc) bool {
+	now, err := mapInfo(fd)
+	return err == nil && now.id == info.id && now.typ == info.typ
+}
+
+// pinPath returns where m is pinned, if m says (libbpfgo's *BPFMap has
+// PinPath), or "".
+func pinPath(m Map) string {
+	if p, ok := m.(interface{ PinPath() string }); ok {
+		return p.PinPath()
+	}
+	return ""
 }
 
 // bpfMapInfo returns the info of the BPF map behind fd, which errors call

@@ -114,7 +114,7 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 		if cfgErr != nil {
 			return nil, fmt.Errorf("%v: %w", info, cfgErr)
 		}
-		src, err = openRings(fd, info, cfg, failures)
+		src, err = openRings(fd, info, pinPath(m), cfg, failures)
 	}
 	if err != nil {
 		return nil, err
@@ -360,7 +360,20 @@ func (c *core) statsNow() []Stats {
 	if c.src == nil {
 		return st
 	}
+	if c.deletesSlots() {
+		for i := range st {
+			st[i].DeletesSlot = true
+		}
+	}
 	return c.src.failureCounters().addTo(st)
+}
+
+// deletesSlots reports whether Close deletes the slots of c's perf event
+// array by key (Stats.DeletesSlot): its rings have no map file of their
+// own. Fixed at opening.
+func (c *core) deletesSlots() bool {
+	r, ok := c.src.(*rings)
+	return ok && r.byKey
 }
 
 // wrap adds op to a non-nil error.

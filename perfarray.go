@@ -31,13 +31,19 @@ import (
 // lock, which therefore reads cpus, ring and fds without mu; other goroutines
 // take mu.
 type rings struct {
-	// mapFD is the perf event array: the rings' own descriptor of it
-	// (ownFD), which libbpf keeps to store and delete the rings' slots
-	// (perf_buffer__new_raw, perf_buffer__free), unlink deletes them
-	// through, and rings opened later are stored through. close closes it
-	// when mapOwned.
+	// mapFD is the perf event array as the rings fill its slots
+	// (slotFile): a map file of the reader's own, or where there is
+	// none (byKey), a duplicate of the caller's descriptor. Every opening
+	// stores its rings through it, and libbpf keeps it to delete its
+	// slots in perf_buffer__free. release puts a descriptor of no map in
+	// its place (released), and close closes that, when mapOwned.
 	mapFD    int
 	mapOwned bool
+	byKey    bool // release deletes the slots by key
+	released bool
+	// stored are the keys the openings stored, which release deletes
+	// without a file of its own.
+	stored []int32
 
 	cfg   ringConfig       // their configuration
 	mapID uint32           // claimed in claims until close
@@ -69,11 +75,12 @@ type ringSrc struct {
 }
 
 // openRings checks failures (nil for none) and opens the rings of the perf
-// event array fd, whose info checkMap returned, with cfg. Errors: os.ErrInvalid, ErrMapInUse, ErrMapType, and errnos
+// event array fd, whose info checkMap returned and whose pin is pin ("" if
+// not known), with cfg. Errors: os.ErrInvalid, ErrMapInUse, ErrMapType, and errnos
 // from the kernel (EBADF for a closed descriptor, EINVAL for one that is not
 // a BPF object, EPERM without the privileges perf_event_open and the map
 // update need).
-func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, err error) {
+func openRings(fd int, info mapDesc, pin string, cfg ringConfig, failures Map) (_ *rings, err error) {
 	// Checked before any ring is opened; from here, r.close closes it.
 	fails, err := openFailureMap(failures)
 	if err != nil {
@@ -96,12 +103,12 @@ func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, er
 	if !claimMap(info.id) {
 		return nil, fmt.Errorf("%v (id %d): %w", info, info.id, ErrMapInUse)
 	}
-	own, err := ownMap(fd, info)
+	mapFD, ownFile, err := slotFile(fd, info, pin)
 	if err != nil {
 		unclaimMap(info.id)
 		return nil, err
 	}
-	r = &rings{mapFD: own, mapOwned: true, cfg: cfg, mapID: info.id, limit: limit, watch: watch, failures: fails}
+	r = &rings{mapFD: mapFD, mapOwned: true, byKey: !ownFile, cfg: cfg, mapID: info.id, limit: limit, watch: watch, failures: fails}
 	r.openCPU = r.openOne
 	c, err := openPerfEvents(r.mapFD, cfg, cpus)
 	if err != nil {
@@ -113,16 +120,15 @@ func openRings(fd int, info mapDesc, cfg ringConfig, failures Map) (_ *rings, er
 		return nil, fmt.Errorf("open perf events on map %q: %w", info.name, err)
 	}
 	r.cs, r.epfd = append(r.cs, c), c.epollFD()
+	r.stored = append(r.stored, cpus...)
 	if n := c.bufferCount(); n != len(cpus) {
-		r.unlinkCPUs(cpus)
-		r.close()
+		r.close() // (it empties the slots)
 		return nil, fmt.Errorf("opened %d rings for %d cpus", n, len(cpus))
 	}
 	for j, cpu := range cpus {
 		src := ringSrc{c, j}
 		rb, err := src.view(cpu)
 		if err != nil {
-			r.unlinkCPUs(cpus)
 			r.close()
 			return nil, fmt.Errorf("ring %d: %w", j, err)
 		}
@@ -162,10 +168,13 @@ func (r *rings) add(cpu int) (int, error) {
 // the map at the CPU's key. Its descriptor joins the first opening's epoll
 // set too, so that EpollFD covers it (perfbuf never calls
 // perf_buffer__poll, the one reader of a libbpf set's event data). If it
-// fails once the ring is stored, it empties the CPU's slot and closes the
-// ring: outputs there then fail (ENOENT) rather than fill a ring nobody
-// reads. While the owner is paused, perfbuf's own opener opens it paused
-// (openPausedEvents).
+// fails once the ring is stored, it empties the CPU's slot, by key, and
+// closes the ring: outputs there then fail (ENOENT) rather than fill a ring
+// nobody reads. (The kernel empties a slot only with the whole file that
+// filled it, so this one slot goes by key: it holds the event stored a
+// moment before, unless another process's reader stored its own there in
+// between.) While the owner is paused, perfbuf's own opener opens it
+// paused (openPausedEvents).
 func (r *rings) openOne(cpu int32) (_ *ring.Perf, _ int, _ ringSrc, err error) {
 	open := openPerfEvents
 	if r.pause != nil && r.pause.paused { // (add holds its lock)
@@ -192,6 +201,7 @@ func (r *rings) openOne(cpu int32) (_ *ring.Perf, _ int, _ ringSrc, err error) {
 		return nil, 0, ringSrc{}, fmt.Errorf("add to epoll: %w", err)
 	}
 	r.cs = append(r.cs, c) // freed by close from here on
+	r.stored = append(r.stored, cpu)
 	return rb, fd, src, nil
 }
 
@@ -230,30 +240,62 @@ func (s ringSrc) view(cpu int32) (*ring.Perf, error) {
 	return ring.NewPerf(int(cpu), base, size)
 }
 
-// unlink takes the rings out of the map and waits until no output that
-// found one of them there is still writing into it, so that what is in the
-// rings afterwards is final: Close counts it as left, and an output from
-// then on fails in the program (ENOENT, counted by a failure map).
+// unlink takes the rings out of the map (release) and waits until no
+// output that found one of them there is still writing into it, so that
+// what is in the rings afterwards is final: Close counts it as left, and an
+// output from then on fails in the program (ENOENT, counted by a failure
+// map), unless another reader filled the slot since.
 //
 // bpf_perf_event_output looks the ring up and writes it within the BPF
-// program's RCU read-side section; deleting the slot does not wait for
-// those (fd_array_map_delete_elem only defers the event's release). An RCU
-// grace period does: membarrier(MEMBARRIER_CMD_GLOBAL) is synchronize_rcu()
+// program's RCU read-side section; emptying the slot does not wait for
+// those (the kernel only defers the event's release). An RCU grace period
+// does: membarrier(MEMBARRIER_CMD_GLOBAL) is synchronize_rcu()
 // (kernel/sched/membarrier.c), needs no registration and no privilege, and
 // blocks only the caller, for a few milliseconds. Its one refusal, EINVAL
 // on nohz_full kernels, leaves the count racing with such outputs.
-// (perf_buffer__free deletes the slots again, and finds them empty.)
 func (r *rings) unlink() {
 	if len(r.cs) == 0 {
 		return // no opening: rings of a test's own
 	}
-	r.mu.RLock()
-	keys := slices.Clone(r.cpus)
-	r.mu.RUnlock()
-	r.unlinkCPUs(keys)
+	r.release()
+	rcuGrace()
 }
 
-// unlinkCPUs is unlink for the slots of cpus.
+// release empties the slots the rings filled, once. With a map file of the
+// reader's own, it releases that file: the kernel then empties the slots
+// filled through it that still hold the event it stored
+// (perf_event_fd_array_release, kernel/bpf/arraymap.c), and a slot that a
+// reader in another process filled since keeps that reader's ring. Without
+// one, it deletes the slots stored, by key, whoever filled them since.
+// Either way mapFD then names the first opening's epoll set, no map:
+// perf_buffer__free deletes its slots by key through the descriptor it was
+// given, and that fails (EINVAL) rather than empty a slot of another
+// reader. The fork lock keeps a child between fork and exec from holding
+// the map file past the call, where its release would come later.
+func (r *rings) release() {
+	if !r.mapOwned || r.released {
+		return
+	}
+	r.released = true
+	if r.byKey {
+		for _, key := range slices.Compact(slices.Sorted(slices.Values(r.stored))) {
+			_ = kernel.DeleteSlot(r.mapFD, uint32(key)) // ENOENT: a slot already empty
+		}
+	}
+	if len(r.cs) == 0 {
+		unix.Close(r.mapFD) // no opening keeps its number
+		r.mapOwned = false
+		return
+	}
+	syscall.ForkLock.RLock()
+	// Closes the map file. It fails only for a bad descriptor: then the
+	// file stays until close, and the frees delete by key through it.
+	_ = unix.Dup3(r.epfd, r.mapFD, unix.O_CLOEXEC)
+	syscall.ForkLock.RUnlock()
+}
+
+// unlinkCPUs deletes the slots of cpus, by key, and waits for the outputs
+// that found them (see unlink).
 func (r *rings) unlinkCPUs(cpus []int32) {
 	for _, key := range slices.Compact(slices.Sorted(slices.Values(cpus))) {
 		_ = kernel.DeleteSlot(r.mapFD, uint32(key)) // ENOENT: a slot already empty
@@ -267,16 +309,15 @@ func rcuGrace() {
 	_, _, _ = unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0)
 }
 
-// close frees the rings: each opening unmaps and closes its own
-// (perf_buffer__free clears the map's slots too; perfbuf's opener leaves
-// that to unlink). Every reader of them is invalid afterwards. The newest
-// first: a CPU's later ring is in its slot, which the older one's free
-// would otherwise clear first, for a moment in which its samples fail.
-// Then it closes the map's descriptor, which the frees used.
+// close empties the slots (release, if unlink did not) and frees the
+// rings: each opening unmaps and closes its own (perf_buffer__free's
+// deletes by key find no map: see release). Every reader of them is
+// invalid afterwards. Then it closes mapFD, which the frees used.
 func (r *rings) close() {
 	if r.watch != nil {
 		r.watch.Close()
 	}
+	r.release()
 	for _, c := range slices.Backward(r.cs) {
 		c.close()
 	}

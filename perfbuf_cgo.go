@@ -48,6 +48,10 @@ var _ perfEvents = (*cBuffer)(nil)
 
 // openC opens a ring on each of cpus, stored at the CPU's key of the perf
 // event array fd (perf_buffer__new_raw). The error is libbpf's errno.
+// libbpf keeps fd, stores through it (so the slots are the file's behind
+// fd: the reader's own, see slotFile), and deletes every slot by key
+// through it in perf_buffer__free, also when the open fails part way;
+// rings.release makes fd no map's before the free.
 func openC(fd int, cfg ringConfig, cpus []int32) (*cBuffer, error) {
 	// libbpf reads cpus only during the call (it keeps no pointer to it),
 	// and cgo pins Go memory passed to C for the call's duration; the

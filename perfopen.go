@@ -23,8 +23,8 @@ import (
 // perfEvents is one opening of rings: ring j, of bufferCount, is the CPU
 // it was opened for, cpus[j] of openPerfEvents; the map's slot for that CPU
 // holds its event. close disables, unmaps and closes, and leaves emptying
-// the slots to rings.unlink (libbpf empties them again, finding them
-// empty).
+// the slots to rings.release (libbpf's perf_buffer__free deletes them by
+// key again, through a descriptor that release made no map's).
 type perfEvents interface {
 	bufferCount() int
 	bufferFD(j int) int

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"github.com/perfbuf/perfbuf/internal/kernel"
@@ -40,9 +41,11 @@ type Recorder struct {
 	recs   []snapshot.Record // the parsers' scratch, reused by each Snapshot
 
 	// A perf event array: its backward rings, its slots (cpus) and the
-	// Recorder's own descriptor of it.
+	// descriptor they were stored through (slotFile), whose slots Close
+	// deletes by key when byKey.
 	perf  *kernel.PerfRings
 	mapFD int
+	byKey bool
 	cpus  []int32
 
 	maps     []*kernel.RingMapping // ring buffers' read-only mappings
@@ -93,7 +96,7 @@ func NewRecorder(m Map, opts Options) (*Recorder, error) {
 		if len(opts.Maps) > 0 {
 			return nil, wrap(op, fmt.Errorf("options Maps with %v, which is read alone: %w", info, os.ErrInvalid))
 		}
-		err = r.openPerf(fd, info, ro, opts.FailureMap)
+		err = r.openPerf(fd, info, pinPath(m), ro, opts.FailureMap)
 	} else {
 		maps := []mapArg{{fd, info}}
 		for i, mm := range opts.Maps {
@@ -112,8 +115,10 @@ func NewRecorder(m Map, opts Options) (*Recorder, error) {
 	return r, nil
 }
 
-// openPerf opens a backward ring on each CPU perf_buffer__new would choose.
-func (r *Recorder) openPerf(fd int, info mapDesc, ro ringOptions, failures Map) error {
+// openPerf opens a backward ring on each CPU perf_buffer__new would
+// choose, stored through a map file of the Recorder's own where it can
+// have one (slotFile; pin is the map's pin, or "").
+func (r *Recorder) openPerf(fd int, info mapDesc, pin string, ro ringOptions, failures Map) error {
 	cfg, err := ro.hostConfig()
 	if err != nil {
 		return fmt.Errorf("%v: %w", info, err)
@@ -129,9 +134,11 @@ func (r *Recorder) openPerf(fd int, info mapDesc, ro ringOptions, failures Map) 
 		return fmt.Errorf("%v (id %d): %w", info, info.id, ErrMapInUse)
 	}
 	r.ids = append(r.ids, info.id)
-	if r.mapFD, err = ownMap(fd, info); err != nil {
+	var own bool
+	if r.mapFD, own, err = slotFile(fd, info, pin); err != nil {
 		return err
 	}
+	r.byKey = !own
 	if r.perf, err = kernel.OpenBackwardRings(r.mapFD, cfg.kernel(), cpus); err != nil {
 		return fmt.Errorf("open backward perf rings on %v: %w", info, err)
 	}
@@ -422,6 +429,7 @@ func (r *Recorder) Stats() []Stats {
 	for i := range r.rings {
 		rr := &r.rings[i]
 		st[i] = rr.stats
+		st[i].DeletesSlot = r.perf != nil && r.byKey
 		if rr.bpf.Data != nil {
 			// Acquire loads, as snapshot.BPF's: what the positions
 			// say now (the kernel stores them with a release).
@@ -434,7 +442,8 @@ func (r *Recorder) Stats() []Stats {
 }
 
 // Close frees the rings, once a Snapshot in progress returns; a perf event
-// array's slots are emptied first. Close is idempotent.
+// array's slots are emptied first, as a Reader's are ([Stats].DeletesSlot).
+// Close is idempotent.
 func (r *Recorder) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -446,19 +455,25 @@ func (r *Recorder) Close() error {
 }
 
 // free empties the slots and frees what NewRecorder opened, as far as it
-// got.
+// got. The slots go with the map file they were stored through (see
+// rings.release), or by key without one of its own, before the rings.
 func (r *Recorder) free() {
-	if r.perf != nil {
+	if r.perf != nil && r.byKey {
 		for _, cpu := range r.cpus {
 			_ = kernel.DeleteSlot(r.mapFD, uint32(cpu))
 		}
+	}
+	if r.mapFD >= 0 {
+		syscall.ForkLock.RLock() // (see rings.release)
+		unix.Close(r.mapFD)
+		syscall.ForkLock.RUnlock()
+		r.mapFD = -1
+	}
+	if r.perf != nil {
 		_ = r.perf.Close()
 	}
 	for _, mp := range r.maps {
 		_ = mp.Close()
-	}
-	if r.mapFD >= 0 {
-		unix.Close(r.mapFD)
 	}
 	for _, fd := range r.owned {
 		unix.Close(fd)

@@ -72,6 +72,16 @@ type Stats struct {
 	Fill         int    // bytes waiting in the ring at the call (0 after Close)
 	Size         int    // the ring's size in bytes
 
+	// DeletesSlot says that Close deletes this perf ring's slot from the
+	// map by key, whoever filled it since: the reader has no map file of
+	// its own (no pin known and no CAP_SYS_ADMIN: see [Map]), or the map
+	// has BPF_F_PRESERVE_ELEMS. False: Close releases the reader's own map
+	// file, and the kernel empties the slot only if it still holds this
+	// reader's ring, so that a reader in another process that filled it
+	// since keeps it (docs/failures.md, "Two readers of one perf event
+	// array").
+	DeletesSlot bool
+
 	Waiting time.Duration // at most how long the oldest record not delivered has waited (0: none)
 	Held    time.Duration // Order: how long the reader has held back the record it holds (0: none)
 }

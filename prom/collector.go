@@ -413,8 +413,10 @@ func (c *collector) failed(stats []perfbuf.Stats) []cpuFailures {
 }
 
 // add adds b's counts to a's, but MaxFill and Fill, which are of one ring
-// (see group), and the ages, of which a keeps the oldest.
+// (see group), the ages, of which a keeps the oldest, and DeletesSlot,
+// which holds for the group if it holds for a ring.
 func add(a, b *perfbuf.Stats) {
+	a.DeletesSlot = a.DeletesSlot || b.DeletesSlot
 	a.Waiting = max(a.Waiting, b.Waiting)
 	a.Held = max(a.Held, b.Held)
 	a.Samples += b.Samples

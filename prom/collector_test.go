@@ -491,12 +491,15 @@ func TestAddCoversEveryField(t *testing.T) {
 	check(t, "", reflect.ValueOf(a))
 }
 
-// fill sets every integer field of v, nested structs included, to n.
+// fill sets every integer field of v, nested structs included, to n, and
+// every bool to n > 4.
 func fill(v reflect.Value, n int64) {
 	for i := range v.NumField() {
 		switch f := v.Field(i); f.Kind() {
 		case reflect.Struct:
 			fill(f, n)
+		case reflect.Bool:
+			f.SetBool(n > 4)
 		case reflect.Int, reflect.Int64:
 			f.SetInt(n)
 		case reflect.Uint64:
@@ -509,7 +512,8 @@ func fill(v reflect.Value, n int64) {
 
 // check wants every field of v, the sum of 3 and 5, but CPU, Ring, MaxFill,
 // Fill and Size (a's: a group's fill is its fullest ring's over that ring's
-// size, not a sum), and Waiting and Held (the larger: a group's oldest).
+// size, not a sum), Waiting and Held (the larger: a group's oldest), and a
+// bool, true (false or true: either ring's).
 func check(t *testing.T, prefix string, v reflect.Value) {
 	for i := range v.NumField() {
 		name := prefix + v.Type().Field(i).Name
@@ -526,6 +530,10 @@ func check(t *testing.T, prefix string, v reflect.Value) {
 		case reflect.Int, reflect.Int64:
 			if f.Int() != want {
 				t.Errorf("%s: %d, want %d", name, f.Int(), want)
+			}
+		case reflect.Bool:
+			if !f.Bool() {
+				t.Errorf("%s: false, want true (either ring's)", name)
 			}
 		default:
 			if f.Uint() != uint64(want) {

@@ -43,6 +43,13 @@ type (
 		_         uint32 // next_id
 		openFlags uint32
 	}
+	// objGetAttr: BPF_OBJ_GET (pathname as an __aligned_u64, bpf_fd,
+	// file_flags).
+	objGetAttr struct {
+		pathname  unsafe.Pointer
+		bpfFD     uint32
+		fileFlags uint32
+	}
 )
 
 // An unsafe.Pointer fills an __aligned_u64 only on 64-bit hosts, the ones
@@ -51,7 +58,7 @@ var _ [unsafe.Sizeof(unsafe.Pointer(nil)) - 8]struct{}
 
 // attr is the union bpf_attr parts that bpf takes.
 type attr interface {
-	mapElemAttr | objInfoAttr | getIDAttr | mapCreateAttr | enableStatsAttr
+	mapElemAttr | objInfoAttr | getIDAttr | objGetAttr | mapCreateAttr | enableStatsAttr
 }
 
 // bpf makes the bpf(2) command cmd on a and returns what the kernel
@@ -146,6 +153,23 @@ func MapFDByID(id uint32) (int, error) {
 	fd, err := bpf(unix.BPF_MAP_GET_FD_BY_ID, &a)
 	if err != nil {
 		return -1, fmt.Errorf("open map id %d: %w", id, err)
+	}
+	return fd, nil
+}
+
+// ObjGet opens the BPF object pinned at path (BPF_OBJ_GET): a descriptor
+// of a file of its own, close-on-exec, that the caller closes. It needs
+// no capability, only the pin's file permissions: EACCES without them,
+// ENOENT for no pin, wrapped.
+func ObjGet(path string) (int, error) {
+	p, err := unix.BytePtrFromString(path)
+	if err != nil {
+		return -1, fmt.Errorf("open pin %s: %w", path, err)
+	}
+	a := objGetAttr{pathname: unsafe.Pointer(p)}
+	fd, err := bpf(unix.BPF_OBJ_GET, &a)
+	if err != nil {
+		return -1, fmt.Errorf("open pin %s: %w", path, err)
 	}
 	return fd, nil
 }
