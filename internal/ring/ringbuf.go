@@ -201,11 +201,7 @@ func (r *RingBuf) storeConsumer(pos uint64) {
 // that someone else wrote, or positions that cannot be valid, make parsing return a
 // *CorruptError.
 func (r *RingBuf) Begin() {
-	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
-	if c != r.tail {
-		// Only this reader stores consumer_pos: another consumer, or a stray write.
-		r.failPos(c, r.loadProducer(), fmt.Sprintf("consumer position changed from %d to %d by another writer", r.tail, c))
-	}
+	c := r.checkConsumer()
 	if int64(r.cursor-r.counted) > 0 {
 		r.counted = r.cursor // (see counted)
 	}
@@ -215,8 +211,24 @@ func (r *RingBuf) Begin() {
 	}
 }
 
-// Refresh takes a new head snapshot and keeps the cursor.
-func (r *RingBuf) Refresh() { r.snapshot() }
+// Refresh takes a new head snapshot and keeps the cursor. A consumer_pos that someone else
+// wrote makes parsing return a *CorruptError, as Begin does: a reader that only refreshes
+// (the ordered window) must meet it too, or it would parse a record another consumer took, and
+// a Flush would wait for a consumer_pos that Reached never sees as its own.
+func (r *RingBuf) Refresh() {
+	r.checkConsumer()
+	r.snapshot()
+}
+
+// checkConsumer loads consumer_pos and records a position error if it is not the tail: only
+// this reader stores consumer_pos, so another consumer, or a stray write, changed it.
+func (r *RingBuf) checkConsumer() uint64 {
+	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
+	if c != r.tail {
+		r.failPos(c, r.loadProducer(), fmt.Sprintf("consumer position changed from %d to %d by another writer", r.tail, c))
+	}
+	return c
+}
 
 // snapshot loads producer_pos into head if it is valid against tail and the previous head;
 // otherwise it records a position error (unless an error is pending) and leaves head alone.
