@@ -15,7 +15,9 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -836,5 +838,147 @@ func TestOrderedRingBufRuns(t *testing.T) {
 				t.Fatalf("%d delivered, %d distinct, of %d", len(got), len(seen), n)
 			}
 		})
+	}
+}
+
+// orderedReadOnce reads o once in one of the Reader's forms (ReadInto,
+// ReadBatch, Each, Consume) and returns the keys delivered and the error.
+// Each ends at its first error; Consume at the end of what it may deliver
+// now (a running Flush's end included).
+func orderedReadOnce(o *Reader, mode string) ([]uint64, error) {
+	var got []uint64
+	fn := func(rec *Record) error {
+		got = append(got, rec.Key)
+		return nil
+	}
+	switch mode {
+	case "ReadInto":
+		var s Sample
+		err := o.ReadInto(&s)
+		if err == nil {
+			got = append(got, s.Key)
+		}
+		return got, err
+	case "ReadBatch":
+		s := make([]Sample, 2)
+		n, err := o.ReadBatch(s)
+		for _, s := range s[:n] {
+			got = append(got, s.Key)
+		}
+		return got, err
+	case "Each":
+		err := o.Each(context.Background(), fn)
+		return got, err
+	}
+	_, err := o.Consume(fn)
+	return got, err
+}
+
+// An ordered Reader over ring buffers, one or an array of them, reports a
+// consumer_pos another consumer moved as a *CorruptError, as the unordered
+// forms do (docs/failures.md), in every form; a Flush then ends with what
+// it held delivered, and a read with no deadline after it waits. The window
+// used to look at producer_pos only: moved forward, the record the other
+// consumer took was delivered again, unreported; moved back, every read
+// after a Flush spun until its deadline (os.ErrDeadlineExceeded here), and
+// without one for ever.
+func TestOrderedRingBufConsumerMoved(t *testing.T) {
+	for _, rings := range []int{1, 2} {
+		for _, move := range []string{"back", "forward"} {
+			for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
+				t.Run(fmt.Sprintf("rings=%d/%s/%s", rings, move, mode), func(t *testing.T) {
+					f := newFakeBPFRings(t, rings, 4096)
+					o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1 << 62})
+					want := []uint64{10, 11, 12}
+					for seq, key := range []uint64{12, 10, 11} {
+						f.emit(t, 0, key, uint64(seq), 16)
+					}
+					if rings > 1 {
+						f.emit(t, 1, 13, 3, 16)
+						want = append(want, 13)
+					}
+					o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+					if got, err := orderedReadOnce(o, mode); len(got) != 0 || err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+						t.Fatalf("first read: %v, %v; want the copies held", got, err)
+					}
+					r := f.rings[0]
+					switch move {
+					case "back": // another consumer commits less than the reader did
+						atomic.StoreUint64(&r.Pos[0], 0)
+					case "forward": // another consumer took the next record, 20
+						f.emit(t, 0, 20, 4, 16)
+						f.emit(t, 0, 21, 5, 16)
+						atomic.StoreUint64(&r.Pos[0], atomic.LoadUint64(&r.Pos[0])+24)
+					}
+					o.Flush()
+					var got []uint64
+					var corrupt []error
+					for call := 0; ; call++ {
+						if call > 20 {
+							t.Fatalf("no end of the flush after 20 reads: delivered %v, errors %v", got, corrupt)
+						}
+						// A generous deadline: every read here has its records
+						// there, or an error to report; running into it is a spin.
+						o.SetDeadline(time.Now().Add(10 * time.Second))
+						keys, err := orderedReadOnce(o, mode)
+						got = append(got, keys...)
+						var ce *CorruptError
+						if errors.As(err, &ce) {
+							corrupt = append(corrupt, err)
+							continue
+						}
+						if errors.Is(err, ErrFlushed) || err == nil && mode == "Consume" {
+							break
+						}
+						if err != nil {
+							t.Fatalf("read %d: %v (delivered %v, errors %v)", call, err, got, corrupt)
+						}
+					}
+					var ce *CorruptError
+					if len(corrupt) != 1 || !errors.As(corrupt[0], &ce) || ce.Ring != 0 || !strings.Contains(ce.Reason, "by another writer") {
+						t.Fatalf("errors %v; want one CorruptError of ring 0: consumer position changed by another writer", corrupt)
+					}
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Fatalf("the flush delivered %v; want %v (20 was the other consumer's)", got, want)
+					}
+					if c, p := atomic.LoadUint64(&r.Pos[0]), atomic.LoadUint64(&r.Pos[1]); c != p {
+						t.Fatalf("consumer_pos %d, producer_pos %d after the error", c, p)
+					}
+					// A read with no deadline waits, and the ring's next
+					// record, flushed, ends it.
+					if mode == "Consume" {
+						return
+					}
+					r.Prod = r.Pos[1]
+					o.SetDeadline(time.Time{})
+					done := make(chan error, 1)
+					var late []uint64
+					go func() {
+						var err error
+						late, err = orderedReadOnce(o, mode)
+						done <- err
+					}()
+					for give := time.Now().Add(10 * time.Second); !o.c.w.Waiting(); {
+						select {
+						case err := <-done:
+							t.Fatalf("a read with no deadline returned %v, %v without waiting", late, err)
+						default:
+						}
+						if time.Now().After(give) {
+							t.Fatal("a read with no deadline never waits")
+						}
+						time.Sleep(time.Millisecond)
+					}
+					f.emit(t, 0, 30, 6, 16)
+					o.Flush()
+					within(t, "the read after the next record", func() {
+						err := <-done
+						if len(late) == 0 || late[0] != 30 || err != nil && !errors.Is(err, ErrFlushed) {
+							t.Errorf("the read with no deadline: %v, %v; want 30", late, err)
+						}
+					})
+				})
+			}
+		}
 	}
 }

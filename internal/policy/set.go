@@ -233,9 +233,11 @@ func (s *Set) EndFlush() { s.flushOn = false }
 
 // FlushReached takes up a Flush that was requested and reports whether the
 // running flush has delivered everything up to its heads, by pol's oldest
-// records. The policies check it between passes (fullest) or records
-// (ordered), so that a flush ends while a producer keeps writing, and the
-// read checks it when all is read.
+// records, and, for a Holder, every copy it holds: copies taken from a ring
+// before the flush are no longer in the ring, so that the ring's position
+// alone cannot say they were delivered. The policies check it between
+// passes (fullest) or records (ordered), so that a flush ends while a
+// producer keeps writing, and the read checks it when all is read.
 func (s *Set) FlushReached(pol Policy) bool {
 	if s.flushReq.Load() {
 		s.flushMu.Lock()
@@ -248,11 +250,13 @@ func (s *Set) FlushReached(pol Policy) bool {
 		return false
 	}
 	// A ring that reached its head stays there (its oldest record only
-	// moves on): the rings before flushFrom are not looked at again, so
-	// that a check per record costs O(1) amortised.
+	// moves on, and what a Holder copies from it later comes from past the
+	// head): the rings before flushFrom are not looked at again, so that a
+	// check per record costs O(1) amortised.
+	h, _ := pol.(Holder)
 	for ; s.flushFrom < len(s.Rings); s.flushFrom++ {
 		i := s.flushFrom
-		if !s.Rings[i].Reached(pol.Oldest(i), s.flushTo[i]) {
+		if h != nil && h.Held(i) > 0 || !s.Rings[i].Reached(pol.Oldest(i), s.flushTo[i]) {
 			return false
 		}
 	}

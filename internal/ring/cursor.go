@@ -53,9 +53,12 @@ type memory interface {
 	// positions loads the consumer position and the producer's (acquire),
 	// afresh.
 	positions() (consumer, producer uint64)
-	// storeConsumer publishes the consumer position (release): the space before it
-	// goes back to the kernel.
-	storeConsumer(pos uint64)
+	// storeConsumer publishes the consumer position pos (release), the space
+	// before it going back to the kernel, if the memory still holds from (the
+	// tail), and reports whether it did. A ring buffer's consumer_pos that
+	// someone else wrote since is left alone; a perf ring's data_tail is the
+	// reader's own, always stored.
+	storeConsumer(from, pos uint64) bool
 }
 
 // init sets the cursor up over mem at the consumer position tail.
@@ -154,7 +157,8 @@ func (c *Cursor) failPos(consumer, producer uint64, reason string) {
 // Commit hands the bytes before pos back to the kernel. pos must be a
 // record boundary (a Record's Pos or Next) between the tail and the cursor;
 // otherwise Commit writes nothing and returns an error matching
-// os.ErrInvalid. Committing the tail is a no-op.
+// os.ErrInvalid. Committing the tail is a no-op. A consumer position that
+// someone else wrote since the tail is left as it is (see store).
 func (c *Cursor) Commit(pos uint64) error {
 	if pos == c.tail {
 		return nil
@@ -181,10 +185,23 @@ func (c *Cursor) CommitCursor() {
 	}
 }
 
-// store publishes pos as the consumer position, without checks.
+// store publishes pos as the consumer position. One that someone else wrote
+// since the tail (a second consumer of a ring buffer) is left as it is and
+// becomes a position error, for parsing to return: committing over it would
+// make the reader deliver again what that consumer took.
 func (c *Cursor) store(pos uint64) {
+	if !c.mem.storeConsumer(c.tail, pos) {
+		c.otherWriter(c.mem.positions())
+		return
+	}
 	c.tail = pos
-	c.mem.storeConsumer(pos)
+}
+
+// otherWriter records a position error for a consumer position in memory
+// that is not the tail: only the reader stores it, so another consumer, or
+// a stray write, changed it.
+func (c *Cursor) otherWriter(consumer, producer uint64) {
+	c.failPos(consumer, producer, fmt.Sprintf("consumer position changed from %d to %d by another writer", c.tail, consumer))
 }
 
 // moved reports whether producer position p differs from the snapshot, a

@@ -534,12 +534,13 @@ func (r *Perf) bad(pos, size uint64, reason string) bool {
 	return false
 }
 
-// storeConsumer stores data_tail (the cursor's memory).
-func (r *Perf) storeConsumer(pos uint64) {
+// storeConsumer stores data_tail (the cursor's memory): the reader's own, whatever from is.
+func (r *Perf) storeConsumer(_, pos uint64) bool {
 	// Release; pairs with the kernel's READ_ONCE(data_tail) + smp_mb() in perf_output_begin:
 	// our reads of the records before pos happen before the kernel reuses their space
 	// (libbpf: smp_store_release in ring_buffer_write_tail).
 	atomic.StoreUint64(&r.page.Data_tail, pos)
+	return true
 }
 
 // SkipCorrupt is the way on after a CorruptError: it gives up everything up to the head

@@ -23,7 +23,9 @@ type Ring interface {
 	Cur() *Cursor
 	// Begin moves the cursor back to the consumer position as the memory
 	// holds it and takes a snapshot of the producer's; Refresh takes a
-	// snapshot and keeps the cursor.
+	// snapshot and keeps the cursor. Both, and a commit, which leaves it
+	// alone, make a ring buffer's consumer position that someone else
+	// wrote a position error.
 	Begin()
 	Refresh()
 	// Quiet reports nothing to parse and nothing new since the snapshot,

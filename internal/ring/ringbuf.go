@@ -187,13 +187,15 @@ func (r *RingBuf) loadHeader(pos uint64) uint32 {
 	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[pos&r.mask])))
 }
 
-// storeConsumer publishes consumer_pos = pos. Go's atomic store is sequentially consistent: it
-// releases our reads of the records before pos to the kernel's smp_load_acquire of
-// consumer_pos in __bpf_ringbuf_reserve (which then reuses their space), and it is the full
-// barrier that Settle's wake rule needs against the kernel's xchg + smp_load_acquire in
-// bpf_ringbuf_commit (libbpf: smp_store_release(r->consumer_pos) in ringbuf_process_ring).
-func (r *RingBuf) storeConsumer(pos uint64) {
-	atomic.StoreUint64(r.consumer, pos)
+// storeConsumer publishes consumer_pos = pos if it still holds from, the reader's tail: a
+// compare-and-swap, so that a commit never writes over a position another consumer stored.
+// Go's atomics are sequentially consistent: it releases our reads of the records before pos to
+// the kernel's smp_load_acquire of consumer_pos in __bpf_ringbuf_reserve (which then reuses
+// their space), and it is the full barrier that Settle's wake rule needs against the kernel's
+// xchg + smp_load_acquire in bpf_ringbuf_commit (libbpf: smp_store_release(r->consumer_pos) in
+// ringbuf_process_ring).
+func (r *RingBuf) storeConsumer(from, pos uint64) bool {
+	return atomic.CompareAndSwapUint64(r.consumer, from, pos)
 }
 
 // Begin starts a read: tail and cursor = consumer_pos loaded afresh, head = producer_pos.
@@ -201,11 +203,7 @@ func (r *RingBuf) storeConsumer(pos uint64) {
 // that someone else wrote, or positions that cannot be valid, make parsing return a
 // *CorruptError.
 func (r *RingBuf) Begin() {
-	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
-	if c != r.tail {
-		// Only this reader stores consumer_pos: another consumer, or a stray write.
-		r.failPos(c, r.loadProducer(), fmt.Sprintf("consumer position changed from %d to %d by another writer", r.tail, c))
-	}
+	c := r.checkConsumer()
 	if int64(r.cursor-r.counted) > 0 {
 		r.counted = r.cursor // (see counted)
 	}
@@ -215,8 +213,24 @@ func (r *RingBuf) Begin() {
 	}
 }
 
-// Refresh takes a new head snapshot and keeps the cursor.
-func (r *RingBuf) Refresh() { r.snapshot() }
+// Refresh takes a new head snapshot and keeps the cursor. A consumer_pos that someone else
+// wrote makes parsing return a *CorruptError, as Begin does: a reader that only refreshes
+// (the ordered window) must meet it too, or it would parse a record another consumer took, and
+// a Flush would wait for a consumer_pos that Reached never sees as its own.
+func (r *RingBuf) Refresh() {
+	r.checkConsumer()
+	r.snapshot()
+}
+
+// checkConsumer loads consumer_pos and records a position error if it is not the tail: only
+// this reader stores consumer_pos, so another consumer, or a stray write, changed it.
+func (r *RingBuf) checkConsumer() uint64 {
+	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
+	if c != r.tail {
+		r.otherWriter(c, r.loadProducer())
+	}
+	return c
+}
 
 // snapshot loads producer_pos into head if it is valid against tail and the previous head;
 // otherwise it records a position error (unless an error is pending) and leaves head alone.
@@ -644,7 +658,9 @@ func (r *RingBuf) SkipCorrupt() uint64 {
 	r.counts.CorruptBytes += skipped
 	r.corrupt, r.badPos = nil, false
 	r.cursor, r.head, r.counted = target, target, target
-	r.store(target)
+	r.tail = target
+	// Release, as storeConsumer's; unconditional: the way back in step, whoever wrote it.
+	atomic.StoreUint64(r.consumer, target)
 	return skipped
 }
 
@@ -675,11 +691,10 @@ func (r *RingBuf) Settle() bool {
 	if r.corrupt != nil || r.tail != r.cursor {
 		return false
 	}
-	if c := atomic.LoadUint64(r.consumer); c != r.tail { // ours; pairs with store
-		r.failPos(c, r.loadProducer(), fmt.Sprintf("consumer position changed from %d to %d by another writer", r.tail, c))
-		return false
-	}
 	r.store(r.tail) // the full barrier before the second look (see above)
+	if r.corrupt != nil {
+		return false // consumer_pos written by someone else (see store)
+	}
 	if r.SettleHook != nil {
 		r.SettleHook()
 	}

@@ -608,6 +608,56 @@ func TestBPFRingMovedBack(t *testing.T) {
 	}
 }
 
+// A consumer_pos that another consumer wrote is a position error for Refresh,
+// as for Begin, and a commit does not write over it: it becomes that error
+// (a commit used to store its own position over the other consumer's, so
+// that the records that consumer took were delivered again, unreported).
+// SkipCorrupt then takes the ring on from producer_pos.
+func TestBPFRingAnotherConsumer(t *testing.T) {
+	for _, step := range []string{"Refresh", "Commit", "Settle"} {
+		t.Run(step, func(t *testing.T) {
+			f := ringtest.NewRingBuf(256)
+			r := fakeReader(t, f)
+			for i := range 4 {
+				f.Output(t, ringtest.Pattern(8, byte(i))) // 16 bytes each
+			}
+			r.Begin()
+			var rec Record
+			if ok, err := r.Next(&rec); !ok || err != nil {
+				t.Fatalf("next = %v, %v", ok, err)
+			}
+			if step == "Settle" {
+				r.CommitCursor()
+			}
+			atomic.StoreUint64(&f.Pos[0], 48) // another consumer took the records at 16 and 32
+			switch step {
+			case "Refresh":
+				r.Refresh()
+			case "Commit":
+				if err := r.Commit(rec.Next); err != nil {
+					t.Fatal(err)
+				}
+				if c := atomic.LoadUint64(&f.Pos[0]); c != 48 {
+					t.Fatalf("consumer_pos %d after the commit: written over the other consumer's 48", c)
+				}
+			case "Settle":
+				if r.Settle() {
+					t.Fatal("settled over a consumer_pos another consumer wrote")
+				}
+			}
+			_, err := r.Next(&rec)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Reason != "consumer position changed from "+fmt.Sprint(r.Tail())+" to 48 by another writer" {
+				t.Fatalf("next = %v; want consumer_pos changed by another writer", err)
+			}
+			r.SkipCorrupt()
+			if c, p := atomic.LoadUint64(&f.Pos[0]), atomic.LoadUint64(&f.Pos[1]); c != 64 || p != 64 || r.Pos() != 64 || r.Tail() != 64 {
+				t.Fatalf("after SkipCorrupt: consumer_pos %d, producer_pos %d, cursor %d, tail %d", c, p, r.Pos(), r.Tail())
+			}
+		})
+	}
+}
+
 // TestBPFRingSettle checks settle's contract case by case.
 func TestBPFRingSettle(t *testing.T) {
 	type ring struct {

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package policy
+
+// Tests of the ordered window over fake BPF ring buffers (internal/ringtest),
+// driven as a Reader's read drives it: Next and Delivered while there is a
+// record, and when there is none, the steps of Reader.block (the corruption
+// skipped reported, Idle, the flush's end).
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/ringtest"
+)
+
+// windowOver returns a window over n fake ring buffers of size bytes, each
+// shared by CPUs (rule 1 releases nothing), MaxDelay an hour and a key
+// window larger than the keys (rules 2 and 3 release nothing): the window
+// releases its copies only to a Flush.
+func windowOver(t *testing.T, n, size int) (*Set, *window, []*ringtest.RingBuf) {
+	t.Helper()
+	s := &Set{Latency: -1}
+	var fakes []*ringtest.RingBuf
+	for range n {
+		f := ringtest.NewRingBuf(size)
+		rb, err := ring.NewRingBufFromParts(-1, &f.Pos[0], &f.Pos[1], f.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Push(rb)
+		fakes = append(fakes, f)
+	}
+	w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62}, Bytes: n * size})
+	return s, w, fakes
+}
+
+// emitKey outputs a 16-byte sample whose first 8 bytes are key.
+func emitKey(t *testing.T, f *ringtest.RingBuf, key uint64) {
+	t.Helper()
+	f.Output(t, binary.NativeEndian.AppendUint64(make([]byte, 0, 16), key)[:16])
+}
+
+// readResult is what a read of the window delivered and how it ended.
+type readResult struct {
+	keys    []uint64
+	errs    []error // corruptions reported
+	flushed bool    // the flush ended; else the read would wait
+}
+
+// blockStep is Reader.block with nothing to deliver: the corruption a
+// policy skipped is reported; else Idle, and a flush that reached its end
+// ends. It reports whether the read ends (an error, a flush ended, or a
+// wait: no flush running) and whether a flush ended.
+func blockStep(s *Set, w *window, res *readResult) (ends bool) {
+	if s.Corrupt != nil {
+		res.errs = append(res.errs, s.Corrupt)
+		s.Corrupt = nil
+		return true
+	}
+	w.Idle()
+	if s.Flushing() && s.FlushReached(w) {
+		s.EndFlush()
+		res.flushed = true
+		return true
+	}
+	return !s.Flushing() // not flushing: the read waits; else it reads on
+}
+
+// readWindow reads w as reads do one after the other, starting with block
+// (firstBlock) or with Next, until one ends the flush or would wait. More
+// than 100 steps in a row that deliver nothing and end nothing are a
+// spin: what Reader.block did, reading on without waiting, for ever.
+func readWindow(t *testing.T, s *Set, w *window, firstBlock bool) readResult {
+	t.Helper()
+	var res readResult
+	idle := 0
+	for step := 0; ; step++ {
+		if idle > 100 {
+			t.Fatalf("spins: %d steps in a row deliver nothing, report nothing and end no flush (delivered %v, errors %v, %d held)",
+				idle, res.keys, res.errs, w.held)
+		}
+		if step > 0 || !firstBlock {
+			if rec, i := w.Next(); i >= 0 {
+				res.keys = append(res.keys, rec.Key)
+				w.Delivered(i)
+				idle = 0
+				continue
+			}
+		}
+		if blockStep(s, w, &res) {
+			if res.flushed || !s.Flushing() {
+				return res
+			}
+			idle = 0 // an error reported: the next read goes on
+			continue
+		}
+		idle++
+	}
+}
+
+// An ordered Flush ends only once the copies the window held before it
+// were delivered. A Flush that came while the read found nothing to
+// release (the read's Next done, its block not yet) used to end at once:
+// the rings' cursors were at the flush's heads, the window's copies were
+// not looked at (1 in 50-200 flushes of a ring per CPU ended with copies
+// held: 3,307 of 3,826 delivered).
+func TestWindowFlushDeliversHeld(t *testing.T) {
+	for _, rings := range []int{1, 3} {
+		t.Run(fmt.Sprintf("rings=%d", rings), func(t *testing.T) {
+			s, w, fakes := windowOver(t, rings, 4096)
+			var want []uint64
+			for i, f := range fakes {
+				for _, key := range []uint64{50, 30, 40, 10, 20} {
+					emitKey(t, f, key+uint64(i))
+					want = append(want, key+uint64(i))
+				}
+			}
+			if _, i := w.Next(); i >= 0 || w.held != len(want) {
+				t.Fatalf("first read: ring %d, %d held; want nothing released, %d held", i, w.held, len(want))
+			}
+			s.RequestFlush() // between the read's Next and its block
+			res := readWindow(t, s, w, true)
+			if !res.flushed || len(res.errs) != 0 {
+				t.Fatalf("read: %+v; want the flush ended", res)
+			}
+			if len(res.keys) != len(want) {
+				t.Fatalf("the flush ended with %d of %d copies delivered (%v), %d held", len(res.keys), len(want), res.keys, w.held)
+			}
+			for j := 1; j < len(res.keys); j++ {
+				if res.keys[j] < res.keys[j-1] {
+					t.Fatalf("delivered %v: not in key order", res.keys)
+				}
+			}
+		})
+	}
+}
+
+// A consumer_pos that another consumer wrote is a *CorruptError for the
+// ordered window as for the other policies, met at its next intake, and
+// the flush ends with what the window held delivered. The window used to
+// look at producer_pos only (Refresh): moved forward, the record the other
+// consumer took was copied and delivered again, unreported; moved back, a
+// Flush never ended (RingBuf.Reached waits for consumer_pos to be the
+// reader's own), and the read spun.
+func TestWindowConsumerMovedByAnother(t *testing.T) {
+	for _, move := range []string{"back", "forward"} {
+		for _, flush := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/flush=%v", move, flush), func(t *testing.T) {
+				s, w, fakes := windowOver(t, 2, 4096)
+				f := fakes[0]
+				for _, key := range []uint64{12, 10, 11} {
+					emitKey(t, f, key)
+				}
+				emitKey(t, fakes[1], 13)
+				if _, i := w.Next(); i >= 0 || w.held != 4 {
+					t.Fatalf("first read: ring %d, %d held; want nothing released, 4 held", i, w.held)
+				}
+				switch move {
+				case "back": // another consumer commits less than the reader did
+					atomic.StoreUint64(&f.Pos[0], 0)
+				case "forward": // another consumer took the next record, 20
+					emitKey(t, f, 20)
+					emitKey(t, f, 21)
+					atomic.StoreUint64(&f.Pos[0], atomic.LoadUint64(&f.Pos[0])+24)
+				}
+				if flush {
+					s.RequestFlush()
+				}
+				res := readWindow(t, s, w, false)
+				var ce *ring.CorruptError
+				if len(res.errs) != 1 || !errors.As(res.errs[0], &ce) || !strings.Contains(ce.Reason, "by another writer") {
+					t.Fatalf("reads: %+v; want one CorruptError: consumer position changed by another writer", res)
+				}
+				for _, k := range res.keys {
+					if k == 20 {
+						t.Fatalf("delivered %v: 20, which the other consumer took", res.keys)
+					}
+				}
+				if flush && (!res.flushed || fmt.Sprint(res.keys) != "[10 11 12 13]") {
+					t.Fatalf("reads: %+v; want the flush ended with 10 11 12 13 delivered", res)
+				}
+				// On from producer_pos, the reader's own again.
+				if c, p := atomic.LoadUint64(&f.Pos[0]), atomic.LoadUint64(&f.Pos[1]); c != p {
+					t.Fatalf("consumer_pos %d, producer_pos %d after the error", c, p)
+				}
+			})
+		}
+	}
+}
