@@ -104,7 +104,7 @@ OFFLINE_CPU=3
 
 NOHZ_KERNELS=${NOHZ_KERNELS-7.3}
 NOHZ_PACKAGES=${NOHZ_PACKAGES:-selftest/failures selftest/overwrite selftest/bpfbuffer}
-NOHZ_RUN=${NOHZ_RUN:-'^(TestNohzFull|TestCloseLedger|TestFailureAccounting|TestRecorder|TestBackwardRing|TestReaderPause|TestOpenPaused|TestRingBufCloseLedger)$'}
+NOHZ_RUN=${NOHZ_RUN:-'^(TestNohzFull|TestCloseLedger|TestFailureAccounting|TestRecorder|TestBackwardRing|TestReaderPause|TestOpenPaused|TestRingBufCloseLedger)'}
 
 BIG_KERNELS=${BIG_KERNELS-6.12}
 BIG_CPUS=${BIG_CPUS:-64}
