@@ -26,6 +26,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 	"golang.org/x/sys/unix"
 )
@@ -650,9 +651,13 @@ func added(a, b map[string]int) map[string]int {
 // duplicate of the perf event array and one of the failure map when it has
 // one, and the process's one uevent socket for CPU hotplug, which the first
 // owner opens and the others share. (Each owner held an eventfd and a
-// uevent socket of its own too.)
+// uevent socket of its own too.) The process's array of maps for grace
+// periods (kernel.WaitWriters), made at the first Close, is made first.
 func TestOwnerDescriptors(t *testing.T) {
 	f := setup(t)
+	if err := kernel.WaitWriters(); err != nil {
+		t.Fatal(err)
+	}
 	before := fdKinds(t)
 	r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12, FailureMap: f.failures}})
 	if err != nil {
