@@ -131,11 +131,14 @@ done
 $ARM64 || ARM64_KERNELS=""
 $MATRIX || { KERNELS=""; RUNS=""; NOHZ_KERNELS=""; }
 $BIG || BIG_KERNELS=""
-# The initramfs holds what either part runs.
+# The initramfs holds what any part runs.
 if ! $MATRIX && ! $ARM64; then
 	PACKAGES=$BIG_PACKAGES
-elif [ -n "$BIG_KERNELS" ]; then
-	for pkg in $BIG_PACKAGES $NOHZ_PACKAGES; do
+else
+	more=""
+	[ -n "$BIG_KERNELS" ] && more=$BIG_PACKAGES
+	[ -n "$NOHZ_KERNELS" ] && more="$more $NOHZ_PACKAGES"
+	for pkg in $more; do
 		case " $PACKAGES " in *" $pkg "*) ;; *) PACKAGES="$PACKAGES $pkg" ;; esac
 	done
 fi
