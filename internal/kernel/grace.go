@@ -21,14 +21,14 @@ package kernel
 //     read-side section (preemptible kernels). WaitWriters takes it when
 //     the array of maps cannot be made or updated.
 //
-// Both cost one grace period: 40 to 130 µs each on a 2-CPU host idle
-// enough (BenchmarkGrace), milliseconds on a busy one.
+// Both cost one grace period, and block only the caller (BenchmarkGrace
+// compares them).
 //
 // Neither waits for sleepable BPF programs: they run under
 // rcu_read_lock_trace(), which only an RCU Tasks Trace grace period
 // outlasts, and maybe_wait_bpf_programs waits for the non-sleepable
-// programs only (its comment, 6.8 to 6.18: the wait for sleepable ones
-// could be very long). An output from a sleepable program may still be
+// programs only (its comment says so since 6.8, through 6.18: the wait for
+// sleepable ones could be very long). An output from a sleepable program may still be
 // writing when WaitWriters returns.
 
 import (
