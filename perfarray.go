@@ -281,9 +281,12 @@ func (r *rings) close() {
 	r.failures.close()
 }
 
-// CloseExact reports whether Close can wait for outputs still running when
-// it counts what is left: kernel.CanWaitWriters (docs/failures.md).
-func CloseExact() bool { return kernel.CanWaitWriters() }
+// CloseExact reports whether the counts add up exactly at Close on this
+// kernel: Close can wait for outputs still running when it counts what is
+// left (kernel.CanWaitWriters), and a perf ring's event counts the outputs
+// it refused (PERF_FORMAT_LOST, 6.0), so that losses no lost record
+// reported are counted too (docs/failures.md).
+func CloseExact() bool { return kernel.CanWaitWriters() && kernel.FormatLost() }
 
 // takeNewCPUs returns the CPUs that need a new ring: those announced online
 // (again or for the first time), and with rescan, the online CPUs without a
