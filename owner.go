@@ -101,7 +101,6 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 		return nil, err
 	}
 	var src source
-	countsLost := false
 	switch {
 	case info.typ != mapTypePerfEventArray:
 		maps := []mapArg{{fd, info}}
@@ -122,7 +121,6 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 			return nil, fmt.Errorf("%v: %w", info, cfgErr)
 		}
 		src, err = openRings(fd, info, cfg, failures)
-		countsLost = cfg.kernel().CountLost
 	}
 	if err != nil {
 		return nil, err
@@ -132,7 +130,10 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 		src.close()
 		return nil, err
 	}
-	c.src, c.countsLost = src, countsLost
+	c.src = src
+	if r, ok := src.(*rings); ok {
+		c.countsLost = r.cfg.kernel().CountLost
+	}
 	if s, ok := src.(*ringBufSource); ok {
 		c.oneWriter = s.oneWriter
 	}

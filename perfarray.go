@@ -257,8 +257,13 @@ func (r *rings) unlinkCPUs(cpus []int32) {
 	for _, key := range slices.Compact(slices.Sorted(slices.Values(cpus))) {
 		_ = kernel.DeleteSlot(r.mapFD, uint32(key)) // ENOENT: a slot already empty
 	}
-	_ = kernel.WaitWriters() // an error: CloseExact is false
+	rcuGrace()
 }
+
+// rcuGrace waits for an RCU grace period: every BPF program running at the
+// call has returned (see unlink). It is kernel.WaitWriters; an error
+// leaves the count racing (CloseExact is false).
+func rcuGrace() { _ = kernel.WaitWriters() }
 
 // close frees the rings: each opening unmaps and closes its own
 // (perf_buffer__free clears the map's slots too; perfbuf's opener leaves

@@ -208,13 +208,13 @@ func (s *ringBufSource) epollFD() (int, error) {
 // unlink: a ring buffer cannot be taken out of its map, but a program that
 // writes through bpf/perfbuf.bpf.h sees the reader gone in its failure map
 // and stops reserving once the last reader is gone (closeReader): after an
-// RCU grace period (kernel.WaitWriters, see rings.unlink), no output into the rings is
+// RCU grace period (see rings.unlink), no output into the rings is
 // running, and what is in them is final. While another reader is open
 // (another process's, on a pinned map), and for other programs, outputs go
 // on, and Close counts what was in the rings when it looked.
 func (s *ringBufSource) unlink() {
 	if last, err := s.failures.closeReader(); last && err == nil {
-		_ = kernel.WaitWriters() // an error: CloseExact is false
+		rcuGrace()
 	}
 }
 
