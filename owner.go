@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/wait"
@@ -47,6 +48,14 @@ type core struct {
 	// pause is Pause's state (pause.go); a perf event array's rings
 	// take its lock to add a CPU's ring.
 	pause pauser
+	// countsLost says that the perf rings' events were opened with the
+	// kernel's count of what they refused (kernel.PerfConfig.CountLost):
+	// Stats and Close read it (refused). Set by openCore.
+	countsLost bool
+	// viewLost[i] is what ring i's lost records reported to RawBuffers,
+	// counted in their own Stats, not here; added at their Release, under
+	// StatsMu. Close tells by it what the kernel has yet to report.
+	viewLost []uint64
 }
 
 // source is what opened an owner's rings, and what of them is its kind's:
@@ -125,6 +134,9 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 		return nil, err
 	}
 	c.src = src
+	if r, ok := src.(*rings); ok {
+		c.countsLost = r.cfg.kernel().CountLost
+	}
 	if s, ok := src.(*ringBufSource); ok {
 		c.oneWriter = s.oneWriter
 	}
@@ -293,7 +305,8 @@ func (c *core) close() {
 
 // free commits what was delivered, takes the rings out of the map and
 // waits for the outputs already running into them (rings.unlink), counts
-// what is left in them, then frees everything. Called once, by lifetime,
+// what is left in them, and what a perf ring refused that no lost record
+// reported (refused), then frees everything. Called once, by lifetime,
 // when no call is in progress.
 func (c *core) free() {
 	for i := range c.Rings {
@@ -312,6 +325,17 @@ func (c *core) free() {
 		c.Tallies[i].Left += samples
 		c.Tallies[i].Lost += lost
 		c.Tallies[i].Discarded += discarded
+		if n, ok := c.refused(rb, c.fds[i]); ok {
+			// The losses reported are counted here (delivered, left) or
+			// in a RawBuffer's Stats; the rest the kernel never reported.
+			reported := c.Tallies[i].Lost
+			if i < len(c.viewLost) {
+				reported += c.viewLost[i]
+			}
+			if n > reported {
+				c.Tallies[i].Lost += n - reported
+			}
+		}
 	}
 	c.StatsMu.Unlock()
 	if c.src != nil {
@@ -338,6 +362,12 @@ func (c *core) statsNow() []Stats {
 		}
 	}
 	tallies := slices.Clone(c.Tallies)
+	var kinds []ring.Kind
+	var fds []int
+	if _, raw := c.pol.(policy.Raw); mapped && c.countsLost && !raw {
+		// (A Raw's losses are its RawBuffers' until Close.)
+		kinds, fds = slices.Clone(c.kinds), slices.Clone(c.fds)
+	}
 	c.StatsMu.Unlock()
 	st := make([]Stats, len(tallies))
 	for i, t := range tallies {
@@ -354,6 +384,12 @@ func (c *core) statsNow() []Stats {
 	if mapped {
 		for i := range st {
 			st[i].Fill = rings[i].Cur().Used()
+			if i >= len(kinds) {
+				continue // (no count, or a ring added meanwhile)
+			}
+			if n, ok := c.refused(kinds[i], fds[i]); ok {
+				st[i].Lost = max(st[i].Lost, n)
+			}
 		}
 		c.life.Exit()
 	}
@@ -423,4 +459,30 @@ func (c *core) name() string {
 		return "rings"
 	}
 	return c.what
+}
+
+// refused returns how many outputs the perf ring rb, whose event is fd,
+// refused since it opened (full or paused), whether its lost records
+// reported them yet or not: the kernel's count (kernel.LostSamples). ok is
+// false for a ring buffer, and for a perf ring opened without the count
+// (kernels before 6.0, or rings of a test's own), whose losses are only
+// those its lost records report. The count is at least what the lost records delivered and in
+// the ring report, and the difference is what the kernel has yet to
+// report: Lost is the larger of the two.
+func (c *core) refused(rb ring.Kind, fd int) (uint64, bool) {
+	if _, perf := rb.(*ring.Perf); !perf || !c.countsLost {
+		return 0, false
+	}
+	n, ok, err := kernel.LostSamples(fd)
+	return n, ok && err == nil
+}
+
+// addViewLost adds to viewLost what a RawBuffer of ring i counted lost.
+func (c *core) addViewLost(i int, lost uint64) {
+	c.StatsMu.Lock()
+	defer c.StatsMu.Unlock()
+	if i >= len(c.viewLost) {
+		c.viewLost = append(c.viewLost, make([]uint64, i+1-len(c.viewLost))...)
+	}
+	c.viewLost[i] += lost
 }

@@ -249,10 +249,9 @@ func (s ringSrc) view(cpu int32) (*ring.Perf, error) {
 // bpf_perf_event_output looks the ring up and writes it within the BPF
 // program's RCU read-side section; emptying the slot does not wait for
 // those (the kernel only defers the event's release). An RCU grace period
-// does: membarrier(MEMBARRIER_CMD_GLOBAL) is synchronize_rcu()
-// (kernel/sched/membarrier.c), needs no registration and no privilege, and
-// blocks only the caller, for a few milliseconds. Its one refusal, EINVAL
-// on nohz_full kernels, leaves the count racing with such outputs.
+// does (kernel.WaitWriters, nohz_full kernels included); it blocks only the
+// caller. Where it cannot be waited for (CanWaitWriters false), the count
+// races with such outputs.
 func (r *rings) unlink() {
 	if len(r.cs) == 0 {
 		return // no opening: rings of a test's own
@@ -304,10 +303,9 @@ func (r *rings) unlinkCPUs(cpus []int32) {
 }
 
 // rcuGrace waits for an RCU grace period: every BPF program running at the
-// call has returned (see unlink).
-func rcuGrace() {
-	_, _, _ = unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0)
-}
+// call has returned (see unlink). It is kernel.WaitWriters; an error
+// leaves the count racing (CloseExact is false).
+func rcuGrace() { _ = kernel.WaitWriters() }
 
 // close empties the slots (release, if unlink did not) and frees the
 // rings: each opening unmaps and closes its own (perf_buffer__free's
@@ -329,24 +327,12 @@ func (r *rings) close() {
 	r.failures.close()
 }
 
-// CloseExact reports whether Close can wait for outputs still running when
-// it counts what is left (not on nohz_full kernels: docs/failures.md).
-func CloseExact() bool { return graceGranted() }
-
-// graceGranted asks membarrier once whether rcuGrace's command is
-// available: MEMBARRIER_CMD_QUERY leaves it out of its mask exactly when
-// the command would fail (kernel/sched/membarrier.c).
-var graceGranted = sync.OnceValue(func() bool {
-	mask, _, errno := unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdQuery, 0, 0)
-	return errno == 0 && mask&membarrierCmdGlobal != 0
-})
-
-// MEMBARRIER_CMD_QUERY and MEMBARRIER_CMD_GLOBAL
-// (include/uapi/linux/membarrier.h), which x/sys/unix lacks.
-const (
-	membarrierCmdQuery  = 0
-	membarrierCmdGlobal = 1
-)
+// CloseExact reports whether the counts add up exactly at Close on this
+// kernel: Close can wait for outputs still running when it counts what is
+// left (kernel.CanWaitWriters), and a perf ring's event counts the outputs
+// it refused (PERF_FORMAT_LOST, 6.0), so that losses no lost record
+// reported are counted too (docs/failures.md).
+func CloseExact() bool { return kernel.CanWaitWriters() && kernel.FormatLost() }
 
 // takeNewCPUs returns the CPUs that need a new ring: those announced online
 // (again or for the first time), and with rescan, the online CPUs without a

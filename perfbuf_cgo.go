@@ -66,6 +66,9 @@ func openC(fd int, cfg ringConfig, cpus []int32) (*cBuffer, error) {
 	ccfg.wakeup_bytes = C.uint64_t(cfg.wakeupBytes)
 	ccfg.cpu_cnt = C.int(len(cpus))
 	ccfg.cpus = ccpus
+	if cfg.kernel().CountLost {
+		ccfg.count_lost = 1
+	}
 	var cerr C.int
 	pb := C.perfbuf_open(C.int(fd), ccfg, &cerr)
 	if pb == nil {

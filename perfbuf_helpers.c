@@ -31,6 +31,9 @@ struct perf_buffer *perfbuf_open(int map_fd, const struct perfbuf_config *cfg, i
 	attr.type = PERF_TYPE_SOFTWARE;
 	attr.sample_type = PERF_SAMPLE_RAW;
 	attr.sample_period = 1;
+	/* read(2) of the event then returns the outputs it refused. */
+	if (cfg->count_lost)
+		attr.read_format = 1U << 4; /* PERF_FORMAT_LOST, which older headers lack */
 	if (cfg->wakeup_bytes) {
 		attr.watermark = 1;
 		attr.wakeup_watermark = cfg->wakeup_bytes;

@@ -22,6 +22,7 @@ struct perfbuf_config {
 	uint64_t wakeup_bytes;  /* 0: wake by events */
 	int cpu_cnt;            /* rings to open */
 	int *cpus;              /* their CPUs; map key i holds cpus[i]'s ring */
+	int count_lost;         /* read_format PERF_FORMAT_LOST (kernel 6.0) */
 };
 
 struct perf_buffer *perfbuf_open(int map_fd, const struct perfbuf_config *cfg, int *err);

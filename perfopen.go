@@ -74,7 +74,8 @@ func openPerfEvents(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
 
 // kernel is c for the kernel package's opener.
 func (c ringConfig) kernel() kernel.PerfConfig {
-	return kernel.PerfConfig{Pages: c.pages, PageSize: c.pageSize, WakeupEvents: c.wakeupEvents, WakeupBytes: c.wakeupBytes}
+	return kernel.PerfConfig{Pages: c.pages, PageSize: c.pageSize, WakeupEvents: c.wakeupEvents, WakeupBytes: c.wakeupBytes,
+		CountLost: kernel.FormatLost()} // Close reads what the rings refused (owner.go)
 }
 
 // goEvents are rings that perfbuf opened itself.

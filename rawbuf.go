@@ -88,7 +88,12 @@ func (r *Raw) Buffer(i int) (*RawBuffer, error) {
 		r.held = append(r.held, make([]bool, i+1-len(r.held))...)
 	}
 	r.held[i] = true
-	return newRawBuffer(rb, func() { r.release(i) }), nil
+	var b *RawBuffer
+	b = newRawBuffer(rb, func() {
+		r.c.addViewLost(i, b.final.Lost) // (Release sets final first)
+		r.release(i)
+	})
+	return b, nil
 }
 
 // release ends RawBuffer i's hold (RawBuffer.Release).
@@ -167,7 +172,8 @@ func (r *Raw) BufferFD(i int) (int, error) { return r.c.bufferFD(i) }
 func (r *Raw) EpollFD() (int, error) { return r.c.epollFD() }
 
 // Stats returns each ring's counts, in buffer index order: what was left
-// in the rings at Close (what a RawBuffer reads is in its own Stats).
+// in the rings at Close, and from 6.0 the losses the kernel counted that no
+// lost record reported (what a RawBuffer reads is in its own Stats).
 func (r *Raw) Stats() []Stats { return r.c.statsNow() }
 
 // FollowsCPUs reports whether samples of CPUs that come online later are

@@ -52,7 +52,7 @@ type Stats struct {
 
 	Samples   uint64   // samples delivered
 	Dropped   uint64   // late samples dropped (Order.DropLate)
-	Lost      uint64   // samples a full perf ring dropped, as its lost records report
+	Lost      uint64   // samples a full or paused perf ring refused: its event's count (6.0), else as its lost records report
 	Discarded uint64   // records the programs discarded (bpf_ringbuf_discard)
 	Left      uint64   // samples left in the ring at Close
 	Found     uint64   // records (samples and discarded) in a ring buffer when the reader opened it

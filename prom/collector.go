@@ -193,7 +193,7 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 		"1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.",
 		nil)
 	c.exact = desc("close_exact",
-		"1 if the kernel grants the RCU grace period Close waits for before it counts what is left, so that the counts add up exactly at Close (a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h); 0 on nohz_full kernels, which refuse it.",
+		"1 if the counts add up exactly at Close on this kernel: it grants the RCU grace period Close waits for before it counts what is left, and counts a perf ring's refused outputs (6.0); a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h. 0 before 6.0, or with nohz_full and no CAP_BPF.",
 		nil)
 	return c
 }

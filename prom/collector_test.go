@@ -160,7 +160,7 @@ perfbuf_wakeups_total 42
 func TestCollect(t *testing.T) {
 	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes, follows: true, wakeups: 42}
 	c := NewCollector(src, Options{})
-	exact := fmt.Sprintf(`# HELP perfbuf_close_exact 1 if the kernel grants the RCU grace period Close waits for before it counts what is left, so that the counts add up exactly at Close (a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h); 0 on nohz_full kernels, which refuse it.
+	exact := fmt.Sprintf(`# HELP perfbuf_close_exact 1 if the counts add up exactly at Close on this kernel: it grants the RCU grace period Close waits for before it counts what is left, and counts a perf ring's refused outputs (6.0); a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h. 0 before 6.0, or with nohz_full and no CAP_BPF.
 # TYPE perfbuf_close_exact gauge
 perfbuf_close_exact %v
 `, gauge(perfbuf.CloseExact()))

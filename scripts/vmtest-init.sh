@@ -7,10 +7,14 @@
 # variables: vmtest_packages=a,b runs those packages instead of the
 # initramfs's list, vmtest_offline=none skips the offline pass,
 # vmtest_sparse=1 leaves only the even CPUs online (below), vmtest_out=ttyAMA0
-# writes the output there (an arm64 guest's one UART) instead of ttyS1.
+# writes the output there (an arm64 guest's one UART) instead of ttyS1,
+# vmtest_run=REGEXP runs only the tests it matches (-test.run),
+# vmtest_nohz_full=1 tells the tests that the kernel was booted with
+# nohz_full (PERFBUF_VMTEST_NOHZ_FULL=1).
 /bin/busybox --install -s /bin
 export PATH=/bin HOME=/root TMPDIR=/tmp CI=true PERFBUF_VMTEST=1 # PERFBUF_VMTEST: hotplug is allowed here
 export EXECSNOOP_TEST_HELPER=/vmtest/execsnoop-helper
+[ "$vmtest_nohz_full" = 1 ] && export PERFBUF_VMTEST_NOHZ_FULL=1
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
@@ -37,7 +41,7 @@ run() {
 	for pkg in "$@"; do
 		echo "vmtest-start $pkg ($pass)" >$out
 		start=$(date +%s)
-		(cd "/vmtest/$pkg" && ./pkg.test -test.v -test.count=1 -test.short -test.timeout=10m) >$out 2>&1
+		(cd "/vmtest/$pkg" && ./pkg.test -test.v -test.count=1 -test.short -test.timeout=10m ${vmtest_run:+"-test.run=$vmtest_run"}) >$out 2>&1
 		rc=$?
 		echo "vmtest-pkg $pkg ($pass): rc=$rc $(($(date +%s) - start))s" >$out
 	done

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs every privileged test (selftest/... and the commands' tests) inside QEMU
 # on Debian's own kernels, with 8 vCPUs, the oldest and the newest kernel with
-# 2 as well (the matrix), then the CPU hotplug tests in a guest with many
+# 2 as well (the matrix), one short boot with nohz_full (the nohz boot), then
+# the CPU hotplug tests in a guest with many
 # vCPUs, most of them offline at boot (the big run): what `make vmtest` calls.
 # The arm64 part runs them in an arm64 guest (`make vmtest-arm64`).
 #
@@ -17,9 +18,9 @@
 #               7.3   trixie-backports'
 #   CPUS      vCPU counts (default "2 8")
 #             By default the matrix is every kernel with 8 vCPUs (which adds the
-#             offline pass) and 5.10 and 7.3 with 2 as well: six boots, two at a
-#             time on a 2-core host (VMTEST_JOBS), which keeps CI under 40 minutes
-#             (docs/kernels.md). With KERNELS or CPUS set, every kernel of KERNELS
+#             offline pass) and 5.10 and 7.3 with 2 as well: six boots, and the
+#             short nohz boot (NOHZ_KERNELS), two at a time on a 2-core host
+#             (VMTEST_JOBS), which keeps CI under 40 minutes (docs/kernels.md). With KERNELS or CPUS set, every kernel of KERNELS
 #             runs with every count of CPUS.
 #   VMTEST_CACHE  downloaded kernels and apt lists (default /var/cache/perfbuf-vmtest)
 #   VMTEST_MEM    guest memory (default 2G)
@@ -27,6 +28,13 @@
 #                   an 8-vCPU boot of 7.3, both passes, took more than 600 s on a loaded host)
 #   VMTEST_PACKAGES, VMTEST_OFFLINE_PACKAGES  the packages of each pass (defaults below)
 #   VMTEST_LOGLEVEL the guest kernel's console loglevel (default 4; 7 shows stack traces)
+#   NOHZ_KERNELS  the nohz boot's kernels (default 7.3, whose Debian config has
+#                 CONFIG_NO_HZ_FULL=y; 5.10 to 6.12's have not; empty: no nohz
+#                 boot), part of the matrix: 2 vCPUs, CPU 1 nohz_full, where the
+#                 kernel refuses membarrier(MEMBARRIER_CMD_GLOBAL). It runs only
+#                 the tests of Pause, Close's count and Snapshot (NOHZ_PACKAGES,
+#                 NOHZ_RUN), with PERFBUF_VMTEST_NOHZ_FULL=1 in their
+#                 environment (selftest/failures' TestNohzFull checks the refusal).
 #   BIG_KERNELS   the big run's kernels (default 6.12; empty: no big run)
 #   BIG_CPUS      its vCPUs (default 64): all possible, as on a large host
 #   BIG_BOOT_CPUS how many of them the guest brings up at boot (default 16,
@@ -94,6 +102,10 @@ PACKAGES=${VMTEST_PACKAGES:-"selftest/callback selftest/raw selftest/readers sel
 OFFLINE_PACKAGES=${VMTEST_OFFLINE_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/failures"}
 OFFLINE_CPU=3
 
+NOHZ_KERNELS=${NOHZ_KERNELS-7.3}
+NOHZ_PACKAGES=${NOHZ_PACKAGES:-selftest/failures selftest/overwrite selftest/bpfbuffer}
+NOHZ_RUN=${NOHZ_RUN:-'^(TestNohzFull|TestCloseLedger|TestFailureAccounting|TestRecorder|TestBackwardRing|TestReaderPause|TestOpenPaused|TestRingBufCloseLedger)'}
+
 BIG_KERNELS=${BIG_KERNELS-6.12}
 BIG_CPUS=${BIG_CPUS:-64}
 BIG_BOOT_CPUS=${BIG_BOOT_CPUS:-16}
@@ -117,13 +129,16 @@ for part in $PARTS; do
 	case $part in matrix | big | arm64) ;; *) echo "vmtest: unknown part $part (matrix, big, arm64)" >&2; exit 2 ;; esac
 done
 $ARM64 || ARM64_KERNELS=""
-$MATRIX || { KERNELS=""; RUNS=""; }
+$MATRIX || { KERNELS=""; RUNS=""; NOHZ_KERNELS=""; }
 $BIG || BIG_KERNELS=""
-# The initramfs holds what either part runs.
+# The initramfs holds what any part runs.
 if ! $MATRIX && ! $ARM64; then
 	PACKAGES=$BIG_PACKAGES
-elif [ -n "$BIG_KERNELS" ]; then
-	for pkg in $BIG_PACKAGES; do
+else
+	more=""
+	[ -n "$BIG_KERNELS" ] && more=$BIG_PACKAGES
+	[ -n "$NOHZ_KERNELS" ] && more="$more $NOHZ_PACKAGES"
+	for pkg in $more; do
 		case " $PACKAGES " in *" $pkg "*) ;; *) PACKAGES="$PACKAGES $pkg" ;; esac
 	done
 fi
@@ -349,18 +364,27 @@ boot() {
 	return "$rc"
 }
 
-# run_vm KERNEL CPUS [BOOTCPUS]: boots, waits, and prints the per-package
+# run_vm KERNEL CPUS [BOOTCPUS|nohz]: boots, waits, and prints the per-package
 # counts and the summary line. With BOOTCPUS, the big run: only that many
-# CPUs come up at boot, and the guest runs BIG_PACKAGES. Returns non-zero if
+# CPUs come up at boot, and the guest runs BIG_PACKAGES. With nohz, the nohz
+# boot: CPU 1 nohz_full, NOHZ_RUN of NOHZ_PACKAGES. Returns non-zero if
 # anything failed or the guest did not finish. A boot whose guest kernel
 # faulted is tried once more, and the fault is reported either way: it is
 # the emulated machine's or the kernel's, and it must not pass unseen.
 run_vm() {
-	local ver=$1 ncpu=$2 up=${3:-} vmlinuz tag results console start rc=0 note="" mem="" args=""
+	local ver=$1 ncpu=$2 up=${3:-} vmlinuz tag results console start rc=0 note="" mem="" args="" mode=""
 	vmlinuz=$(kernel "$ver")
 	tag="$ver-${ncpu}cpu"
 	[ "$VMARCH" = amd64 ] || tag="$VMARCH-$tag"
-	if [ -n "$up" ]; then
+	if [ "$up" = nohz ]; then
+		tag="$tag-nohz"
+		# nohz_full=1: CPU 1 runs without the tick (CPU 0 keeps it); the
+		# kernel then refuses membarrier's global command. vmtest_nohz_full=1:
+		# /init tells the tests (PERFBUF_VMTEST_NOHZ_FULL).
+		mode=" nohz_full=1"
+		args="nohz_full=1 vmtest_nohz_full=1 vmtest_packages=$(echo $NOHZ_PACKAGES | tr ' ' ,) vmtest_run=$NOHZ_RUN vmtest_offline=none"
+		up=""
+	elif [ -n "$up" ]; then
 		tag="$tag-${up}up"
 		mem=$BIG_MEM
 		# maxcpus=: CPUs up to $up come up at boot, the others stay
@@ -406,7 +430,7 @@ run_vm() {
 	grep -E 'rings, lost over|CPUs in order|came online while reading|^vmtest-sparse|libbpf alone|own opener opened' "$results" | sed -E "s/^ *[a-z_]+\.go:[0-9]+: /  $tag   /" || true
 	local arch=""
 	[ "$VMARCH" = amd64 ] || arch="$VMARCH "
-	line="vmtest $arch$ver ${ncpu}cpu${up:+ (${up} up at boot)} ($(cat "$(dirname "$vmlinuz")/release")): $passed passed, $failed failed (${secs}s$note)"
+	line="vmtest $arch$ver ${ncpu}cpu${up:+ (${up} up at boot)}$mode ($(cat "$(dirname "$vmlinuz")/release")): $passed passed, $failed failed (${secs}s$note)"
 	echo "$line"
 	SUMMARY+=("$line")
 	[ "$failed" -eq 0 ]
@@ -417,9 +441,9 @@ MIRROR=$(grep -rhs '^URIs:' /etc/apt/sources.list.d/debian.sources 2>/dev/null |
 GOTAGS=${GOTAGS:-}
 
 mkdir -p "$OUT"
-if [ -n "$KERNELS$BIG_KERNELS" ]; then
+if [ -n "$KERNELS$NOHZ_KERNELS$BIG_KERNELS" ]; then
 	bash scripts/deps.sh qemu-system-x86 busybox-static cpio
-	for ver in $KERNELS $BIG_KERNELS; do kernel "$ver" >/dev/null; done
+	for ver in $KERNELS $NOHZ_KERNELS $BIG_KERNELS; do kernel "$ver" >/dev/null; done
 	build_initramfs
 fi
 if [ -n "$ARM64_KERNELS" ]; then
@@ -486,6 +510,9 @@ launch() {
 # longest), then the big boot (about a minute).
 for run in $(printf '%s\n' $RUNS | sort -t: -k2,2nr -k1,1Vr); do
 	launch amd64 "${run%:*}" "${run#*:}"
+done
+for ver in $NOHZ_KERNELS; do
+	launch amd64 "$ver" 2 nohz
 done
 for ver in $BIG_KERNELS; do
 	launch amd64 "$ver" "$BIG_CPUS" "$BIG_BOOT_CPUS"

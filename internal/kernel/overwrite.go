@@ -59,26 +59,6 @@ func PauseOutput(fd int, pause bool) error {
 // Pause pauses or resumes ring j's output (PauseOutput).
 func (p *PerfRings) Pause(j int, pause bool) error { return PauseOutput(p.rings[j].fd, pause) }
 
-// membarrierCmdGlobal is MEMBARRIER_CMD_GLOBAL (include/uapi/linux/membarrier.h, 4.3; once
-// MEMBARRIER_CMD_SHARED), which x/sys/unix lacks.
-const membarrierCmdGlobal = 1 << 0
-
-// WaitWriters returns once every BPF program and perf output running on any CPU when it
-// was called has finished, and their stores are visible to the caller: membarrier(2)
-// MEMBARRIER_CMD_GLOBAL, which waits for an RCU grace period (synchronize_rcu,
-// kernel/sched/membarrier.c). Every perf output runs with preemption off
-// (perf_output_get_handle .. perf_output_put_handle) and every BPF program but the
-// sleepable ones inside an RCU read-side section, which a grace period outlasts. It
-// takes milliseconds and no CPU. On a kernel with nohz_full CPUs the command is refused
-// (EINVAL, wrapped).
-func WaitWriters() error {
-	_, _, errno := unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0)
-	if errno != 0 {
-		return fmt.Errorf("wait for ring writers (membarrier global): %w", errno)
-	}
-	return nil
-}
-
 // MapFlagRBOverwrite is BPF_F_RB_OVERWRITE (include/uapi/linux/bpf.h, kernel 6.19), the
 // map flag of a BPF ring buffer in overwrite mode: MapInfo.Flags carries it.
 const MapFlagRBOverwrite = 1 << 19

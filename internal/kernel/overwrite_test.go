@@ -63,13 +63,6 @@ func TestPauseOutputErrors(t *testing.T) {
 	}
 }
 
-// WaitWriters returns (a grace period) on this kernel.
-func TestWaitWriters(t *testing.T) {
-	if err := WaitWriters(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A backward ring is opened, mapped as the kernel set it up, paused and resumed, and
 // stored in the map. Needs CAP_BPF and CAP_PERFMON.
 func TestOpenBackwardRings(t *testing.T) {

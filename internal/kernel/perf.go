@@ -31,6 +31,9 @@ type PerfConfig struct {
 	// Paused opens each ring with its output paused (PauseOutput), before
 	// it is stored in the map: no output reaches it unpaused.
 	Paused bool
+	// CountLost opens each ring's event with PERF_FORMAT_LOST (6.0:
+	// FormatLost), so that LostSamples reads how many outputs it refused.
+	CountLost bool
 }
 
 // Check reports the first field of c the kernel would refuse, or would
@@ -56,6 +59,8 @@ func (c PerfConfig) Check() error {
 // event that bpf_perf_event_output writes to, with raw samples, as libbpf's
 // perf_buffer__new opens it. The event wakes its readers every WakeupEvents
 // samples, or, with WakeupBytes set, once that many bytes are in the ring.
+// With CountLost, a read(2) of it returns its count of refused outputs
+// (LostSamples).
 func BPFOutputAttr(c PerfConfig) unix.PerfEventAttr {
 	attr := unix.PerfEventAttr{
 		Type:        unix.PERF_TYPE_SOFTWARE,
@@ -63,6 +68,9 @@ func BPFOutputAttr(c PerfConfig) unix.PerfEventAttr {
 		Config:      unix.PERF_COUNT_SW_BPF_OUTPUT,
 		Sample:      1, // sample_period
 		Sample_type: unix.PERF_SAMPLE_RAW,
+	}
+	if c.CountLost {
+		attr.Read_format = unix.PERF_FORMAT_LOST
 	}
 	if c.WakeupBytes > 0 {
 		attr.Bits |= unix.PerfBitWatermark

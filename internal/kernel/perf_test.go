@@ -17,13 +17,15 @@ import (
 // with raw samples, one per period, woken by events or by a watermark.
 func TestBPFOutputAttr(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		c         PerfConfig
-		watermark bool
-		wakeup    uint32
+		name       string
+		c          PerfConfig
+		watermark  bool
+		wakeup     uint32
+		readFormat uint64
 	}{
-		{"events", PerfConfig{Pages: 8, PageSize: 4096, WakeupEvents: 3}, false, 3},
-		{"watermark", PerfConfig{Pages: 8, PageSize: 4096, WakeupEvents: 1, WakeupBytes: 5000}, true, 5000},
+		{"events", PerfConfig{Pages: 8, PageSize: 4096, WakeupEvents: 3}, false, 3, 0},
+		{"watermark", PerfConfig{Pages: 8, PageSize: 4096, WakeupEvents: 1, WakeupBytes: 5000}, true, 5000, 0},
+		{"count lost", PerfConfig{Pages: 8, PageSize: 4096, WakeupEvents: 1, CountLost: true}, false, 1, unix.PERF_FORMAT_LOST},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := BPFOutputAttr(tc.c)
@@ -39,6 +41,9 @@ func TestBPFOutputAttr(t *testing.T) {
 			}
 			if a.Wakeup != tc.wakeup {
 				t.Errorf("wakeup %d, want %d", a.Wakeup, tc.wakeup)
+			}
+			if a.Read_format != tc.readFormat {
+				t.Errorf("read_format %#x, want %#x", a.Read_format, tc.readFormat)
 			}
 		})
 	}

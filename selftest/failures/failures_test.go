@@ -26,6 +26,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 	"golang.org/x/sys/unix"
 )
@@ -471,20 +472,21 @@ func TestCloseLedger(t *testing.T) {
 		t.Run(form, func(t *testing.T) {
 			var short int
 			for it := range iterations {
-				short += closeDuringProduction(t, f, form, time.Duration(it%8)*2*time.Millisecond)
+				short += closeDuringProduction(t, f, form, time.Duration(it%8)*2*time.Millisecond, 64)
 			}
 			t.Logf("%d of %d Closes found samples left in the rings", short, iterations)
 		})
 	}
 }
 
-// closeDuringProduction runs one producer per CPU flat out, reads with form,
-// closes after delay while the producers go on, and checks the ledger. It
-// returns 1 if Close left samples in the rings.
-func closeDuringProduction(t *testing.T, f *fixture, form string, delay time.Duration) int {
+// closeDuringProduction runs one producer per CPU flat out, reads with form
+// from rings of pages pages, closes after delay while the producers go on,
+// and checks the ledger: exactly where CloseExact says so, the losses
+// included. It returns 1 if Close left samples in the rings.
+func closeDuringProduction(t *testing.T, f *fixture, form string, delay time.Duration, pages int) int {
 	t.Helper()
 	before := f.outcomes(t)
-	opts := perfbuf.Options{RingBytes: bpftest.RingBytes(64), FailureMap: f.failures}
+	opts := perfbuf.Options{RingBytes: bpftest.RingBytes(pages), FailureMap: f.failures}
 	delivered := map[int]uint64{}
 	var mu sync.Mutex
 	count := func(cpu int) {
@@ -591,6 +593,11 @@ func closeDuringProduction(t *testing.T, f *fixture, form string, delay time.Dur
 			t.Errorf("%s, Close after %v: cpu %d: delivered %d + left %d != %d outputs into the ring (lost %d of %d ENOSPC)",
 				form, delay, cpu, st.Samples, st.Left, ok, st.Lost, nospc)
 		}
+		d := delta(before[cpu], after[cpu])
+		if failed := d.failed().Total(); perfbuf.CloseExact() && (st.Lost != nospc || st.Samples+st.Lost+st.Left+failed != d.Attempts) {
+			t.Errorf("%s, Close after %v: cpu %d: %d attempts != delivered %d + lost %d + left %d + failed %d (ENOSPC %d)",
+				form, delay, cpu, d.Attempts, st.Samples, st.Lost, st.Left, failed, nospc)
+		}
 		if st.Left > 0 {
 			left = 1
 		}
@@ -650,9 +657,13 @@ func added(a, b map[string]int) map[string]int {
 // duplicate of the perf event array and one of the failure map when it has
 // one, and the process's one uevent socket for CPU hotplug, which the first
 // owner opens and the others share. (Each owner held an eventfd and a
-// uevent socket of its own too.)
+// uevent socket of its own too.) The process's array of maps for grace
+// periods (kernel.WaitWriters), made at the first Close, is made first.
 func TestOwnerDescriptors(t *testing.T) {
 	f := setup(t)
+	if err := kernel.WaitWriters(); err != nil {
+		t.Fatal(err)
+	}
 	before := fdKinds(t)
 	r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12, FailureMap: f.failures}})
 	if err != nil {
