@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/wait"
@@ -133,6 +134,7 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 // is readable. It does not close what it was given if it fails.
 func newCore(rings []ring.Kind, fds []int) (*core, error) {
 	c := &core{}
+	c.pause.grace = kernel.WaitWriters
 	w, err := wait.New()
 	if err != nil {
 		return nil, err

@@ -286,7 +286,9 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 		return false, nil // a ring's kernel would not wake us: read again
 	}
 	quick := c.w.AtOnce()
+	c.life.Park() // Close waits for this read to go, and frees itself
 	event, err := c.w.Wait(timeout, slack)
+	c.life.Unpark()
 	if err != nil {
 		return true, fmt.Errorf("%s: %w", op.name, err)
 	}
@@ -306,7 +308,10 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 		if dl := r.deadline.Load(); dl != 0 {
 			hold = min(hold, time.Until(time.Unix(0, dl)))
 		}
-		if err := c.w.WaitEvent(hold); err != nil {
+		c.life.Park()
+		err := c.w.WaitEvent(hold)
+		c.life.Unpark()
+		if err != nil {
 			return true, fmt.Errorf("%s: %w", op.name, err)
 		}
 	}
