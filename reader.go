@@ -143,7 +143,9 @@ func newReader(c *core, p readerPlan) *Reader {
 }
 
 // Close stops the reader: a blocked read returns os.ErrClosed at once, and
-// the rings are freed once the read in progress returns. What is still in
+// Close frees the rings (after the outputs in progress end: an RCU grace
+// period), or, while a read runs a function, the read does as it returns;
+// a Pause or Resume in progress delays neither. What is still in
 // them is counted in Stats as Left; to deliver it first, call Flush and
 // Consume. Close may be called from any goroutine, also from a read's
 // function, any number of times.
