@@ -146,7 +146,8 @@ func TestPauseUnsupported(t *testing.T) {
 
 // Close does not wait for a Pause's grace period (nor a Resume waiting for
 // the Pause): a blocked read returns os.ErrClosed, Close returns, and the
-// rings are freed, all while the Pause still waits for its grace period.
+// rings are freed and the map unclaimed, all while the Pause still waits
+// for its grace period.
 // (The Pause used to wait inside the owner's lifetime: the rings were freed,
 // and the map unclaimed, only when it and the Resume behind it returned, a
 // second and more on a loaded host.) The Pause then returns, and the
@@ -154,6 +155,11 @@ func TestPauseUnsupported(t *testing.T) {
 func TestCloseDuringPauseGrace(t *testing.T) {
 	key := &fakeReaderKey{words: make([]uint64, failuresWords*2)}
 	c, _ := pausable(t, key)
+	const id = 0xed9e5 // a map ID of the test's own: the source claims it, as openRingBufs would
+	if !claimMap(id) {
+		t.Fatal("map id claimed already")
+	}
+	c.src.(*ringBufSource).ids = []uint32{id}
 	inGrace, release := make(chan struct{}), make(chan struct{})
 	c.pause.grace = func() error {
 		close(inGrace)
@@ -188,6 +194,11 @@ func TestCloseDuringPauseGrace(t *testing.T) {
 	})
 	if !c.w.Freed() {
 		t.Error("rings not freed while the pause waits for its grace period")
+	}
+	if !claimMap(id) {
+		t.Error("map still claimed while the pause waits for its grace period: a new reader gets ErrMapInUse")
+	} else {
+		unclaimMap(id)
 	}
 	if closed, readers := key.state(t); closed != 1 || readers != 0 {
 		t.Errorf("key closed %d with %d readers; want closed, none", closed, readers)
