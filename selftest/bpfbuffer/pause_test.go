@@ -13,6 +13,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -200,10 +201,11 @@ func TestOpenPaused(t *testing.T) {
 	}
 }
 
-// Close racing Pause and Resume over a ring buffer (issue 47, item 7),
-// 60 times: a read blocked at Close returns os.ErrClosed, and a reader
-// opened again at once (ErrMapInUse only until the first is freed), paused
-// and resumed, receives every output, none refused. The time from Close
+// Close racing Pause and Resume (each from a goroutine of its own) over a
+// ring buffer (issue 47, item 7), 60 times: a read blocked at Close
+// returns os.ErrClosed, and a reader opened again at once (ErrMapInUse
+// only until the first is freed), paused and resumed, receives every
+// output, none refused. The time from Close
 // to the read's return is logged: the read used to free, and so waited
 // for the grace period after the reader key closed, or for the Pause's.
 func TestCloseRacesPause(t *testing.T) {
@@ -217,19 +219,22 @@ func TestCloseRacesPause(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stop, toggled := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(toggled)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
+		stop := make(chan struct{})
+		var toggles sync.WaitGroup
+		for _, call := range []func() error{r.Pause, r.Resume} { // each on its own
+			toggles.Add(1)
+			go func() {
+				defer toggles.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_ = call()
 				}
-				_ = r.Pause()
-				_ = r.Resume()
-			}
-		}()
+			}()
+		}
 		read := make(chan error, 1)
 		go func() {
 			var s perfbuf.Sample
@@ -253,8 +258,6 @@ func TestCloseRacesPause(t *testing.T) {
 			t.Fatalf("iteration %d: read still blocked 10s after Close", it)
 		}
 		worst = max(worst, time.Since(start))
-		close(stop)
-		<-toggled
 
 		var again *perfbuf.Reader
 		for range 10000 {
@@ -272,6 +275,8 @@ func TestCloseRacesPause(t *testing.T) {
 		if err := again.Resume(); err != nil {
 			t.Fatalf("iteration %d: resume the reopened reader: %v", it, err)
 		}
+		close(stop) // (the calls on the closed reader ran meanwhile)
+		toggles.Wait()
 		o0 := f.outcomes(t)[cpu]
 		f.produce(t, cpu, 10, 48, viaOutput, 1)
 		o1 := f.outcomes(t)[cpu]
