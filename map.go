@@ -6,6 +6,7 @@ package perfbuf
 // the claim that makes one reader per map in this process.
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -145,18 +146,30 @@ func pinPath(m Map) string {
 }
 
 // bpfMapInfo returns the info of the BPF map behind fd, which errors call
-// userFD (the caller's descriptor, of which fd may be a duplicate); a
-// descriptor of another kind fails with the kernel's errno, or notMap if
-// the kernel answered.
+// userFD (the caller's descriptor, of which fd may be a duplicate). A
+// descriptor of another kind fails with notMap, naming what it is, and
+// with the kernel's errno if it gave one; a closed one with EBADF.
 func bpfMapInfo(fd, userFD int, notMap error) (mapDesc, error) {
 	info, err := mapInfo(fd)
 	// BPF_OBJ_GET_INFO_BY_FD answers for programs, links and BTF too, in
-	// their own info struct, which would be read as a map's.
-	if kind := fdKind(fd); kind != "" && kind != "anon_inode:bpf-map" {
-		if err == nil {
-			err = notMap
+	// their own info struct, which would be read as a map's; for any other
+	// descriptor it is EINVAL. /proc names the kind; without /proc, the
+	// kernel tells a map from the rest (kernel.IsMap).
+	kind := fdKind(fd)
+	if kind == "" {
+		if errors.Is(err, unix.EINVAL) {
+			kind = fileKind(fd)
+		} else if err == nil {
+			if isMap, e := kernel.IsMap(fd); e == nil && !isMap {
+				kind = fileKind(fd)
+			}
 		}
-		return mapDesc{}, fmt.Errorf("fd %d is not a BPF map (%s): %w", userFD, kind, err)
+	}
+	if kind != "" && kind != "anon_inode:bpf-map" {
+		if err != nil {
+			return mapDesc{}, fmt.Errorf("fd %d is not a BPF map (%s): %w: %w", userFD, kind, notMap, err)
+		}
+		return mapDesc{}, fmt.Errorf("fd %d is not a BPF map (%s): %w", userFD, kind, notMap)
 	}
 	if err != nil {
 		return mapDesc{}, fmt.Errorf("map fd %d: %w", userFD, err)
@@ -174,15 +187,46 @@ func mapInfo(fd int) (mapDesc, error) {
 	return mapDesc{id: i.ID, typ: i.Type, keySize: i.KeySize, valueSize: i.ValueSize, maxEntries: i.MaxEntries, flags: i.Flags, name: i.Name}, nil
 }
 
+// procFD is where fdKind reads what a descriptor refers to.
+var procFD = "/proc/self/fd/"
+
 // fdKind returns what fd refers to as /proc/self/fd shows it
 // ("anon_inode:bpf-map", "anon_inode:bpf-prog", "/dev/null"), or "" when
 // /proc cannot tell.
 func fdKind(fd int) string {
-	kind, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	kind, err := os.Readlink(procFD + strconv.Itoa(fd))
 	if err != nil {
 		return ""
 	}
 	return kind
+}
+
+// fileKind says what fd is, for an error, from its file system and type:
+// what can be said without /proc.
+func fileKind(fd int) string {
+	var fs unix.Statfs_t
+	if unix.Fstatfs(fd, &fs) == nil && fs.Type == unix.ANON_INODE_FS_MAGIC {
+		return "an anonymous inode: an eventfd, epoll set, timerfd, perf event, BPF object or the like"
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "of unknown kind"
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "a regular file"
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFIFO:
+		return "a pipe"
+	case unix.S_IFSOCK:
+		return "a socket"
+	}
+	return "of unknown kind"
 }
 
 // The BPF map types a reader checks for.

@@ -148,6 +148,7 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 // is readable. It does not close what it was given if it fails.
 func newCore(rings []ring.Kind, fds []int) (*core, error) {
 	c := &core{}
+	c.pause.grace = kernel.WaitWriters
 	w, err := wait.New()
 	if err != nil {
 		return nil, err

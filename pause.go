@@ -24,44 +24,81 @@ import (
 type pauser struct {
 	mu     sync.Mutex
 	paused bool // from a Pause that worked to a Resume that worked
+	// grace waits until the outputs in progress at a pause have finished:
+	// kernel.WaitWriters, an RCU grace period.
+	grace func() error
+}
+
+// pauseTarget is what a pause changes: a perf event array's rings
+// (perfFDs returns every ring's event, in buffer index order, rings of
+// CPUs gone offline included), or else ring buffers, paused through f's
+// reader key.
+type pauseTarget struct {
+	perfFDs func() []int
+	f       *failureMap
 }
 
 // errRingBufPause is Pause's error over ring buffers it cannot pause.
 var errRingBufPause = fmt.Errorf("ring buffers pause only through the reader key of Options.FailureMap, for programs that write through bpf/perfbuf.bpf.h: %w", errors.ErrUnsupported)
 
 // set pauses (on) or resumes the output into the rings, unless they are
-// so already. perfFDs, for a perf event array, returns every ring's
-// event, in buffer index order (rings of CPUs gone offline included); it
-// is called under p.mu. Without it, the rings are ring buffers, paused
-// through f's reader key: errRingBufPause if f has none. A pause returns
-// once the outputs in progress have finished (kernel.WaitWriters); a
-// failed one undoes what it did.
-func (p *pauser) set(on bool, perfFDs func() []int, f *failureMap) error {
+// so already; op names the call in errors. in runs change over the
+// owner's rings while they are the owner's to change (a core: within its
+// lifetime, so that once closed in fails and changes nothing), and returns
+// its error wrapped with op, or its own. Without perfFDs the rings are
+// ring buffers, paused through f's reader key: errRingBufPause if f has
+// none. A pause returns once the outputs in progress have finished
+// (p.grace); a failed one undoes what it did.
+//
+// The wait runs outside in, under p.mu only: a Close meanwhile need not
+// wait for it, nor do the reads it wakes (a grace period takes a second
+// and more on a loaded host). A pause whose owner closed meanwhile has
+// nothing left to undo.
+func (p *pauser) set(op string, on bool, in func(change func(pauseTarget) error) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if perfFDs == nil && (f == nil || !f.reader) {
-		return errRingBufPause
-	}
-	if p.paused == on {
+	wait := false
+	err := in(func(t pauseTarget) error {
+		if t.perfFDs == nil && (t.f == nil || !t.f.reader) {
+			return errRingBufPause
+		}
+		if p.paused == on {
+			return nil
+		}
+		var err error
+		if t.perfFDs != nil {
+			err = pausePerf(t.perfFDs(), on)
+		} else {
+			err = pauseRingBufs(t.f, on)
+		}
+		if err != nil {
+			return err
+		}
+		p.paused, wait = on, on
 		return nil
-	}
-	var err error
-	if perfFDs != nil {
-		err = pausePerf(perfFDs(), on)
-	} else {
-		err = pauseRingBufs(f, on)
-	}
-	if err != nil {
+	})
+	if err != nil || !wait {
 		return err
 	}
-	p.paused = on
+	if err := p.grace(); err != nil {
+		_ = in(func(t pauseTarget) error {
+			if t.perfFDs != nil {
+				_ = pausePerf(t.perfFDs(), false)
+			} else {
+				_ = t.f.resumeReader()
+			}
+			p.paused = false
+			return nil
+		})
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	return nil
 }
 
-// pausePerf pauses (on) or resumes the perf events fds, ring by ring, and
-// after a pause waits for the outputs that had passed its check: they end
-// within an RCU grace period (perf_output_begin..end runs with preemption
-// off). A failure undoes what it did.
+// pausePerf pauses (on) or resumes the perf events fds, ring by ring. A
+// failure undoes what it did. The outputs that had passed the check of a
+// pause end within an RCU grace period (perf_output_begin..end runs with
+// preemption off): set waits for them.
 func pausePerf(fds []int, on bool) error {
 	for j, fd := range fds {
 		if err := kernel.PauseOutput(fd, on); err != nil {
@@ -71,34 +108,20 @@ func pausePerf(fds []int, on bool) error {
 			return fmt.Errorf("ring %d: %w", j, err)
 		}
 	}
-	if !on {
-		return nil
-	}
-	if err := kernel.WaitWriters(); err != nil {
-		_ = pausePerf(fds, false)
-		return err
-	}
 	return nil
 }
 
 // pauseRingBufs marks f's reader key closed (on), which only the last
-// reader alive may do (otherwise ErrMapInUse), or open again.
+// reader alive may do (otherwise ErrMapInUse), or open again. An output
+// past its test of the mark (__perfbuf_closed) may still reserve and
+// commit: BPF programs run within an RCU read-side section (the sleepable
+// ones within RCU tasks trace, which set's wait does not cover), and a
+// grace period outlasts them: set waits for it.
 func pauseRingBufs(f *failureMap, on bool) error {
 	if !on {
 		return f.resumeReader()
 	}
-	if err := f.pauseReader(); err != nil {
-		return err
-	}
-	// An output past its test of the mark (__perfbuf_closed) may still
-	// reserve and commit: BPF programs run within an RCU read-side
-	// section (the sleepable ones within RCU tasks trace, which this does
-	// not wait for), and a grace period outlasts them.
-	if err := kernel.WaitWriters(); err != nil {
-		_ = f.resumeReader()
-		return err
-	}
-	return nil
+	return f.pauseReader()
 }
 
 // openPausedEvents opens rings as openGoEvents does, each paused before it
@@ -119,17 +142,18 @@ func openPausedEvents(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) 
 // setPaused is the owners' Pause (on) and Resume: see pauser.set. After
 // Close, os.ErrClosed.
 func (c *core) setPaused(op string, on bool) error {
-	if err := c.life.Enter(op); err != nil {
-		return err
-	}
-	defer c.life.Exit()
-	var fds func() []int
-	var f *failureMap
-	if c.src != nil {
-		f = c.src.failureCounters()
-		if r, ok := c.src.(*rings); ok {
-			fds = r.eventFDs
+	return c.pause.set(op, on, func(change func(pauseTarget) error) error {
+		if err := c.life.Enter(op); err != nil {
+			return err
 		}
-	}
-	return wrap(op, c.pause.set(on, fds, f))
+		defer c.life.Exit()
+		var t pauseTarget
+		if c.src != nil {
+			t.f = c.src.failureCounters()
+			if r, ok := c.src.(*rings); ok {
+				t.perfFDs = r.eventFDs
+			}
+		}
+		return wrap(op, change(t))
+	})
 }

@@ -10,6 +10,7 @@ package perfbuf
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +28,7 @@ func pausable(t *testing.T, key *fakeReaderKey) (*core, *fakeRings) {
 	}
 	rings := newFakeRings(t, 1, 4096)
 	c := rings.core(t, nil)
-	c.src = &ringBufSource{epfd: -1, failures: f}
+	c.src = &ringBufSource{epfd: -1, failures: f, grace: rcuGrace}
 	return c, rings
 }
 
@@ -140,5 +141,129 @@ func TestPauseUnsupported(t *testing.T) {
 	defer r.Close()
 	if err := r.Pause(); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("a failure map without a reader key: %v, want errors.ErrUnsupported", err)
+	}
+}
+
+// Close does not wait for a Pause's grace period (nor a Resume waiting for
+// the Pause): a blocked read returns os.ErrClosed, Close returns, and the
+// rings are freed and the map unclaimed, all while the Pause still waits
+// for its grace period.
+// (The Pause used to wait inside the owner's lifetime: the rings were freed,
+// and the map unclaimed, only when it and the Resume behind it returned, a
+// second and more on a loaded host.) The Pause then returns, and the
+// Resume finds the reader closed.
+func TestCloseDuringPauseGrace(t *testing.T) {
+	key := newFakeReaderKey(t, 2)
+	c, _ := pausable(t, key)
+	const id = 0xed9e5 // a map ID of the test's own: the source claims it, as openRingBufs would
+	if !claimMap(id) {
+		t.Fatal("map id claimed already")
+	}
+	c.src.(*ringBufSource).ids = []uint32{id}
+	inGrace, release := make(chan struct{}), make(chan struct{})
+	c.pause.grace = func() error {
+		close(inGrace)
+		<-release
+		return nil
+	}
+	var opts ReaderOptions
+	p, err := opts.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReader(c, p)
+	read := make(chan error, 1)
+	go func() {
+		var s Sample
+		read <- r.ReadInto(&s)
+	}()
+	within(t, "the read parks", func() {
+		for !c.w.Parked() {
+			runtime.Gosched()
+		}
+	})
+	paused, resumed := make(chan error, 1), make(chan error, 1)
+	go func() { paused <- r.Pause() }()
+	within(t, "the pause reaches its grace period", func() { <-inGrace })
+	go func() { resumed <- r.Resume() }()
+	within(t, "Close", func() { r.Close() })
+	within(t, "the read", func() {
+		if err := <-read; !errors.Is(err, os.ErrClosed) {
+			t.Errorf("read: %v, want os.ErrClosed", err)
+		}
+	})
+	if !c.w.Freed() {
+		t.Error("rings not freed while the pause waits for its grace period")
+	}
+	if !claimMap(id) {
+		t.Error("map still claimed while the pause waits for its grace period: a new reader gets ErrMapInUse")
+	} else {
+		unclaimMap(id)
+	}
+	if !key.closed(t) {
+		t.Error("key open; want closed")
+	}
+	close(release)
+	within(t, "Pause and Resume", func() {
+		if err := <-paused; err != nil {
+			t.Errorf("Pause: %v", err)
+		}
+		if err := <-resumed; !errors.Is(err, os.ErrClosed) {
+			t.Errorf("Resume: %v, want os.ErrClosed", err)
+		}
+	})
+	if !key.closed(t) {
+		t.Error("after the pause: key open; want closed")
+	}
+}
+
+// A read blocked when Close comes returns os.ErrClosed without freeing:
+// Close frees, and waits for the grace period after the reader key closes.
+// (The read, the last call out, used to free, and so returned only after
+// the grace period.)
+func TestCloseFreesNotTheRead(t *testing.T) {
+	key := newFakeReaderKey(t, 2)
+	c, _ := pausable(t, key)
+	inGrace, release := make(chan struct{}), make(chan struct{})
+	c.src.(*ringBufSource).grace = func() {
+		close(inGrace)
+		<-release
+	}
+	var opts ReaderOptions
+	p, err := opts.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReader(c, p)
+	read := make(chan error, 1)
+	go func() {
+		var s Sample
+		read <- r.ReadInto(&s)
+	}()
+	within(t, "the read parks", func() {
+		for !c.w.Parked() {
+			runtime.Gosched()
+		}
+	})
+	closed := make(chan struct{})
+	go func() {
+		r.Close()
+		close(closed)
+	}()
+	within(t, "free reaches its grace period", func() { <-inGrace })
+	within(t, "the read, during free's grace period", func() {
+		if err := <-read; !errors.Is(err, os.ErrClosed) {
+			t.Errorf("read: %v, want os.ErrClosed", err)
+		}
+	})
+	select {
+	case <-closed:
+		t.Error("Close returned before free's grace period ended: another call freed")
+	default:
+	}
+	close(release)
+	within(t, "Close", func() { <-closed })
+	if !c.w.Freed() {
+		t.Error("rings not freed")
 	}
 }

@@ -281,8 +281,10 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 // SkipCorrupt gets past a *[CorruptError]: it gives up what is left up to the
 // snapshot, commits there, and returns the bytes skipped, counted in Stats.
 // A producer position that cannot be valid is passed over, skipping
-// nothing, until the kernel writes it again; one behind the consumer
-// position makes the reader go on from it.
+// nothing, until the kernel writes it again; on a perf ring, one behind the
+// consumer position makes the reader go on from it (the tail is what
+// moved). On a ring buffer, the reader goes on from a producer position only
+// if the kernel can have written it (docs/failures.md).
 func (b *RawBuffer) SkipCorrupt() uint64 { return b.r.SkipCorrupt() }
 
 // Stats returns what b parsed, each record counted once.

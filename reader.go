@@ -145,7 +145,9 @@ func newReader(c *core, p readerPlan) *Reader {
 }
 
 // Close stops the reader: a blocked read returns os.ErrClosed at once, and
-// the rings are freed once the read in progress returns. What is still in
+// Close frees the rings (after the outputs in progress end: an RCU grace
+// period), or, while a read runs a function, the read does as it returns;
+// a Pause or Resume in progress delays neither. What is still in
 // them is counted in Stats as Left; to deliver it first, call Flush and
 // Consume. Close may be called from any goroutine, also from a read's
 // function, any number of times.
@@ -288,7 +290,9 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 		return false, nil // a ring's kernel would not wake us: read again
 	}
 	quick := c.w.AtOnce()
+	c.life.Park() // Close waits for this read to go, and frees itself
 	event, err := c.w.Wait(timeout, slack)
+	c.life.Unpark()
 	if err != nil {
 		return true, fmt.Errorf("%s: %w", op.name, err)
 	}
@@ -308,7 +312,10 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 		if dl := r.deadline.Load(); dl != 0 {
 			hold = min(hold, time.Until(time.Unix(0, dl)))
 		}
-		if err := c.w.WaitEvent(hold); err != nil {
+		c.life.Park()
+		err := c.w.WaitEvent(hold)
+		c.life.Unpark()
+		if err != nil {
 			return true, fmt.Errorf("%s: %w", op.name, err)
 		}
 	}

@@ -92,6 +92,7 @@ func NewRecorder(m Map, opts Options) (*Recorder, error) {
 		return nil, wrap(op, err)
 	}
 	r := &Recorder{mapFD: -1, what: describeMaps(info, len(opts.Maps))}
+	r.pause.grace = kernel.WaitWriters
 	if info.typ == mapTypePerfEventArray {
 		if len(opts.Maps) > 0 {
 			return nil, wrap(op, fmt.Errorf("options Maps with %v, which is read alone: %w", info, os.ErrInvalid))
@@ -417,7 +418,9 @@ func (r *Recorder) setPaused(verb string, on bool) error {
 			return out
 		}
 	}
-	return wrap(op, r.pause.set(on, fds, r.failures))
+	return r.pause.set(op, on, func(change func(pauseTarget) error) error {
+		return wrap(op, change(pauseTarget{perfFDs: fds, f: r.failures}))
+	})
 }
 
 // Stats returns each ring's counts (see [Stats]): what the snapshots

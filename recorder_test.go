@@ -54,7 +54,7 @@ func recPayload(n byte) []byte { return []byte{n, n, n, n, n, n, n, n, n, n, n, 
 
 // fakeRecorder is a Recorder over fake perf rings (nothing to pause).
 func fakeRecorder(rings ...*fakeBackward) *Recorder {
-	r := &Recorder{mapFD: -1, what: "fake"}
+	r := &Recorder{mapFD: -1, what: "fake", pause: pauser{grace: kernel.WaitWriters}}
 	for i, f := range rings {
 		r.rings = append(r.rings, recRing{perf: f.ring(), stats: Stats{Ring: i, CPU: i, Size: len(f.data)}})
 	}
@@ -205,7 +205,7 @@ func TestRecorderSnapshotRingBufs(t *testing.T) {
 		a.output(recPayload(n)) // 24 bytes a record in the ring, 12 in buf
 	}
 	b.output(recPayload(100))
-	r := &Recorder{mapFD: -1, what: "fake"}
+	r := &Recorder{mapFD: -1, what: "fake", pause: pauser{grace: kernel.WaitWriters}}
 	for i, f := range []*fakeRingBuf{a, b} {
 		r.rings = append(r.rings, recRing{bpf: snapshot.BPFRingAt(unsafe.Pointer(&f.cons), unsafe.Pointer(&f.prod), f.data),
 			stats: Stats{Ring: i, CPU: -1, Size: len(f.data)}})
@@ -259,7 +259,7 @@ func TestRecorderPauseRingBuf(t *testing.T) {
 		f, _ := fakeFailureMap(cpus)
 		key.attach(f)
 		rb := newFakeRingBuf(512)
-		r := &Recorder{mapFD: -1, what: "fake", failures: f}
+		r := &Recorder{mapFD: -1, what: "fake", failures: f, pause: pauser{grace: kernel.WaitWriters}}
 		r.rings = []recRing{{bpf: snapshot.BPFRingAt(unsafe.Pointer(&rb.cons), unsafe.Pointer(&rb.prod), rb.data), stats: Stats{CPU: -1, Size: 512}}}
 		if err := f.openReader(); err != nil {
 			t.Fatal(err)

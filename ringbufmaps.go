@@ -34,6 +34,9 @@ type ringBufSource struct {
 	ids       []uint32 // claimed until close
 	owned     []int    // descriptors opened here (maps' duplicates, inner maps), closed at close
 	failures  *failureMap
+	// grace waits, once the last reader's Close has marked the reader key
+	// closed, for the outputs that passed the mark: rcuGrace.
+	grace func()
 
 	epMu sync.Mutex
 	epfd int // EpollFD's set, made when first asked for; -1 before
@@ -54,7 +57,7 @@ type mapArg struct {
 // Errors: checkRingBuf's, ErrMapInUse, the failure map's, EPERM to open an
 // inner map without CAP_SYS_ADMIN, and the mmap's errno.
 func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource, err error) {
-	s := &ringBufSource{epfd: -1}
+	s := &ringBufSource{epfd: -1, grace: rcuGrace}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -214,7 +217,7 @@ func (s *ringBufSource) epollFD() (int, error) {
 // on, and Close counts what was in the rings when it looked.
 func (s *ringBufSource) unlink() {
 	if last, err := s.failures.closeReader(); last && err == nil {
-		rcuGrace()
+		s.grace()
 	}
 }
 

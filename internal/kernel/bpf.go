@@ -174,6 +174,26 @@ func ObjGet(path string) (int, error) {
 	return fd, nil
 }
 
+// IsMap reports whether fd is a BPF map, by a command that only maps
+// answer: BPF_MAP_LOOKUP_ELEM with no key and no value. The kernel refuses a
+// descriptor that is not a map with EINVAL (__bpf_map_get), before it looks
+// at the key: then IsMap returns false. A map answers otherwise, and nothing
+// is read or changed (EFAULT for the missing key or value, ENOTSUPP for a
+// ring buffer, ENOENT for an empty queue, EPERM for a map not readable
+// through fd). BPF_OBJ_GET_INFO_BY_FD cannot tell: it answers for programs,
+// links and BTF objects too. A closed fd is EBADF (EBADFD), wrapped.
+func IsMap(fd int) (bool, error) {
+	a := mapElemAttr{mapFD: uint32(fd)}
+	_, err := bpf(unix.BPF_MAP_LOOKUP_ELEM, &a)
+	switch err {
+	case unix.EINVAL:
+		return false, nil
+	case unix.EBADF, unix.EBADFD:
+		return false, fmt.Errorf("look up map element: %w", err)
+	}
+	return true, nil
+}
+
 // mapInfo is the head of struct bpf_map_info (include/uapi/linux/bpf.h),
 // up to its name: the fields perfbuf reads. x/sys/unix has no
 // bpf_map_info. BPF_OBJ_GET_INFO_BY_FD fills as many bytes as it is given
@@ -202,7 +222,7 @@ type MapInfo struct {
 // GetMapInfo returns the info of the map behind fd (BPF_OBJ_GET_INFO_BY_FD).
 // The kernel answers for programs, links and BTF objects too, in their own
 // info struct, which this would read as a map's: the caller tells them
-// apart (perfbuf's map.go asks /proc). The kernel's errno comes wrapped:
+// apart (perfbuf's map.go asks /proc, or IsMap). The kernel's errno comes wrapped:
 // EBADF for a closed descriptor (EBADFD on some kernels), EINVAL for a
 // descriptor that is not a BPF object.
 func GetMapInfo(fd int) (MapInfo, error) {

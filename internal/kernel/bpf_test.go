@@ -350,3 +350,40 @@ func TestEnableRunStats(t *testing.T) {
 		}
 	}
 }
+
+// IsMap tells a map from every other descriptor by the kernel's answer
+// alone: a ring buffer (whose lookup is ENOTSUPP) and an array of maps
+// (EFAULT for the missing key) are maps; an eventfd is not; a closed
+// descriptor is EBADF.
+func TestIsMap(t *testing.T) {
+	page := uint32(os.Getpagesize())
+	rb, err := CreateRingBuf("pb_is_map", page, 0)
+	if err != nil {
+		if os.Getenv("CI") != "true" && errors.Is(err, syscall.EPERM) {
+			t.Skipf("needs CAP_BPF: %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer unix.Close(rb)
+	outer, err := CreateArrayOfMaps("pb_is_map_aom", 1, rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(outer)
+	for _, fd := range []int{rb, outer} {
+		if ok, err := IsMap(fd); !ok || err != nil {
+			t.Errorf("IsMap of a map: %v, %v", ok, err)
+		}
+	}
+	ev, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := IsMap(ev); ok || err != nil {
+		t.Errorf("IsMap of an eventfd: %v, %v; want false", ok, err)
+	}
+	unix.Close(ev)
+	if ok, err := IsMap(ev); ok || !errors.Is(err, syscall.EBADF) {
+		t.Errorf("IsMap of a closed descriptor: %v, %v; want EBADF", ok, err)
+	}
+}

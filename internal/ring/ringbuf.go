@@ -69,6 +69,12 @@ type RingBuf struct {
 	// maps are the two mmaps of NewRingBuf, unmapped by Close; nil for Go memory.
 	maps [2][]byte
 
+	// What SkipCorrupt checks a producer_pos against before it stores it: own, the
+	// consumer_pos this reader stored last (or found at opening); seen, the last producer_pos
+	// taken as valid (own until one was), never behind own; sure, whether one was.
+	own, seen uint64
+	sure      bool
+
 	// SettleHook, if set, runs in Settle between the store of consumer_pos and the second
 	// look at the ring: tests put a producer there.
 	SettleHook func()
@@ -106,11 +112,14 @@ func NewRingBufFromParts(cpu int, consumer *uint64, producer *uint64, data []byt
 	}
 	// Our own position: pairs with our stores in commit (the kernel only reads it).
 	r.init(cpu, uint64(size), name, r, atomic.LoadUint64(consumer))
+	r.own, r.seen = r.tail, r.tail
 	// Positions that cannot be valid now are the first read's to report: once the kernel
 	// wrote past a consumer_pos ahead of producer_pos, nothing would tell that the reader
 	// starts in the middle of a record.
 	if p := r.loadProducer(); r.checkPos(p) != "" {
 		r.failPos(r.tail, p, r.checkPos(p))
+	} else {
+		r.seen, r.sure = p, true
 	}
 	return r, nil
 }
@@ -167,6 +176,7 @@ func (r *RingBuf) Close() error {
 	r.consumer, r.producer = &pos[0], &pos[1]
 	r.data, r.mask, r.size = make([]byte, 16), 7, 8
 	r.tail, r.cursor, r.head, r.counted = 0, 0, 0, 0
+	r.own, r.seen, r.sure = 0, 0, true
 	r.corrupt, r.badPos, r.ignoring = nil, false, false
 	return err
 }
@@ -195,7 +205,18 @@ func (r *RingBuf) loadHeader(pos uint64) uint32 {
 // xchg + smp_load_acquire in bpf_ringbuf_commit (libbpf: smp_store_release(r->consumer_pos) in
 // ringbuf_process_ring).
 func (r *RingBuf) storeConsumer(from, pos uint64) bool {
-	return atomic.CompareAndSwapUint64(r.consumer, from, pos)
+	if !atomic.CompareAndSwapUint64(r.consumer, from, pos) {
+		return false
+	}
+	r.own = pos
+	return true
+}
+
+// resync makes pos the reader's tail and consumer_pos, whoever wrote consumer_pos last:
+// SkipCorrupt's way back in step. Release, as storeConsumer's.
+func (r *RingBuf) resync(pos uint64) {
+	r.tail, r.own = pos, pos
+	atomic.StoreUint64(r.consumer, pos)
 }
 
 // Begin starts a read: tail and cursor = consumer_pos loaded afresh, head = producer_pos.
@@ -244,13 +265,14 @@ func (r *RingBuf) snapshot() bool {
 		return false
 	}
 	r.head, r.ignoring = p, false
+	r.seen, r.sure = p, true
 	r.counts.MaxFill = max(r.counts.MaxFill, int(p-r.tail))
 	return true
 }
 
 // checkPos says what is wrong with tail and a producer position p, or "" if they can be the
-// kernel's. The kernel's positions are 8-aligned (records are), and __bpf_ringbuf_reserve
-// keeps producer_pos - consumer_pos <= size-1.
+// kernel's. The kernel's positions are 8-aligned (records are), __bpf_ringbuf_reserve
+// keeps producer_pos - consumer_pos <= size-1, and producer_pos never moves back.
 func (r *RingBuf) checkPos(p uint64) string {
 	t, size := r.tail, r.mask+1
 	switch {
@@ -262,8 +284,8 @@ func (r *RingBuf) checkPos(p uint64) string {
 		return fmt.Sprintf("consumer position %d past producer position %d", t, p)
 	case p-t >= size:
 		return fmt.Sprintf("producer position %d a full %d-byte ring or more past consumer position %d", p, size, t)
-	case int64(p-r.head) < 0:
-		return fmt.Sprintf("producer position %d moved back from %d", p, r.head)
+	case int64(p-r.seen) < 0:
+		return fmt.Sprintf("producer position %d moved back from %d", p, r.seen)
 	}
 	return ""
 }
@@ -630,38 +652,79 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	return k, r.cursor - from, nil
 }
 
-// SkipCorrupt is the way on after a CorruptError: it gives up everything up to producer_pos
-// (loaded afresh), commits consumer_pos there, clears the error and returns the bytes
-// skipped, counted in Corrupt (one per error) and CorruptBytes. Records parsed but not
+// SkipCorrupt is the way on after a CorruptError. It counts the error (Corrupt, once per
+// error) and gives up what is pending. With a producer_pos (loaded afresh) that the kernel
+// can have written, it gives up everything up to it, commits consumer_pos there, clears the
+// error and returns the bytes skipped, counted in CorruptBytes; records parsed but not
 // committed are released too (not counted as skipped). Without a pending error it discards
 // what is pending, counted as skipped.
 //
-// Only the reader writes consumer_pos, and the producer page is read-only to user space: so
-// the kernel's producer_pos is the position to resynchronise with, whichever was wrong. An
-// unaligned producer_pos (which the kernel never writes) cannot be resynchronised with: the
-// ring goes to it rounded down, and snapshots see nothing new while it keeps that value.
+// Only the kernel writes producer_pos (its page is read-only to user space), so it is the
+// position to resynchronise with when consumer_pos is what went wrong. But a producer_pos
+// that no producer can have written is never stored as consumer_pos (see couldBe): storing
+// one behind the reader's own position hands records out again, and one past the kernel's
+// producer makes the kernel refuse every output as full (__bpf_ringbuf_reserve refuses a
+// record that would end more than size-1 past consumer_pos). Then the reader keeps its own
+// position: it commits the records it parsed (the cursor, or the consumer_pos it stored
+// last if another writer moved the cursor), skips nothing, and passes over that
+// producer_pos: snapshots see nothing new while producer_pos keeps that value, and reading
+// goes on from the committed position once producer_pos is valid again.
 func (r *RingBuf) SkipCorrupt() uint64 {
 	if r.corrupt != nil {
 		r.counts.Corrupt++
 	}
 	p := r.loadProducer()
-	target := p &^ 7
-	r.ignored, r.ignoring = p, p&7 != 0
+	if !r.couldBe(p) {
+		target := r.own
+		if r.tail == r.own && int64(r.cursor-target) > 0 && int64(r.seen-r.cursor) >= 0 {
+			target = r.cursor // parsed from our own position, within what the producer wrote
+		}
+		r.ignored, r.ignoring = p, true
+		r.corrupt, r.badPos = nil, false
+		r.cursor, r.head = target, target
+		if int64(r.counted-target) < 0 {
+			r.counted = target
+		}
+		r.resync(target)
+		return 0
+	}
 	from := r.cursor
 	if r.corrupt != nil && !r.badPos && int64(r.corrupt.Pos-from) > 0 {
 		from = r.corrupt.Pos // the records before it are good (Begin went back)
 	}
 	var skipped uint64
-	if d := target - from; int64(d) > 0 {
+	if d := p - from; int64(d) > 0 {
 		skipped = min(d, r.mask+1)
 	}
 	r.counts.CorruptBytes += skipped
-	r.corrupt, r.badPos = nil, false
-	r.cursor, r.head, r.counted = target, target, target
-	r.tail = target
-	// Release, as storeConsumer's; unconditional: the way back in step, whoever wrote it.
-	atomic.StoreUint64(r.consumer, target)
+	r.corrupt, r.badPos, r.ignoring = nil, false, false
+	r.cursor, r.head, r.counted = p, p, p
+	r.seen, r.sure = p, true
+	r.resync(p)
 	return skipped
+}
+
+// couldBe reports whether a producer can have written producer_pos p, as far as the reader
+// knows: p is 8-aligned, not behind the last producer_pos taken as valid nor the
+// consumer_pos this reader stored, and less than a ring past the further of that
+// consumer_pos and the one in memory (another consumer's commits let the kernel go further).
+// Before the reader took any positions as valid (they were wrong at opening) it knows
+// nothing to check against, and any aligned p could be the kernel's.
+func (r *RingBuf) couldBe(p uint64) bool {
+	if p&7 != 0 {
+		return false
+	}
+	if !r.sure {
+		return true
+	}
+	lo, hi := r.seen, r.own
+	if int64(r.own-lo) > 0 {
+		lo = r.own
+	}
+	if c := atomic.LoadUint64(r.consumer); int64(c-hi) > 0 { // ours; pairs with store
+		hi = c
+	}
+	return int64(p-lo) >= 0 && (int64(p-hi) < 0 || p-hi <= r.mask)
 }
 
 // Settle is called before the reader sleeps: it reports whether the reader may sleep until

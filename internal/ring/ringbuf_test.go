@@ -474,35 +474,43 @@ func TestBPFRingCorrupt(t *testing.T) {
 		reason string
 		good   int    // good records before the error
 		pos    uint64 // CorruptError.Pos
+		to     uint64 // consumer_pos after SkipCorrupt
+		after  int    // records read after it, one more output included
 	}{
 		{"length past the producer", func(f *ringtest.RingBuf, r *RingBuf) {
 			p := f.Output(t, ringtest.Pattern(8, 9))
 			f.Put(p, ringtest.U32(9)) // 24 bytes with its header, 16 written
-		}, "record length 9 (24 bytes with header and padding) past producer position 48", 2, 32},
+		}, "record length 9 (24 bytes with header and padding) past producer position 48", 2, 32, 48, 1},
 		{"huge length", func(f *ringtest.RingBuf, r *RingBuf) {
 			p := f.Output(t, ringtest.Pattern(8, 9))
 			binary.NativeEndian.PutUint32(f.Data[p:], bpfRingLenMask)
-		}, "past producer position", 2, 32},
+		}, "past producer position", 2, 32, 48, 1},
+		// The producer positions that no producer could have written: consumer_pos stays
+		// where this reader put it, and reading goes on from there once the producer
+		// writes its position again.
 		{"producer behind the consumer", func(f *ringtest.RingBuf, r *RingBuf) {
-			f.Pos[0] = 40 // by another writer, but consistent with our tail
-			r.tail = 40
+			f.Output(t, nil) // an 8-byte record: 32 to 40
+			r.Begin()
+			bpfCollect(t, r)
+			r.CommitCursor() // this reader read up to 40
 			f.Pos[1] = 32
-		}, "consumer position 40 past producer position 32", 0, 40},
+		}, "consumer position 40 past producer position 32", 0, 40, 40, 1},
 		{"producer a ring ahead", func(f *ringtest.RingBuf, r *RingBuf) {
 			f.Pos[1] = size
-		}, "producer position 256 a full 256-byte ring or more past consumer position 0", 0, 0},
+		}, "producer position 256 a full 256-byte ring or more past consumer position 0", 0, 0, 0, 3},
 		{"producer unaligned", func(f *ringtest.RingBuf, r *RingBuf) {
 			f.Pos[1] = 36
-		}, "producer position 36 not 8-aligned", 0, 0},
+		}, "producer position 36 not 8-aligned", 0, 0, 0, 3},
+		// The consumer positions that the kernel's producer shows wrong: on from it.
 		{"consumer unaligned", func(f *ringtest.RingBuf, r *RingBuf) {
 			f.Pos[0], r.tail = 4, 4
-		}, "consumer position 4 not 8-aligned", 0, 4},
+		}, "consumer position 4 not 8-aligned", 0, 4, 32, 1},
 		{"consumer changed by someone else", func(f *ringtest.RingBuf, r *RingBuf) {
 			f.Pos[0] = 16
-		}, "consumer position changed from 0 to 16 by another writer", 0, 16},
+		}, "consumer position changed from 0 to 16 by another writer", 0, 16, 32, 1},
 		{"consumer more than a ring behind", func(f *ringtest.RingBuf, r *RingBuf) {
 			f.Pos[0], r.tail = ^uint64(0)-479, ^uint64(0)-479 // 512 bytes behind
-		}, "producer position 32 a full 256-byte ring or more past consumer position 18446744073709551136", 0, ^uint64(0) - 479},
+		}, "producer position 32 a full 256-byte ring or more past consumer position 18446744073709551136", 0, ^uint64(0) - 479, 32, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, useEach := range []bool{false, true} {
@@ -545,20 +553,21 @@ func TestBPFRingCorrupt(t *testing.T) {
 				if r.Settle() || r.Quiet() {
 					t.Fatal("settle or quiet with an error pending")
 				}
-				want := min(f.Pos[1]&^7-ce.Pos, size)
-				if int64(f.Pos[1]&^7-ce.Pos) < 0 {
+				resync := tc.to == f.Pos[1]
+				want := min(f.Pos[1]-ce.Pos, size)
+				if int64(f.Pos[1]-ce.Pos) < 0 || !resync {
 					want = 0
 				}
 				skipped := r.SkipCorrupt()
 				if st := r.Counts(); skipped != want || st.Corrupt != 1 || st.CorruptBytes != want {
 					t.Fatalf("skipCorrupt = %d (want %d), stats %+v", skipped, want, st)
 				}
-				if f.Pos[0] != f.Pos[1]&^7 || r.Pending() != 0 {
-					t.Fatalf("after skipCorrupt: consumer_pos %d, producer_pos %d, pending %d", f.Pos[0], f.Pos[1], r.Pending())
+				if f.Pos[0] != tc.to || r.Pending() != 0 {
+					t.Fatalf("after skipCorrupt: consumer_pos %d (want %d), producer_pos %d, pending %d", f.Pos[0], tc.to, f.Pos[1], r.Pending())
 				}
-				// On from there: the producer goes on where it is.
-				f.Prod = f.Pos[1] &^ 7
-				if f.Pos[1]&7 != 0 { // an ignored producer_pos: nothing new until it moves
+				if resync {
+					f.Prod = f.Pos[1] // on from there: the producer goes on where it is
+				} else { // an ignored producer_pos: nothing new until it moves
 					r.Begin()
 					if ok, err := r.Next(&rec); ok || err != nil || !r.Settle() {
 						t.Fatalf("at the ignored producer position: %v, %v", ok, err)
@@ -566,7 +575,7 @@ func TestBPFRingCorrupt(t *testing.T) {
 				}
 				p := f.Output(t, ringtest.Pattern(7, 7))
 				r.Begin()
-				if recs := bpfCollect(t, r); len(recs) != 1 || recs[0].Pos != p {
+				if recs := bpfCollect(t, r); len(recs) != tc.after || recs[0].Pos != tc.to || recs[len(recs)-1].Pos != p {
 					t.Fatalf("after skipCorrupt: %v", recs)
 				}
 				r.CommitCursor()
@@ -588,7 +597,8 @@ func bpfSkipGood(r *RingBuf, rec *Record, n int) (bool, error) {
 	return r.Next(rec)
 }
 
-// TestBPFRingMovedBack: a producer position behind the previous snapshot.
+// TestBPFRingMovedBack: a producer position behind the previous snapshot is
+// passed over; the records before the snapshot are read once it is valid again.
 func TestBPFRingMovedBack(t *testing.T) {
 	f := ringtest.NewRingBuf(256)
 	r := fakeReader(t, f)
@@ -603,8 +613,100 @@ func TestBPFRingMovedBack(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Reason != "producer position 16 moved back from 32" {
 		t.Fatalf("next = %v", err)
 	}
-	if r.SkipCorrupt() != 16 || f.Pos[0] != 16 {
+	if r.SkipCorrupt() != 0 || f.Pos[0] != 0 {
 		t.Fatalf("skipCorrupt: consumer_pos %d", f.Pos[0])
+	}
+	p := f.Output(t, ringtest.Pattern(4, 3))
+	r.Begin()
+	if recs := bpfCollect(t, r); len(recs) != 3 || recs[0].Pos != 0 || recs[2].Pos != p {
+		t.Fatalf("after the producer wrote again: %v", recs)
+	}
+}
+
+// TestBPFRingSkipKeepsConsumer: after a producer position that no producer could
+// have written, SkipCorrupt never stores it as consumer_pos. One behind what the
+// reader read used to move consumer_pos back (records delivered twice); one a ring
+// or more ahead used to put consumer_pos past the kernel's producer, which then
+// refused every output as full. The reader keeps its position, commits what it
+// parsed, and reads on from there, each record once, when the producer writes again.
+func TestBPFRingSkipKeepsConsumer(t *testing.T) {
+	const size = 256
+	for _, tc := range []struct {
+		name   string
+		lie    func(p uint64) uint64 // the bad producer_pos, from the kernel's
+		commit bool                  // the reader committed what it read before the lie
+		reason string
+	}{
+		{"behind, committed", func(p uint64) uint64 { return p - 16 }, true, "past producer position"},
+		{"behind, not committed", func(p uint64) uint64 { return p - 16 }, false, "moved back"},
+		{"back to the start", func(p uint64) uint64 { return 0 }, true, "past producer position"},
+		{"a ring ahead", func(p uint64) uint64 { return p + size }, true, "a full 256-byte ring or more"},
+		{"a ring ahead, not committed", func(p uint64) uint64 { return p + size }, false, "a full 256-byte ring or more"},
+		{"far ahead", func(p uint64) uint64 { return p + 1<<40 }, true, "a full 256-byte ring or more"},
+		{"unaligned", func(p uint64) uint64 { return p + 4 }, true, "not 8-aligned"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := ringtest.NewRingBufAt(size, 1<<20)
+			r := fakeReader(t, f)
+			var delivered []uint64
+			start := r.Begin
+			read := func() error {
+				start()
+				for {
+					var rec Record
+					ok, err := r.Next(&rec)
+					if err != nil || !ok {
+						return err
+					}
+					delivered = append(delivered, rec.Pos)
+				}
+			}
+			for i := range 3 {
+				f.Output(t, ringtest.Pattern(4, byte(i)))
+			}
+			if err := read(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.commit {
+				r.CommitCursor()
+			}
+			if !tc.commit {
+				// Records parsed and not committed, as a RawBuffer holds them: a new
+				// snapshot, not a Begin, meets the lie.
+				start = r.Refresh
+			}
+			kernel := f.Pos[1]
+			f.Pos[1] = tc.lie(kernel)
+			err := read()
+			var ce *CorruptError
+			if !errors.As(err, &ce) || !strings.Contains(ce.Reason, tc.reason) {
+				t.Fatalf("read at the bad producer position: %v; want %q", err, tc.reason)
+			}
+			if skipped := r.SkipCorrupt(); skipped != 0 || f.Pos[0] != kernel {
+				t.Errorf("skipCorrupt = %d, consumer_pos %d; want 0, %d (what the reader read)", skipped, f.Pos[0], kernel)
+			}
+			// Passed over: the ring reads as empty while producer_pos keeps that value.
+			if err := read(); err != nil || !r.Settle() || !r.Quiet() {
+				t.Fatalf("at the passed-over producer position: %v", err)
+			}
+			// The kernel reserves again (it checks its own position against
+			// consumer_pos) and publishes its producer_pos.
+			pos, ok := f.Reserve(4)
+			if !ok {
+				t.Fatalf("the producer refused as full: consumer_pos %d, producer %d", f.Pos[0], f.Prod)
+			}
+			f.Write(pos, ringtest.Pattern(4, 9))
+			f.Commit(pos, false)
+			if err := read(); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(delivered) != fmt.Sprint([]uint64{1 << 20, 1<<20 + 16, 1<<20 + 32, pos}) {
+				t.Fatalf("delivered %v; want each record once", delivered)
+			}
+			if st := r.Counts(); st.Corrupt != 1 || st.CorruptBytes != 0 || st.Samples != 4 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
 	}
 }
 

@@ -37,6 +37,11 @@ type Lifetime struct {
 	waiters int32
 	mu      sync.Mutex // with cond: where they wait
 	cond    *sync.Cond
+
+	// parked counts the exclusive calls blocked in a wait (Park to
+	// Unpark; atomic, as waiters): woken by Close, such a call returns
+	// without running a user's function, and Close waits for it.
+	parked int32
 }
 
 const (
@@ -59,10 +64,16 @@ func (l *Lifetime) Enter(op string) error {
 
 // Exit ends a call; the last one out after close frees.
 func (l *Lifetime) Exit() {
-	if l.state.Add(-1) == closedBit {
-		l.freeOnce.Do(l.Free)
+	if l.state.Add(-1) == closedBit || atomic.LoadInt32(&l.waiters) != 0 {
+		l.exitSlow()
 	}
 }
+
+// Park says that the exclusive call in progress blocks in a wait that
+// Close's wake ends, after which it returns (os.ErrClosed) without
+// running a user's function; Unpark, that it no longer waits.
+func (l *Lifetime) Park()   { atomic.AddInt32(&l.parked, 1) }
+func (l *Lifetime) Unpark() { atomic.AddInt32(&l.parked, -1) }
 
 // EnterExclusive is enter for a call that excludes other exclusive calls:
 // it waits while one is in progress, unless it is called from inside a
@@ -121,8 +132,9 @@ func (l *Lifetime) ExitExclusive() {
 	}
 }
 
-// exitSlow is ExitExclusive's rest: it wakes the exclusive calls waiting,
-// and frees if no call is left after Close. (It loads the state again
+// exitSlow is Exit's and ExitExclusive's rest: it wakes the calls waiting
+// (exclusive calls for busyBit, Close for the parked call to go), and
+// frees if no call is left after Close. (It loads the state again
 // rather than take the one the exit left, which would not leave
 // ExitExclusive inlinable: once closed with no call in progress, the state
 // never changes, so the last call out sees it; another that sees it too
@@ -142,7 +154,13 @@ func (l *Lifetime) exitSlow() {
 func (l *Lifetime) Closed() bool { return l.state.Load()&closedBit != 0 }
 
 // Close marks l closed, runs wake (to interrupt blocked calls) and frees at
-// once if no call is in progress. It reports false if l was closed already.
+// once if no call is in progress. An exclusive call parked in a wait
+// (Park) returns at once when woken: Close waits for it to go and then
+// frees, so that the call returns without freeing (free may wait, for a
+// grace period and for locks). Any other call in progress (one running a
+// user's function, a Stats, a view held) frees as the last one out. Called
+// from inside a call (Scope), Close waits for none. It reports false if l
+// was closed already.
 func (l *Lifetime) Close(wake func()) bool {
 	for {
 		s := l.state.Load()
@@ -164,6 +182,25 @@ func (l *Lifetime) Close(wake func()) bool {
 		l.mu.Unlock()
 	}
 	wake()
+	if atomic.LoadInt32(&l.parked) != 0 && !l.Scope.Inside() {
+		l.waitExclusive()
+	}
 	l.Exit()
 	return true
+}
+
+// waitExclusive blocks until no exclusive call is in progress: Close's
+// wait for a parked call, woken, to go. As waitNotBusy, it counts in
+// waiters, which sends the exits through exitSlow's broadcast.
+func (l *Lifetime) waitExclusive() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cond == nil {
+		l.cond = sync.NewCond(&l.mu)
+	}
+	atomic.AddInt32(&l.waiters, 1)
+	defer atomic.AddInt32(&l.waiters, -1)
+	for l.state.Load()&busyBit != 0 {
+		l.cond.Wait()
+	}
 }

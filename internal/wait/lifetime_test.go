@@ -3,8 +3,10 @@
 package wait
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,5 +103,54 @@ func TestLifetimeExclusive(t *testing.T) {
 	}
 	if err := l.EnterExclusive("after"); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("exclusive call after close: %v", err)
+	}
+}
+
+// An exclusive call parked in a wait when Close comes is woken, and goes
+// without freeing: Close frees once it is gone. A call in progress that is
+// not parked (one running a user's function) frees as the last one out,
+// and Close returns without waiting for it.
+func TestLifetimeCloseParked(t *testing.T) {
+	for _, parked := range []bool{true, false} {
+		var l Lifetime
+		freed := make(chan bool, 1) // whether the call's exit freed
+		l.Free = func() {
+			buf := make([]byte, 1<<14)
+			freed <- bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("ExitExclusive"))
+		}
+		if err := l.EnterExclusive("read"); err != nil {
+			t.Fatal(err)
+		}
+		if parked {
+			l.Park()
+		}
+		woken, closed := make(chan struct{}), make(chan struct{})
+		go func() {
+			l.Close(func() { close(woken) })
+			close(closed)
+		}()
+		select {
+		case <-woken:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not wake the call")
+		}
+		if !parked {
+			select {
+			case <-closed:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close waited for a call that is not parked")
+			}
+		} else {
+			l.Unpark()
+		}
+		l.ExitExclusive()
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close still blocked after the call went")
+		}
+		if byCall := <-freed; byCall == parked {
+			t.Errorf("parked %v: freed by the call %v", parked, byCall)
+		}
 	}
 }

@@ -12,7 +12,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
@@ -196,4 +199,93 @@ func TestOpenPaused(t *testing.T) {
 	if o2 := f.outcomes(t)[cpu]; o2.OK-o1.OK != k || o2.NoSpc != o1.NoSpc {
 		t.Errorf("resumed: %d written, %d refused; want %d, 0", o2.OK-o1.OK, o2.NoSpc-o1.NoSpc, k)
 	}
+}
+
+// Close racing Pause and Resume (each from a goroutine of its own) over a
+// ring buffer (issue 47, item 7), 60 times: a read blocked at Close
+// returns os.ErrClosed, and a reader opened again at once (ErrMapInUse
+// only until the first is freed), paused and resumed, receives every
+// output, none refused. The time from Close
+// to the read's return is logged: the read used to free, and so waited
+// for the grace period after the reader key closed, or for the Pause's.
+func TestCloseRacesPause(t *testing.T) {
+	opts := perfbuf.Options{RingBytes: bpftest.RingBytes(1)}
+	f := setup(t, bpfbuffer.RingBuf, &opts)
+	opts.FailureMap = f.failures
+	cpu := f.cpus[0]
+	var worst time.Duration
+	for it := range 60 {
+		r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var toggles sync.WaitGroup
+		for _, call := range []func() error{r.Pause, r.Resume} { // each on its own
+			toggles.Add(1)
+			go func() {
+				defer toggles.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_ = call()
+				}
+			}()
+		}
+		read := make(chan error, 1)
+		go func() {
+			var s perfbuf.Sample
+			err := r.ReadInto(&s)
+			for err == nil {
+				err = r.ReadInto(&s)
+			}
+			read <- err
+		}()
+		for range it % 5 {
+			runtime.Gosched()
+		}
+		start := time.Now()
+		r.Close()
+		select {
+		case err := <-read:
+			if !errors.Is(err, os.ErrClosed) {
+				t.Fatalf("iteration %d: read: %v, want os.ErrClosed", it, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("iteration %d: read still blocked 10s after Close", it)
+		}
+		worst = max(worst, time.Since(start))
+
+		var again *perfbuf.Reader
+		for range 10000 {
+			if again, err = perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: opts}); !errors.Is(err, perfbuf.ErrMapInUse) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("iteration %d: reopen: %v", it, err)
+		}
+		if err := again.Pause(); err != nil {
+			t.Fatalf("iteration %d: pause the reopened reader: %v", it, err)
+		}
+		if err := again.Resume(); err != nil {
+			t.Fatalf("iteration %d: resume the reopened reader: %v", it, err)
+		}
+		close(stop) // (the calls on the closed reader ran meanwhile)
+		toggles.Wait()
+		o0 := f.outcomes(t)[cpu]
+		f.produce(t, cpu, 10, 48, viaOutput, 1)
+		o1 := f.outcomes(t)[cpu]
+		got, err := again.Consume(func(*perfbuf.Record) error { return nil })
+		again.Close()
+		if o1.NoEnt != o0.NoEnt || o1.OK-o0.OK != 10 || err != nil || got < 10 {
+			t.Fatalf("iteration %d: reopened and resumed: %d written, %d refused (noent), %d received (%v); want 10, 0, 10",
+				it, o1.OK-o0.OK, o1.NoEnt-o0.NoEnt, got, err)
+		}
+	}
+	t.Logf("slowest read after Close: %v", worst)
 }
