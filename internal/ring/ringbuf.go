@@ -341,14 +341,19 @@ func (r *RingBuf) Progress() uint64 {
 // an unaligned producer position that SkipCorrupt passed over, or the ring is stalled at
 // oldest (a busy record: nothing more to deliver now). Not with an error pending, nor with
 // consumer_pos written by someone else, or producer_pos behind it or behind the head
-// snapshot (which quiet and Begin see): the read must meet those and report them.
+// snapshot (which quiet and Begin see), unless SkipCorrupt passed over that producer_pos:
+// the read must meet those and report them.
 func (r *RingBuf) Reached(oldest, to uint64) bool {
 	if r.corrupt != nil || !(int64(oldest-to) >= 0 || r.ignoring && to == r.ignored || oldest == r.cursor && r.Stalled()) {
 		return false
 	}
 	// Once per ring and flush (a ring reached is not asked again): the positions as the
-	// memory holds them.
+	// memory holds them. A producer_pos that SkipCorrupt passed over, still the same, was
+	// reported once and holds nothing to deliver until it moves.
 	c, p := r.positions()
+	if r.ignoring && p == r.ignored {
+		return c == r.tail
+	}
 	return c == r.tail && int64(p-c) >= 0 && int64(p-r.head) >= 0
 }
 
