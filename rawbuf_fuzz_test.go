@@ -92,11 +92,11 @@ const recordOther RecordType = 0xff
 // fuzzRing lays records out from mem position start in a mem of the given size and returns
 // the mem's bytes and the head.
 func fuzzRing(size int, start uint64, recs ...[]byte) ([]byte, uint64) {
-	f := newFakeRingAt(size, start)
+	f := ringtest.NewPerfAt(size, start)
 	for _, r := range recs {
-		f.put(r)
+		f.Put(r)
 	}
-	return f.data, f.head
+	return f.Data, f.Head
 }
 
 // FuzzRawParse reads arbitrary bytes as a mem with arbitrary head and tail: Next must never
@@ -106,23 +106,23 @@ func FuzzRawParse(f *testing.F) {
 	add := func(mem []byte, tail, head, commit uint64) { f.Add(mem, tail, head, commit) }
 	payload := func(n int) []byte { return ringtest.Pattern(n, byte(n)) }
 
-	mem, head := fuzzRing(256, 0, fakeSample(payload(5)), fakeLost(1, 3), fakeRecord(42, 16, make([]byte, 8)), fakeSample(payload(40)))
+	mem, head := fuzzRing(256, 0, ringtest.PerfSample(payload(5)), ringtest.PerfLost(1, 3), ringtest.PerfRecord(42, 16, make([]byte, 8)), ringtest.PerfSample(payload(40)))
 	add(mem, 0, head, 32)
-	mem, head = fuzzRing(128, 1<<32+96, fakeSample(payload(60))) // payload straddles the end
+	mem, head = fuzzRing(128, 1<<32+96, ringtest.PerfSample(payload(60))) // payload straddles the end
 	add(mem, 1<<32+96, head, head)
-	mem, head = fuzzRing(64, 56, fakeSample(payload(3))) // header in the last 8 bytes
+	mem, head = fuzzRing(64, 56, ringtest.PerfSample(payload(3))) // header in the last 8 bytes
 	add(mem, 56, head, 0)
-	mem, head = fuzzRing(64, ^uint64(0)-15, fakeSample(payload(20))) // positions wrap 2^64
+	mem, head = fuzzRing(64, ^uint64(0)-15, ringtest.PerfSample(payload(20))) // positions wrap 2^64
 	add(mem, ^uint64(0)-15, head, head)
-	mem, head = fuzzRing(64, 0, fakeSample(payload(8)), fakeSample(payload(8)), fakeSample(payload(8)), fakeSample(payload(8)))
+	mem, head = fuzzRing(64, 0, ringtest.PerfSample(payload(8)), ringtest.PerfSample(payload(8)), ringtest.PerfSample(payload(8)), ringtest.PerfSample(payload(8)))
 	add(mem, 0, head, 64) // full mem
-	mem, head = fuzzRing(64, 0, fakeRecord(9, 0, make([]byte, 8)))
+	mem, head = fuzzRing(64, 0, ringtest.PerfRecord(9, 0, make([]byte, 8)))
 	add(mem, 0, head, 0)
-	mem, head = fuzzRing(64, 0, fakeRecord(9, 16, []byte{200, 0, 0, 0, 0, 0, 0, 0}))
+	mem, head = fuzzRing(64, 0, ringtest.PerfRecord(9, 16, []byte{200, 0, 0, 0, 0, 0, 0, 0}))
 	add(mem, 0, head, 8)
-	mem, head = fuzzRing(256, 0, fakeRecord(9, 24, []byte{13, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})) // 13 > 24-12
+	mem, head = fuzzRing(256, 0, ringtest.PerfRecord(9, 24, []byte{13, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})) // 13 > 24-12
 	add(mem, 0, head, 0)
-	mem, head = fuzzRing(64, 0, fakeRecord(2, 16, make([]byte, 8)))
+	mem, head = fuzzRing(64, 0, ringtest.PerfRecord(2, 16, make([]byte, 8)))
 	add(mem, 0, head, 16)
 	add(make([]byte, 64), 4, 16, 0)  // unaligned tail
 	add(make([]byte, 64), 0, 200, 0) // head too far

@@ -54,8 +54,8 @@ func TestRawRace(t *testing.T) {
 }
 
 func testRawRace(t *testing.T, total uint64, lossy bool) {
-	f := newFakeRing(64 << 10)
-	rb := f.reader(t)
+	f := ringtest.NewPerf(64 << 10)
+	rb := perfReader(t, f)
 	deadline := time.Now().Add(90 * time.Second) // bounds every wait below
 	var stop atomic.Bool
 	prodErr := make(chan error, 1)
@@ -156,24 +156,24 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 // rawRaceProducer writes samples 0..total-1 of random sizes, then a last sample total that
 // it waits room for. It publishes data_head after a random number of records (at least
 // before each wait), like the kernel's nested writers that publish once for several records.
-func rawRaceProducer(f *fakeRing, total uint64, lossy bool, stop *atomic.Bool, deadline time.Time) error {
+func rawRaceProducer(f *ringtest.Perf, total uint64, lossy bool, stop *atomic.Bool, deadline time.Time) error {
 	rng := rand.New(rand.NewPCG(1, uint64(total)))
 	var rec []byte
 	unpublished := 0
 	for seq := uint64(0); seq <= total; seq++ {
 		rec = appendRaceSample(rec, seq, rng.IntN(ringtest.RaceMaxBody+1))
 		if lossy && seq < total {
-			if !f.write(rec) {
+			if !f.Write(rec) {
 				continue // counted in f.lost, reported before the next sample that fits
 			}
 		} else {
 			need := uint64(len(rec))
-			if f.lost > 0 {
+			if f.Lost > 0 {
 				need += 24
 			}
-			for spins := 0; f.space() < need; spins++ {
+			for spins := 0; f.Space() < need; spins++ {
 				if unpublished > 0 {
-					f.publish()
+					f.Publish()
 					unpublished = 0
 				}
 				if stop.Load() {
@@ -184,16 +184,16 @@ func rawRaceProducer(f *fakeRing, total uint64, lossy bool, stop *atomic.Bool, d
 				}
 				runtime.Gosched()
 			}
-			if !f.write(rec) {
+			if !f.Write(rec) {
 				return fmt.Errorf("sequence %d did not fit", seq)
 			}
 		}
 		unpublished++
 		if unpublished >= 1+rng.IntN(8) {
-			f.publish()
+			f.Publish()
 			unpublished = 0
 		}
 	}
-	f.publish()
+	f.Publish()
 	return nil
 }

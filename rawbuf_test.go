@@ -37,8 +37,8 @@ func fakeCollect(t *testing.T, b *RawBuffer) []Record {
 }
 
 func TestRawEmpty(t *testing.T) {
-	f := newFakeRing(4096)
-	b := f.reader(t)
+	f := ringtest.NewPerf(4096)
+	b := perfReader(t, f)
 	b.Begin()
 	if b.perf().Pending() != 0 || b.Used() != 0 || b.Size() != 4096 || b.CPU() != 1 {
 		t.Fatalf("pending %d used %d size %d cpu %d", b.perf().Pending(), b.Used(), b.Size(), b.CPU())
@@ -57,10 +57,10 @@ func TestRawEmpty(t *testing.T) {
 }
 
 func TestRawOneRecord(t *testing.T) {
-	f := newFakeRing(4096)
-	b := f.reader(t)
+	f := ringtest.NewPerf(4096)
+	b := perfReader(t, f)
 	payload := ringtest.Pattern(13, 1)
-	f.mustWrite(t, fakeSample(payload))
+	f.MustWrite(t, ringtest.PerfSample(payload))
 
 	b.Begin()
 	if b.perf().Pending() != 32 {
@@ -75,11 +75,11 @@ func TestRawOneRecord(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 	// 13 bytes are padded to round_up(13+4, 8)-4 = 20.
-	if rec.Len() != 20 || !bytes.Equal(rec.Data, fakePadded(payload)) || len(rec.Wrapped) != 0 {
+	if rec.Len() != 20 || !bytes.Equal(rec.Data, ringtest.PerfPadded(payload)) || len(rec.Wrapped) != 0 {
 		t.Fatalf("payload %x (wrapped %x)", rec.Data, rec.Wrapped)
 	}
-	if b.perf().Cur().Pos() != 32 || b.perf().Pending() != 0 || b.perf().Cur().Tail() != 0 || f.page.Data_tail != 0 {
-		t.Fatalf("cursor %d pending %d tail %d (data_tail %d)", b.perf().Cur().Pos(), b.perf().Pending(), b.perf().Cur().Tail(), f.page.Data_tail)
+	if b.perf().Cur().Pos() != 32 || b.perf().Pending() != 0 || b.perf().Cur().Tail() != 0 || f.Page.Data_tail != 0 {
+		t.Fatalf("cursor %d pending %d tail %d (data_tail %d)", b.perf().Cur().Pos(), b.perf().Pending(), b.perf().Cur().Tail(), f.Page.Data_tail)
 	}
 	if ok, err := b.Next(&rec); ok || err != nil {
 		t.Fatalf("Next past the head = %v, %v", ok, err)
@@ -87,7 +87,7 @@ func TestRawOneRecord(t *testing.T) {
 	if err := b.Commit(rec.Next); err != nil {
 		t.Fatal(err)
 	}
-	if b.perf().Cur().Tail() != 32 || f.page.Data_tail != 32 || b.Used() != 0 {
+	if b.perf().Cur().Tail() != 32 || f.Page.Data_tail != 32 || b.Used() != 0 {
 		t.Fatalf("tail %d used %d", b.perf().Cur().Tail(), b.Used())
 	}
 	if s := b.Stats(); s != (Stats{CPU: 1, Samples: 1, Bytes: 20, MaxFill: 32}) {
@@ -96,17 +96,17 @@ func TestRawOneRecord(t *testing.T) {
 }
 
 func TestRawMany(t *testing.T) {
-	f := newFakeRing(1 << 16)
-	b := f.reader(t)
+	f := ringtest.NewPerf(1 << 16)
+	b := perfReader(t, f)
 	var want [][]byte
 	for i := range 300 {
 		p := ringtest.Pattern(i%97, byte(i))
-		want = append(want, fakePadded(p))
-		if !f.write(fakeSample(p)) {
+		want = append(want, ringtest.PerfPadded(p))
+		if !f.Write(ringtest.PerfSample(p)) {
 			t.Fatal("ring full")
 		}
 	}
-	f.publish()
+	f.Publish()
 	var got [][]byte
 	n, err := b.Drain(func(rec *Record) error {
 		got = append(got, rec.AppendTo(nil))
@@ -120,29 +120,29 @@ func TestRawMany(t *testing.T) {
 			t.Fatalf("record %d: %x, want %x", i, got[i], want[i])
 		}
 	}
-	if b.perf().Cur().Tail() != f.head {
-		t.Fatalf("tail %d, want %d", b.perf().Cur().Tail(), f.head)
+	if b.perf().Cur().Tail() != f.Head {
+		t.Fatalf("tail %d, want %d", b.perf().Cur().Tail(), f.Head)
 	}
 }
 
 // Positions keep growing through many laps of a small ring; records wrap in every way.
 func TestRawWrapLaps(t *testing.T) {
-	f := newFakeRingAt(256, 1<<40)
-	b := f.reader(t)
+	f := ringtest.NewPerfAt(256, 1<<40)
+	b := perfReader(t, f)
 	seq := 0
 	var buf []byte
 	for lap := range 200 {
 		var want [][]byte
 		for {
 			p := ringtest.Pattern((seq*13)%60, byte(seq))
-			if !f.write(fakeSample(p)) {
-				f.lost = 0
+			if !f.Write(ringtest.PerfSample(p)) {
+				f.Lost = 0
 				break
 			}
-			want = append(want, fakePadded(p))
+			want = append(want, ringtest.PerfPadded(p))
 			seq++
 		}
-		f.publish()
+		f.Publish()
 		i := 0
 		_, err := b.Drain(func(rec *Record) error {
 			buf = rec.AppendTo(buf[:0])
@@ -161,30 +161,30 @@ func TestRawWrapLaps(t *testing.T) {
 func TestRawHeaderInLastBytes(t *testing.T) {
 	// Start 8 bytes before the end: the header fills the ring's last 8 bytes and the u32
 	// size and payload continue at the start.
-	f := newFakeRingAt(128, 128*5-8)
-	b := f.reader(t)
+	f := ringtest.NewPerfAt(128, 128*5-8)
+	b := perfReader(t, f)
 	payload := ringtest.Pattern(20, 9)
-	f.mustWrite(t, fakeSample(payload))
+	f.MustWrite(t, ringtest.PerfSample(payload))
 	b.Begin()
 	var rec Record
 	if ok, err := b.Next(&rec); !ok || err != nil {
 		t.Fatalf("Next = %v, %v", ok, err)
 	}
-	if !bytes.Equal(rec.Data, fakePadded(payload)) || len(rec.Wrapped) != 0 {
+	if !bytes.Equal(rec.Data, ringtest.PerfPadded(payload)) || len(rec.Wrapped) != 0 {
 		t.Fatalf("payload %x wrapped %x", rec.Data, rec.Wrapped)
 	}
 	// The payload sits right after the u32 size at the start of the ring.
-	if &rec.Data[0] != &f.data[4] {
+	if &rec.Data[0] != &f.Data[4] {
 		t.Fatal("payload is not zero-copy")
 	}
 }
 
 func TestRawPayloadStraddles(t *testing.T) {
 	for _, start := range []uint64{128 - 16, 128 - 24, 128 - 32, 128 - 40} {
-		f := newFakeRingAt(128, 1024+start)
-		b := f.reader(t)
+		f := ringtest.NewPerfAt(128, 1024+start)
+		b := perfReader(t, f)
 		payload := ringtest.Pattern(44, 3) // raw size 44: record 56 bytes
-		f.mustWrite(t, fakeSample(payload))
+		f.MustWrite(t, ringtest.PerfSample(payload))
 		b.Begin()
 		var rec Record
 		if ok, err := b.Next(&rec); !ok || err != nil {
@@ -194,7 +194,7 @@ func TestRawPayloadStraddles(t *testing.T) {
 		if len(rec.Data) != first || len(rec.Wrapped) != 44-first || rec.Len() != 44 {
 			t.Fatalf("start %d: data %d wrapped %d", start, len(rec.Data), len(rec.Wrapped))
 		}
-		if &rec.Wrapped[0] != &f.data[0] || &rec.Data[0] != &f.data[start+12] {
+		if &rec.Wrapped[0] != &f.Data[0] || &rec.Data[0] != &f.Data[start+12] {
 			t.Fatalf("start %d: payload is not zero-copy", start)
 		}
 		buf := make([]byte, 0, 64)
@@ -211,9 +211,9 @@ func TestRawPayloadStraddles(t *testing.T) {
 func TestRawSizeFieldWraps(t *testing.T) {
 	// The record starts 8 bytes before the end with an empty payload: the u32 size is the
 	// first word of the ring and the payload is empty.
-	f := newFakeRingAt(64, 64-8)
-	b := f.reader(t)
-	f.mustWrite(t, fakeSample(nil)) // raw size 4: record 16
+	f := ringtest.NewPerfAt(64, 64-8)
+	b := perfReader(t, f)
+	f.MustWrite(t, ringtest.PerfSample(nil)) // raw size 4: record 16
 	b.Begin()
 	var rec Record
 	if ok, err := b.Next(&rec); !ok || err != nil {
@@ -225,14 +225,14 @@ func TestRawSizeFieldWraps(t *testing.T) {
 }
 
 func TestRawLostAndUnknown(t *testing.T) {
-	f := newFakeRing(1024)
-	b := f.reader(t)
-	f.mustWrite(t, fakeSample([]byte("a")))
-	f.mustWrite(t, fakeLost(7, 42))
-	f.mustWrite(t, fakeRecord(unix.PERF_RECORD_THROTTLE, 24, make([]byte, 16)))
-	f.mustWrite(t, fakeLost(7, 8))
-	f.mustWrite(t, fakeRecord(1234, 8, nil))
-	f.mustWrite(t, fakeSample([]byte("b")))
+	f := ringtest.NewPerf(1024)
+	b := perfReader(t, f)
+	f.MustWrite(t, ringtest.PerfSample([]byte("a")))
+	f.MustWrite(t, ringtest.PerfLost(7, 42))
+	f.MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_THROTTLE, 24, make([]byte, 16)))
+	f.MustWrite(t, ringtest.PerfLost(7, 8))
+	f.MustWrite(t, ringtest.PerfRecord(1234, 8, nil))
+	f.MustWrite(t, ringtest.PerfSample([]byte("b")))
 
 	b.Begin()
 	recs := fakeCollect(t, b)
@@ -252,7 +252,7 @@ func TestRawLostAndUnknown(t *testing.T) {
 	if recs[1].Lost != 42 || recs[2].Lost != 8 {
 		t.Fatalf("records %+v", recs)
 	}
-	want := Stats{CPU: 1, Samples: 2, Bytes: 8, Lost: 50, Other: 2, MaxFill: int(f.head)}
+	want := Stats{CPU: 1, Samples: 2, Bytes: 8, Lost: 50, Other: 2, MaxFill: int(f.Head)}
 	if s := b.Stats(); s != want {
 		t.Fatalf("stats %+v, want %+v", s, want)
 	}
@@ -260,17 +260,17 @@ func TestRawLostAndUnknown(t *testing.T) {
 
 // The fake producer reports lost samples the way the kernel does.
 func TestRawLostFromFullRing(t *testing.T) {
-	f := newFakeRing(256)
-	b := f.reader(t)
+	f := ringtest.NewPerf(256)
+	b := perfReader(t, f)
 	p := ringtest.Pattern(52, 0) // 64-byte records
-	for f.write(fakeSample(p)) {
+	for f.Write(ringtest.PerfSample(p)) {
 	}
-	f.write(fakeSample(p)) // two lost
-	f.publish()
+	f.Write(ringtest.PerfSample(p)) // two lost
+	f.Publish()
 	if _, err := b.Drain(func(*Record) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	f.mustWrite(t, fakeSample(p))
+	f.MustWrite(t, ringtest.PerfSample(p))
 	b.Begin()
 	recs := fakeCollect(t, b)
 	if len(recs) != 2 || recs[0].Type != RecordLost || recs[0].Lost != 2 || recs[1].Type != RecordSample {
@@ -282,10 +282,10 @@ func TestRawLostFromFullRing(t *testing.T) {
 }
 
 func TestRawPeekThenBeginAgain(t *testing.T) {
-	f := newFakeRing(1024)
-	b := f.reader(t)
+	f := ringtest.NewPerf(1024)
+	b := perfReader(t, f)
 	for i := range 5 {
-		f.mustWrite(t, fakeSample(ringtest.Pattern(i*8, byte(i))))
+		f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(i*8, byte(i))))
 	}
 	b.Begin()
 	first := fakeCollect(t, b)
@@ -318,11 +318,11 @@ func TestRawPeekThenBeginAgain(t *testing.T) {
 }
 
 func TestRawRefresh(t *testing.T) {
-	f := newFakeRing(1024)
-	b := f.reader(t)
-	f.mustWrite(t, fakeSample([]byte("one")))
+	f := ringtest.NewPerf(1024)
+	b := perfReader(t, f)
+	f.MustWrite(t, ringtest.PerfSample([]byte("one")))
 	b.Begin()
-	f.mustWrite(t, fakeSample([]byte("two")))
+	f.MustWrite(t, ringtest.PerfSample([]byte("two")))
 	if got := fakeCollect(t, b); len(got) != 1 {
 		t.Fatalf("read %d records past the snapshot", len(got))
 	}
@@ -334,16 +334,16 @@ func TestRawRefresh(t *testing.T) {
 }
 
 func TestRawCommitRules(t *testing.T) {
-	f := newFakeRingAt(1024, 4096)
-	b := f.reader(t)
+	f := ringtest.NewPerfAt(1024, 4096)
+	b := perfReader(t, f)
 	for range 4 {
-		f.mustWrite(t, fakeSample(make([]byte, 20))) // 32-byte records
+		f.MustWrite(t, ringtest.PerfSample(make([]byte, 20))) // 32-byte records
 	}
 	b.Begin()
 	var rec Record
 	b.Next(&rec)
 	b.Next(&rec) // cursor at 4096+64, head snapshot at 4096+128
-	f.mustWrite(t, fakeSample(nil))
+	f.MustWrite(t, ringtest.PerfSample(nil))
 
 	for _, c := range []struct {
 		pos    uint64
@@ -359,18 +359,18 @@ func TestRawCommitRules(t *testing.T) {
 		if !errors.Is(err, os.ErrInvalid) || !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), c.reason) {
 			t.Fatalf("Commit(%d) = %v, want os.ErrInvalid, %q", c.pos, err, prefix+c.reason)
 		}
-		if f.page.Data_tail != 4096 || b.perf().Cur().Tail() != 4096 {
-			t.Fatalf("Commit(%d) wrote data_tail %d (tail %d)", c.pos, f.page.Data_tail, b.perf().Cur().Tail())
+		if f.Page.Data_tail != 4096 || b.perf().Cur().Tail() != 4096 {
+			t.Fatalf("Commit(%d) wrote data_tail %d (tail %d)", c.pos, f.Page.Data_tail, b.perf().Cur().Tail())
 		}
 	}
 	if err := b.Commit(4096); err != nil {
 		t.Fatalf("Commit(tail) = %v", err)
 	}
-	if err := b.Commit(4096 + 32); err != nil || f.page.Data_tail != 4096+32 {
-		t.Fatalf("Commit(first record) = %v, tail %d", err, f.page.Data_tail)
+	if err := b.Commit(4096 + 32); err != nil || f.Page.Data_tail != 4096+32 {
+		t.Fatalf("Commit(first record) = %v, tail %d", err, f.Page.Data_tail)
 	}
-	if err := b.Commit(4096 + 64); err != nil || f.page.Data_tail != 4096+64 {
-		t.Fatalf("Commit(cursor) = %v, tail %d", err, f.page.Data_tail)
+	if err := b.Commit(4096 + 64); err != nil || f.Page.Data_tail != 4096+64 {
+		t.Fatalf("Commit(cursor) = %v, tail %d", err, f.Page.Data_tail)
 	}
 	if err := b.Commit(4096 + 32); !errors.Is(err, os.ErrInvalid) {
 		t.Fatalf("Commit backwards = %v", err)
@@ -382,29 +382,29 @@ func TestRawCommitRules(t *testing.T) {
 }
 
 func TestRawDrainCommitsOnce(t *testing.T) {
-	f := newFakeRing(4096)
-	b := f.reader(t)
+	f := ringtest.NewPerf(4096)
+	b := perfReader(t, f)
 	for i := range 10 {
-		f.mustWrite(t, fakeSample(ringtest.Pattern(i, 0)))
+		f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(i, 0)))
 	}
 	n, err := b.Drain(func(rec *Record) error {
-		if f.page.Data_tail != 0 {
-			t.Fatalf("data_tail moved to %d during the drain", f.page.Data_tail)
+		if f.Page.Data_tail != 0 {
+			t.Fatalf("data_tail moved to %d during the drain", f.Page.Data_tail)
 		}
 		return nil
 	})
-	if n != 10 || err != nil || f.page.Data_tail != f.head {
-		t.Fatalf("Drain = %d, %v; tail %d, want %d", n, err, f.page.Data_tail, f.head)
+	if n != 10 || err != nil || f.Page.Data_tail != f.Head {
+		t.Fatalf("Drain = %d, %v; tail %d, want %d", n, err, f.Page.Data_tail, f.Head)
 	}
 }
 
 // fn's error stops Drain, which returns it; the record fn failed on counts as received and is
 // committed with those before it, and the next Drain starts after it.
 func TestRawDrainStopsOnError(t *testing.T) {
-	f := newFakeRing(4096)
-	b := f.reader(t)
+	f := ringtest.NewPerf(4096)
+	b := perfReader(t, f)
 	for i := range 10 {
-		f.mustWrite(t, fakeSample(ringtest.Pattern(4, byte(i)))) // 16-byte records
+		f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(4, byte(i)))) // 16-byte records
 	}
 	errStop := errors.New("stop")
 	var seen []uint64
@@ -418,8 +418,8 @@ func TestRawDrainStopsOnError(t *testing.T) {
 	if n != 4 || err != errStop || fmt.Sprint(seen) != "[0 16 32 48]" {
 		t.Fatalf("Drain = %d, %v, saw %v; want 4, errStop, [0 16 32 48]", n, err, seen)
 	}
-	if f.page.Data_tail != 16*4 || b.perf().Cur().Tail() != 16*4 {
-		t.Fatalf("data_tail %d after the stop, want %d (up to and including the failed record)", f.page.Data_tail, 16*4)
+	if f.Page.Data_tail != 16*4 || b.perf().Cur().Tail() != 16*4 {
+		t.Fatalf("data_tail %d after the stop, want %d (up to and including the failed record)", f.Page.Data_tail, 16*4)
 	}
 	if s := b.Stats(); s.Samples != 4 || s.Bytes != 4*4 {
 		t.Fatalf("stats %+v after the stop, want 4 samples", s)
@@ -429,16 +429,16 @@ func TestRawDrainStopsOnError(t *testing.T) {
 		seen = append(seen, rec.Pos)
 		return nil
 	})
-	if n != 6 || err != nil || seen[0] != 16*4 || f.page.Data_tail != f.head {
-		t.Fatalf("rest: Drain = %d, %v from %v; tail %d", n, err, seen, f.page.Data_tail)
+	if n != 6 || err != nil || seen[0] != 16*4 || f.Page.Data_tail != f.Head {
+		t.Fatalf("rest: Drain = %d, %v from %v; tail %d", n, err, seen, f.Page.Data_tail)
 	}
 	// The same for records that are not plain samples (a lost record, a sample that wraps):
 	// each takes them in parseRest.
-	f = newFakeRingAt(128, 128-32)
-	b = f.reader(t)
-	f.mustWrite(t, fakeLost(1, 5))
-	f.mustWrite(t, fakeSample(ringtest.Pattern(20, 1))) // 32 bytes from 120: wraps
-	f.mustWrite(t, fakeSample(nil))
+	f = ringtest.NewPerfAt(128, 128-32)
+	b = perfReader(t, f)
+	f.MustWrite(t, ringtest.PerfLost(1, 5))
+	f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(20, 1))) // 32 bytes from 120: wraps
+	f.MustWrite(t, ringtest.PerfSample(nil))
 	var types []RecordType
 	n, err = b.Drain(func(rec *Record) error {
 		types = append(types, rec.Type)
@@ -447,31 +447,31 @@ func TestRawDrainStopsOnError(t *testing.T) {
 		}
 		return nil
 	})
-	if n != 2 || err != errStop || fmt.Sprint(types) != "[lost sample]" || f.page.Data_tail != 128-32+24+32 {
-		t.Fatalf("Drain = %d, %v, %v; data_tail %d", n, err, types, f.page.Data_tail)
+	if n != 2 || err != errStop || fmt.Sprint(types) != "[lost sample]" || f.Page.Data_tail != 128-32+24+32 {
+		t.Fatalf("Drain = %d, %v, %v; data_tail %d", n, err, types, f.Page.Data_tail)
 	}
 }
 
 // A nil fn is refused without touching the ring.
 func TestRawDrainNil(t *testing.T) {
-	f := newFakeRing(4096)
-	f.mustWrite(t, fakeSample(nil))
-	b := f.reader(t)
+	f := ringtest.NewPerf(4096)
+	f.MustWrite(t, ringtest.PerfSample(nil))
+	b := perfReader(t, f)
 	if n, err := b.Drain(nil); n != 0 || !errors.Is(err, os.ErrInvalid) {
 		t.Fatalf("Drain(nil) = %d, %v; want os.ErrInvalid", n, err)
 	}
-	if f.page.Data_tail != 0 || b.Stats().Samples != 0 {
-		t.Fatalf("Drain(nil) read the ring: data_tail %d, stats %+v", f.page.Data_tail, b.Stats())
+	if f.Page.Data_tail != 0 || b.Stats().Samples != 0 {
+		t.Fatalf("Drain(nil) read the ring: data_tail %d, stats %+v", f.Page.Data_tail, b.Stats())
 	}
 }
 
 func TestRawDrainBoundedBySnapshot(t *testing.T) {
-	f := newFakeRing(1 << 16)
-	b := f.reader(t)
-	f.mustWrite(t, fakeSample(nil))
+	f := ringtest.NewPerf(1 << 16)
+	b := perfReader(t, f)
+	f.MustWrite(t, ringtest.PerfSample(nil))
 	n, err := b.Drain(func(rec *Record) error {
 		// A producer as fast as the reader: one new record per record read.
-		f.mustWrite(t, fakeSample(nil))
+		f.MustWrite(t, ringtest.PerfSample(nil))
 		return nil
 	})
 	if n != 1 || err != nil {
@@ -480,20 +480,20 @@ func TestRawDrainBoundedBySnapshot(t *testing.T) {
 }
 
 func TestRawDrainAllocs(t *testing.T) {
-	f := newFakeRing(1 << 16)
-	b := f.reader(t)
+	f := ringtest.NewPerf(1 << 16)
+	b := perfReader(t, f)
 	for i := range 50 {
-		f.write(fakeSample(make([]byte, i*7)))
+		f.Write(ringtest.PerfSample(make([]byte, i*7)))
 	}
-	f.write(fakeLost(1, 2))
-	f.write(fakeRecord(77, 8, nil))
-	f.publish()
+	f.Write(ringtest.PerfLost(1, 2))
+	f.Write(ringtest.PerfRecord(77, 8, nil))
+	f.Publish()
 	var sum int
 	fn := func(rec *Record) error { sum += rec.Len(); return nil }
 	allocs := testing.AllocsPerRun(100, func() {
 		// Hand the same records to the reader again by rewinding data_tail (the reader's
 		// word; no producer runs here).
-		atomic.StoreUint64(&f.page.Data_tail, 0)
+		atomic.StoreUint64(&f.Page.Data_tail, 0)
 		if n, err := b.Drain(fn); n != 51 || err != nil { // the record of type 77 is skipped
 			t.Fatalf("Drain = %d, %v", n, err)
 		}
@@ -515,18 +515,18 @@ func fakeCorruptCases() []fakeCorruptCase {
 	sample := func(n uint32, size uint16) []byte {
 		body := make([]byte, int(size)-8)
 		binary.NativeEndian.PutUint32(body, n)
-		return fakeRecord(unix.PERF_RECORD_SAMPLE, size, body)
+		return ringtest.PerfRecord(unix.PERF_RECORD_SAMPLE, size, body)
 	}
 	return []fakeCorruptCase{
-		{"size 0", 0, [][]byte{fakeRecord(9, 0, make([]byte, 8))}, "record size 0"},
-		{"size not multiple of 8", 0, [][]byte{fakeRecord(9, 12, make([]byte, 8))}, "not a multiple of 8"},
-		{"size larger than ring", 0, [][]byte{fakeRecord(99, 2048, make([]byte, 8))}, "larger than the 1024-byte ring"},
-		{"size past head", 0, [][]byte{fakeRecord(99, 32, make([]byte, 8))}, "past the head"},
+		{"size 0", 0, [][]byte{ringtest.PerfRecord(9, 0, make([]byte, 8))}, "record size 0"},
+		{"size not multiple of 8", 0, [][]byte{ringtest.PerfRecord(9, 12, make([]byte, 8))}, "not a multiple of 8"},
+		{"size larger than ring", 0, [][]byte{ringtest.PerfRecord(99, 2048, make([]byte, 8))}, "larger than the 1024-byte ring"},
+		{"size past head", 0, [][]byte{ringtest.PerfRecord(99, 32, make([]byte, 8))}, "past the head"},
 		{"sample size does not fit", 0, [][]byte{sample(21, 32)}, "sample size 21 does not fit record size 32"},
 		{"sample over 64 KiB", 0, [][]byte{sample(70000, 32)}, "overflowed the u16"},
-		{"sample without size", 0, [][]byte{fakeRecord(9, 8, nil)}, "too short for its size field"},
-		{"lost record short", 0, [][]byte{fakeRecord(2, 16, make([]byte, 8))}, "lost record size 16 shorter than 24"},
-		{"after good records", 48, [][]byte{fakeSample(nil), fakeSample(make([]byte, 20)), fakeRecord(9, 0, make([]byte, 8))}, "record size 0"},
+		{"sample without size", 0, [][]byte{ringtest.PerfRecord(9, 8, nil)}, "too short for its size field"},
+		{"lost record short", 0, [][]byte{ringtest.PerfRecord(2, 16, make([]byte, 8))}, "lost record size 16 shorter than 24"},
+		{"after good records", 48, [][]byte{ringtest.PerfSample(nil), ringtest.PerfSample(make([]byte, 20)), ringtest.PerfRecord(9, 0, make([]byte, 8))}, "record size 0"},
 		{"wrapped sample size", 1024 - 8, [][]byte{sample(9, 16)}, "sample size 9 does not fit"},
 	}
 }
@@ -534,16 +534,16 @@ func fakeCorruptCases() []fakeCorruptCase {
 func TestRawCorrupt(t *testing.T) {
 	for _, c := range fakeCorruptCases() {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFakeRingAt(1024, 1<<20+c.at)
-			bad := f.head
+			f := ringtest.NewPerfAt(1024, 1<<20+c.at)
+			bad := f.Head
 			for i, r := range c.recs {
 				if i == len(c.recs)-1 {
-					bad = f.head
+					bad = f.Head
 				}
-				f.put(r)
+				f.Put(r)
 			}
-			f.publish()
-			b := f.reader(t)
+			f.Publish()
+			b := perfReader(t, f)
 			good := 0
 			n, err := b.Drain(func(*Record) error { good++; return nil })
 			var ce *CorruptError
@@ -568,14 +568,14 @@ func TestRawCorrupt(t *testing.T) {
 				t.Fatalf("Drain after the error = %v", err2)
 			}
 			// SkipCorrupt gets past it, and reading goes on.
-			head := f.head
+			head := f.Head
 			if skipped := b.SkipCorrupt(); skipped != head-ce.Pos {
 				t.Fatalf("skipped %d, want %d", skipped, head-ce.Pos)
 			}
-			if st := b.Stats(); b.perf().Cur().Tail() != head || f.page.Data_tail != head || st.Corrupt != 1 || st.CorruptBytes != head-ce.Pos || b.perf().Pending() != 0 {
+			if st := b.Stats(); b.perf().Cur().Tail() != head || f.Page.Data_tail != head || st.Corrupt != 1 || st.CorruptBytes != head-ce.Pos || b.perf().Pending() != 0 {
 				t.Fatalf("after SkipCorrupt: tail %d, stats %+v", b.perf().Cur().Tail(), st)
 			}
-			f.mustWrite(t, fakeSample([]byte("ok")))
+			f.MustWrite(t, ringtest.PerfSample([]byte("ok")))
 			var got string
 			n, err = b.Drain(func(rec *Record) error { got = string(rec.Data[:2]); return nil })
 			if n != 1 || err != nil || got != "ok" {
@@ -589,10 +589,10 @@ func TestRawCorrupt(t *testing.T) {
 }
 
 func TestRawCorruptErrorMessage(t *testing.T) {
-	f := newFakeRingAt(8192, 4096)
-	f.put(fakeRecord(9, 0, make([]byte, 8)))
-	f.publish()
-	b := f.reader(t)
+	f := ringtest.NewPerfAt(8192, 4096)
+	f.Put(ringtest.PerfRecord(9, 0, make([]byte, 8)))
+	f.Publish()
+	b := perfReader(t, f)
 	b.Begin()
 	_, err := b.Next(new(Record))
 	want := "read ring 0 (cpu 1) at 4096: record size 0: corrupt ring record"
@@ -602,11 +602,11 @@ func TestRawCorruptErrorMessage(t *testing.T) {
 }
 
 func TestRawCorruptCursor(t *testing.T) {
-	f := newFakeRing(1024)
-	f.mustWrite(t, fakeSample(nil))
-	f.mustWrite(t, fakeSample(nil))
-	f.page.Data_tail = 4 // a tail the reader never wrote
-	b := f.reader(t)
+	f := ringtest.NewPerf(1024)
+	f.MustWrite(t, ringtest.PerfSample(nil))
+	f.MustWrite(t, ringtest.PerfSample(nil))
+	f.Page.Data_tail = 4 // a tail the reader never wrote
+	b := perfReader(t, f)
 	b.Begin()
 	_, err := b.Next(new(Record))
 	var ce *CorruptError
@@ -630,10 +630,10 @@ func TestRawCorruptHead(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFakeRingAt(1024, 4096)
-			b := f.reader(t)
-			f.mustWrite(t, fakeSample(nil))
-			f.page.Data_head = c.head
+			f := ringtest.NewPerfAt(1024, 4096)
+			b := perfReader(t, f)
+			f.MustWrite(t, ringtest.PerfSample(nil))
+			f.Page.Data_head = c.head
 			n, err := b.Drain(func(*Record) error { return nil })
 			var ce *CorruptError
 			if n != 0 || !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || !strings.Contains(ce.Reason, c.reason) {
@@ -660,7 +660,7 @@ func TestRawCorruptHead(t *testing.T) {
 			}
 			// The next real record brings the kernel's head back; at most one more
 			// SkipCorrupt gets the reader going again.
-			f.mustWrite(t, fakeSample(nil))
+			f.MustWrite(t, ringtest.PerfSample(nil))
 			got := 0
 			for range 2 {
 				var k int
@@ -671,8 +671,8 @@ func TestRawCorruptHead(t *testing.T) {
 				}
 				b.SkipCorrupt()
 			}
-			if err != nil || b.perf().Cur().Tail() != f.head {
-				t.Fatalf("no recovery: %v, tail %d head %d", err, b.perf().Cur().Tail(), f.head)
+			if err != nil || b.perf().Cur().Tail() != f.Head {
+				t.Fatalf("no recovery: %v, tail %d head %d", err, b.perf().Cur().Tail(), f.Head)
 			}
 			want := 2 // the sample below the bad head, and the new one
 			if c.name == "behind tail" {
@@ -686,15 +686,15 @@ func TestRawCorruptHead(t *testing.T) {
 }
 
 func TestRawHeadBackwards(t *testing.T) {
-	f := newFakeRing(1024)
-	b := f.reader(t)
+	f := ringtest.NewPerf(1024)
+	b := perfReader(t, f)
 	for range 4 {
-		f.mustWrite(t, fakeSample(nil))
+		f.MustWrite(t, ringtest.PerfSample(nil))
 	}
 	b.Begin()
 	var rec Record
 	b.Next(&rec)
-	f.page.Data_head = 16 // from 64 back to 16, not behind the tail
+	f.Page.Data_head = 16 // from 64 back to 16, not behind the tail
 	b.Refresh()
 	if _, err := b.Next(&rec); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "moved backwards from 64 to 16") {
 		t.Fatalf("Next = %v", err)
@@ -703,21 +703,21 @@ func TestRawHeadBackwards(t *testing.T) {
 
 func TestRawFullRing(t *testing.T) {
 	// A ring exactly full (head = tail + size) is valid.
-	f := newFakeRing(256)
+	f := ringtest.NewPerf(256)
 	for range 8 {
-		f.put(fakeSample(make([]byte, 20)))
+		f.Put(ringtest.PerfSample(make([]byte, 20)))
 	}
-	f.publish()
-	b := f.reader(t)
+	f.Publish()
+	b := perfReader(t, f)
 	if n, err := b.Drain(func(*Record) error { return nil }); n != 8 || err != nil {
 		t.Fatalf("Drain = %d, %v", n, err)
 	}
 }
 
 func TestRawSkipCorruptWithoutError(t *testing.T) {
-	f := newFakeRing(1024)
-	b := f.reader(t)
-	f.mustWrite(t, fakeSample(nil))
+	f := ringtest.NewPerf(1024)
+	b := perfReader(t, f)
+	f.MustWrite(t, ringtest.PerfSample(nil))
 	b.Begin()
 	if n := b.SkipCorrupt(); n != 16 || b.perf().Cur().Tail() != 16 {
 		t.Fatalf("SkipCorrupt = %d, tail %d", n, b.perf().Cur().Tail())
@@ -762,7 +762,7 @@ func TestRawNewFromMapping(t *testing.T) {
 			off = uint64(pageSize)
 		}
 		raw := unsafe.Slice((*byte)(base), pageSize+4096)
-		rec := fakeSample([]byte("hello"))
+		rec := ringtest.PerfSample([]byte("hello"))
 		copy(raw[off:], rec)
 		// Publish as the kernel does: release store of data_head after the record bytes.
 		atomic.StoreUint64(&page.Data_head, uint64(len(rec)))
@@ -797,11 +797,11 @@ func TestRecordTypeString(t *testing.T) {
 // that Begin went back over. (A pending error used to stop Next at any
 // position, and SkipCorrupt counted from the cursor.)
 func TestRawBeginAfterCorrupt(t *testing.T) {
-	f := newFakeRing(1024)
-	b := f.reader(t)
-	f.mustWrite(t, fakeSample(make([]byte, 20))) // 32 bytes
-	f.mustWrite(t, fakeSample(make([]byte, 20))) // 32 bytes
-	f.mustWrite(t, fakeRecord(9, 0, make([]byte, 8)))
+	f := ringtest.NewPerf(1024)
+	b := perfReader(t, f)
+	f.MustWrite(t, ringtest.PerfSample(make([]byte, 20))) // 32 bytes
+	f.MustWrite(t, ringtest.PerfSample(make([]byte, 20))) // 32 bytes
+	f.MustWrite(t, ringtest.PerfRecord(9, 0, make([]byte, 8)))
 	b.Begin()
 	var rec Record
 	for k := 0; k < 2; k++ {
@@ -826,13 +826,13 @@ func TestRawBeginAfterCorrupt(t *testing.T) {
 // as an empty ring. Release hands the ring back once, and keeps Size and
 // Stats.
 func TestRawReleased(t *testing.T) {
-	f := newFakeRing(4096)
-	f.mustWrite(t, fakeSample([]byte("abcd")))
-	b := f.reader(t)
+	f := ringtest.NewPerf(4096)
+	f.MustWrite(t, ringtest.PerfSample([]byte("abcd")))
+	b := perfReader(t, f)
 	if n, err := b.Drain(func(*Record) error { return nil }); n != 1 || err != nil {
 		t.Fatalf("Drain = %d, %v", n, err)
 	}
-	f.mustWrite(t, fakeSample([]byte("efgh")))
+	f.MustWrite(t, ringtest.PerfSample([]byte("efgh")))
 	handed := 0
 	b.hand = func() { handed++ } // what PerfBuffer.Buffer sets
 	b.Release()
@@ -862,8 +862,8 @@ func TestRawReleased(t *testing.T) {
 		t.Errorf("after Release: stats %+v, want the 1 sample read before", st)
 	}
 	// The ring itself is left alone: the second record was not read.
-	if f.page.Data_tail != 16 {
-		t.Errorf("data_tail %d after Release, want 16", f.page.Data_tail)
+	if f.Page.Data_tail != 16 {
+		t.Errorf("data_tail %d after Release, want 16", f.Page.Data_tail)
 	}
 }
 
@@ -872,17 +872,17 @@ func TestRawReleased(t *testing.T) {
 // Begin or not), and stops after the record during which its owner was closed. It does not
 // commit.
 func TestRawEach(t *testing.T) {
-	f := newFakeRing(1024)
+	f := ringtest.NewPerf(1024)
 	for range 3 {
-		f.mustWrite(t, fakeSample(make([]byte, 20))) // 32 bytes: at 0, 32, 64
+		f.MustWrite(t, ringtest.PerfSample(make([]byte, 20))) // 32 bytes: at 0, 32, 64
 	}
-	f.mustWrite(t, fakeLost(1, 2)) // at 96, 24 bytes
+	f.MustWrite(t, ringtest.PerfLost(1, 2)) // at 96, 24 bytes
 	for range 2 {
-		f.mustWrite(t, fakeSample(make([]byte, 20))) // at 120, 152
+		f.MustWrite(t, ringtest.PerfSample(make([]byte, 20))) // at 120, 152
 	}
 	var pos []uint64
 	fn := func(r *Record) error { pos = append(pos, r.Pos); return nil }
-	b := f.reader(t)
+	b := perfReader(t, f)
 	for _, c := range []struct {
 		limit uint64
 		want  string
@@ -892,7 +892,7 @@ func TestRawEach(t *testing.T) {
 	} {
 		for _, again := range []bool{false, true} { // fresh, then read again after Begin
 			if !again {
-				b = f.reader(t)
+				b = perfReader(t, f)
 			}
 			b.Begin()
 			pos = pos[:0]
@@ -904,8 +904,8 @@ func TestRawEach(t *testing.T) {
 			if used != b.perf().Pos() {
 				t.Errorf("limit %d (again %v): each says %d bytes, the cursor moved %d", c.limit, again, used, b.perf().Pos())
 			}
-			if f.page.Data_tail != 0 {
-				t.Fatalf("each committed to %d", f.page.Data_tail)
+			if f.Page.Data_tail != 0 {
+				t.Fatalf("each committed to %d", f.Page.Data_tail)
 			}
 		}
 	}
@@ -914,7 +914,7 @@ func TestRawEach(t *testing.T) {
 	}
 
 	var stop atomic.Bool
-	b = f.reader(t)
+	b = perfReader(t, f)
 	pos = pos[:0]
 	b.Begin()
 	k, _, err := b.perf().Each(new(Record), math.MaxUint64, &stop, func(r *Record) error {
@@ -932,9 +932,9 @@ func TestRawEach(t *testing.T) {
 
 // Positions are data_tail and data_head as the header page holds them.
 func TestRawPositions(t *testing.T) {
-	f := newFakeRingAt(1024, 4096)
-	b := f.reader(t)
-	f.mustWrite(t, fakeSample([]byte("abc")))
+	f := ringtest.NewPerfAt(1024, 4096)
+	b := perfReader(t, f)
+	f.MustWrite(t, ringtest.PerfSample([]byte("abc")))
 	if c, p := b.Positions(); c != 4096 || p != 4096+16 {
 		t.Fatalf("Positions = %d, %d; want 4096, 4112", c, p)
 	}

@@ -33,7 +33,7 @@ func batchKinds() []batchKind {
 			f := newFakeRings(t, 1, 64<<10)
 			r := f.reader(t, ReaderOptions{MaxLatency: -1})
 			return r, func(seq uint64, n int) { f.emit(t, 0, seq, seq, n) },
-				func() { f.rings[0].mustWrite(t, fakeRecord(9, 0, make([]byte, 8))) } // size 0
+				func() { f.rings[0].MustWrite(t, ringtest.PerfRecord(9, 0, make([]byte, 8))) } // size 0
 		},
 		seqOf:   seqOf,
 		padding: func(n int) int { return (n+4+7)&^7 - 4 },
@@ -145,12 +145,12 @@ func TestReadBatchBytesCap(t *testing.T) {
 // straddles the ring's end copied in one piece, and a sample function that
 // takes the samples in one piece while the loop's function gets the rest.
 func TestPerfEachSink(t *testing.T) {
-	f := newFakeRingAt(256, 128)
-	f.mustWrite(t, fakeSample(ringtest.Pattern(20, 1))) // at 128, 32 bytes
-	f.mustWrite(t, fakeLost(1, 7))                      // at 160, 24 bytes
-	f.mustWrite(t, fakeSample(ringtest.Pattern(44, 2))) // at 184, 56 bytes
-	f.mustWrite(t, fakeSample(ringtest.Pattern(36, 3))) // at 240: 4 bytes, then 32 at the start
-	f.mustWrite(t, fakeSample(ringtest.Pattern(4, 4)))  // at 288
+	f := ringtest.NewPerfAt(256, 128)
+	f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(20, 1))) // at 128, 32 bytes
+	f.MustWrite(t, ringtest.PerfLost(1, 7))                      // at 160, 24 bytes
+	f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(44, 2))) // at 184, 56 bytes
+	f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(36, 3))) // at 240: 4 bytes, then 32 at the start
+	f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(4, 4)))  // at 288
 	want := "[sample 20 1 lost 7 sample 44 2 sample 36 3 sample 4 4]"
 	show := func(c *Sample) string {
 		if c.Type == RecordLost {
@@ -159,7 +159,7 @@ func TestPerfEachSink(t *testing.T) {
 		return fmt.Sprintf("sample %d %d", len(c.Data), c.Data[0]) // Pattern's first byte is its seed
 	}
 	run := func(s *ring.Sink, limit uint64, stop *atomic.Bool) (string, []int) {
-		b := f.reader(t)
+		b := perfReader(t, f)
 		b.Begin()
 		var out []string
 		var ks []int
@@ -195,7 +195,7 @@ func TestPerfEachSink(t *testing.T) {
 		t.Errorf("stop: %s", got)
 	}
 	// Room: the loop stops after the record that uses it up.
-	b := f.reader(t)
+	b := perfReader(t, f)
 	b.Begin()
 	s := ring.Sink{Into: make([]Sample, 64), Room: 21}
 	if k, _, err := b.perf().Each(new(Record), 1<<20, new(atomic.Bool), nil, &s); k != 3 || s.N != 3 || err != nil || !s.Full() {
@@ -203,7 +203,7 @@ func TestPerfEachSink(t *testing.T) {
 	}
 
 	var seen []string
-	b = f.reader(t)
+	b = perfReader(t, f)
 	b.Begin()
 	sampleSink := ring.Sink{Sample: func(cpu int, data []byte) {
 		seen = append(seen, fmt.Sprintf("sample %d cpu %d", len(data), cpu))
