@@ -716,19 +716,19 @@ func TestRawHeld(t *testing.T) {
 	}
 }
 
-// Every corrupt ring the parser knows (fakeCorruptCases), through callback
+// Every corrupt ring the parser knows (ringtest.PerfCorrupts), through callback
 // mode: Consume delivers the good records before it, reports it once as a
 // *CorruptError, counts it, and delivers the ring's next samples. libbpf's
 // own parser, which callback mode used before, hangs or crashes on these.
 func TestPerfBufferCorruptCases(t *testing.T) {
-	for _, c := range fakeCorruptCases() {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range ringtest.PerfCorrupts() {
+		t.Run(c.Name, func(t *testing.T) {
 			f := newFakeRings(t, 1, 1024)
-			ring := ringtest.NewPerfAt(1024, 1<<20+c.at)
+			ring := ringtest.NewPerfAt(1024, 1<<20+c.At)
 			f.rings[0].Page, f.rings[0].Data, f.rings[0].Head = ring.Page, ring.Data, ring.Head
 			bad := f.rings[0].Head
-			for i, r := range c.recs {
-				if i == len(c.recs)-1 {
+			for i, r := range c.Recs {
+				if i == len(c.Recs)-1 {
 					bad = f.rings[0].Head
 				}
 				f.rings[0].Put(r)
@@ -738,11 +738,11 @@ func TestPerfBufferCorruptCases(t *testing.T) {
 			pb := f.recording(t, &got)
 			n, err := pb.Consume()
 			var ce *CorruptError
-			if !errors.As(err, &ce) || ce.Pos != bad || !strings.Contains(ce.Reason, c.reason) {
-				t.Fatalf("Consume = %d, %v; want %q at %d", n, err, c.reason, bad)
+			if !errors.As(err, &ce) || ce.Pos != bad || !strings.Contains(ce.Reason, c.Reason) {
+				t.Fatalf("Consume = %d, %v; want %q at %d", n, err, c.Reason, bad)
 			}
-			if n != len(c.recs)-1 || len(got) != n {
-				t.Fatalf("%d samples delivered before the corrupt record, want %d", n, len(c.recs)-1)
+			if n != len(c.Recs)-1 || len(got) != n {
+				t.Fatalf("%d samples delivered before the corrupt record, want %d", n, len(c.Recs)-1)
 			}
 			if n, err := pb.Consume(); n != 0 || err != nil {
 				t.Fatalf("second Consume = %d, %v: reported more than once", n, err)
@@ -752,7 +752,7 @@ func TestPerfBufferCorruptCases(t *testing.T) {
 			if n, err := pb.Consume(); n != 1 || err != nil {
 				t.Fatalf("Consume after the corruption = %d, %v; want the new sample", n, err)
 			}
-			if st := pb.Stats()[0]; st.Corrupt != 1 || st.Samples != uint64(len(c.recs)) {
+			if st := pb.Stats()[0]; st.Corrupt != 1 || st.Samples != uint64(len(c.Recs)) {
 				t.Fatalf("stats %+v", st)
 			}
 		})

@@ -865,6 +865,34 @@ func TestEachCtxCancelRacesClose(t *testing.T) {
 	}
 }
 
+// refRecord is what the reference parser reads, as a reader delivers it.
+type refRecord struct {
+	typ       RecordType
+	pos, next uint64
+	payload   []byte
+	lost      uint64
+}
+
+// recordOther marks the reference's records of other types, which no reader delivers.
+const recordOther RecordType = 0xff
+
+// refParse is ringtest.ParsePerf's reading of a perf ring, as refRecords.
+func refParse(mem []byte, tail, head uint64) ([]refRecord, uint64, bool) {
+	refs, at, corrupt := ringtest.ParsePerf(mem, tail, head)
+	var recs []refRecord
+	for _, r := range refs {
+		typ := recordOther
+		switch r.Type {
+		case unix.PERF_RECORD_SAMPLE:
+			typ = RecordSample
+		case unix.PERF_RECORD_LOST:
+			typ = RecordLost
+		}
+		recs = append(recs, refRecord{typ, r.Pos, r.Next, r.Payload, r.Lost})
+	}
+	return recs, at, corrupt
+}
+
 // refRings fills two rings of size bytes, starting at random positions (so
 // that records wrap), with random records: samples of 0 to 300 bytes, lost
 // records and records of another type. It returns them with what the
