@@ -24,9 +24,6 @@ func perfReader(t testing.TB, f *ringtest.Perf) *RawBuffer {
 	return newRawBuffer(perfRing(t, f, 1), nil)
 }
 
-// perf returns the perf ring a RawBuffer over a fake ring reads.
-func (b *RawBuffer) perf() *ring.Perf { return b.r.(*ring.Perf) }
-
 // perfRing returns a reader of the fake perf ring f, CPU cpu.
 func perfRing(t testing.TB, f *ringtest.Perf, cpu int) *ring.Perf {
 	t.Helper()

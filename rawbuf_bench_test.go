@@ -78,7 +78,7 @@ func benchDrain(b *testing.B, copying bool, payload int) {
 	for samples < b.N {
 		// Hand the reader the next lap, the same full ring: a release store of data_head as
 		// the kernel's perf_output_put_handle does, for the acquire load in Begin.
-		atomic.StoreUint64(&f.Page.Data_head, rb.perf().Cur().Tail()+size)
+		atomic.StoreUint64(&f.Page.Data_head, atomic.LoadUint64(&f.Page.Data_tail)+size)
 		start := time.Now()
 		n, err := rb.Drain(fn)
 		elapsed += time.Since(start)

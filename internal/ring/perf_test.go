@@ -629,8 +629,9 @@ func TestPerfEachBoundedBySnapshot(t *testing.T) {
 	}
 }
 
-// The loop into a sink: copies into Into, in batches, or plain samples to a
-// sample function and the others to fn; NextCopy copies one plain sample.
+// The loop's copies into a sink, in batches, are what SetCopy makes of
+// Next's records; a sample function can stop the loop; NextCopy copies one
+// plain sample and leaves the others to Next.
 func TestPerfSinks(t *testing.T) {
 	f := ringtest.NewPerfAt(256, 192)
 	for _, rec := range [][]byte{
@@ -676,33 +677,11 @@ func TestPerfSinks(t *testing.T) {
 			t.Fatalf("batch %d: copies %v, want %v", batch, got, want)
 		}
 	}
-	// Room bounds the payload bytes of a call: at least one record goes.
-	r = perfReader(t, f)
-	r.Begin()
-	s := &Sink{Into: make([]Copy, 7), Room: 1}
-	if k, _, err := r.Each(new(Record), math.MaxUint64, new(atomic.Bool), nil, s); k != 1 || err != nil || !s.Full() {
-		t.Fatalf("Room 1: %d records, %v, full %v", k, err, s.Full())
-	}
-
-	// A sample function takes the plain samples; fn gets the lost record
-	// and the sample that straddles the end.
-	r = perfReader(t, f)
-	r.Begin()
-	var viaSample, viaFn []string
-	s = &Sink{Sample: func(cpu int, data []byte) { viaSample = append(viaSample, fmt.Sprint(cpu, len(data))) }}
-	var stop atomic.Bool
-	k, _, err := r.Each(new(Record), math.MaxUint64, &stop, func(rec *Record) error {
-		viaFn = append(viaFn, fmt.Sprint(rec.Type, rec.Len()))
-		return nil
-	}, s)
-	if k != 6 || err != nil || fmt.Sprint(viaSample) != "[1 4 1 20 1 60 1 36]" || fmt.Sprint(viaFn) != "[lost 0 sample 44]" {
-		t.Fatalf("sample function: %d records, %v: sample %v, fn %v", k, err, viaSample, viaFn)
-	}
 	// Stop after a sample the sample function took.
+	var stop atomic.Bool
 	r = perfReader(t, f)
 	r.Begin()
-	s = &Sink{Sample: func(int, []byte) { stop.Store(true) }}
-	stop.Store(false)
+	s := &Sink{Sample: func(int, []byte) { stop.Store(true) }}
 	if k, _, _ := r.Each(new(Record), math.MaxUint64, &stop, nop, s); k != 1 {
 		t.Fatalf("stopped by the sample function: %d records", k)
 	}
@@ -719,6 +698,84 @@ func TestPerfSinks(t *testing.T) {
 	}
 	if st := r.Counts(); st.Samples != 1 || st.Bytes != 4 {
 		t.Fatalf("counts %+v after a copy", st)
+	}
+}
+
+// The ring's loop into a sink on a perf ring: limit, stop (Close during a
+// record), a full batch, Room, lost records copied, a sample that
+// straddles the ring's end copied in one piece, and a sample function that
+// takes the samples in one piece while the loop's function gets the rest.
+func TestPerfEachSink(t *testing.T) {
+	f := ringtest.NewPerfAt(256, 128)
+	f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(20, 1))) // at 128, 32 bytes
+	f.MustWrite(t, ringtest.PerfLost(1, 7))                      // at 160, 24 bytes
+	f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(44, 2))) // at 184, 56 bytes
+	f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(36, 3))) // at 240: 4 bytes, then 32 at the start
+	f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(4, 4)))  // at 288
+	want := "[sample 20 1 lost 7 sample 44 2 sample 36 3 sample 4 4]"
+	show := func(c *Copy) string {
+		if c.Type == Lost {
+			return fmt.Sprintf("lost %d", c.Lost)
+		}
+		return fmt.Sprintf("sample %d %d", len(c.Data), c.Data[0]) // Pattern's first byte is its seed
+	}
+	run := func(s *Sink, limit uint64, stop *atomic.Bool) (string, []int) {
+		b := perfReader(t, f)
+		b.Begin()
+		var out []string
+		var ks []int
+		for {
+			s.N, s.Room = 0, 1<<20
+			k, _, err := b.Each(new(Record), limit-(b.Pos()-128), stop, func(*Record) error {
+				t.Fatal("the function called with a copying sink")
+				return nil
+			}, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range s.Into[:s.N] {
+				out = append(out, show(&s.Into[i]))
+			}
+			ks = append(ks, k)
+			if !s.Full() || b.Pos()-128 >= limit {
+				return fmt.Sprint(out), ks
+			}
+		}
+	}
+	for _, n := range []int{1, 2, 5, 64} {
+		if got, ks := run(&Sink{Into: make([]Copy, n)}, 1<<20, new(atomic.Bool)); got != want {
+			t.Errorf("batches of %d: %s in calls %v, want %s", n, got, ks, want)
+		}
+	}
+	if got, ks := run(&Sink{Into: make([]Copy, 64)}, 57, new(atomic.Bool)); got != "[sample 20 1 lost 7 sample 44 2]" || fmt.Sprint(ks) != "[3]" {
+		t.Errorf("limit 57: %s in calls %v", got, ks)
+	}
+	var stop atomic.Bool
+	stop.Store(true) // closed during the first record
+	if got, _ := run(&Sink{Into: make([]Copy, 64)}, 1<<20, &stop); got != "[sample 20 1]" {
+		t.Errorf("stop: %s", got)
+	}
+	// Room: the loop stops after the record that uses it up.
+	b := perfReader(t, f)
+	b.Begin()
+	s := Sink{Into: make([]Copy, 64), Room: 21}
+	if k, _, err := b.Each(new(Record), 1<<20, new(atomic.Bool), nil, &s); k != 3 || s.N != 3 || err != nil || !s.Full() {
+		t.Errorf("room 21: %d records, %d copies, %v", k, s.N, err) // 20 bytes, a lost record, 44
+	}
+
+	var seen []string
+	b = perfReader(t, f)
+	b.Begin()
+	sampleSink := Sink{Sample: func(cpu int, data []byte) {
+		seen = append(seen, fmt.Sprintf("sample %d cpu %d", len(data), cpu))
+	}}
+	k, _, err := b.Each(new(Record), 1<<20, new(atomic.Bool), func(rec *Record) error {
+		seen = append(seen, fmt.Sprintf("fn %v %d+%d", rec.Type, len(rec.Data), len(rec.Wrapped)))
+		return nil
+	}, &sampleSink)
+	c := b.CPU()
+	if k != 5 || err != nil || fmt.Sprint(seen) != fmt.Sprintf("[sample 20 cpu %d fn lost 0+0 sample 44 cpu %d fn sample 4+32 sample 4 cpu %d]", c, c, c) {
+		t.Errorf("sample function: %d, %v, %v", k, err, seen)
 	}
 }
 
