@@ -42,7 +42,7 @@ LLVM_STRIP ?= llvm-strip-19
 BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 BUILD := $(CURDIR)/build
 # Fuzzing budgets, in executions (about 30 s each here): scripts/fuzz.sh.
-FUZZ_BUDGETS ?= FuzzRawParse=2000000x FuzzReaderRingBufs=300000x FuzzOrderedModel=5000x FuzzBPFRingParse=1200000x FuzzPerf=1000000x FuzzBPF=1000000x
+FUZZ_BUDGETS ?= FuzzPerfParse=2000000x FuzzReaderRingBufs=300000x FuzzOrderedModel=5000x FuzzBPFRingParse=1200000x FuzzPerf=1000000x FuzzBPF=1000000x
 export FUZZ_BUDGETS
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 

@@ -42,9 +42,9 @@ func TestLongReadCommitsAsItGoes(t *testing.T) {
 						for n := uint64(0); (n+1)*recSize < size/8*7; n++ {
 							f.emit(t, 0, n, n, 64)
 						}
-						f.rings[0].publish()
+						f.rings[0].Publish()
 						r = f.reader(t, ReaderOptions{Order: ord, MaxLatency: -1})
-						committed = func() uint64 { return atomic.LoadUint64(&f.rings[0].page.Data_tail) }
+						committed = func() uint64 { return atomic.LoadUint64(&f.rings[0].Page.Data_tail) }
 					} else {
 						f := newFakeBPFRings(t, 1, size)
 						recSize = 72 // header 8, 64 bytes

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // Consume delivers what is in the rings now and returns, without waiting
@@ -105,14 +107,14 @@ func TestReaderConsumeAllocs(t *testing.T) {
 		fn := func(rec *Record) error { sum += rec.Len(); return nil }
 		var recs [8][]byte
 		for i := range recs {
-			recs[i] = fakeSample(payload(uint64(i), uint64(i), 40))
+			recs[i] = ringtest.PerfSample(payload(uint64(i), uint64(i), 40))
 		}
 		allocs := testing.AllocsPerRun(50, func() {
 			for i, rec := range recs {
-				f.rings[i%2].write(rec)
+				f.rings[i%2].Write(rec)
 			}
-			f.rings[0].publish()
-			f.rings[1].publish()
+			f.rings[0].Publish()
+			f.rings[1].Publish()
 			if n, err := r.Consume(fn); n != 8 || err != nil {
 				t.Fatalf("ordered %v: Consume = %d, %v", ord != nil, n, err)
 			}
@@ -233,17 +235,17 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFakeRings(t, 1, 4096)
 			f.emit(t, 0, 0, 0, 24)
-			f.rings[0].page.Data_tail = 4096 // past the head (a bug, another consumer)
+			f.rings[0].Page.Data_tail = 4096 // past the head (a bug, another consumer)
 			stats, err := read(t, f)
 			var ce *CorruptError
-			if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].head) {
+			if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].Head) {
 				t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
 			}
 			if st := stats()[0]; st.Corrupt != 1 {
 				t.Errorf("stats %+v; want the corruption counted", st)
 			}
-			if tail := f.rings[0].page.Data_tail; tail != f.rings[0].head {
-				t.Errorf("tail %d after the error, want the head %d", tail, f.rings[0].head)
+			if tail := f.rings[0].Page.Data_tail; tail != f.rings[0].Head {
+				t.Errorf("tail %d after the error, want the head %d", tail, f.rings[0].Head)
 			}
 		})
 	}
@@ -306,7 +308,7 @@ func TestReaderReadBatch(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
 	f.emit(t, 0, 0, 0, 24)
-	f.rings[0].mustWrite(t, fakeRecord(9, 0, make([]byte, 8)))
+	f.rings[0].MustWrite(t, ringtest.PerfRecord(9, 0, make([]byte, 8)))
 	var batch [4]Sample
 	if n, err := r.ReadBatch(batch[:]); n != 1 || err != nil {
 		t.Fatalf("ReadBatch before the corrupt record = %d, %v; want the good one", n, err)
@@ -329,7 +331,7 @@ func TestReaderReadBatchOrder(t *testing.T) {
 			}
 			f.emit(t, ring, seq, seq, 24)
 			if seq == 17 {
-				f.rings[ring].mustWrite(t, fakeLost(1, 5))
+				f.rings[ring].MustWrite(t, ringtest.PerfLost(1, 5))
 			}
 		}
 	}
@@ -412,12 +414,12 @@ func TestHeadBehindTailQuietFlush(t *testing.T) {
 				if _, err := r.Consume(func(*Record) error { return nil }); err != nil {
 					t.Fatal(err)
 				}
-				f.rings[0].page.Data_tail = 4096 // past the head, the ring quiet
+				f.rings[0].Page.Data_tail = 4096 // past the head, the ring quiet
 				r.Flush()
 				var err error
 				within(t, mode, func() { err = readOnce(r, mode) })
 				var ce *CorruptError
-				if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].head) {
+				if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].Head) {
 					t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
 				}
 				if st := r.Stats()[0]; st.Corrupt != 1 {

@@ -2,14 +2,12 @@
 
 package perfbuf
 
-// Test fakes: perf rings in Go memory with a producer that follows the
-// kernel's protocol, and the package's owners (core, Reader, PerfBuffer)
-// built over them.
+// Test fakes: the package's owners (core, Reader, PerfBuffer) built over
+// the fake perf rings of internal/ringtest.
 
 import (
 	"encoding/binary"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/perfbuf/perfbuf/internal/kernel"
@@ -20,142 +18,27 @@ import (
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
-// fakeRing is a perf ring in Go memory with a producer that follows the kernel's protocol
-// (kernel/events/ring_buffer.c): check the space against data_tail, write the record at the
-// producer's private head, then publish data_head with a release store.
-type fakeRing struct {
-	page *unix.PerfEventMmapPage
-	data []byte
-	head uint64 // the producer's private head (kernel: rb->head)
-	lost uint64 // samples dropped for lack of space and not yet reported
-}
-
-func newFakeRing(size int) *fakeRing {
-	return &fakeRing{page: new(unix.PerfEventMmapPage), data: make([]byte, size)}
-}
-
-// newFakeRingAt starts the ring at position pos (data_head = data_tail = pos).
-func newFakeRingAt(size int, pos uint64) *fakeRing {
-	f := newFakeRing(size)
-	f.head = pos
-	f.page.Data_head, f.page.Data_tail = pos, pos
-	return f
-}
-
-func (f *fakeRing) reader(t testing.TB) *RawBuffer {
+// perfReader returns a RawBuffer over the fake perf ring f, CPU 1.
+func perfReader(t testing.TB, f *ringtest.Perf) *RawBuffer {
 	t.Helper()
-	return newRawBuffer(f.ring(t, 1), nil)
+	return newRawBuffer(perfRing(t, f, 1), nil)
 }
 
-// perf returns the perf ring a RawBuffer over a fake ring reads.
-func (b *RawBuffer) perf() *ring.Perf { return b.r.(*ring.Perf) }
-
-// ring returns a reader of the ring, CPU cpu.
-func (f *fakeRing) ring(t testing.TB, cpu int) *ring.Perf {
+// perfRing returns a reader of the fake perf ring f, CPU cpu.
+func perfRing(t testing.TB, f *ringtest.Perf, cpu int) *ring.Perf {
 	t.Helper()
-	r, err := ring.NewPerfFromParts(cpu, f.page, f.data)
+	r, err := ring.NewPerfFromParts(cpu, f.Page, f.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-// space is the kernel's CIRC_SPACE(head, tail, size): it leaves one byte unused, so with
-// 8-byte records the ring never fills completely.
-func (f *fakeRing) space() uint64 {
-	// Pairs with the reader's StoreUint64 of data_tail (kernel: READ_ONCE + smp_mb in perf_output_begin).
-	tail := atomic.LoadUint64(&f.page.Data_tail)
-	return (tail - f.head - 1) & uint64(len(f.data)-1)
-}
-
-// put writes raw bytes at the producer's head, wrapping at the ring's end. No space check.
-func (f *fakeRing) put(p []byte) {
-	off := int(f.head & uint64(len(f.data)-1))
-	n := copy(f.data[off:], p)
-	copy(f.data, p[n:])
-	f.head += uint64(len(p))
-}
-
-// publish makes everything written so far visible to the reader.
-func (f *fakeRing) publish() {
-	// Release, like smp_store_release(&user_page->data_head) in perf_output_put_handle.
-	atomic.StoreUint64(&f.page.Data_head, f.head)
-}
-
-// fakeSample encodes a PERF_RECORD_SAMPLE carrying payload, padded as the kernel pads
-// bpf_perf_event_output data: raw size round_up(n+4, 8)-4.
-func fakeSample(payload []byte) []byte {
-	raw := (len(payload)+4+7)&^7 - 4
-	rec := make([]byte, 8+4+raw)
-	binary.NativeEndian.PutUint32(rec[0:], unix.PERF_RECORD_SAMPLE)
-	binary.NativeEndian.PutUint16(rec[6:], uint16(len(rec)))
-	binary.NativeEndian.PutUint32(rec[8:], uint32(raw))
-	copy(rec[12:], payload)
-	return rec
-}
-
-// fakeLost encodes a PERF_RECORD_LOST.
-func fakeLost(id, lost uint64) []byte {
-	rec := make([]byte, 24)
-	binary.NativeEndian.PutUint32(rec[0:], unix.PERF_RECORD_LOST)
-	binary.NativeEndian.PutUint16(rec[6:], 24)
-	binary.NativeEndian.PutUint64(rec[8:], id)
-	binary.NativeEndian.PutUint64(rec[16:], lost)
-	return rec
-}
-
-// fakeRecord encodes a record of any type with the given body; size is the header's size field.
-func fakeRecord(typ uint32, size uint16, body []byte) []byte {
-	rec := make([]byte, 8+len(body))
-	binary.NativeEndian.PutUint32(rec[0:], typ)
-	binary.NativeEndian.PutUint16(rec[6:], size)
-	copy(rec[8:], body)
-	return rec
-}
-
-// write writes one record if it fits, as perf_output_begin does; otherwise it counts a lost
-// sample. Pending lost samples are reported first with a PERF_RECORD_LOST in the same
-// reservation. It does not publish.
-func (f *fakeRing) write(rec []byte) bool {
-	need := uint64(len(rec))
-	if f.lost > 0 {
-		need += 24
-	}
-	if f.space() < need {
-		f.lost++
-		return false
-	}
-	if f.lost > 0 {
-		f.put(fakeLost(0, f.lost))
-		f.lost = 0
-	}
-	f.put(rec)
-	return true
-}
-
-// mustWrite writes and publishes one record.
-func (f *fakeRing) mustWrite(t testing.TB, rec []byte) {
-	t.Helper()
-	if !f.write(rec) {
-		t.Fatalf("no room for a %d-byte record", len(rec))
-	}
-	f.publish()
-}
-
-// fakePadded returns payload padded with zeros as the kernel pads it.
-func fakePadded(payload []byte) []byte {
-	out := make([]byte, (len(payload)+4+7)&^7-4)
-	copy(out, payload)
-	return out
-}
-
-// fakeCollect reads every record up to the head snapshot without committing.
-
 // fakeRings are fake perf rings with an eventfd each standing in for the
 // perf event's fd: a producer signals it after publishing, as the kernel's
 // wakeup makes the perf fd readable.
 type fakeRings struct {
-	rings []*fakeRing
+	rings []*ringtest.Perf
 	fds   []int
 	cpus  []int // the CPU behind ring i; i unless a test says otherwise
 }
@@ -164,7 +47,7 @@ func newFakeRings(t testing.TB, n, size int) *fakeRings {
 	t.Helper()
 	f := &fakeRings{}
 	for i := 0; i < n; i++ {
-		f.rings = append(f.rings, newFakeRing(size))
+		f.rings = append(f.rings, ringtest.NewPerf(size))
 		f.cpus = append(f.cpus, i)
 		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {
@@ -181,7 +64,7 @@ func (f *fakeRings) perf(t testing.TB) []*ring.Perf {
 	t.Helper()
 	var out []*ring.Perf
 	for i, r := range f.rings {
-		out = append(out, r.ring(t, f.cpus[i]))
+		out = append(out, perfRing(t, r, f.cpus[i]))
 	}
 	return out
 }
@@ -273,7 +156,7 @@ func payload(key, seq uint64, size int) []byte {
 
 func (f *fakeRings) emit(t testing.TB, ring int, key, seq uint64, size int) {
 	t.Helper()
-	f.rings[ring].mustWrite(t, fakeSample(payload(key, seq, size)))
+	f.rings[ring].MustWrite(t, ringtest.PerfSample(payload(key, seq, size)))
 }
 
 // perfBuffer returns what New returns for sample and lost over the fake

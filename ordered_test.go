@@ -236,7 +236,7 @@ func TestOrderedHighWater(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	o := f.ordered(t, Order{MaxDelay: time.Hour, HighWater: 1024})
 	seq := uint64(0)
-	for f.rings[0].space() > 1024 {
+	for f.rings[0].Space() > 1024 {
 		f.emit(t, 0, 10+seq, seq, 40)
 		seq++
 	}
@@ -274,11 +274,11 @@ func TestOrderedRace(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			for seq := uint64(0); seq < uint64(n); {
-				if f.rings[i].write(fakeSample(payload(now(), seq, 24))) {
+				if f.rings[i].Write(ringtest.PerfSample(payload(now(), seq, 24))) {
 					seq++
-					f.rings[i].publish()
+					f.rings[i].Publish()
 				} else {
-					f.rings[i].lost = 0
+					f.rings[i].Lost = 0
 					time.Sleep(20 * time.Microsecond)
 				}
 			}
@@ -325,7 +325,7 @@ func TestOrderedCorrupt(t *testing.T) {
 	for seq := uint64(0); seq < 3; seq++ {
 		f.emit(t, 0, 10+seq, seq, 200) // 216 bytes each
 	}
-	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 648, 16 bytes: size 0
+	f.rings[0].MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 648, 16 bytes: size 0
 	// Parse ahead and hold the three (ring 1 is empty: nothing releases
 	// them), hitting the corrupt record.
 	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
@@ -334,10 +334,10 @@ func TestOrderedCorrupt(t *testing.T) {
 		t.Fatalf("read: %v, want the deadline (records held)", err)
 	}
 	// A producer fills whatever space the reader handed back.
-	for f.rings[0].write(fakeSample(payload(0, 99, 200))) {
+	for f.rings[0].Write(ringtest.PerfSample(payload(0, 99, 200))) {
 	}
-	f.rings[0].lost = 0
-	f.rings[0].publish()
+	f.rings[0].Lost = 0
+	f.rings[0].Publish()
 	o.Flush()
 	o.SetDeadline(time.Now().Add(5 * time.Second))
 	got := readN(t, o, 3)
@@ -436,7 +436,7 @@ func orderedModel(t *testing.T, mode string, rings int, seed int64) {
 	emit := func(i int, key uint64) {
 		seq := emitted[i]
 		emitted[i]++
-		if !f.rings[i].write(fakeSample(payload(key, seq, 16))) {
+		if !f.rings[i].Write(ringtest.PerfSample(payload(key, seq, 16))) {
 			lostSeqs[i][seq] = true
 		}
 	}
@@ -529,7 +529,7 @@ func orderedModel(t *testing.T, mode string, rings int, seed int64) {
 				keys[i] = max(keys[i], stamp) // a CPU's own records stay in order
 				emit(i, keys[i])
 			}
-			f.rings[i].publish()
+			f.rings[i].Publish()
 		case r < 95: // read what the release rule lets go now
 			o.SetDeadline(time.Now()) // deliver what may go, then stop
 			for {
@@ -560,7 +560,7 @@ func orderedModel(t *testing.T, mode string, rings int, seed int64) {
 	for i := 0; i < rings; i++ {
 		keys[i] = 1 << 60
 		emit(i, keys[i])
-		f.rings[i].publish()
+		f.rings[i].Publish()
 	}
 	drain()
 	st := o.Stats()
@@ -610,7 +610,7 @@ func TestOrderedMaxFillAtStart(t *testing.T) {
 	for seq := uint64(0); seq < 5; seq++ {
 		f.emit(t, 0, 10+seq, seq, 40)
 	}
-	want := int(f.rings[0].head)
+	want := int(f.rings[0].Head)
 	o := f.ordered(t, Order{MaxDelay: time.Hour})
 	o.Flush()
 	o.SetDeadline(time.Now().Add(5 * time.Second))
@@ -634,7 +634,7 @@ func TestOrderedHeadBackwards(t *testing.T) {
 	}
 	// Garbage past the head (never published): a sample whose sizes do not
 	// fit the 1024-byte ring.
-	bad := f.rings[0].data[128:]
+	bad := f.rings[0].Data[128:]
 	binary.NativeEndian.PutUint32(bad[0:], unix.PERF_RECORD_SAMPLE)
 	binary.NativeEndian.PutUint16(bad[6:], 65528)
 	binary.NativeEndian.PutUint32(bad[8:], 65000)
@@ -653,7 +653,7 @@ func TestOrderedHeadBackwards(t *testing.T) {
 	if err := read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read 1: %v", err) // front 10 held, look-ahead scanned to 128
 	}
-	page := &f.rings[0].page.Data_head
+	page := &f.rings[0].Page.Data_head
 	atomic.StoreUint64(page, 64) // head moves backwards (corrupt)
 	if err := read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read 2: %v", err)
@@ -707,7 +707,7 @@ func TestOrderedLostCountedWhenDelivered(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1 << 62})
 	f.emit(t, 0, 10, 0, 16)
-	f.rings[0].mustWrite(t, fakeLost(0, 7))
+	f.rings[0].MustWrite(t, ringtest.PerfLost(0, 7))
 	f.emit(t, 0, 20, 1, 16)
 	// Ring 1 is empty: the 10 is held, and the look-ahead (rule 2) parses
 	// the lost record behind it.
@@ -815,7 +815,7 @@ func TestOrderedEachRunChecksContext(t *testing.T) {
 // exact.
 func TestOrderedRun(t *testing.T) {
 	const n, size = 100, 1 << 14
-	recSize := len(fakeSample(payload(0, 0, 16))) // 32
+	recSize := len(ringtest.PerfSample(payload(0, 0, 16))) // 32
 	for _, keyFn := range []bool{false, true} {
 		for _, mode := range []string{"Each", "ReadInto"} {
 			t.Run(fmt.Sprintf("keyFn=%v/%s", keyFn, mode), func(t *testing.T) {
@@ -824,7 +824,7 @@ func TestOrderedRun(t *testing.T) {
 				// 60 samples and the lost record: the 61st sample straddles
 				// the end, and its key with it.
 				start := uint64(3*size - 16 - 60*recSize - 24)
-				f.rings[0] = newFakeRingAt(size, start)
+				f.rings[0] = ringtest.NewPerfAt(size, start)
 				ord := Order{MaxDelay: time.Hour}
 				if keyFn {
 					ord.Key = func(data []byte) uint64 { return binary.NativeEndian.Uint64(data) }
@@ -832,13 +832,13 @@ func TestOrderedRun(t *testing.T) {
 				o := f.ordered(t, ord)
 				for seq := uint64(0); seq < n; seq++ {
 					if seq == 40 {
-						f.rings[0].mustWrite(t, fakeLost(0, 7))
+						f.rings[0].MustWrite(t, ringtest.PerfLost(0, 7))
 					}
 					f.emit(t, 0, 1+seq, seq, 16)
 				}
 				f.emit(t, 1, 1000, n, 16)
 				f.emit(t, 2, 2000, n+1, 16)
-				if straddles := f.rings[0].data[size-16:]; binary.NativeEndian.Uint32(straddles) != unix.PERF_RECORD_SAMPLE {
+				if straddles := f.rings[0].Data[size-16:]; binary.NativeEndian.Uint32(straddles) != unix.PERF_RECORD_SAMPLE {
 					t.Fatal("no record 16 bytes before the ring's end")
 				}
 				o.SetDeadline(time.Now().Add(5 * time.Second))
@@ -891,8 +891,8 @@ func TestOrderedRun(t *testing.T) {
 						t.Errorf("ring %d stats %+v, want %+v", i, st[i], want)
 					}
 				}
-				if f.rings[0].page.Data_tail != f.rings[0].head {
-					t.Errorf("ring 0 committed to %d, its head is %d", f.rings[0].page.Data_tail-start, f.rings[0].head-start)
+				if f.rings[0].Page.Data_tail != f.rings[0].Head {
+					t.Errorf("ring 0 committed to %d, its head is %d", f.rings[0].Page.Data_tail-start, f.rings[0].Head-start)
 				}
 			})
 		}
@@ -926,10 +926,10 @@ func TestOrderedTimerKept(t *testing.T) {
 	go func() {
 		for seq := range uint64(n) {
 			written[seq] = time.Now() // before the publish, which the read pairs with
-			if !f.rings[0].write(fakeSample(payload(10+seq, seq, 24))) {
+			if !f.rings[0].Write(ringtest.PerfSample(payload(10+seq, seq, 24))) {
 				t.Errorf("no room for record %d", seq)
 			}
-			f.rings[0].publish()
+			f.rings[0].Publish()
 			f.wake(0)
 			time.Sleep(gap)
 		}

@@ -24,14 +24,14 @@ func BenchmarkPerfBufferConsume(b *testing.B) {
 			f.rings[0] = ring
 			var sum uint64
 			pb := f.perfBuffer(b, func(_ int, data []byte) { sum += ringtest.Sum(data) }, nil)
-			size := uint64(len(ring.data))
+			size := uint64(len(ring.Data))
 			samples := 0
 			var elapsed time.Duration
 			b.ReportAllocs()
 			b.ResetTimer()
 			for samples < b.N {
 				// The next lap, the same full ring (see benchDrain).
-				atomic.StoreUint64(&ring.page.Data_head, atomic.LoadUint64(&ring.page.Data_tail)+size)
+				atomic.StoreUint64(&ring.Page.Data_head, atomic.LoadUint64(&ring.Page.Data_tail)+size)
 				start := time.Now()
 				n, err := pb.Consume()
 				elapsed += time.Since(start)

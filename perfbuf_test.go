@@ -200,7 +200,7 @@ func TestSampleRecordSize(t *testing.T) {
 			t.Errorf("ring.PerfSampleSize(%d) = %d, want %d", n, got, want)
 		}
 		// What the fake producer writes, as the kernel does.
-		if got := len(fakeSample(make([]byte, n))); got != want {
+		if got := len(ringtest.PerfSample(make([]byte, n))); got != want {
 			t.Errorf("a %d-byte sample makes a %d-byte record, want %d", n, got, want)
 		}
 	}
@@ -303,14 +303,14 @@ func TestPerfBufferConsume(t *testing.T) {
 	for _, withLost := range []bool{true, false} {
 		f := newFakeRings(t, 3, 4096)
 		f.cpus = []int{0, 2, 5}
-		f.rings[0] = newFakeRingAt(256, 3*256-16) // the first sample straddles the end
+		f.rings[0] = ringtest.NewPerfAt(256, 3*256-16) // the first sample straddles the end
 		wrapped := ringtest.Pattern(20, 1)
-		f.rings[0].mustWrite(t, fakeSample(wrapped))
-		f.rings[0].mustWrite(t, fakeLost(1, 7))
-		f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8)))
-		f.rings[0].mustWrite(t, fakeSample([]byte("a")))
-		f.rings[1].mustWrite(t, fakeSample([]byte("hello, world")))
-		f.rings[1].mustWrite(t, fakeSample(nil))
+		f.rings[0].MustWrite(t, ringtest.PerfSample(wrapped))
+		f.rings[0].MustWrite(t, ringtest.PerfLost(1, 7))
+		f.rings[0].MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8)))
+		f.rings[0].MustWrite(t, ringtest.PerfSample([]byte("a")))
+		f.rings[1].MustWrite(t, ringtest.PerfSample([]byte("hello, world")))
+		f.rings[1].MustWrite(t, ringtest.PerfSample(nil))
 		var got []delivery
 		sample, lost := recorder(&got)
 		if !withLost {
@@ -338,8 +338,8 @@ func TestPerfBufferConsume(t *testing.T) {
 			t.Errorf("stats %+v\nwant %+v", st, wantStats)
 		}
 		for i, ring := range f.rings {
-			if ring.page.Data_tail != ring.head {
-				t.Errorf("ring %d committed to %d, head %d", i, ring.page.Data_tail, ring.head)
+			if ring.Page.Data_tail != ring.Head {
+				t.Errorf("ring %d committed to %d, head %d", i, ring.Page.Data_tail, ring.Head)
 			}
 		}
 		if n, err := pb.Consume(); n != 0 || err != nil || len(got) != len(want) {
@@ -475,7 +475,7 @@ func TestRawIndex(t *testing.T) {
 		t.Fatalf("Buffer(0) after Release: %v", err)
 	}
 	b.Release()
-	if f.rings[0].page.Data_tail != 0 {
+	if f.rings[0].Page.Data_tail != 0 {
 		t.Error("Raw read the ring")
 	}
 }
@@ -488,8 +488,8 @@ func TestPerfBufferCorrupt(t *testing.T) {
 	var got []delivery
 	pb := f.recording(t, &got)
 	f.emit(t, 0, 0, 0, 16)
-	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 32, 16 bytes: size 0
-	f.emit(t, 0, 0, 1, 16)                                                           // skipped with it
+	f.rings[0].MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 32, 16 bytes: size 0
+	f.emit(t, 0, 0, 1, 16)                                                                    // skipped with it
 	f.emit(t, 1, 0, 2, 16)
 	n, err := pb.Consume()
 	var ce *CorruptError
@@ -504,14 +504,14 @@ func TestPerfBufferCorrupt(t *testing.T) {
 	if st[0].Samples != 1 || st[0].Corrupt != 1 || st[0].CorruptBytes != 16+32 || st[1].Samples != 1 || st[1].Corrupt != 0 {
 		t.Errorf("stats %+v", st)
 	}
-	if f.rings[0].page.Data_tail != f.rings[0].head {
-		t.Errorf("ring 0 committed to %d, not skipped to its head %d", f.rings[0].page.Data_tail, f.rings[0].head)
+	if f.rings[0].Page.Data_tail != f.rings[0].Head {
+		t.Errorf("ring 0 committed to %d, not skipped to its head %d", f.rings[0].Page.Data_tail, f.rings[0].Head)
 	}
 	f.emit(t, 0, 0, 3, 16)
 	if n, err := pb.Consume(); n != 1 || err != nil {
 		t.Errorf("Consume after the report = %d, %v", n, err)
 	}
-	f.rings[1].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8)))
+	f.rings[1].MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8)))
 	if n, err := pb.ConsumeBuffer(1); n != 0 || !errors.As(err, &ce) || ce.CPU != 1 || !strings.HasPrefix(err.Error(), `consume ring 1 of perf event array "fake": `) {
 		t.Errorf("ConsumeBuffer(1) = %d, %v; want ring 1's corruption", n, err)
 	}
@@ -675,8 +675,8 @@ func TestPerfBufferPanic(t *testing.T) {
 		pb.Poll(time.Second)
 		t.Error("Poll returned")
 	}()
-	if f.rings[0].page.Data_tail != 2*32 {
-		t.Errorf("after the panic, ring 0 committed to %d, want 64 (the sample it panicked on included)", f.rings[0].page.Data_tail)
+	if f.rings[0].Page.Data_tail != 2*32 {
+		t.Errorf("after the panic, ring 0 committed to %d, want 64 (the sample it panicked on included)", f.rings[0].Page.Data_tail)
 	}
 	if st := pb.Stats()[0]; st.Samples != 2 {
 		t.Errorf("after the panic, stats %+v; want 2 samples", st)
@@ -716,43 +716,43 @@ func TestRawHeld(t *testing.T) {
 	}
 }
 
-// Every corrupt ring the parser knows (fakeCorruptCases), through callback
+// Every corrupt ring the parser knows (ringtest.PerfCorrupts), through callback
 // mode: Consume delivers the good records before it, reports it once as a
 // *CorruptError, counts it, and delivers the ring's next samples. libbpf's
 // own parser, which callback mode used before, hangs or crashes on these.
 func TestPerfBufferCorruptCases(t *testing.T) {
-	for _, c := range fakeCorruptCases() {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range ringtest.PerfCorrupts() {
+		t.Run(c.Name, func(t *testing.T) {
 			f := newFakeRings(t, 1, 1024)
-			ring := newFakeRingAt(1024, 1<<20+c.at)
-			f.rings[0].page, f.rings[0].data, f.rings[0].head = ring.page, ring.data, ring.head
-			bad := f.rings[0].head
-			for i, r := range c.recs {
-				if i == len(c.recs)-1 {
-					bad = f.rings[0].head
+			ring := ringtest.NewPerfAt(1024, 1<<20+c.At)
+			f.rings[0].Page, f.rings[0].Data, f.rings[0].Head = ring.Page, ring.Data, ring.Head
+			bad := f.rings[0].Head
+			for i, r := range c.Recs {
+				if i == len(c.Recs)-1 {
+					bad = f.rings[0].Head
 				}
-				f.rings[0].put(r)
+				f.rings[0].Put(r)
 			}
-			f.rings[0].publish()
+			f.rings[0].Publish()
 			var got []delivery
 			pb := f.recording(t, &got)
 			n, err := pb.Consume()
 			var ce *CorruptError
-			if !errors.As(err, &ce) || ce.Pos != bad || !strings.Contains(ce.Reason, c.reason) {
-				t.Fatalf("Consume = %d, %v; want %q at %d", n, err, c.reason, bad)
+			if !errors.As(err, &ce) || ce.Pos != bad || !strings.Contains(ce.Reason, c.Reason) {
+				t.Fatalf("Consume = %d, %v; want %q at %d", n, err, c.Reason, bad)
 			}
-			if n != len(c.recs)-1 || len(got) != n {
-				t.Fatalf("%d samples delivered before the corrupt record, want %d", n, len(c.recs)-1)
+			if n != len(c.Recs)-1 || len(got) != n {
+				t.Fatalf("%d samples delivered before the corrupt record, want %d", n, len(c.Recs)-1)
 			}
 			if n, err := pb.Consume(); n != 0 || err != nil {
 				t.Fatalf("second Consume = %d, %v: reported more than once", n, err)
 			}
 			// The producer goes on from its own head.
-			f.rings[0].mustWrite(t, fakeSample([]byte("after")))
+			f.rings[0].MustWrite(t, ringtest.PerfSample([]byte("after")))
 			if n, err := pb.Consume(); n != 1 || err != nil {
 				t.Fatalf("Consume after the corruption = %d, %v; want the new sample", n, err)
 			}
-			if st := pb.Stats()[0]; st.Corrupt != 1 || st.Samples != uint64(len(c.recs)) {
+			if st := pb.Stats()[0]; st.Corrupt != 1 || st.Samples != uint64(len(c.Recs)) {
 				t.Fatalf("stats %+v", st)
 			}
 		})

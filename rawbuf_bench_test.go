@@ -17,23 +17,23 @@ import (
 // payload size, plus one record of another type that pads the ring to exactly its size.
 // Every lap of the ring then holds the same records at the same offsets, so the benchmark
 // hands the reader a full ring again by moving data_head one ring size on.
-func benchRing(b *testing.B, payload int) (*fakeRing, int) {
+func benchRing(b *testing.B, payload int) (*ringtest.Perf, int) {
 	const size = 256 << 10
-	f := newFakeRing(size)
-	rec := fakeSample(make([]byte, payload))
+	f := ringtest.NewPerf(size)
+	rec := ringtest.PerfSample(make([]byte, payload))
 	for i := range rec[12:] {
 		rec[12+i] = byte(i)
 	}
 	n := 0
-	for f.head+uint64(len(rec)) <= size-8 {
-		f.put(rec)
+	for f.Head+uint64(len(rec)) <= size-8 {
+		f.Put(rec)
 		n++
 	}
-	if pad := size - f.head; pad > 0 {
-		f.put(fakeRecord(unix.PERF_RECORD_THROTTLE, uint16(pad), make([]byte, pad-8)))
+	if pad := size - f.Head; pad > 0 {
+		f.Put(ringtest.PerfRecord(unix.PERF_RECORD_THROTTLE, uint16(pad), make([]byte, pad-8)))
 	}
-	if f.head != size {
-		b.Fatalf("ring filled to %d", f.head)
+	if f.Head != size {
+		b.Fatalf("ring filled to %d", f.Head)
 	}
 	return f, n
 }
@@ -50,7 +50,7 @@ func BenchmarkRawDrain(b *testing.B) {
 
 func benchDrain(b *testing.B, copying bool, payload int) {
 	f, perLap := benchRing(b, payload)
-	rb := f.reader(b)
+	rb := perfReader(b, f)
 	var sum uint64
 	var buf []byte
 	var fn func(rec *Record) error
@@ -78,7 +78,7 @@ func benchDrain(b *testing.B, copying bool, payload int) {
 	for samples < b.N {
 		// Hand the reader the next lap, the same full ring: a release store of data_head as
 		// the kernel's perf_output_put_handle does, for the acquire load in Begin.
-		atomic.StoreUint64(&f.page.Data_head, rb.perf().Cur().Tail()+size)
+		atomic.StoreUint64(&f.Page.Data_head, atomic.LoadUint64(&f.Page.Data_tail)+size)
 		start := time.Now()
 		n, err := rb.Drain(fn)
 		elapsed += time.Since(start)

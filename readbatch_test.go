@@ -9,10 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"testing"
 
-	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
@@ -33,7 +31,7 @@ func batchKinds() []batchKind {
 			f := newFakeRings(t, 1, 64<<10)
 			r := f.reader(t, ReaderOptions{MaxLatency: -1})
 			return r, func(seq uint64, n int) { f.emit(t, 0, seq, seq, n) },
-				func() { f.rings[0].mustWrite(t, fakeRecord(9, 0, make([]byte, 8))) } // size 0
+				func() { f.rings[0].MustWrite(t, ringtest.PerfRecord(9, 0, make([]byte, 8))) } // size 0
 		},
 		seqOf:   seqOf,
 		padding: func(n int) int { return (n+4+7)&^7 - 4 },
@@ -137,83 +135,5 @@ func TestReadBatchBytesCap(t *testing.T) {
 				t.Errorf("ReadBatch after Close = %d, %v", n, err)
 			}
 		})
-	}
-}
-
-// The ring's loop into a sink on a perf ring: limit, stop (Close during a
-// record), a full batch, Room, lost records copied, a sample that
-// straddles the ring's end copied in one piece, and a sample function that
-// takes the samples in one piece while the loop's function gets the rest.
-func TestPerfEachSink(t *testing.T) {
-	f := newFakeRingAt(256, 128)
-	f.mustWrite(t, fakeSample(ringtest.Pattern(20, 1))) // at 128, 32 bytes
-	f.mustWrite(t, fakeLost(1, 7))                      // at 160, 24 bytes
-	f.mustWrite(t, fakeSample(ringtest.Pattern(44, 2))) // at 184, 56 bytes
-	f.mustWrite(t, fakeSample(ringtest.Pattern(36, 3))) // at 240: 4 bytes, then 32 at the start
-	f.mustWrite(t, fakeSample(ringtest.Pattern(4, 4)))  // at 288
-	want := "[sample 20 1 lost 7 sample 44 2 sample 36 3 sample 4 4]"
-	show := func(c *Sample) string {
-		if c.Type == RecordLost {
-			return fmt.Sprintf("lost %d", c.Lost)
-		}
-		return fmt.Sprintf("sample %d %d", len(c.Data), c.Data[0]) // Pattern's first byte is its seed
-	}
-	run := func(s *ring.Sink, limit uint64, stop *atomic.Bool) (string, []int) {
-		b := f.reader(t)
-		b.Begin()
-		var out []string
-		var ks []int
-		for {
-			s.N, s.Room = 0, 1<<20
-			k, _, err := b.perf().Each(new(Record), limit-(b.perf().Pos()-128), stop, func(*Record) error {
-				t.Fatal("the function called with a copying sink")
-				return nil
-			}, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range s.Into[:s.N] {
-				out = append(out, show(&s.Into[i]))
-			}
-			ks = append(ks, k)
-			if !s.Full() || b.perf().Pos()-128 >= limit {
-				return fmt.Sprint(out), ks
-			}
-		}
-	}
-	for _, n := range []int{1, 2, 5, 64} {
-		if got, ks := run(&ring.Sink{Into: make([]Sample, n)}, 1<<20, new(atomic.Bool)); got != want {
-			t.Errorf("batches of %d: %s in calls %v, want %s", n, got, ks, want)
-		}
-	}
-	if got, ks := run(&ring.Sink{Into: make([]Sample, 64)}, 57, new(atomic.Bool)); got != "[sample 20 1 lost 7 sample 44 2]" || fmt.Sprint(ks) != "[3]" {
-		t.Errorf("limit 57: %s in calls %v", got, ks)
-	}
-	var stop atomic.Bool
-	stop.Store(true) // closed during the first record
-	if got, _ := run(&ring.Sink{Into: make([]Sample, 64)}, 1<<20, &stop); got != "[sample 20 1]" {
-		t.Errorf("stop: %s", got)
-	}
-	// Room: the loop stops after the record that uses it up.
-	b := f.reader(t)
-	b.Begin()
-	s := ring.Sink{Into: make([]Sample, 64), Room: 21}
-	if k, _, err := b.perf().Each(new(Record), 1<<20, new(atomic.Bool), nil, &s); k != 3 || s.N != 3 || err != nil || !s.Full() {
-		t.Errorf("room 21: %d records, %d copies, %v", k, s.N, err) // 20 bytes, a lost record, 44
-	}
-
-	var seen []string
-	b = f.reader(t)
-	b.Begin()
-	sampleSink := ring.Sink{Sample: func(cpu int, data []byte) {
-		seen = append(seen, fmt.Sprintf("sample %d cpu %d", len(data), cpu))
-	}}
-	k, _, err := b.perf().Each(new(Record), 1<<20, new(atomic.Bool), func(rec *Record) error {
-		seen = append(seen, fmt.Sprintf("fn %v %d+%d", rec.Type, len(rec.Data), len(rec.Wrapped)))
-		return nil
-	}, &sampleSink)
-	c := b.CPU()
-	if k != 5 || err != nil || fmt.Sprint(seen) != fmt.Sprintf("[sample 20 cpu %d fn lost 0+0 sample 44 cpu %d fn sample 4+32 sample 4 cpu %d]", c, c, c) {
-		t.Errorf("sample function: %d, %v, %v", k, err, seen)
 	}
 }

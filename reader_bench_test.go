@@ -23,7 +23,7 @@ import (
 // byte of each sample (EachSum).
 func readRound(b *testing.B, f *fakeRings, r *Reader, mode string, s *Sample) {
 	for _, ring := range f.rings {
-		ring.publish()
+		ring.Publish()
 	}
 	r.Flush()
 	b.StartTimer()
@@ -71,7 +71,7 @@ func BenchmarkReaderReadInto(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/size=%d", mode, size), func(b *testing.B) {
 				f := newFakeRings(b, 2, benchRingSize)
 				r := f.reader(b, ReaderOptions{MaxLatency: -1})
-				rec := fakeSample(payload(0, 0, size))
+				rec := ringtest.PerfSample(payload(0, 0, size))
 				per := (benchRingSize - 4096) / len(rec)
 				var s Sample
 				b.ReportAllocs()
@@ -79,7 +79,7 @@ func BenchmarkReaderReadInto(b *testing.B) {
 				for done := 0; done < b.N; done += 2 * per {
 					b.StopTimer()
 					for i := 0; i < 2*per; i++ {
-						f.rings[i%2].write(rec)
+						f.rings[i%2].Write(rec)
 					}
 					readRound(b, f, r, mode, &s)
 				}
@@ -109,10 +109,10 @@ func BenchmarkOrderedReadInto(b *testing.B) {
 func benchOrdered(b *testing.B, mode string, size, run int) {
 	f := newFakeRings(b, 2, benchRingSize)
 	o := f.ordered(b, Order{MaxDelay: time.Hour})
-	per := (benchRingSize - 4096) / len(fakeSample(payload(0, 0, size)))
+	per := (benchRingSize - 4096) / len(ringtest.PerfSample(payload(0, 0, size)))
 	recs := make([][]byte, 2*per)
 	for i := range recs {
-		recs[i] = fakeSample(payload(0, uint64(i), size))
+		recs[i] = ringtest.PerfSample(payload(0, uint64(i), size))
 	}
 	key := uint64(0)
 	var s Sample
@@ -123,7 +123,7 @@ func benchOrdered(b *testing.B, mode string, size, run int) {
 		for i, rec := range recs {
 			key++
 			binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
-			f.rings[i/run%2].write(rec)
+			f.rings[i/run%2].Write(rec)
 		}
 		readRound(b, f, o, mode, &s)
 	}
@@ -143,7 +143,7 @@ func BenchmarkOrderedManyRings(b *testing.B) {
 				const size = 16 << 12
 				f := newFakeRings(b, n, size)
 				o := f.ordered(b, Order{MaxDelay: time.Hour, KeyWindow: 64})
-				rec := fakeSample(payload(0, 0, 64))
+				rec := ringtest.PerfSample(payload(0, 0, 64))
 				per := (size - 4096) / len(rec) * busy
 				key := uint64(0)
 				var s Sample
@@ -154,7 +154,7 @@ func BenchmarkOrderedManyRings(b *testing.B) {
 					for i := 0; i < per; i++ {
 						key++
 						binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
-						f.rings[i%busy].write(rec)
+						f.rings[i%busy].Write(rec)
 					}
 					readRound(b, f, o, "Each", &s)
 				}

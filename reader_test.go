@@ -133,7 +133,7 @@ func within(t *testing.T, what string, fn func()) {
 // turns alternate.
 func TestReaderFullestFirst(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
-	recSize := len(fakeSample(payload(0, 0, 32)))
+	recSize := len(ringtest.PerfSample(payload(0, 0, 32)))
 	r := f.reader(t, ReaderOptions{})
 	setBudget(r, 4*recSize, 4*recSize) // four records a turn
 	for _, fuller := range []int{1, 0} {
@@ -172,9 +172,9 @@ func TestReaderReadIntoAllocs(t *testing.T) {
 	r := f.reader(t, ReaderOptions{})
 	var s Sample
 	seq := uint64(0)
-	rec := fakeSample(payload(0, 0, 64))
+	rec := ringtest.PerfSample(payload(0, 0, 64))
 	allocs := testing.AllocsPerRun(1000, func() {
-		f.rings[seq%2].mustWrite(t, rec)
+		f.rings[seq%2].MustWrite(t, rec)
 		seq++
 		if err := r.ReadInto(&s); err != nil {
 			t.Fatal(err)
@@ -287,8 +287,8 @@ func TestReaderMaxLatency(t *testing.T) {
 		go func() {
 			defer close(written)
 			time.Sleep(20 * time.Millisecond) // let the read block first
-			f.rings[1].write(fakeSample(payload(0, 7, 16)))
-			f.rings[1].publish() // and raise no wakeup
+			f.rings[1].Write(ringtest.PerfSample(payload(0, 7, 16)))
+			f.rings[1].Publish() // and raise no wakeup
 		}()
 		var s Sample
 		err := r.ReadInto(&s)
@@ -420,9 +420,9 @@ func TestReaderEachAndAll(t *testing.T) {
 func TestReaderLost(t *testing.T) {
 	f := newFakeRings(t, 1, 256)
 	for seq := uint64(0); seq < 10; seq++ {
-		f.rings[0].write(fakeSample(payload(0, seq, 40)))
+		f.rings[0].Write(ringtest.PerfSample(payload(0, seq, 40)))
 	}
-	f.rings[0].publish()
+	f.rings[0].Publish()
 	r := f.reader(t, ReaderOptions{})
 	var got, lost uint64
 	var s Sample
@@ -438,7 +438,7 @@ func TestReaderLost(t *testing.T) {
 		}
 		if got == 4 && lost == 0 {
 			// Room again: the next write carries the LOST record.
-			f.rings[0].mustWrite(t, fakeSample(payload(0, 99, 8)))
+			f.rings[0].MustWrite(t, ringtest.PerfSample(payload(0, 99, 8)))
 		}
 	}
 	// Stats are published when a ring's turn ends: end it.
@@ -474,15 +474,15 @@ func TestReaderRace(t *testing.T) {
 					return
 				default:
 				}
-				if f.rings[i].write(fakeSample(payload(0, seq, 16+rng.Intn(300)))) {
+				if f.rings[i].Write(ringtest.PerfSample(payload(0, seq, 16+rng.Intn(300)))) {
 					seq++
-					f.rings[i].publish()
+					f.rings[i].Publish()
 					if seq%16 == 0 {
 						f.wake(i) // like WakeupEvents 16
 					}
 				} else {
-					f.rings[i].lost = 0 // a full ring: wait, do not lose
-					f.rings[i].publish()
+					f.rings[i].Lost = 0 // a full ring: wait, do not lose
+					f.rings[i].Publish()
 					time.Sleep(10 * time.Microsecond)
 				}
 			}
@@ -521,10 +521,10 @@ func TestReaderConcurrentReads(t *testing.T) {
 	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
 	const n = 3000
 	for seq := uint64(0); seq < n; seq++ {
-		f.rings[seq%2].write(fakeSample(payload(0, seq, 24)))
+		f.rings[seq%2].Write(ringtest.PerfSample(payload(0, seq, 24)))
 	}
-	f.rings[0].publish()
-	f.rings[1].publish()
+	f.rings[0].Publish()
+	f.rings[1].Publish()
 	var mu sync.Mutex
 	seen := map[uint64]int{}
 	var wg sync.WaitGroup
@@ -576,8 +576,8 @@ func TestReaderConcurrentReads(t *testing.T) {
 func TestReaderEachCorruptAndClose(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
-	f.emit(t, 0, 0, 0, 32)                                                            // 48 bytes
-	f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8))) // size not a multiple of 8
+	f.emit(t, 0, 0, 0, 32)                                                                     // 48 bytes
+	f.rings[0].MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8))) // size not a multiple of 8
 	r.SetDeadline(time.Now().Add(50 * time.Millisecond))
 	var seqs []uint64
 	fn := func(rec *Record) error {
@@ -628,7 +628,7 @@ func TestReaderCorruptReportedOnce(t *testing.T) {
 				}
 				f.emit(t, 0, 1, 0, 16) // 32 bytes each
 				f.emit(t, 0, 2, 1, 16)
-				f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 64, 16 bytes: size 0
+				f.rings[0].MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_SAMPLE, 0, make([]byte, 8))) // at 64, 16 bytes: size 0
 				for seq := uint64(2); seq < 5; seq++ {
 					f.emit(t, 1, seq+1, seq, 16)
 				}
@@ -797,7 +797,7 @@ func TestFlushEndsUnderSteadyProducer(t *testing.T) {
 func TestReaderBadHead(t *testing.T) {
 	f := newFakeRings(t, 1, 1024)
 	f.emit(t, 0, 0, 0, 16)
-	atomic.StoreUint64(&f.rings[0].page.Data_head, 4096) // tail 0: more than the ring
+	atomic.StoreUint64(&f.rings[0].Page.Data_head, 4096) // tail 0: more than the ring
 	r := f.reader(t, ReaderOptions{MaxLatency: time.Millisecond})
 	r.SetDeadline(time.Now().Add(30 * time.Millisecond))
 	var s Sample
@@ -807,8 +807,8 @@ func TestReaderBadHead(t *testing.T) {
 		t.Fatalf("first read: %v; want the bad head reported", err)
 	}
 	// The head is passed over, not taken: the sample below it is genuine.
-	if st := r.Stats()[0]; st.Corrupt != 1 || st.CorruptBytes != 0 || f.rings[0].page.Data_tail != 0 {
-		t.Errorf("invalid head taken: stats %+v, tail %d", st, f.rings[0].page.Data_tail)
+	if st := r.Stats()[0]; st.Corrupt != 1 || st.CorruptBytes != 0 || f.rings[0].Page.Data_tail != 0 {
+		t.Errorf("invalid head taken: stats %+v, tail %d", st, f.rings[0].Page.Data_tail)
 	}
 	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("second read: %v; want the deadline (reported once, nothing new)", err)
@@ -865,6 +865,34 @@ func TestEachCtxCancelRacesClose(t *testing.T) {
 	}
 }
 
+// refRecord is what the reference parser reads, as a reader delivers it.
+type refRecord struct {
+	typ       RecordType
+	pos, next uint64
+	payload   []byte
+	lost      uint64
+}
+
+// recordOther marks the reference's records of other types, which no reader delivers.
+const recordOther RecordType = 0xff
+
+// refParse is ringtest.ParsePerf's reading of a perf ring, as refRecords.
+func refParse(mem []byte, tail, head uint64) ([]refRecord, uint64, bool) {
+	refs, at, corrupt := ringtest.ParsePerf(mem, tail, head)
+	var recs []refRecord
+	for _, r := range refs {
+		typ := recordOther
+		switch r.Type {
+		case unix.PERF_RECORD_SAMPLE:
+			typ = RecordSample
+		case unix.PERF_RECORD_LOST:
+			typ = RecordLost
+		}
+		recs = append(recs, refRecord{typ, r.Pos, r.Next, r.Payload, r.Lost})
+	}
+	return recs, at, corrupt
+}
+
 // refRings fills two rings of size bytes, starting at random positions (so
 // that records wrap), with random records: samples of 0 to 300 bytes, lost
 // records and records of another type. It returns them with what the
@@ -874,26 +902,26 @@ func refRings(t *testing.T, rnd *rand.Rand, size int) (*fakeRings, [][]refRecord
 	f := newFakeRings(t, 2, size)
 	want := make([][]refRecord, 2)
 	for i := range f.rings {
-		ring := newFakeRingAt(size, uint64(rnd.Intn(size/8))*8+uint64(rnd.Intn(3))*uint64(size))
-		tail := ring.head
+		ring := ringtest.NewPerfAt(size, uint64(rnd.Intn(size/8))*8+uint64(rnd.Intn(3))*uint64(size))
+		tail := ring.Head
 		for seq := 0; ; seq++ {
 			var rec []byte
 			switch k := rnd.Intn(10); {
 			case k == 0:
-				rec = fakeLost(uint64(seq), uint64(rnd.Intn(100)+1))
+				rec = ringtest.PerfLost(uint64(seq), uint64(rnd.Intn(100)+1))
 			case k == 1:
-				rec = fakeRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8))
+				rec = ringtest.PerfRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8))
 			default:
-				rec = fakeSample(payload(0, uint64(seq), rnd.Intn(300)))
+				rec = ringtest.PerfSample(payload(0, uint64(seq), rnd.Intn(300)))
 			}
-			if !ring.write(rec) {
+			if !ring.Write(rec) {
 				break
 			}
 		}
-		ring.publish()
+		ring.Publish()
 		f.rings[i] = ring
 		var corrupt bool
-		want[i], _, corrupt = refParse(bytes.Clone(ring.data), tail, ring.head)
+		want[i], _, corrupt = refParse(bytes.Clone(ring.Data), tail, ring.Head)
 		if corrupt {
 			t.Fatal("the reference finds a valid ring corrupt")
 		}
@@ -995,13 +1023,13 @@ func TestReaderMatchesReference(t *testing.T) {
 // also when Each is stopped by its fn within a turn and called again: three
 // records a turn here, the rings taking turns.
 func TestReaderTurnsAcrossPauses(t *testing.T) {
-	rec := fakeSample(payload(0, 0, 40))
+	rec := ringtest.PerfSample(payload(0, 0, 40))
 	for _, mode := range []string{"ReadInto", "Each"} {
 		for pause := 1; pause <= 7; pause++ {
 			f := newFakeRings(t, 2, 4096)
 			for seq := 0; seq < 9; seq++ {
-				f.rings[0].mustWrite(t, rec)
-				f.rings[1].mustWrite(t, rec)
+				f.rings[0].MustWrite(t, rec)
+				f.rings[1].MustWrite(t, rec)
 			}
 			r := f.reader(t, ReaderOptions{MaxLatency: -1})
 			setBudget(r, 3*len(rec)-1, 3*len(rec)-1)
@@ -1174,8 +1202,8 @@ func TestReadersSkipOtherRecords(t *testing.T) {
 			r = f.reader(t, ReaderOptions{})
 		}
 		f.emit(t, 0, 1, 0, 16)
-		f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8)))
-		f.rings[0].mustWrite(t, fakeRecord(unix.PERF_RECORD_UNTHROTTLE, 16, make([]byte, 8)))
+		f.rings[0].MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_THROTTLE, 16, make([]byte, 8)))
+		f.rings[0].MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_UNTHROTTLE, 16, make([]byte, 8)))
 		f.emit(t, 0, 2, 1, 16)
 		r.Flush()
 		var types []RecordType

@@ -36,18 +36,18 @@ var readIntoKinds = []readIntoKind{
 		f := newFakeRings(t, 1, 4096)
 		rb := f.rings[0]
 		put := func(seq uint64) bool {
-			if !rb.write(fakeSample(bpfPayload(seq))) {
-				rb.lost = 0 // full: the caller waits, nothing is lost
+			if !rb.Write(ringtest.PerfSample(bpfPayload(seq))) {
+				rb.Lost = 0 // full: the caller waits, nothing is lost
 				return false
 			}
-			rb.publish()
+			rb.Publish()
 			f.wake(0)
 			return true
 		}
 		corrupt := func() (uint64, string) {
-			pos := rb.head
-			rb.mustWrite(t, fakeRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8)))
-			rb.publish()
+			pos := rb.Head
+			rb.MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8)))
+			rb.Publish()
 			f.wake(0)
 			return pos, "record size 12 not a multiple of 8"
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf/internal/ring"
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -89,7 +90,7 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 	}
 
 	rings := roundRings(dist, n)
-	rec := fakeSample(payload(0, 0, manyPayload))
+	rec := ringtest.PerfSample(payload(0, 0, manyPayload))
 
 	delivered := 0
 	key := uint64(0)
@@ -100,12 +101,12 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 		for _, i := range rings {
 			key++ // timestamps: increasing across the rings
 			binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
-			if !f.rings[i].write(rec) {
+			if !f.rings[i].Write(rec) {
 				b.Fatalf("ring %d full", i)
 			}
 		}
 		for _, ring := range f.rings {
-			ring.publish()
+			ring.Publish()
 		}
 		if flush {
 			r.Flush()
@@ -283,14 +284,14 @@ func benchFlood(b *testing.B, kind, pol, form string) {
 			opts.Order = &Order{MaxDelay: time.Hour}
 		}
 		r = f.reader(b, opts)
-		rec := fakeSample(p)
+		rec := ringtest.PerfSample(p)
 		write = func(key uint64) {
 			binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
-			if w := f.rings[key%2]; !w.write(rec) {
+			if w := f.rings[key%2]; !w.Write(rec) {
 				b.Fatal("ring full")
 			} else if key%uint64(perRound) == 0 {
-				f.rings[0].publish()
-				f.rings[1].publish()
+				f.rings[0].Publish()
+				f.rings[1].Publish()
 			}
 		}
 	} else {

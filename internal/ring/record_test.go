@@ -53,3 +53,9 @@ func TestCopyData(t *testing.T) {
 		}
 	}
 }
+
+func TestRecordTypeString(t *testing.T) {
+	if Sample.String() != "sample" || Lost.String() != "lost" || RecordType(9).String() != "RecordType(9)" {
+		t.Fatal("RecordType.String")
+	}
+}

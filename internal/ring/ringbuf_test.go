@@ -1285,3 +1285,70 @@ func TestBPFRingMmap(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 }
+
+// What the owner asks of a ring buffer beside a policy's reads: Progress
+// (producer_pos, plus one while the record at consumer_pos is busy),
+// Stalled and Reached at a busy record, Left up to the first busy record,
+// and a View with positions of its own.
+func TestBPFRingOwner(t *testing.T) {
+	f := ringtest.NewRingBuf(4096)
+	r := fakeReader(t, f)
+	r.SetIndex(3)
+	if r.Cur() != &r.Cursor {
+		t.Fatal("Cur is not the ring's cursor")
+	}
+	f.Output(t, ringtest.Pattern(8, 1)) // 16 bytes at 0
+	pos, ok := f.Reserve(8)             // busy at 16
+	if !ok {
+		t.Fatal("no room")
+	}
+	f.Write(pos, ringtest.Pattern(8, 2))
+	if p := r.Progress(); p != 32 {
+		t.Fatalf("Progress = %d, want 32 (the record at consumer_pos is committed)", p)
+	}
+	if s, l, d := r.Left(0); s != 1 || l != 0 || d != 0 {
+		t.Fatalf("Left(0) = %d, %d, %d; want 1, 0, 0 (the busy record ends the count)", s, l, d)
+	}
+	r.Begin()
+	if recs := bpfCollect(t, r); len(recs) != 1 {
+		t.Fatalf("%d records before the busy one", len(recs))
+	}
+	r.CommitCursor()
+	mark := r.LoadHead()
+	if p := r.Progress(); p != mark+1 || !r.Stalled() {
+		t.Fatalf("Progress = %d, stalled %v at a busy record; want %d, true", p, r.Stalled(), mark+1)
+	}
+	if !r.Reached(16, mark) {
+		t.Fatal("not reached while stalled at the oldest record")
+	}
+
+	f.Commit(pos, true) // discarded
+	if p := r.Progress(); p != mark || r.Stalled() || r.Reached(16, mark) {
+		t.Fatalf("after the discard: Progress %d, stalled %v, reached %v", p, r.Stalled(), r.Reached(16, mark))
+	}
+	if s, _, d := r.Left(16); s != 0 || d != 1 {
+		t.Fatalf("Left(16) = %d samples, %d discarded; want 0, 1", s, d)
+	}
+
+	v, err := r.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Begin()
+	if ok, err := v.Next(new(Record)); ok || err != nil || v.Cur().Index() != 3 || v.Cur().Counts().Discarded != 1 {
+		t.Fatalf("view: Next = %v, %v; index %d, counts %+v", ok, err, v.Cur().Index(), v.Cur().Counts())
+	}
+	if r.Pos() != 16 {
+		t.Fatalf("the view moved the owner's cursor to %d", r.Pos())
+	}
+
+	// consumer_pos past producer_pos, as another writer left it: nothing left,
+	// and not reached.
+	atomic.StoreUint64(&f.Pos[0], 40)
+	if s, _, d := r.Left(16); s != 0 || d != 0 {
+		t.Fatalf("Left with consumer_pos past producer_pos = %d, %d", s, d)
+	}
+	if r.Reached(mark, mark) {
+		t.Fatal("reached with consumer_pos written by another")
+	}
+}

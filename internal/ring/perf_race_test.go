@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package ring
 
 import (
 	"bytes"
@@ -15,30 +15,16 @@ import (
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
-// appendRaceSample encodes sample seq with k pattern bytes as a ring record:
-// payload = u64 seq, u32 k, k pattern bytes (the payload carries its own length, since the
-// kernel pads it).
-func appendRaceSample(dst []byte, seq uint64, k int) []byte {
-	n := 12 + k
-	raw := (n+4+7)&^7 - 4
-	size := 8 + 4 + raw
-	dst = append(dst[:0], make([]byte, size)...)
-	binary.NativeEndian.PutUint32(dst[0:], 9) // PERF_RECORD_SAMPLE
-	binary.NativeEndian.PutUint16(dst[6:], uint16(size))
-	binary.NativeEndian.PutUint32(dst[8:], uint32(raw))
-	binary.NativeEndian.PutUint64(dst[12:], seq)
-	binary.NativeEndian.PutUint32(dst[20:], uint32(k))
-	off := ringtest.RacePatternOff(seq)
-	copy(dst[24:], ringtest.RacePattern[off:off+uint64(k)])
-	return dst
-}
-
-// TestRawRace runs a producer goroutine that follows the kernel's protocol against a reader
-// draining concurrently. Every sample carries a sequence number and a pattern derived from
-// it; the reader checks that every sequence number arrives in order, each byte intact. In
-// the lossy mode the producer drops samples when the ring is full and reports them with
-// PERF_RECORD_LOST records, as the kernel does; the reader checks the counts add up exactly.
-func TestRawRace(t *testing.T) {
+// TestPerfRingRace runs a producer goroutine that follows the kernel's protocol
+// (ringtest.Perf: check the space against data_tail, write the record, then a release
+// store of data_head) against a reader that parses and commits concurrently, as a
+// policy does: Begin, Each (limited to a quarter ring), CommitCursor (a release store of
+// data_tail), and a look with Quiet before it yields. Every sample carries a sequence
+// number and a pattern derived from it; the reader checks that every sequence number
+// arrives in order, each byte intact. In the lossy mode the producer drops samples when
+// the ring is full and reports them with PERF_RECORD_LOST records, as the kernel does;
+// the reader checks the counts add up exactly.
+func TestPerfRingRace(t *testing.T) {
 	total := uint64(3_000_000)
 	if ringtest.RaceEnabled() {
 		total = 200_000
@@ -48,20 +34,19 @@ func TestRawRace(t *testing.T) {
 	}
 	for _, lossy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lossy=%v", lossy), func(t *testing.T) {
-			testRawRace(t, total, lossy)
+			testPerfRingRace(t, total, lossy)
 		})
 	}
 }
 
-func testRawRace(t *testing.T, total uint64, lossy bool) {
-	f := newFakeRing(64 << 10)
-	rb := f.reader(t)
+func testPerfRingRace(t *testing.T, total uint64, lossy bool) {
+	f := ringtest.NewPerf(64 << 10)
+	r := perfReader(t, f)
 	deadline := time.Now().Add(90 * time.Second) // bounds every wait below
 	var stop atomic.Bool
 	prodErr := make(chan error, 1)
-
 	go func() {
-		prodErr <- rawRaceProducer(f, total, lossy, &stop, deadline)
+		prodErr <- perfRaceProducer(f, total, lossy, &stop, deadline)
 	}()
 	defer func() {
 		// The producer stops when it is done, when stop is set or at the deadline.
@@ -84,17 +69,20 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 		buf         []byte
 		finished    bool
 		drains      int
+		rec         Record
+		never       atomic.Bool
+		limit       = uint64(r.Size() / 4)
 	)
 	check := func(rec *Record) error {
 		switch rec.Type {
-		case RecordLost:
+		case Lost:
 			if !lossy {
 				return fmt.Errorf("lost record (%d) from a producer that waits", rec.Lost)
 			}
 			pendingLost += rec.Lost
 			lostTotal += rec.Lost
 			return nil
-		case RecordSample:
+		case Sample:
 		default:
 			return fmt.Errorf("unexpected record %v at %d", rec.Type, rec.Pos)
 		}
@@ -128,12 +116,14 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 	}
 
 	for !finished {
-		n, err := rb.Drain(check)
+		r.Begin()
+		n, _, err := r.Each(&rec, limit, &never, check, nil)
+		r.CommitCursor()
 		drains++
 		if err != nil {
 			t.Fatalf("after %d samples: %v", received, err)
 		}
-		if n == 0 {
+		if n == 0 && r.Quiet() {
 			if time.Now().After(deadline) {
 				t.Fatalf("timed out after %d samples", received)
 			}
@@ -143,9 +133,9 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 	if received+lostTotal != total+1 {
 		t.Fatalf("received %d + lost %d, want %d", received, lostTotal, total+1)
 	}
-	st := rb.Stats()
-	if st.Samples != received || st.Lost != lostTotal || st.Corrupt != 0 || st.CorruptBytes != 0 || st.Other != 0 {
-		t.Fatalf("stats %+v; received %d lost %d", st, received, lostTotal)
+	st := r.Counts()
+	if st.Samples != received || st.Lost != lostTotal || st.Corrupt != 0 || st.CorruptBytes != 0 || st.Other != 0 || st.MaxFill > r.Size() {
+		t.Fatalf("counts %+v; received %d lost %d", st, received, lostTotal)
 	}
 	if !lossy && lostTotal != 0 {
 		t.Fatalf("lost %d", lostTotal)
@@ -153,27 +143,46 @@ func testRawRace(t *testing.T, total uint64, lossy bool) {
 	t.Logf("%d samples received, %d lost, %d drains", received, lostTotal, drains)
 }
 
-// rawRaceProducer writes samples 0..total-1 of random sizes, then a last sample total that
-// it waits room for. It publishes data_head after a random number of records (at least
-// before each wait), like the kernel's nested writers that publish once for several records.
-func rawRaceProducer(f *fakeRing, total uint64, lossy bool, stop *atomic.Bool, deadline time.Time) error {
-	rng := rand.New(rand.NewPCG(1, uint64(total)))
+// appendPerfRaceSample encodes sample seq with k pattern bytes as a perf record:
+// payload = u64 seq, u32 k, k pattern bytes (the payload carries its own length, since
+// the kernel pads it).
+func appendPerfRaceSample(dst []byte, seq uint64, k int) []byte {
+	n := 12 + k
+	raw := (n+4+7)&^7 - 4
+	size := 8 + 4 + raw
+	dst = append(dst[:0], make([]byte, size)...)
+	binary.NativeEndian.PutUint32(dst[0:], 9) // PERF_RECORD_SAMPLE
+	binary.NativeEndian.PutUint16(dst[6:], uint16(size))
+	binary.NativeEndian.PutUint32(dst[8:], uint32(raw))
+	binary.NativeEndian.PutUint64(dst[12:], seq)
+	binary.NativeEndian.PutUint32(dst[20:], uint32(k))
+	off := ringtest.RacePatternOff(seq)
+	copy(dst[24:], ringtest.RacePattern[off:off+uint64(k)])
+	return dst
+}
+
+// perfRaceProducer writes samples 0..total-1 of random sizes, then a last sample total
+// that it waits room for. It publishes data_head after a random number of records (at
+// least before each wait), like the kernel's nested writers that publish once for
+// several records.
+func perfRaceProducer(f *ringtest.Perf, total uint64, lossy bool, stop *atomic.Bool, deadline time.Time) error {
+	rng := rand.New(rand.NewPCG(1, total))
 	var rec []byte
 	unpublished := 0
 	for seq := uint64(0); seq <= total; seq++ {
-		rec = appendRaceSample(rec, seq, rng.IntN(ringtest.RaceMaxBody+1))
+		rec = appendPerfRaceSample(rec, seq, rng.IntN(ringtest.RaceMaxBody+1))
 		if lossy && seq < total {
-			if !f.write(rec) {
-				continue // counted in f.lost, reported before the next sample that fits
+			if !f.Write(rec) {
+				continue // counted in f.Lost, reported before the next sample that fits
 			}
 		} else {
 			need := uint64(len(rec))
-			if f.lost > 0 {
+			if f.Lost > 0 {
 				need += 24
 			}
-			for spins := 0; f.space() < need; spins++ {
+			for spins := 0; f.Space() < need; spins++ {
 				if unpublished > 0 {
-					f.publish()
+					f.Publish()
 					unpublished = 0
 				}
 				if stop.Load() {
@@ -184,16 +193,16 @@ func rawRaceProducer(f *fakeRing, total uint64, lossy bool, stop *atomic.Bool, d
 				}
 				runtime.Gosched()
 			}
-			if !f.write(rec) {
+			if !f.Write(rec) {
 				return fmt.Errorf("sequence %d did not fit", seq)
 			}
 		}
 		unpublished++
 		if unpublished >= 1+rng.IntN(8) {
-			f.publish()
+			f.Publish()
 			unpublished = 0
 		}
 	}
-	f.publish()
+	f.Publish()
 	return nil
 }
