@@ -133,12 +133,13 @@ test: build
 # are built): the package's unit tests, internal/kernel's (the bpf(2) and
 # perf_event_open calls in Go), selftest/nocgo (a ring buffer and a perf
 # event array read in every form, loaded with cilium/ebpf; privileged),
-# selftest/ciliumbuffer (ciliumbuffer's Prepare and Map; privileged) and
-# selftest/upgrade (two processes over a pinned perf event array; privileged).
+# selftest/ciliumbuffer (ciliumbuffer's Prepare and Map; privileged),
+# selftest/upgrade (two processes over a pinned perf event array; privileged) and
+# selftest/crossproc (readers in child processes over both kinds; privileged).
 # No -race: the race detector needs cgo.
 test-nocgo: bpf
-	@echo "no cgo: the package, internal/kernel, ciliumbuffer, selftest/nocgo, selftest/ciliumbuffer and selftest/upgrade with CGO_ENABLED=0"
-	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/kernel ./bpfbuffer/internal/buflayout ./bpfbuffer/ciliumbuffer ./selftest/nocgo ./selftest/ciliumbuffer ./selftest/upgrade
+	@echo "no cgo: the package, internal/kernel, ciliumbuffer, selftest/nocgo, selftest/ciliumbuffer, selftest/upgrade and selftest/crossproc with CGO_ENABLED=0"
+	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/kernel ./bpfbuffer/internal/buflayout ./bpfbuffer/ciliumbuffer ./selftest/nocgo ./selftest/ciliumbuffer ./selftest/upgrade ./selftest/crossproc
 
 # The package's tests that need no cgo (the parser, the readers over fake
 # rings, the fuzz corpora) on a big-endian host: built for s390x and run under

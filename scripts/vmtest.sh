@@ -98,7 +98,7 @@ OUT=$PWD/build/vmtest
 
 # The packages with privileged tests, run in this order; the offline pass
 # runs the ring packages again.
-PACKAGES=${VMTEST_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/failures selftest/ringbuf selftest/bpfbuffer selftest/ciliumbuffer selftest/overwrite selftest/upgrade selftest/hotplug cmd/execsnoop cmd/mountsnoop bench/selftest bench/perfbench"}
+PACKAGES=${VMTEST_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/failures selftest/ringbuf selftest/bpfbuffer selftest/ciliumbuffer selftest/overwrite selftest/upgrade selftest/crossproc selftest/hotplug cmd/execsnoop cmd/mountsnoop bench/selftest bench/perfbench"}
 OFFLINE_PACKAGES=${VMTEST_OFFLINE_PACKAGES:-"selftest/callback selftest/raw selftest/readers selftest/failures"}
 OFFLINE_CPU=3
 

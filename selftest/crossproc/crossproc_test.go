@@ -1,0 +1,472 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Privileged selftests of readers in two processes over one pinned buffer,
+// a perf event array and a ring buffer with its PERFBUF_FAILURE_MAP:
+// selftest/bpfbuffer's program (bpfbuffer.bpf.c) loaded with cilium/ebpf,
+// run flat out on every CPU by this process (BPF_PROG_TEST_RUN, from a
+// thread pinned to the CPU), while each reader is a child process (this
+// test binary running TestChild) that logs every sample it delivers. The
+// scenarios are an agent's upgrades: the new reader opens then the old one
+// closes; the old one closes then the new one opens; the old one is killed
+// with SIGKILL; the old one's Close races the new one's open. A ring
+// buffer's new reader starts reading only once the old one closed or died
+// (two readers of one ring buffer do not read it at the same time).
+//
+// At the end every output the program made is accounted for, exactly,
+// against the logs, the readers' Stats and the failure map (see check).
+// The package needs no cgo: it runs in builds with CGO_ENABLED=0 too.
+package crossproc
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
+	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/selftest/internal/pins"
+	"golang.org/x/sys/unix"
+)
+
+// obj is selftest/bpfbuffer's program, built by `make bpf`.
+const obj = "../bpfbuffer/bpf/bpfbuffer.bpf.o"
+
+// The program's run (bpfbuffer.bpf.c): at most batch records a run, each
+// of size bytes through perfbuf_buffer_output (HOW_OUTPUT).
+const (
+	batch     = 64
+	size      = 32
+	viaOutput = 0
+)
+
+// testRunOnCPU is BPF_F_TEST_RUN_ON_CPU (include/uapi/linux/bpf.h), which
+// x/sys/unix lacks.
+const testRunOnCPU = 1
+
+// perfPages is the size of a perf ring in pages: small, so that the
+// producers outrun the reader and the losses are part of the ledger.
+const perfPages = 2
+
+// fixture is the program loaded as one kind, its buffer and failure map
+// pinned in dir.
+type fixture struct {
+	kind      ciliumbuffer.Kind
+	coll      *ebpf.Collection
+	dir       string
+	ringBytes int // the child's Options.RingBytes (0 for a ring buffer)
+	ringSize  int // the ring's size in bytes (a perf ring's, or the ring buffer's)
+	cpus      []int
+	possible  []int
+	runs      []atomic.Uint64 // program runs made, by index in cpus
+	stop      chan struct{}
+	producers sync.WaitGroup
+	prodErr   chan error
+}
+
+// setup loads the program as kind and pins its buffer and failure map. It
+// skips without privileges, and fails under CI (CI=true).
+func setup(t *testing.T, kind ciliumbuffer.Kind) *fixture {
+	t.Helper()
+	s, err := ebpf.LoadCollectionSpec(obj)
+	if err != nil {
+		t.Fatalf("%v (run `make bpf`)", err)
+	}
+	opts := perfbuf.Options{}
+	if kind == ciliumbuffer.PerfEventArray {
+		opts.RingBytes = perfPages * os.Getpagesize()
+	}
+	if _, err := ciliumbuffer.Prepare(s, "events", kind, &opts); err != nil {
+		privileged(t, err)
+		t.Fatal(err)
+	}
+	privileged(t, rlimit.RemoveMemlock())
+	coll, err := ebpf.NewCollection(s)
+	if err != nil {
+		privileged(t, err)
+		t.Fatalf("load %s: %v", obj, err)
+	}
+	t.Cleanup(coll.Close)
+	online, err := cpus.Online()
+	if err != nil {
+		t.Fatal(err)
+	}
+	possible, err := cpus.Possible()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{kind: kind, coll: coll, dir: pins.Dir(t), ringBytes: opts.RingBytes, cpus: online, possible: possible}
+	f.ringSize = opts.RingBytes
+	if kind == ciliumbuffer.RingBuf {
+		f.ringSize = int(coll.Maps["events"].MaxEntries())
+	}
+	for _, name := range []string{"events", "events_failures"} {
+		if err := coll.Maps[name].Pin(filepath.Join(f.dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// privileged fails the test if err says it lacks the privileges under CI
+// (CI=true), and skips it elsewhere.
+func privileged(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, os.ErrPermission) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("privileged selftest cannot run under CI (needs CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN): %v", err)
+		}
+		t.Skipf("privileged selftest (needs CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN): %v", err)
+	}
+}
+
+// produce starts a producer on every online CPU: a goroutine locked to a
+// thread pinned to the CPU, which runs the program on it, batch records a
+// run, until stopProducers.
+func (f *fixture) produce(t *testing.T) {
+	t.Helper()
+	f.runs = make([]atomic.Uint64, len(f.cpus))
+	f.stop = make(chan struct{})
+	f.prodErr = make(chan error, len(f.cpus))
+	prog := f.coll.Programs["produce"]
+	for i, cpu := range f.cpus {
+		f.producers.Add(1)
+		go func() {
+			defer f.producers.Done()
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				f.prodErr <- fmt.Errorf("pin to cpu %d: %w", cpu, err)
+				return
+			}
+			opts := &ebpf.RunOptions{Context: []uint64{batch, size, viaOutput, 1}, CPU: uint32(cpu), Flags: testRunOnCPU}
+			for {
+				select {
+				case <-f.stop:
+					return
+				default:
+				}
+				if ret, err := prog.Run(opts); err != nil || ret != 0 {
+					f.prodErr <- fmt.Errorf("run on cpu %d: %d, %w", cpu, ret, err)
+					return
+				}
+				f.runs[i].Add(1)
+			}
+		}()
+	}
+	t.Cleanup(f.stopProducers)
+}
+
+// stopProducers stops the producers and waits until they have returned.
+func (f *fixture) stopProducers() {
+	select {
+	case <-f.stop:
+	default:
+		close(f.stop)
+	}
+	f.producers.Wait()
+}
+
+// wait returns once every producer made n more runs.
+func (f *fixture) wait(t *testing.T, n uint64) {
+	t.Helper()
+	start := make([]uint64, len(f.runs))
+	for i := range f.runs {
+		start[i] = f.runs[i].Load()
+	}
+	for i := range f.runs {
+		for f.runs[i].Load() < start[i]+n {
+			select {
+			case err := <-f.prodErr:
+				t.Fatal(err)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+}
+
+// child is a reader in a child process (TestChild), driven by a command a
+// line on its stdin, answering a line on its stdout.
+type child struct {
+	name   string
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	log    string
+	killed bool
+	stats  []perfbuf.Stats // at its Close
+}
+
+// open starts a child reading f's pinned maps and waits until its Reader
+// is open. It returns an error rather than failing, so that it can run
+// beside another child's command.
+func (f *fixture) open(t *testing.T, name string) (*child, error) {
+	kind := "ringbuf"
+	if f.kind == ciliumbuffer.PerfEventArray {
+		kind = "perf"
+	}
+	log := filepath.Join(t.TempDir(), name+".log")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{f.dir, kind, strconv.Itoa(f.ringBytes), log}, ","))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{name: name, cmd: cmd, in: in, out: bufio.NewScanner(out), log: log}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	if ans, err := c.answer(); err != nil || ans != "open" {
+		return nil, fmt.Errorf("%s: %q, %v; want open", name, ans, err)
+	}
+	return c, nil
+}
+
+// mustOpen is open, failing the test on an error.
+func (f *fixture) mustOpen(t *testing.T, name string) *child {
+	t.Helper()
+	c, err := f.open(t, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// do sends cmd and returns the answer.
+func (c *child) do(cmd string) (string, error) {
+	if _, err := fmt.Fprintln(c.in, cmd); err != nil {
+		return "", fmt.Errorf("%s: %s: %w", c.name, cmd, err)
+	}
+	return c.answer()
+}
+
+// mustDo sends cmd and fails the test unless the answer is want.
+func (c *child) mustDo(t *testing.T, cmd, want string) {
+	t.Helper()
+	if ans, err := c.do(cmd); err != nil || ans != want {
+		t.Fatalf("%s: %s: %q, %v; want %q", c.name, cmd, ans, err, want)
+	}
+}
+
+// close closes the child's Reader and keeps its Stats.
+func (c *child) close() error {
+	ans, err := c.do("close")
+	if err != nil {
+		return err
+	}
+	js, ok := strings.CutPrefix(ans, "closed ")
+	if !ok {
+		return fmt.Errorf("%s: close: %q", c.name, ans)
+	}
+	if err := json.Unmarshal([]byte(js), &c.stats); err != nil {
+		return fmt.Errorf("%s: close: %w", c.name, err)
+	}
+	return c.cmd.Wait()
+}
+
+// mustClose is close, failing the test on an error.
+func (c *child) mustClose(t *testing.T) {
+	t.Helper()
+	if err := c.close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kill kills the child with SIGKILL and waits for its end.
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Wait()
+	c.killed = true
+}
+
+// logged returns how many samples the child has logged so far.
+func (c *child) logged() int {
+	st, err := os.Stat(c.log)
+	if err != nil {
+		return 0
+	}
+	return int(st.Size() / logEntry)
+}
+
+// answer returns the child's next answer line, passing over what the test
+// framework prints.
+func (c *child) answer() (string, error) {
+	for c.out.Scan() {
+		if ans, ok := strings.CutPrefix(c.out.Text(), "crossproc: "); ok {
+			if msg, failed := strings.CutPrefix(ans, "error: "); failed {
+				return "", fmt.Errorf("%s: %s", c.name, msg)
+			}
+			return ans, nil
+		}
+	}
+	return "", fmt.Errorf("%s ended: %v", c.name, c.out.Err())
+}
+
+// entry is a logged sample.
+type entry struct {
+	cpu int
+	seq uint64
+}
+
+// entries reads the child's log.
+func (c *child) entries(t *testing.T) []entry {
+	t.Helper()
+	b, err := os.ReadFile(c.log)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if len(b)%logEntry != 0 {
+		t.Fatalf("%s: log of %d bytes, not whole entries", c.name, len(b))
+	}
+	out := make([]entry, 0, len(b)/logEntry)
+	for ; len(b) > 0; b = b[logEntry:] {
+		out = append(out, entry{int(binary.NativeEndian.Uint32(b)), binary.NativeEndian.Uint64(b[4:])})
+	}
+	return out
+}
+
+// phase is how many program runs (of batch records, on every CPU) each
+// step of a scenario lasts: a few hundred thousand records per CPU, or a
+// tenth of that with -test.short.
+func phase() uint64 {
+	if testing.Short() {
+		return 300
+	}
+	return 3000
+}
+
+// scenario is an upgrade: it takes the fixture with producers running,
+// and returns the readers in the order they opened, all closed or killed,
+// the last one drained before its Close with the producers stopped.
+type scenario struct {
+	name string
+	run  func(t *testing.T, f *fixture) []*child
+}
+
+var scenarios = []scenario{
+	{"NewThenOldCloses", func(t *testing.T, f *fixture) []*child {
+		old := f.mustOpen(t, "old")
+		f.produce(t)
+		old.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		neu := f.mustOpen(t, "new")
+		if f.kind == ciliumbuffer.PerfEventArray {
+			neu.mustDo(t, "read", "reading")
+		}
+		f.wait(t, phase())
+		old.mustClose(t)
+		if f.kind != ciliumbuffer.PerfEventArray {
+			neu.mustDo(t, "read", "reading")
+		}
+		f.wait(t, phase())
+		return f.finish(t, old, neu)
+	}},
+	{"OldClosesThenNew", func(t *testing.T, f *fixture) []*child {
+		old := f.mustOpen(t, "old")
+		f.produce(t)
+		old.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		old.mustClose(t)
+		f.wait(t, phase())
+		neu := f.mustOpen(t, "new")
+		neu.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		return f.finish(t, old, neu)
+	}},
+	{"OldKilled", func(t *testing.T, f *fixture) []*child {
+		old := f.mustOpen(t, "old")
+		f.produce(t)
+		old.mustDo(t, "read", "reading")
+		// A point of the old reader's reading, at random.
+		seed := uint64(time.Now().UnixNano())
+		at := 1 + rand.New(rand.NewPCG(seed, 0)).IntN(int(phase())*batch)
+		t.Logf("seed %d: SIGKILL once the old reader logged %d samples", seed, at)
+		for old.logged() < at {
+			f.wait(t, 1)
+		}
+		old.kill(t)
+		f.wait(t, phase())
+		neu := f.mustOpen(t, "new")
+		neu.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		return f.finish(t, old, neu)
+	}},
+	{"CloseRacesOpen", func(t *testing.T, f *fixture) []*child {
+		old := f.mustOpen(t, "old")
+		f.produce(t)
+		old.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		var (
+			neu     *child
+			openErr error
+			opened  = make(chan struct{})
+		)
+		go func() {
+			defer close(opened)
+			neu, openErr = f.open(t, "new")
+		}()
+		closeErr := old.close()
+		<-opened
+		if err := errors.Join(closeErr, openErr); err != nil {
+			t.Fatal(err)
+		}
+		neu.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		return f.finish(t, old, neu)
+	}},
+}
+
+// finish stops the producers, drains the last reader and closes it.
+func (f *fixture) finish(t *testing.T, readers ...*child) []*child {
+	t.Helper()
+	f.stopProducers()
+	last := readers[len(readers)-1]
+	last.mustDo(t, "drain", "drained")
+	last.mustClose(t)
+	return readers
+}
+
+// TestUpgrade runs each scenario over each kind and checks the ledger.
+func TestUpgrade(t *testing.T) {
+	for _, kind := range []ciliumbuffer.Kind{ciliumbuffer.PerfEventArray, ciliumbuffer.RingBuf} {
+		for _, sc := range scenarios {
+			t.Run(kind.String()+"/"+sc.name, func(t *testing.T) {
+				f := setup(t, kind)
+				start := time.Now()
+				readers := sc.run(t, f)
+				f.check(t, readers)
+				t.Logf("%v", time.Since(start).Round(time.Millisecond))
+			})
+		}
+	}
+}

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package crossproc
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
+	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
+)
+
+// perfRecord and ringRecord are the ring space one size-byte output takes:
+// a perf record (header, u32 size, data padded so that records stay 8-byte
+// aligned) and a ring buffer record (8-byte header, data rounded up to 8).
+const (
+	perfRecord = 8 + 4 + (size+4+7)&^7 - 4
+	ringRecord = 8 + (size+7)&^7
+)
+
+// check accounts, per CPU, for every output the program made, against the
+// readers' logs, their Stats at Close and the failure map:
+//
+//	ring buffer: attempted == delivered + the last reader's Left + failed
+//	perf array:  attempted == delivered + Σ Lost + Σ Left + failed
+//	             (+ what a killed reader's rings held)
+//
+// where delivered is the union of the logs, each seq once. A sample is
+// logged twice only when a killed reader logged it without committing it:
+// then the killed reader's last samples are the next reader's first ones,
+// in the same order. A perf ring is its reader's own: nothing is delivered
+// twice, and what a killed reader's rings held is lost with them (at most
+// a ring of samples a CPU). Each reader delivers a CPU's samples in
+// increasing seq.
+func (f *fixture) check(t *testing.T, readers []*child) {
+	t.Helper()
+	perf := f.kind == ciliumbuffer.PerfEventArray
+	var outs []ledger.Outcome
+	if err := f.coll.Maps["outcomes"].Lookup(uint32(0), &outs); err != nil {
+		t.Fatal(err)
+	}
+	var fails []perfbuf.Failures
+	if err := f.coll.Maps["events_failures"].Lookup(uint32(0), &fails); err != nil {
+		t.Fatal(err)
+	}
+	out, failed := map[int]ledger.Outcome{}, map[int]perfbuf.Failures{}
+	for k, cpu := range f.possible {
+		out[cpu], failed[cpu] = outs[k], fails[k]
+	}
+
+	logs := make([][]entry, len(readers))
+	for i, r := range readers {
+		logs[i] = r.entries(t)
+		last := map[int]uint64{}
+		for _, e := range logs[i] {
+			if prev, ok := last[e.cpu]; ok && e.seq <= prev {
+				t.Errorf("%s delivered cpu %d's seq %d after %d", r.name, e.cpu, e.seq, prev)
+			}
+			last[e.cpu] = e.seq
+		}
+		if r.killed {
+			continue
+		}
+		var samples uint64
+		for _, st := range r.stats {
+			samples += st.Samples
+			if st.Corrupt != 0 || st.Found != 0 && perf {
+				t.Errorf("%s: Stats %+v: corrupt or found records", r.name, st)
+			}
+		}
+		if samples != uint64(len(logs[i])) {
+			t.Errorf("%s: Stats say %d samples delivered, its log %d", r.name, samples, len(logs[i]))
+		}
+	}
+
+	// Who logged each (cpu, seq); the duplicates only as a killed
+	// reader's tail, which the next reader delivered first.
+	by := map[entry][]int{}
+	for i, l := range logs {
+		for _, e := range l {
+			by[e] = append(by[e], i)
+		}
+	}
+	twice := map[int]int{} // by the killed reader's index: samples delivered again
+	for e, rs := range by {
+		if len(rs) == 1 {
+			continue
+		}
+		if len(rs) != 2 || rs[1] != rs[0]+1 || !readers[rs[0]].killed || perf {
+			t.Errorf("cpu %d seq %d delivered by %v", e.cpu, e.seq, rs)
+			continue
+		}
+		twice[rs[0]]++
+	}
+	for i, n := range twice {
+		tail, head := logs[i][len(logs[i])-n:], logs[i+1][:min(n, len(logs[i+1]))]
+		if !slices.Equal(tail, head) {
+			t.Errorf("%s's last %d samples are not %s's first ones", readers[i].name, n, readers[i+1].name)
+		}
+		if n > f.ringSize/ringRecord {
+			t.Errorf("%s: %d samples delivered again, more than its ring holds (%d)", readers[i].name, n, f.ringSize/ringRecord)
+		}
+	}
+
+	// What each clean reader's Stats say, by CPU (a ring buffer: -1).
+	lostBy, leftBy := map[int]uint64{}, map[int]uint64{}
+	killed := false
+	for _, r := range readers {
+		killed = killed || r.killed
+		for _, st := range r.stats {
+			lostBy[st.CPU] += st.Lost
+			leftBy[st.CPU] += st.Left
+		}
+	}
+	lastLeft := uint64(0)
+	for _, st := range readers[len(readers)-1].stats {
+		lastLeft += st.Left
+	}
+	if lastLeft != 0 {
+		t.Errorf("the last reader left %d samples after a drain with the producers stopped", lastLeft)
+	}
+
+	var sum struct{ attempts, ok, delivered, twice, lost, left, failed, full, noent, dead, deadLost uint64 }
+	for _, cpu := range f.cpus {
+		o, fl := out[cpu], failed[cpu]
+		if o.OK+o.Full+o.NoSpc+o.NoEnt+o.Other+o.Inval+o.Discarded != o.Attempts || o.Other+o.Inval+o.Discarded != 0 {
+			t.Errorf("cpu %d: the program's counts do not add up: %+v", cpu, o)
+		}
+		if fl.Full != o.Full || fl.NoEntry != o.NoEnt || fl.Total() != o.Full+o.NoEnt {
+			t.Errorf("cpu %d: failure map %+v; the program saw full %d, noent %d", cpu, fl, o.Full, o.NoEnt)
+		}
+		delivered := uint64(0)
+		per := make([]uint64, len(readers))
+		for e, rs := range by {
+			if e.cpu != cpu {
+				continue
+			}
+			delivered++
+			if e.seq >= o.Attempts {
+				t.Errorf("cpu %d: seq %d delivered, of %d attempts", cpu, e.seq, o.Attempts)
+			}
+			for _, i := range rs {
+				per[i]++
+			}
+		}
+		var who []string
+		for i, r := range readers {
+			who = append(who, fmt.Sprintf("%s %d", r.name, per[i]))
+		}
+		if !perf {
+			// The ring is shared: with nothing left, each CPU's
+			// outputs that got into it were delivered.
+			if o.OK != delivered {
+				t.Errorf("cpu %d: %d outputs into the ring, %d delivered", cpu, o.OK, delivered)
+			}
+			t.Logf("cpu %d: attempted %d = delivered %d (%s) + failed %d (full %d, noent %d)",
+				cpu, o.Attempts, delivered, strings.Join(who, ", "), fl.Total(), fl.Full, fl.NoEntry)
+		} else {
+			// What the clean readers do not account for went with a
+			// killed reader's rings: nothing without a kill.
+			dead := int64(o.OK) - int64(delivered) - int64(leftBy[cpu])
+			deadLost := int64(o.NoSpc) - int64(lostBy[cpu])
+			switch {
+			case !killed && dead != 0:
+				t.Errorf("cpu %d: %d outputs into the rings, %d delivered, %d left", cpu, o.OK, delivered, leftBy[cpu])
+			case killed && (dead < 0 || dead > int64(f.ringSize/perfRecord)+1):
+				t.Errorf("cpu %d: %d outputs into the rings, %d delivered, %d left: %d in the killed reader's rings, a ring holds %d",
+					cpu, o.OK, delivered, leftBy[cpu], dead, f.ringSize/perfRecord)
+			case deadLost < 0 || !killed && perfbuf.CloseExact() && deadLost != 0:
+				t.Errorf("cpu %d: %d outputs refused by a full ring, %d counted lost (CloseExact %v)", cpu, o.NoSpc, lostBy[cpu], perfbuf.CloseExact())
+			}
+			line := fmt.Sprintf("cpu %d: attempted %d = delivered %d (%s) + lost %d + left %d + failed %d (noent %d)",
+				cpu, o.Attempts, delivered, strings.Join(who, ", "), lostBy[cpu], leftBy[cpu], fl.Total(), fl.NoEntry)
+			if killed {
+				line += fmt.Sprintf(" + in the killed reader's rings %d + lost there %d", dead, deadLost)
+			} else if deadLost != 0 {
+				line += fmt.Sprintf(" + lost and not counted %d", deadLost)
+			}
+			t.Log(line)
+			sum.dead += uint64(max(dead, 0))
+			sum.deadLost += uint64(max(deadLost, 0))
+		}
+		sum.attempts += o.Attempts
+		sum.delivered += delivered
+		sum.failed += fl.Total()
+	}
+	for _, n := range twice {
+		sum.twice += uint64(n)
+	}
+	for _, n := range lostBy {
+		sum.lost += n
+	}
+	for _, n := range leftBy {
+		sum.left += n
+	}
+	if perf {
+		t.Logf("all: attempted %d = delivered %d + lost %d + left %d + failed %d + with a killed reader's rings %d (lost there %d)",
+			sum.attempts, sum.delivered, sum.lost, sum.left, sum.failed, sum.dead, sum.deadLost)
+	} else {
+		t.Logf("all: attempted %d = delivered %d (%d of them twice, after the kill) + failed %d; Stats: %s",
+			sum.attempts, sum.delivered, sum.twice, sum.failed, statsLine(readers))
+	}
+}
+
+// statsLine says what each clean reader's Stats said at Close.
+func statsLine(readers []*child) string {
+	var s []string
+	for _, r := range readers {
+		if r.killed {
+			s = append(s, r.name+" killed")
+			continue
+		}
+		var samples, found, left uint64
+		for _, st := range r.stats {
+			samples, found, left = samples+st.Samples, found+st.Found, left+st.Left
+		}
+		s = append(s, fmt.Sprintf("%s samples %d found %d left %d", r.name, samples, found, left))
+	}
+	return strings.Join(s, "; ")
+}
