@@ -13,15 +13,18 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/perfbuf/perfbuf"
 )
 
 // childEnv, set in a child's environment, says what TestChild reads:
-// "dir,kind,ringBytes,log" (kind "perf" or "ringbuf"; log the file it
-// logs every delivered record to).
+// "dir,kind,ringBytes,log,mode" (kind "perf" or "ringbuf"; log the file
+// it logs every delivered record to; mode "reader", a Reader, or
+// "callback", perfbuf.New).
 const childEnv = "PERFBUF_CROSSPROC_CHILD"
 
 // logEntry is the size of a log entry: the u32 CPU and the u64 seq of a
@@ -29,12 +32,14 @@ const childEnv = "PERFBUF_CROSSPROC_CHILD"
 const logEntry = 12
 
 // TestChild is a reader in a child process of the tests of this package:
-// a Reader of the maps pinned in the directory $PERFBUF_CROSSPROC_CHILD
-// names. It answers "open" once its Reader is open, then, a line each:
-// "read" starts reading (Each, on a goroutine of its own) and answers
-// "reading"; "drain" Flushes, waits until that read returned ErrFlushed and
-// answers "drained"; "close" closes the Reader and answers "closed " and
-// its Stats in JSON, then exits. Every sample it delivers, it writes to
+// a reader of the maps pinned in the directory $PERFBUF_CROSSPROC_CHILD
+// names. It answers "open" once its reader is open, then, a line each:
+// "read" starts reading on a goroutine of its own (a Reader's Each, or
+// Poll in callback mode) and answers "reading"; "drain" makes it deliver
+// what the rings hold (a Reader: Flush, until Each returns ErrFlushed; in
+// callback mode: the Poll loop stopped, then Consume) and answers
+// "drained"; "close" closes the reader and answers "closed " and its Stats
+// in JSON, then exits. Every sample it delivers, it writes to
 // its log (its CPU and seq, one write(2)) before the function returns, so
 // that what it logged covers what it committed.
 func TestChild(t *testing.T) {
@@ -48,10 +53,10 @@ func TestChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := strings.Split(env, ",")
-	if len(args) != 4 {
-		fail(fmt.Errorf("%s=%q: want dir,kind,ringBytes,log", childEnv, env))
+	if len(args) != 5 {
+		fail(fmt.Errorf("%s=%q: want dir,kind,ringBytes,log,mode", childEnv, env))
 	}
-	dir, kind, logPath := args[0], args[1], args[3]
+	dir, kind, logPath, mode := args[0], args[1], args[3], args[4]
 	ringBytes, err := strconv.Atoi(args[2])
 	if err != nil {
 		fail(err)
@@ -72,74 +77,174 @@ func TestChild(t *testing.T) {
 	}
 	defer log.Close()
 	opts := perfbuf.Options{RingBytes: ringBytes, FailureMap: perfbuf.MapFD(failures.FD())}
-	r, err := perfbuf.NewReader(perfbuf.MapFD(events.FD()), perfbuf.ReaderOptions{Options: opts})
-	if err != nil {
-		fail(err)
-	}
-	defer r.Close()
-	answer("open")
-
-	var (
-		buf   []byte
-		entry [logEntry]byte
-	)
-	deliver := func(rec *perfbuf.Record) error {
-		if rec.Type != perfbuf.RecordSample {
-			return nil // a perf ring's lost records: counted in Stats.Lost
+	var entry [logEntry]byte
+	// deliver logs a sample delivered for recCPU.
+	deliver := func(recCPU int, data []byte) error {
+		if len(data) < 16 {
+			return fmt.Errorf("%d-byte sample", len(data))
 		}
-		buf = rec.AppendTo(buf[:0])
-		if len(buf) < 16 {
-			return fmt.Errorf("%d-byte sample", len(buf))
-		}
-		seq, cpu := binary.NativeEndian.Uint64(buf), binary.NativeEndian.Uint32(buf[8:])
+		seq, cpu := binary.NativeEndian.Uint64(data), binary.NativeEndian.Uint32(data[8:])
 		want := -1
 		if kind == "perf" {
 			want = int(cpu)
 		}
-		if rec.CPU != want {
-			return fmt.Errorf("sample %d of cpu %d delivered for cpu %d, want %d", seq, cpu, rec.CPU, want)
+		if recCPU != want {
+			return fmt.Errorf("sample %d of cpu %d delivered for cpu %d, want %d", seq, cpu, recCPU, want)
 		}
 		binary.NativeEndian.PutUint32(entry[:], cpu)
 		binary.NativeEndian.PutUint64(entry[4:], seq)
 		_, err := log.Write(entry[:])
 		return err
 	}
-	var done chan error // the read's end, once "read" started it
+	var rd reader
+	switch mode {
+	case "reader":
+		r, err := perfbuf.NewReader(perfbuf.MapFD(events.FD()), perfbuf.ReaderOptions{Options: opts})
+		if err != nil {
+			fail(err)
+		}
+		rd = &readerMode{r: r, deliver: deliver}
+	case "callback":
+		c := &callbackMode{}
+		c.pb, err = perfbuf.New(perfbuf.MapFD(events.FD()), func(cpu int, data []byte) {
+			if err := deliver(cpu, data); err != nil && c.err == nil {
+				c.err = err
+			}
+		}, nil, opts)
+		if err != nil {
+			fail(err)
+		}
+		rd = c
+	default:
+		fail(fmt.Errorf("unknown mode %q", mode))
+	}
+	defer rd.close()
+	answer("open")
+
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		switch in.Text() {
 		case "read":
-			done = make(chan error, 1)
-			go func() { done <- r.Each(context.Background(), deliver) }()
+			rd.read()
 			answer("reading")
 		case "drain":
-			if done == nil {
-				fail(errors.New("drain before read"))
-			}
-			r.Flush()
-			if err := <-done; !errors.Is(err, perfbuf.ErrFlushed) {
-				fail(fmt.Errorf("drain: the read ended with %v, want ErrFlushed", err))
-			}
-			done = nil
-			answer("drained")
-		case "close":
-			if err := r.Close(); err != nil {
+			if err := rd.drain(); err != nil {
 				fail(err)
 			}
-			if done != nil {
-				if err := <-done; !errors.Is(err, os.ErrClosed) {
-					fail(fmt.Errorf("close: the read ended with %v, want os.ErrClosed", err))
-				}
-			}
-			st, err := json.Marshal(r.Stats())
+			answer("drained")
+		case "close":
+			st, err := rd.close()
 			if err != nil {
 				fail(err)
 			}
-			answer("closed %s", st)
+			js, err := json.Marshal(st)
+			if err != nil {
+				fail(err)
+			}
+			answer("closed %s", js)
 			return
 		default:
 			fail(fmt.Errorf("unknown command %q", in.Text()))
 		}
 	}
 	fail(errors.New("stdin closed"))
+}
+
+// reader is a child's reader, in one mode.
+type reader interface {
+	read()                           // start reading on a goroutine of its own
+	drain() error                    // deliver what the rings hold, and stop reading
+	close() ([]perfbuf.Stats, error) // close, stop reading, return the Stats
+}
+
+// readerMode reads with a Reader's Each.
+type readerMode struct {
+	r       *perfbuf.Reader
+	deliver func(int, []byte) error
+	buf     []byte
+	done    chan error // the read's end, once read started it
+}
+
+func (m *readerMode) read() {
+	m.done = make(chan error, 1)
+	go func() {
+		m.done <- m.r.Each(context.Background(), func(rec *perfbuf.Record) error {
+			if rec.Type != perfbuf.RecordSample {
+				return nil // a perf ring's lost records: counted in Stats.Lost
+			}
+			m.buf = rec.AppendTo(m.buf[:0])
+			return m.deliver(rec.CPU, m.buf)
+		})
+	}()
+}
+
+func (m *readerMode) drain() error {
+	if m.done == nil {
+		return errors.New("drain before read")
+	}
+	m.r.Flush()
+	err := <-m.done
+	m.done = nil
+	if !errors.Is(err, perfbuf.ErrFlushed) {
+		return fmt.Errorf("drain: the read ended with %w, want ErrFlushed", err)
+	}
+	return nil
+}
+
+func (m *readerMode) close() ([]perfbuf.Stats, error) {
+	m.r.Close()
+	if m.done != nil {
+		if err := <-m.done; !errors.Is(err, os.ErrClosed) {
+			return nil, fmt.Errorf("close: the read ended with %w, want os.ErrClosed", err)
+		}
+		m.done = nil
+	}
+	return m.r.Stats(), nil
+}
+
+// callbackMode reads with perfbuf.New's Poll, then Consume.
+type callbackMode struct {
+	pb   *perfbuf.PerfBuffer
+	err  error // the first delivery's error (the poll's goroutine, then the caller's)
+	stop atomic.Bool
+	done chan error // the poll loop's end, once read started it
+}
+
+func (m *callbackMode) read() {
+	m.done = make(chan error, 1)
+	go func() {
+		for !m.stop.Load() {
+			if _, err := m.pb.Poll(10 * time.Millisecond); err != nil {
+				m.done <- err
+				return
+			}
+		}
+		m.done <- nil
+	}()
+}
+
+func (m *callbackMode) drain() error {
+	if m.done == nil {
+		return errors.New("drain before read")
+	}
+	m.stop.Store(true)
+	if err := <-m.done; err != nil {
+		return fmt.Errorf("drain: the poll ended with %w", err)
+	}
+	m.done = nil
+	if _, err := m.pb.Consume(); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	return m.err
+}
+
+func (m *callbackMode) close() ([]perfbuf.Stats, error) {
+	m.pb.Close()
+	if m.done != nil {
+		if err := <-m.done; err != nil && !errors.Is(err, os.ErrClosed) {
+			return nil, fmt.Errorf("close: the poll ended with %w, want os.ErrClosed", err)
+		}
+		m.done = nil
+	}
+	return m.pb.Stats(), m.err
 }

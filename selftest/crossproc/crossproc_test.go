@@ -70,8 +70,9 @@ type fixture struct {
 	kind      ciliumbuffer.Kind
 	coll      *ebpf.Collection
 	dir       string
-	ringBytes int // the child's Options.RingBytes (0 for a ring buffer)
-	ringSize  int // the ring's size in bytes (a perf ring's, or the ring buffer's)
+	ringBytes int    // the child's Options.RingBytes (0 for a ring buffer)
+	ringSize  int    // the ring's size in bytes (a perf ring's, or the ring buffer's)
+	mode      string // the readers': "reader" or "callback"
 	cpus      []int
 	possible  []int
 	runs      []atomic.Uint64 // program runs made, by index in cpus
@@ -218,13 +219,14 @@ type child struct {
 // is open. It returns an error rather than failing, so that it can run
 // beside another child's command.
 func (f *fixture) open(t *testing.T, name string) (*child, error) {
+	t.Helper()
 	kind := "ringbuf"
 	if f.kind == ciliumbuffer.PerfEventArray {
 		kind = "perf"
 	}
 	log := filepath.Join(t.TempDir(), name+".log")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{f.dir, kind, strconv.Itoa(f.ringBytes), log}, ","))
+	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{f.dir, kind, strconv.Itoa(f.ringBytes), log, f.mode}, ","))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -456,17 +458,21 @@ func (f *fixture) finish(t *testing.T, readers ...*child) []*child {
 	return readers
 }
 
-// TestUpgrade runs each scenario over each kind and checks the ledger.
+// TestUpgrade runs each scenario over each kind, with readers in each
+// mode, and checks the ledger.
 func TestUpgrade(t *testing.T) {
 	for _, kind := range []ciliumbuffer.Kind{ciliumbuffer.PerfEventArray, ciliumbuffer.RingBuf} {
-		for _, sc := range scenarios {
-			t.Run(kind.String()+"/"+sc.name, func(t *testing.T) {
-				f := setup(t, kind)
-				start := time.Now()
-				readers := sc.run(t, f)
-				f.check(t, readers)
-				t.Logf("%v", time.Since(start).Round(time.Millisecond))
-			})
+		for _, mode := range []string{"reader", "callback"} {
+			for _, sc := range scenarios {
+				t.Run(kind.String()+"/"+mode+"/"+sc.name, func(t *testing.T) {
+					f := setup(t, kind)
+					f.mode = mode
+					start := time.Now()
+					readers := sc.run(t, f)
+					f.check(t, readers)
+					t.Logf("%v", time.Since(start).Round(time.Millisecond))
+				})
+			}
 		}
 	}
 }
