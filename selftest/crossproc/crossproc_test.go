@@ -41,6 +41,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
 	"github.com/perfbuf/perfbuf/selftest/internal/pins"
 	"golang.org/x/sys/unix"
 )
@@ -423,6 +424,37 @@ var scenarios = []scenario{
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
 	}},
+	{"NewKilled", func(t *testing.T, f *fixture) []*child {
+		// The new agent dies during the upgrade; a third one takes
+		// over once the old one closed. A ring buffer's new reader dies
+		// before it read (two readers do not read it at once); a perf
+		// event array's reads, its slots go with it, and the old reader
+		// gets nothing more.
+		old := f.mustOpen(t, "old")
+		f.produce(t)
+		old.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		neu := f.mustOpen(t, "new")
+		if f.kind == ciliumbuffer.PerfEventArray {
+			neu.mustDo(t, "read", "reading")
+			seed := uint64(time.Now().UnixNano())
+			at := 1 + rand.New(rand.NewPCG(seed, 0)).IntN(int(phase())*batch/4)
+			t.Logf("seed %d: SIGKILL once the new reader logged %d samples", seed, at)
+			for neu.logged() < at {
+				f.wait(t, 1)
+			}
+		} else {
+			f.wait(t, phase())
+		}
+		neu.kill(t)
+		f.wait(t, phase())
+		old.mustClose(t)
+		f.wait(t, phase())
+		third := f.mustOpen(t, "third")
+		third.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		return f.finish(t, old, neu, third)
+	}},
 	{"CloseRacesOpen", func(t *testing.T, f *fixture) []*child {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -448,14 +480,52 @@ var scenarios = []scenario{
 	}},
 }
 
-// finish stops the producers, drains the last reader and closes it.
+// finish stops the producers, drains the last reader and closes it, then
+// runs the program again on every CPU: every output fails (noent).
 func (f *fixture) finish(t *testing.T, readers ...*child) []*child {
 	t.Helper()
 	f.stopProducers()
 	last := readers[len(readers)-1]
 	last.mustDo(t, "drain", "drained")
 	last.mustClose(t)
+	// No reader is left: outputs fail in the program, counted (noent).
+	before := f.outcomes(t)
+	prog := f.coll.Programs["produce"]
+	for _, cpu := range f.cpus {
+		for range afterRuns {
+			opts := &ebpf.RunOptions{Context: []uint64{batch, size, viaOutput, 1}, CPU: uint32(cpu), Flags: testRunOnCPU}
+			if ret, err := prog.Run(opts); err != nil || ret != 0 {
+				t.Fatalf("run on cpu %d: %d, %v", cpu, ret, err)
+			}
+		}
+	}
+	after := f.outcomes(t)
+	for _, cpu := range f.cpus {
+		a, b := after[cpu], before[cpu]
+		if n, noent := a.Attempts-b.Attempts, a.NoEnt-b.NoEnt; n != afterRuns*batch || noent != n {
+			t.Errorf("cpu %d: %d outputs after the last Close, %d failed (noent); want %d, all", cpu, n, noent, afterRuns*batch)
+		}
+	}
 	return readers
+}
+
+// afterRuns is how many runs of the program, of batch outputs, each CPU
+// makes once the last reader closed.
+const afterRuns = 4
+
+// outcomes reads the program's own counts, by CPU: the kernel returns one
+// value per possible CPU, in the order of the possible CPUs.
+func (f *fixture) outcomes(t *testing.T) map[int]ledger.Outcome {
+	t.Helper()
+	var vals []ledger.Outcome
+	if err := f.coll.Maps["outcomes"].Lookup(uint32(0), &vals); err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]ledger.Outcome{}
+	for k, cpu := range f.possible {
+		out[cpu] = vals[k]
+	}
+	return out
 }
 
 // TestUpgrade runs each scenario over each kind, with readers in each

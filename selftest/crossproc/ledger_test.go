@@ -10,7 +10,6 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
-	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
 )
 
 // perfRecord and ringRecord are the ring space one size-byte output takes:
@@ -38,17 +37,14 @@ const (
 func (f *fixture) check(t *testing.T, readers []*child) {
 	t.Helper()
 	perf := f.kind == ciliumbuffer.PerfEventArray
-	var outs []ledger.Outcome
-	if err := f.coll.Maps["outcomes"].Lookup(uint32(0), &outs); err != nil {
-		t.Fatal(err)
-	}
+	out := f.outcomes(t)
 	var fails []perfbuf.Failures
 	if err := f.coll.Maps["events_failures"].Lookup(uint32(0), &fails); err != nil {
 		t.Fatal(err)
 	}
-	out, failed := map[int]ledger.Outcome{}, map[int]perfbuf.Failures{}
+	failed := map[int]perfbuf.Failures{}
 	for k, cpu := range f.possible {
-		out[cpu], failed[cpu] = outs[k], fails[k]
+		failed[cpu] = fails[k]
 	}
 
 	logs := make([][]entry, len(readers))
