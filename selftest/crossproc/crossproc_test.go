@@ -74,12 +74,15 @@ type fixture struct {
 	ringBytes int    // the child's Options.RingBytes (0 for a ring buffer)
 	ringSize  int    // the ring's size in bytes (a perf ring's, or the ring buffer's)
 	mode      string // the readers': "reader" or "callback"
-	cpus      []int
-	possible  []int
-	runs      []atomic.Uint64 // program runs made, by index in cpus
-	stop      chan struct{}
-	producers sync.WaitGroup
-	prodErr   chan error
+	// beforeLast is what the program saw before it ran with no reader
+	// left (finish).
+	beforeLast map[int]ledger.Outcome
+	cpus       []int
+	possible   []int
+	runs       []atomic.Uint64 // program runs made, by index in cpus
+	stop       chan struct{}
+	producers  sync.WaitGroup
+	prodErr    chan error
 }
 
 // setup loads the program as kind and pins its buffer and failure map. It
@@ -374,6 +377,9 @@ func phase() uint64 {
 type scenario struct {
 	name string
 	run  func(t *testing.T, f *fixture) []*child
+	// gapless: a reader is open from the first output to the last
+	// Close, so that no output may fail for want of one (noent).
+	gapless bool
 }
 
 var scenarios = []scenario{
@@ -393,7 +399,7 @@ var scenarios = []scenario{
 		}
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}},
+	}, true},
 	{"OldClosesThenNew", func(t *testing.T, f *fixture) []*child {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -405,7 +411,7 @@ var scenarios = []scenario{
 		neu.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}},
+	}, false},
 	{"OldKilled", func(t *testing.T, f *fixture) []*child {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -423,7 +429,7 @@ var scenarios = []scenario{
 		neu.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}},
+	}, false},
 	{"NewKilled", func(t *testing.T, f *fixture) []*child {
 		// The new agent dies during the upgrade; a third one takes
 		// over once the old one closed. A ring buffer's new reader dies
@@ -454,7 +460,7 @@ var scenarios = []scenario{
 		third.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu, third)
-	}},
+	}, false},
 	{"CloseRacesOpen", func(t *testing.T, f *fixture) []*child {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -477,7 +483,7 @@ var scenarios = []scenario{
 		neu.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}},
+	}, false},
 }
 
 // finish stops the producers, drains the last reader and closes it, then
@@ -500,6 +506,7 @@ func (f *fixture) finish(t *testing.T, readers ...*child) []*child {
 		}
 	}
 	after := f.outcomes(t)
+	f.beforeLast = before
 	for _, cpu := range f.cpus {
 		a, b := after[cpu], before[cpu]
 		if n, noent := a.Attempts-b.Attempts, a.NoEnt-b.NoEnt; n != afterRuns*batch || noent != n {
@@ -540,6 +547,11 @@ func TestUpgrade(t *testing.T) {
 					start := time.Now()
 					readers := sc.run(t, f)
 					f.check(t, readers)
+					for _, cpu := range f.cpus {
+						if n := f.beforeLast[cpu].NoEnt; sc.gapless && n != 0 {
+							t.Errorf("cpu %d: %d outputs failed for want of a reader (noent) while one was open", cpu, n)
+						}
+					}
 					t.Logf("%v", time.Since(start).Round(time.Millisecond))
 				})
 			}
