@@ -207,6 +207,21 @@ func (f *fixture) wait(t *testing.T, n uint64) {
 	}
 }
 
+// until returns once c logged n samples. It fails the test if c logs
+// none while the producers make a hundred phases' runs (a reader that
+// stopped), which bounds nothing but the wait for one that is gone.
+func (f *fixture) until(t *testing.T, c *child, n int) {
+	t.Helper()
+	for last, idle := c.logged(), uint64(0); last < n; {
+		f.wait(t, 1)
+		if now := c.logged(); now != last {
+			last, idle = now, 0
+		} else if idle++; idle > 100*phase() {
+			t.Fatalf("%s logged %d samples, and none more in %d runs of the producers; want %d", c.name, now, idle, n)
+		}
+	}
+}
+
 // child is a reader in a child process (TestChild), driven by a command a
 // line on its stdin, answering a line on its stdout.
 type child struct {
@@ -418,11 +433,9 @@ var scenarios = []scenario{
 		old.mustDo(t, "read", "reading")
 		// A point of the old reader's reading, at random.
 		seed := uint64(time.Now().UnixNano())
-		at := 1 + rand.New(rand.NewPCG(seed, 0)).IntN(int(phase())*batch)
+		at := 1 + rand.New(rand.NewPCG(seed, 0)).IntN(int(phase())*batch/4)
 		t.Logf("seed %d: SIGKILL once the old reader logged %d samples", seed, at)
-		for old.logged() < at {
-			f.wait(t, 1)
-		}
+		f.until(t, old, at)
 		old.kill(t)
 		f.wait(t, phase())
 		neu := f.mustOpen(t, "new")
@@ -446,9 +459,7 @@ var scenarios = []scenario{
 			seed := uint64(time.Now().UnixNano())
 			at := 1 + rand.New(rand.NewPCG(seed, 0)).IntN(int(phase())*batch/4)
 			t.Logf("seed %d: SIGKILL once the new reader logged %d samples", seed, at)
-			for neu.logged() < at {
-				f.wait(t, 1)
-			}
+			f.until(t, neu, at)
 		} else {
 			f.wait(t, phase())
 		}
