@@ -377,13 +377,13 @@ func (c *child) entries(t *testing.T) []entry {
 }
 
 // phase is how many program runs (of batch records, on every CPU) each
-// step of a scenario lasts: a few hundred thousand records per CPU, or a
-// tenth of that with -test.short.
+// step of a scenario lasts: 64,000 outputs per CPU, many times what a
+// ring holds, or a third of that with -test.short.
 func phase() uint64 {
 	if testing.Short() {
 		return 300
 	}
-	return 3000
+	return 1000
 }
 
 // scenario is an upgrade: it takes the fixture with producers running,
