@@ -208,16 +208,18 @@ func (f *fixture) wait(t *testing.T, n uint64) {
 }
 
 // until returns once c logged n samples. It fails the test if c logs
-// none while the producers make a hundred phases' runs (a reader that
-// stopped), which bounds nothing but the wait for one that is gone.
+// none while the first CPU's producer makes ten phases' runs (a reader
+// that stopped), which bounds nothing but the wait for one that stalled.
 func (f *fixture) until(t *testing.T, c *child, n int) {
 	t.Helper()
-	for last, idle := c.logged(), uint64(0); last < n; {
+	last, since := c.logged(), f.runs[0].Load()
+	for last < n {
 		f.wait(t, 1)
 		if now := c.logged(); now != last {
-			last, idle = now, 0
-		} else if idle++; idle > 100*phase() {
-			t.Fatalf("%s logged %d samples, and none more in %d runs of the producers; want %d", c.name, now, idle, n)
+			last, since = now, f.runs[0].Load()
+		} else if idle := f.runs[0].Load() - since; idle > 10*phase() {
+			t.Fatalf("%s logged %d samples, and none more while the producer of cpu %d ran the program %d times; want %d",
+				c.name, now, f.cpus[0], idle, n)
 		}
 	}
 }
