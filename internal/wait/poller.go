@@ -137,16 +137,32 @@ func New() (*Waiter, error) {
 }
 
 // AddRing watches one more ring, whose pollable descriptor is fd (its perf
-// event, or its ring buffer map).
+// event, or its ring buffer map). A ring that already holds records when
+// it is added (one that rb's Positions says is not empty) counts as moved
+// at the first look: it may be full already, and a full ring's producer
+// moves no more, so that a wait that took its position as seen would never
+// end for it.
 func (w *Waiter) AddRing(rb ring.Waker, fd int) error {
 	if err := w.add(w.epfd, fd); err != nil {
 		return fmt.Errorf("add ring to epoll: %w", err)
 	}
+	seen := rb.Progress()
+	if p, ok := rb.(positioner); ok {
+		if consumer, producer := p.Positions(); consumer != producer && seen != consumer {
+			seen = consumer // not the progress: the first look sees a move
+		}
+	}
 	w.mu.Lock()
 	w.rings = append(w.rings, rb)
-	w.seen = append(w.seen, rb.Progress())
+	w.seen = append(w.seen, seen)
 	w.mu.Unlock()
 	return nil
+}
+
+// positioner is a ring that says its consumer and producer positions
+// (ring.Cursor's Positions).
+type positioner interface {
+	Positions() (consumer, producer uint64)
 }
 
 func (w *Waiter) add(epfd, fd int) error {

@@ -171,3 +171,53 @@ func TestWaiterAtOnce(t *testing.T) {
 	}
 	check("a timeout", 1, 0)
 }
+
+// fullWaker is a ring that was full before the waiter took it: its
+// producer position moves no more (every output is refused), and its
+// consumer position is where the reader has not read yet.
+type fullWaker struct{ consumer, producer uint64 }
+
+func (f *fullWaker) Progress() uint64                       { return f.producer }
+func (f *fullWaker) Settle() bool                           { return true }
+func (f *fullWaker) Positions() (consumer, producer uint64) { return f.consumer, f.producer }
+
+// A ring that holds records when it is added counts as moved at the first
+// wait, whose caller then drains it: a ring already full moves no more,
+// and its records would wait for ever. (A perf event array's reader whose
+// rings filled between their slots' filling and AddRing delivered nothing
+// in callback mode: Poll timed out again and again, selftest/crossproc's
+// NewKilled about 1 run in 20.) An empty ring does not.
+func TestWaiterRingFullWhenAdded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rb   *fullWaker
+		want bool
+	}{
+		{"full", &fullWaker{consumer: 0, producer: 8192}, true},
+		{"empty", &fullWaker{consumer: 8192, producer: 8192}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(efd)
+			if err := w.AddRing(tc.rb, efd); err != nil {
+				t.Fatal(err)
+			}
+			ev, err := w.Wait(time.Millisecond, 0)
+			if err != nil || ev != tc.want {
+				t.Fatalf("first wait: %v, %v; want %v", ev, err, tc.want)
+			}
+			// Seen now: the next wait, with nothing new, times out.
+			if ev, err := w.Wait(time.Millisecond, 0); err != nil || ev {
+				t.Fatalf("second wait: %v, %v; want false", ev, err)
+			}
+		})
+	}
+}
