@@ -75,6 +75,12 @@ type RingBuf struct {
 	own, seen uint64
 	sure      bool
 
+	// fresh: the reader has moved consumer_pos never since it opened. While it also has
+	// parsed nothing (cursor == tail), consumer_pos is not yet its own: it takes the one it
+	// finds (adopt), so that a reader opened while the previous one still read (an agent's
+	// upgrade) starts where that one left off. Nothing was delivered from the old position.
+	fresh bool
+
 	// SettleHook, if set, runs in Settle between the store of consumer_pos and the second
 	// look at the ring: tests put a producer there.
 	SettleHook func()
@@ -112,7 +118,7 @@ func NewRingBufFromParts(cpu int, consumer *uint64, producer *uint64, data []byt
 	}
 	// Our own position: pairs with our stores in commit (the kernel only reads it).
 	r.init(cpu, uint64(size), name, r, atomic.LoadUint64(consumer))
-	r.own, r.seen = r.tail, r.tail
+	r.own, r.seen, r.fresh = r.tail, r.tail, true
 	// Positions that cannot be valid now are the first read's to report: once the kernel
 	// wrote past a consumer_pos ahead of producer_pos, nothing would tell that the reader
 	// starts in the middle of a record.
@@ -209,13 +215,16 @@ func (r *RingBuf) storeConsumer(from, pos uint64) bool {
 		return false
 	}
 	r.own = pos
+	if pos != from {
+		r.fresh = false
+	}
 	return true
 }
 
 // resync makes pos the reader's tail and consumer_pos, whoever wrote consumer_pos last:
 // SkipCorrupt's way back in step. Release, as storeConsumer's.
 func (r *RingBuf) resync(pos uint64) {
-	r.tail, r.own = pos, pos
+	r.tail, r.own, r.fresh = pos, pos, false
 	atomic.StoreUint64(r.consumer, pos)
 }
 
@@ -243,14 +252,37 @@ func (r *RingBuf) Refresh() {
 	r.snapshot()
 }
 
-// checkConsumer loads consumer_pos and records a position error if it is not the tail: only
-// this reader stores consumer_pos, so another consumer, or a stray write, changed it.
+// checkConsumer loads consumer_pos and records a position error if it is not the tail: once
+// the reader moved it or parsed a record, only this reader stores consumer_pos, so another
+// consumer, or a stray write, changed it. Before that (fresh), the reader adopts it.
 func (r *RingBuf) checkConsumer() uint64 {
 	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
 	if c != r.tail {
+		if r.fresh && r.cursor == r.tail && r.corrupt == nil && r.mayAdopt(c) {
+			r.adopt(c)
+			return c
+		}
 		r.otherWriter(c, r.loadProducer())
 	}
 	return c
+}
+
+// mayAdopt reports whether c is a consumer_pos another reader can have left: a record
+// boundary's alignment, ahead of the tail (a reader commits forward), and within the ring
+// behind producer_pos. Anything else is reported, as from a reader that read.
+func (r *RingBuf) mayAdopt(c uint64) bool {
+	p := r.loadProducer()
+	return c&7 == 0 && int64(c-r.tail) > 0 && int64(p-c) >= 0 && p-c <= r.mask
+}
+
+// adopt makes c, the consumer_pos another reader left, this fresh reader's position: it has
+// parsed nothing, so it starts there as it would have had it opened then. What SkipCorrupt
+// checks a producer_pos against moves with it.
+func (r *RingBuf) adopt(c uint64) {
+	r.tail, r.cursor, r.head, r.counted, r.own = c, c, c, c, c
+	if int64(c-r.seen) > 0 {
+		r.seen = c
+	}
 }
 
 // snapshot loads producer_pos into head if it is valid against tail and the previous head;
@@ -757,6 +789,10 @@ func (r *RingBuf) couldBe(p uint64) bool {
 // With false, the caller parses again (Begin or Refresh) before it thinks of sleeping.
 func (r *RingBuf) Settle() bool {
 	if r.corrupt != nil || r.tail != r.cursor {
+		return false
+	}
+	if c := atomic.LoadUint64(r.consumer); r.fresh && c != r.tail && r.mayAdopt(c) { // ours; pairs with store
+		r.adopt(c) // a fresh reader's start (see checkConsumer): read from there first
 		return false
 	}
 	r.store(r.tail) // the full barrier before the second look (see above)

@@ -506,6 +506,7 @@ func TestBPFRingCorrupt(t *testing.T) {
 			f.Pos[0], r.tail = 4, 4
 		}, "consumer position 4 not 8-aligned", 0, 4, 32, 1},
 		{"consumer changed by someone else", func(f *ringtest.RingBuf, r *RingBuf) {
+			r.fresh = false // a reader that moved consumer_pos before
 			f.Pos[0] = 16
 		}, "consumer position changed from 0 to 16 by another writer", 0, 16, 32, 1},
 		{"consumer more than a ring behind", func(f *ringtest.RingBuf, r *RingBuf) {
@@ -1351,4 +1352,83 @@ func TestBPFRingOwner(t *testing.T) {
 	if r.Reached(mark, mark) {
 		t.Fatal("reached with consumer_pos written by another")
 	}
+}
+
+// A reader that has parsed nothing and moved consumer_pos never takes the
+// consumer_pos it finds as its start, when another reader can have left it
+// (ahead, aligned, behind producer_pos): an agent's upgrade, where the new
+// reader opened while the old one still read and committed. It delivers
+// from there, with no error. Once it parsed a record, or for a position no
+// reader leaves, the move is reported (another writer). (The new reader
+// used to report the old one's commits as corruption.)
+func TestBPFRingAdoptsPreviousReader(t *testing.T) {
+	const size = 256
+	read := func(r *RingBuf) (seqs []uint64, err error) {
+		r.Begin()
+		var rec Record
+		for {
+			ok, err := r.Next(&rec)
+			if err != nil || !ok {
+				r.CommitCursor()
+				return seqs, err
+			}
+			seqs = append(seqs, uint64(rec.Data[0]))
+		}
+	}
+	t.Run("fresh", func(t *testing.T) {
+		f := ringtest.NewRingBuf(size)
+		r := fakeReader(t, f) // opened at 0
+		for i := range 3 {
+			f.Output(t, ringtest.Pattern(8, byte(i)))
+		}
+		f.Pos[0] = 32 // the previous reader took two records of 16 bytes
+		seqs, err := read(r)
+		if err != nil || len(seqs) != 1 || seqs[0] != 2 {
+			t.Fatalf("read %v, %v; want the third record alone, no error", seqs, err)
+		}
+		if f.Pos[0] != f.Pos[1] {
+			t.Errorf("consumer_pos %d, producer_pos %d: want all committed", f.Pos[0], f.Pos[1])
+		}
+		f.Output(t, ringtest.Pattern(8, 3))
+		f.Pos[0] += 16 // now a second consumer: the reader moved consumer_pos
+		if _, err := read(r); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "by another writer") {
+			t.Errorf("after the reader committed: %v, want another writer reported", err)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		pos  func(f *ringtest.RingBuf) uint64
+	}{
+		{"back", func(*ringtest.RingBuf) uint64 { return 0 }},
+		{"unaligned", func(*ringtest.RingBuf) uint64 { return 20 }},
+		{"past producer_pos", func(f *ringtest.RingBuf) uint64 { return f.Pos[1] + 16 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := ringtest.NewRingBuf(size)
+			f.Output(t, ringtest.Pattern(8, 0))
+			f.Pos[0] = 16 // opened after the first record was consumed
+			r := fakeReader(t, f)
+			f.Output(t, ringtest.Pattern(8, 1))
+			f.Pos[0] = tc.pos(f)
+			if _, err := read(r); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("consumer_pos moved to %d before the first read: %v, want a CorruptError", f.Pos[0], err)
+			}
+		})
+	}
+	t.Run("parsed", func(t *testing.T) {
+		f := ringtest.NewRingBuf(size)
+		r := fakeReader(t, f)
+		f.Output(t, ringtest.Pattern(8, 0))
+		f.Output(t, ringtest.Pattern(8, 1))
+		r.Begin()
+		var rec Record
+		if ok, err := r.Next(&rec); !ok || err != nil {
+			t.Fatalf("Next: %v, %v", ok, err)
+		}
+		f.Pos[0] = 16 // the record the reader parsed, taken by another
+		r.Refresh()
+		if ok, err := r.Next(&rec); ok || !errors.Is(err, ErrCorrupt) {
+			t.Errorf("after a parse: %v, %v; want another writer reported", ok, err)
+		}
+	})
 }
