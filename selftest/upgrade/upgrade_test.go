@@ -30,6 +30,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
@@ -95,6 +96,11 @@ type fixture struct {
 // privileges, and fails under CI.
 func setup(t *testing.T, flags uint32) *fixture {
 	t.Helper()
+	// Before 5.11 the kernel charges maps and programs to RLIMIT_MEMLOCK;
+	// cilium/ebpf raises the limit only where it must.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
 	cs, err := ebpf.LoadCollectionSpec(obj)
 	if err != nil {
 		t.Fatalf("load %s: %v (run `make bpf`)", obj, err)
