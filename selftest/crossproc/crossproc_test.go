@@ -46,8 +46,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// obj is selftest/bpfbuffer's program, built by `make bpf`.
-const obj = "../bpfbuffer/bpf/bpfbuffer.bpf.o"
+// obj is selftest/bpfbuffer's program, built here by `make bpf` (bpf/crossproc.bpf.c).
+const obj = "bpf/crossproc.bpf.o"
 
 // The program's run (bpfbuffer.bpf.c): at most batch records a run, each
 // of size bytes through perfbuf_buffer_output (HOW_OUTPUT).
