@@ -267,19 +267,23 @@ func (r *RingBuf) checkConsumer() uint64 {
 	return c
 }
 
-// mayAdopt reports whether c is a consumer_pos another reader can have left: a record
-// boundary's alignment, ahead of the tail (a reader commits forward), and within the ring
-// behind producer_pos. Anything else is reported, as from a reader that read.
+// mayAdopt reports whether c is a consumer_pos another reader can have left beside a
+// producer_pos the kernel can have written: both aligned, c ahead of the tail (a reader
+// commits forward), and within the ring behind producer_pos. Anything else is reported, as
+// from a reader that read.
 func (r *RingBuf) mayAdopt(c uint64) bool {
 	p := r.loadProducer()
-	return c&7 == 0 && int64(c-r.tail) > 0 && int64(p-c) >= 0 && p-c <= r.mask
+	return (c|p)&7 == 0 && int64(c-r.tail) > 0 && int64(p-c) >= 0 && p-c <= r.mask
 }
 
 // adopt makes c, the consumer_pos another reader left, this fresh reader's position: it has
 // parsed nothing, so it starts there as it would have had it opened then. What SkipCorrupt
 // checks a producer_pos against moves with it.
 func (r *RingBuf) adopt(c uint64) {
-	r.tail, r.cursor, r.head, r.counted, r.own = c, c, c, c, c
+	r.tail, r.cursor, r.counted, r.own = c, c, c, c
+	if int64(c-r.head) > 0 { // (a producer_pos behind the head snapshot stays an error)
+		r.head = c
+	}
 	if int64(c-r.seen) > 0 {
 		r.seen = c
 	}
