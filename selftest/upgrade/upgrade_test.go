@@ -272,6 +272,13 @@ func TestUpgradeWithoutAdmin(t *testing.T) {
 // exists there. Inside a VM of make vmtest (PERFBUF_VMTEST) the test sets it
 // to 2 and back; on a host it leaves the host's setting alone and skips.
 func perfWithoutAdmin(t *testing.T) {
+	// Without CAP_PERFMON (a container whose runtime grants only some
+	// capabilities), per-CPU events need CAP_SYS_ADMIN: no reader without it.
+	if perfmon, err := hasCap(unix.CAP_PERFMON); err != nil {
+		t.Fatal(err)
+	} else if !perfmon {
+		t.Skip("no CAP_PERFMON here: a reader without CAP_SYS_ADMIN cannot open per-CPU perf events")
+	}
 	const sysctl = "/proc/sys/kernel/perf_event_paranoid"
 	was, err := os.ReadFile(sysctl)
 	if err != nil {
