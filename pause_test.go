@@ -166,22 +166,7 @@ func TestCloseDuringPauseGrace(t *testing.T) {
 		<-release
 		return nil
 	}
-	var opts ReaderOptions
-	p, err := opts.plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newReader(c, p)
-	read := make(chan error, 1)
-	go func() {
-		var s Sample
-		read <- r.ReadInto(&s)
-	}()
-	within(t, "the read parks", func() {
-		for !c.w.Parked() {
-			runtime.Gosched()
-		}
-	})
+	r, read := parkedRead(t, c)
 	paused, resumed := make(chan error, 1), make(chan error, 1)
 	go func() { paused <- r.Pause() }()
 	within(t, "the pause reaches its grace period", func() { <-inGrace })
@@ -229,22 +214,7 @@ func TestCloseFreesNotTheRead(t *testing.T) {
 		close(inGrace)
 		<-release
 	}
-	var opts ReaderOptions
-	p, err := opts.plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newReader(c, p)
-	read := make(chan error, 1)
-	go func() {
-		var s Sample
-		read <- r.ReadInto(&s)
-	}()
-	within(t, "the read parks", func() {
-		for !c.w.Parked() {
-			runtime.Gosched()
-		}
-	})
+	r, read := parkedRead(t, c)
 	closed := make(chan struct{})
 	go func() {
 		r.Close()
@@ -266,4 +236,27 @@ func TestCloseFreesNotTheRead(t *testing.T) {
 	if !c.w.Freed() {
 		t.Error("rings not freed")
 	}
+}
+
+// parkedRead returns a Reader with default options over c, and the result
+// of a ReadInto that it started and that parked in its wait.
+func parkedRead(t *testing.T, c *core) (*Reader, <-chan error) {
+	t.Helper()
+	var opts ReaderOptions
+	p, err := opts.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReader(c, p)
+	read := make(chan error, 1)
+	go func() {
+		var s Sample
+		read <- r.ReadInto(&s)
+	}()
+	within(t, "the read parks", func() {
+		for !c.w.Parked() {
+			runtime.Gosched()
+		}
+	})
+	return r, read
 }

@@ -27,23 +27,6 @@ func perfReader(t testing.TB, f *ringtest.Perf) *Perf {
 	return r
 }
 
-// perfCollect reads every record up to the head snapshot with Next, without committing.
-func perfCollect(t *testing.T, r *Perf) []Record {
-	t.Helper()
-	var recs []Record
-	for {
-		var rec Record
-		ok, err := r.Next(&rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			return recs
-		}
-		recs = append(recs, rec)
-	}
-}
-
 // perfDrain is what a raw Drain does: Begin, Each to the snapshot's end,
 // one commit past what it delivered.
 func perfDrain(r *Perf, fn func(*Record) error) (int, error) {
@@ -339,7 +322,7 @@ func TestPerfLostAndUnknown(t *testing.T) {
 	f.MustWrite(t, ringtest.PerfSample([]byte("b")))
 
 	r.Begin()
-	recs := perfCollect(t, r)
+	recs := collect(t, r)
 	// Records of other types are skipped, counted.
 	types := []RecordType{Sample, Lost, Lost, Sample}
 	if len(recs) != len(types) {
@@ -362,7 +345,7 @@ func TestPerfLostAndUnknown(t *testing.T) {
 	}
 	// Read again after Begin: the same records, counted once.
 	r.Begin()
-	if again := perfCollect(t, r); len(again) != len(recs) || *r.Counts() != want {
+	if again := collect(t, r); len(again) != len(recs) || *r.Counts() != want {
 		t.Fatalf("read again: %d records, counts %+v", len(again), *r.Counts())
 	}
 	// Left counts what is there from a position on, moving nothing.
@@ -388,7 +371,7 @@ func TestPerfLostFromFullRing(t *testing.T) {
 	}
 	f.MustWrite(t, ringtest.PerfSample(p))
 	r.Begin()
-	recs := perfCollect(t, r)
+	recs := collect(t, r)
 	if len(recs) != 2 || recs[0].Type != Lost || recs[0].Lost != 2 || recs[1].Type != Sample {
 		t.Fatalf("records %+v", recs)
 	}
@@ -419,7 +402,7 @@ func TestPerfReadAgain(t *testing.T) {
 		f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(i*8, byte(i))))
 	}
 	r.Begin()
-	first := perfCollect(t, r)
+	first := collect(t, r)
 	if len(first) != 5 || r.Tail() != 0 {
 		t.Fatalf("%d records, tail %d", len(first), r.Tail())
 	}
@@ -433,7 +416,7 @@ func TestPerfReadAgain(t *testing.T) {
 	if r.Pos() != 0 || r.Peek(f.Head, &rec) || r.Peek(f.Head+8, &rec) {
 		t.Fatalf("Peek moved the cursor to %d, or read at or past the head", r.Pos())
 	}
-	second := perfCollect(t, r)
+	second := collect(t, r)
 	if len(second) != 5 {
 		t.Fatalf("re-read %d records", len(second))
 	}
@@ -450,7 +433,7 @@ func TestPerfReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Begin()
-	third := perfCollect(t, r)
+	third := collect(t, r)
 	if len(third) != 3 || third[0].Pos != first[2].Pos {
 		t.Fatalf("after committing two: %d records from %d", len(third), third[0].Pos)
 	}
@@ -462,11 +445,11 @@ func TestPerfReadAgain(t *testing.T) {
 	if r.Quiet() {
 		t.Fatal("quiet with a record past the snapshot")
 	}
-	if got := perfCollect(t, r); len(got) != 0 {
+	if got := collect(t, r); len(got) != 0 {
 		t.Fatalf("read %d records past the snapshot", len(got))
 	}
 	r.Refresh()
-	got := perfCollect(t, r)
+	got := collect(t, r)
 	if len(got) != 1 || string(got[0].Data[:3]) != "two" {
 		t.Fatalf("after Refresh: %+v", got)
 	}
@@ -647,7 +630,7 @@ func TestPerfSinks(t *testing.T) {
 	r := perfReader(t, f)
 	var all []Record
 	r.Begin()
-	all = append(all, perfCollect(t, r)...)
+	all = append(all, collect(t, r)...)
 	if len(all) != 6 || len(all[2].Wrapped) == 0 {
 		t.Fatalf("%d records; the third wrapped %d", len(all), len(all[2].Wrapped))
 	}

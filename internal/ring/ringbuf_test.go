@@ -28,8 +28,9 @@ func fakeReader(t testing.TB, f *ringtest.RingBuf) *RingBuf {
 	return r
 }
 
-// bpfCollect reads every sample up to the head snapshot with next, without committing.
-func bpfCollect(t *testing.T, r *RingBuf) []Record {
+// collect reads every record of r up to the head snapshot with Next, without committing:
+// a perf ring's or a ring buffer's.
+func collect(t *testing.T, r Ring) []Record {
 	t.Helper()
 	var recs []Record
 	for {
@@ -149,7 +150,7 @@ func TestBPFRingRounding(t *testing.T) {
 		want = append(want, f.Output(t, ringtest.Pattern(n, byte(n))))
 	}
 	r.Begin()
-	recs := bpfCollect(t, r)
+	recs := collect(t, r)
 	if len(recs) != 18 {
 		t.Fatalf("%d records, want 18", len(recs))
 	}
@@ -193,7 +194,7 @@ func TestBPFRingMany(t *testing.T) {
 						t.Fatal(err)
 					}
 				} else {
-					for _, rec := range bpfCollect(t, r) {
+					for _, rec := range collect(t, r) {
 						if err := check(&rec); err != nil {
 							t.Fatal(err)
 						}
@@ -233,7 +234,7 @@ func TestBPFRingWrap(t *testing.T) {
 		f.Output(t, ringtest.Pattern(4, 4))
 		f.Output(t, ringtest.Pattern(20, 5))
 		r.Begin()
-		recs := bpfCollect(t, r)
+		recs := collect(t, r)
 		if len(recs) != 2 || !bytes.Equal(recs[0].Data, ringtest.Pattern(4, 4)) || !bytes.Equal(recs[1].Data, ringtest.Pattern(20, 5)) {
 			t.Fatalf("start %d, second lap: %v", start, recs)
 		}
@@ -251,7 +252,7 @@ func TestBPFRingBusy(t *testing.T) {
 	f.Commit(b, false) // committed behind a busy one: out of order, as two CPUs do
 
 	r.Begin()
-	recs := bpfCollect(t, r)
+	recs := collect(t, r)
 	if len(recs) != 1 || r.Pos() != a || r.Pending() == 0 {
 		t.Fatalf("%d records, cursor %d, pending %d; want 1 record, the cursor at the busy one %d", len(recs), r.Pos(), r.Pending(), a)
 	}
@@ -264,7 +265,7 @@ func TestBPFRingBusy(t *testing.T) {
 		t.Fatalf("each at a busy record = %d, %v", n, err)
 	}
 	f.Commit(a, false)
-	recs = bpfCollect(t, r)
+	recs = collect(t, r)
 	if len(recs) != 2 || recs[0].Pos != a || recs[1].Pos != b || !bytes.Equal(recs[1].Data, ringtest.Pattern(24, 3)) {
 		t.Fatalf("after the commit: %v", recs)
 	}
@@ -289,7 +290,7 @@ func TestBPFRingDiscard(t *testing.T) {
 	if !r.Peek(0, &rec) || rec.Pos != 16 || r.counts.Discarded != 0 {
 		t.Fatalf("peek over a discarded record: %+v, discarded %d", rec, r.counts.Discarded)
 	}
-	recs := bpfCollect(t, r)
+	recs := collect(t, r)
 	if len(recs) != 2 || recs[0].Pos != 16 || recs[1].Pos != last || r.counts.Discarded != 5 || r.Pending() != 0 {
 		t.Fatalf("records %v, discarded %d, pending %d", recs, r.counts.Discarded, r.Pending())
 	}
@@ -491,7 +492,7 @@ func TestBPFRingCorrupt(t *testing.T) {
 		{"producer behind the consumer", func(f *ringtest.RingBuf, r *RingBuf) {
 			f.Output(t, nil) // an 8-byte record: 32 to 40
 			r.Begin()
-			bpfCollect(t, r)
+			collect(t, r)
 			r.CommitCursor() // this reader read up to 40
 			f.Pos[1] = 32
 		}, "consumer position 40 past producer position 32", 0, 40, 40, 1},
@@ -576,7 +577,7 @@ func TestBPFRingCorrupt(t *testing.T) {
 				}
 				p := f.Output(t, ringtest.Pattern(7, 7))
 				r.Begin()
-				if recs := bpfCollect(t, r); len(recs) != tc.after || recs[0].Pos != tc.to || recs[len(recs)-1].Pos != p {
+				if recs := collect(t, r); len(recs) != tc.after || recs[0].Pos != tc.to || recs[len(recs)-1].Pos != p {
 					t.Fatalf("after skipCorrupt: %v", recs)
 				}
 				r.CommitCursor()
@@ -619,7 +620,7 @@ func TestBPFRingMovedBack(t *testing.T) {
 	}
 	p := f.Output(t, ringtest.Pattern(4, 3))
 	r.Begin()
-	if recs := bpfCollect(t, r); len(recs) != 3 || recs[0].Pos != 0 || recs[2].Pos != p {
+	if recs := collect(t, r); len(recs) != 3 || recs[0].Pos != 0 || recs[2].Pos != p {
 		t.Fatalf("after the producer wrote again: %v", recs)
 	}
 }
@@ -795,13 +796,13 @@ func TestBPFRingSettle(t *testing.T) {
 		{"parsed, not committed", func(x ring) {
 			x.f.Output(t, []byte{1})
 			x.r.Begin()
-			bpfCollect(t, x.r)
+			collect(t, x.r)
 		}, false},
 		{"committed partly", func(x ring) {
 			x.f.Output(t, []byte{1})
 			x.f.Output(t, []byte{2})
 			x.r.Begin()
-			recs := bpfCollect(t, x.r)
+			recs := collect(t, x.r)
 			_ = x.r.Commit(recs[0].Next)
 		}, false},
 		{"not parsed", func(x ring) { x.r.Begin(); x.f.Output(t, []byte{1}); x.r.Refresh() }, false},
@@ -859,7 +860,7 @@ func TestBPFRingUsedQuiet(t *testing.T) {
 		t.Fatalf("used %d, quiet %v", r.Used(), r.Quiet())
 	}
 	r.Begin()
-	bpfCollect(t, r)
+	collect(t, r)
 	if !r.Quiet() {
 		t.Fatal("not quiet at the head")
 	}
@@ -1311,7 +1312,7 @@ func TestBPFRingOwner(t *testing.T) {
 		t.Fatalf("Left(0) = %d, %d, %d; want 1, 0, 0 (the busy record ends the count)", s, l, d)
 	}
 	r.Begin()
-	if recs := bpfCollect(t, r); len(recs) != 1 {
+	if recs := collect(t, r); len(recs) != 1 {
 		t.Fatalf("%d records before the busy one", len(recs))
 	}
 	r.CommitCursor()

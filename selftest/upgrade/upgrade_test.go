@@ -34,6 +34,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/selftest/internal/pins"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,7 +93,7 @@ type fixture struct {
 }
 
 // setup loads obj, its perf event array with the map flags flags, and
-// pins the array under /sys/fs/bpf/perfbuf-ownslots-*. It skips without the
+// pins the array under a directory of pins.Dir. It skips without the
 // privileges, and fails under CI.
 func setup(t *testing.T, flags uint32) *fixture {
 	t.Helper()
@@ -118,31 +119,11 @@ func setup(t *testing.T, flags uint32) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{dir: pinDir(t), events: coll.Maps["events"], prog: coll.Programs["emit"], stats: coll.Maps["emit_stats"], cpus: online}
+	f := &fixture{dir: pins.Dir(t), events: coll.Maps["events"], prog: coll.Programs["emit"], stats: coll.Maps["emit_stats"], cpus: online}
 	if err := f.events.Pin(filepath.Join(f.dir, "events")); err != nil {
 		t.Fatal(err)
 	}
 	return f
-}
-
-// pinDir returns a new directory /sys/fs/bpf/perfbuf-ownslots-*, mounting
-// a bpffs there if there is none; both go at cleanup.
-func pinDir(t *testing.T) string {
-	t.Helper()
-	const root = "/sys/fs/bpf"
-	var st unix.Statfs_t
-	if err := unix.Statfs(root, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
-		if err := unix.Mount("bpf", root, "bpf", 0, ""); err != nil {
-			t.Fatalf("mount bpffs at %s: %v", root, err)
-		}
-		t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
-	}
-	dir, err := os.MkdirTemp(root, "perfbuf-ownslots-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 // emit outputs n samples on every online CPU and returns how many of
