@@ -258,8 +258,7 @@ func (r *RingBuf) Refresh() {
 func (r *RingBuf) checkConsumer() uint64 {
 	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
 	if c != r.tail {
-		if r.fresh && r.cursor == r.tail && r.corrupt == nil && r.mayAdopt(c) {
-			r.adopt(c)
+		if r.adopt(c) {
 			return c
 		}
 		r.otherWriter(c, r.loadProducer())
@@ -276,10 +275,14 @@ func (r *RingBuf) mayAdopt(c uint64) bool {
 	return (c|p)&7 == 0 && int64(c-r.tail) > 0 && int64(p-c) >= 0 && p-c <= r.mask
 }
 
-// adopt makes c, the consumer_pos another reader left, this fresh reader's position: it has
-// parsed nothing, so it starts there as it would have had it opened then. What SkipCorrupt
-// checks a producer_pos against moves with it.
-func (r *RingBuf) adopt(c uint64) {
+// adopt makes c, the consumer_pos another reader left, this fresh reader's position, if it
+// has parsed nothing (fresh, cursor at the tail, no error pending) and c may be adopted:
+// it starts there as it would have had it opened then. It reports whether it did. What
+// SkipCorrupt checks a producer_pos against moves with it.
+func (r *RingBuf) adopt(c uint64) bool {
+	if !r.fresh || r.cursor != r.tail || r.corrupt != nil || !r.mayAdopt(c) {
+		return false
+	}
 	r.tail, r.cursor, r.counted, r.own = c, c, c, c
 	if int64(c-r.head) > 0 { // (a producer_pos behind the head snapshot stays an error)
 		r.head = c
@@ -287,6 +290,7 @@ func (r *RingBuf) adopt(c uint64) {
 	if int64(c-r.seen) > 0 {
 		r.seen = c
 	}
+	return true
 }
 
 // snapshot loads producer_pos into head if it is valid against tail and the previous head;
@@ -795,9 +799,8 @@ func (r *RingBuf) Settle() bool {
 	if r.corrupt != nil || r.tail != r.cursor {
 		return false
 	}
-	if c := atomic.LoadUint64(r.consumer); r.fresh && c != r.tail && r.mayAdopt(c) { // ours; pairs with store
-		r.adopt(c) // a fresh reader's start (see checkConsumer): read from there first
-		return false
+	if c := atomic.LoadUint64(r.consumer); c != r.tail && r.adopt(c) { // ours; pairs with store
+		return false // a fresh reader's start (see checkConsumer): read from there first
 	}
 	r.store(r.tail) // the full barrier before the second look (see above)
 	if r.corrupt != nil {
