@@ -36,9 +36,12 @@ type core struct {
 	// newCPUs, if set, is the CPU watch's flag of CPUs that came online
 	// (hotplug.go): the reads' check of it is one load, no call.
 	newCPUs *atomic.Bool
-	// holdOff is a ring buffer's watermark (Options.WakeupBytes): a Reader
-	// woken with every ring below it waits up to its latency before it
-	// drains. Zero: drain at once.
+	// hold is how long a Reader of ring buffers, woken with every ring
+	// below its hold-off mark, waits before it drains (Reader.holdOff):
+	// its latency budget. Zero: drain at once. The mark is holdOff bytes
+	// (Options.WakeupBytes, the programs' forced wakeup), or half of each
+	// ring when holdOff is zero (the budget's; see holdOffRingBufs).
+	hold    time.Duration
 	holdOff int
 	// oneWriter[i] says that one CPU alone writes ring buffer i (an
 	// ordered Reader's rule 1: policy.WindowConfig).
@@ -421,10 +424,36 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// belowHoldOff reports whether every ring holds less than holdOff bytes.
+// holdOffRingBufs sets how a Reader of ring buffers with the plan p holds
+// its drains off (hold, holdOff). The kernel wakes a ring buffer's reader
+// for the first record committed after it caught up, unless the programs
+// say otherwise (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP). Within a budget
+// (no WakeupBytes) the reader takes that wakeup, then waits a budget with
+// the ring uncommitted, so that the records after it raise no wakeup, and
+// drains at once only for a ring half full: a trickle costs the programs a
+// wakeup a budget. A burst is seen only at the end of the hold, unless
+// the programs force a wakeup: a ring must hold what they write in a
+// budget at their peak rate. A blocked read still looks every budget, for
+// records written without a wakeup. With WakeupBytes (the programs force
+// a wakeup at that fill) the reader holds off below it for its MaxLatency.
+func (c *core) holdOffRingBufs(p readerPlan) {
+	switch {
+	case p.budget():
+		c.hold, c.holdOff = p.latency, 0
+	case p.ring.wakeupBytes > 0 && p.latency > 0:
+		c.hold, c.holdOff = p.latency, p.ring.wakeupBytes
+	}
+}
+
+// belowHoldOff reports whether every ring holds less than its hold-off
+// mark: holdOff bytes, or half the ring if holdOff is zero.
 func (c *core) belowHoldOff() bool {
 	for _, rb := range c.Rings {
-		if rb.Cur().Used() >= c.holdOff {
+		mark := c.holdOff
+		if mark == 0 {
+			mark = rb.Cur().Size() / 2
+		}
+		if rb.Cur().Used() >= mark {
 			return false
 		}
 	}
