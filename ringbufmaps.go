@@ -309,7 +309,11 @@ func (s *ringBufSource) lock() error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("ring buffer %q: %w", s.names[i], err)
+			err = fmt.Errorf("ring buffer %q: %w", s.names[i], err)
+			// close closes the rings kept and those not looked at yet.
+			s.rings, s.fds = append(s.rings[:n], s.rings[i:]...), append(s.fds[:n], s.fds[i:]...)
+			s.names, s.oneWriter = append(s.names[:n], s.names[i:]...), append(s.oneWriter[:n], s.oneWriter[i:]...)
+			return err
 		}
 		if !won {
 			s.tk.rings = append(s.tk.rings, waitingRing{rb: rb, fd: s.fds[i], name: s.names[i], oneWriter: s.oneWriter[i], lock: l})

@@ -413,6 +413,7 @@ var scenarios = []scenario{
 		neu.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		old.mustClose(t)
+		f.until(t, neu, neu.logged()+1) // (a ring buffer's: taken over)
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
 	}, true, false},
@@ -532,6 +533,7 @@ var scenarios = []scenario{
 			t.Fatal(err)
 		}
 		neu.mustDo(t, "read", "reading")
+		f.until(t, neu, 1) // (a ring buffer's: taken over, if it waited)
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
 	}, false, false},
