@@ -34,7 +34,9 @@ type core struct {
 	// with Rings, under StatsMu.
 	kinds []ring.Kind
 	// newCPUs, if set, is the CPU watch's flag of CPUs that came online
-	// (hotplug.go): the reads' check of it is one load, no call.
+	// (hotplug.go), or over ring buffers the takeover's of rings whose
+	// consumer lock it won (ringbufmaps.go): the reads' check of it is one
+	// load, no call.
 	newCPUs *atomic.Bool
 	// hold is how long a Reader of ring buffers, woken with every ring
 	// below its hold-off mark, waits before it drains (Reader.holdOff):
@@ -44,7 +46,8 @@ type core struct {
 	hold    time.Duration
 	holdOff int
 	// oneWriter[i] says that one CPU alone writes ring buffer i (an
-	// ordered Reader's rule 1: policy.WindowConfig).
+	// ordered Reader's rule 1: policy.WindowConfig), over rings of a
+	// test's own; a ringBufSource says it for its own.
 	oneWriter []bool
 	// what names what is read, for errors (see name).
 	what string
@@ -140,9 +143,6 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 	if r, ok := src.(*rings); ok {
 		c.countsLost = r.cfg.kernel().CountLost
 	}
-	if s, ok := src.(*ringBufSource); ok {
-		c.oneWriter = s.oneWriter
-	}
 	c.what = describeMaps(info, len(more))
 	return c, nil
 }
@@ -179,6 +179,11 @@ func (c *core) start(pol policy.Policy, scope wait.Scope) {
 		c.newCPUs = &r.watch.Pending
 		r.watch.Notify = c.poke
 		r.watch.Start()
+	}
+	if s, ok := c.src.(*ringBufSource); ok && s.tk.waiting() {
+		c.newCPUs = &s.tk.Pending
+		s.tk.notify = c.poke
+		s.tk.start()
 	}
 }
 

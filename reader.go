@@ -99,7 +99,11 @@ func newReadOp(name string) *readOp {
 //
 // A map has one reader in a process: NewReader fails with [ErrMapInUse]
 // while another reads it. (A perf event array has a ring slot per CPU:
-// across processes, the last reader opened takes the slots over.)
+// across processes, the last reader opened takes the slots over.) A ring
+// buffer has one reader at a time across processes: one opened while a
+// reader in another process holds it reads nothing from it, its reads
+// waiting, until that reader closed or ended; it then goes on from that
+// reader's last commit (docs/failures.md). New and NewRaw do the same.
 //
 // Errors: os.ErrInvalid for an option out of range, naming it, or for a
 // map that is not what bpfbuffer's or ciliumbuffer's Prepare made, when

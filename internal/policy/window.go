@@ -32,10 +32,12 @@ type WindowConfig struct {
 	// the copies take at most Bytes and one record, in chunks of 64 KiB
 	// that take at most twice Bytes and two chunks more.
 	Bytes int
-	// OneWriter says, for each ring, whether one CPU alone writes it: its
+	// OneWriter says, for ring i, whether one CPU alone writes it: its
 	// keys then only grow (rule 1). A ring buffer shared by CPUs does not
-	// count for rule 1, and while one is read rule 1 releases nothing.
-	OneWriter []bool
+	// count for rule 1, and while one is read rule 1 releases nothing. It
+	// is asked once a ring, as the ring comes in (NewWindow, AddRing); nil:
+	// none.
+	OneWriter func(i int) bool
 }
 
 // window is the ordered merge over ring buffers. Its rules are the Order's,
@@ -60,6 +62,8 @@ type window struct {
 	dueSlack  time.Duration
 	dropLate  bool
 	limit     int // Bytes
+	oneWriter func(int) bool
+	smallest  int // the smallest ring's size; 0 before the first ring
 
 	rs []windowRing
 	// The copies, in runs of keys that do not fall (a ring's records
@@ -170,6 +174,7 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		dueSlack:  cfg.MaxDelay / 2,
 		dropLate:  cfg.DropLate,
 		limit:     max(cfg.Bytes, 1),
+		oneWriter: cfg.OneWriter,
 		outAt:     -1,
 		lastRun:   -1,
 		hot:       -1,
@@ -178,20 +183,11 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		look:      true,
 		start:     time.Now(),
 	}
-	smallest, largest := s.Rings[0].Cur().Size(), 0
+	largest := 0
 	for i := range s.Rings {
-		smallest = min(smallest, s.Rings[i].Cur().Size())
 		largest = max(largest, s.Rings[i].Cur().Size())
-		one := i < len(cfg.OneWriter) && cfg.OneWriter[i]
-		w.rs = append(w.rs, windowRing{cpu: s.Rings[i].Cur().CPU(), oneWriter: one})
-		if !one {
-			w.shared++
-		}
-		s.Rings[i].Begin()
+		w.AddRing(i)
 	}
-	w.takeEvery = max(smallest/4, 1)
-	w.chunk = min(commitChunk(smallest), w.takeEvery)
-	w.hotDue = w.chunk
 	w.reserve(min(w.limit, largest))
 	w.out.Type = ring.Sample
 	w.hotF, w.stageF = w.hotRec, w.stage
@@ -219,8 +215,26 @@ func (w *window) reserve(n int) {
 
 func (w *window) now() int64 { return int64(time.Since(w.start)) }
 
-// AddRing: ring buffers do not come and go with CPUs.
-func (w *window) AddRing(int) {}
+// AddRing takes in ring i, the last: at NewWindow, or a ring buffer taken
+// over from a reader in another process later. A window with no ring yet
+// (every ring waiting for its reader) releases nothing, and reserved
+// nothing: its copies grow on demand.
+func (w *window) AddRing(i int) {
+	rb := w.s.Rings[i]
+	one := w.oneWriter != nil && w.oneWriter(i)
+	w.rs = append(w.rs, windowRing{cpu: rb.Cur().CPU(), oneWriter: one})
+	if !one {
+		w.shared++
+	}
+	rb.Begin()
+	if size := rb.Cur().Size(); w.smallest == 0 || size < w.smallest {
+		w.smallest = size
+		w.takeEvery = max(size/4, 1)
+		w.chunk = min(commitChunk(size), w.takeEvery)
+		w.hotDue = w.chunk
+	}
+	w.look, w.allSeen = true, false // rule 1 waits for its key too
+}
 
 // Oldest is where ring i's records not copied and not delivered start:
 // the window's copies are no longer the ring's (Held counts them at
