@@ -146,15 +146,17 @@ type Order struct {
 	// DropLate drops late samples instead of delivering them.
 	DropLate bool
 
-	// HighWater is rule 4's fill, in bytes. Zero means three quarters of
-	// a ring. Over ring buffers it bounds the window instead: the bytes
-	// of the copies held, each rounded up to a power of two (a copy takes
-	// about 64 bytes more, and one copy may pass the bound); zero means
-	// the rings' total size, what they would hold in place. NewReader
-	// makes the window with room for one full ring's copies (the largest
-	// ring's size, at most HighWater, and as much again for their
-	// bookkeeping), so that a flood's first intake does not grow the heap
-	// and start garbage collections while the ring fills; the pages are
-	// the OS's, untouched until copies use them.
+	// HighWater is rule 4's fill, in bytes. Zero means a quarter of a
+	// ring: below the half at which a perf ring wakes a Reader within its
+	// latency budget, so that the wakeup itself releases. Over ring
+	// buffers it bounds the window instead: the bytes of the copies held,
+	// each rounded up to a power of two (a copy takes about 64 bytes more,
+	// and one copy may pass the bound); zero means the rings' total size,
+	// what they would hold in place. NewReader makes the window with room
+	// for one full ring's copies (the largest ring's size, at most
+	// HighWater, and as much again for their bookkeeping), so that a
+	// flood's first intake does not grow the heap and start garbage
+	// collections while the ring fills; the pages are the OS's, untouched
+	// until copies use them.
 	HighWater int
 }
