@@ -114,11 +114,17 @@ func measureHost(h *benchrun.Host, ringBuf bool, c config, r *results, round int
 				return err
 			}
 			res = append(res, q)
-			fmt.Fprintf(stderr, "round %d/%d  %s %-16s %9s  reached %.0f/s (late by %v at most)  prog %.0f ns  workload %.0f ns (charged %.0f)  reader %.0f ns, %.2f csw  latency p50 %v p99 %v max %v  received %d of %d calls, lost %d\n",
+			prefix := fmt.Sprintf("round %d/%d  %s %-16s %9s  reached %.0f/s (late by %v at most)  workload %.0f ns (charged %.0f)",
 				round+1, c.rounds, name, mode, benchrun.RateName(rate), q.Reached(), q.MaxLag.Round(time.Microsecond),
-				q.ProgPerEvent(), q.WorkloadPerEvent(), perEvent(q.WorkloadCharged, q.Calls), q.ReaderPerEvent(), q.SwitchesPerEvent(),
-				q.Latency.P50.Round(time.Microsecond), q.Latency.P99.Round(time.Microsecond), q.Latency.Max.Round(time.Microsecond),
-				q.Received, q.Calls, q.Lost)
+				q.WorkloadPerEvent(), perEvent(q.WorkloadCharged, q.Calls))
+			if mode == benchrun.ModeDetached {
+				fmt.Fprintf(stderr, "%s  %d calls\n", prefix, q.Calls)
+			} else {
+				fmt.Fprintf(stderr, "%s  prog %.0f ns  reader %.0f ns, %.2f csw  latency p50 %v p99 %v max %v  received %d of %d calls, lost %d\n",
+					prefix, q.ProgPerEvent(), q.ReaderPerEvent(), q.SwitchesPerEvent(),
+					q.Latency.P50.Round(time.Microsecond), q.Latency.P99.Round(time.Microsecond), q.Latency.Max.Round(time.Microsecond),
+					q.Received, q.Calls, q.Lost)
+			}
 			if err := q.Check(); err != nil {
 				fmt.Fprintf(stderr, "round %d/%d  %v\n", round+1, c.rounds, err)
 			}
