@@ -7,6 +7,7 @@ import (
 	"encoding/csv"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -231,6 +232,47 @@ func TestHostRun(t *testing.T) {
 		}
 		if row[col["lost_max"]] != "0" || row[col["prog_ns"]] == "" || row[col["latency_max_us"]] == "" {
 			t.Errorf("row %q: a loss, or no program time or latency", row)
+		}
+	}
+}
+
+// A consumer whose records do not all come (here: it is told of more
+// calls than the workload makes, as a ring buffer's failed outputs are
+// never delivered) is stopped once the calls are made, and reports what it
+// read, before its own timeout.
+func TestHostStopsConsumer(t *testing.T) {
+	requirePrivileges(t)
+	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cquiet, _ := filepath.Abs("../../build/perfbench-cquiet")
+	h, err := benchrun.OpenHost("bpf/hostbench.bpf.o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	modes := []string{benchrun.ModeCilium, benchrun.ModeReaderBatch}
+	if cquietMissing(cquiet) == "" {
+		modes = append(modes, benchrun.ModeC)
+	}
+	for _, ringBuf := range []bool{false, true} {
+		for _, mode := range modes {
+			var timeout time.Duration
+			cmd := hostCommand(mode, ringBuf, self, cquiet, nil, io.Discard)
+			res, err := benchrun.RunHost(h, benchrun.HostConfig{Mode: mode, RingBuf: ringBuf, Rate: 1000, Duration: 50 * time.Millisecond,
+				Command: func(count int, d time.Duration) *exec.Cmd {
+					timeout = d
+					return cmd(count+10, d)
+				}})
+			if err != nil {
+				t.Fatalf("%s (ring buffer %v): %v", mode, ringBuf, err)
+			}
+			if res.Calls != 50 || res.Received != 50 || res.Window.Wall >= timeout {
+				t.Errorf("%s (ring buffer %v): %d calls, received %d, in a window of %v: not stopped before its timeout %v",
+					mode, ringBuf, res.Calls, res.Received, res.Window.Wall, timeout)
+			}
 		}
 	}
 }

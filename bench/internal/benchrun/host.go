@@ -71,10 +71,12 @@ const (
 	HostCPU       = 0 // the workload's CPU
 	HostDuration  = 2 * time.Second
 	HostBudget    = 10 * time.Millisecond // ModeCTuned's timer, ModeReaderBudget's MaxLatency
-	// hostTimeoutFactor: a consumer waits up to this many times the
-	// run's duration (and quietSlack) for its records, since a workload
-	// that cannot keep the rate takes longer to make its calls.
-	hostTimeoutFactor = 8
+	// hostTimeoutFactor: a consumer gives up after this many times the
+	// run's duration (and quietSlack), since a workload that cannot keep
+	// the rate takes longer to make its calls; RunHost stops it once they
+	// are made, hostGrace after them if its records have not all come.
+	hostTimeoutFactor = 60
+	hostGrace         = 2 * time.Second
 	rbNoWakeup        = 1 // BPF_RB_NO_WAKEUP
 )
 
@@ -313,7 +315,7 @@ func RunHost(h *Host, cfg HostConfig) (HostResult, error) {
 		res.Emitted += d.Emitted
 		res.Failed += d.Failed
 	}
-	line, err := p.result(timeout + quietSlack)
+	line, err := p.finish(hostGrace)
 	if err != nil {
 		return stop(err)
 	}

@@ -50,6 +50,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -401,6 +402,41 @@ func (p *consumerProc) result(timeout time.Duration) (string, error) {
 	return expectResult(p.lines, timeout)
 }
 
+// stopEvery is how often finish repeats its stopSignal.
+const stopEvery = 100 * time.Millisecond
+
+// finish waits up to grace for the consumer's "result" line; then it asks
+// the consumer to stop (stopSignal, again every stopEvery) and waits up to
+// quietSlack more.
+func (p *consumerProc) finish(grace time.Duration) (string, error) {
+	isResult := func(l string) bool { return strings.HasPrefix(l, "result ") }
+	wait := time.NewTimer(grace)
+	defer wait.Stop()
+	var tick <-chan time.Time
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				return "", fmt.Errorf("waiting for its result: %w", errExited)
+			}
+			if isResult(l) {
+				return l, nil
+			}
+		case <-wait.C:
+			if tick != nil {
+				return "", fmt.Errorf("asked the consumer to stop, and waited %v more for its result", quietSlack)
+			}
+			t := time.NewTicker(stopEvery)
+			defer t.Stop()
+			tick = t.C
+			wait.Reset(quietSlack)
+			_ = p.cmd.Process.Signal(stopSignal)
+		case <-tick:
+			_ = p.cmd.Process.Signal(stopSignal)
+		}
+	}
+}
+
 // wait waits for the consumer's exit, after its result, and returns what
 // the process used in its whole life.
 func (p *consumerProc) wait() (Usage, error) {
@@ -628,6 +664,7 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	var (
 		setDeadline func(time.Time) // the readers'
 		run         func(deadline time.Time) error
+		interrupt   func() // ends run early, from another goroutine
 	)
 	m := perfbuf.MapFD(cfg.MapFD)
 	// A ring buffer's size and wakeups are its object's and its program's:
@@ -687,7 +724,7 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 			return fmt.Errorf("quiet consumer: %w", err)
 		}
 		defer cr.close()
-		setDeadline, run = cr.setDeadline, func(time.Time) error { return cr.read(c) }
+		setDeadline, run, interrupt = cr.setDeadline, func(time.Time) error { return cr.read(c) }, cr.interrupt
 	default:
 		ropts := perfbuf.ReaderOptions{Options: opts}
 		switch cfg.Mode {
@@ -711,6 +748,7 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		}
 		defer r.Close()
 		setDeadline = r.SetDeadline
+		interrupt = func() { r.SetDeadline(time.Now()) } // a read blocked at the call sees it
 		switch {
 		case cfg.Mode == ModeReaderEach:
 			run = func(time.Time) error { return c.each(r) }
@@ -726,6 +764,9 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	deadline := time.Now().Add(cfg.Timeout)
 	if setDeadline != nil {
 		setDeadline(deadline)
+	}
+	if cfg.Host && interrupt != nil {
+		stopOnSignal(interrupt)
 	}
 	tc, err := OpenTaskClock()
 	if err != nil {
@@ -761,6 +802,26 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		time.Duration(r1.Utime.Nano()-r0.Utime.Nano()), time.Duration(r1.Stime.Nano()-r0.Stime.Nano()),
 		r1.Nvcsw-r0.Nvcsw, r1.Nivcsw-r0.Nivcsw, wall, c.polls, c.sum)+c.lat.format())
 	return err
+}
+
+// stopSignal asks a consumer of the host measurement to stop reading and
+// report, as its records are all delivered or lost (over a ring buffer a
+// failed output is never delivered, nor reported to the reader). The
+// parent sends it again until the result comes, in case one lands just
+// before the consumer's wait.
+const stopSignal = unix.SIGUSR1
+
+// stopOnSignal calls interrupt at each stopSignal, for the rest of the
+// process's life (its default action, to end the process, would lose the
+// result line).
+func stopOnSignal(interrupt func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, stopSignal)
+	go func() {
+		for range sig {
+			interrupt()
+		}
+	}()
 }
 
 // quietCounter counts what a Go consumer read, as the C consumer's
@@ -949,7 +1010,7 @@ func (c *ciliumQuiet) read(q *quietCounter) error {
 				q.sample(prec.RawSample)
 			}
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, os.ErrClosed) { // ErrClosed: interrupt
 			return nil
 		}
 		if err != nil {
@@ -957,6 +1018,16 @@ func (c *ciliumQuiet) read(q *quietCounter) error {
 		}
 	}
 	return nil
+}
+
+// interrupt ends a read: cilium/ebpf's SetDeadline waits for a blocked
+// read's lock, but its Close interrupts the read.
+func (c *ciliumQuiet) interrupt() {
+	if c.rb != nil {
+		c.rb.Close()
+	} else {
+		c.perf.Close()
+	}
 }
 
 func (c *ciliumQuiet) close() {

@@ -27,10 +27,13 @@
  * -latency, each record's delivery latency, CLOCK_MONOTONIC at its callback
  * less the ktime at offset 8 of the record, reported as lat_n, lat_p50_ns,
  * lat_p99_ns and lat_max_ns (nearest rank, as benchrun.Percentile).
+ * SIGUSR1 ends the reading early, as the timeout does: the host
+ * measurement sends it when its records are all delivered or lost.
  *
  * Built by `make bench` into build/perfbench-cquiet. */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,6 +298,16 @@ static int parse_args(int argc, char **argv, struct options *o)
 	return 0;
 }
 
+/* stopped is set by SIGUSR1. Its handler is installed without SA_RESTART:
+ * a wait it interrupts returns EINTR, and the loop looks at stopped. */
+static volatile sig_atomic_t stopped;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stopped = 1;
+}
+
 /* wait_ms is the milliseconds from now to at, rounded up, as
  * bench/internal/cref's Poll rounds. */
 static int wait_ms(int64_t at)
@@ -339,6 +352,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	if (sigaction(SIGUSR1, &(struct sigaction){.sa_handler = on_stop}, NULL)) {
+		fprintf(stderr, "perfbench-cquiet: sigaction: %s\n", strerror(errno));
+		k.free(k.buf);
+		return 1;
+	}
 	err = task_clock_open(&tc);
 	if (err) {
 		fprintf(stderr, "perfbench-cquiet: open task clock: %s\n", strerror(-err));
@@ -359,7 +377,7 @@ int main(int argc, char **argv)
 	while (o.count == 0 || c.received + c.lost < (uint64_t)o.count) {
 		int64_t now = now_ns();
 
-		if (now >= deadline)
+		if (now >= deadline || stopped)
 			break;
 		before = c.received + c.lost;
 		if (tick && now >= next) {
