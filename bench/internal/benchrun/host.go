@@ -369,7 +369,8 @@ func startWorkload(n, rate int) *workload {
 	go func() {
 		// A goroutine of its own, so that the caller's thread is never
 		// pinned (a consumer started from it would inherit the affinity);
-		// it never returns its thread to the scheduler.
+		// locked to its thread until it is done, so that the task clock
+		// it opens counts it alone.
 		unpin, err := bpfrun.Pin(HostCPU)
 		if err != nil {
 			w.tid <- -1
