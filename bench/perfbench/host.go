@@ -152,6 +152,7 @@ type hostStat struct {
 	// task clock, that less the detached workload's in the same round
 	// (empty without a detached run), and the consumer's task clock.
 	prog, workload, added, reader series
+	charged                       series // the workload thread's CPU time a call (CLOCK_THREAD_CPUTIME_ID), ns
 	csw                           series // the consumer's context switches an event
 	p50, p99, maxLat              series // delivery latency, µs
 	lost                          []uint64
@@ -184,6 +185,7 @@ func (r *results) addHostRound(round []benchrun.HostResult) {
 		}
 		h.reached = append(h.reached, res.Reached())
 		h.workload = append(h.workload, res.WorkloadPerEvent())
+		h.charged = append(h.charged, perEvent(res.WorkloadCharged, res.Calls))
 		if haveBase {
 			h.added = append(h.added, res.WorkloadPerEvent()-base)
 		}
@@ -283,10 +285,12 @@ func writeHostTables(w io.Writer, r *results) {
 
 // hostCSVHeader names the host CSV's columns: a row per kind, rate and
 // mode, medians over the rounds; ns are per event, latencies in µs;
+// workload_charged_ns is the workload thread's CPU time a call as the
+// scheduler charged it (CLOCK_THREAD_CPUTIME_ID), beside its task clock;
 // spread is prog's (the workload's for detached).
 var hostCSVHeader = []string{
 	"kind", "mode", "rate", "rounds", "reached_per_s",
-	"prog_ns", "workload_ns", "added_workload_ns", "reader_ns", "csw",
+	"prog_ns", "workload_ns", "added_workload_ns", "workload_charged_ns", "reader_ns", "csw",
 	"latency_p50_us", "latency_p99_us", "latency_max_us", "lost_max", "spread", "accounting_errors",
 }
 
@@ -314,7 +318,7 @@ func writeHostCSV(w io.Writer, r *results) error {
 			lost = csvUint(maxU(h.lost))
 		}
 		row := []string{kind, h.mode, strconv.Itoa(h.rate), strconv.Itoa(len(h.reached)), med(h.reached, 0),
-			med(h.prog, 1), med(h.workload, 1), med(h.added, 1), med(h.reader, 1), med(h.csw, 3),
+			med(h.prog, 1), med(h.workload, 1), med(h.added, 1), med(h.charged, 1), med(h.reader, 1), med(h.csw, 3),
 			med(h.p50, 1), med(h.p99, 1), med(h.maxLat, 1), lost, csvFloat(spread, 3), strconv.Itoa(len(h.check))}
 		if err := cw.Write(row); err != nil {
 			return err

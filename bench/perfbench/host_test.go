@@ -110,7 +110,7 @@ func TestHostModesFilter(t *testing.T) {
 // hostRun is a made-up run: a workload of 1000 calls in a second whose
 // thread ran workload, and a consumer that received them all.
 func hostRun(mode string, ringBuf bool, rate int, workload, prog time.Duration) benchrun.HostResult {
-	r := benchrun.HostResult{Mode: mode, RingBuf: ringBuf, Rate: rate, Calls: 1000, Elapsed: time.Second, Workload: workload}
+	r := benchrun.HostResult{Mode: mode, RingBuf: ringBuf, Rate: rate, Calls: 1000, Elapsed: time.Second, Workload: workload, WorkloadCharged: 2 * workload}
 	if mode != benchrun.ModeDetached {
 		r.Emitted, r.Received = 1000, 1000
 		r.Prog.RunTime, r.Prog.Runs = prog, 1000
@@ -176,7 +176,7 @@ func TestHostResults(t *testing.T) {
 	}
 	row := rows[2]
 	for name, want := range map[string]string{"kind": onlyHost, "mode": benchrun.ModeC, "rate": "1000", "rounds": "2",
-		"workload_ns": "16500.0", "added_workload_ns": "10500.0", "latency_p99_us": "9000.0", "lost_max": "0", "accounting_errors": "0"} {
+		"workload_ns": "16500.0", "added_workload_ns": "10500.0", "workload_charged_ns": "33000.0", "latency_p99_us": "9000.0", "lost_max": "0", "accounting_errors": "0"} {
 		if row[col[name]] != want {
 			t.Errorf("C row: %s = %q, want %q (%q)", name, row[col[name]], want, row)
 		}
