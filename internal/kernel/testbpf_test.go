@@ -87,7 +87,7 @@ type insn struct {
 }
 
 // The instructions the tests' programs use (include/uapi/linux/bpf.h,
-// bpf_common.h): opcode, and the registers and operands.
+// include/uapi/linux/bpf_common.h): opcode, registers, operands.
 func stW(dst byte, off int16, imm int32) insn    { return insn{0x62, regs(dst, 0), off, imm} } // BPF_ST|BPF_MEM|BPF_W
 func movImm(dst byte, imm int32) insn            { return insn{0xb7, regs(dst, 0), 0, imm} }   // BPF_ALU64|BPF_MOV|BPF_K
 func movReg(dst, src byte) insn                  { return insn{0xbf, regs(dst, src), 0, 0} }
