@@ -21,6 +21,8 @@
 #   make lint     gofmt, go vet, staticcheck, and scripts/lint: the packages' layering,
 #                 the modules' requirements, cgo in perfbuf_cgo.go alone, no comment
 #                 naming a file that is gone; and that -tags perfbuf_nolibbpf links no libbpf
+#   make modcheck every module built alone from an empty module cache, as a user
+#                 gets it, and what a user's go.mod gains (docs/release.md)
 #   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12, 7.3 kernels with
 #                 8 CPUs, 5.10 and 7.3 with 2 as well, then the hotplug tests on 64 CPUs
 #                 (6.12), most offline at boot
@@ -77,7 +79,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h bench/*/bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo test-nolibbpf nolibbpf-check unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
+.PHONY: all deps libbpf-info bpf modcheck build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo test-nolibbpf nolibbpf-check unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
 
 all: build
 
@@ -288,6 +290,14 @@ lint: deps
 		grep -v '^libbpf/' | xargs grep -L 'SPDX-License-Identifier: ' || true); \
 		if [ -n "$$out" ]; then echo "no SPDX-License-Identifier line:" $$out; exit 1; fi
 
+# Every module as a user gets it (scripts/modcheck): each built alone
+# (GOWORK=off) from an empty module cache, the repository's modules served
+# at the release version from the working tree, and what go mod tidy
+# gives a module that imports only the root (golang.org/x/sys alone) and a
+# cilium/ebpf one that adds ciliumbuffer (no version raised). Needs the
+# module proxy; a few minutes. docs/release.md runs it before tagging.
+modcheck:
+	$(GO) run ./scripts/modcheck
 # The selftests in a privileged container built from Dockerfile.build
 # (docs/docker.md). Settings such as DOCKER_RUN_FLAGS pass through.
 docker-test:
