@@ -79,7 +79,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h bench/*/bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf modcheck build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo test-nolibbpf nolibbpf-check unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
+.PHONY: all deps libbpf-info bpf modcheck build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo test-nolibbpf test-oldest nolibbpf-check unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
 
 all: build
 
@@ -138,6 +138,7 @@ test: build
 	@$(MAKE) --no-print-directory fuzz
 	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-nocgo
 	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-nolibbpf
+	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-oldest
 	@awk '{p += $$1; f += $$2; s += $$3} END {printf "total: %d passed, %d failed, %d skipped\n", p, f, s}' $(TALLY)
 
 # A build without cgo (CGO_ENABLED=0, as static binaries and cross-compiles
@@ -151,6 +152,12 @@ test: build
 test-nocgo: bpf
 	@echo "no cgo: the package, internal/kernel, ciliumbuffer, selftest/nocgo, selftest/ciliumbuffer, selftest/upgrade and selftest/crossproc with CGO_ENABLED=0"
 	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/kernel ./buflayout ./bpfbuffer/ciliumbuffer ./selftest/nocgo ./selftest/ciliumbuffer ./selftest/upgrade ./selftest/crossproc
+# The root module alone (GOWORK=off), at the oldest versions its go.mod
+# states (golang.org/x/sys v0.9.0): the workspace builds with the highest
+# that any module requires. Without -race; about 15 s.
+test-oldest:
+	@echo "oldest: the root module alone at $$(GOWORK=off $(GO) list -m golang.org/x/sys)"
+	@GOWORK=off bash scripts/gotest.sh -count=1 ./...
 # A cgo build with the tag perfbuf_nolibbpf: perfbuf's own opener opens
 # every perf ring, as without cgo, but with the race detector. The
 # package's tests (privileged ones included) and selftest/nocgo (every

@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 	"github.com/perfbuf/perfbuf/cmd/internal/stdio"
+	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 )
 
 const usageHead = `Trace exec syscalls.

@@ -31,8 +31,8 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
-	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 	"github.com/perfbuf/perfbuf/cmd/internal/stdio"
+	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 )
 
 const usageHead = `Trace mount and umount syscalls.
