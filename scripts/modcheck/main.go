@@ -10,7 +10,8 @@
 // root gains golang.org/x/sys alone; ciliumbuffer raises nothing.
 //
 // It runs from the repository's root (make modcheck; docs/release.md) and
-// exits 1 with a line a finding. The released go.mod files are not
+// exits 1 with a line a finding. MODCHECK_KEEP=1 keeps its folder (the
+// proxy, the module cache, the user modules) and prints where it is. The released go.mod files are not
 // changed: each build runs on a copy of its go.mod and go.sum (-modfile).
 package main
 
@@ -42,6 +43,10 @@ func run() error {
 		return err
 	}
 	defer func() {
+		if os.Getenv("MODCHECK_KEEP") != "" {
+			fmt.Printf("modcheck: kept %s (proxy/, modcache/, the user modules)\n", tmp)
+			return
+		}
 		// The module cache is read-only; go clean -modcache empties it.
 		_ = goCmd(tmp, env(tmp), "clean", "-modcache").Run()
 		os.RemoveAll(tmp)
