@@ -5,7 +5,8 @@
 #   make run      the main job: execsnoop for a few seconds, with a demo (root)
 #   make test     deps, build, unit tests, privileged selftests, the unit tests on a
 #                 big-endian host (s390x under qemu) and on arm64 (under qemu), a
-#                 bounded fuzz run, the tests of a build without cgo (test-nocgo)
+#                 bounded fuzz run, the tests of a build without cgo (test-nocgo) and
+#                 of a cgo build without libbpf (test-nolibbpf)
 #   make bench    Go benchmarks, then perfbench (bench/): every mode beside the C reference
 #                 (table; build/perfbench.csv; docs/perfbench.svg), the quiet
 #                 measurement's C consumer built first (build/perfbench-cquiet), then
@@ -18,7 +19,10 @@
 #                 mount+umount pairs/s for 20 s), CPU and context switches of each
 #                 (table; build/mountsnoop-vs-c.csv). Needs root; about 25 s.
 #   make lint     gofmt, go vet, staticcheck, and scripts/lint: the packages' layering,
-#                 cgo in perfbuf_cgo.go alone, no comment naming a file that is gone
+#                 the modules' requirements, cgo in perfbuf_cgo.go alone, no comment
+#                 naming a file that is gone; and that -tags perfbuf_nolibbpf links no libbpf
+#   make modcheck every module built alone from an empty module cache, as a user
+#                 gets it, and what a user's go.mod gains (docs/release.md)
 #   make vmtest   the privileged tests in VMs: Debian's 5.10, 6.1, 6.12, 7.3 kernels with
 #                 8 CPUs, 5.10 and 7.3 with 2 as well, then the hotplug tests on 64 CPUs
 #                 (6.12), most offline at boot
@@ -30,9 +34,15 @@
 # libbpf: static from ./libbpf when the submodule is populated, else the
 # system libbpf (>= 1.4) through pkg-config. Either way the Go package builds
 # with a plain `go build` against the system libbpf; the static link is an
-# option on top, selected with the perfbuf_static build tag.
+# option on top, selected with the perfbuf_static build tag. The tag
+# perfbuf_nolibbpf leaves libbpf out of a cgo build of the root package
+# (perfbuf's own perf ring opener, as with CGO_ENABLED=0).
 
 SHELL := /bin/bash
+# Every package of every module of the workspace (go.work: the root,
+# bpfbuffer, bpfbuffer/ciliumbuffer, prom, selftest, cmd, bench,
+# internal/bpfrun). `./...` would stop at the root module's boundary.
+ALL := github.com/perfbuf/perfbuf/...
 .SHELLFLAGS := -o pipefail -ec
 
 GO ?= go
@@ -69,7 +79,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h bench/*/bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
+.PHONY: all deps libbpf-info bpf modcheck build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo test-nolibbpf test-oldest nolibbpf-check unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
 
 all: build
 
@@ -102,8 +112,8 @@ $(VMLINUX): | deps
 bpf: deps $(BPF_OBJ)
 
 build: libbpf-info bpf
-	$(GO) build $(GOTAGS) ./...
-	$(GO) vet $(GOTAGS) ./...
+	$(GO) build $(GOTAGS) $(ALL)
+	$(GO) vet $(GOTAGS) $(ALL)
 
 # The main job: execsnoop (cmd/execsnoop, ported from libbpf-tools) traces
 # every exec while --demo starts a handful of processes, and RUN_SECONDS more.
@@ -122,11 +132,13 @@ build-execsnoop: libbpf-info bpf
 TALLY := $(BUILD)/test-tally
 test: build
 	@rm -f $(TALLY)
-	@TEST_TALLY=$(TALLY) bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./...
+	@TEST_TALLY=$(TALLY) bash scripts/gotest.sh $(GOTAGS) -race -count=1 $(ALL)
 	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-bigendian
 	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-arm64
 	@$(MAKE) --no-print-directory fuzz
 	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-nocgo
+	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-nolibbpf
+	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-oldest
 	@awk '{p += $$1; f += $$2; s += $$3} END {printf "total: %d passed, %d failed, %d skipped\n", p, f, s}' $(TALLY)
 
 # A build without cgo (CGO_ENABLED=0, as static binaries and cross-compiles
@@ -139,7 +151,34 @@ test: build
 # No -race: the race detector needs cgo.
 test-nocgo: bpf
 	@echo "no cgo: the package, internal/kernel, ciliumbuffer, selftest/nocgo, selftest/ciliumbuffer, selftest/upgrade and selftest/crossproc with CGO_ENABLED=0"
-	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/kernel ./bpfbuffer/internal/buflayout ./bpfbuffer/ciliumbuffer ./selftest/nocgo ./selftest/ciliumbuffer ./selftest/upgrade ./selftest/crossproc
+	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/kernel ./buflayout ./bpfbuffer/ciliumbuffer ./selftest/nocgo ./selftest/ciliumbuffer ./selftest/upgrade ./selftest/crossproc
+# The root module alone (GOWORK=off), at the oldest versions its go.mod
+# states (golang.org/x/sys v0.9.0): the workspace builds with the highest
+# that any module requires. Without -race; about 15 s.
+test-oldest:
+	@echo "oldest: the root module alone at $$(GOWORK=off $(GO) list -m golang.org/x/sys)"
+	@GOWORK=off bash scripts/gotest.sh -count=1 ./...
+# A cgo build with the tag perfbuf_nolibbpf: perfbuf's own opener opens
+# every perf ring, as without cgo, but with the race detector. The
+# package's tests (privileged ones included) and selftest/nocgo (every
+# reader over real maps loaded with cilium/ebpf, so nothing in the binary
+# links libbpf); nolibbpf-check first. The selftests that force perfbuf's
+# opener in the default build (opener, upgrade, failures) cover the rest.
+# About 90 s on 2 loaded cores, most of it the package's tests under -race.
+test-nolibbpf: bpf nolibbpf-check
+	@echo "no libbpf: the package and selftest/nocgo with -tags perfbuf_nolibbpf -race"
+	@bash scripts/gotest.sh -tags perfbuf_nolibbpf -race -count=1 . ./selftest/nocgo
+# A program on the root package and ciliumbuffer (selftest/ciliumbuffer's
+# test binary), built with cgo (-race needs it) and -tags perfbuf_nolibbpf
+# where pkg-config cannot run (PKG_CONFIG=false: a cgo file that asked for
+# libbpf would fail to build), links libc and no libbpf (ldd).
+NOLIBBPF_BIN := $(BUILD)/nolibbpf-ciliumbuffer.test
+nolibbpf-check:
+	@mkdir -p $(BUILD)
+	@CGO_ENABLED=1 PKG_CONFIG=false $(GO) test -c -race -tags perfbuf_nolibbpf -o $(NOLIBBPF_BIN) ./selftest/ciliumbuffer
+	@libs=$$(ldd $(NOLIBBPF_BIN) | awk '{print $$1}' | tr '\n' ' '); \
+		case "$$libs" in *libbpf*|*"not a dynamic"*) echo "nolibbpf-check: $(NOLIBBPF_BIN) links $$libs; want libc and no libbpf" >&2; exit 1;; esac; \
+		echo "nolibbpf-check: a cgo build with -tags perfbuf_nolibbpf links $$libs(no libbpf)"
 
 # The package's tests that need no cgo (the parser, the readers over fake
 # rings, the fuzz corpora) on a big-endian host: built for s390x and run under
@@ -219,7 +258,7 @@ $(CQUIET): bench/perfbench/cquiet/cquiet.c bench/internal/cref/cref.h $(LIBBPF_A
 	$(CC) -O2 -g -Wall -Wextra -Ibench/internal/cref $(CQUIET_CFLAGS) -o $@ $< $(CQUIET_LIBS)
 
 bench: build $(CQUIET)
-	$(GO) test $(GOTAGS) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+	$(GO) test $(GOTAGS) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(ALL)
 	$(GO) build $(GOTAGS) -o $(BUILD)/perfbench ./bench/perfbench
 	$(BUILD)/perfbench -bpf-obj bench/perfbench/bpf/perfbench.bpf.o -cquiet $(CQUIET) \
 		-csv $(BUILD)/perfbench.csv -svg docs/perfbench.svg $(PERFBENCH_FLAGS)
@@ -246,16 +285,26 @@ bench-mountsnoop: build-mountsnoop
 lint: deps
 	@files=$$(git ls-files '*.go') && [ -n "$$files" ] || { echo "lint: no Go files from git ls-files" >&2; exit 1; }; \
 		out=$$(gofmt -l $$files); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
-	$(GO) vet $(GOTAGS) ./...
-	$(GO) run $(STATICCHECK) $(GOTAGS) ./...
-	@# The packages' layering, cgo in one file, the files comments name (scripts/lint).
+	$(GO) vet $(GOTAGS) $(ALL)
+	$(GO) run $(STATICCHECK) $(GOTAGS) $(ALL)
+	@# The packages' layering, the modules' requirements, cgo in one file, the
+	@# files comments name (scripts/lint).
 	$(GO) run ./scripts/lint
+	@$(MAKE) --no-print-directory nolibbpf-check
 	@# Every source file names its license (README, License): Apache-2.0, or
 	@# GPL-2.0-only OR BSD-2-Clause for the BPF C.
 	@out=$$(git ls-files '*.go' '*.c' '*.h' '*.sh' Makefile Dockerfile.build .ci/run | \
 		grep -v '^libbpf/' | xargs grep -L 'SPDX-License-Identifier: ' || true); \
 		if [ -n "$$out" ]; then echo "no SPDX-License-Identifier line:" $$out; exit 1; fi
 
+# Every module as a user gets it (scripts/modcheck): each built alone
+# (GOWORK=off) from an empty module cache, the repository's modules served
+# at the release version from the working tree, and what go mod tidy
+# gives a module that imports only the root (golang.org/x/sys alone) and a
+# cilium/ebpf one that adds ciliumbuffer (no version raised). Needs the
+# module proxy; a few minutes. docs/release.md runs it before tagging.
+modcheck:
+	$(GO) run ./scripts/modcheck
 # The selftests in a privileged container built from Dockerfile.build
 # (docs/docker.md). Settings such as DOCKER_RUN_FLAGS pass through.
 docker-test:

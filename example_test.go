@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build cgo
-
 package perfbuf_test
 
 import (
@@ -16,32 +14,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aquasecurity/libbpfgo"
-
 	"github.com/perfbuf/perfbuf"
 )
 
 // These examples need root and a BPF object, so they are compiled but not
 // run.
 
-// events loads prog.bpf.o and returns its perf event array "events".
-func events() *libbpfgo.BPFMap {
-	m, err := libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{
-		BPFObjPath:      "prog.bpf.o",
-		SkipMemlockBump: true, // kernels >= 5.11 charge BPF memory to the cgroup
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := m.BPFLoadObject(); err != nil {
-		log.Fatal(err)
-	}
-	ev, err := m.GetMap("events")
-	if err != nil {
-		log.Fatal(err)
-	}
-	return ev
-}
+// events stands for the perf event array "events" of a loaded BPF object:
+// a *libbpfgo.BPFMap as it is (bpfbuffer loads one), ciliumbuffer.Map of
+// an *ebpf.Map, or a bare descriptor, here one that the process that
+// loaded the object passed as descriptor 3.
+func events() perfbuf.Map { return perfbuf.MapFD(3) }
 
 // Callback mode, as perf_buffer__new and perf_buffer__poll: a goroutine
 // polls, and the lossless stop is Consume, then Close.

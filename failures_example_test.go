@@ -1,14 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build cgo
-
 package perfbuf_test
 
 import (
 	"fmt"
 	"log"
-
-	"github.com/aquasecurity/libbpfgo"
 
 	"github.com/perfbuf/perfbuf"
 )
@@ -18,23 +14,10 @@ import (
 // (PERFBUF_FAILURE_MAP(failures)); the reader's Stats report them per CPU,
 // by cause, beside what was delivered and lost.
 func ExampleFailures() {
-	m, err := libbpfgo.NewModuleFromFileArgs(libbpfgo.NewModuleArgs{BPFObjPath: "prog.bpf.o", SkipMemlockBump: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer m.Close()
-	if err := m.BPFLoadObject(); err != nil {
-		log.Fatal(err)
-	}
-	events, err := m.GetMap("events")
-	if err != nil {
-		log.Fatal(err)
-	}
-	failures, err := m.GetMap("failures")
-	if err != nil {
-		log.Fatal(err)
-	}
-	r, err := perfbuf.NewReader(events, perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: failures}})
+	// The object's maps, as its loader gives them (events in
+	// example_test.go): "failures" is its PERFBUF_FAILURE_MAP.
+	failures := perfbuf.MapFD(4)
+	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: failures}})
 	if err != nil {
 		log.Fatal(err) // os.ErrInvalid if failures is not a PERFBUF_FAILURE_MAP
 	}

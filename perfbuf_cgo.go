@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build cgo
+//go:build cgo && !perfbuf_nolibbpf
 
 package perfbuf
 
@@ -8,6 +8,12 @@ package perfbuf
 // for what libbpf gives: its perf_buffer opens, maps and frees a perf
 // event array's rings. Nothing here reads a record and nothing calls back
 // into Go; plain bpf(2) commands are made in Go (internal/kernel).
+//
+// The build tag perfbuf_nolibbpf leaves this file and the C helpers out
+// of a cgo build, as CGO_ENABLED=0 does: perfbuf's own opener
+// (perfopen.go) then opens every perf ring, and the binary links no
+// libbpf. The tag names what it removes, as the toolchain's netgo and
+// osusergo do; the default, with cgo, stays libbpf's perf_buffer.
 
 /*
 #cgo !perfbuf_static pkg-config: libbpf

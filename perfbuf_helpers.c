@@ -1,4 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
+
+//go:build !perfbuf_nolibbpf
+
 #include <errno.h>
 #include <linux/perf_event.h>
 #include <bpf/bpf.h>

@@ -1,4 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+
+//go:build !perfbuf_nolibbpf
+
 /* C side of perfbuf: opening the rings through libbpf. Only perfbuf_cgo.go
  * includes this.
  *

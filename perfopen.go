@@ -4,7 +4,8 @@ package perfbuf
 
 // The two openers of a perf event array's rings, behind one contract:
 // libbpf's perf_buffer (perfbuf_cgo.go), and perfbuf's own
-// (internal/kernel), used in a build without cgo and where libbpf refuses: every perf_buffer__new* of
+// (internal/kernel), used in a build without cgo or with the tag
+// perfbuf_nolibbpf, and where libbpf refuses: every perf_buffer__new* of
 // libbpf (through 1.7 and its master) reads /sys/devices/system/cpu/online
 // into 128 bytes and fails with E2BIG when the list is longer (128 CPUs
 // with every other one offline: 201 bytes), whichever CPUs it is asked
@@ -39,7 +40,8 @@ type perfEvents interface {
 var _ perfEvents = goEvents{}
 
 // openLibbpfEvents opens rings through libbpf's perf_buffer: perfbuf_cgo.go
-// sets it, and a build without cgo, which has no libbpf, leaves it nil.
+// sets it, and a build without libbpf (no cgo, or the tag
+// perfbuf_nolibbpf) leaves it nil.
 // Tests replace it.
 var openLibbpfEvents func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error)
 
@@ -56,7 +58,7 @@ var openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error
 // openPerfEvents opens a ring on each of cpus and stores it in the perf
 // event array fd at the CPU's key: through libbpf, and where libbpf
 // refuses with E2BIG (a long online list), when the selftests force it
-// (kernel.ForcePerfRings), or in a build without cgo (no libbpf), through
+// (kernel.ForcePerfRings), or in a build without libbpf, through
 // perfbuf's own opener. Errors: the kernel's errno, a syscall.Errno,
 // wrapped or not.
 func openPerfEvents(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {

@@ -37,8 +37,7 @@ import (
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/bpfbuffer/internal/buflayout"
-	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/buflayout"
 	"golang.org/x/sys/unix"
 )
 
@@ -299,7 +298,7 @@ func hasRingBuf() (bool, error) {
 	if errno, ok := err.(syscall.Errno); has || !ok || errno != 0 {
 		return has, err
 	}
-	fd, err := kernel.CreateRingBuf("perfbuf_probe", uint32(os.Getpagesize()), 0)
+	fd, err := createRingBuf("perfbuf_probe", uint32(os.Getpagesize()), 0)
 	if errors.Is(err, syscall.EINVAL) {
 		return false, nil
 	}
@@ -333,7 +332,7 @@ func asRingBuf(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name string
 		// libbpfgo sets no map flags: the ring is made here, with the
 		// flags declared and BPF_F_RB_OVERWRITE, and libbpf keeps a
 		// duplicate of it.
-		fd, err := kernel.CreateRingBuf(name, uint32(p.Size), p.MapFlags(uint32(events.MapFlags())))
+		fd, err := createRingBuf(name, uint32(p.Size), p.MapFlags(uint32(events.MapFlags())))
 		if err != nil {
 			return err
 		}

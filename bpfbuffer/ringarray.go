@@ -15,8 +15,7 @@ import (
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/bpfbuffer/internal/buflayout"
-	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/buflayout"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,7 +53,7 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	// refuses the others with EINVAL).
 	flags := p.MapFlags(uint32(events.MapFlags()))
 	for _, k := range keys {
-		fd, err := kernel.CreateRingBuf(buflayout.RingName(name, k), uint32(p.Size), flags)
+		fd, err := createRingBuf(buflayout.RingName(name, k), uint32(p.Size), flags)
 		if err != nil {
 			return nil, memlockHint(err, len(keys), p.Size)
 		}
@@ -62,16 +61,16 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	}
 	// The inner map template: the kernel checks every slot's map against
 	// it (type, flags) and the verifier types a lookup's result by it.
-	outer, err := kernel.CreateArrayOfMaps(name, keys[len(keys)-1]+1, rings[0].fd)
+	outer, err := createArrayOfMaps(name, keys[len(keys)-1]+1, rings[0].fd)
 	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errNotSupp) {
 		return nil, fmt.Errorf("the kernel takes no ring buffer in an array of maps: %w: %w", errors.ErrUnsupported, err)
 	}
 	if err != nil {
 		return nil, memlockHint(err, len(keys), p.Size)
 	}
-	defer unix.Close(outer) // libbpf keeps a duplicate
+	defer unix.Close(outer.FileDescriptor()) // libbpf keeps a duplicate
 	for _, r := range rings {
-		if err := kernel.UpdateSlot(outer, r.key, r.fd); err != nil {
+		if err := updateSlot(outer, r.key, r.fd); err != nil {
 			return nil, fmt.Errorf("insert ring %d: %w", r.key, err)
 		}
 	}
@@ -83,7 +82,7 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	}
 	// Last: libbpf takes the array's type, sizes and name from the
 	// kernel, and creates no map of its own for it at load.
-	if err := events.ReuseFD(outer); err != nil {
+	if err := events.ReuseFD(outer.FileDescriptor()); err != nil {
 		return nil, fmt.Errorf("have libbpf use the array: %w", err)
 	}
 	return rings, nil

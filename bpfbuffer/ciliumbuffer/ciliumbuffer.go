@@ -10,7 +10,7 @@
 // readers do.
 //
 // The decision is bpfbuffer.Prepare's, made by the same code
-// (internal/buflayout): the same Options give the same object, whichever
+// (package buflayout): the same Options give the same object, whichever
 // loader loads it.
 //
 //	spec, _ := ebpf.LoadCollectionSpec("prog.bpf.o")
@@ -34,7 +34,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/bpfbuffer/internal/buflayout"
+	"github.com/perfbuf/perfbuf/buflayout"
 )
 
 // Kind is what a buffer is made at load: Any, RingBuf, PerfEventArray or

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/perfbuf/perfbuf/bpfbuffer/internal/buflayout"
+	"github.com/perfbuf/perfbuf/buflayout"
 	"golang.org/x/sys/unix"
 )
 

@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/cmd/internal/stdio"
 	"github.com/perfbuf/perfbuf/cmd/internal/tool"
-	"github.com/perfbuf/perfbuf/internal/stdio"
 )
 
 const usageHead = `Trace exec syscalls.
@@ -85,7 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	// The demo goroutine writes to stderr too.
 	stderr = &syncWriter{w: stderr}
-	// Buffered as stdio buffers C's stdout (internal/stdio); flushed before the
+	// Buffered as stdio buffers C's stdout (cmd/internal/stdio); flushed before the
 	// summary.
 	out := stdio.NewStdout(stdout)
 

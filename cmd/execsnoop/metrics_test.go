@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/internal/stdio"
+	"github.com/perfbuf/perfbuf/cmd/internal/stdio"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"

@@ -31,8 +31,8 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/cmd/internal/stdio"
 	"github.com/perfbuf/perfbuf/cmd/internal/tool"
-	"github.com/perfbuf/perfbuf/internal/stdio"
 )
 
 const usageHead = `Trace mount and umount syscalls.
@@ -79,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mountsnoop: %v\nTry 'mountsnoop --help' for more information.\n", err)
 		return 2
 	}
-	// Buffered as stdio buffers C's stdout (internal/stdio); flushed before the
+	// Buffered as stdio buffers C's stdout (cmd/internal/stdio); flushed before the
 	// summary.
 	out := stdio.NewStdout(stdout)
 

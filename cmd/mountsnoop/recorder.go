@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/cmd/internal/stdio"
 	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 	"github.com/perfbuf/perfbuf/internal/cpus"
-	"github.com/perfbuf/perfbuf/internal/stdio"
 )
 
 // snapshotter is what printSnapshot reads: a *perfbuf.Recorder, or a fake

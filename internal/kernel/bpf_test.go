@@ -3,14 +3,14 @@
 package kernel
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"syscall"
 	"testing"
 	"unsafe"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
+	"github.com/perfbuf/perfbuf/internal/cpus"
 	"golang.org/x/sys/unix"
 )
 
@@ -127,17 +127,12 @@ func TestBPFErrors(t *testing.T) {
 
 // GetMapInfo says what the map is, as it was made. Needs CAP_BPF.
 func TestGetMapInfo(t *testing.T) {
-	m := newMap(t, &ebpf.MapSpec{Name: "pb_info_test", Type: ebpf.RingBuf, MaxEntries: 4096 * 4})
+	m := newMap(t, mapCreateAttr{mapType: unix.BPF_MAP_TYPE_RINGBUF, maxEntries: 4096 * 4}, "pb_info_test")
 	info, err := GetMapInfo(m.FD())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci, err := m.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := ci.ID()
-	want := MapInfo{ID: uint32(id), Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: 4096 * 4, Name: "pb_info_test"}
+	want := MapInfo{ID: fdinfoMapID(t, m.FD()), Type: unix.BPF_MAP_TYPE_RINGBUF, MaxEntries: 4096 * 4, Name: "pb_info_test"}
 	if info != want {
 		t.Errorf("GetMapInfo: %+v, want %+v", info, want)
 	}
@@ -147,11 +142,16 @@ func TestGetMapInfo(t *testing.T) {
 }
 
 // LookupPerCPU and UpdatePerCPU read and write every possible CPU's value
-// of a slot, in CPU order, as cilium/ebpf does. Needs CAP_BPF.
+// of a slot, in CPU order: the kernel's buffer of a value for each CPU up
+// to the highest possible one, each rounded up to 8 bytes. Needs CAP_BPF.
 func TestPerCPU(t *testing.T) {
-	m := newMap(t, &ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 2})
-	n := ebpf.MustPossibleCPU()
-	// Ours written, cilium's read.
+	m := newMap(t, mapCreateAttr{mapType: unix.BPF_MAP_TYPE_PERCPU_ARRAY, keySize: 4, valueSize: 16, maxEntries: 2}, "")
+	possible, err := cpus.Possible()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(possible)
+	// Ours written, the kernel's buffer read.
 	words := make([]uint64, 2*n)
 	for i := range words {
 		words[i] = uint64(i + 1)
@@ -159,20 +159,22 @@ func TestPerCPU(t *testing.T) {
 	if err := UpdatePerCPU(m.FD(), 1, words); err != nil {
 		t.Fatal(err)
 	}
-	var vals [][2]uint64
-	if err := m.Lookup(uint32(1), &vals); err != nil {
+	buf := make([]byte, 16*n)
+	if err := m.lookup(1, buf); err != nil {
 		t.Fatal(err)
 	}
-	for cpu, v := range vals {
+	for cpu := range n {
+		v := [2]uint64{binary.NativeEndian.Uint64(buf[16*cpu:]), binary.NativeEndian.Uint64(buf[16*cpu+8:])}
 		if v != [2]uint64{uint64(2*cpu + 1), uint64(2*cpu + 2)} {
 			t.Errorf("cpu %d: %v after UpdatePerCPU of %v", cpu, v, words[2*cpu:2*cpu+2])
 		}
 	}
-	// Cilium's written, ours read.
-	for cpu := range vals {
-		vals[cpu] = [2]uint64{uint64(100 + cpu), uint64(200 + cpu)}
+	// The kernel's buffer written, ours read.
+	for cpu := range n {
+		binary.NativeEndian.PutUint64(buf[16*cpu:], uint64(100+cpu))
+		binary.NativeEndian.PutUint64(buf[16*cpu+8:], uint64(200+cpu))
 	}
-	if err := m.Put(uint32(0), vals); err != nil {
+	if err := m.update(0, buf); err != nil {
 		t.Fatal(err)
 	}
 	if err := LookupPerCPU(m.FD(), 0, words); err != nil {
@@ -192,10 +194,9 @@ func TestPerCPU(t *testing.T) {
 // for an empty slot, and MapFDByID opens that map. Needs CAP_BPF and
 // CAP_SYS_ADMIN (BPF_MAP_GET_FD_BY_ID).
 func TestInnerMapID(t *testing.T) {
-	inner := &ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 4096}
-	outer := newMap(t, &ebpf.MapSpec{Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 2, InnerMap: inner})
-	rb := newMap(t, &ebpf.MapSpec{Name: "pb_inner", Type: ebpf.RingBuf, MaxEntries: 4096})
-	if err := outer.Put(uint32(1), rb); err != nil {
+	rb := newMap(t, mapCreateAttr{mapType: unix.BPF_MAP_TYPE_RINGBUF, maxEntries: 4096}, "pb_inner")
+	outer := newMap(t, mapCreateAttr{mapType: unix.BPF_MAP_TYPE_ARRAY_OF_MAPS, keySize: 4, valueSize: 4, maxEntries: 2, innerMapFD: uint32(rb.FD())}, "")
+	if err := outer.update(1, binary.NativeEndian.AppendUint32(nil, uint32(rb.FD()))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := InnerMapID(outer.FD(), 0); !errors.Is(err, syscall.ENOENT) {
@@ -276,20 +277,6 @@ func TestCreateRingBufArray(t *testing.T) {
 	}
 }
 
-// newMap makes a map, or skips (fails under CI) without the privileges.
-func newMap(t *testing.T, spec *ebpf.MapSpec) *ebpf.Map {
-	t.Helper()
-	m, err := ebpf.NewMap(spec)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("privileged test under CI: create %v: %v", spec.Type, err)
-		}
-		t.Skipf("create %v (needs CAP_BPF): %v", spec.Type, err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
-}
-
 // EnableRunStats makes the kernel count a program's runs and run time,
 // while its descriptor is open, and GetProgStats reads them at the
 // layout's offsets.
@@ -300,27 +287,16 @@ func TestEnableRunStats(t *testing.T) {
 	if got := unsafe.Offsetof(progInfo{}.recursionMisses); got != 208 {
 		t.Errorf("bpf_prog_info recursion_misses at %d, want 208", got)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type:         ebpf.SocketFilter,
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
-		License:      "GPL",
-	})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("privileged test under CI: load a program: %v", err)
-		}
-		t.Skipf("load a program (needs CAP_BPF): %v", err)
-	}
-	defer prog.Close()
+	prog := loadSocketFilter(t, []insn{movImm(r0, 0), exit()}, nil, nil)
 	run := func() {
 		t.Helper()
-		if _, err := prog.Run(&ebpf.RunOptions{Data: make([]byte, 64)}); err != nil {
+		if _, err := testRun(prog, make([]byte, 64)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	read := func() ProgStats {
 		t.Helper()
-		s, err := GetProgStats(prog.FD())
+		s, err := GetProgStats(prog)
 		if err != nil {
 			t.Fatal(err)
 		}

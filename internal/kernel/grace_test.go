@@ -4,15 +4,12 @@ package kernel
 
 import (
 	"encoding/binary"
-	"errors"
 	"os"
 	"runtime"
 	"syscall"
 	"testing"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
+	"golang.org/x/sys/unix"
 )
 
 // refuseMembarrier makes membarrier refuse MEMBARRIER_CMD_GLOBAL, and leave
@@ -86,52 +83,52 @@ const spinLoops = 1 << 23
 // calls bpf_ktime_get_ns spinLoops times through bpf_loop (5.17), then
 // sets word 1: a program that runs for a while inside its RCU read-side
 // section (BPF_PROG_TEST_RUN runs it within rcu_read_lock).
-func spinProgram(t *testing.T, m *ebpf.Map) *ebpf.Program {
+func spinProgram(t *testing.T, m testMap) int {
 	t.Helper()
 	if major, minor, err := Version(); err != nil || major < 5 || major == 5 && minor < 17 {
 		t.Skipf("kernel %d.%d (%v): bpf_loop needs 5.17", major, minor, err)
 	}
 	// bpf_loop's callback is a function of its own, which the verifier
-	// finds by the program's BTF function info.
-	voidPtr := &btf.Pointer{Target: &btf.Void{}}
-	spin := &btf.Func{Name: "spin", Linkage: btf.GlobalFunc, Type: &btf.FuncProto{
-		Return: &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed},
-		Params: []btf.FuncParam{{Name: "ctx", Type: voidPtr}},
-	}}
-	tick := &btf.Func{Name: "tick", Linkage: btf.StaticFunc, Type: &btf.FuncProto{
-		Return: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed},
-		Params: []btf.FuncParam{{Name: "i", Type: &btf.Int{Name: "u64", Size: 8}}, {Name: "ctx", Type: voidPtr}},
-	}}
-	insns := asm.Instructions{
-		btf.WithFuncMetadata(asm.StoreImm(asm.RFP, -4, 0, asm.Word), spin),
-		asm.LoadMapPtr(asm.R1, m.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R6, asm.R0),
-		asm.StoreImm(asm.R6, 0, 1, asm.Word), // started
-		asm.Mov.Imm(asm.R1, spinLoops),
-		asm.Instruction{OpCode: asm.LoadImmOp(asm.DWord), Dst: asm.R2, Src: asm.PseudoFunc, Constant: -1}.WithReference("tick"),
-		asm.Mov.Imm(asm.R3, 0),
-		asm.Mov.Imm(asm.R4, 0),
-		asm.FnLoop.Call(),
-		asm.StoreImm(asm.R6, 8, 1, asm.Word), // ended
-		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
-		asm.Return(),
-		btf.WithFuncMetadata(asm.FnKtimeGetNs.Call().WithSymbol("tick"), tick),
-		asm.Mov.Imm(asm.R0, 0), // go on
-		asm.Return(),
+	// finds by the program's BTF function info: int spin(void *ctx), and
+	// static long tick(u64 i, void *ctx).
+	var b btfBlob
+	intT := b.add(b.name("int"), btfInfo(btfKindInt, 0), 4, btfIntSigned|32)
+	voidPtr := b.add(0, btfInfo(btfKindPtr, 0), 0)
+	spinProto := b.add(0, btfInfo(btfKindFuncProto, 1), intT, b.name("ctx"), voidPtr)
+	spin := b.add(b.name("spin"), btfInfo(btfKindFunc, btfFuncGlobal), spinProto)
+	u64T := b.add(b.name("u64"), btfInfo(btfKindInt, 0), 8, 64)
+	longT := b.add(b.name("long"), btfInfo(btfKindInt, 0), 8, btfIntSigned|64)
+	tickProto := b.add(0, btfInfo(btfKindFuncProto, 2), longT, b.name("i"), u64T, b.name("ctx"), voidPtr)
+	tick := b.add(b.name("tick"), btfInfo(btfKindFunc, btfFuncStatic), tickProto)
+	const tickAt = 18 // the instruction tick starts at
+	var insns []insn
+	insns = append(insns, stW(rFP, -4, 0))
+	insns = append(insns, ldImm64(r1, pseudoMapFD, int32(m.FD()))...)
+	insns = append(insns,
+		movReg(r2, rFP),
+		addImm(r2, -4),
+		call(helperMapLookupElem),
+		jeqImm(r0, 0, 9), // to out
+		movReg(r6, r0),
+		stW(r6, 0, 1), // started
+		movImm(r1, spinLoops),
+	)
+	insns = append(insns, ldImm64(r2, pseudoFunc, tickAt-11)...) // from the next instruction
+	insns = append(insns,
+		movImm(r3, 0),
+		movImm(r4, 0),
+		call(helperLoop),
+		stW(r6, 8, 1), // ended
+		movImm(r0, 0), // out
+		exit(),
+		call(helperKtimeGetNs), // tick
+		movImm(r0, 0),          // go on
+		exit(),
+	)
+	if len(insns) != 21 {
+		t.Fatalf("%d instructions, the jumps count 21", len(insns))
 	}
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL", Instructions: insns})
-	if err != nil {
-		if os.Getenv("CI") == "true" || !errors.Is(err, syscall.EPERM) {
-			t.Fatalf("load the spinning program: %v", err)
-		}
-		t.Skipf("load the spinning program (needs CAP_BPF): %v", err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return loadSocketFilter(t, insns, b.bytes(), []funcInfo{{0, spin}, {tickAt, tick}})
 }
 
 // The array of maps' update waits for a BPF program that was running when
@@ -143,23 +140,23 @@ func TestMapGraceWaitsForProgram(t *testing.T) {
 		t.Skip("needs 2 CPUs: one runs the program while another waits")
 	}
 	requireGraceMaps(t)
-	m := newMap(t, &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1})
+	m := newMap(t, mapCreateAttr{mapType: unix.BPF_MAP_TYPE_ARRAY, keySize: 4, valueSize: 16, maxEntries: 1}, "")
 	p := spinProgram(t, m)
 	state := func() (started, ended bool) {
 		v := make([]byte, 16)
-		if err := m.Lookup(uint32(0), &v); err != nil {
+		if err := m.lookup(0, v); err != nil {
 			t.Fatal(err)
 		}
 		return binary.NativeEndian.Uint64(v) != 0, binary.NativeEndian.Uint64(v[8:]) != 0
 	}
 	const attempts = 10
 	for attempt := range attempts {
-		if err := m.Put(uint32(0), make([]byte, 16)); err != nil {
+		if err := m.update(0, make([]byte, 16)); err != nil {
 			t.Fatal(err)
 		}
 		ran := make(chan error, 1)
 		go func() {
-			_, _, err := p.Test(make([]byte, 14))
+			_, err := testRun(p, make([]byte, 14))
 			ran <- err
 		}()
 		caught := false

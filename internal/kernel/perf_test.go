@@ -9,7 +9,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -151,17 +150,9 @@ func TestOpenPerfRings(t *testing.T) {
 
 // perfEventArray makes a perf event array of 2 entries, or skips (fails
 // under CI) without the privileges.
-func perfEventArray(t *testing.T) *ebpf.Map {
+func perfEventArray(t *testing.T) testMap {
 	t.Helper()
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerfEventArray, KeySize: 4, ValueSize: 4, MaxEntries: 2})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("privileged test under CI: create perf event array: %v", err)
-		}
-		t.Skipf("create perf event array (needs CAP_BPF): %v", err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	return newMap(t, mapCreateAttr{mapType: unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY, keySize: 4, valueSize: 4, maxEntries: 2}, "")
 }
 
 // countFDs returns how many descriptors the process holds.

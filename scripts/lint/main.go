@@ -3,8 +3,11 @@
 // Command lint holds the checks of make lint that gofmt, go vet and
 // staticcheck do not make:
 //
-//   - the layering: which of the module's packages each library package
-//     may import (layers below);
+//   - the layering: which of the repository's packages each library
+//     package may import (layers below), in every module of go.work;
+//   - the modules: the root requires golang.org/x/sys alone, no go.mod
+//     has a replace directive, and the modules require each other at one
+//     version, which go.work replaces with the copies here;
 //   - cgo in one place: only the files in cgoFiles import "C";
 //   - comments that name a file of this repository name one that exists;
 //   - the relative links of the Markdown files name files, and headings,
@@ -16,6 +19,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -39,7 +43,6 @@ var layers = map[string][]string{
 	"internal/kernel":   nil,
 	"internal/ring":     nil,
 	"internal/snapshot": nil,
-	"internal/stdio":    nil,
 	// What a loader's Prepare made of a buffer, which the reader checks.
 	"internal/prepared": nil,
 	// The fakes of the ring kinds, for tests.
@@ -49,12 +52,16 @@ var layers = map[string][]string{
 	"internal/policy": {"internal/ring"},
 	// The public package, over every layer of the reader.
 	".": {"internal/cpus", "internal/kernel", "internal/policy", "internal/prepared", "internal/ring", "internal/snapshot", "internal/wait"},
-	// Above the public package: the loaders' layouts and the metrics.
-	"prom":                         {"."},
-	"bpfbuffer/internal/buflayout": {".", "internal/cpus", "internal/kernel", "internal/prepared"},
-	"bpfbuffer":                    {".", "bpfbuffer/internal/buflayout", "internal/kernel"},
-	"bpfbuffer/ciliumbuffer":       {".", "bpfbuffer/internal/buflayout"},
-	"internal/bpfrun":              {"internal/cpus"}, // loads the tests' and benchmarks' BPF objects
+	// Above the public package, in the root module: the loaders' contract.
+	"buflayout": {".", "internal/cpus", "internal/kernel", "internal/prepared"},
+	// Modules of their own, over the root's public packages only: the
+	// loaders and the metrics.
+	"prom":                   {"."},
+	"bpfbuffer":              {".", "buflayout"},
+	"bpfbuffer/ciliumbuffer": {".", "buflayout"},
+	// A module of its own that only the tools require: loads the tests'
+	// and benchmarks' BPF objects.
+	"internal/bpfrun": {"internal/cpus"},
 }
 
 // tools are the trees above the library, and this check's own.
@@ -77,6 +84,10 @@ func main() {
 	}
 	tracked, err := gitFiles()
 	if err != nil {
+		fmt.Fprintln(os.Stderr, "lint:", err)
+		os.Exit(2)
+	}
+	if err := checkModules(tracked, report); err != nil {
 		fmt.Fprintln(os.Stderr, "lint:", err)
 		os.Exit(2)
 	}
@@ -117,12 +128,14 @@ func gitFiles() ([]string, error) {
 	return strings.Fields(string(out)), nil
 }
 
-// checkLayers lists the module's packages with their imports (go list,
-// non-test files of the default build and of the other cgo setting) and
-// reports every import the layers do not allow.
+// checkLayers lists the packages of every module of go.work with their
+// imports (go list, non-test files of the default build and of the other
+// cgo setting) and reports every import the layers do not allow.
 func checkLayers(report func(string, ...any)) error {
 	for _, cgo := range []string{"1", "0"} {
-		cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+		// The import path pattern spans the workspace; ./... would stop at
+		// the root module's boundary.
+		cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"/...")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
 		out, err := cmd.Output()
 		if err != nil {
@@ -150,6 +163,83 @@ func checkLayers(report func(string, ...any)) error {
 		}
 	}
 	return nil
+}
+
+// goMod is what checkModules reads of a go.mod or go.work file (go mod
+// edit -json, go work edit -json).
+type goMod struct {
+	Module  struct{ Path string }
+	Require []struct{ Path, Version string }
+	Use     []struct{ DiskPath string }
+	Replace []struct {
+		Old struct{ Path, Version string }
+		New struct{ Path string }
+	}
+}
+
+// checkModules reports a go.mod that go.work does not use, a root module
+// that requires more than golang.org/x/sys, a replace directive in a
+// go.mod (a released go.mod must build alone: docs/release.md), and
+// requirements of the repository's modules at more than one version or
+// at one that go.work does not replace with the copy here.
+func checkModules(tracked []string, report func(string, ...any)) error {
+	var work goMod
+	if err := editJSON(&work, "go", "work", "edit", "-json"); err != nil {
+		return err
+	}
+	used := map[string]bool{}
+	for _, u := range work.Use {
+		used[path.Clean(u.DiskPath)] = true
+	}
+	replaced := map[string]string{} // module@version: directory
+	for _, r := range work.Replace {
+		replaced[r.Old.Path+"@"+r.Old.Version] = path.Clean(r.New.Path)
+	}
+	versions := map[string]bool{}
+	for _, f := range tracked {
+		if path.Base(f) != "go.mod" || strings.HasPrefix(f, "libbpf/") {
+			continue
+		}
+		dir := path.Dir(f)
+		if !used[dir] {
+			report("%s: a module that go.work does not use", f)
+		}
+		var m goMod
+		if err := editJSON(&m, "go", "mod", "edit", "-json", f); err != nil {
+			return err
+		}
+		if want := path.Join(module, dir); m.Module.Path != want {
+			report("%s: module %s, want %s (its folder)", f, m.Module.Path, want)
+		}
+		for _, r := range m.Replace {
+			report("%s: replace %s: a released go.mod has none (go.work replaces the repository's modules)", f, r.Old.Path)
+		}
+		for _, r := range m.Require {
+			switch {
+			case dir == "." && r.Path != "golang.org/x/sys":
+				report("%s: requires %s: the root module requires golang.org/x/sys alone, so that a user who imports it gains nothing else", f, r.Path)
+			case r.Path == module || strings.HasPrefix(r.Path, module+"/"):
+				versions[r.Version] = true
+				if got, want := replaced[r.Path+"@"+r.Version], path.Clean(strings.TrimPrefix(strings.TrimPrefix(r.Path, module), "/")); got != want {
+					report("%s: requires %s %s, which go.work does not replace with the folder %s", f, r.Path, r.Version, want)
+				}
+			}
+		}
+	}
+	if len(versions) > 1 {
+		report("go.mod files require the repository's modules at %d versions: one release, one version", len(versions))
+	}
+	return nil
+}
+
+// editJSON runs the command args (go mod edit -json or go work edit
+// -json) and decodes its output into v.
+func editJSON(v any, args ...string) error {
+	out, err := exec.Command(args[0], args[1:]...).Output()
+	if err != nil {
+		return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+	}
+	return json.Unmarshal(out, v)
 }
 
 func rel(importPath string) string {

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build cgo
+//go:build cgo && !perfbuf_nolibbpf
 
 package nocgo
 
-// cgo says whether this build has cgo, and so libbpf's opener.
-const cgo = true
+// libbpfOpener says whether this build has libbpf's opener: cgo without
+// the tag perfbuf_nolibbpf.
+const libbpfOpener = true

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build !cgo
+//go:build !cgo || perfbuf_nolibbpf
 
 package nocgo
 
-const cgo = false
+// libbpfOpener: no libbpf in this build (no cgo, or perfbuf_nolibbpf).
+const libbpfOpener = false

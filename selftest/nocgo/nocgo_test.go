@@ -477,9 +477,9 @@ func TestPerfEventArrayNoCgo(t *testing.T) {
 				return recCPU, binary.NativeEndian.Uint64(data), true, nil
 			})
 			r := open(t, perfbuf.MapFD(events.FD()), perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}}, c)
-			if !cgo {
+			if !libbpfOpener {
 				if n := kernel.OpenedPerfRings() - opened; n != uint64(r.rings) {
-					t.Fatalf("perfbuf's opener opened %d rings of the reader's %d: without cgo, it opens them all", n, r.rings)
+					t.Fatalf("perfbuf's opener opened %d rings of the reader's %d: without libbpf, it opens them all", n, r.rings)
 				}
 			}
 			for range 3 {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build !cgo
+//go:build !cgo || perfbuf_nolibbpf
 
 package upgrade
 
-const cgo = false
+const libbpfOpener = false

@@ -61,7 +61,7 @@ const capSysAdmin = 21
 // spec is a reader in a child process.
 type spec struct {
 	mode   string // New, NewReader, NewRaw, NewRecorder
-	opener string // libbpf (cgo builds) or own (perfbuf's opener, forced)
+	opener string // libbpf (cgo builds without perfbuf_nolibbpf) or own (perfbuf's opener, forced)
 	// source is how it names the map: "fd", a descriptor of the pin
 	// (perfbuf.MapFD: no pin known), or "pin", a Map whose PinPath names
 	// it.
@@ -71,10 +71,10 @@ type spec struct {
 	noAdmin bool
 }
 
-// openers are the ring openers of this build: libbpf's where there is cgo,
+// openers are the ring openers of this build: libbpf's where it is linked
 // and perfbuf's own.
 func openers() []string {
-	if cgo {
+	if libbpfOpener {
 		return []string{"libbpf", "own"}
 	}
 	return []string{"own"}

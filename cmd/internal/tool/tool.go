@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package tool holds what the ports of libbpf-tools (cmd/execsnoop,
-// cmd/mountsnoop) share beside their buffered stdout (internal/stdio):
+// cmd/mountsnoop) share beside their buffered stdout (cmd/internal/stdio):
 // their flags' parsing as argp's, loading their BPF object (built in, or
 // from a file), libbpf's log, per-CPU counters, tracefs, and the PID
 // namespace their PIDs are numbered in.

@@ -3,10 +3,19 @@
 // Package buflayout is what a PERFBUF_BUFFER (bpf/perfbuf.bpf.h) becomes at
 // load, whichever loader loads it: the kinds of buffer, the checks of the
 // ring settings, the choice of a kind, and each kind's map settings and
-// BPF-side config. bpfbuffer applies a Plan to a libbpfgo module,
-// bpfbuffer/ciliumbuffer to a cilium/ebpf CollectionSpec; neither decides
-// anything of its own, so that both make the same object from the same
-// Options.
+// BPF-side config. It is the contract between perfbuf's readers and the
+// loaders, which are modules of their own: bpfbuffer applies a Plan to a
+// libbpfgo module, bpfbuffer/ciliumbuffer to a cilium/ebpf
+// CollectionSpec, and a loader for another library would do the same.
+// Neither decides anything of its own, so that both make the same object
+// from the same Options, and a Plan's Finish tells the reader opened with
+// those Options which map to expect.
+//
+// It is part of the module github.com/perfbuf/perfbuf and versioned with
+// it: a loader's go.mod requires the root at the version whose buflayout
+// it was built against, and the promise of docs/release.md holds for it
+// as for package perfbuf. Programs that only load a buffer use their
+// loader's Prepare, not this package.
 //
 // A layout is a Kind with its Plan: a new layout is a Kind here, its case
 // in Check, NewPlan and Plan's methods, and one apply function in each
