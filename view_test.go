@@ -79,8 +79,8 @@ func TestViewRecordPlaces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f.Seq != 7 {
-			t.Errorf("event4 seq %d, want 7 (the first 4 bytes)", f.Seq)
+		if want := binary.NativeEndian.Uint32(rec.Data); f.Seq != want {
+			t.Errorf("event4 seq %d, want %d (the first 4 bytes)", f.Seq, want)
 		}
 		if got := inPlace(f, rec.Data); got != want4 {
 			t.Errorf("event4 in place %v, want %v", got, want4)
