@@ -52,7 +52,8 @@ var layers = map[string][]string{
 	"bpfbuffer/internal/buflayout": {".", "internal/cpus", "internal/kernel", "internal/prepared"},
 	"bpfbuffer":                    {".", "bpfbuffer/internal/buflayout", "internal/kernel"},
 	"bpfbuffer/ciliumbuffer":       {".", "bpfbuffer/internal/buflayout"},
-	"internal/bpfrun":              {"internal/cpus"}, // loads the tests' and benchmarks' BPF objects
+	"bpfbuffer/internal/probetest": {"bpfbuffer/internal/buflayout"}, // the loaders' tests of their probe
+	"internal/bpfrun":              {"internal/cpus"},                // loads the tests' and benchmarks' BPF objects
 }
 
 // tools are the trees above the library, and this check's own.
