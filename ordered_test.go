@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/policy"
 	"golang.org/x/sys/unix"
 
 	"github.com/perfbuf/perfbuf/internal/ringtest"
@@ -167,8 +166,7 @@ func TestOrderedRunNewest(t *testing.T) {
 }
 
 // Rule 3 with an idle ring: records that the reader first saw together are
-// due together, MaxDelay later, not one MaxDelay after another. And the
-// marks that date them do not pile up.
+// due together, MaxDelay later, not one MaxDelay after another.
 func TestOrderedMaxDelayBacklog(t *testing.T) {
 	f := newFakeRings(t, 2, 1<<16)
 	const delay = 50 * time.Millisecond
@@ -185,11 +183,10 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 	}
 	// Records written one at a time while the reader waits, each in a new
 	// head snapshot: each is held MaxDelay (less the marks' grain of
-	// MaxDelay/32) from when it was written, or longer. The marks that date
-	// them are merged: about one per MaxDelay/32 of records waiting, where
-	// there would be one per head snapshot (m of them) without merging.
+	// MaxDelay/32) from when it was written, or longer. (That the marks
+	// that date them do not pile up: internal/policy's
+	// TestOrderedMarksMerged.)
 	const m = 400
-	const maxMarks = 32 + 8
 	written := map[uint64]time.Time{}
 	read := n
 	check := func(s Sample) {
@@ -210,11 +207,6 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i, k := range policy.Marks(o.pol) {
-		if k > maxMarks {
-			t.Errorf("ring %d holds %d marks", i, k)
-		}
-	}
 	o.SetDeadline(time.Now().Add(10 * time.Second))
 	for read < n+m {
 		var s Sample
@@ -222,11 +214,6 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(s)
-	}
-	for i, k := range policy.Marks(o.pol) {
-		if k > maxMarks {
-			t.Errorf("ring %d holds %d marks", i, k)
-		}
 	}
 }
 

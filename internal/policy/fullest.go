@@ -39,13 +39,14 @@ type Fullest struct {
 func NewFullest(s *Set) *Fullest {
 	size := s.Rings[0].Cur().Size()
 	f := &Fullest{s: s}
-	f.setBudget(max(size/4, 1), commitChunk(size))
+	f.SetTurn(max(size/4, 1), commitChunk(size))
 	return f
 }
 
-// setBudget sets a turn's bytes and the bytes between two commits in a
-// turn (at most the turn's).
-func (f *Fullest) setBudget(budget, chunk int) {
+// SetTurn sets a turn's bytes (at least one record is read) and the
+// bytes between two commits in a turn (at most the turn's). NewFullest
+// sets a quarter of the first ring and commitChunk.
+func (f *Fullest) SetTurn(budget, chunk int) {
 	f.budget, f.chunk = budget, min(chunk, budget)
 	f.left, f.due = budget, budget-f.chunk
 }

@@ -121,7 +121,7 @@ type window struct {
 	// silenced: the reader is busy, and every intake commits the ring.
 	hot   int
 	hotAt int64         // (window.now)
-	hold  time.Duration // hotHold (tests: SetHotHold)
+	hold  time.Duration // hotHold
 	// waited: the reader waited since the last intake (Idle, and no
 	// NoWait after it), or none was made.
 	waited bool
