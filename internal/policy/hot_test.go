@@ -74,12 +74,12 @@ func TestWindowHot(t *testing.T) {
 			s, fakes := ringBufSet(t, 1, 4096)
 			f := fakes[0]
 			w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1000}, Bytes: 4096})
-			w.hold = time.Hour
+			w.hot.hold = time.Hour
 			for _, key := range []uint64{10, 1100, 300} {
 				f.Output(t, keyed(key, 64))
 			}
-			if got := readForm(t, s, w, form); fmt.Sprint(keysOf(got)) != "[10]" || w.hot >= 0 {
-				t.Fatalf("first read: %v, hot %d; want 10 by rule 2, none hot", keysOf(got), w.hot)
+			if got := readForm(t, s, w, form); fmt.Sprint(keysOf(got)) != "[10]" || w.hot.ring >= 0 {
+				t.Fatalf("first read: %v, hot %d; want 10 by rule 2, none hot", keysOf(got), w.hot.ring)
 			}
 			// While the reader is busy (no wait since its intake), 30
 			// records of 72 bytes, 2,160 of the ring's 4,096; the seventh
@@ -93,10 +93,10 @@ func TestWindowHot(t *testing.T) {
 			for _, key := range hot {
 				f.Output(t, keyed(key, 64))
 			}
-			w.look = true // (a read's next intake)
+			w.take.look = true // (a read's next intake)
 			got := readForm(t, s, w, form)
-			if fmt.Sprint(keysOf(got)) != fmt.Sprint(want) || w.hot != 0 {
-				t.Fatalf("keys %v, hot %d\nwant %v, hot 0", keysOf(got), w.hot, want)
+			if fmt.Sprint(keysOf(got)) != fmt.Sprint(want) || w.hot.ring != 0 {
+				t.Fatalf("keys %v, hot %d\nwant %v, hot 0", keysOf(got), w.hot.ring, want)
 			}
 			for _, g := range got {
 				if g.late != (g.key == 200) {
@@ -110,21 +110,21 @@ func TestWindowHot(t *testing.T) {
 			// once, before the window's 1,100.
 			f.Output(t, keyed(700, 64))
 			f.Output(t, keyed(710, 64))
-			w.look = true
+			w.take.look = true
 			if got := readForm(t, s, w, form); fmt.Sprint(keysOf(got)) != "[700 710]" {
 				t.Fatalf("within the hold: %v", keysOf(got))
 			}
 			// A look that finds the ring empty past the hold cools it: the
 			// window holds again, until a Flush.
-			w.hold = 0
-			w.look = true
-			if got := readForm(t, s, w, form); len(got) != 0 || w.hot != -1 {
-				t.Fatalf("more: %v, hot %d", keysOf(got), w.hot)
+			w.hot.hold = 0
+			w.take.look = true
+			if got := readForm(t, s, w, form); len(got) != 0 || w.hot.ring != -1 {
+				t.Fatalf("more: %v, hot %d", keysOf(got), w.hot.ring)
 			}
 			w.Idle()
 			f.Output(t, keyed(900, 64))
 			f.Output(t, keyed(800, 64))
-			w.look = true
+			w.take.look = true
 			if got := readForm(t, s, w, form); len(got) != 0 {
 				t.Fatalf("held: %v", keysOf(got))
 			}
@@ -147,7 +147,7 @@ func TestWindowHotLate(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/DropLate=%v", form, drop), func(t *testing.T) {
 				s, fakes := ringBufSet(t, 1, 4096)
 				w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62, DropLate: drop}, Bytes: 4096})
-				w.hold = time.Hour
+				w.hot.hold = time.Hour
 				w.NoWait()
 				// 50 records of 72 bytes, 3,600 of 4,096: hot at the first
 				// intake; the 20th key, 5, comes after 10 to 190.
@@ -199,13 +199,13 @@ func TestWindowFloodAfterWait(t *testing.T) {
 				}
 				return payloadKeyOf(data)
 			}}, Bytes: 4096, OneWriter: []bool{true}})
-			w.hold = time.Hour
+			w.hot.hold = time.Hour
 			for key := uint64(100); key < 300; key += 10 { // 20 records: 1,440 of 4,096
 				f.Output(t, keyed(key, 64))
 			}
 			out := readForm(t, s, w, "Next")
-			if flood != (w.hot == 0) {
-				t.Fatalf("hot %d after the intake", w.hot)
+			if flood != (w.hot.ring == 0) {
+				t.Fatalf("hot %d after the intake", w.hot.ring)
 			}
 			if !flood {
 				out = append(out, flushAll(t, s, w)...)

@@ -84,7 +84,7 @@ func readWindow(t *testing.T, s *Set, w *window, firstBlock bool) readResult {
 	for step := 0; ; step++ {
 		if idle > 100 {
 			t.Fatalf("spins: %d steps in a row deliver nothing, report nothing and end no flush (delivered %v, errors %v, %d held)",
-				idle, res.keys, res.errs, w.held)
+				idle, res.keys, res.errs, w.copies.held)
 		}
 		if step > 0 || !firstBlock {
 			if rec, i := w.Next(); i >= 0 {
@@ -122,8 +122,8 @@ func TestWindowFlushDeliversHeld(t *testing.T) {
 					want = append(want, key+uint64(i))
 				}
 			}
-			if _, i := w.Next(); i >= 0 || w.held != len(want) {
-				t.Fatalf("first read: ring %d, %d held; want nothing released, %d held", i, w.held, len(want))
+			if _, i := w.Next(); i >= 0 || w.copies.held != len(want) {
+				t.Fatalf("first read: ring %d, %d held; want nothing released, %d held", i, w.copies.held, len(want))
 			}
 			s.RequestFlush() // between the read's Next and its block
 			res := readWindow(t, s, w, true)
@@ -131,7 +131,7 @@ func TestWindowFlushDeliversHeld(t *testing.T) {
 				t.Fatalf("read: %+v; want the flush ended", res)
 			}
 			if len(res.keys) != len(want) {
-				t.Fatalf("the flush ended with %d of %d copies delivered (%v), %d held", len(res.keys), len(want), res.keys, w.held)
+				t.Fatalf("the flush ended with %d of %d copies delivered (%v), %d held", len(res.keys), len(want), res.keys, w.copies.held)
 			}
 			for j := 1; j < len(res.keys); j++ {
 				if res.keys[j] < res.keys[j-1] {
@@ -159,8 +159,8 @@ func TestWindowConsumerMovedByAnother(t *testing.T) {
 					emitKey(t, f, key)
 				}
 				emitKey(t, fakes[1], 13)
-				if _, i := w.Next(); i >= 0 || w.held != 4 {
-					t.Fatalf("first read: ring %d, %d held; want nothing released, 4 held", i, w.held)
+				if _, i := w.Next(); i >= 0 || w.copies.held != 4 {
+					t.Fatalf("first read: ring %d, %d held; want nothing released, 4 held", i, w.copies.held)
 				}
 				switch move {
 				case "back": // another consumer commits less than the reader did
