@@ -633,42 +633,6 @@ func TestOrderedRingBufRace(t *testing.T) {
 	}
 }
 
-// The window's runs: keys in random order, mostly rising, and in runs that
-// interleave (several CPUs' records in one ring), all sorted at a Flush.
-func TestOrderedRingBufRuns(t *testing.T) {
-	for _, shape := range []string{"random", "rising", "interleaved"} {
-		t.Run(shape, func(t *testing.T) {
-			const n = 3000
-			rng := rand.New(rand.NewSource(1))
-			f := newFakeBPFRings(t, 1, 1<<17)
-			o := f.ordered(t, Order{MaxDelay: time.Hour})
-			for seq := range uint64(n) {
-				var key uint64
-				switch shape {
-				case "random":
-					key = uint64(rng.Intn(500))
-				case "rising":
-					key = seq + uint64(rng.Intn(20)) // a little disorder
-				case "interleaved":
-					key = seq%13*1000 + seq/13 // 13 CPUs' rising keys, round robin
-				}
-				f.emit(t, 0, key, seq, 16)
-			}
-			got := flushAll(t, o)
-			seen := map[uint64]bool{}
-			for j, s := range got {
-				if j > 0 && s.Key < got[j-1].Key {
-					t.Fatalf("record %d: key %d after %d", j, s.Key, got[j-1].Key)
-				}
-				seen[binary.NativeEndian.Uint64(s.Data[8:])] = true
-			}
-			if len(got) != n || len(seen) != n {
-				t.Fatalf("%d delivered, %d distinct, of %d", len(got), len(seen), n)
-			}
-		})
-	}
-}
-
 // orderedReadOnce reads o once in one of the Reader's forms (ReadInto,
 // ReadBatch, Each, Consume) and returns the keys delivered and the error.
 // Each ends at its first error; Consume at the end of what it may deliver

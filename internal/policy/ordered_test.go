@@ -322,3 +322,65 @@ func TestOrderedAddRing(t *testing.T) {
 		t.Fatalf("delivered %+v", out)
 	}
 }
+
+// eachAll runs Each until it reports nothing more to deliver now.
+func eachAll(t *testing.T, o Reading) []got {
+	t.Helper()
+	var out []got
+	for {
+		more, err := o.Each(func(rec *ring.Record) error {
+			out = append(out, got{rec.Ring, rec.Type, rec.Key, rec.Late, rec.Lost})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !more {
+			return out
+		}
+	}
+}
+
+// Rule 2 counts the key that ends a run of Each: the run notes it for its
+// ring only, and the merge must still count it among the newest keys.
+// Ring 0's run stops at 500 (beyond ring 2's 3); once ring 2 is empty, ring
+// 1's 5 goes by rule 2 because of that 500, while the 500 itself waits.
+func TestOrderedRunNewest(t *testing.T) {
+	s, fakes := perfSet(t, 3, 4096)
+	cfg := holdAll
+	cfg.Window = 100
+	o := NewOrdered(s, cfg)
+	emitPerf(t, fakes[0], 1, 16)
+	emitPerf(t, fakes[0], 500, 16)
+	emitPerf(t, fakes[1], 5, 16)
+	emitPerf(t, fakes[2], 3, 16)
+	if out := eachAll(t, o); fmt.Sprint(keysOf(out)) != "[1 3 5]" {
+		t.Errorf("Each delivered %v; want [1 3 5] (500 held)", keysOf(out))
+	}
+}
+
+// Rule 2 with an idle ring: the merge parses ahead of a ring's front to
+// find a key Window later, and releases the front then; the newest record
+// stays held. A record written after the merge's last head snapshot is
+// found by a new one.
+func TestOrderedKeyWindowLookAhead(t *testing.T) {
+	s, fakes := perfSet(t, 2, 1<<14)
+	cfg := holdAll
+	cfg.Window = 1000
+	o := NewOrdered(s, cfg)
+	for _, key := range []uint64{5000, 5500, 6000, 7000} {
+		emitPerf(t, fakes[0], key, 16)
+	}
+	out, _ := readAll(t, s, o) // 7000 - 1000 = 6000: everything up to 6000 goes
+	if fmt.Sprint(out) != "[{0 1 5000 false 0} {0 1 5500 false 0} {0 1 6000 false 0}]" {
+		t.Fatalf("delivered %v; want 5000 5500 6000, 7000 held", out)
+	}
+	o.CommitPublish(0)
+	if tl := s.Tallies[0]; tl.Samples != 3 || tl.Late != 0 {
+		t.Errorf("tally %+v", tl)
+	}
+	emitPerf(t, fakes[0], 8500, 16)
+	if out, _ := readAll(t, s, o); fmt.Sprint(keysOf(out)) != "[7000]" {
+		t.Fatalf("after 8500: %v; want 7000", keysOf(out))
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -192,5 +193,45 @@ func TestWindowConsumerMovedByAnother(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The window's copies come out in key order, each once, however their
+// keys fall in the ring: random, nearly rising, or several rising runs
+// interleaved (13 CPUs' records in one ring, round robin).
+func TestWindowCopyRuns(t *testing.T) {
+	for _, shape := range []string{"random", "rising", "interleaved"} {
+		t.Run(shape, func(t *testing.T) {
+			const n = 3000
+			rng := rand.New(rand.NewSource(1))
+			s, fakes := ringBufSet(t, 1, 1<<17)
+			w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62}, Bytes: 1 << 17})
+			for seq := range uint64(n) {
+				var key uint64
+				switch shape {
+				case "random":
+					key = uint64(rng.Intn(500))
+				case "rising":
+					key = seq + uint64(rng.Intn(20)) // a little disorder
+				case "interleaved":
+					key = seq%13*1000 + seq/13
+				}
+				p := keyed(key, 16)
+				binary.NativeEndian.PutUint64(p[8:], seq)
+				fakes[0].Output(t, p)
+			}
+			out := flushAll(t, s, w)
+			if len(out) != n {
+				t.Fatalf("%d delivered of %d", len(out), n)
+			}
+			for j := 1; j < len(out); j++ {
+				if out[j].key < out[j-1].key || out[j].late {
+					t.Fatalf("record %d: key %d after %d", j, out[j].key, out[j-1].key)
+				}
+			}
+			if w.copies.held != 0 || len(w.copies.heap) != 0 || w.arena.used != 0 {
+				t.Fatalf("after the flush: %d held, %d runs in the heap, %d bytes used", w.copies.held, len(w.copies.heap), w.arena.used)
+			}
+		})
 	}
 }
