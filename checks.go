@@ -83,12 +83,18 @@ type readerPlan struct {
 	order   *policy.OrderConfig // nil: the fullest ring first
 }
 
+// budget reports whether the plan holds wakeups off within its latency,
+// MaxLatency's budget: no WakeupEvents or WakeupBytes says otherwise
+// (ringOptions.budget).
+func (p readerPlan) budget() bool { return p.ring.budget }
+
 // plan checks o and resolves every setting a Reader takes.
 func (o *ReaderOptions) plan() (readerPlan, error) {
 	if err := o.check(); err != nil {
 		return readerPlan{}, err
 	}
 	p := readerPlan{ring: o.ring(), latency: o.latency()}
+	p.ring.budget = p.latency > 0 && o.WakeupEvents == 0 && o.WakeupBytes == 0
 	if o.Order != nil {
 		c := o.Order.config()
 		p.order = &c
@@ -103,24 +109,24 @@ func (o *ReaderOptions) plan() (readerPlan, error) {
 // u16 size.
 const maxKeyOffset = math.MaxUint16
 
-// latency is MaxLatency resolved: how long a blocked read waits at most for
-// a wakeup (negative: no limit). A reader woken for every sample (no
-// WakeupEvents above 1, no WakeupBytes) has no record waiting without a
-// wakeup, and sets no timer.
+// latency is MaxLatency resolved: the budget, how late a record may be
+// delivered, and how long a blocked read waits at most for a wakeup
+// (negative: no bound, and no timer).
 func (o *ReaderOptions) latency() time.Duration {
 	switch {
 	case o.MaxLatency < 0:
 		return -1
 	case o.MaxLatency > 0:
 		return o.MaxLatency
-	case o.WakeupEvents <= 1 && o.WakeupBytes == 0:
-		return -1
 	}
 	return defaultMaxLatency
 }
 
-// defaultMaxLatency is MaxLatency when it is zero.
-const defaultMaxLatency = 100 * time.Millisecond
+// defaultMaxLatency is a Reader's latency budget when MaxLatency is zero:
+// 10 ms, below what a person or a pipeline notices, and long enough that
+// at 10,000 records a second the wakeups the reader asks of the programs
+// cost them a few percent of their own time (docs/performance.md).
+const defaultMaxLatency = 10 * time.Millisecond
 
 // config is the Order as the merge takes it, defaults resolved but for
 // those that depend on the ring size.
@@ -153,6 +159,10 @@ func (o *Options) ring() ringOptions {
 type ringOptions struct {
 	ringBytes, wakeupEvents, wakeupBytes, maxSampleSize int
 	recorder                                            bool // a Recorder's: ring buffers in overwrite mode only
+	// budget is a Reader's latency budget without WakeupEvents or
+	// WakeupBytes: a perf ring wakes its reader half full (the event's
+	// watermark), and the Reader's timer takes what is below it.
+	budget bool
 	// keyEnd is an ordered Reader's KeyOffset+8, where its key ends: a
 	// ring must hold a sample that long. Zero: no key read at an offset.
 	keyEnd int
@@ -216,6 +226,9 @@ func (o ringOptions) config(pageSize int, memory uint64) (ringConfig, error) {
 	}
 	c := ringConfig{pages: pages, pageSize: pageSize, wakeupEvents: max(o.wakeupEvents, 1), wakeupBytes: o.wakeupBytes}
 	ringBytes := c.ringBytes()
+	if o.budget {
+		c.wakeupBytes = ringBytes / 2
+	}
 	if o.wakeupBytes >= ringBytes {
 		return ringConfig{}, fmt.Errorf("options WakeupBytes %d not below the %d-byte ring: %w", o.wakeupBytes, ringBytes, os.ErrInvalid)
 	}

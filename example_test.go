@@ -80,15 +80,19 @@ func ExampleNew() {
 
 	// Stop without loss: once the BPF program writes no more (detach it),
 	// Consume delivers what the rings hold; Close then wakes the Poll above
-	// at once, with os.ErrClosed. Close alone would discard what the rings
-	// hold (counted in Stats as Discarded).
+	// at once, with os.ErrClosed. Close alone would drop what the rings
+	// hold (counted in Stats as Left).
 	if _, err := pb.Consume(); err != nil && !errors.Is(err, perfbuf.ErrCorrupt) {
 		log.Fatal(err)
 	}
 	pb.Close()
 	<-done
+	// Once closed, what the program output adds up (see Stats): a perf
+	// ring has no Discarded, and no Dropped without Order; a CPU that came
+	// back online has two entries.
 	for _, st := range pb.Stats() {
-		fmt.Printf("cpu %d: %d samples, %d lost, %d left at Close\n", st.CPU, st.Samples, st.Lost, st.Left)
+		output := st.Samples + st.Dropped + st.Lost + st.Discarded + st.Left + st.Failed.Total()
+		fmt.Printf("cpu %d: %d output: %d samples, %d lost, %d left at Close\n", st.CPU, output, st.Samples, st.Lost, st.Left)
 	}
 }
 

@@ -32,6 +32,12 @@ const (
 	failuresSize  = 8 * failuresWords
 )
 
+// bpfVersion is the version of bpf/perfbuf.bpf.h's maps that this perfbuf
+// reads (PERFBUF_BPF_VERSION there). A failure map carries its version in
+// its max_entries, the version plus one: New refuses a map of another
+// version, naming both.
+const bpfVersion = 1
+
 // failureMap is a FailureMap opened for rings: a descriptor of its own,
 // closed with the rings, and the counts last read.
 type failureMap struct {
@@ -113,8 +119,8 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 	case info.valueSize != failuresSize:
 		return nil, fmt.Errorf("failure map %q has %d-byte values, %s (struct perfbuf_failures, %d bytes): %w",
 			info.name, info.valueSize, want, failuresSize, os.ErrInvalid)
-	case info.maxEntries < 1:
-		return nil, fmt.Errorf("failure map %q has no entries, %s: %w", info.name, want, os.ErrInvalid)
+	case info.maxEntries != bpfVersion+1:
+		return nil, versionError(info)
 	}
 	// A lookup returns a value for each possible CPU, in CPU order
 	// (for_each_possible_cpu): as many as the kernel's list holds, and
@@ -132,7 +138,7 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 		fd:        fd,
 		cpus:      possible,
 		lookup:    func(fd int, out []uint64) error { return kernel.LookupPerCPU(fd, 0, out) },
-		reader:    info.maxEntries >= 2,
+		reader:    true,
 		readerKey: readerKeyPerCPU,
 		buf:       make([]uint64, failuresWords*n),
 	}
@@ -143,6 +149,19 @@ func newFailureMap(fd, userFD int) (*failureMap, error) {
 	}
 	f.last = decodeFailures(f.buf, n)
 	return f, nil
+}
+
+// versionError refuses the failure map info, whose max_entries says
+// another version of bpf/perfbuf.bpf.h than bpfVersion, naming both and
+// which side to rebuild.
+func versionError(info mapDesc) error {
+	v := int64(info.maxEntries) - 1
+	fix := "rebuild the BPF programs with this perfbuf's bpf/perfbuf.bpf.h"
+	if v > bpfVersion {
+		fix = "upgrade perfbuf to one that reads it"
+	}
+	return fmt.Errorf("failure map %q is of bpf/perfbuf.bpf.h version %d (max_entries %d); this perfbuf reads version %d (max_entries %d): %s: %w",
+		info.name, v, info.maxEntries, bpfVersion, bpfVersion+1, fix, os.ErrInvalid)
 }
 
 // The reader key, key 1 of a PERFBUF_FAILURE_MAP, says whether a ring

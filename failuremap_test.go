@@ -72,7 +72,7 @@ func TestFailuresLayout(t *testing.T) {
 	if macro == nil {
 		t.Fatal("no PERFBUF_FAILURE_MAP(name) in bpf/perfbuf.bpf.h")
 	}
-	for _, s := range []string{"__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY)", "__uint(max_entries, 2)", "__type(key, __u32)", "__type(value, struct perfbuf_failures)"} {
+	for _, s := range []string{"__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY)", "__uint(max_entries, PERFBUF_BPF_VERSION + 1)", "__type(key, __u32)", "__type(value, struct perfbuf_failures)"} {
 		if !strings.Contains(string(macro[1]), s) {
 			t.Errorf("PERFBUF_FAILURE_MAP lacks %s", s)
 		}

@@ -41,15 +41,15 @@ func ExampleFailures() {
 	// ... read, then stop the producers and Flush ...
 	r.Close()
 
-	// After Close, Failed holds the counts when the rings were freed. A CPU
-	// may have several entries (and one without a ring, for failures only):
-	// sum them by CPU.
+	// After Close, Failed holds the counts when the rings were freed, and
+	// the whole identity of Stats adds up. A CPU may have several entries
+	// (and one without a ring, for failures only): sum them by CPU.
 	output := map[int]uint64{}
 	for _, s := range r.Stats() {
-		output[s.CPU] += s.Samples + s.Lost + s.Failed.Total()
+		output[s.CPU] += s.Samples + s.Dropped + s.Lost + s.Discarded + s.Left + s.Failed.Total()
 		if f := s.Failed; f.Total() > 0 {
-			fmt.Printf("cpu %d: %d outputs failed: %d no ring, %d index past max_entries, %d bad flags, %d another CPU's ring, %d other\n",
-				s.CPU, f.Total(), f.NoEntry, f.TooBig, f.Invalid, f.NotOnCPU, f.Other)
+			fmt.Printf("cpu %d: %d outputs failed: %d no ring, %d index past max_entries, %d bad flags, %d another CPU's ring, %d ring full, %d other\n",
+				s.CPU, f.Total(), f.NoEntry, f.TooBig, f.Invalid, f.NotOnCPU, f.Full, f.Other)
 		}
 	}
 	for cpu, n := range output {

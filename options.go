@@ -28,9 +28,10 @@ type Options struct {
 	RingBytes int
 
 	// WakeupEvents wakes the reader once every WakeupEvents samples of a
-	// perf ring (the event's wakeup_events; zero means 1). Samples below
-	// it raise no wakeup: a Reader takes them within MaxLatency. Ring
-	// buffers refuse it: see WakeupBytes.
+	// perf ring (the event's wakeup_events; zero means 1, or, for a
+	// Reader, its latency budget: see MaxLatency). Samples below it raise
+	// no wakeup: a Reader takes them within MaxLatency. Ring buffers
+	// refuse it: see WakeupBytes.
 	WakeupEvents int
 
 	// WakeupBytes, if set, wakes the reader once a ring holds this many
@@ -63,10 +64,20 @@ func init() {
 type ReaderOptions struct {
 	Options
 
-	// MaxLatency bounds how long a record waits in a ring without a
-	// wakeup (samples below WakeupEvents or WakeupBytes): the reader looks
-	// at least this often while it blocks. Zero means 100 ms; negative,
-	// no bound. A reader woken for every sample sets no timer.
+	// MaxLatency is the latency budget: how late a record may be
+	// delivered. Within it the Reader asks the fewest wakeups of the
+	// programs, each of which costs the writing program many times its
+	// own work (docs/performance.md): over a perf event array the kernel
+	// wakes it once a ring is half full, and it looks every MaxLatency
+	// while it waits; over ring buffers it takes the kernel's wakeup for
+	// the first record, then waits out the budget before it drains, at
+	// once for a ring half full (a ring must hold what the programs write
+	// in a budget at their peak rate, unless they force a wakeup: see
+	// WakeupBytes). Zero means 10 ms; negative, no budget: the reader is
+	// woken for every record (libbpf's and cilium/ebpf's way) and sets no
+	// timer. With WakeupEvents or WakeupBytes set, they say when the
+	// kernel wakes the reader, and MaxLatency bounds the wait of what is
+	// below them.
 	MaxLatency time.Duration
 
 	// Order, if set, delivers the records in the order of a key. Without
@@ -135,15 +146,17 @@ type Order struct {
 	// DropLate drops late samples instead of delivering them.
 	DropLate bool
 
-	// HighWater is rule 4's fill, in bytes. Zero means three quarters of
-	// a ring. Over ring buffers it bounds the window instead: the bytes
-	// of the copies held, each rounded up to a power of two (a copy takes
-	// about 64 bytes more, and one copy may pass the bound); zero means
-	// the rings' total size, what they would hold in place. NewReader
-	// makes the window with room for one full ring's copies (the largest
-	// ring's size, at most HighWater, and as much again for their
-	// bookkeeping), so that a flood's first intake does not grow the heap
-	// and start garbage collections while the ring fills; the pages are
-	// the OS's, untouched until copies use them.
+	// HighWater is rule 4's fill, in bytes. Zero means a quarter of a
+	// ring: below the half at which a perf ring wakes a Reader within its
+	// latency budget, so that the wakeup itself releases. Over ring
+	// buffers it bounds the window instead: the bytes of the copies held,
+	// each rounded up to a power of two (a copy takes about 64 bytes more,
+	// and one copy may pass the bound); zero means the rings' total size,
+	// what they would hold in place. NewReader makes the window with room
+	// for one full ring's copies (the largest ring's size, at most
+	// HighWater, and as much again for their bookkeeping), so that a
+	// flood's first intake does not grow the heap and start garbage
+	// collections while the ring fills; the pages are the OS's, untouched
+	// until copies use them.
 	HighWater int
 }

@@ -184,6 +184,33 @@ func TestOrderedHighWater(t *testing.T) {
 	}
 }
 
+// The default HighWater is a quarter of a ring, below the half at which a
+// perf ring wakes a Reader within its latency budget: the ring's wakeup
+// itself releases what it holds (rule 4) while another ring is idle, so
+// that a ring never waits full for its next wakeup. (At three quarters a
+// reader woken at half released nothing, and the next wakeup came at a
+// full ring.) Only rule 4 can release here: MaxDelay and the budget are
+// an hour.
+func TestOrderedDefaultHighWater(t *testing.T) {
+	const size = 4096
+	f := newFakeRings(t, 2, size)
+	o := f.reader(t, ReaderOptions{MaxLatency: time.Hour, Order: &Order{MaxDelay: time.Hour}})
+	seq := uint64(0)
+	for f.rings[0].Space() > size/2 {
+		f.emit(t, 0, 10+seq, seq, 40)
+		seq++
+	}
+	f.wake(0)
+	o.SetDeadline(time.Now().Add(time.Minute))
+	var s Sample
+	if err := o.ReadInto(&s); err != nil {
+		t.Fatalf("a ring past half, the other idle: %v; want its first record", err)
+	}
+	if key := binary.NativeEndian.Uint64(s.Data); key != 10 {
+		t.Errorf("first record's key %d, want 10", key)
+	}
+}
+
 // Producers on both rings with timestamps race the ordered reader: output
 // is in key order, nothing lost or duplicated, late records counted.
 func TestOrderedRace(t *testing.T) {
@@ -852,8 +879,9 @@ func TestOrderedTimerKept(t *testing.T) {
 	const delay = 80 * time.Millisecond
 	const gap = 4 * time.Millisecond
 	const n = 60 // 240 ms of samples: three MaxDelays
-	// Rule 3 alone: no key is ever a window larger.
-	o := f.ordered(t, Order{MaxDelay: delay, KeyWindow: 1 << 62})
+	// Rule 3 alone: no key is ever a window larger, and no latency
+	// budget's timer (a wakeup a sample).
+	o := f.reader(t, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: delay, KeyWindow: 1 << 62}})
 	written := make([]time.Time, n)
 	go func() {
 		for seq := range uint64(n) {

@@ -34,14 +34,20 @@ type core struct {
 	// with Rings, under StatsMu.
 	kinds []ring.Kind
 	// newCPUs, if set, is the CPU watch's flag of CPUs that came online
-	// (hotplug.go): the reads' check of it is one load, no call.
+	// (hotplug.go), or over ring buffers the takeover's of rings whose
+	// consumer lock it won (ringbufmaps.go): the reads' check of it is one
+	// load, no call.
 	newCPUs *atomic.Bool
-	// holdOff is a ring buffer's watermark (Options.WakeupBytes): a Reader
-	// woken with every ring below it waits up to its latency before it
-	// drains. Zero: drain at once.
+	// hold is how long a Reader of ring buffers, woken with every ring
+	// below its hold-off mark, waits before it drains (Reader.holdOff):
+	// its latency budget. Zero: drain at once. The mark is holdOff bytes
+	// (Options.WakeupBytes, the programs' forced wakeup), or half of each
+	// ring when holdOff is zero (the budget's; see holdOffRingBufs).
+	hold    time.Duration
 	holdOff int
 	// oneWriter[i] says that one CPU alone writes ring buffer i (an
-	// ordered Reader's rule 1: policy.WindowConfig).
+	// ordered Reader's rule 1: policy.WindowConfig), over rings of a
+	// test's own; a ringBufSource says it for its own.
 	oneWriter []bool
 	// what names what is read, for errors (see name).
 	what string
@@ -137,9 +143,6 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 	if r, ok := src.(*rings); ok {
 		c.countsLost = r.cfg.kernel().CountLost
 	}
-	if s, ok := src.(*ringBufSource); ok {
-		c.oneWriter = s.oneWriter
-	}
 	c.what = describeMaps(info, len(more))
 	return c, nil
 }
@@ -176,6 +179,11 @@ func (c *core) start(pol policy.Policy, scope wait.Scope) {
 		c.newCPUs = &r.watch.Pending
 		r.watch.Notify = c.poke
 		r.watch.Start()
+	}
+	if s, ok := c.src.(*ringBufSource); ok && s.tk.waiting() {
+		c.newCPUs = &s.tk.Pending
+		s.tk.notify = c.poke
+		s.tk.start()
 	}
 }
 
@@ -421,10 +429,36 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// belowHoldOff reports whether every ring holds less than holdOff bytes.
+// holdOffRingBufs sets how a Reader of ring buffers with the plan p holds
+// its drains off (hold, holdOff). The kernel wakes a ring buffer's reader
+// for the first record committed after it caught up, unless the programs
+// say otherwise (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP). Within a budget
+// (no WakeupBytes) the reader takes that wakeup, then waits a budget with
+// the ring uncommitted, so that the records after it raise no wakeup, and
+// drains at once only for a ring half full: a trickle costs the programs a
+// wakeup a budget. A burst is seen only at the end of the hold, unless
+// the programs force a wakeup: a ring must hold what they write in a
+// budget at their peak rate. A blocked read still looks every budget, for
+// records written without a wakeup. With WakeupBytes (the programs force
+// a wakeup at that fill) the reader holds off below it for its MaxLatency.
+func (c *core) holdOffRingBufs(p readerPlan) {
+	switch {
+	case p.budget():
+		c.hold, c.holdOff = p.latency, 0
+	case p.ring.wakeupBytes > 0 && p.latency > 0:
+		c.hold, c.holdOff = p.latency, p.ring.wakeupBytes
+	}
+}
+
+// belowHoldOff reports whether every ring holds less than its hold-off
+// mark: holdOff bytes, or half the ring if holdOff is zero.
 func (c *core) belowHoldOff() bool {
 	for _, rb := range c.Rings {
-		if rb.Cur().Used() >= c.holdOff {
+		mark := c.holdOff
+		if mark == 0 {
+			mark = rb.Cur().Size() / 2
+		}
+		if rb.Cur().Used() >= mark {
 			return false
 		}
 	}

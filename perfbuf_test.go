@@ -758,3 +758,41 @@ func TestPerfBufferCorruptCases(t *testing.T) {
 		})
 	}
 }
+
+// A Reader's latency budget (MaxLatency; zero means 10 ms) holds wakeups
+// off unless WakeupEvents or WakeupBytes say when to wake, or MaxLatency
+// is negative: then its perf rings wake it half full (the watermark), and
+// it looks every budget. New and NewRaw keep a wakeup a sample.
+func TestReaderBudgetPlan(t *testing.T) {
+	const page = 4096
+	for _, c := range []struct {
+		name    string
+		o       ReaderOptions
+		latency time.Duration
+		budget  bool
+		events  int // the perf rings' wakeup_events and watermark
+		bytes   int
+	}{
+		{"defaults", ReaderOptions{}, 10 * time.Millisecond, true, 1, defaultRingBytes / 2},
+		{"a budget", ReaderOptions{MaxLatency: 2 * time.Millisecond, Options: Options{RingBytes: 4 * page}}, 2 * time.Millisecond, true, 1, 2 * page},
+		{"no budget", ReaderOptions{MaxLatency: -1}, -1, false, 1, 0},
+		{"wakeup events", ReaderOptions{Options: Options{WakeupEvents: 8}}, 10 * time.Millisecond, false, 8, 0},
+		{"wakeup bytes", ReaderOptions{Options: Options{WakeupBytes: 1024}}, 10 * time.Millisecond, false, 1, 1024},
+	} {
+		p, err := c.o.plan()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		cfg, err := p.ring.config(page, testMemory)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if p.latency != c.latency || p.budget() != c.budget || cfg.wakeupEvents != c.events || cfg.wakeupBytes != c.bytes {
+			t.Errorf("%s: latency %v, budget %v, wakeup events %d, bytes %d; want %v, %v, %d, %d",
+				c.name, p.latency, p.budget(), cfg.wakeupEvents, cfg.wakeupBytes, c.latency, c.budget, c.events, c.bytes)
+		}
+	}
+	if cfg, err := perfConfig(Options{}, page, testMemory); err != nil || cfg.wakeupBytes != 0 {
+		t.Errorf("New's and NewRaw's defaults: %+v, %v; want a wakeup a sample", cfg, err)
+	}
+}

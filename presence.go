@@ -33,6 +33,7 @@ package perfbuf
 // share a pinned map share /run/perfbuf too (docs/failures.md).
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,14 +59,11 @@ type presence struct {
 // joinPresence opens the lock file of the failure map with ID id and takes
 // a read lock on it. The caller marks the key open after it returns.
 func joinPresence(dir string, id uint32) (*presence, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("reader lock: %w", err)
-	}
-	path := filepath.Join(dir, fmt.Sprintf("failures-%d", id))
-	file, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	file, err := openLockFile(dir, fmt.Sprintf("failures-%d", id))
 	if err != nil {
 		return nil, fmt.Errorf("reader lock: %w", err)
 	}
+	path := file.Name()
 	p := &presence{file: file}
 	deadline := time.Now().Add(joinTimeout)
 	for pause := 50 * time.Microsecond; ; pause = min(2*pause, 10*time.Millisecond) {
@@ -113,14 +111,86 @@ func (p *presence) leave() {
 // EAGAIN, or EACCES, which POSIX allows too.
 func conflict(err error) bool { return err == unix.EAGAIN || err == unix.EACCES }
 
-// lock sets this open's lock on byte 0 to typ, without waiting: EAGAIN if
-// another open's lock conflicts.
-func (p *presence) lock(typ int16) error {
+// lock sets this open's lock on byte 0 to typ (setLock).
+func (p *presence) lock(typ int16) error { return setLock(p.file, typ) }
+
+// openLockFile opens the lock file name in dir, creating both if need be.
+// Its errors are os.OpenFile's and os.MkdirAll's (*os.PathError, naming the
+// path).
+func openLockFile(dir, name string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+}
+
+// setLock sets file's open file description lock on byte 0 to typ, without
+// waiting: EAGAIN (or EACCES: conflict) if another open's lock conflicts.
+func setLock(file *os.File, typ int16) error {
 	lk := unix.Flock_t{Type: typ, Whence: 0, Start: 0, Len: 1}
 	for {
-		err := unix.FcntlFlock(p.file.Fd(), unix.F_OFD_SETLK, &lk)
+		err := unix.FcntlFlock(file.Fd(), unix.F_OFD_SETLK, &lk)
 		if err != unix.EINTR {
 			return err
 		}
+	}
+}
+
+// A ring buffer's consumer lock: one reader at a time consumes a ring
+// buffer map, in every process (issue 47, item 3). Two consumers of one
+// ring would each take the other's commits for corruption.
+//
+// The lock is a write lock on byte 0 of a lock file of perfbuf's own, one
+// per ring buffer map, ringbuf-<map ID> in the same folder as the failure
+// maps' (defaultLockDir), taken without waiting (F_OFD_SETLK). It is an
+// open file description lock, as presence's: the kernel drops it when the
+// reader's file is closed, at Close or when its process ends, however it
+// ends. A reader that finds it held maps the ring but leaves it alone until
+// the lock is its (ringbufmaps.go: the takeover). The holder drops it only
+// after its last commit of consumer_pos (core.free: the commits, then the
+// source's close), so that the next reader starts at the first record not
+// delivered.
+//
+// Where the file cannot be had for want of permission (a reader without
+// write access to /run, given a map descriptor), the reader reads without
+// the lock, as readers before it did (docs/failures.md).
+
+// consumerLock is one reader's open of a ring buffer map's lock file.
+type consumerLock struct {
+	file *os.File
+}
+
+// openConsumerLock opens the lock file of the ring buffer map with ID id in
+// dir, without locking it. It returns nil and no error where permission is
+// refused (EACCES, EPERM, EROFS): the reader then reads without the lock.
+func openConsumerLock(dir string, id uint32) (*consumerLock, error) {
+	file, err := openLockFile(dir, fmt.Sprintf("ringbuf-%d", id))
+	switch {
+	case err == nil:
+		return &consumerLock{file: file}, nil
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.EROFS):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("consumer lock: %w", err)
+	}
+}
+
+// try takes the lock if no other reader holds it, and reports whether this
+// reader holds it now (taking it again is no error).
+func (l *consumerLock) try() (bool, error) {
+	switch err := setLock(l.file, unix.F_WRLCK); {
+	case err == nil:
+		return true, nil
+	case conflict(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("consumer lock %s: %w", l.file.Name(), err)
+	}
+}
+
+// release closes the lock file, which drops the lock; nil does nothing.
+func (l *consumerLock) release() {
+	if l != nil {
+		l.file.Close()
 	}
 }

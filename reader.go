@@ -99,7 +99,11 @@ func newReadOp(name string) *readOp {
 //
 // A map has one reader in a process: NewReader fails with [ErrMapInUse]
 // while another reads it. (A perf event array has a ring slot per CPU:
-// across processes, the last reader opened takes the slots over.)
+// across processes, the last reader opened takes the slots over.) A ring
+// buffer has one reader at a time across processes: one opened while a
+// reader in another process holds it reads nothing from it, its reads
+// waiting, until that reader closed or ended; it then goes on from that
+// reader's last commit (docs/failures.md). New and NewRaw do the same.
 //
 // Errors: os.ErrInvalid for an option out of range, naming it, or for a
 // map that is not what bpfbuffer's or ciliumbuffer's Prepare made, when
@@ -116,9 +120,6 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	if err != nil {
 		return nil, wrap(op, err)
 	}
-	if _, ringBufs := c.src.(*ringBufSource); ringBufs {
-		c.holdOff = p.ring.wakeupBytes
-	}
 	return newReader(c, p), nil
 }
 
@@ -126,6 +127,9 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 // their own) with its plan.
 func newReader(c *core, p readerPlan) *Reader {
 	c.Latency = p.latency
+	if c.ringBufs() {
+		c.holdOffRingBufs(p)
+	}
 	r := &Reader{c: c, opRead: newReadOp("read " + c.name()), opConsume: newReadOp("consume " + c.name())}
 	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec(), r.turn, r.nextTurn
 	if p.order != nil && c.ringBufs() {
@@ -289,9 +293,9 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 		r.noWait()
 		return false, nil // a ring's kernel would not wake us: read again
 	}
-	quick := c.w.AtOnce()
+	quick, woken := c.w.AtOnce(), c.w.Wakeups()
 	c.life.Park() // Close waits for this read to go, and frees itself
-	event, err := c.w.Wait(timeout, slack)
+	_, err = c.w.Wait(timeout, slack)
 	c.life.Unpark()
 	if err != nil {
 		return true, fmt.Errorf("%s: %w", op.name, err)
@@ -305,21 +309,44 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 	if c.w.AtOnce() != quick {
 		r.noWait() // the rings had moved: the wait returned at once
 	}
-	if event && c.holdOff > 0 && c.Latency > 0 && c.belowHoldOff() {
-		// Woken below a ring buffer's watermark: hold the drain off until
-		// the forced wakeup at the watermark, within the latency bound.
-		hold := c.Latency
-		if dl := r.deadline.Load(); dl != 0 {
-			hold = min(hold, time.Until(time.Unix(0, dl)))
-		}
-		c.life.Park()
-		err := c.w.WaitEvent(hold)
-		c.life.Unpark()
-		if err != nil {
-			return true, fmt.Errorf("%s: %w", op.name, err)
+	// A ring's wakeup ended a parked wait (not the timer, nor a ring
+	// found moved at once): hold the drain off if the rings are below
+	// their mark.
+	if c.w.Wakeups() != woken && c.hold > 0 && c.belowHoldOff() {
+		if err := r.holdOff(op); err != nil {
+			return true, err
 		}
 	}
 	return false, nil
+}
+
+// holdOff waits, once a ring buffer's wakeup came with every ring below
+// its hold-off mark (core.holdOff), until a ring reaches it (a forced
+// wakeup of the programs'), the hold's time is up, the deadline, or a
+// wake (Close, Flush, SetDeadline, ctx): a ring's wakeup below the mark,
+// another ring's first record, does not end it. While it holds the
+// reader commits nothing, so the kernel wakes it no more.
+func (r *Reader) holdOff(op *readOp) error {
+	c := r.c
+	end := time.Now().Add(c.hold)
+	if dl := r.deadline.Load(); dl != 0 && dl < end.UnixNano() {
+		end = time.Unix(0, dl)
+	}
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			return nil
+		}
+		c.life.Park()
+		held, err := c.w.WaitEvent(left)
+		c.life.Unpark()
+		if err != nil {
+			return fmt.Errorf("%s: %w", op.name, err)
+		}
+		if !held || !c.belowHoldOff() {
+			return nil
+		}
+	}
 }
 
 // noWait tells a policy that cares (policy.Waits) that the read went on

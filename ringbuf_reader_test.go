@@ -593,3 +593,84 @@ func TestReaderReadsPastAMissedWakeup(t *testing.T) {
 		t.Fatalf("ReadInto = %v (the record committed in Settle: %v)", err, committed)
 	}
 }
+
+// Within a latency budget a Reader of ring buffers takes the kernel's
+// wakeup for a ring's first record, then holds its drain off, committing
+// nothing, so that the records after it raise no wakeup in the programs:
+// a wakeup a ring a budget. Another ring's first record does not end the
+// hold; a forced wakeup at half a ring does. Without a budget every record
+// after the reader caught up raises one. (The budget is an hour: only a
+// ring's fill can end the hold. Each step waits for the reader's state,
+// never for a time.)
+func TestReaderRingBufBudget(t *testing.T) {
+	const size = 4096
+	rec := make([]byte, 40) // 48 bytes a record in the ring
+	t.Run("budget", func(t *testing.T) {
+		f := newFakeBPFRings(t, 2, size)
+		r := f.reader(t, ReaderOptions{MaxLatency: time.Hour})
+		got := make(chan error, 1)
+		var s Sample
+		go func() { got <- r.ReadInto(&s) }()
+		// parked waits until the read is in a wait after wakeups ring
+		// wakeups, failing if it returned instead.
+		parked := func(wakeups uint64) {
+			t.Helper()
+			for r.c.w.Wakeups() < wakeups || !r.c.w.Waiting() {
+				select {
+				case err := <-got:
+					t.Fatalf("the read returned (%v) during the hold", err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}
+		parked(0)
+		f.rings[0].Output(t, rec) // ring 0's first record: woken
+		parked(1)
+		for range 10 {
+			f.rings[0].Output(t, rec)
+		}
+		f.rings[1].Output(t, rec) // ring 1's first: woken, and holds on
+		parked(2)
+		for range 10 {
+			f.rings[1].Output(t, rec)
+		}
+		if w0, w1 := f.rings[0].Wakes.Load(), f.rings[1].Wakes.Load(); w0 != 1 || w1 != 1 {
+			t.Fatalf("wakeups raised: ring 0 %d, ring 1 %d; want 1 each", w0, w1)
+		}
+		// Fill ring 0 to half, the last record with a forced wakeup.
+		for f.rings[0].Prod-f.rings[0].Pos[0] < size/2-48 {
+			f.rings[0].Output(t, rec)
+		}
+		pos, ok := f.rings[0].Reserve(len(rec))
+		if !ok {
+			t.Fatal("no room")
+		}
+		f.rings[0].CommitForce(pos)
+		if err := <-got; err != nil {
+			t.Fatalf("after a forced wakeup at half the ring: %v", err)
+		}
+		if s.Ring != 0 {
+			t.Errorf("first record from ring %d, want the fullest, 0", s.Ring)
+		}
+	})
+	t.Run("no budget", func(t *testing.T) {
+		f := newFakeBPFRings(t, 1, size)
+		r := f.reader(t, ReaderOptions{MaxLatency: -1})
+		r.SetDeadline(time.Now().Add(time.Minute))
+		for i := range 5 {
+			done := make(chan error, 1)
+			var s Sample
+			go func() { done <- r.ReadInto(&s) }()
+			for !r.c.w.Waiting() && len(done) == 0 {
+				time.Sleep(time.Millisecond) // the read parks (or has returned)
+			}
+			f.rings[0].Output(t, rec)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if w := f.rings[0].Wakes.Load(); w != int64(i+1) {
+				t.Fatalf("record %d: %d wakeups raised, want one a record", i+1, w)
+			}
+		}
+	})
+}

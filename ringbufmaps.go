@@ -8,6 +8,14 @@ package perfbuf
 // ring buffers, and the claim that makes one reader per map in this
 // process. The owner core (owner.go) owns a ringBufSource as it owns a perf
 // event array's rings.
+//
+// One reader consumes a ring buffer at a time, in every process: each ring
+// has a consumer lock (presence.go), tried once at opening. A ring whose
+// lock another reader holds is mapped but not read: it waits in the
+// takeover, which tries its lock again every takeoverPoll and, when it wins
+// it (the other reader closed or died), wakes the owner, whose next read
+// adds the ring (addNew) at the consumer position the other reader left, as
+// a perf event array's owner adds the ring of a CPU that came online.
 
 import (
 	"errors"
@@ -15,7 +23,9 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
@@ -34,12 +44,157 @@ type ringBufSource struct {
 	ids       []uint32 // claimed until close
 	owned     []int    // descriptors opened here (maps' duplicates, inner maps), closed at close
 	failures  *failureMap
+	// lockDir holds the consumer locks (defaultLockDir; tests set their
+	// own). locks[i] is ring i's, nil for a ring read without one (no
+	// permission for the lock file).
+	lockDir string
+	locks   []*consumerLock
+	// bytes is the size of every ring mapped, those waiting for their
+	// lock too.
+	bytes int
+	// tk holds the rings whose consumer lock another reader holds.
+	tk takeover
 	// grace waits, once the last reader's Close has marked the reader key
 	// closed, for the outputs that passed the mark: rcuGrace.
 	grace func()
 
+	// epMu guards epfd, and the appends to fds after opening (addNew)
+	// against epollFD.
 	epMu sync.Mutex
 	epfd int // EpollFD's set, made when first asked for; -1 before
+}
+
+// takeoverPoll is how often a reader tries the consumer locks of the rings
+// that another reader holds.
+const takeoverPoll = 10 * time.Millisecond
+
+// takeover holds the rings of a source whose consumer lock another reader
+// held when it looked, and tries their locks, on a goroutine of its own,
+// every takeoverPoll until it holds every one or closes. A ring it wins
+// is the owner's to add: Pending is set and notify wakes the owner, whose
+// next read calls addNew (a check of Pending, one load, as for CPUs that
+// come online).
+//
+// Locks: mu is never held while notify runs: notify may end in the owner's
+// free (wait.Lifetime.Exit after Close), which closes the takeover.
+type takeover struct {
+	Pending atomic.Bool // rings won, or a lock's error, for take
+	notify  func()      // wakes the owner's wait; set before start
+	stop    chan struct{}
+
+	mu     sync.Mutex
+	rings  []waitingRing // not yet taken, in the order they were opened
+	err    error         // a lock's failure since the last take
+	closed bool
+}
+
+// waitingRing is a ring mapped whose consumer lock another reader held.
+type waitingRing struct {
+	rb        *ring.RingBuf
+	fd        int
+	name      string
+	oneWriter bool
+	lock      *consumerLock
+	won       bool // this reader holds the lock
+}
+
+// waiting reports whether any ring waits for its lock (before start).
+func (t *takeover) waiting() bool { return len(t.rings) > 0 }
+
+// start starts trying the locks; notify must be set.
+func (t *takeover) start() {
+	t.stop = make(chan struct{})
+	go t.run(t.stop)
+}
+
+func (t *takeover) run(stop chan struct{}) {
+	tick := time.NewTicker(takeoverPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		news, left := t.try()
+		if news {
+			t.notify()
+		}
+		if !left {
+			return
+		}
+	}
+}
+
+// try tries the lock of every ring not won yet, once. news: a lock was won
+// or failed (Pending is set); left: a ring still waits. A closed takeover
+// tries nothing.
+func (t *takeover) try() (news, left bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false, false
+	}
+	for i := range t.rings {
+		w := &t.rings[i]
+		if w.won {
+			continue
+		}
+		won, err := w.lock.try()
+		if err != nil && t.err == nil {
+			t.err = fmt.Errorf("take over ring buffer %q: %w", w.name, err)
+			news = true
+		}
+		if won {
+			w.won, news = true, true
+		} else {
+			left = true
+		}
+	}
+	if news {
+		t.Pending.Store(true)
+	}
+	return news, left
+}
+
+// take returns the rings won since the last take, which leave the
+// takeover, and a lock's error.
+func (t *takeover) take() (won []waitingRing, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.Pending.Store(false)
+	keep := t.rings[:0]
+	for _, w := range t.rings {
+		if w.won {
+			won = append(won, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(t.rings[len(keep):])
+	t.rings = keep
+	err, t.err = t.err, nil
+	return won, err
+}
+
+// close stops the tries, and unmaps the rings still waiting and drops
+// their locks. A try under way ends first (mu); run returns at its next
+// look.
+func (t *takeover) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	if t.stop != nil {
+		close(t.stop)
+	}
+	for _, w := range t.rings {
+		_ = w.rb.Close()
+		w.lock.release()
+	}
+	t.rings = nil
 }
 
 // mapArg is a map given to openRingBufs: its descriptor and checkMap's info.
@@ -57,7 +212,7 @@ type mapArg struct {
 // Errors: checkRingBuf's, ErrMapInUse, the failure map's, EPERM to open an
 // inner map without CAP_SYS_ADMIN, and the mmap's errno.
 func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource, err error) {
-	s := &ringBufSource{epfd: -1, grace: rcuGrace}
+	s := &ringBufSource{epfd: -1, grace: rcuGrace, lockDir: defaultLockDir}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -99,6 +254,9 @@ func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource
 			return nil, err
 		}
 	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
 	// Counted as a reader last: a NewReader that fails leaves the mark as
 	// it was.
 	if err := s.failures.openReader(); err != nil {
@@ -132,6 +290,40 @@ func (s *ringBufSource) add(fd int, info mapDesc) error {
 	}
 	rb.Cur().SetIndex(len(s.rings))
 	s.rings, s.fds, s.names = append(s.rings, rb), append(s.fds, fd), append(s.names, info.name)
+	return nil
+}
+
+// lock tries each ring's consumer lock in lockDir, once. A ring whose lock
+// another reader holds leaves the rings for the takeover. Errors: the lock
+// file's (not for want of permission: that ring is read without a lock),
+// naming its path.
+func (s *ringBufSource) lock() error {
+	n := 0 // rings kept
+	for i, rb := range s.rings {
+		s.bytes += rb.Cur().Size()
+		l, err := openConsumerLock(s.lockDir, s.ids[i])
+		won := true
+		if err == nil && l != nil {
+			if won, err = l.try(); err != nil {
+				l.release()
+			}
+		}
+		if err != nil {
+			err = fmt.Errorf("ring buffer %q: %w", s.names[i], err)
+			// close closes the rings kept and those not looked at yet.
+			s.rings, s.fds = append(s.rings[:n], s.rings[i:]...), append(s.fds[:n], s.fds[i:]...)
+			s.names, s.oneWriter = append(s.names[:n], s.names[i:]...), append(s.oneWriter[:n], s.oneWriter[i:]...)
+			return err
+		}
+		if !won {
+			s.tk.rings = append(s.tk.rings, waitingRing{rb: rb, fd: s.fds[i], name: s.names[i], oneWriter: s.oneWriter[i], lock: l})
+			continue
+		}
+		s.rings[n], s.fds[n], s.names[n], s.oneWriter[n] = rb, s.fds[i], s.names[i], s.oneWriter[i]
+		s.locks = append(s.locks, l)
+		n++
+	}
+	s.rings, s.fds, s.names, s.oneWriter = s.rings[:n], s.fds[:n], s.names[:n], s.oneWriter[:n]
 	return nil
 }
 
@@ -181,8 +373,38 @@ func (s *ringBufSource) opened() ([]ring.Kind, []int) {
 	return out, slices.Clone(s.fds)
 }
 
-// A ring buffer is every CPU's: no CPU coming online needs a ring.
-func (s *ringBufSource) addNew(func(ring.Kind, int) error) error { return nil }
+// addNew adds the rings whose consumer lock the takeover won since the
+// last call, each at the consumer position that the reader before left
+// (Restart; what it holds is the owner's Found), and calls add with each.
+// A ring buffer is every CPU's: no CPU coming online needs one.
+func (s *ringBufSource) addNew(add func(ring.Kind, int) error) error {
+	won, err := s.tk.take()
+	for i, w := range won {
+		w.rb.Restart()
+		s.epMu.Lock()
+		s.rings, s.fds, s.names = append(s.rings, w.rb), append(s.fds, w.fd), append(s.names, w.name)
+		s.oneWriter, s.locks = append(s.oneWriter, w.oneWriter), append(s.locks, w.lock)
+		if s.epfd >= 0 {
+			ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(w.fd)}
+			if e := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, w.fd, &ev); e != nil && err == nil {
+				err = fmt.Errorf("add ring buffer %q to epoll: %w", w.name, e)
+			}
+		}
+		s.epMu.Unlock()
+		if e := add(w.rb, w.fd); e != nil {
+			// Not the owner's: it goes back to the takeover, which tries
+			// to add it again. (The ring's lock stays held: no other
+			// reader reads it meanwhile.)
+			s.epMu.Lock()
+			n := len(s.rings) - 1
+			s.rings, s.fds, s.names, s.oneWriter, s.locks = s.rings[:n], s.fds[:n], s.names[:n], s.oneWriter[:n], s.locks[:n]
+			s.epMu.Unlock()
+			s.tk.putBack(won[i:])
+			return errors.Join(err, fmt.Errorf("take over ring buffer %q: %w", w.name, e))
+		}
+	}
+	return err
+}
 
 // epollFD returns an epoll set over the maps' descriptors (libbpf's
 // ring_buffer__epoll_fd), made on the first call and closed with the
@@ -221,8 +443,11 @@ func (s *ringBufSource) unlink() {
 	}
 }
 
-// close unmaps the rings and frees the rest.
+// close unmaps the rings and frees the rest. It drops the consumer locks
+// last: the owner committed what it delivered before (core.free), so the
+// next reader starts there.
 func (s *ringBufSource) close() {
+	s.tk.close()
 	for _, rb := range s.rings {
 		_ = rb.Close()
 	}
@@ -239,6 +464,9 @@ func (s *ringBufSource) close() {
 		unclaimMap(id)
 	}
 	s.failures.close()
+	for _, l := range s.locks {
+		l.release()
+	}
 }
 
 func (s *ringBufSource) failureCounters() *failureMap { return s.failures }
@@ -246,20 +474,52 @@ func (s *ringBufSource) failureCounters() *failureMap { return s.failures }
 // ringBufs reports whether c reads BPF ring buffers (an ordered Reader
 // over them merges copies: policy.NewWindow).
 func (c *core) ringBufs() bool {
+	if _, ok := c.src.(*ringBufSource); ok {
+		return true // (with no ring yet, all waiting for their lock)
+	}
+	if len(c.kinds) == 0 {
+		return false
+	}
 	_, ok := c.kinds[0].(*ring.RingBuf)
 	return ok
 }
 
 // windowConfig is the ordered merge's over c's ring buffers: the Order's,
-// the window's size (HighWater, or the rings' total size), and which rings
-// one CPU writes.
+// the window's size (HighWater, or the rings' total size, those waiting
+// for their consumer lock too), and which rings one CPU writes.
 func (c *core) windowConfig(ord policy.OrderConfig) policy.WindowConfig {
 	wc := policy.WindowConfig{OrderConfig: ord, Bytes: ord.HighWater}
-	if wc.Bytes == 0 {
+	s, _ := c.src.(*ringBufSource)
+	if wc.Bytes == 0 && s != nil {
+		wc.Bytes = s.bytes
+	} else if wc.Bytes == 0 {
 		for _, rb := range c.Rings {
 			wc.Bytes += rb.Cur().Size()
 		}
 	}
-	wc.OneWriter = c.oneWriter
+	// Asked as each ring is added (policy.Policy's AddRing), by the
+	// reading goroutine, which also grows s.oneWriter (addNew).
+	wc.OneWriter = func(i int) bool {
+		if s != nil {
+			return s.oneWriter[i]
+		}
+		return i < len(c.oneWriter) && c.oneWriter[i]
+	}
 	return wc
+}
+
+// putBack returns rings that take gave and the owner could not add: the
+// next take gives them again.
+func (t *takeover) putBack(rings []waitingRing) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		for _, w := range rings {
+			_ = w.rb.Close()
+			w.lock.release()
+		}
+		return
+	}
+	t.rings = append(rings, t.rings...)
+	t.Pending.Store(true)
 }

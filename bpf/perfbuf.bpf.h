@@ -51,9 +51,21 @@ struct perfbuf_failures {
 	__u64 full;      /* ring buffer: no room (reserve NULL, output -EAGAIN) */
 };
 
+/* The version of this header's maps and of their protocol with perfbuf's
+ * Go side (the failure map's keys and words, what a reader writes there).
+ * A failure map carries it in its max_entries, PERFBUF_BPF_VERSION + 1:
+ * each version adds a key (a key a version does not use stays reserved).
+ * So the Go side reads a pinned map's version from its info alone, without
+ * privilege, and refuses a map of another version with an error that names
+ * both; and libbpf refuses to reuse a pinned map whose max_entries differs
+ * from the object's (a program built with another version of this header
+ * fails to load over it rather than write a layout the readers do not
+ * know). CHANGELOG.md states what a new version may change. */
+#define PERFBUF_BPF_VERSION 1
+
 /* Declares the failure map `name`: a per-CPU array of struct
  * perfbuf_failures, which perfbuf checks at New (type, key and value sizes,
- * max_entries). Key 0 holds the counts. Key 1 is the readers': perfbuf
+ * and max_entries, the version). Key 0 holds the counts. Key 1 is the readers': perfbuf
  * sets its first word (on every CPU) to 1 when the last reader alive of a
  * ring buffer closes, and back to 0 when one opens (which readers are
  * alive, in every process, perfbuf keeps outside the map), so that ring
@@ -64,7 +76,7 @@ struct perfbuf_failures {
 #define PERFBUF_FAILURE_MAP(name)                                 \
 	struct {                                                  \
 		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);          \
-		__uint(max_entries, 2);                           \
+		__uint(max_entries, PERFBUF_BPF_VERSION + 1);     \
 		__type(key, __u32);                               \
 		__type(value, struct perfbuf_failures);           \
 	} name SEC(".maps")

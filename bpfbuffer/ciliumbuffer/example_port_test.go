@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/perf"
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
 )
@@ -56,41 +58,95 @@ func traceCilium(ctx context.Context, events *ebpf.Map) error {
 }
 
 // tracePerfbuf is the same reader after the port: perfbuf's Reader over
-// the same *ebpf.Map, read zero-copy by Each until ctx is done; once it is
-// closed, its Stats account for every sample (and, with a FailureMap,
-// every output that failed in the program).
+// the same *ebpf.Map, read through All until ctx is done. Lost samples
+// come as records of their own, with Lost set.
 func tracePerfbuf(ctx context.Context, events *ebpf.Map) error {
 	r, err := perfbuf.NewReader(ciliumbuffer.Map(events), perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 64 * os.Getpagesize()}})
 	if err != nil {
 		return fmt.Errorf("open reader: %w", err)
 	}
 	defer r.Close()
-	var buf []byte
 	var e event
-	err = r.Each(ctx, func(rec *perfbuf.Record) error {
-		if rec.Type == perfbuf.RecordLost {
-			log.Printf("cpu %d: %d samples lost", rec.CPU, rec.Lost)
+	for s, err := range r.All(ctx) {
+		switch {
+		case errors.Is(err, context.Canceled):
 			return nil
+		case err != nil:
+			return fmt.Errorf("read: %w", err)
+		case s.Lost != 0:
+			log.Printf("cpu %d: %d samples lost", s.CPU, s.Lost)
+			continue
 		}
-		// Data aliases the ring until fn returns; a record that
-		// straddles the ring's end comes in two parts (Data, Wrapped).
-		buf = rec.AppendTo(buf[:0])
-		if _, err := binary.Decode(buf, binary.NativeEndian, &e); err != nil {
+		if _, err := binary.Decode(s.Data, binary.NativeEndian, &e); err != nil {
 			return fmt.Errorf("decode: %w", err)
 		}
-		fmt.Printf("cpu %d pid %d %s\n", rec.CPU, e.PID, cstring(e.Comm[:]))
-		return nil
-	})
-	r.Close()
-	var got, lost, left uint64
+		fmt.Printf("cpu %d pid %d %s\n", s.CPU, e.PID, cstring(e.Comm[:]))
+	}
+	return nil
+}
+
+// traceCiliumRing is a ring buffer's reader before the port: cilium/ebpf's
+// ringbuf.Reader, closed from another goroutine when ctx is done.
+func traceCiliumRing(ctx context.Context, events *ebpf.Map) error {
+	rd, err := ringbuf.NewReader(events)
+	if err != nil {
+		return fmt.Errorf("open reader: %w", err)
+	}
+	defer rd.Close()
+	go func() {
+		<-ctx.Done()
+		rd.Close()
+	}()
+	var rec ringbuf.Record
+	var e event
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("read: %w", err)
+		}
+		if _, err := binary.Decode(rec.RawSample, binary.NativeEndian, &e); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		fmt.Printf("pid %d %s\n", e.PID, cstring(e.Comm[:]))
+	}
+}
+
+// tracePerfbufRing is the same reader after the port. A ring buffer
+// reports no lost samples (see logLedger for the outputs it refused).
+func tracePerfbufRing(ctx context.Context, events *ebpf.Map) error {
+	r, err := perfbuf.NewReader(ciliumbuffer.Map(events), perfbuf.ReaderOptions{})
+	if err != nil {
+		return fmt.Errorf("open reader: %w", err)
+	}
+	defer r.Close()
+	var e event
+	for s, err := range r.All(ctx) {
+		switch {
+		case errors.Is(err, context.Canceled):
+			return nil
+		case err != nil:
+			return fmt.Errorf("read: %w", err)
+		}
+		if _, err := binary.Decode(s.Data, binary.NativeEndian, &e); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		fmt.Printf("pid %d %s\n", e.PID, cstring(e.Comm[:]))
+	}
+	return nil
+}
+
+// logLedger is what perfbuf adds: once r is closed, what the programs
+// output, and where it went (the identity of perfbuf.Stats; Failed needs
+// a FailureMap).
+func logLedger(r *perfbuf.Reader) {
+	var output, got, lost, left, failed uint64
 	for _, st := range r.Stats() {
-		got, lost, left = got+st.Samples, lost+st.Lost, left+st.Left
+		output += st.Samples + st.Dropped + st.Lost + st.Discarded + st.Left + st.Failed.Total()
+		got, lost, left, failed = got+st.Samples, lost+st.Lost, left+st.Left, failed+st.Failed.Total()
 	}
-	log.Printf("%d samples delivered, %d lost, %d left in the rings at Close", got, lost, left)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	log.Printf("%d output: %d delivered, %d lost, %d left at Close, %d failed", output, got, lost, left, failed)
 }
 
 // cstring returns b up to its first NUL.
@@ -103,7 +159,7 @@ func cstring(b []byte) string {
 	return string(b)
 }
 
-// A reader of a perf event array ported from cilium/ebpf's perf.Reader to
+// A reader ported from cilium/ebpf's perf.Reader and ringbuf.Reader to
 // perfbuf's Reader (docs/migration.md, "From cilium/ebpf"): the loader
 // stays cilium/ebpf, and the map is passed as it is. It needs root:
 // compiled, not run.
@@ -115,12 +171,41 @@ func Example_fromCilium() {
 	defer coll.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if len(os.Args) > 1 && os.Args[1] == "cilium" {
-		err = traceCilium(ctx, coll.Maps["events"])
-	} else {
-		err = tracePerfbuf(ctx, coll.Maps["events"])
+	trace := map[string]func(context.Context, *ebpf.Map) error{
+		"cilium":      traceCilium,
+		"perfbuf":     tracePerfbuf,
+		"cilium-ring": traceCiliumRing,
+		"ring":        tracePerfbufRing,
+	}[os.Args[len(os.Args)-1]]
+	if trace == nil {
+		trace = tracePerfbuf
 	}
+	if err := trace(ctx, coll.Maps["events"]); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// The ledger after a read: every output of the programs, delivered or
+// not. It needs root: compiled, not run.
+func Example_ledger() {
+	coll, err := ebpf.LoadCollection("prog.bpf.o")
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer coll.Close()
+	r, err := perfbuf.NewReader(ciliumbuffer.Map(coll.Maps["events"]), perfbuf.ReaderOptions{
+		Options: perfbuf.Options{FailureMap: ciliumbuffer.Map(coll.Maps["failures"])},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for s, err := range r.All(ctx) {
+		if err == nil {
+			fmt.Printf("cpu %d: %d bytes\n", s.CPU, len(s.Data))
+		}
+	}
+	r.Close()
+	logLedger(r)
 }

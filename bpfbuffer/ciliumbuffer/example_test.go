@@ -64,10 +64,13 @@ func ExamplePrepare() {
 		log.Print(err)
 	}
 	r.Close()
-	// Once closed, every output is accounted for (docs/failures.md).
+	// Once closed, every output is accounted for (docs/failures.md): a
+	// ring buffer's one entry adds up alone, a perf event array's entries
+	// of a CPU together.
 	for _, st := range r.Stats() {
-		fmt.Printf("ring %d cpu %d: %d delivered, %d lost, %d left, %d failed\n",
-			st.Ring, st.CPU, st.Samples, st.Lost, st.Left, st.Failed.Total())
+		output := st.Samples + st.Dropped + st.Lost + st.Discarded + st.Left + st.Failed.Total()
+		fmt.Printf("ring %d cpu %d: %d output: %d delivered, %d lost, %d discarded, %d left, %d failed\n",
+			st.Ring, st.CPU, output, st.Samples, st.Lost, st.Discarded, st.Left, st.Failed.Total())
 	}
 }
 

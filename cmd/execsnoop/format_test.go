@@ -319,8 +319,15 @@ func TestPIDNumbering(t *testing.T) {
 	}
 	sum.Reset()
 	writeSummary(&sum, counts{events: 2, shown: 2}, nil, time.Second)
-	if strings.Contains(sum.String(), "namespace") {
-		t.Errorf("summary with none outside the namespace mentions it:\n%s", sum.String())
+	if strings.Contains(sum.String(), "namespace") || strings.Contains(sum.String(), "skipped") {
+		t.Errorf("summary with none outside the namespace and no run skipped mentions them:\n%s", sum.String())
+	}
+	// Runs the kernel skipped (recursion_misses) are execs never traced.
+	const skipped = ", 5 program runs skipped by the kernel (execs not traced) in "
+	sum.Reset()
+	writeSummary(&sum, counts{events: 2, shown: 2, kernel: kernelCounts{skipped: 5}}, nil, time.Second)
+	if !strings.Contains(sum.String(), skipped) {
+		t.Errorf("summary:\n%s\nwant it to contain %q", sum.String(), skipped)
 	}
 }
 

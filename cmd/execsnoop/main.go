@@ -252,6 +252,9 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 	if c.kernel.untraced > 0 {
 		fmt.Fprintf(w, ", %d not traced (too many execs in flight)", c.kernel.untraced)
 	}
+	if c.kernel.skipped > 0 {
+		fmt.Fprintf(w, ", %d program runs skipped by the kernel (execs not traced)", c.kernel.skipped)
+	}
 	if c.kernel.otherPIDNS > 0 {
 		fmt.Fprintf(w, ", %d outside this PID namespace (--kernel-pids shows them)", c.kernel.otherPIDNS)
 	}

@@ -185,6 +185,9 @@ type kernelCounts struct {
 	// Execs by tasks outside the PID namespace whose numbers are printed:
 	// not output, as they have no PID there.
 	otherPIDNS uint64
+	// Runs of the programs that the kernel skipped (a BPF program already
+	// ran on the CPU): execs never traced.
+	skipped uint64
 }
 
 // kernelCounts reads the BPF program's counts.
@@ -201,6 +204,9 @@ func (t *tracer) kernelCounts() (kernelCounts, error) {
 			return kernelCounts{}, err
 		}
 		*sum = n
+	}
+	if c.skipped, err = tool.SkippedRuns(t.mod); err != nil {
+		return kernelCounts{}, err
 	}
 	return c, nil
 }

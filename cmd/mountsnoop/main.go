@@ -142,6 +142,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c.perfFull, err = t.perfFull(); err != nil {
 		fmt.Fprintf(stderr, "mountsnoop: %v\n", err)
 	}
+	if c.skipped, err = tool.SkippedRuns(t.mod); err != nil {
+		fmt.Fprintf(stderr, "mountsnoop: %v\n", err)
+	}
 	// Close before the summary, so that its counts include what the ring
 	// still holds (calls after the flush), as Left.
 	t.rd.Close()
@@ -165,6 +168,9 @@ type counts struct {
 	// counted them (lost records report them too, but only once a later
 	// event fits in the ring).
 	perfFull uint64
+	// skipped: runs of the programs that the kernel skipped (a BPF
+	// program already ran on the CPU): calls never traced.
+	skipped uint64
 }
 
 // readLoop prints the events of src until it is flushed or closed. A perf
@@ -241,6 +247,9 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 	}
 	if c.corrupt > 0 {
 		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
+	}
+	if c.skipped > 0 {
+		fmt.Fprintf(w, ", %d program runs skipped by the kernel (calls not traced)", c.skipped)
 	}
 	fmt.Fprintf(w, " in %.1fs, from %s\n", elapsed.Seconds(), kindText(kind))
 	for _, s := range stats {

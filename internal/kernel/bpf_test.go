@@ -326,8 +326,13 @@ func TestEnableRunStats(t *testing.T) {
 		}
 		return s
 	}
+	// Stats are on while any holder keeps them on: this process, another
+	// (a benchmark beside the tests), or the sysctl. A run counted before
+	// the test turns them on says another holder does.
+	pre := read()
 	run()
 	s0 := read()
+	others := s0.Runs != pre.Runs
 	fd, err := EnableRunStats()
 	if err != nil {
 		t.Fatal(err)
@@ -342,12 +347,11 @@ func TestEnableRunStats(t *testing.T) {
 	if d := s1.Sub(s0); d.Runs != 5 || d.RunTime <= 0 {
 		t.Errorf("with stats on: %d runs in %v, want 5 runs in some time", d.Runs, d.RunTime)
 	}
-	// Off again, unless another holder (a process of its own, or the
-	// sysctl) keeps the count on.
-	if on, _ := os.ReadFile("/proc/sys/kernel/bpf_stats_enabled"); string(on) == "0\n" {
-		if d := s2.Sub(s1); d.Runs != 0 {
-			t.Errorf("with stats off again: %d runs counted, want none", d.Runs)
-		}
+	// Off again, unless another holder keeps the count on.
+	if d := s2.Sub(s1); d.Runs != 0 && !others {
+		t.Errorf("with stats off again: %d runs counted, want none", d.Runs)
+	} else if others {
+		t.Logf("another holder keeps BPF run stats on: the count with them off is not checked")
 	}
 }
 

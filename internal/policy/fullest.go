@@ -37,15 +37,16 @@ type Fullest struct {
 
 // NewFullest returns the fullest-first policy over s's rings.
 func NewFullest(s *Set) *Fullest {
-	size := s.Rings[0].Cur().Size()
 	f := &Fullest{s: s}
-	f.SetTurn(max(size/4, 1), commitChunk(size))
+	if len(s.Rings) > 0 {
+		f.AddRing(0)
+	}
 	return f
 }
 
 // SetTurn sets a turn's bytes (at least one record is read) and the
-// bytes between two commits in a turn (at most the turn's). NewFullest
-// sets a quarter of the first ring and commitChunk.
+// bytes between two commits in a turn (at most the turn's). The first
+// ring added sets a quarter of its size and commitChunk.
 func (f *Fullest) SetTurn(budget, chunk int) {
 	f.budget, f.chunk = budget, min(chunk, budget)
 	f.left, f.due = budget, budget-f.chunk
@@ -142,8 +143,14 @@ func (f *Fullest) next() (*ring.Record, int) {
 
 func (f *Fullest) Delivered(int) {}
 
-// AddRing does nothing: each pass looks at every ring.
-func (f *Fullest) AddRing(int) {}
+// AddRing sizes the turns by the first ring (a quarter of it; a Fullest
+// made over no ring has none until then); each pass looks at every ring.
+func (f *Fullest) AddRing(i int) {
+	if f.budget == 0 {
+		size := f.s.Rings[i].Cur().Size()
+		f.SetTurn(max(size/4, 1), commitChunk(size))
+	}
+}
 
 // Each runs one turn: ring i's records through the ring's loop, up to the
 // budget. A turn cut short by fn's error goes on at the next read.

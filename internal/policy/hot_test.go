@@ -198,7 +198,7 @@ func TestWindowFloodAfterWait(t *testing.T) {
 					}
 				}
 				return payloadKeyOf(data)
-			}}, Bytes: 4096, OneWriter: []bool{true}})
+			}}, Bytes: 4096, OneWriter: func(int) bool { return true }})
 			w.hot.hold = time.Hour
 			for key := uint64(100); key < 300; key += 10 { // 20 records: 1,440 of 4,096
 				f.Output(t, keyed(key, 64))

@@ -25,6 +25,7 @@ type intake struct {
 	// smallest ring: takeEveryPart) since it last did, so that the rings
 	// do not fill meanwhile.
 	since, every int
+	smallest     int // the smallest ring's size; 0 before the first ring
 	// A ring's copies, and the hot ring's records, are committed every
 	// chunk bytes (commitChunk of the smallest ring), not only at the
 	// intake: the hot ring when since reaches hotDue.

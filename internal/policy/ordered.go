@@ -105,7 +105,7 @@ type keyReader struct {
 
 // OrderConfig is what the merge takes of an Order: the key's
 // offset or function, MaxDelay and the key window (defaults resolved),
-// DropLate, HighWater (zero: three quarters of a ring).
+// DropLate, HighWater (zero: a quarter of a ring).
 type OrderConfig struct {
 	KeyOffset int
 	Key       func([]byte) uint64
@@ -135,7 +135,7 @@ func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 	o.startAt = int64(o.start.Sub(epoch))
 	size := s.Rings[0].Cur().Size()
 	if o.highWater == 0 {
-		o.highWater = size * 3 / 4
+		o.highWater = size / 4
 	}
 	o.commitAt = commitChunk(size)
 	o.markGrain = int64(o.maxDelay / 32)

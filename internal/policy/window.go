@@ -31,10 +31,12 @@ type WindowConfig struct {
 	// the copies take at most Bytes and one record, in chunks of 64 KiB
 	// that take at most twice Bytes and two chunks more.
 	Bytes int
-	// OneWriter says, for each ring, whether one CPU alone writes it: its
+	// OneWriter says, for ring i, whether one CPU alone writes it: its
 	// keys then only grow (rule 1). A ring buffer shared by CPUs does not
-	// count for rule 1, and while one is read rule 1 releases nothing.
-	OneWriter []bool
+	// count for rule 1, and while one is read rule 1 releases nothing. It
+	// is asked once a ring, as the ring comes in (NewWindow, AddRing); nil:
+	// none.
+	OneWriter func(i int) bool
 }
 
 // window is the ordered merge over ring buffers. Its rules are the Order's,
@@ -86,9 +88,12 @@ type windowRules struct {
 	dueSlack time.Duration // how late rule 3's timer may fire: MaxDelay/2
 	newest   uint64        // the largest key copied
 	shared   int           // rings written by several CPUs
-	minSeen  uint64        // the smallest newest key over the rings (rule 1); valid when allSeen
-	allSeen  bool
-	clock    int64 // the last clock read (window.now) of rule 3
+	// oneWriter says whether ring i is written by one CPU (rule 1):
+	// WindowConfig.OneWriter, asked once a ring.
+	oneWriter func(i int) bool
+	minSeen   uint64 // the smallest newest key over the rings (rule 1); valid when allSeen
+	allSeen   bool
+	clock     int64 // the last clock read (window.now) of rule 3
 }
 
 // windowRing is what the window keeps of one ring.
@@ -117,7 +122,7 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		s:        s,
 		keys:     keyReader{offset: cfg.KeyOffset, fn: cfg.Key},
 		limit:    max(cfg.Bytes, 1),
-		rules:    windowRules{window: cfg.Window, maxDelay: cfg.MaxDelay, dueSlack: cfg.MaxDelay / 2},
+		rules:    windowRules{window: cfg.Window, maxDelay: cfg.MaxDelay, dueSlack: cfg.MaxDelay / 2, oneWriter: cfg.OneWriter},
 		dropLate: cfg.DropLate,
 		copies:   copyRuns{last: -1},
 		take:     intake{waited: true, look: true},
@@ -125,20 +130,11 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		outAt:    -1,
 		start:    time.Now(),
 	}
-	smallest, largest := s.Rings[0].Cur().Size(), 0
+	largest := 0
 	for i := range s.Rings {
-		smallest = min(smallest, s.Rings[i].Cur().Size())
 		largest = max(largest, s.Rings[i].Cur().Size())
-		one := i < len(cfg.OneWriter) && cfg.OneWriter[i]
-		w.rs = append(w.rs, windowRing{cpu: s.Rings[i].Cur().CPU(), oneWriter: one})
-		if !one {
-			w.rules.shared++
-		}
-		s.Rings[i].Begin()
+		w.AddRing(i)
 	}
-	w.take.every = max(smallest/takeEveryPart, 1)
-	w.take.chunk = min(commitChunk(smallest), w.take.every)
-	w.take.hotDue = w.take.chunk
 	w.reserve(min(w.limit, largest))
 	w.out.Type = ring.Sample
 	w.hot.eachF, w.take.stageF = w.hotRec, w.stage
@@ -166,8 +162,26 @@ func (w *window) reserve(n int) {
 
 func (w *window) now() int64 { return int64(time.Since(w.start)) }
 
-// AddRing: ring buffers do not come and go with CPUs.
-func (w *window) AddRing(int) {}
+// AddRing takes in ring i, the last: at NewWindow, or a ring buffer taken
+// over from a reader in another process later. A window with no ring yet
+// (every ring waiting for its reader) releases nothing, and reserved
+// nothing: its copies grow on demand.
+func (w *window) AddRing(i int) {
+	rb := w.s.Rings[i]
+	one := w.rules.oneWriter != nil && w.rules.oneWriter(i)
+	w.rs = append(w.rs, windowRing{cpu: rb.Cur().CPU(), oneWriter: one})
+	if !one {
+		w.rules.shared++
+	}
+	rb.Begin()
+	if size := rb.Cur().Size(); w.take.smallest == 0 || size < w.take.smallest {
+		w.take.smallest = size
+		w.take.every = max(size/takeEveryPart, 1)
+		w.take.chunk = min(commitChunk(size), w.take.every)
+		w.take.hotDue = w.take.chunk
+	}
+	w.take.look, w.rules.allSeen = true, false // rule 1 waits for its key too
+}
 
 // Oldest is where ring i's records not copied and not delivered start:
 // the window's copies are no longer the ring's (Held counts them at

@@ -235,3 +235,37 @@ func TestWindowCopyRuns(t *testing.T) {
 		})
 	}
 }
+
+// A window made over no ring (every ring buffer waiting for its consumer
+// lock) delivers nothing and does not spin; rings added later (AddRing, a
+// ring taken over) are read as those it was made with, rule 1 included for
+// rings that OneWriter names. NewWindow used to read the first ring's size.
+func TestWindowRingsAddedLater(t *testing.T) {
+	s := &Set{Latency: -1}
+	var one []bool
+	w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62}, Bytes: 2 * 4096,
+		OneWriter: func(i int) bool { return one[i] }})
+	if res := readWindow(t, s, w, false); len(res.keys) != 0 || len(res.errs) != 0 {
+		t.Fatalf("a window over no ring read %+v", res)
+	}
+	for i, keys := range [][]uint64{{1, 3, 5}, {2, 4}} {
+		f := ringtest.NewRingBuf(4096)
+		for _, key := range keys {
+			emitKey(t, f, key)
+		}
+		rb, err := ring.NewRingBufFromParts(-1, &f.Pos[0], &f.Pos[1], f.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		one = append(one, true)
+		s.Push(rb)
+		w.AddRing(i)
+	}
+	if res := readWindow(t, s, w, false); fmt.Sprint(res.keys) != "[1 2 3 4]" {
+		t.Fatalf("read %v; want [1 2 3 4] (5 waits for ring 1 to show a key >= 5)", res.keys)
+	}
+	s.RequestFlush()
+	if res := readWindow(t, s, w, false); !res.flushed || fmt.Sprint(res.keys) != "[5]" {
+		t.Fatalf("flush: %+v; want [5], flushed", res)
+	}
+}

@@ -117,18 +117,27 @@ func NewRingBufFromParts(cpu int, consumer *uint64, producer *uint64, data []byt
 	if cpu >= 0 {
 		name = fmt.Sprintf("BPF ring buffer cpu %d", cpu)
 	}
-	// Our own position: pairs with our stores in commit (the kernel only reads it).
-	r.init(cpu, uint64(size), name, r, atomic.LoadUint64(consumer))
-	r.own, r.seen, r.fresh = r.tail, r.tail, true
-	// Positions that cannot be valid now are the first read's to report: once the kernel
-	// wrote past a consumer_pos ahead of producer_pos, nothing would tell that the reader
-	// starts in the middle of a record.
+	r.init(cpu, uint64(size), name, r, 0)
+	r.Restart()
+	return r, nil
+}
+
+// Restart starts the reader afresh at the consumer_pos in the map, as if it were made now:
+// for a reader that takes the ring over from another consumer (internal to perfbuf: the
+// consumer lock won), whose commits moved consumer_pos since this reader was made. The
+// counts are kept; every Record parsed before is invalid. Positions that cannot be valid now
+// are the first read's to report: once the kernel wrote past a consumer_pos ahead of
+// producer_pos, nothing would tell that the reader starts in the middle of a record.
+func (r *RingBuf) Restart() {
+	c := atomic.LoadUint64(r.consumer) // pairs with the stores of the reader that committed it
+	r.tail, r.cursor, r.head, r.counted = c, c, c, c
+	r.corrupt, r.badPos, r.ignoring = nil, false, false
+	r.own, r.seen, r.sure, r.fresh = c, c, false, true
 	if p := r.loadProducer(); r.checkPos(p) != "" {
 		r.failPos(r.tail, p, r.checkPos(p))
 	} else {
 		r.seen, r.sure = p, true
 	}
-	return r, nil
 }
 
 // NewRingBuf maps the BPF ring buffer map mapFD, whose max_entries is size, as libbpf's

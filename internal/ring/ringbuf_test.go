@@ -1433,3 +1433,59 @@ func TestBPFRingAdoptsPreviousReader(t *testing.T) {
 		}
 	})
 }
+
+// Restart starts a reader afresh at the consumer_pos in the map, whatever
+// the reader saw before: a reader that takes a ring over from another
+// consumer (its consumer lock won) starts at that consumer's last commit.
+// Positions the reader could not adopt at its first read (a move back; an
+// error pending since it was made; a record parsed) are no error after a
+// Restart.
+func TestBPFRingRestart(t *testing.T) {
+	const size = 256
+	for _, tc := range []struct {
+		name   string
+		openAt uint64 // consumer_pos when the reader is made
+		parse  bool   // the reader parses a record before
+		at     uint64 // the other consumer's last commit
+	}{
+		{"moved", 0, false, 32},
+		{"moved back", 32, false, 16},
+		{"bad at opening", 20, false, 16},
+		{"parsed", 0, true, 32},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := ringtest.NewRingBuf(size)
+			for i := range 4 {
+				f.Output(t, ringtest.Pattern(8, byte(i)))
+			}
+			f.Pos[0] = tc.openAt
+			r := fakeReader(t, f)
+			if tc.parse {
+				r.Begin()
+				var rec Record
+				if ok, err := r.Next(&rec); !ok || err != nil {
+					t.Fatalf("Next: %v, %v", ok, err)
+				}
+			}
+			f.Pos[0] = tc.at
+			r.Restart()
+			if r.Failed() || r.Tail() != tc.at || r.Pos() != tc.at {
+				t.Fatalf("after Restart: failed %v, tail %d, cursor %d; want no error, both %d", r.Failed(), r.Tail(), r.Pos(), tc.at)
+			}
+			if samples, _, _ := r.Left(r.Tail()); samples != 4-tc.at/16 {
+				t.Errorf("Left %d, want %d", samples, 4-tc.at/16)
+			}
+			r.Begin()
+			var rec Record
+			for want := tc.at / 16; want < 4; want++ {
+				if ok, err := r.Next(&rec); !ok || err != nil || rec.Data[0] != byte(want) {
+					t.Fatalf("Next: %v, %v, %v; want record %d", ok, err, rec.Data, want)
+				}
+			}
+			r.CommitCursor()
+			if f.Pos[0] != f.Pos[1] {
+				t.Errorf("consumer_pos %d, want %d", f.Pos[0], f.Pos[1])
+			}
+		})
+	}
+}

@@ -96,6 +96,16 @@ func (f *RingBuf) Commit(pos uint64, discard bool) {
 	}
 }
 
+// CommitForce is bpf_ringbuf_commit with BPF_RB_FORCE_WAKEUP: it clears the
+// busy bit and wakes the reader wherever consumer_pos is.
+func (f *RingBuf) CommitForce(pos uint64) {
+	f.clearBusy(pos, false)
+	f.Wakes.Add(1)
+	if f.OnWake != nil {
+		f.OnWake()
+	}
+}
+
 // CommitMissed clears a reserved record's busy bit as bpf_ringbuf_commit
 // does, and raises no wakeup: a commit whose look at consumer_pos came before
 // the reader stored it up to the record.

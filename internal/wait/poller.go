@@ -333,14 +333,16 @@ const sameDeadline = 100 * time.Microsecond
 // Options.WakeupBytes), which the kernel, whose wakeups it thins, ends with
 // a forced wakeup at the watermark. While another goroutine waits on the
 // set it does not hold off. It takes the heads as they are at its end.
-func (w *Waiter) WaitEvent(timeout time.Duration) error {
+// held reports that it waited and no wake ended it: false when it did not
+// wait (woken, no timeout, another goroutine's wait) or a wake ended it.
+func (w *Waiter) WaitEvent(timeout time.Duration) (held bool, err error) {
 	if w.woken.Load() || timeout <= 0 {
-		return nil
+		return false, nil
 	}
 	select {
 	case w.turn <- struct{}{}:
 	default:
-		return nil
+		return false, nil
 	}
 	defer func() { <-w.turn }()
 	now := time.Now()
@@ -348,7 +350,7 @@ func (w *Waiter) WaitEvent(timeout time.Duration) error {
 	// RawConn.Read forgets the set's readiness before it calls the
 	// function, which answers false once so as to wait for a new event.
 	first := true
-	err := w.rc.Read(func(uintptr) bool {
+	err = w.rc.Read(func(uintptr) bool {
 		if w.woken.Load() {
 			return true
 		}
@@ -357,16 +359,17 @@ func (w *Waiter) WaitEvent(timeout time.Duration) error {
 		return ready
 	})
 	w.moved()
-	if err == nil && !w.woken.Load() {
+	woken := w.woken.Load()
+	if err == nil && !woken {
 		w.wakeups.Add(1) // the ring's event after the call
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		w.armedOK = false
 	}
 	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("wait on epoll: %w", err)
+		return false, fmt.Errorf("wait on epoll: %w", err)
 	}
-	return nil
+	return !woken, nil
 }
 
 // moved reports whether a ring's data_head has moved since the last look,

@@ -6,7 +6,9 @@
 //   - the layering: which of the module's packages each library package
 //     may import (layers below);
 //   - cgo in one place: only the files in cgoFiles import "C";
-//   - comments that name a file of this repository name one that exists.
+//   - comments that name a file of this repository name one that exists;
+//   - the relative links of the Markdown files name files, and headings,
+//     that exist (mdlinks.go).
 //
 // It runs from the repository's root and prints one line a finding;
 // it exits 1 if there is any.
@@ -90,6 +92,11 @@ func main() {
 		switch filepath.Ext(f) {
 		case ".go", ".c", ".h":
 			if err := checkFile(f, tracked, report); err != nil {
+				fmt.Fprintln(os.Stderr, "lint:", err)
+				os.Exit(2)
+			}
+		case ".md":
+			if err := checkLinks(f, tracked, report); err != nil {
 				fmt.Fprintln(os.Stderr, "lint:", err)
 				os.Exit(2)
 			}

@@ -25,11 +25,12 @@ const handoverDir = "PERFBUF_HANDOVER_DIR"
 
 // A pinned ring buffer read across an agent's upgrade: two processes, each
 // with its Reader and the same pinned failure map. The new one opens, then
-// the old one closes: outputs keep reaching the ring, and the new reader
-// receives them all; the last reader's Close marks the key closed, and
-// outputs fail from then on (noent). Before it, a process that opens a
-// reader and closes it again, while the old one reads, takes nothing from
-// the old one either. Every output is accounted for, exactly: what the
+// the old one closes: outputs keep reaching the ring, and the new reader,
+// which reads nothing while the old one holds the ring (its consumer
+// lock), takes over and receives them all; the last reader's Close marks
+// the key closed, and outputs fail from then on (noent). Before it, a
+// process that opens a reader and closes it again, while the old one
+// reads, takes nothing from the old one either. Every output is accounted for, exactly: what the
 // program output == what the readers received + what failed.
 // (The old reader's Close marked the key closed for everyone: the new
 // reader received only what was in the ring at that Close.)
@@ -91,6 +92,9 @@ func TestHandover(t *testing.T) {
 	// old one closes, outputs go on landing, the new one reads them all.
 	upgraded := startChild(t, dir)
 	produce()
+	if got := upgraded.Count(t, "consume"); got != 0 {
+		t.Errorf("the new reader received %d while the old one was open, want 0", got)
+	}
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +103,9 @@ func TestHandover(t *testing.T) {
 		t.Errorf("the old reader's Stats: %d samples, %d left; want %d, %d", oldSt.Samples, oldSt.Left, oldGot, perCPU*n)
 	}
 	produce()
-	newGot := upgraded.Count(t, "consume")
+	// A read that waits: the new reader takes the ring over within the
+	// takeover's poll, and a Consume before that delivers nothing.
+	newGot := upgraded.Count(t, fmt.Sprintf("read %d", 2*perCPU*n))
 	produce()
 	newGot += upgraded.Count(t, "consume")
 	if want := 3 * perCPU * n; newGot != want {
@@ -219,7 +225,10 @@ func startChild(t *testing.T, dir string) *child.Process {
 // TestHandoverChild is the child of TestHandover: a reader of the maps
 // pinned in $PERFBUF_HANDOVER_DIR, opened through cilium/ebpf. It answers
 // "open" once its reader is open, then, a line each: "consume" with the
-// samples Consume delivered, "close" with the reader's Stats, and exits.
+// samples Consume delivered, "read N" with the samples ReadBatch delivered
+// once it delivered N (or, failing, when 10 s passed), "close" with the
+// reader's Stats (summed: a ring it never took over has no entry), and
+// exits.
 func TestHandoverChild(t *testing.T) {
 	dir := os.Getenv(handoverDir)
 	if dir == "" {
@@ -260,11 +269,27 @@ func TestHandoverChild(t *testing.T) {
 			if err := r.Close(); err != nil {
 				fail(err)
 			}
-			st := r.Stats()[0]
-			answer("samples %d left %d", st.Samples, st.Left)
+			var samples, left uint64
+			for _, st := range r.Stats() {
+				samples, left = samples+st.Samples, left+st.Left
+			}
+			answer("samples %d left %d", samples, left)
 			return true
 		default:
-			fail(fmt.Errorf("unknown command %q", cmd))
+			var want int
+			if _, err := fmt.Sscanf(cmd, "read %d", &want); err != nil {
+				fail(fmt.Errorf("unknown command %q", cmd))
+			}
+			r.SetDeadline(time.Now().Add(10 * time.Second))
+			got, s := 0, make([]perfbuf.Sample, want)
+			for got < want {
+				n, err := r.ReadBatch(s[:want-got])
+				if err != nil {
+					fail(err)
+				}
+				got += n
+			}
+			answer("%d", got)
 		}
 		return false
 	})

@@ -8,9 +8,10 @@
 // test binary running TestChild) that logs every sample it delivers. The
 // scenarios are an agent's upgrades: the new reader opens then the old one
 // closes; the old one closes then the new one opens; the old one is killed
-// with SIGKILL; the old one's Close races the new one's open. A ring
-// buffer's new reader starts reading only once the old one closed or died
-// (two readers of one ring buffer do not read it at the same time).
+// with SIGKILL; the old one's Close races the new one's open. Every new
+// reader reads at once: a ring buffer's waits, blocked, until the old one
+// closed or died (its consumer lock), then takes over where the old one
+// left off.
 //
 // At the end every output the program made is accounted for, exactly,
 // against the logs, the readers' Stats and the failure map (see check).
@@ -359,6 +360,9 @@ type scenario struct {
 	// gapless: a reader is open from the first output to the last
 	// Close, so that no output may fail for want of one (noent).
 	gapless bool
+	// ringBufOnly: the old reader reads on while the new one is open,
+	// which a perf event array's does not (the new one took its slots).
+	ringBufOnly bool
 }
 
 var scenarios = []scenario{
@@ -368,17 +372,52 @@ var scenarios = []scenario{
 		old.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		neu := f.mustOpen(t, "new")
-		if f.kind == ciliumbuffer.PerfEventArray {
-			neu.mustDo(t, "read", "reading")
-		}
+		neu.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		old.mustClose(t)
-		if f.kind != ciliumbuffer.PerfEventArray {
-			neu.mustDo(t, "read", "reading")
-		}
+		f.until(t, neu, neu.logged()+1) // (a ring buffer's: taken over)
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, true},
+	}, true, false},
+	{"NewWaitsForOld", func(t *testing.T, f *fixture) []*agent {
+		// A ring buffer's new reader, blocked in its read from before
+		// the old one's Close, delivers nothing until that Close
+		// returned, then everything after what the old one delivered
+		// (check: the logs follow each other).
+		old := f.mustOpen(t, "old")
+		f.produce(t)
+		old.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		neu := f.mustOpen(t, "new")
+		neu.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		if n := neu.logged(); f.kind == ciliumbuffer.RingBuf && n != 0 {
+			t.Fatalf("the new reader delivered %d samples while the old one read", n)
+		}
+		before := old.logged()
+		f.until(t, old, before+1) // the old one reads on meanwhile
+		old.mustClose(t)
+		f.until(t, neu, 1)
+		f.wait(t, phase())
+		return f.finish(t, old, neu)
+	}, true, true},
+	{"OldKilledNewWaiting", func(t *testing.T, f *fixture) []*agent {
+		// The old reader dies while the new one waits in its read: the
+		// new one takes over at the old one's last commit.
+		old := f.mustOpen(t, "old")
+		f.produce(t)
+		old.mustDo(t, "read", "reading")
+		neu := f.mustOpen(t, "new")
+		neu.mustDo(t, "read", "reading")
+		seed := uint64(time.Now().UnixNano())
+		at := old.logged() + 1 + rand.New(rand.NewPCG(seed, 0)).IntN(int(phase())*batch/4)
+		t.Logf("seed %d: SIGKILL once the old reader logged %d samples", seed, at)
+		f.until(t, old, at)
+		old.kill(t)
+		f.until(t, neu, 1)
+		f.wait(t, phase())
+		return f.finish(t, old, neu)
+	}, true, true},
 	{"OldClosesThenNew", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -390,7 +429,7 @@ var scenarios = []scenario{
 		neu.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, false},
+	}, false, false},
 	{"OldKilled", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -406,20 +445,20 @@ var scenarios = []scenario{
 		neu.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, false},
+	}, false, false},
 	{"NewKilled", func(t *testing.T, f *fixture) []*agent {
 		// The new agent dies during the upgrade; a third one takes
 		// over once the old one closed. A ring buffer's new reader dies
-		// before it read (two readers do not read it at once); a perf
-		// event array's reads, its slots go with it, and the old reader
-		// gets nothing more.
+		// waiting in its read (two readers do not read it at once); a
+		// perf event array's reads, its slots go with it, and the old
+		// reader gets nothing more.
 		old := f.mustOpen(t, "old")
 		f.produce(t)
 		old.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		neu := f.mustOpen(t, "new")
+		neu.mustDo(t, "read", "reading")
 		if f.kind == ciliumbuffer.PerfEventArray {
-			neu.mustDo(t, "read", "reading")
 			seed := uint64(time.Now().UnixNano())
 			at := 1 + rand.New(rand.NewPCG(seed, 0)).IntN(int(phase())*batch/4)
 			t.Logf("seed %d: SIGKILL once the new reader logged %d samples", seed, at)
@@ -435,7 +474,7 @@ var scenarios = []scenario{
 		third.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu, third)
-	}, false},
+	}, false, false},
 	{"CloseRacesOpen", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -456,9 +495,10 @@ var scenarios = []scenario{
 			t.Fatal(err)
 		}
 		neu.mustDo(t, "read", "reading")
+		f.until(t, neu, 1) // (a ring buffer's: taken over, if it waited)
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, false},
+	}, false, false},
 }
 
 // finish stops the producers, drains the last reader and closes it, then
@@ -516,6 +556,9 @@ func TestUpgrade(t *testing.T) {
 	for _, kind := range []ciliumbuffer.Kind{ciliumbuffer.PerfEventArray, ciliumbuffer.RingBuf} {
 		for _, mode := range []string{"reader", "callback"} {
 			for _, sc := range scenarios {
+				if sc.ringBufOnly && kind != ciliumbuffer.RingBuf {
+					continue
+				}
 				t.Run(kind.String()+"/"+mode+"/"+sc.name, func(t *testing.T) {
 					f := setup(t, kind)
 					f.mode = mode

@@ -81,6 +81,25 @@ func (f *fixture) check(t *testing.T, readers []*agent) {
 			by[e] = append(by[e], i)
 		}
 	}
+	if !perf {
+		// One reader of a ring buffer at a time: what a reader delivered
+		// comes, for each CPU, after all that the readers before it
+		// delivered, bar a killed reader's tail delivered again.
+		upTo := map[int]uint64{} // the largest seq delivered, by CPU
+		for i, l := range logs {
+			for _, e := range l {
+				if m, ok := upTo[e.cpu]; ok && e.seq <= m && by[e][0] == i {
+					t.Errorf("%s delivered cpu %d's seq %d, after a reader before it delivered seq %d", readers[i].Name, e.cpu, e.seq, m)
+					break
+				}
+			}
+			for _, e := range l {
+				if m, ok := upTo[e.cpu]; !ok || e.seq > m {
+					upTo[e.cpu] = e.seq
+				}
+			}
+		}
+	}
 	twice := map[int]int{} // by the killed reader's index: samples delivered again
 	for e, rs := range by {
 		if len(rs) == 1 {

@@ -187,6 +187,48 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 	}
 }
 
+// Within its latency budget (here 50 ms) a Reader of a perf event array is
+// not woken by the kernel below half a ring (the events' watermark): the
+// samples come by its timer, and no parked wait ends for a ring's wakeup,
+// whenever they come. Without a budget (MaxLatency -1) a sample that comes
+// while the reader waits wakes it: the samples come 20 ms apart, so that
+// it waits for most of them.
+func TestReaderBudgetRealWakeups(t *testing.T) {
+	f := bpftest.Setup(t, obj)
+	const n = 20
+	for _, latency := range []time.Duration{50 * time.Millisecond, -1} {
+		r := newReader(t, f, perfbuf.ReaderOptions{MaxLatency: latency})
+		r.SetDeadline(time.Now().Add(30 * time.Second))
+		read := make(chan error, 1)
+		go func() {
+			var s perfbuf.Sample
+			for range n {
+				if err := r.ReadInto(&s); err != nil {
+					read <- err
+					return
+				}
+			}
+			read <- nil
+		}()
+		for range n {
+			time.Sleep(20 * time.Millisecond)
+			f.Emit(t, f.CPUs[0], 1, 32, 0)
+		}
+		if err := <-read; err != nil {
+			t.Fatalf("MaxLatency %v: %v", latency, err)
+		}
+		woken := r.Wakeups()
+		r.Close()
+		t.Logf("MaxLatency %v: %d samples, %d waits ended by a ring's wakeup", latency, n, woken)
+		switch {
+		case latency > 0 && woken != 0:
+			t.Errorf("MaxLatency %v: %d wakeups below the watermark, want 0", latency, woken)
+		case latency < 0 && woken == 0:
+			t.Errorf("no budget: no wakeup for %d samples 20 ms apart", n)
+		}
+	}
+}
+
 // skewed runs one CPU emitting far more than each of the others into small
 // rings while a Reader drains concurrently, and returns the samples lost per
 // CPU.

@@ -626,7 +626,8 @@ func TestRingBufPositions(t *testing.T) {
 // WakeupBytes over a ring buffer: a Reader woken below it holds its drain
 // off up to MaxLatency, and since it does not commit meanwhile the kernel
 // wakes it no more, so the records that come meanwhile come in one drain;
-// a wakeup the program forces (at its watermark) ends the hold at once.
+// a wakeup the program forces at its watermark ends the hold at once (one
+// below it, as another ring's first record, does not).
 func TestRingBufHoldOff(t *testing.T) {
 	f := setup(t)
 	cpu := f.cpus[0]
@@ -659,12 +660,14 @@ func TestRingBufHoldOff(t *testing.T) {
 	}
 	r.Close()
 
-	r = newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 4096}, MaxLatency: 10 * time.Second})
+	// A watermark of two records, which the program forces a wakeup at, as
+	// PERFBUF_BUFFER does.
+	r = newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 2 * 56}, MaxLatency: 10 * time.Second})
 	n, took = read(r)
 	time.Sleep(20 * time.Millisecond)
 	f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0)
 	time.Sleep(20 * time.Millisecond)
-	f.produce(t, cpu, 1, 48, viaOutput, forceWakeup, 1, 0) // as PERFBUF_BUFFER does at its watermark
+	f.produce(t, cpu, 1, 48, viaOutput, forceWakeup, 1, 0)
 	if k, d := <-n, <-took; k != 2 || d > 5*time.Second {
 		t.Errorf("a forced wakeup during the hold: %d records after %v; want 2, well before MaxLatency (10 s)", k, d)
 	}

@@ -22,6 +22,7 @@ import (
 	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -212,6 +213,27 @@ func PerCPUSum(m *libbpfgo.BPFMap, key uint32) (uint64, error) {
 // tracefs mount points, where libbpf looks for tracepoint ids: the debugfs
 // one first when it exists, as libbpf does.
 var tracefsDirs = []string{"/sys/kernel/debug/tracing", "/sys/kernel/tracing"}
+
+// SkippedRuns returns how many times the kernel skipped the loaded
+// programs of m, summed: each program's recursion_misses (bpf_prog_info),
+// counted when a BPF program already ran on the CPU (an exec traced from
+// inside another tracing program's run, say). The events of those runs were
+// never written, so no ring or counter of the programs' own has them.
+func SkippedRuns(m *libbpfgo.Module) (uint64, error) {
+	var n uint64
+	it := m.Iterator()
+	for p := it.NextProgram(); p != nil; p = it.NextProgram() {
+		if p.FileDescriptor() < 0 {
+			continue // not loaded (autoload off)
+		}
+		s, err := kernel.GetProgStats(p.FileDescriptor())
+		if err != nil {
+			return 0, fmt.Errorf("program %s: %w", p.Name(), err)
+		}
+		n += s.RecursionMisses
+	}
+	return n, nil
+}
 
 // EnsureTracefs mounts tracefs at /sys/kernel/tracing when no tracefs is
 // mounted: attaching a tracepoint reads its id there. It says so on stderr,

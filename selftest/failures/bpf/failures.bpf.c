@@ -77,9 +77,10 @@ struct {
 } scratch SEC(".maps");
 
 /* Maps that New must refuse as failure maps: another type; the right type
- * with another value size; the right map that user space may not read
- * (BPF_F_WRONLY). An array's keys are always 4 bytes, so no array can have
- * the wrong key size. */
+ * with another value size; the right map of another version of the header
+ * (max_entries); the right map that user space may not read (BPF_F_WRONLY).
+ * An array's keys are always 4 bytes, so no array can have the wrong key
+ * size. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
@@ -96,7 +97,21 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 1); /* version 0: counts, no reader key */
+	__type(key, __u32);
+	__type(value, struct perfbuf_failures);
+} old_version SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PERFBUF_BPF_VERSION + 2);
+	__type(key, __u32);
+	__type(value, struct perfbuf_failures);
+} new_version SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PERFBUF_BPF_VERSION + 1);
 	__uint(map_flags, BPF_F_WRONLY);
 	__type(key, __u32);
 	__type(value, struct perfbuf_failures);
