@@ -28,6 +28,14 @@
 //     samples the BPF program failed to output (the ring was full).
 //   - rbquiet: quiet over the 4 MiB ring buffer, C = ring_buffer__poll
 //     (the same -cquiet program), the Go modes that read ring buffers.
+//   - host and rbhost (only when -only names them): what an event costs
+//     the whole host, over a perf event array and over a ring buffer: a
+//     tracepoint program on getppid(2) (-host-obj) records the calls of a
+//     workload thread made at set rates (-host-rates); per event, the
+//     program's own time, the workload's CPU, the consumer's CPU and
+//     context switches, and the records' delivery latency, for libbpf
+//     on its defaults and hand-tuned (the -cquiet program), cilium/ebpf
+//     and perfbuf's Reader; the table also goes to -host-csv.
 //
 // Each measurement is repeated in -rounds rounds (the order of the modes
 // rotates from round to round) and reported as the median, with the spread
@@ -77,6 +85,12 @@ type config struct {
 	quietRates    []int         // samples per second; 0: idle
 	quietModes    []string      // nil: every mode
 	quietWrap     []string      // a command the consumers run under
+
+	hostObj      string // the host measurement's BPF object
+	hostRates    []int  // events a second
+	hostModes    []string
+	hostDuration time.Duration
+	hostCSV      string
 }
 
 // The measurements, as -only names them.
@@ -87,9 +101,16 @@ const (
 	onlyRBDrain   = "rbdrain"
 	onlyRBSustain = "rbsustained"
 	onlyRBQuiet   = "rbquiet"
+	onlyHost      = "host"
+	onlyRBHost    = "rbhost"
 )
 
+// measurements are those -only runs by default; the host ones run when
+// named.
 var measurements = []string{onlyDrain, onlySustained, onlyQuiet, onlyRBDrain, onlyRBSustain, onlyRBQuiet}
+
+// allMeasurements are those -only accepts.
+var allMeasurements = append(slices.Clone(measurements), onlyHost, onlyRBHost)
 
 // runs reports whether the measurement m is to run.
 func (c config) runs(m string) bool { return slices.Contains(c.only, m) }
@@ -112,11 +133,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.csv, "csv", "build/perfbench.csv", "CSV output (empty: none)")
 	fs.StringVar(&c.svg, "svg", "docs/perfbench.svg", "SVG chart output (empty: none; drawn when drain and sustained run)")
 	clock := fs.String("clock", "wall", "drain and rbdrain: wall (the time that passed) or thread (the draining thread's CPU time, for a machine shared with busy processes; no libbpfgo row)")
-	only := fs.String("only", strings.Join(measurements, ","), "the measurements to run, of "+strings.Join(measurements, ","))
+	only := fs.String("only", strings.Join(measurements, ","), "the measurements to run, of "+strings.Join(allMeasurements, ","))
 	fs.StringVar(&c.cquiet, "cquiet", "build/perfbench-cquiet", "the C consumer of quiet and rbquiet, built by make bench (missing: no C rows)")
 	fs.DurationVar(&c.quietDuration, "quiet-duration", benchrun.QuietDuration, "quiet and rbquiet: how long each consumer is fed (or left idle)")
 	rates := fs.String("quiet-rates", "300,3000,idle", "quiet and rbquiet: samples per second, or idle")
 	modes := fs.String("quiet-modes", "", "quiet and rbquiet: the modes to run, of "+strings.Join(allQuietModes(), ",")+" (empty: all)")
+	fs.StringVar(&c.hostObj, "host-obj", "bench/perfbench/bpf/hostbench.bpf.o", "host and rbhost: the BPF object built by `make bpf`")
+	hostRates := fs.String("host-rates", ratesText(benchrun.HostRates), "host and rbhost: events a second")
+	hostModes := fs.String("host-modes", "", "host and rbhost: the modes to run, of "+strings.Join(benchrun.HostModes, ",")+" (empty: all)")
+	fs.DurationVar(&c.hostDuration, "host-duration", benchrun.HostDuration, "host and rbhost: how long the workload runs at each rate")
+	fs.StringVar(&c.hostCSV, "host-csv", "build/perfbench-host.csv", "host and rbhost: CSV output (empty: none)")
 	wrap := fs.String("quiet-wrap", "", "quiet and rbquiet: a command to run each consumer under, such as \"perf stat -e context-switches\" (its own cost is then measured too)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: perfbench [flags]\n\nMeasures every perfbuf mode beside the C reference (needs root).\n\n")
@@ -128,8 +154,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if c.rounds < 1 || c.samples < 1 || c.sustained < 1 || c.quietDuration <= 0 {
-		return c, errors.New("-rounds, -samples, -sustained and -quiet-duration must be positive")
+	if c.rounds < 1 || c.samples < 1 || c.sustained < 1 || c.quietDuration <= 0 || c.hostDuration <= 0 {
+		return c, errors.New("-rounds, -samples, -sustained, -quiet-duration and -host-duration must be positive")
 	}
 	switch *clock {
 	case "wall":
@@ -140,8 +166,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	for _, m := range strings.Split(*only, ",") {
 		m = strings.TrimSpace(m)
-		if !slices.Contains(measurements, m) {
-			return c, fmt.Errorf("-only: unknown measurement %q (measurements: %s)", m, strings.Join(measurements, ", "))
+		if !slices.Contains(allMeasurements, m) {
+			return c, fmt.Errorf("-only: unknown measurement %q (measurements: %s)", m, strings.Join(allMeasurements, ", "))
 		}
 		c.only = append(c.only, m)
 	}
@@ -153,6 +179,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, err
 	}
 	if c.quietModes, err = parseQuietModes(*modes); err != nil {
+		return c, err
+	}
+	if c.hostRates, err = parseHostRates(*hostRates); err != nil {
+		return c, err
+	}
+	if c.hostModes, err = parseHostModes(*hostModes); err != nil {
 		return c, err
 	}
 	c.quietWrap = strings.Fields(*wrap)
@@ -200,15 +232,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer rb.Close()
 	}
 
+	var h *benchrun.Host
+	if c.runs(onlyHost) || c.runs(onlyRBHost) {
+		if h, err = benchrun.OpenHost(c.hostObj); err != nil {
+			fmt.Fprintf(stderr, "perfbench: %v\n", err)
+			return 1
+		}
+		defer h.Close()
+	}
+
 	r := &results{env: environment(len(e.CPUs)), rounds: c.rounds, samples: c.samples, threadClock: c.threadClock, sustainedPerCPU: c.sustained,
-		quietDuration: c.quietDuration}
-	if c.runs(onlyQuiet) || c.runs(onlyRBQuiet) {
+		quietDuration: c.quietDuration, hostDuration: c.hostDuration}
+	if c.runs(onlyQuiet) || c.runs(onlyRBQuiet) || c.runs(onlyHost) || c.runs(onlyRBHost) {
 		if why := cquietMissing(c.cquiet); why != "" {
 			r.quietNoC = why
 			fmt.Fprintf(stderr, "perfbench: quiet: skipping the C consumer, and so the C rows and x C (%s; `make bench` builds it)\n", why)
 		}
 	}
-	if err := measure(e, rb, c, r, stderr); err != nil {
+	if err := measure(e, rb, h, c, r, stderr); err != nil {
 		fmt.Fprintf(stderr, "perfbench: %v\n", err)
 		return 1
 	}
@@ -218,9 +259,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		path  string
 		write func(io.Writer, *results) error
 		skip  string // why not to write it
-	}{{c.csv, writeCSV, ""}, {c.svg, writeSVG, ""}}
+	}{{c.csv, writeCSV, ""}, {c.svg, writeSVG, ""}, {c.hostCSV, writeHostCSV, ""}}
 	if !c.runs(onlyDrain) || !c.runs(onlySustained) {
 		outputs[1].skip = "the chart draws drain and sustained, and -only left one out"
+	}
+	if !c.runs(onlyHost) && !c.runs(onlyRBHost) {
+		outputs[2].path = "" // no host measurement: nothing to write, nothing to say
 	}
 	for _, out := range outputs {
 		if out.path == "" {
@@ -248,11 +292,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // measure runs every round of every measurement, reporting each on stderr:
 // e is the perf emitter, rb the ring buffer one (nil unless a ring buffer
-// measurement runs). Within a round, the drain modes are measured side by
+// measurement runs), h the host measurement's object (nil unless it runs). Within a round, the drain modes are measured side by
 // side (benchrun.DrainCompare, RBDrainCompare), and the sustained and quiet
 // ones one after another; each mode's ratio to C is taken within the
 // round, against the C reference of that round.
-func measure(e, rb *bpfrun.Emitter, c config, r *results, stderr io.Writer) error {
+func measure(e, rb *bpfrun.Emitter, h *benchrun.Host, c config, r *results, stderr io.Writer) error {
 	var sink uint64
 	for round := 0; round < c.rounds; round++ {
 		if c.runs(onlyDrain) {
@@ -282,6 +326,16 @@ func measure(e, rb *bpfrun.Emitter, c config, r *results, stderr io.Writer) erro
 		}
 		if c.runs(onlyRBQuiet) {
 			if err := measureQuiet(rb, true, c, r, round, stderr); err != nil {
+				return err
+			}
+		}
+		if c.runs(onlyHost) {
+			if err := measureHost(h, false, c, r, round, stderr); err != nil {
+				return err
+			}
+		}
+		if c.runs(onlyRBHost) {
+			if err := measureHost(h, true, c, r, round, stderr); err != nil {
 				return err
 			}
 		}
@@ -371,6 +425,9 @@ func parseBatches(s string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// ratesText is rates as -host-rates takes them.
+func ratesText(rates []int) string { return batchesText(rates) }
 
 // batchesText is batches as -batches takes them.
 func batchesText(batches []int) string {

@@ -25,10 +25,11 @@ import (
 // consumerFlag, as perfbench's first argument, makes it a Go consumer of
 // the quiet measurement (benchrun.QuietConsume) instead:
 //
-//	perfbench -quiet-consumer MODE -map-fd 3 [-ringbuf] -count N -timeout D
+//	perfbench -quiet-consumer MODE -map-fd 3 [-ringbuf] [-host] -count N -timeout D
 //
-// -ringbuf says that the map is a BPF ring buffer. It is not in -help:
-// perfbench passes it to itself.
+// -ringbuf says that the map is a BPF ring buffer; -host makes it a
+// consumer of the host measurement (a mode of benchrun.HostModes, noting
+// delivery latencies). It is not in -help: perfbench passes it to itself.
 const consumerFlag = "-quiet-consumer"
 
 // isConsumer reports whether args make perfbench a consumer.
@@ -42,6 +43,7 @@ func parseConsumer(args []string, stderr io.Writer) (benchrun.QuietConsumerConfi
 	fs.StringVar(&c.Mode, consumerFlag[1:], "", "the Go mode to consume with")
 	fs.IntVar(&c.MapFD, "map-fd", benchrun.QuietMapFD, "the map's inherited descriptor")
 	fs.BoolVar(&c.RingBuf, "ringbuf", false, "the map is a BPF ring buffer, not a perf event array")
+	fs.BoolVar(&c.Host, "host", false, "a consumer of the host measurement")
 	fs.IntVar(&c.Count, "count", 0, "samples to read (0: none, wait for the timeout)")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "the longest wait")
 	if err := fs.Parse(args); err != nil {
@@ -50,7 +52,9 @@ func parseConsumer(args []string, stderr io.Writer) (benchrun.QuietConsumerConfi
 	switch {
 	case fs.NArg() > 0:
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	case !benchrun.IsQuietGoMode(c.Mode, c.RingBuf):
+	case c.Host && !benchrun.IsHostGoMode(c.Mode):
+		return c, fmt.Errorf("%s %q: not a Go consumer mode of the host measurement", consumerFlag, c.Mode)
+	case !c.Host && !benchrun.IsQuietGoMode(c.Mode, c.RingBuf):
 		return c, fmt.Errorf("%s %q: not a Go consumer mode of %s", consumerFlag, c.Mode, kindName(c.RingBuf))
 	case c.MapFD < 0 || c.Count < 0 || c.Timeout <= 0:
 		return c, errors.New("-map-fd and -count must not be negative, -timeout must be positive")

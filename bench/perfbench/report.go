@@ -74,6 +74,12 @@ func writeTable(w io.Writer, r *results) {
 		}
 		writeRBQuietTables(w, r)
 	}
+	if len(r.host) > 0 {
+		if len(r.drain) > 0 || len(r.sustained) > 0 || len(r.quiet) > 0 || len(r.rbDrain) > 0 || len(r.rbSustained) > 0 || len(r.rbQuiet) > 0 {
+			fmt.Fprintln(w)
+		}
+		writeHostTables(w, r)
+	}
 }
 
 // writeRBTables prints the BPF ring buffer measurements.

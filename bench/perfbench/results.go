@@ -99,6 +99,8 @@ type results struct {
 	rbSustained     []*sustainedStat // ring buffers: by batch, then RBSustainedModes
 	quiet           []*quietStat     // by rate (idle last), then in allQuietModes' order
 	rbQuiet         []*quietStat     // ring buffers: as quiet
+	hostDuration    time.Duration
+	host            []*hostStat // perf first, then by rate, then in benchrun.HostModes' order
 }
 
 // addDrainRound adds one round of drains at size: ns and allocs per sample
@@ -334,6 +336,9 @@ func (r *results) accountingErrors() []error {
 	}
 	for _, q := range r.rbQuiet {
 		out = append(out, q.check...)
+	}
+	for _, h := range r.host {
+		out = append(out, h.check...)
 	}
 	return out
 }

@@ -211,12 +211,16 @@ func (f *fixture) wait(t *testing.T, n uint64) {
 // that stopped), which bounds nothing but the wait for one that stalled.
 func (f *fixture) until(t *testing.T, c *agent, n int) {
 	t.Helper()
-	last, since := c.logged(), f.runs[0].Load()
+	// A reader within its latency budget delivers nothing for up to the
+	// budget after a wakeup, while the producers may run thousands of
+	// times (a ring full fails their outputs fast): a stall is both many
+	// runs and seconds without a sample.
+	last, since, sinceT := c.logged(), f.runs[0].Load(), time.Now()
 	for last < n {
 		f.wait(t, 1)
 		if now := c.logged(); now != last {
-			last, since = now, f.runs[0].Load()
-		} else if idle := f.runs[0].Load() - since; idle > 10*phase() {
+			last, since, sinceT = now, f.runs[0].Load(), time.Now()
+		} else if idle := f.runs[0].Load() - since; idle > 10*phase() && time.Since(sinceT) > 5*time.Second {
 			t.Fatalf("%s logged %d samples, and none more while the producer of cpu %d ran the program %d times; want %d",
 				c.Name, now, f.cpus[0], idle, n)
 		}

@@ -50,6 +50,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -280,51 +281,11 @@ func Quiet(e *bpfrun.Emitter, cfg QuietConfig) (QuietResult, error) {
 		timeout += quietSlack
 	}
 
-	// The child's fd 3 is a duplicate, in an *os.File of its own: closing
-	// that (after Start) must not close the map's descriptor.
-	dup, err := unix.FcntlInt(uintptr(e.Events.FileDescriptor()), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return fail(fmt.Errorf("duplicate map fd: %w", err))
-	}
-	mapFile := os.NewFile(uintptr(dup), "events")
-	defer mapFile.Close()
-
-	cmd := cfg.Command(count, timeout)
-	cmd.ExtraFiles = []*os.File{mapFile}
-	stdout, err := cmd.StdoutPipe()
+	p, err := startConsumer(e.Events.FileDescriptor(), cfg.Command(count, timeout))
 	if err != nil {
 		return fail(err)
 	}
-	// The child inherits the CPU affinity of the thread that starts it:
-	// not pinned, since pace pins a goroutine (and thread) of its own.
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		return fail(fmt.Errorf("start consumer: %w", err))
-	}
-	mapFile.Close()
-	lines := make(chan string, 4)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	// stop ends the run early: the consumer is killed and reaped.
-	stop := func(err error) (QuietResult, error) {
-		_ = cmd.Process.Kill()
-		for range lines { // until the pipe closes: Wait closes it only after
-		}
-		// The exit status says why a consumer stopped early; a consumer
-		// killed here was killed.
-		if werr := cmd.Wait(); werr != nil && errors.Is(err, errExited) {
-			err = fmt.Errorf("%w (consumer: %v)", err, werr)
-		}
-		return fail(err)
-	}
-	if err := expect(lines, "ready", quietSlack); err != nil {
-		return stop(err)
-	}
+	stop := func(err error) (QuietResult, error) { return fail(p.kill(err)) }
 
 	before, err := e.Stats()
 	if err != nil {
@@ -358,19 +319,12 @@ func Quiet(e *bpfrun.Emitter, cfg QuietConfig) (QuietResult, error) {
 		res.Failed += d.Failed
 	}
 
-	line, err := expectResult(lines, timeout+quietSlack)
+	line, err := p.result(timeout + quietSlack)
 	if err != nil {
 		return stop(err)
 	}
-	for range lines {
-	}
-	if err := cmd.Wait(); err != nil {
-		return fail(fmt.Errorf("consumer: %w", err))
-	}
-	res.Process.Wall = time.Since(t0)
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		res.Process.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		res.Process.Voluntary, res.Process.Involuntary = ru.Nvcsw, ru.Nivcsw
+	if res.Process, err = p.wait(); err != nil {
+		return fail(err)
 	}
 	rep, err := ParseQuietResult(line)
 	if err != nil {
@@ -381,6 +335,122 @@ func Quiet(e *bpfrun.Emitter, cfg QuietConfig) (QuietResult, error) {
 		res.Lost = res.Failed
 	}
 	return res, nil
+}
+
+// consumerProc is a consumer running in a process of its own, which
+// speaks the protocol above on its stdout.
+type consumerProc struct {
+	cmd   *exec.Cmd
+	lines chan string
+	start time.Time
+}
+
+// startConsumer starts cmd with a duplicate of mapFD as its QuietMapFD and
+// its stdout piped, and waits for its "ready". On error the consumer has
+// been killed and reaped.
+func startConsumer(mapFD int, cmd *exec.Cmd) (*consumerProc, error) {
+	// The child's fd 3 is a duplicate, in an *os.File of its own: closing
+	// that (after Start) must not close the map's descriptor.
+	dup, err := unix.FcntlInt(uintptr(mapFD), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("duplicate map fd: %w", err)
+	}
+	mapFile := os.NewFile(uintptr(dup), "events")
+	defer mapFile.Close()
+	cmd.ExtraFiles = []*os.File{mapFile}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	// The child inherits the CPU affinity of the thread that starts it:
+	// not pinned, since the producers pin goroutines (and threads) of
+	// their own.
+	p := &consumerProc{cmd: cmd, lines: make(chan string, 4), start: time.Now()}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start consumer: %w", err)
+	}
+	mapFile.Close()
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+	}()
+	if err := expect(p.lines, "ready", quietSlack); err != nil {
+		return nil, p.kill(err)
+	}
+	return p, nil
+}
+
+// kill ends the consumer early, killed and reaped, and returns err, with
+// the consumer's exit status if it had exited by itself.
+func (p *consumerProc) kill(err error) error {
+	_ = p.cmd.Process.Kill()
+	for range p.lines { // until the pipe closes: Wait closes it only after
+	}
+	// The exit status says why a consumer stopped early; a consumer
+	// killed here was killed.
+	if werr := p.cmd.Wait(); werr != nil && errors.Is(err, errExited) {
+		err = fmt.Errorf("%w (consumer: %v)", err, werr)
+	}
+	return err
+}
+
+// result waits up to timeout for the consumer's "result" line.
+func (p *consumerProc) result(timeout time.Duration) (string, error) {
+	return expectResult(p.lines, timeout)
+}
+
+// stopEvery is how often finish repeats its stopSignal.
+const stopEvery = 100 * time.Millisecond
+
+// finish waits up to grace for the consumer's "result" line; then it asks
+// the consumer to stop (stopSignal, again every stopEvery) and waits up to
+// quietSlack more.
+func (p *consumerProc) finish(grace time.Duration) (string, error) {
+	isResult := func(l string) bool { return strings.HasPrefix(l, "result ") }
+	wait := time.NewTimer(grace)
+	defer wait.Stop()
+	var tick <-chan time.Time
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				return "", fmt.Errorf("waiting for its result: %w", errExited)
+			}
+			if isResult(l) {
+				return l, nil
+			}
+		case <-wait.C:
+			if tick != nil {
+				return "", fmt.Errorf("asked the consumer to stop, and waited %v more for its result", quietSlack)
+			}
+			t := time.NewTicker(stopEvery)
+			defer t.Stop()
+			tick = t.C
+			wait.Reset(quietSlack)
+			_ = p.cmd.Process.Signal(stopSignal)
+		case <-tick:
+			_ = p.cmd.Process.Signal(stopSignal)
+		}
+	}
+}
+
+// wait waits for the consumer's exit, after its result, and returns what
+// the process used in its whole life.
+func (p *consumerProc) wait() (Usage, error) {
+	for range p.lines {
+	}
+	if err := p.cmd.Wait(); err != nil {
+		return Usage{}, fmt.Errorf("consumer: %w", err)
+	}
+	u := Usage{Wall: time.Since(p.start)}
+	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		u.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		u.Voluntary, u.Involuntary = ru.Nvcsw, ru.Nivcsw
+	}
+	return u, nil
 }
 
 // errExited is the error of a consumer whose output ended early.
@@ -476,6 +546,18 @@ type QuietReport struct {
 	Received, Lost uint64
 	Polls          uint64 // 0 if the consumer does not count them
 	Usage          Usage
+	// Latency is the records' delivery latency, if the consumer measured
+	// it (the host measurement's do: lat_n=N lat_p50_ns=N lat_p99_ns=N
+	// lat_max_ns=N); its N is 0 if not.
+	Latency Latency
+}
+
+// Latency is a summary of the delivery latencies of N records: from the
+// ktime the program wrote in a record to the consumer's CLOCK_MONOTONIC
+// when it was handed the record.
+type Latency struct {
+	N             uint64
+	P50, P99, Max time.Duration
 }
 
 // ParseQuietResult parses a consumer's "result" line.
@@ -502,7 +584,16 @@ func ParseQuietResult(line string) (QuietReport, error) {
 			return rep, fmt.Errorf("parse consumer result %q: no %s", line, k)
 		}
 	}
+	if _, ok := vals["lat_n"]; ok {
+		for _, k := range []string{"lat_p50_ns", "lat_p99_ns", "lat_max_ns"} {
+			if _, ok := vals[k]; !ok {
+				return rep, fmt.Errorf("parse consumer result %q: lat_n and no %s", line, k)
+			}
+		}
+	}
 	return QuietReport{
+		Latency: Latency{N: vals["lat_n"], P50: time.Duration(vals["lat_p50_ns"]),
+			P99: time.Duration(vals["lat_p99_ns"]), Max: time.Duration(vals["lat_max_ns"])},
 		Received: vals["received"],
 		Lost:     vals["lost"],
 		Polls:    vals["polls"],
@@ -536,6 +627,10 @@ type QuietConsumerConfig struct {
 	RingBuf bool // the map is a BPF ring buffer, not a perf event array
 	Count   int  // samples to read; 0: none, wait for the timeout
 	Timeout time.Duration
+	// Host makes it a consumer of the host measurement (host.go): a mode
+	// of HostModes, over that measurement's rings, on the options its
+	// mode names, noting each record's delivery latency.
+	Host bool
 }
 
 // IsQuietGoMode reports whether mode is one QuietConsume runs over a perf
@@ -555,19 +650,31 @@ func IsQuietGoMode(mode string, ringBuf bool) bool {
 // cfg.Timeout is up, and writes the "result" line. A count not reached is
 // no error here: the parent's accounting reports it.
 func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
-	if !IsQuietGoMode(cfg.Mode, cfg.RingBuf) || cfg.Count < 0 || cfg.Timeout <= 0 {
+	known := IsQuietGoMode(cfg.Mode, cfg.RingBuf)
+	if cfg.Host {
+		known = IsHostGoMode(cfg.Mode)
+	}
+	if !known || cfg.Count < 0 || cfg.Timeout <= 0 {
 		return fmt.Errorf("quiet consumer: bad config %+v", cfg)
 	}
 	c := &quietCounter{count: uint64(cfg.Count)}
+	if cfg.Host {
+		c.lat = newLatencies(cfg.Count)
+	}
 	var (
 		setDeadline func(time.Time) // the readers'
 		run         func(deadline time.Time) error
+		interrupt   func() // ends run early, from another goroutine
 	)
 	m := perfbuf.MapFD(cfg.MapFD)
 	// A ring buffer's size and wakeups are its object's and its program's:
 	// the ring settings are refused for it.
 	var opts perfbuf.Options
-	if !cfg.RingBuf {
+	switch {
+	case cfg.RingBuf:
+	case cfg.Host:
+		opts = perfbuf.Options{RingBytes: RingBytes(HostPerfPages)}
+	default:
 		opts = perfbuf.Options{RingBytes: RingBytes(QuietPages), WakeupEvents: 1}
 	}
 	switch cfg.Mode {
@@ -612,12 +719,12 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	case ModeCilium:
 		// The peer: cilium/ebpf's reader, whose wait blocks its thread in
 		// epoll_wait (with an eventfd for its deadline and Close).
-		cr, err := openCiliumQuiet(cfg.MapFD, cfg.RingBuf)
+		cr, err := openCiliumQuiet(cfg.MapFD, cfg.RingBuf, cfg.Host)
 		if err != nil {
 			return fmt.Errorf("quiet consumer: %w", err)
 		}
 		defer cr.close()
-		setDeadline, run = cr.setDeadline, func(time.Time) error { return cr.read(c) }
+		setDeadline, run, interrupt = cr.setDeadline, func(time.Time) error { return cr.read(c) }, cr.interrupt
 	default:
 		ropts := perfbuf.ReaderOptions{Options: opts}
 		switch cfg.Mode {
@@ -630,6 +737,8 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 				ropts.WakeupEvents = max(cfg.Count+1, 2)
 			}
 			ropts.MaxLatency = holdOffLatency
+		case ModeReaderBudget:
+			ropts.MaxLatency = HostBudget
 		case ModeOrdered:
 			ropts.Order = &perfbuf.Order{KeyOffset: quietKeyOffset}
 		}
@@ -639,10 +748,11 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 		}
 		defer r.Close()
 		setDeadline = r.SetDeadline
-		switch cfg.Mode {
-		case ModeReaderEach:
+		interrupt = func() { r.SetDeadline(time.Now()) } // a read blocked at the call sees it
+		switch {
+		case cfg.Mode == ModeReaderEach:
 			run = func(time.Time) error { return c.each(r) }
-		case ModeReaderBatch, ModeReaderHoldOff:
+		case cfg.Mode == ModeReaderBatch || cfg.Mode == ModeReaderHoldOff || cfg.Host:
 			run = func(time.Time) error { return c.readBatch(r) }
 		default:
 			run = func(time.Time) error { return c.readInto(r) }
@@ -654,6 +764,9 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	deadline := time.Now().Add(cfg.Timeout)
 	if setDeadline != nil {
 		setDeadline(deadline)
+	}
+	if cfg.Host && interrupt != nil {
+		stopOnSignal(interrupt)
 	}
 	tc, err := OpenTaskClock()
 	if err != nil {
@@ -687,20 +800,42 @@ func QuietConsume(cfg QuietConsumerConfig, w io.Writer) error {
 	}
 	_, err = fmt.Fprintln(w, formatQuietResult(c.received, c.lost, time.Duration(c1-c0),
 		time.Duration(r1.Utime.Nano()-r0.Utime.Nano()), time.Duration(r1.Stime.Nano()-r0.Stime.Nano()),
-		r1.Nvcsw-r0.Nvcsw, r1.Nivcsw-r0.Nivcsw, wall, c.polls, c.sum))
+		r1.Nvcsw-r0.Nvcsw, r1.Nivcsw-r0.Nivcsw, wall, c.polls, c.sum)+c.lat.format())
 	return err
+}
+
+// stopSignal asks a consumer of the host measurement to stop reading and
+// report, as its records are all delivered or lost (over a ring buffer a
+// failed output is never delivered, nor reported to the reader). The
+// parent sends it again until the result comes, in case one lands just
+// before the consumer's wait.
+const stopSignal = unix.SIGUSR1
+
+// stopOnSignal calls interrupt at each stopSignal, for the rest of the
+// process's life (its default action, to end the process, would lose the
+// result line).
+func stopOnSignal(interrupt func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, stopSignal)
+	go func() {
+		for range sig {
+			interrupt()
+		}
+	}()
 }
 
 // quietCounter counts what a Go consumer read, as the C consumer's
 // callbacks do.
 type quietCounter struct {
 	count, received, lost, sum uint64
-	polls                      uint64 // callback: Polls that delivered a record
+	polls                      uint64     // callback: Polls that delivered a record
+	lat                        *latencies // nil: not noted
 }
 
 func (c *quietCounter) sample(data []byte) {
 	c.sum += cref.ReadAll(data)
 	c.received++
+	c.lat.note(data)
 }
 
 // done reports whether count samples are accounted for; never with count 0.
@@ -817,22 +952,27 @@ func (c *quietCounter) record(typ perfbuf.RecordType, lost uint64, data []byte) 
 
 // ciliumQuiet is cilium/ebpf's reader over the quiet map: its ring buffer
 // reader, or its perf reader with the quiet rings' size and a wakeup a
-// sample, as the other modes have.
+// sample, as the other modes have; for the host measurement, its perf
+// reader with that measurement's rings and its default options (which
+// wake it for every record too).
 type ciliumQuiet struct {
 	m    *ebpf.Map
 	rb   *ringbuf.Reader
 	perf *perf.Reader
 }
 
-func openCiliumQuiet(mapFD int, ringBuf bool) (*ciliumQuiet, error) {
+func openCiliumQuiet(mapFD int, ringBuf, host bool) (*ciliumQuiet, error) {
 	m, err := ciliumMap(mapFD)
 	if err != nil {
 		return nil, err
 	}
 	c := &ciliumQuiet{m: m}
-	if ringBuf {
+	switch {
+	case ringBuf:
 		c.rb, err = ringbuf.NewReader(m)
-	} else {
+	case host:
+		c.perf, err = perf.NewReader(m, RingBytes(HostPerfPages))
+	default:
 		c.perf, err = perf.NewReaderWithOptions(m, RingBytes(QuietPages), perf.ReaderOptions{WakeupEvents: 1})
 	}
 	if err != nil {
@@ -870,7 +1010,7 @@ func (c *ciliumQuiet) read(q *quietCounter) error {
 				q.sample(prec.RawSample)
 			}
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, os.ErrClosed) { // ErrClosed: interrupt
 			return nil
 		}
 		if err != nil {
@@ -878,6 +1018,16 @@ func (c *ciliumQuiet) read(q *quietCounter) error {
 		}
 	}
 	return nil
+}
+
+// interrupt ends a read: cilium/ebpf's SetDeadline waits for a blocked
+// read's lock, but its Close interrupts the read.
+func (c *ciliumQuiet) interrupt() {
+	if c.rb != nil {
+		c.rb.Close()
+	} else {
+		c.perf.Close()
+	}
 }
 
 func (c *ciliumQuiet) close() {

@@ -64,6 +64,21 @@ func OpenTaskClock() (*TaskClock, error) {
 	return tc, nil
 }
 
+// OpenThreadTaskClock opens one counter: the task clock of the calling
+// thread alone. Lock the goroutine to its thread first.
+func OpenThreadTaskClock() (*TaskClock, error) {
+	attr := unix.PerfEventAttr{
+		Type:   unix.PERF_TYPE_SOFTWARE,
+		Config: unix.PERF_COUNT_SW_TASK_CLOCK,
+		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+	}
+	fd, err := unix.PerfEventOpen(&attr, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("open task clock of this thread: %w", err)
+	}
+	return &TaskClock{fds: []int{fd}}, nil
+}
+
 // Read returns the task clock of the process's threads so far, in ns.
 func (tc *TaskClock) Read() (uint64, error) {
 	var sum uint64
