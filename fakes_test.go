@@ -141,7 +141,7 @@ func (f *fakeRings) ordered(t testing.TB, ord Order) *Reader {
 // setBudget sets a fullest-first Reader's turn and the bytes it reads
 // between two commits (internal: the defaults are a quarter of a ring and
 // commitChunk). Call it before the first read.
-func setBudget(r *Reader, n, chunk int) { policy.SetBudget(r.pol, n, chunk) }
+func setBudget(r *Reader, n, chunk int) { r.pol.(*policy.Fullest).SetTurn(n, chunk) }
 
 // payload is a sample carrying a key and a sequence number.
 func payload(key, seq uint64, size int) []byte {

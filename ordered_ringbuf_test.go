@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
@@ -206,136 +205,6 @@ func TestOrderedRingBufWindowFull(t *testing.T) {
 	}
 }
 
-// A ring found more than an eighth full at an intake made while the reader
-// was delivering (rule 4, the window's hot ring) is read in place: its
-// records go at once, merged with the window's copies, the smaller key
-// first; a record that comes later with a smaller key than one delivered is
-// Late and counted. Within the hold it stays hot; a look that finds it empty
-// past the hold cools it, and the window holds records again. Without the
-// hot ring, rule 2 (KeyWindow 1,000) would hold every key above 100.
-func TestOrderedRingBufHot(t *testing.T) {
-	for _, form := range []string{"ReadInto", "Each"} {
-		t.Run(form, func(t *testing.T) {
-			f := newFakeBPFRings(t, 1, 4096)
-			o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1000})
-			policy.SetHotHold(o.pol, time.Hour) // (10 ms: a slow host could pass it)
-			// 10 goes by rule 2; 300 and 1,100 stay in the window.
-			for seq, key := range []uint64{10, 1100, 300} {
-				f.emit(t, 0, key, uint64(seq), 64)
-			}
-			o.SetDeadline(time.Now().Add(10 * time.Second))
-			if got := readN(t, o, 1); got[0].Key != 10 {
-				t.Fatalf("first %d", got[0].Key)
-			}
-			// Then, while the reader is busy (no wait since its intake),
-			// 30 records of 72 bytes, 2,160 of the ring's 4,096; the
-			// seventh one's key, 200, comes after 250 to 390.
-			hot := []uint64{250, 350, 360, 370, 380, 390, 200}
-			want := []uint64{250, 300, 350, 360, 370, 380, 390, 200}
-			for k := uint64(400); len(hot) < 30; k += 10 {
-				hot, want = append(hot, k), append(want, k)
-			}
-			for seq, key := range hot {
-				f.emit(t, 0, key, uint64(3+seq), 64)
-			}
-			var got []Sample
-			switch form {
-			case "ReadInto":
-				got = readReleased(t, o, 20*time.Millisecond)
-			case "Each":
-				o.SetDeadline(time.Now().Add(20 * time.Millisecond))
-				err := o.Each(context.Background(), func(rec *Record) error {
-					got = append(got, Sample{Key: rec.Key, Late: rec.Late, Data: slices.Clone(rec.Data)})
-					return nil
-				})
-				if !errors.Is(err, os.ErrDeadlineExceeded) {
-					t.Fatal(err)
-				}
-			}
-			if fmt.Sprint(keys(got)) != fmt.Sprint(want) {
-				t.Fatalf("keys %v\nwant %v", keys(got), want)
-			}
-			for _, s := range got {
-				if s.Key != keyOf(s) || s.Late != (s.Key == 200) {
-					t.Fatalf("sample key %d (payload's %d), late %v", s.Key, keyOf(s), s.Late)
-				}
-			}
-			if st := o.Stats()[0]; st.Samples != 32 || st.Late != 1 {
-				t.Fatalf("stats %+v", st)
-			}
-			// Within the hold, the ring stays hot: what comes goes at
-			// once, before the window's 1,100.
-			f.emit(t, 0, 700, 40, 64)
-			f.emit(t, 0, 710, 41, 64)
-			if got := readReleased(t, o, 20*time.Millisecond); fmt.Sprint(keys(got)) != "[700 710]" {
-				t.Fatalf("within the hold: %v", keys(got))
-			}
-			// A look that finds the ring empty past the hold cools it:
-			// the window holds again, until a Flush.
-			policy.SetHotHold(o.pol, 0)
-			if got := readReleased(t, o, time.Millisecond); len(got) != 0 {
-				t.Fatalf("more: %v", keys(got))
-			}
-			f.emit(t, 0, 900, 42, 64)
-			f.emit(t, 0, 800, 43, 64)
-			if got := readReleased(t, o, 20*time.Millisecond); len(got) != 0 {
-				t.Fatalf("held: %v", keys(got))
-			}
-			if got := flushAll(t, o); fmt.Sprint(keys(got)) != "[800 900 1100]" {
-				t.Fatalf("flushed %v", keys(got))
-			}
-			o.Close()
-			if st := o.Stats()[0]; st.Samples != 37 || st.Left != 0 || st.Late != 1 {
-				t.Fatalf("after Close: %+v", st)
-			}
-		})
-	}
-}
-
-// A hot ring with no copy in the window goes straight from the ring into
-// the Sample (the window's NextCopy): a record with a smaller key than one
-// delivered goes as Next sends it, marked Late and counted, or dropped and
-// counted (DropLate).
-func TestOrderedRingBufHotLateCopied(t *testing.T) {
-	for _, drop := range []bool{false, true} {
-		t.Run(fmt.Sprint("DropLate=", drop), func(t *testing.T) {
-			f := newFakeBPFRings(t, 1, 4096)
-			o := f.ordered(t, Order{MaxDelay: time.Hour, DropLate: drop})
-			policy.SetHotHold(o.pol, time.Hour)
-			// 50 records of 72 bytes, 3,600 of the ring's 4,096: hot at the
-			// first intake; the 20th key, 5, comes after 10 to 190.
-			var ring, want []uint64
-			for k := uint64(10); len(ring) < 50; k += 10 {
-				if len(ring) == 19 {
-					ring = append(ring, 5)
-				}
-				ring = append(ring, k)
-			}
-			for _, k := range ring {
-				if k != 5 || !drop {
-					want = append(want, k)
-				}
-			}
-			for seq, key := range ring {
-				f.emit(t, 0, key, uint64(seq), 64)
-			}
-			got := readReleased(t, o, 20*time.Millisecond)
-			if fmt.Sprint(keys(got)) != fmt.Sprint(want) {
-				t.Fatalf("keys %v\nwant %v", keys(got), want)
-			}
-			for _, s := range got {
-				if s.Key != keyOf(s) || s.Late != (s.Key == 5) {
-					t.Fatalf("sample key %d (payload's %d), late %v", s.Key, keyOf(s), s.Late)
-				}
-			}
-			st := o.Stats()[0]
-			if st.Late != 1 || st.Held != 0 || st.Samples != uint64(len(want)) || drop != (st.Dropped == 1) {
-				t.Fatalf("stats %+v", st)
-			}
-		})
-	}
-}
-
 // A burst that came while the reader waited is copied and ordered, however
 // full it left the ring: the hot ring is for a reader the producers outpace.
 func TestOrderedRingBufBurstOrdered(t *testing.T) {
@@ -347,47 +216,6 @@ func TestOrderedRingBufBurstOrdered(t *testing.T) {
 	}
 	o.SetDeadline(time.Now().Add(10 * time.Second))
 	inOrder(t, readN(t, o, len(want)), want)
-}
-
-// A burst that came while the reader waited, with the producers still
-// writing as fast as its intake copies (a chunk or more while it copied
-// one): that is a flood, and the ring is read in place from there (hot),
-// as for a reader the producers outpace; copying the rest would let the
-// ring fill. Without the writes the burst is copied and held (above).
-func TestOrderedRingBufFloodAfterWait(t *testing.T) {
-	f := newFakeBPFRings(t, 1, 4096)
-	chunk := policy.CommitChunk(4096)
-	var extra []uint64 // written during the intake
-	for k := uint64(1000); len(extra)*72 < chunk; k += 10 {
-		extra = append(extra, k)
-	}
-	wrote := false
-	o := f.ordered(t, Order{MaxDelay: time.Hour, Key: func(data []byte) uint64 {
-		if !wrote { // at the intake's first copy
-			wrote = true
-			for seq, key := range extra {
-				f.emit(t, 0, key, uint64(100+seq), 64)
-			}
-		}
-		return binary.NativeEndian.Uint64(data)
-	}})
-	policy.SetHotHold(o.pol, time.Hour) // (10 ms: a slow host could pass it)
-	// 20 records of 72 bytes: 1,440 of 4,096.
-	var want []uint64
-	for key := uint64(100); len(want) < 20; key += 10 {
-		want = append(want, key)
-	}
-	for seq, key := range want {
-		f.emit(t, 0, key, uint64(seq), 64)
-	}
-	got := readReleased(t, o, 20*time.Millisecond)
-	if policy.Hot(o.pol) != 0 {
-		t.Errorf("ring not hot after a flood's intake")
-	}
-	inOrder(t, got, append(want, extra...))
-	if st := o.Stats()[0]; st.Samples != uint64(len(want)+len(extra)) || st.Held != 0 || st.Late != 0 {
-		t.Fatalf("stats %+v", st)
-	}
 }
 
 // burstKeys returns n keys as two CPUs' records come in one ring buffer,
@@ -802,42 +630,6 @@ func TestOrderedRingBufRace(t *testing.T) {
 				round, got, samples, left, 2*n, lateStats, late)
 		}
 		t.Logf("round %d: %d read, %d left at Close, %d late", round, got, left, late)
-	}
-}
-
-// The window's runs: keys in random order, mostly rising, and in runs that
-// interleave (several CPUs' records in one ring), all sorted at a Flush.
-func TestOrderedRingBufRuns(t *testing.T) {
-	for _, shape := range []string{"random", "rising", "interleaved"} {
-		t.Run(shape, func(t *testing.T) {
-			const n = 3000
-			rng := rand.New(rand.NewSource(1))
-			f := newFakeBPFRings(t, 1, 1<<17)
-			o := f.ordered(t, Order{MaxDelay: time.Hour})
-			for seq := range uint64(n) {
-				var key uint64
-				switch shape {
-				case "random":
-					key = uint64(rng.Intn(500))
-				case "rising":
-					key = seq + uint64(rng.Intn(20)) // a little disorder
-				case "interleaved":
-					key = seq%13*1000 + seq/13 // 13 CPUs' rising keys, round robin
-				}
-				f.emit(t, 0, key, seq, 16)
-			}
-			got := flushAll(t, o)
-			seen := map[uint64]bool{}
-			for j, s := range got {
-				if j > 0 && s.Key < got[j-1].Key {
-					t.Fatalf("record %d: key %d after %d", j, s.Key, got[j-1].Key)
-				}
-				seen[binary.NativeEndian.Uint64(s.Data[8:])] = true
-			}
-			if len(got) != n || len(seen) != n {
-				t.Fatalf("%d delivered, %d distinct, of %d", len(got), len(seen), n)
-			}
-		})
 	}
 }
 

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/policy"
 	"golang.org/x/sys/unix"
 
 	"github.com/perfbuf/perfbuf/internal/ringtest"
@@ -111,64 +110,8 @@ func TestOrderedIdleRingAndLate(t *testing.T) {
 	}
 }
 
-// Rule 2 with an idle ring: the reader parses ahead of a ring's front to
-// find a key KeyWindow later, and releases the front then, without waiting
-// for MaxDelay; the newest record stays held.
-func TestOrderedKeyWindowLookAhead(t *testing.T) {
-	f := newFakeRings(t, 2, 1<<14)
-	o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1000})
-	for seq, key := range []uint64{5000, 5500, 6000, 7000} {
-		f.emit(t, 0, key, uint64(seq), 16)
-	}
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	got := readN(t, o, 3) // 7000 - 1000 = 6000: everything up to 6000 goes
-	for j, want := range []uint64{5000, 5500, 6000} {
-		if got[j].Key != want || got[j].Late {
-			t.Fatalf("record %d: key %d late %v, want %d", j, got[j].Key, got[j].Late, want)
-		}
-	}
-	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
-	var s Sample
-	if err := o.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read: key %d, %v; want 7000 held", s.Key, err)
-	}
-	if st := o.Stats()[0]; st.Samples != 3 || st.Late != 0 {
-		t.Errorf("stats %+v", st)
-	}
-	// Written after the reader's last head snapshot: the look-ahead takes a
-	// new one to find it.
-	f.emit(t, 0, 8500, 4, 16)
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	if got := readN(t, o, 1); got[0].Key != 7000 {
-		t.Errorf("key %d, want 7000", got[0].Key)
-	}
-}
-
-// Rule 2 counts the key that ends a run of Each: the run notes it for its
-// ring only, and the merge must still count it among the newest keys.
-// Ring 0's run stops at 500 (beyond ring 2's 3); once ring 2 is empty, ring
-// 1's 5 goes by rule 2 because of that 500, while the 500 itself waits.
-func TestOrderedRunNewest(t *testing.T) {
-	f := newFakeRings(t, 3, 4096)
-	o := f.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 100})
-	f.emit(t, 0, 1, 0, 16)
-	f.emit(t, 0, 500, 1, 16)
-	f.emit(t, 1, 5, 2, 16)
-	f.emit(t, 2, 3, 3, 16)
-	o.SetDeadline(time.Now().Add(50 * time.Millisecond))
-	var keys []uint64
-	err := o.Each(context.Background(), func(rec *Record) error {
-		keys = append(keys, rec.Key)
-		return nil
-	})
-	if !errors.Is(err, os.ErrDeadlineExceeded) || fmt.Sprint(keys) != "[1 3 5]" {
-		t.Errorf("Each: %v, keys %v; want [1 3 5] and the deadline (500 held)", err, keys)
-	}
-}
-
 // Rule 3 with an idle ring: records that the reader first saw together are
-// due together, MaxDelay later, not one MaxDelay after another. And the
-// marks that date them do not pile up.
+// due together, MaxDelay later, not one MaxDelay after another.
 func TestOrderedMaxDelayBacklog(t *testing.T) {
 	f := newFakeRings(t, 2, 1<<16)
 	const delay = 50 * time.Millisecond
@@ -185,11 +128,10 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 	}
 	// Records written one at a time while the reader waits, each in a new
 	// head snapshot: each is held MaxDelay (less the marks' grain of
-	// MaxDelay/32) from when it was written, or longer. The marks that date
-	// them are merged: about one per MaxDelay/32 of records waiting, where
-	// there would be one per head snapshot (m of them) without merging.
+	// MaxDelay/32) from when it was written, or longer. (That the marks
+	// that date them do not pile up: internal/policy's
+	// TestOrderedMarksMerged.)
 	const m = 400
-	const maxMarks = 32 + 8
 	written := map[uint64]time.Time{}
 	read := n
 	check := func(s Sample) {
@@ -210,11 +152,6 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i, k := range policy.Marks(o.pol) {
-		if k > maxMarks {
-			t.Errorf("ring %d holds %d marks", i, k)
-		}
-	}
 	o.SetDeadline(time.Now().Add(10 * time.Second))
 	for read < n+m {
 		var s Sample
@@ -222,11 +159,6 @@ func TestOrderedMaxDelayBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(s)
-	}
-	for i, k := range policy.Marks(o.pol) {
-		if k > maxMarks {
-			t.Errorf("ring %d holds %d marks", i, k)
-		}
 	}
 }
 

@@ -570,6 +570,30 @@ func TestPollRingBufMissedWakeup(t *testing.T) {
 	}
 }
 
+// A record committed between the read's store of consumer_pos and its
+// second look at producer_pos, without a wakeup (the commit looked at
+// consumer_pos before the store), is read before the reader sleeps: the
+// kernel would not wake it for that record.
+func TestReaderReadsPastAMissedWakeup(t *testing.T) {
+	f := newFakeBPFRings(t, 1, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	rb := r.c.kinds[0].(*ring.RingBuf)
+	committed := false
+	rb.SettleHook = func() {
+		if !committed {
+			committed = true
+			pos, _ := f.rings[0].Reserve(16)
+			f.rings[0].Write(pos, make([]byte, 16))
+			f.rings[0].CommitMissed(pos)
+		}
+	}
+	r.SetDeadline(time.Now().Add(10 * time.Second)) // a detector of the stall, not a bound on speed
+	var s Sample
+	if err := r.ReadInto(&s); err != nil || !committed {
+		t.Fatalf("ReadInto = %v (the record committed in Settle: %v)", err, committed)
+	}
+}
+
 // Within a latency budget a Reader of ring buffers takes the kernel's
 // wakeup for a ring's first record, then holds its drain off, committing
 // nothing, so that the records after it raise no wakeup in the programs:

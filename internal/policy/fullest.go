@@ -44,22 +44,22 @@ func NewFullest(s *Set) *Fullest {
 	return f
 }
 
-// setBudget sets a turn's bytes and the bytes between two commits in a
-// turn (at most the turn's).
-func (f *Fullest) setBudget(budget, chunk int) {
+// SetTurn sets a turn's bytes (at least one record is read) and the
+// bytes between two commits in a turn (at most the turn's). The first
+// ring added sets a quarter of its size and commitChunk.
+func (f *Fullest) SetTurn(budget, chunk int) {
 	f.budget, f.chunk = budget, min(chunk, budget)
 	f.left, f.due = budget, budget-f.chunk
 }
 
 // commitChunk is how many bytes of a ring of size bytes a read delivers
 // (or copies) before it commits them: a thirty-second of the ring, or a
-// sixteenth up to 16 KiB. The kernel's producers see the ring full up to
-// the committed position: a turn committed only at its end, a quarter of
-// the ring, left them up to a quarter less room under a flood, where
-// libbpf's C consumer and cilium/ebpf commit each record. A commit (a
-// store, and the counts published under a mutex) costs 50-100 ns: at 16
-// KiB, under half a nanosecond a 64-byte record (docs/performance.md,
-// "Space handed back as it is read").
+// sixteenth up to 16 KiB. It bounds the room the kernel's producers lack
+// while a read goes on (they see the ring full up to the committed
+// position; libbpf's C consumer and cilium/ebpf commit each record), and
+// keeps a commit (a store, and the counts published under a mutex) a small
+// part of a record's cost (docs/performance.md, "Space handed back as it
+// is read", for both measured).
 func commitChunk(size int) int { return max(size/32, min(size/16, 16<<10), 1) }
 
 // commitDue commits ring i's turn so far once it read a chunk since the
@@ -148,7 +148,7 @@ func (f *Fullest) Delivered(int) {}
 func (f *Fullest) AddRing(i int) {
 	if f.budget == 0 {
 		size := f.s.Rings[i].Cur().Size()
-		f.setBudget(max(size/4, 1), commitChunk(size))
+		f.SetTurn(max(size/4, 1), commitChunk(size))
 	}
 }
 

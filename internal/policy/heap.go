@@ -3,8 +3,8 @@
 package policy
 
 // The merges' heap: the ordered merge's rings whose next record is a
-// sample, by that sample's key (ordered.go); the window's copies by key
-// (window.go).
+// sample, by that sample's key (ordered.go); the runs of the window's copies
+// by their first key (copyruns.go).
 
 import "math"
 

@@ -9,7 +9,6 @@ package policy
 
 import (
 	"encoding/binary"
-	"errors"
 	"math"
 	"slices"
 	"time"
@@ -58,9 +57,7 @@ func (r *orderedRing) saw(key uint64) {
 type ordered struct {
 	s         *Set
 	rs        []orderedRing
-	keyOffset int
-	keyEnd    int // KeyOffset+8, where key reads in line; MaxInt with a Key
-	keyFn     func([]byte) uint64
+	keys      keyReader
 	window    uint64
 	maxDelay  time.Duration
 	markGrain int64 // marks closer in time than this are merged: MaxDelay/32
@@ -80,25 +77,31 @@ type ordered struct {
 	// data_head) only when set: when the merge took a new head snapshot of
 	// a ring, found nothing to release, took up a Flush or delivered a lost
 	// record, not once per record.
-	look    bool
-	tmp     ring.Record
-	scratch []byte
-
-	// A run: the ring whose front next released by rule 1, and the
-	// smallest front key of the other rings then. Until one of those is
-	// delivered, that ring's records up to runBound go next by rule 1, and
-	// run delivers them through the ring's loop with runFn, which passes
-	// them on to fn.
-	runRing  int
-	runBound uint64
-	runF     func(*ring.Record) error // o.runFn, made once
-	fn       func(*ring.Record) error // the read's function during a run
+	look bool
+	tmp  ring.Record
+	run  orderedRun
 }
 
-// errHeld ends a run at a record it may not deliver: runFn returns it, and
-// the ring's loop hands it back with the record parsed. It never leaves
-// this file.
-var errHeld = errors.New("record held")
+// orderedRun is the merge's run (ordered_run.go): the ring whose front
+// next released by rule 1, and the smallest front key of the other rings
+// then. Until one of those is delivered, that ring's records up to bound
+// go next by rule 1, and deliverRun delivers them through the ring's loop
+// with runFn, which passes them on to fn.
+type orderedRun struct {
+	ring  int // -1: no run
+	bound uint64
+	f     func(*ring.Record) error // o.runFn, made once
+	fn    func(*ring.Record) error // the read's function during a run
+}
+
+// keyReader says where a sample's key is: the u64 at offset, or fn's
+// (Order.Key). The merge and the window read keys through it.
+type keyReader struct {
+	offset  int
+	end     int // offset+8, where the merge reads a key in line; MaxInt with fn
+	fn      func([]byte) uint64
+	scratch []byte // a sample that straddles a perf ring's end, made contiguous for fn
+}
 
 // OrderConfig is what the merge takes of an Order: the key's
 // offset or function, MaxDelay and the key window (defaults resolved),
@@ -115,20 +118,19 @@ type OrderConfig struct {
 func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 	o := &ordered{
 		s:         s,
-		keyOffset: cfg.KeyOffset,
-		keyFn:     cfg.Key,
+		keys:      keyReader{offset: cfg.KeyOffset, fn: cfg.Key},
 		maxDelay:  cfg.MaxDelay,
 		window:    cfg.Window,
 		dropLate:  cfg.DropLate,
 		highWater: cfg.HighWater,
 		start:     time.Now(),
-		runRing:   -1,
+		run:       orderedRun{ring: -1},
 		look:      true,
 	}
-	o.runF = o.runFn
-	o.keyEnd = o.keyOffset + 8
-	if o.keyFn != nil {
-		o.keyEnd = math.MaxInt
+	o.run.f = o.runFn
+	o.keys.end = o.keys.offset + 8
+	if o.keys.fn != nil {
+		o.keys.end = math.MaxInt
 	}
 	o.startAt = int64(o.start.Sub(epoch))
 	size := s.Rings[0].Cur().Size()
@@ -154,7 +156,7 @@ func (o *ordered) AddRing(i int) {
 	rb.Begin()
 	o.rs = append(o.rs, orderedRing{cur: rb.Cur(), scanned: rb.Cur().Tail(), dueBefore: rb.Cur().Tail()})
 	o.waiting = append(o.waiting, i)
-	o.runRing = -1 // rule 1 waits for this ring too: no run goes on past it
+	o.run.ring = -1 // rule 1 waits for this ring too: no run goes on past it
 	if rb.Cur().Pending() > 0 {
 		o.mark(i, rb.Cur().Head())
 	}
@@ -172,8 +174,8 @@ func (o *ordered) saw(r *orderedRing, key uint64) {
 // to hold it; Order.check bounds the offset, so the sum cannot overflow), or
 // Order.Key's.
 func (o *ordered) key(rec *ring.Record) uint64 {
-	if o.keyEnd <= len(rec.Data) {
-		return binary.NativeEndian.Uint64(rec.Data[o.keyOffset:]) // (in line: the common case)
+	if o.keys.end <= len(rec.Data) {
+		return binary.NativeEndian.Uint64(rec.Data[o.keys.offset:]) // (in line: the common case)
 	}
 	return o.keyOther(rec)
 }
@@ -181,15 +183,15 @@ func (o *ordered) key(rec *ring.Record) uint64 {
 // keyOther is key for Order.Key's keys, and for a key at KeyOffset that a
 // short sample or the ring's end cuts.
 func (o *ordered) keyOther(rec *ring.Record) uint64 {
-	if o.keyFn != nil {
+	if o.keys.fn != nil {
 		data := rec.Data
 		if len(rec.Wrapped) > 0 {
-			o.scratch = rec.AppendTo(o.scratch[:0])
-			data = o.scratch
+			o.keys.scratch = rec.AppendTo(o.keys.scratch[:0])
+			data = o.keys.scratch
 		}
-		return o.keyFn(data)
+		return o.keys.fn(data)
 	}
-	off := o.keyOffset
+	off := o.keys.offset
 	if off+8 > rec.Len() {
 		return 0
 	}
@@ -219,13 +221,13 @@ func (o *ordered) keyOther(rec *ring.Record) uint64 {
 // ring meanwhile joins at the next look.
 func (o *ordered) Next() (*ring.Record, int) {
 	// A run (see run) goes on here too, record by record (ReadInto): while
-	// the run's ring's next record keys within [o.last, o.runBound], rule 1
+	// the run's ring's next record keys within [o.last, o.run.bound], rule 1
 	// still releases it and the heap's order holds (the root's key grows
 	// within the bound), so it goes without the merge's look and sift.
-	if i := o.runRing; i >= 0 && !o.s.Flushing() {
+	if i := o.run.ring; i >= 0 && !o.s.Flushing() {
 		r := &o.rs[i]
 		if (r.has || o.load(i)) && r.front.Type == ring.Sample && r.key >= o.last {
-			if r.key <= o.runBound {
+			if r.key <= o.run.bound {
 				o.heap[0].key = r.key // (heap[0] is ring i's: only next changes the heap)
 				o.last = r.key
 				r.front.Key, r.front.Late = r.key, false
@@ -245,7 +247,7 @@ func (o *ordered) Next() (*ring.Record, int) {
 // waiting rings if look says so, and applies the release rule.
 func (o *ordered) merge() (*ring.Record, int) {
 	for {
-		o.runRing = -1
+		o.run.ring = -1
 		if o.s.flushReq.Load() {
 			o.look = true // a Flush: what the idle rings hold now goes too
 		}
@@ -277,7 +279,7 @@ func (o *ordered) merge() (*ring.Record, int) {
 		best, key := o.heap[0].ref, o.heap[0].key
 		if len(o.waiting) == 0 {
 			o.pressure = false // rule 1: every other front is at least as large
-			o.runRing, o.runBound = best, o.heap.second()
+			o.run.ring, o.run.bound = best, o.heap.second()
 		} else if !o.releasable(best) {
 			o.look = true
 			return nil, -1
@@ -287,7 +289,7 @@ func (o *ordered) merge() (*ring.Record, int) {
 		if !front.Late {
 			o.last = key
 		} else {
-			o.runRing = -1
+			o.run.ring = -1
 			if o.s.CountLate(best, o.dropLate); o.dropLate {
 				o.Delivered(best)
 				continue
@@ -314,7 +316,7 @@ func (o *ordered) nextRoot(r *orderedRing) (*ring.Record, int) {
 		h.siftDown()
 	}
 	best, key := o.heap[0].ref, o.heap[0].key
-	o.runRing, o.runBound, o.last = best, o.heap.second(), key
+	o.run.ring, o.run.bound, o.last = best, o.heap.second(), key
 	front := &o.rs[best].front
 	front.Key, front.Late = key, false
 	return front, best
@@ -451,90 +453,4 @@ func (o *ordered) Idle() (time.Duration, time.Duration) {
 		}
 	}
 	return timeout, slack
-}
-
-// Each delivers up to 256 records in key order, or runs (see run), before
-// it returns for the read to look at its context.
-func (o *ordered) Each(fn func(*ring.Record) error) (bool, error) {
-	for n := 0; n < 256; n++ {
-		rec, i := o.Next()
-		if i < 0 {
-			return false, nil
-		}
-		err := fn(rec)
-		o.Delivered(i)
-		// A run: its first record loaded here as the ring's front, as next
-		// would load it; most runs end there when the rings' keys
-		// interleave record by record, and the ring's loop would only
-		// parse it to hand it back.
-		if err == nil && o.runRing == i && !o.s.Stop.Load() && o.load(i) && o.inRun(&o.rs[i]) {
-			return true, o.run(i, fn) // at most a run apart (see readPolicy.each)
-		}
-		if err != nil || o.s.Stop.Load() {
-			return true, err
-		}
-	}
-	return true, nil
-}
-
-// inRun reports whether r's front, loaded, is a sample that a run on its
-// ring delivers: its key within [o.last, o.runBound].
-func (o *ordered) inRun(r *orderedRing) bool {
-	return r.front.Type == ring.Sample && r.key >= o.last && r.key <= o.runBound
-}
-
-// run delivers ring i's front, which the run may deliver (inRun), and the
-// ring's next records at once while their keys stay within [o.last,
-// o.runBound], without another look at the other rings: rule 1 holds for
-// them. They go through the ring's loop, up to the ring's next commit; the
-// first record the run may not deliver stays the ring's front.
-func (o *ordered) run(i int, fn func(*ring.Record) error) error {
-	r, rb := &o.rs[i], o.s.Rings[i]
-	o.last = r.key
-	r.front.Key, r.front.Late = r.key, false
-	err := fn(&r.front)
-	o.Delivered(i)
-	if err != nil || o.keyFn != nil || o.s.Stop.Load() {
-		return err // (keys only Key can read: next takes each record)
-	}
-	from := rb.Cur().Pos()
-	o.fn = fn
-	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.Stop, o.runF, nil)
-	o.fn = nil
-	if err == errHeld {
-		k--
-		o.parsedFront(r) // the ring's front now; its bytes are not delivered
-		r.freed += int(r.front.Pos - from)
-		err = nil
-	} else {
-		r.freed += int(rb.Cur().Pos() - from)
-	}
-	if k > 0 {
-		r.saw(o.last) // o.newest: fixRoot
-	}
-	if rb.Cur().IsCorrupt(err) {
-		err = nil // next's load reports and skips it
-	}
-	if r.freed >= o.commitAt {
-		o.CommitPublish(i)
-	}
-	return err
-}
-
-// runFn is the ring loop's function during a run: it passes on a sample
-// whose key lies in [o.last, o.runBound], the key in rec, and holds
-// anything else (errHeld): a lost record, a key out of the run's bounds or
-// straddling the ring's end.
-func (o *ordered) runFn(rec *ring.Record) error {
-	off := uint64(o.keyOffset)
-	if rec.Type != ring.Sample || uint64(len(rec.Data)) < off+8 {
-		return errHeld
-	}
-	key := binary.NativeEndian.Uint64(rec.Data[off:])
-	if key < o.last || key > o.runBound {
-		return errHeld
-	}
-	o.last = key
-	rec.Key, rec.Late = key, false
-	return o.fn(rec)
 }

@@ -3,9 +3,11 @@
 // Package policy holds the delivery policies: which record of which ring
 // goes next. Callback mode drains each ring in turn (callback.go); a
 // Reader drains the fullest ring first (fullest.go) or merges the rings in
-// the order of a key (ordered.go, release.go, heap.go). A policy sees the
-// rings only through internal/ring's contract, and its owner only through
-// a Set, which the owner fills.
+// the order of a key: in place (ordered.go, ordered_run.go, release.go,
+// heap.go), or over ring buffers through a window of copies (window.go,
+// intake.go, copyruns.go, arena.go, hot.go). A policy sees the rings only
+// through internal/ring's contract, and its owner only through a Set,
+// which the owner fills.
 package policy
 
 import (

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -84,7 +85,7 @@ func readWindow(t *testing.T, s *Set, w *window, firstBlock bool) readResult {
 	for step := 0; ; step++ {
 		if idle > 100 {
 			t.Fatalf("spins: %d steps in a row deliver nothing, report nothing and end no flush (delivered %v, errors %v, %d held)",
-				idle, res.keys, res.errs, w.held)
+				idle, res.keys, res.errs, w.copies.held)
 		}
 		if step > 0 || !firstBlock {
 			if rec, i := w.Next(); i >= 0 {
@@ -122,8 +123,8 @@ func TestWindowFlushDeliversHeld(t *testing.T) {
 					want = append(want, key+uint64(i))
 				}
 			}
-			if _, i := w.Next(); i >= 0 || w.held != len(want) {
-				t.Fatalf("first read: ring %d, %d held; want nothing released, %d held", i, w.held, len(want))
+			if _, i := w.Next(); i >= 0 || w.copies.held != len(want) {
+				t.Fatalf("first read: ring %d, %d held; want nothing released, %d held", i, w.copies.held, len(want))
 			}
 			s.RequestFlush() // between the read's Next and its block
 			res := readWindow(t, s, w, true)
@@ -131,7 +132,7 @@ func TestWindowFlushDeliversHeld(t *testing.T) {
 				t.Fatalf("read: %+v; want the flush ended", res)
 			}
 			if len(res.keys) != len(want) {
-				t.Fatalf("the flush ended with %d of %d copies delivered (%v), %d held", len(res.keys), len(want), res.keys, w.held)
+				t.Fatalf("the flush ended with %d of %d copies delivered (%v), %d held", len(res.keys), len(want), res.keys, w.copies.held)
 			}
 			for j := 1; j < len(res.keys); j++ {
 				if res.keys[j] < res.keys[j-1] {
@@ -159,8 +160,8 @@ func TestWindowConsumerMovedByAnother(t *testing.T) {
 					emitKey(t, f, key)
 				}
 				emitKey(t, fakes[1], 13)
-				if _, i := w.Next(); i >= 0 || w.held != 4 {
-					t.Fatalf("first read: ring %d, %d held; want nothing released, 4 held", i, w.held)
+				if _, i := w.Next(); i >= 0 || w.copies.held != 4 {
+					t.Fatalf("first read: ring %d, %d held; want nothing released, 4 held", i, w.copies.held)
 				}
 				switch move {
 				case "back": // another consumer commits less than the reader did
@@ -192,6 +193,46 @@ func TestWindowConsumerMovedByAnother(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The window's copies come out in key order, each once, however their
+// keys fall in the ring: random, nearly rising, or several rising runs
+// interleaved (13 CPUs' records in one ring, round robin).
+func TestWindowCopyRuns(t *testing.T) {
+	for _, shape := range []string{"random", "rising", "interleaved"} {
+		t.Run(shape, func(t *testing.T) {
+			const n = 3000
+			rng := rand.New(rand.NewSource(1))
+			s, fakes := ringBufSet(t, 1, 1<<17)
+			w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62}, Bytes: 1 << 17})
+			for seq := range uint64(n) {
+				var key uint64
+				switch shape {
+				case "random":
+					key = uint64(rng.Intn(500))
+				case "rising":
+					key = seq + uint64(rng.Intn(20)) // a little disorder
+				case "interleaved":
+					key = seq%13*1000 + seq/13
+				}
+				p := keyed(key, 16)
+				binary.NativeEndian.PutUint64(p[8:], seq)
+				fakes[0].Output(t, p)
+			}
+			out := flushAll(t, s, w)
+			if len(out) != n {
+				t.Fatalf("%d delivered of %d", len(out), n)
+			}
+			for j := 1; j < len(out); j++ {
+				if out[j].key < out[j-1].key || out[j].late {
+					t.Fatalf("record %d: key %d after %d", j, out[j].key, out[j-1].key)
+				}
+			}
+			if w.copies.held != 0 || len(w.copies.heap) != 0 || w.arena.used != 0 {
+				t.Fatalf("after the flush: %d held, %d runs in the heap, %d bytes used", w.copies.held, len(w.copies.heap), w.arena.used)
+			}
+		})
 	}
 }
 

@@ -62,6 +62,8 @@ var layers = map[string][]string{
 	// A module of its own that only the tools require: loads the tests'
 	// and benchmarks' BPF objects.
 	"internal/bpfrun": {"internal/cpus"},
+	// The loaders' tests of their probe, shared by both modules' tests.
+	"internal/probetest": {"buflayout"},
 }
 
 // tools are the trees above the library, and this check's own.

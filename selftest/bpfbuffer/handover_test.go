@@ -3,14 +3,10 @@
 package bpfbuffer
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"github.com/perfbuf/perfbuf/selftest/internal/child"
 	"github.com/perfbuf/perfbuf/selftest/internal/pins"
 	"golang.org/x/sys/unix"
 )
@@ -84,7 +81,7 @@ func TestHandover(t *testing.T) {
 
 	// A new process opens a reader and gives up: the old one reads on.
 	tried := startChild(t, dir)
-	tried.do(t, "close")
+	tried.MustDo(t, "close")
 	produce()
 	consume()
 	if want := 2 * perCPU * n; oldGot != want {
@@ -95,7 +92,7 @@ func TestHandover(t *testing.T) {
 	// old one closes, outputs go on landing, the new one reads them all.
 	upgraded := startChild(t, dir)
 	produce()
-	if got := upgraded.count(t, "consume"); got != 0 {
+	if got := upgraded.Count(t, "consume"); got != 0 {
 		t.Errorf("the new reader received %d while the old one was open, want 0", got)
 	}
 	if err := old.Close(); err != nil {
@@ -108,13 +105,13 @@ func TestHandover(t *testing.T) {
 	produce()
 	// A read that waits: the new reader takes the ring over within the
 	// takeover's poll, and a Consume before that delivers nothing.
-	newGot := upgraded.count(t, fmt.Sprintf("read %d", 2*perCPU*n))
+	newGot := upgraded.Count(t, fmt.Sprintf("read %d", 2*perCPU*n))
 	produce()
-	newGot += upgraded.count(t, "consume")
+	newGot += upgraded.Count(t, "consume")
 	if want := 3 * perCPU * n; newGot != want {
 		t.Errorf("the new reader received %d, want %d (%d left by the old one and %d output since)", newGot, want, perCPU*n, 2*perCPU*n)
 	}
-	closed := upgraded.do(t, "close")
+	closed := upgraded.MustDo(t, "close")
 
 	// The last reader is gone: outputs fail in the program.
 	produce()
@@ -167,10 +164,9 @@ func TestReaderKilled(t *testing.T) {
 
 	killed := startChild(t, dir)
 	produce() // into the ring, for the next reader
-	if err := killed.cmd.Process.Kill(); err != nil {
+	if err := killed.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	killed.cmd.Wait()
 
 	r, err := perfbuf.NewReader(f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: f.failures}})
 	if err != nil {
@@ -214,77 +210,16 @@ func TestReaderKilled(t *testing.T) {
 	}
 }
 
-// child is a reader in another process: this test binary running
-// TestHandoverChild, driven by a command a line on its stdin, answering a
-// line on its stdout.
-type child struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-// startChild starts a child over the maps pinned in dir and waits until
+// startChild starts a reader in another process (this test binary
+// running TestHandoverChild) over the maps pinned in dir, and waits until
 // its reader is open.
-func startChild(t *testing.T, dir string) *child {
+func startChild(t *testing.T, dir string) *child.Process {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHandoverChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), handoverDir+"="+dir)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
-	t.Cleanup(func() {
-		in.Close()
-		cmd.Wait()
-	})
-	if got := c.answer(t); got != "open" {
+	c := child.MustStart(t, child.Spec{Name: "child", Test: "TestHandoverChild", Env: []string{handoverDir + "=" + dir}, Prefix: "handover"})
+	if got := c.MustAnswer(t); got != "open" {
 		t.Fatalf("child: %q, want open", got)
 	}
 	return c
-}
-
-// do sends cmd and returns the answer.
-func (c *child) do(t *testing.T, cmd string) string {
-	t.Helper()
-	if _, err := fmt.Fprintln(c.in, cmd); err != nil {
-		t.Fatal(err)
-	}
-	return c.answer(t)
-}
-
-// count sends cmd and returns the number it answers.
-func (c *child) count(t *testing.T, cmd string) uint64 {
-	t.Helper()
-	var n uint64
-	if ans := c.do(t, cmd); func() error { _, err := fmt.Sscan(ans, &n); return err }() != nil {
-		t.Fatalf("child: %q after %s, want a count", ans, cmd)
-	}
-	return n
-}
-
-// answer returns the child's next answer line, passing over what the test
-// framework prints.
-func (c *child) answer(t *testing.T) string {
-	t.Helper()
-	for c.out.Scan() {
-		if ans, ok := strings.CutPrefix(c.out.Text(), "handover: "); ok {
-			if msg, failed := strings.CutPrefix(ans, "error: "); failed {
-				t.Fatalf("child: %s", msg)
-			}
-			return ans
-		}
-	}
-	t.Fatalf("child ended: %v", c.out.Err())
-	return ""
 }
 
 // TestHandoverChild is the child of TestHandover: a reader of the maps
@@ -299,11 +234,8 @@ func TestHandoverChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child of TestHandover")
 	}
-	answer := func(format string, args ...any) { fmt.Printf("handover: "+format+"\n", args...) }
-	fail := func(err error) {
-		answer("error: %v", err)
-		t.Fatal(err)
-	}
+	s := child.Serve(t, "handover")
+	answer, fail := s.Answer, s.Fail
 	events, err := ebpf.LoadPinnedMap(filepath.Join(dir, "events"), nil)
 	if err != nil {
 		fail(err)
@@ -320,9 +252,8 @@ func TestHandoverChild(t *testing.T) {
 	}
 	defer r.Close()
 	answer("open")
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		switch in.Text() {
+	s.Commands(func(cmd string) bool {
+		switch cmd {
 		case "consume":
 			var got uint64
 			if _, err := r.Consume(func(rec *perfbuf.Record) error {
@@ -343,11 +274,11 @@ func TestHandoverChild(t *testing.T) {
 				samples, left = samples+st.Samples, left+st.Left
 			}
 			answer("samples %d left %d", samples, left)
-			return
+			return true
 		default:
 			var want int
-			if _, err := fmt.Sscanf(in.Text(), "read %d", &want); err != nil {
-				fail(fmt.Errorf("unknown command %q", in.Text()))
+			if _, err := fmt.Sscanf(cmd, "read %d", &want); err != nil {
+				fail(fmt.Errorf("unknown command %q", cmd))
 			}
 			r.SetDeadline(time.Now().Add(10 * time.Second))
 			got, s := 0, make([]perfbuf.Sample, want)
@@ -360,8 +291,8 @@ func TestHandoverChild(t *testing.T) {
 			}
 			answer("%d", got)
 		}
-	}
-	fail(errors.New("stdin closed"))
+		return false
+	})
 }
 
 // The readers' locks (presence.go) are perfbuf's own: a program that holds

@@ -3,7 +3,6 @@
 package crossproc
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/selftest/internal/child"
 )
 
 // childEnv, set in a child's environment, says what TestChild reads:
@@ -47,11 +47,8 @@ func TestChild(t *testing.T) {
 	if env == "" {
 		t.Skip("a child of the tests of this package")
 	}
-	answer := func(format string, args ...any) { fmt.Printf("crossproc: "+format+"\n", args...) }
-	fail := func(err error) {
-		answer("error: %v", err)
-		t.Fatal(err)
-	}
+	srv := child.Serve(t, "crossproc")
+	answer, fail := srv.Answer, srv.Fail
 	args := strings.Split(env, ",")
 	if len(args) != 5 {
 		fail(fmt.Errorf("%s=%q: want dir,kind,ringBytes,log,mode", childEnv, env))
@@ -121,9 +118,8 @@ func TestChild(t *testing.T) {
 	defer rd.close()
 	answer("open")
 
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		switch in.Text() {
+	srv.Commands(func(cmd string) bool {
+		switch cmd {
 		case "read":
 			rd.read()
 			answer("reading")
@@ -142,12 +138,12 @@ func TestChild(t *testing.T) {
 				fail(err)
 			}
 			answer("closed %s", js)
-			return
+			return true
 		default:
-			fail(fmt.Errorf("unknown command %q", in.Text()))
+			fail(fmt.Errorf("unknown command %q", cmd))
 		}
-	}
-	fail(errors.New("stdin closed"))
+		return false
+	})
 }
 
 // reader is a child's reader, in one mode.

@@ -19,15 +19,12 @@
 package crossproc
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -42,6 +39,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/selftest/internal/child"
 	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
 	"github.com/perfbuf/perfbuf/selftest/internal/pins"
 	"golang.org/x/sys/unix"
@@ -211,7 +209,7 @@ func (f *fixture) wait(t *testing.T, n uint64) {
 // until returns once c logged n samples. It fails the test if c logs
 // none while the first CPU's producer makes ten phases' runs (a reader
 // that stopped), which bounds nothing but the wait for one that stalled.
-func (f *fixture) until(t *testing.T, c *child, n int) {
+func (f *fixture) until(t *testing.T, c *agent, n int) {
 	t.Helper()
 	// A reader within its latency budget delivers nothing for up to the
 	// budget after a wakeup, while the producers may run thousands of
@@ -224,18 +222,14 @@ func (f *fixture) until(t *testing.T, c *child, n int) {
 			last, since, sinceT = now, f.runs[0].Load(), time.Now()
 		} else if idle := f.runs[0].Load() - since; idle > 10*phase() && time.Since(sinceT) > 5*time.Second {
 			t.Fatalf("%s logged %d samples, and none more while the producer of cpu %d ran the program %d times; want %d",
-				c.name, now, f.cpus[0], idle, n)
+				c.Name, now, f.cpus[0], idle, n)
 		}
 	}
 }
 
-// child is a reader in a child process (TestChild), driven by a command a
-// line on its stdin, answering a line on its stdout.
-type child struct {
-	name   string
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *bufio.Scanner
+// agent is a reader in a child process (TestChild).
+type agent struct {
+	*child.Process
 	log    string
 	killed bool
 	stats  []perfbuf.Stats // at its Close
@@ -244,41 +238,32 @@ type child struct {
 // open starts a child reading f's pinned maps and waits until its Reader
 // is open. It returns an error rather than failing, so that it can run
 // beside another child's command.
-func (f *fixture) open(t *testing.T, name string) (*child, error) {
+func (f *fixture) open(t *testing.T, name string) (*agent, error) {
 	t.Helper()
 	kind := "ringbuf"
 	if f.kind == ciliumbuffer.PerfEventArray {
 		kind = "perf"
 	}
 	log := filepath.Join(t.TempDir(), name+".log")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{f.dir, kind, strconv.Itoa(f.ringBytes), log, f.mode}, ","))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	c := &child{name: name, cmd: cmd, in: in, out: bufio.NewScanner(out), log: log}
-	t.Cleanup(func() {
-		in.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
+	p, err := child.Start(t, child.Spec{
+		Name:          name,
+		Test:          "TestChild",
+		Env:           []string{childEnv + "=" + strings.Join([]string{f.dir, kind, strconv.Itoa(f.ringBytes), log, f.mode}, ",")},
+		Prefix:        "crossproc",
+		KillAtCleanup: true,
 	})
-	if ans, err := c.answer(); err != nil || ans != "open" {
+	if err != nil {
+		return nil, err
+	}
+	c := &agent{Process: p, log: log}
+	if ans, err := c.Answer(); err != nil || ans != "open" {
 		return nil, fmt.Errorf("%s: %q, %v; want open", name, ans, err)
 	}
 	return c, nil
 }
 
 // mustOpen is open, failing the test on an error.
-func (f *fixture) mustOpen(t *testing.T, name string) *child {
+func (f *fixture) mustOpen(t *testing.T, name string) *agent {
 	t.Helper()
 	c, err := f.open(t, name)
 	if err != nil {
@@ -287,40 +272,32 @@ func (f *fixture) mustOpen(t *testing.T, name string) *child {
 	return c
 }
 
-// do sends cmd and returns the answer.
-func (c *child) do(cmd string) (string, error) {
-	if _, err := fmt.Fprintln(c.in, cmd); err != nil {
-		return "", fmt.Errorf("%s: %s: %w", c.name, cmd, err)
-	}
-	return c.answer()
-}
-
 // mustDo sends cmd and fails the test unless the answer is want.
-func (c *child) mustDo(t *testing.T, cmd, want string) {
+func (c *agent) mustDo(t *testing.T, cmd, want string) {
 	t.Helper()
-	if ans, err := c.do(cmd); err != nil || ans != want {
-		t.Fatalf("%s: %s: %q, %v; want %q", c.name, cmd, ans, err, want)
+	if ans, err := c.Do(cmd); err != nil || ans != want {
+		t.Fatalf("%s: %s: %q, %v; want %q", c.Name, cmd, ans, err, want)
 	}
 }
 
 // close closes the child's Reader and keeps its Stats.
-func (c *child) close() error {
-	ans, err := c.do("close")
+func (c *agent) close() error {
+	ans, err := c.Do("close")
 	if err != nil {
 		return err
 	}
 	js, ok := strings.CutPrefix(ans, "closed ")
 	if !ok {
-		return fmt.Errorf("%s: close: %q", c.name, ans)
+		return fmt.Errorf("%s: close: %q", c.Name, ans)
 	}
 	if err := json.Unmarshal([]byte(js), &c.stats); err != nil {
-		return fmt.Errorf("%s: close: %w", c.name, err)
+		return fmt.Errorf("%s: close: %w", c.Name, err)
 	}
-	return c.cmd.Wait()
+	return c.Cmd.Wait()
 }
 
 // mustClose is close, failing the test on an error.
-func (c *child) mustClose(t *testing.T) {
+func (c *agent) mustClose(t *testing.T) {
 	t.Helper()
 	if err := c.close(); err != nil {
 		t.Fatal(err)
@@ -328,36 +305,21 @@ func (c *child) mustClose(t *testing.T) {
 }
 
 // kill kills the child with SIGKILL and waits for its end.
-func (c *child) kill(t *testing.T) {
+func (c *agent) kill(t *testing.T) {
 	t.Helper()
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := c.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	c.cmd.Wait()
 	c.killed = true
 }
 
 // logged returns how many samples the child has logged so far.
-func (c *child) logged() int {
+func (c *agent) logged() int {
 	st, err := os.Stat(c.log)
 	if err != nil {
 		return 0
 	}
 	return int(st.Size() / logEntry)
-}
-
-// answer returns the child's next answer line, passing over what the test
-// framework prints.
-func (c *child) answer() (string, error) {
-	for c.out.Scan() {
-		if ans, ok := strings.CutPrefix(c.out.Text(), "crossproc: "); ok {
-			if msg, failed := strings.CutPrefix(ans, "error: "); failed {
-				return "", fmt.Errorf("%s: %s", c.name, msg)
-			}
-			return ans, nil
-		}
-	}
-	return "", fmt.Errorf("%s ended: %v", c.name, c.out.Err())
 }
 
 // entry is a logged sample.
@@ -367,14 +329,14 @@ type entry struct {
 }
 
 // entries reads the child's log.
-func (c *child) entries(t *testing.T) []entry {
+func (c *agent) entries(t *testing.T) []entry {
 	t.Helper()
 	b, err := os.ReadFile(c.log)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
 	if len(b)%logEntry != 0 {
-		t.Fatalf("%s: log of %d bytes, not whole entries", c.name, len(b))
+		t.Fatalf("%s: log of %d bytes, not whole entries", c.Name, len(b))
 	}
 	out := make([]entry, 0, len(b)/logEntry)
 	for ; len(b) > 0; b = b[logEntry:] {
@@ -398,7 +360,7 @@ func phase() uint64 {
 // the last one drained before its Close with the producers stopped.
 type scenario struct {
 	name string
-	run  func(t *testing.T, f *fixture) []*child
+	run  func(t *testing.T, f *fixture) []*agent
 	// gapless: a reader is open from the first output to the last
 	// Close, so that no output may fail for want of one (noent).
 	gapless bool
@@ -408,7 +370,7 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
-	{"NewThenOldCloses", func(t *testing.T, f *fixture) []*child {
+	{"NewThenOldCloses", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
 		old.mustDo(t, "read", "reading")
@@ -421,7 +383,7 @@ var scenarios = []scenario{
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
 	}, true, false},
-	{"NewWaitsForOld", func(t *testing.T, f *fixture) []*child {
+	{"NewWaitsForOld", func(t *testing.T, f *fixture) []*agent {
 		// A ring buffer's new reader, blocked in its read from before
 		// the old one's Close, delivers nothing until that Close
 		// returned, then everything after what the old one delivered
@@ -443,7 +405,7 @@ var scenarios = []scenario{
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
 	}, true, true},
-	{"OldKilledNewWaiting", func(t *testing.T, f *fixture) []*child {
+	{"OldKilledNewWaiting", func(t *testing.T, f *fixture) []*agent {
 		// The old reader dies while the new one waits in its read: the
 		// new one takes over at the old one's last commit.
 		old := f.mustOpen(t, "old")
@@ -460,7 +422,7 @@ var scenarios = []scenario{
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
 	}, true, true},
-	{"OldClosesThenNew", func(t *testing.T, f *fixture) []*child {
+	{"OldClosesThenNew", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
 		old.mustDo(t, "read", "reading")
@@ -472,7 +434,7 @@ var scenarios = []scenario{
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
 	}, false, false},
-	{"OldKilled", func(t *testing.T, f *fixture) []*child {
+	{"OldKilled", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
 		old.mustDo(t, "read", "reading")
@@ -488,7 +450,7 @@ var scenarios = []scenario{
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
 	}, false, false},
-	{"NewKilled", func(t *testing.T, f *fixture) []*child {
+	{"NewKilled", func(t *testing.T, f *fixture) []*agent {
 		// The new agent dies during the upgrade; a third one takes
 		// over once the old one closed. A ring buffer's new reader dies
 		// waiting in its read (two readers do not read it at once); a
@@ -517,13 +479,13 @@ var scenarios = []scenario{
 		f.wait(t, phase())
 		return f.finish(t, old, neu, third)
 	}, false, false},
-	{"CloseRacesOpen", func(t *testing.T, f *fixture) []*child {
+	{"CloseRacesOpen", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
 		old.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		var (
-			neu     *child
+			neu     *agent
 			openErr error
 			opened  = make(chan struct{})
 		)
@@ -545,7 +507,7 @@ var scenarios = []scenario{
 
 // finish stops the producers, drains the last reader and closes it, then
 // runs the program again on every CPU: every output fails (noent).
-func (f *fixture) finish(t *testing.T, readers ...*child) []*child {
+func (f *fixture) finish(t *testing.T, readers ...*agent) []*agent {
 	t.Helper()
 	f.stopProducers()
 	last := readers[len(readers)-1]

@@ -35,7 +35,7 @@ const (
 // twice, and what a killed reader's rings held is lost with them (at most
 // a ring of samples a CPU). Each reader delivers a CPU's samples in
 // increasing seq.
-func (f *fixture) check(t *testing.T, readers []*child) {
+func (f *fixture) check(t *testing.T, readers []*agent) {
 	t.Helper()
 	perf := f.kind == ciliumbuffer.PerfEventArray
 	out := f.outcomes(t)
@@ -54,7 +54,7 @@ func (f *fixture) check(t *testing.T, readers []*child) {
 		last := map[int]uint64{}
 		for _, e := range logs[i] {
 			if prev, ok := last[e.cpu]; ok && e.seq <= prev {
-				t.Errorf("%s delivered cpu %d's seq %d after %d", r.name, e.cpu, e.seq, prev)
+				t.Errorf("%s delivered cpu %d's seq %d after %d", r.Name, e.cpu, e.seq, prev)
 			}
 			last[e.cpu] = e.seq
 		}
@@ -65,11 +65,11 @@ func (f *fixture) check(t *testing.T, readers []*child) {
 		for _, st := range r.stats {
 			samples += st.Samples
 			if st.Corrupt != 0 || st.Found != 0 && perf {
-				t.Errorf("%s: Stats %+v: corrupt or found records", r.name, st)
+				t.Errorf("%s: Stats %+v: corrupt or found records", r.Name, st)
 			}
 		}
 		if samples != uint64(len(logs[i])) {
-			t.Errorf("%s: Stats say %d samples delivered, its log %d", r.name, samples, len(logs[i]))
+			t.Errorf("%s: Stats say %d samples delivered, its log %d", r.Name, samples, len(logs[i]))
 		}
 	}
 
@@ -89,7 +89,7 @@ func (f *fixture) check(t *testing.T, readers []*child) {
 		for i, l := range logs {
 			for _, e := range l {
 				if m, ok := upTo[e.cpu]; ok && e.seq <= m && by[e][0] == i {
-					t.Errorf("%s delivered cpu %d's seq %d, after a reader before it delivered seq %d", readers[i].name, e.cpu, e.seq, m)
+					t.Errorf("%s delivered cpu %d's seq %d, after a reader before it delivered seq %d", readers[i].Name, e.cpu, e.seq, m)
 					break
 				}
 			}
@@ -114,7 +114,7 @@ func (f *fixture) check(t *testing.T, readers []*child) {
 	for i, n := range twice {
 		tail, head := logs[i][len(logs[i])-n:], logs[i+1][:min(n, len(logs[i+1]))]
 		if !slices.Equal(tail, head) {
-			t.Errorf("%s's last %d samples are not %s's first ones", readers[i].name, n, readers[i+1].name)
+			t.Errorf("%s's last %d samples are not %s's first ones", readers[i].Name, n, readers[i+1].Name)
 		}
 		// What a reader delivered since its last commit: a Reader
 		// commits at the end of a turn, at most a quarter of the ring
@@ -125,7 +125,7 @@ func (f *fixture) check(t *testing.T, readers []*child) {
 			limit = f.ringSize
 		}
 		if n*ringRecord > limit {
-			t.Errorf("%s: %d samples (%d bytes) delivered again, past its last commit at most %d bytes (%s mode)", readers[i].name, n, n*ringRecord, limit, f.mode)
+			t.Errorf("%s: %d samples (%d bytes) delivered again, past its last commit at most %d bytes (%s mode)", readers[i].Name, n, n*ringRecord, limit, f.mode)
 		}
 	}
 
@@ -172,7 +172,7 @@ func (f *fixture) check(t *testing.T, readers []*child) {
 		}
 		var who []string
 		for i, r := range readers {
-			who = append(who, fmt.Sprintf("%s %d", r.name, per[i]))
+			who = append(who, fmt.Sprintf("%s %d", r.Name, per[i]))
 		}
 		if !perf {
 			// The ring is shared: with nothing left, each CPU's
@@ -230,18 +230,18 @@ func (f *fixture) check(t *testing.T, readers []*child) {
 }
 
 // statsLine says what each clean reader's Stats said at Close.
-func statsLine(readers []*child) string {
+func statsLine(readers []*agent) string {
 	var s []string
 	for _, r := range readers {
 		if r.killed {
-			s = append(s, r.name+" killed")
+			s = append(s, r.Name+" killed")
 			continue
 		}
 		var samples, found, left uint64
 		for _, st := range r.stats {
 			samples, found, left = samples+st.Samples, found+st.Found, left+st.Left
 		}
-		s = append(s, fmt.Sprintf("%s samples %d found %d left %d", r.name, samples, found, left))
+		s = append(s, fmt.Sprintf("%s samples %d found %d left %d", r.Name, samples, found, left))
 	}
 	return strings.Join(s, "; ")
 }

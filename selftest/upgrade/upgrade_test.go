@@ -17,10 +17,8 @@
 package upgrade
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +32,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/selftest/internal/child"
 	"github.com/perfbuf/perfbuf/selftest/internal/pins"
 	"golang.org/x/sys/unix"
 )
@@ -185,10 +184,10 @@ func (f *fixture) upgrade(t *testing.T, old, neu spec, wantOld, wantNew bool) (g
 		t.Fatalf("DeletesSlot: old %v, new %v; want %v, %v", o.deletesSlot, n.deletesSlot, wantOld, wantNew)
 	}
 	failed = f.emit(t, perCPU)
-	o.do(t, "close")
+	o.MustDo(t, "close")
 	failed += f.emit(t, perCPU)
-	got = n.count(t, "flush")
-	n.do(t, "close")
+	got = n.Count(t, "flush")
+	n.MustDo(t, "close")
 	t.Logf("old %+v, new %+v: the new reader delivered %d of %d, %d failed", old, neu, got, 2*perCPU*len(f.cpus), failed)
 	return got, failed
 }
@@ -296,7 +295,7 @@ func TestPreserveElems(t *testing.T) {
 				if failed := f.emit(t, perCPU); failed != 0 {
 					t.Fatalf("%d outputs failed with the reader open", failed)
 				}
-				c.do(t, "close")
+				c.MustDo(t, "close")
 				if left := f.filled(t); len(left) != 0 {
 					t.Errorf("slots of cpus %v still filled after Close", left)
 				}
@@ -305,48 +304,32 @@ func TestPreserveElems(t *testing.T) {
 	}
 }
 
-// child is a reader in another process: this test binary running
-// TestUpgradeChild, driven by a command a line on its stdin, answering a
-// line on its stdout.
-type child struct {
-	in          io.WriteCloser
-	out         *bufio.Scanner
+// reader is a reader in another process: this test binary running
+// TestUpgradeChild.
+type reader struct {
+	*child.Process
 	deletesSlot bool // what its Stats said when it opened
 }
 
 // start starts a child reading f's pinned map as s says, and waits until
 // its reader is open.
-func (f *fixture) start(t *testing.T, s spec) *child {
+func (f *fixture) start(t *testing.T, s spec) *reader {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestUpgradeChild$", "-test.count=1")
 	admin := "admin"
 	if s.noAdmin {
 		admin = "noadmin"
 	}
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{f.dir, s.mode, s.opener, s.source, admin}, ","))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	cs := child.Spec{
+		Name:   "child",
+		Test:   "TestUpgradeChild",
+		Env:    []string{childEnv + "=" + strings.Join([]string{f.dir, s.mode, s.opener, s.source, admin}, ",")},
+		Prefix: "upgrade",
 	}
 	if s.noAdmin {
-		err = startWithout(cmd, capSysAdmin)
-	} else {
-		err = cmd.Start()
+		cs.Start = func(cmd *exec.Cmd) error { return startWithout(cmd, capSysAdmin) }
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &child{in: in, out: bufio.NewScanner(out)}
-	t.Cleanup(func() {
-		in.Close()
-		cmd.Wait()
-	})
-	ans := c.answer(t)
+	c := &reader{Process: child.MustStart(t, cs)}
+	ans := c.MustAnswer(t)
 	slot, ok := strings.CutPrefix(ans, "open deletes-slot=")
 	if !ok {
 		t.Fatalf("child: %q, want open", ans)
@@ -372,42 +355,6 @@ func startWithout(cmd *exec.Cmd, cap uintptr) error {
 	return <-done
 }
 
-// do sends cmd and returns the answer.
-func (c *child) do(t *testing.T, cmd string) string {
-	t.Helper()
-	if _, err := fmt.Fprintln(c.in, cmd); err != nil {
-		t.Fatal(err)
-	}
-	return c.answer(t)
-}
-
-// count sends cmd and returns the number it answers.
-func (c *child) count(t *testing.T, cmd string) uint64 {
-	t.Helper()
-	ans := c.do(t, cmd)
-	n, err := strconv.ParseUint(ans, 10, 64)
-	if err != nil {
-		t.Fatalf("child: %q after %s, want a count", ans, cmd)
-	}
-	return n
-}
-
-// answer returns the child's next answer line, passing over what the test
-// framework prints.
-func (c *child) answer(t *testing.T) string {
-	t.Helper()
-	for c.out.Scan() {
-		if ans, ok := strings.CutPrefix(c.out.Text(), "upgrade: "); ok {
-			if msg, failed := strings.CutPrefix(ans, "error: "); failed {
-				t.Fatalf("child: %s", msg)
-			}
-			return ans
-		}
-	}
-	t.Fatalf("child ended: %v", c.out.Err())
-	return ""
-}
-
 // pinned is a Map that names its pin, as libbpfgo's *BPFMap does.
 type pinned struct {
 	fd   int
@@ -427,11 +374,8 @@ func TestUpgradeChild(t *testing.T) {
 	if env == "" {
 		t.Skip("the child of TestUpgrade")
 	}
-	answer := func(format string, args ...any) { fmt.Printf("upgrade: "+format+"\n", args...) }
-	fail := func(err error) {
-		answer("error: %v", err)
-		t.Fatal(err)
-	}
+	srv := child.Serve(t, "upgrade")
+	answer, fail := srv.Answer, srv.Fail
 	args := strings.Split(env, ",")
 	if len(args) != 5 {
 		fail(fmt.Errorf("%s=%q: want dir,mode,opener,source,admin", childEnv, env))
@@ -506,9 +450,8 @@ func TestUpgradeChild(t *testing.T) {
 		}
 	}
 	answer("open deletes-slot=%v", st[0].DeletesSlot)
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		switch in.Text() {
+	srv.Commands(func(cmd string) bool {
+		switch cmd {
 		case "flush":
 			if r == nil {
 				fail(fmt.Errorf("flush: a %s is no Reader", mode))
@@ -532,12 +475,12 @@ func TestUpgradeChild(t *testing.T) {
 				fail(err)
 			}
 			answer("closed")
-			return
+			return true
 		default:
-			fail(fmt.Errorf("unknown command %q", in.Text()))
+			fail(fmt.Errorf("unknown command %q", cmd))
 		}
-	}
-	fail(errors.New("stdin closed"))
+		return false
+	})
 }
 
 // hasCap reports whether this process has the capability cap in its

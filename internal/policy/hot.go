@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package policy
+
+// The window's hot ring: a ring buffer the reader fell behind, read in
+// place and merged with the window's copies.
+
+import (
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+)
+
+// hotRing is the ring the reader fell behind, read in place rather than
+// copied: an intake found it more than an eighth full while the reader
+// was delivering (not after a wait: intake.waited; a wait that returned
+// at once because the rings had moved is none), or more than three
+// quarters full after a wait, or its producers wrote a chunk while an
+// intake copied one. The producers outpace the reader there, and copying
+// costs several times more a record than reading in place
+// (docs/performance.md, "The hot ring"); a smaller burst that came while
+// the reader waited is copied and ordered, and so is a larger one if it
+// is over by the time the reader copies it ("A flood after a wait").
+//
+// Its records are delivered from the ring at once, merged with the
+// window's smallest copy, the smaller key first (rule 4: what comes later
+// with a smaller key is Late), until a look finds it empty or its next
+// record busy, hold or more after a look last found it more than an
+// eighth full (at). Only the record being delivered is held in place, so
+// the kernel's wakeups are not silenced: the reader is busy, and every
+// intake commits the ring.
+type hotRing struct {
+	ring int           // the ring's index; -1: none is hot
+	at   int64         // the last look that found it behind (window.now)
+	hold time.Duration // hotHold
+	rec  ring.Record   // its next record, parsed and not delivered, if have
+	key  uint64        // rec's key
+	have bool
+	out  bool // the record out is rec
+	// Each's loop over the ring (eachHot): the ring's own loop calls
+	// eachF (w.hotRec, made once), which calls fn.
+	loop  ring.Record
+	eachF func(*ring.Record) error
+	fn    func(*ring.Record) error
+}
+
+// hotHold is how long a ring stays hot at least after a look found it
+// more than an eighth full: it bounds how often a flood's ring goes back
+// to copying, each return taking in a millisecond or more of records and
+// delivering them cold while the ring fills again (docs/performance.md,
+// "The hot ring", for the losses measured with and without it).
+const hotHold = 10 * time.Millisecond
+
+// holdHot reports whether the hot ring stays hot with nothing to read now:
+// a look found it more than an eighth full less than hotHold ago.
+func (w *window) holdHot() bool { return w.now()-w.hot.at < int64(w.hot.hold) }
+
+// pullHot parses the hot ring's next record into hot.rec, or reports false:
+// when a look finds the ring empty or its next record busy, the ring stays
+// hot within hotHold and is cooled after; a corruption cools it at once
+// (skipped, for the read to report).
+func (w *window) pullHot() bool {
+	i := w.hot.ring
+	rb := w.s.Rings[i]
+	for tries := 0; ; tries++ {
+		var ok bool
+		var err error
+		if r, is := rb.(*ring.RingBuf); is {
+			ok, err = r.Next(&w.hot.rec) // (a direct call: the window reads ring buffers)
+		} else {
+			ok, err = rb.Next(&w.hot.rec)
+		}
+		switch {
+		case ok:
+			w.hot.key, w.hot.have = w.keyOf(w.hot.rec.Data), true // (a ring buffer's record is one piece)
+			w.saw(i, w.hot.key)
+			return true
+		case err == nil && tries == 0:
+			rb.Refresh()
+			if rb.Cur().Pending() > 0 {
+				continue
+			}
+		}
+		if err == nil && w.holdHot() {
+			w.CommitPublish(i) // empty, or its next record busy: hot still
+			return false
+		}
+		w.leaveHot(err)
+		return false
+	}
+}
+
+// coolDown ends the hot ring's turn: its record parsed and not delivered,
+// if any, is copied into the window.
+func (w *window) coolDown() {
+	i := w.hot.ring
+	w.hot.ring = -1
+	if w.hot.have {
+		w.hot.have = false
+		w.take.ring, w.take.at = i, w.now()
+		w.stage(&w.hot.rec) // (errWindowFull: the copy is in, which may pass the bound by one)
+		w.hot.rec = ring.Record{}
+	}
+}
+
+// leaveHot ends the hot ring's turn from a look at it (pullHot, eachHot):
+// a corruption it met, if err is one, is skipped for the read to report;
+// its record parsed, if any, is copied in (coolDown); the ring is
+// committed, and what comes next is copied in at the next intake.
+func (w *window) leaveHot(err error) {
+	i := w.hot.ring
+	if err != nil {
+		w.s.SkipCorrupt(i, err)
+	}
+	w.coolDown()
+	w.CommitPublish(i)
+	w.take.look = true
+}
+
+// NextCopy is Next's common case under a flood for a copying read, in one
+// call: the hot ring's next record copied straight into c
+// (ring.RingBuf.NextCopy) and delivered, when the window holds no copy, no
+// intake or flush is due, and the ring's next record is a committed
+// sample. A late key goes as Next would send it: marked Late and counted,
+// or dropped (DropLate), and then NextCopy reports false. False: Next's
+// way, which looks again.
+func (w *window) NextCopy(c *ring.Copy) bool {
+	i := w.hot.ring
+	if i < 0 || w.copies.held != 0 || w.hot.have || w.take.look || w.take.drain || w.take.since >= w.take.every || w.keys.fn != nil || w.s.Flushing() {
+		return false
+	}
+	w.commitHot(i) // (the record copied last was delivered)
+	rb, ok := w.s.Rings[i].(*ring.RingBuf)
+	if !ok {
+		return false
+	}
+	n := rb.NextCopy(c)
+	if n == 0 {
+		return false // (empty, busy or corrupt: Next looks again)
+	}
+	w.take.since += int(n)
+	key := w.keyAt(c.Data) // (no Key: NextCopy's condition)
+	w.saw(i, key)
+	late, drop := w.order(i, key)
+	c.Key, c.Late = key, late
+	return !drop
+}
+
+// fromHot returns the hot ring's record parsed, to be delivered in place,
+// or nil when it is late and DropLate dropped it.
+func (w *window) fromHot() *ring.Record {
+	late, drop := w.order(w.hot.ring, w.hot.key)
+	if drop {
+		w.hot.out = true
+		w.Delivered(w.hot.ring)
+		return nil
+	}
+	w.hot.rec.Key, w.hot.rec.Late, w.hot.out = w.hot.key, late, true
+	return &w.hot.rec
+}
+
+// eachHot runs the hot ring's records through the ring's loop, in place,
+// up to the next intake (intake.every): the fullest-first Reader's loop, with
+// a key and a comparison a record (hotRec). The window holds no copy, so
+// each record is the smallest there is. It reports false when the ring's
+// snapshot had no record: its end, a busy record and the intake are Next's
+// to look at.
+func (w *window) eachHot(fn func(*ring.Record) error) (ran bool, err error) {
+	i := w.hot.ring
+	rb := w.s.Rings[i]
+	w.hot.fn = fn
+	n, used, err := rb.Each(&w.hot.loop, uint64(min(w.take.every, w.take.hotDue)-w.take.since), &w.s.Stop, w.hot.eachF, nil)
+	w.hot.fn, w.hot.loop = nil, ring.Record{}
+	w.take.since += int(used)
+	w.commitHot(i)
+	if _, ok := err.(*ring.CorruptError); ok && rb.Cur().IsCorrupt(err) {
+		w.leaveHot(err)
+		return true, nil
+	}
+	return n > 0 || err != nil, err
+}
+
+// commitHot commits hot ring i up to its records delivered, once a chunk
+// was delivered since the last commit.
+func (w *window) commitHot(i int) {
+	if w.take.since >= w.take.hotDue {
+		w.CommitPublish(i)
+		w.take.hotDue = w.take.since + w.take.chunk
+	}
+}
+
+// hotRec is eachHot's function for each record of the hot ring: its key,
+// Late, rules 1 and 2's bookkeeping, then the read's function. A late
+// record DropLate drops is counted and passed over.
+func (w *window) hotRec(rec *ring.Record) error {
+	key := w.keyOf(rec.Data) // (a ring buffer's record is one piece)
+	w.saw(w.hot.ring, key)
+	late, drop := w.order(w.hot.ring, key)
+	if drop {
+		return nil
+	}
+	rec.Key, rec.Late = key, late
+	return w.hot.fn(rec)
+}

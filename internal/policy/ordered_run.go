@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package policy
+
+// The in-place merge's runs (ordered.go): a ring's records below every
+// other ring's front go by rule 1 through the ring's own loop, without
+// the merge's look and sift a record.
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+)
+
+// errHeld ends a run at a record it may not deliver: runFn returns it, and
+// the ring's loop hands it back with the record parsed. It never leaves
+// this file.
+var errHeld = errors.New("record held")
+
+// Each delivers up to 256 records in key order, or runs (see deliverRun), before
+// it returns for the read to look at its context.
+func (o *ordered) Each(fn func(*ring.Record) error) (bool, error) {
+	for n := 0; n < 256; n++ {
+		rec, i := o.Next()
+		if i < 0 {
+			return false, nil
+		}
+		err := fn(rec)
+		o.Delivered(i)
+		// A run: its first record loaded here as the ring's front, as next
+		// would load it; most runs end there when the rings' keys
+		// interleave record by record, and the ring's loop would only
+		// parse it to hand it back.
+		if err == nil && o.run.ring == i && !o.s.Stop.Load() && o.load(i) && o.inRun(&o.rs[i]) {
+			return true, o.deliverRun(i, fn) // at most a run apart (see readPolicy.each)
+		}
+		if err != nil || o.s.Stop.Load() {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+// inRun reports whether r's front, loaded, is a sample that a run on its
+// ring delivers: its key within [o.last, o.run.bound].
+func (o *ordered) inRun(r *orderedRing) bool {
+	return r.front.Type == ring.Sample && r.key >= o.last && r.key <= o.run.bound
+}
+
+// deliverRun delivers ring i's front, which the run may deliver (inRun), and the
+// ring's next records at once while their keys stay within [o.last,
+// o.run.bound], without another look at the other rings: rule 1 holds for
+// them. They go through the ring's loop, up to the ring's next commit; the
+// first record the run may not deliver stays the ring's front.
+func (o *ordered) deliverRun(i int, fn func(*ring.Record) error) error {
+	r, rb := &o.rs[i], o.s.Rings[i]
+	o.last = r.key
+	r.front.Key, r.front.Late = r.key, false
+	err := fn(&r.front)
+	o.Delivered(i)
+	if err != nil || o.keys.fn != nil || o.s.Stop.Load() {
+		return err // (keys only Key can read: next takes each record)
+	}
+	from := rb.Cur().Pos()
+	o.run.fn = fn
+	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.Stop, o.run.f, nil)
+	o.run.fn = nil
+	if err == errHeld {
+		k--
+		o.parsedFront(r) // the ring's front now; its bytes are not delivered
+		r.freed += int(r.front.Pos - from)
+		err = nil
+	} else {
+		r.freed += int(rb.Cur().Pos() - from)
+	}
+	if k > 0 {
+		r.saw(o.last) // o.newest: fixRoot
+	}
+	if rb.Cur().IsCorrupt(err) {
+		err = nil // next's load reports and skips it
+	}
+	if r.freed >= o.commitAt {
+		o.CommitPublish(i)
+	}
+	return err
+}
+
+// runFn is the ring loop's function during a run: it passes on a sample
+// whose key lies in [o.last, o.run.bound], the key in rec, and holds
+// anything else (errHeld): a lost record, a key out of the run's bounds or
+// straddling the ring's end.
+func (o *ordered) runFn(rec *ring.Record) error {
+	off := uint64(o.keys.offset)
+	if rec.Type != ring.Sample || uint64(len(rec.Data)) < off+8 {
+		return errHeld
+	}
+	key := binary.NativeEndian.Uint64(rec.Data[off:])
+	if key < o.last || key > o.run.bound {
+		return errHeld
+	}
+	o.last = key
+	rec.Key, rec.Late = key, false
+	return o.run.fn(rec)
+}
