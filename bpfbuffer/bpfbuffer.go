@@ -47,9 +47,10 @@ import (
 type Kind = buflayout.Kind
 
 const (
-	// Any asks Prepare for a ring buffer if the kernel has them (5.8 and
-	// later), else a perf event array. Prepare returns it only with an
-	// error.
+	// Any asks Prepare for the best layout the kernel allows: a ring
+	// buffer per CPU where it takes ring buffers in an array of maps
+	// (5.10), else one ring buffer (5.8), else a perf event array.
+	// Prepare returns it only with an error.
 	Any = buflayout.Any
 	// RingBuf is a BPF_MAP_TYPE_RINGBUF: one ring that every CPU writes.
 	RingBuf = buflayout.RingBuf
@@ -58,7 +59,8 @@ const (
 	// RingBufPerCPU is a BPF_MAP_TYPE_ARRAY_OF_MAPS of
 	// BPF_MAP_TYPE_RINGBUF: a ring buffer per CPU, or per CPUsPerRing
 	// CPUs, which Prepare makes; the BPF side writes the ring of the CPU
-	// it runs on. Any never chooses it (docs/bpfbuffer.md says why).
+	// it runs on. Any chooses it, a ring per CPU, where the kernel allows
+	// (docs/bpfbuffer.md says why).
 	RingBufPerCPU = buflayout.RingBufPerCPU
 )
 
@@ -77,8 +79,9 @@ func CPUsPerRing(n int) Option { return buflayout.CPUsPerRing(n) }
 // RingBufPerCPU, in overwrite mode (map flag BPF_F_RB_OVERWRITE, kernel
 // 6.19), for a perfbuf.Recorder: the kernel overwrites the oldest records
 // rather than refuse new ones. A perf event array needs nothing at load
-// (the Recorder opens backward rings); Any chooses a ring buffer only where
-// the kernel has overwrite mode, else a perf event array. A buffer whose
+// (the Recorder opens backward rings); Any chooses ring buffers (a ring
+// per CPU, else one) only where the kernel has overwrite mode, else a
+// perf event array. A buffer whose
 // map flags carry BPF_F_RB_OVERWRITE is made so without it. RingBuf or
 // RingBufPerCPU on a kernel without the mode: errors.ErrUnsupported,
 // naming 6.19. WakeupBytes must be zero.
@@ -98,10 +101,13 @@ var (
 )
 
 // Prepare makes the PERFBUF_BUFFER mapName of m, an object opened and not
-// yet loaded, the kind want: Any chooses a ring buffer when the kernel
-// has them (libbpf_probe_bpf_map_type), else a perf event array; RingBuf,
-// PerfEventArray or RingBufPerCPU forces that kind. It returns the kind
-// chosen. Call it after the module is opened and before BPFLoadObject;
+// yet loaded, the kind want: Any chooses a ring buffer per CPU
+// (RingBufPerCPU, a ring per CPU) when the kernel takes ring buffers in an
+// array of maps (it makes one, of one page, to see) and the object was
+// built with a perfbuf.bpf.h that has that layout, else one ring buffer
+// when the kernel has them (libbpf_probe_bpf_map_type), else a perf event
+// array; RingBuf, PerfEventArray or RingBufPerCPU forces that kind. It
+// returns the kind chosen. Call it after the module is opened and before BPFLoadObject;
 // once it is loaded, read the buffer with what Maps returns.
 //
 // For RingBufPerCPU, Prepare makes the array of maps and its rings itself,
@@ -138,8 +144,10 @@ var (
 //     kinds: a Reader over the ring buffer, woken below it, waits up to
 //     its MaxLatency before it drains (Options.WakeupBytes).
 //
-// RingBytes is each ring's size for RingBufPerCPU, not a total: the rings
-// take RingBytes times their number (docs/bpfbuffer.md).
+// RingBytes is each ring's size for RingBufPerCPU, not a total, also
+// when Any chooses it: the rings take RingBytes times their number, as a
+// perf event array's do (docs/bpfbuffer.md). For one shared ring of
+// RingBytes, ask for RingBuf.
 //
 // For ring buffers it clears RingBytes in opts, as the size is settled at
 // load. WakeupEvents has no ring buffer equivalent and must be zero. A nil
@@ -199,9 +207,15 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 	} else {
 		set.Declared(uint32(events.MapFlags()))
 	}
-	kind, err := buflayout.ChooseFor(want, set, hasRingBuf)
+	kind, err := buflayout.ChooseFor(want, set, hasRingBuf, hasRingArray)
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
+	}
+	// A first call with Any that found an object without the array's
+	// layout made one ring buffer: its config (rewritten as it is) has
+	// no room for cpus_per_ring.
+	if want == Any && kind == RingBufPerCPU && ok && was.p.Kind == RingBuf && setArrayConfig(m, scratch, mapName, was.p) != nil {
+		kind = RingBuf
 	}
 	// The ring's size now: the map's, as declared or prepared; once the
 	// map is the array Prepare made, its rings'.
@@ -234,6 +248,13 @@ func Prepare(m *libbpfgo.Module, mapName string, want Kind, opts *perfbuf.Option
 			err = asRingBuf(m, events, scratch, mapName, p)
 		case RingBufPerCPU:
 			rings, err = asRingBufArray(m, events, scratch, mapName, p)
+			if want == Any && errors.Is(err, errOldConfig) {
+				// Nothing changed: one ring buffer, as the object can have.
+				kind = RingBuf
+				if p, err = buflayout.NewPlan(kind, now, set, opts); err == nil {
+					err = asRingBuf(m, events, scratch, mapName, p)
+				}
+			}
 		default:
 			err = asPerfEventArray(m, events, scratch, mapName, p)
 		}
@@ -306,6 +327,27 @@ func hasRingBuf() (bool, error) {
 		return false, err
 	}
 	unix.Close(fd)
+	return true, nil
+}
+
+// hasRingArray says whether the kernel takes a ring buffer in an array of
+// maps: it makes a ring of one page and an array of one slot with it as
+// the inner map. EINVAL or ENOTSUPP is "no" (before 5.10 the kernel has
+// no map_meta_equal for ring buffers); another errno is the probe's error.
+func hasRingArray() (bool, error) {
+	ring, err := createRingBuf("perfbuf_probe", uint32(os.Getpagesize()), 0)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(ring)
+	array, err := createArrayOfMaps("perfbuf_probe", 1, ring)
+	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errNotSupp) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	unix.Close(array.FileDescriptor())
 	return true, nil
 }
 

@@ -15,5 +15,5 @@ import (
 // "the kernel has no ring buffers".
 func TestProbeWithoutCapBPF(t *testing.T) {
 	probetest.NeedsRestrictedBPF(t)
-	probetest.ChooseWithoutCapBPF(t, hasRingBuf)
+	probetest.ChooseWithoutCapBPF(t, hasRingBuf, hasRingArray)
 }

@@ -36,6 +36,11 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	if err != nil {
 		return nil, err
 	}
+	// First, as it changes nothing if it fails: an object built with a
+	// perfbuf.bpf.h older than this layout has no room for cpus_per_ring.
+	if err := setArrayConfig(m, scratch, name, p); err != nil {
+		return nil, fmt.Errorf("%w (an object built with a perfbuf.bpf.h without cpus_per_ring has no array of ring buffers): %w", errOldConfig, err)
+	}
 	var rings []ringFD
 	defer func() {
 		if err != nil {
@@ -74,9 +79,6 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 			return nil, fmt.Errorf("insert ring %d: %w", r.key, err)
 		}
 	}
-	if err := setArrayConfig(m, scratch, name, p); err != nil {
-		return nil, fmt.Errorf("%w (an object built with a perfbuf.bpf.h without cpus_per_ring has no array of ring buffers)", err)
-	}
 	if err := scratch.SetAutocreate(false); err != nil {
 		return nil, err
 	}
@@ -87,6 +89,11 @@ func asRingBufArray(m *libbpfgo.Module, events, scratch *libbpfgo.BPFMap, name s
 	}
 	return rings, nil
 }
+
+// errOldConfig is asRingBufArray's error for an object whose <name>_config
+// has no cpus_per_ring, wrapped with libbpfgo's: the object was built with
+// a perfbuf.bpf.h older than the array of ring buffers.
+var errOldConfig = errors.New("no cpus_per_ring in the config")
 
 // errNotSupp is the kernel's ENOTSUPP (524, include/linux/errno.h), which
 // x/sys/unix does not name: what bpf_map_meta_alloc answers for an inner

@@ -39,8 +39,9 @@ import (
 type Kind int
 
 const (
-	// Any asks for a ring buffer if the kernel has them (5.8 and later),
-	// else a perf event array. Prepare returns it only with an error.
+	// Any asks for the best layout the kernel and the object allow
+	// (Choose): a ring buffer per CPU, else one ring buffer, else a perf
+	// event array. Prepare returns it only with an error.
 	Any Kind = iota
 	// RingBuf is a BPF_MAP_TYPE_RINGBUF: one ring that every CPU writes.
 	RingBuf
@@ -49,7 +50,8 @@ const (
 	// RingBufPerCPU is a BPF_MAP_TYPE_ARRAY_OF_MAPS of
 	// BPF_MAP_TYPE_RINGBUF: a ring buffer per CPU, or per CPUsPerRing
 	// CPUs, in the slot of its CPUs (CPU c writes slot c/CPUsPerRing).
-	// Any never chooses it.
+	// Any chooses it, a ring per CPU, where the kernel takes ring buffers
+	// in an array of maps.
 	RingBufPerCPU
 )
 
@@ -120,8 +122,9 @@ func CPUsPerRing(n int) Option {
 // Overwrite makes ring buffers in overwrite mode (map flag
 // BPF_F_RB_OVERWRITE, kernel 6.19), for a perfbuf.Recorder: the ring
 // buffer, or each ring of RingBufPerCPU. A perf event array needs nothing
-// at load (the Recorder opens backward rings); Any chooses a ring buffer
-// only where the kernel has overwrite mode, else a perf event array.
+// at load (the Recorder opens backward rings); Any chooses ring buffers
+// (a ring per CPU, else one) only where the kernel has overwrite mode,
+// else a perf event array.
 func Overwrite() Option {
 	return func(s *Settings) { s.Overwrite = true }
 }
@@ -167,14 +170,23 @@ func Check(want Kind, set Settings, opts *perfbuf.Options) error {
 }
 
 // Choose returns the kind a buffer becomes for want: a forced kind as it
-// is, Any as RingBuf where hasRingBuf (the loader's probe) says the kernel
-// creates ring buffers, else PerfEventArray. RingBuf or RingBufPerCPU on
-// a kernel without them is errors.ErrUnsupported; a probe that fails, its
-// error, which for a probe refused for want of privilege (EPERM, EACCES)
-// names CAP_BPF (NameCapBPF): Any fails with it rather than choose a
-// perf event array, as the kernel's answer is unknown. Whether the kernel
-// takes ring buffers in an array of maps is known when the array is made.
-func Choose(want Kind, hasRingBuf func() (bool, error)) (Kind, error) {
+// is, and Any as the best layout the kernel allows, by the loader's
+// probes: RingBufPerCPU (a ring per CPU) where hasRingBuf says the kernel
+// creates ring buffers and hasRingArray that it takes one in an array of
+// maps (5.10), RingBuf where it has ring buffers only, else
+// PerfEventArray. A ring per CPU first: no CPU takes another's ring lock,
+// a full ring refuses only its own CPU's records, and an ordered Reader
+// releases a key as soon as every ring has shown one at least as large
+// (perfbuf.Order's rule 1), as over a perf event array.
+//
+// RingBuf or RingBufPerCPU on a kernel without ring buffers is
+// errors.ErrUnsupported. A probe that fails returns its error, which for
+// a probe refused for want of privilege (EPERM, EACCES) names CAP_BPF
+// (NameCapBPF): Any fails with it rather than choose another kind, as the
+// kernel's answer is unknown. hasRingArray is asked only for Any; a forced
+// RingBufPerCPU learns whether the kernel takes ring buffers in an array
+// of maps when the array is made.
+func Choose(want Kind, hasRingBuf, hasRingArray func() (bool, error)) (Kind, error) {
 	if want == PerfEventArray {
 		return want, nil
 	}
@@ -182,22 +194,29 @@ func Choose(want Kind, hasRingBuf func() (bool, error)) (Kind, error) {
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("probe ring buffers: %w", NameCapBPF(err))
-	case has && want == Any:
-		return RingBuf, nil
-	case has:
-		return want, nil
-	case want != Any:
+	case !has && want != Any:
 		return 0, fmt.Errorf("the kernel has no ring buffers: %w", errors.ErrUnsupported)
+	case !has:
+		return PerfEventArray, nil
+	case want != Any:
+		return want, nil
 	}
-	return PerfEventArray, nil
+	array, err := hasRingArray()
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("probe ring buffers in an array of maps: %w", NameCapBPF(err))
+	case array:
+		return RingBufPerCPU, nil
+	}
+	return RingBuf, nil
 }
 
 // ChooseFor is Choose for set: in overwrite mode, ring buffers count only
 // where the kernel makes them in that mode (ProbeOverwrite): Any chooses a
 // perf event array elsewhere, and RingBuf or RingBufPerCPU fails with the
 // probe's error (errors.ErrUnsupported, naming 6.19).
-func ChooseFor(want Kind, set Settings, hasRingBuf func() (bool, error)) (Kind, error) {
-	kind, err := Choose(want, hasRingBuf)
+func ChooseFor(want Kind, set Settings, hasRingBuf, hasRingArray func() (bool, error)) (Kind, error) {
+	kind, err := Choose(want, hasRingBuf, hasRingArray)
 	if err != nil || !set.Overwrite || kind == PerfEventArray {
 		return kind, err
 	}
@@ -250,7 +269,10 @@ var ErrNoSize = errors.New("compiled ring size unknown")
 // A ring buffer, and each ring of RingBufPerCPU, gets RingBytes rounded up
 // to a power of two pages, as perfbuf rounds a perf event array's rings,
 // at most 2 GiB; WakeupBytes must be below its size. RingBytes is each
-// ring's size, not a total. Errors match os.ErrInvalid, or ErrNoSize.
+// ring's size, not a total, whether RingBufPerCPU was asked for or Any
+// chose it: the size a perf event array gives each CPU's ring, so that
+// Any takes RingBytes a CPU on every kernel, and a ring no smaller on a
+// host of many CPUs. Errors match os.ErrInvalid, or ErrNoSize.
 func NewPlan(kind Kind, compiled uint32, set Settings, opts *perfbuf.Options) (Plan, error) {
 	if kind != RingBuf && kind != RingBufPerCPU {
 		return Plan{Kind: kind}, nil

@@ -42,31 +42,41 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// The choice per kernel capability, by fake probes: Any is a ring per
+// CPU where the kernel takes ring buffers in an array of maps, one ring
+// buffer where it has ring buffers only, a perf event array where it has
+// none; a probe that fails, at either step, fails Any naming CAP_BPF for a
+// refusal. The array is probed for Any alone.
 func TestChoose(t *testing.T) {
 	yes := func() (bool, error) { return true, nil }
 	no := func() (bool, error) { return false, nil }
 	fails := func() (bool, error) { return false, syscall.EPERM }
 	denied := func() (bool, error) { return false, syscall.EACCES }
-	never := func() (bool, error) { t.Error("probed for a forced perf event array"); return false, nil }
+	enomem := func() (bool, error) { return false, syscall.ENOMEM }
+	never := func() (bool, error) { t.Error("probed for a forced kind"); return false, nil }
 	for _, c := range []struct {
-		want  Kind
-		probe func() (bool, error)
-		got   Kind
-		err   error
+		want         Kind
+		probe, array func() (bool, error)
+		got          Kind
+		err          error
 	}{
-		{Any, yes, RingBuf, nil},
-		{Any, no, PerfEventArray, nil},
-		{RingBuf, yes, RingBuf, nil},
-		{RingBuf, no, 0, errors.ErrUnsupported},
-		{PerfEventArray, never, PerfEventArray, nil},
-		{Any, fails, 0, syscall.EPERM},
-		{RingBufPerCPU, yes, RingBufPerCPU, nil},
-		{RingBufPerCPU, no, 0, errors.ErrUnsupported},
-		{RingBufPerCPU, fails, 0, syscall.EPERM},
-		{Any, denied, 0, syscall.EACCES},
-		{RingBuf, denied, 0, syscall.EACCES},
+		{Any, yes, yes, RingBufPerCPU, nil},
+		{Any, yes, no, RingBuf, nil},
+		{Any, no, never, PerfEventArray, nil},
+		{Any, yes, fails, 0, syscall.EPERM},
+		{Any, yes, denied, 0, syscall.EACCES},
+		{Any, yes, enomem, 0, syscall.ENOMEM},
+		{RingBuf, yes, never, RingBuf, nil},
+		{RingBuf, no, never, 0, errors.ErrUnsupported},
+		{PerfEventArray, never, never, PerfEventArray, nil},
+		{Any, fails, never, 0, syscall.EPERM},
+		{RingBufPerCPU, yes, never, RingBufPerCPU, nil},
+		{RingBufPerCPU, no, never, 0, errors.ErrUnsupported},
+		{RingBufPerCPU, fails, never, 0, syscall.EPERM},
+		{Any, denied, never, 0, syscall.EACCES},
+		{RingBuf, denied, never, 0, syscall.EACCES},
 	} {
-		got, err := Choose(c.want, c.probe)
+		got, err := Choose(c.want, c.probe, c.array)
 		if got != c.got || !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
 			t.Errorf("Choose(%v) = %v, %v; want %v, %v", c.want, got, err, c.got, c.err)
 		}
@@ -210,29 +220,35 @@ func TestRingName(t *testing.T) {
 
 // Overwrite mode: ring buffers only where the kernel makes them in it (a
 // forced kind fails with the probe's error, naming 6.19; Any falls back
-// to a perf event array), the flag on the rings and never on a perf event
-// array, and no watermark.
+// to a perf event array, from a ring per CPU as from one ring buffer),
+// the flag on the rings and never on a perf event array, and no
+// watermark.
 func TestOverwrite(t *testing.T) {
 	yes := func() (bool, error) { return true, nil }
+	no := func() (bool, error) { return false, nil }
 	old := ProbeOverwrite
 	defer func() { ProbeOverwrite = old }()
 	set := Apply([]Option{Overwrite()})
+	before := fmt.Errorf("needs kernel 6.19: %w", errors.ErrUnsupported)
 	for _, c := range []struct {
 		want  Kind
+		array func() (bool, error) // the kernel takes ring buffers in an array of maps
 		probe error
 		got   Kind
 		err   error
 	}{
-		{Any, nil, RingBuf, nil},
-		{RingBufPerCPU, nil, RingBufPerCPU, nil},
-		{PerfEventArray, nil, PerfEventArray, nil},
-		{Any, fmt.Errorf("needs kernel 6.19: %w", errors.ErrUnsupported), PerfEventArray, nil},
-		{RingBuf, fmt.Errorf("needs kernel 6.19: %w", errors.ErrUnsupported), 0, errors.ErrUnsupported},
-		{RingBufPerCPU, fmt.Errorf("needs kernel 6.19: %w", errors.ErrUnsupported), 0, errors.ErrUnsupported},
-		{Any, syscall.EPERM, 0, syscall.EPERM},
+		{Any, yes, nil, RingBufPerCPU, nil},
+		{Any, no, nil, RingBuf, nil},
+		{RingBufPerCPU, yes, nil, RingBufPerCPU, nil},
+		{PerfEventArray, yes, nil, PerfEventArray, nil},
+		{Any, yes, before, PerfEventArray, nil},
+		{Any, no, before, PerfEventArray, nil},
+		{RingBuf, yes, before, 0, errors.ErrUnsupported},
+		{RingBufPerCPU, yes, before, 0, errors.ErrUnsupported},
+		{Any, yes, syscall.EPERM, 0, syscall.EPERM},
 	} {
 		ProbeOverwrite = func() error { return c.probe }
-		got, err := ChooseFor(c.want, set, yes)
+		got, err := ChooseFor(c.want, set, yes, c.array)
 		if got != c.got || !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
 			t.Errorf("ChooseFor(%v) with probe %v = %v, %v; want %v, %v", c.want, c.probe, got, err, c.got, c.err)
 		}
@@ -241,8 +257,11 @@ func TestOverwrite(t *testing.T) {
 		}
 	}
 	ProbeOverwrite = func() error { t.Error("probed without Overwrite"); return nil }
-	if got, err := ChooseFor(RingBuf, Apply(nil), yes); got != RingBuf || err != nil {
+	if got, err := ChooseFor(RingBuf, Apply(nil), yes, yes); got != RingBuf || err != nil {
 		t.Errorf("ChooseFor(RingBuf) = %v, %v", got, err)
+	}
+	if got, err := ChooseFor(Any, Apply(nil), yes, yes); got != RingBufPerCPU || err != nil {
+		t.Errorf("ChooseFor(Any) = %v, %v", got, err)
 	}
 	var declared Settings
 	declared.Declared(kernel.MapFlagRBOverwrite | unix.BPF_F_NUMA_NODE)

@@ -30,11 +30,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"syscall"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/buflayout"
+	"golang.org/x/sys/unix"
 )
 
 // Kind is what a buffer is made at load: Any, RingBuf, PerfEventArray or
@@ -42,9 +44,10 @@ import (
 type Kind = buflayout.Kind
 
 const (
-	// Any asks Prepare for a ring buffer if the kernel has them (5.8 and
-	// later), else a perf event array. Prepare returns it only with an
-	// error.
+	// Any asks Prepare for the best layout the kernel allows: a ring
+	// buffer per CPU where it takes ring buffers in an array of maps
+	// (5.10), else one ring buffer (5.8), else a perf event array.
+	// Prepare returns it only with an error.
 	Any = buflayout.Any
 	// RingBuf is a BPF_MAP_TYPE_RINGBUF: one ring that every CPU writes.
 	RingBuf = buflayout.RingBuf
@@ -53,7 +56,8 @@ const (
 	// RingBufPerCPU is a BPF_MAP_TYPE_ARRAY_OF_MAPS of
 	// BPF_MAP_TYPE_RINGBUF: a ring buffer per CPU, or per CPUsPerRing
 	// CPUs, in the slot of its CPUs; the BPF side writes the ring of the
-	// CPU it runs on. Any never chooses it.
+	// CPU it runs on. Any chooses it, a ring per CPU, where the kernel
+	// allows.
 	RingBufPerCPU = buflayout.RingBufPerCPU
 )
 
@@ -69,7 +73,8 @@ func CPUsPerRing(n int) Option { return buflayout.CPUsPerRing(n) }
 // Overwrite makes the ring buffers in overwrite mode, for a
 // perfbuf.Recorder, as bpfbuffer.Overwrite: RingBuf or RingBufPerCPU on a
 // kernel without the mode (before 6.19) is errors.ErrUnsupported, naming
-// 6.19; Any chooses a perf event array there.
+// 6.19; Any chooses a perf event array there (a ring per CPU, else one
+// ring buffer, where the kernel has the mode).
 func Overwrite() Option { return buflayout.Overwrite() }
 
 // ErrPrepared is Prepare's error, wrapped, for a buffer prepared as
@@ -87,7 +92,10 @@ type oldConfig struct {
 }
 
 // Prepare makes the PERFBUF_BUFFER mapName of spec the kind want: Any
-// chooses a ring buffer when the kernel has them
+// chooses a ring buffer per CPU (RingBufPerCPU, a ring per CPU) when the
+// kernel takes ring buffers in an array of maps (it makes one, of one
+// page, to see) and the object was built with a perfbuf.bpf.h that has
+// that layout, else one ring buffer when the kernel has them
 // (features.HaveMapType(ebpf.RingBuf)), else a perf event array; RingBuf,
 // PerfEventArray or RingBufPerCPU forces that kind. It returns the kind
 // chosen. Call it before ebpf.NewCollection (or LoadAndAssign) with spec;
@@ -129,8 +137,15 @@ type oldConfig struct {
 //     it commits each record with BPF_RB_FORCE_WAKEUP; left in opts for
 //     the Reader's hold-off (Options.WakeupBytes).
 //
-// RingBytes is each ring's size for RingBufPerCPU, not a total: the rings
-// take RingBytes times their number (docs/bpfbuffer.md).
+// RingBytes is each ring's size for RingBufPerCPU, not a total, also
+// when Any chooses it: the rings take RingBytes times their number, as a
+// perf event array's do (docs/bpfbuffer.md). For one shared ring of
+// RingBytes, ask for RingBuf.
+//
+// The rings are the collection's maps: read them through Maps after
+// ebpf.NewCollection. After LoadAndAssign without them, cilium/ebpf
+// closes them, and a Reader given the array opens its rings by ID, which
+// needs CAP_SYS_ADMIN: load with NewCollection, or ask for RingBuf.
 //
 // For ring buffers it clears RingBytes in opts (the size is settled at
 // load). WakeupEvents has no ring buffer equivalent and must be zero. A nil
@@ -173,9 +188,12 @@ func Prepare(spec *ebpf.CollectionSpec, mapName string, want Kind, opts *perfbuf
 		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
 	}
 	set.Declared(b.flags())
-	kind, err := buflayout.ChooseFor(want, set, hasRingBuf)
+	kind, err := buflayout.ChooseFor(want, set, hasRingBuf, hasRingArray)
 	if err != nil {
 		return 0, fmt.Errorf("prepare buffer %q: %w", mapName, err)
+	}
+	if kind == RingBufPerCPU && b.old && want == Any {
+		kind = RingBuf // as the object can have
 	}
 	if kind == RingBufPerCPU && b.old {
 		return 0, fmt.Errorf("prepare buffer %q as %v: %s_config has no cpus_per_ring (built with a perfbuf.bpf.h older than the array of ring buffers): %w",
@@ -339,6 +357,31 @@ func hasRingBuf() (bool, error) {
 	}
 	return err == nil, err
 }
+
+// hasRingArray says whether the kernel takes a ring buffer in an array of
+// maps: it makes an array of one slot whose inner map is a ring of one
+// page. EINVAL, ENOTSUPP or ebpf.ErrNotSupported is "no" (before 5.10 the
+// kernel has no map_meta_equal for ring buffers); another error is the
+// probe's.
+func hasRingArray() (bool, error) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name: "perfbuf_probe", Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 1,
+		InnerMap: &ebpf.MapSpec{Name: "perfbuf_probe", Type: ebpf.RingBuf, MaxEntries: uint32(os.Getpagesize())},
+	})
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, errNotSupp) || errors.Is(err, ebpf.ErrNotSupported) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	m.Close()
+	return true, nil
+}
+
+// errNotSupp is the kernel's ENOTSUPP (524, include/linux/errno.h), which
+// x/sys/unix does not name: what bpf_map_meta_alloc answers for an inner
+// map type without map_meta_equal.
+const errNotSupp = syscall.Errno(524)
 
 // Map returns m as a perfbuf.Map, for perfbuf.New, perfbuf.NewReader,
 // Options.FailureMap and Options.Maps: a *ebpf.Map passed as it is.

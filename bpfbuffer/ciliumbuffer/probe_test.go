@@ -31,5 +31,5 @@ func TestProbeWithoutCapBPF(t *testing.T) {
 		}
 		return
 	}
-	probetest.ChooseWithoutCapBPF(t, hasRingBuf)
+	probetest.ChooseWithoutCapBPF(t, hasRingBuf, hasRingArray)
 }

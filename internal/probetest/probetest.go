@@ -17,14 +17,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ChooseWithoutCapBPF checks that buflayout.Choose over hasRingBuf, on a
-// thread without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN, fails for Any,
+// ChooseWithoutCapBPF checks that buflayout.Choose over hasRingBuf and
+// hasRingArray, on a thread without CAP_BPF, CAP_PERFMON and
+// CAP_SYS_ADMIN, fails for Any,
 // RingBuf and RingBufPerCPU with an error that matches os.ErrPermission,
 // not errors.ErrUnsupported, and names CAP_BPF: the probe cannot tell a
 // kernel without ring buffers from a process without the privilege, so
 // it never chooses a perf event array. The capabilities are dropped from
 // one locked thread, which the runtime ends with its goroutine.
-func ChooseWithoutCapBPF(t *testing.T, hasRingBuf func() (bool, error)) {
+func ChooseWithoutCapBPF(t *testing.T, hasRingBuf, hasRingArray func() (bool, error)) {
 	t.Helper()
 	type result struct {
 		kind buflayout.Kind
@@ -38,7 +39,7 @@ func ChooseWithoutCapBPF(t *testing.T, hasRingBuf func() (bool, error)) {
 				done <- result{err: err}
 				return
 			}
-			kind, err := buflayout.Choose(want, hasRingBuf)
+			kind, err := buflayout.Choose(want, hasRingBuf, hasRingArray)
 			done <- result{kind, err}
 		}()
 		res := <-done

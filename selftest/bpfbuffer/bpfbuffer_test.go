@@ -2,8 +2,8 @@
 
 // Privileged selftests of a buffer whose kind is chosen at load
 // (package bpfbuffer, PERFBUF_BUFFER of bpf/perfbuf.bpf.h): bpfbuffer.bpf.c
-// is loaded once as the kernel allows (a ring buffer here) and once forced
-// to a perf event array, each read by the same perfbuf.NewReader with the
+// is loaded once as a ring buffer and once as a perf event array (the
+// choice of Any, a ring per CPU here, is percpu_test.go's), each read by the same perfbuf.NewReader with the
 // same Options; it counts every attempt and its result itself, and the
 // test accounts for every record, a full ring's and every failure's
 // included, against what perfbuf reports.
@@ -163,8 +163,8 @@ func (c *collector) consume(t *testing.T, r *perfbuf.Reader) {
 	}
 }
 
-// One program, loaded as the kernel allows (a ring buffer: this kernel has
-// them) and forced to a perf event array, read by the same NewReader with
+// One program, loaded as a ring buffer and as a perf event array (Any's
+// ring per CPU: TestRingPerCPU), read by the same NewReader with
 // the same Options. On each CPU: outputs before the reader opens, outputs
 // and reserves that reach the buffer, discards, reserves above the
 // buffer's max sample (einval), outputs to a missing inner ring buffer
@@ -178,7 +178,7 @@ func TestBothKinds(t *testing.T) {
 		want bpfbuffer.Kind
 		got  bpfbuffer.Kind
 	}{
-		{"as the kernel allows", bpfbuffer.Any, bpfbuffer.RingBuf},
+		{"ring buffer forced", bpfbuffer.RingBuf, bpfbuffer.RingBuf},
 		{"perf forced", bpfbuffer.PerfEventArray, bpfbuffer.PerfEventArray},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -406,7 +406,7 @@ func TestPrepareMisuse(t *testing.T) {
 	}
 	// The same as the first: RingBytes 0 keeps the size the map has.
 	o := perfbuf.Options{WakeupBytes: 1024}
-	if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.Any, &o); kind != bpfbuffer.RingBuf || err != nil {
+	if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.RingBuf, &o); kind != bpfbuffer.RingBuf || err != nil {
 		t.Errorf("Prepare the same way a third time = %v, %v", kind, err)
 	}
 	if err := m.BPFLoadObject(); err != nil {

@@ -42,10 +42,21 @@ type perCPU struct {
 // slot of every possible CPU, the rings Maps hands over.
 func setupPerCPU(t *testing.T, n int) *perCPU {
 	t.Helper()
+	return setupPerCPUAs(t, bpfbuffer.RingBufPerCPU, n)
+}
+
+// setupPerCPUAs is setupPerCPU with the kind asked of Prepare: Any must
+// choose a ring per CPU (n 1) where the kernel allows, as here.
+func setupPerCPUAs(t *testing.T, want bpfbuffer.Kind, n int) *perCPU {
+	t.Helper()
 	opts := perfbuf.Options{RingBytes: bpftest.RingBytes(1)}
-	f := setup(t, bpfbuffer.RingBufPerCPU, &opts, bpfbuffer.CPUsPerRing(n))
+	var more []bpfbuffer.Option
+	if want == bpfbuffer.RingBufPerCPU {
+		more = append(more, bpfbuffer.CPUsPerRing(n))
+	}
+	f := setup(t, want, &opts, more...)
 	if f.kind != bpfbuffer.RingBufPerCPU || opts.RingBytes != 0 {
-		t.Fatalf("Prepare chose %v, left RingBytes %d; want %v, RingBytes cleared", f.kind, opts.RingBytes, bpfbuffer.RingBufPerCPU)
+		t.Fatalf("Prepare(%v) chose %v, left RingBytes %d; want %v, RingBytes cleared", want, f.kind, opts.RingBytes, bpfbuffer.RingBufPerCPU)
 	}
 	possible, err := cpus.Possible()
 	if err != nil {
@@ -93,11 +104,16 @@ func (p *perCPU) ring(i int) perfbuf.Map {
 // of another map (noent), outputs while the CPU's slot is empty (noent),
 // a full ring (full, and only that ring's CPUs refused), and records left
 // at Close. Per ring, every attempt of its CPUs is accounted for:
-// attempted == delivered + discarded + left + the CPUs' failures.
+// attempted == delivered + discarded + left + the CPUs' failures. Any
+// makes the same ring per CPU on a kernel that takes ring buffers in an
+// array of maps (5.10 and later, as every kernel these tests run on).
 func TestRingPerCPU(t *testing.T) {
-	for _, n := range []int{1, 2} {
-		t.Run(fmt.Sprintf("%d CPUs a ring", n), func(t *testing.T) {
-			p := setupPerCPU(t, n)
+	for _, c := range []struct {
+		want bpfbuffer.Kind
+		n    int
+	}{{bpfbuffer.RingBufPerCPU, 1}, {bpfbuffer.RingBufPerCPU, 2}, {bpfbuffer.Any, 1}} {
+		t.Run(fmt.Sprintf("%v, %d CPUs a ring", c.want, c.n), func(t *testing.T) {
+			p := setupPerCPUAs(t, c.want, c.n)
 			f := p.fixture
 			r, err := perfbuf.NewReader(p.m, perfbuf.ReaderOptions{Options: p.opts})
 			if err != nil {
@@ -430,10 +446,10 @@ func TestRingPerCPUPrepare(t *testing.T) {
 	}
 	t.Logf("after load: %v", err)
 
-	// Any: a shared ring, as compiled.
+	// Any: a ring per CPU, where the kernel allows, as here.
 	m2 := open(t)
-	if kind, err := bpfbuffer.Prepare(m2, "events", bpfbuffer.Any, nil); kind != bpfbuffer.RingBuf || err != nil {
-		t.Errorf("Prepare(Any) = %v, %v; want a shared ring buffer", kind, err)
+	if kind, err := bpfbuffer.Prepare(m2, "events", bpfbuffer.Any, nil); kind != bpfbuffer.RingBufPerCPU || err != nil {
+		t.Errorf("Prepare(Any) = %v, %v; want a ring per CPU", kind, err)
 	}
 	// Not prepared: the map itself, and its failure map.
 	m3 := open(t)

@@ -170,8 +170,8 @@ func (f *fixture) consume(t *testing.T, r *perfbuf.Reader, got map[int]uint64) {
 	}
 }
 
-// The program prepared by ciliumbuffer.Prepare as each kind (Any, which is
-// a ring buffer on this kernel, and each forced), loaded by cilium/ebpf and
+// The program prepared by ciliumbuffer.Prepare as a ring buffer and as a
+// perf event array (Any's ring per CPU: TestRingPerCPU), loaded by cilium/ebpf and
 // read by perfbuf.NewReader over ciliumbuffer.Map with the same Options.
 // On each CPU: outputs before the reader opens, outputs and reserves that
 // reach the buffer, discards, reserves above the buffer's max sample
@@ -185,7 +185,6 @@ func TestBothKinds(t *testing.T) {
 		want ciliumbuffer.Kind
 		got  ciliumbuffer.Kind
 	}{
-		{"as the kernel allows", ciliumbuffer.Any, ciliumbuffer.RingBuf},
 		{"ring buffer forced", ciliumbuffer.RingBuf, ciliumbuffer.RingBuf},
 		{"perf forced", ciliumbuffer.PerfEventArray, ciliumbuffer.PerfEventArray},
 	} {

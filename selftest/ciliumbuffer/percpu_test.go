@@ -26,19 +26,29 @@ import (
 // (einval), outputs to a missing inner ring buffer of another map (noent),
 // outputs while the CPU's slot is empty (noent), a full ring (full, and
 // only that ring's CPUs refused), and records left at Close. Per ring:
-// attempted == delivered + discarded + left + the CPUs' failures.
+// attempted == delivered + discarded + left + the CPUs' failures. Any
+// makes the same ring per CPU on a kernel that takes ring buffers in an
+// array of maps (5.10 and later, as every kernel these tests run on).
 func TestRingPerCPU(t *testing.T) {
 	page := os.Getpagesize()
 	possible, err := cpus.Possible()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []int{1, 2} {
-		t.Run(fmt.Sprintf("%d CPUs a ring", n), func(t *testing.T) {
+	for _, c := range []struct {
+		want ciliumbuffer.Kind
+		n    int
+	}{{ciliumbuffer.RingBufPerCPU, 1}, {ciliumbuffer.RingBufPerCPU, 2}, {ciliumbuffer.Any, 1}} {
+		n := c.n
+		t.Run(fmt.Sprintf("%v, %d CPUs a ring", c.want, n), func(t *testing.T) {
 			opts := perfbuf.Options{RingBytes: page}
-			f := setup(t, ciliumbuffer.RingBufPerCPU, &opts, ciliumbuffer.CPUsPerRing(n))
+			var more []ciliumbuffer.Option
+			if c.want == ciliumbuffer.RingBufPerCPU {
+				more = append(more, ciliumbuffer.CPUsPerRing(n))
+			}
+			f := setup(t, c.want, &opts, more...)
 			if f.kind != ciliumbuffer.RingBufPerCPU || opts.RingBytes != 0 {
-				t.Fatalf("Prepare chose %v, left RingBytes %d; want %v, RingBytes cleared", f.kind, opts.RingBytes, ciliumbuffer.RingBufPerCPU)
+				t.Fatalf("Prepare(%v) chose %v, left RingBytes %d; want %v, RingBytes cleared", c.want, f.kind, opts.RingBytes, ciliumbuffer.RingBufPerCPU)
 			}
 			rings := ledger.NewRings(possible, n)
 			events := f.coll.Maps["events"]

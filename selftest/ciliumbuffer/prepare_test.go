@@ -213,8 +213,9 @@ func TestForgottenConfig(t *testing.T) {
 // An object built with a perfbuf.bpf.h older than the array of ring
 // buffers has a 24-byte events_config (no cpus_per_ring): it is prepared
 // as a ring buffer or a perf event array as before, writing its three
-// fields, and RingBufPerCPU is refused, the spec left as it was. (The
-// spec's variable cut to 24 bytes stands for such an object.)
+// fields, and RingBufPerCPU is refused, the spec left as it was; Any
+// makes it one ring buffer, as the object can have. (The spec's variable
+// cut to 24 bytes stands for such an object.)
 func TestPrepareOldConfig(t *testing.T) {
 	s := spec(t)
 	v := s.Variables["events_config"]
@@ -250,6 +251,13 @@ func TestPrepareOldConfig(t *testing.T) {
 	t.Log(err)
 	if c := get(); c != (old{1, 100, sampleMax}) || !reflect.DeepEqual(s.Maps["events"], before) || opts.RingBytes == 0 {
 		t.Errorf("refused, Prepare changed the spec or the Options: config %+v, map %+v", c, s.Maps["events"])
+	}
+	opts = perfbuf.Options{RingBytes: 2 * os.Getpagesize()}
+	if kind, err := ciliumbuffer.Prepare(s, "events", ciliumbuffer.Any, &opts); kind != ciliumbuffer.RingBuf || err != nil {
+		t.Fatalf("Prepare(Any): %v, %v; want a ring buffer", kind, err)
+	}
+	if c, m := get(), s.Maps["events"]; c != (old{1, 0, sampleMax}) || m.Type != ebpf.RingBuf || int(m.MaxEntries) != 2*os.Getpagesize() {
+		t.Errorf("Any: config %+v, map %v of %d bytes; want a ring buffer of 2 pages", c, m.Type, m.MaxEntries)
 	}
 }
 
