@@ -331,7 +331,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	boolean(&o.tracer.verbose, "verbose debug output (and the buffer's kind)", "v", "verbose")
 	value(tool.SecondsValue{P: &o.duration}, "SECONDS", "stop after SECONDS (or a Go duration: 1m30s)", "duration")
 	value(kindValue{&o.tracer.buffer}, "KIND",
-		"any (a ring buffer per CPU where the kernel has them, the default), ringbuf_per_cpu, ringbuf (one shared, as the C tool's) or perf_event_array", "buffer")
+		"any (a ring buffer per CPU where the kernel allows, the default), ringbuf_per_cpu, ringbuf (one shared, as the C tool's) or perf_event_array", "buffer")
 	value(mibValue{&o.tracer.recorder}, "MIB",
 		"flight recorder: keep the newest MIB MiB of calls (rings in overwrite mode), print them on SIGUSR1 and at exit", "recorder")
 	value(tool.StringValue{P: &o.tracer.objPath}, "PATH", "load the BPF object from PATH, not the built-in one", "bpf-obj")

@@ -203,23 +203,15 @@ func (t *tracer) attach(mod *libbpfgo.Module, path string) error {
 	return nil
 }
 
-// prepareEvents makes `events` the kind want asks for. Any is a ring
-// buffer per CPU where the kernel has ring buffers (Linux 5.8), ringBytes
-// each, as each CPU's perf ring is: every CPU reserves in its own ring,
-// taking no lock that another CPU takes, and a burst of calls on one CPU
-// fills its ring only. Elsewhere, a perf event array. (The C tool's
+// prepareEvents makes `events` the kind want asks for. Any is what
+// bpfbuffer.Prepare chooses: a ring buffer per CPU where the kernel takes
+// ring buffers in an array of maps (Linux 5.10), ringBytes each, as each
+// CPU's perf ring is: every CPU reserves in its own ring, taking no lock
+// that another CPU takes, and a burst of calls on one CPU fills its ring
+// only. Elsewhere one ring buffer, or a perf event array. (The C tool's
 // bpf_buffer makes one ring buffer shared by every CPU: --buffer ringbuf.)
 func prepareEvents(mod *libbpfgo.Module, want bpfbuffer.Kind, opts *perfbuf.Options, more ...bpfbuffer.Option) (bpfbuffer.Kind, error) {
-	if want != bpfbuffer.Any {
-		return bpfbuffer.Prepare(mod, "events", want, opts, more...)
-	}
-	kind, err := bpfbuffer.Prepare(mod, "events", bpfbuffer.RingBufPerCPU, opts, more...)
-	if errors.Is(err, errors.ErrUnsupported) {
-		// No ring buffers in this kernel (or none in overwrite mode):
-		// Prepare changed nothing.
-		return bpfbuffer.Prepare(mod, "events", bpfbuffer.PerfEventArray, opts, more...)
-	}
-	return kind, err
+	return bpfbuffer.Prepare(mod, "events", want, opts, more...)
 }
 
 // perfFull returns the events that a full perf ring dropped, summed over

@@ -47,7 +47,8 @@ func produce(t *testing.T, prog int, online []int, n uint64) {
 }
 
 // Prepare with RingBufPerCPU and Overwrite makes every ring in overwrite
-// mode (kernel 6.19: the 7.3 guest), for both loaders, and a Recorder over
+// mode (kernel 6.19: the 7.3 guest), for both loaders, as Any does there,
+// and a Recorder over
 // the rings that bpfbuffer.Maps hands over returns each CPU's newest
 // records, whole. Before 6.19 both loaders refuse the layout with
 // errors.ErrUnsupported naming 6.19, and Any falls back to a perf event
@@ -88,9 +89,13 @@ func TestPrepareOverwrite(t *testing.T) {
 		one := openBuffer(t)
 		for i := range 2 {
 			o := perfbuf.Options{RingBytes: 8192}
-			if kind, err := bpfbuffer.Prepare(one, "events", bpfbuffer.Any, &o, bpfbuffer.Overwrite()); kind != bpfbuffer.RingBuf || err != nil {
-				t.Fatalf("Prepare #%d (Any, Overwrite) = %v, %v; want a ring buffer", i+1, kind, err)
+			if kind, err := bpfbuffer.Prepare(one, "events", bpfbuffer.RingBuf, &o, bpfbuffer.Overwrite()); kind != bpfbuffer.RingBuf || err != nil {
+				t.Fatalf("Prepare #%d (RingBuf, Overwrite) = %v, %v; want a ring buffer", i+1, kind, err)
 			}
+		}
+		// Any: a ring per CPU in overwrite mode, as the kernel has both.
+		if kind, err := bpfbuffer.Prepare(openBuffer(t), "events", bpfbuffer.Any, nil, bpfbuffer.Overwrite()); kind != bpfbuffer.RingBufPerCPU || err != nil {
+			t.Errorf("Prepare(Any, Overwrite) = %v, %v; want a ring per CPU", kind, err)
 		}
 		if err := one.BPFLoadObject(); err != nil {
 			t.Fatal(err)
