@@ -110,7 +110,8 @@ type ReaderOptions struct {
 // several CPUs, whose records come in the order they were reserved, is
 // ordered too. Rule 1 applies to rings written by one CPU each: an array
 // of ring buffers with a slot for every possible CPU (bpfbuffer's
-// RingBufPerCPU, one CPU a ring). A ring buffer shared by CPUs (one map,
+// RingBufPerCPU, one CPU a ring, which Any chooses where the kernel
+// allows). A ring buffer shared by CPUs (one map,
 // or a ring per N CPUs) cannot tell a slow writer from none: while one is
 // read, records go by rules 2 to 5 only, so set KeyWindow or MaxDelay to
 // the disorder the programs make (the time between a key's stamp and the

@@ -18,9 +18,9 @@ import (
 )
 
 // A program whose buffer is declared with PERFBUF_BUFFER(events, ...) of
-// bpf/perfbuf.bpf.h, loaded by cilium/ebpf as a ring buffer where the
-// kernel has them and a perf event array elsewhere, and read the same way
-// either way. It needs root (CAP_BPF, CAP_PERFMON): compiled, not run.
+// bpf/perfbuf.bpf.h, loaded by cilium/ebpf as a ring buffer per CPU where
+// the kernel allows (256 KiB each), one ring buffer or a perf event array
+// elsewhere, and read the same way whichever it became. It needs root (CAP_BPF, CAP_PERFMON): compiled, not run.
 func ExamplePrepare() {
 	spec, err := ebpf.LoadCollectionSpec("prog.bpf.o")
 	if err != nil {
@@ -111,21 +111,19 @@ func ExamplePrepare_ringPerCPU() {
 }
 
 // A buffer read in the order of its records' timestamps, whichever of the
-// three layouts the kernel takes: a ring buffer per CPU where ring buffers
-// go into arrays of maps, else the kind Any chooses (one ring buffer, or a
-// perf event array on a kernel before 5.8). The same Order reads all
-// three: a perf event array's CPUs merged in place, ring buffers through
-// the Reader's window of copies. It needs root: compiled, not run.
+// three layouts Any chooses: a ring buffer per CPU where ring buffers go
+// into arrays of maps, which the Order's rule 1 needs to release a key
+// without waiting, else one ring buffer, or a perf event array on a kernel
+// before 5.8. The same Order reads all three: a perf event array's CPUs
+// merged in place, ring buffers through the Reader's window of copies. It
+// needs root: compiled, not run.
 func ExamplePrepare_ordered() {
 	spec, err := ebpf.LoadCollectionSpec("prog.bpf.o")
 	if err != nil {
 		log.Fatal(err)
 	}
 	opts := perfbuf.Options{RingBytes: 256 << 10}
-	kind, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.RingBufPerCPU, &opts)
-	if errors.Is(err, errors.ErrUnsupported) {
-		kind, err = ciliumbuffer.Prepare(spec, "events", ciliumbuffer.Any, &opts)
-	}
+	kind, err := ciliumbuffer.Prepare(spec, "events", ciliumbuffer.Any, &opts)
 	if err != nil {
 		log.Fatal(err)
 	}
