@@ -55,6 +55,12 @@ var quiet sync.Once
 // open opens the object without loading it, closed at cleanup.
 func open(t testing.TB) *libbpfgo.Module {
 	t.Helper()
+	return openObj(t, obj)
+}
+
+// openObj opens the BPF object at path, closed at the test's end.
+func openObj(t testing.TB, obj string) *libbpfgo.Module {
+	t.Helper()
 	bpftest.RequirePrivileges(t)
 	if _, err := os.Stat(obj); err != nil {
 		t.Fatalf("%v (run `make bpf`)", err)

@@ -174,6 +174,33 @@ func TestRingPerCPU(t *testing.T) {
 	}
 }
 
+// An object built with a perfbuf.bpf.h older than the array of ring
+// buffers (oldconfig.bpf.c: a 24-byte events_config, no cpus_per_ring)
+// cannot be an array of ring buffers: Any makes it one ring buffer, the
+// same when called again, and it loads as one; RingBufPerCPU is refused,
+// naming cpus_per_ring.
+func TestAnyOldConfig(t *testing.T) {
+	const old = "bpf/oldconfig.bpf.o"
+	m := openObj(t, old)
+	for i := range 2 {
+		opts := perfbuf.Options{RingBytes: bpftest.RingBytes(2)}
+		if kind, err := bpfbuffer.Prepare(m, "events", bpfbuffer.Any, &opts); kind != bpfbuffer.RingBuf || err != nil || opts.RingBytes != 0 {
+			t.Fatalf("Prepare #%d (Any) = %v, %v, RingBytes %d; want a ring buffer, RingBytes cleared", i+1, kind, err, opts.RingBytes)
+		}
+	}
+	if err := m.BPFLoadObject(); err != nil {
+		t.Fatal(err)
+	}
+	if events := bpftest.Map(t, m, "events"); events.Type() != libbpfgo.MapTypeRingbuf || int(events.MaxEntries()) != bpftest.RingBytes(2) {
+		t.Errorf("events: %v of %d bytes, want a ring buffer of %d", events.Type(), events.MaxEntries(), bpftest.RingBytes(2))
+	}
+	kind, err := bpfbuffer.Prepare(openObj(t, old), "events", bpfbuffer.RingBufPerCPU, nil)
+	if kind != 0 || err == nil || !strings.Contains(err.Error(), "cpus_per_ring") {
+		t.Errorf("Prepare(RingBufPerCPU) = %v, %v; want an error naming cpus_per_ring", kind, err)
+	}
+	t.Log(err)
+}
+
 // Every form of reading reads the rings: ReadInto, ReadBatch, Each, All,
 // Consume, the callback owner's Poll and Consume, and the raw view. Each
 // CPU writes 20 records; every one comes back, from its CPU's ring, and

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* A buffer whose kind is chosen at load (bpfbuffer_test.go): one
  * PERFBUF_BUFFER written through perfbuf_buffer_output, _reserve, _submit
- * and _discard of bpf/perfbuf.bpf.h, loaded once as the kernel allows (a
- * ring buffer) and once forced to a perf event array. The program counts
+ * and _discard of bpf/perfbuf.bpf.h, loaded as a ring buffer, as a perf
+ * event array, and as an array of ring buffers (percpu_test.go). The program counts
  * every attempt and its result itself, in `outcomes`, so that the test
  * accounts for every record against what perfbuf reports.
  *
