@@ -39,6 +39,9 @@ type Reader struct {
 	// copier is pol, when it can copy a record straight into a Sample and
 	// runs no user function (bare): ReadInto's first try.
 	copier policy.Copier
+	// lags is pol's Lags (policy.Lagger), or nil: the rings whose wake
+	// rule a wait does not rely on.
+	lags func(i int) bool
 	// bare: pol runs no user function (no Order.Key), so that its Next
 	// needs no wait.Reads frame.
 	bare     bool
@@ -143,6 +146,9 @@ func newReader(c *core, p readerPlan) *Reader {
 	r.bare = p.order == nil || p.order.Key == nil
 	if cp, ok := r.pol.(policy.Copier); ok && r.bare {
 		r.copier = cp
+	}
+	if l, ok := r.pol.(policy.Lagger); ok {
+		r.lags = l.Lags
 	}
 	c.start(r.pol, wait.Reads)
 	return r
@@ -289,7 +295,7 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 			timeout, slack = left, 0
 		}
 	}
-	if !c.settled(nil) {
+	if !c.settled(r.lags) {
 		r.noWait()
 		return false, nil // a ring's kernel would not wake us: read again
 	}

@@ -3,7 +3,8 @@
 package policy
 
 // The window's intake: the rings' records copied into the window, a chunk
-// at a time, their space handed back at once; the window's bound.
+// at a time, their space handed back up to the oldest copy not delivered;
+// the window's bound.
 
 import (
 	"errors"
@@ -159,11 +160,14 @@ func (w *window) stage(rec *ring.Record) error {
 		slot = int32(len(w.slots))
 		w.slots = append(w.slots, copySlot{})
 	}
-	w.slots[slot] = copySlot{at: at, pos: rec.Pos, next: rec.Next, seen: w.take.at, ring: int32(w.take.ring)}
-	w.copies.add(heapEntry{key: key, tie: w.copies.seq, ref: int(slot)})
 	r := &w.rs[w.take.ring]
+	w.slots[slot] = copySlot{at: at, pos: rec.Pos, next: rec.Next, seen: w.take.at, held: r.held.add(rec.Pos), ring: int32(w.take.ring)}
+	w.copies.add(heapEntry{key: key, tie: w.copies.seq, ref: int(slot)})
 	r.staged++
 	r.bytes += uint64(n)
+	if !r.tight {
+		w.tighten(w.take.ring, rec.Next)
+	}
 	w.saw(w.take.ring, key)
 	if w.over() {
 		return errWindowFull

@@ -37,6 +37,15 @@ type Holder interface {
 	Held(i int) uint64
 }
 
+// Lagger is a policy that may commit a ring short of what it parsed (the
+// window over ring buffers, up to its oldest copy not delivered): Lags(i)
+// reports that ring i's kernel will not wake the reader for its next
+// records, and that the policy's Idle timeout bounds how long that lasts.
+// The read sleeps on the other rings' wake rules and that timeout.
+type Lagger interface {
+	Lags(i int) bool
+}
+
 // Reading is a Reader's policy: fullest first or ordered.
 type Reading interface {
 	Policy

@@ -3,14 +3,17 @@
 package policy
 
 // The ordered merge over BPF ring buffers (Options.Order): the records are
-// copied out of the rings into a window of bounded size, and their space is
-// handed back at once; the window delivers them in key order.
+// copied out of the rings into a window of bounded size, which delivers
+// them in key order. A ring's space is handed back up to its oldest copy
+// not delivered (heldRing), so that a reader that dies holding copies
+// leaves them in the ring for the next one.
 //
 // Why copies, where perf rings are merged in place (ordered.go): a ring
 // buffer wakes its reader only when the record committed is the one at the
 // consumer position, so a record held in place would silence the wakeups
 // for everything behind it, and the ring would fill while the reader
-// sleeps; and a ring written by several CPUs (one ring buffer, a ring per
+// sleeps (a copy held keeps consumer_pos behind it too, but the window's
+// timers bound how long: Idle, Lags); and a ring written by several CPUs (one ring buffer, a ring per
 // N CPUs) holds its records in the order they were reserved, not in the
 // order of their keys, so that only a window that sees several of them can
 // sort them.
@@ -48,6 +51,8 @@ type WindowConfig struct {
 //  2. a key Window larger has been copied from any ring;
 //  3. the record was copied MaxDelay ago;
 //  4. the window is full (and until it is down to three quarters), or a
+//     ring's copies keep more than half of it (and until they keep three
+//     eighths: tighten), or a
 //     ring is more than an eighth full at an intake while the reader
 //     delivers, or three quarters after a wait, or its producers wrote a
 //     chunk while an intake copied one (the hot ring: hot.go);
@@ -61,6 +66,7 @@ type window struct {
 	keys  keyReader
 	limit int  // Bytes
 	full  bool // rule 4 releases: the window filled and is still above three quarters
+	tight int  // rule 4 releases: rings whose copies keep more than half of them (windowRing.tight)
 	// last is the largest key delivered: a smaller one is Late, and
 	// dropped with dropLate (order).
 	last     uint64
@@ -104,6 +110,57 @@ type windowRing struct {
 	seen      bool
 	staged    uint64 // samples copied and not delivered
 	bytes     uint64 // their payloads' bytes
+	held      heldRing
+	// tight: the ring's space from its oldest copy not delivered to the
+	// cursor passed half the ring, and is not yet back to three eighths:
+	// rule 4 releases, so that the producers find room.
+	tight bool
+}
+
+// heldRing is where a ring's copies lie in the ring, in ring order (the
+// order they are copied in), each marked once delivered: the first not
+// delivered is as far as the ring may be committed, so that a reader that
+// dies leaves every copy it had not delivered in the ring for the next
+// reader. Entry n (a copy's copySlot.held) is q[n-base].
+type heldRing struct {
+	q    []heldPos
+	head int    // q[head:] starts with a copy not delivered
+	base uint64 // the index of q[0]
+}
+
+type heldPos struct {
+	pos  uint64
+	done bool
+}
+
+// add notes a copy of the record at pos and returns its index.
+func (h *heldRing) add(pos uint64) uint64 {
+	if h.head == len(h.q) {
+		h.base += uint64(len(h.q))
+		h.q, h.head = h.q[:0], 0
+	} else if h.head >= runCompact && h.head*2 >= len(h.q) {
+		n := copy(h.q, h.q[h.head:])
+		h.base += uint64(h.head)
+		h.q, h.head = h.q[:n], 0
+	}
+	h.q = append(h.q, heldPos{pos: pos})
+	return h.base + uint64(len(h.q)-1)
+}
+
+// done marks copy n delivered.
+func (h *heldRing) done(n uint64) {
+	h.q[n-h.base].done = true
+	for h.head < len(h.q) && h.q[h.head].done {
+		h.head++
+	}
+}
+
+// oldest returns where the oldest copy not delivered lies, if any.
+func (h *heldRing) oldest() (uint64, bool) {
+	if h.head == len(h.q) {
+		return 0, false
+	}
+	return h.q[h.head].pos, true
 }
 
 // copySlot is a copy: where its payload is in the arena, and what the
@@ -112,9 +169,10 @@ type windowRing struct {
 type copySlot struct {
 	pos  uint64 // where the record was in its ring
 	next uint64
-	seen int64 // when it was copied (window.now)
+	seen int64  // when it was copied (window.now)
+	held uint64 // its index in its ring's heldRing
 	at   arenaRef
-	ring int32 // (40 bytes in all)
+	ring int32 // (48 bytes in all)
 }
 
 func NewWindow(s *Set, cfg WindowConfig) *window {
@@ -197,10 +255,61 @@ func (w *window) Oldest(i int) uint64 {
 // they are left undelivered like those in the ring.
 func (w *window) Held(i int) uint64 { return w.rs[i].staged }
 
-// CommitPublish hands ring i's space back up to Oldest and publishes its
-// counts: what it parsed but the copies held and a hot ring's next record.
+// Lags reports whether ring i's consumer position is held back by a copy
+// not delivered: the kernel then wakes no reader for the ring's records
+// (only a record committed at consumer_pos does), so the read may sleep on
+// the other rings' wake rules and Idle's timeout, which the copies bound
+// (rule 3), not on the ring's.
+func (w *window) Lags(i int) bool {
+	_, ok := w.rs[i].held.oldest()
+	return ok && !w.s.Stop.Load()
+}
+
+// tighten notes whether ring i's copies not delivered keep more than half
+// of it (from the oldest to the cursor), with a low-water mark of three
+// eighths: rule 4 then releases, since the ring's space stays taken while
+// its copies are held, and its producers would find no room.
+// at is where ring i's cursor is, or goes past the record being copied.
+func (w *window) tighten(i int, at uint64) {
+	r := &w.rs[i]
+	span := uint64(0)
+	if pos, ok := r.held.oldest(); ok {
+		span = at - pos
+	}
+	switch size := uint64(w.s.Rings[i].Cur().Size()); {
+	case !r.tight && span > size/2:
+		r.tight = true
+		w.tight++
+	case r.tight && span <= size/8*3:
+		r.tight = false
+		w.tight--
+	}
+}
+
+// committable is how far ring i may be committed: to its oldest copy not
+// delivered, else to Oldest. At Close (Stop) it is Oldest: the copies held
+// are counted as Left, and the next reader starts after them, so that no
+// record is delivered twice after a Close. A corruption skipped the ring's
+// tail past copies made before it: they are no longer the ring's.
+func (w *window) committable(i int) uint64 {
+	to := w.Oldest(i)
+	if w.s.Stop.Load() {
+		return to
+	}
+	if pos, ok := w.rs[i].held.oldest(); ok && int64(to-pos) > 0 {
+		to = pos
+		if t := w.s.Rings[i].Cur().Tail(); int64(t-to) > 0 {
+			to = t
+		}
+	}
+	return to
+}
+
+// CommitPublish hands ring i's space back up to its oldest record not
+// delivered, copied or not (committable), and publishes its counts: what it
+// parsed but the copies held and a hot ring's next record.
 func (w *window) CommitPublish(i int) {
-	if err := w.s.Rings[i].Cur().Commit(w.Oldest(i)); err != nil {
+	if err := w.s.Rings[i].Cur().Commit(w.committable(i)); err != nil {
 		panic(err) // the cursor, or a record parsed: a record boundary past the tail
 	}
 	w.publish(i)
@@ -236,6 +345,8 @@ func (w *window) releasable() bool {
 		return true
 	case w.due(w.slots[e.ref].seen):
 		return true // rule 3
+	case w.tight > 0:
+		return true // rule 4: a ring's copies keep half of it
 	}
 	return w.isFull() // rule 4
 }
@@ -326,6 +437,10 @@ func (w *window) Delivered(i int) {
 	}
 	sl := &w.slots[w.outAt]
 	r := &w.rs[i]
+	r.held.done(sl.held)
+	if r.tight {
+		w.tighten(i, w.s.Rings[i].Cur().Pos())
+	}
 	r.staged--
 	r.bytes -= uint64(sl.at.n)
 	w.take.since += int(sl.at.n) + 8 // (as in the ring: the header's 8 bytes)
@@ -334,10 +449,12 @@ func (w *window) Delivered(i int) {
 	w.outAt = -1
 }
 
-// Idle publishes every ring and waits at most MaxLatency, and until the
-// smallest copy is due (rule 3), or up to MaxDelay/2 later. The rings are
-// committed as they are taken in: the kernel wakes the reader for the
-// next record of each.
+// Idle commits and publishes every ring and waits at most MaxLatency, and
+// until the smallest copy is due (rule 3), or up to MaxDelay/2 later. A
+// ring committed up to its cursor wakes the reader for its next record; one
+// held back by a copy (Lags) wakes it no more until that copy goes, by
+// rule 3 at the latest, and this timeout looks at it meanwhile (every
+// hotHold at most with no budget, Latency < 0).
 func (w *window) Idle() (time.Duration, time.Duration) {
 	w.take.waited = true
 	timeout, slack := w.s.Latency, time.Duration(0)
@@ -348,6 +465,11 @@ func (w *window) Idle() (time.Duration, time.Duration) {
 		due := time.Duration(w.slots[w.copies.min().ref].seen + int64(w.rules.maxDelay) - w.now())
 		if timeout < 0 || due+w.rules.dueSlack < timeout {
 			timeout, slack = max(due, 0), w.rules.dueSlack
+		}
+		if w.s.Latency < 0 && timeout > hotHold {
+			// No budget (a wakeup for every record), but a ring held back
+			// by a copy raises none: look at the rings every hotHold.
+			timeout, slack = hotHold, 0
 		}
 	}
 	return timeout, slack
