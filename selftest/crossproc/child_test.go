@@ -23,8 +23,9 @@ import (
 
 // childEnv, set in a child's environment, says what TestChild reads:
 // "dir,kind,ringBytes,log,mode" (kind "perf" or "ringbuf"; log the file
-// it logs every delivered record to; mode "reader", a Reader, or
-// "callback", perfbuf.New).
+// it logs every delivered record to; mode "reader", a Reader, "ordered",
+// a Reader in order of the samples' seq (orderedKeys), or "callback",
+// perfbuf.New).
 const childEnv = "PERFBUF_CROSSPROC_CHILD"
 
 // logEntry is the size of a log entry: the u32 CPU and the u64 seq of a
@@ -38,7 +39,8 @@ const logEntry = 12
 // Poll in callback mode) and answers "reading"; "drain" makes it deliver
 // what the rings hold (a Reader: Flush, until Each returns ErrFlushed; in
 // callback mode: the Poll loop stopped, then Consume) and answers
-// "drained"; "close" closes the reader and answers "closed " and its Stats
+// "drained"; "held" answers "held" and how many of its rings' Stats show
+// a record held (an ordered Reader's copies); "close" closes the reader and answers "closed " and its Stats
 // in JSON, then exits. Every sample it delivers, it writes to
 // its log (its CPU and seq, one write(2)) before the function returns, so
 // that what it logged covers what it committed.
@@ -101,6 +103,12 @@ func TestChild(t *testing.T) {
 			fail(err)
 		}
 		rd = &readerMode{r: r, deliver: deliver}
+	case "ordered":
+		r, err := perfbuf.NewReader(perfbuf.MapFD(events.FD()), perfbuf.ReaderOptions{Options: opts, Order: &orderedKeys})
+		if err != nil {
+			fail(err)
+		}
+		rd = &readerMode{r: r, deliver: deliver}
 	case "callback":
 		c := &callbackMode{}
 		c.pb, err = perfbuf.New(perfbuf.MapFD(events.FD()), func(cpu int, data []byte) {
@@ -123,6 +131,8 @@ func TestChild(t *testing.T) {
 		case "read":
 			rd.read()
 			answer("reading")
+		case "held":
+			answer("held %d", rd.held())
 		case "drain":
 			if err := rd.drain(); err != nil {
 				fail(err)
@@ -146,10 +156,17 @@ func TestChild(t *testing.T) {
 	})
 }
 
+// orderedKeys is the "ordered" mode's Order: the key is a sample's seq, its
+// CPU's attempt number, so that the CPUs' keys grow at about the same
+// pace; a seq waits for one 1,024 larger (rule 2; MaxDelay, rule 3, is
+// long), so that the window holds the newest copies while it copies.
+var orderedKeys = perfbuf.Order{KeyOffset: 0, KeyWindow: 1024, MaxDelay: 10 * time.Second}
+
 // reader is a child's reader, in one mode.
 type reader interface {
 	read()                           // start reading on a goroutine of its own
 	drain() error                    // deliver what the rings hold, and stop reading
+	held() int                       // how many rings' Stats show a record held
 	close() ([]perfbuf.Stats, error) // close, stop reading, return the Stats
 }
 
@@ -172,6 +189,16 @@ func (m *readerMode) read() {
 			return m.deliver(rec.CPU, m.buf)
 		})
 	}()
+}
+
+func (m *readerMode) held() int {
+	n := 0
+	for _, st := range m.r.Stats() {
+		if st.Held > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func (m *readerMode) drain() error {
@@ -218,6 +245,8 @@ func (m *callbackMode) read() {
 		m.done <- nil
 	}()
 }
+
+func (m *callbackMode) held() int { return 0 } // (it holds nothing)
 
 func (m *callbackMode) drain() error {
 	if m.done == nil {

@@ -72,7 +72,7 @@ type fixture struct {
 	dir       string
 	ringBytes int    // the child's Options.RingBytes (0 for a ring buffer)
 	ringSize  int    // the ring's size in bytes (a perf ring's, or the ring buffer's)
-	mode      string // the readers': "reader" or "callback"
+	mode      string // the readers': "reader", "ordered" or "callback"
 	// beforeLast is what the program saw before it ran with no reader
 	// left (finish).
 	beforeLast map[int]ledger.Outcome
@@ -367,6 +367,8 @@ type scenario struct {
 	// ringBufOnly: the old reader reads on while the new one is open,
 	// which a perf event array's does not (the new one took its slots).
 	ringBufOnly bool
+	// orderedOnly: the scenario is about an ordered Reader's window.
+	orderedOnly bool
 }
 
 var scenarios = []scenario{
@@ -382,7 +384,7 @@ var scenarios = []scenario{
 		f.until(t, neu, neu.logged()+1) // (a ring buffer's: taken over)
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, true, false},
+	}, true, false, false},
 	{"NewWaitsForOld", func(t *testing.T, f *fixture) []*agent {
 		// A ring buffer's new reader, blocked in its read from before
 		// the old one's Close, delivers nothing until that Close
@@ -404,7 +406,7 @@ var scenarios = []scenario{
 		f.until(t, neu, 1)
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, true, true},
+	}, true, true, false},
 	{"OldKilledNewWaiting", func(t *testing.T, f *fixture) []*agent {
 		// The old reader dies while the new one waits in its read: the
 		// new one takes over at the old one's last commit.
@@ -421,7 +423,7 @@ var scenarios = []scenario{
 		f.until(t, neu, 1)
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, true, true},
+	}, true, true, false},
 	{"OldClosesThenNew", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -433,7 +435,7 @@ var scenarios = []scenario{
 		neu.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, false, false},
+	}, false, false, false},
 	{"OldKilled", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -449,7 +451,51 @@ var scenarios = []scenario{
 		neu.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, false, false},
+	}, false, false, false},
+	{"OldKilledHolding", func(t *testing.T, f *fixture) []*agent {
+		// An ordered Reader over a ring buffer dies holding copies in
+		// its window: the producers flat out, then stopped; once the old
+		// reader drained the ring and cooled (its hot ring: a look that
+		// finds it empty 10 ms after the last that found it behind),
+		// bursts small enough to be copied (below an eighth of the ring)
+		// until it says its window holds copies (the newest seqs wait
+		// for a key 1,024 larger), then SIGKILL; the new reader, opened
+		// with the producers flat out again, delivers the copies the old
+		// one held, and what it delivered after the oldest of them
+		// again. Flat out, a reader is behind the producers: it reads
+		// the ring in place and holds no copy when it dies.
+		old := f.mustOpen(t, "old")
+		f.produce(t)
+		old.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		f.stopProducers()
+		for try := 0; ; try++ {
+			if try == 200 {
+				t.Fatalf("the old reader held no copy after %d bursts", try)
+			}
+			for n := old.logged(); ; n = old.logged() {
+				time.Sleep(20 * time.Millisecond) // (a wait for the reader to drain and cool; no bound asserted)
+				if old.logged() == n {
+					break
+				}
+			}
+			f.burst(t, 1)
+			time.Sleep(5 * time.Millisecond) // (a wait for the reader to copy the burst)
+			if ans, err := old.Do("held"); err != nil || ans != "held 0" && ans != "held 1" {
+				t.Fatalf("held: %q, %v", ans, err)
+			} else if ans == "held 1" {
+				t.Logf("SIGKILL with copies held, after %d bursts, once the old reader logged %d samples", try+1, old.logged())
+				break
+			}
+		}
+		old.kill(t)
+		f.produce(t)
+		f.wait(t, phase())
+		neu := f.mustOpen(t, "new")
+		neu.mustDo(t, "read", "reading")
+		f.wait(t, phase())
+		return f.finish(t, old, neu)
+	}, false, true, true},
 	{"NewKilled", func(t *testing.T, f *fixture) []*agent {
 		// The new agent dies during the upgrade; a third one takes
 		// over once the old one closed. A ring buffer's new reader dies
@@ -478,7 +524,7 @@ var scenarios = []scenario{
 		third.mustDo(t, "read", "reading")
 		f.wait(t, phase())
 		return f.finish(t, old, neu, third)
-	}, false, false},
+	}, false, false, false},
 	{"CloseRacesOpen", func(t *testing.T, f *fixture) []*agent {
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -502,7 +548,22 @@ var scenarios = []scenario{
 		f.until(t, neu, 1) // (a ring buffer's: taken over, if it waited)
 		f.wait(t, phase())
 		return f.finish(t, old, neu)
-	}, false, false},
+	}, false, false, false},
+}
+
+// burst runs the program runs times on every CPU, batch records a run,
+// with the producers stopped.
+func (f *fixture) burst(t *testing.T, runs int) {
+	t.Helper()
+	prog := f.coll.Programs["produce"]
+	for _, cpu := range f.cpus {
+		for range runs {
+			opts := &ebpf.RunOptions{Context: []uint64{batch, size, viaOutput, 1}, CPU: uint32(cpu), Flags: testRunOnCPU}
+			if ret, err := prog.Run(opts); err != nil || ret != 0 {
+				t.Fatalf("run on cpu %d: %d, %v", cpu, ret, err)
+			}
+		}
+	}
 }
 
 // finish stops the producers, drains the last reader and closes it, then
@@ -558,9 +619,9 @@ func (f *fixture) outcomes(t *testing.T) map[int]ledger.Outcome {
 // mode, and checks the ledger.
 func TestUpgrade(t *testing.T) {
 	for _, kind := range []ciliumbuffer.Kind{ciliumbuffer.PerfEventArray, ciliumbuffer.RingBuf} {
-		for _, mode := range []string{"reader", "callback"} {
+		for _, mode := range []string{"reader", "ordered", "callback"} {
 			for _, sc := range scenarios {
-				if sc.ringBufOnly && kind != ciliumbuffer.RingBuf {
+				if sc.ringBufOnly && kind != ciliumbuffer.RingBuf || sc.orderedOnly && mode != "ordered" {
 					continue
 				}
 				t.Run(kind.String()+"/"+mode+"/"+sc.name, func(t *testing.T) {
