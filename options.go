@@ -103,28 +103,32 @@ type ReaderOptions struct {
 // Over a perf event array, records stay in the rings until delivered.
 //
 // Over BPF ring buffers, the records are copied out of the rings into a
-// window and the rings' space is handed back at once: a ring buffer wakes
-// its reader only for a record committed at the consumer position, so a
-// record held in place would silence the wakeups, and the ring would fill
-// behind it. The window sorts what it holds, so that a ring written by
-// several CPUs, whose records come in the order they were reserved, is
-// ordered too. Rule 1 applies to rings written by one CPU each: an array
-// of ring buffers with a slot for every possible CPU (bpfbuffer's
-// RingBufPerCPU, one CPU a ring, which Any chooses where the kernel
-// allows). A ring buffer shared by CPUs (one map,
-// or a ring per N CPUs) cannot tell a slow writer from none: while one is
-// read, records go by rules 2 to 5 only, so set KeyWindow or MaxDelay to
-// the disorder the programs make (the time between a key's stamp and the
-// ring's reservation on another CPU), and Late marks what comes later
-// than that. A busy record holds back its own ring only, as an empty ring
-// does. Rule 4 over ring buffers: the window is full (HighWater bounds its
-// memory), or the reader fell behind a ring: it found it more than an
-// eighth full while delivering, or more than three quarters full after a
-// wait (a burst below that is copied and ordered). That ring is then read
-// in place, as the fullest-first Reader reads, at about its cost: each
-// record goes at once, after the window's copies with smaller keys, until a
-// look finds the ring empty or its next record busy, 10 ms or more after a
-// look last found it an eighth full.
+// window, and each ring is committed up to its oldest copy not delivered,
+// so that a reader that dies leaves them to the next one
+// (docs/failures.md). A ring buffer wakes its reader only for a record
+// committed at the consumer position: while a ring's copies are held it
+// raises no wakeup, and the read looks at it on its timers (MaxLatency,
+// rule 3, or every 10 ms with no budget). The window sorts what it holds,
+// so that a ring written by several CPUs, whose records come in the order
+// they were reserved, is ordered too. Rule 1 applies to rings written by
+// one CPU each: an array of ring buffers with a slot for every possible
+// CPU (bpfbuffer's RingBufPerCPU, one CPU a ring, which Any chooses where
+// the kernel allows). A ring buffer shared by CPUs (one map, or a ring per
+// N CPUs) cannot tell a slow writer from none: while one is read, records
+// go by rules 2 to 5 only, so set KeyWindow or MaxDelay to the disorder
+// the programs make (the time between a key's stamp and the ring's
+// reservation on another CPU), and Late marks what comes later than that.
+// A busy record holds back its own ring only, as an empty ring does. Rule
+// 4 over ring buffers: the window is full (HighWater bounds its memory),
+// or a ring's copies keep more than half of it (the ring's space stays
+// taken while they are held: released down to three eighths, so that its
+// producers find room), or the reader fell behind a ring: it found it more
+// than an eighth full while delivering, or more than three quarters full
+// after a wait (a burst below that is copied and ordered). That ring is
+// then read in place, as the fullest-first Reader reads, at about its
+// cost: each record goes at once, after the window's copies with smaller
+// keys, until a look finds the ring empty or its next record busy, 10 ms
+// or more after a look last found it an eighth full.
 // Stats.Held is the age of the oldest copy held; at Close, the
 // copies not delivered count as Left.
 type Order struct {

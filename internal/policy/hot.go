@@ -26,9 +26,9 @@ import (
 // window's smallest copy, the smaller key first (rule 4: what comes later
 // with a smaller key is Late), until a look finds it empty or its next
 // record busy, hold or more after a look last found it more than an
-// eighth full (at). Only the record being delivered is held in place, so
-// the kernel's wakeups are not silenced: the reader is busy, and every
-// intake commits the ring.
+// eighth full (at). Only the record being delivered is held in place (and
+// the copies the window held before, which the ring's commits do not pass):
+// the reader is busy, and every intake commits the ring.
 type hotRing struct {
 	ring int           // the ring's index; -1: none is hot
 	at   int64         // the last look that found it behind (window.now)

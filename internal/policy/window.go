@@ -9,14 +9,13 @@ package policy
 // leaves them in the ring for the next one.
 //
 // Why copies, where perf rings are merged in place (ordered.go): a ring
-// buffer wakes its reader only when the record committed is the one at the
-// consumer position, so a record held in place would silence the wakeups
-// for everything behind it, and the ring would fill while the reader
-// sleeps (a copy held keeps consumer_pos behind it too, but the window's
-// timers bound how long: Idle, Lags); and a ring written by several CPUs (one ring buffer, a ring per
-// N CPUs) holds its records in the order they were reserved, not in the
-// order of their keys, so that only a window that sees several of them can
-// sort them.
+// written by several CPUs (one ring buffer, a ring per N CPUs) holds its
+// records in the order they were reserved, not in the order of their keys,
+// so that only a window that sees several of them can sort them. A copy
+// held keeps consumer_pos behind it, which silences the ring's wakeups
+// (the kernel wakes only for a record committed at consumer_pos): the
+// read then sleeps on the window's timers (Idle, Lags), and rule 4
+// releases once the copies keep half the ring (tighten).
 
 import (
 	"encoding/binary"
