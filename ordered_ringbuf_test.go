@@ -199,6 +199,40 @@ func TestOrderedRingBufKeepsSpaceOfCopies(t *testing.T) {
 	}
 }
 
+// A blocked ordered Reader whose window holds copies waits: their ring's
+// consumer_pos stays at the oldest copy, so the kernel would wake no one
+// for the ring's next records, and the read sleeps on its timers (here its
+// deadline) rather than read again and again. The spin is seen in the CPU
+// time of the reading thread alone (see TestOrderedWaitsForTheSmallest).
+func TestOrderedRingBufHeldWaits(t *testing.T) {
+	hostScheduled(t)
+	for _, latency := range []time.Duration{0, -1} {
+		t.Run(fmt.Sprintf("MaxLatency=%v", latency), func(t *testing.T) {
+			f := newFakeBPFRings(t, 1, 4096)
+			o := f.reader(t, ReaderOptions{MaxLatency: latency, Order: &Order{MaxDelay: time.Hour}})
+			for seq, key := range []uint64{30, 10, 20} {
+				f.emit(t, 0, key, uint64(seq), 16)
+			}
+			runtime.LockOSThread() // the read runs on this thread: its CPU time is the read's
+			defer runtime.UnlockOSThread()
+			o.SetDeadline(time.Now().Add(100 * time.Millisecond))
+			cpu0, wall0 := threadCPU(), time.Now()
+			var s Sample
+			err := o.ReadInto(&s)
+			cpu, wall := threadCPU()-cpu0, time.Since(wall0)
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read: key %d, %v; want the copies held", s.Key, err)
+			}
+			if c := f.rings[0].Pos[0]; c != 0 {
+				t.Fatalf("consumer_pos %d; want 0, the oldest copy's", c)
+			}
+			if cpu > wall/3 {
+				t.Errorf("blocked read used %v of its thread's CPU in %v (busy-waiting)", cpu, wall)
+			}
+		})
+	}
+}
+
 // A full window releases its smallest key early rather than lose a record
 // (rule 4): a record that comes later with a smaller key is Late, counted,
 // and delivered; the ledger is exact.
