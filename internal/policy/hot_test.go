@@ -262,3 +262,40 @@ func TestArena(t *testing.T) {
 	big, _ = a.alloc(3 * chunkSize) // in the slot the first large chunk left
 	a.release(big)
 }
+
+// A hot ring's records go in place while the window holds a copy of the
+// ring with a larger key; the copy keeps the ring's space behind it, so
+// once the records delivered since pass half the ring, rule 4 releases the
+// copy first, and the producers find room. Without it the ring filled
+// behind the copy while the reader delivered every record in place.
+func TestWindowHotReleasesKeptHalf(t *testing.T) {
+	s, fakes := ringBufSet(t, 1, 4096)
+	f := fakes[0]
+	w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 40}, Bytes: 4096})
+	w.hot.hold = time.Hour
+	f.Output(t, keyed(1<<30, 64)) // held: no rule releases it
+	if got := readForm(t, s, w, "Next"); len(got) != 0 {
+		t.Fatalf("first read: %v", keysOf(got))
+	}
+	w.NoWait() // the reader is busy: an eighth of the ring makes it hot
+	var got []got
+	hot := false
+	for k := uint64(1); k <= 200; k++ { // 200 records of 72 bytes: 3.5 rings
+		f.Output(t, keyed(k, 64)) // (fails when the ring has no room)
+		if k%8 == 0 {
+			w.take.look = true
+			got = append(got, readForm(t, s, w, "Next")...)
+			hot = hot || w.hot.ring == 0
+		}
+	}
+	if !hot {
+		t.Fatal("the ring never went hot")
+	}
+	got = append(got, flushAll(t, s, w)...)
+	if len(got) != 201 {
+		t.Fatalf("delivered %d of 201: %v", len(got), keysOf(got))
+	}
+	if keysOf(got)[200] == 1<<30 {
+		t.Fatalf("the copy of %d went last: rule 4 never released it", uint64(1<<30))
+	}
+}

@@ -382,7 +382,9 @@ func (w *window) Next() (*ring.Record, int) {
 		}
 		inPlace := w.hot.ring >= 0 && (w.hot.have || w.pullHot())
 		if inPlace {
-			if w.copies.held == 0 || w.hot.key < w.copies.min().key {
+			// The smaller key first, unless a ring's copies keep half of
+			// it: then the window's smallest (rule 4).
+			if w.copies.held == 0 || w.hot.key < w.copies.min().key && w.tight == 0 {
 				if rec := w.fromHot(); rec != nil {
 					return rec, w.hot.ring
 				}
@@ -428,6 +430,9 @@ func (w *window) Delivered(i int) {
 	if w.hot.out {
 		w.hot.out, w.hot.have = false, false
 		w.take.since += int(w.hot.rec.Next - w.hot.rec.Pos)
+		if r := &w.rs[i]; !r.tight && r.staged > 0 {
+			w.tighten(i, w.hot.rec.Next) // copies made before it went hot
+		}
 		w.commitHot(i)
 		return
 	}
