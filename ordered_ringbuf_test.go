@@ -3,8 +3,9 @@
 package perfbuf
 
 // Tests of the ordered Reader over BPF ring buffers (policy.NewWindow): the
-// records copied out into a window and the rings handed back at once; the
-// release rules over copies; the ledger with records held.
+// records copied out into a window, each ring committed up to its oldest
+// copy not delivered; the release rules over copies; the ledger with
+// records held.
 
 import (
 	"context"

@@ -77,7 +77,7 @@ const maxDelay = 10 * time.Millisecond
 // reservation order, the same for calls that one thread makes. Over ring
 // buffers the reader copies the events out of the rings (16 KiB a copy
 // here) into a window of at most the rings' total size, and hands the
-// rings' space back at once (perfbuf.Order).
+// rings' space back as it delivers them (perfbuf.Order).
 func readerOptions() perfbuf.ReaderOptions {
 	return perfbuf.ReaderOptions{
 		Options: perfbuf.Options{RingBytes: ringBytes, MaxSampleSize: eventSize},
