@@ -110,6 +110,7 @@ type windowRing struct {
 	staged    uint64 // samples copied and not delivered
 	bytes     uint64 // their payloads' bytes
 	held      heldRing
+	half      uint64 // half the ring's size (tighten)
 	// tight: the ring's space from its oldest copy not delivered to the
 	// cursor passed half the ring, and is not yet back to three eighths:
 	// rule 4 releases, so that the producers find room.
@@ -226,7 +227,7 @@ func (w *window) now() int64 { return int64(time.Since(w.start)) }
 func (w *window) AddRing(i int) {
 	rb := w.s.Rings[i]
 	one := w.rules.oneWriter != nil && w.rules.oneWriter(i)
-	w.rs = append(w.rs, windowRing{cpu: rb.Cur().CPU(), oneWriter: one})
+	w.rs = append(w.rs, windowRing{cpu: rb.Cur().CPU(), oneWriter: one, half: uint64(rb.Cur().Size()) / 2})
 	if !one {
 		w.rules.shared++
 	}
@@ -275,11 +276,11 @@ func (w *window) tighten(i int, at uint64) {
 	if pos, ok := r.held.oldest(); ok {
 		span = at - pos
 	}
-	switch size := uint64(w.s.Rings[i].Cur().Size()); {
-	case !r.tight && span > size/2:
+	switch {
+	case !r.tight && span > r.half:
 		r.tight = true
 		w.tight++
-	case r.tight && span <= size/8*3:
+	case r.tight && span <= r.half/4*3:
 		r.tight = false
 		w.tight--
 	}
