@@ -141,13 +141,20 @@ func OpenHost(path string) (*Host, error) {
 func (h *Host) Close() { h.mod.Close() }
 
 // configure records the calls of thread tid only, and makes the ring
-// buffer program output with rbFlags.
+// buffer program output with rbFlags. tid is as this process's PID
+// namespace numbers it (a container's has its own): the program compares
+// it in that namespace, which /proc/self/ns/pid's device and inode name.
 func (h *Host) configure(tid int, rbFlags uint64) error {
+	var ns unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/pid", &ns); err != nil {
+		return fmt.Errorf("set host_config: the PID namespace: %w", err)
+	}
 	var key uint32
 	val := struct {
-		tid, _  uint32
-		rbFlags uint64
-	}{tid: uint32(tid), rbFlags: rbFlags}
+		tid, _       uint32
+		rbFlags      uint64
+		nsDev, nsIno uint64
+	}{tid: uint32(tid), rbFlags: rbFlags, nsDev: ns.Dev, nsIno: ns.Ino}
 	if err := h.config.Update(unsafe.Pointer(&key), unsafe.Pointer(&val)); err != nil {
 		return fmt.Errorf("set host_config: %w", err)
 	}

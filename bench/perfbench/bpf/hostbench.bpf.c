@@ -28,9 +28,11 @@ struct {
 } host_rb_events SEC(".maps");
 
 struct host_config {
-	__u32 tid;	/* the workload's thread: the only caller recorded */
+	__u32 tid;	/* the workload's thread, in the PID namespace below: the only caller recorded */
 	__u32 pad;
 	__u64 rb_flags; /* host_rb's output flags */
+	__u64 ns_dev;	/* the workload's PID namespace: /proc/self/ns/pid's device */
+	__u64 ns_ino;	/* and inode (a container's namespace numbers threads its own way) */
 };
 
 struct {
@@ -66,8 +68,10 @@ static __always_inline struct host_stats *host_begin(struct host_config **cfg, s
 	__u32 zero = 0;
 	struct host_stats *st;
 
+	struct bpf_pidns_info ns;
+
 	*cfg = bpf_map_lookup_elem(&host_config, &zero);
-	if (!*cfg || (__u32)bpf_get_current_pid_tgid() != (*cfg)->tid)
+	if (!*cfg || bpf_get_ns_current_pid_tgid((*cfg)->ns_dev, (*cfg)->ns_ino, &ns, sizeof(ns)) || ns.pid != (*cfg)->tid)
 		return NULL;
 	st = bpf_map_lookup_elem(&emit_stats, &zero);
 	if (!st)
