@@ -227,7 +227,11 @@ func (w *window) now() int64 { return int64(time.Since(w.start)) }
 func (w *window) AddRing(i int) {
 	rb := w.s.Rings[i]
 	one := w.rules.oneWriter != nil && w.rules.oneWriter(i)
-	w.rs = append(w.rs, windowRing{cpu: rb.Cur().CPU(), oneWriter: one, half: uint64(rb.Cur().Size()) / 2})
+	// Room for the places of copies of 64 bytes over half the ring (past
+	// which rule 4 releases: tight), so that a flood's first intake does
+	// not grow it (see reserve): 32 KiB for a ring of 256 KiB.
+	held := heldRing{q: make([]heldPos, 0, rb.Cur().Size()/2/64)}
+	w.rs = append(w.rs, windowRing{cpu: rb.Cur().CPU(), oneWriter: one, half: uint64(rb.Cur().Size()) / 2, held: held})
 	if !one {
 		w.rules.shared++
 	}
