@@ -27,17 +27,7 @@ import (
 // releases its copies only to a Flush.
 func windowOver(t *testing.T, n, size int) (*Set, *window, []*ringtest.RingBuf) {
 	t.Helper()
-	s := &Set{Latency: -1}
-	var fakes []*ringtest.RingBuf
-	for range n {
-		f := ringtest.NewRingBuf(size)
-		rb, err := ring.NewRingBufFromParts(-1, &f.Pos[0], &f.Pos[1], f.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Push(rb)
-		fakes = append(fakes, f)
-	}
+	s, fakes := ringBufSet(t, n, size)
 	w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62}, Bytes: n * size})
 	return s, w, fakes
 }
@@ -279,17 +269,7 @@ func TestWindowCommitsBehindHeld(t *testing.T) {
 	for _, rings := range []int{1, 3} {
 		t.Run(fmt.Sprintf("rings=%d", rings), func(t *testing.T) {
 			const size = 4096
-			s := &Set{Latency: -1}
-			var fakes []*ringtest.RingBuf
-			for range rings {
-				f := ringtest.NewRingBuf(size)
-				rb, err := ring.NewRingBufFromParts(-1, &f.Pos[0], &f.Pos[1], f.Data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				s.Push(rb)
-				fakes = append(fakes, f)
-			}
+			s, fakes := ringBufSet(t, rings, size)
 			// Rule 2 releases a key 40 behind the newest: the window holds
 			// the disordered recent keys and delivers the older ones.
 			w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 40}, Bytes: rings * size})
