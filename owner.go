@@ -307,6 +307,8 @@ func (c *core) poke() { c.w.WakeOpen(&c.life) }
 // progress.
 func (c *core) close() {
 	c.life.Close(func() {
+		// A read's own function that closes asks for no more records.
+		c.HandOver.Store(!wait.Reads.Inside())
 		c.Stop.Store(true)
 		c.w.Wake(true)
 	})

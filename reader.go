@@ -170,9 +170,11 @@ func newReader(c *core, p readerPlan) *Reader {
 // consumer position at the last commit (the end of a ring's turn, at most a
 // quarter of the ring, or a wait): the next reader delivers those records
 // again. An ordered Reader over ring buffers commits the records it copies
-// into its window (see [Order]): the copies not delivered at Close count
-// as Left and are not in the ring for the next reader (Flush and read them
-// first to hand none over). A perf event array's rings are the reader's
+// into its window (see [Order]), so they are no longer in the ring for the
+// next reader: a read by a function (Each, Consume, All) in progress when
+// Close is called from elsewhere than a read's function delivers them
+// before it returns os.ErrClosed; those that no such read delivers count
+// as Left (Flush and read first to hand none over). A perf event array's rings are the reader's
 // own: what is in them at Close goes with them, and a new reader starts
 // with empty rings.
 func (r *Reader) Close() error {
@@ -611,7 +613,7 @@ func (r *Reader) countRec(rec *Record) error {
 func (r *Reader) each(ctx context.Context, op *readOp, fn func(*Record) error, wait bool) error {
 	for {
 		if r.c.life.Closed() {
-			return fmt.Errorf("%s: %w", op.name, os.ErrClosed)
+			return r.closed(op, fn)
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%s: %w", op.name, err)
@@ -630,9 +632,29 @@ func (r *Reader) each(ctx context.Context, op *readOp, fn func(*Record) error, w
 			continue
 		}
 		if done, err := r.block(ctx, op, wait); done || err != nil {
+			if r.c.life.Closed() {
+				return r.closed(op, fn)
+			}
 			return err
 		}
 	}
+}
+
+// closed ends a read that found the reader closed. A Close from outside
+// the reads' functions hands over (policy.Set.HandOver): the copies an
+// ordered window holds, no longer in the ring, go to fn first.
+func (r *Reader) closed(op *readOp, fn func(*Record) error) error {
+	if h, ok := r.pol.(policy.Holder); ok && r.c.HandOver.Load() {
+		for i := range r.c.Rings {
+			if h.Held(i) > 0 {
+				if _, err := r.polEach(fn); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	return fmt.Errorf("%s: %w", op.name, os.ErrClosed)
 }
 
 // polEach runs the policy's loop with fn inside wait.Reads: a read that fn
