@@ -67,13 +67,13 @@ const ringBytes = 256 << 10
 const maxDelay = 10 * time.Millisecond
 
 // readerOptions are the reader's options: rings the size of the C tool's,
-// and the events delivered in the order of their ts (perfbuf_stamp's
-// bpf_ktime_get_ns() at the call's exit, after the reserve: StampedKeys;
-// the first field of struct event), whichever ring they came from. Over
-// ring buffers, one per CPU or one shared (--buffer ringbuf), an event goes
-// once every ring has shown a later one or was found empty after it; over
-// a perf event array's CPUs, once every CPU's ring has shown a later one;
-// else maxDelay after it was read, or once one maxDelay newer has come. The C tool prints its one ring's
+// and the events delivered in the order of their ts (bpf_ktime_get_ns() at
+// the call's exit, the first field of struct event), whichever ring they
+// came from. Over a ring buffer per CPU, or a perf event array's CPUs, an
+// event goes once every CPU's ring has shown a later one, or maxDelay after
+// it was read; over one shared ring buffer (--buffer ringbuf), whose
+// records come in the order they were reserved, maxDelay after it was read
+// or once one maxDelay newer has come. The C tool prints its one ring's
 // reservation order, the same for calls that one thread makes. Over ring
 // buffers the reader copies the events out of the rings (16 KiB a copy
 // here) into a window of at most the rings' total size, and hands the
@@ -81,7 +81,7 @@ const maxDelay = 10 * time.Millisecond
 func readerOptions() perfbuf.ReaderOptions {
 	return perfbuf.ReaderOptions{
 		Options: perfbuf.Options{RingBytes: ringBytes, MaxSampleSize: eventSize},
-		Order:   &perfbuf.Order{KeyOffset: offTS, MaxDelay: maxDelay, StampedKeys: true},
+		Order:   &perfbuf.Order{KeyOffset: offTS, MaxDelay: maxDelay},
 	}
 }
 

@@ -472,7 +472,7 @@ func (w *window) Delivered(i int) {
 
 // Idle commits and publishes every ring and waits at most MaxLatency, and
 // until the smallest copy is due (rule 3), or up to MaxDelay/2 later, or,
-// with stamped keys, until rule 1 may release it (stampDue). A
+// with stamped keys and no budget, until rule 1 may release it (stampDue). A
 // ring committed up to its cursor wakes the reader for its next record; one
 // held back by a copy (Lags) wakes it no more until that copy goes, by
 // rule 3 at the latest, and this timeout looks at it meanwhile (every
@@ -493,8 +493,11 @@ func (w *window) Idle() (time.Duration, time.Duration) {
 			// by a copy raises none: look at the rings every hotHold.
 			timeout, slack = hotHold, 0
 		}
-		if d, ok := w.stampDue(w.copies.min().key); ok && (timeout < 0 || d < timeout) {
-			timeout, slack = d, 0 // rule 1 then, if the rings are empty (stamp.go)
+		if d, ok := w.stampDue(w.copies.min().key); ok && w.s.Latency < 0 && d < timeout {
+			// No budget: rule 1 then, if the rings are empty (stamp.go).
+			// Within one, the look the budget makes comes soon enough,
+			// and a timer a record would be a wakeup a record.
+			timeout, slack = d, 0
 		}
 	}
 	return timeout, slack

@@ -171,7 +171,7 @@ static int leave(void *ctx, long ret)
 		goto cleanup; /* counted in events_failures */
 
 	task = (struct task_struct *)bpf_get_current_task();
-	perfbuf_stamp(&e->ts); /* after the reserve: the reader's StampedKeys */
+	e->ts = bpf_ktime_get_ns();
 	e->delta = e->ts - c->ts;
 	e->flags = c->flags;
 	current_ids(&e->pid, &e->tid);
