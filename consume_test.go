@@ -131,12 +131,12 @@ func TestReaderConsumeAllocs(t *testing.T) {
 func TestReaderOptionsRefused(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
 	for _, off := range []int{1<<63 - 8, math.MaxInt, math.MaxInt - 7, maxKeyOffset - 7} {
-		if _, err := f.newReader(t, nil, ReaderOptions{Order: &Order{KeyOffset: off}}); !errors.Is(err, os.ErrInvalid) {
+		if _, err := f.newReader(t, ReaderOptions{Order: &Order{KeyOffset: off}}); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("KeyOffset %d: %v, want os.ErrInvalid", off, err)
 		}
 	}
 	for _, o := range []Options{{Maps: []Map{nil}}, {RingBytes: -1}, {MaxSampleSize: -1}} {
-		if _, err := f.newReader(t, nil, ReaderOptions{Options: o}); !errors.Is(err, os.ErrInvalid) {
+		if _, err := f.newReader(t, ReaderOptions{Options: o}); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("NewReader with %+v: %v, want os.ErrInvalid", o, err)
 		}
 	}

@@ -13,9 +13,8 @@ import (
 	"github.com/perfbuf/perfbuf/internal/kernel"
 )
 
-// Stats' Size is each ring's size, also after Close; FollowsCPUs is
-// whether the rings came with a CPU watch (a perf event array) or are ring
-// buffers, and false over rings with neither.
+// Stats' Size is each ring's size, also after Close; FollowsCPUs is false
+// over rings with neither a CPU watch nor ring buffers.
 func TestStatsSizeFollowsCPUs(t *testing.T) {
 	sizes := func(st []Stats) []int {
 		var out []int
@@ -37,19 +36,8 @@ func TestStatsSizeFollowsCPUs(t *testing.T) {
 		t.Errorf("Stats' sizes after Close = %v", got)
 	}
 
-	watched := newFakeRings(t, 1, 8192)
-	pb := watched.newPerfBuffer(t, watched.hotRings(t, 1, newFakeRings(t, 0, 8192)), func(int, []byte) {}, nil)
-	if got := sizes(pb.Stats()); !slices.Equal(got, []int{8192}) {
-		t.Errorf("PerfBuffer Stats' sizes = %v, want [8192]", got)
-	}
-	if !pb.FollowsCPUs() {
-		t.Error("FollowsCPUs false with a CPU watch")
-	}
-
-	c := &core{src: &ringBufSource{}}
-	if !c.followsCPUs() {
-		t.Error("FollowsCPUs false over ring buffers")
-	}
+	// With a CPU watch, and over ring buffers: internal/owner's
+	// TestFollowsCPUs.
 }
 
 // CloseExact is false before 6.0 (no PERF_FORMAT_LOST), and from 6.0 true

@@ -4,6 +4,7 @@ package perfbuf
 
 import (
 	"errors"
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"os"
 	"testing"
 	"time"
@@ -11,9 +12,9 @@ import (
 
 // parked waits, within a timeout, until the owner's wait looked at the
 // rings in the netpoller: a ring's event from then on is a wakeup.
-func parked(t *testing.T, c *core) {
+func parked(t *testing.T, c *owner.Core) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !c.w.Parked(); time.Sleep(time.Millisecond) {
+	for end := time.Now().Add(10 * time.Second); !c.W.Parked(); time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("the wait never parked")
 		}
@@ -41,7 +42,7 @@ func TestWakeups(t *testing.T) {
 	var s Sample
 	for n := uint64(1); n <= 2; n++ {
 		go func() { done <- r.ReadInto(&s) }()
-		parked(t, r.c)
+		parked(t, r.r.C)
 		f.emit(t, 1, 0, n, 16)
 		f.wake(1)
 		if err := result(t, done); err != nil {
@@ -53,13 +54,13 @@ func TestWakeups(t *testing.T) {
 		}
 	}
 	go func() { done <- r.ReadInto(&s) }()
-	parked(t, r.c)
+	parked(t, r.r.C)
 	r.Flush()
 	if err := result(t, done); !errors.Is(err, ErrFlushed) {
 		t.Fatalf("read after Flush: %v", err)
 	}
 	go func() { done <- r.ReadInto(&s) }()
-	parked(t, r.c)
+	parked(t, r.r.C)
 	r.SetDeadline(time.Now())
 	if err := result(t, done); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read past the deadline: %v", err)
@@ -75,7 +76,7 @@ func TestWakeups(t *testing.T) {
 	pf := newFakeRings(t, 2, 4096)
 	pb := pf.perfBuffer(t, func(int, []byte) {}, nil)
 	go func() { _, err := pb.Poll(-1); done <- err }()
-	parked(t, pb.c)
+	parked(t, pb.pb.C)
 	pf.emit(t, 0, 0, 0, 16)
 	pf.wake(0)
 	if err := result(t, done); err != nil {
@@ -91,7 +92,7 @@ func TestWakeups(t *testing.T) {
 	rf := newFakeRings(t, 2, 4096)
 	raw := rf.raw(t)
 	go func() { _, err := raw.Wait(-1, nil); done <- err }()
-	parked(t, raw.c)
+	parked(t, raw.r.C)
 	rf.emit(t, 1, 0, 0, 16)
 	rf.wake(1)
 	if err := result(t, done); err != nil {

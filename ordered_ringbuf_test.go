@@ -33,9 +33,7 @@ func (f *fakeBPFRings) ordered(t testing.TB, ord Order, oneWriter ...bool) *Read
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := f.core(t)
-	c.oneWriter = oneWriter
-	r := newReader(c, p)
+	r := newReader(f.core(t, oneWriter...), p)
 	t.Cleanup(func() { r.Close() })
 	return r
 }
@@ -318,7 +316,7 @@ func TestOrderedRingBufBurstWithoutWakeup(t *testing.T) {
 		err := o.ReadInto(&s)
 		done <- result{s, err}
 	}()
-	for w := o.c.w; !w.Parked(); time.Sleep(time.Millisecond) {
+	for w := o.r.C.W; !w.Parked(); time.Sleep(time.Millisecond) {
 		select {
 		case res := <-done:
 			t.Fatalf("read returned %v before the burst", res.err)
@@ -807,7 +805,7 @@ func TestOrderedRingBufConsumerMoved(t *testing.T) {
 						late, err = orderedReadOnce(o, mode)
 						done <- err
 					}()
-					for give := time.Now().Add(10 * time.Second); !o.c.w.Waiting(); {
+					for give := time.Now().Add(10 * time.Second); !o.r.C.W.Waiting(); {
 						select {
 						case err := <-done:
 							t.Fatalf("a read with no deadline returned %v, %v without waiting", late, err)

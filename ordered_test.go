@@ -179,7 +179,7 @@ func TestOrderedHighWater(t *testing.T) {
 			t.Fatalf("out of order at %d", j)
 		}
 	}
-	if used := o.c.Rings[0].Cur().Used(); used > 2048 {
+	if used := o.r.C.Rings[0].Cur().Used(); used > 2048 {
 		t.Errorf("ring still holds %d bytes after releasing past high water", used)
 	}
 }
@@ -862,7 +862,7 @@ func TestOrderedRun(t *testing.T) {
 func TestOrderInvalid(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
 	for _, ord := range []Order{{KeyOffset: -1}, {MaxDelay: -time.Second}, {HighWater: -1}} {
-		if _, err := f.newReader(t, nil, ReaderOptions{Order: &ord}); !errors.Is(err, os.ErrInvalid) {
+		if _, err := f.newReader(t, ReaderOptions{Order: &ord}); !errors.Is(err, os.ErrInvalid) {
 			t.Errorf("%+v: %v, want os.ErrInvalid", ord, err)
 		}
 	}
@@ -918,10 +918,10 @@ func TestOrderedTimerKept(t *testing.T) {
 			pauses++
 		}
 	}
-	if sets := o.c.w.Sets(); sets > n/2+pauses {
+	if sets := o.r.C.W.Sets(); sets > n/2+pauses {
 		t.Errorf("%d deadlines set for %d samples a %v apart (%d pauses of the writer)", sets, n, gap, pauses)
 	}
-	t.Logf("%d samples, %d deadlines set, released at most %v after MaxDelay", n, o.c.w.Sets(), late)
+	t.Logf("%d samples, %d deadlines set, released at most %v after MaxDelay", n, o.r.C.W.Sets(), late)
 }
 
 // A read called from inside an Order's Key, on the goroutine whose read

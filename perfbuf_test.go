@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
@@ -70,11 +71,11 @@ func TestRingOptions(t *testing.T) {
 			t.Errorf("%+v: %v, want %v", c.o, err, c.want)
 		}
 	}
-	want := ringConfig{pages: defaultRingBytes / page, pageSize: page, wakeupEvents: 1}
+	want := owner.RingConfig{Pages: owner.DefaultRingBytes / page, PageSize: page, WakeupEvents: 1}
 	if c, err := perfConfig(Options{}, page, testMemory); c != want || err != nil {
 		t.Errorf("defaults: %+v, %v; want %+v", c, err, want)
 	}
-	want = ringConfig{pages: 2, pageSize: page, wakeupEvents: 1, wakeupBytes: 4096}
+	want = owner.RingConfig{Pages: 2, PageSize: page, WakeupEvents: 1, WakeupBytes: 4096}
 	if c, err := perfConfig(Options{RingBytes: 2 * page, WakeupBytes: 4096}, page, testMemory); c != want || err != nil {
 		t.Errorf("wakeup bytes: %+v, %v; want %+v", c, err, want)
 	}
@@ -85,7 +86,6 @@ func TestRingOptions(t *testing.T) {
 // as it is opened). A key computed by Order.Key has no offset to check.
 func TestOrderKeyFits(t *testing.T) {
 	const page = 4096
-	ringBuf := mapDesc{typ: mapTypeRingBuf, maxEntries: page, name: "events"}
 	for _, c := range []struct {
 		name string
 		o    ReaderOptions
@@ -104,28 +104,25 @@ func TestOrderKeyFits(t *testing.T) {
 		}
 	}
 	// Without MaxSampleSize: a one-page perf ring holds a sample of 4052
-	// bytes beside a lost record (TestRingOptions), a one-page ring buffer
-	// one of 4080 bytes with its 8-byte header, in a record of at most
-	// 4088.
+	// bytes beside a lost record (TestRingOptions); a ring buffer's check
+	// of the key's end is internal/owner's TestKeyEndRingBuf.
 	for _, c := range []struct {
-		off        int
-		perf, rbuf bool // accepted
+		off  int
+		perf bool // accepted
 	}{
-		{0, true, true}, {4044, true, true}, {4045, false, true}, {4072, false, true}, {4073, false, false}, {65000, false, false},
+		{0, true}, {4044, true}, {4045, false}, {4072, false}, {4073, false}, {65000, false},
 	} {
 		o := ReaderOptions{Options: Options{RingBytes: page}, Order: &Order{KeyOffset: c.off}}
 		p, err := o.plan()
 		if err != nil {
 			t.Fatalf("KeyOffset %d: %v", c.off, err)
 		}
-		_, err = p.ring.config(page, testMemory)
+		_, err = p.Ring.Config(page, testMemory)
 		if c.perf != (err == nil) || err != nil && (!errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "past the largest sample a ring of 4096 bytes holds (4052 bytes)")) {
 			t.Errorf("KeyOffset %d, perf ring of a page: %v; accepted %v", c.off, err, c.perf)
 		}
-		p.ring.ringBytes = 0 // a ring buffer's size is its own
-		err = p.ring.checkRingBuf(ringBuf)
-		if c.rbuf != (err == nil) || err != nil && (!errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), `past the largest sample the 4096-byte ring of ring buffer "events" holds (4080 bytes)`)) {
-			t.Errorf("KeyOffset %d, ring buffer of a page: %v; accepted %v", c.off, err, c.rbuf)
+		if p.Ring.KeyEnd != c.off+8 {
+			t.Errorf("KeyOffset %d: the key ends at %d, want %d", c.off, p.Ring.KeyEnd, c.off+8)
 		}
 	}
 }
@@ -133,11 +130,11 @@ func TestOrderKeyFits(t *testing.T) {
 // perfConfig is what New checks of o for a perf event array's rings of
 // pages of pageSize bytes on a host with memory bytes: the fields, then
 // the rings.
-func perfConfig(o Options, pageSize int, memory uint64) (ringConfig, error) {
+func perfConfig(o Options, pageSize int, memory uint64) (owner.RingConfig, error) {
 	if err := o.check(); err != nil {
-		return ringConfig{}, err
+		return owner.RingConfig{}, err
 	}
-	return o.ring().config(pageSize, memory)
+	return o.ring().Config(pageSize, memory)
 }
 
 // testMemory is the host memory the option tests assume: 16 GiB.
@@ -163,15 +160,15 @@ func TestRingBytes(t *testing.T) {
 	} {
 		for _, o := range []Options{{RingBytes: c.bytes}} {
 			cfg, err := perfConfig(o, c.pageSize, testMemory)
-			if err != nil || cfg.pages != c.pages || cfg.pageSize != c.pageSize {
+			if err != nil || cfg.Pages != c.pages || cfg.PageSize != c.pageSize {
 				t.Errorf("RingBytes %d, %d-byte pages: %+v, %v; want %d pages", c.bytes, c.pageSize, cfg, err, c.pages)
 			}
 		}
 	}
 	// The host's own page size, as New sees it.
 	page := os.Getpagesize()
-	cfg, err := (&Options{RingBytes: 5 * page}).ring().hostConfig()
-	if err != nil || cfg.pages != 8 || cfg.pageSize != page || cfg.ringBytes() != 8*page {
+	cfg, err := (&Options{RingBytes: 5 * page}).ring().HostConfig()
+	if err != nil || cfg.Pages != 8 || cfg.PageSize != page || cfg.RingBytes() != 8*page {
 		t.Errorf("RingBytes 5 pages on this host (%d-byte pages): %+v, %v; want 8 pages", page, cfg, err)
 	}
 	for _, c := range []struct {
@@ -182,7 +179,7 @@ func TestRingBytes(t *testing.T) {
 		{Options{RingBytes: -1}, testMemory, "negative"},
 		{Options{RingBytes: math.MinInt}, testMemory, "negative"},
 		{Options{RingBytes: math.MaxInt}, testMemory, "too large"},
-		{Options{RingBytes: maxRingBytes + 1}, testMemory, "too large"},
+		{Options{RingBytes: owner.MaxRingBytes + 1}, testMemory, "too large"},
 		// Larger than the host's memory: 16 GiB asked of a 16 GiB host.
 		{Options{RingBytes: 16 << 30}, testMemory, "memory"},
 		{Options{RingBytes: 1 << 20}, 1 << 20, "memory"},
@@ -248,27 +245,6 @@ func TestNewChecks(t *testing.T) {
 	if fd := MapFD(7).FileDescriptor(); fd != 7 {
 		t.Errorf("MapFD(7).FileDescriptor() = %d", fd)
 	}
-}
-
-// One reader per map in this process: a claimed map ID cannot be claimed
-// again until it is released.
-func TestClaimMap(t *testing.T) {
-	const id = 1<<32 - 7 // no map of a test process has it
-	if !claimMap(id) {
-		t.Fatal("first claim refused")
-	}
-	if claimMap(id) {
-		t.Fatal("second claim granted")
-	}
-	if !claimMap(id - 1) {
-		t.Fatal("another map's claim refused")
-	}
-	unclaimMap(id)
-	unclaimMap(id - 1)
-	if !claimMap(id) {
-		t.Fatal("claim after release refused")
-	}
-	unclaimMap(id)
 }
 
 // delivery is one call of SampleFunc or LostFunc.
@@ -707,11 +683,11 @@ func TestRawHeld(t *testing.T) {
 	if _, err := rw.Wait(0, nil); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Wait after Close: %v", err)
 	}
-	if d := rw.Stats()[0].Left; d != 0 || rw.c.w.Freed() {
+	if d := rw.Stats()[0].Left; d != 0 || rw.r.C.W.Freed() {
 		t.Errorf("freed while a ring was held (left %d)", d)
 	}
 	b.Release()
-	if d := rw.Stats()[0].Left; d != 1 || !rw.c.w.Freed() {
+	if d := rw.Stats()[0].Left; d != 1 || !rw.r.C.W.Freed() {
 		t.Errorf("not freed at release: left %d, want 1", d)
 	}
 }
@@ -773,7 +749,7 @@ func TestReaderBudgetPlan(t *testing.T) {
 		events  int // the perf rings' wakeup_events and watermark
 		bytes   int
 	}{
-		{"defaults", ReaderOptions{}, 10 * time.Millisecond, true, 1, defaultRingBytes / 2},
+		{"defaults", ReaderOptions{}, 10 * time.Millisecond, true, 1, owner.DefaultRingBytes / 2},
 		{"a budget", ReaderOptions{MaxLatency: 2 * time.Millisecond, Options: Options{RingBytes: 4 * page}}, 2 * time.Millisecond, true, 1, 2 * page},
 		{"no budget", ReaderOptions{MaxLatency: -1}, -1, false, 1, 0},
 		{"wakeup events", ReaderOptions{Options: Options{WakeupEvents: 8}}, 10 * time.Millisecond, false, 8, 0},
@@ -783,16 +759,27 @@ func TestReaderBudgetPlan(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		cfg, err := p.ring.config(page, testMemory)
+		cfg, err := p.Ring.Config(page, testMemory)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if p.latency != c.latency || p.budget() != c.budget || cfg.wakeupEvents != c.events || cfg.wakeupBytes != c.bytes {
+		if p.Latency != c.latency || p.Ring.Budget != c.budget || cfg.WakeupEvents != c.events || cfg.WakeupBytes != c.bytes {
 			t.Errorf("%s: latency %v, budget %v, wakeup events %d, bytes %d; want %v, %v, %d, %d",
-				c.name, p.latency, p.budget(), cfg.wakeupEvents, cfg.wakeupBytes, c.latency, c.budget, c.events, c.bytes)
+				c.name, p.Latency, p.Ring.Budget, cfg.WakeupEvents, cfg.WakeupBytes, c.latency, c.budget, c.events, c.bytes)
 		}
 	}
-	if cfg, err := perfConfig(Options{}, page, testMemory); err != nil || cfg.wakeupBytes != 0 {
+	if cfg, err := perfConfig(Options{}, page, testMemory); err != nil || cfg.WakeupBytes != 0 {
 		t.Errorf("New's and NewRaw's defaults: %+v, %v; want a wakeup a sample", cfg, err)
+	}
+}
+
+// The Recorder's options: wakeups do not apply; the fields are checked
+// before the map is looked at.
+func TestRecorderOptions(t *testing.T) {
+	for _, o := range []Options{{WakeupEvents: 2}, {WakeupBytes: 64}, {RingBytes: -1}} {
+		_, err := NewRecorder(MapFD(-1), o)
+		if !errors.Is(err, os.ErrInvalid) || !strings.HasPrefix(err.Error(), "new Recorder: options ") {
+			t.Errorf("%+v: %v", o, err)
+		}
 	}
 }

@@ -72,7 +72,7 @@ func TestReadBatchCorruptMidBatch(t *testing.T) {
 					t.Fatalf("ReadBatch = %d, %v; want %d, nil", n, err, want)
 				}
 				for _, s := range batch[:n] {
-					if s.Type != RecordSample || len(s.Data) != k.padding(24) || s.CPU != r.c.Rings[0].Cur().CPU() {
+					if s.Type != RecordSample || len(s.Data) != k.padding(24) || s.CPU != r.r.C.Rings[0].Cur().CPU() {
 						t.Fatalf("sample %+v", s)
 					}
 					got = append(got, k.seqOf(s.Data))

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"os"
 	"strings"
 	"testing"
@@ -52,14 +53,15 @@ func newFakeBPFRings(t testing.TB, n, size int) *fakeBPFRings {
 	return f
 }
 
-// core returns an owner core over readers of the rings.
-func (f *fakeBPFRings) core(t testing.TB) *core {
+// core returns an owner core over readers of the rings; oneWriter[i]
+// says ring i is one CPU's (an ordered Reader's rule 1).
+func (f *fakeBPFRings) core(t testing.TB, oneWriter ...bool) *owner.Core {
 	t.Helper()
 	var rings []ring.Kind
 	for _, r := range f.rings {
 		rings = append(rings, bpfReader(t, r))
 	}
-	c, err := newCore(rings, f.fds)
+	c, err := owner.Over(rings, f.fds, "", oneWriter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +268,7 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 					err := r.ReadInto(&s)
 					return []uint64{seq8(s.Data)}, err
 				}
-				w = r.c.w
+				w = r.r.C.W
 			case "callback":
 				var got []uint64
 				pb := f.perfBuffer(t, func(_ int, data []byte) { got = append(got, seq8(data)) }, nil)
@@ -279,7 +281,7 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 					}
 					return got, nil
 				}
-				w = pb.c.w
+				w = pb.pb.C.W
 			}
 			busy, _ := f.rings[0].Reserve(8)
 			f.rings[0].Write(busy, bpfPayload(1))
@@ -543,7 +545,7 @@ func TestPollRingBufMissedWakeup(t *testing.T) {
 		binary.NativeEndian.PutUint64(one[:], 1)
 		unix.Write(fd, one[:])
 	}
-	c, err := newCore([]ring.Kind{bpfReader(t, f)}, []int{fd})
+	c, err := owner.Over([]ring.Kind{bpfReader(t, f)}, []int{fd}, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +579,7 @@ func TestPollRingBufMissedWakeup(t *testing.T) {
 func TestReaderReadsPastAMissedWakeup(t *testing.T) {
 	f := newFakeBPFRings(t, 1, 4096)
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
-	rb := r.c.kinds[0].(*ring.RingBuf)
+	rb := r.r.C.Kinds[0].(*ring.RingBuf)
 	committed := false
 	rb.SettleHook = func() {
 		if !committed {
@@ -615,7 +617,7 @@ func TestReaderRingBufBudget(t *testing.T) {
 		// wakeups, failing if it returned instead.
 		parked := func(wakeups uint64) {
 			t.Helper()
-			for r.c.w.Wakeups() < wakeups || !r.c.w.Waiting() {
+			for r.r.C.W.Wakeups() < wakeups || !r.r.C.W.Waiting() {
 				select {
 				case err := <-got:
 					t.Fatalf("the read returned (%v) during the hold", err)
@@ -661,7 +663,7 @@ func TestReaderRingBufBudget(t *testing.T) {
 			done := make(chan error, 1)
 			var s Sample
 			go func() { done <- r.ReadInto(&s) }()
-			for !r.c.w.Waiting() && len(done) == 0 {
+			for !r.r.C.W.Waiting() && len(done) == 0 {
 				time.Sleep(time.Millisecond) // the read parks (or has returned)
 			}
 			f.rings[0].Output(t, rec)

@@ -162,7 +162,7 @@ func FuzzReaderRingBufs(f *testing.F) {
 				// The records the other consumer took that the reader has not
 				// seen (past its head snapshot) are that consumer's alone;
 				// those the reader saw, it may deliver too.
-				seen := r.c.Rings[moved].Cur().Head()
+				seen := r.r.C.Rings[moved].Cur().Head()
 				taken = map[uint64]bool{}
 				for _, p := range starts[moved] {
 					if seq, ok := seqAt[moved][p]; ok && int64(p-max(movedFrom, seen)) >= 0 && int64(p-movedTo) < 0 {

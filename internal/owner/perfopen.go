@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // The two openers of a perf event array's rings, behind one contract:
 // libbpf's perf_buffer (perfbuf_cgo.go), and perfbuf's own
@@ -21,33 +21,33 @@ import (
 	"github.com/perfbuf/perfbuf/internal/kernel"
 )
 
-// perfEvents is one opening of rings: ring j, of bufferCount, is the CPU
+// PerfEvents is one opening of rings: ring j, of bufferCount, is the CPU
 // it was opened for, cpus[j] of openPerfEvents; the map's slot for that CPU
 // holds its event. close disables, unmaps and closes, and leaves emptying
 // the slots to rings.release (libbpf's perf_buffer__free deletes them by
 // key again, through a descriptor that release made no map's).
-type perfEvents interface {
-	bufferCount() int
-	bufferFD(j int) int
-	// epollFD is an epoll set over the opening's rings, closed with it.
-	epollFD() int
-	// ring returns ring j's mapping: base points at its
+type PerfEvents interface {
+	BufferCount() int
+	BufferFD(j int) int
+	// EpollFD is an epoll set over the opening's rings, closed with it.
+	EpollFD() int
+	// Ring returns ring j's mapping: base points at its
 	// perf_event_mmap_page, and size bytes of data follow the header page.
-	ring(j int) (base unsafe.Pointer, size int, err error)
-	close()
+	Ring(j int) (base unsafe.Pointer, size int, err error)
+	Close()
 }
 
-var _ perfEvents = goEvents{}
+var _ PerfEvents = goEvents{}
 
-// openLibbpfEvents opens rings through libbpf's perf_buffer: perfbuf_cgo.go
-// sets it, and a build without libbpf (no cgo, or the tag
-// perfbuf_nolibbpf) leaves it nil.
-// Tests replace it.
-var openLibbpfEvents func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error)
+// OpenLibbpf opens rings through libbpf's perf_buffer, with the
+// settings cfg: the root's perfbuf_cgo.go sets it, the one file that
+// uses cgo, and a build without libbpf (no cgo, or the tag
+// perfbuf_nolibbpf) leaves it nil. Tests replace it.
+var OpenLibbpf func(fd int, cfg kernel.PerfConfig, cpus []int32) (PerfEvents, error)
 
 // openGoEvents opens rings through perfbuf's own opener; tests replace
 // it.
-var openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+var openGoEvents = func(fd int, cfg RingConfig, cpus []int32) (PerfEvents, error) {
 	p, err := kernel.OpenPerfRings(fd, cfg.kernel(), cpus)
 	if err != nil {
 		return nil, err
@@ -61,9 +61,9 @@ var openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error
 // (kernel.ForcePerfRings), or in a build without libbpf, through
 // perfbuf's own opener. Errors: the kernel's errno, a syscall.Errno,
 // wrapped or not.
-func openPerfEvents(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
-	if openLibbpfEvents != nil && !kernel.ForcePerfRings.Load() {
-		ev, err := openLibbpfEvents(fd, cfg, cpus)
+func openPerfEvents(fd int, cfg RingConfig, cpus []int32) (PerfEvents, error) {
+	if OpenLibbpf != nil && !kernel.ForcePerfRings.Load() {
+		ev, err := OpenLibbpf(fd, cfg.kernel(), cpus)
 		if !errors.Is(err, syscall.E2BIG) {
 			return ev, err
 		}
@@ -75,20 +75,20 @@ func openPerfEvents(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
 }
 
 // kernel is c for the kernel package's opener.
-func (c ringConfig) kernel() kernel.PerfConfig {
-	return kernel.PerfConfig{Pages: c.pages, PageSize: c.pageSize, WakeupEvents: c.wakeupEvents, WakeupBytes: c.wakeupBytes,
+func (c RingConfig) kernel() kernel.PerfConfig {
+	return kernel.PerfConfig{Pages: c.Pages, PageSize: c.PageSize, WakeupEvents: c.WakeupEvents, WakeupBytes: c.WakeupBytes,
 		CountLost: kernel.FormatLost()} // Close reads what the rings refused (owner.go)
 }
 
 // goEvents are rings that perfbuf opened itself.
 type goEvents struct{ p *kernel.PerfRings }
 
-func (g goEvents) bufferCount() int   { return g.p.Count() }
-func (g goEvents) bufferFD(j int) int { return g.p.FD(j) }
-func (g goEvents) epollFD() int       { return g.p.EpollFD() }
-func (g goEvents) close()             { _ = g.p.Close() }
+func (g goEvents) BufferCount() int   { return g.p.Count() }
+func (g goEvents) BufferFD(j int) int { return g.p.FD(j) }
+func (g goEvents) EpollFD() int       { return g.p.EpollFD() }
+func (g goEvents) Close()             { _ = g.p.Close() }
 
-func (g goEvents) ring(j int) (unsafe.Pointer, int, error) {
+func (g goEvents) Ring(j int) (unsafe.Pointer, int, error) {
 	base, size := g.p.Ring(j)
 	return base, size, nil
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // Tests of the rings added for CPUs that come online after New, over fake
 // rings: PerfBuffer and both Reader policies taking a new ring in. The
@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"os"
 	"slices"
 	"testing"
@@ -25,7 +26,7 @@ func TestHotplugPerfBuffer(t *testing.T) {
 	spare := newFakeRings(t, 2, 4096)
 	spare.cpus = []int{2, 1} // CPU 2 comes online, then CPU 1 comes back
 	var got []string
-	pb := f.newPerfBuffer(t, f.hotRings(t, 4, spare), func(cpu int, data []byte) {
+	pb := f.perfBuffer(t, f.hotRings(t, 4, spare), func(cpu int, data []byte) {
 		got = append(got, fmt.Sprintf("cpu%d:%d", cpu, binary.NativeEndian.Uint64(data[8:])))
 	}, nil)
 
@@ -35,8 +36,8 @@ func TestHotplugPerfBuffer(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(10 * time.Millisecond) // let it block
-	pb.c.src.(*rings).watch.Note(2)
-	pb.c.src.(*rings).watch.Note(7) // past the limit: no ring
+	pb.C.src.(*rings).watch.Note(2)
+	pb.C.src.(*rings).watch.Note(7) // past the limit: no ring
 	select {
 	case err := <-done:
 		if err != nil {
@@ -60,7 +61,7 @@ func TestHotplugPerfBuffer(t *testing.T) {
 	// CPU 1 goes offline with a sample in its ring and comes back: its
 	// first ring is drained at the next Consume, its second from then on.
 	f.emit(t, 1, 0, 11, 16)
-	pb.c.src.(*rings).watch.Note(1)
+	pb.C.src.(*rings).watch.Note(1)
 	spare.emit(t, 1, 0, 12, 16)
 	if n, err := pb.Consume(); n != 2 || err != nil {
 		t.Fatalf("Consume: %d, %v; want the old and the new ring's samples", n, err)
@@ -81,17 +82,13 @@ func TestHotplugPerfBuffer(t *testing.T) {
 // TestHotplugReader: both policies take a CPU's new ring in while a read
 // blocks, and deliver its samples.
 func TestHotplugReader(t *testing.T) {
-	for _, ord := range []*Order{nil, {KeyOffset: 0, MaxDelay: time.Millisecond}} {
+	for _, ord := range []*policy.OrderConfig{nil, order(time.Millisecond)} {
 		t.Run(fmt.Sprintf("ordered=%v", ord != nil), func(t *testing.T) {
 			f := newFakeRings(t, 2, 4096)
 			spare := newFakeRings(t, 1, 4096)
 			spare.cpus = []int{3}
 			owner := f.hotRings(t, 4, spare)
-			r, err := f.newReader(t, owner, ReaderOptions{Order: ord, MaxLatency: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
+			r := f.reader(t, owner, Plan{Order: ord, Latency: -1})
 
 			done := make(chan error, 1)
 			var s Sample
@@ -132,11 +129,7 @@ func TestHotplugOrderedRun(t *testing.T) {
 	spare := newFakeRings(t, 1, 4096)
 	spare.cpus = []int{3}
 	owner := f.hotRings(t, 4, spare)
-	r, err := f.newReader(t, owner, ReaderOptions{Order: &Order{MaxDelay: time.Hour}, MaxLatency: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := f.reader(t, owner, Plan{Order: order(time.Hour), Latency: -1})
 	for seq, key := range []uint64{10, 20, 30} {
 		f.emit(t, 0, key, uint64(seq), 16)
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // Opening the rings of a perf event array: the checks on the map, the claim
 // that makes one reader per map in this process, the perf events
@@ -45,11 +45,11 @@ type rings struct {
 	// without a file of its own.
 	stored []int32
 
-	cfg   ringConfig       // their configuration
+	cfg   RingConfig       // their configuration
 	mapID uint32           // claimed in claims until close
 	limit int              // CPUs below it may have a ring (possible CPUs, max_entries)
 	watch *kernel.CPUWatch // CPUs coming online; nil if not tracked
-	cs    []perfEvents     // cs[0] from New, then one per ring opened later
+	cs    []PerfEvents     // cs[0] from New, then one per ring opened later
 	epfd  int              // cs[0]'s epoll set (EpollFD), over every ring
 	// openCPU opens a ring on a CPU that came online: openOne, but in
 	// tests.
@@ -70,7 +70,7 @@ type rings struct {
 
 // ringSrc is a ring's opening and index in it.
 type ringSrc struct {
-	c perfEvents
+	c PerfEvents
 	j int
 }
 
@@ -80,7 +80,7 @@ type ringSrc struct {
 // from the kernel (EBADF for a closed descriptor, EINVAL for one that is not
 // a BPF object, EPERM without the privileges perf_event_open and the map
 // update need).
-func openRings(fd int, info mapDesc, pin string, cfg ringConfig, failures Map) (_ *rings, err error) {
+func openRings(fd int, info mapDesc, pin string, cfg RingConfig, failures Map) (_ *rings, err error) {
 	// Checked before any ring is opened; from here, r.close closes it.
 	fails, err := openFailureMap(failures)
 	if err != nil {
@@ -119,9 +119,9 @@ func openRings(fd int, info mapDesc, pin string, cfg ringConfig, failures Map) (
 		}
 		return nil, fmt.Errorf("open perf events on map %q: %w", info.name, err)
 	}
-	r.cs, r.epfd = append(r.cs, c), c.epollFD()
+	r.cs, r.epfd = append(r.cs, c), c.EpollFD()
 	r.stored = append(r.stored, cpus...)
-	if n := c.bufferCount(); n != len(cpus) {
+	if n := c.BufferCount(); n != len(cpus) {
 		r.close() // (it empties the slots)
 		return nil, fmt.Errorf("opened %d rings for %d cpus", n, len(cpus))
 	}
@@ -132,7 +132,7 @@ func openRings(fd int, info mapDesc, pin string, cfg ringConfig, failures Map) (
 			r.close()
 			return nil, fmt.Errorf("ring %d: %w", j, err)
 		}
-		r.push(cpu, rb, c.bufferFD(j), src)
+		r.push(cpu, rb, c.BufferFD(j), src)
 	}
 	return r, nil
 }
@@ -187,7 +187,7 @@ func (r *rings) openOne(cpu int32) (_ *ring.Perf, _ int, _ ringSrc, err error) {
 	defer func() {
 		if err != nil {
 			r.unlinkCPUs([]int32{cpu})
-			c.close()
+			c.Close()
 		}
 	}()
 	src := ringSrc{c, 0}
@@ -195,7 +195,7 @@ func (r *rings) openOne(cpu int32) (_ *ring.Perf, _ int, _ ringSrc, err error) {
 	if err != nil {
 		return nil, 0, ringSrc{}, err
 	}
-	fd := c.bufferFD(0)
+	fd := c.BufferFD(0)
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
 	if err := unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return nil, 0, ringSrc{}, fmt.Errorf("add to epoll: %w", err)
@@ -233,7 +233,7 @@ func (r *rings) eventFDs() []int {
 func (r *rings) epollFD() (int, error) { return r.epfd, nil }
 
 func (s ringSrc) view(cpu int32) (*ring.Perf, error) {
-	base, size, err := s.c.ring(s.j)
+	base, size, err := s.c.Ring(s.j)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +317,7 @@ func (r *rings) close() {
 	}
 	r.release()
 	for _, c := range slices.Backward(r.cs) {
-		c.close()
+		c.Close()
 	}
 	if r.mapOwned {
 		unix.Close(r.mapFD)
@@ -327,11 +327,8 @@ func (r *rings) close() {
 	r.failures.close()
 }
 
-// CloseExact reports whether the counts add up exactly at Close on this
-// kernel: Close can wait for outputs still running when it counts what is
-// left (kernel.CanWaitWriters), and a perf ring's event counts the outputs
-// it refused (PERF_FORMAT_LOST, 6.0), so that losses no lost record
-// reported are counted too (docs/failures.md).
+// CloseExact is perfbuf.CloseExact: whether the counts add up exactly at
+// Close on this kernel.
 func CloseExact() bool { return kernel.CanWaitWriters() && kernel.FormatLost() }
 
 // takeNewCPUs returns the CPUs that need a new ring: those announced online

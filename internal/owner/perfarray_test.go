@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 import (
 	"errors"
@@ -28,7 +28,7 @@ func TestReleaseMapFile(t *testing.T) {
 	}
 	defer unix.Close(epfd)
 	ev := newFakeEvents([]int32{0})
-	r := &rings{mapFD: p[0], mapOwned: true, cs: []perfEvents{ev}, epfd: epfd, stored: []int32{0}}
+	r := &rings{mapFD: p[0], mapOwned: true, cs: []PerfEvents{ev}, epfd: epfd, stored: []int32{0}}
 	r.release()
 	if _, err := unix.Write(p[1], []byte{1}); !errors.Is(err, syscall.EPIPE) {
 		t.Errorf("write to the map file's pipe after release: %v, want EPIPE (the file released)", err)

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/perfbuf/perfbuf/internal/ring"
 	"io"
 	"os"
 	"strings"
@@ -78,7 +79,7 @@ func TestRecorderSnapshot(t *testing.T) {
 		t.Helper()
 		var got []byte
 		for _, rec := range recs {
-			if rec.Type != RecordSample || len(rec.Data) != 12 || rec.CPU != rec.Ring {
+			if rec.Type != ring.Sample || len(rec.Data) != 12 || rec.CPU != rec.Ring {
 				t.Fatalf("record %+v", rec)
 			}
 			got = append(got, rec.Data[0])
@@ -126,7 +127,7 @@ func TestRecorderSnapshot(t *testing.T) {
 	if _, err := r.Snapshot(buf, nil, false); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("after Close: %v", err)
 	}
-	if err := r.Pause(); !errors.Is(err, os.ErrClosed) {
+	if err := r.SetPaused("pause", true); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Pause after Close: %v", err)
 	}
 }
@@ -137,14 +138,14 @@ func TestCheckRingBufOverwrite(t *testing.T) {
 	over := mapDesc{typ: mapTypeRingBuf, maxEntries: 4096, flags: kernel.MapFlagRBOverwrite, name: "rec"}
 	plain := over
 	plain.flags = 0
-	err := ringOptions{}.checkRingBuf(over)
+	err := RingOptions{}.checkRingBuf(over)
 	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `ring buffer "rec" is in overwrite mode`) {
 		t.Errorf("reader over an overwrite-mode ring buffer: %v", err)
 	}
-	if err := (ringOptions{recorder: true}).checkRingBuf(over); err != nil {
+	if err := (RingOptions{Recorder: true}).checkRingBuf(over); err != nil {
 		t.Errorf("recorder: %v", err)
 	}
-	err = ringOptions{recorder: true}.checkRingBuf(plain)
+	err = RingOptions{Recorder: true}.checkRingBuf(plain)
 	if !errors.Is(err, os.ErrInvalid) && !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `ring buffer "rec"`) {
 		t.Errorf("recorder over a ring buffer not in overwrite mode: %v", err)
 	}
@@ -159,17 +160,6 @@ func TestCheckRingBufOverwrite(t *testing.T) {
 		t.Errorf("unsupported without naming 6.19: %v", err)
 	}
 	t.Log(err)
-}
-
-// The Recorder's options: wakeups do not apply; the fields are checked
-// before the map is looked at.
-func TestRecorderOptions(t *testing.T) {
-	for _, o := range []Options{{WakeupEvents: 2}, {WakeupBytes: 64}, {RingBytes: -1}} {
-		_, err := NewRecorder(MapFD(-1), o)
-		if !errors.Is(err, os.ErrInvalid) || !strings.HasPrefix(err.Error(), "new Recorder: options ") {
-			t.Errorf("%+v: %v", o, err)
-		}
-	}
 }
 
 // fakeRingBuf is a BPF ring buffer in Go memory, committed records only.
@@ -243,7 +233,7 @@ func TestRecorderSnapshotRingBufs(t *testing.T) {
 	if st := r.Stats(); st[0].Overwritten != 48 || st[1].Overwritten != 0 {
 		t.Errorf("overwritten: %d, %d bytes; want 48, 0", st[0].Overwritten, st[1].Overwritten)
 	}
-	if err := r.Pause(); !errors.Is(err, errors.ErrUnsupported) {
+	if err := r.SetPaused("pause", true); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Pause over ring buffers: %v", err)
 	}
 }
@@ -275,19 +265,19 @@ func TestRecorderPauseRingBuf(t *testing.T) {
 	r := recorder()
 	want("open", false)
 	for range 2 { // the second does nothing
-		if err := r.Pause(); err != nil {
+		if err := r.SetPaused("pause", true); err != nil {
 			t.Fatal(err)
 		}
 		want("paused", true)
 	}
 	for range 2 {
-		if err := r.Resume(); err != nil {
+		if err := r.SetPaused("resume", false); err != nil {
 			t.Fatal(err)
 		}
 		want("resumed", false)
 	}
 	// Paused, Close leaves the key closed.
-	if err := r.Pause(); err != nil {
+	if err := r.SetPaused("pause", true); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
@@ -296,12 +286,12 @@ func TestRecorderPauseRingBuf(t *testing.T) {
 	// Another reader counted: the key stays open.
 	r, other := recorder(), recorder()
 	want("two readers", false)
-	if err := r.Pause(); !errors.Is(err, ErrMapInUse) {
+	if err := r.SetPaused("pause", true); !errors.Is(err, ErrMapInUse) {
 		t.Errorf("Pause with another reader: %v, want ErrMapInUse", err)
 	}
 	want("pause refused", false)
 	other.Close()
-	if err := r.Pause(); err != nil {
+	if err := r.SetPaused("pause", true); err != nil {
 		t.Fatal(err)
 	}
 	want("paused alone", true)
@@ -310,10 +300,10 @@ func TestRecorderPauseRingBuf(t *testing.T) {
 	// No reader key (no FailureMap, or a map of one entry).
 	r = recorder()
 	r.failures.reader = false
-	if err := r.Pause(); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "FailureMap") {
+	if err := r.SetPaused("pause", true); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "FailureMap") {
 		t.Errorf("Pause without a reader key: %v, want errors.ErrUnsupported naming FailureMap", err)
 	}
-	if err := r.Resume(); !errors.Is(err, errors.ErrUnsupported) {
+	if err := r.SetPaused("resume", false); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Resume without a reader key: %v, want errors.ErrUnsupported", err)
 	}
 }

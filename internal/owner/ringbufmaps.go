@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // Opening BPF ring buffer maps (BPF_MAP_TYPE_RINGBUF): one map or several,
 // or an array of maps whose inner maps are ring buffers; each ring mapped
@@ -211,7 +211,7 @@ type mapArg struct {
 //
 // Errors: checkRingBuf's, ErrMapInUse, the failure map's, EPERM to open an
 // inner map without CAP_SYS_ADMIN, and the mmap's errno.
-func openRingBufs(maps []mapArg, ro ringOptions, failures Map) (_ *ringBufSource, err error) {
+func openRingBufs(maps []mapArg, ro RingOptions, failures Map) (_ *ringBufSource, err error) {
 	s := &ringBufSource{epfd: -1, grace: rcuGrace, lockDir: defaultLockDir}
 	defer func() {
 		if err != nil {
@@ -333,7 +333,7 @@ func (s *ringBufSource) lock() error {
 // descriptor, and not kept. From user space a lookup in an array of maps
 // gives the inner map's ID, and only BPF_MAP_GET_FD_BY_ID turns it into a
 // descriptor; that needs CAP_SYS_ADMIN (CAP_BPF is not enough).
-func (s *ringBufSource) inner(m mapArg, ro ringOptions) ([]mapArg, error) {
+func (s *ringBufSource) inner(m mapArg, ro RingOptions) ([]mapArg, error) {
 	var bufs []mapArg
 	for key := range m.info.maxEntries {
 		id, err := kernel.InnerMapID(m.fd, key)
@@ -473,21 +473,21 @@ func (s *ringBufSource) failureCounters() *failureMap { return s.failures }
 
 // ringBufs reports whether c reads BPF ring buffers (an ordered Reader
 // over them merges copies: policy.NewWindow).
-func (c *core) ringBufs() bool {
+func (c *Core) RingBufs() bool {
 	if _, ok := c.src.(*ringBufSource); ok {
 		return true // (with no ring yet, all waiting for their lock)
 	}
-	if len(c.kinds) == 0 {
+	if len(c.Kinds) == 0 {
 		return false
 	}
-	_, ok := c.kinds[0].(*ring.RingBuf)
+	_, ok := c.Kinds[0].(*ring.RingBuf)
 	return ok
 }
 
 // windowConfig is the ordered merge's over c's ring buffers: the Order's,
 // the window's size (HighWater, or the rings' total size, those waiting
 // for their consumer lock too), and which rings one CPU writes.
-func (c *core) windowConfig(ord policy.OrderConfig) policy.WindowConfig {
+func (c *Core) WindowConfig(ord policy.OrderConfig) policy.WindowConfig {
 	wc := policy.WindowConfig{OrderConfig: ord, Bytes: ord.HighWater}
 	s, _ := c.src.(*ringBufSource)
 	if wc.Bytes == 0 && s != nil {
@@ -500,10 +500,13 @@ func (c *core) windowConfig(ord policy.OrderConfig) policy.WindowConfig {
 	// Asked as each ring is added (policy.Policy's AddRing), by the
 	// reading goroutine, which also grows s.oneWriter (addNew).
 	wc.OneWriter = func(i int) bool {
-		if s != nil {
+		switch s := c.src.(type) {
+		case *ringBufSource:
 			return s.oneWriter[i]
+		case *given:
+			return i < len(s.oneWriter) && s.oneWriter[i]
 		}
-		return i < len(c.oneWriter) && c.oneWriter[i]
+		return false
 	}
 	return wc
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ import (
 // causes in the same order, six 8-byte words with no padding, which is
 // what decodeFailures reads and what New checks as the map's value size.
 func TestFailuresLayout(t *testing.T) {
-	src, err := os.ReadFile("bpf/perfbuf.bpf.h")
+	src, err := os.ReadFile("../../bpf/perfbuf.bpf.h")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestFailuresLayout(t *testing.T) {
 // The errno values the header defines for BPF programs (vmlinux.h has none)
 // are the kernel's on this host's architecture.
 func TestFailuresErrnos(t *testing.T) {
-	src, err := os.ReadFile("bpf/perfbuf.bpf.h")
+	src, err := os.ReadFile("../../bpf/perfbuf.bpf.h")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,13 +270,13 @@ func TestFailureMapCounts(t *testing.T) {
 func TestStatsFailures(t *testing.T) {
 	open := map[string]func(t *testing.T, f *fakeRings, fm *failureMap) (stats func() []Stats, close func()){
 		"PerfBuffer": func(t *testing.T, f *fakeRings, fm *failureMap) (func() []Stats, func()) {
-			pb := f.perfBuffer(t, func(int, []byte) {}, nil)
-			pb.c.src = &rings{failures: fm} // frees nothing but fm
+			pb := f.perfBuffer(t, nil, func(int, []byte) {}, nil)
+			pb.C.src = &rings{failures: fm} // frees nothing but fm
 			return pb.Stats, func() { pb.Close() }
 		},
 		"Reader": func(t *testing.T, f *fakeRings, fm *failureMap) (func() []Stats, func()) {
-			r := f.reader(t, ReaderOptions{})
-			r.c.src = &rings{failures: fm} // frees nothing but fm
+			r := f.reader(t, nil, defaultPlan)
+			r.C.src = &rings{failures: fm} // frees nothing but fm
 			return r.Stats, func() { r.Close() }
 		},
 	}
@@ -330,7 +330,7 @@ func TestStatsFailures(t *testing.T) {
 // a kernel: selftest/failures.)
 func TestFailureMapBadFD(t *testing.T) {
 	for _, fd := range []int{-1, 1 << 20} {
-		fm, err := openFailureMap(MapFD(fd))
+		fm, err := openFailureMap(mapFD(fd))
 		if fm != nil || !errors.Is(err, syscall.EBADF) || !strings.HasPrefix(err.Error(), "failure map fd ") {
 			t.Errorf("fd %d: %v; want EBADF", fd, err)
 		}

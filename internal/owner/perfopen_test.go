@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 import (
 	"errors"
@@ -33,11 +33,11 @@ func newFakeEvents(cpus []int32) *fakeEvents {
 	return e
 }
 
-func (e *fakeEvents) bufferCount() int   { return len(e.cpus) }
-func (e *fakeEvents) bufferFD(j int) int { return 1000 + j }
-func (e *fakeEvents) epollFD() int       { return -1 }
-func (e *fakeEvents) close()             { e.closed = true }
-func (e *fakeEvents) ring(j int) (unsafe.Pointer, int, error) {
+func (e *fakeEvents) BufferCount() int   { return len(e.cpus) }
+func (e *fakeEvents) BufferFD(j int) int { return 1000 + j }
+func (e *fakeEvents) EpollFD() int       { return -1 }
+func (e *fakeEvents) Close()             { e.closed = true }
+func (e *fakeEvents) Ring(j int) (unsafe.Pointer, int, error) {
 	return unsafe.Pointer(&e.mem[j][0]), len(e.mem[j]) - 4096, nil
 }
 
@@ -46,10 +46,10 @@ func (e *fakeEvents) ring(j int) (unsafe.Pointer, int, error) {
 // returns the calls each got, by the CPUs asked for.
 func fakeOpeners(t *testing.T, libbpfErr error) (libbpf, own *[][]int32, opened *[]*fakeEvents) {
 	t.Helper()
-	oldL, oldG := openLibbpfEvents, openGoEvents
-	t.Cleanup(func() { openLibbpfEvents, openGoEvents = oldL, oldG })
+	oldL, oldG := OpenLibbpf, openGoEvents
+	t.Cleanup(func() { OpenLibbpf, openGoEvents = oldL, oldG })
 	libbpf, own, opened = new([][]int32), new([][]int32), new([]*fakeEvents)
-	openLibbpfEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+	OpenLibbpf = func(fd int, cfg kernel.PerfConfig, cpus []int32) (PerfEvents, error) {
 		*libbpf = append(*libbpf, slices.Clone(cpus))
 		if libbpfErr != nil {
 			return nil, libbpfErr
@@ -58,7 +58,7 @@ func fakeOpeners(t *testing.T, libbpfErr error) (libbpf, own *[][]int32, opened 
 		*opened = append(*opened, e)
 		return e, nil
 	}
-	openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+	openGoEvents = func(fd int, cfg RingConfig, cpus []int32) (PerfEvents, error) {
 		*own = append(*own, slices.Clone(cpus))
 		e := newFakeEvents(cpus)
 		*opened = append(*opened, e)
@@ -95,9 +95,9 @@ func TestOpenPerfEventsFallback(t *testing.T) {
 				t.Cleanup(func() { kernel.ForcePerfRings.Store(false) })
 			}
 			if tc.noLibbpf {
-				openLibbpfEvents = nil // fakeOpeners restores it
+				OpenLibbpf = nil // fakeOpeners restores it
 			}
-			ev, err := openPerfEvents(7, ringConfig{pages: 1, pageSize: 4096, wakeupEvents: 1}, cpus)
+			ev, err := openPerfEvents(7, RingConfig{Pages: 1, PageSize: 4096, WakeupEvents: 1}, cpus)
 			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
 				t.Fatalf("err %v, want %v", err, tc.wantErr)
 			}
@@ -139,7 +139,7 @@ func TestOpenOneFallback(t *testing.T) {
 	defer unix.Close(pipe[0])
 	defer unix.Close(pipe[1])
 	// The fake's descriptors are not open: the epoll add fails for them.
-	r := &rings{mapFD: -1, cfg: ringConfig{pages: 1, pageSize: 4096, wakeupEvents: 1}, epfd: epfd}
+	r := &rings{mapFD: -1, cfg: RingConfig{Pages: 1, PageSize: 4096, WakeupEvents: 1}, epfd: epfd}
 	if _, _, _, err := r.openOne(5); !errors.Is(err, syscall.EBADF) {
 		t.Fatalf("openOne with an epoll add that fails: %v, want EBADF", err)
 	}
@@ -150,7 +150,7 @@ func TestOpenOneFallback(t *testing.T) {
 		t.Fatalf("after a failed add: %d openings kept, closed %v; want none kept, closed", len(r.cs), (*opened)[0].closed)
 	}
 	// Through a descriptor that epoll takes, the ring joins the rings.
-	openGoEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+	openGoEvents = func(fd int, cfg RingConfig, cpus []int32) (PerfEvents, error) {
 		return pipeEvents{newFakeEvents(cpus), pipe[0]}, nil
 	}
 	rb, fd, src, err := r.openOne(5)
@@ -168,21 +168,21 @@ type pipeEvents struct {
 	fd int
 }
 
-func (p pipeEvents) bufferFD(int) int { return p.fd }
+func (p pipeEvents) BufferFD(int) int { return p.fd }
 
 // A configuration perfbuf checked is one the kernel package's opener takes.
 func TestRingConfigKernel(t *testing.T) {
-	for _, o := range []ringOptions{
+	for _, o := range []RingOptions{
 		{},
-		{ringBytes: 1 << 20, wakeupEvents: 7},
-		{ringBytes: 8192, wakeupBytes: 4096},
+		{RingBytes: 1 << 20, WakeupEvents: 7},
+		{RingBytes: 8192, WakeupBytes: 4096},
 	} {
-		cfg, err := o.config(4096, 1<<34)
+		cfg, err := o.Config(4096, 1<<34)
 		if err != nil {
 			t.Fatal(err)
 		}
 		k := cfg.kernel()
-		if k.Pages != cfg.pages || k.PageSize != 4096 || k.WakeupEvents != cfg.wakeupEvents || k.WakeupBytes != o.wakeupBytes {
+		if k.Pages != cfg.Pages || k.PageSize != 4096 || k.WakeupEvents != cfg.WakeupEvents || k.WakeupBytes != o.WakeupBytes {
 			t.Errorf("%+v: kernel config %+v", o, k)
 		}
 		if err := k.Check(); err != nil {

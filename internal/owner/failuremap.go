@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // The BPF-side failure counters of bpf/perfbuf.bpf.h (Options.FailureMap):
 // the checks on the map, reading it, and how its counts join Stats.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // Pause and Resume, written once for every owner of rings (Reader and
 // PerfBuffer through the owner core, and Recorder): a perf event array's
@@ -129,7 +129,7 @@ func pauseRingBufs(f *failureMap, on bool) error {
 // reaches it unpaused: for a CPU that comes online while its owner is
 // paused. (libbpf's perf_buffer stores the slot before a pause could be
 // made.)
-func openPausedEvents(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+func openPausedEvents(fd int, cfg RingConfig, cpus []int32) (PerfEvents, error) {
 	kc := cfg.kernel()
 	kc.Paused = true
 	p, err := kernel.OpenPerfRings(fd, kc, cpus)
@@ -141,18 +141,16 @@ func openPausedEvents(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) 
 
 // setPaused is the owners' Pause (on) and Resume: see pauser.set. After
 // Close, os.ErrClosed.
-func (c *core) setPaused(op string, on bool) error {
+func (c *Core) SetPaused(op string, on bool) error {
 	return c.pause.set(op, on, func(change func(pauseTarget) error) error {
-		if err := c.life.Enter(op); err != nil {
+		if err := c.Life.Enter(op); err != nil {
 			return err
 		}
-		defer c.life.Exit()
+		defer c.Life.Exit()
 		var t pauseTarget
-		if c.src != nil {
-			t.f = c.src.failureCounters()
-			if r, ok := c.src.(*rings); ok {
-				t.perfFDs = r.eventFDs
-			}
+		t.f = c.src.failureCounters()
+		if r, ok := c.src.(*rings); ok {
+			t.perfFDs = r.eventFDs
 		}
 		return wrap(op, change(t))
 	})

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // Pause and Resume of the owner core, over fake rings and a fake reader
 // key: what each call does to the key, reads while paused, Pause and
@@ -19,7 +19,7 @@ import (
 // pausable returns an owner core over a fake ring whose source is ring
 // buffers with a failure map of a reader key (key), counted open as
 // openRingBufs counts it.
-func pausable(t *testing.T, key *fakeReaderKey) (*core, *fakeRings) {
+func pausable(t *testing.T, key *fakeReaderKey) (*Core, *fakeRings) {
 	t.Helper()
 	f, _ := fakeFailureMap([]int{0, 1})
 	key.attach(f)
@@ -45,12 +45,8 @@ func TestReaderPauseKey(t *testing.T) {
 		}
 	}
 	c, rings := pausable(t, key)
-	var opts ReaderOptions
-	p, err := opts.plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newReader(c, p)
+	p := defaultPlan
+	r := NewReader(c, p)
 	defer r.Close()
 	want("open", false)
 	rings.emit(t, 0, 0, 1, 16)
@@ -88,7 +84,7 @@ func TestPerfBufferPauseRace(t *testing.T) {
 	key := newFakeReaderKey(t, 2)
 	c, rings := pausable(t, key)
 	var got int
-	pb := newPerfBuffer(c, func(int, []byte) { got++ }, nil)
+	pb := NewPerfBuffer(c, func(int, []byte) { got++ }, nil)
 	defer pb.Close()
 	const n = 50
 	var wg sync.WaitGroup
@@ -126,7 +122,7 @@ func TestPerfBufferPauseRace(t *testing.T) {
 // reader key cannot be paused: errors.ErrUnsupported, naming the
 // FailureMap, for both calls.
 func TestPauseUnsupported(t *testing.T) {
-	r := newFakeRings(t, 1, 4096).reader(t, ReaderOptions{})
+	r := newFakeRings(t, 1, 4096).reader(t, nil, defaultPlan)
 	for _, call := range []func() error{r.Pause, r.Resume} {
 		if err := call(); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "FailureMap") {
 			t.Errorf("%v, want errors.ErrUnsupported naming FailureMap", err)
@@ -135,9 +131,7 @@ func TestPauseUnsupported(t *testing.T) {
 	key := newFakeReaderKey(t, 2)
 	c, _ := pausable(t, key)
 	c.src.(*ringBufSource).failures.reader = false // a map of one entry: no reader key
-	var opts ReaderOptions
-	p, _ := opts.plan()
-	r = newReader(c, p)
+	r = NewReader(c, defaultPlan)
 	defer r.Close()
 	if err := r.Pause(); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("a failure map without a reader key: %v, want errors.ErrUnsupported", err)
@@ -177,7 +171,7 @@ func TestCloseDuringPauseGrace(t *testing.T) {
 			t.Errorf("read: %v, want os.ErrClosed", err)
 		}
 	})
-	if !c.w.Freed() {
+	if !c.W.Freed() {
 		t.Error("rings not freed while the pause waits for its grace period")
 	}
 	if !claimMap(id) {
@@ -233,28 +227,24 @@ func TestCloseFreesNotTheRead(t *testing.T) {
 	}
 	close(release)
 	within(t, "Close", func() { <-closed })
-	if !c.w.Freed() {
+	if !c.W.Freed() {
 		t.Error("rings not freed")
 	}
 }
 
 // parkedRead returns a Reader with default options over c, and the result
 // of a ReadInto that it started and that parked in its wait.
-func parkedRead(t *testing.T, c *core) (*Reader, <-chan error) {
+func parkedRead(t *testing.T, c *Core) (*Reader, <-chan error) {
 	t.Helper()
-	var opts ReaderOptions
-	p, err := opts.plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newReader(c, p)
+	p := defaultPlan
+	r := NewReader(c, p)
 	read := make(chan error, 1)
 	go func() {
 		var s Sample
 		read <- r.ReadInto(&s)
 	}()
 	within(t, "the read parks", func() {
-		for !c.w.Parked() {
+		for !c.W.Parked() {
 			runtime.Gosched()
 		}
 	})

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // Which readers of a failure map's ring buffers are alive, in every
 // process, for its reader key (failuremap.go): liveness that the kernel

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // The owner core, written once for Reader, PerfBuffer and Raw: opening the rings
 // (and those of CPUs that come online), the lifetime and Close protocol,
@@ -21,18 +21,18 @@ import (
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
-// core owns the rings of one map for its Reader, PerfBuffer or Raw.
-type core struct {
+// Core owns the rings of one map for its Reader, PerfBuffer or Raw.
+type Core struct {
 	policy.Set               // the rings and what the policy shares
-	src        source        // what openCore opened; nil over rings of a test's own
-	w          *wait.Waiter  // the wait on every ring, woken by Close
-	life       wait.Lifetime // calls in progress; the last one out after Close frees
+	src        source        // what opened the rings: Open's, or Over's given
+	W          *wait.Waiter  // the wait on every ring, woken by Close
+	Life       wait.Lifetime // calls in progress; the last one out after Close frees
 	pol        policy.Policy
 	fds        []int // the descriptor a wait polls for ring i; grows under StatsMu
 	// kinds[i] is Rings[i] as its owner sees it (waited on, counted at
 	// Close, viewed raw); the policies see only its ring.Ring. It grows
 	// with Rings, under StatsMu.
-	kinds []ring.Kind
+	Kinds []ring.Kind
 	// newCPUs, if set, is the CPU watch's flag of CPUs that came online
 	// (hotplug.go), or over ring buffers the takeover's of rings whose
 	// consumer lock it won (ringbufmaps.go): the reads' check of it is one
@@ -43,12 +43,8 @@ type core struct {
 	// its latency budget. Zero: drain at once. The mark is holdOff bytes
 	// (Options.WakeupBytes, the programs' forced wakeup), or half of each
 	// ring when holdOff is zero (the budget's; see holdOffRingBufs).
-	hold    time.Duration
+	Hold    time.Duration
 	holdOff int
-	// oneWriter[i] says that one CPU alone writes ring buffer i (an
-	// ordered Reader's rule 1: policy.WindowConfig), over rings of a
-	// test's own; a ringBufSource says it for its own.
-	oneWriter []bool
 	// what names what is read, for errors (see name).
 	what string
 	// pause is Pause's state (pause.go); a perf event array's rings
@@ -56,7 +52,7 @@ type core struct {
 	pause pauser
 	// countsLost says that the perf rings' events were opened with the
 	// kernel's count of what they refused (kernel.PerfConfig.CountLost):
-	// Stats and Close read it (refused). Set by openCore.
+	// Stats and Close read it (refused). Set by Open.
 	countsLost bool
 	// viewLost[i] is what ring i's lost records reported to RawBuffers,
 	// counted in their own Stats, not here; added at their Release, under
@@ -84,14 +80,14 @@ type source interface {
 	failureCounters() *failureMap
 }
 
-// openCore opens the rings of the map m (a perf event array: a ring on
+// Open opens the rings of the map m (a perf event array: a ring on
 // every online CPU; a BPF ring buffer: its one ring; an array of maps: its
 // inner ring buffers'), and of the further ring buffers more, with the
 // ring settings ro (whose fields were checked) and the failure map
 // failures (nil for none). The settings that depend on the kind of map are
 // checked against the maps before anything is claimed or mapped
 // (checks.go). Errors: as NewReader's.
-func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
+func Open(m Map, ro RingOptions, more []Map, failures Map) (*Core, error) {
 	// The caller's maps stay reachable until their descriptors are
 	// duplicated: a *ebpf.Map's finalizer would close its descriptor, and
 	// another object could take the number, during the call.
@@ -125,7 +121,7 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 	case len(more) > 0:
 		return nil, fmt.Errorf("options Maps with %v, which is read alone: %w", info, os.ErrInvalid)
 	default:
-		cfg, cfgErr := ro.hostConfig()
+		cfg, cfgErr := ro.HostConfig()
 		if cfgErr != nil {
 			return nil, fmt.Errorf("%v: %w", info, cfgErr)
 		}
@@ -147,16 +143,16 @@ func openCore(m Map, ro ringOptions, more []Map, failures Map) (*core, error) {
 	return c, nil
 }
 
-// newCore builds a core over rings, woken when fds[i] (ring i's perf event)
+// NewCore builds a core over rings, woken when fds[i] (ring i's perf event)
 // is readable. It does not close what it was given if it fails.
-func newCore(rings []ring.Kind, fds []int) (*core, error) {
-	c := &core{}
+func newCore(rings []ring.Kind, fds []int) (*Core, error) {
+	c := &Core{}
 	c.pause.grace = kernel.WaitWriters
 	w, err := wait.New()
 	if err != nil {
 		return nil, err
 	}
-	c.w = w
+	c.W = w
 	for i, rb := range rings {
 		if err := c.addRing(rb, fds[i]); err != nil {
 			w.Close()
@@ -168,29 +164,29 @@ func newCore(rings []ring.Kind, fds []int) (*core, error) {
 
 // start puts c to work with its policy, pol, whose owner runs callbacks in
 // scope (internal/wait), and starts watching for CPUs that come online.
-func (c *core) start(pol policy.Policy, scope wait.Scope) {
+func (c *Core) Start(pol policy.Policy, scope wait.Scope) {
 	c.pol = pol
-	c.life.Free = c.free
-	c.life.Scope = scope
+	c.Life.Free = c.free
+	c.Life.Scope = scope
 	if r, ok := c.src.(*rings); ok {
 		r.pause = &c.pause
 	}
 	if r, ok := c.src.(*rings); ok && r.watch != nil {
 		c.newCPUs = &r.watch.Pending
-		r.watch.Notify = c.poke
+		r.watch.Notify = c.Poke
 		r.watch.Start()
 	}
 	if s, ok := c.src.(*ringBufSource); ok && s.tk.waiting() {
 		c.newCPUs = &s.tk.Pending
-		s.tk.notify = c.poke
+		s.tk.notify = c.Poke
 		s.tk.start()
 	}
 }
 
 // addRing adds rb, whose perf event is fd, to the set, the wait, the
 // policy and the owner.
-func (c *core) addRing(rb ring.Kind, fd int) error {
-	if err := c.w.AddRing(rb, fd); err != nil {
+func (c *Core) addRing(rb ring.Kind, fd int) error {
+	if err := c.W.AddRing(rb, fd); err != nil {
 		return err
 	}
 	// What a ring buffer holds at opening: a pinned one opened again goes
@@ -204,7 +200,7 @@ func (c *core) addRing(rb ring.Kind, fd int) error {
 	c.Push(rb)
 	c.StatsMu.Lock()
 	c.fds = append(c.fds, fd)
-	c.kinds = append(c.kinds, rb)
+	c.Kinds = append(c.Kinds, rb)
 	i := len(c.Rings) - 1
 	c.Tallies[i].Found = found
 	c.StatsMu.Unlock()
@@ -219,14 +215,14 @@ func (c *core) addRing(rb ring.Kind, fd int) error {
 // leaves both to ReadBatch's loop. On the read side, under the owner's
 // drain lock. (The CPU check is addNewCPUs's, written out in both: as a
 // call of its own it puts addNewCPUs over the inliner's budget, 81 of 80.)
-func (c *core) readsNow() bool {
+func (c *Core) ReadsNow() bool {
 	return c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load())
 }
 
 // addNewCPUs gives the CPUs that came online since the last call their
 // rings (hotplug.go): a check of one atomic when none did. On the read
 // side, under the owner's drain lock.
-func (c *core) addNewCPUs() error {
+func (c *Core) AddNewCPUs() error {
 	if c.newCPUs == nil || !c.newCPUs.Load() {
 		return nil
 	}
@@ -236,10 +232,10 @@ func (c *core) addNewCPUs() error {
 // addNew is addNewCPUs past its check.
 //
 //go:noinline (so that addNewCPUs inlines)
-func (c *core) addNew() error { return c.src.addNew(c.addRing) }
+func (c *Core) addNew() error { return c.src.addNew(c.addRing) }
 
 // count returns the number of rings; any goroutine may call it.
-func (c *core) count() int {
+func (c *Core) Count() int {
 	c.StatsMu.Lock()
 	defer c.StatsMu.Unlock()
 	return len(c.Rings)
@@ -248,10 +244,10 @@ func (c *core) count() int {
 // followsCPUs reports whether output on a CPU that comes online is read:
 // a perf event array's rings with a CPU watch (hotplug.go), or ring
 // buffers, which are no CPU's own. Fixed at opening.
-func (c *core) followsCPUs() bool {
+func (c *Core) FollowsCPUs() bool {
 	switch s := c.src.(type) {
-	case nil:
-		return false // rings of a test's own
+	case *given:
+		return false
 	case *rings:
 		return s.watch != nil
 	default:
@@ -261,54 +257,54 @@ func (c *core) followsCPUs() bool {
 
 // fd returns the descriptor a wait polls for ring i (its perf event, or its
 // ring buffer map), i < count().
-func (c *core) fd(i int) int {
+func (c *Core) fd(i int) int {
 	c.StatsMu.Lock()
 	defer c.StatsMu.Unlock()
 	return c.fds[i]
 }
 
 // checkIndex checks a buffer index.
-func (c *core) checkIndex(i int) error {
-	if n := c.count(); i < 0 || i >= n {
+func (c *Core) CheckIndex(i int) error {
+	if n := c.Count(); i < 0 || i >= n {
 		return fmt.Errorf("index %d not in [0, %d): %w", i, n, os.ErrInvalid)
 	}
 	return nil
 }
 
 // bufferFD is the owners' BufferFD: ring i's descriptor that a wait polls.
-func (c *core) bufferFD(i int) (int, error) {
-	op := fmt.Sprintf("fd of ring %d of %s", i, c.name())
-	if err := c.checkIndex(i); err != nil {
+func (c *Core) BufferFD(i int) (int, error) {
+	op := fmt.Sprintf("fd of ring %d of %s", i, c.Name())
+	if err := c.CheckIndex(i); err != nil {
 		return -1, wrap(op, err)
 	}
-	if err := c.life.Enter(op); err != nil {
+	if err := c.Life.Enter(op); err != nil {
 		return -1, err
 	}
-	defer c.life.Exit()
+	defer c.Life.Exit()
 	return c.fd(i), nil
 }
 
 // epollFD is the owners' EpollFD: an epoll set over every ring.
-func (c *core) epollFD() (int, error) {
-	op := "epoll fd of " + c.name()
-	if err := c.life.Enter(op); err != nil {
+func (c *Core) EpollFD() (int, error) {
+	op := "epoll fd of " + c.Name()
+	if err := c.Life.Enter(op); err != nil {
 		return -1, err
 	}
-	defer c.life.Exit()
+	defer c.Life.Exit()
 	return c.src.epollFD()
 }
 
 // poke wakes a blocked wait (see wait.Waiter.WakeOpen): a CPU came online, a
 // context was cancelled, a deadline or a flush was set.
-func (c *core) poke() { c.w.WakeOpen(&c.life) }
+func (c *Core) Poke() { c.W.WakeOpen(&c.Life) }
 
 // close stops the owner: the rings' loops stop after the record in
 // progress, blocked waits return, and free runs once no call is in
 // progress.
-func (c *core) close() {
-	c.life.Close(func() {
+func (c *Core) Close() {
+	c.Life.Close(func() {
 		c.Stop.Store(true)
-		c.w.Wake(true)
+		c.W.Wake(true)
 	})
 }
 
@@ -317,16 +313,14 @@ func (c *core) close() {
 // what is left in them, and what a perf ring refused that no lost record
 // reported (refused), then frees everything. Called once, by lifetime,
 // when no call is in progress.
-func (c *core) free() {
+func (c *Core) free() {
 	for i := range c.Rings {
 		c.pol.CommitPublish(i)
 	}
-	if c.src != nil {
-		c.src.unlink()
-	}
+	c.src.unlink()
 	c.StatsMu.Lock()
 	held, _ := c.pol.(policy.Holder)
-	for i, rb := range c.kinds {
+	for i, rb := range c.Kinds {
 		samples, lost, discarded := rb.Left(c.pol.Oldest(i))
 		if held != nil {
 			samples += held.Held(i) // taken from the ring, never delivered
@@ -347,19 +341,17 @@ func (c *core) free() {
 		}
 	}
 	c.StatsMu.Unlock()
-	if c.src != nil {
-		c.src.close()
-	}
-	c.w.Close()
+	c.src.close()
+	c.W.Close()
 }
 
 // statsNow returns the published counts with what is read at the time of
 // the call, while the rings are mapped: each ring's fill, and its positions,
 // which it observes (policy.Tally.Observe) for Waiting; and the failure
 // map's counts, which may append entries. Any goroutine may call it.
-func (c *core) statsNow() []Stats {
+func (c *Core) Stats() []Stats {
 	now := policy.Now() // before the positions are loaded: see Observe
-	mapped := c.life.Enter("") == nil
+	mapped := c.Life.Enter("") == nil
 	c.StatsMu.Lock()
 	rings := c.Rings
 	waiting := make([]bool, len(rings))
@@ -375,13 +367,13 @@ func (c *core) statsNow() []Stats {
 	var fds []int
 	if _, raw := c.pol.(policy.Raw); mapped && c.countsLost && !raw {
 		// (A Raw's losses are its RawBuffers' until Close.)
-		kinds, fds = slices.Clone(c.kinds), slices.Clone(c.fds)
+		kinds, fds = slices.Clone(c.Kinds), slices.Clone(c.fds)
 	}
 	c.StatsMu.Unlock()
 	st := make([]Stats, len(tallies))
 	for i, t := range tallies {
 		st[i] = Stats{Ring: i, CPU: t.CPU, Size: t.Size, Late: t.Late, Dropped: t.Dropped, Left: t.Left, Found: t.Found}
-		st[i].setCounts(&t.Counts)
+		st[i].SetCounts(&t.Counts)
 		st[i].Samples -= t.Dropped // parsed, but dropped rather than delivered
 		if waiting[i] {
 			st[i].Waiting = time.Duration(max(now-t.Clear, 0))
@@ -400,10 +392,7 @@ func (c *core) statsNow() []Stats {
 				st[i].Lost = max(st[i].Lost, n)
 			}
 		}
-		c.life.Exit()
-	}
-	if c.src == nil {
-		return st
+		c.Life.Exit()
 	}
 	if c.deletesSlots() {
 		for i := range st {
@@ -416,20 +405,12 @@ func (c *core) statsNow() []Stats {
 // deletesSlots reports whether Close deletes the slots of c's perf event
 // array by key (Stats.DeletesSlot): its rings have no map file of their
 // own. Fixed at opening.
-func (c *core) deletesSlots() bool {
+func (c *Core) deletesSlots() bool {
 	r, ok := c.src.(*rings)
 	return ok && r.byKey
 }
 
-// wrap adds op to a non-nil error.
-func wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", op, err)
-}
-
-// holdOffRingBufs sets how a Reader of ring buffers with the plan p holds
+// holdOffRingBufs sets how a Reader of ring buffers with the ring settings ro and the latency budget latency holds
 // its drains off (hold, holdOff). The kernel wakes a ring buffer's reader
 // for the first record committed after it caught up, unless the programs
 // say otherwise (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP). Within a budget
@@ -441,18 +422,18 @@ func wrap(op string, err error) error {
 // budget at their peak rate. A blocked read still looks every budget, for
 // records written without a wakeup. With WakeupBytes (the programs force
 // a wakeup at that fill) the reader holds off below it for its MaxLatency.
-func (c *core) holdOffRingBufs(p readerPlan) {
+func (c *Core) HoldOffRingBufs(ro RingOptions, latency time.Duration) {
 	switch {
-	case p.budget():
-		c.hold, c.holdOff = p.latency, 0
-	case p.ring.wakeupBytes > 0 && p.latency > 0:
-		c.hold, c.holdOff = p.latency, p.ring.wakeupBytes
+	case ro.Budget:
+		c.Hold, c.holdOff = latency, 0
+	case ro.WakeupBytes > 0 && latency > 0:
+		c.Hold, c.holdOff = latency, ro.WakeupBytes
 	}
 }
 
 // belowHoldOff reports whether every ring holds less than its hold-off
 // mark: holdOff bytes, or half the ring if holdOff is zero.
-func (c *core) belowHoldOff() bool {
+func (c *Core) BelowHoldOff() bool {
 	for _, rb := range c.Rings {
 		mark := c.holdOff
 		if mark == 0 {
@@ -468,8 +449,8 @@ func (c *core) belowHoldOff() bool {
 // settled reports whether every ring but those skip names (nil: none) may
 // be slept on: its kind's wake rule holds for what the reader left in it
 // (ring.settle). The caller owns the rings' read side.
-func (c *core) settled(skip func(i int) bool) bool {
-	for i, rb := range c.kinds {
+func (c *Core) Settled(skip func(i int) bool) bool {
+	for i, rb := range c.Kinds {
 		if (skip == nil || !skip(i)) && !rb.Settle() {
 			return false
 		}
@@ -487,9 +468,9 @@ func describeMaps(info mapDesc, more int) string {
 	return fmt.Sprintf("%v and %d more maps", info, more)
 }
 
-// name names what c reads, for errors: describeMaps', or "rings" over
-// rings of a test's own.
-func (c *core) name() string {
+// Name names what c reads, for errors: describeMaps', or "rings" over
+// rings given without a name (Over).
+func (c *Core) Name() string {
 	if c.what == "" {
 		return "rings"
 	}
@@ -504,7 +485,7 @@ func (c *core) name() string {
 // those its lost records report. The count is at least what the lost records delivered and in
 // the ring report, and the difference is what the kernel has yet to
 // report: Lost is the larger of the two.
-func (c *core) refused(rb ring.Kind, fd int) (uint64, bool) {
+func (c *Core) refused(rb ring.Kind, fd int) (uint64, bool) {
 	if _, perf := rb.(*ring.Perf); !perf || !c.countsLost {
 		return 0, false
 	}
@@ -513,7 +494,7 @@ func (c *core) refused(rb ring.Kind, fd int) (uint64, bool) {
 }
 
 // addViewLost adds to viewLost what a RawBuffer of ring i counted lost.
-func (c *core) addViewLost(i int, lost uint64) {
+func (c *Core) AddViewLost(i int, lost uint64) {
 	c.StatsMu.Lock()
 	defer c.StatsMu.Unlock()
 	if i >= len(c.viewLost) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package perfbuf
+package owner
 
 // The consumer lock of ring buffers and the takeover (ringbufmaps.go,
 // presence.go), over fake ring buffers: two sources over one ring, as
@@ -10,6 +10,7 @@ package perfbuf
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,7 +49,7 @@ func (f *fakeBPFRings) source(t testing.TB, dir string) *ringBufSource {
 }
 
 // sourceCore returns an owner core over s, as openCore makes.
-func sourceCore(t testing.TB, s *ringBufSource) *core {
+func sourceCore(t testing.TB, s *ringBufSource) *Core {
 	t.Helper()
 	c, err := newCore(s.opened())
 	if err != nil {
@@ -71,22 +72,20 @@ func TestRingBufTakeoverAtClose(t *testing.T) {
 		name string
 		// run reads c's records until stop is closed, calling got for
 		// each, and returns the reader's Stats and Close.
-		run func(t *testing.T, c *core, got func(seq uint64), stop chan struct{}) (stats func() []Stats, closeFn func())
+		run func(t *testing.T, c *Core, got func(seq uint64), stop chan struct{}) (stats func() []Stats, closeFn func())
 	}{
-		{"Reader", func(t *testing.T, c *core, got func(uint64), stop chan struct{}) (func() []Stats, func()) {
-			p, _ := (&ReaderOptions{}).plan()
-			r := newReader(c, p)
+		{"Reader", func(t *testing.T, c *Core, got func(uint64), stop chan struct{}) (func() []Stats, func()) {
+			r := NewReader(c, defaultPlan)
 			go readerLoop(r, got)
 			return r.Stats, func() { r.Close() }
 		}},
-		{"ordered Reader", func(t *testing.T, c *core, got func(uint64), stop chan struct{}) (func() []Stats, func()) {
-			p, _ := (&ReaderOptions{Order: &Order{MaxDelay: time.Millisecond}}).plan()
-			r := newReader(c, p)
+		{"ordered Reader", func(t *testing.T, c *Core, got func(uint64), stop chan struct{}) (func() []Stats, func()) {
+			r := NewReader(c, Plan{Ring: defaultPlan.Ring, Latency: defaultPlan.Latency, Order: order(time.Millisecond)})
 			go readerLoop(r, got)
 			return r.Stats, func() { r.Close() }
 		}},
-		{"callback", func(t *testing.T, c *core, got func(uint64), stop chan struct{}) (func() []Stats, func()) {
-			pb := newPerfBuffer(c, func(_ int, data []byte) { got(binary.NativeEndian.Uint64(data[8:])) }, nil)
+		{"callback", func(t *testing.T, c *Core, got func(uint64), stop chan struct{}) (func() []Stats, func()) {
+			pb := NewPerfBuffer(c, func(_ int, data []byte) { got(binary.NativeEndian.Uint64(data[8:])) }, nil)
 			go func() {
 				for {
 					select {
@@ -101,8 +100,8 @@ func TestRingBufTakeoverAtClose(t *testing.T) {
 			}()
 			return pb.Stats, func() { pb.Close() }
 		}},
-		{"Raw", func(t *testing.T, c *core, got func(uint64), stop chan struct{}) (func() []Stats, func()) {
-			r := newRaw(c)
+		{"Raw", func(t *testing.T, c *Core, got func(uint64), stop chan struct{}) (func() []Stats, func()) {
+			r := NewRaw(c)
 			go func() {
 				for {
 					ready, err := r.Wait(time.Second, nil)
@@ -110,19 +109,23 @@ func TestRingBufTakeoverAtClose(t *testing.T) {
 						return
 					}
 					for _, i := range ready {
-						b, err := r.Buffer(i)
+						v, release, err := r.Buffer(i)
 						if err != nil {
 							return
 						}
-						b.Drain(func(rec *Record) error {
+						var rec Record
+						var stop atomic.Bool
+						v.Begin()
+						v.Each(&rec, math.MaxUint64, &stop, func(rec *Record) error {
 							got(binary.NativeEndian.Uint64(rec.Data[8:]))
 							return nil
-						})
-						b.Release()
+						}, nil)
+						v.Cur().CommitCursor()
+						release(0)
 					}
 				}
 			}()
-			return r.Stats, func() { r.Close() }
+			return r.C.Stats, r.C.Close
 		}},
 	}
 	for _, form := range forms {
@@ -137,8 +140,7 @@ func TestRingBufTakeoverAtClose(t *testing.T) {
 			output(0, first)
 
 			a := sourceCore(t, f.source(t, dir))
-			pa, _ := (&ReaderOptions{}).plan()
-			ra := newReader(a, pa)
+			ra := NewReader(a, defaultPlan)
 			t.Cleanup(func() { ra.Close() })
 
 			sb := f.source(t, dir)
@@ -223,22 +225,20 @@ func TestRingBufWaitingRead(t *testing.T) {
 	f := newFakeBPFRings(t, 1, 4096)
 	dir := t.TempDir()
 	a := sourceCore(t, f.source(t, dir))
-	pa, _ := (&ReaderOptions{}).plan()
-	ra := newReader(a, pa)
+	ra := NewReader(a, defaultPlan)
 	defer ra.Close()
 	f.emit(t, 0, 1, 1, 16) // the eventfd is readable from here on
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
 	unix.Write(f.fds[0], one[:])
 
-	pb, _ := (&ReaderOptions{}).plan()
-	rb := newReader(sourceCore(t, f.source(t, dir)), pb)
+	rb := NewReader(sourceCore(t, f.source(t, dir)), defaultPlan)
 	rb.SetDeadline(time.Now().Add(50 * time.Millisecond))
 	var s Sample
 	if err := rb.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a waiting reader's read: %v; want os.ErrDeadlineExceeded", err)
 	}
-	if n := rb.Wakeups(); n != 0 {
+	if n := rb.C.W.Wakeups(); n != 0 {
 		t.Fatalf("%d wakeups of a reader with no ring", n)
 	}
 	rb.SetDeadline(time.Time{})
