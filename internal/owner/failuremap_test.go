@@ -120,7 +120,7 @@ func TestMergeFailures(t *testing.T) {
 	f := func(n uint64) Failures {
 		return Failures{NoEntry: n, TooBig: 2 * n, Invalid: 3 * n, NotOnCPU: 4 * n, Other: 5 * n, Full: 6 * n}
 	}
-	ring := func(cpu int, samples uint64) Stats { return Stats{CPU: cpu, Samples: samples, Lost: 1} }
+	ring := func(cpu int, samples uint64) Stats { return Stats{CPU: cpu, Tally: Tally{Samples: samples, Lost: 1}} }
 	withFailed := func(s Stats, fl Failures) Stats { s.Failed = fl; return s }
 	cases := []struct {
 		name   string
@@ -162,9 +162,9 @@ func TestMergeFailures(t *testing.T) {
 			// CPU's failures, a full ring's among them, are its own, so
 			// that its entry adds up alone; read again, they are not
 			// counted twice.
-			"ring buffer", []Stats{{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Failed: Failures{Full: 99}}}, []int{0, 1, 2},
+			"ring buffer", []Stats{{Ring: 0, CPU: -1, Tally: Tally{Samples: 9, Discarded: 2}, Failed: Failures{Full: 99}}}, []int{0, 1, 2},
 			[]Failures{{Full: 4}, {}, {Full: 1, NoEntry: 2}},
-			[]Stats{{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Failed: Failures{Full: 5, NoEntry: 2}}},
+			[]Stats{{Ring: 0, CPU: -1, Tally: Tally{Samples: 9, Discarded: 2}, Failed: Failures{Full: 5, NoEntry: 2}}},
 		},
 		{
 			// Several ring buffers that share their CPUs: which one a

@@ -59,14 +59,20 @@ type Reader struct {
 	// Key), run inside wait.Reads (see polEach): turnF and nextF (r.turn,
 	// r.nextTurn, made once) and what they take and give.
 	turnF, nextF func()
-	turnFn       func(*ring.Record) error
-	turnMore     bool
-	turnErr      error
-	nextRec      *ring.Record
-	nextRing     int
+	call         polCall
 
 	// The contexts of errors, naming what is read (made once: see readOp).
 	opRead, opConsume *readOp
+}
+
+// polCall is what a policy's call run inside wait.Reads takes (fn, Each's)
+// and gives (Each's more and err; Next's record and its ring).
+type polCall struct {
+	fn   func(*ring.Record) error
+	more bool
+	err  error
+	rec  *ring.Record
+	ring int
 }
 
 // readOp is the context of a read's errors: its name ("read ring buffer
@@ -153,123 +159,6 @@ func (r *Reader) Flush() {
 	r.C.RequestFlush()
 	r.C.W.Wake(false)
 	r.C.Life.Exit()
-}
-
-// pastDeadline reports whether the deadline has passed.
-func (r *Reader) pastDeadline() bool {
-	dl := r.deadline.Load()
-	return dl != 0 && time.Now().UnixNano() >= dl
-}
-
-// block is what a read does when there is nothing to deliver: report a
-// corruption, commit, end a completed Flush, or wait (unless wait is
-// false: Consume). It returns the error the read should return, or nil to
-// go on reading; done reports that a non-waiting read is done.
-func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, err error) {
-	c := r.C
-	if c.Life.Closed() {
-		return true, fmt.Errorf("%s: %w", op.name, os.ErrClosed)
-	}
-	if err := r.takeCorrupt(op); err != nil {
-		return true, err
-	}
-	timeout, slack := r.pol.Idle()
-	if c.Flushing() && c.FlushReached(r.pol) {
-		c.EndFlush()
-		if !wait {
-			return true, nil
-		}
-		return true, op.flushed
-	}
-	if c.Flushing() {
-		// The flush is not done: read on without waiting, but not past
-		// the deadline.
-		if r.pastDeadline() {
-			return true, op.deadline
-		}
-		return false, nil
-	}
-	if !wait {
-		return true, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return true, fmt.Errorf("%s: %w", op.name, err)
-	}
-	if dl := r.deadline.Load(); dl != 0 {
-		left := time.Until(time.Unix(0, dl))
-		if left <= 0 {
-			return true, op.deadline
-		}
-		if timeout < 0 || left < timeout+slack {
-			timeout, slack = left, 0
-		}
-	}
-	if !c.Settled(r.lags) {
-		r.noWait()
-		return false, nil // a ring's kernel would not wake us: read again
-	}
-	quick, woken := c.W.AtOnce(), c.W.Wakeups()
-	c.Life.Park() // Close waits for this read to go, and frees itself
-	_, err = c.W.Wait(timeout, slack)
-	c.Life.Unpark()
-	if err != nil {
-		return true, fmt.Errorf("%s: %w", op.name, err)
-	}
-	if c.W.Woken() {
-		if !c.Life.Closed() {
-			c.W.ClearWake() // Flush, SetDeadline, ctx or a CPU: look again
-		}
-		return false, nil
-	}
-	if c.W.AtOnce() != quick {
-		r.noWait() // the rings had moved: the wait returned at once
-	}
-	// A ring's wakeup ended a parked wait (not the timer, nor a ring
-	// found moved at once): hold the drain off if the rings are below
-	// their mark.
-	if c.W.Wakeups() != woken && c.Hold > 0 && c.BelowHoldOff() {
-		if err := r.holdOff(op); err != nil {
-			return true, err
-		}
-	}
-	return false, nil
-}
-
-// holdOff waits, once a ring buffer's wakeup came with every ring below
-// its hold-off mark (core.holdOff), until a ring reaches it (a forced
-// wakeup of the programs'), the hold's time is up, the deadline, or a
-// wake (Close, Flush, SetDeadline, ctx): a ring's wakeup below the mark,
-// another ring's first record, does not end it. While it holds the
-// reader commits nothing, so the kernel wakes it no more.
-func (r *Reader) holdOff(op *readOp) error {
-	c := r.C
-	end := time.Now().Add(c.Hold)
-	if dl := r.deadline.Load(); dl != 0 && dl < end.UnixNano() {
-		end = time.Unix(0, dl)
-	}
-	for {
-		left := time.Until(end)
-		if left <= 0 {
-			return nil
-		}
-		c.Life.Park()
-		held, err := c.W.WaitEvent(left)
-		c.Life.Unpark()
-		if err != nil {
-			return fmt.Errorf("%s: %w", op.name, err)
-		}
-		if !held || !c.BelowHoldOff() {
-			return nil
-		}
-	}
-}
-
-// noWait tells a policy that cares (policy.Waits) that the read went on
-// after Idle without waiting.
-func (r *Reader) noWait() {
-	if p, ok := r.pol.(policy.Waits); ok {
-		p.NoWait()
-	}
 }
 
 // takeCorrupt returns the corruption a policy skipped, once.
@@ -535,13 +424,13 @@ func (r *Reader) each(ctx context.Context, op *readOp, fn func(*ring.Record) err
 // polEach runs the policy's loop with fn inside wait.Reads: a read that fn
 // calls fails with ErrReentrant rather than wait for this one.
 func (r *Reader) polEach(fn func(*ring.Record) error) (bool, error) {
-	r.turnFn = fn
+	r.call.fn = fn
 	wait.Reads.Run(r.turnF)
-	r.turnFn = nil
-	return r.turnMore, r.turnErr
+	r.call.fn = nil
+	return r.call.more, r.call.err
 }
 
-func (r *Reader) turn() { r.turnMore, r.turnErr = r.pol.Each(r.turnFn) }
+func (r *Reader) turn() { r.call.more, r.call.err = r.pol.Each(r.call.fn) }
 
 // polNext is the policy's next: inside wait.Reads, where an Order's Key
 // runs, or directly for a policy that runs no user function (bare).
@@ -550,10 +439,10 @@ func (r *Reader) polNext() (*ring.Record, int) {
 		return r.pol.Next()
 	}
 	wait.Reads.Run(r.nextF)
-	return r.nextRec, r.nextRing
+	return r.call.rec, r.call.ring
 }
 
-func (r *Reader) nextTurn() { r.nextRec, r.nextRing = r.pol.Next() }
+func (r *Reader) nextTurn() { r.call.rec, r.call.ring = r.pol.Next() }
 
 // errStop ends a policy's loop early: All's when yield returns false,
 // ReadBatch's when the batch is full. It never leaves this file.
