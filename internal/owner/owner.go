@@ -410,4 +410,3 @@ func (c *Core) Name() string {
 	}
 	return c.what
 }
-

@@ -131,4 +131,3 @@ func (r *Reader) noWait() {
 		p.NoWait()
 	}
 }
-
