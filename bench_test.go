@@ -2,8 +2,9 @@
 
 package perfbuf
 
-// The cost per record against the number of rings ("At C's cost": any
-// number of rings): fullest-first and ordered, ReadInto and Each, over 2 to
+// Benchmarks: every mode against libbpf's names, the raw views, the
+// Reader's forms by sample size, and the cost per record against the
+// number of rings ("At C's cost": any number of rings): fullest-first and ordered, ReadInto and Each, over 2 to
 // 512 fake rings (no kernel), with the records spread evenly or all on one
 // ring. A policy's cost per record, amortised over a round, must grow no
 // faster than log(rings): a look at every ring once per round is paid for
@@ -14,7 +15,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -356,4 +360,277 @@ func threadCPU() time.Duration {
 		panic(err)
 	}
 	return time.Duration(ts.Nano())
+}
+
+// Benchmarks of PerfBuffer's callback mode over a fake ring (no kernel).
+
+// BenchmarkPerfBufferConsume measures callback mode's cost per sample: a
+// Consume that hands every sample of a full 256 KiB ring to a SampleFunc
+// that reads it, at four payload sizes (the ring of BenchmarkRawDrain).
+func BenchmarkPerfBufferConsume(b *testing.B) {
+	for _, payload := range []int{16, 64, 256, 1024} {
+		b.Run(strconv.Itoa(payload), func(b *testing.B) {
+			ring, perLap := benchRing(b, payload)
+			f := newFakeRings(b, 1, 8)
+			f.rings[0] = ring
+			var sum uint64
+			pb := f.perfBuffer(b, func(_ int, data []byte) { sum += ringtest.Sum(data) }, nil)
+			size := uint64(len(ring.Data))
+			samples := 0
+			var elapsed time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for samples < b.N {
+				// The next lap, the same full ring (see benchDrain).
+				atomic.StoreUint64(&ring.Page.Data_head, atomic.LoadUint64(&ring.Page.Data_tail)+size)
+				start := time.Now()
+				n, err := pb.Consume()
+				elapsed += time.Since(start)
+				if n != perLap || err != nil {
+					b.Fatalf("Consume = %d, %v; want %d samples", n, err, perLap)
+				}
+				samples += n
+			}
+			b.StopTimer()
+			ringtest.Sink += sum
+			st := pb.Stats()[0]
+			b.ReportMetric(float64(elapsed.Nanoseconds())/float64(samples), "ns/sample")
+			b.ReportMetric(float64(st.Bytes)/elapsed.Seconds()/1e6, "MB/s")
+		})
+	}
+}
+
+// benchRing fills a 256 KiB ring completely (head = tail + size) with samples of the given
+// payload size, plus one record of another type that pads the ring to exactly its size.
+// Every lap of the ring then holds the same records at the same offsets, so the benchmark
+// hands the reader a full ring again by moving data_head one ring size on.
+func benchRing(b *testing.B, payload int) (*ringtest.Perf, int) {
+	const size = 256 << 10
+	f := ringtest.NewPerf(size)
+	rec := ringtest.PerfSample(make([]byte, payload))
+	for i := range rec[12:] {
+		rec[12+i] = byte(i)
+	}
+	n := 0
+	for f.Head+uint64(len(rec)) <= size-8 {
+		f.Put(rec)
+		n++
+	}
+	if pad := size - f.Head; pad > 0 {
+		f.Put(ringtest.PerfRecord(unix.PERF_RECORD_THROTTLE, uint16(pad), make([]byte, pad-8)))
+	}
+	if f.Head != size {
+		b.Fatalf("ring filled to %d", f.Head)
+	}
+	return f, n
+}
+
+func BenchmarkRawDrain(b *testing.B) {
+	for _, mode := range []string{"zerocopy", "copy"} {
+		for _, payload := range []int{16, 64, 256, 1024} {
+			b.Run(mode+"/"+strconv.Itoa(payload), func(b *testing.B) {
+				benchDrain(b, mode == "copy", payload)
+			})
+		}
+	}
+}
+
+func benchDrain(b *testing.B, copying bool, payload int) {
+	f, perLap := benchRing(b, payload)
+	rb := perfReader(b, f)
+	var sum uint64
+	var buf []byte
+	var fn func(rec *Record) error
+	if copying {
+		buf = make([]byte, 0, 2048)
+		fn = func(rec *Record) error {
+			buf = rec.AppendTo(buf[:0])
+			sum += ringtest.Sum(buf)
+			return nil
+		}
+	} else {
+		fn = func(rec *Record) error {
+			sum += ringtest.Sum(rec.Data)
+			if len(rec.Wrapped) > 0 {
+				sum += ringtest.Sum(rec.Wrapped)
+			}
+			return nil
+		}
+	}
+	size := uint64(rb.Size())
+	samples := 0
+	var elapsed time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for samples < b.N {
+		// Hand the reader the next lap, the same full ring: a release store of data_head as
+		// the kernel's perf_output_put_handle does, for the acquire load in Begin.
+		atomic.StoreUint64(&f.Page.Data_head, atomic.LoadUint64(&f.Page.Data_tail)+size)
+		start := time.Now()
+		n, err := rb.Drain(fn)
+		elapsed += time.Since(start)
+		if err != nil || n != perLap+1 {
+			b.Fatalf("Drain = %d, %v; want %d records", n, err, perLap+1)
+		}
+		samples += perLap
+	}
+	b.StopTimer()
+	ringtest.Sink += sum
+	st := rb.Stats()
+	if st.Samples != uint64(samples) {
+		b.Fatalf("stats: %d samples, want %d", st.Samples, samples)
+	}
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(samples), "ns/sample")
+	// MB/s of payload as delivered, the kernel's padding included (68 bytes for a 64-byte sample).
+	b.ReportMetric(float64(st.Bytes)/elapsed.Seconds()/1e6, "MB/s")
+}
+
+// Benchmarks of the Reader over fake rings (no kernel): fullest-first and
+// ordered.
+
+// readRound publishes what the fake rings hold, flushes r and, with the
+// timer running, reads until the Flush ends the round: with ReadInto into
+// s, or with Each and a callback that does nothing (Each) or reads every
+// byte of each sample (EachSum).
+func readRound(b *testing.B, f *fakeRings, r *Reader, mode string, s *Sample) {
+	for _, ring := range f.rings {
+		ring.Publish()
+	}
+	r.Flush()
+	b.StartTimer()
+	switch mode {
+	case "ReadInto":
+		for r.ReadInto(s) == nil {
+		}
+	case "ReadBatch":
+		for {
+			if _, err := r.ReadBatch(batch[:]); err != nil {
+				break
+			}
+		}
+	case "Each":
+		r.Each(context.Background(), func(*Record) error { return nil })
+	case "EachSum":
+		r.Each(context.Background(), func(rec *Record) error {
+			if rec.Type != RecordSample {
+				return errStop
+			}
+			ringtest.Sink += ringtest.Sum(rec.Data)
+			if len(rec.Wrapped) > 0 {
+				ringtest.Sink += ringtest.Sum(rec.Wrapped)
+			}
+			return nil
+		})
+	}
+}
+
+// batch is ReadBatch's Samples in the benchmarks: their Data grows once.
+var batch [64]Sample
+
+// benchRingSize is the fake rings' size in the reader benchmarks: perfbuf's
+// default (64 pages), so that two rings fit in a core's L2 cache as the
+// real ones do.
+const benchRingSize = 64 << 12
+
+// BenchmarkReaderReadInto measures a Reader's cost per record over two fake
+// rings already filled (no kernel): ReadInto, Each and EachSum (see
+// readRound), at two sizes. The ordered Reader's benchmark uses the same
+// rings and records.
+func BenchmarkReaderReadInto(b *testing.B) {
+	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "EachSum"} {
+		for _, size := range []int{16, 64} {
+			b.Run(fmt.Sprintf("%s/size=%d", mode, size), func(b *testing.B) {
+				f := newFakeRings(b, 2, benchRingSize)
+				r := f.reader(b, ReaderOptions{MaxLatency: -1})
+				rec := ringtest.PerfSample(payload(0, 0, size))
+				per := (benchRingSize - 4096) / len(rec)
+				var s Sample
+				b.ReportAllocs()
+				b.ResetTimer()
+				for done := 0; done < b.N; done += 2 * per {
+					b.StopTimer()
+					for i := 0; i < 2*per; i++ {
+						f.rings[i%2].Write(rec)
+					}
+					readRound(b, f, r, mode, &s)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+			})
+		}
+	}
+}
+
+// BenchmarkOrderedReadInto measures the ordered Reader's cost per record over
+// two filled fake rings whose keys interleave, so that rule 1 releases each
+// (the Flush of each round only releases its last record): ReadInto,
+// ReadBatch and Each, at two sizes, with the rings taking turns every record (run=1, the
+// merge's worst case) or every 32 (as the real drain benchmark fills them).
+func BenchmarkOrderedReadInto(b *testing.B) {
+	for _, mode := range []string{"ReadInto", "ReadBatch", "Each"} {
+		for _, size := range []int{16, 64} {
+			for _, run := range []int{1, 32} {
+				b.Run(fmt.Sprintf("%s/size=%d/run=%d", mode, size, run), func(b *testing.B) {
+					benchOrdered(b, mode, size, run)
+				})
+			}
+		}
+	}
+}
+
+func benchOrdered(b *testing.B, mode string, size, run int) {
+	f := newFakeRings(b, 2, benchRingSize)
+	o := f.ordered(b, Order{MaxDelay: time.Hour})
+	per := (benchRingSize - 4096) / len(ringtest.PerfSample(payload(0, 0, size)))
+	recs := make([][]byte, 2*per)
+	for i := range recs {
+		recs[i] = ringtest.PerfSample(payload(0, uint64(i), size))
+	}
+	key := uint64(0)
+	var s Sample
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += 2 * per {
+		b.StopTimer()
+		for i, rec := range recs {
+			key++
+			binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
+			f.rings[i/run%2].Write(rec)
+		}
+		readRound(b, f, o, mode, &s)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+}
+
+// BenchmarkOrderedManyRings measures the merge's cost per record as the
+// number of rings grows (a machine's CPU count): with Each over rings of
+// 64 KiB, 64-byte samples whose keys go round the busy rings one record at
+// a time, so that every record is a new pick. With every ring busy, rule 1
+// releases each record; with two busy, the idle rings hold it back until
+// rule 2 releases it, the look-ahead having found a key KeyWindow larger.
+func BenchmarkOrderedManyRings(b *testing.B) {
+	for _, n := range []int{2, 8, 64} {
+		for _, busy := range slices.Compact([]int{2, n}) {
+			b.Run(fmt.Sprintf("rings=%d/busy=%d", n, busy), func(b *testing.B) {
+				const size = 16 << 12
+				f := newFakeRings(b, n, size)
+				o := f.ordered(b, Order{MaxDelay: time.Hour, KeyWindow: 64})
+				rec := ringtest.PerfSample(payload(0, 0, 64))
+				per := (size - 4096) / len(rec) * busy
+				key := uint64(0)
+				var s Sample
+				b.ReportAllocs()
+				b.ResetTimer()
+				for done := 0; done < b.N; done += per {
+					b.StopTimer()
+					for i := 0; i < per; i++ {
+						key++
+						binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
+						f.rings[i%busy].Write(rec)
+					}
+					readRound(b, f, o, "Each", &s)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+			})
+		}
+	}
 }
