@@ -1508,6 +1508,59 @@ func TestOrderedRingBufCloseLedger(t *testing.T) {
 	}
 }
 
+// Close hands over: an Each that Close interrupts from another goroutine
+// delivers the copies its window holds, which are no longer in the ring,
+// before it returns os.ErrClosed; a Close from the read's own function
+// asks for no more, and they count as Left. delivered + left == emitted
+// either way.
+func TestOrderedRingBufCloseHandsOver(t *testing.T) {
+	const outputs = 20
+	for _, inside := range []bool{false, true} {
+		t.Run(fmt.Sprintf("from the function %v", inside), func(t *testing.T) {
+			f := newFakeBPFRings(t, 2, 4096)
+			o := f.ordered(t, Order{MaxDelay: time.Hour}, true, true)
+			for seq := range uint64(outputs) {
+				f.emit(t, int(seq%2), seq, seq, 24)
+			}
+			// Rule 1 releases all but ring 1's last key, 19, which waits.
+			var keys []uint64
+			released := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				done <- o.Each(context.Background(), func(rec *Record) error {
+					keys = append(keys, rec.Key)
+					if len(keys) == outputs-1 {
+						if inside {
+							o.Close()
+						}
+						close(released)
+					}
+					return nil
+				})
+			}()
+			<-released
+			o.Close()
+			if err := <-done; !errors.Is(err, os.ErrClosed) {
+				t.Fatalf("Each after Close: %v", err)
+			}
+			want := outputs
+			if inside {
+				want--
+			}
+			if len(keys) != want || !slices.IsSorted(keys) {
+				t.Fatalf("delivered keys %v; want 0 to %d", keys, want-1)
+			}
+			var samples, left uint64
+			for _, st := range o.Stats() {
+				samples, left = samples+st.Samples, left+st.Left
+			}
+			if samples != uint64(want) || samples+left != outputs {
+				t.Fatalf("samples %d + left %d, %d outputs; %d delivered", samples, left, outputs, len(keys))
+			}
+		})
+	}
+}
+
 // A busy record (reserved, not committed) holds back only its own ring, as
 // an empty one does: the other ring's keys above the busy ring's newest
 // wait for its commit, or MaxDelay.

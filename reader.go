@@ -78,9 +78,11 @@ func newReader(c *owner.Core, p owner.Plan) *Reader { return &Reader{owner.NewRe
 // consumer position at the last commit (the end of a ring's turn, at most a
 // quarter of the ring, or a wait): the next reader delivers those records
 // again. An ordered Reader over ring buffers commits the records it copies
-// into its window (see [Order]): the copies not delivered at Close count
-// as Left and are not in the ring for the next reader (Flush and read them
-// first to hand none over). A perf event array's rings are the reader's
+// into its window (see [Order]), so they are no longer in the ring for the
+// next reader: a read by a function (Each, Consume, All) in progress when
+// Close is called from elsewhere than a read's function delivers them
+// before it returns os.ErrClosed; those that no such read delivers count
+// as Left (Flush and read first to hand none over). A perf event array's rings are the reader's
 // own: what is in them at Close goes with them, and a new reader starts
 // with empty rings.
 func (r *Reader) Close() error { return r.r.Close() }

@@ -302,6 +302,8 @@ func (c *Core) Poke() { c.W.WakeOpen(&c.Life) }
 // progress.
 func (c *Core) Close() {
 	c.Life.Close(func() {
+		// A read's own function that closes asks for no more records.
+		c.HandOver.Store(!wait.Reads.Inside())
 		c.Stop.Store(true)
 		c.W.Wake(true)
 	})

@@ -139,8 +139,13 @@ func (t *Tally) Observe(oldest, head uint64, at int64) {
 type Set struct {
 	Rings []ring.Ring
 	// Stop is set by Close: the rings' loops stop after the record in
-	// progress, and the ordered merge releases what it holds (rule 5).
+	// progress, and the ordered window takes nothing more in.
 	Stop atomic.Bool
+	// HandOver is set with Stop by a Close from outside the reads'
+	// functions: a read in progress then delivers the copies a Holder
+	// holds (no longer in the ring, so not the next reader's) before it
+	// returns; the rest stays in the ring for the next reader.
+	HandOver atomic.Bool
 	// Latency is how long a record may wait for a wakeup (negative: no
 	// limit).
 	Latency time.Duration

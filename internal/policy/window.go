@@ -292,8 +292,9 @@ func (w *window) tighten(i int, at uint64) {
 
 // committable is how far ring i may be committed: to its oldest copy not
 // delivered, else to Oldest. At Close (Stop) it is Oldest: the copies held
-// are counted as Left, and the next reader starts after them, so that no
-// record is delivered twice after a Close. A corruption skipped the ring's
+// were delivered by the read in progress (HandOver) or are counted as
+// Left, and the next reader starts after them, so that no record is
+// delivered twice after a Close. A corruption skipped the ring's
 // tail past copies made before it: they are no longer the ring's.
 func (w *window) committable(i int) uint64 {
 	to := w.Oldest(i)
@@ -368,10 +369,15 @@ func (w *window) due(seen int64) bool {
 
 // Next returns the copy that goes next and its ring, or -1 when none may
 // go yet. A late record that DropLate drops is counted and passed over.
+// Once Close stopped the reader, it takes nothing more in: the copies go
+// (rule 5), and with them, in key order, a hot ring's record parsed.
 func (w *window) Next() (*ring.Record, int) {
 	took := false // whether this call took the rings in
 	for {
-		if w.s.Flushing() && !w.take.drain {
+		stop := w.s.Stop.Load()
+		if stop {
+			// (The records not taken in stay in the ring, the next reader's.)
+		} else if w.s.Flushing() && !w.take.drain {
 			// A Flush: every ring taken in up to its head now (past the
 			// flush's), then the window delivered, with nothing more
 			// taken in, so that the flush ends while producers go on.
@@ -380,12 +386,12 @@ func (w *window) Next() (*ring.Record, int) {
 		} else if !w.s.Flushing() {
 			w.take.drain = false
 		}
-		if (w.take.look || w.take.since >= w.take.every) && !w.take.drain {
+		if (w.take.look || w.take.since >= w.take.every) && !w.take.drain && !stop {
 			w.take.look = false
 			w.takeInAll()
 			took = true
 		}
-		inPlace := w.hot.ring >= 0 && (w.hot.have || w.pullHot())
+		inPlace := w.hot.ring >= 0 && (w.hot.have || !stop && w.pullHot())
 		if inPlace {
 			// The smaller key first, unless a ring's copies keep half of
 			// it: then the window's smallest (rule 4).
@@ -396,7 +402,7 @@ func (w *window) Next() (*ring.Record, int) {
 				continue // late, and dropped
 			}
 			// The window's smallest goes first, due or not.
-		} else if w.copies.held == 0 && w.take.drain && !w.s.FlushReached(w) {
+		} else if w.copies.held == 0 && w.take.drain && !stop && !w.s.FlushReached(w) {
 			// The window had no room for all of it: take in the rest.
 			// If nothing comes (a ring corrupt, its error pending), the
 			// read reports it.
@@ -406,7 +412,7 @@ func (w *window) Next() (*ring.Record, int) {
 		}
 		if !inPlace && (w.copies.held == 0 || !w.releasable()) {
 			w.take.look = true // take in before the next release
-			if took || w.take.drain {
+			if took || w.take.drain || stop {
 				return nil, -1
 			}
 			continue
@@ -489,10 +495,12 @@ func (w *window) NoWait() { w.take.waited = false }
 
 // Each delivers up to 256 copies in key order before it returns for the
 // read to look at its context; or, while a ring is hot and the window holds
-// no copy, that ring's records through the ring's own loop (eachHot).
+// no copy, that ring's records through the ring's own loop (eachHot). Once
+// Close stopped the reader, it returns after the record in progress, or
+// with HandOver, once every copy went.
 func (w *window) Each(fn func(*ring.Record) error) (bool, error) {
-	for n := 0; n < 256; n++ {
-		if w.hot.ring >= 0 && w.copies.held == 0 && !w.hot.have && w.take.since < w.take.every && !w.take.drain && !w.s.Flushing() {
+	for n := 0; n < 256 || w.s.HandOver.Load(); n++ {
+		if w.hot.ring >= 0 && w.copies.held == 0 && !w.hot.have && w.take.since < w.take.every && !w.take.drain && !w.s.Flushing() && !w.s.Stop.Load() {
 			if ran, err := w.eachHot(fn); ran {
 				return true, err
 			}
@@ -503,7 +511,7 @@ func (w *window) Each(fn func(*ring.Record) error) (bool, error) {
 		}
 		err := fn(rec)
 		w.Delivered(i)
-		if err != nil || w.s.Stop.Load() {
+		if err != nil || w.s.Stop.Load() && !w.s.HandOver.Load() {
 			return true, err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -378,5 +379,46 @@ func TestWindowReleasesRingKeptHalf(t *testing.T) {
 	res := readWindow(t, s, w, false)
 	if len(got)+len(res.keys) != n || !res.flushed {
 		t.Fatalf("%d delivered before the flush, %d by it; want %d", len(got), len(res.keys), n)
+	}
+}
+
+// Once Close stopped the reader, the window takes nothing more in: with
+// HandOver, Each delivers every copy held, in key order, and returns; the
+// records not taken in stay in the ring, and the commit stops before them.
+// Without it, Each returns after one record.
+func TestWindowStopHandsOver(t *testing.T) {
+	for _, handOver := range []bool{true, false} {
+		t.Run(fmt.Sprintf("HandOver=%v", handOver), func(t *testing.T) {
+			s, w, fakes := windowOver(t, 1, 4096)
+			for _, key := range []uint64{50, 30, 40} {
+				emitKey(t, fakes[0], key)
+			}
+			if _, i := w.Next(); i >= 0 || w.copies.held != 3 {
+				t.Fatalf("first read: ring %d, %d held; want nothing released, 3 held", i, w.copies.held)
+			}
+			taken := fakes[0].Pos[1] // the copies' end
+			emitKey(t, fakes[0], 10) // after the window's last look: not taken in
+			s.HandOver.Store(handOver)
+			s.Stop.Store(true)
+			var keys []uint64
+			more, err := w.Each(func(rec *ring.Record) error {
+				keys = append(keys, rec.Key)
+				return nil
+			})
+			want := []uint64{30, 40, 50}
+			if !handOver {
+				want = want[:1]
+			}
+			if err != nil || !slices.Equal(keys, want) || more != !handOver {
+				t.Fatalf("Each at Stop: %v, more %v, %v; want %v", keys, more, err, want)
+			}
+			w.CommitPublish(0)
+			if c := atomic.LoadUint64(&fakes[0].Pos[0]); c != taken {
+				t.Fatalf("committed to %d; want %d, the record not taken in left in the ring", c, taken)
+			}
+			if h := w.Held(0); h != uint64(3-len(keys)) {
+				t.Fatalf("Held %d after %d delivered", h, len(keys))
+			}
+		})
 	}
 }
