@@ -2,12 +2,11 @@
 
 package perfbuf
 
-// The options' checks and defaults, in one place. Each constructor checks
-// its options first, field by field (Options.check; NewReader's
-// ReaderOptions.plan, which also resolves them); then openCore checks what
-// depends on the kind of map against the maps' info (owner.RingOptions.hostConfig
-// for a perf event array's rings, checkRingBuf for each ring buffer),
-// before anything is claimed or mapped.
+// The options' checks and defaults. Each constructor checks its options
+// first, field by field (Options.check; NewReader's ReaderOptions.plan,
+// which also resolves them); then internal/owner checks what depends on
+// the kind of map against the maps' info (config.go), before anything is
+// claimed or mapped.
 
 import (
 	"fmt"
@@ -129,7 +128,7 @@ func (ord *Order) config() policy.OrderConfig {
 	return c
 }
 
-// ring returns the settings that depend on the kind of map, for openCore.
+// ring returns the settings that depend on the kind of map, for owner.Open.
 func (o *Options) ring() owner.RingOptions {
 	return owner.RingOptions{RingBytes: o.RingBytes, WakeupEvents: o.WakeupEvents, WakeupBytes: o.WakeupBytes,
 		MaxSampleSize: o.MaxSampleSize, Prepared: o.prepared}

@@ -11,9 +11,10 @@ package perfbuf
 //
 // The build tag perfbuf_nolibbpf leaves this file and the C helpers out
 // of a cgo build, as CGO_ENABLED=0 does: perfbuf's own opener
-// (internal/owner/perfopen.go) then opens every perf ring, and the binary links no
-// libbpf. The tag names what it removes, as the toolchain's netgo and
-// osusergo do; the default, with cgo, stays libbpf's perf_buffer.
+// (internal/owner/perfopen.go) then opens every perf ring, and the
+// binary links no libbpf. The tag names what it removes, as the
+// toolchain's netgo and osusergo do; the default, with cgo, stays
+// libbpf's perf_buffer.
 
 /*
 #cgo !perfbuf_static pkg-config: libbpf

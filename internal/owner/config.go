@@ -65,7 +65,7 @@ type RingConfig struct {
 	WakeupBytes  int // 0: wake by events
 }
 
-// ringBytes is the size of each ring's data area.
+// RingBytes is the size of each ring's data area.
 func (c RingConfig) RingBytes() int { return c.Pages * c.PageSize }
 
 // DefaultRingBytes is the size of a ring when RingBytes is zero.

@@ -142,7 +142,7 @@ func Open(m Map, ro RingOptions, more []Map, failures Map) (*Core, error) {
 	return c, nil
 }
 
-// NewCore builds a core over rings, woken when fds[i] (ring i's perf event)
+// newCore builds a core over rings, woken when fds[i] (ring i's perf event)
 // is readable. It does not close what it was given if it fails.
 func newCore(rings []ring.Kind, fds []int) (*Core, error) {
 	c := &Core{}
@@ -161,7 +161,7 @@ func newCore(rings []ring.Kind, fds []int) (*Core, error) {
 	return c, nil
 }
 
-// start puts c to work with its policy, pol, whose owner runs callbacks in
+// Start puts c to work with its policy, pol, whose owner runs callbacks in
 // scope (internal/wait), and starts watching for CPUs that come online.
 func (c *Core) Start(pol policy.Policy, scope wait.Scope) {
 	c.pol = pol
@@ -209,7 +209,7 @@ func (c *Core) addRing(rb ring.Kind, fd int) error {
 	return nil
 }
 
-// readsNow reports whether a read in line may take a record at once: no
+// ReadsNow reports whether a read in line may take a record at once: no
 // corruption to report and no CPUs to add. A read that finds otherwise
 // leaves both to ReadBatch's loop. On the read side, under the owner's
 // drain lock. (The CPU check is addNewCPUs's, written out in both: as a
@@ -218,7 +218,7 @@ func (c *Core) ReadsNow() bool {
 	return c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load())
 }
 
-// addNewCPUs gives the CPUs that came online since the last call their
+// AddNewCPUs gives the CPUs that came online since the last call their
 // rings (hotplug.go): a check of one atomic when none did. On the read
 // side, under the owner's drain lock.
 func (c *Core) AddNewCPUs() error {
@@ -233,14 +233,14 @@ func (c *Core) AddNewCPUs() error {
 //go:noinline (so that addNewCPUs inlines)
 func (c *Core) addNew() error { return c.src.addNew(c.addRing) }
 
-// count returns the number of rings; any goroutine may call it.
+// Count returns the number of rings; any goroutine may call it.
 func (c *Core) Count() int {
 	c.StatsMu.Lock()
 	defer c.StatsMu.Unlock()
 	return len(c.Rings)
 }
 
-// followsCPUs reports whether output on a CPU that comes online is read:
+// FollowsCPUs reports whether output on a CPU that comes online is read:
 // a perf event array's rings with a CPU watch (hotplug.go), or ring
 // buffers, which are no CPU's own. Fixed at opening.
 func (c *Core) FollowsCPUs() bool {
@@ -262,7 +262,7 @@ func (c *Core) fd(i int) int {
 	return c.fds[i]
 }
 
-// checkIndex checks a buffer index.
+// CheckIndex checks a buffer index.
 func (c *Core) CheckIndex(i int) error {
 	if n := c.Count(); i < 0 || i >= n {
 		return fmt.Errorf("index %d not in [0, %d): %w", i, n, os.ErrInvalid)
@@ -270,7 +270,7 @@ func (c *Core) CheckIndex(i int) error {
 	return nil
 }
 
-// bufferFD is the owners' BufferFD: ring i's descriptor that a wait polls.
+// BufferFD is the owners' BufferFD: ring i's descriptor that a wait polls.
 func (c *Core) BufferFD(i int) (int, error) {
 	op := fmt.Sprintf("fd of ring %d of %s", i, c.Name())
 	if err := c.CheckIndex(i); err != nil {
@@ -283,7 +283,7 @@ func (c *Core) BufferFD(i int) (int, error) {
 	return c.fd(i), nil
 }
 
-// epollFD is the owners' EpollFD: an epoll set over every ring.
+// EpollFD is the owners' EpollFD: an epoll set over every ring.
 func (c *Core) EpollFD() (int, error) {
 	op := "epoll fd of " + c.Name()
 	if err := c.Life.Enter(op); err != nil {
@@ -293,11 +293,11 @@ func (c *Core) EpollFD() (int, error) {
 	return c.src.epollFD()
 }
 
-// poke wakes a blocked wait (see wait.Waiter.WakeOpen): a CPU came online, a
+// Poke wakes a blocked wait (see wait.Waiter.WakeOpen): a CPU came online, a
 // context was cancelled, a deadline or a flush was set.
 func (c *Core) Poke() { c.W.WakeOpen(&c.Life) }
 
-// close stops the owner: the rings' loops stop after the record in
+// Close stops the owner: the rings' loops stop after the record in
 // progress, blocked waits return, and free runs once no call is in
 // progress.
 func (c *Core) Close() {
@@ -346,8 +346,9 @@ func (c *Core) free() {
 	c.W.Close()
 }
 
-// holdOffRingBufs sets how a Reader of ring buffers with the ring settings ro and the latency budget latency holds
-// its drains off (hold, holdOff). The kernel wakes a ring buffer's reader
+// HoldOffRingBufs sets how a Reader of ring buffers, with the ring
+// settings ro and the latency budget latency, holds its drains off (Hold,
+// holdOff). The kernel wakes a ring buffer's reader
 // for the first record committed after it caught up, unless the programs
 // say otherwise (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP). Within a budget
 // (no WakeupBytes) the reader takes that wakeup, then waits a budget with
@@ -367,7 +368,7 @@ func (c *Core) HoldOffRingBufs(ro RingOptions, latency time.Duration) {
 	}
 }
 
-// belowHoldOff reports whether every ring holds less than its hold-off
+// BelowHoldOff reports whether every ring holds less than its hold-off
 // mark: holdOff bytes, or half the ring if holdOff is zero.
 func (c *Core) BelowHoldOff() bool {
 	for _, rb := range c.Rings {
@@ -382,7 +383,7 @@ func (c *Core) BelowHoldOff() bool {
 	return true
 }
 
-// settled reports whether every ring but those skip names (nil: none) may
+// Settled reports whether every ring but those skip names (nil: none) may
 // be slept on: its kind's wake rule holds for what the reader left in it
 // (ring.settle). The caller owns the rings' read side.
 func (c *Core) Settled(skip func(i int) bool) bool {

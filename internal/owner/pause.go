@@ -139,7 +139,7 @@ func openPausedEvents(fd int, cfg RingConfig, cpus []int32) (PerfEvents, error) 
 	return goEvents{p}, nil
 }
 
-// setPaused is the owners' Pause (on) and Resume: see pauser.set. After
+// SetPaused is the owners' Pause (on) and Resume: see pauser.set. After
 // Close, os.ErrClosed.
 func (c *Core) SetPaused(op string, on bool) error {
 	return c.pause.set(op, on, func(change func(pauseTarget) error) error {

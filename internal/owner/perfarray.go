@@ -254,7 +254,7 @@ func (s ringSrc) view(cpu int32) (*ring.Perf, error) {
 // races with such outputs.
 func (r *rings) unlink() {
 	if len(r.cs) == 0 {
-		return // no opening: rings of a test's own
+		return // nothing opened: no slot filled, no output to wait for
 	}
 	r.release()
 	rcuGrace()
@@ -379,14 +379,8 @@ func (r *rings) addNewCPUs(added func(i int) error) error {
 	return nil
 }
 
-// failureCounters returns r's failure map: nil without one, and for a nil
-// r (a Reader over rings of a test's own).
-func (r *rings) failureCounters() *failureMap {
-	if r == nil {
-		return nil
-	}
-	return r.failures
-}
+// failureCounters returns r's failure map: nil without one.
+func (r *rings) failureCounters() *failureMap { return r.failures }
 
 // ringCPUs mirrors perf_buffer__new's choice of CPUs: the online ones among
 // the first min(possible CPUs, max_entries), that limit. Buffer index i

@@ -336,7 +336,7 @@ func (s *ringBufSource) close() {
 
 func (s *ringBufSource) failureCounters() *failureMap { return s.failures }
 
-// ringBufs reports whether c reads BPF ring buffers (an ordered Reader
+// RingBufs reports whether c reads BPF ring buffers (an ordered Reader
 // over them merges copies: policy.NewWindow).
 func (c *Core) RingBufs() bool {
 	if _, ok := c.src.(*ringBufSource); ok {
@@ -349,7 +349,7 @@ func (c *Core) RingBufs() bool {
 	return ok
 }
 
-// windowConfig is the ordered merge's over c's ring buffers: the Order's,
+// WindowConfig is the ordered merge's over c's ring buffers: the Order's,
 // the window's size (HighWater, or the rings' total size, those waiting
 // for their consumer lock too), and which rings one CPU writes.
 func (c *Core) WindowConfig(ord policy.OrderConfig) policy.WindowConfig {

@@ -48,7 +48,7 @@ func (f *fakeBPFRings) source(t testing.TB, dir string) *ringBufSource {
 	return s
 }
 
-// sourceCore returns an owner core over s, as openCore makes.
+// sourceCore returns an owner core over s, as Open makes.
 func sourceCore(t testing.TB, s *ringBufSource) *Core {
 	t.Helper()
 	c, err := newCore(s.opened())

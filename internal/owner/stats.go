@@ -70,7 +70,7 @@ func (f Failures) Add(g Failures) Failures {
 		NotOnCPU: f.NotOnCPU + g.NotOnCPU, Other: f.Other + g.Other, Full: f.Full + g.Full}
 }
 
-// statsNow returns the published counts with what is read at the time of
+// Stats returns the published counts with what is read at the time of
 // the call, while the rings are mapped: each ring's fill, and its positions,
 // which it observes (policy.Tally.Observe) for Waiting; and the failure
 // map's counts, which may append entries. Any goroutine may call it.
@@ -139,7 +139,7 @@ func (c *Core) deletesSlots() bool {
 // refused since it opened (full or paused), whether its lost records
 // reported them yet or not: the kernel's count (kernel.LostSamples). ok is
 // false for a ring buffer, and for a perf ring opened without the count
-// (kernels before 6.0, or rings of a test's own), whose losses are only
+// (kernels before 6.0, or rings given whole: Over), whose losses are only
 // those its lost records report. The count is at least what the lost records delivered and in
 // the ring report, and the difference is what the kernel has yet to
 // report: Lost is the larger of the two.
@@ -151,7 +151,7 @@ func (c *Core) refused(rb ring.Kind, fd int) (uint64, bool) {
 	return n, ok && err == nil
 }
 
-// addViewLost adds to viewLost what a RawBuffer of ring i counted lost.
+// AddViewLost adds to viewLost what a RawBuffer of ring i counted lost.
 func (c *Core) AddViewLost(i int, lost uint64) {
 	c.StatsMu.Lock()
 	defer c.StatsMu.Unlock()
