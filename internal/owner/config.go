@@ -24,12 +24,12 @@ import (
 // the caller set them.
 type RingOptions struct {
 	RingBytes, WakeupEvents, WakeupBytes, MaxSampleSize int
-	Recorder                                            bool // a Recorder's: ring buffers in overwrite mode only
-	// budget is a Reader's latency budget without WakeupEvents or
+	overwrite                                           bool // a recorder's: ring buffers in overwrite mode only
+	// budget is a reader's latency budget without WakeupEvents or
 	// WakeupBytes: a perf ring wakes its reader half full (the event's
-	// watermark), and the Reader's timer takes what is below it.
+	// watermark), and the reader's timer takes what is below it.
 	Budget bool
-	// keyEnd is an ordered Reader's KeyOffset+8, where its key ends: a
+	// KeyEnd is an ordered reader's KeyOffset+8, where its key ends: a
 	// ring must hold a sample that long. Zero: no key read at an offset.
 	KeyEnd int
 	// prepared, if set, is the buffer a loader's Prepare made: the map
@@ -138,7 +138,7 @@ const MaxRingBytes = 1 << 40
 const maxRecordSize = 65528
 
 // checkRingBuf checks the options against a ring buffer, whose info is
-// info: the overwrite mode for a Recorder and no other owner
+// info: the overwrite mode for a recorder and no other owner
 // (errors.ErrUnsupported naming 6.19 on an older kernel), RingBytes its
 // size if set, no WakeupEvents, WakeupBytes below its size, and a record
 // of MaxSampleSize within it. Errors: ErrMapType for a map that is not a
@@ -149,11 +149,11 @@ func (o RingOptions) checkRingBuf(info mapDesc) error {
 	switch {
 	case info.typ != mapTypeRingBuf:
 		return fmt.Errorf("map %q has type %s (%d), with ring buffers: %w", info.name, kernel.MapTypeName(info.typ), info.typ, ErrMapType)
-	case !o.Recorder && info.flags&kernel.MapFlagRBOverwrite != 0:
+	case !o.overwrite && info.flags&kernel.MapFlagRBOverwrite != 0:
 		// The kernel moves past the oldest records without regard for the
 		// consumer position: a reader would parse overwritten bytes.
 		return fmt.Errorf("%v is in overwrite mode (BPF_F_RB_OVERWRITE), which only a Recorder reads: %w", info, errors.ErrUnsupported)
-	case o.Recorder && info.flags&kernel.MapFlagRBOverwrite == 0:
+	case o.overwrite && info.flags&kernel.MapFlagRBOverwrite == 0:
 		if err := kernel.ProbeRingOverwrite(); errors.Is(err, errors.ErrUnsupported) {
 			return fmt.Errorf("recorder over %v: a Recorder reads a ring buffer only in overwrite mode; prepare the buffer with Prepare(..., Any, Overwrite()) (bpfbuffer or ciliumbuffer), which makes a perf event array on this kernel: %w", info, err)
 		}

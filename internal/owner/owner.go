@@ -77,6 +77,11 @@ type source interface {
 	// close frees everything; failureCounters is the failure map, or nil.
 	close()
 	failureCounters() *failureMap
+	// followsCPUs reports whether output on a CPU that comes online is
+	// read (Core.FollowsCPUs); oneWriter whether one CPU alone writes
+	// ring i (an ordered reader's rule 1: policy.WindowConfig).
+	followsCPUs() bool
+	oneWriter(i int) bool
 }
 
 // Open opens the rings of the map m (a perf event array: a ring on
@@ -243,16 +248,7 @@ func (c *Core) Count() int {
 // FollowsCPUs reports whether output on a CPU that comes online is read:
 // a perf event array's rings with a CPU watch (hotplug.go), or ring
 // buffers, which are no CPU's own. Fixed at opening.
-func (c *Core) FollowsCPUs() bool {
-	switch s := c.src.(type) {
-	case *given:
-		return false
-	case *rings:
-		return s.watch != nil
-	default:
-		return true
-	}
-}
+func (c *Core) FollowsCPUs() bool { return c.src.followsCPUs() }
 
 // fd returns the descriptor a wait polls for ring i (its perf event, or its
 // ring buffer map), i < count().
@@ -412,4 +408,53 @@ func (c *Core) Name() string {
 		return "rings"
 	}
 	return c.what
+}
+
+// refused returns how many outputs the perf ring rb, whose event is fd,
+// refused since it opened (full or paused), whether its lost records
+// reported them yet or not: the kernel's count (kernel.LostSamples). ok is
+// false for a ring buffer, and for a perf ring opened without the count
+// (kernels before 6.0, or rings given whole: Over), whose losses are only
+// those its lost records report. The count is at least what the lost records delivered and in
+// the ring report, and the difference is what the kernel has yet to
+// report: Lost is the larger of the two.
+func (c *Core) refused(rb ring.Kind, fd int) (uint64, bool) {
+	if _, perf := rb.(*ring.Perf); !perf || !c.countsLost {
+		return 0, false
+	}
+	n, ok, err := kernel.LostSamples(fd)
+	return n, ok && err == nil
+}
+
+// SetPaused is the owners' Pause (on) and Resume: see pauser.set. After
+// Close, os.ErrClosed.
+func (c *Core) SetPaused(op string, on bool) error {
+	return c.pause.set(op, on, func(change func(pauseTarget) error) error {
+		if err := c.Life.Enter(op); err != nil {
+			return err
+		}
+		defer c.Life.Exit()
+		var t pauseTarget
+		t.f = c.src.failureCounters()
+		if r, ok := c.src.(*rings); ok {
+			t.perfFDs = r.eventFDs
+		}
+		return wrap(op, change(t))
+	})
+}
+
+// Over returns an owner of rings opened elsewhere and handed over whole:
+// ring i is woken when fds[i] is readable; what names them in errors
+// ("" : "rings"); oneWriter[i] says that one CPU alone writes ring i (an
+// ordered reader's rule 1: policy.WindowConfig). No ring is added later,
+// none is unlinked or freed at Close (their opener frees them), and there
+// is no failure map.
+func Over(rings []ring.Kind, fds []int, what string, oneWriter []bool) (*Core, error) {
+	g := &given{rings: rings, fds: fds, one: oneWriter}
+	c, err := newCore(g.opened())
+	if err != nil {
+		return nil, err
+	}
+	c.src, c.what = g, what
+	return c, nil
 }

@@ -138,20 +138,3 @@ func openPausedEvents(fd int, cfg RingConfig, cpus []int32) (PerfEvents, error) 
 	}
 	return goEvents{p}, nil
 }
-
-// SetPaused is the owners' Pause (on) and Resume: see pauser.set. After
-// Close, os.ErrClosed.
-func (c *Core) SetPaused(op string, on bool) error {
-	return c.pause.set(op, on, func(change func(pauseTarget) error) error {
-		if err := c.Life.Enter(op); err != nil {
-			return err
-		}
-		defer c.Life.Exit()
-		var t pauseTarget
-		t.f = c.src.failureCounters()
-		if r, ok := c.src.(*rings); ok {
-			t.perfFDs = r.eventFDs
-		}
-		return wrap(op, change(t))
-	})
-}

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"os"
 	"sync/atomic"
 	"time"
@@ -94,41 +93,6 @@ func newReadOp(name string) *readOp {
 	}
 }
 
-// Plan is a reader's options checked and resolved, once, at the root's
-// NewReader: what its rings, its wait and its policy take.
-type Plan struct {
-	Ring    RingOptions
-	Latency time.Duration       // MaxLatency resolved (negative: no bound)
-	Order   *policy.OrderConfig // nil: the fullest ring first
-}
-
-// NewReader builds a Reader over c with its plan p, and starts c.
-func NewReader(c *Core, p Plan) *Reader {
-	c.Latency = p.Latency
-	if c.RingBufs() {
-		c.HoldOffRingBufs(p.Ring, p.Latency)
-	}
-	r := &Reader{C: c, opRead: newReadOp("read " + c.Name()), opConsume: newReadOp("consume " + c.Name())}
-	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec(), r.turn, r.nextTurn
-	if p.Order != nil && c.RingBufs() {
-		r.pol = policy.NewWindow(&c.Set, c.WindowConfig(*p.Order))
-	} else if p.Order != nil {
-		r.pol = policy.NewOrdered(&c.Set, *p.Order)
-	} else {
-		r.full = policy.NewFullest(&c.Set)
-		r.pol = r.full
-	}
-	r.bare = p.Order == nil || p.Order.Key == nil
-	if cp, ok := r.pol.(policy.Copier); ok && r.bare {
-		r.copier = cp
-	}
-	if l, ok := r.pol.(policy.Lagger); ok {
-		r.lags = l.Lags
-	}
-	c.Start(r.pol, wait.Reads)
-	return r
-}
-
 // Pol is the reader's policy.
 func (r *Reader) Pol() policy.Reading { return r.pol }
 
@@ -193,94 +157,6 @@ func (r *Reader) exitRead(stop func() bool) {
 	r.C.Life.ExitExclusive()
 }
 
-// Each calls fn with every record, zero-copy, until ctx is done, the
-// deadline passes, a Flush completes, a ring is corrupt, fn fails, or the
-// reader is closed.
-func (r *Reader) Each(ctx context.Context, fn func(rec *ring.Record) error) error {
-	op := r.opRead
-	if ctx == nil || fn == nil {
-		return fmt.Errorf("%s: nil context or function: %w", op.name, os.ErrInvalid)
-	}
-	stop, err := r.enterRead(ctx, op)
-	if err != nil {
-		return err
-	}
-	defer r.exitRead(stop)
-	return r.each(ctx, op, fn, true)
-}
-
-// Consume calls fn with every record that can be delivered now, as Each
-// does, without waiting, and returns how many it delivered.
-func (r *Reader) Consume(fn func(rec *ring.Record) error) (int, error) {
-	op := r.opConsume
-	if fn == nil {
-		return 0, fmt.Errorf("%s: nil function: %w", op.name, os.ErrInvalid)
-	}
-	if err := r.C.Life.EnterExclusive(op.name); err != nil {
-		return 0, err
-	}
-	defer r.C.Life.ExitExclusive()
-	r.fn, r.n = fn, 0
-	defer func() { r.fn = nil }()
-	err := r.each(context.Background(), op, r.countF, false)
-	return r.n, err
-}
-
-// countRec is Consume's function: fn, counted.
-func (r *Reader) countRec(rec *ring.Record) error {
-	r.n++
-	return r.fn(rec)
-}
-
-// each is the loop of Each, Consume and All: it delivers records to fn
-// through the policy, and when there is none, waits (wait) or returns.
-func (r *Reader) each(ctx context.Context, op *readOp, fn func(*ring.Record) error, wait bool) error {
-	for {
-		if r.C.Life.Closed() {
-			return r.closed(op, fn)
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%s: %w", op.name, err)
-		}
-		if err := r.C.AddNewCPUs(); err != nil {
-			return wrap(op.name, err)
-		}
-		more, err := r.polEach(fn)
-		if err != nil {
-			return err
-		}
-		if err := r.takeCorrupt(op); err != nil {
-			return err
-		}
-		if more {
-			continue
-		}
-		if done, err := r.block(ctx, op, wait); done || err != nil {
-			if r.C.Life.Closed() {
-				return r.closed(op, fn)
-			}
-			return err
-		}
-	}
-}
-
-// closed ends a read that found the reader closed. A Close from outside
-// the reads' functions hands over (policy.Set.HandOver): the copies an
-// ordered window holds, no longer in the ring, go to fn first.
-func (r *Reader) closed(op *readOp, fn func(*ring.Record) error) error {
-	if h, ok := r.pol.(policy.Holder); ok && r.C.HandOver.Load() {
-		for i := range r.C.Rings {
-			if h.Held(i) > 0 {
-				if _, err := r.polEach(fn); err != nil {
-					return err
-				}
-				break
-			}
-		}
-	}
-	return fmt.Errorf("%s: %w", op.name, os.ErrClosed)
-}
-
 // polEach runs the policy's loop with fn inside wait.Reads: a read that fn
 // calls fails with ErrReentrant rather than wait for this one.
 func (r *Reader) polEach(fn func(*ring.Record) error) (bool, error) {
@@ -307,38 +183,3 @@ func (r *Reader) nextTurn() { r.call.rec, r.call.ring = r.pol.Next() }
 // errStop ends a policy's loop early: All's when yield returns false,
 // ReadBatch's when the batch is full. It never leaves this file.
 var errStop = errors.New("stop")
-
-// All returns an iterator over the records, copied into one Sample reused
-// by the next iteration.
-func (r *Reader) All(ctx context.Context) iter.Seq2[*ring.Copy, error] {
-	op := r.opRead
-	return func(yield func(*ring.Copy, error) bool) {
-		var s ring.Copy
-		fn := func(rec *ring.Record) error {
-			ring.SetCopy(&s, rec)
-			if !yield(&s, nil) {
-				return errStop
-			}
-			return nil
-		}
-		for {
-			err := r.allRead(ctx, op, fn)
-			if err == errStop {
-				return
-			}
-			if !yield(nil, err) || errors.Is(err, os.ErrClosed) || ctx.Err() != nil {
-				return
-			}
-		}
-	}
-}
-
-// allRead is one read of All's: Each without its checks.
-func (r *Reader) allRead(ctx context.Context, op *readOp, fn func(*ring.Record) error) error {
-	stop, err := r.enterRead(ctx, op)
-	if err != nil {
-		return err
-	}
-	defer r.exitRead(stop)
-	return r.each(ctx, op, fn, true)
-}

@@ -72,7 +72,7 @@ func OpenRecorder(m Map, ro RingOptions, more []Map, failures Map) (*Recorder, e
 	if m == nil {
 		return nil, fmt.Errorf("nil map: %w", os.ErrInvalid)
 	}
-	ro.Recorder = true
+	ro.overwrite = true
 	fd := m.FileDescriptor()
 	info, err := checkMap(fd)
 	if err == nil {

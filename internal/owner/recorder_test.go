@@ -142,10 +142,10 @@ func TestCheckRingBufOverwrite(t *testing.T) {
 	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `ring buffer "rec" is in overwrite mode`) {
 		t.Errorf("reader over an overwrite-mode ring buffer: %v", err)
 	}
-	if err := (RingOptions{Recorder: true}).checkRingBuf(over); err != nil {
+	if err := (RingOptions{overwrite: true}).checkRingBuf(over); err != nil {
 		t.Errorf("recorder: %v", err)
 	}
-	err = RingOptions{Recorder: true}.checkRingBuf(plain)
+	err = RingOptions{overwrite: true}.checkRingBuf(plain)
 	if !errors.Is(err, os.ErrInvalid) && !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `ring buffer "rec"`) {
 		t.Errorf("recorder over a ring buffer not in overwrite mode: %v", err)
 	}

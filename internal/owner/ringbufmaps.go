@@ -27,7 +27,6 @@ import (
 
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
-	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
@@ -37,11 +36,11 @@ type ringBufSource struct {
 	rings []*ring.RingBuf
 	fds   []int    // ring i's map descriptor, one in owned: a wait polls it
 	names []string // ring i's map name
-	// oneWriter[i]: ring i is the ring of one CPU (ordered reads, rule 1)
-	oneWriter []bool
-	ids       []uint32 // claimed until close
-	owned     []int    // descriptors opened here (maps' duplicates, inner maps), closed at close
-	failures  *failureMap
+	// one[i]: ring i is the ring of one CPU (ordered reads, rule 1)
+	one      []bool
+	ids      []uint32 // claimed until close
+	owned    []int    // descriptors opened here (maps' duplicates, inner maps), closed at close
+	failures *failureMap
 	// lockDir holds the consumer locks (defaultLockDir; tests set their
 	// own). locks[i] is ring i's, nil for a ring read without one (no
 	// permission for the lock file).
@@ -95,7 +94,7 @@ func openRingBufs(maps []mapArg, ro RingOptions, failures Map) (_ *ringBufSource
 			}
 			s.owned = append(s.owned, fd)
 			bufs = append(bufs, mapArg{fd, m.info})
-			s.oneWriter = append(s.oneWriter, false)
+			s.one = append(s.one, false)
 			continue
 		}
 		inner, err := s.inner(m, ro)
@@ -105,7 +104,7 @@ func openRingBufs(maps []mapArg, ro RingOptions, failures Map) (_ *ringBufSource
 		bufs = append(bufs, inner...)
 		one := oneCPUPerSlot(m.info)
 		for range inner {
-			s.oneWriter = append(s.oneWriter, one)
+			s.one = append(s.one, one)
 		}
 	}
 	if len(bufs) == 0 {
@@ -177,18 +176,18 @@ func (s *ringBufSource) lock() error {
 			err = fmt.Errorf("ring buffer %q: %w", s.names[i], err)
 			// close closes the rings kept and those not looked at yet.
 			s.rings, s.fds = append(s.rings[:n], s.rings[i:]...), append(s.fds[:n], s.fds[i:]...)
-			s.names, s.oneWriter = append(s.names[:n], s.names[i:]...), append(s.oneWriter[:n], s.oneWriter[i:]...)
+			s.names, s.one = append(s.names[:n], s.names[i:]...), append(s.one[:n], s.one[i:]...)
 			return err
 		}
 		if !won {
-			s.tk.rings = append(s.tk.rings, waitingRing{rb: rb, fd: s.fds[i], name: s.names[i], oneWriter: s.oneWriter[i], lock: l})
+			s.tk.rings = append(s.tk.rings, waitingRing{rb: rb, fd: s.fds[i], name: s.names[i], oneWriter: s.one[i], lock: l})
 			continue
 		}
-		s.rings[n], s.fds[n], s.names[n], s.oneWriter[n] = rb, s.fds[i], s.names[i], s.oneWriter[i]
+		s.rings[n], s.fds[n], s.names[n], s.one[n] = rb, s.fds[i], s.names[i], s.one[i]
 		s.locks = append(s.locks, l)
 		n++
 	}
-	s.rings, s.fds, s.names, s.oneWriter = s.rings[:n], s.fds[:n], s.names[:n], s.oneWriter[:n]
+	s.rings, s.fds, s.names, s.one = s.rings[:n], s.fds[:n], s.names[:n], s.one[:n]
 	return nil
 }
 
@@ -248,7 +247,7 @@ func (s *ringBufSource) addNew(add func(ring.Kind, int) error) error {
 		w.rb.Restart()
 		s.epMu.Lock()
 		s.rings, s.fds, s.names = append(s.rings, w.rb), append(s.fds, w.fd), append(s.names, w.name)
-		s.oneWriter, s.locks = append(s.oneWriter, w.oneWriter), append(s.locks, w.lock)
+		s.one, s.locks = append(s.one, w.oneWriter), append(s.locks, w.lock)
 		if s.epfd >= 0 {
 			ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(w.fd)}
 			if e := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, w.fd, &ev); e != nil && err == nil {
@@ -262,7 +261,7 @@ func (s *ringBufSource) addNew(add func(ring.Kind, int) error) error {
 			// reader reads it meanwhile.)
 			s.epMu.Lock()
 			n := len(s.rings) - 1
-			s.rings, s.fds, s.names, s.oneWriter, s.locks = s.rings[:n], s.fds[:n], s.names[:n], s.oneWriter[:n], s.locks[:n]
+			s.rings, s.fds, s.names, s.one, s.locks = s.rings[:n], s.fds[:n], s.names[:n], s.one[:n], s.locks[:n]
 			s.epMu.Unlock()
 			s.tk.putBack(won[i:])
 			return errors.Join(err, fmt.Errorf("take over ring buffer %q: %w", w.name, e))
@@ -336,42 +335,9 @@ func (s *ringBufSource) close() {
 
 func (s *ringBufSource) failureCounters() *failureMap { return s.failures }
 
-// RingBufs reports whether c reads BPF ring buffers (an ordered Reader
-// over them merges copies: policy.NewWindow).
-func (c *Core) RingBufs() bool {
-	if _, ok := c.src.(*ringBufSource); ok {
-		return true // (with no ring yet, all waiting for their lock)
-	}
-	if len(c.Kinds) == 0 {
-		return false
-	}
-	_, ok := c.Kinds[0].(*ring.RingBuf)
-	return ok
-}
+// followsCPUs is true: ring buffers are no CPU's own.
+func (s *ringBufSource) followsCPUs() bool { return true }
 
-// WindowConfig is the ordered merge's over c's ring buffers: the Order's,
-// the window's size (HighWater, or the rings' total size, those waiting
-// for their consumer lock too), and which rings one CPU writes.
-func (c *Core) WindowConfig(ord policy.OrderConfig) policy.WindowConfig {
-	wc := policy.WindowConfig{OrderConfig: ord, Bytes: ord.HighWater}
-	s, _ := c.src.(*ringBufSource)
-	if wc.Bytes == 0 && s != nil {
-		wc.Bytes = s.bytes
-	} else if wc.Bytes == 0 {
-		for _, rb := range c.Rings {
-			wc.Bytes += rb.Cur().Size()
-		}
-	}
-	// Asked as each ring is added (policy.Policy's AddRing), by the
-	// reading goroutine, which also grows s.oneWriter (addNew).
-	wc.OneWriter = func(i int) bool {
-		switch s := c.src.(type) {
-		case *ringBufSource:
-			return s.oneWriter[i]
-		case *given:
-			return i < len(s.oneWriter) && s.oneWriter[i]
-		}
-		return false
-	}
-	return wc
-}
+// oneWriter reports whether one CPU alone writes ring i. By the reading
+// goroutine, which also grows s.one (addNew).
+func (s *ringBufSource) oneWriter(i int) bool { return s.one[i] }

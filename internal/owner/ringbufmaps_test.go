@@ -38,7 +38,7 @@ func (f *fakeBPFRings) source(t testing.TB, dir string) *ringBufSource {
 		s.rings = append(s.rings, bpfReader(t, r))
 		s.fds = append(s.fds, f.fds[i])
 		s.names = append(s.names, "fake")
-		s.oneWriter = append(s.oneWriter, false)
+		s.one = append(s.one, false)
 		s.ids = append(s.ids, fakeLockID+uint32(i))
 	}
 	if err := s.lock(); err != nil {
@@ -299,7 +299,7 @@ func TestConsumerLockFile(t *testing.T) {
 		t.Errorf("a lock folder that is a file: %v; want ENOTDIR naming %s", err, notDir)
 	}
 	s = &ringBufSource{epfd: -1, lockDir: notDir}
-	s.rings, s.fds, s.names, s.oneWriter, s.ids = []*ring.RingBuf{bpfReader(t, f.rings[0])}, f.fds, []string{"fake"}, []bool{false}, []uint32{fakeLockID}
+	s.rings, s.fds, s.names, s.one, s.ids = []*ring.RingBuf{bpfReader(t, f.rings[0])}, f.fds, []string{"fake"}, []bool{false}, []uint32{fakeLockID}
 	if err := s.lock(); !errors.Is(err, syscall.ENOTDIR) {
 		t.Errorf("lock with a lock folder that is a file: %v; want ENOTDIR", err)
 	}
