@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"golang.org/x/sys/unix"
 )
@@ -303,4 +304,60 @@ func TestConsumerLockFile(t *testing.T) {
 	if err := s.lock(); !errors.Is(err, syscall.ENOTDIR) {
 		t.Errorf("lock with a lock folder that is a file: %v; want ENOTDIR", err)
 	}
+}
+
+// Open over real ring buffers: a map alone and the ring buffers in the
+// slots of an array of maps (its empty slots passed over), in that order.
+// The settings are checked against each before anything is claimed; a
+// map claimed cannot be opened again until Close frees and unclaims it.
+func TestOpenRingBufs(t *testing.T) {
+	page := os.Getpagesize()
+	newRingBuf := func(name string) int {
+		t.Helper()
+		fd, err := kernel.CreateRingBuf(name, uint32(page), 0)
+		privileged(t, "create a ring buffer", err)
+		t.Cleanup(func() { unix.Close(fd) })
+		return fd
+	}
+	a, b := newRingBuf("pb_owner_a"), newRingBuf("pb_owner_b")
+	arr, err := kernel.CreateArrayOfMaps("pb_owner_arr", 4, a)
+	privileged(t, "create an array of maps", err)
+	t.Cleanup(func() { unix.Close(arr) })
+	if err := kernel.UpdateSlot(arr, 2, b); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = Open(mapFD(a), RingOptions{RingBytes: 2 * page}, []Map{mapFD(arr)}, nil)
+	if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "options RingBytes") {
+		t.Fatalf("Open with another RingBytes: %v; want os.ErrInvalid naming RingBytes", err)
+	}
+	c, err := Open(mapFD(a), RingOptions{}, []Map{mapFD(arr)}, nil)
+	if err != nil {
+		t.Fatal(err) // (a refusal above claimed nothing)
+	}
+	NewRaw(c) // starts c
+	if n, want := c.Count(), 2; n != want {
+		t.Errorf("%d rings, want %d: the map's and slot 2's", n, want)
+	}
+	if got, want := c.Name(), `ring buffer "pb_owner_a" and 1 more maps`; got != want {
+		t.Errorf("Name() = %q, want %q", got, want)
+	}
+	if !c.FollowsCPUs() {
+		t.Error("FollowsCPUs false over ring buffers")
+	}
+	for i, st := range c.Stats() {
+		if st.Ring != i || st.CPU != -1 || st.Size != page {
+			t.Errorf("Stats()[%d] = %+v; want ring %d, CPU -1, %d bytes", i, st, i, page)
+		}
+	}
+	if _, err := Open(mapFD(b), RingOptions{}, nil, nil); !errors.Is(err, ErrMapInUse) {
+		t.Errorf("Open of a map read: %v; want ErrMapInUse", err)
+	}
+	c.Close()
+	again, err := Open(mapFD(b), RingOptions{}, nil, nil)
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	NewRaw(again)
+	again.Close()
 }
