@@ -142,11 +142,14 @@ func withoutProc(t *testing.T, without bool) {
 }
 
 // privileged fails the test on err, or skips it for want of privileges
-// outside CI.
+// outside CI, or of a kernel (an emulator: make test-arm64, test-bigendian).
 func privileged(t *testing.T, what string, err error) {
 	t.Helper()
 	if err == nil {
 		return
+	}
+	if errors.Is(err, syscall.ENOSYS) {
+		t.Skipf("%s: %v (bpf(2) is not implemented here, an emulator: no kernel)", what, err)
 	}
 	if (errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EACCES)) && os.Getenv("CI") != "true" {
 		t.Skipf("%s: %v (needs privileges)", what, err)
