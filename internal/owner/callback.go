@@ -49,7 +49,7 @@ func NewPerfBuffer(c *Core, sample func(int, []byte), lost func(int, uint64)) *P
 	pb := &PerfBuffer{C: c, opPoll: "poll " + c.Name(), opConsume: "consume " + c.Name()}
 	pb.cb = policy.NewCallback(&c.Set, sample, lost)
 	pb.drainF = pb.drainTurn
-	c.Start(pb.cb, wait.Drains)
+	c.start(pb.cb, wait.Drains)
 	return pb
 }
 
@@ -73,7 +73,7 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	// committed at the consumer position: one committed while the last
 	// drain was still behind it raised no wakeup (ring.settle). Drain it
 	// rather than wait for a wakeup that will not come.
-	settled := pb.C.Settled(nil)
+	settled := pb.C.settled(nil)
 	pb.drainMu.Unlock()
 	if !settled {
 		return pb.drain(op, -1, false)
@@ -108,7 +108,7 @@ func (pb *PerfBuffer) Consume() (int, error) {
 // (perf_buffer__consume_buffer).
 func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
 	op := fmt.Sprintf("consume ring %d of %s", i, pb.C.Name())
-	if err := pb.C.CheckIndex(i); err != nil {
+	if err := pb.C.checkIndex(i); err != nil {
 		return 0, wrap(op, err)
 	}
 	if err := pb.C.Life.Enter(op); err != nil {
@@ -129,7 +129,7 @@ func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
 		return 0, wrap(op, err)
 	}
 	defer pb.drainMu.Unlock()
-	firstErr := wrap(op, pb.C.AddNewCPUs())
+	firstErr := wrap(op, pb.C.addNewCPUs())
 	from, to := 0, len(pb.C.Rings)
 	if one >= 0 {
 		from, to = one, one+1

@@ -40,7 +40,7 @@ func (c *Core) Stats() []Stats {
 	st := make([]Stats, len(tallies))
 	for i, t := range tallies {
 		st[i] = Stats{Ring: i, CPU: t.CPU, Size: t.Size, Tally: Tally{Late: t.Late, Dropped: t.Dropped, Left: t.Left, Found: t.Found}}
-		st[i].SetCounts(&t.Counts)
+		st[i].setCounts(&t.Counts)
 		st[i].Samples -= t.Dropped // parsed, but dropped rather than delivered
 		if waiting[i] {
 			st[i].Waiting = time.Duration(max(now-t.Clear, 0))
@@ -77,8 +77,8 @@ func (c *Core) deletesSlots() bool {
 	return ok && r.byKey
 }
 
-// AddViewLost adds to viewLost what a RawBuffer of ring i counted lost.
-func (c *Core) AddViewLost(i int, lost uint64) {
+// addViewLost adds to viewLost what a RawBuffer of ring i counted lost.
+func (c *Core) addViewLost(i int, lost uint64) {
 	c.StatsMu.Lock()
 	defer c.StatsMu.Unlock()
 	if i >= len(c.viewLost) {

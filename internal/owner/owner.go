@@ -42,7 +42,7 @@ type Core struct {
 	// its latency budget. Zero: drain at once. The mark is holdOff bytes
 	// (Options.WakeupBytes, the programs' forced wakeup), or half of each
 	// ring when holdOff is zero (the budget's; see holdOffRingBufs).
-	Hold    time.Duration
+	hold    time.Duration
 	holdOff int
 	// what names what is read, for errors (see name).
 	what string
@@ -166,9 +166,9 @@ func newCore(rings []ring.Kind, fds []int) (*Core, error) {
 	return c, nil
 }
 
-// Start puts c to work with its policy, pol, whose owner runs callbacks in
+// start puts c to work with its policy, pol, whose owner runs callbacks in
 // scope (internal/wait), and starts watching for CPUs that come online.
-func (c *Core) Start(pol policy.Policy, scope wait.Scope) {
+func (c *Core) start(pol policy.Policy, scope wait.Scope) {
 	c.pol = pol
 	c.Life.Free = c.free
 	c.Life.Scope = scope
@@ -177,12 +177,12 @@ func (c *Core) Start(pol policy.Policy, scope wait.Scope) {
 	}
 	if r, ok := c.src.(*rings); ok && r.watch != nil {
 		c.newCPUs = &r.watch.Pending
-		r.watch.Notify = c.Poke
+		r.watch.Notify = c.poke
 		r.watch.Start()
 	}
 	if s, ok := c.src.(*ringBufSource); ok && s.tk.waiting() {
 		c.newCPUs = &s.tk.Pending
-		s.tk.notify = c.Poke
+		s.tk.notify = c.poke
 		s.tk.start()
 	}
 }
@@ -214,19 +214,19 @@ func (c *Core) addRing(rb ring.Kind, fd int) error {
 	return nil
 }
 
-// ReadsNow reports whether a read in line may take a record at once: no
+// readsNow reports whether a read in line may take a record at once: no
 // corruption to report and no CPUs to add. A read that finds otherwise
 // leaves both to ReadBatch's loop. On the read side, under the owner's
 // drain lock. (The CPU check is addNewCPUs's, written out in both: as a
 // call of its own it puts addNewCPUs over the inliner's budget, 81 of 80.)
-func (c *Core) ReadsNow() bool {
+func (c *Core) readsNow() bool {
 	return c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load())
 }
 
-// AddNewCPUs gives the CPUs that came online since the last call their
+// addNewCPUs gives the CPUs that came online since the last call their
 // rings (hotplug.go): a check of one atomic when none did. On the read
 // side, under the owner's drain lock.
-func (c *Core) AddNewCPUs() error {
+func (c *Core) addNewCPUs() error {
 	if c.newCPUs == nil || !c.newCPUs.Load() {
 		return nil
 	}
@@ -258,8 +258,8 @@ func (c *Core) fd(i int) int {
 	return c.fds[i]
 }
 
-// CheckIndex checks a buffer index.
-func (c *Core) CheckIndex(i int) error {
+// checkIndex checks a buffer index.
+func (c *Core) checkIndex(i int) error {
 	if n := c.Count(); i < 0 || i >= n {
 		return fmt.Errorf("index %d not in [0, %d): %w", i, n, os.ErrInvalid)
 	}
@@ -269,7 +269,7 @@ func (c *Core) CheckIndex(i int) error {
 // BufferFD is the owners' BufferFD: ring i's descriptor that a wait polls.
 func (c *Core) BufferFD(i int) (int, error) {
 	op := fmt.Sprintf("fd of ring %d of %s", i, c.Name())
-	if err := c.CheckIndex(i); err != nil {
+	if err := c.checkIndex(i); err != nil {
 		return -1, wrap(op, err)
 	}
 	if err := c.Life.Enter(op); err != nil {
@@ -289,9 +289,9 @@ func (c *Core) EpollFD() (int, error) {
 	return c.src.epollFD()
 }
 
-// Poke wakes a blocked wait (see wait.Waiter.WakeOpen): a CPU came online, a
+// poke wakes a blocked wait (see wait.Waiter.WakeOpen): a CPU came online, a
 // context was cancelled, a deadline or a flush was set.
-func (c *Core) Poke() { c.W.WakeOpen(&c.Life) }
+func (c *Core) poke() { c.W.WakeOpen(&c.Life) }
 
 // Close stops the owner: the rings' loops stop after the record in
 // progress, blocked waits return, and free runs once no call is in
@@ -342,8 +342,8 @@ func (c *Core) free() {
 	c.W.Close()
 }
 
-// HoldOffRingBufs sets how a Reader of ring buffers, with the ring
-// settings ro and the latency budget latency, holds its drains off (Hold,
+// holdOffRingBufs sets how a Reader of ring buffers, with the ring
+// settings ro and the latency budget latency, holds its drains off (hold,
 // holdOff). The kernel wakes a ring buffer's reader
 // for the first record committed after it caught up, unless the programs
 // say otherwise (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP). Within a budget
@@ -355,18 +355,18 @@ func (c *Core) free() {
 // budget at their peak rate. A blocked read still looks every budget, for
 // records written without a wakeup. With WakeupBytes (the programs force
 // a wakeup at that fill) the reader holds off below it for its MaxLatency.
-func (c *Core) HoldOffRingBufs(ro RingOptions, latency time.Duration) {
+func (c *Core) holdOffRingBufs(ro RingOptions, latency time.Duration) {
 	switch {
 	case ro.Budget:
-		c.Hold, c.holdOff = latency, 0
+		c.hold, c.holdOff = latency, 0
 	case ro.WakeupBytes > 0 && latency > 0:
-		c.Hold, c.holdOff = latency, ro.WakeupBytes
+		c.hold, c.holdOff = latency, ro.WakeupBytes
 	}
 }
 
-// BelowHoldOff reports whether every ring holds less than its hold-off
+// belowHoldOff reports whether every ring holds less than its hold-off
 // mark: holdOff bytes, or half the ring if holdOff is zero.
-func (c *Core) BelowHoldOff() bool {
+func (c *Core) belowHoldOff() bool {
 	for _, rb := range c.Rings {
 		mark := c.holdOff
 		if mark == 0 {
@@ -379,10 +379,10 @@ func (c *Core) BelowHoldOff() bool {
 	return true
 }
 
-// Settled reports whether every ring but those skip names (nil: none) may
+// settled reports whether every ring but those skip names (nil: none) may
 // be slept on: its kind's wake rule holds for what the reader left in it
 // (ring.settle). The caller owns the rings' read side.
-func (c *Core) Settled(skip func(i int) bool) bool {
+func (c *Core) settled(skip func(i int) bool) bool {
 	for i, rb := range c.Kinds {
 		if (skip == nil || !skip(i)) && !rb.Settle() {
 			return false

@@ -29,7 +29,7 @@ type Raw struct {
 // NewRaw builds a Raw over c, and starts c.
 func NewRaw(c *Core) *Raw {
 	r := &Raw{C: c, opWait: "wait " + c.Name()}
-	c.Start(policy.Raw{S: &c.Set}, wait.Scope{})
+	c.start(policy.Raw{S: &c.Set}, wait.Scope{})
 	return r
 }
 
@@ -38,7 +38,7 @@ func NewRaw(c *Core) *Raw {
 // range, ErrBusy if a view of ring i is held already, os.ErrClosed.
 func (r *Raw) Buffer(i int) (view ring.Ring, release func(lost uint64), err error) {
 	op := fmt.Sprintf("raw view of ring %d of %s", i, r.C.Name())
-	if err := r.C.CheckIndex(i); err != nil {
+	if err := r.C.checkIndex(i); err != nil {
 		return nil, nil, wrap(op, err)
 	}
 	// The reference taken here keeps the mapping alive: release drops it.
@@ -61,7 +61,7 @@ func (r *Raw) Buffer(i int) (view ring.Ring, release func(lost uint64), err erro
 	}
 	r.held[i] = true
 	return rb, func(lost uint64) {
-		r.C.AddViewLost(i, lost)
+		r.C.addViewLost(i, lost)
 		r.release(i)
 	}, nil
 }
@@ -90,7 +90,7 @@ func (r *Raw) Wait(timeout time.Duration, dst []int) ([]int, error) {
 	}
 	for {
 		r.mu.Lock()
-		err := r.C.AddNewCPUs()
+		err := r.C.addNewCPUs()
 		rings := r.C.Rings
 		r.mu.Unlock()
 		if err != nil {

@@ -28,7 +28,7 @@ func (r *Reader) ReadInto(s *ring.Copy) error {
 	// but its look at the rings.
 	if l := &r.C.Life; r.bare && s != nil && l.TryEnterExclusive() {
 		copied := false
-		if r.C.ReadsNow() {
+		if r.C.readsNow() {
 			if f := r.full; f != nil {
 				copied = f.NextCopy(s)
 			} else if cp := r.copier; cp != nil {
@@ -97,7 +97,7 @@ func (r *Reader) ReadBatch(s []ring.Copy) (int, error) {
 			}
 			return 0, r.takeCorrupt(op)
 		}
-		if err := r.C.AddNewCPUs(); err != nil {
+		if err := r.C.addNewCPUs(); err != nil {
 			return 0, wrap(op.name, err)
 		}
 		n, more := r.copyOut(s[got:])

@@ -110,7 +110,7 @@ func (r *Reader) SetDeadline(t time.Time) {
 		ns = t.UnixNano()
 	}
 	r.deadline.Store(ns)
-	r.C.Poke()
+	r.C.poke()
 }
 
 // Flush makes the reader deliver what is in the rings now, then end a
@@ -144,7 +144,7 @@ func (r *Reader) enterRead(ctx context.Context, op *readOp) (stop func() bool, e
 	if ctx.Done() != nil {
 		// poke, not wake: the func may still run after the read returned
 		// and Close freed the waiter; poke does nothing once closed.
-		stop = context.AfterFunc(ctx, r.C.Poke)
+		stop = context.AfterFunc(ctx, r.C.poke)
 	}
 	return stop, nil
 }

@@ -29,13 +29,13 @@ type Plan struct {
 // NewReader builds a Reader over c with its plan p, and starts c.
 func NewReader(c *Core, p Plan) *Reader {
 	c.Latency = p.Latency
-	if c.RingBufs() {
-		c.HoldOffRingBufs(p.Ring, p.Latency)
+	if c.ringBufs() {
+		c.holdOffRingBufs(p.Ring, p.Latency)
 	}
 	r := &Reader{C: c, opRead: newReadOp("read " + c.Name()), opConsume: newReadOp("consume " + c.Name())}
 	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec(), r.turn, r.nextTurn
-	if p.Order != nil && c.RingBufs() {
-		r.pol = policy.NewWindow(&c.Set, c.WindowConfig(*p.Order))
+	if p.Order != nil && c.ringBufs() {
+		r.pol = policy.NewWindow(&c.Set, c.windowConfig(*p.Order))
 	} else if p.Order != nil {
 		r.pol = policy.NewOrdered(&c.Set, *p.Order)
 	} else {
@@ -49,7 +49,7 @@ func NewReader(c *Core, p Plan) *Reader {
 	if l, ok := r.pol.(policy.Lagger); ok {
 		r.lags = l.Lags
 	}
-	c.Start(r.pol, wait.Reads)
+	c.start(r.pol, wait.Reads)
 	return r
 }
 
@@ -102,7 +102,7 @@ func (r *Reader) each(ctx context.Context, op *readOp, fn func(*ring.Record) err
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%s: %w", op.name, err)
 		}
-		if err := r.C.AddNewCPUs(); err != nil {
+		if err := r.C.addNewCPUs(); err != nil {
 			return wrap(op.name, err)
 		}
 		more, err := r.polEach(fn)
@@ -176,9 +176,9 @@ func (r *Reader) allRead(ctx context.Context, op *readOp, fn func(*ring.Record) 
 	return r.each(ctx, op, fn, true)
 }
 
-// RingBufs reports whether c reads BPF ring buffers (an ordered Reader
+// ringBufs reports whether c reads BPF ring buffers (an ordered Reader
 // over them merges copies: policy.NewWindow).
-func (c *Core) RingBufs() bool {
+func (c *Core) ringBufs() bool {
 	if _, ok := c.src.(*ringBufSource); ok {
 		return true // (with no ring yet, all waiting for their lock)
 	}
@@ -189,10 +189,10 @@ func (c *Core) RingBufs() bool {
 	return ok
 }
 
-// WindowConfig is the ordered merge's over c's ring buffers: the Order's,
+// windowConfig is the ordered merge's over c's ring buffers: the Order's,
 // the window's size (HighWater, or the rings' total size, those waiting
 // for their consumer lock too), and which rings one CPU writes.
-func (c *Core) WindowConfig(ord policy.OrderConfig) policy.WindowConfig {
+func (c *Core) windowConfig(ord policy.OrderConfig) policy.WindowConfig {
 	wc := policy.WindowConfig{OrderConfig: ord, Bytes: ord.HighWater}
 	s, _ := c.src.(*ringBufSource)
 	if wc.Bytes == 0 && s != nil {

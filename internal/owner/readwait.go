@@ -64,7 +64,7 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 			timeout, slack = left, 0
 		}
 	}
-	if !c.Settled(r.lags) {
+	if !c.settled(r.lags) {
 		r.noWait()
 		return false, nil // a ring's kernel would not wake us: read again
 	}
@@ -87,7 +87,7 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 	// A ring's wakeup ended a parked wait (not the timer, nor a ring
 	// found moved at once): hold the drain off if the rings are below
 	// their mark.
-	if c.W.Wakeups() != woken && c.Hold > 0 && c.BelowHoldOff() {
+	if c.W.Wakeups() != woken && c.hold > 0 && c.belowHoldOff() {
 		if err := r.holdOff(op); err != nil {
 			return true, err
 		}
@@ -103,7 +103,7 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 // reader commits nothing, so the kernel wakes it no more.
 func (r *Reader) holdOff(op *readOp) error {
 	c := r.C
-	end := time.Now().Add(c.Hold)
+	end := time.Now().Add(c.hold)
 	if dl := r.deadline.Load(); dl != 0 && dl < end.UnixNano() {
 		end = time.Unix(0, dl)
 	}
@@ -118,7 +118,7 @@ func (r *Reader) holdOff(op *readOp) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", op.name, err)
 		}
-		if !held || !c.BelowHoldOff() {
+		if !held || !c.belowHoldOff() {
 			return nil
 		}
 	}

@@ -36,9 +36,9 @@ type Failures struct {
 	NoEntry, TooBig, Invalid, NotOnCPU, Other, Full uint64
 }
 
-// SetCounts puts what a ring parsed, c, on st: every count but the
+// setCounts puts what a ring parsed, c, on st: every count but the
 // owner's (Late, Dropped, Left) and the reads' (Fill, Size, Failed).
-func (st *Stats) SetCounts(c *ring.Counts) {
+func (st *Stats) setCounts(c *ring.Counts) {
 	st.Samples, st.Bytes, st.Lost, st.Other, st.Discarded = c.Samples, c.Bytes, c.Lost, c.Other, c.Discarded
 	st.Corrupt, st.CorruptBytes, st.MaxFill = c.Corrupt, c.CorruptBytes, c.MaxFill
 }
