@@ -5,8 +5,8 @@ package perfbuf
 // The options' checks and defaults. Each constructor checks its options
 // first, field by field (Options.check; NewReader's ReaderOptions.plan,
 // which also resolves them); then internal/owner checks what depends on
-// the kind of map against the maps' info (config.go), before anything is
-// claimed or mapped.
+// the kind of map against the maps' info (internal/owner/config.go),
+// before anything is claimed or mapped.
 
 import (
 	"fmt"
