@@ -1,5 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Package owner owns the rings a perfbuf reader reads, below the public
+// types: it opens them (a perf event array's per-CPU rings: perfarray.go,
+// perfopen.go; BPF ring buffers: ringbufmaps.go, takeover.go), checks the
+// maps and the ring settings (maps.go, config.go), claims a map for one
+// reader in this process, keeps the failure map and its cross-process
+// reader key (failuremap.go, presence.go), pauses (pause.go), counts
+// (counts.go, stats.go), and closes (owner.go); and it runs each mode's
+// reads (reader.go, readwait.go, readcopy.go, readloop.go; callback.go;
+// raw.go; recorder.go). The root package holds the public types and
+// delegates to it. libbpf's opener comes from the root's one cgo file
+// (OpenLibbpf), so that no import points up.
 package owner
 
 // The owner core, written once for Reader, PerfBuffer and Raw: opening the rings
