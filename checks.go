@@ -118,6 +118,7 @@ func (ord *Order) config() policy.OrderConfig {
 		Window:    ord.KeyWindow,
 		DropLate:  ord.DropLate,
 		HighWater: ord.HighWater,
+		Stamped:   ord.StampedKeys,
 	}
 	if c.MaxDelay == 0 {
 		c.MaxDelay = 100 * time.Millisecond

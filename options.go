@@ -90,7 +90,8 @@ type ReaderOptions struct {
 // records come in key order, and the smallest key among the rings goes
 // when
 //
-//  1. every ring has shown a key at least as large, or
+//  1. every ring has shown a key at least as large (with StampedKeys, an
+//     empty ring buffer shows the time it was found empty), or
 //  2. a key KeyWindow larger has been seen on any ring, or
 //  3. the reader first saw it MaxDelay ago (give or take MaxDelay/2 when
 //     no wakeup comes), or
@@ -114,8 +115,9 @@ type ReaderOptions struct {
 // one CPU each: an array of ring buffers with a slot for every possible
 // CPU (bpfbuffer's RingBufPerCPU, one CPU a ring, which Any chooses where
 // the kernel allows). A ring buffer shared by CPUs (one map, or a ring per
-// N CPUs) cannot tell a slow writer from none: while one is read, records
-// go by rules 2 to 5 only, so set KeyWindow or MaxDelay to the disorder
+// N CPUs) cannot tell a slow writer from none: unless StampedKeys lets rule
+// 1 count it while it is empty, records go by rules 2 to 5 only while one
+// is read, so set KeyWindow or MaxDelay to the disorder
 // the programs make (the time between a key's stamp and the ring's
 // reservation on another CPU), and Late marks what comes later than that.
 // A busy record holds back its own ring only, as an empty ring does. Rule
@@ -150,6 +152,15 @@ type Order struct {
 
 	// DropLate drops late samples instead of delivering them.
 	DropLate bool
+
+	// StampedKeys says that the keys are bpf_ktime_get_ns() read after the
+	// record's reservation (perfbuf_stamp in bpf/perfbuf.bpf.h). Over ring
+	// buffers, rule 1 then counts a ring found empty as showing the time
+	// of that look, so that at a trickle a record goes at the next look
+	// after its key, not at MaxDelay, whether a ring is written by one
+	// CPU or shared. Over a perf event array it changes nothing: the
+	// kernel shows a perf record only once its output ended.
+	StampedKeys bool
 
 	// HighWater is rule 4's fill, in bytes. Zero means a quarter of a
 	// ring: below the half at which a perf ring wakes a Reader within its

@@ -420,4 +420,20 @@ static __always_inline void __perfbuf_buffer_discard(void *buf, const volatile s
  * written. */
 #define perfbuf_buffer_discard(name, data) __perfbuf_buffer_discard(&name, &name##_config, data)
 
+/* perfbuf_stamp(key) stores bpf_ktime_get_ns() in *key, a u64 of a record
+ * that perfbuf_ringbuf_reserve or perfbuf_buffer_reserve returned: call it
+ * after the reserve, before the submit, and read the key nowhere earlier.
+ * The reservation moves the ring's producer position before the clock is
+ * read, so a reader that finds a ring buffer empty at time R knows that
+ * every record still to come has a key at or after R (give or take the
+ * store's way to the reader). A Reader with Order.StampedKeys uses that to
+ * deliver in key order without waiting for MaxDelay at a trickle. A key
+ * read before the reserve has no such bound (the program may be preempted,
+ * or an interrupt's program reserve first, in between); nor does the perf
+ * path, whose record the reader sees only once its output ended. */
+static __always_inline void perfbuf_stamp(__u64 *key)
+{
+	*key = bpf_ktime_get_ns();
+}
+
 #endif

@@ -118,19 +118,19 @@ func (w *window) takeIn(i int) {
 // takeInAll takes in every ring and recomputes rule 1's bound.
 func (w *window) takeInAll() {
 	w.take.since, w.take.hotDue = 0, w.take.chunk
+	empty := w.stampBound() // (before any ring's producer_pos: stamp.go)
 	for i := range w.rs {
 		w.takeIn(i)
 	}
 	w.take.waited = false
-	w.rules.allSeen = w.rules.shared == 0
-	w.rules.minSeen = ^uint64(0)
+	w.rules.allSeen, w.rules.minSeen = true, ^uint64(0)
 	for i := range w.rs {
-		r := &w.rs[i]
-		if !r.seen {
+		bound, ok := w.ringBound(i, empty)
+		if !ok {
 			w.rules.allSeen = false
 			break
 		}
-		w.rules.minSeen = min(w.rules.minSeen, r.newest)
+		w.rules.minSeen = min(w.rules.minSeen, bound)
 	}
 }
 

@@ -113,6 +113,10 @@ type OrderConfig struct {
 	Window    uint64
 	DropLate  bool
 	HighWater int
+	// Stamped: the keys are bpf_ktime_get_ns() read after the record's
+	// reservation (Order.StampedKeys); the window over ring buffers
+	// applies rule 1 to a ring it finds empty (windowRules.stamped).
+	Stamped bool
 }
 
 func NewOrdered(s *Set, cfg OrderConfig) *ordered {

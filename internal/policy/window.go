@@ -34,8 +34,9 @@ type WindowConfig struct {
 	// that take at most twice Bytes and two chunks more.
 	Bytes int
 	// OneWriter says, for ring i, whether one CPU alone writes it: its
-	// keys then only grow (rule 1). A ring buffer shared by CPUs does not
-	// count for rule 1, and while one is read rule 1 releases nothing. It
+	// keys then only grow (rule 1). A ring buffer shared by CPUs counts for
+	// rule 1 only when empty, with stamped keys; while it does not, rule 1
+	// releases nothing. It
 	// is asked once a ring, as the ring comes in (NewWindow, AddRing); nil:
 	// none.
 	OneWriter func(i int) bool
@@ -46,7 +47,8 @@ type WindowConfig struct {
 //
 //  1. every ring is written by one CPU and has shown a key at least as
 //     large (its newest key copied; an empty ring or one whose next
-//     record is busy holds back the keys above its newest);
+//     record is busy holds back the keys above its newest), or, with
+//     stamped keys, was empty at the last intake (stamp.go);
 //  2. a key Window larger has been copied from any ring;
 //  3. the record was copied MaxDelay ago;
 //  4. the window is full (and until it is down to three quarters), or a
@@ -92,13 +94,16 @@ type windowRules struct {
 	maxDelay time.Duration // rule 3
 	dueSlack time.Duration // how late rule 3's timer may fire: MaxDelay/2
 	newest   uint64        // the largest key copied
-	shared   int           // rings written by several CPUs
 	// oneWriter says whether ring i is written by one CPU (rule 1):
 	// WindowConfig.OneWriter, asked once a ring.
 	oneWriter func(i int) bool
 	minSeen   uint64 // the smallest newest key over the rings (rule 1); valid when allSeen
 	allSeen   bool
 	clock     int64 // the last clock read (window.now) of rule 3
+	// stamped: the keys are CLOCK_MONOTONIC times that the programs read
+	// after reserving their records (stamp.go); mono reads that clock.
+	stamped bool
+	mono    func() int64
 }
 
 // windowRing is what the window keeps of one ring.
@@ -180,13 +185,17 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 		s:        s,
 		keys:     keyReader{offset: cfg.KeyOffset, fn: cfg.Key},
 		limit:    max(cfg.Bytes, 1),
-		rules:    windowRules{window: cfg.Window, maxDelay: cfg.MaxDelay, dueSlack: cfg.MaxDelay / 2, oneWriter: cfg.OneWriter},
+		rules:    windowRules{window: cfg.Window, maxDelay: cfg.MaxDelay, dueSlack: cfg.MaxDelay / 2, oneWriter: cfg.OneWriter, stamped: cfg.Stamped},
 		dropLate: cfg.DropLate,
 		copies:   copyRuns{last: -1},
 		take:     intake{waited: true, look: true},
 		hot:      hotRing{ring: -1, hold: hotHold},
 		outAt:    -1,
 		start:    time.Now(),
+	}
+	if w.rules.stamped {
+		off := monotonicOffset(w.start)
+		w.rules.mono = func() int64 { return w.now() + off }
 	}
 	largest := 0
 	for i := range s.Rings {
@@ -232,9 +241,6 @@ func (w *window) AddRing(i int) {
 	// not grow it (see reserve): 32 KiB for a ring of 256 KiB.
 	held := heldRing{q: make([]heldPos, 0, rb.Cur().Size()/2/64)}
 	w.rs = append(w.rs, windowRing{cpu: rb.Cur().CPU(), oneWriter: one, half: uint64(rb.Cur().Size()) / 2, held: held})
-	if !one {
-		w.rules.shared++
-	}
 	rb.Begin()
 	if size := rb.Cur().Size(); w.take.smallest == 0 || size < w.take.smallest {
 		w.take.smallest = size
@@ -465,7 +471,8 @@ func (w *window) Delivered(i int) {
 }
 
 // Idle commits and publishes every ring and waits at most MaxLatency, and
-// until the smallest copy is due (rule 3), or up to MaxDelay/2 later. A
+// until the smallest copy is due (rule 3), or up to MaxDelay/2 later, or,
+// with stamped keys and no budget, until rule 1 may release it (stampDue). A
 // ring committed up to its cursor wakes the reader for its next record; one
 // held back by a copy (Lags) wakes it no more until that copy goes, by
 // rule 3 at the latest, and this timeout looks at it meanwhile (every
@@ -485,6 +492,12 @@ func (w *window) Idle() (time.Duration, time.Duration) {
 			// No budget (a wakeup for every record), but a ring held back
 			// by a copy raises none: look at the rings every hotHold.
 			timeout, slack = hotHold, 0
+		}
+		if d, ok := w.stampDue(w.copies.min().key); ok && w.s.Latency < 0 && d < timeout {
+			// No budget: rule 1 then, if the rings are empty (stamp.go).
+			// Within one, the look the budget makes comes soon enough,
+			// and a timer a record would be a wakeup a record.
+			timeout, slack = d, 0
 		}
 	}
 	return timeout, slack

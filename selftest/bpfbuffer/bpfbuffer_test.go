@@ -48,6 +48,7 @@ const (
 	viaDiscard        // the same, discarding every `every`-th
 	viaTooBig         // perfbuf_buffer_reserve above SAMPLE_MAX
 	viaInner          // perfbuf_ringbuf_output to an empty map-in-map slot
+	viaStamped        // as viaReserve, with perfbuf_stamp's key at offset 16
 )
 
 var quiet sync.Once

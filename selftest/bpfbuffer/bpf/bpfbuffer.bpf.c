@@ -7,7 +7,8 @@
  * accounts for every record against what perfbuf reports.
  *
  * Sample layout (host byte order), truncated to the sample's size:
- *   u64 seq (the CPU's attempt number); u32 cpu; u32 size; then zeros. */
+ *   u64 seq (the CPU's attempt number); u32 cpu; u32 size; then zeros, or
+ *   (HOW_STAMPED) the u64 time perfbuf_stamp read after the reserve. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "perfbuf.bpf.h"
@@ -75,6 +76,7 @@ enum how {
 	HOW_DISCARD, /* as HOW_RESERVE, discarding every `every`-th */
 	HOW_TOO_BIG, /* perfbuf_buffer_reserve above SAMPLE_MAX */
 	HOW_INNER,   /* perfbuf_ringbuf_output to the empty slot of `rings` */
+	HOW_STAMPED, /* as HOW_RESERVE, with perfbuf_stamp's key after the header */
 };
 
 static __always_inline void count_err(struct outcome *o, long err)
@@ -98,10 +100,11 @@ static __always_inline void fill(struct sample_hdr *h, __u64 seq, __u32 cpu, __u
 	h->size = size;
 }
 
-/* One record of `size` bytes (a constant at each call) reserved, filled,
- * and submitted or discarded. */
+/* One record of `size` bytes (a constant at each call) reserved, filled
+ * (with a stamped key at offset 16 if stamp), and submitted or
+ * discarded. */
 static __always_inline void reserve_submit(void *ctx, struct outcome *o, const __u64 size, __u64 seq, __u32 cpu,
-					   int discard)
+					   int discard, int stamp)
 {
 	struct sample_hdr *h = perfbuf_buffer_reserve(events, size);
 
@@ -114,6 +117,8 @@ static __always_inline void reserve_submit(void *ctx, struct outcome *o, const _
 		return;
 	}
 	fill(h, seq, cpu, size);
+	if (stamp)
+		perfbuf_stamp((__u64 *)(h + 1));
 	if (discard) {
 		perfbuf_buffer_discard(events, h);
 		o->discarded++;
@@ -170,9 +175,11 @@ int produce(struct bpf_raw_tracepoint_args *ctx)
 		 * verifier of kernels before 5.13 lost the record's reference
 		 * where the two paths joined). */
 		if (size > 64)
-			reserve_submit(ctx, o, 256, seq, cpu, how == HOW_DISCARD && seq % every == every - 1);
+			reserve_submit(ctx, o, 256, seq, cpu, how == HOW_DISCARD && seq % every == every - 1,
+				       how == HOW_STAMPED);
 		else
-			reserve_submit(ctx, o, 32, seq, cpu, how == HOW_DISCARD && seq % every == every - 1);
+			reserve_submit(ctx, o, 32, seq, cpu, how == HOW_DISCARD && seq % every == every - 1,
+				       how == HOW_STAMPED);
 	}
 	return 0;
 }
