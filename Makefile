@@ -150,8 +150,8 @@ test: build
 # selftest/crossproc (readers in child processes over both kinds; privileged).
 # No -race: the race detector needs cgo.
 test-nocgo: bpf
-	@echo "no cgo: the package, internal/kernel, ciliumbuffer, selftest/nocgo, selftest/ciliumbuffer, selftest/upgrade and selftest/crossproc with CGO_ENABLED=0"
-	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/kernel ./buflayout ./bpfbuffer/ciliumbuffer ./selftest/nocgo ./selftest/ciliumbuffer ./selftest/upgrade ./selftest/crossproc
+	@echo "no cgo: the package, internal/owner, internal/kernel, ciliumbuffer, selftest/nocgo, selftest/ciliumbuffer, selftest/upgrade and selftest/crossproc with CGO_ENABLED=0"
+	@CGO_ENABLED=0 bash scripts/gotest.sh -count=1 . ./internal/owner ./internal/kernel ./buflayout ./bpfbuffer/ciliumbuffer ./selftest/nocgo ./selftest/ciliumbuffer ./selftest/upgrade ./selftest/crossproc
 # The root module alone (GOWORK=off), at the oldest versions its go.mod
 # states (golang.org/x/sys v0.9.0): the workspace builds with the highest
 # that any module requires. Without -race; about 15 s.
@@ -166,8 +166,8 @@ test-oldest:
 # opener in the default build (opener, upgrade, failures) cover the rest.
 # About 90 s on 2 loaded cores, most of it the package's tests under -race.
 test-nolibbpf: bpf nolibbpf-check
-	@echo "no libbpf: the package and selftest/nocgo with -tags perfbuf_nolibbpf -race"
-	@bash scripts/gotest.sh -tags perfbuf_nolibbpf -race -count=1 . ./selftest/nocgo
+	@echo "no libbpf: the package, internal/owner and selftest/nocgo with -tags perfbuf_nolibbpf -race"
+	@bash scripts/gotest.sh -tags perfbuf_nolibbpf -race -count=1 . ./internal/owner ./selftest/nocgo
 # A program on the root package and ciliumbuffer (selftest/ciliumbuffer's
 # test binary), built with cgo (-race needs it) and -tags perfbuf_nolibbpf
 # where pkg-config cannot run (PKG_CONFIG=false: a cgo file that asked for
@@ -187,7 +187,7 @@ nolibbpf-check:
 test-bigendian:
 	@bash scripts/deps.sh qemu-user
 	@echo "big-endian: the package's, the ring kinds', the wait's and the snapshots' tests for s390x (no cgo), under qemu-s390x"
-	@PERFBUF_TEST_EMULATOR=qemu-s390x CGO_ENABLED=0 GOARCH=s390x bash scripts/gotest.sh -exec qemu-s390x -count=1 . ./internal/ring ./internal/wait ./internal/snapshot
+	@PERFBUF_TEST_EMULATOR=qemu-s390x CGO_ENABLED=0 GOARCH=s390x bash scripts/gotest.sh -exec qemu-s390x -count=1 . ./internal/owner ./internal/ring ./internal/wait ./internal/snapshot
 
 # The same tests for arm64, under qemu-user: the parsers' and the wake rule's
 # atomics as the arm64 compiler emits them, the race tests' producers running
@@ -203,7 +203,7 @@ test-bigendian:
 test-arm64:
 	@bash scripts/deps.sh qemu-user
 	@echo "arm64: the package's, the ring kinds', the wait's and the snapshots' tests for arm64 (no cgo), under qemu-aarch64 on one CPU"
-	@PERFBUF_TEST_EMULATOR=qemu-aarch64 CGO_ENABLED=0 GOARCH=arm64 bash scripts/gotest.sh -exec 'taskset -c 0 qemu-aarch64' -count=1 . ./internal/ring ./internal/wait ./internal/snapshot
+	@PERFBUF_TEST_EMULATOR=qemu-aarch64 CGO_ENABLED=0 GOARCH=arm64 bash scripts/gotest.sh -exec 'taskset -c 0 qemu-aarch64' -count=1 . ./internal/owner ./internal/ring ./internal/wait ./internal/snapshot
 
 unit: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 .

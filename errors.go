@@ -4,11 +4,10 @@ package perfbuf
 
 // The package's errors: the sentinels and the error of a corrupt ring. A
 // sentinel's text fits either kind of map; the context names the kind and
-// the map (core.name).
+// the map (internal/owner, Core.Name).
 
 import (
-	"errors"
-
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
@@ -18,22 +17,22 @@ var (
 	// ErrMapType: the map is not one a reader reads (a perf event array,
 	// BPF ring buffers, an array of ring buffers), or the descriptor is not
 	// a BPF map.
-	ErrMapType = errors.New("map is neither a perf event array nor a BPF ring buffer")
+	ErrMapType = owner.ErrMapType
 	// ErrSampleTooLarge: MaxSampleSize cannot fit in a ring.
-	ErrSampleTooLarge = errors.New("sample does not fit in the ring")
+	ErrSampleTooLarge = owner.ErrSampleTooLarge
 	// ErrMapInUse: another Reader, PerfBuffer or Raw of this process reads the
 	// map (a perf event array has one ring slot per CPU, so one reader;
 	// a ring buffer one consumer position).
-	ErrMapInUse = errors.New("map read by another reader")
+	ErrMapInUse = owner.ErrMapInUse
 	// ErrBusy: the ring is held by a RawBuffer (see Raw.Buffer).
-	ErrBusy = errors.New("ring held by a raw reader")
+	ErrBusy = owner.ErrBusy
 	// ErrReentrant: a call made from inside a callback (New's sample or
 	// lost function, an Each or Consume function, an All loop) would wait for a
 	// call in progress, perhaps the one running the callback.
 	ErrReentrant = wait.ErrReentrant
 	// ErrFlushed: a Reader delivered everything that was in the rings when
 	// Flush was called.
-	ErrFlushed = errors.New("reader flushed")
+	ErrFlushed = owner.ErrFlushed
 )
 
 // ErrCorrupt is what a *[CorruptError] matches: a ring held a record or

@@ -2,38 +2,45 @@
 
 package perfbuf
 
+// The errors a user sees: the sentinels, the context that names the kind
+// and the map, and a descriptor that is not a BPF map.
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
+	"golang.org/x/sys/unix"
 )
 
-// kindCore returns an owner core over one fake ring of the kind typ, named
-// as openCore names a map of that kind called "events".
-func kindCore(t *testing.T, typ uint32) *core {
+// kindCore returns an owner core over one fake ring, a perf ring or a
+// ring buffer, named what as Open names a map of that kind.
+func kindCore(t *testing.T, perf bool, what string) *owner.Core {
 	t.Helper()
-	var c *core
-	if typ == mapTypePerfEventArray {
-		c = newFakeRings(t, 1, 4096).core(t, nil)
+	var rb ring.Kind
+	var fd int
+	if perf {
+		f := newFakeRings(t, 1, 4096)
+		rb, fd = f.perf(t)[0], f.fds[0]
 	} else {
-		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-		if err != nil {
+		var err error
+		if fd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { unix.Close(fd) })
-		if c, err = newCore([]ring.Kind{bpfReader(t, ringtest.NewRingBuf(4096))}, []int{fd}); err != nil {
-			t.Fatal(err)
-		}
+		rb = bpfReader(t, ringtest.NewRingBuf(4096))
 	}
-	c.what = describeMaps(mapDesc{typ: typ, name: "events"}, 0)
+	c, err := owner.Over([]ring.Kind{rb}, []int{fd}, what, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return c
 }
 
@@ -46,15 +53,12 @@ func TestErrorsNameTheKind(t *testing.T) {
 			t.Errorf("sentinel %q names a kind", err)
 		}
 	}
-	if got, want := describeMaps(mapDesc{typ: mapTypeRingBuf, name: "a"}, 2), `ring buffer "a" and 2 more maps`; got != want {
-		t.Errorf("describeMaps = %q, want %q", got, want)
-	}
 	for _, kind := range []struct {
-		typ        uint32
+		perf       bool
 		what, ring string
 	}{
-		{mapTypePerfEventArray, `perf event array "events"`, "perf ring cpu 0"},
-		{mapTypeRingBuf, `ring buffer "events"`, "BPF ring buffer"},
+		{true, `perf event array "events"`, "perf ring cpu 0"},
+		{false, `ring buffer "events"`, "BPF ring buffer"},
 	} {
 		t.Run(kind.what, func(t *testing.T) {
 			check := func(call string, err, is error, want string) {
@@ -62,11 +66,11 @@ func TestErrorsNameTheKind(t *testing.T) {
 				if !errors.Is(err, is) || err.Error() != want {
 					t.Errorf("%s: %v; want %q", call, err, want)
 				}
-				if kind.typ == mapTypeRingBuf && strings.Contains(err.Error(), "perf") {
+				if !kind.perf && strings.Contains(err.Error(), "perf") {
 					t.Errorf("%s over a ring buffer: %q names a perf kind", call, err)
 				}
 			}
-			r := newReader(kindCore(t, kind.typ), readerPlan{latency: -1})
+			r := newReader(kindCore(t, kind.perf, kind.what), owner.Plan{Latency: -1})
 			var s Sample
 			r.Flush()
 			check("ReadInto after Flush", r.ReadInto(&s), ErrFlushed, "read "+kind.what+": reader flushed")
@@ -78,18 +82,22 @@ func TestErrorsNameTheKind(t *testing.T) {
 			_, err := r.Consume(func(*Record) error { return nil })
 			check("Reader.Consume after Close", err, os.ErrClosed, "consume "+kind.what+": file already closed")
 
-			rw := newRaw(kindCore(t, kind.typ))
-			rw.held = []bool{true} // as Buffer(0) holds it
+			rw := newRaw(kindCore(t, kind.perf, kind.what))
+			held, err := rw.Buffer(0)
+			if err != nil {
+				t.Fatal(err)
+			}
 			_, err = rw.Buffer(0)
 			check("Buffer of a held ring", err, ErrBusy, "raw view of ring 0 of "+kind.what+": ring held by a raw reader")
+			held.Release()
 			rw.Close()
 			_, err = rw.Wait(0, nil)
 			check("Wait after Close", err, os.ErrClosed, "wait "+kind.what+": file already closed")
 			_, err = rw.EpollFD()
 			check("EpollFD after Close", err, os.ErrClosed, "epoll fd of "+kind.what+": file already closed")
 
-			pb := newPerfBuffer(kindCore(t, kind.typ), func(int, []byte) {}, nil)
-			raw := newRawBuffer(pb.c.Rings[0], func() {})
+			pb := newPerfBuffer(kindCore(t, kind.perf, kind.what), func(int, []byte) {}, nil)
+			raw := newRawBuffer(pb.pb.C.Rings[0], func() {})
 			raw.Release()
 			_, err = raw.Next(&Record{})
 			check("Next after Release", err, os.ErrClosed, "read "+kind.ring+": released: file already closed")
@@ -121,5 +129,27 @@ func TestSentinels(t *testing.T) {
 				t.Errorf("%v matches %v", e, o)
 			}
 		}
+	}
+}
+
+// Tests of the map checks (map.go) that ask the kernel, in every build.
+
+// A descriptor that is not a BPF map is refused as such, ErrMapType with
+// the errno the kernel gave (BPF_OBJ_GET_INFO_BY_FD on /dev/null), before
+// anything is claimed or opened.
+func TestNewNotAMap(t *testing.T) {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, err = NewRaw(MapFD(f.Fd()), Options{})
+	var errno syscall.Errno
+	if !errors.Is(err, ErrMapType) || !errors.As(err, &errno) || !strings.Contains(err.Error(), "is not a BPF map (/dev/null)") {
+		t.Errorf("New over /dev/null: %v; want ErrMapType and an errno, not a BPF map", err)
+	}
+	_, err = NewReader(MapFD(f.Fd()), ReaderOptions{})
+	if !errors.Is(err, ErrMapType) || !errors.As(err, &errno) || !strings.HasPrefix(err.Error(), "new reader: fd ") {
+		t.Errorf("NewReader over /dev/null: %v; want ErrMapType and an errno, not a BPF map", err)
 	}
 }

@@ -2,6 +2,8 @@
 
 package perfbuf_test
 
+// Examples of each mode, and of the failure map's counts.
+
 import (
 	"context"
 	"encoding/binary"
@@ -229,5 +231,36 @@ func ExampleRecorder() {
 		for _, r := range recs { // each CPU's oldest first
 			fmt.Printf("cpu %d: %d bytes\n", r.CPU, len(r.Data))
 		}
+	}
+}
+
+// A program that outputs through perfbuf_output (bpf/perfbuf.bpf.h) counts
+// the outputs that failed before reaching a ring in its failure map
+// (PERFBUF_FAILURE_MAP(failures)); the reader's Stats report them per CPU,
+// by cause, beside what was delivered and lost.
+func ExampleFailures() {
+	// The object's maps, as its loader gives them (events in
+	// example_test.go): "failures" is its PERFBUF_FAILURE_MAP.
+	failures := perfbuf.MapFD(4)
+	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{Options: perfbuf.Options{FailureMap: failures}})
+	if err != nil {
+		log.Fatal(err) // os.ErrInvalid if failures is not a PERFBUF_FAILURE_MAP
+	}
+	// ... read, then stop the producers and Flush ...
+	r.Close()
+
+	// After Close, Failed holds the counts when the rings were freed, and
+	// the whole identity of Stats adds up. A CPU may have several entries
+	// (and one without a ring, for failures only): sum them by CPU.
+	output := map[int]uint64{}
+	for _, s := range r.Stats() {
+		output[s.CPU] += s.Samples + s.Dropped + s.Lost + s.Discarded + s.Left + s.Failed.Total()
+		if f := s.Failed; f.Total() > 0 {
+			fmt.Printf("cpu %d: %d outputs failed: %d no ring, %d index past max_entries, %d bad flags, %d another CPU's ring, %d ring full, %d other\n",
+				s.CPU, f.Total(), f.NoEntry, f.TooBig, f.Invalid, f.NotOnCPU, f.Full, f.Other)
+		}
+	}
+	for cpu, n := range output {
+		fmt.Printf("cpu %d: the program output %d samples\n", cpu, n)
 	}
 }

@@ -2,15 +2,15 @@
 
 package perfbuf
 
-// Test fakes: the package's owners (core, Reader, PerfBuffer) built over
-// the fake perf rings of internal/ringtest.
+// Test fakes: the package's owners (Reader, PerfBuffer, Raw) built over
+// the fake perf rings of internal/ringtest (owner.Over).
 
 import (
 	"encoding/binary"
-	"fmt"
+	"errors"
 	"testing"
 
-	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/internal/policy"
 	"golang.org/x/sys/unix"
 
@@ -69,28 +69,18 @@ func (f *fakeRings) perf(t testing.TB) []*ring.Perf {
 	return out
 }
 
-// core returns an owner core over the rings, with src (nil for none) as
-// what it opened.
-func (f *fakeRings) core(t testing.TB, src *rings) *core {
+// core returns an owner core over the rings, named as Open names a perf
+// event array.
+func (f *fakeRings) core(t testing.TB) *owner.Core {
 	t.Helper()
-	var c *core
-	var err error
-	perf, fds := f.perf(t), f.fds
-	if src != nil {
-		perf, fds = src.ring, src.fds
-	}
+	perf := f.perf(t)
 	rings := make([]ring.Kind, len(perf))
 	for i, rb := range perf {
 		rings[i] = rb
 	}
-	c, err = newCore(rings, fds)
+	c, err := owner.Over(rings, f.fds, `perf event array "fake"`, nil)
 	if err != nil {
 		t.Fatal(err)
-	}
-	// Named as openCore names a perf event array.
-	c.what = describeMaps(mapDesc{typ: mapTypePerfEventArray, name: "fake"}, 0)
-	if src != nil { // (a nil *rings in the interface would not be nil)
-		c.src = src
 	}
 	return c
 }
@@ -113,7 +103,7 @@ func (f *fakeRings) drainWake(i int) {
 // when the test ends.
 func (f *fakeRings) reader(t testing.TB, opts ReaderOptions) *Reader {
 	t.Helper()
-	r, err := f.newReader(t, nil, opts)
+	r, err := f.newReader(t, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,14 +112,14 @@ func (f *fakeRings) reader(t testing.TB, opts ReaderOptions) *Reader {
 }
 
 // newReader is NewReader's work after the rings are open, over the fake
-// rings or src's; the Reader fails if opts do.
-func (f *fakeRings) newReader(t testing.TB, src *rings, opts ReaderOptions) (*Reader, error) {
+// rings; the Reader fails if opts do.
+func (f *fakeRings) newReader(t testing.TB, opts ReaderOptions) (*Reader, error) {
 	t.Helper()
 	p, err := opts.plan()
 	if err != nil {
 		return nil, err
 	}
-	return newReader(f.core(t, src), p), nil
+	return newReader(f.core(t), p), nil
 }
 
 // ordered returns a Reader over the rings that merges them with ord.
@@ -141,7 +131,7 @@ func (f *fakeRings) ordered(t testing.TB, ord Order) *Reader {
 // setBudget sets a fullest-first Reader's turn and the bytes it reads
 // between two commits (internal: the defaults are a quarter of a ring and
 // commitChunk). Call it before the first read.
-func setBudget(r *Reader, n, chunk int) { r.pol.(*policy.Fullest).SetTurn(n, chunk) }
+func setBudget(r *Reader, n, chunk int) { r.r.Pol().(*policy.Fullest).SetTurn(n, chunk) }
 
 // payload is a sample carrying a key and a sequence number.
 func payload(key, seq uint64, size int) []byte {
@@ -164,14 +154,7 @@ func (f *fakeRings) emit(t testing.TB, ring int, key, seq uint64, size int) {
 // openRings, which needs a kernel. Closing it does not free the fake rings.
 func (f *fakeRings) perfBuffer(t testing.TB, sample func(int, []byte), lost func(int, uint64)) *PerfBuffer {
 	t.Helper()
-	return f.newPerfBuffer(t, nil, sample, lost)
-}
-
-// newPerfBuffer is New's work after the rings are open, over the fake
-// rings or src's, closed when the test ends.
-func (f *fakeRings) newPerfBuffer(t testing.TB, src *rings, sample func(int, []byte), lost func(int, uint64)) *PerfBuffer {
-	t.Helper()
-	pb := newPerfBuffer(f.core(t, src), sample, lost)
+	pb := newPerfBuffer(f.core(t), sample, lost)
 	t.Cleanup(func() { pb.Close() })
 	return pb
 }
@@ -180,37 +163,8 @@ func (f *fakeRings) newPerfBuffer(t testing.TB, src *rings, sample func(int, []b
 // ends.
 func (f *fakeRings) raw(t testing.TB) *Raw {
 	t.Helper()
-	return f.newRaw(t, nil)
-}
-
-// newRaw is NewRaw's work after the rings are open, over the fake rings or
-// src's, closed when the test ends.
-func (f *fakeRings) newRaw(t testing.TB, src *rings) *Raw {
-	t.Helper()
-	r := newRaw(f.core(t, src))
+	r := newRaw(f.core(t))
 	t.Cleanup(func() { r.Close() })
-	return r
-}
-
-// hotRings returns rings over f's fake rings that track CPUs through a
-// test's CPUWatch (no socket: watch.Note plays the kernel's uevent), with
-// CPUs below limit allowed a ring. A CPU that comes online gets the next
-// ring of spare, whose CPUs must match.
-func (f *fakeRings) hotRings(t testing.TB, limit int, spare *fakeRings) *rings {
-	t.Helper()
-	r := &rings{limit: limit, watch: &kernel.CPUWatch{}}
-	for i, rb := range f.perf(t) {
-		r.push(int32(f.cpus[i]), rb, f.fds[i], ringSrc{})
-	}
-	spareRaw := spare.perf(t)
-	next := 0
-	r.openCPU = func(cpu int32) (*ring.Perf, int, ringSrc, error) {
-		if next == len(spareRaw) || spare.cpus[next] != int(cpu) {
-			return nil, 0, ringSrc{}, fmt.Errorf("no spare ring for cpu %d", cpu)
-		}
-		next++
-		return spareRaw[next-1], spare.fds[next-1], ringSrc{}, nil
-	}
 	return r
 }
 
@@ -223,3 +177,6 @@ func bpfReader(t testing.TB, f *ringtest.RingBuf) *ring.RingBuf {
 	}
 	return r
 }
+
+// errStop is a function's error that ends a read, for tests.
+var errStop = errors.New("stop")

@@ -30,12 +30,9 @@ package perfbuf
 import (
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/policy"
-	"github.com/perfbuf/perfbuf/internal/wait"
+	"github.com/perfbuf/perfbuf/internal/owner"
 )
 
 // PerfBuffer reads every ring of a map in callback mode, under libbpf's
@@ -46,28 +43,7 @@ import (
 // a Poll waiting holds no lock. Close may be called from any goroutine,
 // also from a callback. A call from inside a callback that would wait for
 // a drain fails with [ErrReentrant].
-type PerfBuffer struct {
-	c  *core
-	cb *policy.Callback
-
-	drainMu sync.Mutex // serialises drains and ring additions
-
-	// The contexts of errors, naming what is read: "poll ring buffer
-	// \"events\"" (made once: a call formats nothing unless it fails).
-	opPoll, opConsume string
-
-	// cut: a drain stopped before its last ring (a callback panicked), so
-	// rings that epoll reported ready may still hold samples, and their
-	// readiness is spent: the next Poll drains every ring without waiting.
-	cut atomic.Bool
-
-	// drainF (pb.drainTurn, made once) drains ring drainI inside
-	// wait.Drains (see drainRing), giving drainK and drainErr.
-	drainF   func()
-	drainI   int
-	drainK   int
-	drainErr error
-}
+type PerfBuffer struct{ pb *owner.PerfBuffer }
 
 // New opens the rings of m, as [NewReader] does, for callback mode: sample
 // receives each sample and lost, if not nil, each count of samples a full
@@ -83,7 +59,7 @@ func New(m Map, sample func(cpu int, data []byte), lost func(cpu int, count uint
 	if sample == nil {
 		return nil, fmt.Errorf("%s: nil sample function: %w", op, os.ErrInvalid)
 	}
-	c, err := openCore(m, opts.ring(), opts.Maps, opts.FailureMap)
+	c, err := owner.Open(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
@@ -92,12 +68,8 @@ func New(m Map, sample func(cpu int, data []byte), lost func(cpu int, count uint
 
 // newPerfBuffer is New over a core already open (tests pass cores over
 // rings of their own).
-func newPerfBuffer(c *core, sample func(int, []byte), lost func(int, uint64)) *PerfBuffer {
-	pb := &PerfBuffer{c: c, opPoll: "poll " + c.name(), opConsume: "consume " + c.name()}
-	pb.cb = policy.NewCallback(&c.Set, sample, lost)
-	pb.drainF = pb.drainTurn
-	c.start(pb.cb, wait.Drains)
-	return pb
+func newPerfBuffer(c *owner.Core, sample func(int, []byte), lost func(int, uint64)) *PerfBuffer {
+	return &PerfBuffer{owner.NewPerfBuffer(c, sample, lost)}
 }
 
 // Close stops the perf buffer: a blocked Poll returns an error matching
@@ -105,7 +77,7 @@ func newPerfBuffer(c *core, sample func(int, []byte), lost func(int, uint64)) *P
 // drain in progress stops after the callback it runs. What is still in the
 // rings is counted in Stats as Left. Close is idempotent.
 func (pb *PerfBuffer) Close() error {
-	pb.c.close()
+	pb.pb.C.Close()
 	return nil
 }
 
@@ -118,165 +90,48 @@ func (pb *PerfBuffer) Close() error {
 // Errors: os.ErrClosed; a *[CorruptError] for a ring that held what the
 // kernel never writes, got past and counted once the other records are
 // delivered; [ErrReentrant]; a syscall.Errno from epoll.
-func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
-	op := pb.opPoll
-	if err := pb.c.life.Enter(op); err != nil {
-		return 0, err
-	}
-	defer pb.c.life.Exit()
-
-	if pb.cut.Swap(false) {
-		return pb.drain(op, -1, false) // see cut
-	}
-	// From inside a callback, fail before waiting rather than after.
-	if err := pb.lockDrain(); err != nil {
-		return 0, wrap(op, err)
-	}
-	// A BPF ring buffer's kernel wakes its reader only for a record
-	// committed at the consumer position: one committed while the last
-	// drain was still behind it raised no wakeup (ring.settle). Drain it
-	// rather than wait for a wakeup that will not come.
-	settled := pb.c.settled(nil)
-	pb.drainMu.Unlock()
-	if !settled {
-		return pb.drain(op, -1, false)
-	}
-	event, err := pb.c.w.Wait(timeout, 0)
-	if err != nil {
-		return 0, wrap(op, err)
-	}
-	if pb.c.life.Closed() {
-		return 0, wrap(op, os.ErrClosed)
-	}
-	if pb.c.w.Woken() {
-		pb.c.w.ClearWake() // a CPU came online (poke): drain sees to it
-	}
-	if !event {
-		return 0, nil
-	}
-	return pb.drain(op, -1, true)
-}
+func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) { return pb.pb.Poll(timeout) }
 
 // Consume drains every ring without waiting and returns the number of
 // records delivered (perf_buffer__consume). Errors: as Poll's, but for the
 // wait's.
-func (pb *PerfBuffer) Consume() (int, error) {
-	op := pb.opConsume
-	if err := pb.c.life.Enter(op); err != nil {
-		return 0, err
-	}
-	defer pb.c.life.Exit()
-	return pb.drain(op, -1, false)
-}
+func (pb *PerfBuffer) Consume() (int, error) { return pb.pb.Consume() }
 
 // ConsumeBuffer drains ring i without waiting and returns the number of
 // records delivered (perf_buffer__consume_buffer). Errors: as Consume's,
 // and os.ErrInvalid for an index out of range.
-func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) {
-	op := fmt.Sprintf("consume ring %d of %s", i, pb.c.name())
-	if err := pb.c.checkIndex(i); err != nil {
-		return 0, wrap(op, err)
-	}
-	if err := pb.c.life.Enter(op); err != nil {
-		return 0, err
-	}
-	defer pb.c.life.Exit()
-	return pb.drain(op, i, false)
-}
+func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) { return pb.pb.ConsumeBuffer(i) }
 
 // BufferCount returns the number of rings (perf_buffer__buffer_cnt): one
 // per CPU at New, then one more for each CPU that came online since (a
 // drain opens its ring). It opens nothing, and stays valid after Close.
-func (pb *PerfBuffer) BufferCount() int { return pb.c.count() }
+func (pb *PerfBuffer) BufferCount() int { return pb.pb.C.Count() }
 
 // BufferFD returns ring i's perf event descriptor (perf_buffer__buffer_fd),
 // or for a ring buffer its map's. It is the PerfBuffer's: do not close it.
-func (pb *PerfBuffer) BufferFD(i int) (int, error) { return pb.c.bufferFD(i) }
+func (pb *PerfBuffer) BufferFD(i int) (int, error) { return pb.pb.C.BufferFD(i) }
 
 // EpollFD returns an epoll descriptor over every ring
 // (perf_buffer__epoll_fd), for a caller that waits in its own loop and then
 // calls Consume. It is the PerfBuffer's: do not close it.
-func (pb *PerfBuffer) EpollFD() (int, error) { return pb.c.epollFD() }
+func (pb *PerfBuffer) EpollFD() (int, error) { return pb.pb.C.EpollFD() }
 
 // Stats returns each ring's counts, in buffer index order. It may be
 // called from any goroutine, also after Close.
-func (pb *PerfBuffer) Stats() []Stats { return pb.c.statsNow() }
+func (pb *PerfBuffer) Stats() []Stats { return publish(pb.pb.C.Stats()) }
 
 // FollowsCPUs reports whether samples of CPUs that come online later are
 // read (see [Reader.FollowsCPUs]).
-func (pb *PerfBuffer) FollowsCPUs() bool { return pb.c.followsCPUs() }
+func (pb *PerfBuffer) FollowsCPUs() bool { return pb.pb.C.FollowsCPUs() }
 
 // Pause stops the output into every ring until [PerfBuffer.Resume], as
 // [Reader.Pause] does; Poll and Consume still deliver what is in the
 // rings.
-func (pb *PerfBuffer) Pause() error { return pb.c.setPaused("pause "+pb.c.name(), true) }
+func (pb *PerfBuffer) Pause() error { return pb.pb.C.SetPaused("pause "+pb.pb.C.Name(), true) }
 
 // Resume undoes Pause, as [Reader.Resume] does.
-func (pb *PerfBuffer) Resume() error { return pb.c.setPaused("resume "+pb.c.name(), false) }
+func (pb *PerfBuffer) Resume() error { return pb.pb.C.SetPaused("resume "+pb.pb.C.Name(), false) }
 
 // Wakeups counts the blocked waits that a ring's wakeup ended (see
 // [Reader.Wakeups]).
-func (pb *PerfBuffer) Wakeups() uint64 { return pb.c.w.Wakeups() }
-
-// drain delivers the records of ring one, or of every ring (-1) (after a
-// wait, those with something in them: a wait does not say which ring woke
-// it, see internal/wait), and returns the number of
-// records delivered and the first ring's corruption. It opens the rings of
-// CPUs that came online first, and reports a failure to after the drain.
-// Drains are serialised; the caller holds a call reference (enter).
-func (pb *PerfBuffer) drain(op string, one int, nonEmpty bool) (int, error) {
-	if err := pb.lockDrain(); err != nil {
-		return 0, wrap(op, err)
-	}
-	defer pb.drainMu.Unlock()
-	firstErr := wrap(op, pb.c.addNewCPUs())
-	from, to := 0, len(pb.c.Rings)
-	if one >= 0 {
-		from, to = one, one+1
-	}
-	done := false
-	defer func() {
-		if !done {
-			pb.cut.Store(true) // a panic: see cut
-		}
-	}()
-	n := 0
-	for i := from; i < to; i++ {
-		if pb.c.Stop.Load() {
-			break // Close was called from a callback
-		}
-		if nonEmpty && pb.c.Rings[i].Cur().Used() == 0 {
-			continue
-		}
-		k, err := pb.drainRing(i)
-		n += k
-		if err != nil && firstErr == nil {
-			firstErr = wrap(op, err)
-		}
-	}
-	done = true
-	return n, firstErr
-}
-
-// drainRing drains ring i inside wait.Drains: a call that its sample or
-// lost function makes fails with ErrReentrant rather than wait for the drain.
-func (pb *PerfBuffer) drainRing(i int) (int, error) {
-	pb.drainI = i
-	wait.Drains.Run(pb.drainF)
-	return pb.drainK, pb.drainErr
-}
-
-func (pb *PerfBuffer) drainTurn() { pb.drainK, pb.drainErr = pb.cb.Drain(pb.drainI) }
-
-// lockDrain takes drainMu, unless it would wait from inside a callback:
-// then it fails with ErrReentrant (see internal/wait).
-func (pb *PerfBuffer) lockDrain() error {
-	if pb.drainMu.TryLock() {
-		return nil
-	}
-	if wait.Drains.Inside() {
-		return ErrReentrant
-	}
-	pb.drainMu.Lock()
-	return nil
-}
+func (pb *PerfBuffer) Wakeups() uint64 { return pb.pb.C.W.Wakeups() }

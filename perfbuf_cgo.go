@@ -11,9 +11,10 @@ package perfbuf
 //
 // The build tag perfbuf_nolibbpf leaves this file and the C helpers out
 // of a cgo build, as CGO_ENABLED=0 does: perfbuf's own opener
-// (perfopen.go) then opens every perf ring, and the binary links no
-// libbpf. The tag names what it removes, as the toolchain's netgo and
-// osusergo do; the default, with cgo, stays libbpf's perf_buffer.
+// (internal/owner/perfopen.go) then opens every perf ring, and the
+// binary links no libbpf. The tag names what it removes, as the
+// toolchain's netgo and osusergo do; the default, with cgo, stays
+// libbpf's perf_buffer.
 
 /*
 #cgo !perfbuf_static pkg-config: libbpf
@@ -27,6 +28,9 @@ import "C"
 import (
 	"syscall"
 	"unsafe"
+
+	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/owner"
 )
 
 // cBuffer owns the libbpf perf_buffer.
@@ -39,9 +43,10 @@ func errnoErr(ret C.int) error {
 	return syscall.Errno(-ret)
 }
 
-// init gives perfopen.go libbpf's opener (openC).
+// init gives the owner (internal/owner/perfopen.go) libbpf's opener
+// (openC).
 func init() {
-	openLibbpfEvents = func(fd int, cfg ringConfig, cpus []int32) (perfEvents, error) {
+	owner.OpenLibbpf = func(fd int, cfg kernel.PerfConfig, cpus []int32) (owner.PerfEvents, error) {
 		c, err := openC(fd, cfg, cpus)
 		if err != nil {
 			return nil, err // (not a nil *cBuffer in an interface)
@@ -50,15 +55,15 @@ func init() {
 	}
 }
 
-var _ perfEvents = (*cBuffer)(nil)
+var _ owner.PerfEvents = (*cBuffer)(nil)
 
 // openC opens a ring on each of cpus, stored at the CPU's key of the perf
 // event array fd (perf_buffer__new_raw). The error is libbpf's errno.
 // libbpf keeps fd, stores through it (so the slots are the file's behind
 // fd: the reader's own, see slotFile), and deletes every slot by key
 // through it in perf_buffer__free, also when the open fails part way;
-// rings.release makes fd no map's before the free.
-func openC(fd int, cfg ringConfig, cpus []int32) (*cBuffer, error) {
+// the owner's rings.release makes fd no map's before the free.
+func openC(fd int, cfg kernel.PerfConfig, cpus []int32) (*cBuffer, error) {
 	// libbpf reads cpus only during the call (it keeps no pointer to it),
 	// and cgo pins Go memory passed to C for the call's duration; the
 	// config struct lives in C memory because it holds that pointer.
@@ -67,12 +72,12 @@ func openC(fd int, cfg ringConfig, cpus []int32) (*cBuffer, error) {
 	ccpus := (*C.int)(C.calloc(C.size_t(len(cpus)), C.sizeof_int))
 	defer C.free(unsafe.Pointer(ccpus))
 	copy(unsafe.Slice((*int32)(unsafe.Pointer(ccpus)), len(cpus)), cpus)
-	ccfg.page_cnt = C.size_t(cfg.pages)
-	ccfg.wakeup_events = C.uint64_t(cfg.wakeupEvents)
-	ccfg.wakeup_bytes = C.uint64_t(cfg.wakeupBytes)
+	ccfg.page_cnt = C.size_t(cfg.Pages)
+	ccfg.wakeup_events = C.uint64_t(cfg.WakeupEvents)
+	ccfg.wakeup_bytes = C.uint64_t(cfg.WakeupBytes)
 	ccfg.cpu_cnt = C.int(len(cpus))
 	ccfg.cpus = ccpus
-	if cfg.kernel().CountLost {
+	if cfg.CountLost {
 		ccfg.count_lost = 1
 	}
 	var cerr C.int
@@ -83,17 +88,17 @@ func openC(fd int, cfg ringConfig, cpus []int32) (*cBuffer, error) {
 	return &cBuffer{pb: pb}, nil
 }
 
-func (c *cBuffer) close() { C.perf_buffer__free(c.pb) }
+func (c *cBuffer) Close() { C.perf_buffer__free(c.pb) }
 
-func (c *cBuffer) bufferCount() int { return int(C.perf_buffer__buffer_cnt(c.pb)) }
+func (c *cBuffer) BufferCount() int { return int(C.perf_buffer__buffer_cnt(c.pb)) }
 
-func (c *cBuffer) bufferFD(i int) int { return int(C.perf_buffer__buffer_fd(c.pb, C.size_t(i))) }
+func (c *cBuffer) BufferFD(i int) int { return int(C.perf_buffer__buffer_fd(c.pb, C.size_t(i))) }
 
-func (c *cBuffer) epollFD() int { return int(C.perf_buffer__epoll_fd(c.pb)) }
+func (c *cBuffer) EpollFD() int { return int(C.perf_buffer__epoll_fd(c.pb)) }
 
-// ring returns ring i's mapping (perf_buffer__buffer): base points at its
+// Ring returns ring i's mapping (perf_buffer__buffer): base points at its
 // perf_event_mmap_page, and size bytes of data follow the header page.
-func (c *cBuffer) ring(i int) (unsafe.Pointer, int, error) {
+func (c *cBuffer) Ring(i int) (unsafe.Pointer, int, error) {
 	var base unsafe.Pointer
 	var size C.size_t
 	if ret := C.perf_buffer__buffer(c.pb, C.int(i), &base, &size); ret < 0 {

@@ -20,11 +20,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
-func TestRingOptions(t *testing.T) {
+// The options' fields are checked alone, whatever the map: one error per
+// field, naming it. What depends on a ring's size (a sample that does not
+// fit, WakeupBytes not below the ring, the host's memory) is checked
+// against the map: internal/owner's TestRingConfig.
+func TestOptionsCheck(t *testing.T) {
 	const page = 4096
 	good := []Options{
 		{},
@@ -32,51 +37,40 @@ func TestRingOptions(t *testing.T) {
 		{RingBytes: 1024 * page, WakeupEvents: 64},
 		{RingBytes: 2 * page, WakeupBytes: 4096},
 		{RingBytes: 1 * page, MaxSampleSize: 4052},
-		{RingBytes: 64 * page, MaxSampleSize: 65512},
 		{RingBytes: 4 * page, WakeupEvents: math.MaxInt32},
+		{RingBytes: owner.MaxRingBytes},
 	}
 	for _, o := range good {
-		if _, err := perfConfig(o, page, testMemory); err != nil {
+		if err := o.check(); err != nil {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}
-	bad := []struct {
+	for _, c := range []struct {
 		o    Options
-		want error
+		text string
 	}{
-		{Options{RingBytes: -1}, os.ErrInvalid},
-		{Options{WakeupEvents: -1}, os.ErrInvalid},
-		{Options{WakeupBytes: -1}, os.ErrInvalid},
-		{Options{RingBytes: 1 * page, WakeupBytes: 4096}, os.ErrInvalid},
-		{Options{WakeupBytes: 100, WakeupEvents: 2}, os.ErrInvalid},
-		{Options{MaxSampleSize: -5}, os.ErrInvalid},
-		// 4053 bytes need a 4072-byte record; a one-page ring holds 4088,
-		// less 24 for the lost record written in front of it after a loss.
-		{Options{RingBytes: 1 * page, MaxSampleSize: 4053}, ErrSampleTooLarge},
-		// 4076 bytes fit an empty ring but not beside a lost record.
-		{Options{RingBytes: 1 * page, MaxSampleSize: 4076}, ErrSampleTooLarge},
-		// Over 64 KiB the u16 record size overflows, whatever the ring.
-		{Options{RingBytes: 64 * page, MaxSampleSize: 65520}, ErrSampleTooLarge},
-		// So high that computing the record size overflowed, once.
-		{Options{RingBytes: 1 * page, MaxSampleSize: math.MaxInt}, ErrSampleTooLarge},
-		{Options{RingBytes: 1 * page, MaxSampleSize: math.MaxInt - 5}, ErrSampleTooLarge},
+		{Options{RingBytes: -1}, "options RingBytes -1 is negative"},
+		{Options{RingBytes: math.MinInt}, "negative"},
+		{Options{RingBytes: math.MaxInt}, "too large"},
+		{Options{RingBytes: owner.MaxRingBytes + 1}, "too large"},
+		{Options{WakeupEvents: -1}, "options WakeupEvents -1 outside"},
+		{Options{WakeupBytes: -1}, "options WakeupBytes -1 outside"},
+		{Options{WakeupBytes: 100, WakeupEvents: 2}, "options WakeupBytes and WakeupEvents both set"},
+		{Options{MaxSampleSize: -5}, "options MaxSampleSize -5 is negative"},
 		// wakeup_events is a u32 the kernel reads as an int: past
 		// MaxInt32 it woke on every sample (1<<32+1 became 1).
-		{Options{WakeupEvents: math.MaxInt32 + 1}, os.ErrInvalid},
-		{Options{WakeupEvents: 1<<32 + 1}, os.ErrInvalid},
-	}
-	for _, c := range bad {
-		if _, err := perfConfig(c.o, page, testMemory); !errors.Is(err, c.want) {
-			t.Errorf("%+v: %v, want %v", c.o, err, c.want)
+		{Options{WakeupEvents: math.MaxInt32 + 1}, "options WakeupEvents"},
+		{Options{WakeupEvents: 1<<32 + 1}, "options WakeupEvents"},
+		{Options{Maps: []Map{MapFD(3), nil}}, "options Maps[1]: nil map"},
+	} {
+		if err := c.o.check(); !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%+v: %v, want os.ErrInvalid saying %q", c.o, err, c.text)
 		}
 	}
-	want := ringConfig{pages: defaultRingBytes / page, pageSize: page, wakeupEvents: 1}
-	if c, err := perfConfig(Options{}, page, testMemory); c != want || err != nil {
-		t.Errorf("defaults: %+v, %v; want %+v", c, err, want)
-	}
-	want = ringConfig{pages: 2, pageSize: page, wakeupEvents: 1, wakeupBytes: 4096}
-	if c, err := perfConfig(Options{RingBytes: 2 * page, WakeupBytes: 4096}, page, testMemory); c != want || err != nil {
-		t.Errorf("wakeup bytes: %+v, %v; want %+v", c, err, want)
+	// What the owner takes: the fields as set.
+	o := Options{RingBytes: 3 * page, WakeupEvents: 2, MaxSampleSize: 100}
+	if ro := o.ring(); ro.RingBytes != o.RingBytes || ro.WakeupEvents != 2 || ro.WakeupBytes != 0 || ro.MaxSampleSize != 100 || ro.Budget || ro.KeyEnd != 0 {
+		t.Errorf("ring settings of %+v: %+v", o, ro)
 	}
 }
 
@@ -85,7 +79,6 @@ func TestRingOptions(t *testing.T) {
 // as it is opened). A key computed by Order.Key has no offset to check.
 func TestOrderKeyFits(t *testing.T) {
 	const page = 4096
-	ringBuf := mapDesc{typ: mapTypeRingBuf, maxEntries: page, name: "events"}
 	for _, c := range []struct {
 		name string
 		o    ReaderOptions
@@ -103,94 +96,21 @@ func TestOrderKeyFits(t *testing.T) {
 			t.Errorf("%s: %v; want %q", c.name, err, c.says)
 		}
 	}
-	// Without MaxSampleSize: a one-page perf ring holds a sample of 4052
-	// bytes beside a lost record (TestRingOptions), a one-page ring buffer
-	// one of 4080 bytes with its 8-byte header, in a record of at most
-	// 4088.
-	for _, c := range []struct {
-		off        int
-		perf, rbuf bool // accepted
-	}{
-		{0, true, true}, {4044, true, true}, {4045, false, true}, {4072, false, true}, {4073, false, false}, {65000, false, false},
-	} {
-		o := ReaderOptions{Options: Options{RingBytes: page}, Order: &Order{KeyOffset: c.off}}
+	// Without MaxSampleSize, the key's end goes to the owner, which checks
+	// it against each ring as it is opened (internal/owner's TestKeyEnd).
+	for _, off := range []int{0, 4044, 4045, 65000} {
+		o := ReaderOptions{Options: Options{RingBytes: page}, Order: &Order{KeyOffset: off}}
 		p, err := o.plan()
 		if err != nil {
-			t.Fatalf("KeyOffset %d: %v", c.off, err)
+			t.Fatalf("KeyOffset %d: %v", off, err)
 		}
-		_, err = p.ring.config(page, testMemory)
-		if c.perf != (err == nil) || err != nil && (!errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "past the largest sample a ring of 4096 bytes holds (4052 bytes)")) {
-			t.Errorf("KeyOffset %d, perf ring of a page: %v; accepted %v", c.off, err, c.perf)
-		}
-		p.ring.ringBytes = 0 // a ring buffer's size is its own
-		err = p.ring.checkRingBuf(ringBuf)
-		if c.rbuf != (err == nil) || err != nil && (!errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), `past the largest sample the 4096-byte ring of ring buffer "events" holds (4080 bytes)`)) {
-			t.Errorf("KeyOffset %d, ring buffer of a page: %v; accepted %v", c.off, err, c.rbuf)
+		if p.Ring.KeyEnd != off+8 {
+			t.Errorf("KeyOffset %d: the key ends at %d, want %d", off, p.Ring.KeyEnd, off+8)
 		}
 	}
-}
-
-// perfConfig is what New checks of o for a perf event array's rings of
-// pages of pageSize bytes on a host with memory bytes: the fields, then
-// the rings.
-func perfConfig(o Options, pageSize int, memory uint64) (ringConfig, error) {
-	if err := o.check(); err != nil {
-		return ringConfig{}, err
-	}
-	return o.ring().config(pageSize, memory)
-}
-
-// testMemory is the host memory the option tests assume: 16 GiB.
-const testMemory = 16 << 30
-
-// TestRingBytes: RingBytes rounds up to a power of two pages of the host's
-// page size, 4 KiB and 64 KiB alike, and bad sizes are refused.
-func TestRingBytes(t *testing.T) {
-	for _, c := range []struct {
-		bytes, pageSize, pages int
-	}{
-		{1, 4096, 1},
-		{4096, 4096, 1},
-		{4097, 4096, 2},
-		{3 * 4096, 4096, 4},
-		{256 << 10, 4096, 64},
-		{(256 << 10) + 1, 4096, 128},
-		{1, 65536, 1},
-		{65536, 65536, 1},
-		{256 << 10, 65536, 4},
-		{300 << 10, 65536, 8},
-		{8 << 20, 65536, 128},
-	} {
-		for _, o := range []Options{{RingBytes: c.bytes}} {
-			cfg, err := perfConfig(o, c.pageSize, testMemory)
-			if err != nil || cfg.pages != c.pages || cfg.pageSize != c.pageSize {
-				t.Errorf("RingBytes %d, %d-byte pages: %+v, %v; want %d pages", c.bytes, c.pageSize, cfg, err, c.pages)
-			}
-		}
-	}
-	// The host's own page size, as New sees it.
-	page := os.Getpagesize()
-	cfg, err := (&Options{RingBytes: 5 * page}).ring().hostConfig()
-	if err != nil || cfg.pages != 8 || cfg.pageSize != page || cfg.ringBytes() != 8*page {
-		t.Errorf("RingBytes 5 pages on this host (%d-byte pages): %+v, %v; want 8 pages", page, cfg, err)
-	}
-	for _, c := range []struct {
-		o    Options
-		mem  uint64
-		text string
-	}{
-		{Options{RingBytes: -1}, testMemory, "negative"},
-		{Options{RingBytes: math.MinInt}, testMemory, "negative"},
-		{Options{RingBytes: math.MaxInt}, testMemory, "too large"},
-		{Options{RingBytes: maxRingBytes + 1}, testMemory, "too large"},
-		// Larger than the host's memory: 16 GiB asked of a 16 GiB host.
-		{Options{RingBytes: 16 << 30}, testMemory, "memory"},
-		{Options{RingBytes: 1 << 20}, 1 << 20, "memory"},
-	} {
-		_, err := perfConfig(c.o, 4096, c.mem)
-		if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), c.text) {
-			t.Errorf("%+v on %d bytes: %v, want os.ErrInvalid saying %q", c.o, c.mem, err, c.text)
-		}
+	o := ReaderOptions{Order: &Order{KeyOffset: 8, Key: func([]byte) uint64 { return 0 }}}
+	if p, err := o.plan(); err != nil || p.Ring.KeyEnd != 0 {
+		t.Errorf("with Key: the key ends at %d, %v; want none read at an offset", p.Ring.KeyEnd, err)
 	}
 }
 
@@ -248,27 +168,6 @@ func TestNewChecks(t *testing.T) {
 	if fd := MapFD(7).FileDescriptor(); fd != 7 {
 		t.Errorf("MapFD(7).FileDescriptor() = %d", fd)
 	}
-}
-
-// One reader per map in this process: a claimed map ID cannot be claimed
-// again until it is released.
-func TestClaimMap(t *testing.T) {
-	const id = 1<<32 - 7 // no map of a test process has it
-	if !claimMap(id) {
-		t.Fatal("first claim refused")
-	}
-	if claimMap(id) {
-		t.Fatal("second claim granted")
-	}
-	if !claimMap(id - 1) {
-		t.Fatal("another map's claim refused")
-	}
-	unclaimMap(id)
-	unclaimMap(id - 1)
-	if !claimMap(id) {
-		t.Fatal("claim after release refused")
-	}
-	unclaimMap(id)
 }
 
 // delivery is one call of SampleFunc or LostFunc.
@@ -707,11 +606,11 @@ func TestRawHeld(t *testing.T) {
 	if _, err := rw.Wait(0, nil); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Wait after Close: %v", err)
 	}
-	if d := rw.Stats()[0].Left; d != 0 || rw.c.w.Freed() {
+	if d := rw.Stats()[0].Left; d != 0 || rw.r.C.W.Freed() {
 		t.Errorf("freed while a ring was held (left %d)", d)
 	}
 	b.Release()
-	if d := rw.Stats()[0].Left; d != 1 || !rw.c.w.Freed() {
+	if d := rw.Stats()[0].Left; d != 1 || !rw.r.C.W.Freed() {
 		t.Errorf("not freed at release: left %d, want 1", d)
 	}
 }
@@ -761,38 +660,44 @@ func TestPerfBufferCorruptCases(t *testing.T) {
 
 // A Reader's latency budget (MaxLatency; zero means 10 ms) holds wakeups
 // off unless WakeupEvents or WakeupBytes say when to wake, or MaxLatency
-// is negative: then its perf rings wake it half full (the watermark), and
-// it looks every budget. New and NewRaw keep a wakeup a sample.
+// is negative: then its perf rings wake it half full (the watermark, set
+// by the owner: internal/owner's TestRingConfig), and it looks every
+// budget. New and NewRaw keep a wakeup a sample.
 func TestReaderBudgetPlan(t *testing.T) {
-	const page = 4096
 	for _, c := range []struct {
-		name    string
-		o       ReaderOptions
-		latency time.Duration
-		budget  bool
-		events  int // the perf rings' wakeup_events and watermark
-		bytes   int
+		name          string
+		o             ReaderOptions
+		latency       time.Duration
+		budget        bool
+		events, bytes int // the ring settings handed on
 	}{
-		{"defaults", ReaderOptions{}, 10 * time.Millisecond, true, 1, defaultRingBytes / 2},
-		{"a budget", ReaderOptions{MaxLatency: 2 * time.Millisecond, Options: Options{RingBytes: 4 * page}}, 2 * time.Millisecond, true, 1, 2 * page},
-		{"no budget", ReaderOptions{MaxLatency: -1}, -1, false, 1, 0},
+		{"defaults", ReaderOptions{}, 10 * time.Millisecond, true, 0, 0},
+		{"a budget", ReaderOptions{MaxLatency: 2 * time.Millisecond}, 2 * time.Millisecond, true, 0, 0},
+		{"no budget", ReaderOptions{MaxLatency: -1}, -1, false, 0, 0},
 		{"wakeup events", ReaderOptions{Options: Options{WakeupEvents: 8}}, 10 * time.Millisecond, false, 8, 0},
-		{"wakeup bytes", ReaderOptions{Options: Options{WakeupBytes: 1024}}, 10 * time.Millisecond, false, 1, 1024},
+		{"wakeup bytes", ReaderOptions{Options: Options{WakeupBytes: 1024}}, 10 * time.Millisecond, false, 0, 1024},
 	} {
 		p, err := c.o.plan()
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		cfg, err := p.ring.config(page, testMemory)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if p.latency != c.latency || p.budget() != c.budget || cfg.wakeupEvents != c.events || cfg.wakeupBytes != c.bytes {
+		if p.Latency != c.latency || p.Ring.Budget != c.budget || p.Ring.WakeupEvents != c.events || p.Ring.WakeupBytes != c.bytes {
 			t.Errorf("%s: latency %v, budget %v, wakeup events %d, bytes %d; want %v, %v, %d, %d",
-				c.name, p.latency, p.budget(), cfg.wakeupEvents, cfg.wakeupBytes, c.latency, c.budget, c.events, c.bytes)
+				c.name, p.Latency, p.Ring.Budget, p.Ring.WakeupEvents, p.Ring.WakeupBytes, c.latency, c.budget, c.events, c.bytes)
 		}
 	}
-	if cfg, err := perfConfig(Options{}, page, testMemory); err != nil || cfg.wakeupBytes != 0 {
-		t.Errorf("New's and NewRaw's defaults: %+v, %v; want a wakeup a sample", cfg, err)
+	if ro := (&Options{}).ring(); ro.Budget {
+		t.Error("New's and NewRaw's ring settings hold wakeups off; want a wakeup a sample")
+	}
+}
+
+// The Recorder's options: wakeups do not apply; the fields are checked
+// before the map is looked at.
+func TestRecorderOptions(t *testing.T) {
+	for _, o := range []Options{{WakeupEvents: 2}, {WakeupBytes: 64}, {RingBytes: -1}} {
+		_, err := NewRecorder(MapFD(-1), o)
+		if !errors.Is(err, os.ErrInvalid) || !strings.HasPrefix(err.Error(), "new Recorder: options ") {
+			t.Errorf("%+v: %v", o, err)
+		}
 	}
 }

@@ -10,13 +10,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/perfbuf/perfbuf/internal/policy"
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/internal/ring"
-	"github.com/perfbuf/perfbuf/internal/wait"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,12 +22,7 @@ import (
 // [RawBuffer] over one ring, and [Raw.Wait] waits for rings with records.
 // Nothing is read but what the RawBuffers read. Its methods may be called
 // from any goroutine.
-type Raw struct {
-	c      *core
-	mu     sync.Mutex // serialises Buffer, release and ring additions
-	held   []bool     // held[i]: a RawBuffer reads ring i
-	opWait string
-}
+type Raw struct{ r *owner.Raw }
 
 // NewRaw opens the rings of m, as [NewReader] does, for raw views.
 // Errors: as NewReader's.
@@ -38,7 +31,7 @@ func NewRaw(m Map, opts Options) (*Raw, error) {
 	if err := opts.check(); err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := openCore(m, opts.ring(), opts.Maps, opts.FailureMap)
+	c, err := owner.Open(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
@@ -47,17 +40,13 @@ func NewRaw(m Map, opts Options) (*Raw, error) {
 
 // newRaw is NewRaw over a core already open (tests pass cores over rings of
 // their own).
-func newRaw(c *core) *Raw {
-	r := &Raw{c: c, opWait: "wait " + c.name()}
-	c.start(policy.Raw{S: &c.Set}, wait.Scope{})
-	return r
-}
+func newRaw(c *owner.Core) *Raw { return &Raw{owner.NewRaw(c)} }
 
 // Close stops r: a blocked Wait returns an error matching os.ErrClosed, and
 // the rings are freed once every RawBuffer is released. What is in them
 // is counted in Stats as Left. Close is idempotent.
 func (r *Raw) Close() error {
-	r.c.close()
+	r.r.C.Close()
 	return nil
 }
 
@@ -65,43 +54,13 @@ func (r *Raw) Close() error {
 // until its Release. Errors: os.ErrInvalid for an index out of range,
 // [ErrBusy] if a RawBuffer holds ring i already, os.ErrClosed.
 func (r *Raw) Buffer(i int) (*RawBuffer, error) {
-	op := fmt.Sprintf("raw view of ring %d of %s", i, r.c.name())
-	if err := r.c.checkIndex(i); err != nil {
-		return nil, wrap(op, err)
-	}
-	// The reference taken here keeps the mapping alive: Release drops it.
-	if err := r.c.life.Enter(op); err != nil {
+	rb, release, err := r.r.Buffer(i)
+	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if i < len(r.held) && r.held[i] {
-		r.c.life.Exit()
-		return nil, wrap(op, ErrBusy)
-	}
-	rb, err := r.c.kinds[i].View()
-	if err != nil {
-		r.c.life.Exit()
-		return nil, wrap(op, err)
-	}
-	if i >= len(r.held) {
-		r.held = append(r.held, make([]bool, i+1-len(r.held))...)
-	}
-	r.held[i] = true
 	var b *RawBuffer
-	b = newRawBuffer(rb, func() {
-		r.c.addViewLost(i, b.final.Lost) // (Release sets final first)
-		r.release(i)
-	})
+	b = newRawBuffer(rb, func() { release(b.final.Lost) }) // (Release sets final first)
 	return b, nil
-}
-
-// release ends RawBuffer i's hold (RawBuffer.Release).
-func (r *Raw) release(i int) {
-	r.mu.Lock()
-	r.held[i] = false
-	r.mu.Unlock()
-	r.c.life.Exit()
 }
 
 // Wait blocks until a ring holds records, timeout passes (negative: no
@@ -113,76 +72,33 @@ func (r *Raw) release(i int) {
 // EpollFD calls Wait(0, nil) to take them in.
 //
 // Errors: os.ErrClosed, a syscall.Errno from epoll or from opening a ring.
-func (r *Raw) Wait(timeout time.Duration, dst []int) ([]int, error) {
-	op := r.opWait
-	if err := r.c.life.Enter(op); err != nil {
-		return dst, err
-	}
-	defer r.c.life.Exit()
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
-	}
-	for {
-		r.mu.Lock()
-		err := r.c.addNewCPUs()
-		rings := r.c.Rings
-		r.mu.Unlock()
-		if err != nil {
-			return dst, wrap(op, err)
-		}
-		n := len(dst)
-		for i, rb := range rings {
-			if rb.Cur().Used() > 0 {
-				dst = append(dst, i)
-			}
-		}
-		if len(dst) > n || timeout == 0 {
-			return dst, nil
-		}
-		left := timeout
-		if timeout > 0 {
-			if left = time.Until(deadline); left <= 0 {
-				return dst, nil
-			}
-		}
-		if _, err := r.c.w.Wait(left, 0); err != nil {
-			return dst, wrap(op, err)
-		}
-		if r.c.life.Closed() {
-			return dst, wrap(op, os.ErrClosed)
-		}
-		if r.c.w.Woken() {
-			r.c.w.ClearWake() // a CPU came online: look again
-		}
-	}
-}
+func (r *Raw) Wait(timeout time.Duration, dst []int) ([]int, error) { return r.r.Wait(timeout, dst) }
 
 // BufferCount returns the number of rings: one per CPU at NewRaw, then one
 // more for each CPU that came online since (Wait opens its ring). It opens
 // nothing, and stays valid after Close.
-func (r *Raw) BufferCount() int { return r.c.count() }
+func (r *Raw) BufferCount() int { return r.r.C.Count() }
 
 // BufferFD returns ring i's perf event descriptor, or for a ring buffer its
 // map's. It is r's: do not close it.
-func (r *Raw) BufferFD(i int) (int, error) { return r.c.bufferFD(i) }
+func (r *Raw) BufferFD(i int) (int, error) { return r.r.C.BufferFD(i) }
 
 // EpollFD returns an epoll descriptor over every ring, for a caller that
 // waits in its own loop. It is r's: do not close it.
-func (r *Raw) EpollFD() (int, error) { return r.c.epollFD() }
+func (r *Raw) EpollFD() (int, error) { return r.r.C.EpollFD() }
 
 // Stats returns each ring's counts, in buffer index order: what was left
 // in the rings at Close, and from 6.0 the losses the kernel counted that no
 // lost record reported (what a RawBuffer reads is in its own Stats).
-func (r *Raw) Stats() []Stats { return r.c.statsNow() }
+func (r *Raw) Stats() []Stats { return publish(r.r.C.Stats()) }
 
 // FollowsCPUs reports whether samples of CPUs that come online later are
 // read (see [Reader.FollowsCPUs]).
-func (r *Raw) FollowsCPUs() bool { return r.c.followsCPUs() }
+func (r *Raw) FollowsCPUs() bool { return r.r.C.FollowsCPUs() }
 
 // Wakeups counts the blocked waits that a ring's wakeup ended (see
 // [Reader.Wakeups]).
-func (r *Raw) Wakeups() uint64 { return r.c.w.Wakeups() }
+func (r *Raw) Wakeups() uint64 { return r.r.C.W.Wakeups() }
 
 // RawBuffer reads one ring in place, for consumers of their own (see
 // [Raw.Buffer]): a CPU's perf ring or a BPF ring buffer.

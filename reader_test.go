@@ -3,8 +3,10 @@
 package perfbuf
 
 // Tests of the Reader: its core (reads, Close, deadlines, Flush, stats,
-// corruption reports) with both policies, and the fullest-first policy.
-// The ordered merge has its own file, ordered_test.go.
+// corruption reports) with both policies, the fullest-first policy, its
+// read forms (ReadInto, ReadBatch, Consume), its commits, and the gauges
+// and counts every owner reports. The ordered merge has its own file,
+// ordered_test.go.
 
 import (
 	"bytes"
@@ -12,8 +14,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"math"
 	"math/rand"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -21,9 +26,10 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
+	"golang.org/x/sys/unix"
 )
 
 func readN(t *testing.T, r *Reader, n int) []Sample {
@@ -1221,5 +1227,1153 @@ func TestReadersSkipOtherRecords(t *testing.T) {
 		if st := r.Stats()[0]; st.Other != 2 || st.Samples != 2 {
 			t.Errorf("ordered %v: stats %+v, want 2 samples and 2 other", ordered, st)
 		}
+	}
+}
+
+// ReadBatch over the fullest-first policy copies inside the ring's loop
+// (ring.Sink): its contracts on both kinds, over fake rings.
+
+// batchKind is one kind of fake ring for the ReadBatch tests: a Reader over
+// one ring, emit writing a sample of n bytes carrying seq, corrupt writing a
+// record that cannot be valid.
+type batchKind struct {
+	name    string
+	open    func(t *testing.T) (r *Reader, emit func(seq uint64, n int), corrupt func())
+	seqOf   func(data []byte) uint64
+	padding func(n int) int // the payload length a Sample of an n-byte sample has
+}
+
+func batchKinds() []batchKind {
+	return []batchKind{{
+		name: "perf",
+		open: func(t *testing.T) (*Reader, func(uint64, int), func()) {
+			f := newFakeRings(t, 1, 64<<10)
+			r := f.reader(t, ReaderOptions{MaxLatency: -1})
+			return r, func(seq uint64, n int) { f.emit(t, 0, seq, seq, n) },
+				func() { f.rings[0].MustWrite(t, ringtest.PerfRecord(9, 0, make([]byte, 8))) } // size 0
+		},
+		seqOf:   seqOf,
+		padding: func(n int) int { return (n+4+7)&^7 - 4 },
+	}, {
+		name: "ringbuf",
+		open: func(t *testing.T) (*Reader, func(uint64, int), func()) {
+			f := newFakeBPFRings(t, 1, 64<<10)
+			r := f.reader(t, ReaderOptions{MaxLatency: -1})
+			rb := f.rings[0]
+			return r, func(seq uint64, n int) { rb.Output(t, payload(seq, seq, n)) },
+				func() {
+					pos := rb.Output(t, make([]byte, 8))
+					rb.Put(pos, ringtest.U32(1<<20)) // a length past the producer
+				}
+		},
+		seqOf:   seqOf,
+		padding: func(n int) int { return n },
+	}}
+}
+
+// A corrupt record in the middle of a batch: the records before it are
+// copied and returned, the error is the next call's, the ring goes on past
+// it. A full batch stops inside a ring's turn and the next call goes on
+// from there, none twice, none skipped.
+func TestReadBatchCorruptMidBatch(t *testing.T) {
+	for _, k := range batchKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			r, emit, corrupt := k.open(t)
+			for seq := range uint64(10) {
+				emit(seq, 24)
+			}
+			corrupt()
+			batch := make([]Sample, 4)
+			var got []uint64
+			for _, want := range []int{4, 4, 2} {
+				n, err := r.ReadBatch(batch)
+				if n != want || err != nil {
+					t.Fatalf("ReadBatch = %d, %v; want %d, nil", n, err, want)
+				}
+				for _, s := range batch[:n] {
+					if s.Type != RecordSample || len(s.Data) != k.padding(24) || s.CPU != r.r.C.Rings[0].Cur().CPU() {
+						t.Fatalf("sample %+v", s)
+					}
+					got = append(got, k.seqOf(s.Data))
+				}
+			}
+			if fmt.Sprint(got) != "[0 1 2 3 4 5 6 7 8 9]" {
+				t.Errorf("read %v", got)
+			}
+			if n, err := r.ReadBatch(batch); n != 0 || !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("ReadBatch at the corrupt record = %d, %v; want ErrCorrupt", n, err)
+			}
+			emit(10, 24)
+			if n, err := r.ReadBatch(batch); n != 1 || err != nil || k.seqOf(batch[0].Data) != 10 {
+				t.Fatalf("ReadBatch after the corruption = %d, %v", n, err)
+			}
+			if st := r.Stats()[0]; st.Samples != 11 || st.Corrupt != 1 {
+				t.Errorf("stats %+v; want 11 samples, 1 corruption", st)
+			}
+		})
+	}
+}
+
+// A call copies about batchBytes of payload at most, at least one record:
+// it stops after the record that reaches the cap. It allocates nothing once
+// the Samples' memory is large enough.
+func TestReadBatchBytesCap(t *testing.T) {
+	for _, k := range batchKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			r, emit, _ := k.open(t)
+			const size = 3000 // three reach batchBytes
+			for seq := range uint64(5) {
+				emit(seq, size)
+			}
+			batch := make([]Sample, 64)
+			for _, want := range []int{3, 2} {
+				if n, err := r.ReadBatch(batch); n != want || err != nil {
+					t.Fatalf("ReadBatch = %d, %v; want %d", n, err, want)
+				}
+			}
+			emit(5, 20000) // larger than the cap: one record a call
+			emit(6, 24)
+			for _, want := range []uint64{5, 6} {
+				if n, err := r.ReadBatch(batch); n != 1 || err != nil || k.seqOf(batch[0].Data) != want {
+					t.Fatalf("ReadBatch = %d, %v; want seq %d alone", n, err, want)
+				}
+			}
+			for seq := range uint64(128) { // AllocsPerRun's warm-up and its run
+				emit(seq, 24)
+			}
+			allocs := testing.AllocsPerRun(1, func() {
+				if n, err := r.ReadBatch(batch); n != 64 || err != nil {
+					t.Fatalf("ReadBatch = %d, %v", n, err)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%v allocations a batch of 64", allocs)
+			}
+			r.Close()
+			if n, err := r.ReadBatch(batch); n != 0 || !errors.Is(err, os.ErrClosed) {
+				t.Errorf("ReadBatch after Close = %d, %v", n, err)
+			}
+		})
+	}
+}
+
+// ReadInto's common path over both kinds: the fullest-first policy's turn
+// calls the turn's ring as its kind (policy.Fullest.Next), and the read
+// leaves through wait.Lifetime.ExitExclusive's inlined common case.
+
+// readIntoKind is one ring of a kind, read by a fullest-first Reader.
+type readIntoKind struct {
+	name string
+	// open returns the Reader over one fake ring, put (a producer's
+	// output of an 8-byte sample carrying seq: false when the ring is
+	// full), and corrupt, which writes a record that cannot be valid and
+	// returns its position and the reason the Reader gives.
+	open func(t *testing.T) (r *Reader, put func(seq uint64) bool, corrupt func() (uint64, string))
+}
+
+var readIntoKinds = []readIntoKind{
+	{"perf", func(t *testing.T) (*Reader, func(uint64) bool, func() (uint64, string)) {
+		f := newFakeRings(t, 1, 4096)
+		rb := f.rings[0]
+		put := func(seq uint64) bool {
+			if !rb.Write(ringtest.PerfSample(bpfPayload(seq))) {
+				rb.Lost = 0 // full: the caller waits, nothing is lost
+				return false
+			}
+			rb.Publish()
+			f.wake(0)
+			return true
+		}
+		corrupt := func() (uint64, string) {
+			pos := rb.Head
+			rb.MustWrite(t, ringtest.PerfRecord(unix.PERF_RECORD_SAMPLE, 12, make([]byte, 8)))
+			rb.Publish()
+			f.wake(0)
+			return pos, "record size 12 not a multiple of 8"
+		}
+		return f.reader(t, ReaderOptions{MaxLatency: -1}), put, corrupt
+	}},
+	{"ringbuf", func(t *testing.T) (*Reader, func(uint64) bool, func() (uint64, string)) {
+		f := newFakeBPFRings(t, 1, 4096)
+		rb := f.rings[0]
+		put := func(seq uint64) bool {
+			p, ok := rb.Reserve(8)
+			if ok {
+				rb.Write(p, bpfPayload(seq))
+				rb.Commit(p, false)
+			}
+			return ok
+		}
+		corrupt := func() (uint64, string) {
+			p, _ := rb.Reserve(8)
+			rb.Put(p, ringtest.U32(64)) // committed, its length past the producer
+			return p, "record length 64"
+		}
+		return f.reader(t, ReaderOptions{MaxLatency: -1}), put, corrupt
+	}},
+}
+
+// A corrupt record met in the middle of a turn, by ReadInto alone: the
+// records before it come in order, the read that reaches it reports it
+// once as a *CorruptError (counted), and the next reads go on past it.
+func TestReadIntoCorruptInTurn(t *testing.T) {
+	for _, kind := range readIntoKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			r, put, corrupt := kind.open(t)
+			for seq := range uint64(4) {
+				put(seq)
+			}
+			pos, reason := corrupt()
+			r.SetDeadline(time.Now().Add(50 * time.Millisecond))
+			var got []uint64
+			var err error
+			within(t, "ReadInto up to the corrupt record", func() {
+				for s := (Sample{}); err == nil; {
+					if err = r.ReadInto(&s); err == nil {
+						got = append(got, seq8(s.Data))
+					}
+				}
+			})
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Pos != pos || !strings.HasPrefix(ce.Reason, reason) {
+				t.Fatalf("ReadInto: %v; want a *CorruptError at %d: %q", err, pos, reason)
+			}
+			if fmt.Sprint(got) != "[0 1 2 3]" {
+				t.Errorf("delivered %v before the error, want [0 1 2 3]", got)
+			}
+			if st := r.Stats()[0]; st.Samples != 4 || st.Corrupt != 1 {
+				t.Errorf("stats %+v; want 4 samples and the corruption counted", st)
+			}
+			// Reported once; what comes after is read.
+			put(4)
+			put(5)
+			got, err = nil, nil
+			r.SetDeadline(time.Now().Add(50 * time.Millisecond))
+			within(t, "ReadInto past the corrupt record", func() {
+				for s := (Sample{}); err == nil; {
+					if err = r.ReadInto(&s); err == nil {
+						got = append(got, seq8(s.Data))
+					}
+				}
+			})
+			if !errors.Is(err, os.ErrDeadlineExceeded) || fmt.Sprint(got) != "[4 5]" {
+				t.Errorf("after the report: %v, %v; want [4 5], then the deadline", got, err)
+			}
+		})
+	}
+}
+
+// Close racing ReadInto from two goroutines while a producer writes: both
+// reads return os.ErrClosed, every sample is delivered once, each reader's
+// in order, and the ledger is exact (Samples delivered, Samples + Left
+// written). The two readers take turns (a read waiting for the other wakes
+// at its exit), and the last one out frees.
+func TestReadIntoCloseRace(t *testing.T) {
+	for _, kind := range readIntoKinds {
+		for _, delay := range []time.Duration{0, time.Millisecond, 20 * time.Millisecond} {
+			t.Run(fmt.Sprint(kind.name, "/", delay), func(t *testing.T) {
+				r, put, _ := kind.open(t)
+				var stop atomic.Bool
+				var written uint64
+				producer := make(chan struct{})
+				go func() {
+					defer close(producer)
+					for !stop.Load() {
+						if put(written) {
+							written++
+						} else {
+							runtime.Gosched() // full: wait for the readers
+						}
+					}
+				}()
+				var got [2][]uint64 // each reader's
+				errs := make(chan error, 2)
+				for g := range got {
+					go func() {
+						var s Sample
+						for {
+							if err := r.ReadInto(&s); err != nil {
+								errs <- err
+								return
+							}
+							got[g] = append(got[g], seq8(s.Data))
+							runtime.Gosched() // let the other in
+						}
+					}()
+				}
+				time.Sleep(delay)
+				stop.Store(true)
+				<-producer
+				r.Close()
+				for range 2 {
+					select {
+					case err := <-errs:
+						if !errors.Is(err, os.ErrClosed) {
+							t.Errorf("ReadInto: %v, want os.ErrClosed", err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("ReadInto still running 10 s after Close")
+					}
+				}
+				for g, seqs := range got {
+					if !slices.IsSorted(seqs) {
+						t.Errorf("reader %d: seqs out of order", g)
+					}
+				}
+				all := slices.Sorted(slices.Values(append(got[0], got[1]...)))
+				for i, seq := range all {
+					if seq != uint64(i) {
+						t.Fatalf("seq %d delivered where %d was due (each once, none skipped)", seq, i)
+					}
+				}
+				st := r.Stats()[0]
+				if st.Samples != uint64(len(all)) || st.Samples+st.Left != written {
+					t.Errorf("delivered %d of %d written; Stats %+v", len(all), written, st)
+				}
+				t.Logf("%d written, %d and %d read by the two readers", written, len(got[0]), len(got[1]))
+			})
+		}
+	}
+}
+
+// A read that ends a flush, or finds its deadline past, is how reads end
+// in the normal course (a drain at shutdown, a poll with a deadline): it
+// returns an error made once, which allocates nothing and says what was
+// read, where fmt.Errorf took 3 allocations and 4-6 µs of CPU a read.
+func TestReadIntoEndsAllocateNothing(t *testing.T) {
+	for _, k := range readIntoKinds {
+		t.Run(k.name, func(t *testing.T) {
+			r, put, _ := k.open(t)
+			var s Sample
+			seq := uint64(0)
+			flushRound := func() error {
+				for range 4 {
+					if !put(seq) {
+						t.Fatalf("ring full at %d", seq)
+					}
+					seq++
+				}
+				r.Flush()
+				for range 4 {
+					if err := r.ReadInto(&s); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return r.ReadInto(&s)
+			}
+			err := flushRound() // (s.Data grows here)
+			if !errors.Is(err, ErrFlushed) || !strings.HasPrefix(err.Error(), "read ") {
+				t.Fatalf("the read after a flush: %v, want ErrFlushed in the read's context", err)
+			}
+			// (Counted without -race, which allocates in the reads: make
+			// test-nocgo.)
+			if allocs := testing.AllocsPerRun(50, func() {
+				if err := flushRound(); !errors.Is(err, ErrFlushed) {
+					t.Fatal(err)
+				}
+			}); allocs != 0 && !raceDetector {
+				t.Errorf("a flush's round, its ending read included: %v allocations, want 0", allocs)
+			}
+
+			r.SetDeadline(time.Now().Add(-time.Second))
+			if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) || !strings.HasPrefix(err.Error(), "read ") {
+				t.Fatalf("a read past its deadline: %v, want os.ErrDeadlineExceeded in the read's context", err)
+			}
+			if allocs := testing.AllocsPerRun(50, func() {
+				if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatal(err)
+				}
+			}); allocs != 0 && !raceDetector {
+				t.Errorf("a read past its deadline: %v allocations, want 0", allocs)
+			}
+		})
+	}
+}
+
+// Tests of the reads that do not wait (Reader.Consume), of what the
+// options refuse, and of Poll's timeout when goroutines Poll together.
+
+// Consume delivers what is in the rings now and returns, without waiting
+// and without an error at the end; records written later wait for the next
+// call.
+func TestReaderConsume(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	var seqs []uint64
+	fn := func(rec *Record) error { seqs = append(seqs, seqOf(rec.Data)); return nil }
+	within(t, "Consume of empty rings", func() {
+		if n, err := r.Consume(fn); n != 0 || err != nil {
+			t.Errorf("Consume of empty rings = %d, %v", n, err)
+		}
+	})
+	for seq := range uint64(5) {
+		f.emit(t, int(seq%2), 0, seq, 24)
+	}
+	if n, err := r.Consume(fn); n != 5 || err != nil || len(seqs) != 5 {
+		t.Fatalf("Consume = %d, %v (%v); want the 5 records", n, err, seqs)
+	}
+	if n, err := r.Consume(fn); n != 0 || err != nil {
+		t.Fatalf("Consume again = %d, %v; want nothing", n, err)
+	}
+	f.emit(t, 1, 0, 5, 24)
+	if n, err := r.Consume(fn); n != 1 || err != nil || seqs[5] != 5 {
+		t.Fatalf("Consume after one more = %d, %v (%v)", n, err, seqs)
+	}
+	if st := r.Stats(); st[0].Samples+st[1].Samples != 6 || st[0].Fill != 0 || st[1].Fill != 0 {
+		t.Errorf("stats %+v; want 6 samples, rings empty", st)
+	}
+
+	stop := errors.New("stop")
+	f.emit(t, 0, 0, 6, 24)
+	f.emit(t, 0, 0, 7, 24)
+	if n, err := r.Consume(func(*Record) error { return stop }); n != 1 || err != stop {
+		t.Errorf("Consume with fn failing = %d, %v; want 1, fn's error", n, err)
+	}
+	if _, err := r.Consume(nil); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("Consume(nil): %v, want os.ErrInvalid", err)
+	}
+	var nested error
+	if _, err := r.Consume(func(*Record) error {
+		_, nested = r.Consume(fn)
+		return nil
+	}); err != nil || !errors.Is(nested, ErrReentrant) {
+		t.Errorf("Consume from inside Consume: %v; outer %v", nested, err)
+	}
+	r.Close()
+	if _, err := r.Consume(fn); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Consume after Close: %v, want os.ErrClosed", err)
+	}
+}
+
+// An ordered Reader's Consume delivers what the release rule lets go now
+// and keeps the rest; after Flush it delivers everything, in key order.
+func TestReaderConsumeOrdered(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: time.Hour}})
+	for k, key := range []uint64{10, 20, 30} {
+		f.emit(t, 0, key, uint64(k), 24)
+	}
+	f.emit(t, 1, 25, 3, 24)
+	var keys []uint64
+	fn := func(rec *Record) error { keys = append(keys, rec.Key); return nil }
+	// 10 and 20 go (ring 1 has shown 25); 25 goes (ring 0 has shown 30);
+	// 30 waits for ring 1, which shows nothing after 25.
+	if n, err := r.Consume(fn); n != 3 || err != nil || !slices.Equal(keys, []uint64{10, 20, 25}) {
+		t.Fatalf("Consume = %d, %v, keys %v; want 10 20 25", n, err, keys)
+	}
+	r.Flush()
+	if n, err := r.Consume(fn); n != 1 || err != nil || !slices.Equal(keys, []uint64{10, 20, 25, 30}) {
+		t.Fatalf("Consume after Flush = %d, %v, keys %v; want 30", n, err, keys)
+	}
+	if n, err := r.Consume(fn); n != 0 || err != nil {
+		t.Fatalf("Consume after the flush = %d, %v", n, err)
+	}
+}
+
+// Consume allocates nothing, for either policy.
+func TestReaderConsumeAllocs(t *testing.T) {
+	for _, ord := range []*Order{nil, {MaxDelay: time.Nanosecond}} {
+		f := newFakeRings(t, 2, 1<<16)
+		r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
+		var sum int
+		fn := func(rec *Record) error { sum += rec.Len(); return nil }
+		var recs [8][]byte
+		for i := range recs {
+			recs[i] = ringtest.PerfSample(payload(uint64(i), uint64(i), 40))
+		}
+		allocs := testing.AllocsPerRun(50, func() {
+			for i, rec := range recs {
+				f.rings[i%2].Write(rec)
+			}
+			f.rings[0].Publish()
+			f.rings[1].Publish()
+			if n, err := r.Consume(fn); n != 8 || err != nil {
+				t.Fatalf("ordered %v: Consume = %d, %v", ord != nil, n, err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("ordered %v: Consume of 8 records: %v allocs", ord != nil, allocs)
+		}
+	}
+}
+
+// What cannot work is refused at NewReader, not met later as a panic: a key
+// offset no sample reaches (KeyOffset+8 overflowed), and a nil context.
+// A sample shorter than the key has key 0.
+func TestReaderOptionsRefused(t *testing.T) {
+	f := newFakeRings(t, 1, 4096)
+	for _, off := range []int{1<<63 - 8, math.MaxInt, math.MaxInt - 7, maxKeyOffset - 7} {
+		if _, err := f.newReader(t, ReaderOptions{Order: &Order{KeyOffset: off}}); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("KeyOffset %d: %v, want os.ErrInvalid", off, err)
+		}
+	}
+	for _, o := range []Options{{Maps: []Map{nil}}, {RingBytes: -1}, {MaxSampleSize: -1}} {
+		if _, err := f.newReader(t, ReaderOptions{Options: o}); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("NewReader with %+v: %v, want os.ErrInvalid", o, err)
+		}
+	}
+
+	r := f.ordered(t, Order{KeyOffset: maxKeyOffset - 8, MaxDelay: time.Nanosecond})
+	f.emit(t, 0, 7, 0, 16)
+	var s Sample
+	if err := r.ReadInto(&s); err != nil || s.Key != 0 {
+		t.Errorf("a sample shorter than the key: %v, key %d; want key 0", err, s.Key)
+	}
+	//lint:ignore SA1012 a nil context is what is tested
+	if err := r.Each(nil, func(*Record) error { return nil }); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("Each(nil, fn): %v, want os.ErrInvalid", err)
+	}
+	if err := r.ReadInto(nil); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("ReadInto(nil): %v, want os.ErrInvalid", err)
+	}
+}
+
+// A Poll returns by its own timeout whatever other goroutines do: one that
+// waits for another's turn on the wait counts that time in. (Poll(100ms)
+// behind a Poll(200ms) came back after 200 ms.) Shown by order, which a
+// loaded host keeps: each shorter Poll, started after the long one, returns
+// before it; and none returns before its timeout.
+func TestPollTimeoutConcurrent(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	pb := f.perfBuffer(t, func(int, []byte) {}, nil)
+	timeouts := []time.Duration{600 * time.Millisecond, 100 * time.Millisecond, 20 * time.Millisecond, 250 * time.Millisecond}
+	took := make([]time.Duration, len(timeouts))
+	order := make([]int, len(timeouts)) // the rank in which each returned
+	var returned atomic.Int32
+	var wg sync.WaitGroup
+	for i, d := range timeouts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			n, err := pb.Poll(d)
+			took[i] = time.Since(start)
+			order[i] = int(returned.Add(1))
+			if n != 0 || err != nil {
+				t.Errorf("Poll(%v) = %d, %v", d, n, err)
+			}
+		}()
+		time.Sleep(5 * time.Millisecond) // the first one waits on the set, the others behind it
+	}
+	wg.Wait()
+	for i, d := range timeouts {
+		if took[i] < d {
+			t.Errorf("Poll(%v) returned after %v, before its timeout", d, took[i])
+		}
+		if i > 0 && order[i] > order[0] {
+			t.Errorf("Poll(%v) returned after the Poll(%v) whose turn it waited behind (after %v)", d, timeouts[0], took[i])
+		}
+	}
+}
+
+// A head behind the tail (the tail moved by someone else) is one rule for
+// every form of reading: a CorruptError, counted, and the reader goes on
+// from the head.
+func TestHeadBehindTailEveryForm(t *testing.T) {
+	forms := map[string]func(t *testing.T, f *fakeRings) (func() []Stats, error){
+		"Consume": func(t *testing.T, f *fakeRings) (func() []Stats, error) {
+			pb := f.perfBuffer(t, func(int, []byte) {}, nil)
+			_, err := pb.Consume()
+			return pb.Stats, err
+		},
+		"Drain": func(t *testing.T, f *fakeRings) (func() []Stats, error) {
+			b := newRawBuffer(f.perf(t)[0], nil)
+			_, err := b.Drain(func(*Record) error { return nil })
+			if err != nil {
+				b.SkipCorrupt()
+			}
+			return func() []Stats { return []Stats{b.Stats()} }, err
+		},
+	}
+	// After a Flush too: the Reader and the ordered Reader used to find the
+	// flush done (the tail past its head) without a look at the ring.
+	for _, pol := range []string{"fullest", "ordered", "fullest+Flush", "ordered+Flush"} {
+		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
+			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (func() []Stats, error) {
+				o := ReaderOptions{MaxLatency: -1}
+				if strings.HasPrefix(pol, "ordered") {
+					o.Order = &Order{MaxDelay: time.Nanosecond}
+				}
+				r := f.reader(t, o)
+				r.SetDeadline(time.Now().Add(time.Second))
+				if strings.HasSuffix(pol, "+Flush") {
+					r.Flush()
+				}
+				return r.Stats, readOnce(r, mode)
+			}
+		}
+	}
+	for name, read := range forms {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeRings(t, 1, 4096)
+			f.emit(t, 0, 0, 0, 24)
+			f.rings[0].Page.Data_tail = 4096 // past the head (a bug, another consumer)
+			stats, err := read(t, f)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].Head) {
+				t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
+			}
+			if st := stats()[0]; st.Corrupt != 1 {
+				t.Errorf("stats %+v; want the corruption counted", st)
+			}
+			if tail := f.rings[0].Page.Data_tail; tail != f.rings[0].Head {
+				t.Errorf("tail %d after the error, want the head %d", tail, f.rings[0].Head)
+			}
+		})
+	}
+}
+
+// ReadBatch copies what is there, up to the batch, in the order ReadInto
+// delivers, and waits only when nothing is; an error met after records were
+// copied comes with the next call; it allocates nothing once the Samples'
+// memory is large enough.
+func TestReaderReadBatch(t *testing.T) {
+	for _, ord := range []*Order{nil, {MaxDelay: time.Nanosecond}} {
+		f := newFakeRings(t, 2, 4096)
+		r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
+		for seq := range uint64(10) {
+			f.emit(t, int(seq%2), seq, seq, 24)
+		}
+		var batch [4]Sample
+		var seqs []uint64
+		for len(seqs) < 10 {
+			n, err := r.ReadBatch(batch[:])
+			if err != nil || n == 0 || n > 4 {
+				t.Fatalf("ordered %v: ReadBatch = %d, %v", ord != nil, n, err)
+			}
+			for _, s := range batch[:n] {
+				seqs = append(seqs, seqOf(s.Data))
+			}
+		}
+		slices.Sort(seqs)
+		if !slices.Equal(seqs, []uint64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+			t.Errorf("ordered %v: read %v", ord != nil, seqs)
+		}
+		if n, err := r.ReadBatch(nil); n != 0 || err != nil {
+			t.Errorf("ReadBatch(nil) = %d, %v", n, err)
+		}
+		// Blocks while nothing is there; a record ends it.
+		got := make(chan int, 1)
+		go func() { n, _ := r.ReadBatch(batch[:]); got <- n }()
+		time.Sleep(5 * time.Millisecond)
+		f.emit(t, 0, 100, 100, 24)
+		f.wake(0)
+		select {
+		case n := <-got:
+			if n != 1 {
+				t.Errorf("ordered %v: blocked ReadBatch = %d, want 1", ord != nil, n)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("ReadBatch still blocked 5 s after a record")
+		}
+		allocs := testing.AllocsPerRun(20, func() {
+			f.emit(t, 1, 200, 200, 24)
+			if n, err := r.ReadBatch(batch[:]); n != 1 || err != nil {
+				t.Fatalf("ReadBatch = %d, %v", n, err)
+			}
+		})
+		if allocs > 2 { // fakeSample and payload: the test's own
+			t.Errorf("ordered %v: %v allocs a call", ord != nil, allocs)
+		}
+	}
+	// A corrupt ring after good records: the records first, the error next.
+	f := newFakeRings(t, 1, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	f.emit(t, 0, 0, 0, 24)
+	f.rings[0].MustWrite(t, ringtest.PerfRecord(9, 0, make([]byte, 8)))
+	var batch [4]Sample
+	if n, err := r.ReadBatch(batch[:]); n != 1 || err != nil {
+		t.Fatalf("ReadBatch before the corrupt record = %d, %v; want the good one", n, err)
+	}
+	if n, err := r.ReadBatch(batch[:]); n != 0 || !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadBatch at the corrupt record = %d, %v; want ErrCorrupt", n, err)
+	}
+}
+
+// ReadBatch goes through the policy's loop: batches that end inside a
+// ring's turn, and turns that end inside a batch, deliver the records in
+// the order Each does (lost records included), each once, with the counts
+// of Stats; for every batch length, and with the ordered merge's runs.
+func TestReaderReadBatchOrder(t *testing.T) {
+	fill := func(f *fakeRings) {
+		for seq := range uint64(40) {
+			ring := 0
+			if seq%3 == 0 {
+				ring = 1
+			}
+			f.emit(t, ring, seq, seq, 24)
+			if seq == 17 {
+				f.rings[ring].MustWrite(t, ringtest.PerfLost(1, 5))
+			}
+		}
+	}
+	show := func(s *Sample) string {
+		if s.Type == RecordLost {
+			return fmt.Sprintf("lost %d on %d", s.Lost, s.Ring)
+		}
+		return fmt.Sprintf("%d on %d", seqOf(s.Data), s.Ring)
+	}
+	for _, ord := range []*Order{nil, {MaxDelay: time.Hour}} {
+		f := newFakeRings(t, 2, 4096)
+		r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
+		if ord == nil {
+			setBudget(r, 100, 100) // turns of 3 records
+		}
+		fill(f)
+		r.Flush()
+		var want []string
+		var s Sample
+		if _, err := r.Consume(func(rec *Record) error {
+			copySample(&s, rec)
+			want = append(want, show(&s))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{1, 2, 3, 5, 64} {
+			f := newFakeRings(t, 2, 4096)
+			r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
+			if ord == nil {
+				setBudget(r, 100, 100)
+			}
+			fill(f)
+			r.Flush()
+			batch := make([]Sample, n)
+			var got []string
+			for {
+				k, err := r.ReadBatch(batch)
+				for i := range batch[:k] {
+					got = append(got, show(&batch[i]))
+				}
+				if errors.Is(err, ErrFlushed) {
+					break
+				}
+				if err != nil || k == 0 || k > n {
+					t.Fatalf("ordered %v, batch %d: ReadBatch = %d, %v", ord != nil, n, k, err)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("ordered %v, batch %d: read\n%v\nwant (Consume)\n%v", ord != nil, n, got, want)
+			}
+			var samples, lost uint64
+			for _, st := range r.Stats() {
+				samples, lost = samples+st.Samples, lost+st.Lost
+			}
+			if samples != 40 || lost != 5 {
+				t.Errorf("ordered %v, batch %d: Stats count %d samples, %d lost; want 40, 5", ord != nil, n, samples, lost)
+			}
+		}
+	}
+}
+
+// A tail moved past the head while the ring was quiet (read to its head),
+// then a Flush: the read meets it and reports it, fullest or ordered; it does
+// not find the flush done (the tail past the flush's head) nor go round
+// without a look at the ring until its deadline.
+func TestHeadBehindTailQuietFlush(t *testing.T) {
+	for _, ord := range []*Order{nil, {MaxDelay: time.Nanosecond}} {
+		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
+			t.Run(fmt.Sprintf("ordered %v/%s", ord != nil, mode), func(t *testing.T) {
+				f := newFakeRings(t, 1, 4096)
+				r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
+				f.emit(t, 0, 1, 1, 24)
+				r.SetDeadline(time.Now().Add(5 * time.Second))
+				var s Sample
+				if err := r.ReadInto(&s); err != nil {
+					t.Fatal(err)
+				}
+				r.Flush() // delivers the ordered Reader's commit too
+				if _, err := r.Consume(func(*Record) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+				f.rings[0].Page.Data_tail = 4096 // past the head, the ring quiet
+				r.Flush()
+				var err error
+				within(t, mode, func() { err = readOnce(r, mode) })
+				var ce *CorruptError
+				if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].Head) {
+					t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
+				}
+				if st := r.Stats()[0]; st.Corrupt != 1 {
+					t.Errorf("stats %+v; want the corruption counted", st)
+				}
+			})
+		}
+	}
+}
+
+// readOnce makes one read of r in mode (ReadInto, ReadBatch, Each or
+// Consume), dropping what it delivers, and returns its error.
+func readOnce(r *Reader, mode string) error {
+	var err error
+	switch mode {
+	case "ReadInto":
+		var s Sample
+		err = r.ReadInto(&s)
+	case "ReadBatch":
+		_, err = r.ReadBatch(make([]Sample, 4))
+	case "Each":
+		err = r.Each(context.Background(), func(*Record) error { return nil })
+	case "Consume":
+		_, err = r.Consume(func(*Record) error { return nil })
+	}
+	return err
+}
+
+// A long read hands the ring's space back as it goes, a chunk
+// (commitChunk) at a time: the kernel's producers see the ring full up to
+// the committed position. Committed only at the end of a turn, a quarter
+// of the ring, the space read lay idle while producers lost records
+// (docs/performance.md, "Space handed back as it is read"). Every read
+// form, both kinds, fullest first and ordered (over a ring buffer, a ring
+// read in place, hot).
+func TestLongReadCommitsAsItGoes(t *testing.T) {
+	const size = 1 << 20
+	const chunk = size / 32 // what a read delivers between commits from a ring of 1 MiB
+	for _, kind := range []string{"perf", "ringbuf"} {
+		for _, pol := range []string{"fullest", "ordered"} {
+			for _, form := range []string{"ReadInto", "ReadBatch", "Each"} {
+				t.Run(kind+"/"+pol+"/"+form, func(t *testing.T) {
+					var (
+						r         *Reader
+						committed func() uint64 // the consumer position
+						recSize   uint64
+					)
+					var ord *Order
+					if pol == "ordered" {
+						ord = &Order{MaxDelay: time.Hour}
+					}
+					if kind == "perf" {
+						f := newFakeRings(t, 1, size)
+						recSize = 80 // header 8, size 4, 64 bytes, padded to 8
+						for n := uint64(0); (n+1)*recSize < size/8*7; n++ {
+							f.emit(t, 0, n, n, 64)
+						}
+						f.rings[0].Publish()
+						r = f.reader(t, ReaderOptions{Order: ord, MaxLatency: -1})
+						committed = func() uint64 { return atomic.LoadUint64(&f.rings[0].Page.Data_tail) }
+					} else {
+						f := newFakeBPFRings(t, 1, size)
+						recSize = 72 // header 8, 64 bytes
+						for n := uint64(0); (n+1)*recSize < size/8*7; n++ {
+							f.emit(t, 0, n, n, 64)
+						}
+						if ord != nil {
+							r = f.ordered(t, *ord)
+						} else {
+							r = f.reader(t, ReaderOptions{MaxLatency: -1})
+						}
+						committed = func() uint64 { return atomic.LoadUint64(&f.rings[0].Pos[0]) }
+					}
+					r.SetDeadline(time.Now().Add(10 * time.Second))
+					// Delivered bytes not yet committed: at most a chunk and the
+					// record being delivered.
+					want := size / 2 / recSize
+					delivered := uint64(0)
+					check := func() {
+						t.Helper()
+						if behind := delivered*recSize - committed(); int64(behind) < 0 || behind > chunk+recSize {
+							t.Fatalf("after %d records (%d bytes) the ring is committed to %d: %d bytes behind, more than a chunk of %d",
+								delivered, delivered*recSize, committed(), behind, chunk)
+						}
+					}
+					errEnough := errors.New("enough")
+					switch form {
+					case "ReadInto":
+						var s Sample
+						for ; delivered < want; delivered++ {
+							check()
+							if err := r.ReadInto(&s); err != nil {
+								t.Fatal(err)
+							}
+						}
+					case "ReadBatch":
+						batch := make([]Sample, 64)
+						for delivered < want {
+							check()
+							n, err := r.ReadBatch(batch)
+							if err != nil {
+								t.Fatal(err)
+							}
+							delivered += uint64(n)
+						}
+					case "Each":
+						err := r.Each(context.Background(), func(rec *Record) error {
+							check()
+							if delivered++; delivered == want {
+								return errEnough
+							}
+							return nil
+						})
+						if !errors.Is(err, errEnough) {
+							t.Fatal(err)
+						}
+					}
+					if st := r.Stats()[0]; pol == "ordered" && kind == "ringbuf" && st.Held != 0 {
+						t.Errorf("the ring was copied, not read in place: %s", fmt.Sprint(st))
+					}
+				})
+			}
+		}
+	}
+}
+
+// parked waits, within a timeout, until the owner's wait looked at the
+// rings in the netpoller: a ring's event from then on is a wakeup.
+func parked(t *testing.T, c *owner.Core) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !c.W.Parked(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the wait never parked")
+		}
+	}
+}
+
+// result waits, within a timeout, for a blocked call's error.
+func result(t *testing.T, done chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not return")
+		return nil
+	}
+}
+
+// Each owner counts the blocked waits that a ring's event ended, not those
+// that a Flush, a deadline or a timeout ended.
+func TestWakeups(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	done := make(chan error)
+	var s Sample
+	for n := uint64(1); n <= 2; n++ {
+		go func() { done <- r.ReadInto(&s) }()
+		parked(t, r.r.C)
+		f.emit(t, 1, 0, n, 16)
+		f.wake(1)
+		if err := result(t, done); err != nil {
+			t.Fatal(err)
+		}
+		f.drainWake(1)
+		if got := r.Wakeups(); got != n {
+			t.Errorf("Reader: %d wakeups after %d events, want %d", got, n, n)
+		}
+	}
+	go func() { done <- r.ReadInto(&s) }()
+	parked(t, r.r.C)
+	r.Flush()
+	if err := result(t, done); !errors.Is(err, ErrFlushed) {
+		t.Fatalf("read after Flush: %v", err)
+	}
+	go func() { done <- r.ReadInto(&s) }()
+	parked(t, r.r.C)
+	r.SetDeadline(time.Now())
+	if err := result(t, done); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v", err)
+	}
+	if got := r.Wakeups(); got != 2 {
+		t.Errorf("Reader: %d wakeups after a Flush and a deadline, want 2", got)
+	}
+	r.Close()
+	if got := r.Wakeups(); got != 2 {
+		t.Errorf("Reader: %d wakeups after Close, want 2", got)
+	}
+
+	pf := newFakeRings(t, 2, 4096)
+	pb := pf.perfBuffer(t, func(int, []byte) {}, nil)
+	go func() { _, err := pb.Poll(-1); done <- err }()
+	parked(t, pb.pb.C)
+	pf.emit(t, 0, 0, 0, 16)
+	pf.wake(0)
+	if err := result(t, done); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pb.Poll(time.Millisecond); err != nil { // a timeout
+		t.Fatal(err)
+	}
+	if got := pb.Wakeups(); got != 1 {
+		t.Errorf("PerfBuffer: %d wakeups, want 1", got)
+	}
+
+	rf := newFakeRings(t, 2, 4096)
+	raw := rf.raw(t)
+	go func() { _, err := raw.Wait(-1, nil); done <- err }()
+	parked(t, raw.r.C)
+	rf.emit(t, 1, 0, 0, 16)
+	rf.wake(1)
+	if err := result(t, done); err != nil {
+		t.Fatal(err)
+	}
+	if got := raw.Wakeups(); got != 1 {
+		t.Errorf("Raw: %d wakeups, want 1", got)
+	}
+}
+
+// Waiting is an upper bound of the oldest undelivered record's age, which
+// the reader's commits and Stats calls keep close: it is at least the time
+// since the record was written, and at most the time since a commit or a
+// Stats call found the ring empty.
+func TestStatsWaiting(t *testing.T) {
+	f := newFakeRings(t, 1, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	if w := r.Stats()[0].Waiting; w != 0 {
+		t.Errorf("an empty ring: Waiting %v", w)
+	}
+
+	// A record not read: Waiting is at least its age.
+	f.emit(t, 0, 0, 0, 16)
+	written := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	age := time.Since(written)
+	if w := r.Stats()[0].Waiting; w < age {
+		t.Errorf("Waiting %v, below the record's age %v", w, age)
+	}
+
+	// The reader delivers it; the commit finds the ring empty. A record
+	// written later waited at most since then, however long ago the ring
+	// opened or a Stats call looked.
+	time.Sleep(20 * time.Millisecond)
+	r.Flush()
+	read := time.Now()
+	if n := readFlushed(t, r); n != 1 {
+		t.Fatalf("%d records read, want 1", n)
+	}
+	f.emit(t, 0, 0, 1, 16)
+	if w, since := r.Stats()[0].Waiting, time.Since(read); w == 0 || w > since {
+		t.Errorf("Waiting %v after a commit %v ago found the ring empty", w, since)
+	}
+
+	// A Stats call that finds the ring empty bounds it too.
+	r.Flush()
+	readFlushed(t, r)
+	time.Sleep(20 * time.Millisecond)
+	looked := time.Now()
+	if w := r.Stats()[0].Waiting; w != 0 {
+		t.Errorf("an empty ring: Waiting %v", w)
+	}
+	f.emit(t, 0, 0, 2, 16)
+	if w, since := r.Stats()[0].Waiting, time.Since(looked); w == 0 || w > since {
+		t.Errorf("Waiting %v after a Stats call %v ago found the ring empty", w, since)
+	}
+	r.Close()
+	if w := r.Stats()[0].Waiting; w != 0 {
+		t.Errorf("after Close: Waiting %v", w)
+	}
+}
+
+// An ordered Reader's Held is how long it has held back the record it
+// holds, since it first saw it; 0 once delivered, and for the fullest-first
+// Reader.
+func TestStatsHeld(t *testing.T) {
+	f := newFakeRings(t, 2, 4096)
+	r := f.ordered(t, Order{MaxDelay: time.Hour})
+	before := time.Now()
+	f.emit(t, 0, 5, 0, 16) // held: ring 1 may yet output a smaller key (rule 1)
+	r.SetDeadline(time.Now().Add(5 * time.Millisecond))
+	var s Sample
+	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: %v, want the deadline's error", err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	st := r.Stats()
+	if h, since := st[0].Held, time.Since(before); h < 2*time.Millisecond || h > since {
+		t.Errorf("Held %v, want at least 2ms and at most %v", h, since)
+	}
+	if st[0].Waiting < st[0].Held {
+		t.Errorf("Waiting %v below Held %v", st[0].Waiting, st[0].Held)
+	}
+	if st[1].Held != 0 {
+		t.Errorf("ring 1 holds nothing: Held %v", st[1].Held)
+	}
+	r.SetDeadline(time.Time{})
+	r.Flush()
+	if n := readFlushed(t, r); n != 1 {
+		t.Fatalf("%d records read, want 1", n)
+	}
+	if h := r.Stats()[0].Held; h != 0 {
+		t.Errorf("delivered: Held %v", h)
+	}
+}
+
+// Waiting over ring buffers: per ring, from the consumer and producer
+// positions; a record reserved and not yet submitted waits too.
+func TestStatsWaitingRingBuf(t *testing.T) {
+	f := newFakeBPFRings(t, 2, 4096)
+	r := f.reader(t, ReaderOptions{MaxLatency: -1})
+	f.rings[1].Output(t, bpfPayload(1))
+	written := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	age := time.Since(written)
+	st := r.Stats()
+	if st[0].Waiting != 0 || st[1].Waiting < age {
+		t.Errorf("Waiting %v and %v; want 0 and at least %v", st[0].Waiting, st[1].Waiting, age)
+	}
+	r.Flush()
+	if n := readFlushed(t, r); n != 1 {
+		t.Fatalf("%d records read, want 1", n)
+	}
+	if w := r.Stats()[1].Waiting; w != 0 {
+		t.Errorf("delivered: Waiting %v", w)
+	}
+	if _, ok := f.rings[0].Reserve(8); !ok {
+		t.Fatal("no room to reserve")
+	}
+	if w := r.Stats()[0].Waiting; w == 0 {
+		t.Error("a reserved record: Waiting 0")
+	}
+}
+
+// Stats' Size is each ring's size, also after Close; FollowsCPUs is false
+// over rings with neither a CPU watch nor ring buffers.
+func TestStatsSizeFollowsCPUs(t *testing.T) {
+	sizes := func(st []Stats) []int {
+		var out []int
+		for _, s := range st {
+			out = append(out, s.Size)
+		}
+		return out
+	}
+	f := newFakeRings(t, 2, 4096)
+	r := f.reader(t, ReaderOptions{})
+	if got := sizes(r.Stats()); !slices.Equal(got, []int{4096, 4096}) {
+		t.Errorf("Stats' sizes = %v, want [4096 4096]", got)
+	}
+	if r.FollowsCPUs() {
+		t.Error("FollowsCPUs over rings without a CPU watch")
+	}
+	r.Close()
+	if got := sizes(r.Stats()); !slices.Equal(got, []int{4096, 4096}) {
+		t.Errorf("Stats' sizes after Close = %v", got)
+	}
+
+	// With a CPU watch, and over ring buffers: internal/owner's
+	// TestFollowsCPUs.
+}
+
+// CloseExact is false before 6.0 (no PERF_FORMAT_LOST), and from 6.0 true
+// on a kernel without nohz_full CPUs, whose
+// /sys/devices/system/cpu/nohz_full lists none ("(null)" or no file):
+// membarrier waits there, and so does the array of maps. On a nohz_full
+// kernel only the array of maps waits (internal/kernel's
+// TestWaitWritersMembarrierRefused; selftest/failures' TestNohzFull in a
+// nohz_full guest of make vmtest).
+func TestCloseExact(t *testing.T) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/nohz_full")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	list := strings.TrimSpace(string(b))
+	nohzFull := list != "" && list != "(null)"
+	major, minor, err := kernel.Version()
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch got := CloseExact(); {
+	case major < 6 && got:
+		t.Errorf("CloseExact() = %v on kernel %d.%d, before PERF_FORMAT_LOST", got, major, minor)
+	case major >= 6 && !got && !nohzFull:
+		t.Errorf("CloseExact() = %v on kernel %d.%d without nohz_full CPUs (%q)", got, major, minor, list)
 	}
 }

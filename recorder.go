@@ -4,63 +4,17 @@ package perfbuf
 
 // Flight-recorder mode: Recorder keeps overwritable rings (backward perf
 // rings, ring buffers in overwrite mode) that no one consumes, and copies
-// their newest records on demand. The kernel side is internal/kernel's
-// (overwrite.go), the parse internal/snapshot's; this file opens, pauses
-// and counts.
+// their newest records on demand. How it opens, pauses and counts is
+// internal/owner's (recorder.go), the parse internal/snapshot's.
 
-import (
-	"cmp"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"runtime"
-	"slices"
-	"sync"
-	"sync/atomic"
-	"syscall"
-	"unsafe"
-
-	"github.com/perfbuf/perfbuf/internal/kernel"
-	"github.com/perfbuf/perfbuf/internal/ring"
-	"github.com/perfbuf/perfbuf/internal/snapshot"
-	"golang.org/x/sys/unix"
-)
+import "github.com/perfbuf/perfbuf/internal/owner"
 
 // Recorder keeps the newest records of a map's rings, for a flight
 // recorder: the kernel overwrites the oldest records instead of waiting for
 // a reader, nothing is consumed, and nothing is read until
 // [Recorder.Snapshot]. Its methods may be called from any goroutine; they
 // run one at a time.
-type Recorder struct {
-	mu     sync.Mutex
-	what   string
-	closed bool
-	pause  pauser // Pause's state (pause.go), set under mu
-	rings  []recRing
-	recs   []snapshot.Record // the parsers' scratch, reused by each Snapshot
-
-	// A perf event array: its backward rings, its slots (cpus) and the
-	// descriptor they were stored through (slotFile), whose slots Close
-	// deletes by key when byKey.
-	perf  *kernel.PerfRings
-	mapFD int
-	byKey bool
-	cpus  []int32
-
-	maps     []*kernel.RingMapping // ring buffers' read-only mappings
-	owned    []int                 // descriptors opened here, closed at Close
-	ids      []uint32              // claimed until Close
-	failures *failureMap
-}
-
-// recRing is one ring of a Recorder, with what its snapshots counted.
-type recRing struct {
-	perf  snapshot.PerfRing // a backward perf ring, or
-	bpf   snapshot.BPFRing  // a ring buffer (bpf.Data non-nil)
-	end   uint64            // the last snapshot's End: onlyNew's From
-	stats Stats
-}
+type Recorder struct{ r *owner.Recorder }
 
 // NewRecorder opens m's rings as overwritable rings: for a perf event
 // array, a backward ring on every online CPU, mapped read-only (CPUs that
@@ -73,140 +27,14 @@ type recRing struct {
 // overwrite mode, errors.ErrUnsupported if the kernel has none.
 func NewRecorder(m Map, opts Options) (*Recorder, error) {
 	const op = "new Recorder"
-	defer runtime.KeepAlive(opts)
-	defer runtime.KeepAlive(m)
 	if err := opts.checkRecorder(); err != nil {
 		return nil, wrap(op, err)
 	}
-	if m == nil {
-		return nil, wrap(op, fmt.Errorf("nil map: %w", os.ErrInvalid))
-	}
-	ro := opts.ring()
-	ro.recorder = true
-	fd := m.FileDescriptor()
-	info, err := checkMap(fd)
-	if err == nil {
-		err = ro.checkPrepared(info)
-	}
+	r, err := owner.OpenRecorder(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
-	r := &Recorder{mapFD: -1, what: describeMaps(info, len(opts.Maps))}
-	r.pause.grace = kernel.WaitWriters
-	if info.typ == mapTypePerfEventArray {
-		if len(opts.Maps) > 0 {
-			return nil, wrap(op, fmt.Errorf("options Maps with %v, which is read alone: %w", info, os.ErrInvalid))
-		}
-		err = r.openPerf(fd, info, pinPath(m), ro, opts.FailureMap)
-	} else {
-		maps := []mapArg{{fd, info}}
-		for i, mm := range opts.Maps {
-			info, err := checkMap(mm.FileDescriptor())
-			if err != nil {
-				return nil, wrap(op, fmt.Errorf("options Maps[%d]: %w", i, err))
-			}
-			maps = append(maps, mapArg{mm.FileDescriptor(), info})
-		}
-		err = r.openRingBufs(maps, ro, opts.FailureMap)
-	}
-	if err != nil {
-		r.free()
-		return nil, wrap(op, err)
-	}
-	return r, nil
-}
-
-// openPerf opens a backward ring on each CPU perf_buffer__new would
-// choose, stored through a map file of the Recorder's own where it can
-// have one (slotFile; pin is the map's pin, or "").
-func (r *Recorder) openPerf(fd int, info mapDesc, pin string, ro ringOptions, failures Map) error {
-	cfg, err := ro.hostConfig()
-	if err != nil {
-		return fmt.Errorf("%v: %w", info, err)
-	}
-	if r.failures, err = openFailureMap(failures); err != nil {
-		return err
-	}
-	cpus, _, err := ringCPUs(info.maxEntries)
-	if err != nil {
-		return err
-	}
-	if !claimMap(info.id) {
-		return fmt.Errorf("%v (id %d): %w", info, info.id, ErrMapInUse)
-	}
-	r.ids = append(r.ids, info.id)
-	var own bool
-	if r.mapFD, own, err = slotFile(fd, info, pin); err != nil {
-		return err
-	}
-	r.byKey = !own
-	if r.perf, err = kernel.OpenBackwardRings(r.mapFD, cfg.kernel(), cpus); err != nil {
-		return fmt.Errorf("open backward perf rings on %v: %w", info, err)
-	}
-	r.cpus = cpus
-	for j, cpu := range cpus {
-		base, size := r.perf.Ring(j)
-		hdr := (*unix.PerfEventMmapPage)(base)
-		// data_offset is written once, at the mapping, before the mmap returns.
-		data := unsafe.Slice((*byte)(unsafe.Add(base, hdr.Data_offset)), size)
-		r.rings = append(r.rings, recRing{
-			perf:  snapshot.PerfRing{Head: &hdr.Data_head, Data: data},
-			stats: Stats{Ring: j, CPU: int(cpu), Size: size},
-		})
-	}
-	return nil
-}
-
-// openRingBufs maps the ring buffers of maps (those in arrays of maps too)
-// read-only, once ro is checked against each.
-func (r *Recorder) openRingBufs(maps []mapArg, ro ringOptions, failures Map) error {
-	var bufs []mapArg
-	for _, m := range maps {
-		if m.info.typ == mapTypeArrayOfMaps {
-			s := &ringBufSource{epfd: -1}
-			inner, err := s.inner(m, ro)
-			r.owned = append(r.owned, s.owned...)
-			if err != nil {
-				return err
-			}
-			bufs = append(bufs, inner...)
-			continue
-		}
-		if err := ro.checkRingBuf(m.info); err != nil {
-			return err
-		}
-		fd, err := ownMap(m.fd, m.info)
-		if err != nil {
-			return fmt.Errorf("ring buffer %q: %w", m.info.name, err)
-		}
-		r.owned = append(r.owned, fd)
-		bufs = append(bufs, mapArg{fd, m.info})
-	}
-	if len(bufs) == 0 {
-		return fmt.Errorf("no ring buffer in the maps given (an array of maps with every slot empty?): %w", os.ErrInvalid)
-	}
-	var err error
-	if r.failures, err = openFailureMap(failures); err != nil {
-		return err
-	}
-	for i, b := range bufs {
-		if !claimMap(b.info.id) {
-			return fmt.Errorf("%v (id %d): %w", b.info, b.info.id, ErrMapInUse)
-		}
-		r.ids = append(r.ids, b.info.id)
-		mp, err := kernel.MapRingBuffer(b.fd, int(b.info.maxEntries))
-		if err != nil {
-			return fmt.Errorf("%v: %w", b.info, err)
-		}
-		r.maps = append(r.maps, mp)
-		r.rings = append(r.rings, recRing{
-			bpf:   snapshot.BPFRingAt(mp.Consumer(), mp.Producer(), mp.Data()),
-			stats: Stats{Ring: i, CPU: -1, Size: int(b.info.maxEntries)},
-		})
-	}
-	// Programs that write through bpf/perfbuf.bpf.h write while a reader
-	// is counted.
-	return r.failures.openReader()
+	return &Recorder{r}, nil
 }
 
 // Snapshot copies the newest whole records of every ring into buf and
@@ -228,149 +56,7 @@ func (r *Recorder) openRingBufs(maps []mapArg, ro ringOptions, failures Map) err
 // it. Other errors: os.ErrClosed, the kernel's errno from the wait for
 // writers.
 func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) ([]Record, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	op := "snapshot " + r.what
-	if r.closed {
-		return dst, fmt.Errorf("%s: %w", op, os.ErrClosed)
-	}
-	// Paused, the perf rings are still (Pause waited for their writers);
-	// otherwise each parse waits for the writers in flight after its copy.
-	settle := kernel.WaitWriters
-	if r.pause.paused {
-		settle = nil
-	}
-	recs := r.recs
-	var short error
-	shares := r.shares(len(buf), onlyNew)
-	later := 0 // what the rings after i are given
-	for _, n := range shares {
-		later += n
-	}
-	for i := range r.rings {
-		rr := &r.rings[i]
-		later -= shares[i]
-		part := max(len(buf)-later, 0) // ring i's share, and what the rings before it left
-		var from uint64
-		if onlyNew {
-			from = rr.end
-		}
-		var s snapshot.Snapshot
-		var err error
-		if rr.bpf.Data != nil {
-			s, err = snapshot.BPF(rr.bpf, buf[:part], recs, snapshot.BPFOptions{From: from, Settle: kernel.WaitWriters})
-		} else {
-			s, err = snapshot.Perf(rr.perf, buf[len(buf)-part:], recs, snapshot.PerfOptions{From: from, Settle: settle})
-		}
-		recs = s.Records
-		r.recs = recs[:0]
-		if errors.Is(err, io.ErrShortBuffer) {
-			if short == nil {
-				short = fmt.Errorf("%s: ring %d: %w", op, i, err)
-			}
-		} else if err != nil {
-			return dst, fmt.Errorf("%s: ring %d: %w", op, i, err)
-		}
-		rr.end = s.End
-		used := 0 // the bytes of buf the records kept take
-		for k := range s.Records {
-			sr := &s.Records[k]
-			rec := Record{Type: ring.Sample, Ring: i, CPU: rr.stats.CPU, Pos: sr.Pos, Next: sr.Next(), Data: sr.Data, Lost: sr.Lost}
-			if sr.Type == snapshot.PerfRecordLost {
-				rec.Type, rec.Data = ring.Lost, nil
-				rr.stats.Lost += sr.Lost
-			} else {
-				rr.stats.Samples++
-				rr.stats.Bytes += uint64(len(sr.Data))
-			}
-			if rr.bpf.Data == nil {
-				used += int(sr.Next()-sr.Pos) - 8 // a perf record's body, header left out
-			}
-			dst = append(dst, rec)
-		}
-		r.count(i, &s.Counts)
-		// What the part leaves unused goes to the rings after. A perf
-		// ring fills its part from the end, the newest record last: the
-		// records kept are the newest, at the end. A ring buffer fills its
-		// part from the start, oldest first: those kept end where the
-		// newest ends.
-		if rr.bpf.Data == nil {
-			buf = buf[:len(buf)-used]
-		} else {
-			for k := len(s.Records) - 1; k >= 0; k-- {
-				// (An empty Data's pointer may not be its offset in buf.)
-				if last := s.Records[k].Data; len(last) > 0 {
-					used = int(uintptr(unsafe.Pointer(&last[0]))-uintptr(unsafe.Pointer(&buf[0]))) + len(last)
-					break
-				}
-			}
-			buf = buf[used:]
-		}
-	}
-	return dst, short
-}
-
-// shares divides n bytes of a snapshot's buffer among the rings by what
-// each holds (the bytes from where the snapshot starts to the newest
-// record, headers included: a little more than its records take): rings
-// that hold less than an equal part of what is left get what they hold,
-// the others equal parts of the rest.
-func (r *Recorder) shares(n int, onlyNew bool) []int {
-	want := make([]int, len(r.rings))
-	for i := range r.rings {
-		want[i] = r.rings[i].window(onlyNew)
-	}
-	share := make([]int, len(want))
-	order := make([]int, len(want))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(want[a], want[b]) })
-	for k, i := range order {
-		share[i] = min(want[i], n/(len(order)-k))
-		n -= share[i]
-	}
-	return share
-}
-
-// window returns the bytes a snapshot of rr would walk: what a perf ring
-// holds up to its size, or a ring buffer from the later of its consumer
-// and overwrite positions; with onlyNew, from the last snapshot's end.
-func (rr *recRing) window(onlyNew bool) int {
-	var from uint64
-	if rr.bpf.Data != nil {
-		// Acquire loads, as snapshot.BPF's; an estimate, which the parse
-		// does not trust.
-		prod := atomic.LoadUint64(rr.bpf.Producer)
-		start := atomic.LoadUint64(rr.bpf.Consumer)
-		starts := []uint64{atomic.LoadUint64(rr.bpf.Overwrite)}
-		if onlyNew {
-			starts = append(starts, rr.end)
-		}
-		for _, p := range starts {
-			if int64(p-start) > 0 {
-				start = p
-			}
-		}
-		return int(min(max(int64(prod-start), 0), int64(len(rr.bpf.Data))))
-	}
-	// Paused: data_head moves no more (acquire: as snapshot.Perf's).
-	head := atomic.LoadUint64(rr.perf.Head)
-	if onlyNew {
-		from = rr.end
-	}
-	return int(min(-head, from-head, uint64(len(rr.perf.Data))))
-}
-
-// count adds what snapshot c left out to ring i's Stats.
-func (r *Recorder) count(i int, c *snapshot.Counts) {
-	st := &r.rings[i].stats
-	st.Skipped += c.Busy + c.Overwritten + c.NoRoom
-	st.Discarded += c.Discarded
-	st.Other += c.Other
-	if c.Corrupt {
-		st.Corrupt++
-	}
+	return r.r.Snapshot(buf, dst, onlyNew)
 }
 
 // Pause stops the output to every ring and returns once the outputs in
@@ -392,100 +78,19 @@ func (r *Recorder) count(i int, c *snapshot.Counts) {
 // Without a FailureMap whose reader key counts this Recorder, the error
 // wraps errors.ErrUnsupported; if another process's reader holds the key
 // open, ErrMapInUse.
-func (r *Recorder) Pause() error { return r.setPaused("pause", true) }
+func (r *Recorder) Pause() error { return r.r.SetPaused("pause", true) }
 
 // Resume undoes Pause: the perf rings' output resumes, the reader key is
 // open again. Resuming a Recorder not paused does nothing. Errors: as
 // Pause's.
-func (r *Recorder) Resume() error { return r.setPaused("resume", false) }
-
-// setPaused is Pause (on) and Resume: pauser.set, over the perf rings or
-// the ring buffers' reader key.
-func (r *Recorder) setPaused(verb string, on bool) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	op := verb + " " + r.what
-	if r.closed {
-		return fmt.Errorf("%s: %w", op, os.ErrClosed)
-	}
-	var fds func() []int
-	if r.perf != nil {
-		fds = func() []int {
-			out := make([]int, r.perf.Count())
-			for j := range out {
-				out[j] = r.perf.FD(j)
-			}
-			return out
-		}
-	}
-	return r.pause.set(op, on, func(change func(pauseTarget) error) error {
-		return wrap(op, change(pauseTarget{perfFDs: fds, f: r.failures}))
-	})
-}
+func (r *Recorder) Resume() error { return r.r.SetPaused("resume", false) }
 
 // Stats returns each ring's counts (see [Stats]): what the snapshots
 // returned (Samples, Bytes, Lost) and left out (Skipped, Discarded, Other,
 // Corrupt). A record returned by two snapshots counts twice.
-func (r *Recorder) Stats() []Stats {
-	r.mu.Lock()
-	st := make([]Stats, len(r.rings))
-	for i := range r.rings {
-		rr := &r.rings[i]
-		st[i] = rr.stats
-		st[i].DeletesSlot = r.perf != nil && r.byKey
-		if rr.bpf.Data != nil {
-			// Acquire loads, as snapshot.BPF's: what the positions
-			// say now (the kernel stores them with a release).
-			over, cons := atomic.LoadUint64(rr.bpf.Overwrite), atomic.LoadUint64(rr.bpf.Consumer)
-			st[i].Overwritten = uint64(max(int64(over-cons), 0))
-		}
-	}
-	r.mu.Unlock()
-	return r.failures.addTo(st)
-}
+func (r *Recorder) Stats() []Stats { return publish(r.r.Stats()) }
 
 // Close frees the rings, once a Snapshot in progress returns; a perf event
 // array's slots are emptied first, as a Reader's are ([Stats].DeletesSlot).
 // Close is idempotent.
-func (r *Recorder) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.closed {
-		r.closed = true
-		r.free()
-	}
-	return nil
-}
-
-// free empties the slots and frees what NewRecorder opened, as far as it
-// got. The slots go with the map file they were stored through (see
-// rings.release), or by key without one of its own, before the rings.
-func (r *Recorder) free() {
-	if r.perf != nil && r.byKey {
-		for _, cpu := range r.cpus {
-			_ = kernel.DeleteSlot(r.mapFD, uint32(cpu))
-		}
-	}
-	if r.mapFD >= 0 {
-		syscall.ForkLock.RLock() // (see rings.release)
-		unix.Close(r.mapFD)
-		syscall.ForkLock.RUnlock()
-		r.mapFD = -1
-	}
-	if r.perf != nil {
-		_ = r.perf.Close()
-	}
-	for _, mp := range r.maps {
-		_ = mp.Close()
-	}
-	for _, fd := range r.owned {
-		unix.Close(fd)
-	}
-	for _, id := range r.ids {
-		unclaimMap(id)
-	}
-	r.failures.close()
-	for i := range r.rings {
-		r.rings[i].perf, r.rings[i].bpf = snapshot.PerfRing{}, snapshot.BPFRing{}
-	}
-}
+func (r *Recorder) Close() error { return r.r.Close() }

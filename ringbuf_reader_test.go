@@ -3,8 +3,8 @@
 package perfbuf
 
 // Tests of the owners (Reader, PerfBuffer, RawBuffer) over fake BPF ring
-// buffers: busy records, positions that cannot be valid, and the ledger at
-// Close (issue 29).
+// buffers: busy records, positions that cannot be valid, the ledger at
+// Close (issue 29), and a reader opened again over a pinned ring buffer.
 
 import (
 	"context"
@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/owner"
+	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 	"github.com/perfbuf/perfbuf/internal/wait"
 	"golang.org/x/sys/unix"
-
-	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 // fakeBPFRings are fake BPF ring buffers, each with an eventfd standing in
@@ -52,14 +52,15 @@ func newFakeBPFRings(t testing.TB, n, size int) *fakeBPFRings {
 	return f
 }
 
-// core returns an owner core over readers of the rings.
-func (f *fakeBPFRings) core(t testing.TB) *core {
+// core returns an owner core over readers of the rings; oneWriter[i]
+// says ring i is one CPU's (an ordered Reader's rule 1).
+func (f *fakeBPFRings) core(t testing.TB, oneWriter ...bool) *owner.Core {
 	t.Helper()
 	var rings []ring.Kind
 	for _, r := range f.rings {
 		rings = append(rings, bpfReader(t, r))
 	}
-	c, err := newCore(rings, f.fds)
+	c, err := owner.Over(rings, f.fds, "", oneWriter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 					err := r.ReadInto(&s)
 					return []uint64{seq8(s.Data)}, err
 				}
-				w = r.c.w
+				w = r.r.C.W
 			case "callback":
 				var got []uint64
 				pb := f.perfBuffer(t, func(_ int, data []byte) { got = append(got, seq8(data)) }, nil)
@@ -279,7 +280,7 @@ func TestRingBufBusyCommitWakes(t *testing.T) {
 					}
 					return got, nil
 				}
-				w = pb.c.w
+				w = pb.pb.C.W
 			}
 			busy, _ := f.rings[0].Reserve(8)
 			f.rings[0].Write(busy, bpfPayload(1))
@@ -543,7 +544,7 @@ func TestPollRingBufMissedWakeup(t *testing.T) {
 		binary.NativeEndian.PutUint64(one[:], 1)
 		unix.Write(fd, one[:])
 	}
-	c, err := newCore([]ring.Kind{bpfReader(t, f)}, []int{fd})
+	c, err := owner.Over([]ring.Kind{bpfReader(t, f)}, []int{fd}, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +578,7 @@ func TestPollRingBufMissedWakeup(t *testing.T) {
 func TestReaderReadsPastAMissedWakeup(t *testing.T) {
 	f := newFakeBPFRings(t, 1, 4096)
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
-	rb := r.c.kinds[0].(*ring.RingBuf)
+	rb := r.r.C.Kinds[0].(*ring.RingBuf)
 	committed := false
 	rb.SettleHook = func() {
 		if !committed {
@@ -615,7 +616,7 @@ func TestReaderRingBufBudget(t *testing.T) {
 		// wakeups, failing if it returned instead.
 		parked := func(wakeups uint64) {
 			t.Helper()
-			for r.c.w.Wakeups() < wakeups || !r.c.w.Waiting() {
+			for r.r.C.W.Wakeups() < wakeups || !r.r.C.W.Waiting() {
 				select {
 				case err := <-got:
 					t.Fatalf("the read returned (%v) during the hold", err)
@@ -661,7 +662,7 @@ func TestReaderRingBufBudget(t *testing.T) {
 			done := make(chan error, 1)
 			var s Sample
 			go func() { done <- r.ReadInto(&s) }()
-			for !r.c.w.Waiting() && len(done) == 0 {
+			for !r.r.C.W.Waiting() && len(done) == 0 {
 				time.Sleep(time.Millisecond) // the read parks (or has returned)
 			}
 			f.rings[0].Output(t, rec)
@@ -673,4 +674,130 @@ func TestReaderRingBufBudget(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Reopening: a Reader opened again over the memory of ring buffers that a
+// closed Reader read (a pinned map opened again) goes on where that one
+// stopped, and its Stats say what it found (issue 30, item 7).
+
+// A second Reader over the same ring buffers goes on with the first record
+// the first one did not deliver: every record is delivered once, by one of
+// the two, none skipped. Close committed everything the first delivered,
+// the record a function failed on included, and the second's Found is what
+// the first left (Left, and the discarded records among them). Per ring,
+// the readers' Samples + Discarded + Left - Found add up to what reached
+// the ring while they were open; the first's Found, what was there before
+// it. Two rings, as an array of ring buffers with a ring per CPU has.
+func TestRingBufReopen(t *testing.T) {
+	const perRing = 30
+	const samples = 2*perRing - 2*perRing/5 // the first outputs' samples: 1 in 5 discarded
+	discarded := func(seq uint64) bool { return seq%5 == 3 }
+	for _, form := range []string{"ReadInto", "Consume failing"} {
+		for _, read := range []int{0, 1, 7, 30, samples} {
+			t.Run(fmt.Sprintf("%s/read %d", form, read), func(t *testing.T) {
+				f := newFakeBPFRings(t, 2, 4096)
+				outputs := make([]uint64, 2) // records that reached each ring
+				wantSamples := map[uint64]bool{}
+				output := func(n int) {
+					seq := uint64(len(wantSamples)) << 8 // fresh seqs, apart from the discards'
+					for i := range 2 * n {
+						r := i % 2
+						seq++
+						p, ok := f.rings[r].Reserve(8)
+						if !ok {
+							t.Fatal("no room")
+						}
+						f.rings[r].Write(p, bpfPayload(seq))
+						f.rings[r].Commit(p, discarded(seq))
+						outputs[r]++
+						if !discarded(seq) {
+							wantSamples[seq] = true
+						}
+					}
+				}
+				output(perRing)
+				got := map[uint64]int{}
+
+				r1 := f.reader(t, ReaderOptions{MaxLatency: -1})
+				setBudget(r1, 5*16, 2*16) // turns that end between records
+				n := 0
+				switch form {
+				case "ReadInto":
+					r1.SetDeadline(time.Now().Add(time.Second))
+					var s Sample
+					for n < read {
+						if err := r1.ReadInto(&s); err != nil {
+							t.Fatalf("ReadInto after %d: %v", n, err)
+						}
+						got[seq8(s.Data)]++
+						n++
+					}
+				case "Consume failing":
+					// The function fails on the read-th record: delivered all
+					// the same (the read does not give it again).
+					errFull := errors.New("full")
+					for n < read {
+						_, err := r1.Consume(func(rec *Record) error {
+							got[seq8(rec.Data)]++
+							n++
+							if n == read {
+								return errFull
+							}
+							return nil
+						})
+						if err != nil && !errors.Is(err, errFull) || err == nil && n < read {
+							t.Fatalf("Consume after %d: %v", n, err)
+						}
+					}
+				}
+				if err := r1.Close(); err != nil {
+					t.Fatal(err)
+				}
+				st1 := r1.Stats()
+
+				r2 := f.reader(t, ReaderOptions{MaxLatency: -1})
+				opened := r2.Stats()
+				output(5) // and more while it reads
+				if _, err := r2.Consume(func(rec *Record) error {
+					got[seq8(rec.Data)]++
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if err := r2.Close(); err != nil {
+					t.Fatal(err)
+				}
+				st2 := r2.Stats()
+
+				for seq := range wantSamples {
+					if got[seq] != 1 {
+						t.Errorf("sample %d delivered %d times", seq, got[seq])
+					}
+				}
+				if len(got) != len(wantSamples) {
+					t.Errorf("delivered %d different samples, want %d", len(got), len(wantSamples))
+				}
+				var samples1 uint64
+				for i := range 2 {
+					a, b := st1[i], st2[i]
+					samples1 += a.Samples
+					if a.Found != perRing || opened[i].Found != b.Found {
+						t.Errorf("ring %d: Found %d at the first opening, %d and %d at the second's; want %d, what was output before it", i, a.Found, opened[i].Found, b.Found, perRing)
+					}
+					// What the first left, discarded records included, is
+					// what the second found: it counts them again.
+					if b.Found < a.Left || b.Found-a.Left > a.Discarded {
+						t.Errorf("ring %d: found %d, the first reader left %d (discarded %d)", i, b.Found, a.Left, a.Discarded)
+					}
+					sum := a.Samples + a.Discarded + a.Left - a.Found + b.Samples + b.Discarded + b.Left - b.Found
+					if sum+a.Found != outputs[i] || b.Left != 0 {
+						t.Errorf("ring %d: Stats %+v then %+v: sum %d, want %d, nothing left", i, a, b, sum, outputs[i])
+					}
+				}
+				if samples1 != uint64(n) {
+					t.Errorf("the first reader delivered %d, its Samples say %d", n, samples1)
+				}
+			})
+		}
+	}
 }

@@ -5,8 +5,10 @@ package perfbuf
 // What is counted per ring: Stats, and the BPF side's failed outputs.
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
@@ -115,4 +117,25 @@ func (f Failures) Add(g Failures) Failures {
 func (st *Stats) setCounts(c *ring.Counts) {
 	st.Samples, st.Bytes, st.Lost, st.Other, st.Discarded = c.Samples, c.Bytes, c.Lost, c.Other, c.Discarded
 	st.Corrupt, st.CorruptBytes, st.MaxFill = c.Corrupt, c.CorruptBytes, c.MaxFill
+}
+
+// publish returns the owner's counts (internal/owner) as Stats.
+func publish(in []owner.Stats) []Stats {
+	st := make([]Stats, len(in))
+	for i, s := range in {
+		st[i] = Stats{Ring: s.Ring, CPU: s.CPU, Samples: s.Samples, Dropped: s.Dropped, Lost: s.Lost,
+			Discarded: s.Discarded, Left: s.Left, Found: s.Found, Failed: Failures(s.Failed),
+			Skipped: s.Skipped, Overwritten: s.Overwritten, Bytes: s.Bytes, Late: s.Late, Other: s.Other,
+			Corrupt: s.Corrupt, CorruptBytes: s.CorruptBytes, MaxFill: s.MaxFill, Fill: s.Fill, Size: s.Size,
+			DeletesSlot: s.DeletesSlot, Waiting: s.Waiting, Held: s.Held}
+	}
+	return st
+}
+
+// wrap adds op to a non-nil error.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }

@@ -222,7 +222,7 @@ type MapInfo struct {
 // GetMapInfo returns the info of the map behind fd (BPF_OBJ_GET_INFO_BY_FD).
 // The kernel answers for programs, links and BTF objects too, in their own
 // info struct, which this would read as a map's: the caller tells them
-// apart (perfbuf's map.go asks /proc, or IsMap). The kernel's errno comes wrapped:
+// apart (internal/owner's maps.go asks /proc, or IsMap). The kernel's errno comes wrapped:
 // EBADF for a closed descriptor (EBADFD on some kernels), EINVAL for a
 // descriptor that is not a BPF object.
 func GetMapInfo(fd int) (MapInfo, error) {

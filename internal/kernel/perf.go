@@ -21,7 +21,7 @@ import (
 )
 
 // PerfConfig is the configuration of every ring of one opening, checked
-// and with its defaults resolved by the caller (perfbuf's checks.go);
+// and with its defaults resolved by the caller (internal/owner's config.go);
 // OpenPerfRings checks it again, before any descriptor is opened.
 type PerfConfig struct {
 	Pages        int // data pages per ring, a power of two

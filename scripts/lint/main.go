@@ -50,8 +50,11 @@ var layers = map[string][]string{
 	// The wait and the delivery policies, over the ring kinds.
 	"internal/wait":   {"internal/ring"},
 	"internal/policy": {"internal/ring"},
-	// The public package, over every layer of the reader.
-	".": {"internal/cpus", "internal/kernel", "internal/policy", "internal/prepared", "internal/ring", "internal/snapshot", "internal/wait"},
+	// The owner of the rings: opening, lifetime, pause, the openers, the
+	// failure map, the claims, and the read loops of each mode.
+	"internal/owner": {"internal/cpus", "internal/kernel", "internal/policy", "internal/prepared", "internal/ring", "internal/snapshot", "internal/wait"},
+	// The public package: the types a user reads, over the owner.
+	".": {"internal/kernel", "internal/owner", "internal/policy", "internal/prepared", "internal/ring", "internal/wait"},
 	// Above the public package, in the root module: the loaders' contract.
 	"buflayout": {".", "internal/cpus", "internal/kernel", "internal/prepared"},
 	// Modules of their own, over the root's public packages only: the

@@ -295,10 +295,10 @@ func TestHandoverChild(t *testing.T) {
 	})
 }
 
-// The readers' locks (presence.go) are perfbuf's own: a program that holds
-// an flock(2) on a descriptor of the kernel's anonymous inode (an eventfd
-// here; every BPF map, epoll set and timerfd shares it) stalls no reader's
-// open, Pause or Close. (The reader key was locked with flock on the map's
+// The readers' locks (internal/owner/presence.go) are perfbuf's own: a
+// program that holds an flock(2) on a descriptor of the kernel's
+// anonymous inode (an eventfd here; every BPF map, epoll set and timerfd
+// shares it) stalls no reader's open, Pause or Close. (The reader key was locked with flock on the map's
 // descriptor, and all three waited for such a lock, without a bound.)
 func TestReaderKeyUnrelatedLock(t *testing.T) {
 	opts := perfbuf.Options{}

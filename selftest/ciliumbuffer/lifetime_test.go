@@ -45,7 +45,7 @@ func (c collecting) FileDescriptor() int {
 // call, and another map take the number, before NewReader duplicates it.
 // NewReader never reads that other map: it keeps the maps it is given
 // reachable until it holds duplicates of their descriptors (runtime.KeepAlive
-// in openCore), so the collector cannot close them during the call, and the
+// in owner.Open), so the collector cannot close them during the call, and the
 // Reader it returns reads the right maps. Without the KeepAlive, NewReader
 // failed with EBADF here.
 func TestMapCollectedDuringNewReader(t *testing.T) {
