@@ -185,7 +185,7 @@ func TestForgottenConfig(t *testing.T) {
 		{"perf event array, config as compiled", func(s *ebpf.CollectionSpec) {
 			m := s.Maps["events"]
 			m.Type, m.KeySize, m.ValueSize, m.MaxEntries = ebpf.PerfEventArray, 4, 4, 0
-		}, "cannot pass map_type 4 into func bpf_ringbuf_output#130"},
+		}, "cannot pass map_type 4 into func bpf_ringbuf_"}, // (the first ring buffer helper the verifier meets)
 		{"ring buffer, config of a perf event array", func(s *ebpf.CollectionSpec) {
 			if err := s.Variables["events_config"].Set(config{0, 0, sampleMax, 1}); err != nil {
 				t.Fatal(err)
