@@ -109,6 +109,9 @@ $(VMLINUX): | deps
 		-I$(BUILD) -I$(CURDIR)/bpf -I$(LIBBPF_INCLUDE) -c $< -o $@
 	$(LLVM_STRIP) -g $@
 
+# crossproc's program is bpfbuffer's, included.
+selftest/crossproc/bpf/crossproc.bpf.o: selftest/bpfbuffer/bpf/bpfbuffer.bpf.c
+
 bpf: deps $(BPF_OBJ)
 
 build: libbpf-info bpf
