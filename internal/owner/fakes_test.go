@@ -107,15 +107,7 @@ func (f *fakeRings) core(t testing.TB, src *rings) *Core {
 func (f *fakeRings) wake(i int) { signal(f.fds[i]) }
 
 // payload is a sample carrying a key and a sequence number.
-func payload(key, seq uint64, size int) []byte {
-	p := make([]byte, max(size, 16))
-	binary.NativeEndian.PutUint64(p, key)
-	binary.NativeEndian.PutUint64(p[8:], seq)
-	for i := 16; i < len(p); i++ {
-		p[i] = byte(seq) + byte(i)
-	}
-	return p
-}
+func payload(key, seq uint64, size int) []byte { return ringtest.Keyed(key, seq, size) }
 
 func (f *fakeRings) emit(t testing.TB, ring int, key, seq uint64, size int) {
 	t.Helper()

@@ -87,3 +87,16 @@ func Sum(p []byte) uint64 {
 // U32 is n as the kernel stores a record header's length: in the host's
 // byte order.
 func U32(n uint32) []byte { return binary.NativeEndian.AppendUint32(nil, n) }
+
+// Keyed returns a sample of size bytes (16 at least) that carries key in
+// its first 8 bytes and seq in the next 8, then bytes that differ with seq
+// and position: the payload of the readers' tests over fake rings.
+func Keyed(key, seq uint64, size int) []byte {
+	p := make([]byte, max(size, 16))
+	binary.NativeEndian.PutUint64(p, key)
+	binary.NativeEndian.PutUint64(p[8:], seq)
+	for i := 16; i < len(p); i++ {
+		p[i] = byte(seq) + byte(i)
+	}
+	return p
+}
