@@ -32,7 +32,8 @@ type Policy interface {
 
 // Holder is a policy that keeps copies of records it took from the rings
 // (the window over ring buffers): Held(i) counts ring i's samples it holds
-// and has not delivered, left undelivered at Close like those in the ring.
+// and has not delivered. At Close a read in progress delivers them
+// (HandOver); else they count as left undelivered, as those in the ring.
 type Holder interface {
 	Held(i int) uint64
 }

@@ -35,10 +35,9 @@ type WindowConfig struct {
 	Bytes int
 	// OneWriter says, for ring i, whether one CPU alone writes it: its
 	// keys then only grow (rule 1). A ring buffer shared by CPUs counts for
-	// rule 1 only when empty, with stamped keys; while it does not, rule 1
-	// releases nothing. It
-	// is asked once a ring, as the ring comes in (NewWindow, AddRing); nil:
-	// none.
+	// rule 1 only while empty, with stamped keys; else rule 1 releases
+	// nothing while one is read. It is asked once a ring, as the ring
+	// comes in (NewWindow, AddRing); nil: none.
 	OneWriter func(i int) bool
 }
 
@@ -217,7 +216,8 @@ func (w *window) Oldest(i int) uint64 {
 }
 
 // Held returns the samples of ring i copied and not delivered: at Close,
-// they are left undelivered like those in the ring.
+// unless a read in progress hands them over (Set.HandOver), they count as
+// left undelivered, as those in the ring do.
 func (w *window) Held(i int) uint64 { return w.rs[i].staged }
 
 // releasable reports whether the smallest copy may go (rules 1 to 5).
