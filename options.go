@@ -131,8 +131,9 @@ type ReaderOptions struct {
 // cost: each record goes at once, after the window's copies with smaller
 // keys, until a look finds the ring empty or its next record busy, 10 ms
 // or more after a look last found it an eighth full.
-// Stats.Held is the age of the oldest copy held; at Close, the
-// copies not delivered count as Left.
+// Stats.Held is the age of the oldest copy held. At Close, a read by a
+// function in progress delivers the copies (see [Reader.Close]); those no
+// read delivered count as Left.
 type Order struct {
 	// KeyOffset is where the key sits in each sample: a u64 in the
 	// host's byte order. A sample too short to hold it has key 0.
