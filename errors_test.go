@@ -17,7 +17,6 @@ import (
 	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
-	"golang.org/x/sys/unix"
 )
 
 // kindCore returns an owner core over one fake ring, a perf ring or a
@@ -30,11 +29,7 @@ func kindCore(t *testing.T, perf bool, what string) *owner.Core {
 		f := newFakeRings(t, 1, 4096)
 		rb, fd = f.perf(t)[0], f.fds[0]
 	} else {
-		var err error
-		if fd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Close(fd) })
+		fd = ringtest.EventFD(t)
 		rb = bpfReader(t, ringtest.NewRingBuf(4096))
 	}
 	c, err := owner.Over([]ring.Kind{rb}, []int{fd}, what, nil)

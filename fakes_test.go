@@ -6,7 +6,6 @@ package perfbuf
 // the fake perf rings of internal/ringtest (owner.Over).
 
 import (
-	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -49,12 +48,7 @@ func newFakeRings(t testing.TB, n, size int) *fakeRings {
 	for i := 0; i < n; i++ {
 		f.rings = append(f.rings, ringtest.NewPerf(size))
 		f.cpus = append(f.cpus, i)
-		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.fds = append(f.fds, fd)
-		t.Cleanup(func() { unix.Close(fd) })
+		f.fds = append(f.fds, ringtest.EventFD(t))
 	}
 	return f
 }
@@ -86,11 +80,7 @@ func (f *fakeRings) core(t testing.TB) *owner.Core {
 }
 
 // wake makes ring i's fd readable.
-func (f *fakeRings) wake(i int) {
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(f.fds[i], one[:])
-}
+func (f *fakeRings) wake(i int) { ringtest.Signal(f.fds[i]) }
 
 // drainWake makes ring i's fd unreadable again (the kernel's perf_poll
 // does this when it reports the ring).

@@ -20,7 +20,6 @@ import (
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 	"github.com/perfbuf/perfbuf/internal/wait"
-	"golang.org/x/sys/unix"
 )
 
 // fakeBPFRings are fake BPF ring buffers, each with an eventfd standing in
@@ -36,16 +35,8 @@ func newFakeBPFRings(t testing.TB, n, size int) *fakeBPFRings {
 	f := &fakeBPFRings{}
 	for range n {
 		r := ringtest.NewRingBuf(size)
-		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Close(fd) })
-		r.OnWake = func() {
-			var one [8]byte
-			binary.NativeEndian.PutUint64(one[:], 1)
-			unix.Write(fd, one[:])
-		}
+		fd := ringtest.EventFD(t)
+		r.OnWake = func() { ringtest.Signal(fd) }
 		f.rings = append(f.rings, r)
 		f.fds = append(f.fds, fd)
 	}
@@ -534,16 +525,8 @@ func TestRingBufCloseLedger(t *testing.T) {
 // good).
 func TestPollRingBufMissedWakeup(t *testing.T) {
 	f := ringtest.NewRingBuf(4096)
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	f.OnWake = func() {
-		var one [8]byte
-		binary.NativeEndian.PutUint64(one[:], 1)
-		unix.Write(fd, one[:])
-	}
+	fd := ringtest.EventFD(t)
+	f.OnWake = func() { ringtest.Signal(fd) }
 	c, err := owner.Over([]ring.Kind{bpfReader(t, f)}, []int{fd}, "", nil)
 	if err != nil {
 		t.Fatal(err)

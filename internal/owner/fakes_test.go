@@ -7,7 +7,6 @@ package owner
 // or its map's descriptor.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
-	"golang.org/x/sys/unix"
 )
 
 // mapFD is a bare descriptor as a Map.
@@ -27,24 +25,6 @@ func (fd mapFD) FileDescriptor() int { return int(fd) }
 // defaultPlan is a Reader's plan with the root's default options: a
 // latency budget of 10 ms.
 var defaultPlan = Plan{Ring: RingOptions{Budget: true}, Latency: 10 * time.Millisecond}
-
-// eventFD returns a non-blocking eventfd, closed when the test ends.
-func eventFD(t testing.TB) int {
-	t.Helper()
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return fd
-}
-
-// signal makes the eventfd fd readable.
-func signal(fd int) {
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(fd, one[:])
-}
 
 // fakeRings are fake perf rings: a producer signals a ring's eventfd after
 // publishing, as the kernel's wakeup makes the perf fd readable.
@@ -60,7 +40,7 @@ func newFakeRings(t testing.TB, n, size int) *fakeRings {
 	for i := 0; i < n; i++ {
 		f.rings = append(f.rings, ringtest.NewPerf(size))
 		f.cpus = append(f.cpus, i)
-		f.fds = append(f.fds, eventFD(t))
+		f.fds = append(f.fds, ringtest.EventFD(t))
 	}
 	return f
 }
@@ -104,7 +84,7 @@ func (f *fakeRings) core(t testing.TB, src *rings) *Core {
 }
 
 // wake makes ring i's fd readable.
-func (f *fakeRings) wake(i int) { signal(f.fds[i]) }
+func (f *fakeRings) wake(i int) { ringtest.Signal(f.fds[i]) }
 
 // payload is a sample carrying a key and a sequence number.
 func payload(key, seq uint64, size int) []byte { return ringtest.Keyed(key, seq, size) }
@@ -167,8 +147,8 @@ func newFakeBPFRings(t testing.TB, n, size int) *fakeBPFRings {
 	f := &fakeBPFRings{}
 	for range n {
 		r := ringtest.NewRingBuf(size)
-		fd := eventFD(t)
-		r.OnWake = func() { signal(fd) }
+		fd := ringtest.EventFD(t)
+		r.OnWake = func() { ringtest.Signal(fd) }
 		f.rings = append(f.rings, r)
 		f.fds = append(f.fds, fd)
 	}

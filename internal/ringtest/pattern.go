@@ -2,12 +2,15 @@
 
 package ringtest
 
-// Payloads the fake rings' tests write and check, and facts of the test
-// binary.
+// Payloads the fake rings' tests write and check, the eventfds that stand
+// in for their descriptors, and facts of the test binary.
 
 import (
 	"encoding/binary"
 	"runtime/debug"
+	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Pattern returns n bytes that differ with seed and position.
@@ -99,4 +102,24 @@ func Keyed(key, seq uint64, size int) []byte {
 		p[i] = byte(seq) + byte(i)
 	}
 	return p
+}
+
+// EventFD returns a non-blocking eventfd, closed when the test ends: it
+// stands in for a ring's descriptor, readable once a producer wakes it.
+func EventFD(tb testing.TB) int {
+	tb.Helper()
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// Signal makes the eventfd fd readable, as the kernel's wakeup makes a
+// ring's descriptor readable.
+func Signal(fd int) {
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	unix.Write(fd, one[:])
 }
