@@ -148,13 +148,16 @@ func TestRingBufTakeoverAtClose(t *testing.T) {
 			if len(sb.rings) != 0 || len(sb.tk.rings) != 1 {
 				t.Errorf("the second source reads %d rings, waits for %d; want 0, 1", len(sb.rings), len(sb.tk.rings))
 			}
-			var aClosed atomic.Bool
+			// The first reader drops its consumer lock inside Close, once
+			// it committed: the second may take over before Close returns,
+			// never before Close began.
+			var aClosing atomic.Bool
 			early := make(chan uint64, 1)
 			gotB := make(chan uint64, first+second)
 			stop := make(chan struct{})
 			defer close(stop)
 			stats, closeB := form.run(t, sourceCore(t, sb), func(seq uint64) {
-				if !aClosed.Load() {
+				if !aClosing.Load() {
 					select {
 					case early <- seq:
 					default:
@@ -177,8 +180,8 @@ func TestRingBufTakeoverAtClose(t *testing.T) {
 					t.Fatalf("the first reader read seq %d, want %d", seq, want)
 				}
 			}
+			aClosing.Store(true)
 			ra.Close()
-			aClosed.Store(true)
 
 			recv := func(from, to uint64) {
 				t.Helper()
@@ -201,7 +204,7 @@ func TestRingBufTakeoverAtClose(t *testing.T) {
 			recv(first, first+second)
 			select {
 			case seq := <-early:
-				t.Fatalf("the second reader delivered seq %d before the first one's Close returned", seq)
+				t.Fatalf("the second reader delivered seq %d before the first one's Close began", seq)
 			default:
 			}
 		})
