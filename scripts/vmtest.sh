@@ -444,6 +444,10 @@ run_vm() {
 	local arch=""
 	[ "$VMARCH" = amd64 ] || arch="$VMARCH "
 	line="vmtest $arch$ver ${ncpu}cpu${up:+ (${up} up at boot)}$mode ($(cat "$(dirname "$vmlinuz")/release")): $passed passed, $failed failed (${secs}s$note)"
+	# What failed, by name, for the summary at the end (reap): CI shows the
+	# tail of the output, and a count alone does not say what to look at.
+	grep -E '^\s*--- FAIL|^vmtest-pkg .* rc=[1-9]' "$results" 2>/dev/null |
+		sed -E "s/^\s*//; s/^vmtest-pkg //; s/^/vmtest-failed $tag: /" || true
 	echo "$line"
 	SUMMARY+=("$line")
 	[ "$failed" -eq 0 ]
@@ -472,6 +476,7 @@ fi
 # thread (VMTEST_TCG_THREAD single), whatever its vCPUs, so one boot at a
 # time leaves all but one host CPU idle.
 SUMMARY=()
+FAILED=() # the failed tests and packages, "TAG: --- FAIL: TestX (Ns)"
 status=0
 total_start=$(date +%s)
 rm -rf "$OUT/jobs"
@@ -493,6 +498,7 @@ reap() {
 		cat "$f.out"
 		line=$(grep -E '^vmtest ' "$f.out" | tail -n1 || true)
 		SUMMARY+=("${line:-vmtest: $(head -n1 "$f.out"): no summary, status $rc}")
+		mapfile -t -O "${#FAILED[@]}" FAILED < <(grep -E '^vmtest-failed ' "$f.out" | sed 's/^vmtest-failed //')
 		[ "$rc" -eq 0 ] || status=1
 	done
 }
@@ -542,4 +548,8 @@ done
 echo
 echo "vmtest summary ($(($(date +%s) - total_start))s, $JOBS boots at a time):"
 printf '%s\n' "${SUMMARY[@]}"
+if [ "${#FAILED[@]}" -gt 0 ]; then
+	echo "vmtest failures:"
+	printf '  %s\n' "${FAILED[@]}"
+fi
 exit $status
