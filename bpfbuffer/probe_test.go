@@ -5,6 +5,7 @@ package bpfbuffer
 import (
 	"testing"
 
+	"github.com/perfbuf/perfbuf/buflayout"
 	"github.com/perfbuf/perfbuf/internal/probetest"
 )
 
@@ -15,5 +16,8 @@ import (
 // "the kernel has no ring buffers".
 func TestProbeWithoutCapBPF(t *testing.T) {
 	probetest.NeedsRestrictedBPF(t)
-	probetest.ChooseWithoutCapBPF(t, hasRingBuf, hasRingArray)
+	wants := []buflayout.Kind{buflayout.Any, buflayout.RingBuf, buflayout.RingBufPerCPU}
+	probetest.ChooseWithoutCapBPF(t, wants, func(want buflayout.Kind) (buflayout.Kind, error) {
+		return buflayout.Choose(want, hasRingBuf, hasRingArray)
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/perfbuf/perfbuf/buflayout"
 	"github.com/perfbuf/perfbuf/internal/probetest"
 )
 
@@ -31,5 +32,8 @@ func TestProbeWithoutCapBPF(t *testing.T) {
 		}
 		return
 	}
-	probetest.ChooseWithoutCapBPF(t, hasRingBuf, hasRingArray)
+	wants := []buflayout.Kind{buflayout.Any, buflayout.RingBuf, buflayout.RingBufPerCPU}
+	probetest.ChooseWithoutCapBPF(t, wants, func(want buflayout.Kind) (buflayout.Kind, error) {
+		return buflayout.Choose(want, hasRingBuf, hasRingArray)
+	})
 }

@@ -13,25 +13,26 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/perfbuf/perfbuf/buflayout"
 	"golang.org/x/sys/unix"
 )
 
-// ChooseWithoutCapBPF checks that buflayout.Choose over hasRingBuf and
-// hasRingArray, on a thread without CAP_BPF, CAP_PERFMON and
-// CAP_SYS_ADMIN, fails for Any,
-// RingBuf and RingBufPerCPU with an error that matches os.ErrPermission,
-// not errors.ErrUnsupported, and names CAP_BPF: the probe cannot tell a
-// kernel without ring buffers from a process without the privilege, so
-// it never chooses a perf event array. The capabilities are dropped from
-// one locked thread, which the runtime ends with its goroutine.
-func ChooseWithoutCapBPF(t *testing.T, hasRingBuf, hasRingArray func() (bool, error)) {
+// ChooseWithoutCapBPF checks that choose (a loader's buflayout.Choose
+// over its own probes), called for each of wants (the kinds that need a
+// ring buffer: Any, RingBuf, RingBufPerCPU) on a thread without CAP_BPF,
+// CAP_PERFMON and CAP_SYS_ADMIN, fails with an error that matches
+// os.ErrPermission, not errors.ErrUnsupported, and names CAP_BPF: the
+// probe cannot tell a kernel without ring buffers from a process without
+// the privilege, so it never chooses a perf event array. The
+// capabilities are dropped from one locked thread, which the runtime ends
+// with its goroutine. The kind is a type parameter so that this package,
+// below buflayout, does not import it.
+func ChooseWithoutCapBPF[K any](t *testing.T, wants []K, choose func(K) (K, error)) {
 	t.Helper()
 	type result struct {
-		kind buflayout.Kind
+		kind K
 		err  error
 	}
-	for _, want := range []buflayout.Kind{buflayout.Any, buflayout.RingBuf, buflayout.RingBufPerCPU} {
+	for _, want := range wants {
 		done := make(chan result)
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
@@ -39,7 +40,7 @@ func ChooseWithoutCapBPF(t *testing.T, hasRingBuf, hasRingArray func() (bool, er
 				done <- result{err: err}
 				return
 			}
-			kind, err := buflayout.Choose(want, hasRingBuf, hasRingArray)
+			kind, err := choose(want)
 			done <- result{kind, err}
 		}()
 		res := <-done

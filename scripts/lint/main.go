@@ -65,8 +65,9 @@ var layers = map[string][]string{
 	// A module of its own that only the tools require: loads the tests'
 	// and benchmarks' BPF objects.
 	"internal/bpfrun": {"internal/cpus"},
-	// The loaders' tests of their probe, shared by both modules' tests.
-	"internal/probetest": {"buflayout"},
+	// The loaders' tests of their probe, shared by both modules' tests:
+	// generic over the kind, so below buflayout.
+	"internal/probetest": {},
 }
 
 // tools are the trees above the library, and this check's own.
