@@ -749,7 +749,7 @@ func TestWakeupEventsLarge(t *testing.T) {
 			n, err := pb.Poll(timeout)
 			done <- result{n, err, time.Since(start)}
 		}()
-		if !parkedInPoll(5 * time.Second) {
+		if !bpftest.Parked("perfbuf.(*PerfBuffer).Poll", 30*time.Second) {
 			t.Fatal("Poll never parked in the netpoller")
 		}
 		f.Emit(t, f.CPUs[0], 1, 32, 0)
@@ -775,20 +775,6 @@ func TestWakeupEventsLarge(t *testing.T) {
 	if _, err := perfbuf.New(f.Events, discard, nil, perfbuf.Options{WakeupEvents: math.MaxInt32 + 1}); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("WakeupEvents MaxInt32+1: New: %v, want os.ErrInvalid", err)
 	}
-}
-
-// parkedInPoll reports whether, within d, a goroutine is parked in
-// PerfBuffer.Poll's wait in the netpoller ("IO wait" in a stack dump).
-func parkedInPoll(d time.Duration) bool {
-	buf := make([]byte, 1<<20)
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-			if strings.Contains(g, "[IO wait") && strings.Contains(g, "perfbuf.(*PerfBuffer).Poll") {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // A Reader holds the map until Close, as a PerfBuffer does: a second Reader

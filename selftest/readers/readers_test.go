@@ -164,8 +164,18 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 			var s perfbuf.Sample
 			got <- r.ReadInto(&s)
 		}()
-		time.Sleep(20 * time.Millisecond) // the read blocks first (either order is correct)
+		// The read waits first: one that looked after the outputs would
+		// find them without a wakeup.
+		if !bpftest.Parked("perfbuf.(*Reader).ReadInto", 30*time.Second) {
+			t.Fatal("the read never waited")
+		}
 		f.Emit(t, f.CPUs[0], 10, 32, 0)
+		// Without MaxLatency nothing may end the wait: a second is only
+		// how long it is watched. With it, 30 s is a hang, not a bound.
+		watch := 30 * time.Second
+		if latency < 0 {
+			watch = time.Second
+		}
 		select {
 		case err := <-got:
 			if latency < 0 {
@@ -173,9 +183,9 @@ func TestReaderMaxLatencyRealWakeups(t *testing.T) {
 			} else if err != nil {
 				t.Errorf("MaxLatency %v: %v", latency, err)
 			}
-		case <-time.After(time.Second):
+		case <-time.After(watch):
 			if latency > 0 {
-				t.Errorf("MaxLatency %v: nothing after 1s", latency)
+				t.Errorf("MaxLatency %v: nothing after %v", latency, watch)
 			}
 		}
 		r.Close()

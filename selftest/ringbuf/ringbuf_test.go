@@ -627,49 +627,65 @@ func TestRingBufPositions(t *testing.T) {
 // off up to MaxLatency, and since it does not commit meanwhile the kernel
 // wakes it no more, so the records that come meanwhile come in one drain;
 // a wakeup the program forces at its watermark ends the hold at once (one
-// below it, as another ring's first record, does not).
+// below it, as another ring's first record, does not). The steps go by
+// order, not time: MaxLatency is an hour, the read waits before the first
+// record, the second batch comes once the reader was woken, and a Flush
+// (the first case) or the forced wakeup (the second) ends the hold.
 func TestRingBufHoldOff(t *testing.T) {
 	f := setup(t)
 	cpu := f.cpus[0]
-	read := func(r *perfbuf.Reader) (chan int, chan time.Duration) {
-		n, took := make(chan int, 1), make(chan time.Duration, 1)
+	const reading = "perfbuf.(*Reader).ReadBatch"
+	// hold reads with r in the background, outputs first (one record) once
+	// the read waits, then rest once the first woke the reader, then calls
+	// end, and returns how many records the read's one drain took.
+	hold := func(r *perfbuf.Reader, first, rest func(), end func()) int {
+		t.Helper()
+		n := make(chan int, 1)
 		go func() {
 			var batch [64]perfbuf.Sample
-			start := time.Now()
 			k, err := r.ReadBatch(batch[:])
 			if err != nil {
 				t.Error(err)
 			}
-			took <- time.Since(start)
 			n <- k
 		}()
-		return n, took
+		if !bpftest.Parked(reading, 30*time.Second) {
+			t.Fatal("the read never waited")
+		}
+		first()
+		for start := time.Now(); r.Wakeups() == 0; time.Sleep(time.Millisecond) {
+			if time.Since(start) > 30*time.Second {
+				t.Fatal("the first record did not wake the waiting read in 30 s")
+			}
+		}
+		rest()
+		end()
+		select {
+		case k := <-n:
+			return k
+		case <-time.After(30 * time.Second): // a hang, not a bound: the hold is an hour
+			r.Close()
+			t.Fatalf("the read still held 30 s after its end; Wakeups %d", r.Wakeups())
+			return 0
+		}
+	}
+	one := func(flags uint64) func() {
+		return func() { f.produce(t, cpu, 1, 48, viaOutput, flags, 1, 0) }
 	}
 
-	r := newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 4096}, MaxLatency: 300 * time.Millisecond})
-	n, took := read(r)
-	time.Sleep(20 * time.Millisecond)            // the read blocks
-	f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0) // wakes the reader: it caught up
-	time.Sleep(20 * time.Millisecond)
-	f.produce(t, cpu, 3, 48, viaOutput, 0, 1, 0) // no wakeup: the reader has not committed
-	if k := <-n; k != 4 {
-		t.Errorf("held off: the first drain took %d records, want the 4 of the hold", k)
-	}
-	if d := <-took; d > 2*time.Second {
-		t.Errorf("held off for %v, MaxLatency 300ms", d)
+	r := newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 4096}, MaxLatency: time.Hour})
+	k := hold(r, one(0), func() { f.produce(t, cpu, 3, 48, viaOutput, 0, 1, 0) }, r.Flush)
+	if w := r.Wakeups(); k != 4 || w != 1 {
+		t.Errorf("held off: the first drain took %d records after %d wakeups; want the 4 of the hold after 1", k, w)
 	}
 	r.Close()
 
 	// A watermark of two records, which the program forces a wakeup at, as
-	// PERFBUF_BUFFER does.
-	r = newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 2 * 56}, MaxLatency: 10 * time.Second})
-	n, took = read(r)
-	time.Sleep(20 * time.Millisecond)
-	f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0)
-	time.Sleep(20 * time.Millisecond)
-	f.produce(t, cpu, 1, 48, viaOutput, forceWakeup, 1, 0)
-	if k, d := <-n, <-took; k != 2 || d > 5*time.Second {
-		t.Errorf("a forced wakeup during the hold: %d records after %v; want 2, well before MaxLatency (10 s)", k, d)
+	// PERFBUF_BUFFER does: the forced wakeup ends the hold.
+	r = newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 2 * 56}, MaxLatency: time.Hour})
+	k = hold(r, one(0), one(forceWakeup), func() {})
+	if k != 2 {
+		t.Errorf("a forced wakeup during the hold: the drain took %d records; want 2", k)
 	}
 }
 

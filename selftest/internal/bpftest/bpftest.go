@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -221,4 +222,22 @@ func OpenFDs(tb testing.TB) int {
 		tb.Fatal(err)
 	}
 	return len(ents)
+}
+
+// Parked reports whether, within d, a goroutine is parked in the netpoller
+// ("IO wait") inside fn, a function as a stack trace names it
+// ("perfbuf.(*Reader).ReadBatch"): a read waiting on the rings' wakeup.
+// A test that must output only once a read waits (so that the kernel's
+// wakeup finds the record, not the read's first look) waits for this,
+// rather than sleeping and hoping the read got there first.
+func Parked(fn string, d time.Duration) bool {
+	buf := make([]byte, 1<<20)
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, fn) {
+				return true
+			}
+		}
+	}
+	return false
 }
