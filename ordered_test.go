@@ -1168,8 +1168,15 @@ func TestOrderedRingBufKeepsSpaceOfCopies(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("delivered %d of %d", len(seen), n)
 	}
+	// Everything delivered: consumer_pos is at the last record, held back
+	// within the budget (see TestReaderRingBufBudget), and Close stores
+	// the end.
+	if c, p := f.rings[0].Pos[0], f.rings[0].Pos[1]; p-c != 24 {
+		t.Fatalf("after the flush: consumer_pos %d, producer_pos %d; want one 24-byte record between", c, p)
+	}
+	o.Close()
 	if c, p := f.rings[0].Pos[0], f.rings[0].Pos[1]; c != p {
-		t.Fatalf("after the flush: consumer_pos %d, producer_pos %d", c, p)
+		t.Fatalf("after Close: consumer_pos %d, producer_pos %d", c, p)
 	}
 }
 

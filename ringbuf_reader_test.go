@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -578,64 +579,104 @@ func TestReaderReadsPastAMissedWakeup(t *testing.T) {
 	}
 }
 
-// Within a latency budget a Reader of ring buffers takes the kernel's
-// wakeup for a ring's first record, then holds its drain off, committing
-// nothing, so that the records after it raise no wakeup in the programs:
-// a wakeup a ring a budget. Another ring's first record does not end the
-// hold; a forced wakeup at half a ring does. Without a budget every record
-// after the reader caught up raises one. (The budget is an hour: only a
-// ring's fill can end the hold. Each step waits for the reader's state,
-// never for a time.)
+// Within a latency budget a Reader of ring buffers that caught up stores
+// consumer_pos at the start of the last record it delivered, not past it:
+// the kernel wakes nobody for the records after it, and the reader looks
+// again on its timer. A look that finds nothing new stores the tail, so
+// that the next record wakes the reader. Another ring's first record, and
+// a forced wakeup, still wake it. Without a budget every record after the
+// reader caught up raises a wakeup. (The budget is an hour, so that no
+// timer looks; each step waits for the reader's state, never for a time.)
 func TestReaderRingBufBudget(t *testing.T) {
 	const size = 4096
 	rec := make([]byte, 40) // 48 bytes a record in the ring
 	t.Run("budget", func(t *testing.T) {
 		f := newFakeBPFRings(t, 2, size)
 		r := f.reader(t, ReaderOptions{MaxLatency: time.Hour})
-		got := make(chan error, 1)
 		var s Sample
-		go func() { got <- r.ReadInto(&s) }()
-		// parked waits until the read is in a wait after wakeups ring
-		// wakeups, failing if it returned instead.
+		// read reads one record in the background; parked waits until
+		// that read is in a wait after wakeups ring wakeups, failing if it
+		// returned instead.
+		var got chan error
+		read := func() {
+			got = make(chan error, 1)
+			go func() { got <- r.ReadInto(&s) }()
+		}
 		parked := func(wakeups uint64) {
 			t.Helper()
 			for r.r.C.W.Wakeups() < wakeups || !r.r.C.W.Waiting() {
 				select {
 				case err := <-got:
-					t.Fatalf("the read returned (%v) during the hold", err)
+					t.Fatalf("the read returned (%v, ring %d) while it should wait", err, s.Ring)
 				case <-time.After(time.Millisecond):
 				}
 			}
 		}
+		wakes := func(want0, want1 int64) {
+			t.Helper()
+			if w0, w1 := f.rings[0].Wakes.Load(), f.rings[1].Wakes.Load(); w0 != want0 || w1 != want1 {
+				t.Fatalf("wakeups raised: ring 0 %d, ring 1 %d; want %d, %d", w0, w1, want0, want1)
+			}
+		}
+
+		read()
 		parked(0)
-		f.rings[0].Output(t, rec) // ring 0's first record: woken
+		first := f.rings[0].Output(t, rec) // ring 0's first record: woken, delivered at once
+		if err := <-got; err != nil || s.Ring != 0 {
+			t.Fatalf("the first record: %v, ring %d", err, s.Ring)
+		}
+		if c := atomic.LoadUint64(&f.rings[0].Pos[0]); c != first {
+			t.Fatalf("consumer_pos %d after the first record; want %d, its start (held back)", c, first)
+		}
+		read()
 		parked(1)
 		for range 10 {
-			f.rings[0].Output(t, rec)
+			f.rings[0].Output(t, rec) // no wakeup: consumer_pos is held back
 		}
-		f.rings[1].Output(t, rec) // ring 1's first: woken, and holds on
-		parked(2)
+		wakes(1, 0)
+		f.rings[1].Output(t, rec) // ring 1's first: woken
+		if err := <-got; err != nil || s.Ring != 0 {
+			t.Errorf("after ring 1's first record: %v, ring %d; want the fullest, 0", err, s.Ring)
+		}
 		for range 10 {
-			f.rings[1].Output(t, rec)
+			if err := r.ReadInto(&s); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if w0, w1 := f.rings[0].Wakes.Load(), f.rings[1].Wakes.Load(); w0 != 1 || w1 != 1 {
-			t.Fatalf("wakeups raised: ring 0 %d, ring 1 %d; want 1 each", w0, w1)
-		}
-		// Fill ring 0 to half, the last record with a forced wakeup.
-		for f.rings[0].Prod-f.rings[0].Pos[0] < size/2-48 {
-			f.rings[0].Output(t, rec)
-		}
+		wakes(1, 1)
+
+		// A forced wakeup reaches a ring that holds a record back.
+		read()
+		parked(2)
 		pos, ok := f.rings[0].Reserve(len(rec))
 		if !ok {
 			t.Fatal("no room")
 		}
 		f.rings[0].CommitForce(pos)
+		if err := <-got; err != nil || s.Ring != 0 {
+			t.Fatalf("after a forced wakeup: %v, ring %d", err, s.Ring)
+		}
+		wakes(2, 1)
+
+		// A wait that brought nothing new (its deadline ended it): the
+		// next read stores the tails, and ring 0's next record wakes it.
+		r.SetDeadline(time.Now().Add(5 * time.Millisecond))
+		if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a read of nothing: %v", err)
+		}
+		r.SetDeadline(time.Time{})
+		read()
+		parked(3)
+		for i, rb := range f.rings {
+			if c, p := atomic.LoadUint64(&rb.Pos[0]), atomic.LoadUint64(&rb.Pos[1]); c != p {
+				t.Fatalf("ring %d: consumer_pos %d, producer_pos %d, after a wait with nothing new; want them equal", i, c, p)
+			}
+		}
+		f.rings[0].Output(t, rec)
 		if err := <-got; err != nil {
-			t.Fatalf("after a forced wakeup at half the ring: %v", err)
+			t.Fatal(err)
 		}
-		if s.Ring != 0 {
-			t.Errorf("first record from ring %d, want the fullest, 0", s.Ring)
-		}
+		wakes(3, 1)
 	})
 	t.Run("no budget", func(t *testing.T) {
 		f := newFakeBPFRings(t, 1, size)

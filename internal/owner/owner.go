@@ -48,13 +48,11 @@ type Core struct {
 	// consumer lock it won (ringbufmaps.go): the reads' check of it is one
 	// load, no call.
 	newCPUs *atomic.Bool
-	// hold is how long a Reader of ring buffers, woken with every ring
-	// below its hold-off mark, waits before it drains (Reader.holdOff):
-	// its latency budget. Zero: drain at once. The mark is holdOff bytes
-	// (Options.WakeupBytes, the programs' forced wakeup), or half of each
-	// ring when holdOff is zero (the budget's; see holdOffRingBufs).
-	hold    time.Duration
-	holdOff int
+	// holdBack: a Reader of ring buffers within a latency budget holds
+	// a record back in each ring buffer (ring.RingBuf.HoldBack), so that
+	// the programs raise no wakeup while records keep coming (see
+	// holdBackRingBufs). addRing sets it on the rings added later.
+	holdBack bool
 	// what names what is read, for errors (see name).
 	what string
 	// pause is Pause's state (pause.go); a perf event array's rings
@@ -212,6 +210,9 @@ func (c *Core) addRing(rb ring.Kind, fd int) error {
 		samples, _, discarded := b.Left(b.Cur().Tail())
 		found = samples + discarded
 	}
+	if b, ok := rb.(*ring.RingBuf); ok {
+		b.HoldBack = c.holdBack // (before the ring is read)
+	}
 	c.Push(rb)
 	c.StatsMu.Lock()
 	c.fds = append(c.fds, fd)
@@ -324,6 +325,9 @@ func (c *Core) Close() {
 func (c *Core) free() {
 	for i := range c.Rings {
 		c.pol.CommitPublish(i)
+		if b, ok := c.Kinds[i].(*ring.RingBuf); ok {
+			b.Release() // the next reader of the ring starts after the record held back
+		}
 	}
 	c.src.unlink()
 	c.StatsMu.Lock()
@@ -353,41 +357,29 @@ func (c *Core) free() {
 	c.W.Close()
 }
 
-// holdOffRingBufs sets how a Reader of ring buffers, with the ring
-// settings ro and the latency budget latency, holds its drains off (hold,
-// holdOff). The kernel wakes a ring buffer's reader
-// for the first record committed after it caught up, unless the programs
-// say otherwise (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP). Within a budget
-// (no WakeupBytes) the reader takes that wakeup, then waits a budget with
-// the ring uncommitted, so that the records after it raise no wakeup, and
-// drains at once only for a ring half full: a trickle costs the programs a
-// wakeup a budget. A burst is seen only at the end of the hold, unless
-// the programs force a wakeup: a ring must hold what they write in a
-// budget at their peak rate. A blocked read still looks every budget, for
-// records written without a wakeup. With WakeupBytes (the programs force
-// a wakeup at that fill) the reader holds off below it for its MaxLatency.
-func (c *Core) holdOffRingBufs(ro RingOptions, latency time.Duration) {
-	switch {
-	case ro.Budget:
-		c.hold, c.holdOff = latency, 0
-	case ro.WakeupBytes > 0 && latency > 0:
-		c.hold, c.holdOff = latency, ro.WakeupBytes
-	}
-}
-
-// belowHoldOff reports whether every ring holds less than its hold-off
-// mark: holdOff bytes, or half the ring if holdOff is zero.
-func (c *Core) belowHoldOff() bool {
-	for _, rb := range c.Rings {
-		mark := c.holdOff
-		if mark == 0 {
-			mark = rb.Cur().Size() / 2
-		}
-		if rb.Cur().Used() >= mark {
-			return false
+// holdBackRingBufs sets whether a Reader of ring buffers, with the ring
+// settings ro and the latency budget latency, holds records back
+// (holdBack). The kernel wakes a ring buffer's reader for a record
+// committed at consumer_pos, that is for the first one after the reader
+// caught up, unless the programs say otherwise (BPF_RB_NO_WAKEUP,
+// BPF_RB_FORCE_WAKEUP). Within a budget (RingOptions.Budget, or WakeupBytes,
+// at which the programs force a wakeup, with a MaxLatency) the reader
+// that catches up stores consumer_pos at the start of the last record it
+// delivered, not past it, and looks again when the budget's time is up:
+// the records that come meanwhile raise no wakeup. A look that finds
+// nothing new stores the tail (ring.RingBuf.Settle) and waits for the
+// next record's wakeup. So a trickle costs the programs a wakeup a quiet
+// spell, and a steady stream none, at a timer's wakeup of the reader a
+// budget. A burst is seen only at the budget's end unless the programs
+// force a wakeup: a ring must hold what they write in a budget at their
+// peak rate.
+func (c *Core) holdBackRingBufs(ro RingOptions, latency time.Duration) {
+	c.holdBack = latency > 0 && (ro.Budget || ro.WakeupBytes > 0)
+	for _, rb := range c.Kinds {
+		if b, ok := rb.(*ring.RingBuf); ok {
+			b.HoldBack = c.holdBack
 		}
 	}
-	return true
 }
 
 // settled reports whether every ring but those skip names (nil: none) may

@@ -34,6 +34,11 @@ type Reader struct {
 	// lags is pol's Lags (policy.Lagger), or nil: the rings whose wake
 	// rule a wait does not rely on.
 	lags func(i int) bool
+	// skipSettle is keepsHeld, made once: the rings a wait sleeps on
+	// without their wake rule. heldAt[i] is ring i's tail at the last
+	// wait (noteHeld), for a ring buffer that holds a record back.
+	skipSettle func(i int) bool
+	heldAt     []uint64
 	// bare: pol runs no user function (no Order.Key), so that its Next
 	// needs no wait.Reads frame.
 	bare     bool

@@ -30,7 +30,7 @@ type Plan struct {
 func NewReader(c *Core, p Plan) *Reader {
 	c.Latency = p.Latency
 	if c.ringBufs() {
-		c.holdOffRingBufs(p.Ring, p.Latency)
+		c.holdBackRingBufs(p.Ring, p.Latency)
 	}
 	r := &Reader{C: c, opRead: newReadOp("read " + c.Name()), opConsume: newReadOp("consume " + c.Name())}
 	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec(), r.turn, r.nextTurn
@@ -49,6 +49,7 @@ func NewReader(c *Core, p Plan) *Reader {
 	if l, ok := r.pol.(policy.Lagger); ok {
 		r.lags = l.Lags
 	}
+	r.skipSettle = r.keepsHeld
 	c.start(r.pol, wait.Reads)
 	return r
 }

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf/internal/policy"
+	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 // What a read does when there is nothing to deliver: report, commit, end
-// a flush, or wait for the rings (and, over ring buffers, hold the drain
-// off below the mark).
+// a flush, or wait for the rings (over ring buffers within a budget, on
+// its timer for the rings that hold a record back).
 
 // pastDeadline reports whether the deadline has passed.
 func (r *Reader) pastDeadline() bool {
@@ -64,11 +65,14 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 			timeout, slack = left, 0
 		}
 	}
-	if !c.settled(r.lags) {
+	if !c.settled(r.skipSettle) {
 		r.noWait()
 		return false, nil // a ring's kernel would not wake us: read again
 	}
-	quick, woken := c.W.AtOnce(), c.W.Wakeups()
+	if r.noteHeld() && (timeout < 0 || timeout > c.Latency) {
+		timeout, slack = c.Latency, 0 // a ring holds a record back: look within the budget
+	}
+	quick := c.W.AtOnce()
 	c.Life.Park() // Close waits for this read to go, and frees itself
 	_, err = c.W.Wait(timeout, slack)
 	c.Life.Unpark()
@@ -84,44 +88,41 @@ func (r *Reader) block(ctx context.Context, op *readOp, wait bool) (done bool, e
 	if c.W.AtOnce() != quick {
 		r.noWait() // the rings had moved: the wait returned at once
 	}
-	// A ring's wakeup ended a parked wait (not the timer, nor a ring
-	// found moved at once): hold the drain off if the rings are below
-	// their mark.
-	if c.W.Wakeups() != woken && c.hold > 0 && c.belowHoldOff() {
-		if err := r.holdOff(op); err != nil {
-			return true, err
-		}
-	}
 	return false, nil
 }
 
-// holdOff waits, once a ring buffer's wakeup came with every ring below
-// its hold-off mark (core.holdOff), until a ring reaches it (a forced
-// wakeup of the programs'), the hold's time is up, the deadline, or a
-// wake (Close, Flush, SetDeadline, ctx): a ring's wakeup below the mark,
-// another ring's first record, does not end it. While it holds the
-// reader commits nothing, so the kernel wakes it no more.
-func (r *Reader) holdOff(op *readOp) error {
-	c := r.C
-	end := time.Now().Add(c.hold)
-	if dl := r.deadline.Load(); dl != 0 && dl < end.UnixNano() {
-		end = time.Unix(0, dl)
+// keepsHeld reports whether ring i may be slept on without its kind's
+// wake rule (core.settled skips it): the policy's lag (policy.Lagger), or
+// a ring buffer that holds a record back (ring.RingBuf.Held) and whose
+// reader delivered records from it since the last wait: they keep
+// coming, and the budget's timer looks again. One that brought nothing
+// new since is settled, which stores its tail, so that the next record
+// wakes the reader.
+func (r *Reader) keepsHeld(i int) bool {
+	if r.lags != nil && r.lags(i) {
+		return true
 	}
-	for {
-		left := time.Until(end)
-		if left <= 0 {
-			return nil
+	b, ok := r.C.Kinds[i].(*ring.RingBuf)
+	return ok && b.Held() && (i >= len(r.heldAt) || b.Cur().Tail() != r.heldAt[i])
+}
+
+// noteHeld takes each ring buffer's tail before a wait, for keepsHeld's
+// next look, and reports whether one holds a record back.
+func (r *Reader) noteHeld() bool {
+	if !r.C.holdBack {
+		return false
+	}
+	held := false
+	for i, rb := range r.C.Kinds {
+		if i == len(r.heldAt) {
+			r.heldAt = append(r.heldAt, 0)
 		}
-		c.Life.Park()
-		held, err := c.W.WaitEvent(left)
-		c.Life.Unpark()
-		if err != nil {
-			return fmt.Errorf("%s: %w", op.name, err)
-		}
-		if !held || !c.belowHoldOff() {
-			return nil
+		if b, ok := rb.(*ring.RingBuf); ok {
+			r.heldAt[i] = b.Cur().Tail()
+			held = held || b.Held()
 		}
 	}
+	return held
 }
 
 // noWait tells a policy that cares (policy.Waits) that the read went on

@@ -53,6 +53,11 @@ type memory interface {
 	// positions loads the consumer position and the producer's (acquire),
 	// afresh.
 	positions() (consumer, producer uint64)
+	// waiting is positions with the consumer position past what the
+	// reader delivered: a ring buffer's consumer_pos held back
+	// (RingBuf.HoldBack) shows as the reader's tail. Positions and Used
+	// report it.
+	waiting() (consumer, producer uint64)
 	// storeConsumer publishes the consumer position pos (release), the space
 	// before it going back to the kernel, if the memory still holds from (the
 	// tail), and reports whether it did. A ring buffer's consumer_pos that
@@ -111,8 +116,9 @@ func (c *Cursor) Failed() bool { return c.corrupt != nil }
 func (c *Cursor) IsCorrupt(err error) bool { return c.corrupt != nil && err == error(c.corrupt) }
 
 // Positions loads the consumer position and the producer's, as the memory
-// holds them.
-func (c *Cursor) Positions() (consumer, producer uint64) { return c.mem.positions() }
+// holds them, but for a ring buffer's consumer_pos held back, which shows
+// as the reader's tail (RingBuf.HoldBack).
+func (c *Cursor) Positions() (consumer, producer uint64) { return c.mem.waiting() }
 
 // LoadHead loads the producer's position: a Flush's mark.
 func (c *Cursor) LoadHead() uint64 {
@@ -123,7 +129,7 @@ func (c *Cursor) LoadHead() uint64 {
 // Used is the fill: the bytes between the consumer and producer positions,
 // loaded afresh, clamped to [0, Size]. Any goroutine may call it.
 func (c *Cursor) Used() int {
-	t, h := c.mem.positions()
+	t, h := c.mem.waiting()
 	d := h - t
 	if int64(d) < 0 {
 		return 0

@@ -147,6 +147,9 @@ func (r *Perf) loadTail() uint64 {
 // positions loads data_tail and data_head (the cursor's memory).
 func (r *Perf) positions() (consumer, producer uint64) { return r.loadTail(), r.loadHead() }
 
+// waiting is positions: a perf ring's reader holds nothing back.
+func (r *Perf) waiting() (consumer, producer uint64) { return r.positions() }
+
 // Begin starts a read: the cursor goes back to data_tail and the head snapshot is taken
 // afresh. Records read but not committed are read again. An invalid head (behind the tail,
 // moved backwards, unaligned, or more than size() past the tail) is a pending CorruptError.

@@ -76,6 +76,18 @@ type RingBuf struct {
 	own, seen uint64
 	sure      bool
 
+	// HoldBack: a commit that reaches the head snapshot stores as consumer_pos the start of
+	// the last record before it, not its end, so that the kernel wakes nobody for the
+	// records after it (their positions are not consumer_pos; see Settle). held says that
+	// consumer_pos (own) is so held back, behind the tail: the records from own to the
+	// tail were delivered, and Begin reads on from the tail. Release, Settle and
+	// SkipCorrupt store the tail. The owner sets HoldBack before reading starts.
+	HoldBack bool
+	held     bool
+	// shown is the tail with bit 0 set while a record is held back, else 0, for waiting's
+	// loads from any goroutine (the tail is 8-aligned). Stored after consumer_pos.
+	shown atomic.Uint64
+
 	// fresh: the reader has moved consumer_pos never since it opened. While it also has
 	// parsed nothing (cursor == tail), consumer_pos is not yet its own: it takes the one it
 	// finds (adopt), so that a reader opened while the previous one still read (an agent's
@@ -132,7 +144,8 @@ func (r *RingBuf) Restart() {
 	c := atomic.LoadUint64(r.consumer) // pairs with the stores of the reader that committed it
 	r.tail, r.cursor, r.head, r.counted = c, c, c, c
 	r.corrupt, r.badPos, r.ignoring = nil, false, false
-	r.own, r.seen, r.sure, r.fresh = c, c, false, true
+	r.own, r.seen, r.sure, r.fresh, r.held = c, c, false, true, false
+	r.shown.Store(0)
 	if p := r.loadProducer(); r.checkPos(p) != "" {
 		r.failPos(r.tail, p, r.checkPos(p))
 	} else {
@@ -192,7 +205,8 @@ func (r *RingBuf) Close() error {
 	r.consumer, r.producer = &pos[0], &pos[1]
 	r.data, r.mask, r.size = make([]byte, 16), 7, 8
 	r.tail, r.cursor, r.head, r.counted = 0, 0, 0, 0
-	r.own, r.seen, r.sure = 0, 0, true
+	r.own, r.seen, r.sure, r.held = 0, 0, true, false
+	r.shown.Store(0)
 	r.corrupt, r.badPos, r.ignoring = nil, false, false
 	return err
 }
@@ -213,39 +227,118 @@ func (r *RingBuf) loadHeader(pos uint64) uint32 {
 	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[pos&r.mask])))
 }
 
-// storeConsumer publishes consumer_pos = pos if it still holds from, the reader's tail: a
-// compare-and-swap, so that a commit never writes over a position another consumer stored.
+// storeConsumer publishes consumer_pos = pos if it still holds what this reader stored last
+// (from, the reader's tail, or own while a record is held back): a compare-and-swap, so that
+// a commit never writes over a position another consumer stored. With HoldBack, a commit of
+// new records up to the head snapshot stores the start of the last one instead (held).
 // Go's atomics are sequentially consistent: it releases our reads of the records before pos to
 // the kernel's smp_load_acquire of consumer_pos in __bpf_ringbuf_reserve (which then reuses
 // their space), and it is the full barrier that Settle's wake rule needs against the kernel's
 // xchg + smp_load_acquire in bpf_ringbuf_commit (libbpf: smp_store_release(r->consumer_pos) in
 // ringbuf_process_ring).
 func (r *RingBuf) storeConsumer(from, pos uint64) bool {
-	if !atomic.CompareAndSwapUint64(r.consumer, from, pos) {
+	expect, store := r.published(), pos
+	if r.HoldBack && pos != from && pos == r.head {
+		store = r.lastRecord(from, pos)
+	}
+	if !atomic.CompareAndSwapUint64(r.consumer, expect, store) {
 		return false
 	}
-	r.own = pos
+	r.own, r.held = store, store != pos
+	r.showHeld(pos)
 	if pos != from {
 		r.fresh = false
 	}
 	return true
 }
 
+// published is the consumer_pos this reader expects in the map: the tail, or the position it
+// stored while a record is held back (HoldBack).
+func (r *RingBuf) published() uint64 {
+	if r.held {
+		return r.own
+	}
+	return r.tail
+}
+
+// lastRecord returns the start of the last record in [from, pos), both record boundaries
+// that the reader parsed up to (pos <= cursor), so that the headers between are ones it
+// checked: what a commit held back stores.
+func (r *RingBuf) lastRecord(from, pos uint64) uint64 {
+	last := from
+	for p := from; p != pos; {
+		_, _, size := r.at(p)
+		if size == 0 || size > pos-p {
+			break // (not met: the records were parsed; a bound for the walk)
+		}
+		last, p = p, p+size
+	}
+	return last
+}
+
+// Held reports whether consumer_pos is held back behind the tail (HoldBack): the kernel
+// wakes nobody for the next records, so the reader must look again on its own.
+func (r *RingBuf) Held() bool { return r.held }
+
+// Release stores the tail as consumer_pos if a record is held back, so that the next
+// record committed at the tail wakes the reader (Settle does it before a wait that relies
+// on the wakeup, free before the ring goes to another reader). A consumer_pos that someone
+// else wrote is left as it is and becomes a position error, as for a commit.
+func (r *RingBuf) Release() {
+	if !r.held {
+		return
+	}
+	if !atomic.CompareAndSwapUint64(r.consumer, r.own, r.tail) {
+		r.otherWriter(r.positions())
+		return
+	}
+	r.own, r.held = r.tail, false
+	r.showHeld(r.tail)
+}
+
+// showHeld publishes tail for waiting while a record is held back, nothing otherwise.
+func (r *RingBuf) showHeld(tail uint64) {
+	if r.held {
+		r.shown.Store(tail | 1)
+	} else if r.shown.Load() != 0 {
+		r.shown.Store(0)
+	}
+}
+
+// waiting is positions with consumer_pos past a record held back: the reader's tail, as
+// showHeld published it. A load between the reader's store of consumer_pos and of shown
+// sees the record held back as waiting, or the old tail, behind consumer_pos: the later of
+// the two positions is taken.
+func (r *RingBuf) waiting() (consumer, producer uint64) {
+	c, p := r.positions()
+	if s := r.shown.Load(); s != 0 {
+		if t := s &^ 1; int64(t-c) > 0 && int64(p-t) >= 0 {
+			c = t
+		}
+	}
+	return c, p
+}
+
 // resync makes pos the reader's tail and consumer_pos, whoever wrote consumer_pos last:
 // SkipCorrupt's way back in step. Release, as storeConsumer's.
 func (r *RingBuf) resync(pos uint64) {
-	r.tail, r.own, r.fresh = pos, pos, false
+	r.tail, r.own, r.fresh, r.held = pos, pos, false, false
+	r.showHeld(pos)
 	atomic.StoreUint64(r.consumer, pos)
 }
 
-// Begin starts a read: tail and cursor = consumer_pos loaded afresh, head = producer_pos.
-// Records read but not committed are read again (and not counted again). A consumer_pos
+// Begin starts a read: tail and cursor = consumer_pos loaded afresh (or, with a record
+// held back, the tail after it), head = producer_pos. Records read but not committed are
+// read again (and not counted again). A consumer_pos
 // that someone else wrote, or positions that cannot be valid, make parsing return a
 // *CorruptError.
 func (r *RingBuf) Begin() {
 	c := r.checkConsumer()
 	if int64(r.cursor-r.counted) > 0 {
 		r.counted = r.cursor // (see counted)
+	}
+	if r.held && c == r.own {
+		c = r.tail // the records held back were delivered
 	}
 	r.tail, r.cursor = c, c
 	if !r.snapshot() {
@@ -262,12 +355,13 @@ func (r *RingBuf) Refresh() {
 	r.snapshot()
 }
 
-// checkConsumer loads consumer_pos and records a position error if it is not the tail: once
+// checkConsumer loads consumer_pos and records a position error if it is not the one this
+// reader stored (the tail, or what it held back: published): once
 // the reader moved it or parsed a record, only this reader stores consumer_pos, so another
 // consumer, or a stray write, changed it. Before that (fresh), the reader adopts it.
 func (r *RingBuf) checkConsumer() uint64 {
 	c := atomic.LoadUint64(r.consumer) // ours; pairs with store
-	if c != r.tail {
+	if c != r.published() {
 		if r.adopt(c) {
 			return c
 		}
@@ -346,7 +440,7 @@ func (r *RingBuf) checkPos(p uint64) string {
 // report, on the read that meets it.
 func (r *RingBuf) Quiet() bool {
 	return r.cursor == r.head && r.corrupt == nil && !r.moved(r.loadProducer()) &&
-		atomic.LoadUint64(r.consumer) == r.tail // ours; pairs with store
+		atomic.LoadUint64(r.consumer) == r.published() // ours; pairs with store
 }
 
 // Stalled reports that the record at the cursor is reserved and not yet submitted (busy):
@@ -402,9 +496,9 @@ func (r *RingBuf) Reached(oldest, to uint64) bool {
 	// reported once and holds nothing to deliver until it moves.
 	c, p := r.positions()
 	if r.ignoring && p == r.ignored {
-		return c == r.tail
+		return c == r.published()
 	}
-	return c == r.tail && int64(p-c) >= 0 && int64(p-r.head) >= 0
+	return c == r.published() && int64(p-c) >= 0 && int64(p-r.head) >= 0
 }
 
 // Left counts the committed samples from oldest (or consumer_pos, if it is further) to
@@ -470,10 +564,13 @@ func (r *RingBuf) Settle() bool {
 	if r.corrupt != nil || r.tail != r.cursor {
 		return false
 	}
-	if c := atomic.LoadUint64(r.consumer); c != r.tail && r.adopt(c) { // ours; pairs with store
+	if c := atomic.LoadUint64(r.consumer); c != r.published() && r.adopt(c) { // ours; pairs with store
 		return false // a fresh reader's start (see checkConsumer): read from there first
 	}
-	r.store(r.tail) // the full barrier before the second look (see above)
+	// The full barrier before the second look (see above). It stores the tail over a
+	// record held back (HoldBack; storeConsumer expects what was stored): the kernel
+	// wakes the reader for the next record only at the tail.
+	r.store(r.tail)
 	if r.corrupt != nil {
 		return false // consumer_pos written by someone else (see store)
 	}

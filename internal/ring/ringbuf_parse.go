@@ -299,7 +299,10 @@ func (r *RingBuf) SkipCorrupt() uint64 {
 	p := r.loadProducer()
 	if !r.couldBe(p) {
 		target := r.own
-		if r.tail == r.own && int64(r.cursor-target) > 0 && int64(r.seen-r.cursor) >= 0 {
+		if r.held {
+			target = r.tail // the records held back were delivered
+		}
+		if r.tail == target && int64(r.cursor-target) > 0 && int64(r.seen-r.cursor) >= 0 {
 			target = r.cursor // parsed from our own position, within what the producer wrote
 		}
 		r.ignored, r.ignoring = p, true

@@ -24,8 +24,17 @@ import (
 // wake the reader only when consumer_pos is at the record they commit. Every sample carries
 // a sequence number, given in reservation order, and a pattern derived from it; the reader
 // checks that every sample arrives once, in order, intact, and that the discarded ones are
-// counted. A lost wakeup leaves the reader asleep: the test fails after 10 s of it.
+// counted. A lost wakeup leaves the reader asleep: the test fails after 10 s of it. With
+// HoldBack the reader's commits that reach the head keep the last record's start as
+// consumer_pos, so the producers raise wakeups only at a settle (which releases it): a
+// record delivered again, or one whose wakeup the release loses, fails it as well.
 func TestBPFRingRace(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("HoldBack=%v", hold), func(t *testing.T) { bpfRingRace(t, hold) })
+	}
+}
+
+func bpfRingRace(t *testing.T, hold bool) {
 	total := uint64(1_000_000)
 	if ringtest.RaceEnabled() {
 		total = 200_000
@@ -35,6 +44,7 @@ func TestBPFRingRace(t *testing.T) {
 	}
 	f := ringtest.NewRingBuf(64 << 10)
 	r := fakeReader(t, f)
+	r.HoldBack = hold
 	wake := make(chan struct{}, 1) // the ring's epoll readiness
 	f.OnWake = func() {
 		select {

@@ -1489,3 +1489,88 @@ func TestBPFRingRestart(t *testing.T) {
 		})
 	}
 }
+
+// HoldBack: a commit up to the head snapshot stores the start of the last record as
+// consumer_pos, so that the producer's next commits wake nobody; Positions and Used show
+// the record as delivered; Begin reads on after it, never delivering it again; a commit
+// short of the head, Settle and Release store the tail. A discarded record last is held
+// back as a sample is.
+func TestBPFRingHoldBack(t *testing.T) {
+	f := ringtest.NewRingBuf(4096)
+	r := fakeReader(t, f)
+	r.HoldBack = true
+	seqs := func() []byte {
+		t.Helper()
+		r.Begin()
+		var got []byte
+		for _, rec := range collect(t, r) {
+			got = append(got, rec.Data[0])
+		}
+		r.CommitCursor()
+		return got
+	}
+	// shows checks consumer_pos, Held, and that Positions and Used show waiting bytes.
+	shows := func(what string, consumer uint64, held bool, waiting int) {
+		t.Helper()
+		c, p := r.Positions()
+		if got := atomic.LoadUint64(&f.Pos[0]); got != consumer || r.Held() != held || p-c != uint64(waiting) || r.Used() != waiting {
+			t.Fatalf("%s: consumer_pos %d, held %v, Positions %d %d, Used %d; want consumer_pos %d, held %v, %d bytes waiting",
+				what, got, r.Held(), c, p, r.Used(), consumer, held, waiting)
+		}
+	}
+
+	f.Output(t, []byte{1})
+	last := f.Output(t, []byte{2})
+	if got := seqs(); string(got) != "\x01\x02" {
+		t.Fatalf("first read %v", got)
+	}
+	shows("after the first read", last, true, 0)
+	f.Output(t, []byte{3})
+	f.Output(t, []byte{4})
+	if w := f.Wakes.Load(); w != 1 {
+		t.Fatalf("%d wakeups raised; want the first record's only", w)
+	}
+	if got := seqs(); string(got) != "\x03\x04" {
+		t.Fatalf("the read after a hold: %v; want 3 4, none again", got)
+	}
+	if r.Quiet() != true {
+		t.Error("a ring read to its end, a record held back, is not quiet")
+	}
+
+	// Settle stores the tail: the next record wakes the reader.
+	if !r.Settle() {
+		t.Fatal("Settle of a ring read to its end")
+	}
+	shows("after Settle", f.Prod, false, 0)
+	f.Output(t, []byte{5})
+	if w := f.Wakes.Load(); w != 2 {
+		t.Fatalf("%d wakeups raised after Settle; want 2", w)
+	}
+
+	// A commit short of the head stores the tail; a discarded record last is held back.
+	f.Output(t, []byte{6})
+	r.Begin()
+	var rec Record
+	if ok, err := r.Next(&rec); !ok || err != nil || rec.Data[0] != 5 {
+		t.Fatalf("Next: %v, %v, %v", ok, err, rec.Data)
+	}
+	r.CommitCursor()
+	shows("after a commit short of the head", rec.Next, false, 16)
+	pos, _ := f.Reserve(1)
+	f.Commit(pos, true)
+	if got := seqs(); string(got) != "\x06" {
+		t.Fatalf("read %v; want 6", got)
+	}
+	shows("a discarded record last", pos, true, 0)
+
+	// Release stores the tail; a ring whose consumer_pos another writer moved reports it.
+	r.Release()
+	shows("after Release", f.Prod, false, 0)
+	f.Output(t, []byte{7})
+	seqs()
+	atomic.StoreUint64(&f.Pos[0], f.Prod)
+	r.Release()
+	if _, err := r.Next(&rec); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Release over another writer's consumer_pos: %v; want a position error", err)
+	}
+}

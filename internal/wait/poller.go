@@ -327,51 +327,6 @@ func (w *Waiter) setDeadline(now, from time.Time, slack time.Duration) {
 // the wait's, far below any timeout a reader sets.
 const sameDeadline = 100 * time.Microsecond
 
-// WaitEvent blocks until the next wakeup of a ring after the call (not one
-// before it, nor a head that moved without one), a wake, or timeout: a ring
-// buffer's reader holding off its drain below its watermark (see
-// Options.WakeupBytes), which the kernel, whose wakeups it thins, ends with
-// a forced wakeup at the watermark. While another goroutine waits on the
-// set it does not hold off. It takes the heads as they are at its end.
-// held reports that it waited and no wake ended it: false when it did not
-// wait (woken, no timeout, another goroutine's wait) or a wake ended it.
-func (w *Waiter) WaitEvent(timeout time.Duration) (held bool, err error) {
-	if w.woken.Load() || timeout <= 0 {
-		return false, nil
-	}
-	select {
-	case w.turn <- struct{}{}:
-	default:
-		return false, nil
-	}
-	defer func() { <-w.turn }()
-	now := time.Now()
-	w.setDeadline(now, now.Add(timeout), 0)
-	// RawConn.Read forgets the set's readiness before it calls the
-	// function, which answers false once so as to wait for a new event.
-	first := true
-	err = w.rc.Read(func(uintptr) bool {
-		if w.woken.Load() {
-			return true
-		}
-		ready := !first
-		first = false
-		return ready
-	})
-	w.moved()
-	woken := w.woken.Load()
-	if err == nil && !woken {
-		w.wakeups.Add(1) // the ring's event after the call
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		w.armedOK = false
-	}
-	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		return false, fmt.Errorf("wait on epoll: %w", err)
-	}
-	return !woken, nil
-}
-
 // moved reports whether a ring's data_head has moved since the last look,
 // and takes the new heads. Only the goroutine that holds the turn, or the
 // one wait that cannot block, calls it.
@@ -396,7 +351,7 @@ func (w *Waiter) Close() {
 	w.freed = true
 }
 
-// Wakeups counts the waits (Wait, WaitEvent) that blocked and were ended
+// Wakeups counts the waits that blocked and were ended
 // by a ring's event: not by a timeout or a wake (Close, Flush, a deadline,
 // a CPU coming online). Any goroutine may call it, also after Close.
 func (w *Waiter) Wakeups() uint64 { return w.wakeups.Load() }

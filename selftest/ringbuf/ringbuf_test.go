@@ -623,69 +623,70 @@ func TestRingBufPositions(t *testing.T) {
 	}
 }
 
-// WakeupBytes over a ring buffer: a Reader woken below it holds its drain
-// off up to MaxLatency, and since it does not commit meanwhile the kernel
-// wakes it no more, so the records that come meanwhile come in one drain;
-// a wakeup the program forces at its watermark ends the hold at once (one
-// below it, as another ring's first record, does not). The steps go by
-// order, not time: MaxLatency is an hour, the read waits before the first
-// record, the second batch comes once the reader was woken, and a Flush
-// (the first case) or the forced wakeup (the second) ends the hold.
-func TestRingBufHoldOff(t *testing.T) {
+// Within a budget over a real ring buffer, a Reader that caught up keeps
+// consumer_pos at the start of the last record it delivered, so the
+// kernel wakes it for the first record after a quiet spell and not for
+// the ones after it, which come at the budget's next look; a forced
+// wakeup still reaches it. The steps go by order, not time: the budget is
+// an hour, the read waits before the first record, and a Flush stands for
+// the budget's look. (The rule itself, with a producer that counts the
+// wakeups it raises: TestReaderRingBufBudget in the root package.)
+func TestRingBufHoldBack(t *testing.T) {
 	f := setup(t)
 	cpu := f.cpus[0]
 	const reading = "perfbuf.(*Reader).ReadBatch"
-	// hold reads with r in the background, outputs first (one record) once
-	// the read waits, then rest once the first woke the reader, then calls
-	// end, and returns how many records the read's one drain took.
-	hold := func(r *perfbuf.Reader, first, rest func(), end func()) int {
-		t.Helper()
-		n := make(chan int, 1)
-		go func() {
-			var batch [64]perfbuf.Sample
-			k, err := r.ReadBatch(batch[:])
-			if err != nil {
-				t.Error(err)
+	for _, opts := range []perfbuf.Options{{}, {WakeupBytes: 2 * 56}} {
+		r := newReader(t, f.events, perfbuf.ReaderOptions{Options: opts, MaxLatency: time.Hour})
+		// read reads one batch in the background once the read waits.
+		read := func(out func()) chan int {
+			t.Helper()
+			n := make(chan int, 1)
+			go func() {
+				var batch [64]perfbuf.Sample
+				k, err := r.ReadBatch(batch[:])
+				if err != nil {
+					t.Error(err)
+				}
+				n <- k
+			}()
+			if !bpftest.Parked(reading, 30*time.Second) {
+				t.Fatal("the read never waited")
 			}
-			n <- k
-		}()
-		if !bpftest.Parked(reading, 30*time.Second) {
-			t.Fatal("the read never waited")
+			out()
+			return n
 		}
-		first()
-		for start := time.Now(); r.Wakeups() == 0; time.Sleep(time.Millisecond) {
-			if time.Since(start) > 30*time.Second {
-				t.Fatal("the first record did not wake the waiting read in 30 s")
+		// got is what a read returned, within 30 s: a hang, not a bound.
+		got := func(n chan int) int {
+			t.Helper()
+			select {
+			case k := <-n:
+				return k
+			case <-time.After(30 * time.Second):
+				r.Close()
+				t.Fatalf("WakeupBytes %d: a read still waits 30 s on; Wakeups %d", opts.WakeupBytes, r.Wakeups())
+				return 0
 			}
 		}
-		rest()
-		end()
-		select {
-		case k := <-n:
-			return k
-		case <-time.After(30 * time.Second): // a hang, not a bound: the hold is an hour
-			r.Close()
-			t.Fatalf("the read still held 30 s after its end; Wakeups %d", r.Wakeups())
-			return 0
+
+		if k := got(read(func() { f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0) })); k != 1 || r.Wakeups() != 1 {
+			t.Errorf("WakeupBytes %d: the first record: %d delivered after %d wakeups; want 1 at once, woken", opts.WakeupBytes, k, r.Wakeups())
 		}
-	}
-	one := func(flags uint64) func() {
-		return func() { f.produce(t, cpu, 1, 48, viaOutput, flags, 1, 0) }
-	}
-
-	r := newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 4096}, MaxLatency: time.Hour})
-	k := hold(r, one(0), func() { f.produce(t, cpu, 3, 48, viaOutput, 0, 1, 0) }, r.Flush)
-	if w := r.Wakeups(); k != 4 || w != 1 {
-		t.Errorf("held off: the first drain took %d records after %d wakeups; want the 4 of the hold after 1", k, w)
-	}
-	r.Close()
-
-	// A watermark of two records, which the program forces a wakeup at, as
-	// PERFBUF_BUFFER does: the forced wakeup ends the hold.
-	r = newReader(t, f.events, perfbuf.ReaderOptions{Options: perfbuf.Options{WakeupBytes: 2 * 56}, MaxLatency: time.Hour})
-	k = hold(r, one(0), one(forceWakeup), func() {})
-	if k != 2 {
-		t.Errorf("a forced wakeup during the hold: the drain took %d records; want 2", k)
+		if opts.WakeupBytes == 0 {
+			n := read(func() { f.produce(t, cpu, 3, 48, viaOutput, 0, 1, 0) })
+			if !bpftest.Parked(reading, 30*time.Second) {
+				t.Fatal("the read returned")
+			}
+			r.Flush() // the budget's look
+			if k := got(n); k != 3 || r.Wakeups() != 1 {
+				t.Errorf("three records after the first: %d delivered after %d wakeups; want 3, no wakeup", k, r.Wakeups())
+			}
+		} else {
+			// A forced wakeup, as PERFBUF_BUFFER raises at WakeupBytes.
+			if k := got(read(func() { f.produce(t, cpu, 1, 48, viaOutput, forceWakeup, 1, 0) })); k != 1 || r.Wakeups() != 2 {
+				t.Errorf("a forced wakeup: %d delivered after %d wakeups; want 1, woken", k, r.Wakeups())
+			}
+		}
+		r.Close()
 	}
 }
 
