@@ -69,11 +69,12 @@ type ReaderOptions struct {
 	// programs, each of which costs the writing program many times its
 	// own work (docs/performance.md): over a perf event array the kernel
 	// wakes it once a ring is half full, and it looks every MaxLatency
-	// while it waits; over ring buffers it takes the kernel's wakeup for
-	// the first record, then waits out the budget before it drains, at
-	// once for a ring half full (a ring must hold what the programs write
-	// in a budget at their peak rate, unless they force a wakeup: see
-	// WakeupBytes). Zero means 10 ms; negative, no budget: the reader is
+	// while it waits; over ring buffers it keeps the ring's consumer
+	// position at the last record it delivered, so that the kernel wakes
+	// it for the first record after a quiet spell and for none while
+	// records keep coming, and it looks every MaxLatency (a ring must hold
+	// what the programs write in a budget at their peak rate, unless they
+	// force a wakeup: see WakeupBytes). Zero means 10 ms; negative, no budget: the reader is
 	// woken for every record (libbpf's and cilium/ebpf's way) and sets no
 	// timer. With WakeupEvents or WakeupBytes set, they say when the
 	// kernel wakes the reader, and MaxLatency bounds the wait of what is

@@ -135,7 +135,7 @@ type oldConfig struct {
 //     event's wakeup_watermark (left in opts), or for a ring buffer the BPF
 //     side's watermark (<mapName>_config.wakeup_bytes), at and above which
 //     it commits each record with BPF_RB_FORCE_WAKEUP; left in opts for
-//     the Reader's hold-off (Options.WakeupBytes).
+//     the Reader, which then holds its wakeups back (Options.WakeupBytes).
 //
 // RingBytes is each ring's size for RingBufPerCPU, not a total, also
 // when Any chooses it: the rings take RingBytes times their number, as a

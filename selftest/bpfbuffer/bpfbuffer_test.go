@@ -291,7 +291,7 @@ func TestWakeupWatermark(t *testing.T) {
 			opts := perfbuf.Options{WakeupBytes: tc.mark}
 			f := setup(t, bpfbuffer.RingBuf, &opts)
 			// The size is settled at load; the watermark stays, for the
-			// Reader's hold-off (Options.WakeupBytes).
+			// Reader, which holds its wakeups back (Options.WakeupBytes).
 			if opts.WakeupBytes != tc.mark || opts.RingBytes != 0 {
 				t.Fatalf("Options after Prepare %+v: want RingBytes cleared, WakeupBytes %d kept", opts, tc.mark)
 			}
