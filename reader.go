@@ -76,8 +76,9 @@ func newReader(c *owner.Core, p owner.Plan) *Reader { return &Reader{owner.NewRe
 // record not delivered, none twice, none skipped, and counts what it finds
 // there as Stats.Found. A process that ends without Close leaves the
 // consumer position at the last commit (the end of a ring's turn, at most a
-// quarter of the ring, or a wait): the next reader delivers those records
-// again. An ordered Reader over ring buffers commits the records it copies
+// quarter of the ring, or a wait; within a budget, over ring buffers, the
+// last record delivered: see [ReaderOptions.MaxLatency]): the next reader
+// delivers those records again. An ordered Reader over ring buffers commits the records it copies
 // into its window (see [Order]), so they are no longer in the ring for the
 // next reader: a read by a function (Each, Consume, All) in progress when
 // Close is called from elsewhere than a read's function delivers them

@@ -325,10 +325,8 @@ func (c *Core) Close() {
 func (c *Core) free() {
 	for i := range c.Rings {
 		c.pol.CommitPublish(i)
-		if b, ok := c.Kinds[i].(*ring.RingBuf); ok {
-			b.Release() // the next reader of the ring starts after the record held back
-		}
 	}
+	c.releaseHeld() // the next reader of a ring starts after its last record delivered
 	c.src.unlink()
 	c.StatsMu.Lock()
 	held, _ := c.pol.(policy.Holder)
@@ -378,6 +376,20 @@ func (c *Core) holdBackRingBufs(ro RingOptions, latency time.Duration) {
 	for _, rb := range c.Kinds {
 		if b, ok := rb.(*ring.RingBuf); ok {
 			b.HoldBack = c.holdBack
+		}
+	}
+}
+
+// releaseHeld stores the tail of every ring buffer that holds a record
+// back (ring.RingBuf.Release), so that the next record wakes the reader.
+// The caller owns the rings' read side.
+func (c *Core) releaseHeld() {
+	if !c.holdBack {
+		return
+	}
+	for _, rb := range c.Kinds {
+		if b, ok := rb.(*ring.RingBuf); ok {
+			b.Release()
 		}
 	}
 }
