@@ -147,8 +147,9 @@ type Set struct {
 	// holds (no longer in the ring, so not the next reader's) before it
 	// returns; the rest stays in the ring for the next reader.
 	HandOver atomic.Bool
-	// Latency is how long a record may wait for a wakeup (negative: no
-	// limit).
+	// Latency is how often a read looks at rings that may hold records
+	// no wakeup announced: within the latency budget (negative: no
+	// budget, no looks).
 	Latency time.Duration
 	// Corrupt is a ring's corruption that a policy skipped and the read
 	// has still to report (read side only).
