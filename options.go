@@ -68,13 +68,14 @@ type ReaderOptions struct {
 	// delivered. Within it the Reader asks the fewest wakeups of the
 	// programs, each of which costs the writing program many times its
 	// own work (docs/performance.md): over a perf event array the kernel
-	// wakes it once a ring is half full, and it looks every MaxLatency
-	// while it waits; over ring buffers it keeps the ring's consumer
-	// position at the last record it delivered, so that the kernel wakes
-	// it for the first record after a quiet spell and for none while
-	// records keep coming, and it looks every MaxLatency (a ring must hold
-	// what the programs write in a budget at their peak rate, unless they
-	// force a wakeup: see WakeupBytes). Zero means 10 ms; negative, no budget: the reader is
+	// wakes it once a ring is half full; over ring buffers it keeps the
+	// ring's consumer position at the last record it delivered, so that
+	// the kernel wakes it for the first record after a quiet spell and
+	// for none while records keep coming. While it waits it looks at the
+	// rings every seven eighths of MaxLatency, so that a record is
+	// delivered within it (a ring must hold what the programs write in a
+	// budget at their peak rate, unless they force a wakeup: see
+	// WakeupBytes). Zero means 10 ms; negative, no budget: the reader is
 	// woken for every record (libbpf's and cilium/ebpf's way) and sets no
 	// timer. With WakeupEvents or WakeupBytes set, they say when the
 	// kernel wakes the reader, and MaxLatency bounds the wait of what is
