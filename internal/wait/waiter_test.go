@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,21 +21,11 @@ func newTestWaiter(t *testing.T) (*Waiter, *fakeWaker, int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Close)
-	rb, efd := new(fakeWaker), newEventfd(t)
+	rb, efd := new(fakeWaker), ringtest.EventFD(t)
 	if err := w.AddRing(rb, efd); err != nil {
 		t.Fatal(err)
 	}
 	return w, rb, efd
-}
-
-func newEventfd(t *testing.T) int {
-	t.Helper()
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(efd) })
-	return efd
 }
 
 // signal makes efd readable (and keeps it so: nothing reads it), and
@@ -158,7 +149,7 @@ func TestWaiterAddRingWhileWaiting(t *testing.T) {
 		done <- err
 	}()
 	waitParked(t, w)
-	rb2, efd2 := new(fakeWaker), newEventfd(t)
+	rb2, efd2 := new(fakeWaker), ringtest.EventFD(t)
 	if err := w.AddRing(rb2, efd2); err != nil {
 		t.Fatal(err)
 	}
