@@ -64,18 +64,13 @@ func (r *RingBuf) Held() bool { return r.held }
 
 // Release stores the tail as consumer_pos if a record is held back, so that the next
 // record committed at the tail wakes the reader: before the ring goes to another reader
-// (Settle's store does the same before a wait that relies on the wakeup). A consumer_pos
-// that someone else wrote is left as it is and becomes a position error, as for a commit.
+// (Settle's store does the same before a wait that relies on the wakeup). It is a commit of
+// nothing new, which storeConsumer never holds back: a consumer_pos that someone else wrote
+// is left as it is and becomes a position error, as for any commit.
 func (r *RingBuf) Release() {
-	if !r.held {
-		return
+	if r.held {
+		r.store(r.tail)
 	}
-	if !atomic.CompareAndSwapUint64(r.consumer, r.own, r.tail) {
-		r.otherWriter(r.positions())
-		return
-	}
-	r.own, r.held = r.tail, false
-	r.showHeld(r.tail)
 }
 
 // showHeld publishes tail for waiting while a record is held back, nothing otherwise.
