@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/perfbuf/perfbuf/internal/owner"
@@ -40,6 +41,11 @@ func (o *Options) check() error {
 	for i, m := range o.Maps {
 		if m == nil {
 			return fmt.Errorf("options Maps[%d]: nil map: %w", i, os.ErrInvalid)
+		}
+	}
+	for i, fd := range o.Programs {
+		if fd < 0 {
+			return fmt.Errorf("options Programs[%d]: fd %d: %w", i, fd, syscall.EBADF)
 		}
 	}
 	return nil

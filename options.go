@@ -51,6 +51,13 @@ type Options struct {
 	// buffers it also tells the programs when the last reader is gone.
 	FailureMap Map
 
+	// Programs, if set, are the descriptors of the BPF programs that write
+	// to the rings (libbpfgo's BPFProg.FileDescriptor, cilium/ebpf's
+	// Program.FD): [Stats] reports the runs of theirs that the kernel
+	// skipped in Failed.NotRun, events that no ring or failure map can
+	// count. The reader holds duplicates until Close.
+	Programs []int
+
 	// prepared is what bpfbuffer's or ciliumbuffer's Prepare made of the
 	// buffer, which completed these Options: the map given must be it.
 	prepared *prepared.Buffer

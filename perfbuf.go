@@ -59,7 +59,7 @@ func New(m Map, sample func(cpu int, data []byte), lost func(cpu int, count uint
 	if sample == nil {
 		return nil, fmt.Errorf("%s: nil sample function: %w", op, os.ErrInvalid)
 	}
-	c, err := owner.Open(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap)
+	c, err := owner.Open(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap, opts.Programs)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

@@ -67,6 +67,10 @@ func TestOptionsCheck(t *testing.T) {
 			t.Errorf("%+v: %v, want os.ErrInvalid saying %q", c.o, err, c.text)
 		}
 	}
+	// A negative program descriptor is no descriptor, as a negative MapFD.
+	if err := (&Options{Programs: []int{5, -1}}).check(); !errors.Is(err, syscall.EBADF) || !strings.Contains(err.Error(), "options Programs[1]: fd -1") {
+		t.Errorf("Programs with -1: %v, want EBADF naming Programs[1]", err)
+	}
 	// What the owner takes: the fields as set.
 	o := Options{RingBytes: 3 * page, WakeupEvents: 2, MaxSampleSize: 100}
 	if ro := o.ring(); ro.RingBytes != o.RingBytes || ro.WakeupEvents != 2 || ro.WakeupBytes != 0 || ro.MaxSampleSize != 100 || ro.Budget || ro.KeyEnd != 0 {

@@ -31,7 +31,7 @@ func NewRaw(m Map, opts Options) (*Raw, error) {
 	if err := opts.check(); err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := owner.Open(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap)
+	c, err := owner.Open(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap, opts.Programs)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

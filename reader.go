@@ -51,7 +51,7 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 	if err != nil {
 		return nil, wrap(op, err)
 	}
-	c, err := owner.Open(m, p.Ring, ownerMaps(opts.Maps), opts.FailureMap)
+	c, err := owner.Open(m, p.Ring, ownerMaps(opts.Maps), opts.FailureMap, opts.Programs)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

@@ -30,7 +30,7 @@ func NewRecorder(m Map, opts Options) (*Recorder, error) {
 	if err := opts.checkRecorder(); err != nil {
 		return nil, wrap(op, err)
 	}
-	r, err := owner.OpenRecorder(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap)
+	r, err := owner.OpenRecorder(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap, opts.Programs)
 	if err != nil {
 		return nil, wrap(op, err)
 	}

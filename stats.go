@@ -14,17 +14,21 @@ import (
 
 // Stats counts one ring's records. The owners' Stats return an entry per
 // ring, in buffer index order; with a FailureMap, a CPU without a ring of
-// its own may get an entry too (Ring -1), for its failures.
+// its own may get an entry too (Ring -1), for its failures; with
+// Options.Programs, their skipped runs (Failed.NotRun) come in an entry
+// of their own (Ring and CPU -1) once there are some, or in the one entry
+// of a ring buffer read alone.
 //
 // Once a [Reader], [PerfBuffer] or [Raw] is closed, what the programs
-// output is
+// output (or, with Options.Programs, would have) is
 //
 //	Samples + Dropped + Lost + Discarded + Left + Failed.Total()
 //
 // summed over the entries of a CPU for a perf event array (a CPU that came
 // back online has two rings), in its one entry for a ring buffer read
 // alone, and over every entry for several ring buffers (each CPU's failures
-// come in an entry of its own). A perf ring has no Discarded; a ring buffer
+// come in an entry of its own); the programs' entry (Ring and CPU -1), if
+// any, adds their runs not run. A perf ring has no Discarded; a ring buffer
 // no Lost (a full ring is Failed.Full). A [Recorder] counts what its
 // snapshots returned and left out; what the kernel overwrote is not counted.
 //
@@ -89,9 +93,10 @@ type Stats struct {
 }
 
 // Failures counts the outputs that failed before reaching a ring, by
-// cause, as bpf/perfbuf.bpf.h counts them in a FailureMap. They are the
-// map's counts since the programs loaded; after Close, those when the rings
-// were freed.
+// cause, as bpf/perfbuf.bpf.h counts them in a FailureMap, and the runs of
+// the Options.Programs that the kernel skipped, whose outputs were never
+// made. They are the counts since the programs loaded; after Close, those
+// when the rings were freed.
 type Failures struct {
 	NoEntry  uint64 // ENOENT: no ring in the CPU's slot (or no reader: see FailureMap)
 	TooBig   uint64 // E2BIG: the CPU's index is past the map's max_entries
@@ -99,17 +104,24 @@ type Failures struct {
 	NotOnCPU uint64 // EOPNOTSUPP: the slot's ring is another CPU's, or its event was stopped
 	Other    uint64 // any other errno
 	Full     uint64 // a ring buffer without room for the record
+	// NotRun is the runs of Options.Programs that the kernel skipped
+	// (recursion_misses of bpf_prog_info, kernel 5.12; 0 before): a
+	// program was already running on the CPU, say an exec traced from
+	// inside another tracing program's run. It is the programs', not a
+	// ring's: see Stats for the entry that holds it.
+	NotRun uint64
 }
 
-// Total is the number of failed outputs of every cause.
+// Total is the number of failed outputs of every cause, runs not run
+// included.
 func (f Failures) Total() uint64 {
-	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other + f.Full
+	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other + f.Full + f.NotRun
 }
 
 // Add returns the sum of f's and g's counts, cause by cause.
 func (f Failures) Add(g Failures) Failures {
 	return Failures{NoEntry: f.NoEntry + g.NoEntry, TooBig: f.TooBig + g.TooBig, Invalid: f.Invalid + g.Invalid,
-		NotOnCPU: f.NotOnCPU + g.NotOnCPU, Other: f.Other + g.Other, Full: f.Full + g.Full}
+		NotOnCPU: f.NotOnCPU + g.NotOnCPU, Other: f.Other + g.Other, Full: f.Full + g.Full, NotRun: f.NotRun + g.NotRun}
 }
 
 // setCounts puts what a ring parsed, c, on st: every count but the owner's

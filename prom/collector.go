@@ -187,7 +187,7 @@ func NewCollector(src Source, opts Options) prometheus.Collector {
 		"Blocked waits of the reader that a ring's wakeup ended (not a timeout, Close, Flush or a deadline).",
 		nil)
 	c.failures = desc("output_failures_total",
-		"Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full."+failed,
+		"Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made."+failed,
 		failLabels)
 	c.followed = desc("cpu_hotplug_followed",
 		"1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.",
@@ -221,8 +221,8 @@ type counter struct {
 }
 
 // causes are output_failures_total's cause label values, with the count of
-// each: the errnos of perfbuf.Failures, and full (a ring buffer without
-// room).
+// each: the errnos of perfbuf.Failures, full (a ring buffer without room)
+// and not_run (a run of Options.Programs that the kernel skipped).
 var causes = []struct {
 	name  string
 	count func(*perfbuf.Failures) uint64
@@ -233,7 +233,12 @@ var causes = []struct {
 	{"eopnotsupp", func(f *perfbuf.Failures) uint64 { return f.NotOnCPU }},
 	{"other", func(f *perfbuf.Failures) uint64 { return f.Other }},
 	{"full", func(f *perfbuf.Failures) uint64 { return f.Full }},
+	{notRun, func(f *perfbuf.Failures) uint64 { return f.NotRun }},
 }
+
+// notRun is the cause of the programs' runs not run: with PerCPU, one
+// series, cpu="", as they are no CPU's.
+const notRun = "not_run"
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.counters {
@@ -271,12 +276,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, f := range c.failed(stats) {
 		for _, cause := range causes {
 			v := float64(cause.count(&f.failed))
-			if c.perCPU {
-				send(ch, c.failures, prometheus.CounterValue, v, cause.name, f.cpu)
-			} else {
+			switch {
+			case !c.perCPU:
 				send(ch, c.failures, prometheus.CounterValue, v, cause.name)
+			case cause.name != notRun: // (the programs' are no CPU's: below)
+				send(ch, c.failures, prometheus.CounterValue, v, cause.name, f.cpu)
 			}
 		}
+	}
+	if c.perCPU {
+		var n uint64
+		for i := range stats {
+			n += stats[i].Failed.NotRun
+		}
+		send(ch, c.failures, prometheus.CounterValue, float64(n), notRun, "")
 	}
 	if w, ok := c.src.(waker); ok {
 		send(ch, c.wakeups, prometheus.CounterValue, float64(w.Wakeups()))
@@ -378,9 +391,10 @@ type cpuFailures struct {
 }
 
 // failed sums the Failed of every entry of stats: into one total, or with
-// PerCPU by CPU, in CPU order. A ring buffer's ring (CPU -1) has a series
-// only if it holds failures, which its entries never do (Stats's doc), so
-// that the sums stay exact all the same.
+// PerCPU by CPU, in CPU order (their NotRun is sent apart). An entry of no
+// CPU (CPU -1: a ring buffer's, the programs') has a series, cpu="", only
+// if it holds failures of a CPU's cause, which they never do (Stats's
+// doc), so that the sums stay exact all the same.
 func (c *collector) failed(stats []perfbuf.Stats) []cpuFailures {
 	if len(stats) == 0 {
 		return nil
@@ -395,7 +409,7 @@ func (c *collector) failed(stats []perfbuf.Stats) []cpuFailures {
 	byCPU := map[int]*perfbuf.Failures{}
 	for i := range stats {
 		s := &stats[i]
-		if s.CPU < 0 && s.Failed.Total() == 0 {
+		if s.CPU < 0 && s.Failed.Total() == s.Failed.NotRun {
 			continue
 		}
 		f := byCPU[s.CPU]
@@ -407,7 +421,11 @@ func (c *collector) failed(stats []perfbuf.Stats) []cpuFailures {
 	}
 	var out []cpuFailures
 	for _, cpu := range slices.Sorted(maps.Keys(byCPU)) {
-		out = append(out, cpuFailures{strconv.Itoa(cpu), *byCPU[cpu]})
+		label := "" // no CPU's
+		if cpu >= 0 {
+			label = strconv.Itoa(cpu)
+		}
+		out = append(out, cpuFailures{label, *byCPU[cpu]})
 	}
 	return out
 }
@@ -436,11 +454,4 @@ func add(a, b *perfbuf.Stats) {
 }
 
 // addFailures adds b's counts to a's.
-func addFailures(a, b *perfbuf.Failures) {
-	a.NoEntry += b.NoEntry
-	a.TooBig += b.TooBig
-	a.Invalid += b.Invalid
-	a.NotOnCPU += b.NotOnCPU
-	a.Other += b.Other
-	a.Full += b.Full
-}
+func addFailures(a, b *perfbuf.Failures) { *a = a.Add(*b) }

@@ -125,13 +125,14 @@ perfbuf_oldest_record_age_seconds{ring=""} 3
 # HELP perfbuf_other_records_total Records that were neither samples nor lost records, skipped. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_other_records_total counter
 perfbuf_other_records_total{ring=""} 1
-# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. The reader's total.
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. The reader's total.
 # TYPE perfbuf_output_failures_total counter
 perfbuf_output_failures_total{cause="e2big"} 2
 perfbuf_output_failures_total{cause="einval"} 2
 perfbuf_output_failures_total{cause="enoent"} 5
 perfbuf_output_failures_total{cause="eopnotsupp"} 6
 perfbuf_output_failures_total{cause="full"} 4
+perfbuf_output_failures_total{cause="not_run"} 0
 perfbuf_output_failures_total{cause="other"} 1
 # HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_ring_fill_max_ratio gauge
@@ -200,7 +201,7 @@ perfbuf_ring_fill_ratio{cpu="2",ring=""} 0.03125
 # HELP perfbuf_cpu_hotplug_followed 1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.
 # TYPE perfbuf_cpu_hotplug_followed gauge
 perfbuf_cpu_hotplug_followed 0
-# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Per CPU.
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. Per CPU.
 # TYPE perfbuf_output_failures_total counter
 perfbuf_output_failures_total{cause="e2big",cpu="0"} 0
 perfbuf_output_failures_total{cause="e2big",cpu="2"} 0
@@ -217,6 +218,7 @@ perfbuf_output_failures_total{cause="eopnotsupp",cpu="3"} 0
 perfbuf_output_failures_total{cause="full",cpu="0"} 0
 perfbuf_output_failures_total{cause="full",cpu="2"} 0
 perfbuf_output_failures_total{cause="full",cpu="3"} 4
+perfbuf_output_failures_total{cause="not_run",cpu=""} 0
 perfbuf_output_failures_total{cause="other",cpu="0"} 0
 perfbuf_output_failures_total{cause="other",cpu="2"} 1
 perfbuf_output_failures_total{cause="other",cpu="3"} 0
@@ -228,8 +230,9 @@ perfbuf_output_failures_total{cause="other",cpu="3"} 0
 		t.Error(err)
 	}
 	// 16 series for each of the 2 CPUs with rings, 6 for each of the 3
-	// with failures, 1 for hotplug, 1 for wakeups, 1 for an exact Close.
-	if n, want := testutil.CollectAndCount(c), 2*16+3*len(causes)+3; n != want {
+	// with failures, 1 for the programs' runs not run, 1 for hotplug, 1
+	// for wakeups, 1 for an exact Close.
+	if n, want := testutil.CollectAndCount(c), 2*16+3*(len(causes)-1)+4; n != want {
 		t.Errorf("%d metrics collected, want %d", n, want)
 	}
 }
@@ -249,13 +252,14 @@ func TestCollectRingBuffer(t *testing.T) {
 # TYPE perfbuf_oldest_record_age_seconds gauge
 perfbuf_oldest_record_age_seconds{ring="0"} 2
 perfbuf_oldest_record_age_seconds{ring="1"} 0
-# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. The reader's total.
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. The reader's total.
 # TYPE perfbuf_output_failures_total counter
 perfbuf_output_failures_total{cause="e2big"} 0
 perfbuf_output_failures_total{cause="einval"} 0
 perfbuf_output_failures_total{cause="enoent"} 2
 perfbuf_output_failures_total{cause="eopnotsupp"} 0
 perfbuf_output_failures_total{cause="full"} 4
+perfbuf_output_failures_total{cause="not_run"} 0
 perfbuf_output_failures_total{cause="other"} 0
 # HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_discarded_records_total counter
@@ -280,7 +284,7 @@ perfbuf_ring_size_bytes{ring="1"} 65536
 		t.Error(err)
 	}
 	const wantPerCPU = `
-# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Per CPU.
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. Per CPU.
 # TYPE perfbuf_output_failures_total counter
 perfbuf_output_failures_total{cause="e2big",cpu="0"} 0
 perfbuf_output_failures_total{cause="e2big",cpu="1"} 0
@@ -292,6 +296,7 @@ perfbuf_output_failures_total{cause="eopnotsupp",cpu="0"} 0
 perfbuf_output_failures_total{cause="eopnotsupp",cpu="1"} 0
 perfbuf_output_failures_total{cause="full",cpu="0"} 3
 perfbuf_output_failures_total{cause="full",cpu="1"} 1
+perfbuf_output_failures_total{cause="not_run",cpu=""} 0
 perfbuf_output_failures_total{cause="other",cpu="0"} 0
 perfbuf_output_failures_total{cause="other",cpu="1"} 0
 # HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
@@ -450,9 +455,11 @@ func TestBadConstLabel(t *testing.T) {
 		perCPU      bool
 		wantInvalid int
 	}{
-		{"ring", false, 13},                 // one series of the rings
-		{"cause", false, len(causes)},       // the reader's failures
-		{"cpu", true, 2*13 + 3*len(causes)}, // CPUs 0 and 2 with rings, 0, 2 and 3 with failures
+		{"ring", false, 13},           // one series of the rings
+		{"cause", false, len(causes)}, // the reader's failures
+		// CPUs 0 and 2 with rings, 0, 2 and 3 with failures, and the
+		// programs' runs not run, of no CPU.
+		{"cpu", true, 2*13 + 3*(len(causes)-1) + 1},
 	} {
 		c := NewCollector(&fakeSource{stats: fakeStats()}, Options{ConstLabels: prometheus.Labels{tc.label: "x"}, PerCPU: tc.perCPU})
 		if err := prometheus.NewRegistry().Register(c); err == nil {

@@ -252,8 +252,9 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 	if c.kernel.untraced > 0 {
 		fmt.Fprintf(w, ", %d not traced (too many execs in flight)", c.kernel.untraced)
 	}
-	if c.kernel.skipped > 0 {
-		fmt.Fprintf(w, ", %d program runs skipped by the kernel (execs not traced)", c.kernel.skipped)
+	failed := tool.SumFailures(stats)
+	if t := tool.SkippedText(failed, "execs"); t != "" {
+		fmt.Fprintf(w, ", %s", t)
 	}
 	if c.kernel.otherPIDNS > 0 {
 		fmt.Fprintf(w, ", %d outside this PID namespace (--kernel-pids shows them)", c.kernel.otherPIDNS)
@@ -264,11 +265,14 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 	if c.corrupt > 0 {
 		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
 	}
-	if f := tool.SumFailures(stats); f.Total() > 0 {
-		fmt.Fprintf(w, ", %s", tool.FailuresText(f))
+	if t := tool.FailuresText(failed); t != "" {
+		fmt.Fprintf(w, ", %s", t)
 	}
 	fmt.Fprintf(w, " in %.1fs\n", elapsed.Seconds())
 	for _, s := range stats {
+		if tool.ProgramsEntry(&s) {
+			continue // (its count is in the line above)
+		}
 		fmt.Fprintf(w, "  cpu %-3d %6d events %6d lost %6d out of order", s.CPU, s.Samples, s.Lost, s.Late)
 		if s.MaxFill > 0 {
 			fmt.Fprintf(w, "  ring peak %d bytes", s.MaxFill)
@@ -279,8 +283,8 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 		if s.Left > 0 {
 			fmt.Fprintf(w, "  %d unread at exit", s.Left)
 		}
-		if s.Failed.Total() > 0 {
-			fmt.Fprintf(w, "  %s", tool.FailuresText(s.Failed))
+		if t := tool.FailuresText(s.Failed); t != "" {
+			fmt.Fprintf(w, "  %s", t)
 		}
 		fmt.Fprintln(w)
 	}

@@ -158,15 +158,16 @@ func readerOptions() perfbuf.ReaderOptions {
 }
 
 // openSource opens the reader of events, with the program's failure map
-// (PERFBUF_FAILURE_MAP in execsnoop.bpf.c): the reader's Stats report the
-// outputs that failed before a ring.
+// (PERFBUF_FAILURE_MAP in execsnoop.bpf.c) and the programs: the reader's
+// Stats report the outputs that failed before a ring, and the runs of the
+// programs the kernel skipped.
 func (t *tracer) openSource(events *libbpfgo.BPFMap) error {
 	opts := readerOptions()
 	failures, err := t.mod.GetMap("failures")
 	if err != nil {
 		return fmt.Errorf("map failures: %w", err)
 	}
-	opts.FailureMap = failures
+	opts.FailureMap, opts.Programs = failures, tool.Programs(t.mod)
 	if t.rd, err = perfbuf.NewReader(events, opts); err != nil {
 		return fmt.Errorf("open perf buffer: %w", err)
 	}
@@ -185,9 +186,6 @@ type kernelCounts struct {
 	// Execs by tasks outside the PID namespace whose numbers are printed:
 	// not output, as they have no PID there.
 	otherPIDNS uint64
-	// Runs of the programs that the kernel skipped (a BPF program already
-	// ran on the CPU): execs never traced.
-	skipped uint64
 }
 
 // kernelCounts reads the BPF program's counts.
@@ -204,9 +202,6 @@ func (t *tracer) kernelCounts() (kernelCounts, error) {
 			return kernelCounts{}, err
 		}
 		*sum = n
-	}
-	if c.skipped, err = tool.SkippedRuns(t.mod); err != nil {
-		return kernelCounts{}, err
 	}
 	return c, nil
 }

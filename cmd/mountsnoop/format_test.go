@@ -316,8 +316,9 @@ func TestSummary(t *testing.T) {
 	stats = []perfbuf.Stats{
 		{Ring: 0, CPU: 0, Samples: 5, Lost: 1},
 		{Ring: 1, CPU: 1, Samples: 7, Failed: perfbuf.Failures{NoEntry: 1}},
+		{Ring: -1, CPU: -1, Failed: perfbuf.Failures{NotRun: 3}}, // the programs': no line of its own
 	}
-	writeSummary(&b, bpfbuffer.PerfEventArray, counts{events: 12, lost: 1, perfFull: 4, skipped: 3}, stats, time.Second)
+	writeSummary(&b, bpfbuffer.PerfEventArray, counts{events: 12, lost: 1, perfFull: 4}, stats, time.Second)
 	want = `
 12 calls traced, 4 lost, 1 failed output (ENOENT 1), 3 program runs skipped by the kernel (calls not traced) in 1.0s, from a perf event array
   cpu 0        5 events      1 lost

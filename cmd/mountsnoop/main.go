@@ -142,9 +142,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c.perfFull, err = t.perfFull(); err != nil {
 		fmt.Fprintf(stderr, "mountsnoop: %v\n", err)
 	}
-	if c.skipped, err = tool.SkippedRuns(t.mod); err != nil {
-		fmt.Fprintf(stderr, "mountsnoop: %v\n", err)
-	}
 	// Close before the summary, so that its counts include what the ring
 	// still holds (calls after the flush), as Left.
 	t.rd.Close()
@@ -168,9 +165,6 @@ type counts struct {
 	// counted them (lost records report them too, but only once a later
 	// event fits in the ring).
 	perfFull uint64
-	// skipped: runs of the programs that the kernel skipped (a BPF
-	// program already ran on the CPU): calls never traced.
-	skipped uint64
 }
 
 // readLoop prints the events of src until it is flushed or closed. A perf
@@ -232,8 +226,9 @@ func kindText(k bpfbuffer.Kind) string {
 // for a ring buffer, the failures of each CPU that had any.
 func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.Stats, elapsed time.Duration) {
 	fmt.Fprintf(w, "\n%d calls traced, %d lost", c.events, max(c.lost, c.perfFull))
-	if f := tool.SumFailures(stats); f.Total() > 0 {
-		fmt.Fprintf(w, ", %s", tool.FailuresText(f))
+	failed := tool.SumFailures(stats)
+	if t := tool.FailuresText(failed); t != "" {
+		fmt.Fprintf(w, ", %s", t)
 	}
 	var late uint64
 	for _, s := range stats {
@@ -248,12 +243,14 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 	if c.corrupt > 0 {
 		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
 	}
-	if c.skipped > 0 {
-		fmt.Fprintf(w, ", %d program runs skipped by the kernel (calls not traced)", c.skipped)
+	if t := tool.SkippedText(failed, "calls"); t != "" {
+		fmt.Fprintf(w, ", %s", t)
 	}
 	fmt.Fprintf(w, " in %.1fs, from %s\n", elapsed.Seconds(), kindText(kind))
 	for _, s := range stats {
 		switch {
+		case tool.ProgramsEntry(&s): // (its count is in the line above)
+			continue
 		case s.Ring < 0: // a CPU's failures, without a ring of its own
 			fmt.Fprintf(w, "  cpu %-3d %s\n", s.CPU, tool.FailuresText(s.Failed))
 			continue
@@ -279,8 +276,8 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 		if s.Left > 0 {
 			fmt.Fprintf(w, "  %d unread at exit", s.Left)
 		}
-		if s.Failed.Total() > 0 {
-			fmt.Fprintf(w, "  %s", tool.FailuresText(s.Failed))
+		if t := tool.FailuresText(s.Failed); t != "" {
+			fmt.Fprintf(w, "  %s", t)
 		}
 		fmt.Fprintln(w)
 	}

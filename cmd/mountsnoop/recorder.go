@@ -90,8 +90,11 @@ func record(o *options, t *tracer, out *stdio.Writer, stderr io.Writer) int {
 		skipped += st.Skipped
 	}
 	fmt.Fprintf(stderr, "\n%d snapshots, %d calls printed, %d lost, %d left out of snapshots (Stats.Skipped)", snapshots, c.events, c.lost, skipped)
-	if f := tool.SumFailures(stats); f.Total() > 0 {
-		fmt.Fprintf(stderr, ", %s", tool.FailuresText(f))
+	failed := tool.SumFailures(stats)
+	for _, t := range []string{tool.FailuresText(failed), tool.SkippedText(failed, "calls")} {
+		if t != "" {
+			fmt.Fprintf(stderr, ", %s", t)
+		}
 	}
 	fmt.Fprintf(stderr, " in %.1fs, from %s\n", time.Since(start).Seconds(), kindText(t.kind))
 	return 0

@@ -148,7 +148,7 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("maps of events in %s: %w", path, err)
 		}
-		ropts.MaxSampleSize = eventSize
+		ropts.MaxSampleSize, ropts.Programs = eventSize, tool.Programs(mod)
 		if t.rec, err = perfbuf.NewRecorder(events, ropts); err != nil {
 			return nil, fmt.Errorf("open %v recorder: %w", t.kind, err)
 		}
@@ -167,6 +167,7 @@ func openTracer(cfg tracerConfig) (*tracer, error) {
 	}
 	ropts := readerOptions()
 	ropts.RingBytes, ropts.FailureMap, ropts.Maps = mopts.RingBytes, mopts.FailureMap, mopts.Maps
+	ropts.Programs = tool.Programs(mod) // their runs the kernel skipped, in Stats
 	// Open the reader before attaching, so that no event is written to a
 	// CPU without a ring.
 	if t.rd, err = perfbuf.NewReader(events, ropts); err != nil {

@@ -31,13 +31,16 @@ type ProgStats struct {
 	Runs    uint64
 	// RecursionMisses is how many times the kernel skipped the program
 	// because a BPF program was already running on that CPU: runs that
-	// the program never saw. Always counted.
+	// the program never saw. Always counted, from 5.12.
 	RecursionMisses uint64
+	// CountsMisses says that the kernel has RecursionMisses (5.12): its
+	// bpf_prog_info reaches the field. An older one leaves it 0.
+	CountsMisses bool
 }
 
 // Sub returns s less an earlier reading o.
 func (s ProgStats) Sub(o ProgStats) ProgStats {
-	return ProgStats{RunTime: s.RunTime - o.RunTime, Runs: s.Runs - o.Runs, RecursionMisses: s.RecursionMisses - o.RecursionMisses}
+	return ProgStats{RunTime: s.RunTime - o.RunTime, Runs: s.Runs - o.Runs, RecursionMisses: s.RecursionMisses - o.RecursionMisses, CountsMisses: s.CountsMisses}
 }
 
 // GetProgStats returns the stats of the BPF program behind fd
@@ -48,7 +51,9 @@ func GetProgStats(fd int) (ProgStats, error) {
 	if _, err := bpf(unix.BPF_OBJ_GET_INFO_BY_FD, &a); err != nil {
 		return ProgStats{}, fmt.Errorf("get prog info: %w", err)
 	}
-	return ProgStats{RunTime: time.Duration(info.runTimeNs), Runs: info.runCnt, RecursionMisses: info.recursionMisses}, nil
+	// The kernel writes back in infoLen how much of info it filled.
+	counts := a.infoLen >= uint32(unsafe.Sizeof(info))
+	return ProgStats{RunTime: time.Duration(info.runTimeNs), Runs: info.runCnt, RecursionMisses: info.recursionMisses, CountsMisses: counts}, nil
 }
 
 // ProgRecursionMisses returns GetProgStats' RecursionMisses.

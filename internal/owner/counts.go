@@ -66,7 +66,7 @@ func (c *Core) Stats() []Stats {
 			st[i].DeletesSlot = true
 		}
 	}
-	return c.src.failureCounters().addTo(st)
+	return c.progs.addTo(c.src.failureCounters().addTo(st))
 }
 
 // deletesSlots reports whether Close deletes the slots of c's perf event

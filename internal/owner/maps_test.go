@@ -98,7 +98,7 @@ func TestNotAMapDescriptors(t *testing.T) {
 				if !errors.Is(err, ErrMapType) || !strings.Contains(err.Error(), "is not a BPF map") || !strings.Contains(err.Error(), want) {
 					t.Errorf("checkMap: %v; want ErrMapType, naming %q", err, want)
 				}
-				if _, err := Open(mapFD(fd), RingOptions{}, nil, nil); !errors.Is(err, ErrMapType) {
+				if _, err := Open(mapFD(fd), RingOptions{}, nil, nil, nil); !errors.Is(err, ErrMapType) {
 					t.Errorf("Open: %v; want ErrMapType", err)
 				}
 				if _, err := newFailureMap(fd, fd); !errors.Is(err, os.ErrInvalid) || errors.Is(err, ErrMapType) || !strings.Contains(err.Error(), want) {

@@ -53,6 +53,9 @@ type Core struct {
 	// the programs raise no wakeup while records keep coming (see
 	// holdBackRingBufs). addRing sets it on the rings added later.
 	holdBack bool
+	// progs are Options.Programs, whose skipped runs Stats adds; nil for
+	// none. Closed with the rings.
+	progs *programs
 	// what names what is read, for errors (see name).
 	what string
 	// pause is Pause's state (pause.go); a perf event array's rings
@@ -96,11 +99,12 @@ type source interface {
 // Open opens the rings of the map m (a perf event array: a ring on
 // every online CPU; a BPF ring buffer: its one ring; an array of maps: its
 // inner ring buffers'), and of the further ring buffers more, with the
-// ring settings ro (whose fields were checked) and the failure map
-// failures (nil for none). The settings that depend on the kind of map are
-// checked against the maps before anything is claimed or mapped
-// (checks.go). Errors: as NewReader's.
-func Open(m Map, ro RingOptions, more []Map, failures Map) (*Core, error) {
+// ring settings ro (whose fields were checked), the failure map failures
+// (nil for none) and the producing programs' descriptors progs (see
+// openPrograms). The settings that depend on the kind of map are checked
+// against the maps before anything is claimed or mapped (checks.go).
+// Errors: as NewReader's.
+func Open(m Map, ro RingOptions, more []Map, failures Map, progs []int) (_ *Core, err error) {
 	// The caller's maps stay reachable until their descriptors are
 	// duplicated: a *ebpf.Map's finalizer would close its descriptor, and
 	// another object could take the number, during the call.
@@ -118,6 +122,15 @@ func Open(m Map, ro RingOptions, more []Map, failures Map) (*Core, error) {
 	if err := ro.checkPrepared(info); err != nil {
 		return nil, err
 	}
+	ps, err := openPrograms(progs)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			ps.close()
+		}
+	}()
 	var src source
 	switch {
 	case info.typ != mapTypePerfEventArray:
@@ -148,7 +161,7 @@ func Open(m Map, ro RingOptions, more []Map, failures Map) (*Core, error) {
 		src.close()
 		return nil, err
 	}
-	c.src = src
+	c.src, c.progs = src, ps
 	if r, ok := src.(*rings); ok {
 		c.countsLost = r.cfg.kernel().CountLost
 	}
@@ -352,6 +365,7 @@ func (c *Core) free() {
 	}
 	c.StatsMu.Unlock()
 	c.src.close()
+	c.progs.close()
 	c.W.Close()
 }
 

@@ -91,7 +91,7 @@ func TestOpenPerfEventArray(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(mapFD(fd), RingOptions{RingBytes: os.Getpagesize()}, nil, nil)
+	c, err := Open(mapFD(fd), RingOptions{RingBytes: os.Getpagesize()}, nil, nil, nil)
 	privileged(t, "open perf rings", err)
 	NewRaw(c) // starts c
 	if n := c.Count(); n != len(online) {
@@ -116,7 +116,7 @@ func TestOpenPerfEventArray(t *testing.T) {
 			t.Errorf("SetPaused(%v): %v", on, err)
 		}
 	}
-	if _, err := Open(mapFD(fd), RingOptions{}, nil, nil); !errors.Is(err, ErrMapInUse) {
+	if _, err := Open(mapFD(fd), RingOptions{}, nil, nil, nil); !errors.Is(err, ErrMapInUse) {
 		t.Errorf("Open of a map read: %v; want ErrMapInUse", err)
 	}
 	c.Close()
@@ -124,7 +124,7 @@ func TestOpenPerfEventArray(t *testing.T) {
 		t.Errorf("SetPaused after Close: %v; want os.ErrClosed", err)
 	}
 
-	r, err := OpenRecorder(mapFD(fd), RingOptions{RingBytes: os.Getpagesize()}, nil, nil)
+	r, err := OpenRecorder(mapFD(fd), RingOptions{RingBytes: os.Getpagesize()}, nil, nil, nil)
 	if err != nil {
 		t.Fatalf("OpenRecorder after Close: %v", err)
 	}

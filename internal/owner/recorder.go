@@ -49,6 +49,7 @@ type Recorder struct {
 	owned    []int                 // descriptors opened here, closed at Close
 	ids      []uint32              // claimed until Close
 	failures *failureMap
+	progs    *programs // Options.Programs, or nil
 }
 
 // recRing is one ring of a Recorder, with what its snapshots counted.
@@ -60,12 +61,13 @@ type recRing struct {
 }
 
 // OpenRecorder opens m's rings, and those of more, as overwritable rings
-// with the settings ro (whose fields were checked), and the failure map
-// failures (nil for none): for a perf event array, a backward ring on
+// with the settings ro (whose fields were checked), the failure map
+// failures (nil for none) and the programs progs (as Open's): for a perf
+// event array, a backward ring on
 // every online CPU, mapped read-only (CPUs that come online later get
 // none); for a BPF ring buffer, or an array of them and more, each must
 // be in overwrite mode (map flag BPF_F_RB_OVERWRITE, kernel 6.19).
-func OpenRecorder(m Map, ro RingOptions, more []Map, failures Map) (*Recorder, error) {
+func OpenRecorder(m Map, ro RingOptions, more []Map, failures Map, progs []int) (*Recorder, error) {
 	defer runtime.KeepAlive(failures)
 	defer runtime.KeepAlive(more)
 	defer runtime.KeepAlive(m)
@@ -83,6 +85,9 @@ func OpenRecorder(m Map, ro RingOptions, more []Map, failures Map) (*Recorder, e
 	}
 	r := &Recorder{mapFD: -1, what: describeMaps(info, len(more))}
 	r.pause.grace = kernel.WaitWriters
+	if r.progs, err = openPrograms(progs); err != nil {
+		return nil, err
+	}
 	if info.typ == mapTypePerfEventArray {
 		if len(more) > 0 {
 			return nil, (fmt.Errorf("options Maps with %v, which is read alone: %w", info, os.ErrInvalid))
@@ -389,7 +394,7 @@ func (r *Recorder) Stats() []Stats {
 		}
 	}
 	r.mu.Unlock()
-	return r.failures.addTo(st)
+	return r.progs.addTo(r.failures.addTo(st))
 }
 
 // Close frees the rings, once a Snapshot in progress returns; a perf event
@@ -432,6 +437,7 @@ func (r *Recorder) free() {
 		unclaimMap(id)
 	}
 	r.failures.close()
+	r.progs.close()
 	for i := range r.rings {
 		r.rings[i].perf, r.rings[i].bpf = snapshot.PerfRing{}, snapshot.BPFRing{}
 	}

@@ -330,11 +330,11 @@ func TestOpenRingBufs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, err = Open(mapFD(a), RingOptions{RingBytes: 2 * page}, []Map{mapFD(arr)}, nil)
+	_, err = Open(mapFD(a), RingOptions{RingBytes: 2 * page}, []Map{mapFD(arr)}, nil, nil)
 	if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "options RingBytes") {
 		t.Fatalf("Open with another RingBytes: %v; want os.ErrInvalid naming RingBytes", err)
 	}
-	c, err := Open(mapFD(a), RingOptions{}, []Map{mapFD(arr)}, nil)
+	c, err := Open(mapFD(a), RingOptions{}, []Map{mapFD(arr)}, nil, nil)
 	if err != nil {
 		t.Fatal(err) // (a refusal above claimed nothing)
 	}
@@ -353,11 +353,11 @@ func TestOpenRingBufs(t *testing.T) {
 			t.Errorf("Stats()[%d] = %+v; want ring %d, CPU -1, %d bytes", i, st, i, page)
 		}
 	}
-	if _, err := Open(mapFD(b), RingOptions{}, nil, nil); !errors.Is(err, ErrMapInUse) {
+	if _, err := Open(mapFD(b), RingOptions{}, nil, nil, nil); !errors.Is(err, ErrMapInUse) {
 		t.Errorf("Open of a map read: %v; want ErrMapInUse", err)
 	}
 	c.Close()
-	again, err := Open(mapFD(b), RingOptions{}, nil, nil)
+	again, err := Open(mapFD(b), RingOptions{}, nil, nil, nil)
 	if err != nil {
 		t.Fatalf("Open after Close: %v", err)
 	}

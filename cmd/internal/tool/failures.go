@@ -11,7 +11,8 @@ import (
 	"github.com/perfbuf/perfbuf"
 )
 
-// SumFailures adds up the failed outputs of every Stats entry.
+// SumFailures adds up the failed outputs of every Stats entry, and the runs
+// of the programs that the kernel skipped (Failed.NotRun).
 func SumFailures(stats []perfbuf.Stats) perfbuf.Failures {
 	var sum perfbuf.Failures
 	for _, s := range stats {
@@ -25,8 +26,13 @@ func SumFailures(stats []perfbuf.Stats) perfbuf.Failures {
 // buffer is the usual one on a ring buffer (bpf_ringbuf_reserve found no
 // room: the C tools drop such an event without a word); a full perf ring
 // is a lost record instead. ENOENT on a perf event array: an output on a
-// CPU that came online after the rings were opened.
+// CPU that came online after the rings were opened. "" for none. The runs
+// the kernel skipped (f.NotRun) are SkippedText's.
 func FailuresText(f perfbuf.Failures) string {
+	outputs := f.Total() - f.NotRun
+	if outputs == 0 {
+		return ""
+	}
 	var causes []string
 	for _, c := range []struct {
 		name string
@@ -38,8 +44,23 @@ func FailuresText(f perfbuf.Failures) string {
 		}
 	}
 	plural := "s"
-	if f.Total() == 1 {
+	if outputs == 1 {
 		plural = ""
 	}
-	return fmt.Sprintf("%d failed output%s (%s)", f.Total(), plural, strings.Join(causes, ", "))
+	return fmt.Sprintf("%d failed output%s (%s)", outputs, plural, strings.Join(causes, ", "))
 }
+
+// SkippedText says how many runs of the programs (perfbuf.Options.Programs)
+// the kernel skipped, a BPF program already running on the CPU, and so
+// what was never traced: "5 program runs skipped by the kernel (execs not
+// traced)" for what "execs". "" for none.
+func SkippedText(f perfbuf.Failures, what string) string {
+	if f.NotRun == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d program runs skipped by the kernel (%s not traced)", f.NotRun, what)
+}
+
+// ProgramsEntry reports whether s is the entry of the programs' runs not
+// run (Ring and CPU -1), which a tool's per-ring lines leave out.
+func ProgramsEntry(s *perfbuf.Stats) bool { return s.Ring < 0 && s.CPU < 0 }

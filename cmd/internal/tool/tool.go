@@ -22,7 +22,6 @@ import (
 	"unsafe"
 
 	"github.com/aquasecurity/libbpfgo"
-	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -214,25 +213,19 @@ func PerCPUSum(m *libbpfgo.BPFMap, key uint32) (uint64, error) {
 // one first when it exists, as libbpf does.
 var tracefsDirs = []string{"/sys/kernel/debug/tracing", "/sys/kernel/tracing"}
 
-// SkippedRuns returns how many times the kernel skipped the loaded
-// programs of m, summed: each program's recursion_misses (bpf_prog_info),
-// counted when a BPF program already ran on the CPU (an exec traced from
-// inside another tracing program's run, say). The events of those runs were
-// never written, so no ring or counter of the programs' own has them.
-func SkippedRuns(m *libbpfgo.Module) (uint64, error) {
-	var n uint64
+// Programs returns the descriptors of m's loaded programs, for
+// perfbuf.Options.Programs: the reader's Stats then count the runs the
+// kernel skipped (an exec traced from inside another tracing program's
+// run, say), whose events were never written.
+func Programs(m *libbpfgo.Module) []int {
+	var fds []int
 	it := m.Iterator()
 	for p := it.NextProgram(); p != nil; p = it.NextProgram() {
-		if p.FileDescriptor() < 0 {
-			continue // not loaded (autoload off)
+		if p.FileDescriptor() >= 0 { // (not loaded: autoload off)
+			fds = append(fds, p.FileDescriptor())
 		}
-		s, err := kernel.GetProgStats(p.FileDescriptor())
-		if err != nil {
-			return 0, fmt.Errorf("program %s: %w", p.Name(), err)
-		}
-		n += s.RecursionMisses
 	}
-	return n, nil
+	return fds
 }
 
 // EnsureTracefs mounts tracefs at /sys/kernel/tracing when no tracefs is
