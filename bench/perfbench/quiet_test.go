@@ -64,8 +64,7 @@ func TestConsumerArgs(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]string{
-		{consumerFlag, "reader-nolatency", "-ringbuf", "-count", "1", "-timeout", "1s"}, // not a ring buffer's mode
-		{consumerFlag, "C", "-count", "1", "-timeout", "1s"},                            // C is a program of its own
+		{consumerFlag, "C", "-count", "1", "-timeout", "1s"}, // C is a program of its own
 		{consumerFlag, "raw-copy", "-count", "1", "-timeout", "1s"},
 		{consumerFlag, "reader", "-count", "-1", "-timeout", "1s"},
 		{consumerFlag, "reader", "-count", "1"}, // no timeout
@@ -126,15 +125,18 @@ func TestQuietModeLists(t *testing.T) {
 		t.Errorf("ring buffer idle: %q", got)
 	}
 	c.quietModes = []string{benchrun.ModeReaderNoLatency, benchrun.ModeC}
-	if got := quietModes(c, false, 300, true); !slices.Equal(got, []string{benchrun.ModeC}) {
+	if got := quietModes(c, false, 300, true); !slices.Equal(got, []string{benchrun.ModeC, benchrun.ModeReaderNoLatency}) {
 		t.Errorf("at 300/s, of C and reader-nolatency: %q", got)
 	}
 	if got := quietModes(c, false, 0, true); !slices.Equal(got, []string{benchrun.ModeC, benchrun.ModeReaderNoLatency}) {
 		t.Errorf("idle, of C and reader-nolatency: %q", got)
 	}
 	c.quietModes = []string{benchrun.ModeReaderNoLatency}
-	if got := quietModes(c, true, 300, true); len(got) != 0 {
-		t.Errorf("ring buffer, of reader-nolatency: %q", got)
+	if got := quietModes(c, true, 0, true); len(got) != 0 {
+		t.Errorf("ring buffer idle, of reader-nolatency: %q", got)
+	}
+	if got := quietModes(c, true, 300, true); !slices.Equal(got, c.quietModes) {
+		t.Errorf("ring buffer at 300/s, of reader-nolatency: %q", got)
 	}
 }
 
@@ -313,10 +315,11 @@ func TestRBQuietTable(t *testing.T) {
 	for _, want := range [][]string{
 		{"300/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.00", "200", "0"},
 		{"3000/s", "C", "10.5", `\S+`, `\S+`, "1.00", "1.50", "200", "0"},
-		{"3000/s", "reader-each", "35.5", `\S+`, `\S+`, `\S+`, "-", "5200", "0"},
-		{"3000/s", "cilium", "40.5", `\S+`, `\S+`, `\S+`, "-", "6200", "0"},
-		{"3000/s", "ordered", "45.5", `\S+`, `\S+`, `\S+`, "-", "7200", "0"},
-		{"3000/s", "reader-holdoff", "50.5", `\S+`, `\S+`, `\S+`, "-", "8200", "1"},
+		{"3000/s", "reader-nolatency", "30.5", `\S+`, `\S+`, `\S+`, "-", "4200", "0"},
+		{"3000/s", "reader-each", "40.5", `\S+`, `\S+`, `\S+`, "-", "6200", "0"},
+		{"3000/s", "cilium", "45.5", `\S+`, `\S+`, `\S+`, "-", "7200", "0"},
+		{"3000/s", "ordered", "50.5", `\S+`, `\S+`, `\S+`, "-", "8200", "0"},
+		{"3000/s", "reader-holdoff", "55.5", `\S+`, `\S+`, `\S+`, "-", "9200", "1"},
 	} {
 		if !regexp.MustCompile(`(?m)^ *` + strings.Join(want, ` +`) + ` `).MatchString(out[rb:]) {
 			t.Errorf("the ring buffer quiet section lacks a line %q:\n%s", want, out[rb:])
