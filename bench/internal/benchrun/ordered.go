@@ -36,15 +36,19 @@ import (
 // them on the reading CPU, costs C itself a little more (3-10% here) than
 // one ring filled from another CPU does.
 type orderedDrain struct {
-	e       *bpfrun.Emitter
-	size    int
-	r       *perfbuf.Reader
-	s       []perfbuf.Sample // ReadInto the one, or ReadBatch into them all (samplesFor)
-	total   uint64
-	last    uint64 // the largest key read
-	tail    int    // samples of the round's last batch
-	checkFn func(*perfbuf.Sample) error
-	each    bool // Reader.Each instead
+	e    *bpfrun.Emitter
+	size int
+	// fillRound writes a round's k samples and returns how many of the
+	// last ones no rule releases before Flush: fillBoth's, or over one
+	// ring buffer openRBOrdered's.
+	fillRound func(k int) (tail int, err error)
+	r         *perfbuf.Reader
+	s         []perfbuf.Sample // ReadInto the one, or ReadBatch into them all (samplesFor)
+	total     uint64
+	last      uint64 // the largest key read
+	tail      int    // samples of the round's last batch
+	checkFn   func(*perfbuf.Sample) error
+	each      bool // Reader.Each instead
 }
 
 func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
@@ -62,13 +66,15 @@ func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return nil, err
 	}
 	d := &orderedDrain{e: e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach, s: samplesFor(cfg.Mode)}
+	d.fillRound = func(k int) (int, error) { return fillBoth(e, k, cfg.Size) }
 	d.checkFn = d.check
 	return d, nil
 }
 
-// fill writes k samples in batches that alternate between the CPUs.
+// fill writes a round's k samples (fillRound) and sets the deadline of
+// the reads that drain them.
 func (d *orderedDrain) fill(k int) error {
-	tail, err := fillBoth(d.e, k, d.size)
+	tail, err := d.fillRound(k)
 	d.tail = tail
 	d.r.SetDeadline(time.Now().Add(10 * time.Second))
 	return err

@@ -4,6 +4,7 @@ package benchrun
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/aquasecurity/libbpfgo"
 	"github.com/cilium/ebpf"
@@ -37,7 +38,7 @@ const (
 
 // RBDrainModes are the modes RBDrainCompare measures, the reference
 // (ModeC: ring_buffer__consume with a C callback) first.
-var RBDrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeReaderConsume, ModeCilium, ModeLibbpfgo}
+var RBDrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeReaderConsume, ModeOrdered, ModeOrderedBatch, ModeOrderedEach, ModeCilium, ModeLibbpfgo}
 
 const (
 	// RBBytes is the ring buffer's size (rbbench.bpf.c's max_entries).
@@ -125,6 +126,8 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 			return d, nil
 		}
 		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach, s: samplesFor(cfg.Mode)}, nil
+	case ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
+		return openRBOrdered(base, cfg)
 	case ModeCilium:
 		r, err := openCilium(e.Events.FileDescriptor())
 		if err != nil {
@@ -339,4 +342,25 @@ func (d *libbpfgoDrain) sum() uint64 { return d.total }
 func (d *libbpfgoDrain) close() {
 	close(d.req)
 	d.libbpfgoRing.close()
+}
+
+// openRBOrdered opens the ordered Reader over the one ring buffer, its
+// records merged by their sequence number (the emitter's header's first
+// word, which grows on FillCPU, the only CPU that fills it) with a key
+// window of 1: rule 2 releases each record once the next one is read, so
+// that all but a round's last record go with the release rules in force,
+// and the last one at the round's Flush (orderedDrain). Over one ring
+// buffer the Reader copies the records it holds into its window, and reads
+// a ring it is behind on in place: the drain measures both.
+func openRBOrdered(f fillOne, cfg DrainConfig) (drainer, error) {
+	r, err := perfbuf.NewReader(f.e.Events, perfbuf.ReaderOptions{
+		Order: &perfbuf.Order{KeyOffset: 0, KeyWindow: 1, MaxDelay: time.Millisecond},
+	})
+	if err != nil {
+		return nil, err
+	}
+	d := &orderedDrain{e: f.e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach, s: samplesFor(cfg.Mode)}
+	d.fillRound = func(k int) (int, error) { return min(k, 1), f.fill(k) }
+	d.checkFn = d.check
+	return d, nil
 }
