@@ -52,6 +52,11 @@ import (
 // reader (at a commit) or a Stats call last saw the ring with no record
 // written before then still undelivered; records already in a ring at
 // opening count from the opening.
+//
+// A read counts what it delivered when it commits the ring's space, once
+// a chunk of the ring or its turn on the ring is read: the last records a
+// ReadInto or ReadBatch returned are counted by the next read, or at
+// Close, not before.
 type Stats struct {
 	Ring int // the ring's buffer index, or -1
 	CPU  int // the ring's CPU, or -1 for a ring shared by CPUs
