@@ -392,9 +392,10 @@ type cpuFailures struct {
 
 // failed sums the Failed of every entry of stats: into one total, or with
 // PerCPU by CPU, in CPU order (their NotRun is sent apart). An entry of no
-// CPU (CPU -1: a ring buffer's, the programs') has a series, cpu="", only
-// if it holds failures of a CPU's cause, which they never do (Stats's
-// doc), so that the sums stay exact all the same.
+// CPU (CPU -1) has a series, cpu="", only once it holds failures of
+// another cause: a ring buffer read alone holds every CPU's (Stats' doc);
+// the programs' entry holds only runs not run; several ring buffers' hold
+// none.
 func (c *collector) failed(stats []perfbuf.Stats) []cpuFailures {
 	if len(stats) == 0 {
 		return nil
