@@ -76,7 +76,7 @@ func ExampleNew() {
 	// ring has no Discarded, and no Dropped without Order; a CPU that came
 	// back online has two entries.
 	for _, st := range pb.Stats() {
-		output := st.Samples + st.Dropped + st.Lost + st.Discarded + st.Left + st.Failed.Total()
+		output := st.Samples + st.Dropped + st.Lost + st.Discarded + st.Left + st.Failed.Total() + st.NotRun
 		fmt.Printf("cpu %d: %d output: %d samples, %d lost, %d left at Close\n", st.CPU, output, st.Samples, st.Lost, st.Left)
 	}
 }
@@ -251,10 +251,11 @@ func ExampleFailures() {
 
 	// After Close, Failed holds the counts when the rings were freed, and
 	// the whole identity of Stats adds up. A CPU may have several entries
-	// (and one without a ring, for failures only): sum them by CPU.
+	// (and one without a ring, for failures only): sum them by CPU. (With
+	// Options.Programs, the runs the kernel skipped come as CPU -1's.)
 	output := map[int]uint64{}
 	for _, s := range r.Stats() {
-		output[s.CPU] += s.Samples + s.Dropped + s.Lost + s.Discarded + s.Left + s.Failed.Total()
+		output[s.CPU] += s.Samples + s.Dropped + s.Lost + s.Discarded + s.Left + s.Failed.Total() + s.NotRun
 		if f := s.Failed; f.Total() > 0 {
 			fmt.Printf("cpu %d: %d outputs failed: %d no ring, %d index past max_entries, %d bad flags, %d another CPU's ring, %d ring full, %d other\n",
 				s.CPU, f.Total(), f.NoEntry, f.TooBig, f.Invalid, f.NotOnCPU, f.Full, f.Other)

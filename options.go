@@ -54,8 +54,8 @@ type Options struct {
 	// Programs, if set, are the descriptors of the BPF programs that write
 	// to the rings (libbpfgo's BPFProg.FileDescriptor, cilium/ebpf's
 	// Program.FD): [Stats] reports the runs of theirs that the kernel
-	// skipped in Failed.NotRun, events that no ring or failure map can
-	// count. The reader holds duplicates until Close.
+	// skipped in NotRun, events that no ring or failure map can count.
+	// The reader holds duplicates until Close.
 	Programs []int
 
 	// prepared is what bpfbuffer's or ciliumbuffer's Prepare made of the

@@ -15,14 +15,14 @@ import (
 // Stats counts one ring's records. The owners' Stats return an entry per
 // ring, in buffer index order; with a FailureMap, a CPU without a ring of
 // its own may get an entry too (Ring -1), for its failures; with
-// Options.Programs, their skipped runs (Failed.NotRun) come in an entry
-// of their own (Ring and CPU -1) once there are some, or in the one entry
-// of a ring buffer read alone.
+// Options.Programs, their skipped runs (NotRun) come in an entry of their
+// own (Ring and CPU -1) once there are some, or in the one entry of a ring
+// buffer read alone.
 //
 // Once a [Reader], [PerfBuffer] or [Raw] is closed, what the programs
 // output (or, with Options.Programs, would have) is
 //
-//	Samples + Dropped + Lost + Discarded + Left + Failed.Total()
+//	Samples + Dropped + Lost + Discarded + Left + Failed.Total() + NotRun
 //
 // summed over the entries of a CPU for a perf event array (a CPU that came
 // back online has two rings), in its one entry for a ring buffer read
@@ -68,7 +68,14 @@ type Stats struct {
 	Left      uint64   // samples left in the ring at Close
 	Found     uint64   // records (samples and discarded) in a ring buffer when the reader opened it
 	Failed    Failures // outputs that failed before reaching the ring (with a FailureMap)
-	Skipped   uint64   // Recorder: records a snapshot left out (no room, overwritten while copied, not committed)
+	// NotRun is the runs of Options.Programs that the kernel skipped
+	// (recursion_misses of bpf_prog_info, 5.12; 0 before): a BPF program
+	// was already running on the CPU, say an exec traced from inside
+	// another tracing program's run. Their outputs were never made. It is
+	// the programs', not a ring's: see Stats for the entry that holds it.
+	NotRun uint64
+
+	Skipped uint64 // Recorder: records a snapshot left out (no room, overwritten while copied, not committed)
 	// Overwritten is, for a Recorder's ring buffer, the bytes (headers
 	// included) the kernel has overwritten unread, as its overwrite
 	// position tells; 0 for a perf ring, which does not tell.
@@ -98,10 +105,9 @@ type Stats struct {
 }
 
 // Failures counts the outputs that failed before reaching a ring, by
-// cause, as bpf/perfbuf.bpf.h counts them in a FailureMap, and the runs of
-// the Options.Programs that the kernel skipped, whose outputs were never
-// made. They are the counts since the programs loaded; after Close, those
-// when the rings were freed.
+// cause, as bpf/perfbuf.bpf.h counts them in a FailureMap: its struct
+// perfbuf_failures, field for field. They are the map's counts since the
+// programs loaded; after Close, those when the rings were freed.
 type Failures struct {
 	NoEntry  uint64 // ENOENT: no ring in the CPU's slot (or no reader: see FailureMap)
 	TooBig   uint64 // E2BIG: the CPU's index is past the map's max_entries
@@ -109,24 +115,17 @@ type Failures struct {
 	NotOnCPU uint64 // EOPNOTSUPP: the slot's ring is another CPU's, or its event was stopped
 	Other    uint64 // any other errno
 	Full     uint64 // a ring buffer without room for the record
-	// NotRun is the runs of Options.Programs that the kernel skipped
-	// (recursion_misses of bpf_prog_info, kernel 5.12; 0 before): a
-	// program was already running on the CPU, say an exec traced from
-	// inside another tracing program's run. It is the programs', not a
-	// ring's: see Stats for the entry that holds it.
-	NotRun uint64
 }
 
-// Total is the number of failed outputs of every cause, runs not run
-// included.
+// Total is the number of failed outputs of every cause.
 func (f Failures) Total() uint64 {
-	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other + f.Full + f.NotRun
+	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other + f.Full
 }
 
 // Add returns the sum of f's and g's counts, cause by cause.
 func (f Failures) Add(g Failures) Failures {
 	return Failures{NoEntry: f.NoEntry + g.NoEntry, TooBig: f.TooBig + g.TooBig, Invalid: f.Invalid + g.Invalid,
-		NotOnCPU: f.NotOnCPU + g.NotOnCPU, Other: f.Other + g.Other, Full: f.Full + g.Full, NotRun: f.NotRun + g.NotRun}
+		NotOnCPU: f.NotOnCPU + g.NotOnCPU, Other: f.Other + g.Other, Full: f.Full + g.Full}
 }
 
 // setCounts puts what a ring parsed, c, on st: every count but the owner's
@@ -141,7 +140,7 @@ func publish(in []owner.Stats) []Stats {
 	st := make([]Stats, len(in))
 	for i, s := range in {
 		st[i] = Stats{Ring: s.Ring, CPU: s.CPU, Samples: s.Samples, Dropped: s.Dropped, Lost: s.Lost,
-			Discarded: s.Discarded, Left: s.Left, Found: s.Found, Failed: Failures(s.Failed),
+			Discarded: s.Discarded, Left: s.Left, Found: s.Found, Failed: Failures(s.Failed), NotRun: s.NotRun,
 			Skipped: s.Skipped, Overwritten: s.Overwritten, Bytes: s.Bytes, Late: s.Late, Other: s.Other,
 			Corrupt: s.Corrupt, CorruptBytes: s.CorruptBytes, MaxFill: s.MaxFill, Fill: s.Fill, Size: s.Size,
 			DeletesSlot: s.DeletesSlot, Waiting: s.Waiting, Held: s.Held}

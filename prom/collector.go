@@ -221,8 +221,9 @@ type counter struct {
 }
 
 // causes are output_failures_total's cause label values, with the count of
-// each: the errnos of perfbuf.Failures, full (a ring buffer without room)
-// and not_run (a run of Options.Programs that the kernel skipped).
+// each: the errnos of perfbuf.Failures, and full (a ring buffer without
+// room). One more, not_run, counts Stats' NotRun (a run of
+// Options.Programs that the kernel skipped).
 var causes = []struct {
 	name  string
 	count func(*perfbuf.Failures) uint64
@@ -233,11 +234,10 @@ var causes = []struct {
 	{"eopnotsupp", func(f *perfbuf.Failures) uint64 { return f.NotOnCPU }},
 	{"other", func(f *perfbuf.Failures) uint64 { return f.Other }},
 	{"full", func(f *perfbuf.Failures) uint64 { return f.Full }},
-	{notRun, func(f *perfbuf.Failures) uint64 { return f.NotRun }},
 }
 
-// notRun is the cause of the programs' runs not run: with PerCPU, one
-// series, cpu="", as they are no CPU's.
+// notRun is the cause of the programs' runs not run (Stats' NotRun): one
+// series, with PerCPU cpu="", as they are no CPU's.
 const notRun = "not_run"
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -276,20 +276,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, f := range c.failed(stats) {
 		for _, cause := range causes {
 			v := float64(cause.count(&f.failed))
-			switch {
-			case !c.perCPU:
-				send(ch, c.failures, prometheus.CounterValue, v, cause.name)
-			case cause.name != notRun: // (the programs' are no CPU's: below)
+			if c.perCPU {
 				send(ch, c.failures, prometheus.CounterValue, v, cause.name, f.cpu)
+			} else {
+				send(ch, c.failures, prometheus.CounterValue, v, cause.name)
 			}
 		}
 	}
-	if c.perCPU {
+	if len(stats) > 0 {
 		var n uint64
 		for i := range stats {
-			n += stats[i].Failed.NotRun
+			n += stats[i].NotRun
 		}
-		send(ch, c.failures, prometheus.CounterValue, float64(n), notRun, "")
+		if c.perCPU {
+			send(ch, c.failures, prometheus.CounterValue, float64(n), notRun, "")
+		} else {
+			send(ch, c.failures, prometheus.CounterValue, float64(n), notRun)
+		}
 	}
 	if w, ok := c.src.(waker); ok {
 		send(ch, c.wakeups, prometheus.CounterValue, float64(w.Wakeups()))
@@ -391,11 +394,10 @@ type cpuFailures struct {
 }
 
 // failed sums the Failed of every entry of stats: into one total, or with
-// PerCPU by CPU, in CPU order (their NotRun is sent apart). An entry of no
-// CPU (CPU -1) has a series, cpu="", only once it holds failures of
-// another cause: a ring buffer read alone holds every CPU's (Stats' doc);
-// the programs' entry holds only runs not run; several ring buffers' hold
-// none.
+// PerCPU by CPU, in CPU order. An entry of no CPU (CPU -1) has a series,
+// cpu="", only once it holds failures: a ring buffer read alone holds
+// every CPU's (Stats' doc); several ring buffers' and the programs' entry
+// (NotRun, sent apart) hold none.
 func (c *collector) failed(stats []perfbuf.Stats) []cpuFailures {
 	if len(stats) == 0 {
 		return nil
@@ -410,7 +412,7 @@ func (c *collector) failed(stats []perfbuf.Stats) []cpuFailures {
 	byCPU := map[int]*perfbuf.Failures{}
 	for i := range stats {
 		s := &stats[i]
-		if s.CPU < 0 && s.Failed.Total() == s.Failed.NotRun {
+		if s.CPU < 0 && s.Failed.Total() == 0 {
 			continue
 		}
 		f := byCPU[s.CPU]
@@ -451,6 +453,7 @@ func add(a, b *perfbuf.Stats) {
 	a.Discarded += b.Discarded
 	a.Skipped += b.Skipped
 	a.Overwritten += b.Overwritten
+	a.NotRun += b.NotRun
 	addFailures(&a.Failed, &b.Failed)
 }
 

@@ -232,7 +232,7 @@ perfbuf_output_failures_total{cause="other",cpu="3"} 0
 	// 16 series for each of the 2 CPUs with rings, 6 for each of the 3
 	// with failures, 1 for the programs' runs not run, 1 for hotplug, 1
 	// for wakeups, 1 for an exact Close.
-	if n, want := testutil.CollectAndCount(c), 2*16+3*(len(causes)-1)+4; n != want {
+	if n, want := testutil.CollectAndCount(c), 2*16+3*len(causes)+4; n != want {
 		t.Errorf("%d metrics collected, want %d", n, want)
 	}
 }
@@ -455,11 +455,11 @@ func TestBadConstLabel(t *testing.T) {
 		perCPU      bool
 		wantInvalid int
 	}{
-		{"ring", false, 13},           // one series of the rings
-		{"cause", false, len(causes)}, // the reader's failures
+		{"ring", false, 13},               // one series of the rings
+		{"cause", false, len(causes) + 1}, // the reader's failures, and not_run
 		// CPUs 0 and 2 with rings, 0, 2 and 3 with failures, and the
 		// programs' runs not run, of no CPU.
-		{"cpu", true, 2*13 + 3*(len(causes)-1) + 1},
+		{"cpu", true, 2*13 + 3*len(causes) + 1},
 	} {
 		c := NewCollector(&fakeSource{stats: fakeStats()}, Options{ConstLabels: prometheus.Labels{tc.label: "x"}, PerCPU: tc.perCPU})
 		if err := prometheus.NewRegistry().Register(c); err == nil {

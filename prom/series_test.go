@@ -55,8 +55,6 @@ func ringBufArray256() []perfbuf.Stats {
 // exported a series set per ring by default: 3849 (15 a ring).
 func TestSeries256(t *testing.T) {
 	const rings = 16 // 11 counters, 2 fill ratios, the size and 2 ages
-	// With PerCPU, the causes of a CPU's failures: not_run is no CPU's.
-	cpuCauses := len(causes) - 1
 	for _, tc := range []struct {
 		name          string
 		stats         []perfbuf.Stats
@@ -64,24 +62,24 @@ func TestSeries256(t *testing.T) {
 		max           int // Options.MaxRingSeries
 		want, wantCPU int
 	}{
-		// One series of the rings, the failures by cause, 3 series of
-		// the reader (wakeups, hotplug, an exact Close); with PerCPU the
-		// causes of a CPU's failures per CPU, and one of the programs'
-		// runs not run (4 series of the reader).
+		// One series of the rings, the failures by cause and the
+		// programs' runs not run (with PerCPU, the causes per CPU, and
+		// the runs not run once, as no CPU's), 3 series of the reader
+		// (wakeups, hotplug, an exact Close).
 		{"perf event array", perfArray256(), 64 << 10, 0,
-			rings + len(causes) + 3, hostCPUs*(rings+cpuCauses) + 4},
+			rings + len(causes) + 1 + 3, hostCPUs*(rings+len(causes)) + 1 + 3},
 		{"ring buffer", ringBuf256(), 16 << 20, 0,
-			rings + len(causes) + 3, rings + hostCPUs*cpuCauses + 4},
+			rings + len(causes) + 1 + 3, rings + hostCPUs*len(causes) + 1 + 3},
 		// More rings than MaxRingSeries: summed, as a perf event array's.
 		{"array of ring buffers", ringBufArray256(), 256 << 10, 0,
-			rings + len(causes) + 3, rings + hostCPUs*cpuCauses + 4},
+			rings + len(causes) + 1 + 3, rings + hostCPUs*len(causes) + 1 + 3},
 		// A series per ring, asked for.
 		{"array of ring buffers, no limit", ringBufArray256(), 256 << 10, -1,
-			hostCPUs*rings + len(causes) + 3, hostCPUs*(rings+cpuCauses) + 4},
+			hostCPUs*rings + len(causes) + 1 + 3, hostCPUs*(rings+len(causes)) + 1 + 3},
 		{"array of ring buffers, a series per ring up to 256", ringBufArray256(), 256 << 10, hostCPUs,
-			hostCPUs*rings + len(causes) + 3, hostCPUs*(rings+cpuCauses) + 4},
+			hostCPUs*rings + len(causes) + 1 + 3, hostCPUs*(rings+len(causes)) + 1 + 3},
 		{"array of ring buffers, a series per ring up to 255", ringBufArray256(), 256 << 10, hostCPUs - 1,
-			rings + len(causes) + 3, rings + hostCPUs*cpuCauses + 4},
+			rings + len(causes) + 1 + 3, rings + hostCPUs*len(causes) + 1 + 3},
 	} {
 		src := &fakeReader{fakeSource: fakeSource{stats: tc.stats}, follows: true}
 		for _, st := range tc.stats {

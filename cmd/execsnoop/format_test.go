@@ -325,7 +325,7 @@ func TestPIDNumbering(t *testing.T) {
 	// Runs the kernel skipped (recursion_misses) are execs never traced.
 	const skipped = ", 5 program runs skipped by the kernel (execs not traced) in "
 	sum.Reset()
-	stats := []perfbuf.Stats{{Ring: 0, CPU: 0, Samples: 2}, {Ring: -1, CPU: -1, Failed: perfbuf.Failures{NotRun: 5}}}
+	stats := []perfbuf.Stats{{Ring: 0, CPU: 0, Samples: 2}, {Ring: -1, CPU: -1, NotRun: 5}}
 	writeSummary(&sum, counts{events: 2, shown: 2}, stats, time.Second)
 	if !strings.Contains(sum.String(), skipped) || strings.Contains(sum.String(), "cpu -1") || strings.Contains(sum.String(), "failed output") {
 		t.Errorf("summary:\n%s\nwant it to contain %q, and no line or failed output of the programs' entry", sum.String(), skipped)

@@ -252,8 +252,7 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 	if c.kernel.untraced > 0 {
 		fmt.Fprintf(w, ", %d not traced (too many execs in flight)", c.kernel.untraced)
 	}
-	failed := tool.SumFailures(stats)
-	if t := tool.SkippedText(failed, "execs"); t != "" {
+	if t := tool.SkippedText(tool.SumNotRun(stats), "execs"); t != "" {
 		fmt.Fprintf(w, ", %s", t)
 	}
 	if c.kernel.otherPIDNS > 0 {
@@ -265,7 +264,7 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 	if c.corrupt > 0 {
 		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
 	}
-	if t := tool.FailuresText(failed); t != "" {
+	if t := tool.FailuresText(tool.SumFailures(stats)); t != "" {
 		fmt.Fprintf(w, ", %s", t)
 	}
 	fmt.Fprintf(w, " in %.1fs\n", elapsed.Seconds())

@@ -316,7 +316,7 @@ func TestSummary(t *testing.T) {
 	stats = []perfbuf.Stats{
 		{Ring: 0, CPU: 0, Samples: 5, Lost: 1},
 		{Ring: 1, CPU: 1, Samples: 7, Failed: perfbuf.Failures{NoEntry: 1}},
-		{Ring: -1, CPU: -1, Failed: perfbuf.Failures{NotRun: 3}}, // the programs': no line of its own
+		{Ring: -1, CPU: -1, NotRun: 3}, // the programs': no line of its own
 	}
 	writeSummary(&b, bpfbuffer.PerfEventArray, counts{events: 12, lost: 1, perfFull: 4}, stats, time.Second)
 	want = `

@@ -226,8 +226,7 @@ func kindText(k bpfbuffer.Kind) string {
 // for a ring buffer, the failures of each CPU that had any.
 func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.Stats, elapsed time.Duration) {
 	fmt.Fprintf(w, "\n%d calls traced, %d lost", c.events, max(c.lost, c.perfFull))
-	failed := tool.SumFailures(stats)
-	if t := tool.FailuresText(failed); t != "" {
+	if t := tool.FailuresText(tool.SumFailures(stats)); t != "" {
 		fmt.Fprintf(w, ", %s", t)
 	}
 	var late uint64
@@ -243,7 +242,7 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 	if c.corrupt > 0 {
 		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
 	}
-	if t := tool.SkippedText(failed, "calls"); t != "" {
+	if t := tool.SkippedText(tool.SumNotRun(stats), "calls"); t != "" {
 		fmt.Fprintf(w, ", %s", t)
 	}
 	fmt.Fprintf(w, " in %.1fs, from %s\n", elapsed.Seconds(), kindText(kind))

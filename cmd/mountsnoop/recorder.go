@@ -90,8 +90,7 @@ func record(o *options, t *tracer, out *stdio.Writer, stderr io.Writer) int {
 		skipped += st.Skipped
 	}
 	fmt.Fprintf(stderr, "\n%d snapshots, %d calls printed, %d lost, %d left out of snapshots (Stats.Skipped)", snapshots, c.events, c.lost, skipped)
-	failed := tool.SumFailures(stats)
-	for _, t := range []string{tool.FailuresText(failed), tool.SkippedText(failed, "calls")} {
+	for _, t := range []string{tool.FailuresText(tool.SumFailures(stats)), tool.SkippedText(tool.SumNotRun(stats), "calls")} {
 		if t != "" {
 			fmt.Fprintf(stderr, ", %s", t)
 		}

@@ -127,7 +127,7 @@ func (p *programs) close() {
 	}
 }
 
-// addTo puts the skipped runs on st, as Failed.NotRun, where mergeFailures
+// addTo puts the skipped runs on st, as NotRun, where mergeFailures
 // puts the failures of no ring's CPU: on a ring buffer read alone, its one
 // entry; otherwise an entry of its own, appended, with Ring and CPU -1 (a
 // program's runs are no ring's), once there is one. It returns st, grown.
@@ -137,8 +137,8 @@ func (p *programs) addTo(st []Stats) []Stats {
 	case n == 0:
 		return st
 	case len(st) == 1 && st[0].CPU < 0 && st[0].Ring == 0:
-		st[0].Failed.NotRun = n
+		st[0].NotRun = n
 		return st
 	}
-	return append(st, Stats{Ring: -1, CPU: -1, Failed: Failures{NotRun: n}})
+	return append(st, Stats{Ring: -1, CPU: -1, NotRun: n})
 }

@@ -36,8 +36,8 @@ func fakePrograms(misses []uint64, fail *bool) *programs {
 // there are some.
 func TestProgramsAddTo(t *testing.T) {
 	ring := func(r, cpu int) Stats { return Stats{Ring: r, CPU: cpu, Tally: Tally{Samples: 5}} }
-	notRun := func(s Stats, n uint64) Stats { s.Failed.NotRun = n; return s }
-	own := func(n uint64) Stats { return Stats{Ring: -1, CPU: -1, Failed: Failures{NotRun: n}} }
+	notRun := func(s Stats, n uint64) Stats { s.NotRun = n; return s }
+	own := func(n uint64) Stats { return Stats{Ring: -1, CPU: -1, NotRun: n} }
 	cases := []struct {
 		name   string
 		misses []uint64

@@ -18,6 +18,7 @@ type Stats struct {
 	Ring, CPU int
 	Tally
 	Failed              Failures
+	NotRun              uint64 // the programs' (programs.go)
 	MaxFill, Fill, Size int
 	DeletesSlot         bool
 	Waiting, Held       time.Duration
@@ -30,12 +31,10 @@ type Tally struct {
 	Bytes, Late, Other, Corrupt, CorruptBytes      uint64
 }
 
-// Failures are the outputs that failed before reaching a ring, by cause,
-// and the programs' runs the kernel skipped: perfbuf.Failures, field for
-// field.
+// Failures are the outputs that failed before reaching a ring, by cause:
+// perfbuf.Failures, field for field.
 type Failures struct {
 	NoEntry, TooBig, Invalid, NotOnCPU, Other, Full uint64
-	NotRun                                          uint64
 }
 
 // setCounts puts what a ring parsed, c, on st: every count but the
@@ -66,5 +65,5 @@ func wrap(op string, err error) error {
 // Add returns the sum of f's and g's counts, cause by cause.
 func (f Failures) Add(g Failures) Failures {
 	return Failures{NoEntry: f.NoEntry + g.NoEntry, TooBig: f.TooBig + g.TooBig, Invalid: f.Invalid + g.Invalid,
-		NotOnCPU: f.NotOnCPU + g.NotOnCPU, Other: f.Other + g.Other, Full: f.Full + g.Full, NotRun: f.NotRun + g.NotRun}
+		NotOnCPU: f.NotOnCPU + g.NotOnCPU, Other: f.Other + g.Other, Full: f.Full + g.Full}
 }

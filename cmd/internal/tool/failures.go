@@ -11,8 +11,7 @@ import (
 	"github.com/perfbuf/perfbuf"
 )
 
-// SumFailures adds up the failed outputs of every Stats entry, and the runs
-// of the programs that the kernel skipped (Failed.NotRun).
+// SumFailures adds up the failed outputs of every Stats entry.
 func SumFailures(stats []perfbuf.Stats) perfbuf.Failures {
 	var sum perfbuf.Failures
 	for _, s := range stats {
@@ -21,15 +20,24 @@ func SumFailures(stats []perfbuf.Stats) perfbuf.Failures {
 	return sum
 }
 
+// SumNotRun adds up the runs of the programs that the kernel skipped
+// (perfbuf.Stats' NotRun, with perfbuf.Options.Programs).
+func SumNotRun(stats []perfbuf.Stats) uint64 {
+	var n uint64
+	for _, s := range stats {
+		n += s.NotRun
+	}
+	return n
+}
+
 // FailuresText says how many reserves or outputs failed before reaching a
 // ring, and why: "3 failed outputs (ring full 2, ENOENT 1)". A full ring
 // buffer is the usual one on a ring buffer (bpf_ringbuf_reserve found no
 // room: the C tools drop such an event without a word); a full perf ring
 // is a lost record instead. ENOENT on a perf event array: an output on a
-// CPU that came online after the rings were opened. "" for none. The runs
-// the kernel skipped (f.NotRun) are SkippedText's.
+// CPU that came online after the rings were opened. "" for none.
 func FailuresText(f perfbuf.Failures) string {
-	outputs := f.Total() - f.NotRun
+	outputs := f.Total()
 	if outputs == 0 {
 		return ""
 	}
@@ -51,14 +59,14 @@ func FailuresText(f perfbuf.Failures) string {
 }
 
 // SkippedText says how many runs of the programs (perfbuf.Options.Programs)
-// the kernel skipped, a BPF program already running on the CPU, and so
+// the kernel skipped, n, a BPF program already running on the CPU, and so
 // what was never traced: "5 program runs skipped by the kernel (execs not
 // traced)" for what "execs". "" for none.
-func SkippedText(f perfbuf.Failures, what string) string {
-	if f.NotRun == 0 {
+func SkippedText(n uint64, what string) string {
+	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d program runs skipped by the kernel (%s not traced)", f.NotRun, what)
+	return fmt.Sprintf("%d program runs skipped by the kernel (%s not traced)", n, what)
 }
 
 // ProgramsEntry reports whether s is the entry of the programs' runs not
