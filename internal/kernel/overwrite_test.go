@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,7 +68,7 @@ func TestPauseOutputErrors(t *testing.T) {
 // stored in the map. Needs CAP_BPF and CAP_PERFMON.
 func TestOpenBackwardRings(t *testing.T) {
 	m := perfEventArray(t)
-	fds := countFDs(t)
+	fds := ringtest.OpenFDs(t)
 	page := os.Getpagesize()
 	p, err := OpenBackwardRings(m.FD(), PerfConfig{Pages: 2, PageSize: page, WakeupEvents: 1}, []int32{0})
 	if err != nil {
@@ -87,7 +88,7 @@ func TestOpenBackwardRings(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if now := countFDs(t); now != fds {
+	if now := ringtest.OpenFDs(t); now != fds {
 		t.Errorf("%d descriptors open after Close, %d before", now, fds)
 	}
 	if err := DeleteSlot(m.FD(), 0); err != nil {

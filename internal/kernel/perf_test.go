@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,7 +53,7 @@ func TestBPFOutputAttr(t *testing.T) {
 // anything is opened, with os.ErrInvalid.
 func TestOpenPerfRingsInvalid(t *testing.T) {
 	ok := PerfConfig{Pages: 2, PageSize: 4096, WakeupEvents: 1}
-	fds := countFDs(t)
+	fds := ringtest.OpenFDs(t)
 	for _, tc := range []struct {
 		name string
 		c    PerfConfig
@@ -78,7 +79,7 @@ func TestOpenPerfRingsInvalid(t *testing.T) {
 	if err := ok.Check(); err != nil {
 		t.Errorf("%+v: %v", ok, err)
 	}
-	if now := countFDs(t); now != fds {
+	if now := ringtest.OpenFDs(t); now != fds {
 		t.Errorf("%d descriptors open, %d before", now, fds)
 	}
 }
@@ -89,14 +90,14 @@ func TestOpenPerfRingsInvalid(t *testing.T) {
 // the first one's ring is in the map. Needs CAP_BPF and CAP_PERFMON.
 func TestOpenPerfRingsUndoes(t *testing.T) {
 	m := perfEventArray(t)
-	fds := countFDs(t)
+	fds := ringtest.OpenFDs(t)
 	c := PerfConfig{Pages: 1, PageSize: os.Getpagesize(), WakeupEvents: 1}
 	p, err := OpenPerfRings(m.FD(), c, []int32{0, 1 << 20})
 	if p != nil || err == nil {
 		t.Fatalf("OpenPerfRings on cpu %d: %v, %v; want an error", 1<<20, p, err)
 	}
 	t.Logf("cpu %d: %v", 1<<20, err)
-	if now := countFDs(t); now != fds {
+	if now := ringtest.OpenFDs(t); now != fds {
 		t.Errorf("%d descriptors open after the failed opening, %d before", now, fds)
 	}
 	if err := DeleteSlot(m.FD(), 0); !errors.Is(err, syscall.ENOENT) {
@@ -107,7 +108,7 @@ func TestOpenPerfRingsUndoes(t *testing.T) {
 	if p != nil || !errors.Is(err, syscall.EBADF) {
 		t.Errorf("OpenPerfRings on descriptor -1: %v, %v; want EBADF", p, err)
 	}
-	if now := countFDs(t); now != fds {
+	if now := ringtest.OpenFDs(t); now != fds {
 		t.Errorf("%d descriptors open after the failed opening, %d before", now, fds)
 	}
 }
@@ -117,7 +118,7 @@ func TestOpenPerfRingsUndoes(t *testing.T) {
 // Needs CAP_BPF and CAP_PERFMON.
 func TestOpenPerfRings(t *testing.T) {
 	m := perfEventArray(t)
-	fds := countFDs(t)
+	fds := ringtest.OpenFDs(t)
 	page := os.Getpagesize()
 	c := PerfConfig{Pages: 4, PageSize: page, WakeupEvents: 1}
 	before := OpenedPerfRings()
@@ -140,7 +141,7 @@ func TestOpenPerfRings(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if now := countFDs(t); now != fds {
+	if now := ringtest.OpenFDs(t); now != fds {
 		t.Errorf("%d descriptors open after Close, %d before", now, fds)
 	}
 	if err := DeleteSlot(m.FD(), 0); err != nil {
@@ -153,14 +154,4 @@ func TestOpenPerfRings(t *testing.T) {
 func perfEventArray(t *testing.T) testMap {
 	t.Helper()
 	return newMap(t, mapCreateAttr{mapType: unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY, keySize: 4, valueSize: 4, maxEntries: 2}, "")
-}
-
-// countFDs returns how many descriptors the process holds.
-func countFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }

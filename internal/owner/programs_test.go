@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/perfbuf/perfbuf/internal/kernel"
-	"golang.org/x/sys/unix"
+	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
 // fakePrograms returns programs over n programs whose recursion_misses
@@ -102,11 +102,7 @@ func TestProgramsNotRunCounts(t *testing.T) {
 // program can be made, so the refusals are what is tested here (the
 // privileged selftest/failures opens real ones).
 func TestOpenProgramsRefused(t *testing.T) {
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(efd)
+	efd := ringtest.EventFD(t)
 	if p, err := openPrograms(nil); p != nil || err != nil {
 		t.Errorf("no programs: %v, %v; want nil, nil", p, err)
 	}
@@ -121,24 +117,14 @@ func TestOpenProgramsRefused(t *testing.T) {
 		{"negative", -1, syscall.EBADF, "program fd -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := openFDs(t)
+			before := ringtest.OpenFDs(t)
 			p, err := openPrograms([]int{tc.fd})
 			if p != nil || !errors.Is(err, tc.want) || !strings.Contains(err.Error(), "options Programs[0]") || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("%v, %v; want %v naming Programs[0] and saying %q", p, err, tc.want, tc.says)
 			}
-			if after := openFDs(t); after != before {
+			if after := ringtest.OpenFDs(t); after != before {
 				t.Errorf("%d descriptors open after, %d before", after, before)
 			}
 		})
 	}
-}
-
-// openFDs returns how many descriptors this process holds.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }

@@ -3,10 +3,12 @@
 package ringtest
 
 // Payloads the fake rings' tests write and check, the eventfds that stand
-// in for their descriptors, and facts of the test binary.
+// in for their descriptors, the count of the process's descriptors, and
+// facts of the test binary.
 
 import (
 	"encoding/binary"
+	"os"
 	"runtime/debug"
 	"testing"
 
@@ -114,6 +116,17 @@ func EventFD(tb testing.TB) int {
 	}
 	tb.Cleanup(func() { unix.Close(fd) })
 	return fd
+}
+
+// OpenFDs returns how many descriptors the process holds: a test compares
+// the counts before and after to find a descriptor left open.
+func OpenFDs(tb testing.TB) int {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return len(ents)
 }
 
 // Signal makes the eventfd fd readable, as the kernel's wakeup makes a
