@@ -334,6 +334,12 @@ func (f *failureMap) close() {
 	}
 }
 
+// readAlone reports whether st are a ring buffer's read alone: one entry,
+// no CPU's, which every CPU writes. What is no ring's (a CPU's failures,
+// the programs' runs not run) goes on it rather than in an entry of its
+// own.
+func readAlone(st []Stats) bool { return len(st) == 1 && st[0].CPU < 0 }
+
 // addTo puts the counts on st (see mergeFailures); a nil f adds nothing.
 func (f *failureMap) addTo(st []Stats) []Stats {
 	if f == nil {
@@ -356,7 +362,7 @@ func mergeFailures(st []Stats, cpus []int, counts []Failures) []Stats {
 		return st
 	}
 	shared := -1
-	if len(st) == 1 && st[0].CPU < 0 {
+	if readAlone(st) {
 		shared = 0
 		st[0].Failed = Failures{}
 	}

@@ -32,7 +32,6 @@ type programs struct {
 	mu     sync.Mutex
 	closed bool
 	missed []uint64 // as fds: each program's recursion_misses last read
-	notRun uint64   // the sum of missed
 }
 
 // openPrograms checks that each of fds is a BPF program's descriptor
@@ -94,18 +93,20 @@ func (p *programs) NotRun() uint64 {
 	if !p.closed {
 		p.read()
 	}
-	return p.notRun
+	var n uint64
+	for _, m := range p.missed {
+		n += m
+	}
+	return n
 }
 
 // read reads each program's recursion_misses into p.missed; p.mu is held
 // (or p is not shared yet).
 func (p *programs) read() {
-	p.notRun = 0
 	for i, fd := range p.fds {
 		if s, err := p.stats(fd); err == nil {
 			p.missed[i] = s.RecursionMisses
 		}
-		p.notRun += p.missed[i]
 	}
 }
 
@@ -136,7 +137,7 @@ func (p *programs) addTo(st []Stats) []Stats {
 	switch {
 	case n == 0:
 		return st
-	case len(st) == 1 && st[0].CPU < 0 && st[0].Ring == 0:
+	case readAlone(st):
 		st[0].NotRun = n
 		return st
 	}
