@@ -83,18 +83,15 @@ func OpenRecorder(m Map, ro RingOptions, more []Map, failures Map, progs []int) 
 	if err != nil {
 		return nil, err
 	}
-	r := &Recorder{mapFD: -1, what: describeMaps(info, len(more))}
-	r.pause.grace = kernel.WaitWriters
-	if r.progs, err = openPrograms(progs); err != nil {
-		return nil, err
-	}
+	// The maps are checked before the programs are taken, which the
+	// refusals below would otherwise leave open.
+	var maps []mapArg // ring buffers'; nil for a perf event array
 	if info.typ == mapTypePerfEventArray {
 		if len(more) > 0 {
 			return nil, (fmt.Errorf("options Maps with %v, which is read alone: %w", info, os.ErrInvalid))
 		}
-		err = r.openPerf(fd, info, pinPath(m), ro, failures)
 	} else {
-		maps := []mapArg{{fd, info}}
+		maps = []mapArg{{fd, info}}
 		for i, mm := range more {
 			info, err := checkMap(mm.FileDescriptor())
 			if err != nil {
@@ -102,6 +99,15 @@ func OpenRecorder(m Map, ro RingOptions, more []Map, failures Map, progs []int) 
 			}
 			maps = append(maps, mapArg{mm.FileDescriptor(), info})
 		}
+	}
+	r := &Recorder{mapFD: -1, what: describeMaps(info, len(more))}
+	r.pause.grace = kernel.WaitWriters
+	if r.progs, err = openPrograms(progs); err != nil {
+		return nil, err
+	}
+	if maps == nil {
+		err = r.openPerf(fd, info, pinPath(m), ro, failures)
+	} else {
 		err = r.openRingBufs(maps, ro, failures)
 	}
 	if err != nil {

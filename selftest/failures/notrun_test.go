@@ -154,3 +154,23 @@ func TestProgramsRefused(t *testing.T) {
 		})
 	}
 }
+
+// A Recorder refused for its other options after it took its programs
+// leaves none of their descriptors open: a perf event array with Maps
+// (read alone).
+func TestRecorderProgramsRefused(t *testing.T) {
+	f := setup(t)
+	before := bpftest.OpenFDs(t)
+	opts := perfbuf.Options{Programs: []int{f.prog}, Maps: []perfbuf.Map{f.events1}}
+	r, err := perfbuf.NewRecorder(f.events, opts)
+	if err == nil {
+		r.Close()
+		t.Fatal("NewRecorder: no error")
+	}
+	if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), "read alone") {
+		t.Errorf("NewRecorder: %v, want os.ErrInvalid saying the perf event array is read alone", err)
+	}
+	if after := bpftest.OpenFDs(t); after != before {
+		t.Errorf("%d descriptors open after the refusal, %d before", after, before)
+	}
+}
