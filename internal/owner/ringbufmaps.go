@@ -308,8 +308,11 @@ func (s *ringBufSource) unlink() {
 }
 
 // close unmaps the rings and frees the rest. It drops the consumer locks
-// last: the owner committed what it delivered before (core.free), so the
-// next reader starts there.
+// after everything else but the claims: the owner committed what it
+// delivered before (core.free), so the next reader starts there. The
+// claims go last, so that a reader of this process opened meanwhile is
+// refused (ErrMapInUse) until the locks are free too, rather than taking
+// the claim and leaving its rings to the takeover.
 func (s *ringBufSource) close() {
 	s.tk.close()
 	for _, rb := range s.rings {
@@ -324,12 +327,12 @@ func (s *ringBufSource) close() {
 	for _, fd := range s.owned {
 		unix.Close(fd)
 	}
-	for _, id := range s.ids {
-		unclaimMap(id)
-	}
 	s.failures.close()
 	for _, l := range s.locks {
 		l.release()
+	}
+	for _, id := range s.ids {
+		unclaimMap(id)
 	}
 }
 
