@@ -141,7 +141,7 @@ type ReaderOptions struct {
 // keys, until a look finds the ring empty or its next record busy, 10 ms
 // or more after a look last found it an eighth full.
 // Stats.Held is the age of the oldest copy held. At Close, a read by a
-// function in progress delivers the copies (see [Reader.Close]); those no
+// function in progress delivers the copies (see [Reader]); those no
 // read delivered count as Left.
 type Order struct {
 	// KeyOffset is where the key sits in each sample: a u64 in the

@@ -7,7 +7,7 @@
 //
 //   - [NewReader]: a [Reader] over every ring, with blocking reads
 //     ([Reader.ReadBatch], [Reader.Each], [Reader.ReadInto], [Reader.All]),
-//     deadlines, [Reader.Flush] and [Reader.Close]; the fullest ring first,
+//     deadlines, [Reader.Flush] and [Rings.Close]; the fullest ring first,
 //     or in the order of a key ([Order]).
 //   - [New]: callback mode under libbpf's names: [PerfBuffer.Poll] hands
 //     each sample to a function, as perf_buffer__poll does.
@@ -43,7 +43,10 @@ import (
 // a Poll waiting holds no lock. Close may be called from any goroutine,
 // also from a callback. A call from inside a callback that would wait for
 // a drain fails with [ErrReentrant].
-type PerfBuffer struct{ pb *owner.PerfBuffer }
+type PerfBuffer struct {
+	Rings
+	pb *owner.PerfBuffer
+}
 
 // New opens the rings of m, as [NewReader] does, for callback mode: sample
 // receives each sample and lost, if not nil, each count of samples a full
@@ -69,16 +72,7 @@ func New(m Map, sample func(cpu int, data []byte), lost func(cpu int, count uint
 // newPerfBuffer is New over a core already open (tests pass cores over
 // rings of their own).
 func newPerfBuffer(c *owner.Core, sample func(int, []byte), lost func(int, uint64)) *PerfBuffer {
-	return &PerfBuffer{owner.NewPerfBuffer(c, sample, lost)}
-}
-
-// Close stops the perf buffer: a blocked Poll returns an error matching
-// os.ErrClosed, and the rings are freed once no call is in progress. A
-// drain in progress stops after the callback it runs. What is still in the
-// rings is counted in Stats as Left. Close is idempotent.
-func (pb *PerfBuffer) Close() error {
-	pb.pb.C.Close()
-	return nil
+	return &PerfBuffer{Rings{c}, owner.NewPerfBuffer(c, sample, lost)}
 }
 
 // Poll waits up to timeout for a wakeup, then drains every ring that holds
@@ -101,37 +95,3 @@ func (pb *PerfBuffer) Consume() (int, error) { return pb.pb.Consume() }
 // records delivered (perf_buffer__consume_buffer). Errors: as Consume's,
 // and os.ErrInvalid for an index out of range.
 func (pb *PerfBuffer) ConsumeBuffer(i int) (int, error) { return pb.pb.ConsumeBuffer(i) }
-
-// BufferCount returns the number of rings (perf_buffer__buffer_cnt): one
-// per CPU at New, then one more for each CPU that came online since (a
-// drain opens its ring). It opens nothing, and stays valid after Close.
-func (pb *PerfBuffer) BufferCount() int { return pb.pb.C.Count() }
-
-// BufferFD returns ring i's perf event descriptor (perf_buffer__buffer_fd),
-// or for a ring buffer its map's. It is the PerfBuffer's: do not close it.
-func (pb *PerfBuffer) BufferFD(i int) (int, error) { return pb.pb.C.BufferFD(i) }
-
-// EpollFD returns an epoll descriptor over every ring
-// (perf_buffer__epoll_fd), for a caller that waits in its own loop and then
-// calls Consume. It is the PerfBuffer's: do not close it.
-func (pb *PerfBuffer) EpollFD() (int, error) { return pb.pb.C.EpollFD() }
-
-// Stats returns each ring's counts, in buffer index order. It may be
-// called from any goroutine, also after Close.
-func (pb *PerfBuffer) Stats() []Stats { return publish(pb.pb.C.Stats()) }
-
-// FollowsCPUs reports whether samples of CPUs that come online later are
-// read (see [Reader.FollowsCPUs]).
-func (pb *PerfBuffer) FollowsCPUs() bool { return pb.pb.C.FollowsCPUs() }
-
-// Pause stops the output into every ring until [PerfBuffer.Resume], as
-// [Reader.Pause] does; Poll and Consume still deliver what is in the
-// rings.
-func (pb *PerfBuffer) Pause() error { return pb.pb.C.SetPaused("pause "+pb.pb.C.Name(), true) }
-
-// Resume undoes Pause, as [Reader.Resume] does.
-func (pb *PerfBuffer) Resume() error { return pb.pb.C.SetPaused("resume "+pb.pb.C.Name(), false) }
-
-// Wakeups counts the blocked waits that a ring's wakeup ended (see
-// [Reader.Wakeups]).
-func (pb *PerfBuffer) Wakeups() uint64 { return pb.pb.C.W.Wakeups() }

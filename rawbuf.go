@@ -22,7 +22,10 @@ import (
 // [RawBuffer] over one ring, and [Raw.Wait] waits for rings with records.
 // Nothing is read but what the RawBuffers read. Its methods may be called
 // from any goroutine.
-type Raw struct{ r *owner.Raw }
+type Raw struct {
+	Rings
+	r *owner.Raw
+}
 
 // NewRaw opens the rings of m, as [NewReader] does, for raw views.
 // Errors: as NewReader's.
@@ -40,15 +43,7 @@ func NewRaw(m Map, opts Options) (*Raw, error) {
 
 // newRaw is NewRaw over a core already open (tests pass cores over rings of
 // their own).
-func newRaw(c *owner.Core) *Raw { return &Raw{owner.NewRaw(c)} }
-
-// Close stops r: a blocked Wait returns an error matching os.ErrClosed, and
-// the rings are freed once every RawBuffer is released. What is in them
-// is counted in Stats as Left. Close is idempotent.
-func (r *Raw) Close() error {
-	r.r.C.Close()
-	return nil
-}
+func newRaw(c *owner.Core) *Raw { return &Raw{Rings{c}, owner.NewRaw(c)} }
 
 // Buffer returns a RawBuffer over ring i (perf_buffer__buffer), to read
 // until its Release. Errors: os.ErrInvalid for an index out of range,
@@ -73,32 +68,6 @@ func (r *Raw) Buffer(i int) (*RawBuffer, error) {
 //
 // Errors: os.ErrClosed, a syscall.Errno from epoll or from opening a ring.
 func (r *Raw) Wait(timeout time.Duration, dst []int) ([]int, error) { return r.r.Wait(timeout, dst) }
-
-// BufferCount returns the number of rings: one per CPU at NewRaw, then one
-// more for each CPU that came online since (Wait opens its ring). It opens
-// nothing, and stays valid after Close.
-func (r *Raw) BufferCount() int { return r.r.C.Count() }
-
-// BufferFD returns ring i's perf event descriptor, or for a ring buffer its
-// map's. It is r's: do not close it.
-func (r *Raw) BufferFD(i int) (int, error) { return r.r.C.BufferFD(i) }
-
-// EpollFD returns an epoll descriptor over every ring, for a caller that
-// waits in its own loop. It is r's: do not close it.
-func (r *Raw) EpollFD() (int, error) { return r.r.C.EpollFD() }
-
-// Stats returns each ring's counts, in buffer index order: what was left
-// in the rings at Close, and from 6.0 the losses the kernel counted that no
-// lost record reported (what a RawBuffer reads is in its own Stats).
-func (r *Raw) Stats() []Stats { return publish(r.r.C.Stats()) }
-
-// FollowsCPUs reports whether samples of CPUs that come online later are
-// read (see [Reader.FollowsCPUs]).
-func (r *Raw) FollowsCPUs() bool { return r.r.C.FollowsCPUs() }
-
-// Wakeups counts the blocked waits that a ring's wakeup ended (see
-// [Reader.Wakeups]).
-func (r *Raw) Wakeups() uint64 { return r.r.C.W.Wakeups() }
 
 // RawBuffer reads one ring in place, for consumers of their own (see
 // [Raw.Buffer]): a CPU's perf ring or a BPF ring buffer.

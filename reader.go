@@ -14,18 +14,38 @@ import (
 	"github.com/perfbuf/perfbuf/internal/owner"
 )
 
-// Reader reads every ring of a map. [NewReader] opens them, [Reader.Close]
+// Reader reads every ring of a map. [NewReader] opens them, [Rings.Close]
 // frees them.
 //
 // Reads run one at a time: reads from several goroutines are serialised.
-// Close, SetDeadline, Flush and Stats may be called from any goroutine. A
-// read called from inside a read's function (of any Reader) fails with
-// [ErrReentrant] rather than wait for itself.
+// SetDeadline, Flush and the methods of [Rings] may be called from any
+// goroutine. A read called from inside a read's function (of any Reader)
+// fails with [ErrReentrant] rather than wait for itself.
 //
 // A corrupt ring (a record or position the kernel never writes) is got
 // past, counted, and reported once, as a *[CorruptError]; the next read goes
 // on with every ring.
-type Reader struct{ r *owner.Reader }
+//
+// Close commits every record the reader delivered (a record given to a
+// function counts, whatever the function returned) and nothing else: a
+// Reader opened again over a pinned ring buffer goes on with the first
+// record not delivered, none twice, none skipped, and counts what it finds
+// there as Stats.Found. A process that ends without Close leaves the
+// consumer position at the last commit (the end of a ring's turn, at most a
+// quarter of the ring, or a wait; within a budget, over ring buffers, the
+// last record delivered: see [ReaderOptions.MaxLatency]): the next reader
+// delivers those records again. An ordered Reader over ring buffers
+// commits the records it copies into its window (see [Order]), so they are
+// no longer in the ring for the next reader: a read by a function (Each,
+// Consume, All) in progress when Close is called from elsewhere than a
+// read's function delivers them before it returns os.ErrClosed; those that
+// no such read delivers count as Left (Flush and read first to hand none
+// over). A perf event array's rings are the reader's own: what is in them
+// at Close goes with them, and a new reader starts with empty rings.
+type Reader struct {
+	Rings
+	r *owner.Reader
+}
 
 // NewReader opens every ring of m and returns a Reader over them: a ring
 // on every online CPU for a perf event array (and, later, on each CPU that
@@ -60,33 +80,7 @@ func NewReader(m Map, opts ReaderOptions) (*Reader, error) {
 
 // newReader builds a Reader over a core (tests pass cores over rings of
 // their own) with its plan.
-func newReader(c *owner.Core, p owner.Plan) *Reader { return &Reader{owner.NewReader(c, p)} }
-
-// Close stops the reader: a blocked read returns os.ErrClosed at once, and
-// Close frees the rings (after the outputs in progress end: an RCU grace
-// period), or, while a read runs a function, the read does as it returns;
-// a Pause or Resume in progress delays neither. What is still in
-// them is counted in Stats as Left; to deliver it first, call Flush and
-// Consume. Close may be called from any goroutine, also from a read's
-// function, any number of times.
-//
-// Close commits every record the reader delivered (a record given to a
-// function counts, whatever the function returned) and nothing else: a
-// Reader opened again over a pinned ring buffer goes on with the first
-// record not delivered, none twice, none skipped, and counts what it finds
-// there as Stats.Found. A process that ends without Close leaves the
-// consumer position at the last commit (the end of a ring's turn, at most a
-// quarter of the ring, or a wait; within a budget, over ring buffers, the
-// last record delivered: see [ReaderOptions.MaxLatency]): the next reader
-// delivers those records again. An ordered Reader over ring buffers commits the records it copies
-// into its window (see [Order]), so they are no longer in the ring for the
-// next reader: a read by a function (Each, Consume, All) in progress when
-// Close is called from elsewhere than a read's function delivers them
-// before it returns os.ErrClosed; those that no such read delivers count
-// as Left (Flush and read first to hand none over). A perf event array's rings are the reader's
-// own: what is in them at Close goes with them, and a new reader starts
-// with empty rings.
-func (r *Reader) Close() error { return r.r.Close() }
+func newReader(c *owner.Core, p owner.Plan) *Reader { return &Reader{Rings{c}, owner.NewReader(c, p)} }
 
 // SetDeadline makes reads that would block at or after t fail with
 // os.ErrDeadlineExceeded; until they would block, they deliver what they
@@ -99,46 +93,6 @@ func (r *Reader) SetDeadline(t time.Time) { r.r.SetDeadline(t) }
 // reading goes on. A ring buffer's records behind one not yet submitted are
 // not in it yet.
 func (r *Reader) Flush() { r.r.Flush() }
-
-// Stats returns each ring's counts (see [Stats]). It may be called from any
-// goroutine, also after Close.
-func (r *Reader) Stats() []Stats { return publish(r.r.C.Stats()) }
-
-// FollowsCPUs reports whether samples of CPUs that come online after
-// NewReader are read: always for ring buffers; for a perf event array, when
-// the CPU uevent socket opened (not in a user namespace: docs/kernels.md).
-func (r *Reader) FollowsCPUs() bool { return r.r.C.FollowsCPUs() }
-
-// Pause stops the output into every ring and returns once the outputs in
-// progress have finished, until [Reader.Resume]. Reads while paused still
-// deliver what is in the rings, then block. Pausing a paused Reader does
-// nothing, as does resuming one not paused; after Close both fail with
-// os.ErrClosed. Any goroutine may call them.
-//
-// A perf event array's rings are paused by the kernel
-// (PERF_EVENT_IOC_PAUSE_OUTPUT; the ring of a CPU that comes online
-// meanwhile opens paused). It refuses the outputs (bpf_perf_event_output
-// returns ENOSPC) and counts them: a ring's next output after Resume comes
-// after a lost record of that count, delivered as a [RecordLost] and
-// counted in [Stats] Lost. The kernel reports that count only then: on a
-// ring closed paused, or not written again, it is counted nowhere.
-//
-// Ring buffers have no such switch: Pause marks the reader key of
-// Options.FailureMap closed, as the last reader's Close does. Outputs
-// through bpf/perfbuf.bpf.h then fail in the program, counted in [Stats]
-// Failed.NoEntry; other outputs are not stopped. Without a FailureMap
-// whose reader key counts this Reader, the error wraps
-// errors.ErrUnsupported; while another process's reader holds the key
-// open, [ErrMapInUse].
-func (r *Reader) Pause() error { return r.r.C.SetPaused("pause "+r.r.C.Name(), true) }
-
-// Resume undoes Pause: the outputs reach the rings again. Errors: as
-// Pause's.
-func (r *Reader) Resume() error { return r.r.C.SetPaused("resume "+r.r.C.Name(), false) }
-
-// Wakeups counts the blocked reads that a ring's wakeup ended (not a
-// timeout, Close, Flush or a deadline). Any goroutine may call it.
-func (r *Reader) Wakeups() uint64 { return r.r.C.W.Wakeups() }
 
 // ReadInto blocks until a record is there and copies it into s, reusing
 // s.Data's memory. It is [Reader.ReadBatch] of one Sample.

@@ -33,7 +33,7 @@ import (
 // snapshots returned and left out; what the kernel overwrote is not counted.
 //
 // A reader of a pinned ring buffer opened after another one closed goes on
-// where that one stopped (see [Reader.Close]): it finds what the last
+// where that one stopped (see [Reader]): it finds what the last
 // reader left (its Left, and the discarded records among them, which that
 // one counted in Discarded) and counts it as Found, and delivers it as its
 // own Samples. For readers of one map opened one after another, what the

@@ -101,7 +101,7 @@ func newReadOp(name string) *readOp {
 // Pol is the reader's policy.
 func (r *Reader) Pol() policy.Reading { return r.pol }
 
-// Close stops the reader (perfbuf.Reader.Close).
+// Close stops the reader (perfbuf.Rings.Close).
 func (r *Reader) Close() error {
 	r.C.Close()
 	return nil

@@ -23,20 +23,17 @@ import (
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 )
 
-// On each CPU: n outputs, Pause (twice: the second does nothing), m
-// outputs, all refused, a read that still delivers the n, Resume (twice),
-// k outputs. The Reader delivers n+k samples of each CPU and nothing else
-// but, for a perf ring, one lost record of m; the program saw m refused
-// (ENOSPC from a paused perf ring, ENOENT from perfbuf.bpf.h's closed
-// reader key) and n+k written; Stats count the m in Lost (perf) or
-// Failed.NoEntry (ring buffers). After Close, Pause and Resume fail with
-// os.ErrClosed.
-func TestReaderPause(t *testing.T) {
-	const n, m, k = 5, 7, 3
-	for _, tc := range []struct {
-		name string
-		open func(t *testing.T) (*fixture, perfbuf.Map, perfbuf.Options)
-	}{
+// pauseLayout is one layout of the pause tests' buffer: open loads it
+// and returns the map to read and the options to read it with, a
+// FailureMap among them.
+type pauseLayout struct {
+	name string
+	open func(t *testing.T) (*fixture, perfbuf.Map, perfbuf.Options)
+}
+
+// pauseLayouts are the three layouts of one buffer.
+func pauseLayouts() []pauseLayout {
+	return []pauseLayout{
 		{"perf event array", func(t *testing.T) (*fixture, perfbuf.Map, perfbuf.Options) {
 			opts := perfbuf.Options{RingBytes: bpftest.RingBytes(1)}
 			f := setup(t, bpfbuffer.PerfEventArray, &opts)
@@ -53,7 +50,85 @@ func TestReaderPause(t *testing.T) {
 			p := setupPerCPU(t, 1)
 			return p.fixture, p.m, p.opts
 		}},
-	} {
+	}
+}
+
+// A Raw pauses as a Reader does (both are Rings): on each CPU, m outputs
+// while paused, all refused, then k after Resume; the RawBuffers read the
+// k of each CPU and, for a perf ring, one lost record of m.
+func TestRawPause(t *testing.T) {
+	const m, k = 6, 4
+	for _, tc := range pauseLayouts() {
+		t.Run(tc.name, func(t *testing.T) {
+			f, events, opts := tc.open(t)
+			perf := f.kind == bpfbuffer.PerfEventArray
+			raw, err := perfbuf.NewRaw(events, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			produce := func(count uint64) {
+				for _, cpu := range f.cpus {
+					f.produce(t, cpu, count, 48, viaOutput, 1)
+				}
+			}
+			start := f.outcomes(t)
+			if err := raw.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			produce(m)
+			if err := raw.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			produce(k)
+			got, lost := map[int]uint64{}, map[int]uint64{}
+			for i := range raw.BufferCount() {
+				b, err := raw.Buffer(i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.Drain(func(rec *perfbuf.Record) error {
+					if rec.Type == perfbuf.RecordLost {
+						lost[rec.CPU] += rec.Lost
+						return nil
+					}
+					got[int(binary.NativeEndian.Uint32(rec.AppendTo(nil)[8:]))]++ // the CPU it was written on
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				b.Release()
+			}
+			end := f.outcomes(t)
+			for _, cpu := range f.cpus {
+				o, o0 := end[cpu], start[cpu]
+				refused := o.NoEnt - o0.NoEnt
+				wantLost := uint64(0)
+				if perf {
+					refused, wantLost = o.NoSpc-o0.NoSpc, m
+				}
+				if ok := o.OK - o0.OK; ok != k || refused != m {
+					t.Errorf("cpu %d: the program wrote %d, was refused %d; want %d, %d", cpu, ok, refused, k, m)
+				}
+				if got[cpu] != k || lost[cpu] != wantLost {
+					t.Errorf("cpu %d: read %d samples, lost records of %d; want %d, %d", cpu, got[cpu], lost[cpu], k, wantLost)
+				}
+			}
+		})
+	}
+}
+
+// On each CPU: n outputs, Pause (twice: the second does nothing), m
+// outputs, all refused, a read that still delivers the n, Resume (twice),
+// k outputs. The Reader delivers n+k samples of each CPU and nothing else
+// but, for a perf ring, one lost record of m; the program saw m refused
+// (ENOSPC from a paused perf ring, ENOENT from perfbuf.bpf.h's closed
+// reader key) and n+k written; Stats count the m in Lost (perf) or
+// Failed.NoEntry (ring buffers). After Close, Pause and Resume fail with
+// os.ErrClosed.
+func TestReaderPause(t *testing.T) {
+	const n, m, k = 5, 7, 3
+	for _, tc := range pauseLayouts() {
 		t.Run(tc.name, func(t *testing.T) {
 			f, events, opts := tc.open(t)
 			perf := f.kind == bpfbuffer.PerfEventArray

@@ -7,6 +7,7 @@ package callback
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"runtime"
@@ -555,6 +556,39 @@ func TestErrors(t *testing.T) {
 	}
 	if err := raw.Close(); err != nil {
 		t.Errorf("second Raw.Close: %v", err)
+	}
+
+	// A Reader's, the same methods (Rings'): its rings' perf events and
+	// the epoll set its reads wait in.
+	rd, err := perfbuf.NewReader(perfbuf.MapFD(f.Events.FileDescriptor()), perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 1 << 12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rd.BufferCount(); got != n {
+		t.Errorf("Reader.BufferCount %d, Raw's %d", got, n)
+	}
+	link := func(fd int, err error) string {
+		if err != nil {
+			return err.Error()
+		}
+		l, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		if err != nil {
+			return err.Error()
+		}
+		return l
+	}
+	if l := link(rd.BufferFD(0)); l != "anon_inode:[perf_event]" {
+		t.Errorf("Reader.BufferFD(0) is %q, want a perf event", l)
+	}
+	if l := link(rd.EpollFD()); l != "anon_inode:[eventpoll]" {
+		t.Errorf("Reader.EpollFD() is %q, want an epoll set", l)
+	}
+	if _, err := rd.BufferFD(n); !errors.Is(err, os.ErrInvalid) {
+		t.Errorf("Reader.BufferFD(%d): %v; want os.ErrInvalid", n, err)
+	}
+	rd.Close()
+	if _, err := rd.EpollFD(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Reader.EpollFD after Close: %v; want os.ErrClosed", err)
 	}
 }
 
