@@ -457,7 +457,7 @@ func benchDrain(b *testing.B, copying bool, payload int) {
 			return nil
 		}
 	}
-	size := uint64(rb.Size())
+	size := uint64(rb.Stats().Size)
 	samples := 0
 	var elapsed time.Duration
 	b.ReportAllocs()

@@ -109,7 +109,8 @@ func ExampleRaw_Buffer() {
 	} else if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%d records; %d of %d bytes in use\n", n, rb.Used(), rb.Size())
+	st := rb.Stats()
+	fmt.Printf("%d records; %d of %d bytes in use\n", n, st.Fill, st.Size)
 }
 
 // A Reader over every CPU's ring, the fullest first: a ReadInto loop, and a

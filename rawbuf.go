@@ -86,7 +86,7 @@ type RawBuffer struct {
 	rec   Record      // Drain's record, kept here so that Drain does not allocate
 	hand  func()      // hands the ring back to its PerfBuffer; nil once released
 	stop  atomic.Bool // never set: Drain runs until the snapshot's end
-	size  int         // the ring's size, for Size after Release
+	size  int         // the ring's size, for Stats after Release
 	done  bool        // Release was called: the ring is gone
 	name  string      // the ring's name in errors after Release
 	final Stats       // Stats after Release
@@ -97,19 +97,9 @@ func newRawBuffer(r ring.Ring, hand func()) *RawBuffer {
 	return &RawBuffer{r: r, hand: hand, size: r.Cur().Size()}
 }
 
-// CPU returns the ring's CPU, or -1 for a ring shared by CPUs.
-func (b *RawBuffer) CPU() int { return b.r.Cur().CPU() }
-
-// Size returns the ring's size in bytes.
-func (b *RawBuffer) Size() int { return b.size }
-
 // Positions loads the consumer and producer positions afresh (libbpf's
 // ring__consumer_pos and ring__producer_pos). It moves nothing.
 func (b *RawBuffer) Positions() (consumer, producer uint64) { return b.r.Cur().Positions() }
-
-// Used loads the fill afresh: the bytes between the consumer and producer
-// positions, in [0, Size()]. It moves nothing.
-func (b *RawBuffer) Used() int { return b.r.Cur().Used() }
 
 // Begin moves the cursor back to the consumer position and takes a new
 // snapshot: records read but not committed are read again.
@@ -172,13 +162,16 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 // if the kernel can have written it (docs/failures.md).
 func (b *RawBuffer) SkipCorrupt() uint64 { return b.r.SkipCorrupt() }
 
-// Stats returns what b parsed, each record counted once.
+// Stats returns what b parsed, each record counted once, and the ring's
+// CPU (-1 for a ring shared by CPUs), Size, and Fill: the bytes between
+// the consumer and producer positions, loaded afresh (0 after Release).
+// It moves nothing.
 func (b *RawBuffer) Stats() Stats {
 	if b.done {
 		return b.final
 	}
 	c := b.r.Cur()
-	st := Stats{Ring: c.Index(), CPU: c.CPU()}
+	st := Stats{Ring: c.Index(), CPU: c.CPU(), Size: b.size, Fill: c.Used()}
 	st.setCounts(c.Counts())
 	return st
 }
@@ -195,6 +188,7 @@ func (b *RawBuffer) Release() {
 	b.name = b.r.Cur().Name()
 	// Point at memory of our own so that nothing can touch the mapping once it is freed.
 	b.final = b.Stats()
+	b.final.Fill = 0
 	empty, err := ring.NewPerfFromParts(b.r.Cur().CPU(), new(unix.PerfEventMmapPage), make([]byte, 8))
 	if err != nil {
 		panic(err) // 8 is a valid ring size

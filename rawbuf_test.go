@@ -30,12 +30,14 @@ import (
 func TestRawBuffer(t *testing.T) {
 	f := ringtest.NewPerfAt(4096, 8192)
 	b := perfReader(t, f)
-	if b.Size() != 4096 || b.CPU() != 1 || b.Used() != 0 || b.Stats() != (Stats{CPU: 1}) {
-		t.Fatalf("empty: size %d cpu %d used %d stats %+v", b.Size(), b.CPU(), b.Used(), b.Stats())
+	// Size and Fill were 0 in a RawBuffer's Stats (its Size and Used
+	// methods said them).
+	if st := b.Stats(); st != (Stats{CPU: 1, Size: 4096}) {
+		t.Fatalf("empty: stats %+v; want CPU 1, Size 4096, nothing else", st)
 	}
 	f.MustWrite(t, ringtest.PerfSample([]byte("abcdefghijklm"))) // 13 bytes, padded to 20: 32 in the ring
-	if c, p := b.Positions(); c != 8192 || p != 8192+32 || b.Used() != 32 {
-		t.Fatalf("Positions = %d, %d, used %d; want 8192, 8224, 32", c, p, b.Used())
+	if c, p := b.Positions(); c != 8192 || p != 8192+32 || b.Stats().Fill != 32 {
+		t.Fatalf("Positions = %d, %d, Fill %d; want 8192, 8224, 32", c, p, b.Stats().Fill)
 	}
 	b.Begin()
 	var rec Record
@@ -66,7 +68,7 @@ func TestRawBuffer(t *testing.T) {
 	if ok, err := b.Next(&rec); !ok || err != nil || rec.Type != RecordLost || rec.Lost != 3 {
 		t.Fatalf("after Refresh: %v, %v, %+v", ok, err, rec)
 	}
-	if st := b.Stats(); st != (Stats{CPU: 1, Samples: 1, Bytes: 20, Lost: 3, MaxFill: 32}) {
+	if st := b.Stats(); st != (Stats{CPU: 1, Samples: 1, Bytes: 20, Lost: 3, MaxFill: 32, Fill: 24, Size: 4096}) {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -248,11 +250,8 @@ func TestRawReleased(t *testing.T) {
 	if n := b.SkipCorrupt(); n != 0 {
 		t.Errorf("SkipCorrupt after Release skipped %d bytes", n)
 	}
-	if b.Size() != 4096 || b.Used() != 0 || b.CPU() != 1 {
-		t.Errorf("after Release: Size %d Used %d CPU %d; want 4096 0 1", b.Size(), b.Used(), b.CPU())
-	}
-	if st := b.Stats(); st.Samples != 1 || st.Bytes != 4 || st.CPU != 1 {
-		t.Errorf("after Release: stats %+v, want the 1 sample read before", st)
+	if st := b.Stats(); st.Size != 4096 || st.Fill != 0 || st.CPU != 1 || st.Samples != 1 || st.Bytes != 4 {
+		t.Errorf("after Release: stats %+v, want Size 4096, Fill 0, CPU 1 and the 1 sample read before", st)
 	}
 	// The ring itself is left alone: the second record was not read.
 	if f.Page.Data_tail != 16 {

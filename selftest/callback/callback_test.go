@@ -869,7 +869,7 @@ func TestReaderReopen(t *testing.T) {
 
 // Buffer indexes follow the online CPUs, not CPU numbers: with a CPU in the
 // middle offline (scripts/vmtest.sh takes CPU PERFBUF_OFFLINE_CPU offline in
-// its guests, never on a host), BufferCount, Stats (CPU and Ring), RawBuffer.CPU
+// its guests, never on a host), BufferCount, Stats (CPU and Ring), RawBuffer.Stats().CPU
 // and both readers name the online CPUs only, and every sample emitted on
 // one arrives with that CPU.
 func TestRingsFollowOnlineCPUs(t *testing.T) {
@@ -914,8 +914,8 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rb.CPU() != cpu {
-			t.Errorf("Buffer(%d).CPU() = %d, want %d", i, rb.CPU(), cpu)
+		if rb.Stats().CPU != cpu {
+			t.Errorf("Buffer(%d).Stats().CPU = %d, want %d", i, rb.Stats().CPU, cpu)
 		}
 		rb.Release()
 	}

@@ -61,9 +61,10 @@ func drainRaw(t *testing.T, bufs []*perfbuf.RawBuffer, c *bpftest.Collector) (st
 	t.Helper()
 	var scratch []byte
 	for _, rb := range bufs {
+		cpu := rb.Stats().CPU
 		_, err := rb.Drain(func(rec *perfbuf.Record) error {
-			if rec.CPU != rb.CPU() {
-				t.Errorf("record of cpu %d in cpu %d's ring", rec.CPU, rb.CPU())
+			if rec.CPU != cpu {
+				t.Errorf("record of cpu %d in cpu %d's ring", rec.CPU, cpu)
 			}
 			switch rec.Type {
 			case perfbuf.RecordSample:
@@ -73,16 +74,16 @@ func drainRaw(t *testing.T, bufs []*perfbuf.RawBuffer, c *bpftest.Collector) (st
 					data = scratch
 					straddled++
 				}
-				c.Sample(rb.CPU(), data)
+				c.Sample(cpu, data)
 			case perfbuf.RecordLost:
-				c.LostFn(rb.CPU(), rec.Lost)
+				c.LostFn(cpu, rec.Lost)
 			default:
-				t.Errorf("cpu %d: unexpected record type %v", rb.CPU(), rec.Type)
+				t.Errorf("cpu %d: unexpected record type %v", cpu, rec.Type)
 			}
 			return nil
 		})
 		if err != nil {
-			t.Fatalf("drain cpu %d: %v", rb.CPU(), err)
+			t.Fatalf("drain cpu %d: %v", cpu, err)
 		}
 	}
 	return straddled
@@ -124,14 +125,14 @@ func TestRawMatchesCallback(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rb.Release()
-		if cpu := rp.Stats()[i].CPU; rb.CPU() != cpu {
-			t.Errorf("buffer %d: RawBuffer says cpu %d, Stats cpu %d", i, rb.CPU(), cpu)
+		if cpu := rp.Stats()[i].CPU; rb.Stats().CPU != cpu {
+			t.Errorf("buffer %d: RawBuffer says cpu %d, Stats cpu %d", i, rb.Stats().CPU, cpu)
 		}
-		if rb.Size() != 2*os.Getpagesize() {
-			t.Errorf("buffer %d: size %d, want 2 pages", i, rb.Size())
+		if rb.Stats().Size != 2*os.Getpagesize() {
+			t.Errorf("buffer %d: size %d, want 2 pages", i, rb.Stats().Size)
 		}
 		bufs = append(bufs, rb)
-		byCPU[rb.CPU()] = rb
+		byCPU[rb.Stats().CPU] = rb
 	}
 	straddled := 0
 	load(t, f, func() { straddled += drainRaw(t, bufs, raw) })
@@ -156,8 +157,8 @@ func TestRawMatchesCallback(t *testing.T) {
 		if st.CPU != cpu || st.Corrupt != 0 || st.CorruptBytes != 0 || st.Other != 0 || st.Left != 0 {
 			t.Errorf("cpu %d: RawBuffer stats %+v", cpu, st)
 		}
-		if rb.Used() != 0 {
-			t.Errorf("cpu %d: %d bytes left after draining", cpu, rb.Used())
+		if rb.Stats().Fill != 0 {
+			t.Errorf("cpu %d: %d bytes left after draining", cpu, rb.Stats().Fill)
 		}
 	}
 	t.Logf("%d samples straddled a ring's end", straddled)
@@ -194,7 +195,7 @@ func rawRing0(t *testing.T, f *bpftest.Fixture) *perfbuf.RawBuffer {
 func TestRawPeekCommit(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	rb := rawRing0(t, f)
-	f.Emit(t, rb.CPU(), 5, 64, 0)
+	f.Emit(t, rb.Stats().CPU, 5, 64, 0)
 
 	read := func() (seqs []uint64, end uint64) {
 		rb.Begin()
@@ -207,7 +208,7 @@ func TestRawPeekCommit(t *testing.T) {
 			if !ok {
 				return seqs, rec.Next
 			}
-			h, err := bpftest.Check(rec.Data, rb.CPU())
+			h, err := bpftest.Check(rec.Data, rb.Stats().CPU)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,8 +219,8 @@ func TestRawPeekCommit(t *testing.T) {
 	if len(first) != 5 || end != 5*uint64(bpftest.RecordSize(64)) {
 		t.Fatalf("peek read %d records up to %d; want 5 up to %d", len(first), end, 5*bpftest.RecordSize(64))
 	}
-	if rb.Used() != int(end) {
-		t.Errorf("Used %d after peeking, want %d: nothing committed", rb.Used(), end)
+	if rb.Stats().Fill != int(end) {
+		t.Errorf("Fill %d after peeking, want %d: nothing committed", rb.Stats().Fill, end)
 	}
 	again, _ := read()
 	if !reflect.DeepEqual(first, again) {
@@ -228,14 +229,14 @@ func TestRawPeekCommit(t *testing.T) {
 	if err := rb.Commit(end + 8); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("commit past the head: %v", err)
 	}
-	if rb.Used() != int(end) {
-		t.Errorf("Used %d after a refused commit, want %d", rb.Used(), end)
+	if rb.Stats().Fill != int(end) {
+		t.Errorf("Fill %d after a refused commit, want %d", rb.Stats().Fill, end)
 	}
 	if err := rb.Commit(end); err != nil {
 		t.Fatal(err)
 	}
-	if rb.Used() != 0 {
-		t.Errorf("after commit: used %d", rb.Used())
+	if rb.Stats().Fill != 0 {
+		t.Errorf("after commit: used %d", rb.Stats().Fill)
 	}
 	if err := rb.Commit(0); !errors.Is(err, os.ErrInvalid) {
 		t.Errorf("commit backwards: %v", err)
@@ -265,14 +266,14 @@ func TestRawHold(t *testing.T) {
 	if _, err := raw.Buffer(0); !errors.Is(err, perfbuf.ErrBusy) {
 		t.Errorf("Buffer(0) twice: %v, want ErrBusy", err)
 	}
-	cpu0 := rb.CPU()
+	cpu0 := rb.Stats().CPU
 	f.Emit(t, cpu0, 3, 32, 0)
-	if rb.Used() == 0 {
+	if rb.Stats().Fill == 0 {
 		t.Error("ring 0 empty after 3 samples")
 	}
 	rb.Release()
 	rb.Release() // idempotent
-	if rb.Used() != 0 {
+	if rb.Stats().Fill != 0 {
 		t.Error("a released RawBuffer still reads the ring")
 	}
 	drain := func(rb *perfbuf.RawBuffer) (int, error) {
@@ -336,7 +337,7 @@ func TestReleaseHandsBackItsOwnRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Emit(t, rb0.CPU(), 5, 32, 0)
+	f.Emit(t, rb0.Stats().CPU, 5, 32, 0)
 	rb1.Release()
 	if rb, err := raw.Buffer(1); err != nil {
 		t.Errorf("Buffer(1) after releasing ring 1: %v", err)
@@ -359,11 +360,11 @@ func TestRawDrainStops(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	rb := rawRing0(t, f)
 	const size = 48
-	f.Emit(t, rb.CPU(), 5, size, 0)
+	f.Emit(t, rb.Stats().CPU, 5, size, 0)
 	stop := errors.New("stop")
 	var seqs []uint64
 	collect := func(rec *perfbuf.Record) error {
-		h, err := bpftest.Check(rec.AppendTo(nil), rb.CPU())
+		h, err := bpftest.Check(rec.AppendTo(nil), rb.Stats().CPU)
 		if err != nil {
 			return err
 		}
@@ -376,8 +377,8 @@ func TestRawDrainStops(t *testing.T) {
 	if n, err := rb.Drain(collect); n != 3 || !errors.Is(err, stop) {
 		t.Fatalf("Drain = %d, %v; want 3 records and the function's error", n, err)
 	}
-	if want := 2 * bpftest.RecordSize(size); rb.Used() != want {
-		t.Errorf("%d bytes left after the stopped Drain, want %d (2 records)", rb.Used(), want)
+	if want := 2 * bpftest.RecordSize(size); rb.Stats().Fill != want {
+		t.Errorf("%d bytes left after the stopped Drain, want %d (2 records)", rb.Stats().Fill, want)
 	}
 	if n, err := rb.Drain(collect); n != 2 || err != nil {
 		t.Fatalf("second Drain = %d, %v; want the 2 records left", n, err)
@@ -416,10 +417,10 @@ func TestRawRingBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rb.Size() != c.want {
-				t.Errorf("RingBytes %d: ring %d holds %d bytes, want %d (%d-byte pages)", c.bytes, i, rb.Size(), c.want, page)
+			if rb.Stats().Size != c.want {
+				t.Errorf("RingBytes %d: ring %d holds %d bytes, want %d (%d-byte pages)", c.bytes, i, rb.Stats().Size, c.want, page)
 			}
-			f.Emit(t, rb.CPU(), 3, 32, 0)
+			f.Emit(t, rb.Stats().CPU, 3, 32, 0)
 			n, err := rb.Drain(func(*perfbuf.Record) error { return nil })
 			if n != 3 || err != nil {
 				t.Errorf("RingBytes %d: ring %d drained %d, %v; want 3 samples", c.bytes, i, n, err)
@@ -452,7 +453,7 @@ func TestRawWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer bufs[i].Release()
-		ringOf[bufs[i].CPU()] = i
+		ringOf[bufs[i].Stats().CPU] = i
 	}
 	c := bpftest.NewCollector()
 	drain := func(ready []int) {
@@ -501,8 +502,8 @@ func TestRawWait(t *testing.T) {
 	}
 	c.CheckAccounting(t, f)
 	for i, rb := range bufs {
-		if rb.Used() != 0 {
-			t.Errorf("ring %d: %d bytes left", i, rb.Used())
+		if rb.Stats().Fill != 0 {
+			t.Errorf("ring %d: %d bytes left", i, rb.Stats().Fill)
 		}
 	}
 

@@ -484,8 +484,8 @@ func TestRingBufRawPeek(t *testing.T) {
 	}
 	defer rb.Release()
 	f.produce(t, f.cpus[0], 3, 48, viaOutput, 0, 1, 0)
-	if rb.Used() != 3*(48+8) || rb.CPU() != -1 || rb.Size() != ringSize {
-		t.Fatalf("Used %d, CPU %d, Size %d; want 168, -1, %d", rb.Used(), rb.CPU(), rb.Size(), ringSize)
+	if rb.Stats().Fill != 3*(48+8) || rb.Stats().CPU != -1 || rb.Stats().Size != ringSize {
+		t.Fatalf("Fill %d, CPU %d, Size %d; want 168, -1, %d", rb.Stats().Fill, rb.Stats().CPU, rb.Stats().Size, ringSize)
 	}
 	var seqs []uint64
 	var second perfbuf.Record
@@ -512,8 +512,8 @@ func TestRingBufRawPeek(t *testing.T) {
 	if err := rb.Commit(second.Next); err != nil {
 		t.Fatal(err)
 	}
-	if rb.Used() != 48+8 {
-		t.Errorf("Used %d after committing two records, want 56", rb.Used())
+	if rb.Stats().Fill != 48+8 {
+		t.Errorf("Fill %d after committing two records, want 56", rb.Stats().Fill)
 	}
 }
 
@@ -612,8 +612,8 @@ func TestRingBufPositions(t *testing.T) {
 	c0, p0 := rb.Positions()
 	f.produce(t, f.cpus[0], 2, 48, viaOutput, 0, 1, 0)
 	c1, p1 := rb.Positions()
-	if c1 != c0 || p1 != p0+2*56 || rb.Used() != int(p1-c1) {
-		t.Fatalf("after 2 records: consumer %d producer %d (before %d %d), used %d", c1, p1, c0, p0, rb.Used())
+	if c1 != c0 || p1 != p0+2*56 || rb.Stats().Fill != int(p1-c1) {
+		t.Fatalf("after 2 records: consumer %d producer %d (before %d %d), Fill %d", c1, p1, c0, p0, rb.Stats().Fill)
 	}
 	if _, err := rb.Drain(func(*perfbuf.Record) error { return nil }); err != nil {
 		t.Fatal(err)
