@@ -112,37 +112,14 @@ type ReaderOptions struct {
 // [Stats]. Lost records carry no key and go as soon as they are reached.
 // Over a perf event array, records stay in the rings until delivered.
 //
-// Over BPF ring buffers, the records are copied out of the rings into a
-// window, and each ring is committed up to its oldest copy not delivered,
-// so that a reader that dies leaves them to the next one
-// (docs/failures.md). A ring buffer wakes its reader only for a record
-// committed at the consumer position: while a ring's copies are held it
-// raises no wakeup, and the read looks at it on its timers (MaxLatency,
-// rule 3, or every 10 ms with no budget). The window sorts what it holds,
-// so that a ring written by several CPUs, whose records come in the order
-// they were reserved, is ordered too. Rule 1 applies to rings written by
-// one CPU each: an array of ring buffers with a slot for every possible
-// CPU (bpfbuffer's RingBufPerCPU, one CPU a ring, which Any chooses where
-// the kernel allows). A ring buffer shared by CPUs (one map, or a ring per
-// N CPUs) cannot tell a slow writer from none: unless StampedKeys lets rule
-// 1 count it while it is empty, records go by rules 2 to 5 only while one
-// is read, so set KeyWindow or MaxDelay to the disorder
-// the programs make (the time between a key's stamp and the ring's
-// reservation on another CPU), and Late marks what comes later than that.
-// A busy record holds back its own ring only, as an empty ring does. Rule
-// 4 over ring buffers: the window is full (HighWater bounds its memory),
-// or a ring's copies keep more than half of it (the ring's space stays
-// taken while they are held: released down to three eighths, so that its
-// producers find room), or the reader fell behind a ring: it found it more
-// than an eighth full while delivering, or more than three quarters full
-// after a wait (a burst below that is copied and ordered). That ring is
-// then read in place, as the fullest-first Reader reads, at about its
-// cost: each record goes at once, after the window's copies with smaller
-// keys, until a look finds the ring empty or its next record busy, 10 ms
-// or more after a look last found it an eighth full.
-// Stats.Held is the age of the oldest copy held. At Close, a read by a
-// function in progress delivers the copies (see [Reader]); those no
-// read delivered count as Left.
+// Over BPF ring buffers, the records are copied into a window that sorts
+// them (a ring that several CPUs write is ordered too), and each ring is
+// committed up to its oldest copy not delivered. Rule 1 applies to rings
+// that one CPU writes (RingBufPerCPU); over a ring buffer shared by CPUs,
+// set KeyWindow or MaxDelay to the disorder the programs make, or use
+// StampedKeys. docs/ordered.md, "Over ring buffers: the window", has the
+// window's rules: its wakeups, rule 4, the ring it reads in place when the
+// reader falls behind, and what Close delivers.
 type Order struct {
 	// KeyOffset is where the key sits in each sample: a u64 in the
 	// host's byte order. A sample too short to hold it has key 0.
@@ -175,14 +152,7 @@ type Order struct {
 	// HighWater is rule 4's fill, in bytes. Zero means a quarter of a
 	// ring: below the half at which a perf ring wakes a Reader within its
 	// latency budget, so that the wakeup itself releases. Over ring
-	// buffers it bounds the window instead: the bytes of the copies held,
-	// each rounded up to a power of two (a copy takes about 64 bytes more,
-	// and one copy may pass the bound); zero means the rings' total size,
-	// what they would hold in place. NewReader makes the window with room
-	// for one full ring's copies (the largest ring's size, at most
-	// HighWater, and as much again for their bookkeeping), so that a
-	// flood's first intake does not grow the heap and start garbage
-	// collections while the ring fills; the pages are the OS's, untouched
-	// until copies use them.
+	// buffers it bounds the window's copies instead; zero means the rings'
+	// total size (docs/ordered.md).
 	HighWater int
 }

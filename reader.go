@@ -27,21 +27,12 @@ import (
 // on with every ring.
 //
 // Close commits every record the reader delivered (a record given to a
-// function counts, whatever the function returned) and nothing else: a
-// Reader opened again over a pinned ring buffer goes on with the first
-// record not delivered, none twice, none skipped, and counts what it finds
-// there as Stats.Found. A process that ends without Close leaves the
-// consumer position at the last commit (the end of a ring's turn, at most a
-// quarter of the ring, or a wait; within a budget, over ring buffers, the
-// last record delivered: see [ReaderOptions.MaxLatency]): the next reader
-// delivers those records again. An ordered Reader over ring buffers
-// commits the records it copies into its window (see [Order]), so they are
-// no longer in the ring for the next reader: a read by a function (Each,
-// Consume, All) in progress when Close is called from elsewhere than a
-// read's function delivers them before it returns os.ErrClosed; those that
-// no such read delivers count as Left (Flush and read first to hand none
-// over). A perf event array's rings are the reader's own: what is in them
-// at Close goes with them, and a new reader starts with empty rings.
+// function counts, whatever the function returned) and nothing else, so
+// that a Reader opened again over a pinned ring buffer goes on with the
+// first record not delivered; a process that ends without Close leaves the
+// records since its last commit to the next reader, which delivers them
+// again. docs/failures.md, "Reopening a pinned buffer", says where each
+// form commits, and what an ordered Reader's window hands over.
 type Reader struct {
 	Rings
 	r *owner.Reader

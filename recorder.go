@@ -59,25 +59,13 @@ func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) ([]Record, e
 	return r.r.Snapshot(buf, dst, onlyNew)
 }
 
-// Pause stops the output to every ring and returns once the outputs in
-// progress have finished: until [Recorder.Resume], snapshots return the
-// same records. Pausing a paused Recorder does nothing.
-//
-// Perf rings are paused by the kernel (PERF_EVENT_IOC_PAUSE_OUTPUT), which
-// refuses and counts the outputs meanwhile (bpf_perf_event_output returns
-// ENOSPC); a ring's first record after Resume is a lost record with that
-// count, which a snapshot returns, unless overwritten in turn, and [Stats]
-// counts in Lost.
-//
-// Ring buffers have no such switch: Pause marks the reader key of
-// Options.FailureMap closed, as the last reader's Close does, and the
-// outputs of bpf/perfbuf.bpf.h (perfbuf_ringbuf_output, _reserve,
-// perfbuf_buffer_*) then fail in the program, counted in [Stats]
-// Failed.NoEntry. Outputs that do not go through those functions are not
-// stopped: snapshots of ring buffers still check what they copied.
-// Without a FailureMap whose reader key counts this Recorder, the error
-// wraps errors.ErrUnsupported; if another process's reader holds the key
-// open, ErrMapInUse.
+// Pause stops the output to every ring as [Rings.Pause] does, until
+// [Recorder.Resume]: snapshots meanwhile return the same records. A perf
+// ring's first record after Resume is the lost record of the outputs it
+// refused, which a snapshot returns unless overwritten in turn. Over ring
+// buffers, outputs that do not go through bpf/perfbuf.bpf.h are not
+// stopped: snapshots still check what they copied. Errors: as
+// [Rings.Pause]'s.
 func (r *Recorder) Pause() error { return r.r.SetPaused("pause", true) }
 
 // Resume undoes Pause: the perf rings' output resumes, the reader key is

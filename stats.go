@@ -33,20 +33,10 @@ import (
 // snapshots returned and left out; what the kernel overwrote is not counted.
 //
 // A reader of a pinned ring buffer opened after another one closed goes on
-// where that one stopped (see [Reader]): it finds what the last
-// reader left (its Left, and the discarded records among them, which that
-// one counted in Discarded) and counts it as Found, and delivers it as its
-// own Samples. For readers of one map opened one after another, what the
-// programs output is then
-//
-//	Failed.Total() + the first reader's Found + the sum over the readers of
-//	    (Samples + Dropped + Discarded + Left - Found)
-//
-// with the Failed of the last one (the failure map counts since the
-// programs loaded): each reader's term is what reached the ring while it
-// was open, the first one's Found what reached it before. A perf event array's Found is always 0: its rings are the
-// reader's own, made empty at NewReader and freed at Close with what was in
-// them (counted as Left), so that a reader opened again starts empty.
+// where that one stopped (see [Reader]) and counts what it finds there as
+// Found; the identity over readers opened one after another is in
+// docs/failures.md, "Reopening a pinned buffer". A perf event array's
+// Found is always 0: its rings are the reader's own.
 //
 // Records carry no time: Waiting is an upper bound, the time since the
 // reader (at a commit) or a Stats call last saw the ring with no record
