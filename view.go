@@ -70,9 +70,6 @@ func pointerIn(typ reflect.Type, path string) (string, reflect.Type) {
 	return path, typ
 }
 
-// Size is the bytes of a T: the least payload a view reads.
-func (v View[T]) Size() int { return v.size }
-
 // Record returns rec's payload as a *T: in place, valid as rec.Data is
 // (until the ring is committed past rec.Next), when the payload holds a T
 // contiguously at an aligned address; otherwise a copy in buf, which is
