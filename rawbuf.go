@@ -86,7 +86,6 @@ type RawBuffer struct {
 	rec   Record      // Drain's record, kept here so that Drain does not allocate
 	hand  func()      // hands the ring back to its PerfBuffer; nil once released
 	stop  atomic.Bool // never set: Drain runs until the snapshot's end
-	size  int         // the ring's size, for Stats after Release
 	done  bool        // Release was called: the ring is gone
 	name  string      // the ring's name in errors after Release
 	final Stats       // Stats after Release
@@ -94,7 +93,7 @@ type RawBuffer struct {
 
 // newRawBuffer wraps ring r; hand, if not nil, is what Release calls.
 func newRawBuffer(r ring.Ring, hand func()) *RawBuffer {
-	return &RawBuffer{r: r, hand: hand, size: r.Cur().Size()}
+	return &RawBuffer{r: r, hand: hand}
 }
 
 // Positions loads the consumer and producer positions afresh (libbpf's
@@ -171,7 +170,7 @@ func (b *RawBuffer) Stats() Stats {
 		return b.final
 	}
 	c := b.r.Cur()
-	st := Stats{Ring: c.Index(), CPU: c.CPU(), Size: b.size, Fill: c.Used()}
+	st := Stats{Ring: c.Index(), CPU: c.CPU(), Size: c.Size(), Fill: c.Used()}
 	st.setCounts(c.Counts())
 	return st
 }

@@ -194,6 +194,7 @@ func order(maxDelay time.Duration) *policy.OrderConfig {
 
 // The root's methods over the owner's Reader and PerfBuffer: what
 // perfbuf.Reader and perfbuf.PerfBuffer call.
+func (r *Reader) Close()                { r.C.Close() }
 func (r *Reader) Stats() []Stats        { return r.C.Stats() }
 func (r *Reader) Pause() error          { return r.C.SetPaused("pause "+r.C.Name(), true) }
 func (r *Reader) Resume() error         { return r.C.SetPaused("resume "+r.C.Name(), false) }

@@ -101,12 +101,6 @@ func newReadOp(name string) *readOp {
 // Pol is the reader's policy.
 func (r *Reader) Pol() policy.Reading { return r.pol }
 
-// Close stops the reader (perfbuf.Rings.Close).
-func (r *Reader) Close() error {
-	r.C.Close()
-	return nil
-}
-
 // SetDeadline makes reads that would block at or after t fail with
 // os.ErrDeadlineExceeded; the zero time means none.
 func (r *Reader) SetDeadline(t time.Time) {

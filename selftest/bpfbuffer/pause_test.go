@@ -21,6 +21,7 @@ import (
 	"github.com/perfbuf/perfbuf/bpfbuffer"
 	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
+	"github.com/perfbuf/perfbuf/selftest/internal/ledger"
 )
 
 // pauseLayout is one layout of the pause tests' buffer: open loads it
@@ -53,6 +54,24 @@ func pauseLayouts() []pauseLayout {
 	}
 }
 
+// produceEach makes count outputs of 48 bytes on each of f's CPUs.
+func (f *fixture) produceEach(t *testing.T, count uint64) {
+	t.Helper()
+	for _, cpu := range f.cpus {
+		f.produce(t, cpu, count, 48, viaOutput, 1)
+	}
+}
+
+// refusedWhilePaused is how many outputs a CPU's program saw refused
+// between its outcomes o0 and o: ENOSPC from a paused perf ring (perf),
+// ENOENT from perfbuf.bpf.h's closed reader key.
+func refusedWhilePaused(perf bool, o, o0 ledger.Outcome) uint64 {
+	if perf {
+		return o.NoSpc - o0.NoSpc
+	}
+	return o.NoEnt - o0.NoEnt
+}
+
 // A Raw pauses as a Reader does (both are Rings): on each CPU, m outputs
 // while paused, all refused, then k after Resume; the RawBuffers read the
 // k of each CPU and, for a perf ring, one lost record of m.
@@ -67,20 +86,15 @@ func TestRawPause(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer raw.Close()
-			produce := func(count uint64) {
-				for _, cpu := range f.cpus {
-					f.produce(t, cpu, count, 48, viaOutput, 1)
-				}
-			}
 			start := f.outcomes(t)
 			if err := raw.Pause(); err != nil {
 				t.Fatal(err)
 			}
-			produce(m)
+			f.produceEach(t, m)
 			if err := raw.Resume(); err != nil {
 				t.Fatal(err)
 			}
-			produce(k)
+			f.produceEach(t, k)
 			got, lost := map[int]uint64{}, map[int]uint64{}
 			for i := range raw.BufferCount() {
 				b, err := raw.Buffer(i)
@@ -102,10 +116,10 @@ func TestRawPause(t *testing.T) {
 			end := f.outcomes(t)
 			for _, cpu := range f.cpus {
 				o, o0 := end[cpu], start[cpu]
-				refused := o.NoEnt - o0.NoEnt
+				refused := refusedWhilePaused(perf, o, o0)
 				wantLost := uint64(0)
 				if perf {
-					refused, wantLost = o.NoSpc-o0.NoSpc, m
+					wantLost = m
 				}
 				if ok := o.OK - o0.OK; ok != k || refused != m {
 					t.Errorf("cpu %d: the program wrote %d, was refused %d; want %d, %d", cpu, ok, refused, k, m)
@@ -165,19 +179,14 @@ func TestReaderPause(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			produce := func(count uint64) {
-				for _, cpu := range f.cpus {
-					f.produce(t, cpu, count, 48, viaOutput, 1)
-				}
-			}
 			start := f.outcomes(t)
-			produce(n)
+			f.produceEach(t, n)
 			for range 2 {
 				if err := r.Pause(); err != nil {
 					t.Fatal(err)
 				}
 			}
-			produce(m)
+			f.produceEach(t, m)
 			consume() // paused: what is in the rings is still delivered
 			for _, cpu := range f.cpus {
 				if got[cpu] != n || lost[cpu] != 0 {
@@ -189,7 +198,7 @@ func TestReaderPause(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			produce(k)
+			f.produceEach(t, k)
 			consume()
 			end := f.outcomes(t)
 			st := r.Stats()
@@ -201,10 +210,7 @@ func TestReaderPause(t *testing.T) {
 			}
 			for _, cpu := range f.cpus {
 				o, o0 := end[cpu], start[cpu]
-				refused := o.NoEnt - o0.NoEnt
-				if perf {
-					refused = o.NoSpc - o0.NoSpc
-				}
+				refused := refusedWhilePaused(perf, o, o0)
 				if ok := o.OK - o0.OK; ok != n+k || refused != m || o.Attempts-o0.Attempts != n+m+k {
 					t.Errorf("cpu %d: the program wrote %d, was refused %d of %d; want %d, %d of %d", cpu, ok, refused, o.Attempts-o0.Attempts, n+k, m, n+m+k)
 				}

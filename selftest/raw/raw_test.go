@@ -195,7 +195,8 @@ func rawRing0(t *testing.T, f *bpftest.Fixture) *perfbuf.RawBuffer {
 func TestRawPeekCommit(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	rb := rawRing0(t, f)
-	f.Emit(t, rb.Stats().CPU, 5, 64, 0)
+	cpu := rb.Stats().CPU
+	f.Emit(t, cpu, 5, 64, 0)
 
 	read := func() (seqs []uint64, end uint64) {
 		rb.Begin()
@@ -208,7 +209,7 @@ func TestRawPeekCommit(t *testing.T) {
 			if !ok {
 				return seqs, rec.Next
 			}
-			h, err := bpftest.Check(rec.Data, rb.Stats().CPU)
+			h, err := bpftest.Check(rec.Data, cpu)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -360,11 +361,12 @@ func TestRawDrainStops(t *testing.T) {
 	f := bpftest.Setup(t, obj)
 	rb := rawRing0(t, f)
 	const size = 48
-	f.Emit(t, rb.Stats().CPU, 5, size, 0)
+	cpu := rb.Stats().CPU
+	f.Emit(t, cpu, 5, size, 0)
 	stop := errors.New("stop")
 	var seqs []uint64
 	collect := func(rec *perfbuf.Record) error {
-		h, err := bpftest.Check(rec.AppendTo(nil), rb.Stats().CPU)
+		h, err := bpftest.Check(rec.AppendTo(nil), cpu)
 		if err != nil {
 			return err
 		}
