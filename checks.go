@@ -66,7 +66,7 @@ func (o *ReaderOptions) check() error {
 			return fmt.Errorf("options Order KeyOffset %d past the largest sample (%d bytes): %w", ord.KeyOffset, maxKeyOffset, os.ErrInvalid)
 		// Every sample would have key 0. Without MaxSampleSize, each ring
 		// is checked when it is opened (owner.RingOptions.keyEnd).
-		case ord.Key == nil && o.MaxSampleSize > 0 && ord.KeyOffset+8 > o.MaxSampleSize:
+		case o.MaxSampleSize > 0 && ord.KeyOffset+8 > o.MaxSampleSize:
 			return fmt.Errorf("options Order KeyOffset %d: the 8-byte key ends at %d, past MaxSampleSize %d, the largest sample: %w",
 				ord.KeyOffset, ord.KeyOffset+8, o.MaxSampleSize, os.ErrInvalid)
 		}
@@ -84,9 +84,7 @@ func (o *ReaderOptions) plan() (owner.Plan, error) {
 	if o.Order != nil {
 		c := o.Order.config()
 		p.Order = &c
-		if o.Order.Key == nil {
-			p.Ring.KeyEnd = o.Order.KeyOffset + 8
-		}
+		p.Ring.KeyEnd = o.Order.KeyOffset + 8
 	}
 	return p, nil
 }
@@ -119,19 +117,14 @@ const defaultMaxLatency = 10 * time.Millisecond
 func (ord *Order) config() policy.OrderConfig {
 	c := policy.OrderConfig{
 		KeyOffset: ord.KeyOffset,
-		Key:       ord.Key,
 		MaxDelay:  ord.MaxDelay,
-		Window:    ord.KeyWindow,
-		DropLate:  ord.DropLate,
 		HighWater: ord.HighWater,
 		Stamped:   ord.StampedKeys,
 	}
 	if c.MaxDelay == 0 {
 		c.MaxDelay = 100 * time.Millisecond
 	}
-	if c.Window == 0 {
-		c.Window = uint64(c.MaxDelay.Nanoseconds())
-	}
+	c.Window = uint64(c.MaxDelay.Nanoseconds())
 	return c
 }
 

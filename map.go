@@ -38,10 +38,3 @@ func ownerMaps(maps []Map) []owner.Map {
 	}
 	return out
 }
-
-// CloseExact reports whether the counts add up exactly at Close on this
-// kernel: Close can wait for outputs still running when it counts what is
-// left (kernel.CanWaitWriters), and a perf ring's event counts the outputs
-// it refused (PERF_FORMAT_LOST, 6.0), so that losses no lost record
-// reported are counted too (docs/failures.md).
-func CloseExact() bool { return owner.CloseExact() }

@@ -95,64 +95,39 @@ type ReaderOptions struct {
 }
 
 // Order makes a [Reader] deliver records in nondecreasing order of a key,
-// such as a bpf_ktime_get_ns() stamp. Over a perf event array, a CPU's
-// records come in key order, and the smallest key among the rings goes
-// when
+// a u64 in each sample such as a bpf_ktime_get_ns() stamp. The smallest
+// key among the rings goes when
 //
 //  1. every ring has shown a key at least as large (with StampedKeys, an
 //     empty ring buffer shows the time it was found empty), or
-//  2. a key KeyWindow larger has been seen on any ring, or
-//  3. the reader first saw it MaxDelay ago (give or take MaxDelay/2 when
-//     no wakeup comes), or
+//  2. a key MaxDelay (in nanoseconds) larger has been seen on any ring, or
+//  3. the reader first saw it MaxDelay ago, or
 //  4. a ring holds more than HighWater bytes: release rather than lose, or
 //  5. a Flush or Close is under way.
 //
 // A sample released by rules 2 to 4 ahead of a smaller key that came later
-// is delivered with Late set (or dropped, with DropLate), and counted in
-// [Stats]. Lost records carry no key and go as soon as they are reached.
-// Over a perf event array, records stay in the rings until delivered.
-//
-// Over BPF ring buffers, the records are copied into a window that sorts
-// them (a ring that several CPUs write is ordered too), and each ring is
-// committed up to its oldest copy not delivered. Rule 1 applies to rings
-// that one CPU writes (RingBufPerCPU); over a ring buffer shared by CPUs,
-// set KeyWindow or MaxDelay to the disorder the programs make, or use
-// StampedKeys. docs/ordered.md, "Over ring buffers: the window", has the
-// window's rules: its wakeups, rule 4, the ring it reads in place when the
-// reader falls behind, and what Close delivers.
+// is delivered with Late set, and counted in [Stats]. Lost records go as
+// soon as they are reached. Rule 1 needs rings that one CPU writes each (a
+// perf event array, a ring buffer per CPU); over a ring buffer shared by
+// CPUs, set MaxDelay to the disorder the programs make, or use
+// StampedKeys. docs/ordered.md has the rules' details over ring buffers.
 type Order struct {
-	// KeyOffset is where the key sits in each sample: a u64 in the
-	// host's byte order. A sample too short to hold it has key 0.
-	// NewReader refuses a key that ends past MaxSampleSize, or past the
-	// largest sample a ring holds.
+	// KeyOffset is where the key sits in each sample, in the host's byte
+	// order. A sample too short to hold it has key 0. NewReader refuses
+	// a key that ends past MaxSampleSize or the largest sample a ring holds.
 	KeyOffset int
-	// Key, if set, computes the key instead, from the whole payload
-	// (valid during the call).
-	Key func(data []byte) uint64
 
 	// MaxDelay is how long a record may wait for a smaller key from
-	// another ring (rule 3). Zero means 100 ms.
+	// another ring. Zero means 100 ms.
 	MaxDelay time.Duration
-	// KeyWindow is rule 2's window, in key units. Zero means MaxDelay in
-	// nanoseconds.
-	KeyWindow uint64
-
-	// DropLate drops late samples instead of delivering them.
-	DropLate bool
 
 	// StampedKeys says that the keys are bpf_ktime_get_ns() read after the
-	// record's reservation (perfbuf_stamp in bpf/perfbuf.bpf.h). Over ring
-	// buffers, rule 1 then counts a ring found empty as showing the time
-	// of that look, so that at a trickle a record goes at the next look
-	// after its key, not at MaxDelay, whether a ring is written by one
-	// CPU or shared. Over a perf event array it changes nothing: the
-	// kernel shows a perf record only once its output ended.
+	// record's reservation (perfbuf_stamp in bpf/perfbuf.bpf.h), so that
+	// over ring buffers a record goes at the next look after its key, not
+	// at MaxDelay.
 	StampedKeys bool
 
 	// HighWater is rule 4's fill, in bytes. Zero means a quarter of a
-	// ring: below the half at which a perf ring wakes a Reader within its
-	// latency budget, so that the wakeup itself releases. Over ring
-	// buffers it bounds the window's copies instead; zero means the rings'
-	// total size (docs/ordered.md).
+	// ring; over ring buffers, the rings' total size (docs/ordered.md).
 	HighWater int
 }

@@ -96,16 +96,9 @@ func newRawBuffer(r ring.Ring, hand func()) *RawBuffer {
 	return &RawBuffer{r: r, hand: hand}
 }
 
-// Positions loads the consumer and producer positions afresh (libbpf's
-// ring__consumer_pos and ring__producer_pos). It moves nothing.
-func (b *RawBuffer) Positions() (consumer, producer uint64) { return b.r.Cur().Positions() }
-
 // Begin moves the cursor back to the consumer position and takes a new
 // snapshot: records read but not committed are read again.
 func (b *RawBuffer) Begin() { b.r.Begin() }
-
-// Refresh takes a new snapshot and keeps the cursor.
-func (b *RawBuffer) Refresh() { b.r.Refresh() }
 
 // Next parses the record at the cursor into rec and moves past it. It
 // returns false, nil at the snapshot's end, and false with the pending
@@ -136,7 +129,7 @@ func (b *RawBuffer) Commit(pos uint64) error {
 // Drain calls fn with every record up to a new snapshot, then commits once,
 // past the last record fn received, and returns how many it received. fn's
 // error stops it and is returned. rec is valid only during the call, and fn
-// may call only CPU, Size and Stats. A record that cannot be valid ends it
+// may call only Stats. A record that cannot be valid ends it
 // with a *[CorruptError], the records before it committed.
 func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 	if b.done {
@@ -153,7 +146,7 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 }
 
 // SkipCorrupt gets past a *[CorruptError]: it gives up what is left up to the
-// snapshot, commits there, and returns the bytes skipped, counted in Stats.
+// snapshot, commits there, and returns the bytes skipped.
 // A producer position that cannot be valid is passed over, skipping
 // nothing, until the kernel writes it again; on a perf ring, one behind the
 // consumer position makes the reader go on from it (the tail is what
@@ -162,17 +155,15 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 func (b *RawBuffer) SkipCorrupt() uint64 { return b.r.SkipCorrupt() }
 
 // Stats returns what b parsed, each record counted once, and the ring's
-// CPU (-1 for a ring shared by CPUs), Size, and Fill: the bytes between
-// the consumer and producer positions, loaded afresh (0 after Release).
-// It moves nothing.
+// CPU, Size and Fill (loaded afresh; 0 after Release). It moves nothing.
 func (b *RawBuffer) Stats() Stats {
 	if b.done {
 		return b.final
 	}
 	c := b.r.Cur()
-	st := Stats{Ring: c.Index(), CPU: c.CPU(), Size: c.Size(), Fill: c.Used()}
-	st.setCounts(c.Counts())
-	return st
+	n := c.Counts()
+	return Stats{CPU: c.CPU(), Samples: n.Samples, Lost: n.Lost, Discarded: n.Discarded, Bytes: n.Bytes,
+		Corrupt: n.Corrupt, Size: c.Size(), Fill: c.Used(), MaxFill: n.MaxFill}
 }
 
 // Release hands the ring back to its Raw; records read from b are invalid

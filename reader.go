@@ -8,7 +8,6 @@ package perfbuf
 
 import (
 	"context"
-	"iter"
 	"time"
 
 	"github.com/perfbuf/perfbuf/internal/owner"
@@ -114,8 +113,3 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 // does, without waiting, and returns how many it delivered. It allocates
 // nothing. Errors: as Each's, but for the wait's.
 func (r *Reader) Consume(fn func(rec *Record) error) (int, error) { return r.r.Consume(fn) }
-
-// All returns an iterator over the records, copied into one Sample reused
-// by the next iteration. It ends when ctx is done or the reader is closed,
-// yielding that error last; it yields other errors and reads on.
-func (r *Reader) All(ctx context.Context) iter.Seq2[*Sample, error] { return r.r.All(ctx) }

@@ -13,8 +13,13 @@ import "github.com/perfbuf/perfbuf/internal/owner"
 // recorder: the kernel overwrites the oldest records instead of waiting for
 // a reader, nothing is consumed, and nothing is read until
 // [Recorder.Snapshot]. Its methods may be called from any goroutine; they
-// run one at a time.
-type Recorder struct{ r *owner.Recorder }
+// run one at a time. While it is paused ([Rings.Pause]) its snapshots
+// return the same records; a perf ring's first record after Resume is the
+// lost record of the outputs it refused.
+type Recorder struct {
+	Rings
+	r *owner.Recorder
+}
 
 // NewRecorder opens m's rings as overwritable rings: for a perf event
 // array, a backward ring on every online CPU, mapped read-only (CPUs that
@@ -34,14 +39,14 @@ func NewRecorder(m Map, opts Options) (*Recorder, error) {
 	if err != nil {
 		return nil, wrap(op, err)
 	}
-	return &Recorder{r}, nil
+	return &Recorder{Rings{r}, r}, nil
 }
 
 // Snapshot copies the newest whole records of every ring into buf and
 // returns them appended to dst: ring after ring, in buffer index order,
 // each ring's oldest first. Data aliases buf. Each ring is read as it was
 // at its own instant, when its newest position was loaded, while the
-// programs write on (or at [Recorder.Pause]); records overwritten while
+// programs write on (or at Pause); records overwritten while
 // they were copied are left out. Each ring waits for an RCU grace period
 // (milliseconds; none for a paused perf ring): programs that rewrite a
 // ring within it leave little to return, and a snapshot taken under Pause
@@ -51,34 +56,10 @@ func NewRecorder(m Map, opts Options) (*Recorder, error) {
 // buf is shared out among the rings: a ring that holds less than an equal
 // part gets what it holds, the others share the rest equally; a ring keeps
 // its newest records that fit. What a snapshot leaves out is counted in
-// [Stats] (Skipped). If a ring's newest record does not fit in its part,
+// [Stats] (Left). If a ring's newest record does not fit in its part,
 // the error wraps io.ErrShortBuffer; the records returned are valid with
 // it. Other errors: os.ErrClosed, the kernel's errno from the wait for
 // writers.
 func (r *Recorder) Snapshot(buf []byte, dst []Record, onlyNew bool) ([]Record, error) {
 	return r.r.Snapshot(buf, dst, onlyNew)
 }
-
-// Pause stops the output to every ring as [Rings.Pause] does, until
-// [Recorder.Resume]: snapshots meanwhile return the same records. A perf
-// ring's first record after Resume is the lost record of the outputs it
-// refused, which a snapshot returns unless overwritten in turn. Over ring
-// buffers, outputs that do not go through bpf/perfbuf.bpf.h are not
-// stopped: snapshots still check what they copied. Errors: as
-// [Rings.Pause]'s.
-func (r *Recorder) Pause() error { return r.r.SetPaused("pause", true) }
-
-// Resume undoes Pause: the perf rings' output resumes, the reader key is
-// open again. Resuming a Recorder not paused does nothing. Errors: as
-// Pause's.
-func (r *Recorder) Resume() error { return r.r.SetPaused("resume", false) }
-
-// Stats returns each ring's counts (see [Stats]): what the snapshots
-// returned (Samples, Bytes, Lost) and left out (Skipped, Discarded, Other,
-// Corrupt). A record returned by two snapshots counts twice.
-func (r *Recorder) Stats() []Stats { return publish(r.r.Stats()) }
-
-// Close frees the rings, once a Snapshot in progress returns; a perf event
-// array's slots are emptied first, as a Reader's are ([Stats].DeletesSlot).
-// Close is idempotent.
-func (r *Recorder) Close() error { return r.r.Close() }

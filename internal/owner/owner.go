@@ -270,6 +270,9 @@ func (c *Core) Count() int {
 	return len(c.Rings)
 }
 
+// Wakeups counts the blocked waits that a ring's wakeup ended.
+func (c *Core) Wakeups() uint64 { return c.W.Wakeups() }
+
 // FollowsCPUs reports whether output on a CPU that comes online is read:
 // a perf event array's rings with a CPU watch (hotplug.go), or ring
 // buffers, which are no CPU's own. Fixed at opening.

@@ -135,7 +135,5 @@ func TestOpenPerfEventArray(t *testing.T) {
 	if st := r.Stats(); len(st) != len(online) {
 		t.Errorf("Recorder Stats: %d entries, want %d", len(st), len(online))
 	}
-	if err := r.Close(); err != nil {
-		t.Error(err)
-	}
+	r.Close()
 }

@@ -46,6 +46,7 @@ type Recorder struct {
 	cpus  []int32
 
 	maps     []*kernel.RingMapping // ring buffers' read-only mappings
+	ringFDs  []int                 // their map descriptors (owned), for BufferFD
 	owned    []int                 // descriptors opened here, closed at Close
 	ids      []uint32              // claimed until Close
 	failures *failureMap
@@ -200,6 +201,7 @@ func (r *Recorder) openRingBufs(maps []mapArg, ro RingOptions, failures Map) err
 			return fmt.Errorf("%v: %w", b.info, err)
 		}
 		r.maps = append(r.maps, mp)
+		r.ringFDs = append(r.ringFDs, b.fd)
 		r.rings = append(r.rings, recRing{
 			bpf:   snapshot.BPFRingAt(mp.Consumer(), mp.Producer(), mp.Data()),
 			stats: Stats{Ring: i, CPU: -1, Size: int(b.info.maxEntries)},
@@ -405,14 +407,44 @@ func (r *Recorder) Stats() []Stats {
 
 // Close frees the rings, once a Snapshot in progress returns; a perf event
 // array's slots are emptied first, as a reader's are. Idempotent.
-func (r *Recorder) Close() error {
+func (r *Recorder) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.closed {
 		r.closed = true
 		r.free()
 	}
-	return nil
+}
+
+// Name describes the maps, for errors.
+func (r *Recorder) Name() string { return r.what }
+
+// Count is the number of rings, fixed at opening.
+func (r *Recorder) Count() int { return len(r.rings) }
+
+// Wakeups is 0: a Recorder never waits for a ring.
+func (r *Recorder) Wakeups() uint64 { return 0 }
+
+// BufferFD returns ring i's descriptor: its backward perf event, or its
+// ring buffer map.
+func (r *Recorder) BufferFD(i int) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	op := fmt.Sprintf("fd of ring %d of %s", i, r.what)
+	switch {
+	case i < 0 || i >= len(r.rings):
+		return -1, fmt.Errorf("%s: %d rings: %w", op, len(r.rings), os.ErrInvalid)
+	case r.closed:
+		return -1, fmt.Errorf("%s: %w", op, os.ErrClosed)
+	case r.perf != nil:
+		return r.perf.FD(i), nil
+	}
+	return r.ringFDs[i], nil
+}
+
+// EpollFD fails with errors.ErrUnsupported: a Recorder's rings wake no one.
+func (r *Recorder) EpollFD() (int, error) {
+	return -1, fmt.Errorf("epoll fd of %s: a Recorder waits for no ring: %w", r.what, errors.ErrUnsupported)
 }
 
 // free empties the slots and frees what NewRecorder opened, as far as it
