@@ -30,21 +30,20 @@ func (o Outcome) add(p Outcome) Outcome {
 // for, after TestBothKinds' script (2 reserves too big and 2 discards per
 // CPU, at least 3 outputs without a ring, a full ring, records left at
 // Close): per CPU for a perf event array, and for a ring buffer (ring) in
-// its one entry, which holds every CPU's failures. cpus are the CPUs the program ran on,
-// out what it saw on each, delivered the samples the reader delivered by
-// the CPU each says it was written on, stats the closed reader's Stats.
-func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered map[int]uint64, stats []perfbuf.Stats) {
+// its one ring's entry, which holds every CPU's failures, and in the sums.
+// cpus are the CPUs the program ran on, out what it saw on each, delivered
+// the samples the reader delivered by the CPU each says it was written on,
+// stats the closed reader's Stats.
+func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered map[int]uint64, stats perfbuf.Stats) {
 	t.Helper()
 	byCPU := map[int]perfbuf.Stats{}
-	var rb *perfbuf.Stats
-	for i, s := range stats {
+	for _, s := range stats.Rings {
 		if ring {
 			// A ring buffer read alone: one entry, every CPU's failures
 			// on it.
-			if rb != nil || s.Ring != 0 || s.CPU != -1 {
+			if len(stats.Rings) != 1 || s.CPU != -1 {
 				t.Fatalf("Stats %+v: want one ring, of cpu -1", stats)
 			}
-			rb = &stats[i]
 			continue
 		}
 		if _, dup := byCPU[s.CPU]; dup {
@@ -61,7 +60,7 @@ func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered m
 		}
 		// The failure map against what the helpers returned (a ring
 		// buffer's: the sum, on the ring's entry, below).
-		if !ring && (fl.Full != o.Full || fl.NoEntry != o.NoEnt || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0) {
+		if !ring && (o.Full != 0 || fl.NoEntry != o.NoEnt || fl.Invalid != o.Inval || fl.TooBig+fl.NotOnCPU+fl.Other != 0) {
 			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d", cpu, fl, o.Full, o.NoEnt, o.Inval)
 		}
 		// A perf ring takes every discard (the record is built apart); a
@@ -79,37 +78,47 @@ func Check(t testing.TB, ring bool, cpus []int, out map[int]Outcome, delivered m
 			if delivered[cpu] != st.Samples || st.Samples+st.Left != o.OK {
 				t.Errorf("cpu %d: delivered %d, Stats %+v; the program saw %+v", cpu, delivered[cpu], st, o)
 			}
-			t.Logf("cpu %d: attempted %d = discarded by the program %d + received %d + lost %d + left %d + failed %d (full %d, noent %d, einval %d, other %d)",
-				cpu, o.Attempts, o.Discarded, st.Samples, st.Lost, st.Left, fl.Total(), fl.Full, fl.NoEntry, fl.Invalid, fl.Other)
+			t.Logf("cpu %d: attempted %d = discarded by the program %d + received %d + lost %d + left %d + failed %d (noent %d, einval %d, other %d)",
+				cpu, o.Attempts, o.Discarded, st.Samples, st.Lost, st.Left, fl.Total(), fl.NoEntry, fl.Invalid, fl.Other)
 		} else {
-			t.Logf("cpu %d: attempted %d = submitted %d + discarded %d + failed %d (full %d, noent %d, einval %d)",
-				cpu, o.Attempts, o.OK, o.Discarded, o.Full+o.NoEnt+o.Inval, o.Full, o.NoEnt, o.Inval)
+			t.Logf("cpu %d: attempted %d = submitted %d + discarded %d + full %d + failed %d (noent %d, einval %d)",
+				cpu, o.Attempts, o.OK, o.Discarded, o.Full, o.NoEnt+o.Inval, o.NoEnt, o.Inval)
 		}
 		sum = sum.add(o)
+	}
+	// The sums: the whole ledger, for either kind.
+	if got := stats.Samples + stats.Lost + stats.Discarded + stats.Left + stats.Failed.Total() + stats.NotRun; got != sum.Attempts-sumPerfDiscards(ring, sum) {
+		t.Errorf("sums %+v: %d outputs accounted for; the program attempted %d (%+v)", stats, got, sum.Attempts, sum)
 	}
 	if !ring {
 		return
 	}
-	if rb == nil {
-		t.Fatalf("Stats %+v: no ring", stats)
-	}
-	failed := rb.Failed
-	if failed.Full != sum.Full || failed.NoEntry != sum.NoEnt || failed.Invalid != sum.Inval || failed.TooBig+failed.NotOnCPU+failed.Other != 0 {
-		t.Errorf("ring: Failed %+v; the program saw full %d, noent %d, einval %d", failed, sum.Full, sum.NoEnt, sum.Inval)
+	st := stats.Rings[0]
+	failed := st.Failed
+	if st.Lost != sum.Full || failed.NoEntry != sum.NoEnt || failed.Invalid != sum.Inval || failed.TooBig+failed.NotOnCPU+failed.Other != 0 {
+		t.Errorf("ring: Lost %d, Failed %+v; the program saw full %d, noent %d, einval %d", st.Lost, failed, sum.Full, sum.NoEnt, sum.Inval)
 	}
 	var all uint64
 	for _, n := range delivered {
 		all += n
 	}
-	st := *rb
-	if got := st.Samples + st.Discarded + st.Left + failed.Total(); got != sum.Attempts || sum.Full == 0 || sum.NoSpc != 0 {
-		t.Errorf("attempted %d, ring %+v, failed %+v: the sum is %d", sum.Attempts, st, failed, got)
+	if got := st.Samples + st.Lost + st.Discarded + st.Left + failed.Total(); got != sum.Attempts || sum.Full == 0 || sum.NoSpc != 0 {
+		t.Errorf("attempted %d, ring %+v: the sum is %d", sum.Attempts, st, got)
 	}
-	if st.Samples != all || st.Samples+st.Left != sum.OK || st.Discarded != sum.Discarded || st.Left == 0 || st.Lost != 0 {
+	if st.Samples != all || st.Samples+st.Left != sum.OK || st.Discarded != sum.Discarded || st.Left == 0 {
 		t.Errorf("ring %+v, delivered %d; the program saw %+v", st, all, sum)
 	}
-	t.Logf("ring: attempted %d = delivered %d + discarded %d + left %d + failed %d (full %d, noent %d, einval %d, other %d)",
-		sum.Attempts, st.Samples, st.Discarded, st.Left, failed.Total(), failed.Full, failed.NoEntry, failed.Invalid, failed.Other)
+	t.Logf("ring: attempted %d = delivered %d + lost (full) %d + discarded %d + left %d + failed %d (noent %d, einval %d, other %d)",
+		sum.Attempts, st.Samples, st.Lost, st.Discarded, st.Left, failed.Total(), failed.NoEntry, failed.Invalid, failed.Other)
+}
+
+// sumPerfDiscards is what the ledger leaves out of the attempts: a perf
+// event array's discards, which were never written.
+func sumPerfDiscards(ring bool, o Outcome) uint64 {
+	if ring {
+		return 0
+	}
+	return o.Discarded
 }
 
 // Rings are the rings of an array of ring buffers, n CPUs a ring: Keys[i]
@@ -182,31 +191,26 @@ func (c *RingCollector) Sample(ring, recCPU int, data []byte) {
 // + left + the CPUs' failures. cpus are the CPUs the program ran on (the
 // first one's ring filled), out what it saw on each, c what the reader
 // delivered, stats the closed reader's Stats.
-func CheckRings(t testing.TB, rings Rings, cpus []int, out map[int]Outcome, c *RingCollector, stats []perfbuf.Stats, emptied uint32) {
+func CheckRings(t testing.TB, rings Rings, cpus []int, out map[int]Outcome, c *RingCollector, stats perfbuf.Stats, emptied uint32) {
 	t.Helper()
-	byRing := map[int]perfbuf.Stats{}
-	failed := map[int]perfbuf.Failures{}
-	for _, s := range stats {
-		switch {
-		case s.Ring >= 0 && s.CPU == -1:
-			byRing[s.Ring] = s
-		case s.Ring == -1 && s.CPU >= 0:
-			failed[s.CPU] = s.Failed
-		default:
-			t.Fatalf("Stats entry %+v: want a ring's (cpu -1) or a CPU's failures (ring -1)", s)
+	if len(stats.Rings) != len(rings.Keys) {
+		t.Fatalf("Stats %+v: %d rings, want %d", stats, len(stats.Rings), len(rings.Keys))
+	}
+	for i, s := range stats.Rings {
+		if s.CPU != -1 {
+			t.Errorf("ring %d: cpu %d, want -1 (a ring of %d CPUs)", i, s.CPU, rings.N)
 		}
 	}
-	if len(byRing) != len(rings.Keys) {
-		t.Fatalf("Stats %+v: %d rings, want %d", stats, len(byRing), len(rings.Keys))
-	}
-	// One ring, every CPU's: the failures are all on its entry (Stats),
-	// checked against the CPUs' sum below.
-	alone := len(byRing) == 1 && len(failed) == 0
+	// The failures of CPUs that share rings are no ring's: they are in
+	// the sums (one ring alone holds them too), checked against the
+	// CPUs' below; each ring is checked against its CPUs' counts.
+	alone := len(stats.Rings) == 1
 	var want perfbuf.Failures
+	var wantLost uint64
 	type sum struct{ attempts, ok, discarded, full, failed, noent uint64 }
 	by := map[int]*sum{}
 	for _, cpu := range cpus {
-		o, fl := out[cpu], failed[cpu]
+		o := out[cpu]
 		if o.OK+o.Discarded+o.Full+o.NoSpc+o.NoEnt+o.Inval+o.Other != o.Attempts || o.Other != 0 || o.NoSpc != 0 {
 			t.Errorf("cpu %d: the program's counts do not add up: %+v", cpu, o)
 		}
@@ -221,14 +225,10 @@ func CheckRings(t testing.TB, rings Rings, cpus []int, out map[int]Outcome, c *R
 		if o.Inval != 2 || o.NoEnt != wantNoEnt || c.Got[cpu] == 0 {
 			t.Errorf("cpu %d: einval %d, noent %d, delivered %d; want 2, %d, some", cpu, o.Inval, o.NoEnt, c.Got[cpu], wantNoEnt)
 		}
-		cpuWant := perfbuf.Failures{Full: o.Full - reserves, NoEntry: o.NoEnt + reserves, Invalid: o.Inval}
-		want = want.Add(cpuWant)
-		if alone {
-			fl = cpuWant // checked in sum against the ring's entry below
-		}
-		if fl != cpuWant {
-			t.Errorf("cpu %d: Failed %+v; the program saw full %d, noent %d, einval %d, with %d reserves in an empty slot", cpu, fl, o.Full, o.NoEnt, o.Inval, reserves)
-		}
+		full, noent := o.Full-reserves, o.NoEnt+reserves
+		want.NoEntry += noent
+		want.Invalid += o.Inval
+		wantLost += full
 		i := rings.Of(cpu)
 		if by[i] == nil {
 			by[i] = &sum{}
@@ -237,31 +237,35 @@ func CheckRings(t testing.TB, rings Rings, cpus []int, out map[int]Outcome, c *R
 		s.attempts += o.Attempts
 		s.ok += o.OK
 		s.discarded += o.Discarded
-		s.full += fl.Full
-		s.failed += fl.Total()
-		s.noent += fl.NoEntry
+		s.full += full
+		s.failed += noent + o.Inval
+		s.noent += noent
 	}
-	if alone {
-		for i := range byRing {
-			if got := byRing[i].Failed; got != want {
-				t.Errorf("ring %d alone: Failed %+v; its CPUs saw %+v", i, got, want)
-			}
-		}
+	if stats.Failed != want || stats.Lost != wantLost {
+		t.Errorf("sums: Failed %+v, Lost %d; the CPUs saw %+v and %d full", stats.Failed, stats.Lost, want, wantLost)
+	}
+	if alone && (stats.Rings[0].Failed != want || stats.Rings[0].Lost != wantLost) {
+		t.Errorf("ring 0 alone: Failed %+v, Lost %d; its CPUs saw %+v and %d full", stats.Rings[0].Failed, stats.Rings[0].Lost, want, wantLost)
 	}
 	first := rings.Of(cpus[0])
+	var attempts uint64
 	for i, s := range by {
-		st := byRing[i]
-		if got := st.Samples + st.Discarded + st.Left + s.failed; got != s.attempts {
-			t.Errorf("ring %d: attempted %d, Stats %+v, failed %d: the sum is %d", i, s.attempts, st, s.failed, got)
+		st := stats.Rings[i]
+		attempts += s.attempts
+		if got := st.Samples + st.Discarded + st.Left + s.full + s.failed; got != s.attempts {
+			t.Errorf("ring %d: attempted %d, Stats %+v, its CPUs' full %d and failed %d: the sum is %d", i, s.attempts, st, s.full, s.failed, got)
 		}
-		if st.Samples != c.Ring[i] || st.Samples+st.Left != s.ok || st.Discarded != s.discarded || st.Lost != 0 || st.Corrupt != 0 {
+		if st.Samples != c.Ring[i] || st.Samples+st.Left != s.ok || st.Discarded != s.discarded || st.Corrupt != 0 {
 			t.Errorf("ring %d: Stats %+v, delivered %d; its CPUs saw %+v", i, st, c.Ring[i], *s)
 		}
 		// Only the ring filled refused records.
 		if (s.full != 0) != (i == first) || st.Left == 0 {
 			t.Errorf("ring %d: %d refused as full, %d left; want refusals in ring %d only, some left", i, s.full, st.Left, first)
 		}
-		t.Logf("ring %d (slot %d): attempted %d = delivered %d + discarded %d + left %d + failed %d (full %d, noent %d)",
-			i, rings.Keys[i], s.attempts, st.Samples, st.Discarded, st.Left, s.failed, s.full, s.noent)
+		t.Logf("ring %d (slot %d): attempted %d = delivered %d + discarded %d + left %d + full %d + failed %d (noent %d)",
+			i, rings.Keys[i], s.attempts, st.Samples, st.Discarded, st.Left, s.full, s.failed, s.noent)
+	}
+	if got := stats.Samples + stats.Lost + stats.Discarded + stats.Left + stats.Failed.Total() + stats.NotRun; got != attempts {
+		t.Errorf("sums %+v: %d outputs accounted for; the program attempted %d", stats, got, attempts)
 	}
 }
