@@ -8,18 +8,10 @@ package perfbuf
 
 import "github.com/perfbuf/perfbuf/internal/owner"
 
-// Map is a BPF map to read: *libbpfgo.BPFMap satisfies it, as does
-// ciliumbuffer.Map of a *ebpf.Map, and [MapFD] wraps a descriptor. The
-// readers keep a duplicate of its descriptor: the caller's may be closed
-// once the constructor returns.
-//
-// A reader of a perf event array fills its slots through a map file of
-// its own, opened from the map's pin when the Map has a PinPath() string
-// method that names it (libbpfgo's *BPFMap has), else from the map's ID
-// (which needs CAP_SYS_ADMIN), so that its Close empties only the slots it
-// filled: a reader of the same map in another process, opened since, keeps
-// its own. Without such a file, its Close deletes its CPUs' slots, whoever
-// filled them ([Stats].DeletesSlot; docs/failures.md).
+// Map is a BPF map to read: a *libbpfgo.BPFMap, ciliumbuffer.Map of a
+// *ebpf.Map, or a [MapFD]. The readers keep a duplicate of its descriptor.
+// A Map with a PinPath() string method lets a perf event array's reader
+// empty at Close only the slots it filled (docs/failures.md).
 type Map interface {
 	FileDescriptor() int
 }

@@ -20,15 +20,13 @@ import (
 
 // Raw holds every ring of a map for raw views: [Raw.Buffer] returns a
 // [RawBuffer] over one ring, and [Raw.Wait] waits for rings with records.
-// Nothing is read but what the RawBuffers read. Its methods may be called
-// from any goroutine.
+// Its methods may be called from any goroutine.
 type Raw struct {
 	Rings
 	r *owner.Raw
 }
 
 // NewRaw opens the rings of m, as [NewReader] does, for raw views.
-// Errors: as NewReader's.
 func NewRaw(m Map, opts Options) (*Raw, error) {
 	const op = "new Raw"
 	if err := opts.check(); err != nil {
@@ -59,28 +57,17 @@ func (r *Raw) Buffer(i int) (*RawBuffer, error) {
 }
 
 // Wait blocks until a ring holds records, timeout passes (negative: no
-// limit; zero: do not block) or Close is called, and returns dst with the
-// buffer index of every ring that holds records appended (none after a
-// timeout). Records below WakeupEvents or WakeupBytes raise no wakeup:
-// they are found when the timeout passes. Wait opens the rings of CPUs that
-// came online since its last call, at new indexes: a caller that waits on
-// EpollFD calls Wait(0, nil) to take them in.
-//
-// Errors: os.ErrClosed, a syscall.Errno from epoll or from opening a ring.
+// limit; zero: no wait) or Close is called, and appends to dst the index
+// of every ring that holds records. It opens the rings of CPUs that came
+// online since. Errors: os.ErrClosed, a syscall.Errno.
 func (r *Raw) Wait(timeout time.Duration, dst []int) ([]int, error) { return r.r.Wait(timeout, dst) }
 
-// RawBuffer reads one ring in place, for consumers of their own (see
-// [Raw.Buffer]): a CPU's perf ring or a BPF ring buffer.
-//
-// One goroutine uses a RawBuffer; it holds no lock and never blocks. It
-// reads with a cursor and a snapshot of the producer's position: [RawBuffer.Begin]
-// takes both, [RawBuffer.Next] parses up to the snapshot, [RawBuffer.Commit]
-// hands the space back to the kernel; [RawBuffer.Drain] does all three.
-//
-// Nothing read is trusted: a record or position that cannot be valid gives
-// a *[CorruptError], returned until [RawBuffer.SkipCorrupt]. A ring buffer's
-// kernel wakes a reader only once the committed position reaches the record
-// committed: commit before [Raw.Wait], or wait with a timeout.
+// RawBuffer reads one ring in place, from one goroutine, without locks:
+// [RawBuffer.Begin] takes a snapshot of the producer's position,
+// [RawBuffer.Next] parses up to it, [RawBuffer.Commit] hands the space
+// back; [RawBuffer.Drain] does all three. A record or position that cannot
+// be valid gives a *[CorruptError] until [RawBuffer.SkipCorrupt]. A ring
+// buffer wakes its reader only for records after its last commit.
 type RawBuffer struct {
 	r     ring.Ring
 	rec   Record      // Drain's record, kept here so that Drain does not allocate
@@ -101,9 +88,7 @@ func newRawBuffer(r ring.Ring, hand func()) *RawBuffer {
 func (b *RawBuffer) Begin() { b.r.Begin() }
 
 // Next parses the record at the cursor into rec and moves past it. It
-// returns false, nil at the snapshot's end, and false with the pending
-// *[CorruptError] at a record that cannot be valid. rec's Data aliases ring
-// memory until Commit passes rec.Next.
+// returns false at the snapshot's end, or with a *[CorruptError].
 func (b *RawBuffer) Next(rec *Record) (bool, error) {
 	if b.done {
 		return false, b.errReleased("read")
@@ -116,9 +101,8 @@ func (b *RawBuffer) errReleased(verb string) error {
 	return fmt.Errorf("%s %s: released: %w", verb, b.name, os.ErrClosed)
 }
 
-// Commit hands the space before pos back to the kernel. pos must be a record
-// boundary (a Record's Pos or Next) between the last commit and the cursor;
-// otherwise Commit writes nothing and returns an error matching os.ErrInvalid.
+// Commit hands the space before pos, a record's Pos or Next between the
+// last commit and the cursor, back to the kernel (else os.ErrInvalid).
 func (b *RawBuffer) Commit(pos uint64) error {
 	if b.done {
 		return b.errReleased("commit")
@@ -126,11 +110,9 @@ func (b *RawBuffer) Commit(pos uint64) error {
 	return b.r.Cur().Commit(pos)
 }
 
-// Drain calls fn with every record up to a new snapshot, then commits once,
-// past the last record fn received, and returns how many it received. fn's
-// error stops it and is returned. rec is valid only during the call, and fn
-// may call only Stats. A record that cannot be valid ends it
-// with a *[CorruptError], the records before it committed.
+// Drain calls fn with every record up to a new snapshot, then commits past
+// the last one fn received, and returns how many. fn's error, or a
+// *[CorruptError], stops it. rec is valid only during the call.
 func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 	if b.done {
 		return 0, b.errReleased("drain")
@@ -145,17 +127,12 @@ func (b *RawBuffer) Drain(fn func(rec *Record) error) (int, error) {
 	return n, err
 }
 
-// SkipCorrupt gets past a *[CorruptError]: it gives up what is left up to the
-// snapshot, commits there, and returns the bytes skipped.
-// A producer position that cannot be valid is passed over, skipping
-// nothing, until the kernel writes it again; on a perf ring, one behind the
-// consumer position makes the reader go on from it (the tail is what
-// moved). On a ring buffer, the reader goes on from a producer position only
-// if the kernel can have written it (docs/failures.md).
+// SkipCorrupt gets past a *[CorruptError]: it gives up what is left up to
+// the snapshot, commits there, and returns the bytes skipped (a bad
+// producer position: docs/failures.md).
 func (b *RawBuffer) SkipCorrupt() uint64 { return b.r.SkipCorrupt() }
 
-// Stats returns what b parsed, each record counted once, and the ring's
-// CPU, Size and Fill (loaded afresh; 0 after Release). It moves nothing.
+// Stats returns what b parsed, and the ring's CPU, Size and Fill.
 func (b *RawBuffer) Stats() Stats {
 	if b.done {
 		return b.final

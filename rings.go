@@ -40,19 +40,12 @@ func (r Rings) Close() error {
 // Stats returns the counts of every ring (see [Stats]), also after Close.
 func (r Rings) Stats() Stats { return publish(r.o.Stats(), r.o.Wakeups()) }
 
-// Pause stops the output into every ring and returns once the outputs in
-// progress have finished, until [Rings.Resume]. Reads and snapshots while
-// paused find what is in the rings. Pausing while paused does nothing, as
-// does resuming while not; after Close both fail with os.ErrClosed.
-//
-// A perf ring is paused by the kernel (PERF_EVENT_IOC_PAUSE_OUTPUT): it
-// refuses the outputs and counts them, and its next output after Resume
-// comes after a [RecordLost] of that count. Ring buffers have no such
-// switch: Pause marks the reader key of Options.FailureMap closed, and
-// outputs through bpf/perfbuf.bpf.h fail in the program, counted as
-// Failed.NoEntry; other outputs are not stopped. Without a FailureMap the
-// error wraps errors.ErrUnsupported; while another process's reader holds
-// the key open, [ErrMapInUse] (docs/failures.md).
+// Pause stops the output into every ring, once the outputs in progress
+// have finished, until [Rings.Resume]; reads still find what is in the
+// rings. A perf ring counts what it refused as a [RecordLost] after
+// Resume. Over ring buffers, outputs through bpf/perfbuf.bpf.h fail with
+// Failed.NoEntry, others go on; without a FailureMap the error wraps
+// errors.ErrUnsupported (docs/failures.md).
 func (r Rings) Pause() error { return r.o.SetPaused("pause "+r.o.Name(), true) }
 
 // Resume undoes Pause. Errors: as Pause's.

@@ -14,22 +14,15 @@ import (
 // Stats are an owner's counts ([Rings.Stats]): the sums over its rings,
 // and each ring's own in Rings, entry i for buffer index i.
 //
-// The ledger: once a [Reader], [PerfBuffer] or [Raw] is closed, what the
-// programs output (or, with Options.Programs, would have) is
+// Once a [Reader], [PerfBuffer] or [Raw] is closed, what the programs
+// output (or, with Options.Programs, would have) is, in the sums,
 //
 //	Samples + Lost + Discarded + Left + Failed.Total() + NotRun
 //
-// in the sums; for a perf event array, or a ring buffer per CPU, also in
-// the entries of each CPU's rings (a CPU that came back online has two).
-// The failures of a CPU with no ring of its own, and NotRun, are no ring's:
-// they are in the sums only. A ring buffer opened after another reader
-// closed it goes on where that one stopped, and counts what it found
-// there as Found (docs/failures.md, "Reopening a pinned buffer").
-//
-// A read counts a record when it commits the ring's space: the last
-// records a ReadInto or ReadBatch returned are counted by the next read,
-// or at Close. A [Recorder] counts what its snapshots returned (Samples)
-// and left out (Left); what the kernel overwrote is not counted.
+// and, but for NotRun, in the entries of each CPU's perf rings. The
+// failures of CPUs that share rings are in the sums only. A read counts records when
+// it commits them: the last a ReadInto returned are counted by the next
+// read, or at Close. docs/failures.md has the ledger's details.
 type Stats struct {
 	CPU int // the ring's CPU; -1 for a ring shared by CPUs, and in the sums
 

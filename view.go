@@ -12,18 +12,11 @@ import (
 	"unsafe"
 )
 
-// View reads payloads as values of T, a fixed-size type without pointers:
-// a struct of numbers and arrays, as a BPF program writes it (bpf2go's
-// generated types are such). Make one with [NewView]; its methods do not
-// allocate.
-//
-// A payload is used in place when it holds a whole T contiguously at an
-// address aligned for T; otherwise it is copied into memory the caller
-// gives. A perf ring's payload starts 4 bytes past an 8-byte boundary (the
-// record's 8-byte header and its 4-byte size), so a T with 8-byte fields
-// is copied there; a ring buffer's payload is 8-aligned. A payload longer
-// than T is read from its start (a perf ring pads payloads to keep its
-// records aligned).
+// View reads payloads as values of T, a fixed-size type without pointers
+// (bpf2go's generated types are such), without allocating: in place when
+// the payload holds a whole T at an address aligned for T, else copied
+// into memory the caller gives. A perf ring's payload is 4 bytes past an
+// 8-byte boundary, so a T with 8-byte fields is copied there.
 type View[T any] struct {
 	// last is T's size less one, and keep the bits of an address aligned
 	// for T: a zero View (last 0, keep 0) takes no payload in place.
@@ -33,8 +26,8 @@ type View[T any] struct {
 }
 
 // NewView checks T once: a size above zero, and no pointer, slice, map,
-// string, interface, channel or function in it, which ring memory cannot
-// hold. Errors match os.ErrInvalid and name the field.
+// string, interface, channel or function in it (os.ErrInvalid, naming the
+// field).
 func NewView[T any]() (View[T], error) {
 	typ := reflect.TypeFor[T]()
 	if typ.Size() == 0 {
@@ -70,11 +63,9 @@ func pointerIn(typ reflect.Type, path string) (string, reflect.Type) {
 	return path, typ
 }
 
-// Record returns rec's payload as a *T: in place, valid as rec.Data is
-// (until the ring is committed past rec.Next), when the payload holds a T
-// contiguously at an aligned address; otherwise a copy in buf, which is
-// returned. A payload shorter than T is an error that names both sizes
-// (os.ErrInvalid); so is a lost record, which has none.
+// Record returns rec's payload as a *T, in place (valid as rec.Data is) or
+// copied into buf. A payload shorter than T, or a lost record, is an error
+// that names both sizes (os.ErrInvalid).
 func (v View[T]) Record(rec *Record, buf *T) (*T, error) {
 	// The payload's bytes are the kernel's, published before the reader
 	// parsed the record (its header's acquire load: internal/ring); a *T
@@ -102,10 +93,7 @@ func (v View[T]) copyRecord(rec *Record, buf *T) (*T, error) {
 	return buf, nil
 }
 
-// Sample returns s's payload as a *T: in place in s.Data when it holds a T
-// at an aligned address (valid until s is read into again), otherwise a
-// copy in buf. A payload shorter than T is an error that names both sizes
-// (os.ErrInvalid); so is a lost record.
+// Sample is Record for a copy: in place in s.Data, or copied into buf.
 func (v View[T]) Sample(s *Sample, buf *T) (*T, error) {
 	p := unsafe.Pointer(unsafe.SliceData(s.Data))
 	if len(s.Data) > v.last && s.Type == RecordSample && uintptr(p)&^v.keep == 0 {
