@@ -20,7 +20,8 @@ import (
 
 // Raw holds every ring of a map for raw views: [Raw.Buffer] returns a
 // [RawBuffer] over one ring, and [Raw.Wait] waits for rings with records.
-// Its methods may be called from any goroutine.
+// Its methods may be called from any goroutine. What a RawBuffer reads is
+// counted in the RawBuffer's Stats, not in the Raw's.
 type Raw struct {
 	Rings
 	r *owner.Raw
