@@ -11,7 +11,8 @@
 //   - cgo in one place: only the files in cgoFiles import "C";
 //   - comments that name a file of this repository name one that exists;
 //   - the relative links of the Markdown files name files, and headings,
-//     that exist (mdlinks.go).
+//     that exist (mdlinks.go);
+//   - the root's go doc stays within its budget (surface.go).
 //
 // It runs from the repository's root and prints one line a finding;
 // it exits 1 if there is any.
@@ -98,6 +99,10 @@ func main() {
 		os.Exit(2)
 	}
 	if err := checkLayers(report); err != nil {
+		fmt.Fprintln(os.Stderr, "lint:", err)
+		os.Exit(2)
+	}
+	if err := checkSurface(report); err != nil {
 		fmt.Fprintln(os.Stderr, "lint:", err)
 		os.Exit(2)
 	}
