@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -44,11 +45,20 @@ func ringOpts(pages int) perfbuf.Options {
 func discard(int, []byte) {}
 
 // checkAccounting checks the collector against the emitter, and the
-// PerfBuffer's Stats against the collector.
+// PerfBuffer's Stats against the collector: each ring's, and the sums'
+// samples.
 func checkAccounting(t *testing.T, c *bpftest.Collector, f *bpftest.Fixture, pb *perfbuf.PerfBuffer) {
 	t.Helper()
 	c.CheckAccounting(t, f)
-	c.CheckStats(t, pb.Stats())
+	st := pb.Stats()
+	c.CheckStats(t, st.Rings)
+	var samples uint64
+	for _, n := range c.Samples {
+		samples += uint64(n)
+	}
+	if st.Samples != samples {
+		t.Errorf("Stats sums %d samples; %d delivered", st.Samples, samples)
+	}
 }
 
 // finishes runs fn on a goroutine of its own and reports whether it returned
@@ -77,8 +87,12 @@ func newPB(t *testing.T, f *bpftest.Fixture, sample func(int, []byte), lost func
 	if pb.BufferCount() != len(f.CPUs) {
 		t.Fatalf("BufferCount %d, want %d", pb.BufferCount(), len(f.CPUs))
 	}
-	for i, st := range pb.Stats()[:pb.BufferCount()] {
-		if st.Ring != i || st.CPU != f.CPUs[i] {
+	rings := pb.Stats().Rings
+	if len(rings) != pb.BufferCount() {
+		t.Fatalf("Stats has %d rings, BufferCount %d", len(rings), pb.BufferCount())
+	}
+	for i, st := range rings {
+		if st.CPU != f.CPUs[i] {
 			t.Fatalf("ring %d: %+v; want CPU %d", i, st, f.CPUs[i])
 		}
 	}
@@ -654,8 +668,15 @@ func TestCloseDiscards(t *testing.T) {
 		pb.Close()
 		c.Check(t)
 		stats := pb.Stats()
-		c.CheckStats(t, stats)
-		for _, st := range stats {
+		c.CheckStats(t, stats.Rings)
+		left := em.Emitted
+		if tc.consume {
+			left = 0
+		}
+		if stats.Left != left {
+			t.Errorf("%s: %d samples left at Close in all, want %d", tc.name, stats.Left, left)
+		}
+		for _, st := range stats.Rings {
 			var want uint64
 			if st.CPU == cpu {
 				t.Logf("%s: cpu %d: emitted %d (%d bytes), failed %d | delivered %d, %d left",
@@ -673,7 +694,7 @@ func TestCloseDiscards(t *testing.T) {
 				t.Errorf("%s: cpu %d: %d lost at Close, want the %d outputs that failed", tc.name, cpu, st.Lost, em.Failed)
 			}
 		}
-		if pb.Close(); !slices.Equal(pb.Stats(), stats) {
+		if pb.Close(); !reflect.DeepEqual(pb.Stats(), stats) {
 			t.Errorf("%s: a second Close changed the stats: %+v, then %+v", tc.name, stats, pb.Stats())
 		}
 	}
@@ -705,7 +726,7 @@ func TestCloseFromCallback(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("the sample function ran %d times; want once, then Close", calls)
 	}
-	st := pb.Stats()[0]
+	st := pb.Stats().Rings[0]
 	if st.Samples != 1 || st.Left != 4 {
 		t.Errorf("stats %+v; want 1 sample delivered and 4 left", st)
 	}
@@ -869,7 +890,7 @@ func TestReaderReopen(t *testing.T) {
 
 // Buffer indexes follow the online CPUs, not CPU numbers: with a CPU in the
 // middle offline (scripts/vmtest.sh takes CPU PERFBUF_OFFLINE_CPU offline in
-// its guests, never on a host), BufferCount, Stats (CPU and Ring), RawBuffer.Stats().CPU
+// its guests, never on a host), BufferCount, Stats' Rings (their CPUs), RawBuffer.Stats().CPU
 // and both readers name the online CPUs only, and every sample emitted on
 // one arrives with that CPU.
 func TestRingsFollowOnlineCPUs(t *testing.T) {
@@ -898,7 +919,7 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 	c := bpftest.NewCollector()
 	pb := newPB(t, f, c.Sample, c.LostFn, ringOpts(1)) // checks BufferCount and Stats' CPUs against online
 	var statCPUs []int
-	for _, s := range pb.Stats() {
+	for _, s := range pb.Stats().Rings {
 		statCPUs = append(statCPUs, s.CPU)
 	}
 	if !slices.Equal(statCPUs, online) {
@@ -955,7 +976,7 @@ func TestRingsFollowOnlineCPUs(t *testing.T) {
 			got[s.CPU]++
 		}
 		var statCPUs []int
-		for _, st := range r.Stats() {
+		for _, st := range r.Stats().Rings {
 			statCPUs = append(statCPUs, st.CPU)
 			if got[st.CPU] != 1 || st.Samples != 1 {
 				t.Errorf("ordered %v: cpu %d: %d samples read, stats say %d; want 1", ordered, st.CPU, got[st.CPU], st.Samples)
@@ -1044,7 +1065,7 @@ func TestCallFromCallbackReentrant(t *testing.T) {
 			if pb, err = perfbuf.New(f.Events, sample, func(int, uint64) { in() }, ringOpts(1)); err != nil {
 				t.Fatal(err)
 			}
-			cpu := pb.Stats()[0].CPU
+			cpu := pb.Stats().Rings[0].CPU
 			if lost {
 				f.Emit(t, cpu, 500, 64, 0) // overflows: the next sample brings a lost record
 				if _, err := pb.ConsumeBuffer(0); err != nil {

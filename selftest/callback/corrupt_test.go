@@ -155,11 +155,10 @@ func corruptCase(t *testing.T, corrupt func(*unix.PerfEventMmapPage, uint64, uin
 	if err := consume(); err != nil || got-before != 10 {
 		t.Fatalf("then %d samples, %v; want 10", got-before, err)
 	}
-	st := pb.Stats()[0]
+	// (That a bad head skipped no genuine bytes is the kept samples'
+	// arrival, checked above.)
+	st := pb.Stats().Rings[0]
 	if st.Corrupt < 1 || (kept >= 0 && st.Corrupt != 1) || st.Samples != uint64(got) {
 		t.Fatalf("stats %+v; want the corruption counted once, %d samples", st, got)
-	}
-	if kept == 4 && st.CorruptBytes != 0 {
-		t.Fatalf("stats %+v: a bad head skipped genuine bytes", st)
 	}
 }

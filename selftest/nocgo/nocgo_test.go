@@ -170,7 +170,7 @@ func (c *tally) check(t *testing.T) {
 // the rings hold to c, closeFn closes it and returns its Stats.
 type reader struct {
 	drain   func(t *testing.T)
-	closeFn func() []perfbuf.Stats
+	closeFn func() perfbuf.Stats
 	rings   int
 }
 
@@ -193,7 +193,7 @@ func flushRead(t *testing.T, r *perfbuf.Reader, read func() error) {
 }
 
 // forms are the read forms: the Reader's (ReadInto, ReadBatch, Each,
-// Consume, All), callback mode's (Poll, Consume) and raw mode's (Wait,
+// Consume), callback mode's (Poll, Consume) and raw mode's (Wait,
 // Buffer, Drain).
 var forms = map[string]form{
 	"ReadInto": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
@@ -209,8 +209,8 @@ var forms = map[string]form{
 					return err
 				})
 			},
-			closeFn: func() []perfbuf.Stats { r.Close(); return r.Stats() },
-			rings:   len(r.Stats()),
+			closeFn: func() perfbuf.Stats { r.Close(); return r.Stats() },
+			rings:   r.BufferCount(),
 		}
 	},
 	"ReadBatch": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
@@ -226,8 +226,8 @@ var forms = map[string]form{
 					return err
 				})
 			},
-			closeFn: func() []perfbuf.Stats { r.Close(); return r.Stats() },
-			rings:   len(r.Stats()),
+			closeFn: func() perfbuf.Stats { r.Close(); return r.Stats() },
+			rings:   r.BufferCount(),
 		}
 	},
 	"Each": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
@@ -239,8 +239,8 @@ var forms = map[string]form{
 					t.Fatal(err)
 				}
 			},
-			closeFn: func() []perfbuf.Stats { r.Close(); return r.Stats() },
-			rings:   len(r.Stats()),
+			closeFn: func() perfbuf.Stats { r.Close(); return r.Stats() },
+			rings:   r.BufferCount(),
 		}
 	},
 	"Consume": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
@@ -251,28 +251,8 @@ var forms = map[string]form{
 					t.Fatal(err)
 				}
 			},
-			closeFn: func() []perfbuf.Stats { r.Close(); return r.Stats() },
-			rings:   len(r.Stats()),
-		}
-	},
-	"All": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
-		r := newReader(t, m, opts)
-		return reader{
-			drain: func(t *testing.T) {
-				r.Flush()
-				for s, err := range r.All(context.Background()) {
-					if errors.Is(err, perfbuf.ErrFlushed) {
-						return
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-					c.sampleOf(s)
-				}
-				t.Fatal("All ended before ErrFlushed")
-			},
-			closeFn: func() []perfbuf.Stats { r.Close(); return r.Stats() },
-			rings:   len(r.Stats()),
+			closeFn: func() perfbuf.Stats { r.Close(); return r.Stats() },
+			rings:   r.BufferCount(),
 		}
 	},
 	"callback": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
@@ -287,7 +267,7 @@ var forms = map[string]form{
 					t.Fatal(err)
 				}
 			},
-			closeFn: func() []perfbuf.Stats { pb.Close(); return pb.Stats() },
+			closeFn: func() perfbuf.Stats { pb.Close(); return pb.Stats() },
 			rings:   pb.BufferCount(),
 		}
 	},
@@ -318,7 +298,7 @@ var forms = map[string]form{
 					}
 				}
 			},
-			closeFn: func() []perfbuf.Stats {
+			closeFn: func() perfbuf.Stats {
 				for _, b := range bufs {
 					b.Release()
 				}
@@ -326,10 +306,12 @@ var forms = map[string]form{
 				stats := pb.Stats()
 				for i, b := range bufs {
 					rs := b.Stats()
-					stats[i].Samples += rs.Samples
-					stats[i].Lost += rs.Lost
-					stats[i].Discarded += rs.Discarded
-					stats[i].Corrupt += rs.Corrupt
+					for _, s := range []*perfbuf.Stats{&stats, &stats.Rings[i]} {
+						s.Samples += rs.Samples
+						s.Lost += rs.Lost
+						s.Discarded += rs.Discarded
+						s.Corrupt += rs.Corrupt
+					}
 				}
 				return stats
 			},
@@ -422,10 +404,15 @@ func TestRingBufNoCgo(t *testing.T) {
 				}
 				ok, discarded = ok+d.OK, discarded+d.Discarded
 			}
-			if len(stats) != 1 {
+			if len(stats.Rings) != 1 {
 				t.Fatalf("Stats %+v: want the ring's entry alone", stats)
 			}
-			st := stats[0]
+			// One ring and no failure map: the sums are the ring's.
+			st := stats.Rings[0]
+			if stats.Samples != st.Samples || stats.Left != st.Left || stats.Discarded != st.Discarded ||
+				stats.Lost != st.Lost || stats.Corrupt != st.Corrupt || stats.Failed != st.Failed || stats.NotRun != 0 {
+				t.Errorf("sums %+v: want ring 0's %+v", stats, st)
+			}
 			t.Logf("submitted %d = delivered %d + left %d; discarded %d", ok, st.Samples, st.Left, st.Discarded)
 			if st.Samples+st.Left != ok || st.Samples != uint64(c.delivered) || st.Left != uint64(5*len(cpuList)) ||
 				st.Discarded != discarded || st.Lost+st.Corrupt+st.Failed.Total() != 0 {
@@ -491,14 +478,16 @@ func TestPerfEventArrayNoCgo(t *testing.T) {
 			c.check(t)
 			after := perCPU[emitStats](t, emitted)
 			byCPU := map[int]perfbuf.Stats{}
-			for _, st := range stats {
+			for _, st := range stats.Rings {
 				s := byCPU[st.CPU]
 				s.CPU = st.CPU
 				s.Samples, s.Lost, s.Left, s.Corrupt = s.Samples+st.Samples, s.Lost+st.Lost, s.Left+st.Left, s.Corrupt+st.Corrupt
 				byCPU[st.CPU] = s
 			}
+			var attempts uint64
 			for _, cpu := range cpuList {
 				e := emitStats{after[cpu].Emitted - before[cpu].Emitted, after[cpu].Failed - before[cpu].Failed, after[cpu].Seq - before[cpu].Seq}
+				attempts += e.Seq
 				st := byCPU[cpu]
 				t.Logf("cpu %d: attempted %d = delivered %d + lost %d + left %d", cpu, e.Seq, st.Samples, st.Lost, st.Left)
 				if st.Samples+st.Lost+st.Left != e.Seq || st.Samples+st.Left != e.Emitted || st.Lost != e.Failed || st.Corrupt != 0 {
@@ -507,6 +496,9 @@ func TestPerfEventArrayNoCgo(t *testing.T) {
 				if st.Samples != c.samples[cpu] || c.lost[cpu] > st.Lost {
 					t.Errorf("cpu %d: delivered %d samples and %d lost; Stats say %d and %d", cpu, c.samples[cpu], c.lost[cpu], st.Samples, st.Lost)
 				}
+			}
+			if got := stats.Samples + stats.Lost + stats.Left; got != attempts || stats.Corrupt != 0 {
+				t.Errorf("sums %+v: %d outputs accounted for; the program attempted %d", stats, got, attempts)
 			}
 		})
 	}

@@ -80,7 +80,7 @@ func TestRecorderPerf(t *testing.T) {
 		f.Emit(t, cpu, n, size, 0)
 	}
 	mid := f.Stats(t)
-	buf := make([]byte, len(rec.Stats())*ring)
+	buf := make([]byte, rec.BufferCount()*ring)
 	recs, err := rec.Snapshot(buf, nil, false)
 	if err != nil {
 		t.Fatal(err)
@@ -109,10 +109,14 @@ func TestRecorderPerf(t *testing.T) {
 			t.Errorf("cpu %d: %d returned + %d overwritten != %d written", cpu, len(got), over, n)
 		}
 	}
-	for _, st := range rec.Stats() {
-		if st.Samples != uint64(len(byCPU[st.CPU])) || st.Skipped != 0 || st.Lost != 0 || st.Corrupt != 0 || st.Size != ring {
-			t.Errorf("stats %+v; want %d samples, nothing skipped", st, len(byCPU[st.CPU]))
+	stats := rec.Stats()
+	for _, st := range stats.Rings {
+		if st.Samples != uint64(len(byCPU[st.CPU])) || st.Left != 0 || st.Lost != 0 || st.Corrupt != 0 || st.Size != ring {
+			t.Errorf("stats %+v; want %d samples, nothing left out", st, len(byCPU[st.CPU]))
 		}
+	}
+	if len(stats.Rings) != len(f.CPUs) || stats.Samples != uint64(len(recs)) || stats.Left+stats.Lost+stats.Corrupt != 0 {
+		t.Errorf("stats %+v; want %d rings, %d samples in all, nothing left out", stats, len(f.CPUs), len(recs))
 	}
 	t.Logf("%d cpus: %d samples written on each, the newest %d returned", len(f.CPUs), n, keep)
 
@@ -147,10 +151,14 @@ func TestRecorderPerf(t *testing.T) {
 	if h, err := bpftest.Check(recs[1].Data, cpu); err != nil || h.Seq != paused.Seq {
 		t.Errorf("sample after the pause: seq %d, %v; want %d", h.Seq, err, paused.Seq)
 	}
-	for _, st := range rec.Stats() {
+	stats = rec.Stats()
+	for _, st := range stats.Rings {
 		if st.CPU == cpu && st.Lost != 5 {
 			t.Errorf("cpu %d: Stats.Lost %d, want 5", cpu, st.Lost)
 		}
+	}
+	if stats.Lost != 5 {
+		t.Errorf("Stats.Lost %d in all, want 5", stats.Lost)
 	}
 
 	// A buffer too small for one record.
@@ -172,7 +180,7 @@ func TestRecorderPerf(t *testing.T) {
 // is whole, none twice, each snapshot's in order with no gap, and at the
 // end each CPU's outputs are accounted for exactly: none refused (a
 // snapshot does not pause), the newest returned, and the others
-// overwritten, by the kernel or while a snapshot copied them (Skipped).
+// overwritten, by the kernel or while a snapshot copied them (Left).
 func TestRecorderPerfRacing(t *testing.T) {
 	f := bpftest.Setup(t, backwardObj)
 	rec, err := perfbuf.NewRecorder(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(1)})
@@ -235,10 +243,8 @@ func TestRecorderPerfRacing(t *testing.T) {
 		t.Fatal(err)
 	}
 	take(t, recs, l)
-	var skipped uint64
-	for _, st := range rec.Stats() {
-		skipped += st.Skipped
-	}
+	stats := rec.Stats()
+	var returned uint64
 	for _, cpu := range f.CPUs {
 		d := end[cpu].Sub(start[cpu])
 		g := l[cpu]
@@ -249,8 +255,12 @@ func TestRecorderPerfRacing(t *testing.T) {
 			t.Errorf("cpu %d: %d samples returned, last seq %d; %d emitted, last seq %d", cpu, g.samples, g.next-1, d.Emitted, end[cpu].Seq-1)
 		}
 		t.Logf("cpu %d: %d written: %d returned, %d overwritten", cpu, d.Seq, g.samples, d.Emitted-g.samples)
+		returned += g.samples
 	}
-	t.Logf("%d snapshots in %v; %d records overwritten while a snapshot copied them (Skipped)", snapshots+1, took, skipped)
+	if stats.Samples != returned || stats.Lost != 0 {
+		t.Errorf("stats %+v; want the %d samples the snapshots returned, none lost", stats, returned)
+	}
+	t.Logf("%d snapshots in %v; %d records overwritten while a snapshot copied them (Left)", snapshots+1, took, stats.Left)
 }
 
 // A Recorder over a ring buffer in overwrite mode (kernel 6.19: the 7.3
@@ -325,9 +335,9 @@ func TestRecorderRingBuf(t *testing.T) {
 	}
 	t.Logf("%d written, the newest %d returned, %d overwritten", written, len(recs), over)
 	st := rec.Stats()
-	if len(st) != 1 || st[0].Samples != uint64(len(recs)) || st[0].Skipped != 0 || st[0].Size != rbSize || st[0].CPU != -1 ||
-		st[0].Overwritten != recs[0].Pos {
-		t.Errorf("stats %+v; want Overwritten %d (overwrite_pos)", st, recs[0].Pos)
+	if len(st.Rings) != 1 || st.Rings[0].Samples != uint64(len(recs)) || st.Rings[0].Left != 0 || st.Rings[0].Size != rbSize || st.Rings[0].CPU != -1 ||
+		st.Samples != uint64(len(recs)) || st.Left != 0 {
+		t.Errorf("stats %+v; want one ring of cpu -1, %d samples, nothing left out", st, len(recs))
 	}
 	// onlyNew: nothing, then exactly the batch written since.
 	if recs, err = rec.Snapshot(buf, recs[:0], true); err != nil || len(recs) != 0 {
@@ -404,7 +414,8 @@ func TestRecorderRingBufPause(t *testing.T) {
 		}
 		seqs(recs, 0, before)
 	}
-	if st := rec.Stats(); len(st) != 1 || st[0].Failed.NoEntry != during || st[0].Failed.Total() != during {
+	if st := rec.Stats(); len(st.Rings) != 1 || st.Rings[0].Failed.NoEntry != during || st.Rings[0].Failed.Total() != during ||
+		st.Failed.NoEntry != during || st.Failed.Total() != during {
 		t.Fatalf("paused: stats %+v; want %d outputs refused (Failed.NoEntry)", st, during)
 	}
 	if err := rec.Resume(); err != nil {
@@ -418,7 +429,8 @@ func TestRecorderRingBufPause(t *testing.T) {
 	seqs(recs, before+during, after)
 	// Every output is returned or refused: 100 + 50 returned, 256 refused.
 	st := rec.Stats()
-	if st[0].Failed.NoEntry != during || st[0].Samples != 2*before+after || st[0].Skipped != 0 {
+	if st.Rings[0].Failed.NoEntry != during || st.Rings[0].Samples != 2*before+after || st.Rings[0].Left != 0 ||
+		st.Failed.NoEntry != during || st.Samples != 2*before+after || st.Left != 0 {
 		t.Errorf("stats %+v; want %d refused, %d returned (the first %d twice)", st, during, 2*before+after, before)
 	}
 	t.Logf("%d written, %d refused while paused (Failed.NoEntry), %d after Resume", before, during, after)

@@ -84,11 +84,18 @@ func TestReaderAccounting(t *testing.T) {
 	flushAndRead(t, f, r, c)
 	c.CheckAccounting(t, f)
 	stats := r.Stats()
-	c.CheckStats(t, stats)
-	for i, st := range stats {
+	c.CheckStats(t, stats.Rings)
+	for i, st := range stats.Rings {
 		if st.Lost == 0 || st.Left != 0 || st.Corrupt != 0 {
 			t.Errorf("ring %d: stats %+v; want samples lost, none left or corrupt", i, st)
 		}
+	}
+	var samples, lost uint64
+	for _, cpu := range f.CPUs {
+		samples, lost = samples+uint64(c.Samples[cpu]), lost+c.Lost[cpu]
+	}
+	if stats.Samples != samples || stats.Lost < lost || stats.Left != 0 || stats.Corrupt != 0 {
+		t.Errorf("sums %+v; delivered %d samples, %d lost", stats, samples, lost)
 	}
 }
 
@@ -137,8 +144,11 @@ func TestReaderCloseDiscards(t *testing.T) {
 			r.Close()
 			c.Check(t)
 			stats := r.Stats()
-			c.CheckStats(t, stats)
-			for _, st := range stats {
+			c.CheckStats(t, stats.Rings)
+			if stats.Left != n-read {
+				t.Errorf("%s: %d samples left at Close in all, want %d", name, stats.Left, n-read)
+			}
+			for _, st := range stats.Rings {
 				var want uint64
 				if st.CPU == cpu {
 					want = n - read
@@ -227,7 +237,7 @@ func TestReaderBudgetRealWakeups(t *testing.T) {
 		if err := <-read; err != nil {
 			t.Fatalf("MaxLatency %v: %v", latency, err)
 		}
-		woken := r.Wakeups()
+		woken := r.Stats().Wakeups
 		r.Close()
 		t.Logf("MaxLatency %v: %d samples, %d waits ended by a ring's wakeup", latency, n, woken)
 		switch {
@@ -370,12 +380,8 @@ func TestOrderedRealTimestamps(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.CheckAccounting(t, f)
-	c.CheckStats(t, o.Stats())
-	var st perfbuf.Stats
-	for _, s := range o.Stats() {
-		st.Late += s.Late
-		st.Lost += s.Lost
-	}
+	st := o.Stats()
+	c.CheckStats(t, st.Rings)
 	total := 0
 	for _, n := range c.Samples {
 		total += n

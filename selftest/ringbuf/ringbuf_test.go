@@ -158,8 +158,9 @@ func load(t *testing.T, f *fixture, which uint64) {
 }
 
 // check accounts for every record: per CPU, delivered == submitted, and
-// in all, the Stats' samples and discarded records are the program's.
-func check(t *testing.T, f *fixture, before map[int]outcome, c *collector, stats []perfbuf.Stats) {
+// in all, the Stats' samples and discarded records are the program's, in
+// the ring's entry and in the sums.
+func check(t *testing.T, f *fixture, before map[int]outcome, c *collector, stats perfbuf.Stats) {
 	t.Helper()
 	after := f.outcomes(t)
 	var ok, discarded uint64
@@ -175,19 +176,21 @@ func check(t *testing.T, f *fixture, before map[int]outcome, c *collector, stats
 		}
 		ok, discarded = ok+d.OK, discarded+d.Discarded
 	}
-	if len(stats) != 1 {
+	if len(stats.Rings) != 1 {
 		t.Fatalf("Stats: %+v; want one entry, the ring's", stats)
 	}
-	if st := stats[0]; st.Ring != 0 || st.CPU != -1 || st.Samples != ok || st.Discarded != discarded || st.Lost != 0 || st.Corrupt != 0 {
-		t.Errorf("Stats %+v; want ring 0, cpu -1, %d samples, %d discarded", st, ok, discarded)
+	for i, st := range []perfbuf.Stats{stats.Rings[0], stats} {
+		if st.CPU != -1 || st.Samples != ok || st.Discarded != discarded || st.Lost != 0 || st.Corrupt != 0 {
+			t.Errorf("Stats %+v (%s); want cpu -1, %d samples, %d discarded", st, []string{"ring 0", "sums"}[i], ok, discarded)
+		}
 	}
 }
 
 // Every form of reading reads a ring buffer, and accounts for every record.
 func TestRingBufForms(t *testing.T) {
 	f := setup(t)
-	forms := map[string]func(t *testing.T, c *collector) (stats func() []perfbuf.Stats, closeFn func()){
-		"ReadInto": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
+	forms := map[string]func(t *testing.T, c *collector) (stats func() perfbuf.Stats, closeFn func()){
+		"ReadInto": func(t *testing.T, c *collector) (func() perfbuf.Stats, func()) {
 			r := newReader(t, f.events, perfbuf.ReaderOptions{})
 			load(t, f, 0)
 			r.Flush()
@@ -204,7 +207,7 @@ func TestRingBufForms(t *testing.T) {
 			}
 			return r.Stats, func() { r.Close() }
 		},
-		"Each": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
+		"Each": func(t *testing.T, c *collector) (func() perfbuf.Stats, func()) {
 			r := newReader(t, f.events, perfbuf.ReaderOptions{})
 			load(t, f, 0)
 			r.Flush()
@@ -217,7 +220,7 @@ func TestRingBufForms(t *testing.T) {
 			}
 			return r.Stats, func() { r.Close() }
 		},
-		"Consume": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
+		"Consume": func(t *testing.T, c *collector) (func() perfbuf.Stats, func()) {
 			r := newReader(t, f.events, perfbuf.ReaderOptions{})
 			load(t, f, 0)
 			if _, err := r.Consume(func(rec *perfbuf.Record) error {
@@ -228,7 +231,7 @@ func TestRingBufForms(t *testing.T) {
 			}
 			return r.Stats, func() { r.Close() }
 		},
-		"callback": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
+		"callback": func(t *testing.T, c *collector) (func() perfbuf.Stats, func()) {
 			pb, err := perfbuf.New(f.events, c.sample, nil, perfbuf.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -242,7 +245,7 @@ func TestRingBufForms(t *testing.T) {
 			}
 			return pb.Stats, func() { pb.Close() }
 		},
-		"raw": func(t *testing.T, c *collector) (func() []perfbuf.Stats, func()) {
+		"raw": func(t *testing.T, c *collector) (func() perfbuf.Stats, func()) {
 			pb, err := perfbuf.NewRaw(f.events, perfbuf.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -266,8 +269,10 @@ func TestRingBufForms(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
+			// The RawBuffer's counts, as the sums of its one ring.
 			st := rb.Stats()
-			return func() []perfbuf.Stats { return []perfbuf.Stats{st} }, func() { pb.Close() }
+			st.Rings = []perfbuf.Stats{st}
+			return func() perfbuf.Stats { return st }, func() { pb.Close() }
 		},
 	}
 	for name, read := range forms {
@@ -277,8 +282,8 @@ func TestRingBufForms(t *testing.T) {
 			stats, closeFn := read(t, c)
 			check(t, f, before, c, stats())
 			closeFn()
-			if st := stats(); st[0].Left != 0 {
-				t.Errorf("left %d at Close, want none", st[0].Left)
+			if st := stats(); st.Left != 0 || st.Rings[0].Left != 0 {
+				t.Errorf("left %d (ring 0: %d) at Close, want none", st.Left, st.Rings[0].Left)
 			}
 		})
 	}
@@ -321,7 +326,7 @@ func TestRingBufFullAndLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
-	st := r.Stats()[0]
+	st := r.Stats().Rings[0]
 	t.Logf("cpu %d: attempted %d = submitted %d + full %d | delivered %d, left %d", cpu, d.Attempts, d.OK, d.Full, st.Samples, st.Left)
 	if st.Samples != d.OK/2 || st.Samples+st.Left != d.OK {
 		t.Errorf("Stats %+v: delivered + left != %d submitted", st, d.OK)
@@ -560,7 +565,7 @@ func TestRingBufSeveral(t *testing.T) {
 			}
 			after := f.outcomes(t)
 			st := r.Stats()
-			if len(st) != 2 {
+			if len(st.Rings) != 2 {
 				t.Fatalf("Stats %+v; want an entry per ring", st)
 			}
 			for _, cpu := range f.cpus {
@@ -572,8 +577,8 @@ func TestRingBufSeveral(t *testing.T) {
 					t.Errorf("cpu %d: %+v; delivered %d", cpu, d, got)
 				}
 			}
-			for i, s := range st {
-				if s.Ring != i || s.CPU != -1 || s.Samples != uint64(len(f.cpus))*(30+4) || s.Discarded != uint64(len(f.cpus))*4 {
+			for i, s := range st.Rings {
+				if s.CPU != -1 || s.Samples != uint64(len(f.cpus))*(30+4) || s.Discarded != uint64(len(f.cpus))*4 {
 					t.Errorf("ring %d: Stats %+v", i, s)
 				}
 			}
@@ -595,8 +600,10 @@ func TestRingBufSeveral(t *testing.T) {
 	}
 }
 
-// Positions are libbpf's ring__consumer_pos and ring__producer_pos: what
-// the ring's pages hold, before and after a commit.
+// The positions libbpf's ring__consumer_pos and ring__producer_pos
+// return, as a RawBuffer shows them: Fill is the bytes between them, and a
+// record's Pos and Next are ring positions, the first record's Pos the
+// consumer position, before and after a commit.
 func TestRingBufPositions(t *testing.T) {
 	f := setup(t)
 	pb, err := perfbuf.NewRaw(f.events, perfbuf.Options{})
@@ -609,17 +616,40 @@ func TestRingBufPositions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rb.Release()
-	c0, p0 := rb.Positions()
+	// read parses up to a new snapshot and returns the records' positions.
+	read := func() (pos []uint64, next uint64) {
+		t.Helper()
+		rb.Begin()
+		var rec perfbuf.Record
+		for {
+			ok, err := rb.Next(&rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return pos, next
+			}
+			pos, next = append(pos, rec.Pos), rec.Next
+		}
+	}
+	if fill := rb.Stats().Fill; fill != 0 {
+		t.Fatalf("Fill %d before any record, want 0", fill)
+	}
 	f.produce(t, f.cpus[0], 2, 48, viaOutput, 0, 1, 0)
-	c1, p1 := rb.Positions()
-	if c1 != c0 || p1 != p0+2*56 || rb.Stats().Fill != int(p1-c1) {
-		t.Fatalf("after 2 records: consumer %d producer %d (before %d %d), Fill %d", c1, p1, c0, p0, rb.Stats().Fill)
+	pos, next := read()
+	if len(pos) != 2 || pos[1] != pos[0]+56 || next != pos[0]+2*56 || rb.Stats().Fill != int(next-pos[0]) {
+		t.Fatalf("after 2 records: positions %v up to %d, Fill %d; want 2 records of 56 bytes, Fill 112", pos, next, rb.Stats().Fill)
 	}
 	if _, err := rb.Drain(func(*perfbuf.Record) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if c2, p2 := rb.Positions(); c2 != p1 || p2 != p1 {
-		t.Errorf("after Drain: consumer %d producer %d, want both %d", c2, p2, p1)
+	if fill := rb.Stats().Fill; fill != 0 {
+		t.Errorf("after Drain: Fill %d, want 0", fill)
+	}
+	// The consumer position moved to where the records ended.
+	f.produce(t, f.cpus[0], 1, 48, viaOutput, 0, 1, 0)
+	if pos2, next2 := read(); len(pos2) != 1 || pos2[0] != next || next2 != next+56 {
+		t.Errorf("a record after Drain at %v up to %d; want one at %d", pos2, next2, next)
 	}
 }
 
@@ -663,13 +693,13 @@ func TestRingBufHoldBack(t *testing.T) {
 				return k
 			case <-time.After(30 * time.Second):
 				r.Close()
-				t.Fatalf("WakeupBytes %d: a read still waits 30 s on; Wakeups %d", opts.WakeupBytes, r.Wakeups())
+				t.Fatalf("WakeupBytes %d: a read still waits 30 s on; Wakeups %d", opts.WakeupBytes, r.Stats().Wakeups)
 				return 0
 			}
 		}
 
-		if k := got(read(func() { f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0) })); k != 1 || r.Wakeups() != 1 {
-			t.Errorf("WakeupBytes %d: the first record: %d delivered after %d wakeups; want 1 at once, woken", opts.WakeupBytes, k, r.Wakeups())
+		if k := got(read(func() { f.produce(t, cpu, 1, 48, viaOutput, 0, 1, 0) })); k != 1 || r.Stats().Wakeups != 1 {
+			t.Errorf("WakeupBytes %d: the first record: %d delivered after %d wakeups; want 1 at once, woken", opts.WakeupBytes, k, r.Stats().Wakeups)
 		}
 		if opts.WakeupBytes == 0 {
 			n := read(func() { f.produce(t, cpu, 3, 48, viaOutput, 0, 1, 0) })
@@ -677,13 +707,13 @@ func TestRingBufHoldBack(t *testing.T) {
 				t.Fatal("the read returned")
 			}
 			r.Flush() // the budget's look
-			if k := got(n); k != 3 || r.Wakeups() != 1 {
-				t.Errorf("three records after the first: %d delivered after %d wakeups; want 3, no wakeup", k, r.Wakeups())
+			if k := got(n); k != 3 || r.Stats().Wakeups != 1 {
+				t.Errorf("three records after the first: %d delivered after %d wakeups; want 3, no wakeup", k, r.Stats().Wakeups)
 			}
 		} else {
 			// A forced wakeup, as PERFBUF_BUFFER raises at WakeupBytes.
-			if k := got(read(func() { f.produce(t, cpu, 1, 48, viaOutput, forceWakeup, 1, 0) })); k != 1 || r.Wakeups() != 2 {
-				t.Errorf("a forced wakeup: %d delivered after %d wakeups; want 1, woken", k, r.Wakeups())
+			if k := got(read(func() { f.produce(t, cpu, 1, 48, viaOutput, forceWakeup, 1, 0) })); k != 1 || r.Stats().Wakeups != 2 {
+				t.Errorf("a forced wakeup: %d delivered after %d wakeups; want 1, woken", k, r.Stats().Wakeups)
 			}
 		}
 		r.Close()
@@ -700,7 +730,7 @@ func TestRingBufCloseLedgerDiscarded(t *testing.T) {
 	stop := errors.New("enough")
 	type opened struct {
 		read  func()
-		stats func() []perfbuf.Stats
+		stats func() perfbuf.Stats
 		close func()
 	}
 	forms := map[string]func(t *testing.T, c *collector) opened{
@@ -761,7 +791,7 @@ func TestRingBufCloseLedgerDiscarded(t *testing.T) {
 			}
 			o.read()
 			o.close()
-			st := o.stats()[0]
+			st := o.stats().Rings[0]
 			var in, delivered uint64
 			for _, cpu := range f.cpus {
 				d := f.outcomes(t)[cpu].minus(before[cpu])
@@ -797,12 +827,12 @@ func TestStatsAfterClose(t *testing.T) {
 			read <- r.ReadInto(&s) // blocks: nothing to read
 		}()
 		time.Sleep(time.Millisecond)
-		during := make(chan []perfbuf.Stats)
+		during := make(chan perfbuf.Stats)
 		go func() { during <- r.Stats() }()
 		r.Close()
 		<-read
-		for _, sts := range [][]perfbuf.Stats{<-during, r.Stats()} {
-			for _, st := range sts {
+		for _, sts := range []perfbuf.Stats{<-during, r.Stats()} {
+			for _, st := range append([]perfbuf.Stats{sts}, sts.Rings...) {
 				if st.Size != ringSize {
 					t.Fatalf("round %d, after Close: size %d, want %d", round, st.Size, ringSize)
 				}

@@ -9,8 +9,8 @@
 // reader's slots alone, in every mode and through both ring openers
 // (libbpf's perf_buffer, perfbuf's own). Where a reader can have no file of
 // its own (no pin known and no CAP_SYS_ADMIN), or the map has
-// BPF_F_PRESERVE_ELEMS, it deletes its slots by key at Close and says so
-// (Stats.DeletesSlot).
+// BPF_F_PRESERVE_ELEMS, it deletes its slots by key at Close: the outputs
+// after it fail, and no slot is left filled.
 //
 // The maps are loaded with cilium/ebpf, so that the package runs without
 // cgo too (make test-nocgo), where perfbuf's own opener is the only one.
@@ -173,16 +173,12 @@ func (f *fixture) filled(t *testing.T) []int {
 
 // upgrade runs the upgrade: the old reader opens, the new one opens,
 // outputs, the old one closes, outputs again. It returns what the new one
-// delivered of them and how many failed in the program, and checks what
-// each reader said of its slots (Stats.DeletesSlot) against wantOld,
-// wantNew.
-func (f *fixture) upgrade(t *testing.T, old, neu spec, wantOld, wantNew bool) (got, failed uint64) {
+// delivered of them and how many failed in the program: those after the
+// old reader's Close fail if it deleted its slots by key.
+func (f *fixture) upgrade(t *testing.T, old, neu spec) (got, failed uint64) {
 	t.Helper()
 	o := f.start(t, old)
 	n := f.start(t, neu)
-	if o.deletesSlot != wantOld || n.deletesSlot != wantNew {
-		t.Fatalf("DeletesSlot: old %v, new %v; want %v, %v", o.deletesSlot, n.deletesSlot, wantOld, wantNew)
-	}
 	failed = f.emit(t, perCPU)
 	o.MustDo(t, "close")
 	failed += f.emit(t, perCPU)
@@ -207,7 +203,7 @@ func TestUpgrade(t *testing.T) {
 			t.Run(opener+"/"+mode, func(t *testing.T) {
 				f := setup(t, 0)
 				got, failed := f.upgrade(t, spec{mode: mode, opener: opener, source: "fd"},
-					spec{mode: "NewReader", opener: opener, source: "fd"}, false, false)
+					spec{mode: "NewReader", opener: opener, source: "fd"})
 				if want := uint64(2 * perCPU * len(f.cpus)); got != want || failed != 0 {
 					t.Errorf("the new reader delivered %d of %d output after it opened, %d failed; want all, none failed", got, want, failed)
 				}
@@ -221,16 +217,16 @@ func TestUpgrade(t *testing.T) {
 
 // Without CAP_SYS_ADMIN a reader gets a file of its own from the map's pin
 // when its Map names it (PinPath), and the upgrade loses nothing. With a
-// bare descriptor it can have none: it says so (DeletesSlot), and its
-// Close deletes its CPUs' slots by key, the new reader's: what is output
-// after it fails in the program, as documented.
+// bare descriptor it can have none: its Close deletes its CPUs' slots by
+// key, the new reader's: what is output after it fails in the program, as
+// documented.
 func TestUpgradeWithoutAdmin(t *testing.T) {
 	perfWithoutAdmin(t)
 	for _, opener := range openers() {
 		t.Run(opener+"/pin", func(t *testing.T) {
 			f := setup(t, 0)
 			got, failed := f.upgrade(t, spec{mode: "NewReader", opener: opener, source: "pin", noAdmin: true},
-				spec{mode: "NewReader", opener: opener, source: "fd"}, false, false)
+				spec{mode: "NewReader", opener: opener, source: "fd"})
 			if want := uint64(2 * perCPU * len(f.cpus)); got != want || failed != 0 {
 				t.Errorf("the new reader delivered %d of %d, %d failed; want all, none failed", got, want, failed)
 			}
@@ -238,7 +234,7 @@ func TestUpgradeWithoutAdmin(t *testing.T) {
 		t.Run(opener+"/fd", func(t *testing.T) {
 			f := setup(t, 0)
 			got, failed := f.upgrade(t, spec{mode: "NewReader", opener: opener, source: "fd", noAdmin: true},
-				spec{mode: "NewReader", opener: opener, source: "fd"}, true, false)
+				spec{mode: "NewReader", opener: opener, source: "fd"})
 			if half := uint64(perCPU * len(f.cpus)); got != half || failed != half {
 				t.Errorf("the new reader delivered %d, %d failed; want %d each (the old reader's Close deleted the slots)", got, failed, half)
 			}
@@ -278,8 +274,7 @@ func perfWithoutAdmin(t *testing.T) {
 
 // Over a map with BPF_F_PRESERVE_ELEMS the kernel empties no slot when a
 // map file is released, so a reader, in every mode, deletes its slots by
-// key at Close, and says so: DeletesSlot on every ring, and no slot left
-// filled after Close.
+// key at Close: no slot is left filled after Close.
 func TestPreserveElems(t *testing.T) {
 	for _, opener := range openers() {
 		for _, mode := range modes {
@@ -289,9 +284,6 @@ func TestPreserveElems(t *testing.T) {
 			t.Run(opener+"/"+mode, func(t *testing.T) {
 				f := setup(t, unix.BPF_F_PRESERVE_ELEMS)
 				c := f.start(t, spec{mode: mode, opener: opener, source: "pin"})
-				if !c.deletesSlot {
-					t.Errorf("a reader of a map with BPF_F_PRESERVE_ELEMS: DeletesSlot false")
-				}
 				if failed := f.emit(t, perCPU); failed != 0 {
 					t.Fatalf("%d outputs failed with the reader open", failed)
 				}
@@ -308,7 +300,6 @@ func TestPreserveElems(t *testing.T) {
 // TestUpgradeChild.
 type reader struct {
 	*child.Process
-	deletesSlot bool // what its Stats said when it opened
 }
 
 // start starts a child reading f's pinned map as s says, and waits until
@@ -329,12 +320,9 @@ func (f *fixture) start(t *testing.T, s spec) *reader {
 		cs.Start = func(cmd *exec.Cmd) error { return startWithout(cmd, capSysAdmin) }
 	}
 	c := &reader{Process: child.MustStart(t, cs)}
-	ans := c.MustAnswer(t)
-	slot, ok := strings.CutPrefix(ans, "open deletes-slot=")
-	if !ok {
+	if ans := c.MustAnswer(t); ans != "open" {
 		t.Fatalf("child: %q, want open", ans)
 	}
-	c.deletesSlot = slot == "true"
 	return c
 }
 
@@ -366,9 +354,9 @@ func (p pinned) PinPath() string     { return p.path }
 
 // TestUpgradeChild is the child of the tests above: a reader of the perf
 // event array pinned in the directory $PERFBUF_UPGRADE_CHILD names, opened
-// as it says (spec). It answers "open deletes-slot=<Stats.DeletesSlot>"
-// once its reader is open, then, a line each: "flush" (a NewReader) with
-// the samples delivered up to a Flush, "close" with "closed", and exits.
+// as it says (spec). It answers "open" once its reader is open, then, a
+// line each: "flush" (a NewReader) with the samples delivered up to a
+// Flush, "close" with "closed", and exits.
 func TestUpgradeChild(t *testing.T) {
 	env := os.Getenv(childEnv)
 	if env == "" {
@@ -406,7 +394,6 @@ func TestUpgradeChild(t *testing.T) {
 	opts := perfbuf.Options{RingBytes: os.Getpagesize()}
 	before := kernel.OpenedPerfRings()
 	var (
-		stats   func() []perfbuf.Stats
 		closeFn func() error
 		r       *perfbuf.Reader
 	)
@@ -416,25 +403,25 @@ func TestUpgradeChild(t *testing.T) {
 		if err != nil {
 			fail(err)
 		}
-		stats, closeFn = pb.Stats, pb.Close
+		closeFn = pb.Close
 	case "NewReader":
 		r, err = perfbuf.NewReader(pm, perfbuf.ReaderOptions{Options: opts})
 		if err != nil {
 			fail(err)
 		}
-		stats, closeFn = r.Stats, r.Close
+		closeFn = r.Close
 	case "NewRaw":
 		raw, err := perfbuf.NewRaw(pm, opts)
 		if err != nil {
 			fail(err)
 		}
-		stats, closeFn = raw.Stats, raw.Close
+		closeFn = raw.Close
 	case "NewRecorder":
 		rec, err := perfbuf.NewRecorder(pm, opts)
 		if err != nil {
 			fail(err)
 		}
-		stats, closeFn = rec.Stats, rec.Close
+		closeFn = rec.Close
 	default:
 		fail(fmt.Errorf("unknown mode %q", mode))
 	}
@@ -443,13 +430,7 @@ func TestUpgradeChild(t *testing.T) {
 	if mode != "NewRecorder" && (opener == "own") != (ownRings > 0) {
 		fail(fmt.Errorf("opener %s: perfbuf's opener opened %d rings", opener, ownRings))
 	}
-	st := stats()
-	for _, s := range st {
-		if s.DeletesSlot != st[0].DeletesSlot {
-			fail(fmt.Errorf("rings disagree on DeletesSlot: %+v", st))
-		}
-	}
-	answer("open deletes-slot=%v", st[0].DeletesSlot)
+	answer("open")
 	srv.Commands(func(cmd string) bool {
 		switch cmd {
 		case "flush":
