@@ -19,8 +19,9 @@ import (
 //
 //	Samples + Lost + Discarded + Left + Failed.Total() + NotRun
 //
-// and, but for NotRun, in the entries of each CPU's perf rings. The
-// failures of CPUs that share rings are in the sums only. A read counts records when
+// and, but for NotRun, in the entries of each CPU's perf rings, or of a
+// ring buffer read alone. Over several ring buffers the failures are in
+// the sums only. A read counts records when
 // it commits them: the last a ReadInto returned are counted by the next
 // read, or at Close. docs/failures.md has the ledger's details.
 type Stats struct {
