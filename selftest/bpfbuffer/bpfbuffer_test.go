@@ -712,29 +712,21 @@ func testRingBufCloseLedger(t *testing.T, kind bpfbuffer.Kind, more []bpfbuffer.
 	if err != nil {
 		t.Fatal(err)
 	}
-	// sums adds up the entries of the rings (Ring >= 0) of stats, and
-	// returns each ring's Left.
-	sums := func(stats []perfbuf.Stats) (sum perfbuf.Stats, left map[int]uint64) {
-		left = map[int]uint64{}
-		for _, e := range stats {
-			if e.Ring < 0 {
-				continue
-			}
-			sum.Samples += e.Samples
-			sum.Discarded += e.Discarded
-			sum.Left += e.Left
-			sum.Found += e.Found
-			left[e.Ring] = e.Left
+	// leftByRing returns each ring's Left in stats.
+	leftByRing := func(stats perfbuf.Stats) map[int]uint64 {
+		left := map[int]uint64{}
+		for i, e := range stats.Rings {
+			left[i] = e.Left
 		}
-		return sum, left
+		return left
 	}
 	// checkFound checks that each ring of stats found what the last reader
 	// left in it (no discards here).
-	checkFound := func(it int, stats []perfbuf.Stats, carried map[int]uint64) {
+	checkFound := func(it int, stats perfbuf.Stats, carried map[int]uint64) {
 		t.Helper()
-		for _, e := range stats {
-			if e.Ring >= 0 && e.Found != carried[e.Ring] {
-				t.Errorf("iteration %d: ring %d found %d, the last reader left %d", it, e.Ring, e.Found, carried[e.Ring])
+		for i, e := range stats.Rings {
+			if e.Found != carried[i] {
+				t.Errorf("iteration %d: ring %d found %d, the last reader left %d", it, i, e.Found, carried[i])
 			}
 		}
 	}
@@ -797,7 +789,7 @@ func testRingBufCloseLedger(t *testing.T, kind bpfbuffer.Kind, more []bpfbuffer.
 		}
 		stats := r.Stats()
 		checkFound(it, stats, carried)
-		st, left := sums(stats)
+		st, left := stats, leftByRing(stats)
 		t.Logf("Close after %v: %d output into the rings + %d left before (found %d) = delivered %d + discarded %d + left %d; %d refused after Close (noent)",
 			delay, ok, carriedAll, st.Found, st.Samples, st.Discarded, st.Left, noent)
 		if st.Samples+st.Discarded+st.Left != ok+carriedAll || st.Found != carriedAll {

@@ -28,7 +28,7 @@ import (
 // every other ring's records all arrive, and the
 // corrupt ring's records written after the skip arrive too, all of them
 // (the skip goes to the producer's position: the records before it are
-// skipped, counted in CorruptBytes).
+// skipped, not counted as samples).
 func TestRingPerCPUCorrupt(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -108,11 +108,11 @@ func testRingPerCPUCorrupt(t *testing.T, n int, to func(cons, prod uint64) uint6
 	for _, cpu := range f.cpus {
 		perRing[p.Of(cpu)] += 7
 	}
-	for _, st := range r.Stats() {
-		if st.Ring < 0 {
-			continue
-		}
-		i := st.Ring
+	stats := r.Stats()
+	if stats.Corrupt != 1 {
+		t.Errorf("sums %+v: %d corruptions, want 1", stats, stats.Corrupt)
+	}
+	for i, st := range stats.Rings {
 		switch {
 		case st.Samples != got[i]:
 			t.Errorf("ring %d: delivered %d, Stats %+v", i, got[i], st)

@@ -126,11 +126,8 @@ func flood(b *testing.B, kind bpfbuffer.Kind, all bool) {
 		full += o.Full
 		ok += o.OK
 	}
-	var samples, left uint64
-	for _, s := range r.Stats() {
-		samples += s.Samples
-		left += s.Left
-	}
+	st := r.Stats()
+	samples, left := st.Samples, st.Left
 	if samples != delivered.Load() || samples+left != ok || ok+full != attempts {
 		b.Errorf("delivered %d, Stats %d samples + %d left; the program: %d attempts, %d ok, %d full", delivered.Load(), samples, left, attempts, ok, full)
 	}

@@ -202,12 +202,7 @@ func TestReaderPause(t *testing.T) {
 			consume()
 			end := f.outcomes(t)
 			st := r.Stats()
-			var noent, failed, statLost uint64
-			for _, s := range st {
-				noent += s.Failed.NoEntry
-				failed += s.Failed.Total()
-				statLost += s.Lost
-			}
+			noent, failed, statLost := st.Failed.NoEntry, st.Failed.Total(), st.Lost
 			for _, cpu := range f.cpus {
 				o, o0 := end[cpu], start[cpu]
 				refused := refusedWhilePaused(perf, o, o0)
@@ -230,9 +225,9 @@ func TestReaderPause(t *testing.T) {
 				if statLost != m*ncpu || failed != 0 {
 					t.Errorf("stats: Lost %d, Failed %d; want %d, 0", statLost, failed, m*ncpu)
 				}
-				for _, s := range st {
+				for i, s := range st.Rings {
 					if s.Lost != m {
-						t.Errorf("ring %d (cpu %d): Lost %d, want %d", s.Ring, s.CPU, s.Lost, m)
+						t.Errorf("ring %d (cpu %d): Lost %d, want %d", i, s.CPU, s.Lost, m)
 					}
 				}
 			} else if noent != m*ncpu || failed != noent || statLost != 0 {

@@ -201,7 +201,7 @@ func TestAnyOldConfig(t *testing.T) {
 	t.Log(err)
 }
 
-// Every form of reading reads the rings: ReadInto, ReadBatch, Each, All,
+// Every form of reading reads the rings: ReadInto, ReadBatch, Each,
 // Consume, the callback owner's Poll and Consume, and the raw view. Each
 // CPU writes 20 records; every one comes back, from its CPU's ring, and
 // the Stats say so.
@@ -231,8 +231,8 @@ func TestRingPerCPUForms(t *testing.T) {
 			}
 		}
 	}
-	forms := map[string]func(t *testing.T, c *ledger.RingCollector) (stats func() []perfbuf.Stats, closeFn func()){
-		"ReadInto": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
+	forms := map[string]func(t *testing.T, c *ledger.RingCollector) (stats func() perfbuf.Stats, closeFn func()){
+		"ReadInto": func(t *testing.T, c *ledger.RingCollector) (func() perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()
 			var s perfbuf.Sample
@@ -245,7 +245,7 @@ func TestRingPerCPUForms(t *testing.T) {
 			})
 			return r.Stats, func() { r.Close() }
 		},
-		"ReadBatch": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
+		"ReadBatch": func(t *testing.T, c *ledger.RingCollector) (func() perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()
 			batch := make([]perfbuf.Sample, 7)
@@ -258,7 +258,7 @@ func TestRingPerCPUForms(t *testing.T) {
 			})
 			return r.Stats, func() { r.Close() }
 		},
-		"Each": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
+		"Each": func(t *testing.T, c *ledger.RingCollector) (func() perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()
 			r.Flush()
@@ -271,24 +271,7 @@ func TestRingPerCPUForms(t *testing.T) {
 			}
 			return r.Stats, func() { r.Close() }
 		},
-		"All": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
-			r := newReader(t, p)
-			load()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			r.Flush()
-			for s, err := range r.All(ctx) {
-				if errors.Is(err, perfbuf.ErrFlushed) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				c.Sample(s.Ring, s.CPU, s.Data)
-			}
-			return r.Stats, func() { r.Close() }
-		},
-		"Consume": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
+		"Consume": func(t *testing.T, c *ledger.RingCollector) (func() perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()
 			if _, err := r.Consume(func(rec *perfbuf.Record) error {
@@ -299,7 +282,7 @@ func TestRingPerCPUForms(t *testing.T) {
 			}
 			return r.Stats, func() { r.Close() }
 		},
-		"callback": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
+		"callback": func(t *testing.T, c *ledger.RingCollector) (func() perfbuf.Stats, func()) {
 			// The sample function is told no ring: the sample's CPU says
 			// which.
 			pb, err := perfbuf.New(p.m, func(cpu int, data []byte) { c.Sample(ledger.AnyRing, cpu, data) }, nil, p.opts)
@@ -315,13 +298,13 @@ func TestRingPerCPUForms(t *testing.T) {
 			}
 			return pb.Stats, func() { pb.Close() }
 		},
-		"raw": func(t *testing.T, c *ledger.RingCollector) (func() []perfbuf.Stats, func()) {
+		"raw": func(t *testing.T, c *ledger.RingCollector) (func() perfbuf.Stats, func()) {
 			pb, err := perfbuf.NewRaw(p.m, p.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			load()
-			var st []perfbuf.Stats
+			var st perfbuf.Stats
 			for i := range p.Keys {
 				rb, err := pb.Buffer(i)
 				if err != nil {
@@ -333,23 +316,26 @@ func TestRingPerCPUForms(t *testing.T) {
 				}); err != nil {
 					t.Fatal(err)
 				}
-				st = append(st, rb.Stats())
+				// What a RawBuffer parsed is in its own Stats, not the
+				// Raw's: the rings' entries, and their sum.
+				rs := rb.Stats()
+				st.Samples += rs.Samples
+				st.Rings = append(st.Rings, rs)
 				rb.Release()
 			}
-			return func() []perfbuf.Stats { return st }, func() { pb.Close() }
+			return func() perfbuf.Stats { return st }, func() { pb.Close() }
 		},
 	}
 	for name, read := range forms {
 		t.Run(name, func(t *testing.T) {
 			c := ledger.NewRingCollector(t, p.Rings)
 			stats, closeFn := read(t, c)
+			st := stats()
 			var samples uint64
-			for _, s := range stats() {
-				if s.Ring >= 0 {
-					samples += s.Samples
-					if s.Samples != c.Ring[s.Ring] {
-						t.Errorf("ring %d: Stats %+v, delivered %d", s.Ring, s, c.Ring[s.Ring])
-					}
+			for i, s := range st.Rings {
+				samples += s.Samples
+				if s.Samples != c.Ring[i] {
+					t.Errorf("ring %d: Stats %+v, delivered %d", i, s, c.Ring[i])
 				}
 			}
 			for _, cpu := range f.cpus {
@@ -357,8 +343,8 @@ func TestRingPerCPUForms(t *testing.T) {
 					t.Errorf("cpu %d: delivered %d, want %d", cpu, c.Got[cpu], each)
 				}
 			}
-			if samples != want {
-				t.Errorf("Stats count %d samples, want %d", samples, want)
+			if samples != want || st.Samples != want {
+				t.Errorf("Stats count %d samples in the rings, %d in the sums, want %d", samples, st.Samples, want)
 			}
 			closeFn()
 		})
@@ -613,11 +599,7 @@ func TestRingPerCPUOrdered(t *testing.T) {
 			for _, o := range f.outcomes(t) {
 				attempts, ok = attempts+o.Attempts, ok+o.OK
 			}
-			var st perfbuf.Stats
-			for _, s := range r.Stats() {
-				st.Samples, st.Left, st.Late = st.Samples+s.Samples, st.Left+s.Left, st.Late+s.Late
-				st.Failed = st.Failed.Add(s.Failed)
-			}
+			st := r.Stats()
 			if attempts != uint64(want) || ok != attempts || st.Samples != ok || st.Left != 0 || st.Late != 0 || st.Failed.Total() != 0 {
 				t.Errorf("%d attempts, %d ok; stats: %d delivered, %d left, %d late, %d failed",
 					attempts, ok, st.Samples, st.Left, st.Late, st.Failed.Total())

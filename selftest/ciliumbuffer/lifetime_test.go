@@ -86,7 +86,7 @@ func TestMapCollectedDuringNewReader(t *testing.T) {
 			t.Fatalf("NewReader read on after the map's descriptor was closed under it, and another map given its number")
 		}
 		// The first ring is the first map, by ID.
-		if st := r.Stats(); len(st) != 2 {
+		if st := r.Stats(); len(st.Rings) != 2 {
 			t.Fatalf("Stats %+v: want 2 rings", st)
 		}
 		t.Logf("NewReader kept the map reachable: %d garbage collections left descriptor %d (map %d) open", 100, fd, firstID)

@@ -109,20 +109,21 @@ func TestReopenPinnedRings(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r2.Close()
-	for i, e := range r2.Stats() {
-		if e.Ring >= 0 && e.Found != st1[i].Left {
-			t.Errorf("ring %d: found %d, the first reader left %d", e.Ring, e.Found, st1[i].Left)
+	opened := r2.Stats()
+	if len(opened.Rings) != len(st1.Rings) {
+		t.Fatalf("the second reader: %d rings, the first %d", len(opened.Rings), len(st1.Rings))
+	}
+	for i, e := range opened.Rings {
+		if e.Found != st1.Rings[i].Left {
+			t.Errorf("ring %d: found %d, the first reader left %d", i, e.Found, st1.Rings[i].Left)
 		}
 	}
 	got2 := read(r2, -1)
 	if err := r2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var left, found uint64
-	for _, e := range r2.Stats() {
-		left += e.Left
-		found += e.Found
-	}
+	st2 := r2.Stats()
+	left, found := st2.Left, st2.Found
 	want := each * len(f.cpus)
 	if got1+got2 != want || len(delivered) != want || uint64(got2) != found || left != 0 {
 		t.Errorf("delivered %d then %d (%d different) of %d; the second found %d, left %d", got1, got2, len(delivered), want, found, left)

@@ -39,9 +39,10 @@ const logEntry = 12
 // Poll in callback mode) and answers "reading"; "drain" makes it deliver
 // what the rings hold (a Reader: Flush, until Each returns ErrFlushed; in
 // callback mode: the Poll loop stopped, then Consume) and answers
-// "drained"; "held" answers "held" and how many of its rings' Stats show
-// a record held (an ordered Reader's copies); "close" closes the reader and answers "closed " and its Stats
-// in JSON, then exits. Every sample it delivers, it writes to
+// "drained"; "held" answers "held" and how many of its rings hold bytes
+// it has not committed (Stats.Fill: an ordered Reader's copies not
+// delivered keep their space in the ring); "close" closes the reader and
+// answers "closed " and its Stats in JSON, then exits. Every sample it delivers, it writes to
 // its log (its CPU and seq, one write(2)) before the function returns, so
 // that what it logged covers what it committed.
 func TestChild(t *testing.T) {
@@ -158,16 +159,17 @@ func TestChild(t *testing.T) {
 
 // orderedKeys is the "ordered" mode's Order: the key is a sample's seq, its
 // CPU's attempt number, so that the CPUs' keys grow at about the same
-// pace; a seq waits for one 1,024 larger (rule 2; MaxDelay, rule 3, is
-// long), so that the window holds the newest copies while it copies.
-var orderedKeys = perfbuf.Order{KeyOffset: 0, KeyWindow: 1024, MaxDelay: 10 * time.Second}
+// pace; MaxDelay is long (rules 2 and 3: 10 s, and a seq 10^10 larger),
+// so that the window holds the copies of a burst until a Flush or Close,
+// and under a flood releases by rule 4.
+var orderedKeys = perfbuf.Order{KeyOffset: 0, MaxDelay: 10 * time.Second}
 
 // reader is a child's reader, in one mode.
 type reader interface {
-	read()                           // start reading on a goroutine of its own
-	drain() error                    // deliver what the rings hold, and stop reading
-	held() int                       // how many rings' Stats show a record held
-	close() ([]perfbuf.Stats, error) // close, stop reading, return the Stats
+	read()                         // start reading on a goroutine of its own
+	drain() error                  // deliver what the rings hold, and stop reading
+	held() int                     // how many rings hold bytes not committed (Stats.Fill)
+	close() (perfbuf.Stats, error) // close, stop reading, return the Stats
 }
 
 // readerMode reads with a Reader's Each.
@@ -193,8 +195,8 @@ func (m *readerMode) read() {
 
 func (m *readerMode) held() int {
 	n := 0
-	for _, st := range m.r.Stats() {
-		if st.Held > 0 {
+	for _, st := range m.r.Stats().Rings {
+		if st.Fill > 0 {
 			n++
 		}
 	}
@@ -214,11 +216,11 @@ func (m *readerMode) drain() error {
 	return nil
 }
 
-func (m *readerMode) close() ([]perfbuf.Stats, error) {
+func (m *readerMode) close() (perfbuf.Stats, error) {
 	m.r.Close()
 	if m.done != nil {
 		if err := <-m.done; !errors.Is(err, os.ErrClosed) {
-			return nil, fmt.Errorf("close: the read ended with %w, want os.ErrClosed", err)
+			return perfbuf.Stats{}, fmt.Errorf("close: the read ended with %w, want os.ErrClosed", err)
 		}
 		m.done = nil
 	}
@@ -263,11 +265,11 @@ func (m *callbackMode) drain() error {
 	return m.err
 }
 
-func (m *callbackMode) close() ([]perfbuf.Stats, error) {
+func (m *callbackMode) close() (perfbuf.Stats, error) {
 	m.pb.Close()
 	if m.done != nil {
 		if err := <-m.done; err != nil && !errors.Is(err, os.ErrClosed) {
-			return nil, fmt.Errorf("close: the poll ended with %w, want os.ErrClosed", err)
+			return perfbuf.Stats{}, fmt.Errorf("close: the poll ended with %w, want os.ErrClosed", err)
 		}
 		m.done = nil
 	}

@@ -243,7 +243,7 @@ type agent struct {
 	*child.Process
 	log    string
 	killed bool
-	stats  []perfbuf.Stats // at its Close
+	stats  perfbuf.Stats // at its Close
 }
 
 // open starts a child reading f's pinned maps and waits until its Reader
@@ -475,11 +475,11 @@ var scenarios = []scenario{
 		// reader drained the ring and cooled (its hot ring: a look that
 		// finds it empty 10 ms after the last that found it behind),
 		// bursts small enough to be copied (below an eighth of the ring)
-		// until it says its window holds copies (the newest seqs wait
-		// for a key 1,024 larger), then SIGKILL; the new reader, opened
-		// with the producers flat out again, delivers the copies the old
-		// one held, and what it delivered after the oldest of them
-		// again. Flat out, a reader is behind the producers: it reads
+		// until, once it looked at the ring, the ring holds bytes it has
+		// not committed (its copies, held: orderedKeys' MaxDelay is
+		// long), then SIGKILL; the new reader, opened with the producers
+		// flat out again, delivers the copies the old one held, and what
+		// it delivered after the oldest of them again. Flat out, a reader is behind the producers: it reads
 		// the ring in place and holds no copy when it dies.
 		old := f.mustOpen(t, "old")
 		f.produce(t)
@@ -497,7 +497,10 @@ var scenarios = []scenario{
 				}
 			}
 			f.burst(t, 1)
-			time.Sleep(5 * time.Millisecond) // (a wait for the reader to copy the burst)
+			// (A wait for the reader to look at the ring and copy the
+			// burst: it looks every 7/8 of MaxLatency, 10 ms, at the
+			// latest.)
+			time.Sleep(30 * time.Millisecond)
 			if ans, err := old.Do("held"); err != nil || ans != "held 0" && ans != "held 1" {
 				t.Fatalf("held: %q, %v", ans, err)
 			} else if ans == "held 1" {

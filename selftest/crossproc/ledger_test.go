@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer/ciliumbuffer"
+	"github.com/perfbuf/perfbuf/internal/owner"
 )
 
 // perfRecord and ringRecord are the ring space one size-byte output takes:
@@ -39,11 +39,11 @@ func (f *fixture) check(t *testing.T, readers []*agent) {
 	t.Helper()
 	perf := f.kind == ciliumbuffer.PerfEventArray
 	out := f.outcomes(t)
-	var fails []perfbuf.Failures
+	var fails []mapFailures
 	if err := f.coll.Maps["events_failures"].Lookup(uint32(0), &fails); err != nil {
 		t.Fatal(err)
 	}
-	failed := map[int]perfbuf.Failures{}
+	failed := map[int]mapFailures{}
 	for k, cpu := range f.possible {
 		failed[cpu] = fails[k]
 	}
@@ -61,14 +61,10 @@ func (f *fixture) check(t *testing.T, readers []*agent) {
 		if r.killed {
 			continue
 		}
-		var samples uint64
-		for _, st := range r.stats {
-			samples += st.Samples
-			if st.Corrupt != 0 || st.Found != 0 && perf {
-				t.Errorf("%s: Stats %+v: corrupt or found records", r.Name, st)
-			}
+		if st := r.stats; st.Corrupt != 0 || st.Found != 0 && perf {
+			t.Errorf("%s: Stats %+v: corrupt or found records", r.Name, st)
 		}
-		if samples != uint64(len(logs[i])) {
+		if samples := r.stats.Samples; samples != uint64(len(logs[i])) {
 			t.Errorf("%s: Stats say %d samples delivered, its log %d", r.Name, samples, len(logs[i]))
 		}
 	}
@@ -144,21 +140,17 @@ func (f *fixture) check(t *testing.T, readers []*agent) {
 		}
 	}
 
-	// What each clean reader's Stats say, by CPU (a ring buffer: -1).
+	// What each clean reader's rings say, by CPU (a ring buffer: -1).
 	lostBy, leftBy := map[int]uint64{}, map[int]uint64{}
 	killed := false
 	for _, r := range readers {
 		killed = killed || r.killed
-		for _, st := range r.stats {
+		for _, st := range r.stats.Rings {
 			lostBy[st.CPU] += st.Lost
 			leftBy[st.CPU] += st.Left
 		}
 	}
-	lastLeft := uint64(0)
-	for _, st := range readers[len(readers)-1].stats {
-		lastLeft += st.Left
-	}
-	if lastLeft != 0 {
+	if lastLeft := readers[len(readers)-1].stats.Left; lastLeft != 0 {
 		t.Errorf("the last reader left %d samples after a drain with the producers stopped", lastLeft)
 	}
 
@@ -208,8 +200,8 @@ func (f *fixture) check(t *testing.T, readers []*agent) {
 			case killed && (dead < 0 || dead > int64(f.ringSize/perfRecord)+1):
 				t.Errorf("cpu %d: %d outputs into the rings, %d delivered, %d left: %d in the killed reader's rings, a ring holds %d",
 					cpu, o.OK, delivered, leftBy[cpu], dead, f.ringSize/perfRecord)
-			case deadLost < 0 || !killed && perfbuf.CloseExact() && deadLost != 0:
-				t.Errorf("cpu %d: %d outputs refused by a full ring, %d counted lost (CloseExact %v)", cpu, o.NoSpc, lostBy[cpu], perfbuf.CloseExact())
+			case deadLost < 0 || !killed && owner.CloseExact() && deadLost != 0:
+				t.Errorf("cpu %d: %d outputs refused by a full ring, %d counted lost (CloseExact %v)", cpu, o.NoSpc, lostBy[cpu], owner.CloseExact())
 			}
 			line := fmt.Sprintf("cpu %d: attempted %d = delivered %d (%s) + lost %d + left %d + failed %d (noent %d)",
 				cpu, o.Attempts, delivered, strings.Join(who, ", "), lostBy[cpu], leftBy[cpu], fl.Total(), fl.NoEntry)
@@ -252,11 +244,20 @@ func statsLine(readers []*agent) string {
 			s = append(s, r.Name+" killed")
 			continue
 		}
-		var samples, found, left uint64
-		for _, st := range r.stats {
-			samples, found, left = samples+st.Samples, found+st.Found, left+st.Left
-		}
-		s = append(s, fmt.Sprintf("%s samples %d found %d left %d", r.Name, samples, found, left))
+		st := r.stats
+		s = append(s, fmt.Sprintf("%s samples %d found %d left %d", r.Name, st.Samples, st.Found, st.Left))
 	}
 	return strings.Join(s, "; ")
+}
+
+// mapFailures is a CPU's value of the failure map: struct
+// perfbuf_failures of bpf/perfbuf.bpf.h, a ring buffer's full ring
+// included (Stats count it as Lost).
+type mapFailures struct {
+	NoEntry, TooBig, Invalid, NotOnCPU, Other, Full uint64
+}
+
+// Total is the number of failed outputs of every cause.
+func (f mapFailures) Total() uint64 {
+	return f.NoEntry + f.TooBig + f.Invalid + f.NotOnCPU + f.Other + f.Full
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 	"golang.org/x/sys/unix"
 )
@@ -131,7 +132,7 @@ func (c *collector) lostFn(cpu int, n uint64) { c.lost[cpu] += n }
 // collector, and has Stats and Close.
 type mode struct {
 	drain func(t *testing.T)
-	stats func() []perfbuf.Stats
+	stats func() perfbuf.Stats
 	close func()
 }
 
@@ -263,8 +264,8 @@ func TestFailureAccounting(t *testing.T) {
 			got := f.outcomes(t)
 			check(t, f.cpus, got, want, c, live)
 			rd.close()
-			if after := rd.stats(); !reflect.DeepEqual(failedByCPU(after), failedByCPU(live)) {
-				t.Errorf("Failed after Close %v, before %v", failedByCPU(after), failedByCPU(live))
+			if after := rd.stats(); !reflect.DeepEqual(failedByCPU(after), failedByCPU(live)) || after.Failed != live.Failed {
+				t.Errorf("Failed after Close %v (sums %+v), before %v (sums %+v)", failedByCPU(after), after.Failed, failedByCPU(live), live.Failed)
 			}
 		})
 	}
@@ -273,13 +274,13 @@ func TestFailureAccounting(t *testing.T) {
 // check compares, per CPU, what the program saw (got), what the test made
 // happen (want: the failures exactly; the ok and ENOSPC split depends on
 // the ring, so only their sum), what the reader delivered (c), and its
-// Stats; and logs the accounting.
-func check(t *testing.T, online []int, got, want map[int]outcome, c *collector, stats []perfbuf.Stats) {
+// Stats, each CPU's ring and the sums; and logs the accounting.
+func check(t *testing.T, online []int, got, want map[int]outcome, c *collector, stats perfbuf.Stats) {
 	t.Helper()
 	byCPU := map[int]perfbuf.Stats{}
-	for _, s := range stats {
+	for _, s := range stats.Rings {
 		if _, dup := byCPU[s.CPU]; dup {
-			t.Errorf("two Stats entries for cpu %d", s.CPU)
+			t.Errorf("two rings for cpu %d", s.CPU)
 		}
 		byCPU[s.CPU] = s
 	}
@@ -288,9 +289,14 @@ func check(t *testing.T, online []int, got, want map[int]outcome, c *collector, 
 			t.Errorf("cpu %d (not online) has outcomes %+v", cpu, o)
 		}
 	}
+	var attempts uint64
+	var failedAll perfbuf.Failures
 	for _, cpu := range online {
 		o, w, s := got[cpu], want[cpu], byCPU[cpu]
 		failed := o.failed()
+		attempts += o.Attempts
+		failedAll = perfbuf.Failures{NoEntry: failedAll.NoEntry + failed.NoEntry, TooBig: failedAll.TooBig + failed.TooBig,
+			Invalid: failedAll.Invalid + failed.Invalid, NotOnCPU: failedAll.NotOnCPU + failed.NotOnCPU, Other: failedAll.Other + failed.Other}
 		t.Logf("cpu %d: attempted %d = received %d + lost %d + failed %d (noent %d, e2big %d, einval %d, opnotsupp %d, other %d)",
 			cpu, o.Attempts, s.Samples, s.Lost, s.Failed.Total(),
 			s.Failed.NoEntry, s.Failed.TooBig, s.Failed.Invalid, s.Failed.NotOnCPU, s.Failed.Other)
@@ -313,19 +319,24 @@ func check(t *testing.T, online []int, got, want map[int]outcome, c *collector, 
 			t.Errorf("cpu %d: %d received + %d lost + %d failed != %d attempted", cpu, s.Samples, s.Lost, s.Failed.Total(), o.Attempts)
 		}
 	}
+	// The sums: every CPU has a ring, so they are the rings'.
+	if stats.Failed != failedAll || stats.Samples+stats.Lost+stats.Failed.Total()+stats.NotRun != attempts {
+		t.Errorf("sums %+v: the program attempted %d, failed %+v", stats, attempts, failedAll)
+	}
 }
 
-func failedByCPU(st []perfbuf.Stats) map[int]perfbuf.Failures {
+// failedByCPU returns the Failed of each ring of st, by its CPU.
+func failedByCPU(st perfbuf.Stats) map[int]perfbuf.Failures {
 	out := map[int]perfbuf.Failures{}
-	for _, s := range st {
+	for _, s := range st.Rings {
 		out[s.CPU] = s.Failed
 	}
 	return out
 }
 
-// A CPU without a ring gets a Stats entry of its own for its failures,
-// after the rings': events1 has one slot, so only CPU 0 has a ring, and
-// every other CPU's outputs fail with E2BIG.
+// The failures of a CPU without a ring are in the Stats' sums, not in a
+// ring's entry: events1 has one slot, so only CPU 0 has a ring, and every
+// other CPU's outputs fail with E2BIG.
 func TestFailuresWithoutRing(t *testing.T) {
 	f := setup(t)
 	if f.cpus[0] != 0 {
@@ -341,14 +352,16 @@ func TestFailuresWithoutRing(t *testing.T) {
 			}
 			rd.drain(t)
 			got := f.outcomes(t)
-			want := []perfbuf.Stats{{CPU: 0, Samples: 3, Bytes: 3 * 36}} // 32 bytes padded to 36
+			ring0 := perfbuf.Stats{CPU: 0, Samples: 3, Bytes: 3 * 36} // 32 bytes padded to 36
+			want := perfbuf.Stats{CPU: -1, Samples: ring0.Samples, Bytes: ring0.Bytes, Rings: []perfbuf.Stats{ring0}}
 			for _, cpu := range f.cpus[1:] {
-				want = append(want, perfbuf.Stats{Ring: -1, CPU: cpu, Failed: perfbuf.Failures{TooBig: got[cpu].TooBig}})
+				want.Failed.TooBig += got[cpu].TooBig
 			}
 			st := rd.stats()
 			rd.close()
-			for i := range st {
-				st[i].Fill, st[i].MaxFill, st[i].Size = 0, 0, 0 // not this test's
+			st.Fill, st.MaxFill, st.Size, st.Wakeups = 0, 0, 0, 0 // not this test's
+			for i := range st.Rings {
+				st.Rings[i].Fill, st.Rings[i].MaxFill, st.Rings[i].Size = 0, 0, 0
 			}
 			if !reflect.DeepEqual(st, want) {
 				t.Errorf("Stats:\n got %+v\nwant %+v", st, want)
@@ -357,8 +370,8 @@ func TestFailuresWithoutRing(t *testing.T) {
 				if n := got[cpu].TooBig - base[cpu].TooBig; n != uint64(4+i) {
 					t.Errorf("cpu %d: %d outputs failed with E2BIG, want %d", cpu, n, 4+i)
 				}
-				t.Logf("cpu %d (no ring): %d outputs failed with E2BIG; Stats: %+v (the map's counts since load)",
-					cpu, got[cpu].TooBig-base[cpu].TooBig, failedByCPU(st)[cpu])
+				t.Logf("cpu %d (no ring): %d outputs failed with E2BIG; the map's since load: %d",
+					cpu, got[cpu].TooBig-base[cpu].TooBig, got[cpu].TooBig)
 			}
 			if c.samples[0] != 3 || len(c.samples) != 1 {
 				t.Errorf("received %v, want 3 samples on cpu 0", c.samples)
@@ -445,10 +458,14 @@ func TestBadFailureMaps(t *testing.T) {
 	for _, cpu := range f.cpus {
 		f.output(t, cpu, 2, 64, currentCPU|badFlag, 0)
 	}
-	for cpu, fl := range failedByCPU(pb.Stats()) {
+	st := pb.Stats()
+	for cpu, fl := range failedByCPU(st) {
 		if fl.Invalid != 2 {
 			t.Errorf("cpu %d: Failed %+v after its caller's descriptor was closed, want Invalid 2", cpu, fl)
 		}
+	}
+	if n := uint64(len(f.cpus)); st.Failed.Invalid != 2*n || len(st.Rings) != len(f.cpus) {
+		t.Errorf("sums: Failed %+v over %d rings after its caller's descriptor was closed, want Invalid %d over %d", st.Failed, len(st.Rings), 2*n, n)
 	}
 	pb.Close()
 	if now := bpftest.OpenFDs(t); now != fds {
@@ -485,7 +502,7 @@ func TestCloseLedger(t *testing.T) {
 
 // closeDuringProduction runs one producer per CPU flat out, reads with form
 // from rings of pages pages, closes after delay while the producers go on,
-// and checks the ledger: exactly where CloseExact says so, the losses
+// and checks the ledger: exactly where owner.CloseExact says so, the losses
 // included. It returns 1 if Close left samples in the rings.
 func closeDuringProduction(t *testing.T, f *fixture, form string, delay time.Duration, pages int) int {
 	t.Helper()
@@ -498,7 +515,7 @@ func closeDuringProduction(t *testing.T, f *fixture, form string, delay time.Dur
 		delivered[cpu]++
 		mu.Unlock()
 	}
-	var stats func() []perfbuf.Stats
+	var stats func() perfbuf.Stats
 	var closeFn func()
 	var read func() error
 	policy, how, _ := strings.Cut(form, "/")
@@ -598,7 +615,7 @@ func closeDuringProduction(t *testing.T, f *fixture, form string, delay time.Dur
 				form, delay, cpu, st.Samples, st.Left, ok, st.Lost, nospc)
 		}
 		d := delta(before[cpu], after[cpu])
-		if failed := d.failed().Total(); perfbuf.CloseExact() && (st.Lost != nospc || st.Samples+st.Lost+st.Left+failed != d.Attempts) {
+		if failed := d.failed().Total(); owner.CloseExact() && (st.Lost != nospc || st.Samples+st.Lost+st.Left+failed != d.Attempts) {
 			t.Errorf("%s, Close after %v: cpu %d: %d attempts != delivered %d + lost %d + left %d + failed %d (ENOSPC %d)",
 				form, delay, cpu, d.Attempts, st.Samples, st.Lost, st.Left, failed, nospc)
 		}
@@ -609,10 +626,10 @@ func closeDuringProduction(t *testing.T, f *fixture, form string, delay time.Dur
 	return left
 }
 
-// perCPU sums a reader's Stats by CPU.
-func perCPU(stats []perfbuf.Stats) map[int]perfbuf.Stats {
+// perCPU sums a reader's rings' Stats by CPU.
+func perCPU(stats perfbuf.Stats) map[int]perfbuf.Stats {
 	out := map[int]perfbuf.Stats{}
-	for _, s := range stats {
+	for _, s := range stats.Rings {
 		a := out[s.CPU]
 		a.Samples += s.Samples
 		a.Lost += s.Lost

@@ -8,6 +8,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 )
 
@@ -35,7 +36,7 @@ func forceOpener(t *testing.T, force bool) {
 //
 //	attempts = Samples + Lost + Left + failed, Lost = the ENOSPCs
 //
-// Before 6.0 (CloseExact false) the losses of a full ring are not counted.
+// Before 6.0 (owner.CloseExact false) the losses of a full ring are not counted.
 // Both openers, every owner kind (a Raw counts its losses at Close only:
 // while open, they are its RawBuffers').
 func TestCloseFullRings(t *testing.T) {
@@ -66,7 +67,7 @@ func TestCloseFullRings(t *testing.T) {
 						t.Fatalf("cpu %d: %d outputs in the ring, %d ENOSPC: the ring did not fill", cpu, d.OK, d.NoSpace)
 					}
 					st := closed[cpu]
-					if !perfbuf.CloseExact() {
+					if !owner.CloseExact() {
 						if st.Samples+st.Left != d.OK || st.Lost > d.NoSpace {
 							t.Errorf("cpu %d: delivered %d + left %d, lost %d; want %d + the ENOSPC %d at most", cpu, st.Samples, st.Left, st.Lost, d.OK, d.NoSpace)
 						}
@@ -91,7 +92,7 @@ func TestCloseFullRings(t *testing.T) {
 // outrun readers of one-page rings, and Close comes while they write, the
 // rings full or nearly: per CPU, every attempt is a sample delivered or
 // left, a loss or a failure, exactly, with Lost the ENOSPCs (where
-// CloseExact, from 6.0). Both openers.
+// owner.CloseExact, from 6.0). Both openers.
 func TestCloseLossy(t *testing.T) {
 	f := setup(t)
 	iterations := 8

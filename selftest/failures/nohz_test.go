@@ -6,8 +6,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/owner"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 	"golang.org/x/sys/unix"
 )
@@ -18,9 +18,10 @@ const nohzFullEnv = "PERFBUF_VMTEST_NOHZ_FULL"
 
 // In a nohz_full guest the kernel refuses membarrier's global command, and
 // leaves it out of its query (else the guest shows nothing): Close's grace
-// period is still waited for, through the array of maps, and CloseExact
-// says so. The guest runs the Pause, Close and Snapshot selftests besides.
-// Runs only where nohzFullEnv says the kernel is nohz_full.
+// period is still waited for, through the array of maps, and
+// owner.CloseExact says so. The guest runs the Pause, Close and Snapshot
+// selftests besides. Runs only where nohzFullEnv says the kernel is
+// nohz_full.
 func TestNohzFull(t *testing.T) {
 	if os.Getenv(nohzFullEnv) != "1" {
 		t.Skipf("%s is not 1: not a nohz_full guest of scripts/vmtest.sh", nohzFullEnv)
@@ -42,7 +43,7 @@ func TestNohzFull(t *testing.T) {
 	if err := kernel.WaitWriters(); err != nil {
 		t.Errorf("WaitWriters: %v", err)
 	}
-	if !perfbuf.CloseExact() {
+	if !owner.CloseExact() {
 		t.Error("CloseExact false: the grace period is not waited for")
 	}
 }

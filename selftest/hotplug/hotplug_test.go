@@ -78,11 +78,11 @@ func emitAll(t *testing.T, f *bpftest.Fixture, n uint64) {
 	}
 }
 
-// hasRing reports whether one of stats' entries is cpu's, and how many
-// entries are.
-func hasRing(stats []perfbuf.Stats, cpu int) (bool, int) {
+// hasRing reports whether one of stats' rings is cpu's, and how many
+// rings are.
+func hasRing(stats perfbuf.Stats, cpu int) (bool, int) {
 	n := 0
-	for _, st := range stats {
+	for _, st := range stats.Rings {
 		if st.CPU == cpu {
 			n++
 		}
@@ -91,8 +91,8 @@ func hasRing(stats []perfbuf.Stats, cpu int) (bool, int) {
 }
 
 // waitRings waits until stats (a reader's, read by another goroutine) hold
-// want entries for cpu.
-func waitRings(t *testing.T, stats func() []perfbuf.Stats, cpu, want int) {
+// want rings for cpu.
+func waitRings(t *testing.T, stats func() perfbuf.Stats, cpu, want int) {
 	t.Helper()
 	for start := time.Now(); ; time.Sleep(5 * time.Millisecond) {
 		if _, n := hasRing(stats(), cpu); n == want {
@@ -139,7 +139,7 @@ func TestHotplugCallback(t *testing.T) {
 	if n := pb.BufferCount(); n != before+1 {
 		t.Fatalf("%d rings after cpu %d came online, want %d", n, cpu, before+1)
 	}
-	if got := pb.Stats()[before].CPU; got != cpu {
+	if got := pb.Stats().Rings[before].CPU; got != cpu {
 		t.Errorf("ring %d is cpu %d's, want cpu %d's", before, got, cpu)
 	}
 	emitAll(t, f, count)
@@ -147,7 +147,7 @@ func TestHotplugCallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.CheckAccounting(t, f)
-	c.CheckStats(t, pb.Stats())
+	c.CheckStats(t, pb.Stats().Rings)
 	if c.Samples[cpu] != count {
 		t.Errorf("cpu %d: %d samples, want %d", cpu, c.Samples[cpu], count)
 	}
@@ -270,7 +270,7 @@ func TestHotplugBack(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			f, cpu := setup(t)
 			c := bpftest.NewCollector()
-			var stats func() []perfbuf.Stats
+			var stats func() perfbuf.Stats
 			var consume func()
 			switch mode {
 			case "callback":
@@ -284,7 +284,7 @@ func TestHotplugBack(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				stats = func() []perfbuf.Stats { consume(); return pb.Stats() }
+				stats = func() perfbuf.Stats { consume(); return pb.Stats() }
 			case "ordered":
 				r, err := perfbuf.NewReader(f.Events, perfbuf.ReaderOptions{Order: &perfbuf.Order{KeyOffset: 8}})
 				if err != nil {

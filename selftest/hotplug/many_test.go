@@ -48,7 +48,7 @@ type manyReader struct {
 	name  string
 	f     *bpftest.Fixture
 	c     *bpftest.Collector
-	stats func() []perfbuf.Stats
+	stats func() perfbuf.Stats
 	stop  func() // stops reading and delivers what is left
 	first int    // rings at New
 
@@ -155,9 +155,9 @@ func openReader(t *testing.T, name string, opts perfbuf.ReaderOptions) *manyRead
 }
 
 // ringCPUs returns the CPU of each of stats' rings, by CPU: how many.
-func ringCPUs(stats []perfbuf.Stats) map[int]int {
+func ringCPUs(stats perfbuf.Stats) map[int]int {
 	n := map[int]int{}
-	for _, st := range stats {
+	for _, st := range stats.Rings {
 		n[st.CPU]++
 	}
 	return n
@@ -231,7 +231,7 @@ func TestHotplugManyCPUs(t *testing.T) {
 		openReader(t, "ordered", perfbuf.ReaderOptions{Options: opts, Order: &perfbuf.Order{KeyOffset: 8}}), // emit_hdr.ts
 	}
 	for _, m := range readers {
-		m.first = len(m.stats())
+		m.first = len(m.stats().Rings)
 		if m.first != len(online) {
 			t.Fatalf("%s: %d rings at New, want one per online cpu (%d)", m.name, m.first, len(online))
 		}
@@ -374,10 +374,14 @@ func checkMany(t *testing.T, readers []*manyReader, possible, online []int) {
 		m.c.Check(t)
 		emitted[i] = m.f.Stats(t)
 		stats := m.stats()
-		if len(stats) != len(possible) {
-			t.Errorf("%s: %d rings, want %d (one per cpu)", m.name, len(stats), len(possible))
+		if len(stats.Rings) != len(possible) {
+			t.Errorf("%s: %d rings, want %d (one per cpu)", m.name, len(stats.Rings), len(possible))
 		}
-		for j, st := range stats {
+		// The sums have the failures of CPUs without a ring too.
+		if stats.Left != 0 || stats.Failed.Total() != 0 {
+			t.Errorf("%s: Stats' sums say %d left, %d failed", m.name, stats.Left, stats.Failed.Total())
+		}
+		for j, st := range stats.Rings {
 			if was := slices.Contains(online, st.CPU); was != (j < m.first) {
 				t.Errorf("%s: ring %d is cpu %d's (online at New: %v), but New opened %d rings", m.name, j, st.CPU, was, m.first)
 			}
@@ -385,7 +389,7 @@ func checkMany(t *testing.T, readers []*manyReader, possible, online []int) {
 				t.Errorf("%s: cpu %d: Stats say %d left, %d failed", m.name, st.CPU, st.Left, st.Failed.Total())
 			}
 		}
-		m.c.CheckStats(t, stats)
+		m.c.CheckStats(t, stats.Rings)
 	}
 	for _, cpu := range possible {
 		var line strings.Builder
@@ -490,7 +494,7 @@ func TestLongOnlineList(t *testing.T) {
 		t.Errorf("perfbuf's opener opened %d rings, want every ring of the %d readers on %d cpus", n, len(readers), len(online))
 	}
 	for _, m := range readers {
-		m.first = len(m.stats())
+		m.first = len(m.stats().Rings)
 		m.f.CPUs = online
 		for _, cpu := range online {
 			m.f.Emit(t, cpu, count, size, 0)
@@ -500,7 +504,7 @@ func TestLongOnlineList(t *testing.T) {
 	for _, m := range readers {
 		m.stop()
 		m.c.CheckAccounting(t, m.f)
-		m.c.CheckStats(t, m.stats())
+		m.c.CheckStats(t, m.stats().Rings)
 		if m.first != len(online) {
 			t.Errorf("%s: %d rings, want one per online cpu (%d)", m.name, m.first, len(online))
 		}

@@ -47,5 +47,5 @@ func TestHotplugPaused(t *testing.T) {
 	}
 	stop()
 	c.CheckAccounting(t, f)
-	c.CheckStats(t, r.Stats())
+	c.CheckStats(t, r.Stats().Rings)
 }
