@@ -145,7 +145,7 @@ func closeRings(rings []ringFD) {
 // Prepare made it, and opts completed for perfbuf.NewReader or
 // perfbuf.New: FailureMap set to <mapName>_failures if it is nil, and for
 // RingBufPerCPU the first ring as the map and the others appended to a
-// copy of opts.Maps, in slot order (a Reader's Stats.Ring i is the i-th
+// copy of opts.Maps, in slot order (a Reader's Stats().Rings[i] is the i-th
 // ring: CPU i's with a ring per CPU and no gap in the possible CPUs). For
 // the other kinds, and a buffer Prepare did not see (loaded as compiled,
 // a ring buffer), the map is the buffer's own.

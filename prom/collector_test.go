@@ -3,7 +3,6 @@
 package prom
 
 import (
-	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -17,122 +16,105 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Every owner is a Source, with both optional methods.
+// Every owner is a Source.
 var (
 	_ Source = (*perfbuf.PerfBuffer)(nil)
 	_ Source = (*perfbuf.Reader)(nil)
 	_ Source = (*perfbuf.Raw)(nil)
-
-	_ interface {
-		cpuFollower
-		waker
-	} = (*perfbuf.Reader)(nil)
-	_ interface {
-		cpuFollower
-		waker
-	} = (*perfbuf.PerfBuffer)(nil)
-	_ interface {
-		cpuFollower
-		waker
-	} = (*perfbuf.Raw)(nil)
+	_ Source = (*perfbuf.Recorder)(nil)
 )
 
 // fakeSource returns stats, and counts the calls; fakeReader adds the
-// rings' sizes to them and is a cpuFollower and a waker.
+// rings' sizes to them.
 type fakeSource struct {
-	stats []perfbuf.Stats
+	stats perfbuf.Stats
 	calls atomic.Int32
 }
 
-func (f *fakeSource) Stats() []perfbuf.Stats {
+func (f *fakeSource) Stats() perfbuf.Stats {
 	f.calls.Add(1)
 	return f.stats
 }
 
-// fakeReader is a fakeSource with the readers' optional methods.
+// fakeReader is a fakeSource whose rings have sizes, as a reader's.
 type fakeReader struct {
 	fakeSource
-	sizes   []int
-	follows bool
-	wakeups uint64
+	sizes []int
 }
 
-// Stats returns the stats with each ring's Size from sizes, as a reader's.
-func (f *fakeReader) Stats() []perfbuf.Stats {
-	st := slices.Clone(f.fakeSource.Stats())
-	for i := range st {
-		if r := st[i].Ring; r >= 0 && r < len(f.sizes) {
-			st[i].Size = f.sizes[r]
+// Stats returns the stats with ring i's Size sizes[i], as a reader's.
+func (f *fakeReader) Stats() perfbuf.Stats {
+	st := f.fakeSource.Stats()
+	st.Rings = slices.Clone(st.Rings)
+	for i := range st.Rings {
+		if i < len(f.sizes) {
+			st.Rings[i].Size = f.sizes[i]
 		}
 	}
 	return st
 }
-func (f *fakeReader) FollowsCPUs() bool { return f.follows }
-func (f *fakeReader) Wakeups() uint64   { return f.wakeups }
+
+// sums returns the Stats of an owner with the rings' entries rings and
+// the counts of no ring rest (failures of CPUs without a ring of their
+// own, as Failed and, for ring buffers, Lost; NotRun; Wakeups): the sums
+// of both, with Rings.
+func sums(rest perfbuf.Stats, rings ...perfbuf.Stats) perfbuf.Stats {
+	st := rest
+	st.CPU = -1
+	for i := range rings {
+		add(&st, &rings[i])
+	}
+	st.Rings = rings
+	return st
+}
 
 // fakeStats is what a Reader over a perf event array with a FailureMap
-// could report: CPU 2 has two rings (it went offline and came back, the
-// failures on its latest ring's entry), CPU 3 has no ring but failures.
-func fakeStats() []perfbuf.Stats {
-	return []perfbuf.Stats{
-		{Ring: 0, CPU: 2, Samples: 10, Bytes: 640, Lost: 3, Other: 1, Corrupt: 1, CorruptBytes: 48,
-			Late: 2, Dropped: 1, Left: 0, MaxFill: 4096, Fill: 0, Waiting: 3 * time.Second, Held: 1500 * time.Millisecond},
-		{Ring: 1, CPU: 0, Samples: 7, Bytes: 448, Late: 1, MaxFill: 512, Fill: 128,
+// and Options.Programs could report: CPU 2 has two rings (it went offline
+// and came back, the failures on its latest ring's entry), CPU 3 has no
+// ring but failures, in the sums only.
+func fakeStats() perfbuf.Stats {
+	return sums(perfbuf.Stats{Failed: perfbuf.Failures{NoEntry: 5, TooBig: 2}, NotRun: 3, Wakeups: 42},
+		perfbuf.Stats{CPU: 2, Samples: 10, Bytes: 640, Lost: 3, Corrupt: 1,
+			Late: 2, Left: 0, MaxFill: 4096, Fill: 0, Waiting: 3 * time.Second},
+		perfbuf.Stats{CPU: 0, Samples: 7, Bytes: 448, Late: 1, MaxFill: 512, Fill: 128,
 			Failed: perfbuf.Failures{Invalid: 2}},
-		{Ring: 2, CPU: 2, Samples: 5, Bytes: 320, Lost: 4, Late: 1, Left: 2, MaxFill: 1024, Fill: 256,
+		perfbuf.Stats{CPU: 2, Samples: 5, Bytes: 320, Lost: 4, Late: 1, Left: 2, MaxFill: 1024, Fill: 256,
 			Failed: perfbuf.Failures{NotOnCPU: 6, Other: 1}, Waiting: 250 * time.Millisecond},
-		{Ring: -1, CPU: 3, Failed: perfbuf.Failures{NoEntry: 5, TooBig: 2, Full: 4}},
-	}
+	)
 }
 
 // fakeSizes are the sizes of fakeStats' rings.
 var fakeSizes = []int{8192, 8192, 8192}
 
 const wantText = `
-# HELP perfbuf_corrupt_skipped_bytes_total Bytes of the rings skipped, unread, to get past corruptions. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
-# TYPE perfbuf_corrupt_skipped_bytes_total counter
-perfbuf_corrupt_skipped_bytes_total{ring=""} 48
 # HELP perfbuf_corruptions_total Records or ring heads the kernel never writes, found in the rings; reading went on past each. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_corruptions_total counter
 perfbuf_corruptions_total{ring=""} 1
-# HELP perfbuf_cpu_hotplug_followed 1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.
-# TYPE perfbuf_cpu_hotplug_followed gauge
-perfbuf_cpu_hotplug_followed 1
 # HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_discarded_records_total counter
 perfbuf_discarded_records_total{ring=""} 0
-# HELP perfbuf_dropped_late_samples_total Ordered Reader with DropLate: late samples dropped, not delivered (also in late_samples_total). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
-# TYPE perfbuf_dropped_late_samples_total counter
-perfbuf_dropped_late_samples_total{ring=""} 1
-# HELP perfbuf_held_record_age_seconds Ordered Reader: how long the reader has held back the record it holds from a ring, since it first saw it, as of its last commit; 0 when it holds none. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
-# TYPE perfbuf_held_record_age_seconds gauge
-perfbuf_held_record_age_seconds{ring=""} 1.5
-# HELP perfbuf_late_samples_total Ordered Reader: samples delivered (or dropped, with DropLate) after a sample with a larger key. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# HELP perfbuf_late_samples_total Ordered Reader: samples delivered after a sample with a larger key. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_late_samples_total counter
 perfbuf_late_samples_total{ring=""} 4
-# HELP perfbuf_left_samples_total Samples left unread in the rings when the reader was closed. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# HELP perfbuf_left_samples_total Samples left unread in the rings when the reader was closed; a Recorder's: records its snapshots left out (no room in its buffer, overwritten while it copied them, not yet committed). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_left_samples_total counter
 perfbuf_left_samples_total{ring=""} 2
 # HELP perfbuf_found_records_total Ring buffers: records (samples and discarded) in the ring when the reader opened it; for a pinned ring buffer opened again, what the last reader left, which this one delivers. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_found_records_total counter
 perfbuf_found_records_total{ring=""} 0
-# HELP perfbuf_lost_samples_total Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# HELP perfbuf_lost_samples_total Samples a full ring had no room for: a perf ring's as reported by the lost records read so far (a count arrives once a later sample fits), its refused outputs while paused too; a ring buffer's as counted by the BPF program's failure map (0 without one). Ring "none": those of a CPU that no ring tells (several ring buffers that CPUs share). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_lost_samples_total counter
 perfbuf_lost_samples_total{ring=""} 7
 # HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_oldest_record_age_seconds gauge
 perfbuf_oldest_record_age_seconds{ring=""} 3
-# HELP perfbuf_other_records_total Records that were neither samples nor lost records, skipped. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
-# TYPE perfbuf_other_records_total counter
-perfbuf_other_records_total{ring=""} 1
-# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. The reader's total.
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A full ring's are lost samples instead (lost_samples_total). Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. The reader's total.
 # TYPE perfbuf_output_failures_total counter
 perfbuf_output_failures_total{cause="e2big"} 2
 perfbuf_output_failures_total{cause="einval"} 2
 perfbuf_output_failures_total{cause="enoent"} 5
 perfbuf_output_failures_total{cause="eopnotsupp"} 6
-perfbuf_output_failures_total{cause="full"} 4
-perfbuf_output_failures_total{cause="not_run"} 0
+perfbuf_output_failures_total{cause="not_run"} 3
 perfbuf_output_failures_total{cause="other"} 1
 # HELP perfbuf_ring_fill_max_ratio The most bytes the reader found waiting in a ring since it was opened, over its size: the fullest ring's. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_ring_fill_max_ratio gauge
@@ -143,29 +125,25 @@ perfbuf_ring_fill_ratio{ring=""} 0.03125
 # HELP perfbuf_ring_size_bytes Size of a ring's data area: the largest ring's (a perf event array's rings are all one size). Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_ring_size_bytes gauge
 perfbuf_ring_size_bytes{ring=""} 8192
-# HELP perfbuf_sample_bytes_total Payload bytes of the samples counted in samples_total and dropped_late_samples_total, as the kernel padded them (to 8-byte records). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# HELP perfbuf_sample_bytes_total Payload bytes of the samples counted in samples_total, as the kernel padded them (to 8-byte records). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_sample_bytes_total counter
 perfbuf_sample_bytes_total{ring=""} 1408
-# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# HELP perfbuf_samples_total Samples delivered. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{ring=""} 22
-# HELP perfbuf_wakeups_total Blocked waits of the reader that a ring's wakeup ended (not a timeout, Close, Flush or a deadline).
+# HELP perfbuf_wakeups_total Blocked reads, Polls and Waits of the reader that a ring's wakeup ended (not a timeout, Close, Flush or a deadline); 0 for a Recorder.
 # TYPE perfbuf_wakeups_total counter
 perfbuf_wakeups_total 42
 `
 
 // The exposition of fakeStats by default, exactly: the rings summed into
 // one series (ring=""), the fullest ring's fill over its size (CPU 2's
-// first ring: 4096 of 8192 at most, its second 256 now), the failures
-// summed by cause, one call of each method per collection.
+// first ring: 4096 of 8192 at most, its second 256 now), the failures and
+// runs not run the sums', by cause, one call of Stats per collection.
 func TestCollect(t *testing.T) {
-	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes, follows: true, wakeups: 42}
+	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes}
 	c := NewCollector(src, Options{})
-	exact := fmt.Sprintf(`# HELP perfbuf_close_exact 1 if the counts add up exactly at Close on this kernel: it grants the RCU grace period Close waits for before it counts what is left, and counts a perf ring's refused outputs (6.0); a ring buffer's also need a failure map and outputs through bpf/perfbuf.bpf.h. 0 before 6.0, or with nohz_full and no CAP_BPF.
-# TYPE perfbuf_close_exact gauge
-perfbuf_close_exact %v
-`, gauge(perfbuf.CloseExact()))
-	if err := testutil.CollectAndCompare(c, strings.NewReader(wantText+exact)); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(wantText)); err != nil {
 		t.Error(err)
 	}
 	if n := src.calls.Load(); n != 1 {
@@ -174,15 +152,16 @@ perfbuf_close_exact %v
 }
 
 // With PerCPU, fakeStats by CPU: CPU 2's two rings summed (the fill of
-// its fullest ring), CPU 3, with no ring, in the failures only.
+// its fullest ring); CPU 3, with no ring, has its failures in the sums
+// only, which no ring tells: cpu="".
 func TestCollectPerCPU(t *testing.T) {
 	src := &fakeReader{fakeSource: fakeSource{stats: fakeStats()}, sizes: fakeSizes}
 	const want = `
-# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
+# HELP perfbuf_samples_total Samples delivered. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{cpu="0",ring=""} 7
 perfbuf_samples_total{cpu="2",ring=""} 15
-# HELP perfbuf_lost_samples_total Perf event arrays: samples the kernel dropped because a ring was full, as reported by the lost records read so far (a count arrives once a later sample fits). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
+# HELP perfbuf_lost_samples_total Samples a full ring had no room for: a perf ring's as reported by the lost records read so far (a count arrives once a later sample fits), its refused outputs while paused too; a ring buffer's as counted by the BPF program's failure map (0 without one). Ring "none": those of a CPU that no ring tells (several ring buffers that CPUs share). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
 # TYPE perfbuf_lost_samples_total counter
 perfbuf_lost_samples_total{cpu="0",ring=""} 0
 perfbuf_lost_samples_total{cpu="2",ring=""} 7
@@ -198,74 +177,71 @@ perfbuf_ring_fill_max_ratio{cpu="2",ring=""} 0.5
 # TYPE perfbuf_ring_fill_ratio gauge
 perfbuf_ring_fill_ratio{cpu="0",ring=""} 0.015625
 perfbuf_ring_fill_ratio{cpu="2",ring=""} 0.03125
-# HELP perfbuf_cpu_hotplug_followed 1 if samples of CPUs that come online after the reader opened are read (always for ring buffers; for a perf event array, if the CPU uevent socket opened), else 0.
-# TYPE perfbuf_cpu_hotplug_followed gauge
-perfbuf_cpu_hotplug_followed 0
-# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. Per CPU.
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A full ring's are lost samples instead (lost_samples_total). Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. Per CPU; cpu="" for a ring buffer's, and for those of a CPU that no ring tells.
 # TYPE perfbuf_output_failures_total counter
+perfbuf_output_failures_total{cause="e2big",cpu=""} 2
 perfbuf_output_failures_total{cause="e2big",cpu="0"} 0
 perfbuf_output_failures_total{cause="e2big",cpu="2"} 0
-perfbuf_output_failures_total{cause="e2big",cpu="3"} 2
+perfbuf_output_failures_total{cause="einval",cpu=""} 0
 perfbuf_output_failures_total{cause="einval",cpu="0"} 2
 perfbuf_output_failures_total{cause="einval",cpu="2"} 0
-perfbuf_output_failures_total{cause="einval",cpu="3"} 0
+perfbuf_output_failures_total{cause="enoent",cpu=""} 5
 perfbuf_output_failures_total{cause="enoent",cpu="0"} 0
 perfbuf_output_failures_total{cause="enoent",cpu="2"} 0
-perfbuf_output_failures_total{cause="enoent",cpu="3"} 5
+perfbuf_output_failures_total{cause="eopnotsupp",cpu=""} 0
 perfbuf_output_failures_total{cause="eopnotsupp",cpu="0"} 0
 perfbuf_output_failures_total{cause="eopnotsupp",cpu="2"} 6
-perfbuf_output_failures_total{cause="eopnotsupp",cpu="3"} 0
-perfbuf_output_failures_total{cause="full",cpu="0"} 0
-perfbuf_output_failures_total{cause="full",cpu="2"} 0
-perfbuf_output_failures_total{cause="full",cpu="3"} 4
-perfbuf_output_failures_total{cause="not_run",cpu=""} 0
+perfbuf_output_failures_total{cause="not_run",cpu=""} 3
+perfbuf_output_failures_total{cause="other",cpu=""} 0
 perfbuf_output_failures_total{cause="other",cpu="0"} 0
 perfbuf_output_failures_total{cause="other",cpu="2"} 1
-perfbuf_output_failures_total{cause="other",cpu="3"} 0
 `
 	c := NewCollector(src, Options{PerCPU: true})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "perfbuf_samples_total", "perfbuf_lost_samples_total",
-		"perfbuf_ring_fill_max_ratio", "perfbuf_ring_fill_ratio", "perfbuf_cpu_hotplug_followed", "perfbuf_output_failures_total",
+		"perfbuf_ring_fill_max_ratio", "perfbuf_ring_fill_ratio", "perfbuf_output_failures_total",
 		"perfbuf_oldest_record_age_seconds"); err != nil {
 		t.Error(err)
 	}
-	// 16 series for each of the 2 CPUs with rings, 6 for each of the 3
-	// with failures, 1 for the programs' runs not run, 1 for hotplug, 1
-	// for wakeups, 1 for an exact Close.
-	if n, want := testutil.CollectAndCount(c), 2*16+3*len(causes)+4; n != want {
+	// 12 series for each of the 2 CPUs with rings, 5 for each of them and
+	// for the failures no ring tells, 1 for the programs' runs not run, 1
+	// for wakeups.
+	if n, want := testutil.CollectAndCount(c), 2*12+3*len(causes)+2; n != want {
 		t.Errorf("%d metrics collected, want %d", n, want)
 	}
 }
 
 // Two ring buffers (an array of them, or Options.Maps): a series per ring,
-// each ring's fill over its own size (the rings differ), and each CPU's
-// failures (Ring -1) summed exactly, or by CPU with PerCPU.
+// each ring's fill over its own size (the rings differ), and the CPUs'
+// failures, which are no ring's, exactly: the full rings' as lost samples
+// of ring "none", the others by cause, with PerCPU as cpu="".
 func TestCollectRingBuffer(t *testing.T) {
-	src := &fakeReader{fakeSource: fakeSource{stats: []perfbuf.Stats{
-		{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Fill: 1024, MaxFill: 2048, Waiting: 2 * time.Second},
-		{Ring: 1, CPU: -1, Samples: 4, Fill: 1024, MaxFill: 1024},
-		{Ring: -1, CPU: 0, Failed: perfbuf.Failures{Full: 3}},
-		{Ring: -1, CPU: 1, Failed: perfbuf.Failures{Full: 1, NoEntry: 2}},
-	}}, sizes: []int{4096, 65536}, follows: true}
+	src := &fakeReader{fakeSource: fakeSource{stats: sums(perfbuf.Stats{Lost: 3 + 1, Failed: perfbuf.Failures{NoEntry: 2}},
+		perfbuf.Stats{CPU: -1, Samples: 9, Discarded: 2, Fill: 1024, MaxFill: 2048, Waiting: 2 * time.Second},
+		perfbuf.Stats{CPU: -1, Samples: 4, Fill: 1024, MaxFill: 1024},
+	)}, sizes: []int{4096, 65536}}
 	const want = `
 # HELP perfbuf_oldest_record_age_seconds At most how long the oldest record not yet delivered has waited in a ring, at the scrape: the time since the reader or a scrape last saw the ring without a record written before then still undelivered (records carry no time); 0 when none waits. Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings.
 # TYPE perfbuf_oldest_record_age_seconds gauge
 perfbuf_oldest_record_age_seconds{ring="0"} 2
 perfbuf_oldest_record_age_seconds{ring="1"} 0
-# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. The reader's total.
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A full ring's are lost samples instead (lost_samples_total). Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. The reader's total.
 # TYPE perfbuf_output_failures_total counter
 perfbuf_output_failures_total{cause="e2big"} 0
 perfbuf_output_failures_total{cause="einval"} 0
 perfbuf_output_failures_total{cause="enoent"} 2
 perfbuf_output_failures_total{cause="eopnotsupp"} 0
-perfbuf_output_failures_total{cause="full"} 4
 perfbuf_output_failures_total{cause="not_run"} 0
 perfbuf_output_failures_total{cause="other"} 0
 # HELP perfbuf_discarded_records_total Ring buffers: records that the BPF program discarded (bpf_ringbuf_discard), skipped. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_discarded_records_total counter
 perfbuf_discarded_records_total{ring="0"} 2
 perfbuf_discarded_records_total{ring="1"} 0
-# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# HELP perfbuf_lost_samples_total Samples a full ring had no room for: a perf ring's as reported by the lost records read so far (a count arrives once a later sample fits), its refused outputs while paused too; a ring buffer's as counted by the BPF program's failure map (0 without one). Ring "none": those of a CPU that no ring tells (several ring buffers that CPUs share). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# TYPE perfbuf_lost_samples_total counter
+perfbuf_lost_samples_total{ring="0"} 0
+perfbuf_lost_samples_total{ring="1"} 0
+perfbuf_lost_samples_total{ring="none"} 4
+# HELP perfbuf_samples_total Samples delivered. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{ring="0"} 9
 perfbuf_samples_total{ring="1"} 4
@@ -279,33 +255,31 @@ perfbuf_ring_size_bytes{ring="0"} 4096
 perfbuf_ring_size_bytes{ring="1"} 65536
 `
 	if err := testutil.CollectAndCompare(NewCollector(src, Options{}), strings.NewReader(want),
-		"perfbuf_output_failures_total", "perfbuf_discarded_records_total", "perfbuf_samples_total",
+		"perfbuf_output_failures_total", "perfbuf_discarded_records_total", "perfbuf_lost_samples_total", "perfbuf_samples_total",
 		"perfbuf_ring_fill_ratio", "perfbuf_ring_size_bytes", "perfbuf_oldest_record_age_seconds"); err != nil {
 		t.Error(err)
 	}
 	const wantPerCPU = `
-# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A perf event array's full ring is a lost sample instead; a ring buffer's is cause full. Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. Per CPU.
+# HELP perfbuf_output_failures_total Outputs that failed before reaching a ring, by cause, as counted by the BPF program's failure map; 0 without one. A full ring's are lost samples instead (lost_samples_total). Cause not_run: runs of the reader's Options.Programs that the kernel skipped (a BPF program already running on the CPU), whose outputs were never made. Per CPU; cpu="" for a ring buffer's, and for those of a CPU that no ring tells.
 # TYPE perfbuf_output_failures_total counter
-perfbuf_output_failures_total{cause="e2big",cpu="0"} 0
-perfbuf_output_failures_total{cause="e2big",cpu="1"} 0
-perfbuf_output_failures_total{cause="einval",cpu="0"} 0
-perfbuf_output_failures_total{cause="einval",cpu="1"} 0
-perfbuf_output_failures_total{cause="enoent",cpu="0"} 0
-perfbuf_output_failures_total{cause="enoent",cpu="1"} 2
-perfbuf_output_failures_total{cause="eopnotsupp",cpu="0"} 0
-perfbuf_output_failures_total{cause="eopnotsupp",cpu="1"} 0
-perfbuf_output_failures_total{cause="full",cpu="0"} 3
-perfbuf_output_failures_total{cause="full",cpu="1"} 1
+perfbuf_output_failures_total{cause="e2big",cpu=""} 0
+perfbuf_output_failures_total{cause="einval",cpu=""} 0
+perfbuf_output_failures_total{cause="enoent",cpu=""} 2
+perfbuf_output_failures_total{cause="eopnotsupp",cpu=""} 0
 perfbuf_output_failures_total{cause="not_run",cpu=""} 0
-perfbuf_output_failures_total{cause="other",cpu="0"} 0
-perfbuf_output_failures_total{cause="other",cpu="1"} 0
-# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
+perfbuf_output_failures_total{cause="other",cpu=""} 0
+# HELP perfbuf_lost_samples_total Samples a full ring had no room for: a perf ring's as reported by the lost records read so far (a count arrives once a later sample fits), its refused outputs while paused too; a ring buffer's as counted by the BPF program's failure map (0 without one). Ring "none": those of a CPU that no ring tells (several ring buffers that CPUs share). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
+# TYPE perfbuf_lost_samples_total counter
+perfbuf_lost_samples_total{cpu="",ring="0"} 0
+perfbuf_lost_samples_total{cpu="",ring="1"} 0
+perfbuf_lost_samples_total{cpu="",ring="none"} 4
+# HELP perfbuf_samples_total Samples delivered. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed by CPU.
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{cpu="",ring="0"} 9
 perfbuf_samples_total{cpu="",ring="1"} 4
 `
 	if err := testutil.CollectAndCompare(NewCollector(src, Options{PerCPU: true}), strings.NewReader(wantPerCPU),
-		"perfbuf_output_failures_total", "perfbuf_samples_total"); err != nil {
+		"perfbuf_output_failures_total", "perfbuf_lost_samples_total", "perfbuf_samples_total"); err != nil {
 		t.Error(err)
 	}
 }
@@ -313,26 +287,30 @@ perfbuf_samples_total{cpu="",ring="1"} 4
 // More ring buffers than MaxRingSeries (a ring per CPU on a big host):
 // their counts summed into one series (ring=""), as a perf event array's
 // rings are, the fill the fullest ring's over its own size, the size the
-// largest, the age the oldest ring's, Found summed.
+// largest, the age the oldest ring's, Found summed; what the sums hold
+// beyond the rings (lost samples of no ring) still apart, in ring "none".
 func TestCollectRingBufferSummed(t *testing.T) {
-	src := &fakeReader{fakeSource: fakeSource{stats: []perfbuf.Stats{
-		{Ring: 0, CPU: -1, Samples: 9, Discarded: 2, Found: 3, Fill: 1024, MaxFill: 2048, Waiting: 2 * time.Second},
-		{Ring: 1, CPU: -1, Samples: 4, Found: 5, Fill: 1024, MaxFill: 1024},
-		{Ring: 2, CPU: -1, Samples: 1, Left: 6, Fill: 0, MaxFill: 4096},
-		{Ring: -1, CPU: 0, Failed: perfbuf.Failures{Full: 3}},
-	}}, sizes: []int{4096, 65536, 8192}, follows: true}
+	src := &fakeReader{fakeSource: fakeSource{stats: sums(perfbuf.Stats{Lost: 3},
+		perfbuf.Stats{CPU: -1, Samples: 9, Discarded: 2, Found: 3, Fill: 1024, MaxFill: 2048, Waiting: 2 * time.Second},
+		perfbuf.Stats{CPU: -1, Samples: 4, Found: 5, Fill: 1024, MaxFill: 1024},
+		perfbuf.Stats{CPU: -1, Samples: 1, Left: 6, Fill: 0, MaxFill: 4096},
+	)}, sizes: []int{4096, 65536, 8192}}
 	const help = " Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed."
 	const fullest = " Per ring of a ring buffer (of the rings past MaxRingSeries); of a perf event array's rings."
 	want := `
-# HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts).` + help + `
+# HELP perfbuf_samples_total Samples delivered.` + help + `
 # TYPE perfbuf_samples_total counter
 perfbuf_samples_total{ring=""} 14
 # HELP perfbuf_found_records_total Ring buffers: records (samples and discarded) in the ring when the reader opened it; for a pinned ring buffer opened again, what the last reader left, which this one delivers.` + help + `
 # TYPE perfbuf_found_records_total counter
 perfbuf_found_records_total{ring=""} 8
-# HELP perfbuf_left_samples_total Samples left unread in the rings when the reader was closed.` + help + `
+# HELP perfbuf_left_samples_total Samples left unread in the rings when the reader was closed; a Recorder's: records its snapshots left out (no room in its buffer, overwritten while it copied them, not yet committed).` + help + `
 # TYPE perfbuf_left_samples_total counter
 perfbuf_left_samples_total{ring=""} 6
+# HELP perfbuf_lost_samples_total Samples a full ring had no room for: a perf ring's as reported by the lost records read so far (a count arrives once a later sample fits), its refused outputs while paused too; a ring buffer's as counted by the BPF program's failure map (0 without one). Ring "none": those of a CPU that no ring tells (several ring buffers that CPUs share).` + help + `
+# TYPE perfbuf_lost_samples_total counter
+perfbuf_lost_samples_total{ring=""} 0
+perfbuf_lost_samples_total{ring="none"} 3
 # HELP perfbuf_ring_fill_ratio Bytes waiting in a ring at the scrape, over its size: the fullest ring's (0 once the reader is closed).` + fullest + `
 # TYPE perfbuf_ring_fill_ratio gauge
 perfbuf_ring_fill_ratio{ring=""} 0.25
@@ -344,7 +322,7 @@ perfbuf_ring_fill_max_ratio{ring=""} 0.5
 perfbuf_ring_size_bytes{ring=""} 65536
 `
 	names := []string{"perfbuf_samples_total", "perfbuf_found_records_total", "perfbuf_left_samples_total",
-		"perfbuf_ring_fill_ratio", "perfbuf_ring_fill_max_ratio", "perfbuf_ring_size_bytes"}
+		"perfbuf_lost_samples_total", "perfbuf_ring_fill_ratio", "perfbuf_ring_fill_max_ratio", "perfbuf_ring_size_bytes"}
 	if err := testutil.CollectAndCompare(NewCollector(src, Options{MaxRingSeries: 2}), strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
@@ -354,43 +332,37 @@ perfbuf_ring_size_bytes{ring=""} 65536
 	}
 }
 
-// fakeRecorder is a fakeSource with a Recorder's Snapshot.
-type fakeRecorder struct{ fakeSource }
-
-func (f *fakeRecorder) Snapshot(buf []byte, dst []perfbuf.Record, onlyNew bool) ([]perfbuf.Record, error) {
-	return dst, nil
-}
-
-// A Recorder's snapshots' counts are exported, a perf event array's rings
-// summed as for the other counts; a reader has no such series.
+// A Recorder's snapshots' counts are exported as a reader's: what they
+// left out in left_samples_total, a perf event array's rings summed, a
+// ring buffer's per ring; no series of their own (the old
+// snapshot_skipped_records_total and overwritten_bytes_total are gone).
 func TestCollectRecorder(t *testing.T) {
-	rec := &fakeRecorder{fakeSource{stats: []perfbuf.Stats{
-		{Ring: 0, CPU: 0, Samples: 5, Skipped: 2},
-		{Ring: 1, CPU: 1, Samples: 7, Skipped: 1},
-	}}}
+	rec := &fakeSource{stats: sums(perfbuf.Stats{},
+		perfbuf.Stats{CPU: 0, Samples: 5, Left: 2},
+		perfbuf.Stats{CPU: 1, Samples: 7, Left: 1},
+	)}
+	const help = "Samples left unread in the rings when the reader was closed; a Recorder's: records its snapshots left out (no room in its buffer, overwritten while it copied them, not yet committed). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed."
 	const want = `
-# HELP perfbuf_overwritten_bytes_total Recorder: bytes of a ring buffer in overwrite mode that the kernel overwrote unread, headers included; 0 for perf rings, which do not tell. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
-# TYPE perfbuf_overwritten_bytes_total counter
-perfbuf_overwritten_bytes_total{ring=""} 0
-# HELP perfbuf_snapshot_skipped_records_total Recorder: records a snapshot left out (no room in its buffer, overwritten while it copied them, not yet committed). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
-# TYPE perfbuf_snapshot_skipped_records_total counter
-perfbuf_snapshot_skipped_records_total{ring=""} 3
+# HELP perfbuf_left_samples_total ` + help + `
+# TYPE perfbuf_left_samples_total counter
+perfbuf_left_samples_total{ring=""} 3
+# HELP perfbuf_wakeups_total Blocked reads, Polls and Waits of the reader that a ring's wakeup ended (not a timeout, Close, Flush or a deadline); 0 for a Recorder.
+# TYPE perfbuf_wakeups_total counter
+perfbuf_wakeups_total 0
 `
-	names := []string{"perfbuf_overwritten_bytes_total", "perfbuf_snapshot_skipped_records_total"}
+	names := []string{"perfbuf_left_samples_total", "perfbuf_wakeups_total",
+		"perfbuf_overwritten_bytes_total", "perfbuf_snapshot_skipped_records_total"}
 	if err := testutil.CollectAndCompare(NewCollector(rec, Options{}), strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
-	rec.stats = []perfbuf.Stats{{Ring: 0, CPU: -1, Samples: 5, Overwritten: 4096}}
+	rec.stats = sums(perfbuf.Stats{}, perfbuf.Stats{CPU: -1, Samples: 5, Left: 4})
 	const wantRingBuf = `
-# HELP perfbuf_overwritten_bytes_total Recorder: bytes of a ring buffer in overwrite mode that the kernel overwrote unread, headers included; 0 for perf rings, which do not tell. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
-# TYPE perfbuf_overwritten_bytes_total counter
-perfbuf_overwritten_bytes_total{ring="0"} 4096
+# HELP perfbuf_left_samples_total ` + help + `
+# TYPE perfbuf_left_samples_total counter
+perfbuf_left_samples_total{ring="0"} 4
 `
 	if err := testutil.CollectAndCompare(NewCollector(rec, Options{}), strings.NewReader(wantRingBuf), names[0]); err != nil {
 		t.Error(err)
-	}
-	if err := testutil.CollectAndCompare(NewCollector(&rec.fakeSource, Options{}), strings.NewReader(""), names...); err != nil {
-		t.Errorf("a reader: %v", err)
 	}
 }
 
@@ -417,8 +389,8 @@ func TestOptions(t *testing.T) {
 	opts := func(m string) Options {
 		return Options{Namespace: "agent", ConstLabels: prometheus.Labels{"map": m}}
 	}
-	events := &fakeSource{stats: []perfbuf.Stats{{Ring: 0, CPU: 0, Samples: 4}, {Ring: 1, CPU: 1, Samples: 3}}}
-	other := &fakeSource{stats: []perfbuf.Stats{{Ring: 0, CPU: -1, Samples: 9}, {Ring: 1, CPU: -1, Samples: 1}}}
+	events := &fakeSource{stats: sums(perfbuf.Stats{}, perfbuf.Stats{CPU: 0, Samples: 4}, perfbuf.Stats{CPU: 1, Samples: 3})}
+	other := &fakeSource{stats: sums(perfbuf.Stats{}, perfbuf.Stats{CPU: -1, Samples: 9}, perfbuf.Stats{CPU: -1, Samples: 1})}
 	if err := reg.Register(NewCollector(events, opts("events"))); err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +406,7 @@ func TestOptions(t *testing.T) {
 		t.Error("a collector with PerCPU registered beside collectors without")
 	}
 	const want = `
-# HELP agent_perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+# HELP agent_perfbuf_samples_total Samples delivered. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 # TYPE agent_perfbuf_samples_total counter
 agent_perfbuf_samples_total{map="events",ring=""} 7
 agent_perfbuf_samples_total{map="other",ring="0"} 9
@@ -447,19 +419,20 @@ agent_perfbuf_samples_total{map="other",ring="1"} 1
 
 // A const label that clashes with a variable one is refused at Register;
 // a collection through no registry reports the metrics it makes invalid,
-// without a panic. (fakeSources Stats have no Size: 13 ring metrics a
-// series, 11 counters and 2 ages.)
+// without a panic. (fakeSources Stats have no Size: 9 ring metrics a
+// series, 8 counters and the age.)
 func TestBadConstLabel(t *testing.T) {
 	for _, tc := range []struct {
 		label       string
 		perCPU      bool
 		wantInvalid int
 	}{
-		{"ring", false, 13},               // one series of the rings
+		{"ring", false, 9},                // one series of the rings
 		{"cause", false, len(causes) + 1}, // the reader's failures, and not_run
-		// CPUs 0 and 2 with rings, 0, 2 and 3 with failures, and the
-		// programs' runs not run, of no CPU.
-		{"cpu", true, 2*13 + 3*len(causes) + 1},
+		// CPUs 0 and 2 with rings, 0, 2 and the failures no ring tells
+		// (CPU 3's) with failures, and the programs' runs not run, of no
+		// CPU.
+		{"cpu", true, 2*9 + 3*len(causes) + 1},
 	} {
 		c := NewCollector(&fakeSource{stats: fakeStats()}, Options{ConstLabels: prometheus.Labels{tc.label: "x"}, PerCPU: tc.perCPU})
 		if err := prometheus.NewRegistry().Register(c); err == nil {
@@ -480,11 +453,10 @@ func TestBadConstLabel(t *testing.T) {
 	}
 }
 
-// No rings (a Source with no entries): no metrics but the host's
-// close_exact, no error.
+// No rings (a Source with no entries in Rings): no metrics, no error.
 func TestCollectEmpty(t *testing.T) {
-	if n := testutil.CollectAndCount(NewCollector(&fakeSource{}, Options{})); n != 1 {
-		t.Errorf("%d metrics from no Stats, want 1 (close_exact)", n)
+	if n := testutil.CollectAndCount(NewCollector(&fakeSource{}, Options{})); n != 0 {
+		t.Errorf("%d metrics from no Stats, want 0", n)
 	}
 }
 
@@ -499,14 +471,14 @@ func TestAddCoversEveryField(t *testing.T) {
 }
 
 // fill sets every integer field of v, nested structs included, to n, and
-// every bool to n > 4.
+// every slice (Rings) to n zero entries.
 func fill(v reflect.Value, n int64) {
 	for i := range v.NumField() {
 		switch f := v.Field(i); f.Kind() {
 		case reflect.Struct:
 			fill(f, n)
-		case reflect.Bool:
-			f.SetBool(n > 4)
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), int(n), int(n)))
 		case reflect.Int, reflect.Int64:
 			f.SetInt(n)
 		case reflect.Uint64:
@@ -517,18 +489,18 @@ func fill(v reflect.Value, n int64) {
 	}
 }
 
-// check wants every field of v, the sum of 3 and 5, but CPU, Ring, MaxFill,
-// Fill and Size (a's: a group's fill is its fullest ring's over that ring's
-// size, not a sum), Waiting and Held (the larger: a group's oldest), and a
-// bool, true (false or true: either ring's).
+// check wants every field of v, the sum of 3 and 5, but CPU, MaxFill, Fill
+// and Size (a's: a group's fill is its fullest ring's over that ring's
+// size, not a sum), Waiting (the larger: a group's oldest), and Rings
+// (a's: a group has no entries of its own).
 func check(t *testing.T, prefix string, v reflect.Value) {
 	for i := range v.NumField() {
 		name := prefix + v.Type().Field(i).Name
 		want := int64(8)
 		switch name {
-		case "CPU", "Ring", "MaxFill", "Fill", "Size":
+		case "CPU", "MaxFill", "Fill", "Size", "Rings":
 			want = 3
-		case "Waiting", "Held":
+		case "Waiting":
 			want = 5
 		}
 		switch f := v.Field(i); f.Kind() {
@@ -538,9 +510,9 @@ func check(t *testing.T, prefix string, v reflect.Value) {
 			if f.Int() != want {
 				t.Errorf("%s: %d, want %d", name, f.Int(), want)
 			}
-		case reflect.Bool:
-			if !f.Bool() {
-				t.Errorf("%s: false, want true (either ring's)", name)
+		case reflect.Slice:
+			if int64(f.Len()) != want {
+				t.Errorf("%s: %d entries, want %d", name, f.Len(), want)
 			}
 		default:
 			if f.Uint() != uint64(want) {

@@ -11,10 +11,17 @@ import (
 	"github.com/prometheus/common/expfmt"
 )
 
-// fixed stands in for a *perfbuf.Reader or *perfbuf.PerfBuffer.
+// fixed stands in for a *perfbuf.Reader or *perfbuf.PerfBuffer: its
+// rings' counts, and their sums.
 type fixed []perfbuf.Stats
 
-func (f fixed) Stats() []perfbuf.Stats { return f }
+func (f fixed) Stats() perfbuf.Stats {
+	st := perfbuf.Stats{CPU: -1, Rings: f}
+	for _, r := range f {
+		st.Samples += r.Samples
+	}
+	return st
+}
 
 // Two readers' metrics in a registry, each labelled with its map. An HTTP
 // server would serve reg with promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).
@@ -23,8 +30,8 @@ func (f fixed) Stats() []perfbuf.Stats { return f }
 // series each, labelled with the ring's buffer index. Options.PerCPU would
 // label the perf event array's counts by CPU instead.
 func ExampleNewCollector() {
-	var events prom.Source = fixed{{Ring: 0, CPU: 0, Samples: 5}, {Ring: 1, CPU: 1, Samples: 2}, {Ring: 2, CPU: 1, Samples: 1}}
-	var logs prom.Source = fixed{{Ring: 0, CPU: -1, Samples: 7}, {Ring: 1, CPU: -1, Samples: 4}}
+	var events prom.Source = fixed{{CPU: 0, Samples: 5}, {CPU: 1, Samples: 2}, {CPU: 1, Samples: 1}}
+	var logs prom.Source = fixed{{CPU: -1, Samples: 7}, {CPU: -1, Samples: 4}}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prom.NewCollector(events, prom.Options{ConstLabels: prometheus.Labels{"map": "events"}}))
@@ -40,7 +47,7 @@ func ExampleNewCollector() {
 		}
 	}
 	// Output:
-	// # HELP perfbuf_samples_total Samples delivered (not those dropped_late_samples_total counts). Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
+	// # HELP perfbuf_samples_total Samples delivered. Per ring of a ring buffer (summed past MaxRingSeries rings); a perf event array's rings summed.
 	// # TYPE perfbuf_samples_total counter
 	// perfbuf_samples_total{map="events",ring=""} 8
 	// perfbuf_samples_total{map="logs",ring="0"} 7

@@ -14,36 +14,29 @@ const hostCPUs = 256
 
 // perfArray256 is the Stats of a perf event array with a ring on each of
 // 256 CPUs.
-func perfArray256() []perfbuf.Stats {
-	st := make([]perfbuf.Stats, hostCPUs)
-	for i := range st {
-		st[i] = perfbuf.Stats{Ring: i, CPU: i, Samples: 1, Failed: perfbuf.Failures{Invalid: 1}}
+func perfArray256() perfbuf.Stats {
+	rings := make([]perfbuf.Stats, hostCPUs)
+	for i := range rings {
+		rings[i] = perfbuf.Stats{CPU: i, Samples: 1, Failed: perfbuf.Failures{Invalid: 1}}
 	}
-	return st
+	return sums(perfbuf.Stats{}, rings...)
 }
 
-// ringBuf256 is the Stats of one ring buffer shared by 256 CPUs, each with
-// failures of its own (Ring -1).
-func ringBuf256() []perfbuf.Stats {
-	st := []perfbuf.Stats{{Ring: 0, CPU: -1, Samples: 1}}
-	for cpu := range hostCPUs {
-		st = append(st, perfbuf.Stats{Ring: -1, CPU: cpu, Failed: perfbuf.Failures{Full: 1}})
-	}
-	return st
+// ringBuf256 is the Stats of one ring buffer shared by 256 CPUs, read
+// alone: each CPU's full outputs are in its one entry, as Lost.
+func ringBuf256() perfbuf.Stats {
+	return sums(perfbuf.Stats{}, perfbuf.Stats{CPU: -1, Samples: 1, Lost: hostCPUs})
 }
 
 // ringBufArray256 is the Stats of an array of 256 ring buffers, one per
 // CPU: each ring is every CPU's as far as the library knows (CPU -1), and
-// each CPU's failures come in entries of their own.
-func ringBufArray256() []perfbuf.Stats {
-	var st []perfbuf.Stats
-	for i := range hostCPUs {
-		st = append(st, perfbuf.Stats{Ring: i, CPU: -1, Samples: 1})
+// the CPUs' full outputs are no ring's, in the sums only.
+func ringBufArray256() perfbuf.Stats {
+	var rings []perfbuf.Stats
+	for range hostCPUs {
+		rings = append(rings, perfbuf.Stats{CPU: -1, Samples: 1})
 	}
-	for cpu := range hostCPUs {
-		st = append(st, perfbuf.Stats{Ring: -1, CPU: cpu, Failed: perfbuf.Failures{Full: 1}})
-	}
-	return st
+	return sums(perfbuf.Stats{Lost: hostCPUs}, rings...)
 }
 
 // TestSeries256 counts the series one reader exports on a 256-CPU host, for
@@ -52,40 +45,42 @@ func ringBufArray256() []perfbuf.Stats {
 // CPU: 4608, 4626 and 4626 series (the ring buffers' rings in cpu="-1").
 // Before the ages and wakeups: 21, 21 and 3336 by default; 4866, 1551 and
 // 4866 with PerCPU. Before MaxRingSeries, an array of 256 ring buffers
-// exported a series set per ring by default: 3849 (15 a ring).
+// exported a series set per ring by default: 3849 (15 a ring). Before
+// Stats had the sums (16 series a ring, a cause full, the hotplug and
+// exact Close gauges, failures per CPU of ring buffers): 26, 26 and 26;
+// 5636, 1556 and 1556 with PerCPU.
 func TestSeries256(t *testing.T) {
-	const rings = 16 // 11 counters, 2 fill ratios, the size and 2 ages
+	const rings = 12 // 8 counters, 2 fill ratios, the size and the age
 	for _, tc := range []struct {
 		name          string
-		stats         []perfbuf.Stats
+		stats         perfbuf.Stats
 		size          int
 		max           int // Options.MaxRingSeries
 		want, wantCPU int
 	}{
 		// One series of the rings, the failures by cause and the
 		// programs' runs not run (with PerCPU, the causes per CPU, and
-		// the runs not run once, as no CPU's), 3 series of the reader
-		// (wakeups, hotplug, an exact Close).
+		// the runs not run once, as no CPU's), the reader's wakeups.
 		{"perf event array", perfArray256(), 64 << 10, 0,
-			rings + len(causes) + 1 + 3, hostCPUs*(rings+len(causes)) + 1 + 3},
+			rings + len(causes) + 1 + 1, hostCPUs*(rings+len(causes)) + 1 + 1},
+		// With PerCPU, the failures of no CPU's ring (cpu="").
 		{"ring buffer", ringBuf256(), 16 << 20, 0,
-			rings + len(causes) + 1 + 3, rings + hostCPUs*len(causes) + 1 + 3},
-		// More rings than MaxRingSeries: summed, as a perf event array's.
+			rings + len(causes) + 1 + 1, rings + len(causes) + 1 + 1},
+		// More rings than MaxRingSeries: summed, as a perf event array's;
+		// the lost samples of no ring in ring "none".
 		{"array of ring buffers", ringBufArray256(), 256 << 10, 0,
-			rings + len(causes) + 1 + 3, rings + hostCPUs*len(causes) + 1 + 3},
+			rings + 1 + len(causes) + 1 + 1, rings + 1 + len(causes) + 1 + 1},
 		// A series per ring, asked for.
 		{"array of ring buffers, no limit", ringBufArray256(), 256 << 10, -1,
-			hostCPUs*rings + len(causes) + 1 + 3, hostCPUs*(rings+len(causes)) + 1 + 3},
+			hostCPUs*rings + 1 + len(causes) + 1 + 1, hostCPUs*rings + 1 + len(causes) + 1 + 1},
 		{"array of ring buffers, a series per ring up to 256", ringBufArray256(), 256 << 10, hostCPUs,
-			hostCPUs*rings + len(causes) + 1 + 3, hostCPUs*(rings+len(causes)) + 1 + 3},
+			hostCPUs*rings + 1 + len(causes) + 1 + 1, hostCPUs*rings + 1 + len(causes) + 1 + 1},
 		{"array of ring buffers, a series per ring up to 255", ringBufArray256(), 256 << 10, hostCPUs - 1,
-			rings + len(causes) + 1 + 3, rings + hostCPUs*len(causes) + 1 + 3},
+			rings + 1 + len(causes) + 1 + 1, rings + 1 + len(causes) + 1 + 1},
 	} {
-		src := &fakeReader{fakeSource: fakeSource{stats: tc.stats}, follows: true}
-		for _, st := range tc.stats {
-			if st.Ring >= 0 {
-				src.sizes = append(src.sizes, tc.size)
-			}
+		src := &fakeReader{fakeSource: fakeSource{stats: tc.stats}}
+		for range tc.stats.Rings {
+			src.sizes = append(src.sizes, tc.size)
 		}
 		n := testutil.CollectAndCount(NewCollector(src, Options{MaxRingSeries: tc.max}))
 		nCPU := testutil.CollectAndCount(NewCollector(src, Options{PerCPU: true, MaxRingSeries: tc.max}))

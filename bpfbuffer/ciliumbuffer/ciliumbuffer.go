@@ -408,7 +408,7 @@ func (m *ebpfMap) FileDescriptor() int {
 // made it, and opts completed for perfbuf.NewReader or perfbuf.New:
 // FailureMap set to <mapName>_failures if it is nil, and for an array of
 // ring buffers the first ring as the map and the others appended to a
-// copy of opts.Maps, in slot order (a Reader's Stats.Ring i is the i-th
+// copy of opts.Maps, in slot order (a Reader's Stats().Rings[i] is the i-th
 // ring: CPU i's with a ring per CPU and no gap in the possible CPUs). For
 // the other kinds the map is the buffer's own. The maps are coll's,
 // through Map: keep coll open until NewReader or New has returned.

@@ -58,18 +58,22 @@ func traceCilium(ctx context.Context, events *ebpf.Map) error {
 }
 
 // tracePerfbuf is the same reader after the port: perfbuf's Reader over
-// the same *ebpf.Map, read through All until ctx is done. Lost samples
-// come as records of their own, with Lost set.
+// the same *ebpf.Map, read with ReadInto until ctx is done, then flushed:
+// what the rings hold is read before ErrFlushed ends the loop. Lost
+// samples come as records of their own, with Lost set.
 func tracePerfbuf(ctx context.Context, events *ebpf.Map) error {
 	r, err := perfbuf.NewReader(ciliumbuffer.Map(events), perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 64 * os.Getpagesize()}})
 	if err != nil {
 		return fmt.Errorf("open reader: %w", err)
 	}
 	defer r.Close()
+	defer context.AfterFunc(ctx, r.Flush)()
+	var s perfbuf.Sample
 	var e event
-	for s, err := range r.All(ctx) {
+	for {
+		err := r.ReadInto(&s)
 		switch {
-		case errors.Is(err, context.Canceled):
+		case errors.Is(err, perfbuf.ErrFlushed):
 			return nil
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
@@ -82,7 +86,6 @@ func tracePerfbuf(ctx context.Context, events *ebpf.Map) error {
 		}
 		fmt.Printf("cpu %d pid %d %s\n", s.CPU, e.PID, cstring(e.Comm[:]))
 	}
-	return nil
 }
 
 // traceCiliumRing is a ring buffer's reader before the port: cilium/ebpf's
@@ -114,17 +117,21 @@ func traceCiliumRing(ctx context.Context, events *ebpf.Map) error {
 }
 
 // tracePerfbufRing is the same reader after the port. A ring buffer
-// reports no lost samples (see logLedger for the outputs it refused).
+// has no lost records: its full ring's refused outputs are counted with
+// a FailureMap (see logLedger).
 func tracePerfbufRing(ctx context.Context, events *ebpf.Map) error {
 	r, err := perfbuf.NewReader(ciliumbuffer.Map(events), perfbuf.ReaderOptions{})
 	if err != nil {
 		return fmt.Errorf("open reader: %w", err)
 	}
 	defer r.Close()
+	defer context.AfterFunc(ctx, r.Flush)()
+	var s perfbuf.Sample
 	var e event
-	for s, err := range r.All(ctx) {
+	for {
+		err := r.ReadInto(&s)
 		switch {
-		case errors.Is(err, context.Canceled):
+		case errors.Is(err, perfbuf.ErrFlushed):
 			return nil
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
@@ -134,19 +141,16 @@ func tracePerfbufRing(ctx context.Context, events *ebpf.Map) error {
 		}
 		fmt.Printf("pid %d %s\n", e.PID, cstring(e.Comm[:]))
 	}
-	return nil
 }
 
 // logLedger is what perfbuf adds: once r is closed, what the programs
-// output, and where it went (the identity of perfbuf.Stats; Failed needs
-// a FailureMap).
+// output, and where it went (the identity of perfbuf.Stats, on its sums;
+// a ring buffer's Lost and Failed need a FailureMap).
 func logLedger(r *perfbuf.Reader) {
-	var output, got, lost, left, failed uint64
-	for _, st := range r.Stats() {
-		output += st.Samples + st.Dropped + st.Lost + st.Discarded + st.Left + st.Failed.Total()
-		got, lost, left, failed = got+st.Samples, lost+st.Lost, left+st.Left, failed+st.Failed.Total()
-	}
-	log.Printf("%d output: %d delivered, %d lost, %d left at Close, %d failed", output, got, lost, left, failed)
+	st := r.Stats()
+	output := st.Samples + st.Lost + st.Discarded + st.Left + st.Failed.Total() + st.NotRun
+	log.Printf("%d output: %d delivered, %d lost, %d discarded, %d left at Close, %d failed", output,
+		st.Samples, st.Lost, st.Discarded, st.Left, st.Failed.Total())
 }
 
 // cstring returns b up to its first NUL.
@@ -199,12 +203,13 @@ func Example_ledger() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Read for 10 s, then what the rings still hold, until ErrFlushed.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for s, err := range r.All(ctx) {
-		if err == nil {
-			fmt.Printf("cpu %d: %d bytes\n", s.CPU, len(s.Data))
-		}
+	context.AfterFunc(ctx, r.Flush)
+	var s perfbuf.Sample
+	for r.ReadInto(&s) == nil {
+		fmt.Printf("cpu %d: %d bytes\n", s.CPU, len(s.Data))
 	}
 	r.Close()
 	logLedger(r)

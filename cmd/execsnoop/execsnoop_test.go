@@ -26,7 +26,6 @@ import (
 	"unsafe"
 
 	"github.com/perfbuf/perfbuf"
-	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 	"github.com/perfbuf/perfbuf/internal/kernel"
 )
 
@@ -220,7 +219,7 @@ func TestTraceExecs(t *testing.T) {
 		// exec from a lost or failed output.
 		kc, err := tr.kernelCounts()
 		stats := tr.rd.Stats()
-		notRun := tool.SumNotRun(stats) // (Options.Programs)
+		notRun := stats.NotRun // (Options.Programs)
 		report := fmt.Sprintf("%d of 16 parallel execs traced; kernel counts %+v (%v), programs skipped %s (reader's NotRun %d), execs in flight left %s, reader stats %+v; every event: %+v",
 			n, kc, err, recursionMisses(tr), notRun, inFlight(tr), stats, got)
 		if n > 16 || serr != nil || uint64(16-n) > skipped || notRun < skipped { // (read after skipped)

@@ -17,27 +17,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The summary reports failed outputs by cause, in total and per CPU, also
-// for a CPU that has no ring; with none, it says nothing of them.
+// The summary reports failed outputs by cause, in total (the sums), per
+// ring, and those of no ring (a CPU that has none, in the sums only) on a
+// line of their own; with none, it says nothing of them.
 func TestSummaryFailures(t *testing.T) {
-	stats := []perfbuf.Stats{
+	rings := []perfbuf.Stats{
 		{CPU: 0, Samples: 4},
 		{CPU: 1, Samples: 2, Failed: perfbuf.Failures{NotOnCPU: 2, Other: 1}},
-		{CPU: 3, Failed: perfbuf.Failures{NoEntry: 5}}, // no ring: came online later
 	}
+	// CPU 3 has no ring (it came online later): its failures are no ring's.
+	stats := sums(perfbuf.Stats{Failed: perfbuf.Failures{NoEntry: 5}}, rings...)
 	var sum bytes.Buffer
 	writeSummary(&sum, counts{events: 6, shown: 6}, stats, time.Second)
 	for _, want := range []string{
 		", 8 failed outputs (ENOENT 5, EOPNOTSUPP 2, other 1) in 1.0s\n",
 		"  cpu 1        2 events      0 lost      0 out of order  3 failed outputs (EOPNOTSUPP 2, other 1)\n",
-		"  cpu 3        0 events      0 lost      0 out of order  5 failed outputs (ENOENT 5)\n",
+		"  no ring  5 failed outputs (ENOENT 5)\n",
 	} {
 		if !strings.Contains(sum.String(), want) {
 			t.Errorf("summary:\n%s\nwant it to contain %q", sum.String(), want)
 		}
 	}
+	if n := strings.Count(sum.String(), "\n"); n != 5 {
+		t.Errorf("summary: %d lines, want 5 (a blank, the totals, 2 rings, no ring's):\n%s", n, sum.String())
+	}
 	sum.Reset()
-	writeSummary(&sum, counts{events: 4, shown: 4}, stats[:1], time.Second)
+	writeSummary(&sum, counts{events: 4, shown: 4}, sums(perfbuf.Stats{}, rings[0]), time.Second)
 	if strings.Contains(sum.String(), "failed") {
 		t.Errorf("summary without failures mentions them:\n%s", sum.String())
 	}
@@ -87,9 +92,9 @@ func TestFailedOutputsCounted(t *testing.T) {
 	}
 	stats := tr.rd.Stats()
 	var failed perfbuf.Failures
-	for _, s := range stats {
+	for _, s := range stats.Rings {
 		if s.CPU == cpu {
-			failed = s.Failed
+			failed = s.Failed // the CPU's latest ring has its failures
 		}
 	}
 	// Other execs on the machine may fail there too: at least ours.

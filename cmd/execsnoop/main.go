@@ -244,15 +244,17 @@ func readLoop(src eventSource, o *options, stdout, stderr io.Writer) (counts, er
 	}
 }
 
-// writeSummary prints the totals and the reader's per-CPU counts.
-func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Duration) {
+// writeSummary prints the totals (st's sums), the reader's counts per
+// ring, each a CPU's, and what the sums hold beyond the rings' (the
+// failures of CPUs without a ring).
+func writeSummary(w io.Writer, c counts, st perfbuf.Stats, elapsed time.Duration) {
 	// Every lost event failed its bpf_perf_event_output, so notOutput is
 	// the whole count; lost (the rings' lost records) may lag behind it.
 	fmt.Fprintf(w, "\n%d execs traced, %d shown, %d lost, %d out of order", c.events, c.shown, max(c.lost, c.kernel.notOutput), c.late)
 	if c.kernel.untraced > 0 {
 		fmt.Fprintf(w, ", %d not traced (too many execs in flight)", c.kernel.untraced)
 	}
-	if t := tool.SkippedText(tool.SumNotRun(stats), "execs"); t != "" {
+	if t := tool.SkippedText(st.NotRun, "execs"); t != "" {
 		fmt.Fprintf(w, ", %s", t)
 	}
 	if c.kernel.otherPIDNS > 0 {
@@ -264,20 +266,17 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 	if c.corrupt > 0 {
 		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
 	}
-	if t := tool.FailuresText(tool.SumFailures(stats)); t != "" {
+	if t := tool.FailuresText(st.Failed); t != "" {
 		fmt.Fprintf(w, ", %s", t)
 	}
 	fmt.Fprintf(w, " in %.1fs\n", elapsed.Seconds())
-	for _, s := range stats {
-		if tool.ProgramsEntry(&s) {
-			continue // (its count is in the line above)
-		}
+	for _, s := range st.Rings {
 		fmt.Fprintf(w, "  cpu %-3d %6d events %6d lost %6d out of order", s.CPU, s.Samples, s.Lost, s.Late)
 		if s.MaxFill > 0 {
 			fmt.Fprintf(w, "  ring peak %d bytes", s.MaxFill)
 		}
 		if s.Corrupt > 0 {
-			fmt.Fprintf(w, "  %d corrupt (%d bytes skipped)", s.Corrupt, s.CorruptBytes)
+			fmt.Fprintf(w, "  %d corrupt", s.Corrupt)
 		}
 		if s.Left > 0 {
 			fmt.Fprintf(w, "  %d unread at exit", s.Left)
@@ -286,6 +285,9 @@ func writeSummary(w io.Writer, c counts, stats []perfbuf.Stats, elapsed time.Dur
 			fmt.Fprintf(w, "  %s", t)
 		}
 		fmt.Fprintln(w)
+	}
+	if _, f := tool.NoRing(&st); f.Total() > 0 {
+		fmt.Fprintf(w, "  no ring  %s\n", tool.FailuresText(f))
 	}
 }
 

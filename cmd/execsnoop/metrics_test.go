@@ -26,10 +26,11 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// statsSource is a prom.Source with fixed Stats.
+// statsSource is a prom.Source with fixed Stats: these rings' entries,
+// and their sums.
 type statsSource []perfbuf.Stats
 
-func (s statsSource) Stats() []perfbuf.Stats { return s }
+func (s statsSource) Stats() perfbuf.Stats { return sums(perfbuf.Stats{}, s...) }
 
 // scrape is one GET of /metrics, parsed and linted.
 type scrape struct {

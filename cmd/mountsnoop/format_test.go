@@ -299,25 +299,23 @@ func TestReadLoop(t *testing.T) {
 
 func TestSummary(t *testing.T) {
 	var b bytes.Buffer
-	stats := []perfbuf.Stats{
-		{Ring: 0, CPU: -1, Samples: 29, MaxFill: 254736, Discarded: 1, Left: 2},
-		{Ring: -1, CPU: 1, Failed: perfbuf.Failures{Full: 11, Invalid: 1}},
-	}
+	// A ring buffer read alone: every CPU's full outputs and failures are
+	// in its one entry.
+	stats := sums(perfbuf.Stats{},
+		perfbuf.Stats{CPU: -1, Samples: 29, MaxFill: 254736, Discarded: 1, Left: 2, Lost: 11, Failed: perfbuf.Failures{Invalid: 1}})
 	writeSummary(&b, bpfbuffer.RingBuf, counts{events: 29}, stats, 1500*time.Millisecond)
 	want := `
-29 calls traced, 0 lost, 12 failed outputs (ring full 11, EINVAL 1) in 1.5s, from a BPF ring buffer
-  ring        29 events  ring peak 254736 bytes  1 discarded  2 unread at exit
-  cpu 1   12 failed outputs (ring full 11, EINVAL 1)
+29 calls traced, 11 lost, 1 failed output (EINVAL 1) in 1.5s, from a BPF ring buffer
+  ring        29 events  11 lost  ring peak 254736 bytes  1 discarded  2 unread at exit  1 failed output (EINVAL 1)
 `
 	if b.String() != want {
 		t.Errorf("ring buffer:\n got %q\nwant %q", b.String(), want)
 	}
 	b.Reset()
-	stats = []perfbuf.Stats{
-		{Ring: 0, CPU: 0, Samples: 5, Lost: 1},
-		{Ring: 1, CPU: 1, Samples: 7, Failed: perfbuf.Failures{NoEntry: 1}},
-		{Ring: -1, CPU: -1, NotRun: 3}, // the programs': no line of its own
-	}
+	stats = sums(perfbuf.Stats{NotRun: 3}, // the programs': no line of its own
+		perfbuf.Stats{CPU: 0, Samples: 5, Lost: 1},
+		perfbuf.Stats{CPU: 1, Samples: 7, Failed: perfbuf.Failures{NoEntry: 1}},
+	)
 	writeSummary(&b, bpfbuffer.PerfEventArray, counts{events: 12, lost: 1, perfFull: 4}, stats, time.Second)
 	want = `
 12 calls traced, 4 lost, 1 failed output (ENOENT 1), 3 program runs skipped by the kernel (calls not traced) in 1.0s, from a perf event array
@@ -328,19 +326,50 @@ func TestSummary(t *testing.T) {
 		t.Errorf("perf event array:\n got %q\nwant %q", b.String(), want)
 	}
 	b.Reset()
-	stats = []perfbuf.Stats{
-		{Ring: 0, CPU: -1, Samples: 29, MaxFill: 254736},
-		{Ring: 1, CPU: -1, Samples: 3, Late: 2, Left: 1},
-		{Ring: -1, CPU: 0, Failed: perfbuf.Failures{Full: 12}},
-	}
+	// Several ring buffers: CPU 0's full outputs and failure are no
+	// ring's, in the sums only.
+	stats = sums(perfbuf.Stats{Lost: 12, Failed: perfbuf.Failures{TooBig: 1}},
+		perfbuf.Stats{CPU: -1, Samples: 29, MaxFill: 254736},
+		perfbuf.Stats{CPU: -1, Samples: 3, Late: 2, Left: 1},
+	)
 	writeSummary(&b, bpfbuffer.RingBufPerCPU, counts{events: 32}, stats, time.Second)
 	want = `
-32 calls traced, 0 lost, 12 failed outputs (ring full 12), 2 late (printed after a later call) in 1.0s, from a BPF ring buffer per CPU
+32 calls traced, 12 lost, 1 failed output (E2BIG 1), 2 late (printed after a later call) in 1.0s, from a BPF ring buffer per CPU
   ring 0      29 events  ring peak 254736 bytes
   ring 1       3 events  2 late  1 unread at exit
-  cpu 0   12 failed outputs (ring full 12)
+  no ring  12 lost  1 failed output (E2BIG 1)
 `
 	if b.String() != want {
 		t.Errorf("ring buffer per CPU:\n got %q\nwant %q", b.String(), want)
 	}
+}
+
+// sums returns a reader's Stats with the rings' entries rings and the
+// counts of no ring rest (failures of CPUs without a ring, and for ring
+// buffers their full outputs as Lost; NotRun): the sums of both, with
+// Rings, as perfbuf.Stats documents them.
+func sums(rest perfbuf.Stats, rings ...perfbuf.Stats) perfbuf.Stats {
+	st := rest
+	st.CPU = -1
+	for _, r := range rings {
+		st.Samples += r.Samples
+		st.Lost += r.Lost
+		st.Discarded += r.Discarded
+		st.Left += r.Left
+		st.Found += r.Found
+		st.Failed.NoEntry += r.Failed.NoEntry
+		st.Failed.TooBig += r.Failed.TooBig
+		st.Failed.Invalid += r.Failed.Invalid
+		st.Failed.NotOnCPU += r.Failed.NotOnCPU
+		st.Failed.Other += r.Failed.Other
+		st.Bytes += r.Bytes
+		st.Late += r.Late
+		st.Corrupt += r.Corrupt
+		st.Size += r.Size
+		st.Fill += r.Fill
+		st.MaxFill = max(st.MaxFill, r.MaxFill)
+		st.Waiting = max(st.Waiting, r.Waiting)
+	}
+	st.Rings = rings
+	return st
 }

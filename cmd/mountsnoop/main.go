@@ -222,19 +222,19 @@ func kindText(k bpfbuffer.Kind) string {
 	return k.String()
 }
 
-// writeSummary prints the totals, then the reader's counts per ring and,
-// for a ring buffer, the failures of each CPU that had any.
-func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.Stats, elapsed time.Duration) {
-	fmt.Fprintf(w, "\n%d calls traced, %d lost", c.events, max(c.lost, c.perfFull))
-	if t := tool.FailuresText(tool.SumFailures(stats)); t != "" {
+// writeSummary prints the totals (st's sums), then the reader's counts per
+// ring and, on a line of its own, what the sums hold beyond the rings'
+// (the full outputs and failures of the CPUs, on several ring buffers,
+// whose ring cannot be told).
+func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, st perfbuf.Stats, elapsed time.Duration) {
+	// A ring buffer's full outputs are its Lost; a perf ring's lost
+	// records, and so its Lost, may lag behind perfFull.
+	fmt.Fprintf(w, "\n%d calls traced, %d lost", c.events, max(c.lost, c.perfFull, st.Lost))
+	if t := tool.FailuresText(st.Failed); t != "" {
 		fmt.Fprintf(w, ", %s", t)
 	}
-	var late uint64
-	for _, s := range stats {
-		late += s.Late
-	}
-	if late > 0 {
-		fmt.Fprintf(w, ", %d late (printed after a later call)", late)
+	if st.Late > 0 {
+		fmt.Fprintf(w, ", %d late (printed after a later call)", st.Late)
 	}
 	if c.bad > 0 {
 		fmt.Fprintf(w, ", %d malformed", c.bad)
@@ -242,23 +242,21 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 	if c.corrupt > 0 {
 		fmt.Fprintf(w, ", %d corrupt rings found", c.corrupt)
 	}
-	if t := tool.SkippedText(tool.SumNotRun(stats), "calls"); t != "" {
+	if t := tool.SkippedText(st.NotRun, "calls"); t != "" {
 		fmt.Fprintf(w, ", %s", t)
 	}
 	fmt.Fprintf(w, " in %.1fs, from %s\n", elapsed.Seconds(), kindText(kind))
-	for _, s := range stats {
+	for i, s := range st.Rings {
 		switch {
-		case tool.ProgramsEntry(&s): // (its count is in the line above)
-			continue
-		case s.Ring < 0: // a CPU's failures, without a ring of its own
-			fmt.Fprintf(w, "  cpu %-3d %s\n", s.CPU, tool.FailuresText(s.Failed))
-			continue
-		case s.CPU < 0 && kind == bpfbuffer.RingBufPerCPU: // the ring of CPU s.Ring
-			fmt.Fprintf(w, "  ring %-3d%6d events", s.Ring, s.Samples)
+		case s.CPU < 0 && kind == bpfbuffer.RingBufPerCPU: // the ring of CPU i
+			fmt.Fprintf(w, "  ring %-3d%6d events", i, s.Samples)
 		case s.CPU < 0: // the ring buffer: every CPU's
 			fmt.Fprintf(w, "  ring    %6d events", s.Samples)
 		default:
 			fmt.Fprintf(w, "  cpu %-3d %6d events %6d lost", s.CPU, s.Samples, s.Lost)
+		}
+		if s.CPU < 0 && s.Lost > 0 {
+			fmt.Fprintf(w, "  %d lost", s.Lost)
 		}
 		if s.MaxFill > 0 {
 			fmt.Fprintf(w, "  ring peak %d bytes", s.MaxFill)
@@ -270,12 +268,22 @@ func writeSummary(w io.Writer, kind bpfbuffer.Kind, c counts, stats []perfbuf.St
 			fmt.Fprintf(w, "  %d late", s.Late)
 		}
 		if s.Corrupt > 0 {
-			fmt.Fprintf(w, "  %d corrupt (%d bytes skipped)", s.Corrupt, s.CorruptBytes)
+			fmt.Fprintf(w, "  %d corrupt", s.Corrupt)
 		}
 		if s.Left > 0 {
 			fmt.Fprintf(w, "  %d unread at exit", s.Left)
 		}
 		if t := tool.FailuresText(s.Failed); t != "" {
+			fmt.Fprintf(w, "  %s", t)
+		}
+		fmt.Fprintln(w)
+	}
+	if lost, f := tool.NoRing(&st); lost > 0 || f.Total() > 0 {
+		fmt.Fprint(w, "  no ring")
+		if lost > 0 {
+			fmt.Fprintf(w, "  %d lost", lost)
+		}
+		if t := tool.FailuresText(f); t != "" {
 			fmt.Fprintf(w, "  %s", t)
 		}
 		fmt.Fprintln(w)

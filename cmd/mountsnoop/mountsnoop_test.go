@@ -24,7 +24,6 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
-	"github.com/perfbuf/perfbuf/cmd/internal/tool"
 	"golang.org/x/sys/unix"
 )
 
@@ -327,9 +326,9 @@ func TestOrderAcrossCPUs(t *testing.T) {
 				t.Errorf("umounts in the order\n%v\nwant the order they were made in\n%v", got, want)
 			}
 			var rings []string
-			for _, s := range tr.rd.Stats() {
+			for i, s := range tr.rd.Stats().Rings {
 				if s.Samples > 0 {
-					rings = append(rings, fmt.Sprintf("ring %d (cpu %d): %d", s.Ring, s.CPU, s.Samples))
+					rings = append(rings, fmt.Sprintf("ring %d (cpu %d): %d", i, s.CPU, s.Samples))
 				}
 			}
 			t.Logf("%v: %d umounts on cpus %v; %s", tr.kind, len(got), cpus, strings.Join(rings, ", "))
@@ -338,9 +337,9 @@ func TestOrderAcrossCPUs(t *testing.T) {
 }
 
 // Calls the ring cannot hold while nobody reads: every one is accounted
-// for once the reader is closed, the ring buffer's surplus as failed
-// reserves (ring full), the perf event array's as lost records. Only this
-// process's calls are traced (-p).
+// for once the reader is closed, as lost: the ring buffer's surplus as the
+// failure map counts its full reserves, the perf event array's as lost
+// records. Only this process's calls are traced (-p).
 func TestFullRing(t *testing.T) {
 	// 29 events of 8776 bytes fit in 256 KiB; inPrivateMountNS's mount of
 	// / is one more call.
@@ -360,35 +359,27 @@ func TestFullRing(t *testing.T) {
 				t.Errorf("%d events of other threads with -p %d", len(got)-n, os.Getpid())
 			}
 			tr.rd.Close()
-			stats := tr.rd.Stats()
+			st := tr.rd.Stats()
 			perfFull, err := tr.perfFull()
 			if err != nil {
 				t.Fatal(err)
 			}
-			var samples, lost, left uint64
-			for _, s := range stats {
-				samples += s.Samples
-				lost += s.Lost
-				left += s.Left
-			}
-			f := tool.SumFailures(stats)
+			samples, left, f := st.Samples, st.Left, st.Failed
 			// The lost records the kernel wrote, or the BPF program's count
-			// where it wrote none (no event came after the ring filled).
-			lost = max(lost, perfFull)
+			// where it wrote none (no event came after the ring filled); a
+			// ring buffer's full reserves.
+			lost := max(st.Lost, perfFull)
 			if samples != uint64(len(got)) || samples+lost+left+f.Total() != calls {
 				t.Errorf("%d read; %d samples + %d lost + %d left + %d failed, want %d in all",
 					len(got), samples, lost, left, f.Total(), calls)
 			}
 			perRing := uint64(ringBytes / (eventSize + 8)) // a ring buffer record's header
-			if tr.kind != bpfbuffer.PerfEventArray && (samples != perRing || f.Full != calls-perRing) {
-				t.Errorf("ring buffer: %d samples, %d full, want %d and %d", samples, f.Full, perRing, calls-perRing)
+			if tr.kind != bpfbuffer.PerfEventArray && (samples != perRing || st.Lost != calls-perRing || f.Total() != 0) {
+				t.Errorf("ring buffer: %d samples, %d lost, %d failed; want %d, %d and 0", samples, st.Lost, f.Total(), perRing, calls-perRing)
 			}
 			var summary bytes.Buffer
-			writeSummary(&summary, tr.kind, counts{events: samples, perfFull: perfFull}, stats, time.Second)
-			wantText := fmt.Sprintf("(ring full %d)", calls-perRing)
-			if tr.kind == bpfbuffer.PerfEventArray {
-				wantText = fmt.Sprintf("%d calls traced, %d lost in", samples, calls-samples)
-			}
+			writeSummary(&summary, tr.kind, counts{events: samples, perfFull: perfFull}, st, time.Second)
+			wantText := fmt.Sprintf("%d calls traced, %d lost in", samples, calls-samples)
 			if !strings.Contains(summary.String(), wantText) {
 				t.Errorf("summary without the full ring:\n%s", summary.String())
 			}

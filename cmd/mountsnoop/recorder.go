@@ -54,10 +54,7 @@ func record(o *options, t *tracer, out *stdio.Writer, stderr io.Writer) int {
 		defer timer.Stop()
 		expired = timer.C
 	}
-	size := 0 // what the rings hold: room for every record of a snapshot
-	for _, st := range t.rec.Stats() {
-		size += st.Size
-	}
+	size := t.rec.Stats().Size // what the rings hold: room for every record of a snapshot
 	fmt.Fprintf(stderr, "mountsnoop: keeping the newest calls in %s of %d bytes in overwrite mode; SIGUSR1 (kill -USR1 %d) prints them, and so does the end\n",
 		kindText(t.kind), size, os.Getpid())
 	s := snapshot{buf: make([]byte, size)}
@@ -84,13 +81,9 @@ func record(o *options, t *tracer, out *stdio.Writer, stderr io.Writer) int {
 			break
 		}
 	}
-	var skipped uint64
-	stats := t.rec.Stats()
-	for _, st := range stats {
-		skipped += st.Skipped
-	}
-	fmt.Fprintf(stderr, "\n%d snapshots, %d calls printed, %d lost, %d left out of snapshots (Stats.Skipped)", snapshots, c.events, c.lost, skipped)
-	for _, t := range []string{tool.FailuresText(tool.SumFailures(stats)), tool.SkippedText(tool.SumNotRun(stats), "calls")} {
+	st := t.rec.Stats()
+	fmt.Fprintf(stderr, "\n%d snapshots, %d calls printed, %d lost, %d left out of snapshots (Stats.Left)", snapshots, c.events, c.lost, st.Left)
+	for _, t := range []string{tool.FailuresText(st.Failed), tool.SkippedText(st.NotRun, "calls")} {
 		if t != "" {
 			fmt.Fprintf(stderr, ", %s", t)
 		}

@@ -134,7 +134,7 @@ func TestRecorderMode(t *testing.T) {
 	}
 	// The ring of the CPU, and a record's bytes in it.
 	recSize, size := (eventSize+8+7)&^7, 0
-	for i, st := range tr.rec.Stats() {
+	for i, st := range tr.rec.Stats().Rings {
 		switch {
 		case tr.kind != bpfbuffer.PerfEventArray:
 			size = st.Size

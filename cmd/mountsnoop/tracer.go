@@ -61,7 +61,7 @@ type tracer struct {
 const ringBytes = 256 << 10
 
 // maxDelay is how long an event may wait for an older one from another
-// ring (Order.MaxDelay, and its KeyWindow in ns): short, so that the
+// ring (Order.MaxDelay, and in ns rule 2's key window): short, so that the
 // output stays live. An event that comes later than that after a newer one
 // is printed anyway, at once, and counted as late in the summary.
 const maxDelay = 10 * time.Millisecond

@@ -357,7 +357,7 @@ func openRaw(base fillOne, cfg DrainConfig) (drainer, error) {
 	}
 	d := &rawDrain{fillOne: base, pb: pb}
 	for i := 0; i < pb.BufferCount() && d.rb == nil; i++ {
-		if pb.Stats()[i].CPU == FillCPU {
+		if pb.Stats().Rings[i].CPU == FillCPU {
 			if d.rb, err = pb.Buffer(i); err != nil {
 				pb.Close()
 				return nil, err

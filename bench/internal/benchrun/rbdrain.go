@@ -347,14 +347,16 @@ func (d *libbpfgoDrain) close() {
 // openRBOrdered opens the ordered Reader over the one ring buffer, its
 // records merged by their sequence number (the emitter's header's first
 // word, which grows on FillCPU, the only CPU that fills it) with a key
-// window of 1: rule 2 releases each record once the next one is read, so
-// that all but a round's last record go with the release rules in force,
-// and the last one at the round's Flush (orderedDrain). Over one ring
-// buffer the Reader copies the records it holds into its window, and reads
-// a ring it is behind on in place: the drain measures both.
+// window of 1 (rule 2's window is MaxDelay in nanoseconds: 1 ns): rule 2
+// releases each record once the next one is read, so that all but a
+// round's last record go with the release rules in force, and the last one
+// at a later look (rule 3, MaxDelay 1 ns) or at the round's Flush
+// (orderedDrain). Over one ring buffer the Reader copies the records it
+// holds into its window, and reads a ring it is behind on in place: the
+// drain measures both.
 func openRBOrdered(f fillOne, cfg DrainConfig) (drainer, error) {
 	r, err := perfbuf.NewReader(f.e.Events, perfbuf.ReaderOptions{
-		Order: &perfbuf.Order{KeyOffset: 0, KeyWindow: 1, MaxDelay: time.Millisecond},
+		Order: &perfbuf.Order{KeyOffset: 0, MaxDelay: time.Nanosecond},
 	})
 	if err != nil {
 		return nil, err

@@ -492,12 +492,6 @@ func (c *readerConsumer) count(typ perfbuf.RecordType, lost uint64, late bool, s
 
 func (c *readerConsumer) counts() (uint64, uint64, uint64) { return c.received, c.lost, c.late }
 
-func (c *readerConsumer) maxFill() int {
-	m := 0
-	for _, st := range c.r.Stats() {
-		m = max(m, st.MaxFill)
-	}
-	return m
-}
+func (c *readerConsumer) maxFill() int { return c.r.Stats().MaxFill }
 
 func (c *readerConsumer) close() { c.r.Close() }

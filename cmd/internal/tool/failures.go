@@ -11,31 +11,29 @@ import (
 	"github.com/perfbuf/perfbuf"
 )
 
-// SumFailures adds up the failed outputs of every Stats entry.
-func SumFailures(stats []perfbuf.Stats) perfbuf.Failures {
-	var sum perfbuf.Failures
-	for _, s := range stats {
-		sum = sum.Add(s.Failed)
+// NoRing returns what st's sums count beyond its rings' entries
+// (st.Rings): the lost samples and failed outputs of CPUs without a ring
+// of their own, as on several ring buffers that CPUs share, where which
+// ring an output was for cannot be told.
+func NoRing(st *perfbuf.Stats) (lost uint64, failed perfbuf.Failures) {
+	lost, failed = st.Lost, st.Failed
+	for i := range st.Rings {
+		r := &st.Rings[i]
+		lost -= r.Lost
+		failed.NoEntry -= r.Failed.NoEntry
+		failed.TooBig -= r.Failed.TooBig
+		failed.Invalid -= r.Failed.Invalid
+		failed.NotOnCPU -= r.Failed.NotOnCPU
+		failed.Other -= r.Failed.Other
 	}
-	return sum
-}
-
-// SumNotRun adds up the runs of the programs that the kernel skipped
-// (perfbuf.Stats' NotRun, with perfbuf.Options.Programs).
-func SumNotRun(stats []perfbuf.Stats) uint64 {
-	var n uint64
-	for _, s := range stats {
-		n += s.NotRun
-	}
-	return n
+	return lost, failed
 }
 
 // FailuresText says how many reserves or outputs failed before reaching a
-// ring, and why: "3 failed outputs (ring full 2, ENOENT 1)". A full ring
-// buffer is the usual one on a ring buffer (bpf_ringbuf_reserve found no
-// room: the C tools drop such an event without a word); a full perf ring
-// is a lost record instead. ENOENT on a perf event array: an output on a
-// CPU that came online after the rings were opened. "" for none.
+// ring, and why: "3 failed outputs (ENOENT 2, EINVAL 1)". A full ring is
+// no failure but a lost sample (perfbuf.Stats' Lost), a ring buffer's as
+// its failure map counts them. ENOENT on a perf event array: an output on
+// a CPU that came online after the rings were opened. "" for none.
 func FailuresText(f perfbuf.Failures) string {
 	outputs := f.Total()
 	if outputs == 0 {
@@ -45,7 +43,7 @@ func FailuresText(f perfbuf.Failures) string {
 	for _, c := range []struct {
 		name string
 		n    uint64
-	}{{"ring full", f.Full}, {"ENOENT", f.NoEntry}, {"E2BIG", f.TooBig}, {"EINVAL", f.Invalid},
+	}{{"ENOENT", f.NoEntry}, {"E2BIG", f.TooBig}, {"EINVAL", f.Invalid},
 		{"EOPNOTSUPP", f.NotOnCPU}, {"other", f.Other}} {
 		if c.n > 0 {
 			causes = append(causes, fmt.Sprintf("%s %d", c.name, c.n))
@@ -68,7 +66,3 @@ func SkippedText(n uint64, what string) string {
 	}
 	return fmt.Sprintf("%d program runs skipped by the kernel (%s not traced)", n, what)
 }
-
-// ProgramsEntry reports whether s is the entry of the programs' runs not
-// run (Ring and CPU -1), which a tool's per-ring lines leave out.
-func ProgramsEntry(s *perfbuf.Stats) bool { return s.Ring < 0 && s.CPU < 0 }
