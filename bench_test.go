@@ -43,8 +43,12 @@ const (
 	// manyPayload is each sample's payload: the key (a timestamp) at
 	// offset 0, then a sequence number and filler; 80-byte records.
 	manyPayload = 64
-	// manyWindow is the ordered/window variant's KeyWindow, in keys.
+	// manyWindow is the ordered-window variant's rule 2 window, in
+	// records: its keys go up by windowStep a record.
 	manyWindow = 64
+	// windowStep is a key step for an Order of MaxDelay an hour such that
+	// rule 2's window (an hour in nanoseconds) is manyWindow steps.
+	windowStep = uint64(time.Hour) / manyWindow
 )
 
 // BenchmarkReaderRings measures ns per record by ring count, for:
@@ -54,10 +58,11 @@ const (
 //   - ordered: Options.Order, key at offset 0, MaxDelay an hour, read as
 //     fullest is: rule 1 releases while every ring has a front (even), the
 //     Flush (rule 5) when the others are idle (skewed).
-//   - ordered-window: the same with KeyWindow 64 and no Flush: a deadline
-//     in the past ends each read once it would wait. Idle rings hold every
-//     record back until the look-ahead has seen a key 64 larger (rule 2);
-//     what is held at the end of a round goes in the next one.
+//   - ordered-window: the same with keys windowStep apart and no Flush: a
+//     deadline in the past ends each read once it would wait. Idle rings
+//     hold every record back until the look-ahead has seen a key 64
+//     records larger (rule 2); what is held at the end of a round goes in
+//     the next one.
 //
 // even: manyPerRing records on each ring, keys going round the rings one
 // record at a time as timestamps would. skewed: manySkewed records on the
@@ -85,7 +90,7 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 	case "ordered":
 		opts.Order = &Order{MaxDelay: time.Hour}
 	case "ordered-window":
-		opts.Order = &Order{MaxDelay: time.Hour, KeyWindow: manyWindow}
+		opts.Order = &Order{MaxDelay: time.Hour}
 	}
 	r := f.reader(b, opts)
 	flush := pol != "ordered-window"
@@ -95,6 +100,10 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 
 	rings := roundRings(dist, n)
 	rec := ringtest.PerfSample(payload(0, 0, manyPayload))
+	step := uint64(1)
+	if !flush {
+		step = windowStep
+	}
 
 	delivered := 0
 	key := uint64(0)
@@ -103,7 +112,7 @@ func benchRings(b *testing.B, pol, form, dist string, n int) {
 	for delivered < b.N {
 		b.StopTimer()
 		for _, i := range rings {
-			key++ // timestamps: increasing across the rings
+			key += step // timestamps: increasing across the rings
 			binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
 			if !f.rings[i].Write(rec) {
 				b.Fatalf("ring %d full", i)
@@ -393,7 +402,7 @@ func BenchmarkPerfBufferConsume(b *testing.B) {
 			}
 			b.StopTimer()
 			ringtest.Sink += sum
-			st := pb.Stats()[0]
+			st := pb.Stats().Rings[0]
 			b.ReportMetric(float64(elapsed.Nanoseconds())/float64(samples), "ns/sample")
 			b.ReportMetric(float64(st.Bytes)/elapsed.Seconds()/1e6, "MB/s")
 		})
@@ -606,14 +615,15 @@ func benchOrdered(b *testing.B, mode string, size, run int) {
 // 64 KiB, 64-byte samples whose keys go round the busy rings one record at
 // a time, so that every record is a new pick. With every ring busy, rule 1
 // releases each record; with two busy, the idle rings hold it back until
-// rule 2 releases it, the look-ahead having found a key KeyWindow larger.
+// rule 2 releases it, the look-ahead having found a key 64 records larger
+// (keys windowStep apart).
 func BenchmarkOrderedManyRings(b *testing.B) {
 	for _, n := range []int{2, 8, 64} {
 		for _, busy := range slices.Compact([]int{2, n}) {
 			b.Run(fmt.Sprintf("rings=%d/busy=%d", n, busy), func(b *testing.B) {
 				const size = 16 << 12
 				f := newFakeRings(b, n, size)
-				o := f.ordered(b, Order{MaxDelay: time.Hour, KeyWindow: 64})
+				o := f.ordered(b, Order{MaxDelay: time.Hour})
 				rec := ringtest.PerfSample(payload(0, 0, 64))
 				per := (size - 4096) / len(rec) * busy
 				key := uint64(0)
@@ -623,7 +633,7 @@ func BenchmarkOrderedManyRings(b *testing.B) {
 				for done := 0; done < b.N; done += per {
 					b.StopTimer()
 					for i := 0; i < per; i++ {
-						key++
+						key += windowStep
 						binary.NativeEndian.PutUint64(rec[ring.PerfSampleDataOff:], key)
 						f.rings[i%busy].Write(rec)
 					}

@@ -72,12 +72,15 @@ func ExampleNew() {
 	}
 	pb.Close()
 	<-done
-	// Once closed, what the program output adds up (see Stats): a perf
-	// ring has no Discarded, and no Dropped without Order; a CPU that came
-	// back online has two entries.
-	for _, st := range pb.Stats() {
-		output := st.Samples + st.Dropped + st.Lost + st.Discarded + st.Left + st.Failed.Total() + st.NotRun
-		fmt.Printf("cpu %d: %d output: %d samples, %d lost, %d left at Close\n", st.CPU, output, st.Samples, st.Lost, st.Left)
+	// Once closed, what the program output adds up in the sums over every
+	// ring (see Stats; a perf ring has no Discarded).
+	st := pb.Stats()
+	output := st.Samples + st.Lost + st.Discarded + st.Left + st.Failed.Total() + st.NotRun
+	fmt.Printf("%d output: %d samples, %d lost, %d left at Close\n", output, st.Samples, st.Lost, st.Left)
+	// Each ring's own counts, by buffer index (a CPU that came back online
+	// has two rings).
+	for i, r := range st.Rings {
+		fmt.Printf("ring %d, cpu %d: %d samples, %d lost\n", i, r.CPU, r.Samples, r.Lost)
 	}
 }
 
@@ -105,7 +108,8 @@ func ExampleRaw_Buffer() {
 		return nil // an error stops the drain, committed up to this record
 	})
 	if errors.Is(err, perfbuf.ErrCorrupt) {
-		rb.SkipCorrupt() // counted in rb.Stats(): Corrupt, CorruptBytes
+		skipped := rb.SkipCorrupt() // counted in rb.Stats() as Corrupt
+		log.Printf("%v: %d bytes skipped", err, skipped)
 	} else if err != nil {
 		log.Fatal(err)
 	}
@@ -181,7 +185,7 @@ func ExampleReader_Each() {
 }
 
 // Every CPU merged in the order of a bpf_ktime_get_ns() stamp at the start
-// of each sample.
+// of each sample, for 10 seconds.
 func ExampleOrder() {
 	r, err := perfbuf.NewReader(events(), perfbuf.ReaderOptions{
 		Options: perfbuf.Options{
@@ -193,22 +197,35 @@ func ExampleOrder() {
 		log.Fatal(err)
 	}
 	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for s, err := range r.All(ctx) {
-		if err != nil {
-			log.Print(err) // the iterator ends on ctx or Close, and goes on after others
+	r.SetDeadline(time.Now().Add(10 * time.Second))
+	var s perfbuf.Sample
+	for {
+		err := r.ReadInto(&s)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The sums over every ring, and each ring's own.
+			st := r.Stats()
+			fmt.Printf("%d samples, %d late\n", st.Samples, st.Late)
+			for _, rs := range st.Rings {
+				fmt.Printf("cpu %d: %d samples, %d late\n", rs.CPU, rs.Samples, rs.Late)
+			}
+			return
+		case errors.Is(err, perfbuf.ErrCorrupt):
+			log.Print(err) // that ring was skipped and counted; reading goes on
 			continue
+		case err != nil:
+			log.Fatal(err)
 		}
-		switch s.Type {
-		case perfbuf.RecordLost:
+		switch {
+		case s.Type == perfbuf.RecordLost:
 			fmt.Printf("cpu %d lost %d\n", s.CPU, s.Lost)
-		case perfbuf.RecordSample:
-			fmt.Printf("%d cpu %d late=%v ts=%d\n", s.Key, s.CPU, s.Late, binary.NativeEndian.Uint64(s.Data))
+		case s.Late:
+			// Released before a smaller key that came later (Order's rules
+			// 2 to 4): keep it, or drop it here.
+			fmt.Printf("%d cpu %d late\n", s.Key, s.CPU)
+		default:
+			fmt.Printf("%d cpu %d ts=%d\n", s.Key, s.CPU, binary.NativeEndian.Uint64(s.Data))
 		}
-	}
-	for _, st := range r.Stats() {
-		fmt.Printf("cpu %d: %d samples, %d late\n", st.CPU, st.Samples, st.Late)
 	}
 }
 
@@ -232,13 +249,16 @@ func ExampleRecorder() {
 		for _, r := range recs { // each CPU's oldest first
 			fmt.Printf("cpu %d: %d bytes\n", r.CPU, len(r.Data))
 		}
+		// What the snapshots returned and left out, summed over the rings.
+		st := rec.Stats()
+		fmt.Printf("%d records returned, %d left out\n", st.Samples, st.Left)
 	}
 }
 
 // A program that outputs through perfbuf_output (bpf/perfbuf.bpf.h) counts
 // the outputs that failed before reaching a ring in its failure map
-// (PERFBUF_FAILURE_MAP(failures)); the reader's Stats report them per CPU,
-// by cause, beside what was delivered and lost.
+// (PERFBUF_FAILURE_MAP(failures)); the reader's Stats report them by
+// cause, beside what was delivered and lost.
 func ExampleFailures() {
 	// The object's maps, as its loader gives them (events in
 	// example_test.go): "failures" is its PERFBUF_FAILURE_MAP.
@@ -251,18 +271,20 @@ func ExampleFailures() {
 	r.Close()
 
 	// After Close, Failed holds the counts when the rings were freed, and
-	// the whole identity of Stats adds up. A CPU may have several entries
-	// (and one without a ring, for failures only): sum them by CPU. (With
-	// Options.Programs, the runs the kernel skipped come as CPU -1's.)
-	output := map[int]uint64{}
-	for _, s := range r.Stats() {
-		output[s.CPU] += s.Samples + s.Dropped + s.Lost + s.Discarded + s.Left + s.Failed.Total() + s.NotRun
-		if f := s.Failed; f.Total() > 0 {
-			fmt.Printf("cpu %d: %d outputs failed: %d no ring, %d index past max_entries, %d bad flags, %d another CPU's ring, %d ring full, %d other\n",
-				s.CPU, f.Total(), f.NoEntry, f.TooBig, f.Invalid, f.NotOnCPU, f.Full, f.Other)
+	// the whole identity of Stats adds up in the sums. (With
+	// Options.Programs, NotRun counts the runs the kernel skipped.)
+	st := r.Stats()
+	output := st.Samples + st.Lost + st.Discarded + st.Left + st.Failed.Total() + st.NotRun
+	f := st.Failed
+	fmt.Printf("the program output %d samples: %d delivered, %d lost, %d left at Close, %d failed\n",
+		output, st.Samples, st.Lost, st.Left, f.Total())
+	fmt.Printf("failed: %d no ring, %d index past max_entries, %d bad flags, %d another CPU's ring, %d other\n",
+		f.NoEntry, f.TooBig, f.Invalid, f.NotOnCPU, f.Other)
+	// A perf ring's entry has its CPU's failures; those of a CPU without a
+	// ring are in the sums only.
+	for _, rs := range st.Rings {
+		if rs.Failed.Total() > 0 {
+			fmt.Printf("cpu %d: %d outputs failed\n", rs.CPU, rs.Failed.Total())
 		}
-	}
-	for cpu, n := range output {
-		fmt.Printf("cpu %d: the program output %d samples\n", cpu, n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -25,19 +26,20 @@ import (
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
-// One record through Begin, Next and Commit: the record, the positions,
-// the stats, and Commit's refusal of a position that is no record boundary.
+// One record through Begin, Next and Commit: the record, the bytes waiting,
+// the stats, Commit's refusal of a position that is no record boundary, and
+// Begin after a Commit taking in what was written since.
 func TestRawBuffer(t *testing.T) {
 	f := ringtest.NewPerfAt(4096, 8192)
 	b := perfReader(t, f)
 	// Size and Fill were 0 in a RawBuffer's Stats (its Size and Used
 	// methods said them).
-	if st := b.Stats(); st != (Stats{CPU: 1, Size: 4096}) {
+	if st := b.Stats(); !reflect.DeepEqual(st, Stats{CPU: 1, Size: 4096}) {
 		t.Fatalf("empty: stats %+v; want CPU 1, Size 4096, nothing else", st)
 	}
 	f.MustWrite(t, ringtest.PerfSample([]byte("abcdefghijklm"))) // 13 bytes, padded to 20: 32 in the ring
-	if c, p := b.Positions(); c != 8192 || p != 8192+32 || b.Stats().Fill != 32 {
-		t.Fatalf("Positions = %d, %d, Fill %d; want 8192, 8224, 32", c, p, b.Stats().Fill)
+	if fill := b.Stats().Fill; fill != 32 || f.Page.Data_tail != 8192 {
+		t.Fatalf("Fill %d, data_tail %d; want 32, 8192", fill, f.Page.Data_tail)
 	}
 	b.Begin()
 	var rec Record
@@ -62,21 +64,21 @@ func TestRawBuffer(t *testing.T) {
 	}
 	f.MustWrite(t, ringtest.PerfLost(0, 3))
 	if ok, _ := b.Next(&rec); ok {
-		t.Fatal("Next read past the snapshot without Refresh")
+		t.Fatal("Next read past the snapshot without Begin")
 	}
-	b.Refresh()
-	if ok, err := b.Next(&rec); !ok || err != nil || rec.Type != RecordLost || rec.Lost != 3 {
-		t.Fatalf("after Refresh: %v, %v, %+v", ok, err, rec)
+	b.Begin()
+	if ok, err := b.Next(&rec); !ok || err != nil || rec.Type != RecordLost || rec.Lost != 3 || rec.Pos != 8192+32 {
+		t.Fatalf("after Begin: %v, %v, %+v", ok, err, rec)
 	}
-	if st := b.Stats(); st != (Stats{CPU: 1, Samples: 1, Bytes: 20, Lost: 3, MaxFill: 32, Fill: 24, Size: 4096}) {
+	if st := b.Stats(); !reflect.DeepEqual(st, Stats{CPU: 1, Samples: 1, Bytes: 20, Lost: 3, MaxFill: 32, Fill: 24, Size: 4096}) {
 		t.Fatalf("stats %+v", st)
 	}
 }
 
 // A corrupt record through the public API: Drain delivers and commits the
 // records before it and returns a *CorruptError that matches ErrCorrupt and
-// says where and what; Next returns it again until SkipCorrupt, which Stats
-// counts.
+// says where and what; Next returns it again until SkipCorrupt, which
+// returns the bytes skipped and Stats counts.
 func TestRawCorrupt(t *testing.T) {
 	f := ringtest.NewPerfAt(8192, 4096)
 	b := perfReader(t, f)
@@ -91,8 +93,8 @@ func TestRawCorrupt(t *testing.T) {
 	if err.Error() != want {
 		t.Fatalf("error %q, want %q", err, want)
 	}
-	if c, _ := b.Positions(); c != 4096+16 {
-		t.Fatalf("data_tail %d, want the records before the corrupt one committed", c)
+	if c := f.Page.Data_tail; c != 4096+16 || b.Stats().Fill != 16 {
+		t.Fatalf("data_tail %d, Fill %d; want the records before the corrupt one committed", c, b.Stats().Fill)
 	}
 	if ok, err2 := b.Next(new(Record)); ok || err2 != err {
 		t.Fatalf("Next after the error = %v, %v; want the same error", ok, err2)
@@ -100,7 +102,7 @@ func TestRawCorrupt(t *testing.T) {
 	if skipped := b.SkipCorrupt(); skipped != 16 {
 		t.Fatalf("SkipCorrupt = %d, want 16", skipped)
 	}
-	if st := b.Stats(); st.Corrupt != 1 || st.CorruptBytes != 16 || st.Samples != 1 {
+	if st := b.Stats(); st.Corrupt != 1 || st.Samples != 1 || st.Fill != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	f.MustWrite(t, ringtest.PerfSample(nil))
@@ -246,7 +248,6 @@ func TestRawReleased(t *testing.T) {
 		t.Errorf("Commit after Release: %v, want os.ErrClosed", err)
 	}
 	b.Begin()
-	b.Refresh()
 	if n := b.SkipCorrupt(); n != 0 {
 		t.Errorf("SkipCorrupt after Release skipped %d bytes", n)
 	}
@@ -585,9 +586,10 @@ func FuzzReaderRingBufs(f *testing.F) {
 	f.Fuzz(func(t *testing.T, mem []byte, n, bad uint8, cons, prod uint64, counts []byte, move uint8) {
 		// n: rings-1 in bits 0-1; bit 7 ordered; bit 6, rings of 1 KiB,
 		// which 9 records or more fill past an eighth, and an ordered read
-		// first without a Flush, KeyWindow 1, the second half of each
-		// ring's records written from inside it (the window's hot ring:
-		// an intake while the reader delivers).
+		// first without a Flush, MaxDelay 1 ns (rule 2's window: 1 key;
+		// rule 3 at once), the second half of each ring's records written
+		// from inside it (the window's hot ring: an intake while the
+		// reader delivers).
 		size := 4096
 		if n&0x40 != 0 {
 			size = 1024
@@ -654,7 +656,7 @@ func FuzzReaderRingBufs(f *testing.F) {
 		var r *Reader
 		switch {
 		case busy:
-			r = fr.ordered(t, Order{MaxDelay: time.Hour, KeyWindow: 1})
+			r = fr.ordered(t, Order{MaxDelay: time.Nanosecond})
 		case ordered:
 			r = fr.ordered(t, Order{MaxDelay: time.Hour})
 		default:
@@ -732,8 +734,7 @@ func FuzzReaderRingBufs(f *testing.F) {
 		if err := r.Close(); err != nil {
 			t.Fatal(err)
 		}
-		for _, st := range r.Stats() {
-			i := st.Ring
+		for i, st := range r.Stats().Rings {
 			if i == moved {
 				// At most once, in order, none the other consumer took; the
 				// move reported once; nothing left behind.
@@ -855,7 +856,7 @@ func TestRingBufsCloseRace(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("Each still running 10 s after Close")
 			}
-			st1 := r.Stats()
+			st1 := r.Stats().Rings
 			first := make([]int, rings)
 			for i := range rings {
 				first[i] = len(got[i])
@@ -871,7 +872,7 @@ func TestRingBufsCloseRace(t *testing.T) {
 			if err := r2.Close(); err != nil {
 				t.Fatal(err)
 			}
-			st2 := r2.Stats()
+			st2 := r2.Stats().Rings
 			var total, left uint64
 			for i := range rings {
 				a, b := st1[i], st2[i]

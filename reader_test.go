@@ -60,8 +60,8 @@ func readFlushed(t *testing.T, r *Reader) int {
 	}
 }
 
-// readUntilFlushed reads r until ErrFlushed with ReadInto, Each or All
-// (mode), and returns the records and the errors met on the way: reads go
+// readUntilFlushed reads r until ErrFlushed with ReadInto or Each (mode),
+// and returns the records and the errors met on the way: reads go
 // on after each error but ErrFlushed, and fail the test after 10 of them.
 func readUntilFlushed(t *testing.T, r *Reader, mode string) ([]Sample, []error) {
 	t.Helper()
@@ -98,18 +98,6 @@ func readUntilFlushed(t *testing.T, r *Reader, mode string) ([]Sample, []error) 
 				return got, errs
 			}
 		}
-	case "All":
-		for s, err := range r.All(context.Background()) {
-			if err != nil {
-				if !add(err) {
-					break
-				}
-				continue
-			}
-			got = append(got, *s)
-			got[len(got)-1].Data = bytes.Clone(s.Data)
-		}
-		return got, errs
 	}
 	t.Fatalf("no read mode %q", mode)
 	return nil, nil
@@ -165,10 +153,14 @@ func TestReaderFullestFirst(t *testing.T) {
 	if n := readFlushed(t, r); n != 0 {
 		t.Errorf("%d records after all were read", n)
 	}
-	for i, st := range r.Stats() {
-		if st.CPU != i || st.Samples != 8 || st.Bytes != 8*36 {
-			t.Errorf("ring %d stats %+v, want 8 samples of 36 bytes", i, st)
+	st := r.Stats()
+	for i, s := range st.Rings {
+		if s.CPU != i || s.Samples != 8 || s.Bytes != 8*36 {
+			t.Errorf("ring %d stats %+v, want 8 samples of 36 bytes", i, s)
 		}
+	}
+	if len(st.Rings) != 2 || st.Samples != 16 || st.Bytes != 16*36 {
+		t.Errorf("stats %+v, want 16 samples of 36 bytes in the sums", st)
 	}
 }
 
@@ -311,7 +303,7 @@ func TestReaderMaxLatency(t *testing.T) {
 }
 
 // Flush delivers what the rings hold, then ErrFlushed; Close counts what
-// is left as Discarded.
+// is left as Left.
 func TestReaderFlushAndDiscard(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
@@ -325,10 +317,10 @@ func TestReaderFlushAndDiscard(t *testing.T) {
 	f.emit(t, 0, 0, 9, 40)
 	r.Close()
 	st := r.Stats()
-	if d := st[0].Left; d != 1 {
+	if d := st.Rings[0].Left; d != 1 || st.Left != 1 {
 		t.Errorf("left %d samples at Close, want 1", d)
 	}
-	if st[0].Samples != 3 || st[1].Samples != 2 || st[1].Left != 0 {
+	if st.Rings[0].Samples != 3 || st.Rings[1].Samples != 2 || st.Rings[1].Left != 0 || st.Samples != 5 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -364,7 +356,7 @@ func TestCloseDiscardsUndelivered(t *testing.T) {
 				}
 			}
 			r.Close()
-			st := r.Stats()[0]
+			st := r.Stats().Rings[0]
 			if st.Left != 4 || st.Samples != 1 {
 				t.Errorf("stats %+v; want 1 sample, and the 4 records not delivered left", st)
 			}
@@ -372,8 +364,9 @@ func TestCloseDiscardsUndelivered(t *testing.T) {
 	}
 }
 
-// Each stops when its context is cancelled; All iterates with one Sample.
-func TestReaderEachAndAll(t *testing.T) {
+// Each stops when its context is cancelled; a ReadInto loop reads on into
+// one Sample until its deadline.
+func TestReaderEachAndReadInto(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	f.cpus = []int{3, 7} // buffer indexes are not CPU numbers
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
@@ -400,25 +393,21 @@ func TestReaderEachAndAll(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		f.emit(t, 0, 0, uint64(i), 24)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
+	r.SetDeadline(time.Now().Add(50 * time.Millisecond))
 	n = 0
-	var lastErr error
-	for s, err := range r.All(ctx) {
-		if err != nil {
-			lastErr = err
-			continue
-		}
+	var s Sample
+	var err2 error
+	for err2 = r.ReadInto(&s); err2 == nil; err2 = r.ReadInto(&s) {
 		if seqOf(s.Data) != uint64(n) || s.CPU != 3 {
-			t.Errorf("All: record %d has seq %d, cpu %d", n, seqOf(s.Data), s.CPU)
+			t.Errorf("ReadInto: record %d has seq %d, cpu %d", n, seqOf(s.Data), s.CPU)
 		}
 		n++
 	}
-	if n != 3 || !errors.Is(lastErr, context.DeadlineExceeded) {
-		t.Errorf("All: %d records, last error %v", n, lastErr)
+	if n != 3 || !errors.Is(err2, os.ErrDeadlineExceeded) {
+		t.Errorf("ReadInto: %d records, last error %v", n, err2)
 	}
-	if st := r.Stats(); st[0].CPU != 3 || st[1].CPU != 7 {
-		t.Errorf("stats %+v, want CPUs 3 and 7", st)
+	if st := r.Stats(); st.Rings[0].CPU != 3 || st.Rings[1].CPU != 7 || st.Samples != 7 {
+		t.Errorf("stats %+v, want CPUs 3 and 7, 7 samples", st)
 	}
 }
 
@@ -452,7 +441,7 @@ func TestReaderLost(t *testing.T) {
 	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatal(err)
 	}
-	if st := r.Stats()[0]; st.Lost != lost || lost != 6 || st.Samples != 5 {
+	if st := r.Stats(); st.Rings[0].Lost != lost || lost != 6 || st.Rings[0].Samples != 5 || st.Lost != lost {
 		t.Errorf("lost %d, stats %+v", lost, st)
 	}
 }
@@ -595,8 +584,8 @@ func TestReaderEachCorruptAndClose(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.CPU != 0 || ce.Pos != 48 || ce.Reason != "record size 12 not a multiple of 8" || len(seqs) != 1 {
 		t.Fatalf("Each: %v, seqs %v; want the corrupt record at 48 after seq 0", err, seqs)
 	}
-	if st := r.Stats()[0]; st.Samples != 1 || st.Corrupt != 1 || st.CorruptBytes != 16 {
-		t.Errorf("stats %+v; want 1 sample, 1 corruption of 16 bytes", st)
+	if st := r.Stats().Rings[0]; st.Samples != 1 || st.Corrupt != 1 {
+		t.Errorf("stats %+v; want 1 sample, 1 corruption", st)
 	}
 	// Reported once: the next call goes on, and finds nothing.
 	if err := r.Each(context.Background(), fn); !errors.Is(err, os.ErrDeadlineExceeded) || len(seqs) != 1 {
@@ -613,17 +602,17 @@ func TestReaderEachCorruptAndClose(t *testing.T) {
 	if !errors.Is(err, os.ErrClosed) || fmt.Sprint(seqs) != "[0 1]" {
 		t.Errorf("Each with Close from fn: %v, seqs %v", err, seqs)
 	}
-	if st := r.Stats()[0]; st.Samples != 2 || st.Corrupt != 1 || st.Left != 1 {
+	if st := r.Stats(); st.Samples != 2 || st.Corrupt != 1 || st.Left != 1 || st.Rings[0].Left != 1 {
 		t.Errorf("stats after Close %+v; want 2 samples, 1 corruption, 1 sample left", st)
 	}
 }
 
 // A corrupt ring among good ones: every read form delivers every good
 // record, reports the corruption once as a *CorruptError and goes on; the
-// Stats count it (Corrupt) and the bytes skipped (CorruptBytes).
+// Stats count it (Corrupt), on its ring.
 func TestReaderCorruptReportedOnce(t *testing.T) {
 	for _, policy := range []string{"fullest", "ordered"} {
-		for _, mode := range []string{"ReadInto", "Each", "All"} {
+		for _, mode := range []string{"ReadInto", "Each"} {
 			t.Run(policy+"/"+mode, func(t *testing.T) {
 				f := newFakeRings(t, 2, 4096)
 				var r *Reader
@@ -654,7 +643,7 @@ func TestReaderCorruptReportedOnce(t *testing.T) {
 					t.Fatalf("errors %v; want one *CorruptError, ring 0 at 64", errs)
 				}
 				st := r.Stats()
-				if st[0].Samples != 2 || st[0].Corrupt != 1 || st[0].CorruptBytes != 16 || st[1].Samples != 3 || st[1].Corrupt != 0 {
+				if r := st.Rings; r[0].Samples != 2 || r[0].Corrupt != 1 || r[1].Samples != 3 || r[1].Corrupt != 0 || st.Corrupt != 1 {
 					t.Errorf("stats %+v", st)
 				}
 				// Reading goes on with what is written after.
@@ -665,7 +654,7 @@ func TestReaderCorruptReportedOnce(t *testing.T) {
 				if len(got) != 2 || len(errs) != 0 {
 					t.Errorf("after the report: %d records, errors %v; want 2, none", len(got), errs)
 				}
-				if st := r.Stats()[0]; st.Samples != 3 || st.Corrupt != 1 || st.CorruptBytes != 16 {
+				if st := r.Stats(); st.Rings[0].Samples != 3 || st.Rings[0].Corrupt != 1 || st.Samples != 7 || st.Corrupt != 1 {
 					t.Errorf("stats %+v", st)
 				}
 			})
@@ -673,13 +662,13 @@ func TestReaderCorruptReportedOnce(t *testing.T) {
 	}
 }
 
-// Close called from an Each function or an All loop makes that call the
+// Close called from an Each function or a ReadInto loop makes that call the
 // last: no fn call follows, also within a fullest-first turn and an ordered
 // run (RawBuffer.each stops after the record during which the owner was
 // closed), and the records not delivered are counted as Left.
 func TestReaderCloseFromEach(t *testing.T) {
 	for _, policy := range []string{"fullest", "ordered"} {
-		for _, mode := range []string{"Each", "All"} {
+		for _, mode := range []string{"Each", "ReadInto"} {
 			for _, closeAt := range []int{1, 3} {
 				t.Run(fmt.Sprintf("%s/%s/%d", policy, mode, closeAt), func(t *testing.T) {
 					f := newFakeRings(t, 2, 4096)
@@ -712,11 +701,8 @@ func TestReaderCloseFromEach(t *testing.T) {
 					if mode == "Each" {
 						err = r.Each(context.Background(), func(*Record) error { call(); return nil })
 					} else {
-						for _, e := range r.All(context.Background()) {
-							if e != nil {
-								err = e
-								continue
-							}
+						var s Sample
+						for err = r.ReadInto(&s); err == nil; err = r.ReadInto(&s) {
 							call()
 						}
 					}
@@ -724,10 +710,10 @@ func TestReaderCloseFromEach(t *testing.T) {
 						t.Errorf("%v after %d calls (%d after Close); want os.ErrClosed after %d", err, calls, after, closeAt)
 					}
 					st := r.Stats()
-					if got := st[0].Samples + st[1].Samples; got != uint64(closeAt) {
+					if got := st.Rings[0].Samples + st.Rings[1].Samples; got != uint64(closeAt) || st.Samples != got {
 						t.Errorf("stats count %d samples delivered, want %d: %+v", got, closeAt, st)
 					}
-					if d := st[0].Left + st[1].Left; d != n+1-uint64(closeAt) {
+					if d := st.Rings[0].Left + st.Rings[1].Left; d != n+1-uint64(closeAt) || st.Left != d {
 						t.Errorf("left %d samples, want the %d records not delivered: %+v", d, n+1-closeAt, st)
 					}
 				})
@@ -813,7 +799,7 @@ func TestReaderBadHead(t *testing.T) {
 		t.Fatalf("first read: %v; want the bad head reported", err)
 	}
 	// The head is passed over, not taken: the sample below it is genuine.
-	if st := r.Stats()[0]; st.Corrupt != 1 || st.CorruptBytes != 0 || f.rings[0].Page.Data_tail != 0 {
+	if st := r.Stats().Rings[0]; st.Corrupt != 1 || f.rings[0].Page.Data_tail != 0 {
 		t.Errorf("invalid head taken: stats %+v, tail %d", st, f.rings[0].Page.Data_tail)
 	}
 	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -848,7 +834,7 @@ func TestReaderBadHead(t *testing.T) {
 	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) { // ends the turn: stats published
 		t.Fatalf("last read: %v", err)
 	}
-	if st := r.Stats()[0]; st.Samples != 2 || st.Corrupt != 1 || st.CorruptBytes != 0 {
+	if st := r.Stats().Rings[0]; st.Samples != 2 || st.Corrupt != 1 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -947,13 +933,11 @@ func TestReaderMatchesReference(t *testing.T) {
 		for _, mode := range []string{"Each", "ReadInto"} {
 			rnd := rand.New(rand.NewSource(int64(seed)))
 			f, ref := refRings(t, rnd, []int{512, 1024, 4096}[seed%3])
-			// The readers skip records of other types, counting them.
-			want, other := make([][]refRecord, len(ref)), make([]uint64, len(ref))
+			// The readers skip records of other types.
+			want := make([][]refRecord, len(ref))
 			for i, recs := range ref {
 				for _, w := range recs {
-					if w.typ == recordOther {
-						other[i]++
-					} else {
+					if w.typ != recordOther {
 						want[i] = append(want[i], w)
 					}
 				}
@@ -998,6 +982,7 @@ func TestReaderMatchesReference(t *testing.T) {
 				t.Fatalf("seed %d %s: %v", seed, mode, err)
 			}
 			st := r.Stats()
+			var all Stats // the sums of the reference's counts
 			for i := range want {
 				if len(got[i]) != len(want[i]) {
 					t.Fatalf("seed %d %s: ring %d: %d records, reference %d", seed, mode, i, len(got[i]), len(want[i]))
@@ -1017,9 +1002,13 @@ func TestReaderMatchesReference(t *testing.T) {
 					}
 					lost += w.lost
 				}
-				if s := st[i]; s.CPU != i || s.Samples != samples || s.Bytes != nbytes || s.Lost != lost || s.Other != other[i] || s.Corrupt != 0 {
-					t.Fatalf("seed %d %s: ring %d stats %+v; reference %d samples, %d bytes, %d lost, %d other", seed, mode, i, s, samples, nbytes, lost, other[i])
+				if s := st.Rings[i]; s.CPU != i || s.Samples != samples || s.Bytes != nbytes || s.Lost != lost || s.Corrupt != 0 {
+					t.Fatalf("seed %d %s: ring %d stats %+v; reference %d samples, %d bytes, %d lost", seed, mode, i, s, samples, nbytes, lost)
 				}
+				all.Samples, all.Bytes, all.Lost = all.Samples+samples, all.Bytes+nbytes, all.Lost+lost
+			}
+			if st.Samples != all.Samples || st.Bytes != all.Bytes || st.Lost != all.Lost || st.Corrupt != 0 {
+				t.Fatalf("seed %d %s: stats %+v; reference %d samples, %d bytes, %d lost", seed, mode, st, all.Samples, all.Bytes, all.Lost)
 			}
 		}
 	}
@@ -1069,8 +1058,7 @@ func TestReaderTurnsAcrossPauses(t *testing.T) {
 	}
 }
 
-// A read called from inside an Each function or an All loop fails with
-// ErrReentrant: it used to wait for the read running it, forever.
+// A read called from inside an Each function fails with ErrReentrant: it used to wait for the read running it, forever.
 func TestReadFromCallbackReentrant(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		newR := func(f *fakeRings) *Reader {
@@ -1100,17 +1088,6 @@ func TestReadFromCallbackReentrant(t *testing.T) {
 			})
 			if !errors.Is(got, ErrReentrant) {
 				t.Errorf("ordered %v: %s inside Each: %v, want ErrReentrant", ordered, name, got)
-			}
-			within(t, fmt.Sprintf("ordered %v: %s inside All", ordered, name), func() {
-				for _, err := range r.All(context.Background()) {
-					if err == nil {
-						got = call()
-					}
-					break
-				}
-			})
-			if !errors.Is(got, ErrReentrant) {
-				t.Errorf("ordered %v: %s inside All: %v, want ErrReentrant", ordered, name, got)
 			}
 		}
 		// Another goroutine's read still waits for the one in progress.
@@ -1196,8 +1173,8 @@ func TestDeadlinePastDeliversWhatIsReady(t *testing.T) {
 }
 
 // Both policies skip records of types other than sample and lost, as
-// Sample.Type promises, and count them in Stats().Other. (They were handed
-// out as recordOther.)
+// Sample.Type promises, and count them as nothing: not samples, not lost,
+// not corrupt. (They were handed out as recordOther.)
 func TestReadersSkipOtherRecords(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		f := newFakeRings(t, 1, 1<<12)
@@ -1224,8 +1201,8 @@ func TestReadersSkipOtherRecords(t *testing.T) {
 		if fmt.Sprint(types) != "[sample sample]" {
 			t.Errorf("ordered %v: read %v, want two samples", ordered, types)
 		}
-		if st := r.Stats()[0]; st.Other != 2 || st.Samples != 2 {
-			t.Errorf("ordered %v: stats %+v, want 2 samples and 2 other", ordered, st)
+		if st := r.Stats(); st.Samples != 2 || st.Lost != 0 || st.Corrupt != 0 || st.Rings[0].Samples != 2 {
+			t.Errorf("ordered %v: stats %+v, want 2 samples and nothing else", ordered, st)
 		}
 	}
 }
@@ -1307,7 +1284,7 @@ func TestReadBatchCorruptMidBatch(t *testing.T) {
 			if n, err := r.ReadBatch(batch); n != 1 || err != nil || k.seqOf(batch[0].Data) != 10 {
 				t.Fatalf("ReadBatch after the corruption = %d, %v", n, err)
 			}
-			if st := r.Stats()[0]; st.Samples != 11 || st.Corrupt != 1 {
+			if st := r.Stats().Rings[0]; st.Samples != 11 || st.Corrupt != 1 {
 				t.Errorf("stats %+v; want 11 samples, 1 corruption", st)
 			}
 		})
@@ -1441,7 +1418,7 @@ func TestReadIntoCorruptInTurn(t *testing.T) {
 			if fmt.Sprint(got) != "[0 1 2 3]" {
 				t.Errorf("delivered %v before the error, want [0 1 2 3]", got)
 			}
-			if st := r.Stats()[0]; st.Samples != 4 || st.Corrupt != 1 {
+			if st := r.Stats().Rings[0]; st.Samples != 4 || st.Corrupt != 1 {
 				t.Errorf("stats %+v; want 4 samples and the corruption counted", st)
 			}
 			// Reported once; what comes after is read.
@@ -1526,7 +1503,7 @@ func TestReadIntoCloseRace(t *testing.T) {
 						t.Fatalf("seq %d delivered where %d was due (each once, none skipped)", seq, i)
 					}
 				}
-				st := r.Stats()[0]
+				st := r.Stats().Rings[0]
 				if st.Samples != uint64(len(all)) || st.Samples+st.Left != written {
 					t.Errorf("delivered %d of %d written; Stats %+v", len(all), written, st)
 				}
@@ -1619,7 +1596,7 @@ func TestReaderConsume(t *testing.T) {
 	if n, err := r.Consume(fn); n != 1 || err != nil || seqs[5] != 5 {
 		t.Fatalf("Consume after one more = %d, %v (%v)", n, err, seqs)
 	}
-	if st := r.Stats(); st[0].Samples+st[1].Samples != 6 || st[0].Fill != 0 || st[1].Fill != 0 {
+	if st := r.Stats(); st.Samples != 6 || st.Rings[0].Samples+st.Rings[1].Samples != 6 || st.Fill != 0 {
 		t.Errorf("stats %+v; want 6 samples, rings empty", st)
 	}
 
@@ -1770,26 +1747,26 @@ func TestPollTimeoutConcurrent(t *testing.T) {
 // every form of reading: a CorruptError, counted, and the reader goes on
 // from the head.
 func TestHeadBehindTailEveryForm(t *testing.T) {
-	forms := map[string]func(t *testing.T, f *fakeRings) (func() []Stats, error){
-		"Consume": func(t *testing.T, f *fakeRings) (func() []Stats, error) {
+	forms := map[string]func(t *testing.T, f *fakeRings) (func() Stats, error){
+		"Consume": func(t *testing.T, f *fakeRings) (func() Stats, error) {
 			pb := f.perfBuffer(t, func(int, []byte) {}, nil)
 			_, err := pb.Consume()
 			return pb.Stats, err
 		},
-		"Drain": func(t *testing.T, f *fakeRings) (func() []Stats, error) {
+		"Drain": func(t *testing.T, f *fakeRings) (func() Stats, error) {
 			b := newRawBuffer(f.perf(t)[0], nil)
 			_, err := b.Drain(func(*Record) error { return nil })
 			if err != nil {
 				b.SkipCorrupt()
 			}
-			return func() []Stats { return []Stats{b.Stats()} }, err
+			return b.Stats, err
 		},
 	}
 	// After a Flush too: the Reader and the ordered Reader used to find the
 	// flush done (the tail past its head) without a look at the ring.
 	for _, pol := range []string{"fullest", "ordered", "fullest+Flush", "ordered+Flush"} {
 		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
-			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (func() []Stats, error) {
+			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (func() Stats, error) {
 				o := ReaderOptions{MaxLatency: -1}
 				if strings.HasPrefix(pol, "ordered") {
 					o.Order = &Order{MaxDelay: time.Nanosecond}
@@ -1813,7 +1790,7 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].Head) {
 				t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
 			}
-			if st := stats()[0]; st.Corrupt != 1 {
+			if st := stats(); st.Corrupt != 1 {
 				t.Errorf("stats %+v; want the corruption counted", st)
 			}
 			if tail := f.rings[0].Page.Data_tail; tail != f.rings[0].Head {
@@ -1956,10 +1933,11 @@ func TestReaderReadBatchOrder(t *testing.T) {
 				t.Errorf("ordered %v, batch %d: read\n%v\nwant (Consume)\n%v", ord != nil, n, got, want)
 			}
 			var samples, lost uint64
-			for _, st := range r.Stats() {
-				samples, lost = samples+st.Samples, lost+st.Lost
+			st := r.Stats()
+			for _, s := range st.Rings {
+				samples, lost = samples+s.Samples, lost+s.Lost
 			}
-			if samples != 40 || lost != 5 {
+			if samples != 40 || lost != 5 || st.Samples != 40 || st.Lost != 5 {
 				t.Errorf("ordered %v, batch %d: Stats count %d samples, %d lost; want 40, 5", ord != nil, n, samples, lost)
 			}
 		}
@@ -1994,7 +1972,7 @@ func TestHeadBehindTailQuietFlush(t *testing.T) {
 				if !errors.As(err, &ce) || ce.Reason != fmt.Sprintf("head %d behind tail 4096", f.rings[0].Head) {
 					t.Fatalf("%v, want a CorruptError for the head behind the tail", err)
 				}
-				if st := r.Stats()[0]; st.Corrupt != 1 {
+				if st := r.Stats(); st.Corrupt != 1 || st.Rings[0].Corrupt != 1 {
 					t.Errorf("stats %+v; want the corruption counted", st)
 				}
 			})
@@ -2109,9 +2087,6 @@ func TestLongReadCommitsAsItGoes(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					if st := r.Stats()[0]; pol == "ordered" && kind == "ringbuf" && st.Held != 0 {
-						t.Errorf("the ring was copied, not read in place: %s", fmt.Sprint(st))
-					}
 				})
 			}
 		}
@@ -2142,7 +2117,7 @@ func result(t *testing.T, done chan error) error {
 }
 
 // Each owner counts the blocked waits that a ring's event ended, not those
-// that a Flush, a deadline or a timeout ended.
+// that a Flush, a deadline or a timeout ended, in its Stats' Wakeups.
 func TestWakeups(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
@@ -2157,7 +2132,7 @@ func TestWakeups(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.drainWake(1)
-		if got := r.Wakeups(); got != n {
+		if got := r.Stats().Wakeups; got != n {
 			t.Errorf("Reader: %d wakeups after %d events, want %d", got, n, n)
 		}
 	}
@@ -2173,11 +2148,11 @@ func TestWakeups(t *testing.T) {
 	if err := result(t, done); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read past the deadline: %v", err)
 	}
-	if got := r.Wakeups(); got != 2 {
+	if got := r.Stats().Wakeups; got != 2 {
 		t.Errorf("Reader: %d wakeups after a Flush and a deadline, want 2", got)
 	}
 	r.Close()
-	if got := r.Wakeups(); got != 2 {
+	if got := r.Stats().Wakeups; got != 2 {
 		t.Errorf("Reader: %d wakeups after Close, want 2", got)
 	}
 
@@ -2193,7 +2168,7 @@ func TestWakeups(t *testing.T) {
 	if _, err := pb.Poll(time.Millisecond); err != nil { // a timeout
 		t.Fatal(err)
 	}
-	if got := pb.Wakeups(); got != 1 {
+	if got := pb.Stats().Wakeups; got != 1 {
 		t.Errorf("PerfBuffer: %d wakeups, want 1", got)
 	}
 
@@ -2206,8 +2181,16 @@ func TestWakeups(t *testing.T) {
 	if err := result(t, done); err != nil {
 		t.Fatal(err)
 	}
-	if got := raw.Wakeups(); got != 1 {
+	if got := raw.Stats().Wakeups; got != 1 {
 		t.Errorf("Raw: %d wakeups, want 1", got)
+	}
+	// The wakeups are the owner's, in the sums only.
+	for name, st := range map[string]Stats{"Reader": r.Stats(), "PerfBuffer": pb.Stats(), "Raw": raw.Stats()} {
+		for i, s := range st.Rings {
+			if s.Wakeups != 0 {
+				t.Errorf("%s: ring %d counts %d wakeups, want them in the sums only", name, i, s.Wakeups)
+			}
+		}
 	}
 }
 
@@ -2218,7 +2201,7 @@ func TestWakeups(t *testing.T) {
 func TestStatsWaiting(t *testing.T) {
 	f := newFakeRings(t, 1, 4096)
 	r := f.reader(t, ReaderOptions{MaxLatency: -1})
-	if w := r.Stats()[0].Waiting; w != 0 {
+	if w := r.Stats().Rings[0].Waiting; w != 0 {
 		t.Errorf("an empty ring: Waiting %v", w)
 	}
 
@@ -2227,8 +2210,8 @@ func TestStatsWaiting(t *testing.T) {
 	written := time.Now()
 	time.Sleep(2 * time.Millisecond)
 	age := time.Since(written)
-	if w := r.Stats()[0].Waiting; w < age {
-		t.Errorf("Waiting %v, below the record's age %v", w, age)
+	if st := r.Stats(); st.Rings[0].Waiting < age || st.Waiting != st.Rings[0].Waiting {
+		t.Errorf("Waiting %v (sums %v), below the record's age %v", st.Rings[0].Waiting, st.Waiting, age)
 	}
 
 	// The reader delivers it; the commit finds the ring empty. A record
@@ -2241,7 +2224,7 @@ func TestStatsWaiting(t *testing.T) {
 		t.Fatalf("%d records read, want 1", n)
 	}
 	f.emit(t, 0, 0, 1, 16)
-	if w, since := r.Stats()[0].Waiting, time.Since(read); w == 0 || w > since {
+	if w, since := r.Stats().Rings[0].Waiting, time.Since(read); w == 0 || w > since {
 		t.Errorf("Waiting %v after a commit %v ago found the ring empty", w, since)
 	}
 
@@ -2250,50 +2233,50 @@ func TestStatsWaiting(t *testing.T) {
 	readFlushed(t, r)
 	time.Sleep(20 * time.Millisecond)
 	looked := time.Now()
-	if w := r.Stats()[0].Waiting; w != 0 {
+	if w := r.Stats().Rings[0].Waiting; w != 0 {
 		t.Errorf("an empty ring: Waiting %v", w)
 	}
 	f.emit(t, 0, 0, 2, 16)
-	if w, since := r.Stats()[0].Waiting, time.Since(looked); w == 0 || w > since {
+	if w, since := r.Stats().Rings[0].Waiting, time.Since(looked); w == 0 || w > since {
 		t.Errorf("Waiting %v after a Stats call %v ago found the ring empty", w, since)
 	}
 	r.Close()
-	if w := r.Stats()[0].Waiting; w != 0 {
+	if w := r.Stats().Rings[0].Waiting; w != 0 {
 		t.Errorf("after Close: Waiting %v", w)
 	}
 }
 
-// An ordered Reader's Held is how long it has held back the record it
-// holds, since it first saw it; 0 once delivered, and for the fullest-first
-// Reader.
-func TestStatsHeld(t *testing.T) {
+// A record an ordered Reader holds back waits: Waiting is at least its
+// age, and at most the time since the ring was opened (found empty); 0 for
+// a ring that holds nothing, and once delivered. The sums' Waiting is the
+// longest.
+func TestStatsWaitingOrdered(t *testing.T) {
 	f := newFakeRings(t, 2, 4096)
+	opened := time.Now()
 	r := f.ordered(t, Order{MaxDelay: time.Hour})
-	before := time.Now()
 	f.emit(t, 0, 5, 0, 16) // held: ring 1 may yet output a smaller key (rule 1)
+	written := time.Now()
 	r.SetDeadline(time.Now().Add(5 * time.Millisecond))
 	var s Sample
 	if err := r.ReadInto(&s); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read: %v, want the deadline's error", err)
 	}
 	time.Sleep(2 * time.Millisecond)
+	age := time.Since(written)
 	st := r.Stats()
-	if h, since := st[0].Held, time.Since(before); h < 2*time.Millisecond || h > since {
-		t.Errorf("Held %v, want at least 2ms and at most %v", h, since)
+	if w, since := st.Rings[0].Waiting, time.Since(opened); w < age || w > since {
+		t.Errorf("Waiting %v, want at least the held record's age %v and at most %v", w, age, since)
 	}
-	if st[0].Waiting < st[0].Held {
-		t.Errorf("Waiting %v below Held %v", st[0].Waiting, st[0].Held)
-	}
-	if st[1].Held != 0 {
-		t.Errorf("ring 1 holds nothing: Held %v", st[1].Held)
+	if st.Rings[1].Waiting != 0 || st.Waiting != st.Rings[0].Waiting {
+		t.Errorf("ring 1 holds nothing: Waiting %v; sums' Waiting %v, want ring 0's", st.Rings[1].Waiting, st.Waiting)
 	}
 	r.SetDeadline(time.Time{})
 	r.Flush()
 	if n := readFlushed(t, r); n != 1 {
 		t.Fatalf("%d records read, want 1", n)
 	}
-	if h := r.Stats()[0].Held; h != 0 {
-		t.Errorf("delivered: Held %v", h)
+	if w := r.Stats().Waiting; w != 0 {
+		t.Errorf("delivered: Waiting %v", w)
 	}
 }
 
@@ -2307,52 +2290,47 @@ func TestStatsWaitingRingBuf(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	age := time.Since(written)
 	st := r.Stats()
-	if st[0].Waiting != 0 || st[1].Waiting < age {
-		t.Errorf("Waiting %v and %v; want 0 and at least %v", st[0].Waiting, st[1].Waiting, age)
+	if st.Rings[0].Waiting != 0 || st.Rings[1].Waiting < age || st.Waiting != st.Rings[1].Waiting {
+		t.Errorf("Waiting %v and %v (sums %v); want 0 and at least %v", st.Rings[0].Waiting, st.Rings[1].Waiting, st.Waiting, age)
 	}
 	r.Flush()
 	if n := readFlushed(t, r); n != 1 {
 		t.Fatalf("%d records read, want 1", n)
 	}
-	if w := r.Stats()[1].Waiting; w != 0 {
+	if w := r.Stats().Rings[1].Waiting; w != 0 {
 		t.Errorf("delivered: Waiting %v", w)
 	}
 	if _, ok := f.rings[0].Reserve(8); !ok {
 		t.Fatal("no room to reserve")
 	}
-	if w := r.Stats()[0].Waiting; w == 0 {
+	if w := r.Stats().Rings[0].Waiting; w == 0 {
 		t.Error("a reserved record: Waiting 0")
 	}
 }
 
-// Stats' Size is each ring's size, also after Close; FollowsCPUs is false
-// over rings with neither a CPU watch nor ring buffers.
-func TestStatsSizeFollowsCPUs(t *testing.T) {
-	sizes := func(st []Stats) []int {
-		var out []int
-		for _, s := range st {
+// Stats' Size is each ring's size, and their sum in the sums, also after
+// Close.
+func TestStatsSize(t *testing.T) {
+	sizes := func(st Stats) []int {
+		out := []int{st.Size}
+		for _, s := range st.Rings {
 			out = append(out, s.Size)
 		}
 		return out
 	}
 	f := newFakeRings(t, 2, 4096)
 	r := f.reader(t, ReaderOptions{})
-	if got := sizes(r.Stats()); !slices.Equal(got, []int{4096, 4096}) {
-		t.Errorf("Stats' sizes = %v, want [4096 4096]", got)
-	}
-	if r.FollowsCPUs() {
-		t.Error("FollowsCPUs over rings without a CPU watch")
+	if got := sizes(r.Stats()); !slices.Equal(got, []int{8192, 4096, 4096}) {
+		t.Errorf("Stats' sizes (the sums' and each ring's) = %v, want [8192 4096 4096]", got)
 	}
 	r.Close()
-	if got := sizes(r.Stats()); !slices.Equal(got, []int{4096, 4096}) {
+	if got := sizes(r.Stats()); !slices.Equal(got, []int{8192, 4096, 4096}) {
 		t.Errorf("Stats' sizes after Close = %v", got)
 	}
-
-	// With a CPU watch, and over ring buffers: internal/owner's
-	// TestFollowsCPUs.
 }
 
-// CloseExact is false before 6.0 (no PERF_FORMAT_LOST), and from 6.0 true
+// owner.CloseExact (the tests' word on whether the counts add up exactly
+// at Close) is false before 6.0 (no PERF_FORMAT_LOST), and from 6.0 true
 // on a kernel without nohz_full CPUs, whose
 // /sys/devices/system/cpu/nohz_full lists none ("(null)" or no file):
 // membarrier waits there, and so does the array of maps. On a nohz_full
@@ -2370,7 +2348,7 @@ func TestCloseExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	switch got := CloseExact(); {
+	switch got := owner.CloseExact(); {
 	case major < 6 && got:
 		t.Errorf("CloseExact() = %v on kernel %d.%d, before PERF_FORMAT_LOST", got, major, minor)
 	case major >= 6 && !got && !nohzFull:

@@ -97,8 +97,9 @@ func seq8(data []byte) uint64 {
 type ringBufForm struct {
 	name string
 	// open builds the reader over f; read reads once, waiting at most
-	// until a deadline where the form waits.
-	open func(t *testing.T, f *fakeBPFRings) (read func() ([]uint64, error), stats func() []Stats)
+	// until a deadline where the form waits; stats returns the owner's
+	// Stats (a RawBuffer's: its ring's).
+	open func(t *testing.T, f *fakeBPFRings) (read func() ([]uint64, error), stats func() Stats)
 	// reader is the Reader of the last open, for a Reader's form.
 	reader *Reader
 }
@@ -109,7 +110,7 @@ type ringBufForm struct {
 // at most wait.
 func ringBufForms(wait time.Duration) []*ringBufForm {
 	forms := []*ringBufForm{
-		{name: "callback/Poll", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+		{name: "callback/Poll", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() Stats) {
 			var got []uint64
 			pb := f.perfBuffer(t, func(_ int, data []byte) { got = append(got, seq8(data)) }, nil)
 			return func() ([]uint64, error) {
@@ -118,7 +119,7 @@ func ringBufForms(wait time.Duration) []*ringBufForm {
 				return got, err
 			}, pb.Stats
 		}},
-		{name: "callback/Consume", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+		{name: "callback/Consume", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() Stats) {
 			var got []uint64
 			pb := f.perfBuffer(t, func(_ int, data []byte) { got = append(got, seq8(data)) }, nil)
 			return func() ([]uint64, error) {
@@ -127,7 +128,7 @@ func ringBufForms(wait time.Duration) []*ringBufForm {
 				return got, err
 			}, pb.Stats
 		}},
-		{name: "raw/Drain", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+		{name: "raw/Drain", open: func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() Stats) {
 			b := newRawBuffer(bpfReader(t, f.rings[0]), nil)
 			return func() ([]uint64, error) {
 				var got []uint64
@@ -139,12 +140,12 @@ func ringBufForms(wait time.Duration) []*ringBufForm {
 					b.SkipCorrupt()
 				}
 				return got, err
-			}, func() []Stats { return []Stats{b.Stats()} }
+			}, b.Stats
 		}},
 	}
 	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
 		form := &ringBufForm{name: "reader/" + mode}
-		form.open = func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() []Stats) {
+		form.open = func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() Stats) {
 			r := f.reader(t, ReaderOptions{MaxLatency: -1})
 			form.reader = r
 			return func() ([]uint64, error) {
@@ -356,7 +357,7 @@ func TestRingBufBadBusyEveryForm(t *testing.T) {
 				if fmt.Sprint(got) != "[1]" && !strings.HasPrefix(form.name, "reader/") {
 					t.Errorf("delivered %v before the error, want [1]", got)
 				}
-				if st := stats()[0]; st.Corrupt != 1 {
+				if st := stats(); st.Corrupt != 1 {
 					t.Errorf("stats %+v; want the corruption counted", st)
 				}
 				f.rings[0].Prod = f.rings[0].Pos[1]
@@ -438,7 +439,7 @@ func TestRingBufBadPositionsEveryForm(t *testing.T) {
 				if len(got) != 0 {
 					t.Errorf("delivered %v from bad positions", got)
 				}
-				if st := stats()[0]; st.Corrupt != 1 {
+				if st := stats(); st.Corrupt != 1 {
 					t.Errorf("stats %+v; want the corruption counted once", st)
 				}
 				// On from producer_pos.
@@ -480,7 +481,7 @@ func TestRingBufCloseLedger(t *testing.T) {
 					f.rings[0].Write(p, bpfPayload(seq))
 					f.rings[0].Commit(p, discarded(seq))
 				}
-				var stats func() []Stats
+				var stats func() Stats
 				var closer func() error
 				got := 0
 				switch form {
@@ -508,10 +509,13 @@ func TestRingBufCloseLedger(t *testing.T) {
 				if err := closer(); err != nil {
 					t.Fatal(err)
 				}
-				st := stats()[0]
-				if st.Samples != uint64(got) || st.Samples+st.Discarded+st.Left != outputs {
-					t.Fatalf("delivered %d, stats %+v: %d + discarded %d + left %d != %d outputs",
-						got, st, st.Samples, st.Discarded, st.Left, outputs)
+				// The sums, and the one ring's entry.
+				all := stats()
+				for _, st := range []Stats{all, all.Rings[0]} {
+					if st.Samples != uint64(got) || st.Samples+st.Discarded+st.Left != outputs {
+						t.Fatalf("delivered %d, stats %+v: %d + discarded %d + left %d != %d outputs",
+							got, st, st.Samples, st.Discarded, st.Left, outputs)
+					}
 				}
 			})
 		}
@@ -596,7 +600,9 @@ func TestReaderRingBufBudget(t *testing.T) {
 		var s Sample
 		// read reads one record in the background; parked waits until
 		// that read is in a wait after wakeups ring wakeups, failing if it
-		// returned instead.
+		// returned instead. The wait has looked at the rings in the
+		// netpoller (Parked, not only Waiting: holding the turn), so that
+		// a record output from then on ends it as a wakeup, not at once.
 		var got chan error
 		read := func() {
 			got = make(chan error, 1)
@@ -604,7 +610,7 @@ func TestReaderRingBufBudget(t *testing.T) {
 		}
 		parked := func(wakeups uint64) {
 			t.Helper()
-			for r.r.C.W.Wakeups() < wakeups || !r.r.C.W.Waiting() {
+			for r.r.C.W.Wakeups() < wakeups || !r.r.C.W.Parked() {
 				select {
 				case err := <-got:
 					t.Fatalf("the read returned (%v, ring %d) while it should wait", err, s.Ring)
@@ -777,10 +783,10 @@ func TestRingBufReopen(t *testing.T) {
 				if err := r1.Close(); err != nil {
 					t.Fatal(err)
 				}
-				st1 := r1.Stats()
+				st1 := r1.Stats().Rings
 
 				r2 := f.reader(t, ReaderOptions{MaxLatency: -1})
-				opened := r2.Stats()
+				opened := r2.Stats().Rings
 				output(5) // and more while it reads
 				if _, err := r2.Consume(func(rec *Record) error {
 					got[seq8(rec.Data)]++
@@ -791,7 +797,7 @@ func TestRingBufReopen(t *testing.T) {
 				if err := r2.Close(); err != nil {
 					t.Fatal(err)
 				}
-				st2 := r2.Stats()
+				st2 := r2.Stats().Rings
 
 				for seq := range wantSamples {
 					if got[seq] != 1 {
