@@ -149,23 +149,32 @@ func (c *Collector) CheckAccounting(tb testing.TB, f *Fixture) {
 	}
 }
 
-// CheckStats checks a reader's per-CPU Stats against what c saw delivered:
+// CheckStats checks a reader's rings' Stats (Stats().Rings) against what
+// c saw delivered, CPU by CPU (a CPU that came back online has two rings):
 // samples, their bytes as delivered (padded), and lost counts (from 6.0 at
 // least those: the kernel's count of refused outputs, reported or not).
-func (c *Collector) CheckStats(tb testing.TB, stats []perfbuf.Stats) {
+func (c *Collector) CheckStats(tb testing.TB, rings []perfbuf.Stats) {
 	tb.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, s := range stats {
+	byCPU := map[int]perfbuf.Stats{}
+	for _, s := range rings {
+		t := byCPU[s.CPU]
+		t.Samples += s.Samples
+		t.Bytes += s.Bytes
+		t.Lost += s.Lost
+		byCPU[s.CPU] = t
+	}
+	for cpu, s := range byCPU {
 		var bytes uint64
-		for _, e := range c.Log[s.CPU] {
+		for _, e := range c.Log[cpu] {
 			bytes += uint64(e.Len)
 		}
 		// Lost counts the losses delivered, and from 6.0 the kernel's
 		// count of those it has not reported (docs/failures.md).
-		if s.Samples != uint64(c.Samples[s.CPU]) || s.Bytes != bytes || s.Lost < c.Lost[s.CPU] || !kernel.FormatLost() && s.Lost != c.Lost[s.CPU] {
+		if s.Samples != uint64(c.Samples[cpu]) || s.Bytes != bytes || s.Lost < c.Lost[cpu] || !kernel.FormatLost() && s.Lost != c.Lost[cpu] {
 			tb.Errorf("cpu %d: Stats say %d samples (%d bytes), %d lost; delivered %d samples (%d bytes), %d lost",
-				s.CPU, s.Samples, s.Bytes, s.Lost, c.Samples[s.CPU], bytes, c.Lost[s.CPU])
+				cpu, s.Samples, s.Bytes, s.Lost, c.Samples[cpu], bytes, c.Lost[cpu])
 		}
 	}
 }
