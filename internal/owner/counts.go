@@ -39,9 +39,8 @@ func (c *Core) Stats() []Stats {
 	c.StatsMu.Unlock()
 	st := make([]Stats, len(tallies))
 	for i, t := range tallies {
-		st[i] = Stats{Ring: i, CPU: t.CPU, Size: t.Size, Tally: Tally{Late: t.Late, Dropped: t.Dropped, Left: t.Left, Found: t.Found}}
+		st[i] = Stats{Ring: i, CPU: t.CPU, Size: t.Size, Tally: Tally{Late: t.Late, Left: t.Left, Found: t.Found}}
 		st[i].setCounts(&t.Counts)
-		st[i].Samples -= t.Dropped // parsed, but dropped rather than delivered
 		if waiting[i] {
 			st[i].Waiting = time.Duration(max(now-t.Clear, 0))
 		}

@@ -24,7 +24,6 @@ func (g *given) addNew(func(rb ring.Kind, fd int) error) error { return nil }
 func (g *given) unlink()                                       {}
 func (g *given) close()                                        {}
 func (g *given) failureCounters() *failureMap                  { return nil }
-func (g *given) followsCPUs() bool                             { return false }
 func (g *given) oneWriter(i int) bool                          { return i < len(g.one) && g.one[i] }
 
 func (g *given) epollFD() (int, error) {

@@ -89,10 +89,8 @@ type source interface {
 	// close frees everything; failureCounters is the failure map, or nil.
 	close()
 	failureCounters() *failureMap
-	// followsCPUs reports whether output on a CPU that comes online is
-	// read (Core.FollowsCPUs); oneWriter whether one CPU alone writes
-	// ring i (an ordered reader's rule 1: policy.WindowConfig).
-	followsCPUs() bool
+	// oneWriter reports whether one CPU alone writes ring i (an ordered
+	// reader's rule 1: policy.WindowConfig).
 	oneWriter(i int) bool
 }
 
@@ -272,11 +270,6 @@ func (c *Core) Count() int {
 
 // Wakeups counts the blocked waits that a ring's wakeup ended.
 func (c *Core) Wakeups() uint64 { return c.W.Wakeups() }
-
-// FollowsCPUs reports whether output on a CPU that comes online is read:
-// a perf event array's rings with a CPU watch (hotplug.go), or ring
-// buffers, which are no CPU's own. Fixed at opening.
-func (c *Core) FollowsCPUs() bool { return c.src.followsCPUs() }
 
 // fd returns the descriptor a wait polls for ring i (its perf event, or its
 // ring buffer map), i < count().

@@ -421,10 +421,6 @@ func maxCPU(cpus []int) int {
 	return m
 }
 
-// followsCPUs reports whether the rings of CPUs that come online are
-// opened: with a CPU watch. Fixed at opening.
-func (r *rings) followsCPUs() bool { return r.watch != nil }
-
 // oneWriter is false: a perf ring is one CPU's, but an ordered reader of
 // perf rings merges without the window's rule 1 (policy.NewOrdered).
 func (r *rings) oneWriter(int) bool { return false }

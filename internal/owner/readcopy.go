@@ -17,16 +17,15 @@ import (
 
 // ReadInto copies the next record into s: ReadBatch of one Sample.
 func (r *Reader) ReadInto(s *ring.Copy) error {
-	// The common case, in one small frame: a record there, over a policy
-	// that runs no user function (bare). Enter without waiting, copy the
-	// next record straight from the ring (the policy's NextCopy; the
-	// fullest-first policy's called directly) or else take the policy's
-	// Next and copy it (nextInto), exit. Anything else (another read in
-	// progress, closed, a corruption to report, CPUs to add, nothing to
-	// deliver now, a flush) is ReadBatch's, for one Sample (readInto); the
-	// policy's Next, if it found nothing, is asked again there at no cost
-	// but its look at the rings.
-	if l := &r.C.Life; r.bare && s != nil && l.TryEnterExclusive() {
+	// The common case, in one small frame: a record there. Enter without
+	// waiting, copy the next record straight from the ring (the policy's
+	// NextCopy; the fullest-first policy's called directly) or else take
+	// the policy's Next and copy it (nextInto), exit. Anything else
+	// (another read in progress, closed, a corruption to report, CPUs to
+	// add, nothing to deliver now, a flush) is ReadBatch's, for one Sample
+	// (readInto); the policy's Next, if it found nothing, is asked again
+	// there at no cost but its look at the rings.
+	if l := &r.C.Life; s != nil && l.TryEnterExclusive() {
 		copied := false
 		if r.C.readsNow() {
 			if f := r.full; f != nil {
@@ -58,7 +57,7 @@ func (r *Reader) nextInto(s *ring.Copy) bool {
 		ring.SetCopy(s, rec)
 		return true
 	}
-	rec, i := r.polNext()
+	rec, i := r.pol.Next()
 	if i < 0 {
 		return false
 	}
@@ -86,7 +85,7 @@ func (r *Reader) ReadBatch(s []ring.Copy) (int, error) {
 	if err := r.C.Life.EnterExclusive(op.name); err != nil {
 		return 0, err
 	}
-	defer r.C.Life.ExitExclusive() // (a Key function may panic)
+	defer r.C.Life.ExitExclusive()
 	r.sink.Room = batchBytes
 	// enterExclusive found the reader open: the loop looks again after
 	// each turn and each wait.
@@ -124,10 +123,11 @@ func (r *Reader) ReadBatch(s []ring.Copy) (int, error) {
 // wait (the policy's Each's more).
 //
 // One record (ReadInto) is the policy's next, which costs less than setting
-// up the policy's loop for one record. The fullest-first policy is called
-// directly: it runs no user function, so it needs neither the interface
-// nor wait.Reads, and its Delivered does nothing; its ring's loop copies
-// in line (ring.Sink), with no call a record but the copy's.
+// up the policy's loop for one record. No policy runs a user's function
+// here, so none needs wait.Reads. The fullest-first policy is called
+// directly: it needs no interface, and its Delivered does nothing; its
+// ring's loop copies in line (ring.Sink), with no call a record but the
+// copy's.
 func (r *Reader) copyOut(s []ring.Copy) (int, bool) {
 	if len(s) == 1 {
 		if r.nextInto(&s[0]) {
@@ -143,7 +143,7 @@ func (r *Reader) copyOut(s []ring.Copy) (int, bool) {
 		return n, more
 	}
 	r.sink.Into, r.sink.N = s, 0
-	more, _ := r.polEach(r.copyF)
+	more, _ := r.pol.Each(r.copyF)
 	n := r.sink.N
 	r.sink.Into = nil
 	return n, more

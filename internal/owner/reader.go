@@ -28,8 +28,8 @@ type Reader struct {
 	C    *Core // the owner of the rings
 	pol  policy.Reading
 	full *policy.Fullest // pol, when it is the fullest-first policy: called directly
-	// copier is pol, when it can copy a record straight into a Sample and
-	// runs no user function (bare): ReadInto's first try.
+	// copier is pol, when it can copy a record straight into a Sample:
+	// ReadInto's first try.
 	copier policy.Copier
 	// lags is pol's Lags (policy.Lagger), or nil: the rings whose wake
 	// rule a wait does not rely on.
@@ -39,10 +39,7 @@ type Reader struct {
 	// wait (noteHeld), for a ring buffer that holds a record back.
 	skipSettle func(i int) bool
 	heldAt     []uint64
-	// bare: pol runs no user function (no Order.Key), so that its Next
-	// needs no wait.Reads frame.
-	bare     bool
-	deadline atomic.Int64 // unix nanoseconds; 0 means none
+	deadline   atomic.Int64 // unix nanoseconds; 0 means none
 
 	// Consume's count: countF (r.countRec, made once, so that Consume
 	// does not allocate) counts the records it passes on to fn.
@@ -58,24 +55,22 @@ type Reader struct {
 	sink  ring.Sink
 	copyF func(*ring.Record) error
 
-	// The policy's calls that may run a user's function (fn, an Order's
-	// Key), run inside wait.Reads (see polEach): turnF and nextF (r.turn,
-	// r.nextTurn, made once) and what they take and give.
-	turnF, nextF func()
-	call         polCall
+	// The policy's loop with a user's function (Each's, Consume's) runs
+	// inside wait.Reads (see polEach): turnF (r.turn, made once) and what
+	// it takes and gives.
+	turnF func()
+	call  polCall
 
 	// The contexts of errors, naming what is read (made once: see readOp).
 	opRead, opConsume *readOp
 }
 
-// polCall is what a policy's call run inside wait.Reads takes (fn, Each's)
-// and gives (Each's more and err; Next's record and its ring).
+// polCall is what a policy's loop run inside wait.Reads takes (fn) and
+// gives (Each's more and err).
 type polCall struct {
 	fn   func(*ring.Record) error
 	more bool
 	err  error
-	rec  *ring.Record
-	ring int
 }
 
 // readOp is the context of a read's errors: its name ("read ring buffer
@@ -167,18 +162,6 @@ func (r *Reader) polEach(fn func(*ring.Record) error) (bool, error) {
 
 func (r *Reader) turn() { r.call.more, r.call.err = r.pol.Each(r.call.fn) }
 
-// polNext is the policy's next: inside wait.Reads, where an Order's Key
-// runs, or directly for a policy that runs no user function (bare).
-func (r *Reader) polNext() (*ring.Record, int) {
-	if r.bare {
-		return r.pol.Next()
-	}
-	wait.Reads.Run(r.nextF)
-	return r.call.rec, r.call.ring
-}
-
-func (r *Reader) nextTurn() { r.call.rec, r.call.ring = r.pol.Next() }
-
-// errStop ends a policy's loop early: All's when yield returns false,
-// ReadBatch's when the batch is full. It never leaves this file.
+// errStop ends a policy's loop early: ReadBatch's when the batch is full.
+// It never leaves this package.
 var errStop = errors.New("stop")

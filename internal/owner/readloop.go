@@ -4,9 +4,7 @@ package owner
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"iter"
 	"os"
 	"time"
 
@@ -15,7 +13,7 @@ import (
 	"github.com/perfbuf/perfbuf/internal/wait"
 )
 
-// The reads that hand records to a function (Each, Consume, All), and the
+// The reads that hand records to a function (Each, Consume), and the
 // Reader's making, which sets up every read's loop.
 
 // Plan is a reader's options checked and resolved, once, at the root's
@@ -49,7 +47,7 @@ func NewReader(c *Core, p Plan) *Reader {
 		c.holdBackRingBufs(p.Ring, p.Latency)
 	}
 	r := &Reader{C: c, opRead: newReadOp("read " + c.Name()), opConsume: newReadOp("consume " + c.Name())}
-	r.countF, r.copyF, r.turnF, r.nextF = r.countRec, r.copyRec(), r.turn, r.nextTurn
+	r.countF, r.copyF, r.turnF = r.countRec, r.copyRec(), r.turn
 	if p.Order != nil && c.ringBufs() {
 		r.pol = policy.NewWindow(&c.Set, c.windowConfig(*p.Order))
 	} else if p.Order != nil {
@@ -58,10 +56,7 @@ func NewReader(c *Core, p Plan) *Reader {
 		r.full = policy.NewFullest(&c.Set)
 		r.pol = r.full
 	}
-	r.bare = p.Order == nil || p.Order.Key == nil
-	if cp, ok := r.pol.(policy.Copier); ok && r.bare {
-		r.copier = cp
-	}
+	r.copier, _ = r.pol.(policy.Copier)
 	if l, ok := r.pol.(policy.Lagger); ok {
 		r.lags = l.Lags
 	}
@@ -109,7 +104,7 @@ func (r *Reader) countRec(rec *ring.Record) error {
 	return r.fn(rec)
 }
 
-// each is the loop of Each, Consume and All: it delivers records to fn
+// each is the loop of Each and Consume: it delivers records to fn
 // through the policy, and when there is none, waits (wait) or returns.
 func (r *Reader) each(ctx context.Context, op *readOp, fn func(*ring.Record) error, wait bool) error {
 	for {
@@ -156,41 +151,6 @@ func (r *Reader) closed(op *readOp, fn func(*ring.Record) error) error {
 		}
 	}
 	return fmt.Errorf("%s: %w", op.name, os.ErrClosed)
-}
-
-// All returns an iterator over the records, copied into one Sample reused
-// by the next iteration.
-func (r *Reader) All(ctx context.Context) iter.Seq2[*ring.Copy, error] {
-	op := r.opRead
-	return func(yield func(*ring.Copy, error) bool) {
-		var s ring.Copy
-		fn := func(rec *ring.Record) error {
-			ring.SetCopy(&s, rec)
-			if !yield(&s, nil) {
-				return errStop
-			}
-			return nil
-		}
-		for {
-			err := r.allRead(ctx, op, fn)
-			if err == errStop {
-				return
-			}
-			if !yield(nil, err) || errors.Is(err, os.ErrClosed) || ctx.Err() != nil {
-				return
-			}
-		}
-	}
-}
-
-// allRead is one read of All's: Each without its checks.
-func (r *Reader) allRead(ctx context.Context, op *readOp, fn func(*ring.Record) error) error {
-	stop, err := r.enterRead(ctx, op)
-	if err != nil {
-		return err
-	}
-	defer r.exitRead(stop)
-	return r.each(ctx, op, fn, true)
 }
 
 // ringBufs reports whether c reads BPF ring buffers (an ordered Reader

@@ -338,9 +338,6 @@ func (s *ringBufSource) close() {
 
 func (s *ringBufSource) failureCounters() *failureMap { return s.failures }
 
-// followsCPUs is true: ring buffers are no CPU's own.
-func (s *ringBufSource) followsCPUs() bool { return true }
-
 // oneWriter reports whether one CPU alone writes ring i. By the reading
 // goroutine, which also grows s.one (addNew).
 func (s *ringBufSource) oneWriter(i int) bool { return s.one[i] }

@@ -345,9 +345,6 @@ func TestOpenRingBufs(t *testing.T) {
 	if got, want := c.Name(), `ring buffer "pb_owner_a" and 1 more maps`; got != want {
 		t.Errorf("Name() = %q, want %q", got, want)
 	}
-	if !c.FollowsCPUs() {
-		t.Error("FollowsCPUs false over ring buffers")
-	}
 	for i, st := range c.Stats() {
 		if st.Ring != i || st.CPU != -1 || st.Size != page {
 			t.Errorf("Stats()[%d] = %+v; want ring %d, CPU -1, %d bytes", i, st, i, page)

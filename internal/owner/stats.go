@@ -26,9 +26,9 @@ type Stats struct {
 
 // Tally are the records of a ring that Stats counts, by fate.
 type Tally struct {
-	Samples, Dropped, Lost, Discarded, Left, Found uint64
-	Skipped, Overwritten                           uint64
-	Bytes, Late, Other, Corrupt, CorruptBytes      uint64
+	Samples, Lost, Discarded, Left, Found     uint64
+	Skipped, Overwritten                      uint64
+	Bytes, Late, Other, Corrupt, CorruptBytes uint64
 }
 
 // Failures are the outputs that failed before reaching a ring, by cause:
@@ -38,7 +38,7 @@ type Failures struct {
 }
 
 // setCounts puts what a ring parsed, c, on st: every count but the
-// owner's (Late, Dropped, Left) and the reads' (Fill, Size, Failed).
+// owner's (Late, Left, Found) and the reads' (Fill, Size, Failed).
 func (st *Stats) setCounts(c *ring.Counts) {
 	st.Samples, st.Bytes, st.Lost, st.Other, st.Discarded = c.Samples, c.Bytes, c.Lost, c.Other, c.Discarded
 	st.Corrupt, st.CorruptBytes, st.MaxFill = c.Corrupt, c.CorruptBytes, c.MaxFill

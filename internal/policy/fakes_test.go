@@ -15,7 +15,7 @@ import (
 
 // perfSet returns a Set over n fake perf rings of size bytes, ring i of
 // CPU i.
-func perfSet(t *testing.T, n, size int) (*Set, []*ringtest.Perf) {
+func perfSet(t testing.TB, n, size int) (*Set, []*ringtest.Perf) {
 	t.Helper()
 	s := &Set{Latency: -1}
 	var fakes []*ringtest.Perf
@@ -33,7 +33,7 @@ func perfSet(t *testing.T, n, size int) (*Set, []*ringtest.Perf) {
 
 // ringBufSet returns a Set over n fake ring buffers of size bytes, each
 // shared by CPUs.
-func ringBufSet(t *testing.T, n, size int) (*Set, []*ringtest.RingBuf) {
+func ringBufSet(t testing.TB, n, size int) (*Set, []*ringtest.RingBuf) {
 	t.Helper()
 	s := &Set{Latency: -1}
 	var fakes []*ringtest.RingBuf

@@ -72,7 +72,7 @@ func (w *window) pullHot() bool {
 		}
 		switch {
 		case ok:
-			w.hot.key, w.hot.have = w.keyOf(w.hot.rec.Data), true // (a ring buffer's record is one piece)
+			w.hot.key, w.hot.have = w.keyAt(w.hot.rec.Data), true // (a ring buffer's record is one piece)
 			w.saw(i, w.hot.key)
 			return true
 		case err == nil && tries == 0:
@@ -121,12 +121,11 @@ func (w *window) leaveHot(err error) {
 // call: the hot ring's next record copied straight into c
 // (ring.RingBuf.NextCopy) and delivered, when the window holds no copy, no
 // intake or flush is due, and the ring's next record is a committed
-// sample. A late key goes as Next would send it: marked Late and counted,
-// or dropped (DropLate), and then NextCopy reports false. False: Next's
-// way, which looks again.
+// sample. A late key goes as Next would send it: marked Late and counted.
+// False: Next's way, which looks again.
 func (w *window) NextCopy(c *ring.Copy) bool {
 	i := w.hot.ring
-	if i < 0 || w.copies.held != 0 || w.hot.have || w.take.look || w.take.drain || w.take.since >= w.take.every || w.keys.fn != nil || w.s.Flushing() {
+	if i < 0 || w.copies.held != 0 || w.hot.have || w.take.look || w.take.drain || w.take.since >= w.take.every || w.s.Flushing() {
 		return false
 	}
 	w.commitHot(i) // (the record copied last was delivered)
@@ -139,22 +138,15 @@ func (w *window) NextCopy(c *ring.Copy) bool {
 		return false // (empty, busy or corrupt: Next looks again)
 	}
 	w.take.since += int(n)
-	key := w.keyAt(c.Data) // (no Key: NextCopy's condition)
+	key := w.keyAt(c.Data)
 	w.saw(i, key)
-	late, drop := w.order(i, key)
-	c.Key, c.Late = key, late
-	return !drop
+	c.Key, c.Late = key, w.order(i, key)
+	return true
 }
 
-// fromHot returns the hot ring's record parsed, to be delivered in place,
-// or nil when it is late and DropLate dropped it.
+// fromHot returns the hot ring's record parsed, to be delivered in place.
 func (w *window) fromHot() *ring.Record {
-	late, drop := w.order(w.hot.ring, w.hot.key)
-	if drop {
-		w.hot.out = true
-		w.Delivered(w.hot.ring)
-		return nil
-	}
+	late := w.order(w.hot.ring, w.hot.key)
 	w.hot.rec.Key, w.hot.rec.Late, w.hot.out = w.hot.key, late, true
 	return &w.hot.rec
 }
@@ -190,15 +182,10 @@ func (w *window) commitHot(i int) {
 }
 
 // hotRec is eachHot's function for each record of the hot ring: its key,
-// Late, rules 1 and 2's bookkeeping, then the read's function. A late
-// record DropLate drops is counted and passed over.
+// Late, rules 1 and 2's bookkeeping, then the read's function.
 func (w *window) hotRec(rec *ring.Record) error {
-	key := w.keyOf(rec.Data) // (a ring buffer's record is one piece)
+	key := w.keyAt(rec.Data) // (a ring buffer's record is one piece)
 	w.saw(w.hot.ring, key)
-	late, drop := w.order(w.hot.ring, key)
-	if drop {
-		return nil
-	}
-	rec.Key, rec.Late = key, late
+	rec.Key, rec.Late = key, w.order(w.hot.ring, key)
 	return w.hot.fn(rec)
 }

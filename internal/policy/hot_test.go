@@ -66,7 +66,7 @@ func readForm(t *testing.T, s *Set, w *window, form string) []got {
 // window's copies, the smaller key first; a record that comes later with a
 // smaller key than one delivered is Late and counted. Within the hold it
 // stays hot; a look that finds it empty past the hold cools it, and the
-// window holds records again. Without the hot ring, rule 2 (KeyWindow
+// window holds records again. Without the hot ring, rule 2 (a key window of
 // 1,000) would hold every key above 100.
 func TestWindowHot(t *testing.T) {
 	for _, form := range []string{"Next", "NextCopy", "Each"} {
@@ -142,39 +142,39 @@ func TestWindowHot(t *testing.T) {
 }
 
 // A late record of the hot ring goes as a copy's would: marked Late and
-// counted, or dropped and counted (DropLate), in every form.
+// counted, in every form.
 func TestWindowHotLate(t *testing.T) {
 	for _, form := range []string{"Next", "NextCopy", "Each"} {
-		for _, drop := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/DropLate=%v", form, drop), func(t *testing.T) {
-				s, fakes := ringBufSet(t, 1, 4096)
-				w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62, DropLate: drop}, Bytes: 4096})
-				w.hot.hold = time.Hour
-				w.NoWait()
-				// 50 records of 72 bytes, 3,600 of 4,096: hot at the first
-				// intake; the 20th key, 5, comes after 10 to 190.
-				var keys, want []uint64
-				for k := uint64(10); len(keys) < 50; k += 10 {
-					if len(keys) == 19 {
-						keys = append(keys, 5)
-					}
-					keys = append(keys, k)
+		t.Run(form, func(t *testing.T) {
+			s, fakes := ringBufSet(t, 1, 4096)
+			w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62}, Bytes: 4096})
+			w.hot.hold = time.Hour
+			w.NoWait()
+			// 50 records of 72 bytes, 3,600 of 4,096: hot at the first
+			// intake; the 20th key, 5, comes after 10 to 190.
+			var keys []uint64
+			for k := uint64(10); len(keys) < 50; k += 10 {
+				if len(keys) == 19 {
+					keys = append(keys, 5)
 				}
-				for _, k := range keys {
-					fakes[0].Output(t, keyed(k, 64))
-					if k != 5 || !drop {
-						want = append(want, k)
-					}
+				keys = append(keys, k)
+			}
+			for _, k := range keys {
+				fakes[0].Output(t, keyed(k, 64))
+			}
+			got := readForm(t, s, w, form)
+			if fmt.Sprint(keysOf(got)) != fmt.Sprint(keys) {
+				t.Fatalf("keys %v\nwant %v", keysOf(got), keys)
+			}
+			for _, g := range got {
+				if g.late != (g.key == 5) {
+					t.Fatalf("key %d late %v", g.key, g.late)
 				}
-				got := readForm(t, s, w, form)
-				if fmt.Sprint(keysOf(got)) != fmt.Sprint(want) {
-					t.Fatalf("keys %v\nwant %v", keysOf(got), want)
-				}
-				if tl := s.Tallies[0]; tl.Late != 1 || drop != (tl.Dropped == 1) {
-					t.Fatalf("tally %+v", tl)
-				}
-			})
-		}
+			}
+			if tl := s.Tallies[0]; tl.Late != 1 {
+				t.Fatalf("tally %+v", tl)
+			}
+		})
 	}
 }
 
@@ -191,16 +191,18 @@ func TestWindowFloodAfterWait(t *testing.T) {
 			for k := uint64(1000); len(extra)*72 < chunk; k += 10 {
 				extra = append(extra, k)
 			}
+			w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62},
+				Bytes: 4096, OneWriter: func(int) bool { return true }})
 			wrote := !flood
-			w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62, Key: func(data []byte) uint64 {
+			w.take.stageF = func(rec *ring.Record) error {
 				if !wrote { // at the intake's first copy
 					wrote = true
 					for _, key := range extra {
 						f.Output(t, keyed(key, 64))
 					}
 				}
-				return payloadKeyOf(data)
-			}}, Bytes: 4096, OneWriter: func(int) bool { return true }})
+				return w.stage(rec)
+			}
 			w.hot.hold = time.Hour
 			for key := uint64(100); key < 300; key += 10 { // 20 records: 1,440 of 4,096
 				f.Output(t, keyed(key, 64))

@@ -151,7 +151,7 @@ func (w *window) stage(rec *ring.Record) error {
 	} else {
 		rec.AppendTo(buf[:0])
 	}
-	key := w.keyOf(buf)
+	key := w.keyAt(buf)
 	w.copies.seq++
 	var slot int32
 	if k := len(w.free); k > 0 {

@@ -9,7 +9,6 @@ package policy
 
 import (
 	"encoding/binary"
-	"math"
 	"slices"
 	"time"
 
@@ -63,7 +62,6 @@ type ordered struct {
 	markGrain int64 // marks closer in time than this are merged: MaxDelay/32
 	// dueSlack is how late rule 3's timer may fire: MaxDelay/2.
 	dueSlack  time.Duration
-	dropLate  bool
 	highWater int
 	commitAt  int  // bytes delivered from a ring before its tail is committed
 	pressure  bool // released by rule 4: commit at once
@@ -94,24 +92,20 @@ type orderedRun struct {
 	fn    func(*ring.Record) error // the read's function during a run
 }
 
-// keyReader says where a sample's key is: the u64 at offset, or fn's
-// (Order.Key). The merge and the window read keys through it.
+// keyReader says where a sample's key is: the u64 at offset, in host
+// byte order. The merge and the window read keys through it.
 type keyReader struct {
-	offset  int
-	end     int // offset+8, where the merge reads a key in line; MaxInt with fn
-	fn      func([]byte) uint64
-	scratch []byte // a sample that straddles a perf ring's end, made contiguous for fn
+	offset int
+	end    int // offset+8: the merge reads a key in line below it
 }
 
-// OrderConfig is what the merge takes of an Order: the key's
-// offset or function, MaxDelay and the key window (defaults resolved),
-// DropLate, HighWater (zero: a quarter of a ring).
+// OrderConfig is what the merge takes of an Order: the key's offset,
+// MaxDelay and rule 2's key window (defaults resolved), HighWater (zero: a
+// quarter of a ring).
 type OrderConfig struct {
 	KeyOffset int
-	Key       func([]byte) uint64
 	MaxDelay  time.Duration
 	Window    uint64
-	DropLate  bool
 	HighWater int
 	// Stamped: the keys are bpf_ktime_get_ns() read after the record's
 	// reservation (Order.StampedKeys); the window over ring buffers
@@ -122,20 +116,15 @@ type OrderConfig struct {
 func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 	o := &ordered{
 		s:         s,
-		keys:      keyReader{offset: cfg.KeyOffset, fn: cfg.Key},
+		keys:      keyReader{offset: cfg.KeyOffset, end: cfg.KeyOffset + 8},
 		maxDelay:  cfg.MaxDelay,
 		window:    cfg.Window,
-		dropLate:  cfg.DropLate,
 		highWater: cfg.HighWater,
 		start:     time.Now(),
 		run:       orderedRun{ring: -1},
 		look:      true,
 	}
 	o.run.f = o.runFn
-	o.keys.end = o.keys.offset + 8
-	if o.keys.fn != nil {
-		o.keys.end = math.MaxInt
-	}
 	o.startAt = int64(o.start.Sub(epoch))
 	size := s.Rings[0].Cur().Size()
 	if o.highWater == 0 {
@@ -175,26 +164,19 @@ func (o *ordered) saw(r *orderedRing, key uint64) {
 }
 
 // key reads a sample's key: the u64 at KeyOffset (0 for a sample too short
-// to hold it; Order.check bounds the offset, so the sum cannot overflow), or
-// Order.Key's.
+// to hold it; Order.check bounds the offset, so the sum cannot overflow).
 func (o *ordered) key(rec *ring.Record) uint64 {
 	if o.keys.end <= len(rec.Data) {
 		return binary.NativeEndian.Uint64(rec.Data[o.keys.offset:]) // (in line: the common case)
 	}
-	return o.keyOther(rec)
+	return o.keyCut(rec)
 }
 
-// keyOther is key for Order.Key's keys, and for a key at KeyOffset that a
-// short sample or the ring's end cuts.
-func (o *ordered) keyOther(rec *ring.Record) uint64 {
-	if o.keys.fn != nil {
-		data := rec.Data
-		if len(rec.Wrapped) > 0 {
-			o.keys.scratch = rec.AppendTo(o.keys.scratch[:0])
-			data = o.keys.scratch
-		}
-		return o.keys.fn(data)
-	}
+// keyCut is key for a key at KeyOffset that a short sample or the ring's
+// end cuts. Not inlined, so that key is, with the common case only.
+//
+//go:noinline
+func (o *ordered) keyCut(rec *ring.Record) uint64 {
 	off := o.keys.offset
 	if off+8 > rec.Len() {
 		return 0
@@ -211,7 +193,7 @@ func (o *ordered) keyOther(rec *ring.Record) uint64 {
 }
 
 // Next returns the front that goes next and its ring, or -1 when none may
-// go yet. A late record that DropLate drops is counted and passed over.
+// go yet. A late record is counted.
 //
 // Per record it costs a sift of the heap, O(log rings), and none within a
 // run (rule 1 over the records of one ring below the other fronts). The
@@ -250,57 +232,52 @@ func (o *ordered) Next() (*ring.Record, int) {
 // merge is Next past a run: it puts the root in place, looks at the
 // waiting rings if look says so, and applies the release rule.
 func (o *ordered) merge() (*ring.Record, int) {
-	for {
-		o.run.ring = -1
-		if o.s.flushReq.Load() {
-			o.look = true // a Flush: what the idle rings hold now goes too
-		}
-		if o.s.Flushing() && o.s.FlushReached(o) {
-			return nil, -1 // the read returns ErrFlushed
-		}
-		o.fixRoot()
-		// The rings without a front: a lost record goes at once (its ring
-		// stays waiting: delivered empties it), a sample joins the heap.
-		look := o.look
-		o.look = false
-		for k := 0; look && k < len(o.waiting); {
-			i := o.waiting[k]
-			r := &o.rs[i]
-			if !r.has && (o.s.Rings[i].Quiet() || !o.load(i)) {
-				k++
-				continue
-			}
-			if r.front.Type != ring.Sample {
-				return &r.front, i // lost records carry no key: at once
-			}
-			o.waiting = slices.Delete(o.waiting, k, k+1)
-			o.heap.push(heapEntry{key: r.key, tie: uint64(i), ref: i})
-		}
-		if len(o.heap) == 0 {
-			o.look = true
-			return nil, -1
-		}
-		best, key := o.heap[0].ref, o.heap[0].key
-		if len(o.waiting) == 0 {
-			o.pressure = false // rule 1: every other front is at least as large
-			o.run.ring, o.run.bound = best, o.heap.second()
-		} else if !o.releasable(best) {
-			o.look = true
-			return nil, -1
-		}
-		front := &o.rs[best].front
-		front.Key, front.Late = key, key < o.last
-		if !front.Late {
-			o.last = key
-		} else {
-			o.run.ring = -1
-			if o.s.CountLate(best, o.dropLate); o.dropLate {
-				o.Delivered(best)
-				continue
-			}
-		}
-		return front, best
+	o.run.ring = -1
+	if o.s.flushReq.Load() {
+		o.look = true // a Flush: what the idle rings hold now goes too
 	}
+	if o.s.Flushing() && o.s.FlushReached(o) {
+		return nil, -1 // the read returns ErrFlushed
+	}
+	o.fixRoot()
+	// The rings without a front: a lost record goes at once (its ring
+	// stays waiting: delivered empties it), a sample joins the heap.
+	look := o.look
+	o.look = false
+	for k := 0; look && k < len(o.waiting); {
+		i := o.waiting[k]
+		r := &o.rs[i]
+		if !r.has && (o.s.Rings[i].Quiet() || !o.load(i)) {
+			k++
+			continue
+		}
+		if r.front.Type != ring.Sample {
+			return &r.front, i // lost records carry no key: at once
+		}
+		o.waiting = slices.Delete(o.waiting, k, k+1)
+		o.heap.push(heapEntry{key: r.key, tie: uint64(i), ref: i})
+	}
+	if len(o.heap) == 0 {
+		o.look = true
+		return nil, -1
+	}
+	best, key := o.heap[0].ref, o.heap[0].key
+	if len(o.waiting) == 0 {
+		o.pressure = false // rule 1: every other front is at least as large
+		o.run.ring, o.run.bound = best, o.heap.second()
+	} else if !o.releasable(best) {
+		o.look = true
+		return nil, -1
+	}
+	front := &o.rs[best].front
+	front.Key, front.Late = key, key < o.last
+	if !front.Late {
+		o.last = key
+	} else {
+		o.run.ring = -1
+		o.s.CountLate(best)
+	}
+	return front, best
 }
 
 // nextRoot is Next when the run's ring r, the root, shows a sample above

@@ -59,8 +59,8 @@ func (o *ordered) deliverRun(i int, fn func(*ring.Record) error) error {
 	r.front.Key, r.front.Late = r.key, false
 	err := fn(&r.front)
 	o.Delivered(i)
-	if err != nil || o.keys.fn != nil || o.s.Stop.Load() {
-		return err // (keys only Key can read: next takes each record)
+	if err != nil || o.s.Stop.Load() {
+		return err
 	}
 	from := rb.Cur().Pos()
 	o.run.fn = fn

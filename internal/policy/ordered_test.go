@@ -7,7 +7,6 @@ package policy
 // by moving o.start back, never waited for.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -54,39 +53,29 @@ func TestOrderedMerge(t *testing.T) {
 }
 
 // A lost record carries no key: it goes at once. A key below one delivered
-// is Late, counted, and dropped with DropLate.
+// is Late, delivered and counted.
 func TestOrderedLostAndLate(t *testing.T) {
-	for _, drop := range []bool{false, true} {
-		t.Run(fmt.Sprint("DropLate=", drop), func(t *testing.T) {
-			s, fakes := perfSet(t, 2, 4096)
-			cfg := holdAll
-			cfg.DropLate = drop
-			o := NewOrdered(s, cfg)
-			emitPerf(t, fakes[0], 10, 16)
-			fakes[1].Put(ringtest.PerfLost(0, 3))
-			fakes[1].Publish()
-			out := flushAll(t, s, o)
-			if len(out) != 2 || out[0].typ != ring.Lost || out[0].lost != 3 || out[1].key != 10 {
-				t.Fatalf("delivered %+v; want the lost record, then 10", out)
-			}
-			emitPerf(t, fakes[1], 5, 16)
-			emitPerf(t, fakes[1], 20, 16)
-			out = flushAll(t, s, o)
-			want := "[{1 1 5 true 0} {1 1 20 false 0}]"
-			if drop {
-				want = "[{1 1 20 false 0}]"
-			}
-			if fmt.Sprint(out) != want {
-				t.Fatalf("delivered %v, want %v", out, want)
-			}
-			if tl := s.Tallies[1]; tl.Late != 1 || (tl.Dropped == 1) != drop {
-				t.Fatalf("tally %+v", tl)
-			}
-			o.CommitPublish(1)
-			if tl := s.Tallies[1]; tl.Lost != 3 {
-				t.Fatalf("tally %+v: lost %d, want 3", tl, tl.Lost)
-			}
-		})
+	s, fakes := perfSet(t, 2, 4096)
+	o := NewOrdered(s, holdAll)
+	emitPerf(t, fakes[0], 10, 16)
+	fakes[1].Put(ringtest.PerfLost(0, 3))
+	fakes[1].Publish()
+	out := flushAll(t, s, o)
+	if len(out) != 2 || out[0].typ != ring.Lost || out[0].lost != 3 || out[1].key != 10 {
+		t.Fatalf("delivered %+v; want the lost record, then 10", out)
+	}
+	emitPerf(t, fakes[1], 5, 16)
+	emitPerf(t, fakes[1], 20, 16)
+	out = flushAll(t, s, o)
+	if want := "[{1 1 5 true 0} {1 1 20 false 0}]"; fmt.Sprint(out) != want {
+		t.Fatalf("delivered %v, want %v", out, want)
+	}
+	if tl := s.Tallies[1]; tl.Late != 1 {
+		t.Fatalf("tally %+v", tl)
+	}
+	o.CommitPublish(1)
+	if tl := s.Tallies[1]; tl.Lost != 3 || tl.Samples != 2 {
+		t.Fatalf("tally %+v: lost %d, samples %d; want 3 and 2", tl, tl.Lost, tl.Samples)
 	}
 }
 
@@ -250,33 +239,24 @@ func TestOrderedMarksMerged(t *testing.T) {
 	}
 }
 
-// A key read by Order.Key, and a key at KeyOffset that the ring's end
-// cuts in two, read as if in one piece; a sample too short for the key
-// has key 0.
+// A key at KeyOffset that the ring's end cuts in two is read as if in one
+// piece; a sample too short for the key has key 0.
 func TestOrderedKeys(t *testing.T) {
-	for _, how := range []string{"offset", "func"} {
-		t.Run(how, func(t *testing.T) {
-			const size = 4096
-			f := ringtest.NewPerfAt(size, size-16) // the second record's key straddles the end
-			p, err := ring.NewPerfFromParts(0, f.Page, f.Data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := &Set{Latency: -1}
-			s.Push(p)
-			cfg := holdAll
-			if how == "func" {
-				cfg.Key = func(b []byte) uint64 { return binary.NativeEndian.Uint64(b) }
-			}
-			o := NewOrdered(s, cfg)
-			emitPerf(t, f, 7, 4) // a 4-byte payload, padded: 16 bytes, wrapped
-			emitPerf(t, f, 0x1122334455667788, 24)
-			emitPerf(t, f, 0x2000000000000000, 16)
-			out := flushAll(t, s, o)
-			if fmt.Sprint(keysOf(out)) != fmt.Sprint([]uint64{7, 0x1122334455667788, 0x2000000000000000}) {
-				t.Fatalf("keys %x", keysOf(out))
-			}
-		})
+	const size = 4096
+	f := ringtest.NewPerfAt(size, size-16) // the second record's key straddles the end
+	p, err := ring.NewPerfFromParts(0, f.Page, f.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Set{Latency: -1}
+	s.Push(p)
+	o := NewOrdered(s, holdAll)
+	emitPerf(t, f, 7, 4) // a 4-byte payload, padded: 16 bytes, wrapped
+	emitPerf(t, f, 0x1122334455667788, 24)
+	emitPerf(t, f, 0x2000000000000000, 16)
+	out := flushAll(t, s, o)
+	if fmt.Sprint(keysOf(out)) != fmt.Sprint([]uint64{7, 0x1122334455667788, 0x2000000000000000}) {
+		t.Fatalf("keys %x", keysOf(out))
 	}
 }
 
@@ -363,7 +343,7 @@ func TestOrderedRunNewest(t *testing.T) {
 // find a key Window later, and releases the front then; the newest record
 // stays held. A record written after the merge's last head snapshot is
 // found by a new one.
-func TestOrderedKeyWindowLookAhead(t *testing.T) {
+func TestOrderedWindowLookAhead(t *testing.T) {
 	s, fakes := perfSet(t, 2, 1<<14)
 	cfg := holdAll
 	cfg.Window = 1000

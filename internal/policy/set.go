@@ -86,9 +86,8 @@ type Waits interface {
 // samples, bytes and lost counts as delivered, and the owner's counts.
 type Tally struct {
 	ring.Counts
-	Late    uint64 // ordered: samples delivered (or dropped) behind a larger key
-	Dropped uint64 // ordered with DropLate: late samples dropped
-	Left    uint64 // samples left in the ring at Close
+	Late uint64 // ordered: samples delivered behind a larger key
+	Left uint64 // samples left in the ring at Close
 	// CPU and Size are the ring's, kept from when it was added: Stats
 	// reads them after Close, which points the ring at memory of its own.
 	CPU, Size int
@@ -214,13 +213,10 @@ func (s *Set) Publish(i int, oldest, samples, bytes, lost uint64, heldSince int6
 	s.StatsMu.Unlock()
 }
 
-// CountLate counts a late sample of ring i, dropped or not.
-func (s *Set) CountLate(i int, dropped bool) {
+// CountLate counts a late sample of ring i.
+func (s *Set) CountLate(i int) {
 	s.StatsMu.Lock()
 	s.Tallies[i].Late++
-	if dropped {
-		s.Tallies[i].Dropped++
-	}
 	s.StatsMu.Unlock()
 }
 

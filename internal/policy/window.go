@@ -68,10 +68,8 @@ type window struct {
 	limit int  // Bytes
 	full  bool // rule 4 releases: the window filled and is still above three quarters
 	tight int  // rule 4 releases: rings whose copies keep more than half of them (windowRing.tight)
-	// last is the largest key delivered: a smaller one is Late, and
-	// dropped with dropLate (order).
-	last     uint64
-	dropLate bool
+	// last is the largest key delivered: a smaller one is Late (order).
+	last uint64
 
 	rs     []windowRing
 	rules  windowRules
@@ -90,7 +88,7 @@ type window struct {
 // windowRules is what rules 1 to 3 look at: the keys copied, and the
 // clock.
 type windowRules struct {
-	window   uint64        // Order.KeyWindow (rule 2)
+	window   uint64        // OrderConfig.Window (rule 2)
 	maxDelay time.Duration // rule 3
 	dueSlack time.Duration // how late rule 3's timer may fire: MaxDelay/2
 	newest   uint64        // the largest key copied
@@ -136,16 +134,15 @@ type copySlot struct {
 
 func NewWindow(s *Set, cfg WindowConfig) *window {
 	w := &window{
-		s:        s,
-		keys:     keyReader{offset: cfg.KeyOffset, fn: cfg.Key},
-		limit:    max(cfg.Bytes, 1),
-		rules:    windowRules{window: cfg.Window, maxDelay: cfg.MaxDelay, dueSlack: cfg.MaxDelay / 2, oneWriter: cfg.OneWriter, stamped: cfg.Stamped},
-		dropLate: cfg.DropLate,
-		copies:   copyRuns{last: -1},
-		take:     intake{waited: true, look: true},
-		hot:      hotRing{ring: -1, hold: hotHold},
-		outAt:    -1,
-		start:    time.Now(),
+		s:      s,
+		keys:   keyReader{offset: cfg.KeyOffset, end: cfg.KeyOffset + 8},
+		limit:  max(cfg.Bytes, 1),
+		rules:  windowRules{window: cfg.Window, maxDelay: cfg.MaxDelay, dueSlack: cfg.MaxDelay / 2, oneWriter: cfg.OneWriter, stamped: cfg.Stamped},
+		copies: copyRuns{last: -1},
+		take:   intake{waited: true, look: true},
+		hot:    hotRing{ring: -1, hold: hotHold},
+		outAt:  -1,
+		start:  time.Now(),
 	}
 	if w.rules.stamped {
 		off := monotonicOffset(w.start)
@@ -250,9 +247,9 @@ func (w *window) due(seen int64) bool {
 }
 
 // Next returns the copy that goes next and its ring, or -1 when none may
-// go yet. A late record that DropLate drops is counted and passed over.
-// Once Close stopped the reader, it takes nothing more in: the copies go
-// (rule 5), and with them, in key order, a hot ring's record parsed.
+// go yet. A late record is counted. Once Close stopped the reader, it
+// takes nothing more in: the copies go (rule 5), and with them, in key
+// order, a hot ring's record parsed.
 func (w *window) Next() (*ring.Record, int) {
 	took := false // whether this call took the rings in
 	for {
@@ -278,10 +275,7 @@ func (w *window) Next() (*ring.Record, int) {
 			// The smaller key first, unless a ring's copies keep half of
 			// it: then the window's smallest (rule 4).
 			if w.copies.held == 0 || w.hot.key < w.copies.min().key && w.tight == 0 {
-				if rec := w.fromHot(); rec != nil {
-					return rec, w.hot.ring
-				}
-				continue // late, and dropped
+				return w.fromHot(), w.hot.ring
 			}
 			// The window's smallest goes first, due or not.
 		} else if w.copies.held == 0 && w.take.drain && !stop && !w.s.FlushReached(w) {
@@ -302,12 +296,7 @@ func (w *window) Next() (*ring.Record, int) {
 		e := w.copies.popMin()
 		sl := &w.slots[e.ref]
 		i := int(sl.ring)
-		late, drop := w.order(i, e.key)
-		if drop {
-			w.outAt = int32(e.ref)
-			w.Delivered(i)
-			continue
-		}
+		late := w.order(i, e.key)
 		// (w.out is a sample with no Wrapped part: only these change)
 		out := &w.out
 		out.Ring, out.CPU, out.Pos, out.Next = i, w.rs[i].cpu, sl.pos, sl.next
@@ -417,29 +406,20 @@ func (w *window) saw(i int, key uint64) {
 }
 
 // order checks a key about to go from ring i against the last delivered:
-// in order, it becomes the last; late, it is counted, and drop reports
-// that DropLate drops it.
-func (w *window) order(i int, key uint64) (late, drop bool) {
+// in order, it becomes the last; late, it is counted.
+func (w *window) order(i int, key uint64) (late bool) {
 	if key >= w.last {
 		w.last = key
-		return false, false
+		return false
 	}
-	w.s.CountLate(i, w.dropLate)
-	return true, w.dropLate
+	w.s.CountLate(i)
+	return true
 }
 
-// keyOf reads a copy's key: the u64 at KeyOffset (0 for a sample too short
-// to hold it), or Order.Key's.
-func (w *window) keyOf(data []byte) uint64 {
-	if w.keys.fn != nil {
-		return w.keys.fn(data)
-	}
-	return w.keyAt(data)
-}
-
-// keyAt reads the u64 at KeyOffset, 0 for a sample too short to hold it.
+// keyAt reads a copy's key: the u64 at KeyOffset, 0 for a sample too short
+// to hold it.
 func (w *window) keyAt(data []byte) uint64 {
-	if w.keys.offset+8 > len(data) {
+	if w.keys.end > len(data) {
 		return 0
 	}
 	return binary.NativeEndian.Uint64(data[w.keys.offset:])

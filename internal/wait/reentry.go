@@ -2,12 +2,11 @@
 
 package wait
 
-// Calls from inside callbacks. A user's function (New's sample function, an Each
-// function, an All loop's body, an Order's Key) runs while its owner holds
-// a drain or a read: a call from inside it that waits for either would wait
-// for itself. Telling that call from one on another goroutine, which must
-// wait, takes a look at the caller's stack, so it is made only when the call
-// would wait.
+// Calls from inside callbacks. A user's function (New's sample function, an
+// Each or Consume function) runs while its owner holds a drain or a read: a
+// call from inside it that waits for either would wait for itself. Telling
+// that call from one on another goroutine, which must wait, takes a look at
+// the caller's stack, so it is made only when the call would wait.
 //
 // What is looked for is a frame of this file's own: the owners run every
 // call that may reach a user's function through a Scope's Run, whose frame
