@@ -44,9 +44,6 @@ func (c *Core) Stats() []Stats {
 		if waiting[i] {
 			st[i].Waiting = time.Duration(max(now-t.Clear, 0))
 		}
-		if mapped && t.HeldSince >= 0 {
-			st[i].Held = time.Duration(max(now-t.HeldSince, 0))
-		}
 	}
 	if mapped {
 		for i := range st {
@@ -60,20 +57,7 @@ func (c *Core) Stats() []Stats {
 		}
 		c.Life.Exit()
 	}
-	if c.deletesSlots() {
-		for i := range st {
-			st[i].DeletesSlot = true
-		}
-	}
 	return c.progs.addTo(c.src.failureCounters().addTo(st))
-}
-
-// deletesSlots reports whether Close deletes the slots of c's perf event
-// array by key (Stats.DeletesSlot): its rings have no map file of their
-// own. Fixed at opening.
-func (c *Core) deletesSlots() bool {
-	r, ok := c.src.(*rings)
-	return ok && r.byKey
 }
 
 // addViewLost adds to viewLost what a RawBuffer of ring i counted lost.

@@ -92,7 +92,7 @@ func ownMap(fd int, info mapDesc) (int, error) {
 // or from its ID (BPF_MAP_GET_FD_BY_ID needs CAP_SYS_ADMIN). Where
 // neither opens the map, or the map has BPF_F_PRESERVE_ELEMS (the kernel
 // then empties nothing at release), it is ownMap's duplicate, and the
-// reader deletes its slots by key at Close (Stats.DeletesSlot).
+// reader deletes its slots by key at Close.
 func slotFile(fd int, info mapDesc, pin string) (_ int, own bool, _ error) {
 	if info.flags&unix.BPF_F_PRESERVE_ELEMS == 0 {
 		if pin != "" {

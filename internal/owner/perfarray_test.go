@@ -101,7 +101,7 @@ func TestOpenPerfEventArray(t *testing.T) {
 		t.Errorf("Name() = %q, want %q", got, want)
 	}
 	for i, st := range c.Stats() {
-		if st.CPU != online[i] || st.DeletesSlot {
+		if st.CPU != online[i] || c.src.(*rings).byKey {
 			t.Errorf("Stats()[%d] = %+v; want CPU %d, and the slot released with the reader's map file", i, st, online[i])
 		}
 		if rfd, err := c.BufferFD(i); err != nil || rfd < 0 {

@@ -354,7 +354,6 @@ func (r *Recorder) count(i int, c *snapshot.Counts) {
 	st := &r.rings[i].stats
 	st.Skipped += c.Busy + c.Overwritten + c.NoRoom
 	st.Discarded += c.Discarded
-	st.Other += c.Other
 	if c.Corrupt {
 		st.Corrupt++
 	}
@@ -384,22 +383,14 @@ func (r *Recorder) SetPaused(verb string, on bool) error {
 	})
 }
 
-// Stats returns each ring's counts: what the snapshots
-// returned (Samples, Bytes, Lost) and left out (Skipped, Discarded, Other,
-// Corrupt). A record returned by two snapshots counts twice.
+// Stats returns each ring's counts: what the snapshots returned (Samples,
+// Bytes, Lost) and left out (Skipped, Discarded, Corrupt). A record
+// returned by two snapshots counts twice.
 func (r *Recorder) Stats() []Stats {
 	r.mu.Lock()
 	st := make([]Stats, len(r.rings))
 	for i := range r.rings {
-		rr := &r.rings[i]
-		st[i] = rr.stats
-		st[i].DeletesSlot = r.perf != nil && r.byKey
-		if rr.bpf.Data != nil {
-			// Acquire loads, as snapshot.BPF's: what the positions
-			// say now (the kernel stores them with a release).
-			over, cons := atomic.LoadUint64(rr.bpf.Overwrite), atomic.LoadUint64(rr.bpf.Consumer)
-			st[i].Overwritten = uint64(max(int64(over-cons), 0))
-		}
+		st[i] = r.rings[i].stats
 	}
 	r.mu.Unlock()
 	return r.progs.addTo(r.failures.addTo(st))

@@ -20,15 +20,14 @@ type Stats struct {
 	Failed              Failures
 	NotRun              uint64 // the programs' (programs.go)
 	MaxFill, Fill, Size int
-	DeletesSlot         bool
-	Waiting, Held       time.Duration
+	Waiting             time.Duration
 }
 
 // Tally are the records of a ring that Stats counts, by fate.
 type Tally struct {
-	Samples, Lost, Discarded, Left, Found     uint64
-	Skipped, Overwritten                      uint64
-	Bytes, Late, Other, Corrupt, CorruptBytes uint64
+	Samples, Lost, Discarded, Left, Found uint64
+	Skipped                               uint64 // a Recorder's: left out of snapshots
+	Bytes, Late, Corrupt                  uint64
 }
 
 // Failures are the outputs that failed before reaching a ring, by cause:
@@ -40,8 +39,8 @@ type Failures struct {
 // setCounts puts what a ring parsed, c, on st: every count but the
 // owner's (Late, Left, Found) and the reads' (Fill, Size, Failed).
 func (st *Stats) setCounts(c *ring.Counts) {
-	st.Samples, st.Bytes, st.Lost, st.Other, st.Discarded = c.Samples, c.Bytes, c.Lost, c.Other, c.Discarded
-	st.Corrupt, st.CorruptBytes, st.MaxFill = c.Corrupt, c.CorruptBytes, c.MaxFill
+	st.Samples, st.Bytes, st.Lost, st.Discarded = c.Samples, c.Bytes, c.Lost, c.Discarded
+	st.Corrupt, st.MaxFill = c.Corrupt, c.MaxFill
 }
 
 // The errors that the root exports under the same names (perfbuf's

@@ -71,7 +71,7 @@ func (c *Callback) CommitPublish(i int) {
 	rb.Cur().CommitCursor()
 	c.rec = ring.Record{} // drop the references to ring memory
 	st := rb.Cur().Counts()
-	c.s.Publish(i, rb.Cur().Pos(), st.Samples, st.Bytes, st.Lost, -1)
+	c.s.Publish(i, rb.Cur().Pos(), st.Samples, st.Bytes, st.Lost)
 }
 
 // Oldest is ring i's cursor: callback mode delivers each record as it

@@ -205,7 +205,7 @@ func (f *Fullest) CommitPublish(i int) {
 	rb := f.s.Rings[i]
 	rb.Cur().CommitCursor()
 	st := rb.Cur().Counts()
-	f.s.Publish(i, rb.Cur().Pos(), st.Samples, st.Bytes, st.Lost, -1)
+	f.s.Publish(i, rb.Cur().Pos(), st.Samples, st.Bytes, st.Lost)
 }
 
 // Oldest is the cursor: the fullest-first Reader delivers each record as

@@ -121,14 +121,5 @@ func (w *window) publish(i int) {
 	if i == w.hot.ring && w.hot.have {
 		samples, bytes = samples-1, bytes-uint64(len(w.hot.rec.Data))
 	}
-	held := int64(-1)
-	if w.copies.held > 0 {
-		// The copy that goes next, if it is this ring's: the window
-		// releases its copies in key order, about the order of their
-		// age.
-		if sl := &w.slots[w.copies.min().ref]; int(sl.ring) == i {
-			held = sl.seen + int64(w.start.Sub(epoch))
-		}
-	}
-	w.s.Publish(i, w.Oldest(i), samples, bytes, st.Lost, held)
+	w.s.Publish(i, w.Oldest(i), samples, bytes, st.Lost)
 }

@@ -70,7 +70,6 @@ type ordered struct {
 	newest    uint64 // the largest key parsed from any ring
 	last      uint64 // largest key released
 	start     time.Time
-	startAt   int64 // start on Now's clock: now() + startAt is Now()
 	// look: next looks at the waiting rings (a load of each one's
 	// data_head) only when set: when the merge took a new head snapshot of
 	// a ring, found nothing to release, took up a Flush or delivered a lost
@@ -125,7 +124,6 @@ func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 		look:      true,
 	}
 	o.run.f = o.runFn
-	o.startAt = int64(o.start.Sub(epoch))
 	size := s.Rings[0].Cur().Size()
 	if o.highWater == 0 {
 		o.highWater = size / 4
@@ -381,18 +379,16 @@ func (o *ordered) Delivered(i int) {
 func (o *ordered) publish(i int) {
 	st, r := o.s.Rings[i].Cur().Counts(), &o.rs[i]
 	samples, bytes, lost := st.Samples, st.Bytes, st.Lost
-	held := int64(-1)
 	if r.has {
 		switch r.front.Type {
 		case ring.Sample:
 			samples--
 			bytes -= uint64(r.front.Len())
-			held = o.seenAt(i) + o.startAt
 		case ring.Lost:
 			lost -= r.front.Lost
 		}
 	}
-	o.s.Publish(i, o.Oldest(i), samples, bytes, lost, held)
+	o.s.Publish(i, o.Oldest(i), samples, bytes, lost)
 }
 
 func (o *ordered) CommitPublish(i int) {

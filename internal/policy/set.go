@@ -97,9 +97,6 @@ type Tally struct {
 	// had been written yet: the oldest one's age is at most Now() - Clear
 	// (see Observe).
 	Clear int64
-	// HeldSince is when the ordered merge first saw the record it holds
-	// as the ring's front, as of its last commit; -1: none held.
-	HeldSince int64
 	// mark, if markOn: the ring's records from markPos on were written
 	// after markAt. The first mark not yet reached is kept.
 	markPos uint64
@@ -107,7 +104,7 @@ type Tally struct {
 	markOn  bool
 }
 
-// Now is the clock of Clear and HeldSince: monotonic nanoseconds.
+// Now is the clock of Clear: monotonic nanoseconds.
 func Now() int64 { return int64(time.Since(epoch)) }
 
 var epoch = time.Now()
@@ -181,7 +178,7 @@ func (s *Set) Push(rb ring.Ring) {
 	s.Rings = append(s.Rings, rb)
 	s.flushHeads = append(s.flushHeads, 0)
 	s.flushTo = append(s.flushTo, 0) // the running flush has nothing to wait for here
-	s.Tallies = append(s.Tallies, Tally{Clear: Now(), HeldSince: -1, CPU: rb.Cur().CPU(), Size: rb.Cur().Size()})
+	s.Tallies = append(s.Tallies, Tally{Clear: Now(), CPU: rb.Cur().CPU(), Size: rb.Cur().Size()})
 	s.observed = append(s.observed, rb.Cur().Tail())
 	s.StatsMu.Unlock()
 	s.flushMu.Unlock()
@@ -192,8 +189,7 @@ func (s *Set) Push(rb ring.Ring) {
 // ring's oldest record not delivered starts (Policy.Oldest): when it moved
 // since the last Publish, the ring is observed (Tally.Observe): a clock
 // read and a load of the producer position a commit that delivered.
-// heldSince is the ordered merge's (Tally.HeldSince); -1 for the others.
-func (s *Set) Publish(i int, oldest, samples, bytes, lost uint64, heldSince int64) {
+func (s *Set) Publish(i int, oldest, samples, bytes, lost uint64) {
 	c := *s.Rings[i].Cur().Counts()
 	c.Samples, c.Bytes, c.Lost = samples, bytes, lost
 	var at int64
@@ -206,7 +202,7 @@ func (s *Set) Publish(i int, oldest, samples, bytes, lost uint64, heldSince int6
 	}
 	s.StatsMu.Lock()
 	t := &s.Tallies[i]
-	t.Counts, t.HeldSince = c, heldSince
+	t.Counts = c
 	if observe {
 		t.Observe(oldest, head, at)
 	}
