@@ -13,6 +13,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/cmd/internal/tool"
+	"github.com/perfbuf/perfbuf/cmd/internal/tooltest"
 	"github.com/perfbuf/perfbuf/internal/cpus"
 	"golang.org/x/sys/unix"
 )
@@ -26,7 +27,7 @@ func TestSummaryFailures(t *testing.T) {
 		{CPU: 1, Samples: 2, Failed: perfbuf.Failures{NotOnCPU: 2, Other: 1}},
 	}
 	// CPU 3 has no ring (it came online later): its failures are no ring's.
-	stats := sums(perfbuf.Stats{Failed: perfbuf.Failures{NoEntry: 5}}, rings...)
+	stats := tooltest.Sums(perfbuf.Stats{Failed: perfbuf.Failures{NoEntry: 5}}, rings...)
 	var sum bytes.Buffer
 	writeSummary(&sum, counts{events: 6, shown: 6}, stats, time.Second)
 	for _, want := range []string{
@@ -42,7 +43,7 @@ func TestSummaryFailures(t *testing.T) {
 		t.Errorf("summary: %d lines, want 5 (a blank, the totals, 2 rings, no ring's):\n%s", n, sum.String())
 	}
 	sum.Reset()
-	writeSummary(&sum, counts{events: 4, shown: 4}, sums(perfbuf.Stats{}, rings[0]), time.Second)
+	writeSummary(&sum, counts{events: 4, shown: 4}, tooltest.Sums(perfbuf.Stats{}, rings[0]), time.Second)
 	if strings.Contains(sum.String(), "failed") {
 		t.Errorf("summary without failures mentions them:\n%s", sum.String())
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/cmd/internal/tool"
+	"github.com/perfbuf/perfbuf/cmd/internal/tooltest"
 )
 
 // encodeEvent lays ev out as struct event in execsnoop.bpf.c does, and pads
@@ -325,7 +326,7 @@ func TestPIDNumbering(t *testing.T) {
 	// Runs the kernel skipped (recursion_misses) are execs never traced.
 	const skipped = ", 5 program runs skipped by the kernel (execs not traced) in "
 	sum.Reset()
-	stats := sums(perfbuf.Stats{NotRun: 5}, perfbuf.Stats{CPU: 0, Samples: 2})
+	stats := tooltest.Sums(perfbuf.Stats{NotRun: 5}, perfbuf.Stats{CPU: 0, Samples: 2})
 	writeSummary(&sum, counts{events: 2, shown: 2}, stats, time.Second)
 	if !strings.Contains(sum.String(), skipped) || strings.Contains(sum.String(), "cpu -1") || strings.Contains(sum.String(), "failed output") ||
 		strings.Contains(sum.String(), "no ring") {
@@ -434,7 +435,7 @@ func TestReadLoopCorruptRing(t *testing.T) {
 	}
 
 	var sum bytes.Buffer
-	stats := sums(perfbuf.Stats{}, perfbuf.Stats{CPU: 0, Samples: 2}, perfbuf.Stats{CPU: 1, Corrupt: 1, Left: 2})
+	stats := tooltest.Sums(perfbuf.Stats{}, perfbuf.Stats{CPU: 0, Samples: 2}, perfbuf.Stats{CPU: 1, Corrupt: 1, Left: 2})
 	writeSummary(&sum, c, stats, time.Second)
 	for _, want := range []string{", 1 corrupt rings found", "  1 corrupt  2 unread at exit\n"} {
 		if !strings.Contains(sum.String(), want) {
@@ -511,34 +512,4 @@ func TestBPFObjOverrides(t *testing.T) {
 	if _, err := openTracer(tracerConfig{objPath: missing, uid: -1, maxArgs: 20}); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("--bpf-obj %s (missing): %v, want ErrNotExist", missing, err)
 	}
-}
-
-// sums returns a reader's Stats with the rings' entries rings and the
-// counts of no ring rest (failures of CPUs without a ring, and for ring
-// buffers their full outputs as Lost; NotRun): the sums of both, with
-// Rings, as perfbuf.Stats documents them.
-func sums(rest perfbuf.Stats, rings ...perfbuf.Stats) perfbuf.Stats {
-	st := rest
-	st.CPU = -1
-	for _, r := range rings {
-		st.Samples += r.Samples
-		st.Lost += r.Lost
-		st.Discarded += r.Discarded
-		st.Left += r.Left
-		st.Found += r.Found
-		st.Failed.NoEntry += r.Failed.NoEntry
-		st.Failed.TooBig += r.Failed.TooBig
-		st.Failed.Invalid += r.Failed.Invalid
-		st.Failed.NotOnCPU += r.Failed.NotOnCPU
-		st.Failed.Other += r.Failed.Other
-		st.Bytes += r.Bytes
-		st.Late += r.Late
-		st.Corrupt += r.Corrupt
-		st.Size += r.Size
-		st.Fill += r.Fill
-		st.MaxFill = max(st.MaxFill, r.MaxFill)
-		st.Waiting = max(st.Waiting, r.Waiting)
-	}
-	st.Rings = rings
-	return st
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/cmd/internal/stdio"
+	"github.com/perfbuf/perfbuf/cmd/internal/tooltest"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -30,7 +31,7 @@ import (
 // and their sums.
 type statsSource []perfbuf.Stats
 
-func (s statsSource) Stats() perfbuf.Stats { return sums(perfbuf.Stats{}, s...) }
+func (s statsSource) Stats() perfbuf.Stats { return tooltest.Sums(perfbuf.Stats{}, s...) }
 
 // scrape is one GET of /metrics, parsed and linted.
 type scrape struct {

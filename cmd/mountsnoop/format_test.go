@@ -20,6 +20,7 @@ import (
 
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bpfbuffer"
+	"github.com/perfbuf/perfbuf/cmd/internal/tooltest"
 	"golang.org/x/sys/unix"
 )
 
@@ -301,7 +302,7 @@ func TestSummary(t *testing.T) {
 	var b bytes.Buffer
 	// A ring buffer read alone: every CPU's full outputs and failures are
 	// in its one entry.
-	stats := sums(perfbuf.Stats{},
+	stats := tooltest.Sums(perfbuf.Stats{},
 		perfbuf.Stats{CPU: -1, Samples: 29, MaxFill: 254736, Discarded: 1, Left: 2, Lost: 11, Failed: perfbuf.Failures{Invalid: 1}})
 	writeSummary(&b, bpfbuffer.RingBuf, counts{events: 29}, stats, 1500*time.Millisecond)
 	want := `
@@ -312,7 +313,7 @@ func TestSummary(t *testing.T) {
 		t.Errorf("ring buffer:\n got %q\nwant %q", b.String(), want)
 	}
 	b.Reset()
-	stats = sums(perfbuf.Stats{NotRun: 3}, // the programs': no line of its own
+	stats = tooltest.Sums(perfbuf.Stats{NotRun: 3}, // the programs': no line of its own
 		perfbuf.Stats{CPU: 0, Samples: 5, Lost: 1},
 		perfbuf.Stats{CPU: 1, Samples: 7, Failed: perfbuf.Failures{NoEntry: 1}},
 	)
@@ -328,7 +329,7 @@ func TestSummary(t *testing.T) {
 	b.Reset()
 	// Several ring buffers: CPU 0's full outputs and failure are no
 	// ring's, in the sums only.
-	stats = sums(perfbuf.Stats{Lost: 12, Failed: perfbuf.Failures{TooBig: 1}},
+	stats = tooltest.Sums(perfbuf.Stats{Lost: 12, Failed: perfbuf.Failures{TooBig: 1}},
 		perfbuf.Stats{CPU: -1, Samples: 29, MaxFill: 254736},
 		perfbuf.Stats{CPU: -1, Samples: 3, Late: 2, Left: 1},
 	)
@@ -342,34 +343,4 @@ func TestSummary(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("ring buffer per CPU:\n got %q\nwant %q", b.String(), want)
 	}
-}
-
-// sums returns a reader's Stats with the rings' entries rings and the
-// counts of no ring rest (failures of CPUs without a ring, and for ring
-// buffers their full outputs as Lost; NotRun): the sums of both, with
-// Rings, as perfbuf.Stats documents them.
-func sums(rest perfbuf.Stats, rings ...perfbuf.Stats) perfbuf.Stats {
-	st := rest
-	st.CPU = -1
-	for _, r := range rings {
-		st.Samples += r.Samples
-		st.Lost += r.Lost
-		st.Discarded += r.Discarded
-		st.Left += r.Left
-		st.Found += r.Found
-		st.Failed.NoEntry += r.Failed.NoEntry
-		st.Failed.TooBig += r.Failed.TooBig
-		st.Failed.Invalid += r.Failed.Invalid
-		st.Failed.NotOnCPU += r.Failed.NotOnCPU
-		st.Failed.Other += r.Failed.Other
-		st.Bytes += r.Bytes
-		st.Late += r.Late
-		st.Corrupt += r.Corrupt
-		st.Size += r.Size
-		st.Fill += r.Fill
-		st.MaxFill = max(st.MaxFill, r.MaxFill)
-		st.Waiting = max(st.Waiting, r.Waiting)
-	}
-	st.Rings = rings
-	return st
 }
