@@ -6,7 +6,7 @@
 #   make test     deps, build, unit tests, privileged selftests, the unit tests on a
 #                 big-endian host (s390x under qemu) and on arm64 (under qemu), a
 #                 bounded fuzz run, the tests of a build without cgo (test-nocgo) and
-#                 of a cgo build without libbpf (test-nolibbpf)
+#                 of a cgo build without libbpf (test-nolibbpf), every benchmark once
 #   make bench    Go benchmarks, then perfbench (bench/): every mode beside the C reference
 #                 (table; build/perfbench.csv; docs/perfbench.svg), the quiet
 #                 measurement's C consumer built first (build/perfbench-cquiet), then
@@ -79,7 +79,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h bench/*/bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf modcheck build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo test-nolibbpf test-oldest nolibbpf-check unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
+.PHONY: all deps libbpf-info bpf modcheck build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo test-nolibbpf test-oldest test-bench nolibbpf-check unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
 
 all: build
 
@@ -142,7 +142,15 @@ test: build
 	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-nocgo
 	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-nolibbpf
 	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-oldest
+	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-bench
 	@awk '{p += $$1; f += $$2; s += $$3} END {printf "total: %d passed, %d failed, %d skipped\n", p, f, s}' $(TALLY)
+
+# Every benchmark once (-benchtime 1x, without -race): each checks what it
+# measured, so one that breaks fails here rather than when someone next
+# measures. About 30 s; the benchmarks' figures come from make bench.
+test-bench: bpf
+	@echo "benchmarks: each once (-benchtime 1x)"
+	@bash scripts/gotest.sh -count=1 -run '^$$' -bench . -benchtime 1x $(ALL)
 
 # A build without cgo (CGO_ENABLED=0, as static binaries and cross-compiles
 # are built): the package's unit tests, internal/kernel's (the bpf(2) and
