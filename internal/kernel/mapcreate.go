@@ -48,6 +48,19 @@ func CreateRingBuf(name string, size, flags uint32) (int, error) {
 	return fd, nil
 }
 
+// CreatePerfEventArray makes a BPF_MAP_TYPE_PERF_EVENT_ARRAY of entries
+// slots (one a CPU, by CPU number) named name, and returns its
+// descriptor. Its slots are empty: a reader fills them. The kernel's errno
+// comes wrapped: EPERM without CAP_BPF, E2BIG past its limit, ENOMEM.
+func CreatePerfEventArray(name string, entries uint32) (int, error) {
+	a := mapCreateAttr{mapType: unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY, keySize: 4, valueSize: 4, maxEntries: entries}
+	fd, err := createMap(a, name)
+	if err != nil {
+		return -1, fmt.Errorf("create perf event array %q of %d slots: %w", name, entries, err)
+	}
+	return fd, nil
+}
+
 // CreateArrayOfMaps makes a BPF_MAP_TYPE_ARRAY_OF_MAPS of entries slots
 // named name, whose inner maps are like the map innerFD (the kernel takes
 // its type, sizes and flags as the template, and keeps no reference to

@@ -3,15 +3,14 @@
 package owner
 
 import (
-	"encoding/binary"
 	"errors"
 	"os"
 	"slices"
 	"syscall"
 	"testing"
-	"unsafe"
 
 	"github.com/perfbuf/perfbuf/internal/cpus"
+	"github.com/perfbuf/perfbuf/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,18 +65,10 @@ func createPerfEventArray(t *testing.T, name string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var attr [48]byte // union bpf_attr, BPF_MAP_CREATE: map_type, key_size, value_size, max_entries, ..., map_name at 28
-	binary.NativeEndian.PutUint32(attr[0:], unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY)
-	binary.NativeEndian.PutUint32(attr[4:], 4)
-	binary.NativeEndian.PutUint32(attr[8:], 4)
-	binary.NativeEndian.PutUint32(attr[12:], uint32(slices.Max(possible)+1))
-	copy(attr[28:43], name)
-	fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_CREATE, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
-	if errno != 0 {
-		privileged(t, "create a perf event array", errno)
-	}
-	t.Cleanup(func() { unix.Close(int(fd)) })
-	return int(fd)
+	fd, err := kernel.CreatePerfEventArray(name, uint32(slices.Max(possible)+1))
+	privileged(t, "create a perf event array", err)
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
 }
 
 // Open over a real perf event array: a ring on every online CPU, stored
