@@ -133,15 +133,3 @@ func (o *Options) ring() owner.RingOptions {
 	return owner.RingOptions{RingBytes: o.RingBytes, WakeupEvents: o.WakeupEvents, WakeupBytes: o.WakeupBytes,
 		MaxSampleSize: o.MaxSampleSize, Prepared: o.prepared}
 }
-
-// checkRecorder checks a Recorder's fields: the ring settings', and no
-// wakeup, since nothing waits for one.
-func (o *Options) checkRecorder() error {
-	if err := o.check(); err != nil {
-		return err
-	}
-	if o.WakeupEvents != 0 || o.WakeupBytes != 0 {
-		return fmt.Errorf("options WakeupEvents and WakeupBytes do not apply to a Recorder, which is never woken: %w", os.ErrInvalid)
-	}
-	return nil
-}

@@ -691,10 +691,10 @@ func TestReaderBudgetPlan(t *testing.T) {
 	}
 }
 
-// The Recorder's options: wakeups do not apply; the fields are checked
-// before the map is looked at.
+// The Recorder's options are checked before the map is looked at.
+// (Wakeups apply to its perf rings: selftest/overwrite.)
 func TestRecorderOptions(t *testing.T) {
-	for _, o := range []Options{{WakeupEvents: 2}, {WakeupBytes: 64}, {RingBytes: -1}} {
+	for _, o := range []Options{{WakeupEvents: -1}, {WakeupBytes: 64, WakeupEvents: 2}, {RingBytes: -1}} {
 		_, err := NewRecorder(MapFD(-1), o)
 		if !errors.Is(err, os.ErrInvalid) || !strings.HasPrefix(err.Error(), "new Recorder: options ") {
 			t.Errorf("%+v: %v", o, err)

@@ -22,12 +22,14 @@ type Recorder struct {
 // NewRecorder opens m's rings as overwritable rings: a backward perf ring
 // on every online CPU, or ring buffers in overwrite mode
 // (BPF_F_RB_OVERWRITE, kernel 6.19; bpfbuffer's Prepare with Overwrite).
-// WakeupEvents and WakeupBytes must be zero. Errors: as [NewReader]'s;
-// os.ErrInvalid for a ring buffer not in overwrite mode,
-// errors.ErrUnsupported on a kernel without it.
+// A perf ring wakes [Rings.EpollFD] as WakeupEvents or WakeupBytes say,
+// else once half of it was written, for a caller that takes
+// Snapshot(..., true) when woken; over ring buffers both must be zero.
+// Errors: as [NewReader]'s; os.ErrInvalid for a ring buffer not in
+// overwrite mode, errors.ErrUnsupported on a kernel without it.
 func NewRecorder(m Map, opts Options) (*Recorder, error) {
 	const op = "new Recorder"
-	if err := opts.checkRecorder(); err != nil {
+	if err := opts.check(); err != nil {
 		return nil, wrap(op, err)
 	}
 	r, err := owner.OpenRecorder(m, opts.ring(), ownerMaps(opts.Maps), opts.FailureMap, opts.Programs)

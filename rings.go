@@ -63,7 +63,8 @@ func (r Rings) BufferFD(i int) (int, error) { return r.o.BufferFD(i) }
 
 // EpollFD returns an epoll descriptor over every ring
 // (perf_buffer__epoll_fd), for a caller that waits in its own loop and
-// then calls a Reader's Consume, a PerfBuffer's Consume or a Raw's
-// Wait(0, nil). It is the owner's: do not close it. Errors: os.ErrClosed;
-// errors.ErrUnsupported for a Recorder.
+// then calls a Reader's Consume, a PerfBuffer's Consume, a Raw's
+// Wait(0, nil) or a Recorder's Snapshot. It is the owner's: do not close
+// it. Errors: os.ErrClosed; errors.ErrUnsupported for a Recorder over ring
+// buffers.
 func (r Rings) EpollFD() (int, error) { return r.o.EpollFD() }

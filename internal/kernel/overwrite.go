@@ -27,10 +27,9 @@ func BackwardAttr(c PerfConfig) unix.PerfEventAttr {
 // OpenBackwardRings opens a backward ring (BackwardAttr) on each of cpus, maps it
 // read-only (PROT_READ: the kernel then overwrites, rb->overwrite, and ignores
 // data_tail), enables it and stores it at the CPU's key of the perf event array mapFD,
-// as OpenPerfRings does; its errors are OpenPerfRings'. The rings never wake a reader
-// that waits for data: their epoll set is there for PerfRings' shape, not to be waited
-// on. Read a ring with internal/snapshot's Perf while it is paused (PauseOutput, then
-// WaitWriters).
+// as OpenPerfRings does; its errors are OpenPerfRings'. The rings wake the epoll set as
+// c says: the kernel counts a backward ring's samples and bytes as a forward one's. Read
+// a ring with internal/snapshot's Perf while it is paused (PauseOutput, then WaitWriters).
 func OpenBackwardRings(mapFD int, c PerfConfig, cpus []int32) (*PerfRings, error) {
 	return openRings(mapFD, c, cpus, BackwardAttr(c), unix.PROT_READ)
 }

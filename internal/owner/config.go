@@ -140,7 +140,8 @@ const maxRecordSize = 65528
 // checkRingBuf checks the options against a ring buffer, whose info is
 // info: the overwrite mode for a recorder and no other owner
 // (errors.ErrUnsupported naming 6.19 on an older kernel), RingBytes its
-// size if set, no WakeupEvents, WakeupBytes below its size, and a record
+// size if set, no WakeupEvents, WakeupBytes below its size (none for a
+// recorder), and a record
 // of MaxSampleSize within it. Errors: ErrMapType for a map that is not a
 // ring buffer, os.ErrInvalid, ErrSampleTooLarge, errors.ErrUnsupported.
 func (o RingOptions) checkRingBuf(info mapDesc) error {
@@ -163,6 +164,10 @@ func (o RingOptions) checkRingBuf(info mapDesc) error {
 			o.RingBytes, roundPages(o.RingBytes, page)*page, info, size, os.ErrInvalid)
 	case o.WakeupEvents != 0:
 		return fmt.Errorf("options WakeupEvents does not apply to %v: the program says when it wakes its reader (see WakeupBytes): %w", info, os.ErrInvalid)
+	// A Recorder moves no consumer position: the kernel's wakeups and
+	// poll would count bytes it never reads.
+	case o.overwrite && o.WakeupBytes != 0:
+		return fmt.Errorf("options WakeupBytes does not apply to a Recorder over %v: it waits for no ring buffer: %w", info, os.ErrInvalid)
 	case uint64(o.WakeupBytes) >= size:
 		return fmt.Errorf("options WakeupBytes %d not below the %d-byte ring of %v: %w", o.WakeupBytes, size, info, os.ErrInvalid)
 	// The largest record (below) holds a sample of size-16 bytes.

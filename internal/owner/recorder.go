@@ -64,10 +64,11 @@ type recRing struct {
 // OpenRecorder opens m's rings, and those of more, as overwritable rings
 // with the settings ro (whose fields were checked), the failure map
 // failures (nil for none) and the programs progs (as Open's): for a perf
-// event array, a backward ring on
-// every online CPU, mapped read-only (CPUs that come online later get
-// none); for a BPF ring buffer, or an array of them and more, each must
-// be in overwrite mode (map flag BPF_F_RB_OVERWRITE, kernel 6.19).
+// event array, a backward ring on every online CPU, mapped read-only
+// (CPUs that come online later get none), that wakes the epoll set as
+// ro's WakeupEvents or WakeupBytes say, else once half of it was written;
+// for a BPF ring buffer, or an array of them and more, each must be in
+// overwrite mode (map flag BPF_F_RB_OVERWRITE, kernel 6.19).
 func OpenRecorder(m Map, ro RingOptions, more []Map, failures Map, progs []int) (*Recorder, error) {
 	defer runtime.KeepAlive(failures)
 	defer runtime.KeepAlive(more)
@@ -76,6 +77,11 @@ func OpenRecorder(m Map, ro RingOptions, more []Map, failures Map, progs []int) 
 		return nil, fmt.Errorf("nil map: %w", os.ErrInvalid)
 	}
 	ro.overwrite = true
+	// A wakeup costs the program that raises it several µs, many times
+	// its own work (docs/performance.md): without a setting, a backward
+	// ring raises one a half ring of bytes, as a Reader's budget does,
+	// not one a sample.
+	ro.Budget = ro.WakeupEvents == 0 && ro.WakeupBytes == 0
 	fd := m.FileDescriptor()
 	info, err := checkMap(fd)
 	if err == nil {
@@ -433,9 +439,22 @@ func (r *Recorder) BufferFD(i int) (int, error) {
 	return r.ringFDs[i], nil
 }
 
-// EpollFD fails with errors.ErrUnsupported: a Recorder's rings wake no one.
+// EpollFD returns the epoll set over a perf event array's backward rings,
+// ready once the programs have written what wakes a ring (OpenRecorder).
+// Over ring buffers it fails with errors.ErrUnsupported: the kernel
+// counts what wakes a ring buffer from the consumer position, which a
+// Recorder never moves.
 func (r *Recorder) EpollFD() (int, error) {
-	return -1, fmt.Errorf("epoll fd of %s: a Recorder waits for no ring: %w", r.what, errors.ErrUnsupported)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	op := "epoll fd of " + r.what
+	switch {
+	case r.closed:
+		return -1, fmt.Errorf("%s: %w", op, os.ErrClosed)
+	case r.perf == nil:
+		return -1, fmt.Errorf("%s: a Recorder waits for no ring buffer: %w", op, errors.ErrUnsupported)
+	}
+	return r.perf.EpollFD(), nil
 }
 
 // free empties the slots and frees what NewRecorder opened, as far as it

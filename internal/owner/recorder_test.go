@@ -145,6 +145,14 @@ func TestCheckRingBufOverwrite(t *testing.T) {
 	if err := (RingOptions{overwrite: true}).checkRingBuf(over); err != nil {
 		t.Errorf("recorder: %v", err)
 	}
+	// A Recorder moves no ring buffer's consumer position, which the
+	// kernel's wakeups count from: neither wakeup setting applies.
+	for _, ro := range []RingOptions{{overwrite: true, WakeupBytes: 64}, {overwrite: true, WakeupEvents: 2}} {
+		err := ro.checkRingBuf(over)
+		if !errors.Is(err, os.ErrInvalid) || !strings.Contains(err.Error(), `ring buffer "rec"`) || !strings.Contains(err.Error(), "options Wakeup") {
+			t.Errorf("recorder with %+v: %v, want os.ErrInvalid naming the field and the map", ro, err)
+		}
+	}
 	err = RingOptions{overwrite: true}.checkRingBuf(plain)
 	if !errors.Is(err, os.ErrInvalid) && !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `ring buffer "rec"`) {
 		t.Errorf("recorder over a ring buffer not in overwrite mode: %v", err)

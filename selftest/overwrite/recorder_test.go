@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf"
+	"github.com/perfbuf/perfbuf/internal/bpfrun"
 	"github.com/perfbuf/perfbuf/internal/kernel"
 	"github.com/perfbuf/perfbuf/selftest/internal/bpftest"
 	"golang.org/x/sys/unix"
@@ -434,4 +435,96 @@ func TestRecorderRingBufPause(t *testing.T) {
 		t.Errorf("stats %+v; want %d refused, %d returned (the first %d twice)", st, during, 2*before+after, before)
 	}
 	t.Logf("%d written, %d refused while paused (Failed.NoEntry), %d after Resume", before, during, after)
+}
+
+// ready waits up to timeout for epfd, a Recorder's EpollFD, and reports
+// whether a ring woke it.
+func ready(t *testing.T, epfd int, timeout time.Duration) bool {
+	t.Helper()
+	events := make([]unix.EpollEvent, 8)
+	for {
+		n, err := unix.EpollWait(epfd, events, int(timeout.Milliseconds()))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+}
+
+// A Recorder over a perf event array wakes its EpollFD as WakeupEvents
+// says, for a caller that takes the new records when woken; by default
+// once half a ring was written, never a sample: a wakeup costs the
+// program several µs (BenchmarkRecorderProgram), and until this was
+// fixed every sample paid one into rings that no one waited on.
+func TestRecorderWakeups(t *testing.T) {
+	const size = 40
+	f := bpftest.Setup(t, backwardObj)
+	cpu := f.CPUs[0]
+	// The wakeup is an irq_work that the output queues on its CPU. Run
+	// from another CPU, the program runs in an IPI's handler and the
+	// irq_work after it, racing the test's next look; run on the calling
+	// thread's own CPU, the irq_work runs before the run returns.
+	pin := func(t *testing.T) {
+		unpin, err := bpfrun.Pin(cpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(unpin)
+	}
+	t.Run("default", func(t *testing.T) {
+		pin(t)
+		const pages = 2
+		rec, err := perfbuf.NewRecorder(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(pages)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rec.Close()
+		epfd, err := rec.EpollFD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Emit(t, cpu, 4, size, 0)
+		if ready(t, epfd, 0) {
+			t.Fatal("woken after 4 samples in a ring of 2 pages; want a wakeup a half ring")
+		}
+		half := pages * bpftest.Page / 2
+		f.Emit(t, cpu, uint64(half/bpftest.RecordSize(size)+1), size, 0)
+		if !ready(t, epfd, 10*time.Second) {
+			t.Fatal("not woken once half the ring was written")
+		}
+	})
+	t.Run("WakeupEvents", func(t *testing.T) {
+		pin(t)
+		const every = 4
+		rec, err := perfbuf.NewRecorder(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupEvents: every})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rec.Close()
+		epfd, err := rec.EpollFD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, rec.BufferCount()*bpftest.RingBytes(2))
+		recs, err := rec.Snapshot(buf, nil, true) // nothing yet
+		if err != nil || len(recs) != 0 {
+			t.Fatalf("first snapshot: %d records, %v", len(recs), err)
+		}
+		for round := range 3 {
+			f.Emit(t, cpu, every-1, size, 0)
+			if ready(t, epfd, 0) {
+				t.Fatalf("round %d: woken after %d samples, want %d", round, every-1, every)
+			}
+			f.Emit(t, cpu, 1, size, 0)
+			if !ready(t, epfd, 10*time.Second) {
+				t.Fatalf("round %d: not woken after %d samples", round, every)
+			}
+			if recs, err = rec.Snapshot(buf, recs[:0], true); err != nil || len(recs) != every {
+				t.Fatalf("round %d: snapshot of the new records: %d, %v; want %d", round, len(recs), err, every)
+			}
+		}
+	})
 }
