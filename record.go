@@ -20,7 +20,8 @@ const (
 // Record is one record of a ring, in place: its Type, Ring and CPU (-1
 // for a ring shared by CPUs), Pos and Next (its ring positions), Data (the
 // payload; Wrapped, its part at a perf ring's start when it straddles the
-// end), Lost (for RecordLost), Key and Late (with [Order]). Data and
+// end), Lost (for RecordLost), Key and Late (with [Order]; a Recorder's
+// perf sample: the bpf_ktime_get_ns time of its output). Data and
 // Wrapped are valid until the ring is committed past Next: copy what you
 // keep (Len, AppendTo). A perf ring pads payloads to 8 bytes minus 4.
 type Record = ring.Record

@@ -34,6 +34,12 @@ type PerfConfig struct {
 	// CountLost opens each ring's event with PERF_FORMAT_LOST (6.0:
 	// FormatLost), so that LostSamples reads how many outputs it refused.
 	CountLost bool
+	// Time has each sample carry the time of its output on
+	// CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns (PERF_SAMPLE_TIME with
+	// use_clockid: a u64 before the raw data's size), which
+	// internal/snapshot's Perf reads with PerfOptions.Time; for backward
+	// rings only: internal/ring parses raw samples alone.
+	Time bool
 }
 
 // Check reports the first field of c the kernel would refuse, or would
@@ -71,6 +77,11 @@ func BPFOutputAttr(c PerfConfig) unix.PerfEventAttr {
 	}
 	if c.CountLost {
 		attr.Read_format = unix.PERF_FORMAT_LOST
+	}
+	if c.Time {
+		attr.Sample_type |= unix.PERF_SAMPLE_TIME
+		attr.Bits |= unix.PerfBitUseClockID
+		attr.Clockid = unix.CLOCK_MONOTONIC
 	}
 	if c.WakeupBytes > 0 {
 		attr.Bits |= unix.PerfBitWatermark

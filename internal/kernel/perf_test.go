@@ -47,6 +47,11 @@ func TestBPFOutputAttr(t *testing.T) {
 			}
 		})
 	}
+	// Time: each sample's time on CLOCK_MONOTONIC before its raw data.
+	a := BPFOutputAttr(PerfConfig{Pages: 8, PageSize: 4096, WakeupEvents: 1, Time: true})
+	if a.Sample_type != unix.PERF_SAMPLE_RAW|unix.PERF_SAMPLE_TIME || a.Bits != unix.PerfBitUseClockID || a.Clockid != unix.CLOCK_MONOTONIC {
+		t.Errorf("time: sample_type %#x, bits %#x, clockid %d; want raw and time, use_clockid, CLOCK_MONOTONIC", a.Sample_type, a.Bits, a.Clockid)
+	}
 }
 
 // A configuration the kernel would refuse or misread is refused before

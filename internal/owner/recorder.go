@@ -148,7 +148,9 @@ func (r *Recorder) openPerf(fd int, info mapDesc, pin string, ro RingOptions, fa
 		return err
 	}
 	r.byKey = !own
-	if r.perf, err = kernel.OpenBackwardRings(r.mapFD, cfg.kernel(), cpus); err != nil {
+	kc := cfg.kernel()
+	kc.Time = true // the kernel's time of each sample: Snapshot merges the rings by it
+	if r.perf, err = kernel.OpenBackwardRings(r.mapFD, kc, cpus); err != nil {
 		return fmt.Errorf("open backward perf rings on %v: %w", info, err)
 	}
 	r.cpus = cpus
@@ -234,6 +236,7 @@ func (r *Recorder) Snapshot(buf []byte, dst []ring.Record, onlyNew bool) ([]ring
 		settle = nil
 	}
 	recs := r.recs
+	start := len(dst) // the snapshot's records: dst[start:]
 	var short error
 	shares := r.shares(len(buf), onlyNew)
 	later := 0 // what the rings after i are given
@@ -253,7 +256,7 @@ func (r *Recorder) Snapshot(buf []byte, dst []ring.Record, onlyNew bool) ([]ring
 		if rr.bpf.Data != nil {
 			s, err = snapshot.BPF(rr.bpf, buf[:part], recs, snapshot.BPFOptions{From: from, Settle: kernel.WaitWriters})
 		} else {
-			s, err = snapshot.Perf(rr.perf, buf[len(buf)-part:], recs, snapshot.PerfOptions{From: from, Settle: settle})
+			s, err = snapshot.Perf(rr.perf, buf[len(buf)-part:], recs, snapshot.PerfOptions{From: from, Settle: settle, Time: true})
 		}
 		recs = s.Records
 		r.recs = recs[:0]
@@ -268,7 +271,7 @@ func (r *Recorder) Snapshot(buf []byte, dst []ring.Record, onlyNew bool) ([]ring
 		used := 0 // the bytes of buf the records kept take
 		for k := range s.Records {
 			sr := &s.Records[k]
-			rec := ring.Record{Type: ring.Sample, Ring: i, CPU: rr.stats.CPU, Pos: sr.Pos, Next: sr.Next(), Data: sr.Data, Lost: sr.Lost}
+			rec := ring.Record{Type: ring.Sample, Ring: i, CPU: rr.stats.CPU, Pos: sr.Pos, Next: sr.Next(), Data: sr.Data, Lost: sr.Lost, Key: sr.Time}
 			if sr.Type == snapshot.PerfRecordLost {
 				rec.Type, rec.Data = ring.Lost, nil
 				rr.stats.Lost += sr.Lost
@@ -300,7 +303,30 @@ func (r *Recorder) Snapshot(buf []byte, dst []ring.Record, onlyNew bool) ([]ring
 			buf = buf[used:]
 		}
 	}
+	if len(r.maps) == 0 { // backward perf rings, whose samples carry their time
+		mergeByTime(dst[start:])
+	}
 	return dst, short
+}
+
+// mergeByTime puts recs, each ring's records oldest first, in the order of
+// the kernel's time of each sample (Record.Key), ring by ring where times
+// are equal. A lost record has no time of its own: it keeps its place
+// before the sample it was written with (the next of its ring), or after
+// its ring's last sample.
+func mergeByTime(recs []ring.Record) {
+	for k := len(recs) - 1; k >= 0; k-- {
+		if recs[k].Type != ring.Lost {
+			continue
+		}
+		switch {
+		case k+1 < len(recs) && recs[k+1].Ring == recs[k].Ring:
+			recs[k].Key = recs[k+1].Key
+		case k > 0 && recs[k-1].Ring == recs[k].Ring:
+			recs[k].Key = recs[k-1].Key
+		}
+	}
+	slices.SortStableFunc(recs, func(a, b ring.Record) int { return cmp.Compare(a.Key, b.Key) })
 }
 
 // shares divides n bytes of a snapshot's buffer among the rings by what

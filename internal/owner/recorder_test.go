@@ -5,6 +5,7 @@ package owner
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"io"
 	"os"
@@ -29,18 +30,46 @@ func newFakeBackward(size int) *fakeBackward {
 	return &fakeBackward{data: unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size)}
 }
 
+// fakeClock is the time the fake rings' samples carry, one tick a sample.
+var fakeClock uint64
+
 // sample writes a PERF_RECORD_SAMPLE of payload p (a multiple of 8 bytes
-// minus 4, as the kernel pads it).
+// minus 4, as the kernel pads it) at the next tick of fakeClock.
 func (f *fakeBackward) sample(p []byte) {
-	rsize := uint64(8 + 4 + len(p))
+	fakeClock++
+	f.sampleAt(fakeClock, p)
+}
+
+// sampleAt writes a sample of PERF_SAMPLE_TIME | PERF_SAMPLE_RAW, as the
+// Recorder's events make them: the time, then the raw data p.
+func (f *fakeBackward) sampleAt(time uint64, p []byte) {
+	var rec []byte
+	rec = binary.NativeEndian.AppendUint64(rec, time)
+	rec = binary.NativeEndian.AppendUint32(rec, uint32(len(p)))
+	f.record(snapshot.PerfRecordSample, append(rec, p...))
+}
+
+// lostThen writes a PERF_RECORD_LOST of n samples and a sample p at time,
+// as the kernel writes them after refused outputs: in one reservation, the
+// lost record below the sample.
+func (f *fakeBackward) lostThen(n, time uint64, p []byte) {
+	f.sampleAt(time, p)
+	var body []byte
+	body = binary.NativeEndian.AppendUint64(body, 0) // id
+	body = binary.NativeEndian.AppendUint64(body, n)
+	f.record(snapshot.PerfRecordLost, body)
+}
+
+// record writes a record of type typ and body below the last one.
+func (f *fakeBackward) record(typ uint32, body []byte) {
+	rsize := uint64(8 + len(body))
 	f.head -= rsize
 	mask := uint64(len(f.data) - 1)
 	var rec []byte
-	rec = binary.NativeEndian.AppendUint32(rec, snapshot.PerfRecordSample)
+	rec = binary.NativeEndian.AppendUint32(rec, typ)
 	rec = binary.NativeEndian.AppendUint16(rec, 0)
 	rec = binary.NativeEndian.AppendUint16(rec, uint16(rsize))
-	rec = binary.NativeEndian.AppendUint32(rec, uint32(len(p)))
-	rec = append(rec, p...)
+	rec = append(rec, body...)
 	for i, b := range rec {
 		f.data[(f.head+uint64(i))&mask] = b
 	}
@@ -62,13 +91,12 @@ func fakeRecorder(rings ...*fakeBackward) *Recorder {
 	return r
 }
 
-// A snapshot returns every ring's newest records, ring after ring, oldest
-// first; the buffer is shared out, what a ring leaves going to the next;
-// onlyNew leaves out what the last snapshot read; what does not fit is
-// counted in Skipped.
+// A snapshot returns every ring's newest records, oldest first; the buffer
+// is shared out, what a ring leaves going to the next; onlyNew leaves out
+// what the last snapshot read; what does not fit is counted in Skipped.
 func TestRecorderSnapshot(t *testing.T) {
 	a, b := newFakeBackward(256), newFakeBackward(256)
-	for n := range byte(30) { // 30 records of 24 bytes: the newest 10 whole in 256
+	for n := range byte(30) { // 30 records of 32 bytes: the newest 8 whole in 256
 		a.sample(recPayload(n))
 	}
 	b.sample(recPayload(100))
@@ -88,25 +116,25 @@ func TestRecorderSnapshot(t *testing.T) {
 			t.Fatalf("records %v, want %v", got, want)
 		}
 	}
-	// A record takes 24 bytes in its ring, 16 in buf. Ring 1 holds less
-	// than half of 160 bytes and gets what it holds (24), ring 0 the rest
-	// (136: its newest 8).
-	buf := make([]byte, 160)
+	// A record takes 32 bytes in its ring, 24 in buf (its time, size and
+	// payload). Ring 1 holds less than half of 192 bytes and gets what it
+	// holds (32), ring 0 the rest (160: its newest 6).
+	buf := make([]byte, 192)
 	recs, err := r.Snapshot(buf, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(recs, 22, 23, 24, 25, 26, 27, 28, 29, 100)
+	check(recs, 24, 25, 26, 27, 28, 29, 100)
 	st := r.Stats()
-	if st[0].Samples != 8 || st[0].Skipped != 2 || st[1].Samples != 1 || st[0].Bytes != 8*12 {
+	if st[0].Samples != 6 || st[0].Skipped != 2 || st[1].Samples != 1 || st[0].Bytes != 6*12 {
 		t.Errorf("stats %+v", st)
 	}
 	// A buffer of ring 0's records and ring 1's window holds them all.
-	recs, err = r.Snapshot(make([]byte, 10*16+24), recs[:0], false)
+	recs, err = r.Snapshot(make([]byte, 8*24+32), recs[:0], false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(recs, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 100)
+	check(recs, 22, 23, 24, 25, 26, 27, 28, 29, 100)
 
 	a.sample(recPayload(30))
 	recs, err = r.Snapshot(buf, recs[:0], true)
@@ -117,7 +145,7 @@ func TestRecorderSnapshot(t *testing.T) {
 
 	// No room for one record: io.ErrShortBuffer, and the other ring's.
 	b.sample(recPayload(101))
-	recs, err = r.Snapshot(make([]byte, 2*16-8), recs[:0], false)
+	recs, err = r.Snapshot(make([]byte, 2*24-8), recs[:0], false)
 	if !errors.Is(err, io.ErrShortBuffer) || !strings.Contains(err.Error(), "ring 0") {
 		t.Fatalf("short buffer: %v", err)
 	}
@@ -129,6 +157,38 @@ func TestRecorderSnapshot(t *testing.T) {
 	}
 	if err := r.SetPaused("pause", true); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Pause after Close: %v", err)
+	}
+}
+
+// A perf event array's snapshot merges its rings by the kernel's time of
+// each sample, which Key carries; a lost record keeps its place before the
+// sample it was written with.
+func TestRecorderSnapshotMerged(t *testing.T) {
+	a, b := newFakeBackward(512), newFakeBackward(512)
+	a.sampleAt(10, recPayload(1))
+	b.sampleAt(20, recPayload(2))
+	a.sampleAt(30, recPayload(3))
+	b.lostThen(7, 40, recPayload(4))
+	a.sampleAt(40, recPayload(5)) // a tie: ring 0's first
+	b.sampleAt(60, recPayload(6))
+	a.lostThen(2, 50, recPayload(7))
+	r := fakeRecorder(a, b)
+	defer r.Close()
+	recs, err := r.Snapshot(make([]byte, 512), nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rec := range recs {
+		if rec.Type == ring.Lost {
+			got = append(got, fmt.Sprintf("lost %d@%d", rec.Lost, rec.Key))
+		} else {
+			got = append(got, fmt.Sprintf("%d@%d", rec.Data[0], rec.Key))
+		}
+	}
+	want := "[1@10 2@20 3@30 5@40 lost 7@40 4@40 lost 2@50 7@50 6@60]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("snapshot %v, want %v", got, want)
 	}
 }
 

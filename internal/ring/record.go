@@ -63,7 +63,9 @@ type Record struct {
 	Lost uint64 // samples lost, for a Lost record
 
 	// Key and Late are set by an ordered reader: the key the sample was
-	// ordered by, and whether it came after a sample with a larger key.
+	// ordered by, and whether it came after a sample with a larger key. A
+	// Recorder's perf samples carry in Key their time of output on
+	// CLOCK_MONOTONIC (internal/owner's mergeByTime).
 	Key  uint64
 	Late bool
 }

@@ -84,6 +84,17 @@ func (f *fakePerf) sample(p []byte) {
 	f.record(PerfRecordSample, body)
 }
 
+// timedSample writes a PERF_RECORD_SAMPLE of PERF_SAMPLE_TIME | PERF_SAMPLE_RAW: the
+// time, then the raw data p padded as sample pads it.
+func (f *fakePerf) timedSample(time uint64, p []byte) {
+	raw := (len(p)+4+7)&^7 - 4
+	body := make([]byte, 12+raw)
+	binary.NativeEndian.PutUint64(body, time)
+	binary.NativeEndian.PutUint32(body[8:], uint32(raw))
+	copy(body[12:], p)
+	f.record(PerfRecordSample, body)
+}
+
 // lost writes a PERF_RECORD_LOST of n samples, alone. (The kernel writes one only with
 // the next output: lostThen.)
 func (f *fakePerf) lost(n uint64) {

@@ -33,13 +33,18 @@ func FuzzPerf(f *testing.F) {
 	fp.sample(payload(1, 20))
 	fp.lost(3)
 	fp.sample(payload(2, 50))
-	f.Add(fp.data, fp.head, uint64(0), uint16(256))
-	f.Add(fp.data, fp.head, fp.head+32, uint16(40))
-	f.Add([]byte{9, 0, 0, 0, 0, 0, 8, 0}, uint64(1<<64-8), uint64(0), uint16(0))
-	f.Fuzz(func(t *testing.T, in []byte, head, from uint64, bufLen uint16) {
+	f.Add(fp.data, fp.head, uint64(0), uint16(256), false)
+	f.Add(fp.data, fp.head, fp.head+32, uint16(40), false)
+	f.Add([]byte{9, 0, 0, 0, 0, 0, 8, 0}, uint64(1<<64-8), uint64(0), uint16(0), false)
+	ft := newFakePerf(256) // a Recorder's: samples with their time
+	ft.timedSample(5, payload(1, 20))
+	ft.lost(3)
+	ft.timedSample(9, payload(2, 50))
+	f.Add(ft.data, ft.head, uint64(0), uint16(256), true)
+	f.Fuzz(func(t *testing.T, in []byte, head, from uint64, bufLen uint16, timed bool) {
 		data := fuzzRing(in)
 		buf := make([]byte, bufLen)
-		s, err := Perf(PerfRing{Head: &head, Data: data}, buf, nil, PerfOptions{From: from})
+		s, err := Perf(PerfRing{Head: &head, Data: data}, buf, nil, PerfOptions{From: from, Time: timed})
 		if err != nil && !errors.Is(err, io.ErrShortBuffer) {
 			t.Fatalf("error %v", err)
 		}

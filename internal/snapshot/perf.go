@@ -37,6 +37,10 @@ type PerfOptions struct {
 	// internal/kernel's WaitWriters. With it, the ring need not be paused (see Perf).
 	// An error from it ends the snapshot.
 	Settle func() error
+	// Time says that each sample carries the kernel's time of its output before its raw
+	// data (PERF_SAMPLE_TIME: u64 time, then u32 size and data), which Record.Time
+	// returns.
+	Time bool
 }
 
 // perfHeaderSize is sizeof(struct perf_event_header): u32 type, u16 misc, u16 size.
@@ -87,6 +91,10 @@ func Perf(r PerfRing, buf []byte, recs []Record, o PerfOptions) (Snapshot, error
 	if o.From-head < end-head {
 		end = o.From
 	}
+	fixed := 4 // a sample's fields before its raw data: u32 size, and u64 time first with o.Time
+	if o.Time {
+		fixed = 12
+	}
 	free := len(buf) // the records fill buf from its end down: the newest last
 	full := false
 	var shortErr error
@@ -113,7 +121,7 @@ func Perf(r PerfRing, buf []byte, recs []Record, o PerfOptions) (Snapshot, error
 		}
 		body := int(rsize - perfHeaderSize)
 		switch {
-		case typ == PerfRecordSample && body < 4, typ == PerfRecordLost && body < 16:
+		case typ == PerfRecordSample && body < fixed, typ == PerfRecordLost && body < 16:
 			s.Corrupt = true
 		case typ != PerfRecordSample && typ != PerfRecordLost:
 			s.Other++
@@ -137,12 +145,16 @@ func Perf(r PerfRing, buf []byte, recs []Record, o PerfOptions) (Snapshot, error
 		if typ == PerfRecordLost {
 			rec.Lost = binary.NativeEndian.Uint64(dst[8:16]) // struct {u64 id; u64 lost}
 		} else {
-			raw := int(binary.NativeEndian.Uint32(dst[0:4])) // PERF_SAMPLE_RAW: u32 size, data
-			if raw > body-4 {
+			if o.Time {
+				rec.Time = binary.NativeEndian.Uint64(dst[0:8])
+			}
+			// PERF_SAMPLE_RAW: u32 size, data.
+			raw := int(binary.NativeEndian.Uint32(dst[fixed-4 : fixed]))
+			if raw > body-fixed {
 				s.Corrupt = true
 				break
 			}
-			rec.Data = dst[4 : 4+raw]
+			rec.Data = dst[fixed : fixed+raw]
 		}
 		free -= body
 		s.Records = append(s.Records, rec)

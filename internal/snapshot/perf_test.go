@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"slices"
 	"testing"
 )
 
@@ -76,6 +77,40 @@ func TestPerfRecords(t *testing.T) {
 	wantSamples(t, s, []uint64{0, 1<<63 | 7, 1, 2})
 	if s.Counts != (Counts{}) {
 		t.Errorf("counts %+v, want none", s.Counts)
+	}
+}
+
+// With PerfOptions.Time each sample's time comes back in Time and its raw data after
+// it, also across the ring's end; a sample too short to hold both is a corruption.
+func TestPerfTime(t *testing.T) {
+	f := newFakePerf(256)
+	for i := range uint64(6) { // records of 40 bytes: the ring's end is crossed
+		f.timedSample(1000+i, payload(i, 20))
+	}
+	// A lost record carries no time (sample_id_all is off); written right after
+	// a sample, it is taken for the lost record written with it (lostThen).
+	f.lost(3)
+	s, err := Perf(f.ring(), make([]byte, 256), nil, PerfOptions{Time: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Records); n != 6 {
+		t.Fatalf("%d records, want the 5 whole samples and the lost record", n)
+	}
+	samples := slices.Concat(s.Records[:4], s.Records[5:])
+	for k, r := range samples {
+		seq, ok := checkPayload(r.Data)
+		if !ok || seq != uint64(k+1) || r.Time != 1000+seq || len(r.Data) != 20 {
+			t.Errorf("sample %d: seq %d (%v), time %d, %d bytes; want seq %d at time %d, 20 bytes", k, seq, ok, r.Time, len(r.Data), k+1, 1001+k)
+		}
+	}
+	if r := s.Records[4]; r.Type != PerfRecordLost || r.Lost != 3 || r.Time != 0 {
+		t.Errorf("record 4 %+v, want a lost record of 3", r)
+	}
+	g := newFakePerf(256)
+	g.record(PerfRecordSample, make([]byte, 8)) // a time, no room for the size
+	if s, _ := Perf(g.ring(), make([]byte, 256), nil, PerfOptions{Time: true}); !s.Corrupt || len(s.Records) != 0 {
+		t.Errorf("an 8-byte timed sample: %+v, want a corruption", s)
 	}
 }
 

@@ -48,6 +48,8 @@ type Record struct {
 	Data []byte
 	// Lost is a PERF_RECORD_LOST's count of samples the kernel refused.
 	Lost uint64
+	// Time is a perf sample's time of output, with PerfOptions.Time; else 0.
+	Time uint64
 
 	size uint32 // the payload's bytes in the ring (perf: the whole record's)
 	kind uint8  // a ring buffer walk's: kindRecord, kindBusy, kindDiscard

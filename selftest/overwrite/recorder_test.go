@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,7 +73,7 @@ func TestRecorderPerf(t *testing.T) {
 		t.Fatalf("a reader beside the recorder: %v, want ErrMapInUse", err)
 	}
 	const size = 40
-	rsize := bpftest.RecordSize(size)
+	rsize := bpftest.RecorderRecordSize(size)
 	ring := pages * bpftest.Page
 	n := uint64(3 * ring / rsize) // three times the ring, on each CPU
 	keep := ring / rsize          // the newest whole records a ring holds
@@ -226,7 +227,7 @@ func TestRecorderPerfRacing(t *testing.T) {
 		for from := f.Stats(t); ; {
 			now, grown := f.Stats(t), true
 			for _, cpu := range f.CPUs {
-				grown = grown && now[cpu].Emitted-from[cpu].Emitted >= uint64(bpftest.RingBytes(1)/bpftest.RecordSize(size))
+				grown = grown && now[cpu].Emitted-from[cpu].Emitted >= uint64(bpftest.RingBytes(1)/bpftest.RecorderRecordSize(size))
 			}
 			if grown {
 				break
@@ -491,7 +492,7 @@ func TestRecorderWakeups(t *testing.T) {
 			t.Fatal("woken after 4 samples in a ring of 2 pages; want a wakeup a half ring")
 		}
 		half := pages * bpftest.Page / 2
-		f.Emit(t, cpu, uint64(half/bpftest.RecordSize(size)+1), size, 0)
+		f.Emit(t, cpu, uint64(half/bpftest.RecorderRecordSize(size)+1), size, 0)
 		if !ready(t, epfd, 10*time.Second) {
 			t.Fatal("not woken once half the ring was written")
 		}
@@ -527,4 +528,50 @@ func TestRecorderWakeups(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A snapshot of a perf event array's rings merges them by the time the
+// kernel wrote each sample, on bpf_ktime_get_ns's clock (Record.Key): the
+// records of a run on one CPU, then one on another, then the first again
+// come back in that order, not ring after ring, each after the time the
+// program stamped in it.
+func TestRecorderMergedByTime(t *testing.T) {
+	f := bpftest.Setup(t, backwardObj)
+	if len(f.CPUs) < 2 {
+		t.Skip("one CPU: one ring") // (a fact of the host, not a privilege)
+	}
+	rec, err := perfbuf.NewRecorder(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	const size, n = 40, 5
+	a, b := f.CPUs[0], f.CPUs[1]
+	var want []int // the CPU of each sample, in the order written
+	for _, cpu := range []int{a, b, a, b} {
+		f.Emit(t, cpu, n, size, 0)
+		for range n {
+			want = append(want, cpu)
+		}
+	}
+	recs, err := rec.Snapshot(make([]byte, rec.BufferCount()*bpftest.RingBytes(4)), nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	var last uint64
+	for _, r := range recs {
+		h, err := bpftest.Check(r.Data, r.CPU)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Key < last || r.Key < h.TS {
+			t.Errorf("cpu %d seq %d: time %d, after %d, stamped %d: want a time at least both", r.CPU, h.Seq, r.Key, last, h.TS)
+		}
+		last = r.Key
+		got = append(got, r.CPU)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("snapshot by CPU %v, want the order written %v", got, want)
+	}
 }

@@ -187,6 +187,11 @@ func PaddedSize(n int) int { return (n+4+7)&^7 - 4 }
 // perf_event_header, the u32 raw size and the padded data.
 func RecordSize(n int) int { return 8 + 4 + PaddedSize(n) }
 
+// RecorderRecordSize is the ring space an n-byte output takes in a
+// Recorder's backward ring, whose samples carry their time besides: 8
+// bytes more than RecordSize.
+func RecorderRecordSize(n int) int { return RecordSize(n) + 8 }
+
 // SeqValid says whether a sample delivered with n bytes holds a whole seq:
 // its true size is more than n-8.
 func SeqValid(n int) bool { return n-8 >= 8 }
