@@ -3,12 +3,15 @@
 package owner
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"io"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,6 +192,50 @@ func TestRecorderSnapshotMerged(t *testing.T) {
 	want := "[1@10 2@20 3@30 5@40 lost 7@40 4@40 lost 2@50 7@50 6@60]"
 	if fmt.Sprint(got) != want {
 		t.Errorf("snapshot %v, want %v", got, want)
+	}
+}
+
+// mergeByTime over any number of rings, their times out of order here and
+// there (a program that interrupted another): the order of a stable sort
+// of the whole by time, lost records keyed by the sample after them.
+func TestMergeByTime(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var scratch []Record
+	for round := range 200 {
+		var recs []Record
+		for i := range rnd.IntN(6) {
+			var key uint64
+			for range rnd.IntN(40) {
+				key += uint64(rnd.IntN(5))
+				rec := Record{Type: ring.Sample, Ring: i, Key: key, Pos: uint64(len(recs))}
+				switch rnd.IntN(10) {
+				case 0:
+					rec.Key -= min(rec.Key, 3) // an interrupted program's
+				case 1:
+					rec.Type, rec.Key = ring.Lost, 0
+				}
+				recs = append(recs, rec)
+			}
+		}
+		want := slices.Clone(recs)
+		for k := len(want) - 1; k >= 0; k-- {
+			if want[k].Type != ring.Lost {
+				continue
+			}
+			if k+1 < len(want) && want[k+1].Ring == want[k].Ring {
+				want[k].Key = want[k+1].Key
+			} else if k > 0 && want[k-1].Ring == want[k].Ring {
+				want[k].Key = want[k-1].Key
+			}
+		}
+		slices.SortStableFunc(want, func(a, b Record) int { return cmp.Compare(a.Key, b.Key) })
+		scratch = mergeByTime(recs, scratch)
+		for k := range recs {
+			if recs[k].Ring != want[k].Ring || recs[k].Pos != want[k].Pos || recs[k].Key != want[k].Key {
+				t.Fatalf("round %d: record %d is ring %d's %d at %d, want ring %d's %d at %d",
+					round, k, recs[k].Ring, recs[k].Pos, recs[k].Key, want[k].Ring, want[k].Pos, want[k].Key)
+			}
+		}
 	}
 }
 
