@@ -393,6 +393,16 @@ const errNotSupp = syscall.Errno(524)
 // descriptor: the call fails with syscall.EBADF.
 func Map(m *ebpf.Map) perfbuf.Map { return (*ebpfMap)(m) }
 
+// NewReader opens a perfbuf.Reader over m with the defaults, as
+// cilium/ebpf's perf.NewReader and ringbuf.NewReader open theirs: it is
+// perfbuf.NewReader(Map(m), perfbuf.ReaderOptions{}), for a port that
+// needs no option (a perf ring of 256 KiB, cilium's 64 pages on 4 KiB
+// pages). With options, or over a buffer that Prepare made, call
+// perfbuf.NewReader. Errors: perfbuf.NewReader's.
+func NewReader(m *ebpf.Map) (*perfbuf.Reader, error) {
+	return perfbuf.NewReader(Map(m), perfbuf.ReaderOptions{})
+}
+
 // ebpfMap is a *ebpf.Map with perfbuf.Map's method.
 type ebpfMap ebpf.Map
 

@@ -58,11 +58,45 @@ func traceCilium(ctx context.Context, events *ebpf.Map) error {
 }
 
 // tracePerfbuf is the same reader after the port: perfbuf's Reader over
-// the same *ebpf.Map, read with ReadInto until ctx is done, then flushed:
-// what the rings hold is read before ErrFlushed ends the loop. Lost
-// samples come as records of their own, with Lost set.
+// the same *ebpf.Map, on its defaults, closed from another goroutine when
+// ctx is done. Lost samples come as records of their own, with Lost set.
+// (tracePerfbufFlushed reads what the rings hold before it returns.)
 func tracePerfbuf(ctx context.Context, events *ebpf.Map) error {
-	r, err := perfbuf.NewReader(ciliumbuffer.Map(events), perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 64 * os.Getpagesize()}})
+	r, err := ciliumbuffer.NewReader(events)
+	if err != nil {
+		return fmt.Errorf("open reader: %w", err)
+	}
+	defer r.Close()
+	go func() {
+		<-ctx.Done()
+		r.Close()
+	}()
+	var s perfbuf.Sample
+	var e event
+	for {
+		if err := r.ReadInto(&s); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("read: %w", err)
+		}
+		if s.Lost != 0 {
+			log.Printf("cpu %d: %d samples lost", s.CPU, s.Lost)
+			continue
+		}
+		if _, err := binary.Decode(s.Data, binary.NativeEndian, &e); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		fmt.Printf("cpu %d pid %d %s\n", s.CPU, e.PID, cstring(e.Comm[:]))
+	}
+}
+
+// tracePerfbufFlushed is tracePerfbuf that loses nothing when ctx is done:
+// Flush makes the Reader deliver what the rings hold, then ReadInto returns
+// ErrFlushed. Options such as RingBytes take perfbuf.NewReader.
+func tracePerfbufFlushed(ctx context.Context, events *ebpf.Map) error {
+	opts := perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: 64 * os.Getpagesize()}}
+	r, err := perfbuf.NewReader(ciliumbuffer.Map(events), opts)
 	if err != nil {
 		return fmt.Errorf("open reader: %w", err)
 	}
@@ -120,20 +154,22 @@ func traceCiliumRing(ctx context.Context, events *ebpf.Map) error {
 // has no lost records: its full ring's refused outputs are counted with
 // a FailureMap (see logLedger).
 func tracePerfbufRing(ctx context.Context, events *ebpf.Map) error {
-	r, err := perfbuf.NewReader(ciliumbuffer.Map(events), perfbuf.ReaderOptions{})
+	r, err := ciliumbuffer.NewReader(events)
 	if err != nil {
 		return fmt.Errorf("open reader: %w", err)
 	}
 	defer r.Close()
-	defer context.AfterFunc(ctx, r.Flush)()
+	go func() {
+		<-ctx.Done()
+		r.Close()
+	}()
 	var s perfbuf.Sample
 	var e event
 	for {
-		err := r.ReadInto(&s)
-		switch {
-		case errors.Is(err, perfbuf.ErrFlushed):
-			return nil
-		case err != nil:
+		if err := r.ReadInto(&s); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return nil
+			}
 			return fmt.Errorf("read: %w", err)
 		}
 		if _, err := binary.Decode(s.Data, binary.NativeEndian, &e); err != nil {
@@ -178,6 +214,7 @@ func Example_fromCilium() {
 	trace := map[string]func(context.Context, *ebpf.Map) error{
 		"cilium":      traceCilium,
 		"perfbuf":     tracePerfbuf,
+		"flushed":     tracePerfbufFlushed,
 		"cilium-ring": traceCiliumRing,
 		"ring":        tracePerfbufRing,
 	}[os.Args[len(os.Args)-1]]

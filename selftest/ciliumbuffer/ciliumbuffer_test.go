@@ -13,6 +13,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"syscall"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -236,6 +237,44 @@ func TestBothKinds(t *testing.T) {
 			}
 			ledger.Check(t, f.kind == ciliumbuffer.RingBuf, f.cpus, f.outcomes(t), got, r.Stats())
 		})
+	}
+}
+
+// ciliumbuffer.NewReader is perfbuf.NewReader over ciliumbuffer.Map with
+// the defaults: over either kind every output is delivered, a perf ring is
+// 256 KiB (cilium/ebpf's 64 pages of 4 KiB), a ring buffer is its map's
+// size; a nil map has no descriptor (EBADF).
+func TestNewReader(t *testing.T) {
+	for _, kind := range []ciliumbuffer.Kind{ciliumbuffer.RingBuf, ciliumbuffer.PerfEventArray} {
+		t.Run(kind.String(), func(t *testing.T) {
+			opts := perfbuf.Options{RingBytes: os.Getpagesize()}
+			f := setup(t, kind, &opts)
+			r, err := ciliumbuffer.NewReader(f.coll.Maps["events"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			got := map[int]uint64{}
+			for _, cpu := range f.cpus {
+				f.produce(t, cpu, 5, 48, viaOutput, 1)
+			}
+			f.consume(t, r, got)
+			for _, cpu := range f.cpus {
+				if got[cpu] != 5 {
+					t.Errorf("cpu %d: %d samples delivered, want 5", cpu, got[cpu])
+				}
+			}
+			size := os.Getpagesize() // the ring buffer's, as Prepare made it
+			if kind == ciliumbuffer.PerfEventArray {
+				size = 256 << 10
+			}
+			if st := r.Stats(); st.Rings[0].Size != size {
+				t.Errorf("ring 0 of %d bytes, want %d", st.Rings[0].Size, size)
+			}
+		})
+	}
+	if _, err := ciliumbuffer.NewReader(nil); !errors.Is(err, syscall.EBADF) {
+		t.Errorf("nil map: %v, want EBADF", err)
 	}
 }
 
