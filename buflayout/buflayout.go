@@ -264,7 +264,8 @@ var ErrNoSize = errors.New("compiled ring size unknown")
 // NewPlan returns the plan of a buffer of kind (RingBuf, PerfEventArray
 // or RingBufPerCPU) made with set and opts, which Check accepted. compiled
 // is the ring buffer's size as the object declares it (its max_entries),
-// used when RingBytes is zero; zero if the loader no longer knows it.
+// used when RingBytes is zero, rounded likewise; zero if the loader no
+// longer knows it.
 //
 // A ring buffer, and each ring of RingBufPerCPU, gets RingBytes rounded up
 // to a power of two pages, as perfbuf rounds a perf event array's rings,
@@ -277,7 +278,10 @@ func NewPlan(kind Kind, compiled uint32, set Settings, opts *perfbuf.Options) (P
 	if kind != RingBuf && kind != RingBufPerCPU {
 		return Plan{Kind: kind}, nil
 	}
-	size := int(compiled)
+	// The compiled size is rounded as RingBytes is, as libbpf rounds a
+	// ring buffer's (adjust_ringbuf_sz): a buffer declared with 4 KiB is
+	// a page on a host of 16 KiB pages, whichever loader loads it.
+	size := ringSize(int(compiled))
 	if opts.RingBytes == 0 && compiled == 0 {
 		return Plan{}, ErrNoSize
 	}

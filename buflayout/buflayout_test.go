@@ -112,6 +112,11 @@ func TestPlan(t *testing.T) {
 		{RingBuf, 64 << 10, perfbuf.Options{WakeupBytes: 64 << 10}, Plan{}, "", MapSettings{}, Config{}, os.ErrInvalid},
 		{RingBuf, 0, perfbuf.Options{}, Plan{}, "", MapSettings{}, Config{}, ErrNoSize},
 		{RingBuf, 0, perfbuf.Options{RingBytes: page}, Plan{RingBuf, page, 0, 0, false}, "", MapSettings{}, Config{}, nil},
+		// A compiled size below a page (4 KiB on a host of 16 KiB pages) is
+		// rounded as libbpf rounds it: cilium/ebpf would have the kernel
+		// refuse it.
+		{RingBuf, uint32(page / 4), perfbuf.Options{}, Plan{RingBuf, page, 0, 0, false}, "", MapSettings{}, Config{}, nil},
+		{RingBufPerCPU, uint32(3 * page), perfbuf.Options{}, Plan{RingBufPerCPU, 4 * page, 0, 1, false}, "", MapSettings{}, Config{}, nil},
 		{PerfEventArray, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{Kind: PerfEventArray}, "perf_event_array",
 			MapSettings{Type: unix.BPF_MAP_TYPE_PERF_EVENT_ARRAY, KeySize: 4, ValueSize: 4, MaxEntries: uint32(slices.Max(possible) + 1)}, Config{}, nil},
 		{RingBufPerCPU, 64 << 10, perfbuf.Options{RingBytes: 3 * page, WakeupBytes: 100}, Plan{RingBufPerCPU, 4 * page, 100, 1, false},

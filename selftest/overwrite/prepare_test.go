@@ -5,6 +5,7 @@ package overwrite
 import (
 	"encoding/binary"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -101,8 +102,9 @@ func TestPrepareOverwrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		rb := bpftest.Map(t, one, "events")
-		if info, err := kernel.GetMapInfo(rb.FileDescriptor()); err != nil || info.Flags&kernel.MapFlagRBOverwrite == 0 || info.MaxEntries != 8192 {
-			t.Errorf("the ring buffer: %+v, %v; want 8192 bytes in overwrite mode", info, err)
+		want := uint32(max(8192, os.Getpagesize())) // RingBytes rounded up to a page
+		if info, err := kernel.GetMapInfo(rb.FileDescriptor()); err != nil || info.Flags&kernel.MapFlagRBOverwrite == 0 || info.MaxEntries != want {
+			t.Errorf("the ring buffer: %+v, %v; want %d bytes in overwrite mode", info, err, want)
 		}
 	}
 	if err := m.BPFLoadObject(); err != nil {

@@ -23,7 +23,7 @@ PERFBUF_BUFFER(events, RING_SIZE, SAMPLE_MAX);
  * ring buffer it does not hold fails with a NULL inner map (noent). */
 struct inner_rb {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4096);
+	__uint(max_entries, RING_SIZE); /* a multiple of any page size: cilium/ebpf rounds nothing */
 };
 
 struct {
