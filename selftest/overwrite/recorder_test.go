@@ -468,25 +468,28 @@ func TestRecorderWakeups(t *testing.T) {
 	// from another CPU, the program runs in an IPI's handler and the
 	// irq_work after it, racing the test's next look; run on the calling
 	// thread's own CPU, the irq_work runs before the run returns.
-	pin := func(t *testing.T) {
+	// open pins the subtest's thread to cpu and opens a Recorder with
+	// opts, closed at the subtest's end, and its epoll descriptor.
+	open := func(t *testing.T, opts perfbuf.Options) (*perfbuf.Recorder, int) {
 		unpin, err := bpfrun.Pin(cpu)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(unpin)
-	}
-	t.Run("default", func(t *testing.T) {
-		pin(t)
-		const pages = 2
-		rec, err := perfbuf.NewRecorder(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(pages)})
+		rec, err := perfbuf.NewRecorder(f.Events, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rec.Close()
+		t.Cleanup(func() { rec.Close() })
 		epfd, err := rec.EpollFD()
 		if err != nil {
 			t.Fatal(err)
 		}
+		return rec, epfd
+	}
+	t.Run("default", func(t *testing.T) {
+		const pages = 2
+		_, epfd := open(t, perfbuf.Options{RingBytes: bpftest.RingBytes(pages)})
 		f.Emit(t, cpu, 4, size, 0)
 		if ready(t, epfd, 0) {
 			t.Fatal("woken after 4 samples in a ring of 2 pages; want a wakeup a half ring")
@@ -498,17 +501,8 @@ func TestRecorderWakeups(t *testing.T) {
 		}
 	})
 	t.Run("WakeupEvents", func(t *testing.T) {
-		pin(t)
 		const every = 4
-		rec, err := perfbuf.NewRecorder(f.Events, perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupEvents: every})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rec.Close()
-		epfd, err := rec.EpollFD()
-		if err != nil {
-			t.Fatal(err)
-		}
+		rec, epfd := open(t, perfbuf.Options{RingBytes: bpftest.RingBytes(2), WakeupEvents: every})
 		buf := make([]byte, rec.BufferCount()*bpftest.RingBytes(2))
 		recs, err := rec.Snapshot(buf, nil, true) // nothing yet
 		if err != nil || len(recs) != 0 {
