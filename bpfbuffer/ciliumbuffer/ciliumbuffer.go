@@ -6,8 +6,9 @@
 // array in a *ebpf.CollectionSpec, before the collection is created, as
 // the user asks or as the kernel allows; it says what to read once the
 // collection is created (Maps); and it passes a *ebpf.Map to perfbuf as it
-// is (Map). It needs no cgo: it builds with CGO_ENABLED=0, as perfbuf's
-// readers do.
+// is (Map), or opens a Reader over one on the defaults (NewReader), as
+// cilium/ebpf's perf.NewReader and ringbuf.NewReader do. It needs no cgo:
+// it builds with CGO_ENABLED=0, as perfbuf's readers do.
 //
 // The decision is bpfbuffer.Prepare's, made by the same code
 // (package buflayout): the same Options give the same object, whichever
