@@ -22,6 +22,7 @@ import (
 	"unsafe"
 
 	"github.com/perfbuf/perfbuf/internal/kernel"
+	"github.com/perfbuf/perfbuf/internal/policy"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/snapshot"
 	"golang.org/x/sys/unix"
@@ -36,7 +37,7 @@ type Recorder struct {
 	pause  pauser // Pause's state (pause.go), set under mu
 	rings  []recRing
 	recs   []snapshot.Record // the parsers' scratch, reused by each Snapshot
-	merged []ring.Record     // mergeByTime's scratch, reused likewise
+	merged []ring.Record     // policy.MergeByKey's scratch, reused likewise
 
 	// A perf event array: its backward rings, its slots (cpus) and the
 	// descriptor they were stored through (slotFile), whose slots Close
@@ -238,6 +239,7 @@ func (r *Recorder) Snapshot(buf []byte, dst []ring.Record, onlyNew bool) ([]ring
 	}
 	recs := r.recs
 	start := len(dst) // the snapshot's records: dst[start:]
+	timed := false    // perf rings', whose samples carry their time
 	var short error
 	shares := r.shares(len(buf), onlyNew)
 	later := 0 // what the rings after i are given
@@ -257,6 +259,7 @@ func (r *Recorder) Snapshot(buf []byte, dst []ring.Record, onlyNew bool) ([]ring
 		if rr.bpf.Data != nil {
 			s, err = snapshot.BPF(rr.bpf, buf[:part], recs, snapshot.BPFOptions{From: from, Settle: kernel.WaitWriters})
 		} else {
+			timed = true
 			s, err = snapshot.Perf(rr.perf, buf[len(buf)-part:], recs, snapshot.PerfOptions{From: from, Settle: settle, Time: true})
 		}
 		recs = s.Records
@@ -304,97 +307,10 @@ func (r *Recorder) Snapshot(buf []byte, dst []ring.Record, onlyNew bool) ([]ring
 			buf = buf[used:]
 		}
 	}
-	if len(r.maps) == 0 { // backward perf rings, whose samples carry their time
-		r.merged = mergeByTime(dst[start:], r.merged)
+	if timed {
+		r.merged = policy.MergeByKey(dst[start:], r.merged)
 	}
 	return dst, short
-}
-
-// mergeByTime puts recs, each ring's records oldest first, in the order of
-// the kernel's time of each sample (Record.Key), ring by ring where times
-// are equal, through scratch (returned, grown to len(recs)). A lost record
-// has no time of its own: it keeps its place before the sample it was
-// written with (the next of its ring), or after its ring's last sample.
-//
-// Within a ring the times rise but where a program interrupted another
-// between its clock read and its reservation (an NMI's): each ring's run is
-// insertion-sorted first, which costs little on so few inversions, and the
-// runs are merged with a heap of their fronts, O(n log rings).
-func mergeByTime(recs, scratch []ring.Record) []ring.Record {
-	var runs []mergeRun
-	for k := 0; k < len(recs); {
-		end := k + 1
-		for end < len(recs) && recs[end].Ring == recs[k].Ring {
-			end++
-		}
-		run := recs[k:end]
-		for j := len(run) - 1; j >= 0; j-- {
-			switch {
-			case run[j].Type != ring.Lost:
-			case j+1 < len(run):
-				run[j].Key = run[j+1].Key
-			case j > 0:
-				run[j].Key = run[j-1].Key
-			}
-		}
-		for j := 1; j < len(run); j++ { // stable: only a smaller key moves down
-			for i := j; i > 0 && run[i].Key < run[i-1].Key; i-- {
-				run[i], run[i-1] = run[i-1], run[i]
-			}
-		}
-		runs = append(runs, mergeRun{next: k, end: end})
-		k = end
-	}
-	if len(runs) < 2 {
-		return scratch
-	}
-	scratch = slices.Grow(scratch[:0], len(recs))
-	h := mergeHeap{runs: runs, recs: recs}
-	for i := len(runs)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-	for len(h.runs) > 0 {
-		top := &h.runs[0]
-		scratch = append(scratch, recs[top.next])
-		if top.next++; top.next == top.end {
-			h.runs[0] = h.runs[len(h.runs)-1]
-			h.runs = h.runs[:len(h.runs)-1]
-		}
-		h.down(0)
-	}
-	copy(recs, scratch)
-	return scratch[:0]
-}
-
-// mergeRun is one ring's records in mergeByTime: recs[next:end] are left.
-type mergeRun struct{ next, end int }
-
-// mergeHeap is a min-heap of runs by their next record's key, the earlier
-// run first on equal keys (runs are in ring order).
-type mergeHeap struct {
-	runs []mergeRun
-	recs []ring.Record
-}
-
-func (h *mergeHeap) less(a, b int) bool {
-	ka, kb := h.recs[h.runs[a].next].Key, h.recs[h.runs[b].next].Key
-	return ka < kb || ka == kb && h.runs[a].next < h.runs[b].next
-}
-
-func (h *mergeHeap) down(i int) {
-	for {
-		small := i
-		for _, c := range []int{2*i + 1, 2*i + 2} {
-			if c < len(h.runs) && h.less(c, small) {
-				small = c
-			}
-		}
-		if small == i {
-			return
-		}
-		h.runs[i], h.runs[small] = h.runs[small], h.runs[i]
-		i = small
-	}
 }
 
 // shares divides n bytes of a snapshot's buffer among the rings by what

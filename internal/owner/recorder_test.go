@@ -3,15 +3,12 @@
 package owner
 
 import (
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/perfbuf/perfbuf/internal/ring"
 	"io"
-	"math/rand/v2"
 	"os"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -195,50 +192,6 @@ func TestRecorderSnapshotMerged(t *testing.T) {
 	}
 }
 
-// mergeByTime over any number of rings, their times out of order here and
-// there (a program that interrupted another): the order of a stable sort
-// of the whole by time, lost records keyed by the sample after them.
-func TestMergeByTime(t *testing.T) {
-	rnd := rand.New(rand.NewPCG(1, 2))
-	var scratch []Record
-	for round := range 200 {
-		var recs []Record
-		for i := range rnd.IntN(6) {
-			var key uint64
-			for range rnd.IntN(40) {
-				key += uint64(rnd.IntN(5))
-				rec := Record{Type: ring.Sample, Ring: i, Key: key, Pos: uint64(len(recs))}
-				switch rnd.IntN(10) {
-				case 0:
-					rec.Key -= min(rec.Key, 3) // an interrupted program's
-				case 1:
-					rec.Type, rec.Key = ring.Lost, 0
-				}
-				recs = append(recs, rec)
-			}
-		}
-		want := slices.Clone(recs)
-		for k := len(want) - 1; k >= 0; k-- {
-			if want[k].Type != ring.Lost {
-				continue
-			}
-			if k+1 < len(want) && want[k+1].Ring == want[k].Ring {
-				want[k].Key = want[k+1].Key
-			} else if k > 0 && want[k-1].Ring == want[k].Ring {
-				want[k].Key = want[k-1].Key
-			}
-		}
-		slices.SortStableFunc(want, func(a, b Record) int { return cmp.Compare(a.Key, b.Key) })
-		scratch = mergeByTime(recs, scratch)
-		for k := range recs {
-			if recs[k].Ring != want[k].Ring || recs[k].Pos != want[k].Pos || recs[k].Key != want[k].Key {
-				t.Fatalf("round %d: record %d is ring %d's %d at %d, want ring %d's %d at %d",
-					round, k, recs[k].Ring, recs[k].Pos, recs[k].Key, want[k].Ring, want[k].Pos, want[k].Key)
-			}
-		}
-	}
-}
-
 // Ring buffers: a Recorder reads only those in overwrite mode, and the
 // other owners refuse them.
 func TestCheckRingBufOverwrite(t *testing.T) {
@@ -416,24 +369,4 @@ func TestRecorderPauseRingBuf(t *testing.T) {
 	if err := r.SetPaused("resume", false); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Resume without a reader key: %v, want errors.ErrUnsupported", err)
 	}
-}
-
-// BenchmarkMergeByTime: a snapshot's merge of 100,000 records from two
-// rings whose times interleave, as two CPUs writing flat out leave them
-// (ns a record).
-func BenchmarkMergeByTime(b *testing.B) {
-	const n = 50000
-	recs := make([]Record, 2*n)
-	for i := range n {
-		recs[i] = Record{Ring: 0, Key: uint64(2 * i)}
-		recs[n+i] = Record{Ring: 1, Key: uint64(2*i + 1)}
-	}
-	work := make([]Record, len(recs))
-	var scratch []Record
-	b.ReportAllocs()
-	for b.Loop() {
-		copy(work, recs)
-		scratch = mergeByTime(work, scratch)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/record")
 }

@@ -4,7 +4,8 @@ package policy
 
 // The merges' heap: the ordered merge's rings whose next record is a
 // sample, by that sample's key (ordered.go); the runs of the window's copies
-// by their first key (copyruns.go).
+// by their first key (copyruns.go); a snapshot's rings by their next
+// record's key (mergebykey.go).
 
 import "math"
 

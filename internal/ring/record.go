@@ -65,7 +65,7 @@ type Record struct {
 	// Key and Late are set by an ordered reader: the key the sample was
 	// ordered by, and whether it came after a sample with a larger key. A
 	// Recorder's perf samples carry in Key their time of output on
-	// CLOCK_MONOTONIC (internal/owner's mergeByTime).
+	// CLOCK_MONOTONIC, which policy.MergeByKey merges a snapshot by.
 	Key  uint64
 	Late bool
 }

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package policy
+
+// A merge of records already read, each ring's together: a flight
+// recorder's snapshot (internal/owner's Recorder), through the merges'
+// heap (heap.go).
+
+import (
+	"slices"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+)
+
+// MergeByKey puts recs, each ring's records together and oldest first, in
+// the order of their Key, ring by ring where keys are equal, through
+// scratch (returned, grown to len(recs)). A lost record has no key of its
+// own: it keeps its place before the sample it was written with (the next
+// of its ring), or after its ring's last sample.
+//
+// Within a ring the keys rise but where a program interrupted another
+// between its clock read and its reservation (an NMI's): each ring's run is
+// insertion-sorted first, which costs little on so few inversions, and the
+// runs are merged through the heap of their fronts, O(n log rings).
+func MergeByKey(recs, scratch []ring.Record) []ring.Record {
+	type run struct{ next, end int } // recs[next:end] are left
+	var runs []run
+	for k := 0; k < len(recs); {
+		end := k + 1
+		for end < len(recs) && recs[end].Ring == recs[k].Ring {
+			end++
+		}
+		sortRun(recs[k:end])
+		runs = append(runs, run{k, end})
+		k = end
+	}
+	if len(runs) < 2 {
+		return scratch
+	}
+	// The tie is the run's index: runs are in ring order.
+	h := make(keyHeap, 0, len(runs))
+	for i, r := range runs {
+		h.push(heapEntry{key: recs[r.next].Key, tie: uint64(i), ref: i})
+	}
+	scratch = slices.Grow(scratch[:0], len(recs))
+	for len(h) > 0 {
+		r := &runs[h[0].ref]
+		scratch = append(scratch, recs[r.next])
+		if r.next++; r.next == r.end {
+			h.pop()
+		} else {
+			h[0].key = recs[r.next].Key
+			h.siftDown()
+		}
+	}
+	copy(recs, scratch)
+	return scratch[:0]
+}
+
+// sortRun gives run's lost records the key of the sample after them (else
+// before them), then sorts run by key, stably: only a smaller key moves
+// down.
+func sortRun(run []ring.Record) {
+	for j := len(run) - 1; j >= 0; j-- {
+		switch {
+		case run[j].Type != ring.Lost:
+		case j+1 < len(run):
+			run[j].Key = run[j+1].Key
+		case j > 0:
+			run[j].Key = run[j-1].Key
+		}
+	}
+	for j := 1; j < len(run); j++ {
+		for i := j; i > 0 && run[i].Key < run[i-1].Key; i-- {
+			run[i], run[i-1] = run[i-1], run[i]
+		}
+	}
+}
