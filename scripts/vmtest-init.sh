@@ -9,6 +9,7 @@
 # vmtest_sparse=1 leaves only the even CPUs online (below), vmtest_out=ttyAMA0
 # writes the output there (an arm64 guest's one UART) instead of ttyS1,
 # vmtest_run=REGEXP runs only the tests it matches (-test.run),
+# vmtest_count=N runs each N times (-test.count),
 # vmtest_nohz_full=1 tells the tests that the kernel was booted with
 # nohz_full (PERFBUF_VMTEST_NOHZ_FULL=1).
 /bin/busybox --install -s /bin
@@ -41,7 +42,7 @@ run() {
 	for pkg in "$@"; do
 		echo "vmtest-start $pkg ($pass)" >$out
 		start=$(date +%s)
-		(cd "/vmtest/$pkg" && ./pkg.test -test.v -test.count=1 -test.short -test.timeout=10m ${vmtest_run:+"-test.run=$vmtest_run"}) >$out 2>&1
+		(cd "/vmtest/$pkg" && ./pkg.test -test.v -test.count=${vmtest_count:-1} -test.short -test.timeout=10m ${vmtest_run:+"-test.run=$vmtest_run"}) >$out 2>&1
 		rc=$?
 		echo "vmtest-pkg $pkg ($pass): rc=$rc $(($(date +%s) - start))s" >$out
 	done

@@ -27,6 +27,8 @@
 #   VMTEST_TIMEOUT  seconds one boot may take before it counts as failed (default 900:
 #                   an 8-vCPU boot of 7.3, both passes, took more than 600 s on a loaded host)
 #   VMTEST_PACKAGES, VMTEST_OFFLINE_PACKAGES  the packages of each pass (defaults below)
+#   VMTEST_RUN, VMTEST_COUNT  -test.run and -test.count in the matrix and the big
+#                   run (default: every test, once)
 #   VMTEST_LOGLEVEL the guest kernel's console loglevel (default 4; 7 shows stack traces)
 #   NOHZ_KERNELS  the nohz boot's kernels (default 7.3, whose Debian config has
 #                 CONFIG_NO_HZ_FULL=y; 5.10 to 6.12's have not; empty: no nohz
@@ -408,6 +410,12 @@ run_vm() {
 			case " $FEW_CPU_PACKAGES " in *" $pkg "*) ;; *) list="$list,$pkg" ;; esac
 		done
 		args="vmtest_packages=${list#,}"
+	fi
+	# VMTEST_RUN, VMTEST_COUNT: the matrix's and the big run's -test.run and
+	# -test.count (a flake hunted on one kernel).
+	if [ "$mode" != " nohz_full=1" ]; then
+		[ -n "${VMTEST_RUN:-}" ] && args="$args vmtest_run=$VMTEST_RUN"
+		[ -n "${VMTEST_COUNT:-}" ] && args="$args vmtest_count=$VMTEST_COUNT"
 	fi
 	results=$OUT/$tag.results
 	console=$OUT/$tag.console

@@ -26,8 +26,8 @@ const takeoverPoll = 10 * time.Millisecond
 // next read calls addNew (a check of Pending, one load, as for CPUs that
 // come online).
 //
-// Locks: mu is never held while notify runs: notify may end in the owner's
-// free (wait.Lifetime.Exit after Close), which closes the takeover.
+// Locks: mu is never held while notify runs (the owner's poke, which
+// enters no call of the owner: wait.Waiter.WakeOpen).
 type takeover struct {
 	Pending atomic.Bool // rings won, or a lock's error, for take
 	notify  func()      // wakes the owner's wait; set before start

@@ -191,13 +191,19 @@ func (w *Waiter) Wake(closing bool) {
 // aLongTimeAgo is a deadline in the past: it ends a wait at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// WakeOpen is wake(false) unless l, the owner's lifetime, is closed (and
-// the set perhaps gone): for wakes from other goroutines that may come
-// after Close (a CPU coming online, a context's cancellation, a deadline).
+// WakeOpen is wake(false) unless l, the owner's lifetime, is closed: for
+// wakes from other goroutines that may come after Close (a CPU coming
+// online, a context's cancellation, a deadline, a ring buffer's takeover
+// won). It enters no call of l, so that it never holds the owner's free
+// past Close's return (a Close that met a call under way would return
+// before free, which the call's exit would run later, or never if the
+// process exits first). It needs none: a wake that races Close finds the
+// set either open or closed, and the closed set's deadline fails with
+// os.ErrClosed (the *os.File's own reference count orders it with the
+// close), which ends nothing.
 func (w *Waiter) WakeOpen(l *Lifetime) {
-	if l.Enter("") == nil {
+	if !l.Closed() {
 		w.Wake(false)
-		l.Exit()
 	}
 }
 

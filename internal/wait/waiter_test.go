@@ -3,6 +3,7 @@
 package wait
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,5 +172,48 @@ func waitParked(t *testing.T, w *Waiter) {
 		if time.Now().After(end) {
 			t.Fatal("the wait never parked")
 		}
+	}
+}
+
+// A wake from another goroutine (WakeOpen: a CPU coming online, a
+// context's end, a ring buffer's takeover won) holds no owner's free past
+// Close: with only such wakes under way, Close returns with the owner
+// freed, and a wake after that ends nothing. (WakeOpen entered the
+// lifetime: a Close that met it returned before free, which then ran on
+// the waking goroutine; a process that exited after Close left its reader
+// key open, TestHandover's lost ledger on a loaded 5.10 guest.)
+func TestWakeOpenHoldsNoFree(t *testing.T) {
+	w, _, _ := newTestWaiter(t)
+	rounds := 2000
+	if testing.Short() {
+		rounds = 200
+	}
+	for round := range rounds {
+		var l Lifetime
+		var freed atomic.Bool
+		l.Free = func() { freed.Store(true) }
+		stop, woke := make(chan struct{}), make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w.WakeOpen(&l)
+				if k == 0 {
+					close(woke)
+				}
+			}
+		}()
+		<-woke
+		l.Close(func() {})
+		if !freed.Load() {
+			t.Fatalf("round %d: Close returned before the owner was freed, a wake under way", round)
+		}
+		close(stop)
+		<-done
 	}
 }

@@ -3,12 +3,14 @@
 package bpfbuffer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/perfbuf/perfbuf"
@@ -112,6 +114,7 @@ func TestHandover(t *testing.T) {
 		t.Errorf("the new reader received %d, want %d (%d left by the old one and %d output since)", newGot, want, perCPU*n, 2*perCPU*n)
 	}
 	closed := upgraded.MustDo(t, "close")
+	mark := readerKey(t, f)
 
 	// The last reader is gone: outputs fail in the program.
 	produce()
@@ -128,8 +131,8 @@ func TestHandover(t *testing.T) {
 	t.Logf("%d output = received %d (old) + %d (new) + failed %d (noent %d); the new reader at Close: %s",
 		attempts, oldGot, newGot, failed, noent, closed)
 	if attempts != 6*perCPU*n || ok != oldGot+newGot || attempts != oldGot+newGot+failed || noent != perCPU*n || failed != noent {
-		t.Errorf("ledger: %d output, %d into the ring; received %d (old) + %d (new); failed %d (noent %d); want %d output, all received but the last %d (noent)",
-			attempts, ok, oldGot, newGot, failed, noent, 6*perCPU*n, perCPU*n)
+		t.Errorf("ledger: %d output, %d into the ring; received %d (old) + %d (new); failed %d (noent %d); want %d output, all received but the last %d (noent); the reader key after the last Close: %v (1: closed)",
+			attempts, ok, oldGot, newGot, failed, noent, 6*perCPU*n, perCPU*n, mark)
 	}
 	if want := fmt.Sprintf("samples %d left 0", newGot); closed != want {
 		t.Errorf("the new reader at Close: %s, want %s", closed, want)
@@ -208,6 +211,23 @@ func TestReaderKilled(t *testing.T) {
 		t.Errorf("received %d, failed %d (noent %d), left %d of %d output; want %d received (before the kill and after Resume) and %d failed as noent (paused, and after the last Close)",
 			got, failed, noent, st.Left, attempts, 2*perCPU*n, 2*perCPU*n)
 	}
+}
+
+// readerKey returns the reader key's mark on each CPU (key 1 of the
+// failure map: 1 once the last reader closed, bpf/perfbuf.bpf.h).
+func readerKey(t *testing.T, f *fixture) []uint64 {
+	t.Helper()
+	key := uint32(1)
+	val, err := f.failures.GetValue(unsafe.Pointer(&key))
+	if err != nil {
+		t.Fatalf("reader key: %v", err)
+	}
+	size := int(unsafe.Sizeof(mapFailures{}))
+	marks := make([]uint64, 0, len(val)/size)
+	for off := 0; off+size <= len(val); off += size {
+		marks = append(marks, binary.NativeEndian.Uint64(val[off:]))
+	}
+	return marks
 }
 
 // mapFailures is a CPU's value of a failure map: struct perfbuf_failures
