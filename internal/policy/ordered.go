@@ -208,20 +208,29 @@ func (o *ordered) Next() (*ring.Record, int) {
 	// the run's ring's next record keys within [o.last, o.run.bound], rule 1
 	// still releases it and the heap's order holds (the root's key grows
 	// within the bound), so it goes without the merge's look and sift.
-	if i := o.run.ring; i >= 0 && !o.s.Flushing() {
-		r := &o.rs[i]
-		if (r.has || o.load(i)) && r.front.Type == ring.Sample && r.key >= o.last {
-			if r.key <= o.run.bound {
-				o.heap[0].key = r.key // (heap[0] is ring i's: only next changes the heap)
-				o.last = r.key
-				r.front.Key, r.front.Late = r.key, false
-				return &r.front, i
+	// During a flush it goes on while the record lies before the ring's
+	// flush head (Set.FlushNeeds): the flush must deliver it, so the flush
+	// is not reached yet, which is all merge would have checked.
+	if i := o.run.ring; i >= 0 {
+		flushing := o.s.Flushing()
+		if !flushing || o.s.FlushNeeds(i, o.Oldest(i)) {
+			r := &o.rs[i]
+			if (r.has || o.load(i)) && r.front.Type == ring.Sample && r.key >= o.last {
+				if r.key <= o.run.bound {
+					o.heap[0].key = r.key // (heap[0] is ring i's: only next changes the heap)
+					o.last = r.key
+					r.front.Key, r.front.Late = r.key, false
+					return &r.front, i
+				}
+				// The run ended at a sample above its bound (the rings'
+				// keys interleave): every ring still shows a sample, so
+				// rule 1 releases the new root's, as merge would, without
+				// its look, flush and release checks; during a flush,
+				// merge checks whether the flush was reached.
+				if !flushing {
+					return o.nextRoot(r)
+				}
 			}
-			// The run ended at a sample above its bound (the rings' keys
-			// interleave): every ring still shows a sample, so rule 1
-			// releases the new root's, as merge would, without its look,
-			// flush and release checks.
-			return o.nextRoot(r)
 		}
 	}
 	return o.merge()

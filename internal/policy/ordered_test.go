@@ -361,3 +361,52 @@ func TestOrderedWindowLookAhead(t *testing.T) {
 		t.Fatalf("after 8500: %v; want 7000", keysOf(out))
 	}
 }
+
+// A run goes on during a flush, record by record (Next, as ReadInto reads),
+// while its records lie before the ring's flush head, and the flush ends
+// where it ended when every record of a flush went through the merge: what
+// the rings held at the Flush goes, with what came since with smaller keys
+// (key order), and nothing past that before the flush is reached.
+func TestOrderedRunDuringFlush(t *testing.T) {
+	s, fakes := perfSet(t, 2, 1<<14)
+	for k := uint64(1); k <= 40; k++ {
+		emitPerf(t, fakes[0], k, 16)
+	}
+	emitPerf(t, fakes[1], 1000, 16)
+	o := NewOrdered(s, holdAll)
+	s.RequestFlush()
+	var keys []uint64
+	for n := 0; ; n++ {
+		if n > 200 {
+			t.Fatalf("the flush not reached after %d reads: %v", n, keys)
+		}
+		if rec, i := o.Next(); i >= 0 {
+			keys = append(keys, rec.Key)
+			o.Delivered(i)
+			if len(keys) == 10 { // written during the flush, past the heads
+				for k := uint64(41); k <= 50; k++ {
+					emitPerf(t, fakes[0], k, 16)
+				}
+				emitPerf(t, fakes[0], 3000, 16)
+				emitPerf(t, fakes[1], 2000, 16)
+			}
+			continue
+		}
+		if !s.Flushing() || !s.FlushReached(o) {
+			t.Fatalf("nothing to deliver and the flush not reached: %v", keys)
+		}
+		s.EndFlush()
+		break
+	}
+	var want []uint64
+	for k := uint64(1); k <= 50; k++ {
+		want = append(want, k)
+	}
+	want = append(want, 1000)
+	if fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Fatalf("the flush delivered %v\nwant %v", keys, want)
+	}
+	if rest := keysOf(flushAll(t, s, o)); fmt.Sprint(rest) != "[2000 3000]" {
+		t.Fatalf("after the flush: %v, want [2000 3000]", rest)
+	}
+}

@@ -238,6 +238,14 @@ func (s *Set) RequestFlush() {
 // Flushing reports whether a flush is under way (records must not wait).
 func (s *Set) Flushing() bool { return s.flushOn || s.flushReq.Load() }
 
+// FlushNeeds reports whether a flush runs, taken up (FlushReached), and the
+// record at position pos of ring i lies before the ring's head at the
+// Flush: one the flush must deliver, so that it is not reached yet.
+// (Positions are the ring's own, free-running, as Reached compares them.)
+func (s *Set) FlushNeeds(i int, pos uint64) bool {
+	return s.flushOn && !s.flushReq.Load() && int64(pos-s.flushTo[i]) < 0
+}
+
 // EndFlush ends the running flush, once its owner has reported it.
 func (s *Set) EndFlush() { s.flushOn = false }
 
