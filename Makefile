@@ -79,7 +79,7 @@ BPF_OBJ := $(BPF_SRC:.bpf.c=.bpf.o)
 BPF_HDR := $(wildcard selftest/common/*.h bpf/*.h bench/*/bpf/*.h)
 VMLINUX := $(BUILD)/vmlinux.h
 
-.PHONY: all deps libbpf-info bpf modcheck build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo test-nolibbpf test-oldest test-bench nolibbpf-check unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
+.PHONY: all deps libbpf-info bpf modcheck build build-execsnoop build-mountsnoop bench-mountsnoop run test test-bigendian test-arm64 test-nocgo test-nolibbpf test-oldest test-bench nolibbpf-check mounts unit selftest vmtest vmtest64 vmtest-arm64 fuzz bench bench-execsnoop lint clean docker-test
 
 all: build
 
@@ -133,7 +133,7 @@ build-execsnoop: libbpf-info bpf
 # Under CI (CI=true) a selftest that cannot get its privileges fails.
 # It ends with one line, the total of every run's counts (TEST_TALLY).
 TALLY := $(BUILD)/test-tally
-test: build
+test: build mounts
 	@rm -f $(TALLY)
 	@TEST_TALLY=$(TALLY) bash scripts/gotest.sh $(GOTAGS) -race -count=1 $(ALL)
 	@TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-bigendian
@@ -148,7 +148,7 @@ test: build
 # Every benchmark once (-benchtime 1x, without -race): each checks what it
 # measured, so one that breaks fails here rather than when someone next
 # measures. About 30 s; the benchmarks' figures come from make bench.
-test-bench: bpf
+test-bench: bpf mounts
 	@echo "benchmarks: each once (-benchtime 1x)"
 	@bash scripts/gotest.sh -count=1 -run '^$$' -bench . -benchtime 1x $(ALL)
 
@@ -216,12 +216,17 @@ test-arm64:
 	@echo "arm64: the package's, the ring kinds', the wait's and the snapshots' tests for arm64 (no cgo), under qemu-aarch64 on one CPU"
 	@PERFBUF_TEST_EMULATOR=qemu-aarch64 CGO_ENABLED=0 GOARCH=arm64 bash scripts/gotest.sh -exec 'taskset -c 0 qemu-aarch64' -count=1 . ./internal/owner ./internal/ring ./internal/wait ./internal/snapshot
 
+# bpffs and tracefs, mounted once where missing (scripts/mounts.sh): the
+# privileged tests of several packages, running at once, share them.
+mounts:
+	@bash scripts/mounts.sh
+
 unit: build
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 .
 
 # The privileged tests: the selftests, the commands' tests (execsnoop) and the
 # benchmark tooling's (bench/: perfbench, and the benchmarks' harness checks).
-selftest: build
+selftest: build mounts
 	@bash scripts/gotest.sh $(GOTAGS) -race -count=1 ./selftest/... ./cmd/... ./bench/...
 
 # The privileged tests inside QEMU on Debian's kernels 5.10, 6.1, 6.12 and 7.3,
@@ -268,7 +273,7 @@ $(CQUIET): bench/perfbench/cquiet/cquiet.c bench/internal/cref/cref.h $(LIBBPF_A
 	@mkdir -p $(BUILD)
 	$(CC) -O2 -g -Wall -Wextra -Ibench/internal/cref $(CQUIET_CFLAGS) -o $@ $< $(CQUIET_LIBS)
 
-bench: build $(CQUIET)
+bench: build mounts $(CQUIET)
 	$(GO) test $(GOTAGS) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(ALL)
 	$(GO) build $(GOTAGS) -o $(BUILD)/perfbench ./bench/perfbench
 	$(BUILD)/perfbench -bpf-obj bench/perfbench/bpf/perfbench.bpf.o -cquiet $(CQUIET) \
