@@ -413,7 +413,7 @@ run_vm() {
 	fi
 	# VMTEST_RUN, VMTEST_COUNT: the matrix's and the big run's -test.run and
 	# -test.count (a flake hunted on one kernel).
-	if [ "$mode" != " nohz_full=1" ]; then
+	if [ -z "$mode" ]; then # not the nohz boot, whose vmtest_run is NOHZ_RUN
 		[ -n "${VMTEST_RUN:-}" ] && args="$args vmtest_run=$VMTEST_RUN"
 		[ -n "${VMTEST_COUNT:-}" ] && args="$args vmtest_count=$VMTEST_COUNT"
 	fi

@@ -3,14 +3,12 @@
 package bpfbuffer
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/perfbuf/perfbuf"
@@ -114,7 +112,7 @@ func TestHandover(t *testing.T) {
 		t.Errorf("the new reader received %d, want %d (%d left by the old one and %d output since)", newGot, want, perCPU*n, 2*perCPU*n)
 	}
 	closed := upgraded.MustDo(t, "close")
-	mark := readerKey(t, f)
+	mark := bpftest.PerCPUAt[readerMark](t, f.mod, "events_failures", 1)
 
 	// The last reader is gone: outputs fail in the program.
 	produce()
@@ -131,7 +129,7 @@ func TestHandover(t *testing.T) {
 	t.Logf("%d output = received %d (old) + %d (new) + failed %d (noent %d); the new reader at Close: %s",
 		attempts, oldGot, newGot, failed, noent, closed)
 	if attempts != 6*perCPU*n || ok != oldGot+newGot || attempts != oldGot+newGot+failed || noent != perCPU*n || failed != noent {
-		t.Errorf("ledger: %d output, %d into the ring; received %d (old) + %d (new); failed %d (noent %d); want %d output, all received but the last %d (noent); the reader key after the last Close: %v (1: closed)",
+		t.Errorf("ledger: %d output, %d into the ring; received %d (old) + %d (new); failed %d (noent %d); want %d output, all received but the last %d (noent); the reader key after the last Close, by CPU: %+v",
 			attempts, ok, oldGot, newGot, failed, noent, 6*perCPU*n, perCPU*n, mark)
 	}
 	if want := fmt.Sprintf("samples %d left 0", newGot); closed != want {
@@ -213,21 +211,11 @@ func TestReaderKilled(t *testing.T) {
 	}
 }
 
-// readerKey returns the reader key's mark on each CPU (key 1 of the
-// failure map: 1 once the last reader closed, bpf/perfbuf.bpf.h).
-func readerKey(t *testing.T, f *fixture) []uint64 {
-	t.Helper()
-	key := uint32(1)
-	val, err := f.failures.GetValue(unsafe.Pointer(&key))
-	if err != nil {
-		t.Fatalf("reader key: %v", err)
-	}
-	size := int(unsafe.Sizeof(mapFailures{}))
-	marks := make([]uint64, 0, len(val)/size)
-	for off := 0; off+size <= len(val); off += size {
-		marks = append(marks, binary.NativeEndian.Uint64(val[off:]))
-	}
-	return marks
+// readerMark is a CPU's value of the failure map's reader key (key 1):
+// Closed is 1 once the last reader closed (bpf/perfbuf.bpf.h).
+type readerMark struct {
+	Closed uint64
+	_      [5]uint64
 }
 
 // mapFailures is a CPU's value of a failure map: struct perfbuf_failures

@@ -109,7 +109,12 @@ func Stats(tb testing.TB, m *libbpfgo.Module) []EmitStats {
 // in the order of the possible CPUs.
 func PerCPU[T any](tb testing.TB, m *libbpfgo.Module, mapName string) map[int]T {
 	tb.Helper()
-	var key uint32
+	return PerCPUAt[T](tb, m, mapName, 0)
+}
+
+// PerCPUAt is PerCPU of key, not key 0.
+func PerCPUAt[T any](tb testing.TB, m *libbpfgo.Module, mapName string, key uint32) map[int]T {
+	tb.Helper()
 	val, err := Map(tb, m, mapName).GetValue(unsafe.Pointer(&key))
 	if err != nil {
 		tb.Fatalf("map %s: %v", mapName, err)

@@ -50,12 +50,17 @@ func Mount() error {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("bpffs mount lock %s: %w", mountLock, err)
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(Root, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+	if isBpffs(Root) {
 		return nil
 	}
 	if err := unix.Mount("bpf", Root, "bpf", 0, ""); err != nil {
 		return fmt.Errorf("mount bpffs at %s: %w", Root, err)
 	}
 	return nil
+}
+
+// isBpffs reports whether path is in a bpffs.
+func isBpffs(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.BPF_FS_MAGIC
 }

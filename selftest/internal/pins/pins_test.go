@@ -70,8 +70,3 @@ func TestDirLeavesTheMount(t *testing.T) {
 	}()
 	<-done
 }
-
-func isBpffs(path string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(path, &st) == nil && st.Type == unix.BPF_FS_MAGIC
-}
