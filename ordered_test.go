@@ -8,6 +8,7 @@ package perfbuf
 // fake rings are in fakes_test.go.
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -782,7 +783,7 @@ func TestOrderedEachRunChecksContext(t *testing.T) {
 func TestOrderedRun(t *testing.T) {
 	const n, size = 100, 1 << 14
 	recSize := len(ringtest.PerfSample(payload(0, 0, 16))) // 32
-	for _, mode := range []string{"Each", "ReadInto"} {
+	for _, mode := range []string{"Each", "ReadInto", "ReadBatch"} {
 		t.Run(mode, func(t *testing.T) {
 			f := newFakeRings(t, 3, size)
 			// Ring 0 starts 16 bytes before a multiple of its size, less
@@ -819,6 +820,20 @@ func TestOrderedRun(t *testing.T) {
 				}
 			case "ReadInto":
 				got = readN(t, o, n+1)
+			case "ReadBatch":
+				// Batches of 7, which fill within runs: the ring's loop
+				// copies a run's records into the batch (BatchCopier).
+				batch := make([]Sample, 7)
+				for len(got) < n+1 {
+					k, err := o.ReadBatch(batch[:min(len(batch), n+1-len(got))])
+					if err != nil {
+						t.Fatalf("ReadBatch: %v after %d records", err, len(got))
+					}
+					for _, s := range batch[:k] {
+						s.Data = bytes.Clone(s.Data)
+						got = append(got, s)
+					}
+				}
 			}
 			seq := uint64(0)
 			for j, s := range got {

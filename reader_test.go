@@ -88,6 +88,21 @@ func readUntilFlushed(t *testing.T, r *Reader, mode string) ([]Sample, []error) 
 			}
 			got = append(got, s)
 		}
+	case "ReadBatch":
+		batch := make([]Sample, 7)
+		for {
+			k, err := r.ReadBatch(batch)
+			if err != nil {
+				if !add(err) {
+					return got, errs
+				}
+				continue
+			}
+			for _, s := range batch[:k] {
+				s.Data = bytes.Clone(s.Data)
+				got = append(got, s)
+			}
+		}
 	case "Each":
 		for {
 			err := r.Each(context.Background(), func(rec *Record) error {

@@ -127,7 +127,7 @@ func (r *Reader) ReadBatch(s []ring.Copy) (int, error) {
 // here, so none needs wait.Reads. The fullest-first policy is called
 // directly: it needs no interface, and its Delivered does nothing; its
 // ring's loop copies in line (ring.Sink), with no call a record but the
-// copy's.
+// copy's; so does the ordered merge's during a run (policy.BatchCopier).
 func (r *Reader) copyOut(s []ring.Copy) (int, bool) {
 	if len(s) == 1 {
 		if r.nextInto(&s[0]) {
@@ -143,7 +143,12 @@ func (r *Reader) copyOut(s []ring.Copy) (int, bool) {
 		return n, more
 	}
 	r.sink.Into, r.sink.N = s, 0
-	more, _ := r.pol.Each(r.copyF)
+	var more bool
+	if b := r.batcher; b != nil {
+		more = b.CopyInto(&r.sink, r.copyF)
+	} else {
+		more, _ = r.pol.Each(r.copyF)
+	}
 	n := r.sink.N
 	r.sink.Into = nil
 	return n, more

@@ -31,6 +31,8 @@ type Reader struct {
 	// copier is pol, when it can copy a record straight into a Sample:
 	// ReadInto's first try.
 	copier policy.Copier
+	// batcher is pol, when its loop copies a ReadBatch's runs in line.
+	batcher policy.BatchCopier
 	// lags is pol's Lags (policy.Lagger), or nil: the rings whose wake
 	// rule a wait does not rely on.
 	lags func(i int) bool

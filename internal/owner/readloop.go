@@ -57,6 +57,7 @@ func NewReader(c *Core, p Plan) *Reader {
 		r.pol = r.full
 	}
 	r.copier, _ = r.pol.(policy.Copier)
+	r.batcher, _ = r.pol.(policy.BatchCopier)
 	if l, ok := r.pol.(policy.Lagger); ok {
 		r.lags = l.Lags
 	}

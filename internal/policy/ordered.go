@@ -82,13 +82,13 @@ type ordered struct {
 // orderedRun is the merge's run (ordered_run.go): the ring whose front
 // next released by rule 1, and the smallest front key of the other rings
 // then. Until one of those is delivered, that ring's records up to bound
-// go next by rule 1, and deliverRun delivers them through the ring's loop
-// with runFn, which passes them on to fn.
+// go next by rule 1, and deliverRun delivers them through the ring's loop,
+// bounded by sink.
 type orderedRun struct {
 	ring  int // -1: no run
 	bound uint64
-	f     func(*ring.Record) error // o.runFn, made once
-	fn    func(*ring.Record) error // the read's function during a run
+	sink  ring.Sink  // the ring loop's bounds: KeyEnd, set once, and [last, bound]
+	into  *ring.Sink // during CopyInto, the batch a run copies into
 }
 
 // keyReader says where a sample's key is: the u64 at offset, in host
@@ -123,7 +123,7 @@ func NewOrdered(s *Set, cfg OrderConfig) *ordered {
 		run:       orderedRun{ring: -1},
 		look:      true,
 	}
-	o.run.f = o.runFn
+	o.run.sink.KeyEnd = uint64(o.keys.end)
 	size := s.Rings[0].Cur().Size()
 	if o.highWater == 0 {
 		o.highWater = size / 4

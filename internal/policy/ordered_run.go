@@ -6,17 +6,7 @@ package policy
 // other ring's front go by rule 1 through the ring's own loop, without
 // the merge's look and sift a record.
 
-import (
-	"encoding/binary"
-	"errors"
-
-	"github.com/perfbuf/perfbuf/internal/ring"
-)
-
-// errHeld ends a run at a record it may not deliver: runFn returns it, and
-// the ring's loop hands it back with the record parsed. It never leaves
-// this file.
-var errHeld = errors.New("record held")
+import "github.com/perfbuf/perfbuf/internal/ring"
 
 // Each delivers up to 256 records in key order, or runs (see deliverRun), before
 // it returns for the read to look at its context.
@@ -42,6 +32,15 @@ func (o *ordered) Each(fn func(*ring.Record) error) (bool, error) {
 	return true, nil
 }
 
+// CopyInto is Each for a ReadBatch (BatchCopier): fn copies a record into
+// s, and a run's records go through the ring's loop into s, copied in line.
+func (o *ordered) CopyInto(s *ring.Sink, fn func(*ring.Record) error) bool {
+	o.run.into = s
+	more, _ := o.Each(fn) // (fn's only error ends a full batch)
+	o.run.into = nil
+	return more
+}
+
 // inRun reports whether r's front, loaded, is a sample that a run on its
 // ring delivers: its key within [o.last, o.run.bound].
 func (o *ordered) inRun(r *orderedRing) bool {
@@ -51,8 +50,10 @@ func (o *ordered) inRun(r *orderedRing) bool {
 // deliverRun delivers ring i's front, which the run may deliver (inRun), and the
 // ring's next records at once while their keys stay within [o.last,
 // o.run.bound], without another look at the other rings: rule 1 holds for
-// them. They go through the ring's loop, up to the ring's next commit; the
-// first record the run may not deliver stays the ring's front.
+// them. They go through the ring's loop, up to the ring's next commit,
+// which checks each key in line (ring.Sink's KeyEnd) and calls fn itself;
+// the loop stops before the first record the run may not deliver, and the
+// merge loads it as the ring's front.
 func (o *ordered) deliverRun(i int, fn func(*ring.Record) error) error {
 	r, rb := &o.rs[i], o.s.Rings[i]
 	o.last = r.key
@@ -63,17 +64,17 @@ func (o *ordered) deliverRun(i int, fn func(*ring.Record) error) error {
 		return err
 	}
 	from := rb.Cur().Pos()
-	o.run.fn = fn
-	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.Stop, o.run.f, nil)
-	o.run.fn = nil
-	if err == errHeld {
-		k--
-		o.parsedFront(r) // the ring's front now; its bytes are not delivered
-		r.freed += int(r.front.Pos - from)
-		err = nil
-	} else {
-		r.freed += int(rb.Cur().Pos() - from)
+	s := &o.run.sink
+	s.Lo, s.Hi = o.last, o.run.bound
+	if c := o.run.into; c != nil { // ReadBatch's: the loop copies into the batch
+		s.Into, s.N, s.Room = c.Into, c.N, c.Room
 	}
+	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.Stop, fn, s)
+	o.last = s.Lo
+	if c := o.run.into; c != nil {
+		c.N, c.Room, s.Into = s.N, s.Room, nil
+	}
+	r.freed += int(rb.Cur().Pos() - from)
 	if k > 0 {
 		r.saw(o.last) // o.newest: fixRoot
 	}
@@ -84,22 +85,4 @@ func (o *ordered) deliverRun(i int, fn func(*ring.Record) error) error {
 		o.CommitPublish(i)
 	}
 	return err
-}
-
-// runFn is the ring loop's function during a run: it passes on a sample
-// whose key lies in [o.last, o.run.bound], the key in rec, and holds
-// anything else (errHeld): a lost record, a key out of the run's bounds or
-// straddling the ring's end.
-func (o *ordered) runFn(rec *ring.Record) error {
-	off := uint64(o.keys.offset)
-	if rec.Type != ring.Sample || uint64(len(rec.Data)) < off+8 {
-		return errHeld
-	}
-	key := binary.NativeEndian.Uint64(rec.Data[off:])
-	if key < o.last || key > o.run.bound {
-		return errHeld
-	}
-	o.last = key
-	rec.Key, rec.Late = key, false
-	return o.run.fn(rec)
 }

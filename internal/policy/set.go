@@ -75,6 +75,14 @@ type Copier interface {
 	NextCopy(c *ring.Copy) bool
 }
 
+// BatchCopier is a Reading whose loop copies a ReadBatch's records into
+// the owner's sink in line where it reads a ring's records in a row (the
+// ordered merge's runs): CopyInto is Each with fn the owner's function
+// that copies one record into s and ends the loop once s is full.
+type BatchCopier interface {
+	CopyInto(s *ring.Sink, fn func(*ring.Record) error) (more bool)
+}
+
 // Waits is a Reading that cares whether the read waited after Idle: NoWait
 // says it did not, the rings having moved (the ordered window: a reader
 // that never waits is behind the producers).

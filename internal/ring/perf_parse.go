@@ -79,7 +79,9 @@ func (r *Perf) parseRest(rec *Record) bool {
 //   - when fn returns an error: that error (the record counts as delivered);
 //   - after the copy that fills the sink's Into (Sink.Full): nil;
 //   - at a corrupt record: the *CorruptError (the cursor stays on it);
-//   - after the record during which stop became true (its owner was closed): nil.
+//   - after the record during which stop became true (its owner was closed): nil;
+//   - in an ordered run (a sink with KeyEnd), before a sample whose key the run does not take
+//     and before any record that is not a plain sample: nil (the cursor stays on it).
 //
 // It does not commit. Plain samples (plainAt) are taken in line, loaded through the ring's base
 // pointer, and copied in line into a sink's Into, with no call per record but fn's (or the
@@ -87,7 +89,7 @@ func (r *Perf) parseRest(rec *Record) bool {
 // goes through parseRest.
 func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error, s *Sink) (int, uint64, error) {
 	from := r.cursor
-	rec.CPU, rec.Ring = r.cpu, r.index
+	rec.CPU, rec.Ring, rec.Key = r.cpu, r.index, 0
 	k := 0
 	for {
 		if r.cursor-from >= limit {
@@ -100,11 +102,18 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 		// A plain sample's fields but Pos, Next and Data, set once for the
 		// loop's samples (parseRest's records set them otherwise): stored
 		// for each one, they were a third of take's stores.
-		rec.Type, rec.Lost, rec.Wrapped = Sample, 0, nil
+		rec.Type, rec.Lost, rec.Wrapped, rec.Late = Sample, 0, nil, false
 		for int64(stop0-pos) > 0 {
 			size, n := plainAt(p, end-pos)
 			if size == 0 {
 				break
+			}
+			if s != nil && s.KeyEnd != 0 {
+				key, ok := s.runKey(unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n))
+				if !ok {
+					return k, r.cursor - from, nil // the run ends before it
+				}
+				s.Lo, rec.Key = key, key
 			}
 			pos, p = r.take(rec, p, size, n)
 			k++
@@ -112,7 +121,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 			// the copy's (which makes no call) before one look at stop, it
 			// reloaded six spilled values after fn's call in place of two,
 			// and raw Drain took 5-10 % longer a 16-byte record (issue 31).
-			if s == nil {
+			if s.takesAll() {
 				if err := fn(rec); err != nil || stop.Load() {
 					return k, r.cursor - from, err
 				}
@@ -124,6 +133,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 				c := &s.Into[s.N]
 				c.Data = copyData(c.Data, rec.Data)
 				c.setPlain(r.index, r.cpu)
+				c.Key = rec.Key // a run's (else 0)
 				if s.Took(len(rec.Data)) {
 					return k, r.cursor - from, nil
 				}
@@ -134,6 +144,9 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 		}
 		if room > 0 && int64(stop0-pos) <= 0 {
 			continue // the limit, or the ring's end: the piece after it is plain again
+		}
+		if s != nil && s.KeyEnd != 0 {
+			return k, r.cursor - from, nil // a run ends before any other record
 		}
 		if !r.parseRest(rec) {
 			if r.blocked() {

@@ -7,6 +7,7 @@ package ring
 // Record, RecordType and CorruptError under its own names.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"unsafe"
@@ -116,7 +117,8 @@ func SetCopy(c *Copy, rec *Record) {
 // sample's payload handed to a libbpf-style sample function (Sample). The
 // loop does it in line, with no call a record but Sample's: a function per
 // record is one more call, and a Go call spills every register the loop
-// keeps (issue 31). One of Into and Sample is set.
+// keeps (issue 31). One of Into and Sample is set, or neither: then the
+// loop's function gets every record, and the sink only bounds a run.
 type Sink struct {
 	// Into receives copies, from Into[N] on; the loop stops after the copy
 	// that fills it or brings Room to 0 or below.
@@ -128,7 +130,29 @@ type Sink struct {
 	// ring's CPU; the loop's function gets every other record (lost
 	// records, a payload that straddles a perf ring's end).
 	Sample func(cpu int, data []byte)
+
+	// KeyEnd, when not 0, makes the loop a run of an ordered merge
+	// (internal/policy's ordered_run.go): it delivers a sample in one
+	// piece whose u64 key (host byte order) ends at KeyEnd in the payload
+	// and lies in [Lo, Hi], with Record.Key (Copy.Key) set and Lo raised
+	// to it, and stops at any other record, leaving the cursor on it.
+	KeyEnd uint64
+	Lo, Hi uint64
 }
+
+// runKey returns the key of a plain sample's payload data in a run (KeyEnd
+// not 0) and whether the run delivers it. In line in both kinds' loops.
+func (s *Sink) runKey(data []byte) (uint64, bool) {
+	if uint64(len(data)) < s.KeyEnd {
+		return 0, false // too short to hold the key: the merge takes it
+	}
+	key := binary.NativeEndian.Uint64(data[s.KeyEnd-8:])
+	return key, key >= s.Lo && key <= s.Hi
+}
+
+// takesAll reports whether the loop's function gets every record: no sink,
+// or one that only bounds a run.
+func (s *Sink) takesAll() bool { return s == nil || s.Into == nil && s.Sample == nil }
 
 // Full reports whether the loop stopped because Into is full, or Room
 // used up.

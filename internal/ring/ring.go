@@ -48,7 +48,9 @@ type Ring interface {
 	// corrupt record (its error), the end of what may be read now, or
 	// after the record during which stop became true. With a sink, the
 	// records go to the sink, and to fn only those it does not take, and
-	// the loop also stops once the sink is full (Sink.Full). It returns how
+	// the loop also stops once the sink is full (Sink.Full); a sink with
+	// KeyEnd makes it an ordered run, which stops before any record it
+	// does not deliver. It returns how
 	// many records it delivered and how far the cursor moved. It does not
 	// commit.
 	Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error, s *Sink) (k int, used uint64, err error)

@@ -206,7 +206,9 @@ func (r *RingBuf) Peek(pos uint64, rec *Record) bool {
 //   - when fn returns an error: that error (the record counts as delivered);
 //   - after the copy that fills the sink's Into (Sink.Full): nil;
 //   - at a corrupt record or positions: the *CorruptError (the cursor stays on the record);
-//   - after the record during which stop (if not nil) became true: nil.
+//   - after the record during which stop (if not nil) became true: nil;
+//   - in an ordered run (a sink with KeyEnd), before a sample whose key the run does not take,
+//     and at once on the careful path (records read again, an error pending): nil.
 //
 // It does not commit, allocates nothing and makes no call per record but fn's (or the sink's
 // Sample, or memmove for a payload not of 16 to 64 bytes: copyData): the common record, a
@@ -218,7 +220,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	k := 0
 	// Records read again after Begin (counted already) and pending errors: the careful way.
 	for int64(r.counted-r.cursor) > 0 || r.corrupt != nil {
-		if r.cursor-from >= limit {
+		if r.cursor-from >= limit || s != nil && s.KeyEnd != 0 { // a run ends before these
 			return k, r.cursor - from, nil
 		}
 		ok, err := r.Next(rec)
@@ -251,10 +253,17 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			}
 			return k, r.cursor - from, nil // not committed yet: records are consumed in order
 		}
+		if s != nil && s.KeyEnd != 0 {
+			key, ok := s.runKey(unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n))
+			if !ok {
+				return k, r.cursor - from, nil // the run ends before it
+			}
+			s.Lo, rec.Key = key, key
+		}
 		r.cursor = pos + size // and counted with it (see Begin)
 		r.take(rec, p, pos, n, size)
 		k++
-		if s == nil {
+		if s.takesAll() {
 			if err := fn(rec); err != nil {
 				return k, r.cursor - from, err
 			}
@@ -264,6 +273,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			c := &s.Into[s.N]
 			c.Data = copyData(c.Data, rec.Data)
 			c.setPlain(r.index, r.cpu)
+			c.Key = rec.Key // a run's (else 0)
 			if s.Took(len(rec.Data)) {
 				return k, r.cursor - from, nil
 			}
