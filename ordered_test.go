@@ -804,37 +804,7 @@ func TestOrderedRun(t *testing.T) {
 				t.Fatal("no record 16 bytes before the ring's end")
 			}
 			o.SetDeadline(time.Now().Add(5 * time.Second))
-			var got []Sample
-			stop := errors.New("enough")
-			switch mode {
-			case "Each":
-				err := o.Each(context.Background(), func(rec *Record) error {
-					got = append(got, Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(nil), Lost: rec.Lost, Key: rec.Key, Late: rec.Late})
-					if len(got) == n+1 {
-						return stop
-					}
-					return nil
-				})
-				if err != stop {
-					t.Fatalf("Each: %v after %d records", err, len(got))
-				}
-			case "ReadInto":
-				got = readN(t, o, n+1)
-			case "ReadBatch":
-				// Batches of 7, which fill within runs: the ring's loop
-				// copies a run's records into the batch (BatchCopier).
-				batch := make([]Sample, 7)
-				for len(got) < n+1 {
-					k, err := o.ReadBatch(batch[:min(len(batch), n+1-len(got))])
-					if err != nil {
-						t.Fatalf("ReadBatch: %v after %d records", err, len(got))
-					}
-					for _, s := range batch[:k] {
-						s.Data = bytes.Clone(s.Data)
-						got = append(got, s)
-					}
-				}
-			}
+			got := readSome(t, o, mode, n+1)
 			seq := uint64(0)
 			for j, s := range got {
 				if s.CPU != 0 || s.Late {
@@ -867,6 +837,83 @@ func TestOrderedRun(t *testing.T) {
 			}
 			if f.rings[0].Page.Data_tail != f.rings[0].Head {
 				t.Errorf("ring 0 committed to %d, its head is %d", f.rings[0].Page.Data_tail-start, f.rings[0].Head-start)
+			}
+		})
+	}
+}
+
+// readSome reads n records with mode's read (Each, ReadInto, or ReadBatch
+// in batches of 7) and fails at any error.
+func readSome(t *testing.T, r *Reader, mode string, n int) []Sample {
+	t.Helper()
+	var got []Sample
+	switch mode {
+	case "Each":
+		stop := errors.New("enough")
+		err := r.Each(context.Background(), func(rec *Record) error {
+			got = append(got, Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(nil), Lost: rec.Lost, Key: rec.Key, Late: rec.Late})
+			if len(got) == n {
+				return stop
+			}
+			return nil
+		})
+		if err != stop {
+			t.Fatalf("Each: %v after %d records", err, len(got))
+		}
+	case "ReadInto":
+		got = readN(t, r, n)
+	case "ReadBatch":
+		batch := make([]Sample, 7)
+		for len(got) < n {
+			k, err := r.ReadBatch(batch[:min(len(batch), n-len(got))])
+			if err != nil {
+				t.Fatalf("ReadBatch: %v after %d records", err, len(got))
+			}
+			for _, s := range batch[:k] {
+				s.Data = bytes.Clone(s.Data)
+				got = append(got, s)
+			}
+		}
+	default:
+		t.Fatalf("no read mode %q", mode)
+	}
+	return got
+}
+
+// A key below one already delivered, within a run: the run stops before
+// it, and the merge delivers it Late; the run goes on from the largest key
+// delivered, in every read form (Each's runs call fn from the ring's loop,
+// ReadBatch's copy in it, ReadInto's go through Next).
+func TestOrderedRunLate(t *testing.T) {
+	keys := []uint64{1, 2, 3, 5, 4, 6, 7, 6, 8}
+	for _, mode := range []string{"Each", "ReadInto", "ReadBatch"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFakeRings(t, 2, 1<<14)
+			o := f.ordered(t, Order{MaxDelay: time.Hour})
+			for seq, key := range keys {
+				f.emit(t, 0, key, uint64(seq), 16)
+			}
+			f.emit(t, 1, 100, 100, 16)
+			// Ring 0's records go by rule 1 (ring 1 shows a larger key),
+			// ring 1's at the Flush.
+			o.SetDeadline(time.Now().Add(5 * time.Second))
+			got := readSome(t, o, mode, len(keys))
+			o.Flush()
+			rest, errs := readUntilFlushed(t, o, mode)
+			got = append(got, rest...)
+			var late []uint64
+			var order []uint64
+			for _, s := range got {
+				order = append(order, s.Key)
+				if s.Late {
+					late = append(late, s.Key)
+				}
+				if s.Key != keyOf(s) {
+					t.Errorf("key %d, the sample's %d", s.Key, keyOf(s))
+				}
+			}
+			if len(errs) != 0 || fmt.Sprint(order) != "[1 2 3 5 4 6 7 6 8 100]" || fmt.Sprint(late) != "[4 6]" {
+				t.Errorf("keys %v, late %v, errors %v; want [1 2 3 5 4 6 7 6 8 100], late [4 6]", order, late, errs)
 			}
 		})
 	}
