@@ -26,7 +26,8 @@ func writeTable(w io.Writer, r *results) {
 	if len(r.drain) > 0 {
 		fmt.Fprintf(w, "Drain of pre-filled %s rings, %d samples per measurement (lower ns/sample is better;\n", ringSize(benchrun.DrainPages), r.samples)
 		fmt.Fprintf(w, "x C = ns/sample over the C reference's at the same size, in the same rounds: C's for the\n")
-		fmt.Fprintf(w, "one-CPU fill, C-2cpu's for the ordered modes' two-CPU fill; C-2cpu's own is over C's)\n")
+		fmt.Fprintf(w, "one-CPU fill, C-2cpu's for the ordered modes' two-CPU fill; C-2cpu's own is over C's;\n")
+		fmt.Fprintf(w, "cilium = cilium/ebpf's perf.Reader.ReadInto)\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "size\tmode\tns/sample\tMB/s\tx C\tallocs/sample\tspread\t")
 		for _, d := range r.drain {

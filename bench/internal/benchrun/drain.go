@@ -28,6 +28,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/perf"
 	"github.com/perfbuf/perfbuf"
 	"github.com/perfbuf/perfbuf/bench/internal/cref"
 	"github.com/perfbuf/perfbuf/internal/bpfrun"
@@ -56,7 +58,7 @@ const (
 )
 
 // DrainModes are the modes Drain measures, the reference first.
-var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeC2CPU, ModeOrdered, ModeOrderedBatch, ModeOrderedEach}
+var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeC2CPU, ModeOrdered, ModeOrderedBatch, ModeOrderedEach, ModeCilium}
 
 // Reference is the C reference mode measures against: the one that reads
 // the same fill. The ordered modes' fill (both CPUs' rings, in alternating
@@ -272,6 +274,8 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach, s: samplesFor(cfg.Mode)}, nil
 	case ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
 		return openOrdered(e, cfg)
+	case ModeCilium:
+		return openCiliumPerf(base, cfg)
 	}
 	return nil, fmt.Errorf("unknown mode %q", cfg.Mode)
 }
@@ -548,3 +552,49 @@ func readWrapped(rec *perfbuf.Record) uint64 {
 //
 //go:noinline
 func readAll(p []byte) uint64 { return cref.ReadAll(p) }
+
+// ciliumPerfDrain: the peer, cilium/ebpf's perf.Reader.ReadInto into one
+// reused Record, k times a round. It opens rings of its own on every CPU
+// and puts them in the map; it reads only rings that epoll reported
+// ready, so each wakes on its first sample (WakeupEvents 1, as on its
+// users' defaults), during the untimed fill.
+type ciliumPerfDrain struct {
+	fillOne
+	m     *ebpf.Map
+	r     *perf.Reader
+	rec   perf.Record
+	total uint64
+}
+
+func openCiliumPerf(base fillOne, cfg DrainConfig) (drainer, error) {
+	m, err := ciliumMap(base.e.Events.FileDescriptor())
+	if err != nil {
+		return nil, err
+	}
+	r, err := perf.NewReaderWithOptions(m, RingBytes(cfg.Pages), perf.ReaderOptions{WakeupEvents: 1})
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("cilium/ebpf perf reader: %w", err)
+	}
+	return &ciliumPerfDrain{fillOne: base, m: m, r: r}, nil
+}
+
+func (d *ciliumPerfDrain) drain(k int) error {
+	for i := range k {
+		if err := d.r.ReadInto(&d.rec); err != nil {
+			return fmt.Errorf("cilium/ebpf ReadInto after %d of %d: %w", i, k, err)
+		}
+		if d.rec.LostSamples != 0 {
+			return fmt.Errorf("cilium/ebpf ReadInto after %d of %d: %d samples lost", i, k, d.rec.LostSamples)
+		}
+		d.total += cref.ReadAll(d.rec.RawSample)
+	}
+	return nil
+}
+
+func (d *ciliumPerfDrain) sum() uint64 { return d.total }
+
+func (d *ciliumPerfDrain) close() {
+	d.r.Close()
+	d.m.Close()
+}

@@ -32,7 +32,7 @@ import (
 // The modes only ring buffers have.
 const (
 	ModeReaderConsume = "reader-consume" // Reader.Consume, zero-copy, no wait
-	ModeCilium        = "cilium"         // cilium/ebpf ringbuf.Reader.ReadInto
+	ModeCilium        = "cilium"         // cilium/ebpf ringbuf.Reader.ReadInto, perf.Reader.ReadInto over a perf event array
 	ModeLibbpfgo      = "libbpfgo"       // libbpfgo RingBuffer: ring_buffer__poll, a channel
 )
 
