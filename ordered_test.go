@@ -1428,41 +1428,63 @@ const hourKey = uint64(time.Hour) / 1000
 // Each over a hot ring with no copy in the window runs the ring's own loop
 // (eachHot): keys and Late as record by record, counted; the ledger exact.
 func TestOrderedRingBufHotEach(t *testing.T) {
-	f := newFakeBPFRings(t, 1, 4096)
-	o := f.ordered(t, Order{MaxDelay: time.Hour})
-	f.emit(t, 0, 10*hourKey, 0, 64) // goes by rule 2
-	f.emit(t, 0, 1100*hourKey, 1, 64)
-	o.SetDeadline(time.Now().Add(10 * time.Second))
-	if got := readN(t, o, 1); got[0].Key != 10*hourKey {
-		t.Fatalf("first %d", got[0].Key/hourKey)
-	}
-	want := []uint64{1100}        // the window's copy, then the ring's records
-	for seq := range uint64(30) { // 2,160 bytes of 4,096
-		key := 1200 + seq*10
-		if seq == 20 {
-			key = 1150 // after 1,390: late
-		}
-		f.emit(t, 0, key*hourKey, 2+seq, 64)
-		want = append(want, key)
-	}
-	var got []uint64
-	o.SetDeadline(time.Now().Add(20 * time.Millisecond))
-	err := o.Each(context.Background(), func(rec *Record) error {
-		if rec.Key != binary.NativeEndian.Uint64(rec.Data) || rec.Late != (rec.Key == 1150*hourKey) {
-			t.Fatalf("record key %d, late %v", rec.Key/hourKey, rec.Late)
-		}
-		got = append(got, rec.Key/hourKey)
-		return nil
-	})
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("keys %v\nwant %v", got, want)
-	}
-	o.Close()
-	if st := o.Stats(); st.Samples != 32 || st.Late != 1 || st.Left != 0 || st.Rings[0].Late != 1 {
-		t.Fatalf("stats %+v", st)
+	// Each calls fn from the ring's loop; ReadBatch (in batches of 7)
+	// copies in it: both stop the loop before the late key, which goes
+	// alone.
+	for _, mode := range []string{"Each", "ReadBatch"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFakeBPFRings(t, 1, 4096)
+			o := f.ordered(t, Order{MaxDelay: time.Hour})
+			f.emit(t, 0, 10*hourKey, 0, 64) // goes by rule 2
+			f.emit(t, 0, 1100*hourKey, 1, 64)
+			o.SetDeadline(time.Now().Add(10 * time.Second))
+			if got := readN(t, o, 1); got[0].Key != 10*hourKey {
+				t.Fatalf("first %d", got[0].Key/hourKey)
+			}
+			want := []uint64{1100}        // the window's copy, then the ring's records
+			for seq := range uint64(30) { // 2,160 bytes of 4,096
+				key := 1200 + seq*10
+				if seq == 20 {
+					key = 1150 // after 1,390: late
+				}
+				f.emit(t, 0, key*hourKey, 2+seq, 64)
+				want = append(want, key)
+			}
+			var got []uint64
+			check := func(key uint64, late bool, data []byte) {
+				if key != binary.NativeEndian.Uint64(data) || late != (key == 1150*hourKey) {
+					t.Fatalf("record key %d, late %v", key/hourKey, late)
+				}
+				got = append(got, key/hourKey)
+			}
+			o.SetDeadline(time.Now().Add(20 * time.Millisecond))
+			var err error
+			if mode == "Each" {
+				err = o.Each(context.Background(), func(rec *Record) error {
+					check(rec.Key, rec.Late, rec.Data)
+					return nil
+				})
+			} else {
+				batch := make([]Sample, 7)
+				for err == nil {
+					var k int
+					k, err = o.ReadBatch(batch)
+					for _, s := range batch[:k] {
+						check(s.Key, s.Late, s.Data)
+					}
+				}
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("keys %v\nwant %v", got, want)
+			}
+			o.Close()
+			if st := o.Stats(); st.Samples != 32 || st.Late != 1 || st.Left != 0 || st.Rings[0].Late != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
 	}
 }
 

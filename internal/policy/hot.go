@@ -6,6 +6,7 @@ package policy
 // place and merged with the window's copies.
 
 import (
+	"math"
 	"time"
 
 	"github.com/perfbuf/perfbuf/internal/ring"
@@ -37,9 +38,13 @@ type hotRing struct {
 	key  uint64        // rec's key
 	have bool
 	out  bool // the record out is rec
-	// Each's loop over the ring (eachHot): the ring's own loop calls
-	// eachF (w.hotRec, made once), which calls fn.
+	// Each's loop over the ring (eachHot): the ring's own loop within
+	// sink's bounds (KeyEnd, set once, and the last key delivered), into
+	// into during CopyInto; a record it does not take goes through eachF
+	// (w.hotRec, made once), which calls fn.
 	loop  ring.Record
+	sink  ring.Sink
+	into  *ring.Sink
 	eachF func(*ring.Record) error
 	fn    func(*ring.Record) error
 }
@@ -152,17 +157,46 @@ func (w *window) fromHot() *ring.Record {
 }
 
 // eachHot runs the hot ring's records through the ring's loop, in place,
-// up to the next intake (intake.every): the fullest-first Reader's loop, with
-// a key and a comparison a record (hotRec). The window holds no copy, so
-// each record is the smallest there is. It reports false when the ring's
-// snapshot had no record: its end, a busy record and the intake are Next's
-// to look at.
+// up to the next intake (intake.every). The window holds no copy, so each
+// record is the smallest there is. The loop delivers a key no smaller than
+// the last delivered itself (ring.Sink's KeyEnd, the last key its lower
+// bound), to fn or copied into a ReadBatch's batch (hot.into), and stops
+// before any other record, which goes through hotRec: a Late key, a sample
+// too short for its key. It reports false when the ring's snapshot had no
+// record: its end, a busy record and the intake are Next's to look at.
 func (w *window) eachHot(fn func(*ring.Record) error) (ran bool, err error) {
 	i := w.hot.ring
 	rb := w.s.Rings[i]
-	w.hot.fn = fn
-	n, used, err := rb.Each(&w.hot.loop, uint64(min(w.take.every, w.take.hotDue)-w.take.since), &w.s.Stop, w.hot.eachF, nil)
-	w.hot.fn, w.hot.loop = nil, ring.Record{}
+	limit := uint64(min(w.take.every, w.take.hotDue) - w.take.since)
+	s, into := &w.hot.sink, w.hot.into
+	n, used := 0, uint64(0)
+	for {
+		s.Lo, s.Hi = w.last, math.MaxUint64
+		if into != nil {
+			s.Into, s.N, s.Room = into.Into, into.N, into.Room
+		}
+		k, u, e := rb.Each(&w.hot.loop, limit-used, &w.s.Stop, fn, s)
+		if into != nil {
+			into.N, into.Room, s.Into = s.N, s.Room, nil
+		}
+		n, used, err = n+k, used+u, e
+		if k > 0 {
+			w.last = s.Lo
+			w.saw(i, s.Lo) // the largest key of the run: its last
+		}
+		if err != nil || used >= limit || w.s.Stop.Load() || into.Full() {
+			break
+		}
+		// The record the run stopped before, if any.
+		w.hot.fn = fn
+		k, u, err = rb.Each(&w.hot.loop, 1, &w.s.Stop, w.hot.eachF, nil)
+		w.hot.fn = nil
+		n, used = n+k, used+u
+		if k == 0 || err != nil || used >= limit || w.s.Stop.Load() {
+			break // (the end of the snapshot, a busy record)
+		}
+	}
+	w.hot.loop = ring.Record{}
 	w.take.since += int(used)
 	w.commitHot(i)
 	if _, ok := err.(*ring.CorruptError); ok && rb.Cur().IsCorrupt(err) {
@@ -170,6 +204,15 @@ func (w *window) eachHot(fn func(*ring.Record) error) (ran bool, err error) {
 		return true, nil
 	}
 	return n > 0 || err != nil, err
+}
+
+// CopyInto is Each for a ReadBatch (BatchCopier): fn copies a record into
+// s, and the hot ring's loop copies its records into s in line.
+func (w *window) CopyInto(s *ring.Sink, fn func(*ring.Record) error) bool {
+	w.hot.into = s
+	more, _ := w.Each(fn) // (fn's only error ends a full batch)
+	w.hot.into = nil
+	return more
 }
 
 // commitHot commits hot ring i up to its records delivered, once a chunk
@@ -181,8 +224,9 @@ func (w *window) commitHot(i int) {
 	}
 }
 
-// hotRec is eachHot's function for each record of the hot ring: its key,
-// Late, rules 1 and 2's bookkeeping, then the read's function.
+// hotRec is eachHot's function for a record of the hot ring that its run
+// does not take: its key, Late, rules 1 and 2's bookkeeping, then the
+// read's function.
 func (w *window) hotRec(rec *ring.Record) error {
 	key := w.keyAt(rec.Data) // (a ring buffer's record is one piece)
 	w.saw(w.hot.ring, key)

@@ -6,6 +6,7 @@ package policy
 // read in place rather than copied. The hold is set, never waited for.
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -15,7 +16,8 @@ import (
 
 // readForm reads w in one of a Reader's forms until none is to deliver
 // now, the read not waiting (NoWait) as a busy reader does not: "Next"
-// (Next and Delivered), "NextCopy" (ReadInto's copy first), "Each".
+// (Next and Delivered), "NextCopy" (ReadInto's copy first), "Each",
+// "CopyInto" (ReadBatch's, in batches of 7).
 func readForm(t *testing.T, s *Set, w *window, form string) []got {
 	t.Helper()
 	var out []got
@@ -41,6 +43,27 @@ func readForm(t *testing.T, s *Set, w *window, form string) []got {
 			}
 			out = append(out, got{i, rec.Type, rec.Key, rec.Late, 0})
 			w.Delivered(i)
+		case "CopyInto":
+			// The owner's copy function: one record into the batch, the
+			// loop ended once it is full.
+			sink := ring.Sink{Into: make([]ring.Copy, 7), Room: 1 << 20}
+			full := errors.New("full")
+			more := w.CopyInto(&sink, func(rec *ring.Record) error {
+				ring.SetCopy(&sink.Into[sink.N], rec)
+				if sink.Took(rec.Len()) {
+					return full
+				}
+				return nil
+			})
+			for _, c := range sink.Into[:sink.N] {
+				if c.Key != payloadKeyOf(c.Data) {
+					t.Fatalf("key %d, payload's %d", c.Key, payloadKeyOf(c.Data))
+				}
+				out = append(out, got{c.Ring, c.Type, c.Key, c.Late, 0})
+			}
+			if !more {
+				return out
+			}
 		case "Each":
 			more, err := w.Each(func(rec *ring.Record) error {
 				if rec.Key != payloadKey(rec) {
@@ -142,20 +165,25 @@ func TestWindowHot(t *testing.T) {
 }
 
 // A late record of the hot ring goes as a copy's would: marked Late and
-// counted, in every form.
+// counted, in every form; late against the largest key delivered, also by
+// the ring's loop (its run's last).
 func TestWindowHotLate(t *testing.T) {
-	for _, form := range []string{"Next", "NextCopy", "Each"} {
+	for _, form := range []string{"Next", "NextCopy", "Each", "CopyInto"} {
 		t.Run(form, func(t *testing.T) {
 			s, fakes := ringBufSet(t, 1, 4096)
 			w := NewWindow(s, WindowConfig{OrderConfig: OrderConfig{MaxDelay: time.Hour, Window: 1 << 62}, Bytes: 4096})
 			w.hot.hold = time.Hour
 			w.NoWait()
 			// 50 records of 72 bytes, 3,600 of 4,096: hot at the first
-			// intake; the 20th key, 5, comes after 10 to 190.
+			// intake; the 20th key, 5, comes after 10 to 190, the 31st,
+			// 285, after 290.
 			var keys []uint64
 			for k := uint64(10); len(keys) < 50; k += 10 {
 				if len(keys) == 19 {
 					keys = append(keys, 5)
+				}
+				if len(keys) == 30 {
+					keys = append(keys, k-15)
 				}
 				keys = append(keys, k)
 			}
@@ -167,11 +195,11 @@ func TestWindowHotLate(t *testing.T) {
 				t.Fatalf("keys %v\nwant %v", keysOf(got), keys)
 			}
 			for _, g := range got {
-				if g.late != (g.key == 5) {
+				if g.late != (g.key == 5 || g.key == 285) {
 					t.Fatalf("key %d late %v", g.key, g.late)
 				}
 			}
-			if tl := s.Tallies[0]; tl.Late != 1 {
+			if tl := s.Tallies[0]; tl.Late != 2 {
 				t.Fatalf("tally %+v", tl)
 			}
 		})

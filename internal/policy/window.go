@@ -156,6 +156,7 @@ func NewWindow(s *Set, cfg WindowConfig) *window {
 	w.reserve(min(w.limit, largest))
 	w.out.Type = ring.Sample
 	w.hot.eachF, w.take.stageF = w.hotRec, w.stage
+	w.hot.sink.KeyEnd = uint64(w.keys.end)
 	return w
 }
 
