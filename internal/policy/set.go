@@ -77,8 +77,9 @@ type Copier interface {
 
 // BatchCopier is a Reading whose loop copies a ReadBatch's records into
 // the owner's sink in line where it reads a ring's records in a row (the
-// ordered merge's runs): CopyInto is Each with fn the owner's function
-// that copies one record into s and ends the loop once s is full.
+// ordered merge's runs, the window's hot ring): CopyInto is Each with fn
+// the owner's function that copies one record into s and ends the loop
+// once s is full.
 type BatchCopier interface {
 	CopyInto(s *ring.Sink, fn func(*ring.Record) error) (more bool)
 }
