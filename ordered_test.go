@@ -1550,51 +1550,62 @@ func TestOrderedRingBufCloseLedger(t *testing.T) {
 // asks for no more, and they count as Left. delivered + left == emitted
 // either way.
 func TestOrderedRingBufCloseHandsOver(t *testing.T) {
-	const outputs = 20
 	for _, inside := range []bool{false, true} {
 		t.Run(fmt.Sprintf("from the function %v", inside), func(t *testing.T) {
-			f := newFakeBPFRings(t, 2, 4096)
-			o := f.ordered(t, Order{MaxDelay: time.Hour}, true, true)
-			for seq := range uint64(outputs) {
-				f.emit(t, int(seq%2), seq, seq, 24)
-			}
-			// Rule 1 releases all but ring 1's last key, 19, which waits.
-			var keys []uint64
-			released := make(chan struct{})
-			done := make(chan error, 1)
-			go func() {
-				done <- o.Each(context.Background(), func(rec *Record) error {
-					keys = append(keys, rec.Key)
-					if len(keys) == outputs-1 {
-						if inside {
-							o.Close()
-						}
-						close(released)
-					}
-					return nil
-				})
-			}()
-			<-released
-			o.Close()
-			if err := <-done; !errors.Is(err, os.ErrClosed) {
-				t.Fatalf("Each after Close: %v", err)
-			}
-			want := outputs
-			if inside {
-				want--
-			}
-			if len(keys) != want || !slices.IsSorted(keys) {
-				t.Fatalf("delivered keys %v; want 0 to %d", keys, want-1)
-			}
-			var samples, left uint64
-			st := o.Stats()
-			for _, s := range st.Rings {
-				samples, left = samples+s.Samples, left+s.Left
-			}
-			if samples != uint64(want) || samples+left != outputs || st.Samples != samples || st.Left != left {
-				t.Fatalf("samples %d + left %d, %d outputs; %d delivered (sums %+v)", samples, left, outputs, len(keys), st)
+			// Rounds, for a race that a Close from outside lost: the read
+			// found the reader closed before Close had said to hand over,
+			// and left the window's copy undelivered (Core.Close).
+			for round := range 100 {
+				closeHandsOver(t, inside, round)
 			}
 		})
+	}
+}
+
+// closeHandsOver is a round of TestOrderedRingBufCloseHandsOver.
+func closeHandsOver(t *testing.T, inside bool, round int) {
+	t.Helper()
+	const outputs = 20
+	f := newFakeBPFRings(t, 2, 4096)
+	o := f.ordered(t, Order{MaxDelay: time.Hour}, true, true)
+	for seq := range uint64(outputs) {
+		f.emit(t, int(seq%2), seq, seq, 24)
+	}
+	// Rule 1 releases all but ring 1's last key, 19, which waits.
+	var keys []uint64
+	released := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- o.Each(context.Background(), func(rec *Record) error {
+			keys = append(keys, rec.Key)
+			if len(keys) == outputs-1 {
+				if inside {
+					o.Close()
+				}
+				close(released)
+			}
+			return nil
+		})
+	}()
+	<-released
+	o.Close()
+	if err := <-done; !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("round %d: Each after Close: %v", round, err)
+	}
+	want := outputs
+	if inside {
+		want--
+	}
+	if len(keys) != want || !slices.IsSorted(keys) {
+		t.Fatalf("round %d: delivered keys %v; want 0 to %d", round, keys, want-1)
+	}
+	var samples, left uint64
+	st := o.Stats()
+	for _, s := range st.Rings {
+		samples, left = samples+s.Samples, left+s.Left
+	}
+	if samples != uint64(want) || samples+left != outputs || st.Samples != samples || st.Left != left {
+		t.Fatalf("round %d: samples %d + left %d, %d outputs; %d delivered (sums %+v)", round, samples, left, outputs, len(keys), st)
 	}
 }
 

@@ -318,9 +318,15 @@ func (c *Core) poke() { c.W.WakeOpen(&c.Life) }
 // progress, blocked waits return, and free runs once no call is in
 // progress.
 func (c *Core) Close() {
-	c.Life.Close(func() {
-		// A read's own function that closes asks for no more records.
+	// A read's own function that closes asks for no more records; a Close
+	// from outside hands the held copies over. Stored before the lifetime
+	// is marked closed: a read that finds it closed reads HandOver at once
+	// (Reader.closed), and found false, while wake was still to run here,
+	// left an ordered window's copies undelivered.
+	if !c.Life.Closed() {
 		c.HandOver.Store(!wait.Reads.Inside())
+	}
+	c.Life.Close(func() {
 		c.Stop.Store(true)
 		c.W.Wake(true)
 	})
