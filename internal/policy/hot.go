@@ -172,13 +172,7 @@ func (w *window) eachHot(fn func(*ring.Record) error) (ran bool, err error) {
 	n, used := 0, uint64(0)
 	for {
 		s.Lo, s.Hi = w.last, math.MaxUint64
-		if into != nil {
-			s.Into, s.N, s.Room = into.Into, into.N, into.Room
-		}
-		k, u, e := rb.Each(&w.hot.loop, limit-used, &w.s.Stop, fn, s)
-		if into != nil {
-			into.N, into.Room, s.Into = s.N, s.Room, nil
-		}
+		k, u, e := runLoop(rb, &w.hot.loop, limit-used, &w.s.Stop, fn, s, into)
 		n, used, err = n+k, used+u, e
 		if k > 0 {
 			w.last = s.Lo

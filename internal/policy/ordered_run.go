@@ -6,7 +6,11 @@ package policy
 // other ring's front go by rule 1 through the ring's own loop, without
 // the merge's look and sift a record.
 
-import "github.com/perfbuf/perfbuf/internal/ring"
+import (
+	"sync/atomic"
+
+	"github.com/perfbuf/perfbuf/internal/ring"
+)
 
 // Each delivers up to 256 records in key order, or runs (see deliverRun), before
 // it returns for the read to look at its context.
@@ -63,18 +67,11 @@ func (o *ordered) deliverRun(i int, fn func(*ring.Record) error) error {
 	if err != nil || o.s.Stop.Load() {
 		return err
 	}
-	from := rb.Cur().Pos()
 	s := &o.run.sink
 	s.Lo, s.Hi = o.last, o.run.bound
-	if c := o.run.into; c != nil { // ReadBatch's: the loop copies into the batch
-		s.Into, s.N, s.Room = c.Into, c.N, c.Room
-	}
-	k, _, err := rb.Each(&r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.Stop, fn, s)
+	k, used, err := runLoop(rb, &r.front, uint64(max(o.commitAt-r.freed, 1)), &o.s.Stop, fn, s, o.run.into)
 	o.last = s.Lo
-	if c := o.run.into; c != nil {
-		c.N, c.Room, s.Into = s.N, s.Room, nil
-	}
-	r.freed += int(rb.Cur().Pos() - from)
+	r.freed += int(used)
 	if k > 0 {
 		r.saw(o.last) // o.newest: fixRoot
 	}
@@ -85,4 +82,19 @@ func (o *ordered) deliverRun(i int, fn func(*ring.Record) error) error {
 		o.CommitPublish(i)
 	}
 	return err
+}
+
+// runLoop runs ring rb's loop as a run bounded by s (KeyEnd, Lo and Hi
+// set): the ordered merge's (deliverRun) and the window's hot ring's
+// (eachHot). With into (a ReadBatch's batch: BatchCopier) the loop copies
+// into its Samples, and into's count and room are handed back after.
+func runLoop(rb ring.Ring, rec *ring.Record, limit uint64, stop *atomic.Bool, fn func(*ring.Record) error, s, into *ring.Sink) (int, uint64, error) {
+	if into != nil {
+		s.Into, s.N, s.Room = into.Into, into.N, into.Room
+	}
+	k, used, err := rb.Each(rec, limit, stop, fn, s)
+	if into != nil {
+		into.N, into.Room, s.Into = s.N, s.Room, nil
+	}
+	return k, used, err
 }

@@ -108,7 +108,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 			if size == 0 {
 				break
 			}
-			if s != nil && s.KeyEnd != 0 {
+			if s.inRun() {
 				key, ok := s.runKey(unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n))
 				if !ok {
 					return k, r.cursor - from, nil // the run ends before it
@@ -145,7 +145,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 		if room > 0 && int64(stop0-pos) <= 0 {
 			continue // the limit, or the ring's end: the piece after it is plain again
 		}
-		if s != nil && s.KeyEnd != 0 {
+		if s.inRun() {
 			return k, r.cursor - from, nil // a run ends before any other record
 		}
 		if !r.parseRest(rec) {

@@ -150,6 +150,9 @@ func (s *Sink) runKey(data []byte) (uint64, bool) {
 	return key, key >= s.Lo && key <= s.Hi
 }
 
+// inRun reports whether the loop is a run of an ordered merge (KeyEnd set).
+func (s *Sink) inRun() bool { return s != nil && s.KeyEnd != 0 }
+
 // takesAll reports whether the loop's function gets every record: no sink,
 // or one that only bounds a run.
 func (s *Sink) takesAll() bool { return s == nil || s.Into == nil && s.Sample == nil }

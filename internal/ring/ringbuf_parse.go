@@ -220,7 +220,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	k := 0
 	// Records read again after Begin (counted already) and pending errors: the careful way.
 	for int64(r.counted-r.cursor) > 0 || r.corrupt != nil {
-		if r.cursor-from >= limit || s != nil && s.KeyEnd != 0 { // a run ends before these
+		if r.cursor-from >= limit || s.inRun() { // a run ends before these
 			return k, r.cursor - from, nil
 		}
 		ok, err := r.Next(rec)
@@ -253,7 +253,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			}
 			return k, r.cursor - from, nil // not committed yet: records are consumed in order
 		}
-		if s != nil && s.KeyEnd != 0 {
+		if s.inRun() {
 			key, ok := s.runKey(unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n))
 			if !ok {
 				return k, r.cursor - from, nil // the run ends before it
