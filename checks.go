@@ -57,19 +57,31 @@ func (o *ReaderOptions) check() error {
 		return err
 	}
 	if ord := o.Order; ord != nil {
+		if err := ord.checkKeyOffset(); err != nil {
+			return err
+		}
 		switch {
-		case ord.KeyOffset < 0 || ord.MaxDelay < 0 || ord.HighWater < 0:
-			return fmt.Errorf("options Order: negative KeyOffset, MaxDelay or HighWater: %w", os.ErrInvalid)
-		// KeyOffset+8 would otherwise overflow when it is compared with a
-		// sample's length.
-		case ord.KeyOffset > maxKeyOffset-8:
-			return fmt.Errorf("options Order KeyOffset %d past the largest sample (%d bytes): %w", ord.KeyOffset, maxKeyOffset, os.ErrInvalid)
+		case ord.MaxDelay < 0 || ord.HighWater < 0:
+			return fmt.Errorf("options Order: negative MaxDelay or HighWater: %w", os.ErrInvalid)
 		// Every sample would have key 0. Without MaxSampleSize, each ring
 		// is checked when it is opened (owner.RingOptions.keyEnd).
 		case o.MaxSampleSize > 0 && ord.KeyOffset+8 > o.MaxSampleSize:
 			return fmt.Errorf("options Order KeyOffset %d: the 8-byte key ends at %d, past MaxSampleSize %d, the largest sample: %w",
 				ord.KeyOffset, ord.KeyOffset+8, o.MaxSampleSize, os.ErrInvalid)
 		}
+	}
+	return nil
+}
+
+// checkKeyOffset checks the field that both a Reader and [Order.Sort] use.
+func (ord *Order) checkKeyOffset() error {
+	switch {
+	case ord.KeyOffset < 0:
+		return fmt.Errorf("options Order KeyOffset %d: negative: %w", ord.KeyOffset, os.ErrInvalid)
+	// KeyOffset+8 would otherwise overflow when it is compared with a
+	// sample's length.
+	case ord.KeyOffset > maxKeyOffset-8:
+		return fmt.Errorf("options Order KeyOffset %d past the largest sample (%d bytes): %w", ord.KeyOffset, maxKeyOffset, os.ErrInvalid)
 	}
 	return nil
 }

@@ -255,6 +255,27 @@ func ExampleRecorder() {
 	}
 }
 
+// A Recorder over ring buffers, one a CPU, returns them ring after ring:
+// Order.Sort merges a snapshot by the time that perfbuf_stamp wrote at the
+// start of each record.
+func ExampleOrder_Sort() {
+	rec, err := perfbuf.NewRecorder(events(), perfbuf.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rec.Close()
+	recs, err := rec.Snapshot(make([]byte, 4<<20), nil, false)
+	if err != nil && !errors.Is(err, io.ErrShortBuffer) {
+		log.Fatal(err)
+	}
+	if err := (perfbuf.Order{KeyOffset: 0}).Sort(recs); err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range recs { // oldest first, across the rings
+		fmt.Printf("%d: ring %d, %d bytes\n", r.Key, r.Ring, len(r.Data))
+	}
+}
+
 // A program that outputs through perfbuf_output (bpf/perfbuf.bpf.h) counts
 // the outputs that failed before reaching a ring in its failure map
 // (PERFBUF_FAILURE_MAP(failures)); the reader's Stats report them by

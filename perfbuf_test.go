@@ -154,7 +154,9 @@ func TestNewChecks(t *testing.T) {
 		{"reader order", func() error {
 			_, err := NewReader(MapFD(-1), ReaderOptions{Order: &Order{KeyOffset: -1}})
 			return err
-		}, os.ErrInvalid, "new reader: options Order: negative KeyOffset"},
+		}, os.ErrInvalid, "new reader: options Order KeyOffset -1: negative"},
+		{"sort offset", func() error { return Order{KeyOffset: -1}.Sort(nil) }, os.ErrInvalid, "sort: options Order KeyOffset -1: negative"},
+		{"sort offset past a sample", func() error { return Order{KeyOffset: 65530}.Sort(nil) }, os.ErrInvalid, "sort: options Order KeyOffset 65530 past the largest sample"},
 		{"reader nil map", func() error { _, err := NewReader(nil, ReaderOptions{}); return err }, os.ErrInvalid, "new reader: nil map"},
 		{"reader negative fd", func() error { _, err := NewReader(MapFD(-1), ReaderOptions{}); return err }, syscall.EBADF, "new reader: map fd -1: no map (a name the collection or module does not hold"},
 	}

@@ -2,9 +2,13 @@
 
 package perfbuf
 
-// What the rings deliver: Record, in place, and Sample, a copy.
+// What the rings deliver: Record, in place, and Sample, a copy; and
+// Order.Sort, which orders records read without an Order.
 
-import "github.com/perfbuf/perfbuf/internal/ring"
+import (
+	"github.com/perfbuf/perfbuf/internal/policy"
+	"github.com/perfbuf/perfbuf/internal/ring"
+)
 
 // RecordType classifies a delivered record: [RecordSample] or [RecordLost].
 type RecordType = ring.RecordType
@@ -34,3 +38,18 @@ type Sample = ring.Copy
 // copySample fills s with rec, copying the payload into the memory s.Data
 // already has when it is large enough.
 func copySample(s *Sample, rec *Record) { ring.SetCopy(s, rec) }
+
+// Sort puts recs in nondecreasing order of the key at KeyOffset and sets
+// each sample's Key to it, for records read without an order: a
+// [Recorder.Snapshot] of ring buffers, which come ring after ring. Equal
+// keys keep their order; a lost record keeps its place before the next
+// record of its ring (else after its last). Sort uses KeyOffset alone; a
+// sample too short to hold the key has key 0. It costs O(n log rings)
+// where each ring's keys mostly rise, O(n log n) at worst.
+func (ord Order) Sort(recs []Record) error {
+	if err := ord.checkKeyOffset(); err != nil {
+		return wrap("sort", err)
+	}
+	policy.SortByKey(recs, ord.KeyOffset)
+	return nil
+}

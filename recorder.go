@@ -41,8 +41,8 @@ func NewRecorder(m Map, opts Options) (*Recorder, error) {
 
 // Snapshot copies the newest whole records of every ring into buf and
 // appends them to dst, oldest first: a perf event array's merged by the
-// time of each sample (Key), ring buffers' ring after ring; Data aliases
-// buf. Each ring is read as it was at one instant, after an RCU
+// time of each sample (Key), ring buffers' ring after ring ([Order.Sort]
+// merges them by a key of their own); Data aliases buf. Each ring is read as it was at one instant, after an RCU
 // grace period; records overwritten while copied are left out, and with
 // onlyNew so are those the previous Snapshot read. buf is shared among the
 // rings; what does not fit is left out (counted in [Stats] as Left), and a

@@ -7,6 +7,7 @@ package policy
 // heap (heap.go).
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/perfbuf/perfbuf/internal/ring"
@@ -21,7 +22,8 @@ import (
 // Within a ring the keys rise but where a program interrupted another
 // between its clock read and its reservation (an NMI's): each ring's run is
 // insertion-sorted first, which costs little on so few inversions, and the
-// runs are merged through the heap of their fronts, O(n log rings).
+// runs are merged through the heap of their fronts, O(n log rings). A run
+// far out of order (keys that are not times) is sorted in O(n log n).
 func MergeByKey(recs, scratch []ring.Record) []ring.Record {
 	type run struct{ next, end int } // recs[next:end] are left
 	var runs []run
@@ -57,9 +59,26 @@ func MergeByKey(recs, scratch []ring.Record) []ring.Record {
 	return scratch[:0]
 }
 
+// SortByKey sets each sample's Key to the u64 at offset in its payload, in
+// host byte order (0 for a sample too short to hold it), and puts recs in
+// the order of their keys as MergeByKey does: the root's Order.Sort, for
+// records read without an order, such as a snapshot of ring buffers. The
+// caller bounds offset: 0 <= offset <= math.MaxInt-8.
+func SortByKey(recs []ring.Record, offset int) {
+	k := keyReader{offset: offset, end: offset + 8}
+	for i := range recs {
+		if recs[i].Type == ring.Sample {
+			recs[i].Key = k.key(&recs[i])
+		}
+	}
+	MergeByKey(recs, nil)
+}
+
 // sortRun gives run's lost records the key of the sample after them (else
 // before them), then sorts run by key, stably: only a smaller key moves
-// down.
+// down, by insertion while that has moved fewer than sortMoves records a
+// record, then by slices.SortStableFunc, so that a run far out of order
+// costs O(n log n), not O(n²).
 func sortRun(run []ring.Record) {
 	for j := len(run) - 1; j >= 0; j-- {
 		switch {
@@ -70,9 +89,21 @@ func sortRun(run []ring.Record) {
 			run[j].Key = run[j-1].Key
 		}
 	}
+	moves, most := 0, sortMoves*len(run)
 	for j := 1; j < len(run); j++ {
 		for i := j; i > 0 && run[i].Key < run[i-1].Key; i-- {
 			run[i], run[i-1] = run[i-1], run[i]
+			moves++
+		}
+		// run[:j+1] is sorted stably, and so stays in order among itself
+		// and before the rest where keys are equal.
+		if moves > most {
+			slices.SortStableFunc(run, func(a, b ring.Record) int { return cmp.Compare(a.Key, b.Key) })
+			return
 		}
 	}
 }
+
+// sortMoves is how many places a record may move, on average, before
+// sortRun stops inserting: a snapshot's few NMI inversions move far less.
+const sortMoves = 8

@@ -163,28 +163,28 @@ func (o *ordered) saw(r *orderedRing, key uint64) {
 
 // key reads a sample's key: the u64 at KeyOffset (0 for a sample too short
 // to hold it; Order.check bounds the offset, so the sum cannot overflow).
-func (o *ordered) key(rec *ring.Record) uint64 {
-	if o.keys.end <= len(rec.Data) {
-		return binary.NativeEndian.Uint64(rec.Data[o.keys.offset:]) // (in line: the common case)
+func (k *keyReader) key(rec *ring.Record) uint64 {
+	if k.end <= len(rec.Data) {
+		return binary.NativeEndian.Uint64(rec.Data[k.offset:]) // (in line: the common case)
 	}
-	return o.keyCut(rec)
+	return k.cut(rec)
 }
 
-// keyCut is key for a key at KeyOffset that a short sample or the ring's
-// end cuts. Not inlined, so that key is, with the common case only.
+// cut is key for a key at KeyOffset that a short sample or the ring's end
+// cuts. Not inlined, so that key is, with the common case only.
 //
 //go:noinline
-func (o *ordered) keyCut(rec *ring.Record) uint64 {
-	off := o.keys.offset
+func (k *keyReader) cut(rec *ring.Record) uint64 {
+	off := k.offset
 	if off+8 > rec.Len() {
 		return 0
 	}
 	var b [8]byte // the key straddles the ring's end
 	for j := range b {
-		if k := off + j; k < len(rec.Data) {
-			b[j] = rec.Data[k]
+		if i := off + j; i < len(rec.Data) {
+			b[j] = rec.Data[i]
 		} else {
-			b[j] = rec.Wrapped[k-len(rec.Data)]
+			b[j] = rec.Wrapped[i-len(rec.Data)]
 		}
 	}
 	return binary.NativeEndian.Uint64(b[:])
@@ -364,7 +364,7 @@ func (o *ordered) parsedFront(r *orderedRing) {
 	if r.front.Type != ring.Sample {
 		return
 	}
-	r.key = o.key(&r.front)
+	r.key = o.keys.key(&r.front)
 	o.saw(r, r.key)
 }
 

@@ -72,7 +72,7 @@ func (o *ordered) scanAhead() {
 		}
 		for rb.Peek(pos, &o.tmp) {
 			if o.tmp.Type == ring.Sample {
-				o.saw(r, o.key(&o.tmp))
+				o.saw(r, o.keys.key(&o.tmp))
 			}
 			pos = o.tmp.Next
 		}

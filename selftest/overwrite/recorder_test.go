@@ -352,6 +352,26 @@ func TestRecorderRingBuf(t *testing.T) {
 	if seq := binary.NativeEndian.Uint64(recs[0].Data); seq != written {
 		t.Errorf("first record since: seq %d, want %d", seq, written)
 	}
+	// Order.Sort puts a snapshot in the order of a key in the records: the
+	// seq, written here in two batches, the second's smaller.
+	const later = 1 << 20
+	bpftest.Run(t, prog, 0, batch, size, later)
+	bpftest.Run(t, prog, 0, batch, size, 0)
+	if recs, err = rec.Snapshot(buf, recs[:0], true); err != nil || len(recs) != 2*batch {
+		t.Fatalf("two batches since: %d records, %v; want %d", len(recs), err, 2*batch)
+	}
+	if err := (perfbuf.Order{KeyOffset: 0}).Sort(recs); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range recs {
+		want := uint64(i)
+		if i >= batch {
+			want = later + uint64(i-batch)
+		}
+		if seq := binary.NativeEndian.Uint64(r.Data); seq != want || r.Key != want {
+			t.Fatalf("sorted: record %d has seq %d, key %d; want %d", i, seq, r.Key, want)
+		}
+	}
 	// A buffer too small for one record.
 	if _, err := rec.Snapshot(make([]byte, size-1), nil, false); !errors.Is(err, io.ErrShortBuffer) {
 		t.Errorf("%d-byte buffer: %v, want io.ErrShortBuffer", size-1, err)
