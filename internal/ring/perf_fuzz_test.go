@@ -197,6 +197,38 @@ func FuzzPerfParse(f *testing.F) {
 			t.Fatalf("sample function: %v, %v; reference %v, %v", viaSample, sampleErr, noPos, nextErr)
 		}
 
+		// The loop into Steps: plain samples a run at a time, stepped through in
+		// place, the caller moving on after 1 to 3 of them (the rest come in the
+		// next run); the function gets every other record. The same records, with
+		// their positions, then the same error, and the counts of Next's reader.
+		var stepped []perfRef
+		take := func(g *Record) {
+			checkFuzzPerfRecord(t, mem, g, tail)
+			stepped = append(stepped, perfRef{g.Type, g.Pos, g.Next, g.AppendTo([]byte{}), g.Lost})
+		}
+		stepSink := &Sink{Steps: new(Steps)}
+		stepSink.Yield = func(st *Steps) error {
+			for j := uint64(0); st.Next(); j++ {
+				if g := st.Record(); g.Type != Sample || len(g.Wrapped) != 0 {
+					t.Fatalf("a run's record at %d: %+v, want a sample in one piece", g.Pos, g)
+				}
+				take(st.Record())
+				if j == commit%3 {
+					break
+				}
+			}
+			return nil
+		}
+		pr, _ := NewPerfFromParts(0, &unix.PerfEventMmapPage{Data_tail: tail, Data_head: head}, mem)
+		pr.Begin()
+		_, _, stepErr := pr.Each(new(Record), math.MaxUint64, new(atomic.Bool), func(g *Record) error { take(g); return nil }, stepSink)
+		if fmt.Sprint(stepped) != fmt.Sprint(want) || fmt.Sprint(stepErr) != fmt.Sprint(nextErr) {
+			t.Fatalf("steps: %v, %v; reference %v, %v", stepped, stepErr, want, nextErr)
+		}
+		if got, ref := *pr.Counts(), *r.Counts(); got != ref {
+			t.Fatalf("steps counted %+v, Next %+v", got, ref)
+		}
+
 		end := head
 		if corrupt {
 			end = corruptAt

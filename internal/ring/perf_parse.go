@@ -104,6 +104,30 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 		// for each one, they were a third of take's stores.
 		rec.Type, rec.Lost, rec.Wrapped, rec.Late = Sample, 0, nil, false
 		for int64(stop0-pos) > 0 {
+			if s.stepping() {
+				// The run's records end by stop0 (records may end past it,
+				// but the loop's take them one at a time), and 16 bytes or more
+				// before the ring's end, where Next reads a header and the
+				// u32 after it when the run is over.
+				ringLeft := r.mask + 1 - pos&r.mask // from pos to the ring's end
+				st := s.Steps
+				if ringLeft > 16 {
+					st.perfRun(r.base, r.mask, pos, pos+min(stop0-pos, end-pos, ringLeft-16), r.index, r.cpu)
+				}
+				if ringLeft > 16 && st.first() {
+					err := s.Yield(st)
+					samples, bytes := st.taken(pos)
+					r.counted, r.cursor = st.pos, st.pos
+					r.counts.Samples += samples
+					r.counts.Bytes += bytes
+					k += int(samples)
+					if err != nil || samples == 0 || stop.Load() {
+						return k, r.cursor - from, err // (none taken: the caller moved on)
+					}
+					pos, p = r.cursor, unsafe.Add(r.base, r.cursor&r.mask)
+					continue
+				}
+			}
 			size, n := plainAt(p, end-pos)
 			if size == 0 {
 				break

@@ -138,7 +138,18 @@ type Sink struct {
 	// to it, and stops at any other record, leaving the cursor on it.
 	KeyEnd uint64
 	Lo, Hi uint64
+
+	// Steps, when set (and KeyEnd not), takes the loop's plain samples a
+	// run at a time: the loop sets Steps over them and calls Yield, whose
+	// caller steps through them in place (Steps.Next), then moves its
+	// cursor past the samples taken and counts them. The loop's function
+	// gets every other record. Yield's error ends the loop, as fn's.
+	Steps *Steps
+	Yield func(*Steps) error
 }
+
+// stepping reports whether the loop hands its plain samples out as Steps.
+func (s *Sink) stepping() bool { return s != nil && s.Steps != nil && s.KeyEnd == 0 }
 
 // runKey returns the key of a plain sample's payload data in a run (KeyEnd
 // not 0) and whether the run delivers it. In line in both kinds' loops.

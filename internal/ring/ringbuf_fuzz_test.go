@@ -312,6 +312,33 @@ func FuzzBPFRingParse(f *testing.F) {
 			t.Fatalf("copying each with limit %d: %v; next: %v", limit, copyErr, nextErr)
 		}
 
+		// each into Steps, within limit: plain samples a run at a time, stepped
+		// through in place, the caller moving on after 1 to 3 of them (the rest
+		// come in the next run), the function taking the others: the same samples
+		// with their positions, the same error and counts as each's.
+		r7, _, data7 := fuzzBPFReader(t, ring, cons, prod)
+		r7.Begin()
+		var stepped []refBPFRecord
+		take := func(g *Record) {
+			checkFuzzBPFRecord(t, data7, g)
+			stepped = append(stepped, refBPFRecord{g.Pos, g.Next, false, bytes.Clone(g.Data)})
+		}
+		stepSink := &Sink{Steps: new(Steps)}
+		stepSink.Yield = func(st *Steps) error {
+			for j := uint64(0); st.Next(); j++ {
+				take(st.Record())
+				if j == commit%3 {
+					break
+				}
+			}
+			return nil
+		}
+		k7, _, stepErr := r7.Each(&rec, uint64(limit), nil, func(g *Record) error { take(g); return nil }, stepSink)
+		if k7 != len(stepped) || fmt.Sprint(stepped) != fmt.Sprint(within) || fmt.Sprint(stepErr) != fmt.Sprint(eachErr) || *r7.Counts() != *r2.Counts() || r7.Pos() != r2.Pos() {
+			t.Fatalf("steps with limit %d: %d, %v, %v, %+v at %d; each: %v, %v, %+v at %d",
+				limit, k7, stepped, stepErr, *r7.Counts(), r7.Pos(), got2, eachErr, *r2.Counts(), r2.Pos())
+		}
+
 		// peek at every record boundary sees the sample next saw there (or the next one).
 		r3, _, _ := fuzzBPFReader(t, ring, cons, prod)
 		r3.Begin()

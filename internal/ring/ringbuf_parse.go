@@ -240,6 +240,25 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	rec.Type, rec.Ring, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = Sample, r.index, r.cpu, nil, 0, 0, false
 	base, head := unsafe.Pointer(unsafe.SliceData(r.data)), r.head
 	for pos := r.cursor; pos != head && pos-from < limit; pos = r.cursor {
+		if s.stepping() {
+			end := head // the run's records end by the snapshot, and by limit
+			if left := limit - (pos - from); left < head-pos {
+				end = pos + left
+			}
+			st := s.Steps
+			if st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu); st.first() {
+				err := s.Yield(st)
+				samples, bytes := st.taken(pos)
+				r.cursor = st.pos // and counted with it (see Begin)
+				r.counts.Samples += samples
+				r.counts.Bytes += bytes
+				k += int(samples)
+				if err != nil || samples == 0 || stop != nil && stop.Load() {
+					return k, r.cursor - from, err // (none taken: the caller moved on)
+				}
+				continue
+			}
+		}
 		p, n, size := r.plainAt(base, pos, head)
 		if size == 0 {
 			switch kind, hdr, size := r.at(pos); kind { // (not atEnd: pos != head)

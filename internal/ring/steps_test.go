@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package ring
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
+)
+
+// stepsLog is what a loop into Steps delivered: each record's payload and
+// positions, and how: in a run (Steps.Next) or one at a time (the
+// function).
+type stepsLog struct {
+	runs, inRuns, alone int
+	recs                []string
+}
+
+// stepsSink returns a sink whose runs the log takes whole.
+func (l *stepsLog) sink() *Sink {
+	s := &Sink{Steps: new(Steps)}
+	s.Yield = func(st *Steps) error {
+		l.runs++
+		for st.Next() {
+			l.inRuns++
+			l.add(st.Record())
+		}
+		return nil
+	}
+	return s
+}
+
+func (l *stepsLog) fn(rec *Record) error {
+	l.alone++
+	l.add(rec)
+	return nil
+}
+
+func (l *stepsLog) add(rec *Record) {
+	l.recs = append(l.recs, fmt.Sprintf("%v %d-%d cpu %d ring %d %x lost %d", rec.Type, rec.Pos, rec.Next, rec.CPU, rec.Ring, rec.AppendTo(nil), rec.Lost))
+}
+
+// A ring buffer's committed samples go in runs, stepped through in place;
+// a discarded record is skipped, and the busy one ends the loop. The same
+// records, positions and counts as the loop with a function.
+func TestStepsRingBuf(t *testing.T) {
+	f := ringtest.NewRingBuf(4096)
+	for i := range 40 {
+		f.Output(t, ringtest.Pattern(1+i*7%100, byte(i)))
+		if i == 20 {
+			pos, _ := f.Reserve(8)
+			f.Commit(pos, true) // discarded
+		}
+	}
+	busy, _ := f.Reserve(16) // never committed
+	f.Output(t, []byte{1})   // behind the busy one
+	_ = busy
+
+	var want, got stepsLog
+	r := fakeReader(t, f)
+	r.Begin()
+	n, _, err := r.Each(new(Record), ^uint64(0), nil, want.fn, nil)
+	if err != nil || n != 40 {
+		t.Fatalf("each: %d, %v", n, err)
+	}
+	r2 := fakeReader(t, f)
+	r2.Begin()
+	n2, _, err := r2.Each(new(Record), ^uint64(0), nil, got.fn, got.sink())
+	if err != nil || n2 != 40 || strings.Join(got.recs, "\n") != strings.Join(want.recs, "\n") {
+		t.Fatalf("steps: %d, %v:\n%s\nwant\n%s", n2, err, strings.Join(got.recs, "\n"), strings.Join(want.recs, "\n"))
+	}
+	if got.runs != 2 || got.inRuns != 40 || got.alone != 0 {
+		t.Errorf("%d runs of %d records, %d alone; want the 40 in 2 runs (before and after the discarded one)", got.runs, got.inRuns, got.alone)
+	}
+	if *r2.Counts() != *r.Counts() || r2.Pos() != r.Pos() {
+		t.Errorf("steps counted %+v at %d, each %+v at %d", *r2.Counts(), r2.Pos(), *r.Counts(), r.Pos())
+	}
+}
+
+// A perf ring's plain samples go in runs; a lost record, a sample that
+// straddles the ring's end and one within 16 bytes of it go one at a time
+// through the function, in their places.
+func TestStepsPerf(t *testing.T) {
+	const size = 1024
+	f, f2 := ringtest.NewPerfAt(size, 1<<32), ringtest.NewPerfAt(size, 1<<32) // the same records in each
+	var want, got stepsLog
+	r, r2 := perfReader(t, f), perfReader(t, f2)
+	for round := range 3 {
+		for i := range 12 {
+			for _, f := range []*ringtest.Perf{f, f2} {
+				f.MustWrite(t, ringtest.PerfSample(ringtest.Pattern(4+(i+round)*13%60, byte(i))))
+				if i == 5 {
+					f.MustWrite(t, ringtest.PerfLost(7, uint64(round+1)))
+				}
+			}
+		}
+		if _, err := perfDrain(r, want.fn); err != nil {
+			t.Fatal(err)
+		}
+		r2.Begin()
+		var stop atomic.Bool
+		if _, _, err := r2.Each(new(Record), ^uint64(0), &stop, got.fn, got.sink()); err != nil {
+			t.Fatal(err)
+		}
+		r2.CommitCursor()
+	}
+	if strings.Join(got.recs, "\n") != strings.Join(want.recs, "\n") {
+		t.Fatalf("steps:\n%s\nwant\n%s", strings.Join(got.recs, "\n"), strings.Join(want.recs, "\n"))
+	}
+	if got.alone < 3 || got.inRuns < 30 || got.inRuns+got.alone != len(want.recs) {
+		t.Errorf("%d records in %d runs, %d alone, of %d; want the lost ones and those at the ring's end alone", got.inRuns, got.runs, got.alone, len(want.recs))
+	}
+	if *r2.Counts() != *r.Counts() {
+		t.Errorf("steps counted %+v, each %+v", *r2.Counts(), *r.Counts())
+	}
+}
+
+// A run the caller leaves part way (it moved on) goes on where it left:
+// nothing is skipped, nothing delivered twice; a Yield that takes nothing
+// ends the loop, and its error ends it with that error.
+func TestStepsMovedOn(t *testing.T) {
+	f := ringtest.NewRingBuf(4096)
+	for i := range 30 {
+		f.Output(t, []byte{byte(i), 0, 0, 0})
+	}
+	r := fakeReader(t, f)
+	r.Begin()
+	var seen []byte
+	calls := 0
+	s := &Sink{Steps: new(Steps)}
+	s.Yield = func(st *Steps) error {
+		calls++
+		for j := 0; j < calls && st.Next(); j++ { // 1, then 2, ... records
+			seen = append(seen, st.Record().Data[0])
+		}
+		return nil
+	}
+	n, _, err := r.Each(new(Record), ^uint64(0), nil, nil, s)
+	if err != nil || n != 30 || len(seen) != 30 || calls != 8 {
+		t.Fatalf("%d records, %v, %d calls, seen %v", n, err, calls, seen)
+	}
+	for i, b := range seen {
+		if int(b) != i {
+			t.Fatalf("record %d is %d: %v", i, b, seen)
+		}
+	}
+	for i := range 3 {
+		f.Output(t, []byte{byte(30 + i)})
+	}
+	r.CommitCursor()
+	r.Begin()
+	s.Yield = func(*Steps) error { return nil }
+	if n, _, err := r.Each(new(Record), ^uint64(0), nil, nil, s); n != 0 || err != nil || r.Pos() != r.Tail() {
+		t.Fatalf("a run taken in nothing: %d records, %v, cursor moved %d", n, err, r.Pos()-r.Tail())
+	}
+	errDone := fmt.Errorf("done")
+	s.Yield = func(st *Steps) error { st.Next(); return errDone }
+	if n, _, err := r.Each(new(Record), ^uint64(0), nil, nil, s); n != 1 || err != errDone {
+		t.Fatalf("a run that fails after one: %d records, %v", n, err)
+	}
+}
+
+// One makes a run of one record parsed the careful way: Next takes it
+// once, and Record returns it as it was, lost or wrapped.
+func TestStepsOne(t *testing.T) {
+	var s Steps
+	for _, rec := range []Record{
+		{Type: Lost, Ring: 2, CPU: 3, Pos: 8, Next: 32, Lost: 5},
+		{Type: Sample, Ring: 1, CPU: 0, Pos: 1000, Next: 1040, Data: []byte{1, 2}, Wrapped: []byte{3}},
+	} {
+		s.One(&rec)
+		if !s.Next() {
+			t.Fatalf("%+v: no record", rec)
+		}
+		if got := s.Record(); got.Type != rec.Type || got.Pos != rec.Pos || got.Next != rec.Next || got.Lost != rec.Lost ||
+			!bytes.Equal(got.AppendTo(nil), rec.AppendTo(nil)) || got.Ring != rec.Ring || got.CPU != rec.CPU {
+			t.Fatalf("record %+v, want %+v", got, rec)
+		}
+		if s.Next() {
+			t.Fatalf("%+v: a second record", rec)
+		}
+	}
+}
+
+// Steps.Next and Record are inlined into the caller's loop: that is what
+// the run is for. The inliner's costs change between Go releases; this
+// says so when they pass the budget.
+func TestStepsInline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the package with -gcflags=-m")
+	}
+	out, err := exec.Command("go", "build", "-gcflags=-m", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, fn := range []string{"(*Steps).Next", "(*Steps).Record"} {
+		if !bytes.Contains(out, []byte("can inline "+fn)) {
+			t.Errorf("%s is not inlined:\n%s", fn, grepLines(out, fn))
+		}
+	}
+}
+
+func grepLines(out []byte, s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, s) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
