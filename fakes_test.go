@@ -6,6 +6,7 @@ package perfbuf
 // the fake perf rings of internal/ringtest (owner.Over).
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -162,3 +163,23 @@ func bpfReader(t testing.TB, f *ringtest.RingBuf) *ring.RingBuf {
 
 // errStop is a function's error that ends a read, for tests.
 var errStop = errors.New("stop")
+
+// eachIn is Each (mode "Each") or the same through Batches (mode
+// "Batches"): fn gets every record of every batch, and its error ends the
+// loop as it ends Each.
+func eachIn(r *Reader, mode string, ctx context.Context, fn func(*Record) error) error {
+	if mode != "Batches" {
+		return r.Each(ctx, fn)
+	}
+	for b, err := range r.Batches(ctx) {
+		if err != nil {
+			return err
+		}
+		for b.Next() {
+			if err := fn(b.Record()); err != nil {
+				return err
+			}
+		}
+	}
+	panic("Batches ended without an error")
+}

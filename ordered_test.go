@@ -35,7 +35,7 @@ const forever = time.Duration(1 << 61)
 // The ordered Reader merges rings by key; with every ring holding records
 // (rule 1), nothing waits for MaxDelay.
 func TestOrderedMerge(t *testing.T) {
-	for _, mode := range []string{"ReadInto", "Each"} {
+	for _, mode := range []string{"ReadInto", "Each", "Batches"} {
 		t.Run(mode, func(t *testing.T) {
 			const rings, n = 3, 600
 			f := newFakeRings(t, rings, 1<<15)
@@ -783,7 +783,7 @@ func TestOrderedEachRunChecksContext(t *testing.T) {
 func TestOrderedRun(t *testing.T) {
 	const n, size = 100, 1 << 14
 	recSize := len(ringtest.PerfSample(payload(0, 0, 16))) // 32
-	for _, mode := range []string{"Each", "ReadInto", "ReadBatch"} {
+	for _, mode := range []string{"Each", "Batches", "ReadInto", "ReadBatch"} {
 		t.Run(mode, func(t *testing.T) {
 			f := newFakeRings(t, 3, size)
 			// Ring 0 starts 16 bytes before a multiple of its size, less
@@ -848,9 +848,9 @@ func readSome(t *testing.T, r *Reader, mode string, n int) []Sample {
 	t.Helper()
 	var got []Sample
 	switch mode {
-	case "Each":
+	case "Each", "Batches":
 		stop := errors.New("enough")
-		err := r.Each(context.Background(), func(rec *Record) error {
+		err := eachIn(r, mode, context.Background(), func(rec *Record) error {
 			got = append(got, Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(nil), Lost: rec.Lost, Key: rec.Key, Late: rec.Late})
 			if len(got) == n {
 				return stop
@@ -886,7 +886,7 @@ func readSome(t *testing.T, r *Reader, mode string, n int) []Sample {
 // ReadBatch's copy in it, ReadInto's go through Next).
 func TestOrderedRunLate(t *testing.T) {
 	keys := []uint64{1, 2, 3, 5, 4, 6, 7, 6, 8}
-	for _, mode := range []string{"Each", "ReadInto", "ReadBatch"} {
+	for _, mode := range []string{"Each", "Batches", "ReadInto", "ReadBatch"} {
 		t.Run(mode, func(t *testing.T) {
 			f := newFakeRings(t, 2, 1<<14)
 			o := f.ordered(t, Order{MaxDelay: time.Hour})
@@ -1431,7 +1431,7 @@ func TestOrderedRingBufHotEach(t *testing.T) {
 	// Each calls fn from the ring's loop; ReadBatch (in batches of 7)
 	// copies in it: both stop the loop before the late key, which goes
 	// alone.
-	for _, mode := range []string{"Each", "ReadBatch"} {
+	for _, mode := range []string{"Each", "Batches", "ReadBatch"} {
 		t.Run(mode, func(t *testing.T) {
 			f := newFakeBPFRings(t, 1, 4096)
 			o := f.ordered(t, Order{MaxDelay: time.Hour})
@@ -1459,7 +1459,7 @@ func TestOrderedRingBufHotEach(t *testing.T) {
 			}
 			o.SetDeadline(time.Now().Add(20 * time.Millisecond))
 			var err error
-			if mode == "Each" {
+			if mode == "Each" || mode == "Batches" {
 				err = o.Each(context.Background(), func(rec *Record) error {
 					check(rec.Key, rec.Late, rec.Data)
 					return nil
@@ -1793,8 +1793,8 @@ func orderedReadOnce(o *Reader, mode string) ([]uint64, error) {
 			got = append(got, s.Key)
 		}
 		return got, err
-	case "Each":
-		err := o.Each(context.Background(), fn)
+	case "Each", "Batches":
+		err := eachIn(o, mode, context.Background(), fn)
 		return got, err
 	}
 	_, err := o.Consume(fn)
@@ -1812,7 +1812,7 @@ func orderedReadOnce(o *Reader, mode string) ([]uint64, error) {
 func TestOrderedRingBufConsumerMoved(t *testing.T) {
 	for _, rings := range []int{1, 2} {
 		for _, move := range []string{"back", "forward"} {
-			for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
+			for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Batches", "Consume"} {
 				t.Run(fmt.Sprintf("rings=%d/%s/%s", rings, move, mode), func(t *testing.T) {
 					f := newFakeBPFRings(t, rings, 4096)
 					o := f.ordered(t, Order{MaxDelay: time.Hour})
@@ -1917,7 +1917,7 @@ func TestOrderedRingBufConsumerMoved(t *testing.T) {
 // none late, once.
 func TestOrderedInterleaved(t *testing.T) {
 	for _, rings := range []int{2, 3} {
-		for _, mode := range []string{"ReadInto", "Each"} {
+		for _, mode := range []string{"ReadInto", "Each", "Batches"} {
 			t.Run(fmt.Sprintf("%d/%s", rings, mode), func(t *testing.T) {
 				const n = 900
 				f := newFakeRings(t, rings, 1<<16)

@@ -8,6 +8,8 @@ package perfbuf
 
 import (
 	"context"
+	"errors"
+	"iter"
 	"time"
 
 	"github.com/perfbuf/perfbuf/internal/owner"
@@ -76,6 +78,43 @@ func (r *Reader) ReadBatch(s []Sample) (int, error) { return r.r.ReadBatch(s) }
 func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 	return r.r.Each(ctx, fn)
 }
+
+// Batches is Each for the caller's own loop: it yields the records in
+// batches, in place, and then the error that ended it, as Each returns.
+// Over the fullest-first policy a batch is a run of one ring's samples
+// whose step, [Batch.Next], is inlined into the loop, with no call a
+// record; a lost or wrapped record, and each record of an ordered Reader,
+// is a batch of its own. Records are valid until the loop moves on to the
+// next batch, which commits what was taken; those the loop left in a
+// batch come again in the next. Close ends the reading at the batch's end.
+//
+//	for b, err := range r.Batches(ctx) {
+//		if err != nil {
+//			return err
+//		}
+//		for b.Next() {
+//			rec := b.Record()
+//			...
+//		}
+//	}
+func (r *Reader) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
+	return func(yield func(*Batch, error) bool) {
+		var b Batch
+		err := r.r.EachSteps(ctx, &b, func(b *Batch) error {
+			if !yield(b, nil) {
+				return errMovedOn
+			}
+			return nil
+		})
+		if err != errMovedOn {
+			yield(nil, err)
+		}
+	}
+}
+
+// errMovedOn ends Batches's reading when the caller's loop broke out: it
+// never leaves this package.
+var errMovedOn = errors.New("the loop moved on")
 
 // Consume is Each without the wait: it calls fn with the records that can
 // be delivered now, and returns how many.

@@ -103,9 +103,9 @@ func readUntilFlushed(t *testing.T, r *Reader, mode string) ([]Sample, []error) 
 				got = append(got, s)
 			}
 		}
-	case "Each":
+	case "Each", "Batches":
 		for {
-			err := r.Each(context.Background(), func(rec *Record) error {
+			err := eachIn(r, mode, context.Background(), func(rec *Record) error {
 				got = append(got, Sample{CPU: rec.CPU, Type: rec.Type, Data: rec.AppendTo(nil), Lost: rec.Lost, Key: rec.Key, Late: rec.Late})
 				return nil
 			})
@@ -627,7 +627,7 @@ func TestReaderEachCorruptAndClose(t *testing.T) {
 // Stats count it (Corrupt), on its ring.
 func TestReaderCorruptReportedOnce(t *testing.T) {
 	for _, policy := range []string{"fullest", "ordered"} {
-		for _, mode := range []string{"ReadInto", "Each"} {
+		for _, mode := range []string{"ReadInto", "Each", "Batches"} {
 			t.Run(policy+"/"+mode, func(t *testing.T) {
 				f := newFakeRings(t, 2, 4096)
 				var r *Reader
@@ -683,7 +683,7 @@ func TestReaderCorruptReportedOnce(t *testing.T) {
 // closed), and the records not delivered are counted as Left.
 func TestReaderCloseFromEach(t *testing.T) {
 	for _, policy := range []string{"fullest", "ordered"} {
-		for _, mode := range []string{"Each", "ReadInto"} {
+		for _, mode := range []string{"Each", "Batches", "ReadInto"} {
 			for _, closeAt := range []int{1, 3} {
 				t.Run(fmt.Sprintf("%s/%s/%d", policy, mode, closeAt), func(t *testing.T) {
 					f := newFakeRings(t, 2, 4096)
@@ -713,7 +713,7 @@ func TestReaderCloseFromEach(t *testing.T) {
 						}
 					}
 					var err error
-					if mode == "Each" {
+					if mode == "Each" || mode == "Batches" {
 						err = r.Each(context.Background(), func(*Record) error { call(); return nil })
 					} else {
 						var s Sample
@@ -945,7 +945,7 @@ func refRings(t *testing.T, rnd *rand.Rand, size int) (*fakeRings, [][]refRecord
 func TestReaderMatchesReference(t *testing.T) {
 	errPause := errors.New("pause")
 	for seed := 0; seed < 60; seed++ {
-		for _, mode := range []string{"Each", "ReadInto"} {
+		for _, mode := range []string{"Each", "Batches", "ReadInto"} {
 			rnd := rand.New(rand.NewSource(int64(seed)))
 			f, ref := refRings(t, rnd, []int{512, 1024, 4096}[seed%3])
 			// The readers skip records of other types.
@@ -972,11 +972,11 @@ func TestReaderMatchesReference(t *testing.T) {
 			r.Flush()
 			var err error
 			switch mode {
-			case "Each":
+			case "Each", "Batches":
 				pause := rnd.Intn(20) + 1
 				for err == nil || err == errPause {
 					n := 0
-					err = r.Each(context.Background(), func(rec *Record) error {
+					err = eachIn(r, mode, context.Background(), func(rec *Record) error {
 						if rec.Key != 0 || rec.Late {
 							t.Fatalf("fullest-first record with key %d, late %v", rec.Key, rec.Late)
 						}
@@ -1034,7 +1034,7 @@ func TestReaderMatchesReference(t *testing.T) {
 // records a turn here, the rings taking turns.
 func TestReaderTurnsAcrossPauses(t *testing.T) {
 	rec := ringtest.PerfSample(payload(0, 0, 40))
-	for _, mode := range []string{"ReadInto", "Each"} {
+	for _, mode := range []string{"ReadInto", "Each", "Batches"} {
 		for pause := 1; pause <= 7; pause++ {
 			f := newFakeRings(t, 2, 4096)
 			for seq := 0; seq < 9; seq++ {
@@ -1052,11 +1052,11 @@ func TestReaderTurnsAcrossPauses(t *testing.T) {
 				for err = r.ReadInto(&s); err == nil; err = r.ReadInto(&s) {
 					cpus = append(cpus, s.CPU)
 				}
-			case "Each":
+			case "Each", "Batches":
 				errPause := errors.New("pause")
 				for err = errPause; err == errPause; {
 					n := 0
-					err = r.Each(context.Background(), func(rec *Record) error {
+					err = eachIn(r, mode, context.Background(), func(rec *Record) error {
 						cpus = append(cpus, rec.CPU)
 						if n++; n == pause {
 							return errPause
@@ -1780,7 +1780,7 @@ func TestHeadBehindTailEveryForm(t *testing.T) {
 	// After a Flush too: the Reader and the ordered Reader used to find the
 	// flush done (the tail past its head) without a look at the ring.
 	for _, pol := range []string{"fullest", "ordered", "fullest+Flush", "ordered+Flush"} {
-		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
+		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Batches", "Consume"} {
 			forms[pol+"/"+mode] = func(t *testing.T, f *fakeRings) (func() Stats, error) {
 				o := ReaderOptions{MaxLatency: -1}
 				if strings.HasPrefix(pol, "ordered") {
@@ -1965,7 +1965,7 @@ func TestReaderReadBatchOrder(t *testing.T) {
 // without a look at the ring until its deadline.
 func TestHeadBehindTailQuietFlush(t *testing.T) {
 	for _, ord := range []*Order{nil, {MaxDelay: time.Nanosecond}} {
-		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
+		for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Batches", "Consume"} {
 			t.Run(fmt.Sprintf("ordered %v/%s", ord != nil, mode), func(t *testing.T) {
 				f := newFakeRings(t, 1, 4096)
 				r := f.reader(t, ReaderOptions{MaxLatency: -1, Order: ord})
@@ -2005,8 +2005,8 @@ func readOnce(r *Reader, mode string) error {
 		err = r.ReadInto(&s)
 	case "ReadBatch":
 		_, err = r.ReadBatch(make([]Sample, 4))
-	case "Each":
-		err = r.Each(context.Background(), func(*Record) error { return nil })
+	case "Each", "Batches":
+		err = eachIn(r, mode, context.Background(), func(*Record) error { return nil })
 	case "Consume":
 		_, err = r.Consume(func(*Record) error { return nil })
 	}
@@ -2025,7 +2025,7 @@ func TestLongReadCommitsAsItGoes(t *testing.T) {
 	const chunk = size / 32 // what a read delivers between commits from a ring of 1 MiB
 	for _, kind := range []string{"perf", "ringbuf"} {
 		for _, pol := range []string{"fullest", "ordered"} {
-			for _, form := range []string{"ReadInto", "ReadBatch", "Each"} {
+			for _, form := range []string{"ReadInto", "ReadBatch", "Each", "Batches"} {
 				t.Run(kind+"/"+pol+"/"+form, func(t *testing.T) {
 					var (
 						r         *Reader
@@ -2090,8 +2090,8 @@ func TestLongReadCommitsAsItGoes(t *testing.T) {
 							}
 							delivered += uint64(n)
 						}
-					case "Each":
-						err := r.Each(context.Background(), func(rec *Record) error {
+					case "Each", "Batches":
+						err := eachIn(r, form, context.Background(), func(rec *Record) error {
 							check()
 							if delivered++; delivered == want {
 								return errEnough

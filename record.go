@@ -30,6 +30,11 @@ const (
 // keep (Len, AppendTo). A perf ring pads payloads to 8 bytes minus 4.
 type Record = ring.Record
 
+// Batch is a batch of records in place, as [Reader.Batches] yields them:
+// Next moves to its next record and reports whether there is one; Record
+// returns that record, valid as Batches says.
+type Batch = ring.Steps
+
 // Sample is a copy of a record, as ReadInto and ReadBatch deliver it: its
 // fields are Record's but for Pos, Next and Wrapped, and Data's memory is
 // reused by the next read into it.

@@ -143,7 +143,7 @@ func ringBufForms(wait time.Duration) []*ringBufForm {
 			}, b.Stats
 		}},
 	}
-	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Consume"} {
+	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "Batches", "Consume"} {
 		form := &ringBufForm{name: "reader/" + mode}
 		form.open = func(t *testing.T, f *fakeBPFRings) (func() ([]uint64, error), func() Stats) {
 			r := f.reader(t, ReaderOptions{MaxLatency: -1})
@@ -169,8 +169,8 @@ func ringBufForms(wait time.Duration) []*ringBufForm {
 							got = append(got, seq8(s.Data))
 						}
 					}
-				case "Each":
-					err = r.Each(context.Background(), func(rec *Record) error {
+				case "Each", "Batches":
+					err = eachIn(r, mode, context.Background(), func(rec *Record) error {
 						got = append(got, seq8(rec.Data))
 						return nil
 					})

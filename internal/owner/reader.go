@@ -57,6 +57,11 @@ type Reader struct {
 	sink  ring.Sink
 	copyF func(*ring.Record) error
 
+	// EachSteps's runs: over the fullest-first policy, the ring's loop
+	// hands its plain samples out through steps (Steps and Yield set
+	// during the call).
+	steps ring.Sink
+
 	// The policy's loop with a user's function (Each's, Consume's) runs
 	// inside wait.Reads (see polEach): turnF (r.turn, made once) and what
 	// it takes and gives.
@@ -162,7 +167,13 @@ func (r *Reader) polEach(fn func(*ring.Record) error) (bool, error) {
 	return r.call.more, r.call.err
 }
 
-func (r *Reader) turn() { r.call.more, r.call.err = r.pol.Each(r.call.fn) }
+func (r *Reader) turn() {
+	if r.steps.Steps != nil && r.full != nil {
+		r.call.more, r.call.err = r.full.EachSteps(r.call.fn, &r.steps)
+		return
+	}
+	r.call.more, r.call.err = r.pol.Each(r.call.fn)
+}
 
 // errStop ends a policy's loop early: ReadBatch's when the batch is full.
 // It never leaves this package.

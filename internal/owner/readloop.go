@@ -82,6 +82,29 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *ring.Record) error) erro
 	return r.each(ctx, op, fn, true)
 }
 
+// EachSteps is Each with the records in runs: the fullest-first policy's
+// ring loop hands its plain samples out a run at a time in st (ring.Sink's
+// Steps), and every other record, and every record of an ordered policy,
+// goes in st alone (ring.StepOne); yield gets st each time. It returns as
+// Each does; yield's error ends it, returned as it is.
+func (r *Reader) EachSteps(ctx context.Context, st *ring.Steps, yield func(*ring.Steps) error) error {
+	op := r.opRead
+	if ctx == nil || st == nil || yield == nil {
+		return fmt.Errorf("%s: nil context, steps or function: %w", op.name, os.ErrInvalid)
+	}
+	stop, err := r.enterRead(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer r.exitRead(stop)
+	r.steps = ring.Sink{Steps: st, Yield: yield}
+	defer func() { r.steps = ring.Sink{} }()
+	return r.each(ctx, op, func(rec *ring.Record) error {
+		ring.StepOne(st, rec)
+		return yield(st)
+	}, true)
+}
+
 // Consume calls fn with every record that can be delivered now, as Each
 // does, without waiting, and returns how many it delivered.
 func (r *Reader) Consume(fn func(rec *ring.Record) error) (int, error) {

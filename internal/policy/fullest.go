@@ -165,7 +165,15 @@ func (f *Fullest) CopyInto(s *ring.Sink) bool {
 	return more
 }
 
-// each is Each and CopyInto: one turn into fn or s.
+// EachSteps runs one turn as Each does, the ring's loop handing its plain
+// samples out a run at a time through s (s.Steps and s.Yield: see
+// ring.Sink) and every other record to fn. A turn whose run the caller
+// left untaken ends; the next turn of that ring starts with it.
+func (f *Fullest) EachSteps(fn func(*ring.Record) error, s *ring.Sink) (bool, error) {
+	return f.each(fn, s)
+}
+
+// each is Each, CopyInto and EachSteps: one turn into fn or s.
 func (f *Fullest) each(fn func(*ring.Record) error, s *ring.Sink) (bool, error) {
 	if f.pos >= len(f.order) && !f.startPass() {
 		return false, nil

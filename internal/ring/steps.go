@@ -5,7 +5,7 @@ package ring
 // Steps: a run of one ring's samples in place, which the caller's own loop
 // steps through with no call a record (issue 49). Both kinds' loops set it
 // up (Sink.Steps) over their plain samples and hand it out; every other
-// record goes one at a time (One).
+// record goes one at a time (StepOne).
 
 import (
 	"sync/atomic"
@@ -47,8 +47,8 @@ type Steps struct {
 	hmask, htype uint64
 
 	rec   Record    // what Record returns: the run's fields, and Data set by Record
-	one   bool      // rec is One's record, returned as it is
-	synth [4]uint64 // One's header, which Next takes once
+	one   bool      // rec is StepOne's record, returned as it is
+	synth [4]uint64 // StepOne's header, which Next takes once
 }
 
 // Next moves to the run's next record and reports whether there is one.
@@ -114,10 +114,11 @@ func (s *Steps) sample(index, cpu int) {
 	s.rec = Record{Type: Sample, Ring: index, CPU: cpu}
 }
 
-// One makes s a run of rec alone, a record the ring's loop parsed the
+// StepOne makes s a run of rec alone, a record the ring's loop parsed the
 // careful way: Next takes it once (a ring buffer's empty sample in synth),
-// and Record returns a copy of rec.
-func (s *Steps) One(rec *Record) {
+// and Record returns a copy of rec. (A function, not a method: the root
+// package's Batch is a Steps, and gains no method.)
+func StepOne(s *Steps, rec *Record) {
 	s.rec, s.one = *rec, true
 	s.synth = [4]uint64{}
 	s.base, s.mask, s.pos, s.end = unsafe.Pointer(&s.synth), uint64(len(s.synth)*8-1), 0, bpfRingHdrSize

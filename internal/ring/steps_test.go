@@ -165,15 +165,15 @@ func TestStepsMovedOn(t *testing.T) {
 	}
 }
 
-// One makes a run of one record parsed the careful way: Next takes it
+// StepOne makes a run of one record parsed the careful way: Next takes it
 // once, and Record returns it as it was, lost or wrapped.
-func TestStepsOne(t *testing.T) {
+func TestStepOne(t *testing.T) {
 	var s Steps
 	for _, rec := range []Record{
 		{Type: Lost, Ring: 2, CPU: 3, Pos: 8, Next: 32, Lost: 5},
 		{Type: Sample, Ring: 1, CPU: 0, Pos: 1000, Next: 1040, Data: []byte{1, 2}, Wrapped: []byte{3}},
 	} {
-		s.One(&rec)
+		StepOne(&s, &rec)
 		if !s.Next() {
 			t.Fatalf("%+v: no record", rec)
 		}
