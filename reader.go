@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/perfbuf/perfbuf/internal/owner"
+	"github.com/perfbuf/perfbuf/internal/ring"
 )
 
 // Reader reads every ring of a map. Reads run one at a time; one called
@@ -100,8 +101,11 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 func (r *Reader) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 	return func(yield func(*Batch, error) bool) {
 		var b Batch
-		err := r.r.EachSteps(ctx, &b, func(b *Batch) error {
-			if !yield(b, nil) {
+		err := r.r.EachSteps(ctx, &b.s, func(*ring.Steps) error {
+			if !b.first() {
+				return ring.NoRun
+			}
+			if !yield(&b, nil) {
 				return errMovedOn
 			}
 			return nil

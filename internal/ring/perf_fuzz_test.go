@@ -208,11 +208,14 @@ func FuzzPerfParse(f *testing.F) {
 		}
 		stepSink := &Sink{Steps: new(Steps)}
 		stepSink.Yield = func(st *Steps) error {
-			for j := uint64(0); st.Next(); j++ {
-				if g := st.Record(); g.Type != Sample || len(g.Wrapped) != 0 {
+			if err := st.first(); err != nil {
+				return err
+			}
+			for j := uint64(0); st.next(); j++ {
+				if g := st.record(); g.Type != Sample || len(g.Wrapped) != 0 {
 					t.Fatalf("a run's record at %d: %+v, want a sample in one piece", g.Pos, g)
 				}
-				take(st.Record())
+				take(st.record())
 				if j == commit%3 {
 					break
 				}

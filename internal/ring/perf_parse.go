@@ -105,27 +105,25 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 		rec.Type, rec.Lost, rec.Wrapped, rec.Late = Sample, 0, nil, false
 		for int64(stop0-pos) > 0 {
 			if s.stepping() {
-				// The run's records end by stop0 (records may end past it,
-				// but the loop's take them one at a time), and 16 bytes or more
-				// before the ring's end, where Next reads a header and the
-				// u32 after it when the run is over.
-				ringLeft := r.mask + 1 - pos&r.mask // from pos to the ring's end
-				st := s.Steps
-				if ringLeft > 16 {
+				// The run's records end by stop0 (a record that starts before
+				// it and ends past it goes the way below), and 16 bytes or
+				// more before the ring's end, where the step reads a header
+				// and the u32 after it once the run is over.
+				if ringLeft := r.mask + 1 - pos&r.mask; ringLeft > 16 { // from pos to the ring's end
+					st := s.Steps
 					st.perfRun(r.base, r.mask, pos, pos+min(stop0-pos, end-pos, ringLeft-16), r.index, r.cpu)
-				}
-				if ringLeft > 16 && st.first() {
-					err := s.Yield(st)
-					samples, bytes := st.taken(pos)
-					r.counted, r.cursor = st.pos, st.pos
-					r.counts.Samples += samples
-					r.counts.Bytes += bytes
-					k += int(samples)
-					if err != nil || samples == 0 || stop.Load() {
-						return k, r.cursor - from, err // (none taken: the caller moved on)
+					if err := s.Yield(st); err != NoRun {
+						samples, bytes := st.taken(pos)
+						r.counted, r.cursor = st.Pos, st.Pos
+						r.counts.Samples += samples
+						r.counts.Bytes += bytes
+						k += int(samples)
+						if err != nil || samples == 0 || stop.Load() {
+							return k, r.cursor - from, err // (none taken: the caller moved on)
+						}
+						pos, p = r.cursor, unsafe.Add(r.base, r.cursor&r.mask)
+						continue
 					}
-					pos, p = r.cursor, unsafe.Add(r.base, r.cursor&r.mask)
-					continue
 				}
 			}
 			size, n := plainAt(p, end-pos)

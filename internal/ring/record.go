@@ -141,9 +141,12 @@ type Sink struct {
 
 	// Steps, when set (and KeyEnd not), takes the loop's plain samples a
 	// run at a time: the loop sets Steps over them and calls Yield, whose
-	// caller steps through them in place (Steps.Next), then moves its
-	// cursor past the samples taken and counts them. The loop's function
-	// gets every other record. Yield's error ends the loop, as fn's.
+	// caller steps through them in place (the root's Batch.Next), then
+	// moves its cursor past the samples taken and counts them. A Yield
+	// that returns NoRun took nothing: the step does not take the run's
+	// first record, which the loop then takes the careful way. The loop's
+	// function gets every record that is not in a run. Yield's other
+	// errors end the loop, as fn's do.
 	Steps *Steps
 	Yield func(*Steps) error
 }

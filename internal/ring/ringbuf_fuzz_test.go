@@ -325,8 +325,11 @@ func FuzzBPFRingParse(f *testing.F) {
 		}
 		stepSink := &Sink{Steps: new(Steps)}
 		stepSink.Yield = func(st *Steps) error {
-			for j := uint64(0); st.Next(); j++ {
-				take(st.Record())
+			if err := st.first(); err != nil {
+				return err
+			}
+			for j := uint64(0); st.next(); j++ {
+				take(st.record())
 				if j == commit%3 {
 					break
 				}

@@ -246,10 +246,10 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 				end = pos + left
 			}
 			st := s.Steps
-			if st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu); st.first() {
-				err := s.Yield(st)
+			st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu)
+			if err := s.Yield(st); err != NoRun {
 				samples, bytes := st.taken(pos)
-				r.cursor = st.pos // and counted with it (see Begin)
+				r.cursor = st.Pos // and counted with it (see Begin)
 				r.counts.Samples += samples
 				r.counts.Bytes += bytes
 				k += int(samples)

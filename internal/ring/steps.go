@@ -5,82 +5,54 @@ package ring
 // Steps: a run of one ring's samples in place, which the caller's own loop
 // steps through with no call a record (issue 49). Both kinds' loops set it
 // up (Sink.Steps) over their plain samples and hand it out; every other
-// record goes one at a time (StepOne).
+// record goes one at a time (StepOne). The step itself is the root
+// package's Batch.Next: Go inlines a function into a package that imports
+// the function's own package, and users import the root, not this one.
 
 import (
-	"sync/atomic"
+	"errors"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
-// Steps is a run of one ring's samples, in place: Next takes the next one,
-// Record returns it. Next is inlined into the caller's loop: it checks a
-// sample's header in line and stops at any record it does not take (a
-// record of another type, one still busy or discarded, one that does not
-// end by the run's end), which the ring's loop then parses the careful way.
-// Nothing read from the ring is trusted before it is checked against the
-// run's bounds, which the ring's loop set within the memory it maps.
-//
-// One Next for both kinds: a record is a u64 header at its start h and a
-// u32 length n at lenOff; it takes size = (n + pad) &^ 7 bytes, and is a
-// sample the run takes when size fits before end and (h ^ size<<48) &
-// hmask == htype:
-//   - a BPF ring buffer's: n is the header's len (lenOff 0, the busy and
-//     discard bits make size too large), pad is the 8-byte header plus 7,
-//     and hmask keeps the busy and discard bits of h, which the acquire
-//     load of h shows clear;
+// Steps is a run of one ring's records, in place, in a format that one
+// step serves for both kinds. A record is a u64 header h at its start and
+// a u32 length n at LenOff; it takes size = (n + Pad) &^ 7 bytes, and the
+// step takes it when size fits before End and (h ^ size<<48) & HMask ==
+// HType:
+//   - a BPF ring buffer's: n is the header's len (LenOff 0; the busy and
+//     discard bits make size too large), Pad is the 8-byte header plus 7,
+//     and HMask keeps the busy and discard bits of h, which an acquire
+//     load of h (pairing with the xchg of hdr->len in bpf_ringbuf_commit)
+//     shows clear;
 //   - a perf ring's: n is the u32 size of PERF_SAMPLE_RAW after the 8-byte
-//     perf_event_header (lenOff 8), pad is 12 plus 7, and hmask keeps h's
+//     perf_event_header (LenOff 8), Pad is 12 plus 7, and HMask keeps h's
 //     type and size: PERF_RECORD_SAMPLE, and the size the kernel wrote
 //     equal to size (the kernel pads n so that 12+n is a multiple of 8).
+//     The data was ordered by the acquire load of data_head that set End.
+//
+// The step reads h and n at Pos before it checks them against End, so the
+// loop that sets a run keeps End where those reads stay in the ring's
+// mapping. Nothing read is trusted before it is checked against End.
 type Steps struct {
-	base     unsafe.Pointer // the ring's data area; pos&mask is an offset in it
-	mask     uint64
-	pos, end uint64         // the next record, and where the run's records must end by
-	cur      unsafe.Pointer // the record Next took
-	n        uint64         // its payload's length
+	Base unsafe.Pointer // the ring's data area; Pos&Mask is an offset in it
+	Mask uint64
+	Pos  uint64 // the next record
+	End  uint64 // the run's records end by here
 
-	lenOff       uintptr
-	dataOff      uintptr
-	pad          uint64
-	hmask, htype uint64
+	N uint64 // the payload's length of the record the step took, which ends at Pos
 
-	rec   Record    // what Record returns: the run's fields, and Data set by Record
-	one   bool      // rec is StepOne's record, returned as it is
-	synth [4]uint64 // StepOne's header, which Next takes once
+	LenOff, DataOff uintptr
+	Pad             uint64
+	HMask, HType    uint64
+
+	Rec   Record    // the run's fields, and StepOne's record
+	One   bool      // Rec is StepOne's record, whole
+	synth [4]uint64 // StepOne's header, which the step takes once
 }
 
-// Next moves to the run's next record and reports whether there is one.
-// (Its cost is at the inliner's budget: checked by TestStepsInline.)
-func (s *Steps) Next() bool {
-	pos := s.pos
-	p := unsafe.Add(s.base, pos&s.mask)
-	// Acquire, over a ring buffer: pairs with the xchg of hdr->len in
-	// bpf_ringbuf_commit, so that a record whose busy bit is clear here
-	// was written whole. A perf ring's data was ordered by the acquire
-	// load of data_head that set the run's end.
-	h := atomic.LoadUint64((*uint64)(p))
-	n := uint64(*(*uint32)(unsafe.Add(p, s.lenOff)))
-	size := (n + s.pad) &^ 7
-	if size > s.end-pos || (h^size<<48)&s.hmask != s.htype {
-		return false
-	}
-	s.cur, s.n = p, n
-	s.pos += size
-	return true
-}
-
-// Record returns the record Next took: valid until the next Next, its Data
-// until the ring is committed past it, which happens once the caller has
-// moved on from the run.
-func (s *Steps) Record() *Record {
-	if !s.one {
-		s.rec.Data = unsafe.Slice((*byte)(unsafe.Add(s.cur, s.dataOff)), s.n)
-		s.rec.Pos, s.rec.Next = s.pos-(s.n+s.pad)&^7, s.pos
-	}
-	return &s.rec
-}
+// NoRun is what a sink's Yield returns when the step does not take the
+// run's first record: the loop takes that record the careful way.
+var NoRun = errors.New("ring: no run")
 
 // The formats (see Steps).
 const (
@@ -88,62 +60,55 @@ const (
 	stepsRingBufHMask = bpfRingBusyBit | bpfRingDiscardBit
 	stepsPerfPad      = recSampleDataOff + 7
 	stepsPerfHMask    = 0xffff_0000_ffff_ffff // perf_event_header's type and size
+	stepsPerfType     = 9                     // PERF_RECORD_SAMPLE
 )
 
 // ringBufRun sets s to a run of a ring buffer's samples from pos, each
 // ending by end, in the data area at base (mapped twice, so that a record
-// may run past its end), for the ring's index and cpu.
+// may run past its end and the step may read a header at end).
 func (s *Steps) ringBufRun(base unsafe.Pointer, mask, pos, end uint64, index, cpu int) {
-	s.base, s.mask, s.pos, s.end = base, mask, pos, end
-	s.lenOff, s.dataOff, s.pad, s.hmask, s.htype = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
+	s.Base, s.Mask, s.Pos, s.End = base, mask, pos, end
+	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
 	s.sample(index, cpu)
 }
 
 // perfRun sets s to a run of a perf ring's samples from pos, each ending by
-// end, which must lie 16 bytes or more before the ring's end: Next reads
-// the header and the u32 after it at end, when the run is over.
+// end, which lies 16 bytes or more before the ring's end: the step reads
+// the header and the u32 after it at end, once the run is over.
 func (s *Steps) perfRun(base unsafe.Pointer, mask, pos, end uint64, index, cpu int) {
-	s.base, s.mask, s.pos, s.end = base, mask, pos, end
-	s.lenOff, s.dataOff, s.pad, s.hmask, s.htype = recHeaderSize, recSampleDataOff, stepsPerfPad, stepsPerfHMask, unix.PERF_RECORD_SAMPLE
+	s.Base, s.Mask, s.Pos, s.End = base, mask, pos, end
+	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = recHeaderSize, recSampleDataOff, stepsPerfPad, stepsPerfHMask, stepsPerfType
 	s.sample(index, cpu)
 }
 
 // sample sets the run's fields of every record it returns.
 func (s *Steps) sample(index, cpu int) {
-	s.one = false
-	s.rec = Record{Type: Sample, Ring: index, CPU: cpu}
+	s.One = false
+	s.Rec = Record{Type: Sample, Ring: index, CPU: cpu}
 }
 
 // StepOne makes s a run of rec alone, a record the ring's loop parsed the
-// careful way: Next takes it once (a ring buffer's empty sample in synth),
-// and Record returns a copy of rec. (A function, not a method: the root
-// package's Batch is a Steps, and gains no method.)
+// careful way: the step takes it once (a ring buffer's empty sample in
+// synth), and Rec is a copy of it. (A function, not a method: the root
+// package's Batch holds a Steps, and users see no method of it.)
 func StepOne(s *Steps, rec *Record) {
-	s.rec, s.one = *rec, true
+	s.Rec, s.One = *rec, true
 	s.synth = [4]uint64{}
-	s.base, s.mask, s.pos, s.end = unsafe.Pointer(&s.synth), uint64(len(s.synth)*8-1), 0, bpfRingHdrSize
-	s.lenOff, s.dataOff, s.pad, s.hmask, s.htype = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
+	s.Base, s.Mask, s.Pos, s.End = unsafe.Pointer(&s.synth), uint64(len(s.synth)*8-1), 0, bpfRingHdrSize
+	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
 }
 
-// taken returns the samples Next took from position from on, and their
-// payload bytes, for the ring's counts: the records read again, in the
-// caller's cache now. It reads what Next checked; ring memory rewritten
-// meanwhile (no kernel does) can make the counts wrong, never the reads.
+// taken returns the samples the step took from position from on, and
+// their payload bytes, for the ring's counts: the records read again, in
+// the caller's cache now. It reads what the step checked; ring memory
+// rewritten meanwhile (no kernel does) can make the counts wrong, never
+// the reads.
 func (s *Steps) taken(from uint64) (samples, bytes uint64) {
-	for pos := from; int64(s.pos-pos) > 0; {
-		n := uint64(*(*uint32)(unsafe.Add(s.base, uintptr(pos&s.mask)+s.lenOff)))
+	for pos := from; int64(s.Pos-pos) > 0; {
+		n := uint64(*(*uint32)(unsafe.Add(s.Base, uintptr(pos&s.Mask)+s.LenOff)))
 		samples++
 		bytes += n
-		pos += (n + s.pad) &^ 7 // at least 8
+		pos += (n + s.Pad) &^ 7 // at least 8
 	}
 	return samples, bytes
-}
-
-// first reports whether Next takes the run's first record, and leaves the
-// run as it was: a loop hands out no empty run.
-func (s *Steps) first() bool {
-	pos := s.pos
-	ok := s.Next()
-	s.pos = pos
-	return ok
 }

@@ -5,13 +5,52 @@ package ring
 import (
 	"bytes"
 	"fmt"
-	"os/exec"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 	"testing"
 
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
+
+// next is the root's Batch.Next, the step over a run (the root's own tests
+// run it over both kinds): written again here, so that this package's
+// tests drive the loops as a caller does.
+func (s *Steps) next() bool {
+	pos := s.Pos
+	p := unsafe.Add(s.Base, pos&s.Mask)
+	h := atomic.LoadUint64((*uint64)(p))
+	n := uint64(*(*uint32)(unsafe.Add(p, s.LenOff)))
+	size := (n + s.Pad) &^ 7
+	if size > s.End-pos || (h^size<<48)&s.HMask != s.HType {
+		return false
+	}
+	s.N = n
+	s.Pos += size
+	return true
+}
+
+// record is the root's Batch.Record.
+func (s *Steps) record() *Record {
+	if !s.One {
+		pos := s.Pos - (s.N+s.Pad)&^7
+		s.Rec.Data = unsafe.Slice((*byte)(unsafe.Add(s.Base, uintptr(pos&s.Mask)+s.DataOff)), s.N)
+		s.Rec.Pos, s.Rec.Next = pos, s.Pos
+	}
+	return &s.Rec
+}
+
+// first is the root's check before a run is handed out: NoRun when the
+// step does not take its first record.
+func (s *Steps) first() error {
+	pos := s.Pos
+	ok := s.next()
+	s.Pos = pos
+	if !ok {
+		return NoRun
+	}
+	return nil
+}
 
 // stepsLog is what a loop into Steps delivered: each record's payload and
 // positions, and how: in a run (Steps.Next) or one at a time (the
@@ -25,10 +64,13 @@ type stepsLog struct {
 func (l *stepsLog) sink() *Sink {
 	s := &Sink{Steps: new(Steps)}
 	s.Yield = func(st *Steps) error {
+		if err := st.first(); err != nil {
+			return err
+		}
 		l.runs++
-		for st.Next() {
+		for st.next() {
 			l.inRuns++
-			l.add(st.Record())
+			l.add(st.record())
 		}
 		return nil
 	}
@@ -134,9 +176,12 @@ func TestStepsMovedOn(t *testing.T) {
 	calls := 0
 	s := &Sink{Steps: new(Steps)}
 	s.Yield = func(st *Steps) error {
+		if err := st.first(); err != nil {
+			return err
+		}
 		calls++
-		for j := 0; j < calls && st.Next(); j++ { // 1, then 2, ... records
-			seen = append(seen, st.Record().Data[0])
+		for j := 0; j < calls && st.next(); j++ { // 1, then 2, ... records
+			seen = append(seen, st.record().Data[0])
 		}
 		return nil
 	}
@@ -159,7 +204,7 @@ func TestStepsMovedOn(t *testing.T) {
 		t.Fatalf("a run taken in nothing: %d records, %v, cursor moved %d", n, err, r.Pos()-r.Tail())
 	}
 	errDone := fmt.Errorf("done")
-	s.Yield = func(st *Steps) error { st.Next(); return errDone }
+	s.Yield = func(st *Steps) error { st.next(); return errDone }
 	if n, _, err := r.Each(new(Record), ^uint64(0), nil, nil, s); n != 1 || err != errDone {
 		t.Fatalf("a run that fails after one: %d records, %v", n, err)
 	}
@@ -174,43 +219,15 @@ func TestStepOne(t *testing.T) {
 		{Type: Sample, Ring: 1, CPU: 0, Pos: 1000, Next: 1040, Data: []byte{1, 2}, Wrapped: []byte{3}},
 	} {
 		StepOne(&s, &rec)
-		if !s.Next() {
+		if !s.next() {
 			t.Fatalf("%+v: no record", rec)
 		}
-		if got := s.Record(); got.Type != rec.Type || got.Pos != rec.Pos || got.Next != rec.Next || got.Lost != rec.Lost ||
+		if got := s.record(); got.Type != rec.Type || got.Pos != rec.Pos || got.Next != rec.Next || got.Lost != rec.Lost ||
 			!bytes.Equal(got.AppendTo(nil), rec.AppendTo(nil)) || got.Ring != rec.Ring || got.CPU != rec.CPU {
 			t.Fatalf("record %+v, want %+v", got, rec)
 		}
-		if s.Next() {
+		if s.next() {
 			t.Fatalf("%+v: a second record", rec)
 		}
 	}
-}
-
-// Steps.Next and Record are inlined into the caller's loop: that is what
-// the run is for. The inliner's costs change between Go releases; this
-// says so when they pass the budget.
-func TestStepsInline(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the package with -gcflags=-m")
-	}
-	out, err := exec.Command("go", "build", "-gcflags=-m", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	for _, fn := range []string{"(*Steps).Next", "(*Steps).Record"} {
-		if !bytes.Contains(out, []byte("can inline "+fn)) {
-			t.Errorf("%s is not inlined:\n%s", fn, grepLines(out, fn))
-		}
-	}
-}
-
-func grepLines(out []byte, s string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, s) {
-			b.WriteString(l + "\n")
-		}
-	}
-	return b.String()
 }

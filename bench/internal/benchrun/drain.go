@@ -55,10 +55,13 @@ const (
 	ModeOrdered      = "ordered"       // Reader with Order, ReadInto
 	ModeOrderedEach  = "ordered-each"  // Reader with Order, Each, zero-copy
 	ModeOrderedBatch = "ordered-batch" // Reader with Order, ReadBatch, 64 Samples a call
+
+	ModeReaderBatches  = "reader-batches"  // Reader.Batches, the caller's loop in place
+	ModeOrderedBatches = "ordered-batches" // Reader with Order, Batches
 )
 
 // DrainModes are the modes Drain measures, the reference first.
-var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeC2CPU, ModeOrdered, ModeOrderedBatch, ModeOrderedEach, ModeCilium}
+var DrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeRawCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeReaderBatches, ModeC2CPU, ModeOrdered, ModeOrderedBatch, ModeOrderedEach, ModeOrderedBatches, ModeCilium}
 
 // Reference is the C reference mode measures against: the one that reads
 // the same fill. The ordered modes' fill (both CPUs' rings, in alternating
@@ -74,7 +77,7 @@ func Reference(mode string) string {
 
 // isOrdered reports whether mode reads with ReaderOptions.Order.
 func isOrdered(mode string) bool {
-	return mode == ModeOrdered || mode == ModeOrderedEach || mode == ModeOrderedBatch
+	return mode == ModeOrdered || mode == ModeOrderedEach || mode == ModeOrderedBatch || mode == ModeOrderedBatches
 }
 
 // batchSize is the Samples a ReadBatch mode passes a call.
@@ -266,13 +269,13 @@ func openDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 		return d, nil
 	case ModeRawZeroCopy, ModeRawCopy:
 		return openRaw(base, cfg)
-	case ModeReader, ModeReaderEach, ModeReaderBatch:
+	case ModeReader, ModeReaderEach, ModeReaderBatch, ModeReaderBatches:
 		r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{Options: perfbuf.Options{RingBytes: RingBytes(cfg.Pages)}})
 		if err != nil {
 			return nil, err
 		}
-		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach, s: samplesFor(cfg.Mode)}, nil
-	case ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
+		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach, batches: cfg.Mode == ModeReaderBatches, s: samplesFor(cfg.Mode)}, nil
+	case ModeOrdered, ModeOrderedEach, ModeOrderedBatch, ModeOrderedBatches:
 		return openOrdered(e, cfg)
 	case ModeCilium:
 		return openCiliumPerf(base, cfg)
@@ -406,10 +409,11 @@ func (d *rawDrain) close() {
 // round leaves the rings empty for the next fill.
 type readerDrain struct {
 	fillOne
-	r     *perfbuf.Reader
-	s     []perfbuf.Sample // ReadInto the one, or ReadBatch into them all (samplesFor)
-	total uint64
-	each  bool // Reader.Each instead
+	r       *perfbuf.Reader
+	s       []perfbuf.Sample // ReadInto the one, or ReadBatch into them all (samplesFor)
+	total   uint64
+	each    bool // Reader.Each instead
+	batches bool // Reader.Batches instead
 }
 
 func (d *readerDrain) fill(k int) error {
@@ -424,9 +428,13 @@ func (d *readerDrain) fill(k int) error {
 }
 
 func (d *readerDrain) drain(k int) error {
-	if d.each {
-		n := 0
-		err := d.r.Each(context.Background(), func(rec *perfbuf.Record) error {
+	n := 0
+	var err error
+	// The record's read is written out in each loop, not called: a call a
+	// record is what the forms differ by.
+	switch {
+	case d.each:
+		err = d.r.Each(context.Background(), func(rec *perfbuf.Record) error {
 			if rec.Type != perfbuf.RecordSample {
 				return notSample(rec.CPU, rec.Type, rec.Lost)
 			}
@@ -434,9 +442,23 @@ func (d *readerDrain) drain(k int) error {
 			n++
 			return nil
 		})
-		return roundEnd(err, n, k)
+	case d.batches:
+		for b, e := range d.r.Batches(context.Background()) {
+			if err = e; e != nil {
+				break
+			}
+			for b.Next() {
+				rec := b.Record()
+				if rec.Type != perfbuf.RecordSample {
+					return notSample(rec.CPU, rec.Type, rec.Lost)
+				}
+				d.total += cref.ReadAll(rec.Data) + readWrapped(rec)
+				n++
+			}
+		}
+	default:
+		n, err = readUntilFlushed(d.r, d.s, &d.total, nil)
 	}
-	n, err := readUntilFlushed(d.r, d.s, &d.total, nil)
 	return roundEnd(err, n, k)
 }
 

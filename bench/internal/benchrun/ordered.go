@@ -49,6 +49,7 @@ type orderedDrain struct {
 	tail      int    // samples of the round's last batch
 	checkFn   func(*perfbuf.Sample) error
 	each      bool // Reader.Each instead
+	batches   bool // Reader.Batches instead
 }
 
 func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
@@ -65,7 +66,7 @@ func openOrdered(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &orderedDrain{e: e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach, s: samplesFor(cfg.Mode)}
+	d := &orderedDrain{e: e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach, batches: cfg.Mode == ModeOrderedBatches, s: samplesFor(cfg.Mode)}
 	d.fillRound = func(k int) (int, error) { return fillBoth(e, k, cfg.Size) }
 	d.checkFn = d.check
 	return d, nil
@@ -109,7 +110,7 @@ func (d *orderedDrain) checkKey(cpu int, key uint64, late bool) error {
 }
 
 func (d *orderedDrain) drain(k int) error {
-	if d.each {
+	if d.each || d.batches {
 		return d.drainEach(k)
 	}
 	n, err := readSamples(d.r, d.s, k-d.tail, &d.total, d.checkFn)
@@ -124,29 +125,52 @@ func (d *orderedDrain) drain(k int) error {
 // orderedWakeup is the WakeupEvents of the rings that fillBoth fills.
 const orderedWakeup = 1 << 30
 
-// drainEach is drain with Each: the callback calls Flush once the records
-// that rule 1 releases are read.
+// drainEach is drain with Each (or Batches): Flush once the records that
+// rule 1 releases are read. The type and key checks have their calls only
+// on failure, and each loop writes them out: a call a record is what the
+// forms differ by.
 func (d *orderedDrain) drainEach(k int) error {
 	n := 0
 	if k == d.tail {
 		d.r.Flush()
 	}
-	err := d.r.Each(context.Background(), func(rec *perfbuf.Record) error {
-		// The type and key checks, with the calls only on failure: the
-		// reader-each callback makes its one check in line too.
-		if rec.Type != perfbuf.RecordSample {
-			return notSample(rec.CPU, rec.Type, rec.Lost)
+	if !d.batches {
+		err := d.r.Each(context.Background(), func(rec *perfbuf.Record) error {
+			if rec.Type != perfbuf.RecordSample {
+				return notSample(rec.CPU, rec.Type, rec.Lost)
+			}
+			if rec.Late || rec.Key < d.last {
+				return d.checkKey(rec.CPU, rec.Key, rec.Late)
+			}
+			d.last = rec.Key
+			d.total += readRecord(rec)
+			if n++; n == k-d.tail {
+				d.r.Flush()
+			}
+			return nil
+		})
+		return roundEnd(err, n, k)
+	}
+	var err error
+	for b, e := range d.r.Batches(context.Background()) {
+		if err = e; e != nil {
+			break
 		}
-		if rec.Late || rec.Key < d.last {
-			return d.checkKey(rec.CPU, rec.Key, rec.Late)
+		for b.Next() {
+			rec := b.Record()
+			if rec.Type != perfbuf.RecordSample {
+				return notSample(rec.CPU, rec.Type, rec.Lost)
+			}
+			if rec.Late || rec.Key < d.last {
+				return d.checkKey(rec.CPU, rec.Key, rec.Late)
+			}
+			d.last = rec.Key
+			d.total += readRecord(rec)
+			if n++; n == k-d.tail {
+				d.r.Flush()
+			}
 		}
-		d.last = rec.Key
-		d.total += readRecord(rec)
-		if n++; n == k-d.tail {
-			d.r.Flush()
-		}
-		return nil
-	})
+	}
 	return roundEnd(err, n, k)
 }
 

@@ -38,7 +38,7 @@ const (
 
 // RBDrainModes are the modes RBDrainCompare measures, the reference
 // (ModeC: ring_buffer__consume with a C callback) first.
-var RBDrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeReaderConsume, ModeOrdered, ModeOrderedBatch, ModeOrderedEach, ModeCilium, ModeLibbpfgo}
+var RBDrainModes = []string{ModeC, ModeCallback, ModeRawZeroCopy, ModeReader, ModeReaderBatch, ModeReaderEach, ModeReaderBatches, ModeReaderConsume, ModeOrdered, ModeOrderedBatch, ModeOrderedEach, ModeOrderedBatches, ModeCilium, ModeLibbpfgo}
 
 const (
 	// RBBytes is the ring buffer's size (rbbench.bpf.c's max_entries).
@@ -109,7 +109,7 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 			return nil
 		}
 		return d, nil
-	case ModeReader, ModeReaderEach, ModeReaderConsume, ModeReaderBatch:
+	case ModeReader, ModeReaderEach, ModeReaderConsume, ModeReaderBatch, ModeReaderBatches:
 		r, err := perfbuf.NewReader(e.Events, perfbuf.ReaderOptions{})
 		if err != nil {
 			return nil, err
@@ -125,8 +125,8 @@ func openRBDrainer(e *bpfrun.Emitter, cfg DrainConfig) (drainer, error) {
 			}
 			return d, nil
 		}
-		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach, s: samplesFor(cfg.Mode)}, nil
-	case ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
+		return &readerDrain{fillOne: base, r: r, each: cfg.Mode == ModeReaderEach, batches: cfg.Mode == ModeReaderBatches, s: samplesFor(cfg.Mode)}, nil
+	case ModeOrdered, ModeOrderedEach, ModeOrderedBatch, ModeOrderedBatches:
 		return openRBOrdered(base, cfg)
 	case ModeCilium:
 		r, err := openCilium(e.Events.FileDescriptor())
@@ -361,7 +361,7 @@ func openRBOrdered(f fillOne, cfg DrainConfig) (drainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &orderedDrain{e: f.e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach, s: samplesFor(cfg.Mode)}
+	d := &orderedDrain{e: f.e, size: cfg.Size, r: r, each: cfg.Mode == ModeOrderedEach, batches: cfg.Mode == ModeOrderedBatches, s: samplesFor(cfg.Mode)}
 	d.fillRound = func(k int) (int, error) { return min(k, 1), f.fill(k) }
 	d.checkFn = d.check
 	return d, nil

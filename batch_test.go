@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package perfbuf
+
+// Reader.Batches and Batch, beyond the read forms' tables (which run
+// Batches beside Each: eachIn): runs in place, a loop that moves on part
+// way, Close and a read from inside the loop, and the step inlined.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/perfbuf/perfbuf/internal/ringtest"
+)
+
+// batchFakes returns a Reader over two fake rings of kind, and a function
+// that writes a sample of n bytes carrying seq into ring i.
+func batchFakes(t *testing.T, kind string, opts ReaderOptions) (*Reader, func(i int, seq uint64, n int)) {
+	t.Helper()
+	if kind == "perf" {
+		f := newFakeRings(t, 2, 64<<10)
+		return f.reader(t, opts), func(i int, seq uint64, n int) { f.emit(t, i, seq, seq, n) }
+	}
+	f := newFakeBPFRings(t, 2, 64<<10)
+	return f.reader(t, opts), func(i int, seq uint64, n int) { f.emit(t, i, seq, seq, n) }
+}
+
+// Over the fullest-first policy a batch is a run of one ring's samples:
+// every sample comes once, in its ring's order, in batches of many; a
+// loop that moves on part way through a batch gets the rest in the next
+// batch; the counts are exact (published, as Each's, at the end of the
+// ring's turn, or at Close).
+func TestBatchesRuns(t *testing.T) {
+	for _, kind := range []string{"perf", "ringbuf"} {
+		t.Run(kind, func(t *testing.T) {
+			r, emit := batchFakes(t, kind, ReaderOptions{MaxLatency: -1})
+			const n = 300
+			for seq := range uint64(n) {
+				emit(int(seq%2), seq, 16+int(seq%50))
+			}
+			next := [2]uint64{0, 1} // each ring's next seq
+			got, batches, moves := 0, 0, 0
+			r.SetDeadline(time.Now().Add(50 * time.Millisecond))
+			for got < n {
+				for b, err := range r.Batches(context.Background()) {
+					if err != nil {
+						t.Fatalf("after %d records: %v", got, err)
+					}
+					batches++
+					k := 0
+					for b.Next() {
+						rec := b.Record()
+						seq := binary.NativeEndian.Uint64(rec.AppendTo(nil)[8:])
+						if rec.Type != RecordSample || seq != next[rec.Ring] || rec.Key != 0 || rec.Late || rec.Next <= rec.Pos {
+							t.Fatalf("record %+v: seq %d, want %d", rec, seq, next[rec.Ring])
+						}
+						next[rec.Ring] += 2
+						got++
+						if k++; k == 5 && moves < 3 {
+							break // move on after 5: the rest come next
+						}
+					}
+					if k == 5 && moves < 3 {
+						moves++
+						break
+					}
+					if got == n {
+						break
+					}
+				}
+			}
+			if batches > n/10 {
+				t.Errorf("%d records in %d batches; want runs of many", n, batches)
+			}
+			r.Close() // publishes the counts of the turn the loop left
+			if st := r.Stats(); st.Samples != n || st.Lost != 0 || st.Corrupt != 0 || st.Left != 0 {
+				t.Errorf("stats %+v; want %d samples", st, n)
+			}
+		})
+	}
+}
+
+// An ordered Reader's records come in batches of one, in the order of the
+// key.
+func TestBatchesOrdered(t *testing.T) {
+	for _, kind := range []string{"perf", "ringbuf"} {
+		t.Run(kind, func(t *testing.T) {
+			r, emit := batchFakes(t, kind, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: time.Hour}})
+			for seq := range uint64(40) {
+				emit(int(seq%3%2), seq, 24)
+			}
+			r.Flush()
+			var keys []uint64
+			for b, err := range r.Batches(context.Background()) {
+				if err != nil {
+					if !errors.Is(err, ErrFlushed) {
+						t.Fatal(err)
+					}
+					break
+				}
+				k := 0
+				for b.Next() {
+					keys = append(keys, b.Record().Key)
+					k++
+				}
+				if k != 1 {
+					t.Fatalf("a batch of %d records, want 1", k)
+				}
+			}
+			for i, k := range keys {
+				if k != uint64(i) {
+					t.Fatalf("keys %v, want 0 to 39 in order", keys)
+				}
+			}
+		})
+	}
+}
+
+// Close from inside the loop ends the reading at the batch's end, with
+// os.ErrClosed; a read from inside fails with ErrReentrant.
+func TestBatchesCloseInside(t *testing.T) {
+	for _, kind := range []string{"perf", "ringbuf"} {
+		t.Run(kind, func(t *testing.T) {
+			r, emit := batchFakes(t, kind, ReaderOptions{MaxLatency: -1})
+			for seq := range uint64(20) {
+				emit(0, seq, 32)
+			}
+			var last error
+			got := 0
+			for b, err := range r.Batches(context.Background()) {
+				if err != nil {
+					last = err
+					break
+				}
+				var s Sample
+				if err := r.ReadInto(&s); !errors.Is(err, ErrReentrant) {
+					t.Errorf("ReadInto inside the loop: %v, want ErrReentrant", err)
+				}
+				for b.Next() {
+					if !bytes.HasPrefix(b.Record().Data, ringtest.Keyed(uint64(got), uint64(got), 32)) {
+						t.Fatalf("record %d: %x", got, b.Record().Data)
+					}
+					if got++; got == 3 {
+						r.Close()
+					}
+				}
+			}
+			if !errors.Is(last, os.ErrClosed) || got != 20 {
+				t.Errorf("%d records, then %v; want the batch's 20, then os.ErrClosed", got, last)
+			}
+		})
+	}
+}
+
+// Batch.Next and Record are inlined into the caller's loop, which is what
+// a batch is for: the inliner's costs change between Go releases, and
+// Next is at its budget. (A method of an internal package's type, as
+// through an alias, is not inlined outside this module: the step is the
+// root package's.)
+func TestBatchInline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the package with -gcflags=-m")
+	}
+	out, err := exec.Command("go", "build", "-gcflags=-m", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, fn := range []string{"(*Batch).Next", "(*Batch).Record"} {
+		if !bytes.Contains(out, []byte("can inline "+fn)) {
+			t.Errorf("%s is not inlined (go build -gcflags=-m=2 says why)", fn)
+		}
+	}
+}
