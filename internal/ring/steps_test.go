@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
-	"unsafe"
 	"testing"
+	"unsafe"
 
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
