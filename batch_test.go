@@ -13,9 +13,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/perfbuf/perfbuf/internal/ring"
 	"github.com/perfbuf/perfbuf/internal/ringtest"
 )
 
@@ -174,6 +176,21 @@ func TestBatchInline(t *testing.T) {
 	for _, fn := range []string{"(*Batch).Next", "(*Batch).Record"} {
 		if !bytes.Contains(out, []byte("can inline "+fn)) {
 			t.Errorf("%s is not inlined (go build -gcflags=-m=2 says why)", fn)
+		}
+	}
+}
+
+// Batch and ring.Steps share one layout, field by field: the ring's loop
+// writes a Batch through a *ring.Steps (Batch.steps).
+func TestBatchLayout(t *testing.T) {
+	bt, st := reflect.TypeFor[Batch](), reflect.TypeFor[ring.Steps]()
+	if bt.Size() != st.Size() || bt.NumField() != st.NumField() {
+		t.Fatalf("Batch: %d bytes, %d fields; ring.Steps: %d bytes, %d fields", bt.Size(), bt.NumField(), st.Size(), st.NumField())
+	}
+	for i := range bt.NumField() {
+		bf, sf := bt.Field(i), st.Field(i)
+		if bf.Offset != sf.Offset || bf.Type != sf.Type {
+			t.Errorf("field %d: Batch's %s %v at %d, ring.Steps's %s %v at %d", i, bf.Name, bf.Type, bf.Offset, sf.Name, sf.Type, sf.Offset)
 		}
 	}
 }

@@ -530,6 +530,22 @@ func readRound(b *testing.B, f *fakeRings, r *Reader, mode string, s *Sample) {
 			}
 			return nil
 		})
+	case "BatchesSum":
+		for b, err := range r.Batches(context.Background()) {
+			if err != nil {
+				break
+			}
+			for b.Next() {
+				rec := b.Record()
+				if rec.Type != RecordSample {
+					return
+				}
+				ringtest.Sink += ringtest.Sum(rec.Data)
+				if len(rec.Wrapped) > 0 {
+					ringtest.Sink += ringtest.Sum(rec.Wrapped)
+				}
+			}
+		}
 	}
 }
 
@@ -546,7 +562,7 @@ const benchRingSize = 64 << 12
 // readRound), at two sizes. The ordered Reader's benchmark uses the same
 // rings and records.
 func BenchmarkReaderReadInto(b *testing.B) {
-	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "EachSum"} {
+	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "EachSum", "BatchesSum"} {
 		for _, size := range []int{16, 64} {
 			b.Run(fmt.Sprintf("%s/size=%d", mode, size), func(b *testing.B) {
 				f := newFakeRings(b, 2, benchRingSize)

@@ -101,7 +101,7 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 func (r *Reader) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 	return func(yield func(*Batch, error) bool) {
 		var b Batch
-		err := r.r.EachSteps(ctx, &b.s, func(*ring.Steps) error {
+		err := r.r.EachSteps(ctx, b.steps(), func(*ring.Steps) error {
 			if !b.first() {
 				return ring.NoRun
 			}

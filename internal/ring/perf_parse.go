@@ -113,7 +113,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 					st := s.Steps
 					st.perfRun(r.base, r.mask, pos, pos+min(stop0-pos, end-pos, ringLeft-16), r.index, r.cpu)
 					if err := s.Yield(st); err != NoRun {
-						samples, bytes := st.taken(pos)
+						samples, bytes := st.taken()
 						r.counted, r.cursor = st.Pos, st.Pos
 						r.counts.Samples += samples
 						r.counts.Bytes += bytes

@@ -39,7 +39,8 @@ type Steps struct {
 	Pos  uint64 // the next record
 	End  uint64 // the run's records end by here
 
-	N uint64 // the payload's length of the record the step took, which ends at Pos
+	N   uint64 // the payload's length of the record the step took, which ends at Pos
+	Acc uint64 // the step's count of the records it took: their number << 40 plus their N
 
 	LenOff, DataOff uintptr
 	Pad             uint64
@@ -49,6 +50,14 @@ type Steps struct {
 	One   bool      // Rec is StepOne's record, whole
 	synth [4]uint64 // StepOne's header, which the step takes once
 }
+
+// AccShift is where Acc's count of records starts: below it, their bytes.
+// A run spans at most maxRun bytes, so neither part overflows.
+const AccShift = 40
+
+// maxRun bounds a run's span: at most maxRun/8 records (2^24, the bits
+// above AccShift) and maxRun bytes of payload (below 2^AccShift).
+const maxRun = 1 << 27
 
 // NoRun is what a sink's Yield returns when the step does not take the
 // run's first record: the loop takes that record the careful way.
@@ -67,7 +76,7 @@ const (
 // ending by end, in the data area at base (mapped twice, so that a record
 // may run past its end and the step may read a header at end).
 func (s *Steps) ringBufRun(base unsafe.Pointer, mask, pos, end uint64, index, cpu int) {
-	s.Base, s.Mask, s.Pos, s.End = base, mask, pos, end
+	s.Base, s.Mask, s.Pos, s.End = base, mask, pos, pos+min(end-pos, maxRun)
 	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
 	s.sample(index, cpu)
 }
@@ -76,14 +85,14 @@ func (s *Steps) ringBufRun(base unsafe.Pointer, mask, pos, end uint64, index, cp
 // end, which lies 16 bytes or more before the ring's end: the step reads
 // the header and the u32 after it at end, once the run is over.
 func (s *Steps) perfRun(base unsafe.Pointer, mask, pos, end uint64, index, cpu int) {
-	s.Base, s.Mask, s.Pos, s.End = base, mask, pos, end
+	s.Base, s.Mask, s.Pos, s.End = base, mask, pos, pos+min(end-pos, maxRun)
 	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = recHeaderSize, recSampleDataOff, stepsPerfPad, stepsPerfHMask, stepsPerfType
 	s.sample(index, cpu)
 }
 
 // sample sets the run's fields of every record it returns.
 func (s *Steps) sample(index, cpu int) {
-	s.One = false
+	s.One, s.Acc = false, 0
 	s.Rec = Record{Type: Sample, Ring: index, CPU: cpu}
 }
 
@@ -98,17 +107,8 @@ func StepOne(s *Steps, rec *Record) {
 	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
 }
 
-// taken returns the samples the step took from position from on, and
-// their payload bytes, for the ring's counts: the records read again, in
-// the caller's cache now. It reads what the step checked; ring memory
-// rewritten meanwhile (no kernel does) can make the counts wrong, never
-// the reads.
-func (s *Steps) taken(from uint64) (samples, bytes uint64) {
-	for pos := from; int64(s.Pos-pos) > 0; {
-		n := uint64(*(*uint32)(unsafe.Add(s.Base, uintptr(pos&s.Mask)+s.LenOff)))
-		samples++
-		bytes += n
-		pos += (n + s.Pad) &^ 7 // at least 8
-	}
-	return samples, bytes
+// taken returns the samples the step took in the run and their payload
+// bytes, from Acc.
+func (s *Steps) taken() (samples, bytes uint64) {
+	return s.Acc >> AccShift, s.Acc & (1<<AccShift - 1)
 }

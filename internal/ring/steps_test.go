@@ -27,6 +27,7 @@ func (s *Steps) next() bool {
 	}
 	s.N = n
 	s.Pos += size
+	s.Acc += n + 1<<AccShift
 	return true
 }
 
@@ -43,9 +44,9 @@ func (s *Steps) record() *Record {
 // first is the root's check before a run is handed out: NoRun when the
 // step does not take its first record.
 func (s *Steps) first() error {
-	pos := s.Pos
+	pos, acc := s.Pos, s.Acc
 	ok := s.next()
-	s.Pos = pos
+	s.Pos, s.Acc = pos, acc
 	if !ok {
 		return NoRun
 	}

@@ -17,7 +17,7 @@ import (
 // surfaceBudget is the most `go doc -all .` of the root may print:
 // lines, exported functions and methods, and exported fields (embedded
 // ones counted).
-var surfaceBudget = surface{lines: 460, funcs: 36, fields: 40}
+var surfaceBudget = surface{lines: 495, funcs: 39, fields: 40}
 
 // surface is what one `go doc -all` prints, counted.
 type surface struct{ lines, funcs, fields int }

@@ -271,6 +271,24 @@ func TestRingPerCPUForms(t *testing.T) {
 			}
 			return r.Stats, func() { r.Close() }
 		},
+		"Batches": func(t *testing.T, c *ledger.RingCollector) (func() perfbuf.Stats, func()) {
+			r := newReader(t, p)
+			load()
+			r.Flush()
+			for b, err := range r.Batches(context.Background()) {
+				if err != nil {
+					if !errors.Is(err, perfbuf.ErrFlushed) {
+						t.Fatal(err)
+					}
+					break
+				}
+				for b.Next() {
+					rec := b.Record()
+					c.Sample(rec.Ring, rec.CPU, rec.AppendTo(nil))
+				}
+			}
+			return r.Stats, func() { r.Close() }
+		},
 		"Consume": func(t *testing.T, c *ledger.RingCollector) (func() perfbuf.Stats, func()) {
 			r := newReader(t, p)
 			load()

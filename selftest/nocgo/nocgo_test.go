@@ -193,7 +193,7 @@ func flushRead(t *testing.T, r *perfbuf.Reader, read func() error) {
 }
 
 // forms are the read forms: the Reader's (ReadInto, ReadBatch, Each,
-// Consume), callback mode's (Poll, Consume) and raw mode's (Wait,
+// Batches, Consume), callback mode's (Poll, Consume) and raw mode's (Wait,
 // Buffer, Drain).
 var forms = map[string]form{
 	"ReadInto": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
@@ -237,6 +237,29 @@ var forms = map[string]form{
 				r.Flush()
 				if err := r.Each(context.Background(), c.record); !errors.Is(err, perfbuf.ErrFlushed) {
 					t.Fatal(err)
+				}
+			},
+			closeFn: func() perfbuf.Stats { r.Close(); return r.Stats() },
+			rings:   r.BufferCount(),
+		}
+	},
+	"Batches": func(t *testing.T, m perfbuf.Map, opts perfbuf.ReaderOptions, c *tally) reader {
+		r := newReader(t, m, opts)
+		return reader{
+			drain: func(t *testing.T) {
+				r.Flush()
+				for b, err := range r.Batches(context.Background()) {
+					if err != nil {
+						if !errors.Is(err, perfbuf.ErrFlushed) {
+							t.Fatal(err)
+						}
+						return
+					}
+					for b.Next() {
+						if err := c.record(b.Record()); err != nil {
+							t.Fatal(err)
+						}
+					}
 				}
 			},
 			closeFn: func() perfbuf.Stats { r.Close(); return r.Stats() },

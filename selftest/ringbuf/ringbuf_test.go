@@ -220,6 +220,24 @@ func TestRingBufForms(t *testing.T) {
 			}
 			return r.Stats, func() { r.Close() }
 		},
+		"Batches": func(t *testing.T, c *collector) (func() perfbuf.Stats, func()) {
+			r := newReader(t, f.events, perfbuf.ReaderOptions{})
+			load(t, f, 0)
+			r.Flush()
+			for b, err := range r.Batches(context.Background()) {
+				if err != nil {
+					if !errors.Is(err, perfbuf.ErrFlushed) {
+						t.Fatal(err)
+					}
+					break
+				}
+				for b.Next() {
+					rec := b.Record()
+					c.sample(rec.CPU, rec.Data)
+				}
+			}
+			return r.Stats, func() { r.Close() }
+		},
 		"Consume": func(t *testing.T, c *collector) (func() perfbuf.Stats, func()) {
 			r := newReader(t, f.events, perfbuf.ReaderOptions{})
 			load(t, f, 0)
