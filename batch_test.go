@@ -153,8 +153,10 @@ func TestBatchesCloseInside(t *testing.T) {
 					}
 				}
 			}
-			if !errors.Is(last, os.ErrClosed) || got != 20 {
-				t.Errorf("%d records, then %v; want the batch's 20, then os.ErrClosed", got, last)
+			// The batch is the run of the first 19: the last record before
+			// the ring's head comes in a batch of its own.
+			if !errors.Is(last, os.ErrClosed) || got != 19 {
+				t.Errorf("%d records, then %v; want the batch's 19, then os.ErrClosed", got, last)
 			}
 		})
 	}

@@ -563,7 +563,7 @@ const benchRingSize = 64 << 12
 // rings and records.
 func BenchmarkReaderReadInto(b *testing.B) {
 	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "EachSum", "BatchesSum"} {
-		for _, size := range []int{16, 64} {
+		for _, size := range []int{16, 64, 1024} {
 			b.Run(fmt.Sprintf("%s/size=%d", mode, size), func(b *testing.B) {
 				f := newFakeRings(b, 2, benchRingSize)
 				r := f.reader(b, ReaderOptions{MaxLatency: -1})

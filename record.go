@@ -65,7 +65,7 @@ func (b *Batch) Next() bool {
 	// was written whole. A perf ring's data was ordered by the acquire
 	// load of data_head that set end.
 	h := atomic.LoadUint64((*uint64)(p))
-	n := uint64(*(*uint32)(unsafe.Add(p, b.lenOff)))
+	n := uint64(atomic.LoadUint32((*uint32)(unsafe.Add(p, b.lenOff)))) // (a ring buffer's: h's low half)
 	size := (n + b.pad) &^ 7
 	if size > b.end-b.pos || (h^size<<48)&b.hmask != b.htyp {
 		return false

@@ -107,11 +107,14 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 			if s.stepping() {
 				// The run's records end by stop0 (a record that starts before
 				// it and ends past it goes the way below), and 16 bytes or
-				// more before the ring's end, where the step reads a header
-				// and the u32 after it once the run is over.
-				if ringLeft := r.mask + 1 - pos&r.mask; ringLeft > 16 { // from pos to the ring's end
+				// more before the ring's end and the head snapshot: the step
+				// reads a header and the u32 after it at the run's end once
+				// the run is over, which must be in the ring and published
+				// (the last record before the head goes the way below).
+				ringLeft, headLeft := r.mask+1-pos&r.mask, r.head-pos
+				if ringLeft > 16 && headLeft > 16 {
 					st := s.Steps
-					st.perfRun(r.base, r.mask, pos, pos+min(stop0-pos, end-pos, ringLeft-16), r.index, r.cpu)
+					st.perfRun(r.base, r.mask, pos, pos+min(stop0-pos, end-pos, ringLeft-16, headLeft-16), r.index, r.cpu)
 					if err := s.Yield(st); err != NoRun {
 						samples, bytes := st.taken()
 						r.counted, r.cursor = st.Pos, st.Pos

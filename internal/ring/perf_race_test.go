@@ -33,13 +33,17 @@ func TestPerfRingRace(t *testing.T) {
 		total /= 10
 	}
 	for _, lossy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("lossy=%v", lossy), func(t *testing.T) {
-			testPerfRingRace(t, total, lossy)
-		})
+		for _, steps := range []bool{false, true} {
+			t.Run(fmt.Sprintf("lossy=%v/steps=%v", lossy, steps), func(t *testing.T) {
+				testPerfRingRace(t, total, lossy, steps)
+			})
+		}
 	}
 }
 
-func testPerfRingRace(t *testing.T, total uint64, lossy bool) {
+// testPerfRingRace is TestPerfRingRace with Each's function, or with the
+// plain samples in runs (steps), stepped through as the root's Batch does.
+func testPerfRingRace(t *testing.T, total uint64, lossy, steps bool) {
 	f := ringtest.NewPerf(64 << 10)
 	r := perfReader(t, f)
 	deadline := time.Now().Add(90 * time.Second) // bounds every wait below
@@ -115,9 +119,13 @@ func testPerfRingRace(t *testing.T, total uint64, lossy bool) {
 		return nil
 	}
 
+	var sink *Sink
+	if steps {
+		sink = stepsSink(check)
+	}
 	for !finished {
 		r.Begin()
-		n, _, err := r.Each(&rec, limit, &never, check, nil)
+		n, _, err := r.Each(&rec, limit, &never, check, sink)
 		r.CommitCursor()
 		drains++
 		if err != nil {

@@ -145,8 +145,9 @@ type Sink struct {
 	// moves its cursor past the samples taken and counts them. A Yield
 	// that returns NoRun took nothing: the step does not take the run's
 	// first record, which the loop then takes the careful way. The loop's
-	// function gets every record that is not in a run. Yield's other
-	// errors end the loop, as fn's do.
+	// function (not nil) gets every record that is not in a run: the last
+	// before the head snapshot among them, since the step reads the header
+	// at the run's end. Yield's other errors end the loop, as fn's do.
 	Steps *Steps
 	Yield func(*Steps) error
 }

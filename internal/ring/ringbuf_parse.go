@@ -241,8 +241,12 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	base, head := unsafe.Pointer(unsafe.SliceData(r.data)), r.head
 	for pos := r.cursor; pos != head && pos-from < limit; pos = r.cursor {
 		if s.stepping() {
-			end := head // the run's records end by the snapshot, and by limit
-			if left := limit - (pos - from); left < head-pos {
+			// The run's records end by limit, and 8 bytes before the
+			// snapshot's end: the step reads a header at the run's end once
+			// it is over, which must be a record's the producer published
+			// (the last record goes the way below).
+			end := head - 8
+			if left := limit - (pos - from); left < end-pos {
 				end = pos + left
 			}
 			st := s.Steps

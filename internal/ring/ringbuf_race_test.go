@@ -30,11 +30,15 @@ import (
 // record delivered again, or one whose wakeup the release loses, fails it as well.
 func TestBPFRingRace(t *testing.T) {
 	for _, hold := range []bool{false, true} {
-		t.Run(fmt.Sprintf("HoldBack=%v", hold), func(t *testing.T) { bpfRingRace(t, hold) })
+		for _, steps := range []bool{false, true} {
+			t.Run(fmt.Sprintf("HoldBack=%v/steps=%v", hold, steps), func(t *testing.T) { bpfRingRace(t, hold, steps) })
+		}
 	}
 }
 
-func bpfRingRace(t *testing.T, hold bool) {
+// bpfRingRace is TestBPFRingRace with Each's function, or with the
+// samples in runs (steps), stepped through as the root's Batch does.
+func bpfRingRace(t *testing.T, hold, steps bool) {
 	total := uint64(1_000_000)
 	if ringtest.RaceEnabled() {
 		total = 200_000
@@ -113,9 +117,13 @@ func bpfRingRace(t *testing.T, hold bool) {
 		received++
 		return nil
 	}
+	var sink *Sink
+	if steps {
+		sink = stepsSink(check)
+	}
 	for received+r.counts.Discarded < total {
 		r.Begin()
-		n, _, err := r.Each(&rec, limit, nil, check, nil)
+		n, _, err := r.Each(&rec, limit, nil, check, sink)
 		r.CommitCursor()
 		drains++
 		if err != nil {

@@ -20,7 +20,7 @@ func (s *Steps) next() bool {
 	pos := s.Pos
 	p := unsafe.Add(s.Base, pos&s.Mask)
 	h := atomic.LoadUint64((*uint64)(p))
-	n := uint64(*(*uint32)(unsafe.Add(p, s.LenOff)))
+	n := uint64(atomic.LoadUint32((*uint32)(unsafe.Add(p, s.LenOff))))
 	size := (n + s.Pad) &^ 7
 	if size > s.End-pos || (h^size<<48)&s.HMask != s.HType {
 		return false
@@ -51,6 +51,24 @@ func (s *Steps) first() error {
 		return NoRun
 	}
 	return nil
+}
+
+// stepsSink returns a sink whose runs go to fn, record by record, as the
+// root's Batches hands them to a caller's loop; fn's error ends the loop.
+func stepsSink(fn func(*Record) error) *Sink {
+	s := &Sink{Steps: new(Steps)}
+	s.Yield = func(st *Steps) error {
+		if err := st.first(); err != nil {
+			return err
+		}
+		for st.next() {
+			if err := fn(st.record()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return s
 }
 
 // stepsLog is what a loop into Steps delivered: each record's payload and
@@ -186,7 +204,11 @@ func TestStepsMovedOn(t *testing.T) {
 		}
 		return nil
 	}
-	n, _, err := r.Each(new(Record), ^uint64(0), nil, nil, s)
+	alone := func(rec *Record) error { // the last record before the head
+		seen = append(seen, rec.Data[0])
+		return nil
+	}
+	n, _, err := r.Each(new(Record), ^uint64(0), nil, alone, s)
 	if err != nil || n != 30 || len(seen) != 30 || calls != 8 {
 		t.Fatalf("%d records, %v, %d calls, seen %v", n, err, calls, seen)
 	}
@@ -201,12 +223,12 @@ func TestStepsMovedOn(t *testing.T) {
 	r.CommitCursor()
 	r.Begin()
 	s.Yield = func(*Steps) error { return nil }
-	if n, _, err := r.Each(new(Record), ^uint64(0), nil, nil, s); n != 0 || err != nil || r.Pos() != r.Tail() {
+	if n, _, err := r.Each(new(Record), ^uint64(0), nil, alone, s); n != 0 || err != nil || r.Pos() != r.Tail() {
 		t.Fatalf("a run taken in nothing: %d records, %v, cursor moved %d", n, err, r.Pos()-r.Tail())
 	}
 	errDone := fmt.Errorf("done")
 	s.Yield = func(st *Steps) error { st.next(); return errDone }
-	if n, _, err := r.Each(new(Record), ^uint64(0), nil, nil, s); n != 1 || err != errDone {
+	if n, _, err := r.Each(new(Record), ^uint64(0), nil, alone, s); n != 1 || err != errDone {
 		t.Fatalf("a run that fails after one: %d records, %v", n, err)
 	}
 }
