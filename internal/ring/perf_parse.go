@@ -114,7 +114,14 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 				ringLeft, headLeft := r.mask+1-pos&r.mask, r.head-pos
 				if ringLeft > 16 && headLeft > 16 {
 					st := s.Steps
-					st.perfRun(r.base, r.mask, pos, pos+min(stop0-pos, end-pos, ringLeft-16, headLeft-16), r.index, r.cpu)
+					// A record that starts before stop0 and ends past it is
+					// a run of its own.
+					safe := min(end-pos, ringLeft-16, headLeft-16)
+					span := min(stop0-pos, safe)
+					if size, _ := plainAt(p, end-pos); size > span && size <= safe {
+						span = size
+					}
+					st.perfRun(r.base, r.mask, pos, pos+span, r.index, r.cpu)
 					if err := s.Yield(st); err != NoRun {
 						samples, bytes := st.taken()
 						r.counted, r.cursor = st.Pos, st.Pos

@@ -245,9 +245,14 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			// snapshot's end: the step reads a header at the run's end once
 			// it is over, which must be a record's the producer published
 			// (the last record goes the way below).
+			// A record that starts within limit and ends past it is a run
+			// of its own (limit bounds where records start).
 			end := head - 8
 			if left := limit - (pos - from); left < end-pos {
 				end = pos + left
+				if _, _, size := r.plainAt(base, pos, head); size > left && size <= head-8-pos {
+					end = pos + size
+				}
 			}
 			st := s.Steps
 			st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu)

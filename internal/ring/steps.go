@@ -90,10 +90,13 @@ func (s *Steps) perfRun(base unsafe.Pointer, mask, pos, end uint64, index, cpu i
 	s.sample(index, cpu)
 }
 
-// sample sets the run's fields of every record it returns.
+// sample sets the run's fields of every record it returns (Rec's whole,
+// only after StepOne or on another ring: a run is set many times a turn).
 func (s *Steps) sample(index, cpu int) {
+	if s.One || s.Rec.Ring != index || s.Rec.CPU != cpu || s.Rec.Type != Sample {
+		s.Rec = Record{Type: Sample, Ring: index, CPU: cpu}
+	}
 	s.One, s.Acc = false, 0
-	s.Rec = Record{Type: Sample, Ring: index, CPU: cpu}
 }
 
 // StepOne makes s a run of rec alone, a record the ring's loop parsed the
