@@ -103,7 +103,7 @@ func (r *Reader) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 		var b Batch
 		err := r.r.EachSteps(ctx, b.steps(), func(*ring.Steps) error {
 			if !b.first() {
-				return ring.NoRun
+				return ring.ErrNoRun
 			}
 			if !yield(&b, nil) {
 				return errMovedOn

@@ -122,7 +122,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 						span = size
 					}
 					st.perfRun(r.base, r.mask, pos, pos+span, r.index, r.cpu)
-					if err := s.Yield(st); err != NoRun {
+					if err := s.Yield(st); err != ErrNoRun {
 						samples, bytes := st.taken()
 						r.counted, r.cursor = st.Pos, st.Pos
 						r.counts.Samples += samples

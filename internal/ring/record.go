@@ -143,7 +143,7 @@ type Sink struct {
 	// run at a time: the loop sets Steps over them and calls Yield, whose
 	// caller steps through them in place (the root's Batch.Next), then
 	// moves its cursor past the samples taken and counts them. A Yield
-	// that returns NoRun took nothing: the step does not take the run's
+	// that returns ErrNoRun took nothing: the step does not take the run's
 	// first record, which the loop then takes the careful way. The loop's
 	// function (not nil) gets every record that is not in a run: the last
 	// before the head snapshot among them, since the step reads the header

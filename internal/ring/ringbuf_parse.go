@@ -256,7 +256,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			}
 			st := s.Steps
 			st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu)
-			if err := s.Yield(st); err != NoRun {
+			if err := s.Yield(st); err != ErrNoRun {
 				samples, bytes := st.taken()
 				r.cursor = st.Pos // and counted with it (see Begin)
 				r.counts.Samples += samples

@@ -59,9 +59,9 @@ const AccShift = 40
 // above AccShift) and maxRun bytes of payload (below 2^AccShift).
 const maxRun = 1 << 27
 
-// NoRun is what a sink's Yield returns when the step does not take the
+// ErrNoRun is what a sink's Yield returns when the step does not take the
 // run's first record: the loop takes that record the careful way.
-var NoRun = errors.New("ring: no run")
+var ErrNoRun = errors.New("ring: no run")
 
 // The formats (see Steps).
 const (

@@ -41,14 +41,14 @@ func (s *Steps) record() *Record {
 	return &s.Rec
 }
 
-// first is the root's check before a run is handed out: NoRun when the
+// first is the root's check before a run is handed out: ErrNoRun when the
 // step does not take its first record.
 func (s *Steps) first() error {
 	pos, acc := s.Pos, s.Acc
 	ok := s.next()
 	s.Pos, s.Acc = pos, acc
 	if !ok {
-		return NoRun
+		return ErrNoRun
 	}
 	return nil
 }
