@@ -67,7 +67,7 @@ func (b *Batch) Next() bool {
 	h := atomic.LoadUint64((*uint64)(p))
 	n := uint64(atomic.LoadUint32((*uint32)(unsafe.Add(p, b.lenOff)))) // (a ring buffer's: h's low half)
 	size := (n + b.pad) &^ 7
-	if size > b.end-b.pos || (h^size<<48)&b.hmask != b.htyp {
+	if size > b.end-b.pos || (h^size<<ring.HeaderSizeShift)&b.hmask != b.htyp {
 		return false
 	}
 	b.n = n

@@ -17,8 +17,9 @@ import (
 // Steps is a run of one ring's records, in place, in a format that one
 // step serves for both kinds. A record is a u64 header h at its start and
 // a u32 length n at LenOff; it takes size = (n + Pad) &^ 7 bytes, and the
-// step takes it when size fits before End and (h ^ size<<48) & HMask ==
-// HType:
+// step takes it when size fits before End and (h ^ size<<HeaderSizeShift)
+// & HMask == HType, h loaded in the host's byte order (steps_le.go,
+// steps_be.go place the fields):
 //   - a BPF ring buffer's: n is the header's len (LenOff 0; the busy and
 //     discard bits make size too large), Pad is the 8-byte header plus 7,
 //     and HMask keeps the busy and discard bits of h, which an acquire
@@ -66,10 +67,7 @@ var ErrNoRun = errors.New("ring: no run")
 // The formats (see Steps).
 const (
 	stepsRingBufPad   = bpfRingHdrSize + 7
-	stepsRingBufHMask = bpfRingBusyBit | bpfRingDiscardBit
 	stepsPerfPad      = recSampleDataOff + 7
-	stepsPerfHMask    = 0xffff_0000_ffff_ffff // perf_event_header's type and size
-	stepsPerfType     = 9                     // PERF_RECORD_SAMPLE
 )
 
 // ringBufRun sets s to a run of a ring buffer's samples from pos, each

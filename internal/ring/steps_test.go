@@ -22,7 +22,7 @@ func (s *Steps) next() bool {
 	h := atomic.LoadUint64((*uint64)(p))
 	n := uint64(atomic.LoadUint32((*uint32)(unsafe.Add(p, s.LenOff))))
 	size := (n + s.Pad) &^ 7
-	if size > s.End-pos || (h^size<<48)&s.HMask != s.HType {
+	if size > s.End-pos || (h^size<<HeaderSizeShift)&s.HMask != s.HType {
 		return false
 	}
 	s.N = n
