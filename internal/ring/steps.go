@@ -66,8 +66,8 @@ var ErrNoRun = errors.New("ring: no run")
 
 // The formats (see Steps).
 const (
-	stepsRingBufPad   = bpfRingHdrSize + 7
-	stepsPerfPad      = recSampleDataOff + 7
+	stepsRingBufPad = bpfRingHdrSize + 7
+	stepsPerfPad    = recSampleDataOff + 7
 )
 
 // ringBufRun sets s to a run of a ring buffer's samples from pos, each
