@@ -6,8 +6,9 @@ package ring
 // steps through with no call a record (issue 49). Both kinds' loops set it
 // up (Sink.Steps) over their plain samples and hand it out; every other
 // record goes one at a time (StepOne). The step itself is the root
-// package's Batch.Next: Go inlines a function into a package that imports
-// the function's own package, and users import the root, not this one.
+// package's Batch.Next, which holds these fields in their order: Go did
+// not inline a method of this package's type into a program that imports
+// only the root (issue 49, docs/performance.md).
 
 import (
 	"errors"
@@ -33,7 +34,9 @@ import (
 //
 // The step reads h and n at Pos before it checks them against End, so the
 // loop that sets a run keeps End where those reads stay in the ring's
-// mapping. Nothing read is trusted before it is checked against End.
+// mapping and in what the producer published: 8 bytes (ring buffer) or 16
+// (perf) before the head snapshot. Nothing read is trusted before it is
+// checked against End.
 type Steps struct {
 	Base unsafe.Pointer // the ring's data area; Pos&Mask is an offset in it
 	Mask uint64
