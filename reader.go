@@ -86,8 +86,10 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 // whose step, [Batch.Next], is inlined into the loop, with no call a
 // record; a lost or wrapped record, and each record of an ordered Reader,
 // is a batch of its own. Records are valid until the loop moves on to the
-// next batch, which commits what was taken; those the loop left in a
-// batch come again in the next. Close ends the reading at the batch's end.
+// next batch, which commits what was taken. The records of a run that the
+// loop did not step to come again in the next batch; a batch of one is
+// delivered once yielded, as Each's fn is given a record. Close ends the
+// reading at the batch's end.
 //
 //	for b, err := range r.Batches(ctx) {
 //		if err != nil {
