@@ -123,12 +123,9 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 					}
 					st.perfRun(r.base, r.mask, pos, pos+span, r.index, r.cpu)
 					if err := s.Yield(st); err != ErrNoRun {
-						samples, bytes := st.taken()
-						r.counted, r.cursor = st.Pos, st.Pos
-						r.counts.Samples += samples
-						r.counts.Bytes += bytes
-						k += int(samples)
-						if err != nil || samples == 0 || stop.Load() {
+						took := r.tookRun(st)
+						k += took
+						if err != nil || took == 0 || stop.Load() {
 							return k, r.cursor - from, err // (none taken: the caller moved on)
 						}
 						pos, p = r.cursor, unsafe.Add(r.base, r.cursor&r.mask)

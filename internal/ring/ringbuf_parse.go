@@ -257,12 +257,9 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			st := s.Steps
 			st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu)
 			if err := s.Yield(st); err != ErrNoRun {
-				samples, bytes := st.taken()
-				r.cursor = st.Pos // and counted with it (see Begin)
-				r.counts.Samples += samples
-				r.counts.Bytes += bytes
-				k += int(samples)
-				if err != nil || samples == 0 || stop != nil && stop.Load() {
+				took := r.tookRun(st)
+				k += took
+				if err != nil || took == 0 || stop != nil && stop.Load() {
 					return k, r.cursor - from, err // (none taken: the caller moved on)
 				}
 				continue

@@ -78,8 +78,13 @@ const (
 // may run past its end and the step may read a header at end).
 func (s *Steps) ringBufRun(base unsafe.Pointer, mask, pos, end uint64, index, cpu int) {
 	s.Base, s.Mask, s.Pos, s.End = base, mask, pos, pos+min(end-pos, maxRun)
-	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
+	s.ringBufFormat()
 	s.sample(index, cpu)
+}
+
+// ringBufFormat sets the step's format to a ring buffer's (see Steps).
+func (s *Steps) ringBufFormat() {
+	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
 }
 
 // perfRun sets s to a run of a perf ring's samples from pos, each ending by
@@ -108,11 +113,15 @@ func StepOne(s *Steps, rec *Record) {
 	s.Rec, s.One = *rec, true
 	s.synth = [4]uint64{}
 	s.Base, s.Mask, s.Pos, s.End = unsafe.Pointer(&s.synth), uint64(len(s.synth)*8-1), 0, bpfRingHdrSize
-	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
+	s.ringBufFormat()
 }
 
-// taken returns the samples the step took in the run and their payload
-// bytes, from Acc.
-func (s *Steps) taken() (samples, bytes uint64) {
-	return s.Acc >> AccShift, s.Acc & (1<<AccShift - 1)
+// tookRun moves the cursor past the samples a run's step took (to st.Pos)
+// and counts them from st.Acc, for both kinds' loops, and returns how many.
+func (c *Cursor) tookRun(st *Steps) int {
+	samples := st.Acc >> AccShift
+	c.counted, c.cursor = st.Pos, st.Pos
+	c.counts.Samples += samples
+	c.counts.Bytes += st.Acc & (1<<AccShift - 1)
+	return int(samples)
 }
