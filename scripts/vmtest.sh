@@ -271,7 +271,7 @@ arm64_sysroot() {
 build_initramfs() {
 	local root=$OUT/root-$VMARCH pkg name cc=gcc sysroot=""
 	rm -rf "$root"
-	mkdir -p "$root"/{bin,sbin,dev,proc,sys,tmp,root,etc,vmtest}
+	mkdir -p "$root"/{bin,sbin,dev,proc,sys,tmp,run,root,etc,vmtest}
 	if [ "$VMARCH" = arm64 ]; then
 		sysroot=$(arm64_sysroot)
 		cc=aarch64-linux-gnu-gcc

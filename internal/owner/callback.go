@@ -73,7 +73,11 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 	// committed at the consumer position: one committed while the last
 	// drain was still behind it raised no wakeup (ring.settle). Drain it
 	// rather than wait for a wakeup that will not come.
-	settled := pb.C.settled(nil)
+	// Rings to add (a CPU came online, a ring buffer's takeover won):
+	// drain adds them. Their poke may have gone to the last Poll, after
+	// its wait had ended for another reason, so the flag, not the poke,
+	// says so.
+	settled := !pb.C.pending() && pb.C.settled(nil)
 	pb.drainMu.Unlock()
 	if !settled {
 		return pb.drain(op, -1, false)
@@ -86,9 +90,9 @@ func (pb *PerfBuffer) Poll(timeout time.Duration) (int, error) {
 		return 0, wrap(op, os.ErrClosed)
 	}
 	if pb.C.W.Woken() {
-		pb.C.W.ClearWake() // a CPU came online (poke): drain sees to it
+		pb.C.W.ClearWake() // a poke: its rings are pending, below
 	}
-	if !event {
+	if !event && !pb.C.pending() {
 		return 0, nil
 	}
 	return pb.drain(op, -1, true)

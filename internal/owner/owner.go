@@ -256,6 +256,10 @@ func (c *Core) addNewCPUs() error {
 	return c.addNew() // (out of line: the check inlines into every read)
 }
 
+// pending reports whether rings wait to be added (addNewCPUs): a CPU that
+// came online, or a ring buffer's takeover won.
+func (c *Core) pending() bool { return c.newCPUs != nil && c.newCPUs.Load() }
+
 // addNew is addNewCPUs past its check.
 //
 //go:noinline (so that addNewCPUs inlines)

@@ -211,6 +211,39 @@ func TestRingBufTakeoverAtClose(t *testing.T) {
 	}
 }
 
+// Callback mode's Poll adds and drains the ring that its takeover won even
+// when the takeover's poke went to an earlier Poll, whose wait had ended
+// for its timeout just before, and whose check of the wake took it: the
+// ring not added yet, and nothing left to wake the next Poll. Poll then
+// waited on a set without the ring, for good, until a Consume
+// (selftest/crossproc's NewThenOldCloses in callback mode, 5.10 guest).
+func TestPollAfterTakeoverPokeTaken(t *testing.T) {
+	const n = 10
+	f := newFakeBPFRings(t, 1, 4096)
+	dir := t.TempDir()
+	for seq := range uint64(n) {
+		f.emit(t, 0, seq, seq, 16)
+	}
+	ra := NewReader(sourceCore(t, f.source(t, dir)), defaultPlan)
+	var got []uint64
+	pb := NewPerfBuffer(sourceCore(t, f.source(t, dir)), func(_ int, data []byte) {
+		got = append(got, binary.NativeEndian.Uint64(data[8:]))
+	}, nil)
+	defer pb.Close()
+	ra.Close()
+	// The takeover's goroutine wins the lock, sets Pending, then pokes.
+	for start := time.Now(); !pb.C.W.Woken(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the takeover did not poke the waiting reader") // (bounds a stall only)
+		}
+	}
+	pb.C.W.ClearWake() // the earlier Poll's check, after its wait's timeout
+	k, err := pb.Poll(100 * time.Millisecond)
+	if err != nil || k != n || len(got) != n {
+		t.Fatalf("Poll after the takeover's poke was taken: %d, %v, delivered %v; want %d", k, err, got, n)
+	}
+}
+
 // readerLoop reads r until it fails, calling got with each sample's seq.
 func readerLoop(r *Reader, got func(uint64)) {
 	var s Sample
