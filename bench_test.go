@@ -588,10 +588,10 @@ func BenchmarkReaderReadInto(b *testing.B) {
 // BenchmarkOrderedReadInto measures the ordered Reader's cost per record over
 // two filled fake rings whose keys interleave, so that rule 1 releases each
 // (the Flush of each round only releases its last record): ReadInto,
-// ReadBatch and Each, at two sizes, with the rings taking turns every record (run=1, the
-// merge's worst case) or every 32 (as the real drain benchmark fills them).
+// ReadBatch, Each, EachSum and BatchesSum, at two sizes, with the rings taking turns every
+// record (run=1, the merge's worst case) or every 32 (as the real drain benchmark fills them).
 func BenchmarkOrderedReadInto(b *testing.B) {
-	for _, mode := range []string{"ReadInto", "ReadBatch", "Each"} {
+	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "EachSum", "BatchesSum"} {
 		for _, size := range []int{16, 64} {
 			for _, run := range []int{1, 32} {
 				b.Run(fmt.Sprintf("%s/size=%d/run=%d", mode, size, run), func(b *testing.B) {

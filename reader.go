@@ -104,7 +104,7 @@ func (r *Reader) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 	return func(yield func(*Batch, error) bool) {
 		var b Batch
 		err := r.r.EachSteps(ctx, b.steps(), func(*ring.Steps) error {
-			if !b.first() {
+			if b.one == nil && !b.first() { // (a batch of one has its record)
 				return ring.ErrNoRun
 			}
 			if !yield(&b, nil) {

@@ -45,7 +45,7 @@ type Batch struct {
 	lenOff, dataOff  uintptr
 	pad, hmask, htyp uint64
 	rec              Record
-	one              bool
+	one              *Record
 	synth            [4]uint64
 }
 
@@ -79,11 +79,12 @@ func (b *Batch) Next() bool {
 // Record returns the record Next moved to: valid until the next Next, its
 // Data until the loop moves on from the batch.
 func (b *Batch) Record() *Record {
-	if !b.one {
-		pos := b.pos - (b.n+b.pad)&^7
-		b.rec.Data = unsafe.Slice((*byte)(unsafe.Add(b.base, uintptr(pos&b.mask)+b.dataOff)), b.n)
-		b.rec.Pos, b.rec.Next = pos, b.pos
+	if b.one != nil {
+		return b.one
 	}
+	pos := b.pos - (b.n+b.pad)&^7
+	b.rec.Data = unsafe.Slice((*byte)(unsafe.Add(b.base, uintptr(pos&b.mask)+b.dataOff)), b.n)
+	b.rec.Pos, b.rec.Next = pos, b.pos
 	return &b.rec
 }
 

@@ -50,9 +50,9 @@ type Steps struct {
 	Pad             uint64
 	HMask, HType    uint64
 
-	Rec   Record    // the run's fields, and StepOne's record
-	One   bool      // Rec is StepOne's record, whole
-	synth [4]uint64 // StepOne's header, which the step takes once
+	Rec   Record    // the run's fields, which the step's record takes
+	One   *Record   // StepOne's record, if s is a run of it alone
+	synth [4]uint64 // StepOne's header (never written: zero), which the step takes once
 }
 
 // AccShift is where Acc's count of records starts: below it, their bytes.
@@ -97,21 +97,22 @@ func (s *Steps) perfRun(base unsafe.Pointer, mask, pos, end uint64, index, cpu i
 }
 
 // sample sets the run's fields of every record it returns (Rec's whole,
-// only after StepOne or on another ring: a run is set many times a turn).
+// only on another ring: a run is set many times a turn).
 func (s *Steps) sample(index, cpu int) {
-	if s.One || s.Rec.Ring != index || s.Rec.CPU != cpu || s.Rec.Type != Sample {
+	if s.Rec.Ring != index || s.Rec.CPU != cpu || s.Rec.Type != Sample {
 		s.Rec = Record{Type: Sample, Ring: index, CPU: cpu}
 	}
-	s.One, s.Acc = false, 0
+	s.One, s.Acc = nil, 0
 }
 
 // StepOne makes s a run of rec alone, a record the ring's loop parsed the
 // careful way: the step takes it once (a ring buffer's empty sample in
-// synth), and Rec is a copy of it. (A function, not a method: the root
+// synth), and One is rec itself, not a copy: rec is the loop's, which it
+// reuses only once the caller moved on from s (the run's lifetime), as
+// Each's function is given it. (A function, not a method: the root
 // package's Batch holds a Steps, and users see no method of it.)
 func StepOne(s *Steps, rec *Record) {
-	s.Rec, s.One = *rec, true
-	s.synth = [4]uint64{}
+	s.One = rec
 	s.Base, s.Mask, s.Pos, s.End = unsafe.Pointer(&s.synth), uint64(len(s.synth)*8-1), 0, bpfRingHdrSize
 	s.ringBufFormat()
 }

@@ -33,11 +33,12 @@ func (s *Steps) next() bool {
 
 // record is the root's Batch.Record.
 func (s *Steps) record() *Record {
-	if !s.One {
-		pos := s.Pos - (s.N+s.Pad)&^7
-		s.Rec.Data = unsafe.Slice((*byte)(unsafe.Add(s.Base, uintptr(pos&s.Mask)+s.DataOff)), s.N)
-		s.Rec.Pos, s.Rec.Next = pos, s.Pos
+	if s.One != nil {
+		return s.One
 	}
+	pos := s.Pos - (s.N+s.Pad)&^7
+	s.Rec.Data = unsafe.Slice((*byte)(unsafe.Add(s.Base, uintptr(pos&s.Mask)+s.DataOff)), s.N)
+	s.Rec.Pos, s.Rec.Next = pos, s.Pos
 	return &s.Rec
 }
 
