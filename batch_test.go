@@ -88,39 +88,67 @@ func TestBatchesRuns(t *testing.T) {
 	}
 }
 
-// An ordered Reader's records come in batches of one, in the order of the
-// key.
+// An ordered Reader's batches come in key order: a perf ring's records
+// that rule 1 releases in a row are a run, stepped in place with each Key
+// set (keys alternating between the rings: batches of one); a loop that
+// leaves a run part way gets its other records in the next batch, in
+// order, none twice. (Over ring buffers a Flush's records come from the
+// window's copies, one at a time; its hot ring's runs:
+// TestOrderedRingBufHotEach.)
 func TestBatchesOrdered(t *testing.T) {
 	for _, kind := range []string{"perf", "ringbuf"} {
-		t.Run(kind, func(t *testing.T) {
-			r, emit := batchFakes(t, kind, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: time.Hour}})
-			for seq := range uint64(40) {
-				emit(int(seq%3%2), seq, 24)
-			}
-			r.Flush()
-			var keys []uint64
-			for b, err := range r.Batches(context.Background()) {
-				if err != nil {
-					if !errors.Is(err, ErrFlushed) {
-						t.Fatal(err)
+		for _, tc := range []struct {
+			name    string
+			ring    func(seq uint64) int
+			leave   int // records the loop steps to in a batch before it leaves it (0: all)
+			longest int // the longest batch wanted, at least
+		}{
+			{"interleaved", func(seq uint64) int { return int(seq % 3 % 2) }, 0, 1},
+			{"runs", func(seq uint64) int { return int(seq / 8 % 2) }, 0, 6},
+			{"runs left part way", func(seq uint64) int { return int(seq / 8 % 2) }, 3, 3},
+		} {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				r, emit := batchFakes(t, kind, ReaderOptions{MaxLatency: -1, Order: &Order{MaxDelay: time.Hour}})
+				const n = 64
+				for seq := range uint64(n) {
+					emit(tc.ring(seq), seq, 24)
+				}
+				r.Flush()
+				var keys []uint64
+				longest := 0
+				for b, err := range r.Batches(context.Background()) {
+					if err != nil {
+						if !errors.Is(err, ErrFlushed) {
+							t.Fatal(err)
+						}
+						break
 					}
-					break
+					k := 0
+					for b.Next() {
+						rec := b.Record()
+						if key := binary.NativeEndian.Uint64(rec.Data); rec.Key != key {
+							t.Fatalf("record of key %d: Key %d", key, rec.Key)
+						}
+						keys = append(keys, rec.Key)
+						if k++; k == tc.leave {
+							break
+						}
+					}
+					longest = max(longest, k)
 				}
-				k := 0
-				for b.Next() {
-					keys = append(keys, b.Record().Key)
-					k++
+				for i, k := range keys {
+					if k != uint64(i) || len(keys) != n {
+						t.Fatalf("keys %v, want 0 to %d in order", keys, n-1)
+					}
 				}
-				if k != 1 {
-					t.Fatalf("a batch of %d records, want 1", k)
+				if kind == "ringbuf" {
+					tc.longest = 1
 				}
-			}
-			for i, k := range keys {
-				if k != uint64(i) {
-					t.Fatalf("keys %v, want 0 to 39 in order", keys)
+				if longest < tc.longest || tc.longest == 1 && longest != 1 {
+					t.Fatalf("the longest batch: %d records; want %d", longest, tc.longest)
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

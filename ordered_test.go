@@ -1428,9 +1428,9 @@ const hourKey = uint64(time.Hour) / 1000
 // Each over a hot ring with no copy in the window runs the ring's own loop
 // (eachHot): keys and Late as record by record, counted; the ledger exact.
 func TestOrderedRingBufHotEach(t *testing.T) {
-	// Each calls fn from the ring's loop; ReadBatch (in batches of 7)
-	// copies in it: both stop the loop before the late key, which goes
-	// alone.
+	// Each calls fn from the ring's loop; Batches steps through its runs;
+	// ReadBatch (in batches of 7) copies in it: all stop the loop before
+	// the late key, which goes alone.
 	for _, mode := range []string{"Each", "Batches", "ReadBatch"} {
 		t.Run(mode, func(t *testing.T) {
 			f := newFakeBPFRings(t, 1, 4096)
@@ -1459,12 +1459,26 @@ func TestOrderedRingBufHotEach(t *testing.T) {
 			}
 			o.SetDeadline(time.Now().Add(20 * time.Millisecond))
 			var err error
-			if mode == "Each" || mode == "Batches" {
+			longest := 0 // Batches's longest batch
+			switch mode {
+			case "Each":
 				err = o.Each(context.Background(), func(rec *Record) error {
 					check(rec.Key, rec.Late, rec.Data)
 					return nil
 				})
-			} else {
+			case "Batches":
+				for b, e := range o.Batches(context.Background()) {
+					if err = e; e != nil {
+						break
+					}
+					k := 0
+					for ; b.Next(); k++ {
+						rec := b.Record()
+						check(rec.Key, rec.Late, rec.Data)
+					}
+					longest = max(longest, k)
+				}
+			default:
 				batch := make([]Sample, 7)
 				for err == nil {
 					var k int
@@ -1479,6 +1493,10 @@ func TestOrderedRingBufHotEach(t *testing.T) {
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("keys %v\nwant %v", got, want)
+			}
+			if mode == "Batches" && longest < 2 {
+				// (runs end at the intake's chunk: 256 bytes of this ring)
+				t.Fatalf("the longest batch: %d records; want the hot ring's runs stepped in place", longest)
 			}
 			o.Close()
 			if st := o.Stats(); st.Samples != 32 || st.Late != 1 || st.Left != 0 || st.Rings[0].Late != 1 {

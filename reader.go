@@ -82,10 +82,10 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 
 // Batches is Each for the caller's own loop: it yields the records in
 // batches, in place, and then the error that ended it, as Each returns.
-// Over the fullest-first policy a batch is a run of one ring's samples
-// whose step, [Batch.Next], is inlined into the loop, with no call a
-// record; a lost or wrapped record, and each record of an ordered Reader,
-// is a batch of its own. Records are valid until the loop moves on to the
+// A batch is a run of one ring's samples (an ordered Reader's: those that
+// go next in key order, each with its Key) whose step, [Batch.Next], is
+// inlined into the loop, with no call a record; every other record is a
+// batch of its own. Records are valid until the loop moves on to the
 // next batch, which commits what was taken. The records of a run that the
 // loop did not step to come again in the next batch; a batch of one is
 // delivered once yielded, as Each's fn is given a record. Close ends the

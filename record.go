@@ -6,6 +6,7 @@ package perfbuf
 // Order.Sort, which orders records read without an Order.
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"unsafe"
 
@@ -44,6 +45,7 @@ type Batch struct {
 	n, acc           uint64
 	lenOff, dataOff  uintptr
 	pad, hmask, htyp uint64
+	keyEnd           uint64
 	rec              Record
 	one              *Record
 	synth            [4]uint64
@@ -83,8 +85,12 @@ func (b *Batch) Record() *Record {
 		return b.one
 	}
 	pos := b.pos - (b.n+b.pad)&^7
-	b.rec.Data = unsafe.Slice((*byte)(unsafe.Add(b.base, uintptr(pos&b.mask)+b.dataOff)), b.n)
+	p := unsafe.Add(b.base, uintptr(pos&b.mask)+b.dataOff)
+	b.rec.Data = unsafe.Slice((*byte)(p), b.n)
 	b.rec.Pos, b.rec.Next = pos, b.pos
+	if b.keyEnd != 0 { // an ordered run's: the step took only payloads that hold the key
+		b.rec.Key = binary.NativeEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, b.keyEnd-8)), 8))
+	}
 	return &b.rec
 }
 

@@ -57,10 +57,11 @@ type Reader struct {
 	sink  ring.Sink
 	copyF func(*ring.Record) error
 
-	// EachSteps's runs: over the fullest-first policy, the ring's loop
-	// hands its plain samples out through steps (Steps and Yield set
-	// during the call).
-	steps ring.Sink
+	// EachSteps's runs: over a policy that can (stepper: pol, a
+	// policy.Stepper), the rings' loops hand their plain samples out
+	// through steps (Steps and Yield set during the call).
+	stepper policy.Stepper
+	steps   ring.Sink
 
 	// The policy's loop with a user's function (Each's, Consume's) runs
 	// inside wait.Reads (see polEach): turnF (r.turn, made once) and what
@@ -168,8 +169,8 @@ func (r *Reader) polEach(fn func(*ring.Record) error) (bool, error) {
 }
 
 func (r *Reader) turn() {
-	if r.steps.Steps != nil && r.full != nil {
-		r.call.more, r.call.err = r.full.EachSteps(r.call.fn, &r.steps)
+	if r.steps.Steps != nil && r.stepper != nil {
+		r.call.more, r.call.err = r.stepper.EachSteps(r.call.fn, &r.steps)
 		return
 	}
 	r.call.more, r.call.err = r.pol.Each(r.call.fn)

@@ -58,6 +58,7 @@ func NewReader(c *Core, p Plan) *Reader {
 	}
 	r.copier, _ = r.pol.(policy.Copier)
 	r.batcher, _ = r.pol.(policy.BatchCopier)
+	r.stepper, _ = r.pol.(policy.Stepper)
 	if l, ok := r.pol.(policy.Lagger); ok {
 		r.lags = l.Lags
 	}
@@ -82,10 +83,10 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *ring.Record) error) erro
 	return r.each(ctx, op, fn, true)
 }
 
-// EachSteps is Each with the records in runs: the fullest-first policy's
-// ring loop hands its plain samples out a run at a time in st (ring.Sink's
-// Steps), and every other record, and every record of an ordered policy,
-// goes in st alone (ring.StepOne); yield gets st each time. It returns as
+// EachSteps is Each with the records in runs: the policy's ring loops hand
+// their plain samples out a run at a time in st (ring.Sink's Steps; an
+// ordered policy's runs are those of rule 1: policy.Stepper), and every
+// other record goes in st alone (ring.StepOne); yield gets st each time. It returns as
 // Each does; yield's error ends it, returned as it is.
 func (r *Reader) EachSteps(ctx context.Context, st *ring.Steps, yield func(*ring.Steps) error) error {
 	op := r.opRead

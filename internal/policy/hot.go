@@ -39,8 +39,9 @@ type hotRing struct {
 	have bool
 	out  bool // the record out is rec
 	// Each's loop over the ring (eachHot): the ring's own loop within
-	// sink's bounds (KeyEnd, set once, and the last key delivered), into
-	// into during CopyInto; a record it does not take goes through eachF
+	// sink's bounds (KeyEnd, set once, and the last key delivered), with
+	// the owner's sink into during CopyInto and EachSteps; a record it
+	// does not take goes through eachF
 	// (w.hotRec, made once), which calls fn.
 	loop  ring.Record
 	sink  ring.Sink
@@ -198,6 +199,15 @@ func (w *window) eachHot(fn func(*ring.Record) error) (ran bool, err error) {
 		return true, nil
 	}
 	return n > 0 || err != nil, err
+}
+
+// EachSteps is Each for Batches (Stepper): the hot ring's records go
+// through its loop a run of steps at a time (s.Steps, s.Yield), and every
+// other record to fn.
+func (w *window) EachSteps(fn func(*ring.Record) error, s *ring.Sink) (bool, error) {
+	w.hot.into = s
+	defer func() { w.hot.into = nil }()
+	return w.Each(fn)
 }
 
 // CopyInto is Each for a ReadBatch (BatchCopier): fn copies a record into

@@ -88,7 +88,7 @@ type orderedRun struct {
 	ring  int // -1: no run
 	bound uint64
 	sink  ring.Sink  // the ring loop's bounds: KeyEnd, set once, and [last, bound]
-	into  *ring.Sink // during CopyInto, the batch a run copies into
+	into  *ring.Sink // the owner's sink: CopyInto's batch, or EachSteps's steps
 }
 
 // keyReader says where a sample's key is: the u64 at offset, in host

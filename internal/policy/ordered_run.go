@@ -45,6 +45,15 @@ func (o *ordered) CopyInto(s *ring.Sink, fn func(*ring.Record) error) bool {
 	return more
 }
 
+// EachSteps is Each for Batches (Stepper): a run's records go through the
+// ring's loop a run of steps at a time (s.Steps, s.Yield), and every other
+// record to fn.
+func (o *ordered) EachSteps(fn func(*ring.Record) error, s *ring.Sink) (bool, error) {
+	o.run.into = s
+	defer func() { o.run.into = nil }()
+	return o.Each(fn)
+}
+
 // inRun reports whether r's front, loaded, is a sample that a run on its
 // ring delivers: its key within [o.last, o.run.bound].
 func (o *ordered) inRun(r *orderedRing) bool {
@@ -86,15 +95,17 @@ func (o *ordered) deliverRun(i int, fn func(*ring.Record) error) error {
 
 // runLoop runs ring rb's loop as a run bounded by s (KeyEnd, Lo and Hi
 // set): the ordered merge's (deliverRun) and the window's hot ring's
-// (eachHot). With into (a ReadBatch's batch: BatchCopier) the loop copies
-// into its Samples, and into's count and room are handed back after.
+// (eachHot). With into, the owner's sink, the loop copies into its
+// Samples (a ReadBatch's batch: BatchCopier), and into's count and room
+// are handed back after; or it hands the run's samples out through its
+// Steps (Stepper).
 func runLoop(rb ring.Ring, rec *ring.Record, limit uint64, stop *atomic.Bool, fn func(*ring.Record) error, s, into *ring.Sink) (int, uint64, error) {
 	if into != nil {
-		s.Into, s.N, s.Room = into.Into, into.N, into.Room
+		s.Into, s.N, s.Room, s.Steps, s.Yield = into.Into, into.N, into.Room, into.Steps, into.Yield
 	}
 	k, used, err := rb.Each(rec, limit, stop, fn, s)
 	if into != nil {
-		into.N, into.Room, s.Into = s.N, s.Room, nil
+		into.N, into.Room, s.Into, s.Steps, s.Yield = s.N, s.Room, nil, nil, nil
 	}
 	return k, used, err
 }

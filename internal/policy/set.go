@@ -84,6 +84,15 @@ type BatchCopier interface {
 	CopyInto(s *ring.Sink, fn func(*ring.Record) error) (more bool)
 }
 
+// Stepper is a Reading whose rings' loops can hand their plain samples
+// out a run at a time through s (s.Steps and s.Yield: see ring.Sink), and
+// every other record to fn: EachSteps is Each so. The fullest-first
+// policy's runs are a turn's; the ordered ones', the records that rule 1
+// releases from one ring in a row.
+type Stepper interface {
+	EachSteps(fn func(*ring.Record) error, s *ring.Sink) (more bool, err error)
+}
+
 // Waits is a Reading that cares whether the read waited after Idle: NoWait
 // says it did not, the rings having moved (the ordered window: a reader
 // that never waits is behind the producers).

@@ -232,6 +232,15 @@ func FuzzPerfParse(f *testing.F) {
 			t.Fatalf("steps counted %+v, Next %+v", got, ref)
 		}
 
+		// An ordered run into Steps, keys ending at 8 to 15 in the payload,
+		// against the same run with a function.
+		keyedSame(t, 8+commit%8, tail%50, ^uint64(0)>>(commit%4*16), commit/4, func(fn func(*Record) error, s *Sink) (int, string, error) {
+			r, _ := NewPerfFromParts(0, &unix.PerfEventMmapPage{Data_tail: tail, Data_head: head}, mem)
+			r.Begin()
+			n, _, err := r.Each(new(Record), math.MaxUint64, new(atomic.Bool), fn, s)
+			return n, fmt.Sprintf("%+v at %d", *r.Counts(), r.Pos()), err
+		})
+
 		end := head
 		if corrupt {
 			end = corruptAt

@@ -122,8 +122,10 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 						span = size
 					}
 					st.perfRun(r.base, r.mask, pos, pos+span, r.index, r.cpu)
-					if err := s.Yield(st); err != ErrNoRun {
-						took := r.tookRun(st)
+					if s.inRun() && !st.keyed(s) {
+						// (an ordered run's first record goes the way below)
+					} else if err := s.Yield(st); err != ErrNoRun {
+						took := r.tookRun(st, s)
 						k += took
 						if err != nil || took == 0 || stop.Load() {
 							return k, r.cursor - from, err // (none taken: the caller moved on)

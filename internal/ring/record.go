@@ -139,8 +139,9 @@ type Sink struct {
 	KeyEnd uint64
 	Lo, Hi uint64
 
-	// Steps, when set (and KeyEnd not), takes the loop's plain samples a
-	// run at a time: the loop sets Steps over them and calls Yield, whose
+	// Steps, when set, takes the loop's plain samples a run at a time
+	// (with KeyEnd, those the ordered run delivers, keys in line: Steps'
+	// keyed): the loop sets Steps over them and calls Yield, whose
 	// caller steps through them in place (the root's Batch.Next), then
 	// moves its cursor past the samples taken and counts them. A Yield
 	// that returns ErrNoRun took nothing: the step does not take the run's
@@ -148,12 +149,13 @@ type Sink struct {
 	// function (not nil) gets every record that is not in a run: the last
 	// before the head snapshot among them, since the step reads the header
 	// at the run's end. Yield's other errors end the loop, as fn's do.
+	// After a keyed run, Lo is the key of the last sample the step took.
 	Steps *Steps
 	Yield func(*Steps) error
 }
 
 // stepping reports whether the loop hands its plain samples out as Steps.
-func (s *Sink) stepping() bool { return s != nil && s.Steps != nil && s.KeyEnd == 0 }
+func (s *Sink) stepping() bool { return s != nil && s.Steps != nil }
 
 // runKey returns the key of a plain sample's payload data in a run (KeyEnd
 // not 0) and whether the run delivers it. In line in both kinds' loops.

@@ -342,6 +342,15 @@ func FuzzBPFRingParse(f *testing.F) {
 				limit, k7, stepped, stepErr, *r7.Counts(), r7.Pos(), got2, eachErr, *r2.Counts(), r2.Pos())
 		}
 
+		// An ordered run into Steps, keys ending at 8 to 15 in the payload,
+		// against the same run with a function.
+		keyedSame(t, 8+commit%8, uint64(cons)%50, ^uint64(0)>>(commit%4*16), commit/4, func(fn func(*Record) error, s *Sink) (int, string, error) {
+			r, _, _ := fuzzBPFReader(t, ring, cons, prod)
+			r.Begin()
+			n, _, err := r.Each(new(Record), uint64(limit), nil, fn, s)
+			return n, fmt.Sprintf("%+v at %d", *r.Counts(), r.Pos()), err
+		})
+
 		// peek at every record boundary sees the sample next saw there (or the next one).
 		r3, _, _ := fuzzBPFReader(t, ring, cons, prod)
 		r3.Begin()

@@ -256,8 +256,10 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			}
 			st := s.Steps
 			st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu)
-			if err := s.Yield(st); err != ErrNoRun {
-				took := r.tookRun(st)
+			if s.inRun() && !st.keyed(s) {
+				// (an ordered run's first record goes the way below)
+			} else if err := s.Yield(st); err != ErrNoRun {
+				took := r.tookRun(st, s)
 				k += took
 				if err != nil || took == 0 || stop != nil && stop.Load() {
 					return k, r.cursor - from, err // (none taken: the caller moved on)

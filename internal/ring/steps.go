@@ -11,7 +11,9 @@ package ring
 // only the root (issue 49, docs/performance.md).
 
 import (
+	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -49,6 +51,9 @@ type Steps struct {
 	LenOff, DataOff uintptr
 	Pad             uint64
 	HMask, HType    uint64
+	// KeyEnd, in an ordered run's Steps (keyed), is where each record's
+	// u64 key ends in its payload, which Record sets as Key; 0 otherwise.
+	KeyEnd uint64
 
 	Rec   Record    // the run's fields, which the step's record takes
 	One   *Record   // StepOne's record, if s is a run of it alone
@@ -84,7 +89,7 @@ func (s *Steps) ringBufRun(base unsafe.Pointer, mask, pos, end uint64, index, cp
 
 // ringBufFormat sets the step's format to a ring buffer's (see Steps).
 func (s *Steps) ringBufFormat() {
-	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0
+	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType, s.KeyEnd = 0, bpfRingHdrSize, stepsRingBufPad, stepsRingBufHMask, 0, 0
 }
 
 // perfRun sets s to a run of a perf ring's samples from pos, each ending by
@@ -92,8 +97,49 @@ func (s *Steps) ringBufFormat() {
 // the header and the u32 after it at end, once the run is over.
 func (s *Steps) perfRun(base unsafe.Pointer, mask, pos, end uint64, index, cpu int) {
 	s.Base, s.Mask, s.Pos, s.End = base, mask, pos, pos+min(end-pos, maxRun)
-	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType = recHeaderSize, recSampleDataOff, stepsPerfPad, stepsPerfHMask, stepsPerfType
+	s.LenOff, s.DataOff, s.Pad, s.HMask, s.HType, s.KeyEnd = recHeaderSize, recSampleDataOff, stepsPerfPad, stepsPerfHMask, stepsPerfType, 0
 	s.sample(index, cpu)
+}
+
+// keyed makes s, a run just set, the ordered run that sink k delivers
+// (Sink.KeyEnd): it ends s before the first record that the step would
+// not take, whose payload is shorter than KeyEnd, or whose key is not in
+// [lo, hi] with lo the key before it (a run's keys rise). It reads each
+// record's header, length and key once, where the step will read them
+// again (within End, as the step does), so that the step needs no key
+// check: one that did would not fit the inliner's budget in the root's
+// Batch.Next. It reports whether the run has a record.
+func (s *Steps) keyed(k *Sink) bool {
+	pos, lo := s.Pos, k.Lo
+	for {
+		p := unsafe.Add(s.Base, pos&s.Mask)
+		// The step's loads and checks (Batch.Next).
+		h := atomic.LoadUint64((*uint64)(p))
+		n := uint64(atomic.LoadUint32((*uint32)(unsafe.Add(p, s.LenOff))))
+		size := (n + s.Pad) &^ 7
+		if size > s.End-pos || (h^size<<HeaderSizeShift)&s.HMask != s.HType || n < k.KeyEnd {
+			break
+		}
+		key := s.keyAt(p, k.KeyEnd)
+		if key < lo || key > k.Hi {
+			break
+		}
+		lo, pos = key, pos+size
+	}
+	s.End, s.KeyEnd = pos, k.KeyEnd
+	return pos != s.Pos
+}
+
+// keyAt reads the key that ends at keyEnd in the payload of the record at
+// p, in the host's byte order (a perf payload is 4 bytes off alignment).
+func (s *Steps) keyAt(p unsafe.Pointer, keyEnd uint64) uint64 {
+	return binary.NativeEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, s.DataOff+uintptr(keyEnd-8))), 8))
+}
+
+// lastKey is the key of the last record a keyed run's step took, which
+// ends at Pos (N, its payload's length, set by the step).
+func (s *Steps) lastKey() uint64 {
+	return s.keyAt(unsafe.Add(s.Base, (s.Pos-(s.N+s.Pad)&^7)&s.Mask), s.KeyEnd)
 }
 
 // sample sets the run's fields of every record it returns (Rec's whole,
@@ -119,10 +165,13 @@ func StepOne(s *Steps, rec *Record) {
 
 // tookRun moves the cursor past the samples a run's step took (to st.Pos)
 // and counts them from st.Acc, for both kinds' loops, and returns how many.
-func (c *Cursor) tookRun(st *Steps) int {
+func (c *Cursor) tookRun(st *Steps, s *Sink) int {
 	samples := st.Acc >> AccShift
 	c.counted, c.cursor = st.Pos, st.Pos
 	c.counts.Samples += samples
 	c.counts.Bytes += st.Acc & (1<<AccShift - 1)
+	if samples > 0 && st.KeyEnd != 0 {
+		s.Lo = st.lastKey() // (see Sink.Steps)
+	}
 	return int(samples)
 }

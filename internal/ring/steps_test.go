@@ -4,6 +4,7 @@ package ring
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -37,8 +38,12 @@ func (s *Steps) record() *Record {
 		return s.One
 	}
 	pos := s.Pos - (s.N+s.Pad)&^7
-	s.Rec.Data = unsafe.Slice((*byte)(unsafe.Add(s.Base, uintptr(pos&s.Mask)+s.DataOff)), s.N)
+	p := unsafe.Add(s.Base, uintptr(pos&s.Mask)+s.DataOff)
+	s.Rec.Data = unsafe.Slice((*byte)(p), s.N)
 	s.Rec.Pos, s.Rec.Next = pos, s.Pos
+	if s.KeyEnd != 0 {
+		s.Rec.Key = binary.NativeEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, s.KeyEnd-8)), 8))
+	}
 	return &s.Rec
 }
 
@@ -104,7 +109,7 @@ func (l *stepsLog) fn(rec *Record) error {
 }
 
 func (l *stepsLog) add(rec *Record) {
-	l.recs = append(l.recs, fmt.Sprintf("%v %d-%d cpu %d ring %d %x lost %d", rec.Type, rec.Pos, rec.Next, rec.CPU, rec.Ring, rec.AppendTo(nil), rec.Lost))
+	l.recs = append(l.recs, fmt.Sprintf("%v %d-%d cpu %d ring %d %x lost %d key %d", rec.Type, rec.Pos, rec.Next, rec.CPU, rec.Ring, rec.AppendTo(nil), rec.Lost, rec.Key))
 }
 
 // A ring buffer's committed samples go in runs, stepped through in place;
@@ -141,6 +146,114 @@ func TestStepsRingBuf(t *testing.T) {
 	}
 	if *r2.Counts() != *r.Counts() || r2.Pos() != r.Pos() {
 		t.Errorf("steps counted %+v at %d, each %+v at %d", *r2.Counts(), r2.Pos(), *r.Counts(), r.Pos())
+	}
+}
+
+// An ordered run (a sink with KeyEnd) in Steps: its samples whose keys
+// rise within [Lo, Hi] go in runs with their keys, and the loop stops
+// where the loop with a function stops (a key out of bounds, a sample too
+// short for its key), with the same records, keys, Lo, counts and cursor.
+func TestStepsKeyed(t *testing.T) {
+	const lo, hi = 5, 100
+	for _, tc := range []struct {
+		name string
+		keys []int // -1: a sample too short to hold its key
+		runs int   // runs stepped (the last record before the head goes alone)
+	}{
+		{"above Hi", []int{5, 6, 6, 9, 40, 41, 101, 50, 60}, 1},
+		{"below the last", []int{7, 8, 9, 9, 8, 10, 11}, 1},
+		{"below Lo first", []int{4, 6, 7}, 0},
+		{"too short", []int{6, 7, 8, -1, 9, 10}, 1},
+		{"to the head", []int{6, 7, 8, 9, 10, 11}, 1},
+	} {
+		payload := func(i, key int) []byte {
+			if key < 0 {
+				return []byte{1, 2, 3, 4}
+			}
+			b := binary.NativeEndian.AppendUint64(nil, uint64(key))
+			return append(b, ringtest.Pattern(1+i*5%30, byte(i))...)
+		}
+		check := func(t *testing.T, each func(fn func(*Record) error, s *Sink) (int, error), counts func() string) {
+			t.Helper()
+			var want, got stepsLog
+			ws, gs := &Sink{KeyEnd: 8, Lo: lo, Hi: hi}, got.sink()
+			gs.KeyEnd, gs.Lo, gs.Hi = 8, lo, hi
+			n, err := each(want.fn, ws)
+			wantCounts := counts()
+			n2, err2 := each(got.fn, gs)
+			if err != nil || err2 != nil || n != n2 || gs.Lo != ws.Lo || strings.Join(got.recs, "\n") != strings.Join(want.recs, "\n") {
+				t.Fatalf("steps: %d, %v, Lo %d:\n%s\nwant %d, %v, Lo %d:\n%s", n2, err2, gs.Lo, strings.Join(got.recs, "\n"), n, err, ws.Lo, strings.Join(want.recs, "\n"))
+			}
+			if got.runs != tc.runs || got.inRuns+got.alone != n {
+				t.Errorf("%d runs of %d records, %d alone; want %d runs", got.runs, got.inRuns, got.alone, tc.runs)
+			}
+			if c := counts(); c != wantCounts {
+				t.Errorf("steps counted %s, each %s", c, wantCounts)
+			}
+		}
+		t.Run("ringbuf/"+tc.name, func(t *testing.T) {
+			f := ringtest.NewRingBuf(4096)
+			for i, key := range tc.keys {
+				f.Output(t, payload(i, key))
+			}
+			var r *RingBuf
+			check(t, func(fn func(*Record) error, s *Sink) (int, error) {
+				r = fakeReader(t, f)
+				r.Begin()
+				n, _, err := r.Each(new(Record), ^uint64(0), nil, fn, s)
+				return n, err
+			}, func() string { return fmt.Sprintf("%+v at %d", *r.Counts(), r.Pos()) })
+		})
+		t.Run("perf/"+tc.name, func(t *testing.T) {
+			var r *Perf
+			check(t, func(fn func(*Record) error, s *Sink) (int, error) {
+				f := ringtest.NewPerfAt(4096, 1<<32) // the same records each time
+				for i, key := range tc.keys {
+					f.MustWrite(t, ringtest.PerfSample(payload(i, key)))
+				}
+				r = perfReader(t, f)
+				r.Begin()
+				n, _, err := r.Each(new(Record), ^uint64(0), new(atomic.Bool), fn, s)
+				return n, err
+			}, func() string { return fmt.Sprintf("%+v at %d", *r.Counts(), r.Pos()) })
+		})
+	}
+}
+
+// keyedSame checks an ordered run into Steps against the same run with a
+// function (the fuzz targets): each runs a fresh reader's loop over the
+// same ring with sink s (KeyEnd, Lo and Hi set), and returns what it
+// delivered and the reader's counts and position. The caller of Steps
+// moves on after 1 to 3 records of a run (the rest come in the next). The
+// same records with their keys, error, Lo, counts and position.
+func keyedSame(t *testing.T, keyEnd, lo, hi, moveOn uint64, each func(fn func(*Record) error, s *Sink) (int, string, error)) {
+	t.Helper()
+	var want, got []string
+	add := func(l *[]string) func(*Record) error {
+		return func(rec *Record) error {
+			*l = append(*l, fmt.Sprintf("%v %d-%d %x key %d", rec.Type, rec.Pos, rec.Next, rec.AppendTo(nil), rec.Key))
+			return nil
+		}
+	}
+	ws := &Sink{KeyEnd: keyEnd, Lo: lo, Hi: hi}
+	n, state, err := each(add(&want), ws)
+	gs := &Sink{KeyEnd: keyEnd, Lo: lo, Hi: hi, Steps: new(Steps)}
+	gs.Yield = func(st *Steps) error {
+		if err := st.first(); err != nil {
+			return err
+		}
+		for j := uint64(0); st.next(); j++ {
+			add(&got)(st.record())
+			if j == moveOn%3 {
+				break
+			}
+		}
+		return nil
+	}
+	n2, state2, err2 := each(add(&got), gs)
+	if n2 != n || fmt.Sprint(err2) != fmt.Sprint(err) || gs.Lo != ws.Lo || state2 != state || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("keyed run [%d, %d] ending at %d into steps: %d, %v, Lo %d, %s:\n%v\nwith a function: %d, %v, Lo %d, %s:\n%v",
+			lo, hi, keyEnd, n2, err2, gs.Lo, state2, got, n, err, ws.Lo, state, want)
 	}
 }
 
