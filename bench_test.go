@@ -592,7 +592,7 @@ func BenchmarkReaderReadInto(b *testing.B) {
 // record (run=1, the merge's worst case) or every 32 (as the real drain benchmark fills them).
 func BenchmarkOrderedReadInto(b *testing.B) {
 	for _, mode := range []string{"ReadInto", "ReadBatch", "Each", "EachSum", "BatchesSum"} {
-		for _, size := range []int{16, 64} {
+		for _, size := range []int{16, 64, 1024} {
 			for _, run := range []int{1, 32} {
 				b.Run(fmt.Sprintf("%s/size=%d/run=%d", mode, size, run), func(b *testing.B) {
 					benchOrdered(b, mode, size, run)

@@ -91,6 +91,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 	from := r.cursor
 	rec.CPU, rec.Ring, rec.Key = r.cpu, r.index, 0
 	k := 0
+	small := true // the last record taken alone was small enough for an ordered run (keyedMax)
 	for {
 		if r.cursor-from >= limit {
 			return k, r.cursor - from, nil
@@ -104,7 +105,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 		// for each one, they were a third of take's stores.
 		rec.Type, rec.Lost, rec.Wrapped, rec.Late = Sample, 0, nil, false
 		for int64(stop0-pos) > 0 {
-			if s.stepping() {
+			if s.stepping() && (small || !s.inRun()) {
 				// The run's records end by stop0 (a record that starts before
 				// it and ends past it goes the way below), and 16 bytes or
 				// more before the ring's end and the head snapshot: the step
@@ -122,9 +123,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 						span = size
 					}
 					st.perfRun(r.base, r.mask, pos, pos+span, r.index, r.cpu)
-					if s.inRun() && !st.keyed(s) {
-						// (an ordered run's first record goes the way below)
-					} else if err := s.Yield(st); err != ErrNoRun {
+					if err := s.yield(st); err != ErrNoRun {
 						took := r.tookRun(st, s)
 						k += took
 						if err != nil || took == 0 || stop.Load() {
@@ -147,6 +146,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 				s.Lo, rec.Key = key, key
 			}
 			pos, p = r.take(rec, p, size, n)
+			small = size <= keyedMax
 			k++
 			// fn's way goes back to the loop's head on its own: joined with
 			// the copy's (which makes no call) before one look at stop, it

@@ -157,6 +157,16 @@ type Sink struct {
 // stepping reports whether the loop hands its plain samples out as Steps.
 func (s *Sink) stepping() bool { return s != nil && s.Steps != nil }
 
+// yield hands run st, just set, to Yield, unless it is an ordered run
+// whose first record the run may not take (Steps.keyed): ErrNoRun, and
+// the loop takes that record its own way.
+func (s *Sink) yield(st *Steps) error {
+	if s.inRun() && !st.keyed(s) {
+		return ErrNoRun
+	}
+	return s.Yield(st)
+}
+
 // runKey returns the key of a plain sample's payload data in a run (KeyEnd
 // not 0) and whether the run delivers it. In line in both kinds' loops.
 func (s *Sink) runKey(data []byte) (uint64, bool) {

@@ -239,8 +239,9 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	// The invariants hold (no error pending) and nothing from the cursor on was counted.
 	rec.Type, rec.Ring, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = Sample, r.index, r.cpu, nil, 0, 0, false
 	base, head := unsafe.Pointer(unsafe.SliceData(r.data)), r.head
+	small := true // the last record taken alone was small enough for an ordered run (keyedMax)
 	for pos := r.cursor; pos != head && pos-from < limit; pos = r.cursor {
-		if s.stepping() {
+		if s.stepping() && (small || !s.inRun()) {
 			// The run's records end by limit, and 8 bytes before the
 			// snapshot's end: the step reads a header at the run's end once
 			// it is over, which must be a record's the producer published
@@ -256,9 +257,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			}
 			st := s.Steps
 			st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu)
-			if s.inRun() && !st.keyed(s) {
-				// (an ordered run's first record goes the way below)
-			} else if err := s.Yield(st); err != ErrNoRun {
+			if err := s.yield(st); err != ErrNoRun {
 				took := r.tookRun(st, s)
 				k += took
 				if err != nil || took == 0 || stop != nil && stop.Load() {
@@ -288,6 +287,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			s.Lo, rec.Key = key, key
 		}
 		r.cursor = pos + size // and counted with it (see Begin)
+		small = size <= keyedMax
 		r.take(rec, p, pos, n, size)
 		k++
 		if s.takesAll() {

@@ -30,15 +30,17 @@ import (
 // record delivered again, or one whose wakeup the release loses, fails it as well.
 func TestBPFRingRace(t *testing.T) {
 	for _, hold := range []bool{false, true} {
-		for _, steps := range []bool{false, true} {
+		for _, steps := range []string{"none", "runs", "keyed"} {
 			t.Run(fmt.Sprintf("HoldBack=%v/steps=%v", hold, steps), func(t *testing.T) { bpfRingRace(t, hold, steps) })
 		}
 	}
 }
 
 // bpfRingRace is TestBPFRingRace with Each's function, or with the
-// samples in runs (steps), stepped through as the root's Batch does.
-func bpfRingRace(t *testing.T, hold, steps bool) {
+// samples in runs (steps "runs"), stepped through as the root's Batch
+// does, or in an ordered run's (steps "keyed": the key is the sequence
+// number, which rises in the ring's order, with no bound).
+func bpfRingRace(t *testing.T, hold bool, steps string) {
 	total := uint64(1_000_000)
 	if ringtest.RaceEnabled() {
 		total = 200_000
@@ -118,8 +120,11 @@ func bpfRingRace(t *testing.T, hold, steps bool) {
 		return nil
 	}
 	var sink *Sink
-	if steps {
+	if steps != "none" {
 		sink = stepsSink(check)
+	}
+	if steps == "keyed" {
+		sink.KeyEnd, sink.Hi = 8, ^uint64(0)
 	}
 	for received+r.counts.Discarded < total {
 		r.Begin()

@@ -117,7 +117,7 @@ func (s *Steps) keyed(k *Sink) bool {
 		h := atomic.LoadUint64((*uint64)(p))
 		n := uint64(atomic.LoadUint32((*uint32)(unsafe.Add(p, s.LenOff))))
 		size := (n + s.Pad) &^ 7
-		if size > s.End-pos || (h^size<<HeaderSizeShift)&s.HMask != s.HType || n < k.KeyEnd {
+		if size > s.End-pos || (h^size<<HeaderSizeShift)&s.HMask != s.HType || n < k.KeyEnd || size > keyedMax {
 			break
 		}
 		key := s.keyAt(p, k.KeyEnd)
@@ -129,6 +129,14 @@ func (s *Steps) keyed(k *Sink) bool {
 	s.End, s.KeyEnd = pos, k.KeyEnd
 	return pos != s.Pos
 }
+
+// keyedMax is the largest record, in ring bytes, that an ordered run
+// walks (keyed): a larger one goes alone, and after it the ring's loop
+// tries no run until it took a small one. Over small records a run costs
+// less than a batch of one a record; over records of 256 bytes and more
+// the runs' walks, and the tries that found no run, cost more
+// (docs/performance.md, "Ordered runs in Batches").
+const keyedMax = 128
 
 // keyAt reads the key that ends at keyEnd in the payload of the record at
 // p, in the host's byte order (a perf payload is 4 bytes off alignment).

@@ -157,7 +157,7 @@ func TestStepsKeyed(t *testing.T) {
 	const lo, hi = 5, 100
 	for _, tc := range []struct {
 		name string
-		keys []int // -1: a sample too short to hold its key
+		keys []int // -1: a sample too short to hold its key; -2: key 20 in a record larger than keyedMax
 		runs int   // runs stepped (the last record before the head goes alone)
 	}{
 		{"above Hi", []int{5, 6, 6, 9, 40, 41, 101, 50, 60}, 1},
@@ -165,10 +165,14 @@ func TestStepsKeyed(t *testing.T) {
 		{"below Lo first", []int{4, 6, 7}, 0},
 		{"too short", []int{6, 7, 8, -1, 9, 10}, 1},
 		{"to the head", []int{6, 7, 8, 9, 10, 11}, 1},
+		{"a large record", []int{6, 7, 8, -2, 21, 22, 23}, 2},
 	} {
 		payload := func(i, key int) []byte {
-			if key < 0 {
+			switch key {
+			case -1:
 				return []byte{1, 2, 3, 4}
+			case -2:
+				return append(binary.NativeEndian.AppendUint64(nil, 20), make([]byte, keyedMax)...)
 			}
 			b := binary.NativeEndian.AppendUint64(nil, uint64(key))
 			return append(b, ringtest.Pattern(1+i*5%30, byte(i))...)
