@@ -113,7 +113,10 @@ func (s *Steps) keyed(k *Sink) bool {
 	pos, lo := s.Pos, k.Lo
 	for {
 		p := unsafe.Add(s.Base, pos&s.Mask)
-		// The step's loads and checks (Batch.Next).
+		// The step's loads and checks (Batch.Next). Acquire, over a ring
+		// buffer: pairs with the xchg of hdr->len in bpf_ringbuf_commit
+		// (a busy bit clear here: the record written whole). A perf ring's
+		// data was ordered by the acquire load of data_head that set End.
 		h := atomic.LoadUint64((*uint64)(p))
 		n := uint64(atomic.LoadUint32((*uint32)(unsafe.Add(p, s.LenOff))))
 		size := (n + s.Pad) &^ 7
