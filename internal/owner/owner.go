@@ -240,17 +240,16 @@ func (c *Core) addRing(rb ring.Kind, fd int) error {
 // readsNow reports whether a read in line may take a record at once: no
 // corruption to report and no CPUs to add. A read that finds otherwise
 // leaves both to ReadBatch's loop. On the read side, under the owner's
-// drain lock. (The CPU check is addNewCPUs's, written out in both: as a
-// call of its own it puts addNewCPUs over the inliner's budget, 81 of 80.)
+// drain lock.
 func (c *Core) readsNow() bool {
-	return c.Corrupt == nil && (c.newCPUs == nil || !c.newCPUs.Load())
+	return c.Corrupt == nil && !c.pending()
 }
 
 // addNewCPUs gives the CPUs that came online since the last call their
 // rings (hotplug.go): a check of one atomic when none did. On the read
 // side, under the owner's drain lock.
 func (c *Core) addNewCPUs() error {
-	if c.newCPUs == nil || !c.newCPUs.Load() {
+	if c.newCPUs == nil || !c.newCPUs.Load() { // (pending's, written out: as a call it puts addNewCPUs over the inliner's budget, 81 of 80)
 		return nil
 	}
 	return c.addNew() // (out of line: the check inlines into every read)
