@@ -103,10 +103,17 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *Record) error) error {
 func (r *Reader) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 	return func(yield func(*Batch, error) bool) {
 		var b Batch
-		err := r.r.EachSteps(ctx, b.steps(), func(*ring.Steps) error {
-			if b.one == nil && !b.first() { // (a batch of one has its record)
+		st := b.steps()
+		err := r.r.EachSteps(ctx, st, func(*ring.Steps) error {
+			if !b.first() {
 				return ring.ErrNoRun
 			}
+			if !yield(&b, nil) {
+				return errMovedOn
+			}
+			return nil
+		}, func(rec *ring.Record) error {
+			ring.StepOne(st, rec) // a batch of one: not probed, it has its record
 			if !yield(&b, nil) {
 				return errMovedOn
 			}

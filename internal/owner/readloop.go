@@ -85,12 +85,14 @@ func (r *Reader) Each(ctx context.Context, fn func(rec *ring.Record) error) erro
 
 // EachSteps is Each with the records in runs: the policy's ring loops hand
 // their plain samples out a run at a time in st (ring.Sink's Steps; an
-// ordered policy's runs are those of rule 1: policy.Stepper), and every
-// other record goes in st alone (ring.StepOne); yield gets st each time. It returns as
-// Each does; yield's error ends it, returned as it is.
-func (r *Reader) EachSteps(ctx context.Context, st *ring.Steps, yield func(*ring.Steps) error) error {
+// ordered policy's runs are those of rule 1: policy.Stepper) to run, and
+// every other record to one, as Each's fn (which sets it in st alone with
+// ring.StepOne, one call a record where a closure of this package made
+// two). It returns as Each does; run's and one's errors end it, returned
+// as they are.
+func (r *Reader) EachSteps(ctx context.Context, st *ring.Steps, run func(*ring.Steps) error, one func(*ring.Record) error) error {
 	op := r.opRead
-	if ctx == nil || st == nil || yield == nil {
+	if ctx == nil || st == nil || run == nil || one == nil {
 		return fmt.Errorf("%s: nil context, steps or function: %w", op.name, os.ErrInvalid)
 	}
 	stop, err := r.enterRead(ctx, op)
@@ -98,12 +100,9 @@ func (r *Reader) EachSteps(ctx context.Context, st *ring.Steps, yield func(*ring
 		return err
 	}
 	defer r.exitRead(stop)
-	r.steps = ring.Sink{Steps: st, Yield: yield}
+	r.steps = ring.Sink{Steps: st, Yield: run}
 	defer func() { r.steps = ring.Sink{} }()
-	return r.each(ctx, op, func(rec *ring.Record) error {
-		ring.StepOne(st, rec)
-		return yield(st)
-	}, true)
+	return r.each(ctx, op, one, true)
 }
 
 // Consume calls fn with every record that can be delivered now, as Each
