@@ -18,7 +18,7 @@ import (
 
 // RBSustainedModes are the consumers the ring buffer saturation
 // measurement compares, the reference (ring_buffer__poll from C) first.
-var RBSustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered, ModeOrderedBatch, ModeOrderedEach, ModeCilium, ModeLibbpfgo}
+var RBSustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderBatch, ModeReaderEach, ModeReaderBatches, ModeOrdered, ModeOrderedBatch, ModeOrderedEach, ModeOrderedBatches, ModeCilium, ModeLibbpfgo}
 
 // RBSustained is Sustained over a BPF ring buffer: one producer per CPU,
 // each locked to its CPU, emits its share of cfg.Samples (cfg.Size bytes,
@@ -154,7 +154,7 @@ func openRBConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (rbConsumer, error) 
 		}
 		c.pb = pb
 		return c, nil
-	case ModeReader, ModeReaderEach, ModeReaderBatch, ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
+	case ModeReader, ModeReaderEach, ModeReaderBatch, ModeReaderBatches, ModeOrdered, ModeOrderedEach, ModeOrderedBatch, ModeOrderedBatches:
 		var ropts perfbuf.ReaderOptions
 		if isOrdered(cfg.Mode) {
 			// One ring buffer, every CPU's: ordered by rules 2 to 5
@@ -166,7 +166,8 @@ func openRBConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (rbConsumer, error) 
 			return nil, err
 		}
 		each := cfg.Mode == ModeReaderEach || cfg.Mode == ModeOrderedEach
-		return &rbReaderConsumer{r: r, each: each, s: samplesFor(cfg.Mode)}, nil
+		batches := cfg.Mode == ModeReaderBatches || cfg.Mode == ModeOrderedBatches
+		return &rbReaderConsumer{r: r, each: each, batches: batches, s: samplesFor(cfg.Mode)}, nil
 	case ModeCilium:
 		r, err := openCilium(fd)
 		if err != nil {
@@ -247,6 +248,7 @@ type rbReaderConsumer struct {
 	r        *perfbuf.Reader
 	s        []perfbuf.Sample // ReadInto the one, or ReadBatch into them all
 	each     bool
+	batches  bool
 	n, total uint64
 }
 
@@ -262,6 +264,8 @@ func (c *rbReaderConsumer) run(_ <-chan struct{}, _ *atomic.Uint64, deadline tim
 			c.n++
 			return nil
 		})
+	} else if c.batches {
+		err = c.batchesUntilFlushed()
 	} else {
 		var n int
 		n, err = readUntilFlushed(c.r, c.s, &c.total, nil)
@@ -274,6 +278,25 @@ func (c *rbReaderConsumer) run(_ <-chan struct{}, _ *atomic.Uint64, deadline tim
 		return nil
 	}
 	return err
+}
+
+// batchesUntilFlushed reads with Batches until the Flush ends the run
+// (ErrFlushed, or the deadline's error).
+func (c *rbReaderConsumer) batchesUntilFlushed() error {
+	for b, err := range c.r.Batches(context.Background()) {
+		if err != nil {
+			return err
+		}
+		for b.Next() {
+			rec := b.Record()
+			if rec.Type != perfbuf.RecordSample {
+				return notSample(rec.CPU, rec.Type, rec.Lost)
+			}
+			c.total += readRecord(rec)
+			c.n++
+		}
+	}
+	return nil
 }
 
 func (c *rbReaderConsumer) flush()           { c.r.Flush() }

@@ -20,7 +20,7 @@ import (
 
 // SustainedModes are the consumers the sustained measurement compares, the
 // reference first.
-var SustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderBatch, ModeReaderEach, ModeOrdered, ModeOrderedBatch, ModeOrderedEach}
+var SustainedModes = []string{ModeC, ModeCallback, ModeReader, ModeReaderBatch, ModeReaderEach, ModeReaderBatches, ModeOrdered, ModeOrderedBatch, ModeOrderedBatches, ModeOrderedEach}
 
 // SustainedBatches are the test-run sizes that perfbench's saturation
 // measurements, of perf event arrays and of ring buffers, run by default:
@@ -372,7 +372,7 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 		}
 		c.pb = pb
 		return c, nil
-	case ModeReader, ModeReaderEach, ModeReaderBatch, ModeOrdered, ModeOrderedEach, ModeOrderedBatch:
+	case ModeReader, ModeReaderEach, ModeReaderBatch, ModeReaderBatches, ModeOrdered, ModeOrderedEach, ModeOrderedBatch, ModeOrderedBatches:
 		if isOrdered(cfg.Mode) {
 			ropts.Order = &perfbuf.Order{
 				KeyOffset: 8, // the sample's ktime
@@ -385,6 +385,7 @@ func openConsumer(e *bpfrun.Emitter, cfg SustainedConfig) (consumer, error) {
 		}
 		r.SetDeadline(time.Now().Add(cfg.Timeout))
 		c := newReaderConsumer(r, cfg.Mode == ModeReaderEach || cfg.Mode == ModeOrderedEach)
+		c.batches = cfg.Mode == ModeReaderBatches || cfg.Mode == ModeOrderedBatches
 		c.s = samplesFor(cfg.Mode)
 		return c, nil
 	}
@@ -429,13 +430,14 @@ func (c *callbackConsumer) maxFill() int                     { return 0 }
 func (c *callbackConsumer) close()                           { c.pb.Close() }
 
 // readerConsumer: a Reader, fullest-first or ordered, with ReadInto one
-// reused Sample, ReadBatch into 64, or with Each.
+// reused Sample, ReadBatch into 64, with Each, or with Batches.
 type readerConsumer struct {
 	r                           *perfbuf.Reader
 	s                           []perfbuf.Sample // ReadInto the one, or ReadBatch into them all (samplesFor)
 	received, lost, late, total uint64
-	each                        func(rec *perfbuf.Record) error // nil: ReadInto or ReadBatch
-	want                        uint64                          // Each's goal
+	each                        func(rec *perfbuf.Record) error // nil: ReadInto, ReadBatch or Batches
+	batches                     bool
+	want                        uint64 // Each's and Batches's goal
 }
 
 // errEnough ends a consumer's Each.
@@ -456,10 +458,13 @@ func newReaderConsumer(r *perfbuf.Reader, each bool) *readerConsumer {
 }
 
 // step reads one record with ReadInto, what one ReadBatch returns, or with
-// Each reads until want samples are accounted for (or 4096 more). Each
-// waits as long as it takes: the reader drains at least every MaxLatency,
-// and the deadline bounds it.
+// Each or Batches reads until want samples are accounted for (or 4096
+// more). Each and Batches wait as long as it takes: the reader drains at
+// least every MaxLatency, and the deadline bounds it.
 func (c *readerConsumer) step(want uint64) error {
+	if c.batches {
+		return c.stepBatches(want)
+	}
 	if c.each != nil {
 		c.want = want
 		if err := c.r.Each(context.Background(), c.each); err != errEnough {
@@ -473,6 +478,25 @@ func (c *readerConsumer) step(want uint64) error {
 		c.count(s.Type, s.Lost, s.Late, cref.ReadAll(s.Data))
 	}
 	return err
+}
+
+// stepBatches is step with Batches. (A method of its own: the loop's body
+// is a closure that captures want, which would move step's want to the
+// heap, an allocation a ReadInto.)
+func (c *readerConsumer) stepBatches(want uint64) error {
+	for b, err := range c.r.Batches(context.Background()) {
+		if err != nil {
+			return err // os.ErrDeadlineExceeded once the run's Timeout passed
+		}
+		for b.Next() {
+			rec := b.Record()
+			c.count(rec.Type, rec.Lost, rec.Late, readRecord(rec))
+			if n := c.received + c.lost; n >= want || n%4096 == 0 {
+				return nil // (the records stepped to are taken)
+			}
+		}
+	}
+	return nil
 }
 
 // count adds a record of type typ: lost is its lost count, late its mark,
