@@ -437,7 +437,7 @@ type readerConsumer struct {
 	received, lost, late, total uint64
 	each                        func(rec *perfbuf.Record) error // nil: ReadInto, ReadBatch or Batches
 	batches                     bool
-	want                        uint64 // Each's and Batches's goal
+	want                        uint64 // Each's goal (Batches's is stepBatches' argument)
 }
 
 // errEnough ends a consumer's Each.
