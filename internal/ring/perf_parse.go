@@ -91,7 +91,6 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 	from := r.cursor
 	rec.CPU, rec.Ring, rec.Key = r.cpu, r.index, 0
 	k := 0
-	small := true // the last record taken alone was small enough for an ordered run (keyedMax)
 	for {
 		if r.cursor-from >= limit {
 			return k, r.cursor - from, nil
@@ -104,34 +103,16 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 		// loop's samples (parseRest's records set them otherwise): stored
 		// for each one, they were a third of take's stores.
 		rec.Type, rec.Lost, rec.Wrapped, rec.Late = Sample, 0, nil, false
+		stepping := s.stepping()
 		for int64(stop0-pos) > 0 {
-			if s.stepping() && (small || !s.inRun()) {
-				// The run's records end by stop0 (a record that starts before
-				// it and ends past it goes the way below), and 16 bytes or
-				// more before the ring's end and the head snapshot: the step
-				// reads a header and the u32 after it at the run's end once
-				// the run is over, which must be in the ring and published
-				// (the last record before the head goes the way below).
-				ringLeft, headLeft := r.mask+1-pos&r.mask, r.head-pos
-				if ringLeft > 16 && headLeft > 16 {
-					st := s.Steps
-					// A record that starts before stop0 and ends past it is
-					// a run of its own.
-					safe := min(end-pos, ringLeft-16, headLeft-16)
-					span := min(stop0-pos, safe)
-					if size, _ := plainAt(p, end-pos); size > span && size <= safe {
-						span = size
+			if stepping && (!s.inRun() || rec.tookSmall(pos)) {
+				if took, err := r.stepRun(s, p, pos, end, stop0); err != ErrNoRun {
+					k += took
+					if err != nil || took == 0 || stop.Load() {
+						return k, r.cursor - from, err // (none taken: the caller moved on)
 					}
-					st.perfRun(r.base, r.mask, pos, pos+span, r.index, r.cpu)
-					if err := s.yield(st); err != ErrNoRun {
-						took := r.tookRun(st, s)
-						k += took
-						if err != nil || took == 0 || stop.Load() {
-							return k, r.cursor - from, err // (none taken: the caller moved on)
-						}
-						pos, p = r.cursor, unsafe.Add(r.base, r.cursor&r.mask)
-						continue
-					}
+					pos, p = r.cursor, unsafe.Add(r.base, r.cursor&r.mask)
+					continue
 				}
 			}
 			size, n := plainAt(p, end-pos)
@@ -146,7 +127,6 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 				s.Lo, rec.Key = key, key
 			}
 			pos, p = r.take(rec, p, size, n)
-			small = size <= keyedMax
 			k++
 			// fn's way goes back to the loop's head on its own: joined with
 			// the copy's (which makes no call) before one look at stop, it
@@ -193,6 +173,34 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 			return k, r.cursor - from, nil
 		}
 	}
+}
+
+// stepRun hands the run of plain samples at pos (at p) to s's Yield
+// (Sink.Steps), and moves the cursor past what the caller's step took: how
+// many, and Yield's error, or ErrNoRun if the record at pos goes the way
+// of Each's loop. The run's records end by stop0 (a record that starts
+// before it and ends past it is a run of its own) and by end, and 16 bytes
+// or more before the ring's end and the head snapshot: the step reads a
+// header and the u32 after it at the run's end once the run is over,
+// which must be in the ring and published (the last record before the
+// head goes Each's way). Not in line in Each's loop, whose registers a
+// run's code would take.
+func (r *Perf) stepRun(s *Sink, p unsafe.Pointer, pos, end, stop0 uint64) (int, error) {
+	ringLeft, headLeft := r.mask+1-pos&r.mask, r.head-pos
+	if ringLeft <= 16 || headLeft <= 16 {
+		return 0, ErrNoRun
+	}
+	safe := min(end-pos, ringLeft-16, headLeft-16)
+	span := min(stop0-pos, safe)
+	if size, _ := plainAt(p, end-pos); size > span && size <= safe {
+		span = size
+	}
+	st := s.Steps
+	st.perfRun(r.base, r.mask, pos, pos+span, r.index, r.cpu)
+	if err := s.yield(st); err != ErrNoRun {
+		return r.tookRun(st, s), err
+	}
+	return 0, ErrNoRun
 }
 
 // plainRoom returns where the record at the cursor starts and how many bytes follow from

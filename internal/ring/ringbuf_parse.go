@@ -239,26 +239,9 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 	// The invariants hold (no error pending) and nothing from the cursor on was counted.
 	rec.Type, rec.Ring, rec.CPU, rec.Wrapped, rec.Lost, rec.Key, rec.Late = Sample, r.index, r.cpu, nil, 0, 0, false
 	base, head := unsafe.Pointer(unsafe.SliceData(r.data)), r.head
-	small := true // the last record taken alone was small enough for an ordered run (keyedMax)
 	for pos := r.cursor; pos != head && pos-from < limit; pos = r.cursor {
-		if s.stepping() && (small || !s.inRun()) {
-			// The run's records end by limit, and 8 bytes before the
-			// snapshot's end: the step reads a header at the run's end once
-			// it is over, which must be a record's the producer published
-			// (the last record goes the way below).
-			// A record that starts within limit and ends past it is a run
-			// of its own (limit bounds where records start).
-			end := head - 8
-			if left := limit - (pos - from); left < end-pos {
-				end = pos + left
-				if _, _, size := r.plainAt(base, pos, head); size > left && size <= head-8-pos {
-					end = pos + size
-				}
-			}
-			st := s.Steps
-			st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu)
-			if err := s.yield(st); err != ErrNoRun {
-				took := r.tookRun(st, s)
+		if s.stepping() && (!s.inRun() || rec.tookSmall(pos)) {
+			if took, err := r.stepRun(s, base, pos, limit-(pos-from)); err != ErrNoRun {
 				k += took
 				if err != nil || took == 0 || stop != nil && stop.Load() {
 					return k, r.cursor - from, err // (none taken: the caller moved on)
@@ -287,7 +270,6 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			s.Lo, rec.Key = key, key
 		}
 		r.cursor = pos + size // and counted with it (see Begin)
-		small = size <= keyedMax
 		r.take(rec, p, pos, n, size)
 		k++
 		if s.takesAll() {
@@ -310,6 +292,32 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 		}
 	}
 	return k, r.cursor - from, nil
+}
+
+// stepRun hands the run of plain samples at pos to s's Yield (Sink.Steps),
+// and moves the cursor past what the caller's step took: how many, and
+// Yield's error, or ErrNoRun if the record at pos goes the way of Each's
+// loop. The run's records start within left bytes of pos (a record that
+// starts within them and ends past them is a run of its own), and end 8
+// bytes before the snapshot's end: the step reads a header at the run's
+// end once it is over, which must be a record's the producer published
+// (the last record goes Each's way). Not in line in Each's loop, whose
+// registers a run's code would take.
+func (r *RingBuf) stepRun(s *Sink, base unsafe.Pointer, pos, left uint64) (int, error) {
+	head := r.head
+	end := head - 8
+	if left < end-pos {
+		end = pos + left
+		if _, _, size := r.plainAt(base, pos, head); size > left && size <= head-8-pos {
+			end = pos + size
+		}
+	}
+	st := s.Steps
+	st.ringBufRun(base, r.mask, pos, end, r.index, r.cpu)
+	if err := s.yield(st); err != ErrNoRun {
+		return r.tookRun(st, s), err
+	}
+	return 0, ErrNoRun
 }
 
 // SkipCorrupt is the way on after a CorruptError. It counts the error (Corrupt, once per

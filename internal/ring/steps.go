@@ -141,6 +141,14 @@ func (s *Steps) keyed(k *Sink) bool {
 // (docs/performance.md, "Ordered runs in Batches").
 const keyedMax = 128
 
+// tookSmall reports whether an ordered run may start at pos after r, the
+// ring loop's record: unless r, taken alone, ends at pos and spans more
+// than keyedMax bytes. (Read from r where the loop needs it, not kept in
+// a variable the loop would store for every record.)
+func (r *Record) tookSmall(pos uint64) bool {
+	return r.Next != pos || r.Next-r.Pos <= keyedMax
+}
+
 // keyAt reads the key that ends at keyEnd in the payload of the record at
 // p, in the host's byte order (a perf payload is 4 bytes off alignment).
 func (s *Steps) keyAt(p unsafe.Pointer, keyEnd uint64) uint64 {

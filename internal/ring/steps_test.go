@@ -159,13 +159,16 @@ func TestStepsKeyed(t *testing.T) {
 		name string
 		keys []int // -1: a sample too short to hold its key; -2: key 20 in a record larger than keyedMax
 		runs int   // runs stepped (the last record before the head goes alone)
+		// alone: records taken alone (after one larger than keyedMax, the
+		// next one too: the loop tries no run until it took a small one)
+		alone int
 	}{
-		{"above Hi", []int{5, 6, 6, 9, 40, 41, 101, 50, 60}, 1},
-		{"below the last", []int{7, 8, 9, 9, 8, 10, 11}, 1},
-		{"below Lo first", []int{4, 6, 7}, 0},
-		{"too short", []int{6, 7, 8, -1, 9, 10}, 1},
-		{"to the head", []int{6, 7, 8, 9, 10, 11}, 1},
-		{"a large record", []int{6, 7, 8, -2, 21, 22, 23}, 2},
+		{"above Hi", []int{5, 6, 6, 9, 40, 41, 101, 50, 60}, 1, 0},
+		{"below the last", []int{7, 8, 9, 9, 8, 10, 11}, 1, 0},
+		{"below Lo first", []int{4, 6, 7}, 0, 0},
+		{"too short", []int{6, 7, 8, -1, 9, 10}, 1, 0},
+		{"to the head", []int{6, 7, 8, 9, 10, 11}, 1, 1},
+		{"a large record", []int{6, 7, 8, -2, 21, 22, 23}, 2, 3},
 	} {
 		payload := func(i, key int) []byte {
 			switch key {
@@ -188,8 +191,8 @@ func TestStepsKeyed(t *testing.T) {
 			if err != nil || err2 != nil || n != n2 || gs.Lo != ws.Lo || strings.Join(got.recs, "\n") != strings.Join(want.recs, "\n") {
 				t.Fatalf("steps: %d, %v, Lo %d:\n%s\nwant %d, %v, Lo %d:\n%s", n2, err2, gs.Lo, strings.Join(got.recs, "\n"), n, err, ws.Lo, strings.Join(want.recs, "\n"))
 			}
-			if got.runs != tc.runs || got.inRuns+got.alone != n {
-				t.Errorf("%d runs of %d records, %d alone; want %d runs", got.runs, got.inRuns, got.alone, tc.runs)
+			if got.runs != tc.runs || got.alone != tc.alone || got.inRuns+got.alone != n {
+				t.Errorf("%d runs of %d records, %d alone; want %d runs, %d alone", got.runs, got.inRuns, got.alone, tc.runs, tc.alone)
 			}
 			if c := counts(); c != wantCounts {
 				t.Errorf("steps counted %s, each %s", c, wantCounts)
