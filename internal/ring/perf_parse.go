@@ -52,7 +52,7 @@ func (r *Perf) NextCopy(c *Copy) uint64 {
 	r.counts.Samples++
 	r.counts.Bytes += n
 	r.counted, r.cursor = next, next
-	c.Data = copyData(c.Data, unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n))
+	c.Data = CopyData(c.Data, unsafe.Slice((*byte)(unsafe.Add(p, recSampleDataOff)), n))
 	c.setPlain(r.index, r.cpu)
 	return size
 }
@@ -85,7 +85,7 @@ func (r *Perf) parseRest(rec *Record) bool {
 //
 // It does not commit. Plain samples (plainAt) are taken in line, loaded through the ring's base
 // pointer, and copied in line into a sink's Into, with no call per record but fn's (or the
-// sink's Sample, or memmove for a payload not of 16 to 64 bytes: copyData); every other record
+// sink's Sample, or memmove for a payload not of 16 to 64 bytes: CopyData); every other record
 // goes through parseRest.
 func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Record) error, s *Sink) (int, uint64, error) {
 	from := r.cursor
@@ -142,7 +142,7 @@ func (r *Perf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Recor
 				s.Sample(r.cpu, rec.Data)
 			} else {
 				c := &s.Into[s.N]
-				c.Data = copyData(c.Data, rec.Data)
+				c.Data = CopyData(c.Data, rec.Data)
 				c.setPlain(r.index, r.cpu)
 				c.Key = rec.Key // a run's (else 0)
 				if s.Took(len(rec.Data)) {

@@ -105,7 +105,7 @@ type Copy struct {
 // is a Copy, and gains no method.)
 func SetCopy(c *Copy, rec *Record) {
 	if len(rec.Wrapped) == 0 {
-		c.Data = copyData(c.Data, rec.Data)
+		c.Data = CopyData(c.Data, rec.Data)
 	} else {
 		c.Data = rec.AppendTo(c.Data[:0])
 	}
@@ -189,7 +189,7 @@ func (s *Sink) takesAll() bool { return s == nil || s.Into == nil && s.Sample ==
 func (s *Sink) Full() bool { return s != nil && s.Into != nil && (s.N == len(s.Into) || s.Room <= 0) }
 
 // setPlain sets c's fields, but Data, for a plain sample (one piece) of
-// ring index's CPU cpu: with copyData, the copy of the kinds' fast loops
+// ring index's CPU cpu: with CopyData, the copy of the kinds' fast loops
 // and of their NextCopy. (Two calls, both inlined: one function would be
 // over the inliner's budget, and a call in a ring's loop spills every
 // register the loop keeps.)
@@ -197,13 +197,13 @@ func (c *Copy) setPlain(index, cpu int) {
 	c.Ring, c.CPU, c.Type, c.Lost, c.Key, c.Late = index, cpu, Sample, 0, 0, false
 }
 
-// copyData returns dst holding a copy of src, in dst's memory when it is
+// CopyData returns dst holding a copy of src, in dst's memory when it is
 // large enough (else in memory appended). A payload of 16 to 64 bytes is
 // copied in line (copySmall): a call to memmove spills the caller's
 // registers, and cost ReadBatch and ReadInto 2-3 ns a 16- or 64-byte
 // record (issue 31). Anything else goes to memmove. Inlined: its cost is
 // the inliner's budget, which the case of 8 to 15 bytes too would exceed.
-func copyData(dst, src []byte) []byte {
+func CopyData(dst, src []byte) []byte {
 	n := len(src)
 	if uint(n-16) > smallCopy-16 || cap(dst) < n {
 		return append(dst[:0], src...)
@@ -212,7 +212,7 @@ func copyData(dst, src []byte) []byte {
 	return dst[:n]
 }
 
-// smallCopy is the largest payload copyData copies in line.
+// smallCopy is the largest payload CopyData copies in line.
 const smallCopy = 64
 
 // copySmall copies n bytes, 16 <= n <= 64, from src to dst in two or four

@@ -36,7 +36,7 @@ func TestCopyData(t *testing.T) {
 			}
 			backing := bytes.Repeat([]byte{guard}, c+8)
 			dst := backing[:min(3, c):c] // (a length of its own, which the copy replaces)
-			got := copyData(dst, src)
+			got := CopyData(dst, src)
 			if !bytes.Equal(got, src) {
 				t.Fatalf("%d bytes into cap %d: got %x, want %x", n, c, got, src)
 			}

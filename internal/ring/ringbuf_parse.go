@@ -91,7 +91,7 @@ func (r *RingBuf) NextCopy(c *Copy) uint64 {
 	r.cursor = pos + size
 	r.counts.Samples++
 	r.counts.Bytes += n
-	c.Data = copyData(c.Data, unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n))
+	c.Data = CopyData(c.Data, unsafe.Slice((*byte)(unsafe.Add(p, bpfRingHdrSize)), n))
 	c.setPlain(r.index, r.cpu)
 	return size
 }
@@ -211,7 +211,7 @@ func (r *RingBuf) Peek(pos uint64, rec *Record) bool {
 //     and at once on the careful path (records read again, an error pending): nil.
 //
 // It does not commit, allocates nothing and makes no call per record but fn's (or the sink's
-// Sample, or memmove for a payload not of 16 to 64 bytes: copyData): the common record, a
+// Sample, or memmove for a payload not of 16 to 64 bytes: CopyData): the common record, a
 // sample not read before, is parsed and copied in line (the rest goes through next). rec's Data
 // aliases ring memory until consumer_pos is committed past rec.Next; fn must not call the
 // ring's methods.
@@ -280,7 +280,7 @@ func (r *RingBuf) Each(rec *Record, limit uint64, stop *atomic.Bool, fn func(*Re
 			s.Sample(r.cpu, rec.Data)
 		} else {
 			c := &s.Into[s.N]
-			c.Data = copyData(c.Data, rec.Data)
+			c.Data = CopyData(c.Data, rec.Data)
 			c.setPlain(r.index, r.cpu)
 			c.Key = rec.Key // a run's (else 0)
 			if s.Took(len(rec.Data)) {
